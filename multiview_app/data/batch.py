@@ -1,0 +1,63 @@
+"""ViewBatch: the one contract between data and everything downstream."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class ViewBatch:
+    """k views of n items.
+
+    Attributes:
+        views: k tensors, each ``(n, ...)`` in its modality's shape (EEG ``(n, T)``,
+            image ``(n, C, H, W)``, text ``(n, L)`` token ids).
+        modalities: k modality names ("eeg", "image", "text").
+        view_names: k view names (channel "C3-M2", stack "simclr", domain "sketch", "caption").
+        labels: ``(n,)`` int64 class labels, or None.
+        meta: per-item columns, each a list (or 1-D tensor) of length n (ids, subject, ...).
+    """
+
+    views: list[torch.Tensor]
+    modalities: list[str]
+    view_names: list[str]
+    labels: torch.Tensor | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        k = len(self.views)
+        if k == 0:
+            raise ValueError("ViewBatch needs at least one view")
+        if len(self.modalities) != k or len(self.view_names) != k:
+            raise ValueError(
+                f"ViewBatch: {k} views but {len(self.modalities)} modalities and "
+                f"{len(self.view_names)} view names"
+            )
+        n = self.views[0].shape[0]
+        for name, v in zip(self.view_names, self.views):
+            if v.shape[0] != n:
+                raise ValueError(f"ViewBatch: view '{name}' has {v.shape[0]} items, expected {n}")
+        if self.labels is not None and self.labels.shape[0] != n:
+            raise ValueError(f"ViewBatch: {self.labels.shape[0]} labels for {n} items")
+
+    @property
+    def n(self) -> int:
+        """Number of items."""
+        return int(self.views[0].shape[0])
+
+    @property
+    def k(self) -> int:
+        """Number of views."""
+        return len(self.views)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "ViewBatch":
+        """Move views and labels to ``device`` (meta stays on the host)."""
+        return ViewBatch(
+            views=[v.to(device, non_blocking=non_blocking) for v in self.views],
+            modalities=list(self.modalities),
+            view_names=list(self.view_names),
+            labels=None if self.labels is None else self.labels.to(device, non_blocking=non_blocking),
+            meta=self.meta,
+        )

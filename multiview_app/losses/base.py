@@ -1,0 +1,88 @@
+"""Base class and input checks shared by every loss of the head.
+
+Every loss takes embeddings ``z`` of shape ``(n, k, d)`` (n items, k views, d dims),
+validates them, computes in float32 (half inputs) or float64 (float64 inputs),
+L2-normalizes along ``d`` and returns a 0-d tensor. Diagnostics of the last call
+are in ``module.last_stats`` (plain floats).
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def check_embeddings(z: torch.Tensor, *, min_views: int = 2, min_items: int = 2) -> torch.Tensor:
+    """Validate ``z`` of shape ``(n, k, d)`` and return it in the compute dtype.
+
+    float16 / bfloat16 (and integer) inputs are promoted to float32; float32 and float64 stay.
+    Raises ``ValueError`` naming the problem.
+    """
+    if not isinstance(z, torch.Tensor):
+        raise ValueError(f"expected a torch.Tensor of shape (n, k, d), got {type(z).__name__}")
+    if z.dim() != 3:
+        raise ValueError(f"expected embeddings of shape (n, k, d) (3-D), got shape {tuple(z.shape)}")
+    n, k, d = z.shape
+    if n < min_items:
+        raise ValueError(f"need n >= {min_items} items in the batch, got n={n} (shape {tuple(z.shape)})")
+    if k < min_views:
+        raise ValueError(f"need k >= {min_views} views, got k={k} (shape {tuple(z.shape)})")
+    if d < 1:
+        raise ValueError(f"need d >= 1 embedding dimensions, got d={d} (shape {tuple(z.shape)})")
+    if z.dtype not in (torch.float32, torch.float64):
+        z = z.float()
+    if not torch.isfinite(z).all():
+        bad = (~torch.isfinite(z)).sum().item()
+        raise ValueError(f"embeddings contain {bad} non-finite values (NaN or Inf)")
+    return z
+
+
+def normalize(z: torch.Tensor) -> torch.Tensor:
+    """L2-normalize along the last dimension (``eps`` guards all-zero rows)."""
+    return F.normalize(z, dim=-1, eps=1e-12 if z.dtype == torch.float64 else 1e-6)
+
+
+class MultiViewLoss(nn.Module):
+    """Base of every loss head: ``forward(z (n, k, d)) -> 0-d tensor``.
+
+    Subclasses implement :meth:`compute` on already validated, normalized ``z`` and may
+    fill ``self.last_stats``. Class attributes:
+
+    * ``min_views``: smallest k accepted.
+    * ``gather_across_processes``: whether the trainer should all-gather embeddings (with
+      gradient) from every process before calling the loss (True for contrastive losses whose
+      negatives are the other items; False for per-process objectives such as M3G).
+    """
+
+    name: ClassVar[str] = "base"
+    min_views: ClassVar[int] = 2
+    gather_across_processes: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_stats: dict[str, float] = {}
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:  # noqa: D401
+        """Loss of embeddings ``z`` of shape ``(n, k, d)``; returns a 0-d tensor."""
+        z = normalize(check_embeddings(z, min_views=self.min_views))
+        self.last_stats = {}
+        loss = self.compute(z)
+        self.last_stats.setdefault("loss", float(loss.detach()))
+        return loss
+
+    def compute(self, z: torch.Tensor) -> torch.Tensor:
+        """Loss of normalized embeddings ``z`` ``(n, k, d)``."""
+        raise NotImplementedError
+
+
+def check_positive(name: str, value: float, *, loss: str) -> float:
+    """Return ``float(value)`` or raise ``ValueError`` if it is not a finite positive number."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"loss '{loss}': parameter {name} must be a number, got {value!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise ValueError(f"loss '{loss}': parameter {name} must be > 0, got {value}")
+    return value

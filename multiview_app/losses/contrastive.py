@@ -1,0 +1,1 @@
+"""Loss module 'contrastive' (being written)."""

@@ -1,0 +1,1 @@
+"""Loss module 'flatnce' (being written)."""

@@ -1,0 +1,1 @@
+"""Loss module 'm3g' (being written)."""

@@ -1,0 +1,1 @@
+"""Loss module 'mveb' (being written)."""
