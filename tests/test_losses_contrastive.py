@@ -1,0 +1,119 @@
+"""Contrastive / BYOL / poly-view losses against brute-force float64 references (issue 2, losses 1-6)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import reference_losses as ref
+from multiview_app.losses import build_loss
+
+REFERENCES = {
+    "infonce_pwe": ref.infonce_pwe,
+    "infonce_ave": ref.infonce_ave,
+    "byol_pwe": ref.byol_pwe,
+    "byol_ave": ref.byol_ave,
+    "pvc_geometric": ref.pvc_geometric,
+    "pvc_arithmetic": ref.pvc_arithmetic,
+    "pvc_sufficient": ref.pvc_sufficient,
+    "aggnce": ref.aggnce,
+}
+TEMPERATURE_LOSSES = [name for name in REFERENCES if not name.startswith("byol")]
+
+
+def embeddings(n: int, k: int, d: int, seed: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Random, not normalized, ``(n, k, d)`` embeddings with correlated views."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(n, 1, d, generator=g, dtype=torch.float64)
+    return (base + 0.7 * torch.randn(n, k, d, generator=g, dtype=torch.float64)).mul(3.0).to(dtype)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_matches_bruteforce_reference(name: str, k: int) -> None:
+    z = embeddings(5, k, 4, seed=k)
+    value = build_loss(name)(z)
+    assert value.dim() == 0 and value.dtype == torch.float64
+    assert value.item() == pytest.approx(REFERENCES[name](z), rel=1e-10, abs=1e-10)
+
+
+@pytest.mark.parametrize("name", TEMPERATURE_LOSSES)
+def test_temperature_is_used(name: str) -> None:
+    z = embeddings(4, 3, 3, seed=11)
+    value = build_loss(name, tau=0.37)(z).item()
+    assert value == pytest.approx(REFERENCES[name](z, tau=0.37), rel=1e-10)
+    assert value != pytest.approx(REFERENCES[name](z, tau=0.1), rel=1e-3)
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_float32_close_to_float64(name: str) -> None:
+    z = embeddings(6, 3, 8, seed=3)
+    loss = build_loss(name)
+    v32 = loss(z.float())
+    assert v32.dtype == torch.float32
+    assert v32.item() == pytest.approx(loss(z).item(), rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_gradcheck(name: str) -> None:
+    z = embeddings(3, 3, 3, seed=5).requires_grad_()
+    loss = build_loss(name, tau=0.5) if name in TEMPERATURE_LOSSES else build_loss(name)
+    assert torch.autograd.gradcheck(loss, (z,), eps=1e-6, atol=1e-7)
+
+
+def test_k2_poly_view_losses_equal_nt_xent() -> None:
+    z = embeddings(6, 2, 5, seed=7)
+    expected = ref.nt_xent(z, tau=0.2)
+    for name in ["pvc_geometric", "pvc_arithmetic", "pvc_sufficient", "aggnce", "flatnce"]:
+        assert build_loss(name, tau=0.2)(z).item() == pytest.approx(expected, rel=1e-10), name
+
+
+def test_geometric_and_arithmetic_differ_for_k_above_2() -> None:
+    z = embeddings(5, 4, 6, seed=8)
+    geometric = build_loss("pvc_geometric")(z).item()
+    arithmetic = build_loss("pvc_arithmetic")(z).item()
+    assert arithmetic < geometric  # Jensen: -log(mean l) <= -mean(log l), strict for unequal l
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_permutation_invariance_items_and_views(name: str) -> None:
+    z = embeddings(6, 4, 5, seed=9)
+    loss = build_loss(name)
+    value = loss(z).item()
+    g = torch.Generator().manual_seed(1)
+    items = torch.randperm(6, generator=g)
+    views = torch.randperm(4, generator=g)
+    assert loss(z[items]).item() == pytest.approx(value, rel=1e-12)
+    assert loss(z[:, views]).item() == pytest.approx(value, rel=1e-12)
+
+
+def test_scale_invariance_from_normalization() -> None:
+    z = embeddings(5, 3, 4, seed=2)
+    loss = build_loss("pvc_sufficient")
+    assert loss(z * 17.0).item() == pytest.approx(loss(z).item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["pvc_geometric", "pvc_arithmetic", "pvc_sufficient"])
+def test_mi_lower_bound_stat(name: str) -> None:
+    n, k = 5, 3
+    z = embeddings(n, k, 4, seed=4)
+    loss = build_loss(name)
+    value = loss(z).item()
+    assert loss.last_stats["loss"] == pytest.approx(value)
+    assert loss.last_stats["mi_lower_bound"] == pytest.approx(math.log(n * k - k + 1) - value, rel=1e-12)
+
+
+def test_pvc_bound_approaches_log_b_minus_m_plus_1_for_separated_items() -> None:
+    # identical views, orthogonal items: every l -> 1, the bound -> log(nk - k + 1)
+    n, k = 4, 3
+    z = torch.eye(n, dtype=torch.float64)[:, None, :].repeat(1, k, 1)
+    loss = build_loss("pvc_geometric", tau=0.01)
+    assert loss(z).item() == pytest.approx(0.0, abs=1e-20)
+    assert loss.last_stats["mi_lower_bound"] == pytest.approx(math.log(n * k - k + 1))
+
+
+def test_byol_perfect_alignment_is_zero() -> None:
+    z = embeddings(4, 1, 6, seed=1).repeat(1, 3, 1)
+    for name in ["byol_pwe", "byol_ave"]:
+        assert build_loss(name)(z).item() == pytest.approx(0.0, abs=1e-12)
