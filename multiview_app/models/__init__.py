@@ -1,0 +1,20 @@
+"""Encoders (registry by modality), projection / prediction heads, the multi-view model, EMA teacher."""
+from __future__ import annotations
+
+from .encoders import ENCODERS, available_encoders, build_encoder, register_encoder
+from .heads import Predictor, Projector
+from .model import MultiViewModel, build_model
+from .teacher import EMATeacher, cosine_momentum
+
+__all__ = [
+    "ENCODERS",
+    "EMATeacher",
+    "MultiViewModel",
+    "Predictor",
+    "Projector",
+    "available_encoders",
+    "build_encoder",
+    "build_model",
+    "cosine_momentum",
+    "register_encoder",
+]

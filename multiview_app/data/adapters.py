@@ -1,0 +1,134 @@
+"""Data adapters: turn source files into a torch ``Dataset`` of item dicts per split.
+
+Contract (docs/architecture.md, "Data adapters")::
+
+    adapter = build_adapter("digits", {"load_size": 32})
+    adapter.modality      # "image"
+    adapter.class_names   # ["0", ..., "9"]
+    adapter.splits        # ("train", "test")
+    ds = adapter.split("train")   # items {"x": Tensor, "label": int, "index": int, <meta>}
+
+Each adapter is a :class:`DataAdapter` subclass registered in :data:`ADAPTERS` with a nested
+pydantic ``Options`` model (``extra="forbid"``); :func:`build_adapter` validates the options and
+turns a pydantic error into one ``ValueError`` naming ``data.options.<key>``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from torch.utils.data import Dataset
+
+from ..registry import Registry
+
+#: Adapter modules imported (so that they register) before the registry is used. helper-5 adds
+#: ``multiview_app.data.eeg`` here once it exists.
+ADAPTER_MODULES: tuple[str, ...] = ("multiview_app.data.images", "multiview_app.data.eeg")
+
+
+class AdapterOptions(BaseModel):
+    """Base of every adapter's ``Options`` model: unknown keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataAdapter:
+    """Base of all adapters.
+
+    Subclasses set ``modality`` (class attribute), and in ``__init__`` fill ``class_names``
+    (list of str; empty when unlabelled) and ``splits`` (tuple of split names, at least
+    ``"train"``), then implement :meth:`_build_split`.
+    """
+
+    modality: ClassVar[str] = ""
+    Options: ClassVar[type[AdapterOptions]] = AdapterOptions
+
+    def __init__(self, options: AdapterOptions) -> None:
+        self.options = options
+        self.class_names: list[str] = []
+        self.splits: tuple[str, ...] = ("train",)
+        self._split_cache: dict[str, Dataset] = {}
+
+    def split(self, name: str) -> Dataset:
+        """The torch ``Dataset`` of split ``name`` (built once, then cached)."""
+        if name not in self.splits:
+            raise ValueError(
+                f"{type(self).__name__} has no split '{name}'; available: {', '.join(self.splits)}"
+            )
+        if name not in self._split_cache:
+            self._split_cache[name] = self._build_split(name)
+        return self._split_cache[name]
+
+    def _build_split(self, name: str) -> Dataset:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+ADAPTERS: Registry[type[DataAdapter]] = Registry("data adapter")
+
+
+def _import_all() -> None:
+    """Import every adapter module that exists so that it registers itself."""
+    for module in ADAPTER_MODULES:
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
+
+def available_adapters() -> list[str]:
+    """Names accepted by :func:`build_adapter`, sorted."""
+    _import_all()
+    return ADAPTERS.names()
+
+
+def adapter_options_model(name: str) -> type[AdapterOptions]:
+    """The pydantic ``Options`` model of adapter ``name`` (for config docs / validation)."""
+    _import_all()
+    return ADAPTERS.get(name).Options
+
+
+def format_validation_error(err: ValidationError, prefix: str, model: type[BaseModel]) -> str:
+    """One readable line per pydantic error: ``<prefix>.<key>: <problem> (got <value>)``."""
+    allowed = ", ".join(model.model_fields)
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        where = f"{prefix}.{key}" if key else prefix
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{where}: unknown option; allowed: {allowed}")
+        else:
+            lines.append(f"{where}: {e['msg']} (got {e.get('input')!r})")
+    return "; ".join(lines)
+
+
+def build_adapter(name: str, options: dict[str, Any] | None = None) -> DataAdapter:
+    """Validate ``options`` against adapter ``name``'s ``Options`` and build the adapter.
+
+    Raises ``ValueError`` for an unknown adapter (listing the available ones) or invalid options
+    (naming ``data.options.<key>``, the value and what is allowed).
+    """
+    _import_all()
+    cls = ADAPTERS.get(name)
+    try:
+        parsed = cls.Options.model_validate(options or {})
+    except ValidationError as err:
+        raise ValueError(
+            f"invalid options for data adapter '{name}': "
+            + format_validation_error(err, "data.options", cls.Options)
+        ) from None
+    return cls(parsed)
+
+
+__all__ = [
+    "ADAPTERS",
+    "AdapterOptions",
+    "DataAdapter",
+    "adapter_options_model",
+    "available_adapters",
+    "build_adapter",
+    "format_validation_error",
+]

@@ -1,0 +1,180 @@
+"""View policies: raw batch (on the device) -> :class:`ViewBatch` of k views.
+
+Contract (docs/architecture.md, "View policies")::
+
+    policy = build_view_policy("augment", k=2, options={"image_size": 32}, adapter=adapter)
+    views = policy.train_views(raw, generator)   # k random views
+    views = policy.eval_views(raw)               # 1 deterministic view
+
+``raw`` is ``torch.utils.data.default_collate`` of adapter items, already on the device.
+Batch modes (poly-view Sec. 3.2) are computed by :func:`items_per_batch`.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any, ClassVar, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..registry import Registry
+from .adapters import DataAdapter, format_validation_error
+from .augment import M3G_STACKS, STACKS, augment
+from .batch import ViewBatch
+
+#: Modules with view policies, imported before the registry is used (helper-5: EEG ``channels``).
+VIEW_POLICY_MODULES: tuple[str, ...] = ("multiview_app.data.eeg",)
+
+BATCH_MODES: tuple[str, ...] = ("growing", "fixed")
+
+
+class PolicyOptions(BaseModel):
+    """Base of every policy's ``Options``: unknown keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ViewPolicy:
+    """Base of view policies. Subclasses set ``modality`` (the adapter modality they accept)."""
+
+    modality: ClassVar[str] = ""
+    Options: ClassVar[type[PolicyOptions]] = PolicyOptions
+    min_k: ClassVar[int] = 1
+
+    def __init__(self, k: int, options: PolicyOptions, adapter: DataAdapter) -> None:
+        self.k = k
+        self.options = options
+        self.adapter = adapter
+
+    def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
+        """k random views of the raw batch's n items."""
+        raise NotImplementedError
+
+    def eval_views(self, raw: dict[str, Any]) -> ViewBatch:
+        """Deterministic views for evaluators and export."""
+        raise NotImplementedError
+
+
+VIEW_POLICIES: Registry[type[ViewPolicy]] = Registry("view policy")
+
+
+def _import_all() -> None:
+    for module in VIEW_POLICY_MODULES:
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
+
+def available_view_policies() -> list[str]:
+    _import_all()
+    return VIEW_POLICIES.names()
+
+
+def build_view_policy(name: str, k: int, options: dict[str, Any] | None, adapter: DataAdapter) -> ViewPolicy:
+    """Validate ``options`` (errors name ``views.options.<key>``), k and the modality, then build."""
+    _import_all()
+    cls = VIEW_POLICIES.get(name)
+    if not isinstance(k, int) or k < max(1, cls.min_k):
+        raise ValueError(f"views.k must be an integer >= {max(1, cls.min_k)} for view policy '{name}', got {k!r}")
+    if cls.modality and adapter.modality != cls.modality:
+        raise ValueError(
+            f"view policy '{name}' works on '{cls.modality}' data but data adapter "
+            f"{type(adapter).__name__} provides '{adapter.modality}'"
+        )
+    try:
+        parsed = cls.Options.model_validate(options or {})
+    except ValidationError as err:
+        raise ValueError(
+            f"invalid options for view policy '{name}': " + format_validation_error(err, "views.options", cls.Options)
+        ) from None
+    return cls(k, parsed, adapter)
+
+
+def items_per_batch(batch_mode: str, batch_size: int, k: int) -> int:
+    """Unique items per batch (poly-view Sec. 3.2).
+
+    ``growing``: ``batch_size`` items, each with k views (k * batch_size views);
+    ``fixed``: ``batch_size`` views in total -> ``batch_size // k`` items (error if < 2).
+    """
+    if batch_mode not in BATCH_MODES:
+        raise ValueError(f"unknown batch mode '{batch_mode}'; allowed: {', '.join(BATCH_MODES)}")
+    if k < 1 or batch_size < 1:
+        raise ValueError(f"batch_size and k must be >= 1, got batch_size={batch_size}, k={k}")
+    if batch_mode == "growing":
+        return batch_size
+    items = batch_size // k
+    if items < 2:
+        raise ValueError(
+            f"batch mode 'fixed' with batch_size={batch_size} views and k={k} gives {items} item(s) "
+            "per batch; need >= 2 (raise batch_size or lower k)"
+        )
+    return items
+
+
+def labels_and_meta(raw: dict[str, Any]) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    """Split a raw batch into labels ``(n,)`` and the meta columns (everything except ``x``)."""
+    labels = raw.get("label")
+    if labels is not None:
+        labels = torch.as_tensor(labels).long()
+    meta = {key: value for key, value in raw.items() if key not in ("x", "label")}
+    return labels, meta
+
+
+@VIEW_POLICIES.register("augment")
+class AugmentPolicy(ViewPolicy):
+    """k augmented views of every image; view ``i`` uses stack ``stacks[i]``.
+
+    ``stacks``: one stack name for all views, or a list of k names; default ``None`` = M3G's
+    ``[byol_global1, byol_global2, simclr, byol_global1][:k]`` for k <= 4, else ``simclr`` for all
+    views (the poly-view setting). Eval views use the ``test`` stack.
+    """
+
+    modality = "image"
+
+    class Options(PolicyOptions):
+        stacks: str | list[str] | None = None
+        image_size: int = Field(32, ge=8, le=1024, description="side of the square views (pixels)")
+
+        @field_validator("stacks")
+        @classmethod
+        def _known_stacks(cls, value: str | list[str] | None) -> str | list[str] | None:
+            names = [value] if isinstance(value, str) else (value or [])
+            unknown = [n for n in names if n not in STACKS]
+            if unknown:
+                raise ValueError(f"unknown stack(s) {', '.join(unknown)}; valid: {', '.join(STACKS.names())}")
+            return value
+
+    def __init__(self, k: int, options: Options, adapter: DataAdapter) -> None:
+        super().__init__(k, options, adapter)
+        stacks = options.stacks
+        if stacks is None:
+            self.stacks = list(M3G_STACKS[:k]) if k <= len(M3G_STACKS) else ["simclr"] * k
+        elif isinstance(stacks, str):
+            self.stacks = [stacks] * k
+        else:
+            if len(stacks) != k:
+                raise ValueError(f"views.options.stacks lists {len(stacks)} stacks but views.k = {k}")
+            self.stacks = list(stacks)
+        self.image_size = options.image_size
+
+    def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
+        images = raw["x"]
+        views = [augment(images, stack, self.image_size, generator) for stack in self.stacks]
+        labels, meta = labels_and_meta(raw)
+        return ViewBatch(views, ["image"] * self.k, list(self.stacks), labels, meta)
+
+    def eval_views(self, raw: dict[str, Any]) -> ViewBatch:
+        labels, meta = labels_and_meta(raw)
+        return ViewBatch([augment(raw["x"], "test", self.image_size)], ["image"], ["test"], labels, meta)
+
+
+__all__ = [
+    "BATCH_MODES",
+    "VIEW_POLICIES",
+    "AugmentPolicy",
+    "PolicyOptions",
+    "ViewPolicy",
+    "available_view_policies",
+    "build_view_policy",
+    "items_per_batch",
+]

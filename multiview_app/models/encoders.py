@@ -1,0 +1,203 @@
+"""Encoder registry keyed ``"<modality>/<name>"`` and the image encoders.
+
+Contract: ``build_encoder(modality, name, **kwargs) -> nn.Module`` with attribute
+``num_features: int`` and ``forward(x, view_name: str | None = None) -> (n, f)``.
+
+For ``image``, any timm model name is accepted (``timm.create_model(name, pretrained=False,
+num_classes=0)``; weights only from a local file via ``pretrained_path``), plus the registered
+``image/small_cnn`` (a few conv layers, fast on CPU).
+
+Optional encoder hooks used by :class:`~multiview_app.models.model.MultiViewModel`:
+``uses_view_name = True`` (the encoder needs each view's name, e.g. an EEG channel) and
+``forward_views(xs: list[(n, ...)], view_names: list[str]) -> (n, k, f)`` (batched path for such
+encoders).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..registry import Registry
+
+ENCODERS: Registry[Callable[..., nn.Module]] = Registry("encoder")
+#: Modules with more encoders, imported before lookups (helper-5: ``multiview_app.models.eeg``).
+ENCODER_MODULES: tuple[str, ...] = ("multiview_app.models.eeg",)
+
+
+def register_encoder(modality: str, name: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    """Decorator: ``@register_encoder("image", "small_cnn")`` on a class or factory."""
+    return ENCODERS.register(f"{modality}/{name}")
+
+
+def _import_all() -> None:
+    for module in ENCODER_MODULES:
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
+
+def available_encoders(modality: str | None = None) -> list[str]:
+    """Registered ``"<modality>/<name>"`` keys (image also accepts any timm model name)."""
+    _import_all()
+    return [k for k in ENCODERS.names() if modality is None or k.startswith(f"{modality}/")]
+
+
+def build_encoder(modality: str, name: str, **kwargs: Any) -> nn.Module:
+    """Build encoder ``name`` for ``modality``; ``image`` falls back to timm for unregistered names."""
+    _import_all()
+    key = f"{modality}/{name}"
+    if key in ENCODERS:
+        factory = ENCODERS.get(key)
+    elif modality == "image":
+        return TimmImageEncoder(name, **kwargs)
+    else:
+        raise ValueError(
+            f"unknown encoder '{name}' for modality '{modality}'; available: "
+            f"{', '.join(available_encoders(modality)) or '(none)'}"
+        )
+    try:
+        return factory(**kwargs)
+    except TypeError as err:
+        raise ValueError(f"bad arguments for encoder '{key}': {err}") from None
+
+
+def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors of a local ``.safetensors`` file, or of a torch file loaded with ``weights_only=True``.
+
+    A torch checkpoint holding ``{"state_dict": ...}`` or ``{"model": ...}`` is unwrapped.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ValueError(f"pretrained_path '{path}' does not exist")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    for key in ("state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"pretrained_path '{path}' does not hold a state dict of tensors")
+    return state
+
+
+def load_pretrained(module: nn.Module, path: str | Path) -> None:
+    """Load local weights into ``module``: missing keys are an error, unexpected ones a warning."""
+    state = load_state_dict_file(path)
+    result = module.load_state_dict(state, strict=False)
+    if result.missing_keys:
+        raise ValueError(
+            f"pretrained_path '{path}' lacks {len(result.missing_keys)} weights of the encoder, e.g. "
+            f"{', '.join(result.missing_keys[:5])}"
+        )
+    if result.unexpected_keys:
+        warnings.warn(
+            f"pretrained_path '{path}': ignored {len(result.unexpected_keys)} unexpected weights, e.g. "
+            f"{', '.join(result.unexpected_keys[:5])}",
+            stacklevel=2,
+        )
+
+
+class TimmImageEncoder(nn.Module):
+    """Any timm model as a feature extractor: ``(n, 3, S, S) -> (n, num_features)``.
+
+    Args:
+        model_name: timm name (``resnet18``, ``vit_tiny_patch16_224``, ...).
+        image_size: input side; passed as ``img_size`` to models that take it (ViTs); CNNs ignore it.
+        small_input_stem: CIFAR-style stem for ResNets (3x3 stride-1 ``conv1``, no max-pool).
+        pretrained_path: local ``.safetensors`` / torch state dict of this encoder (no downloads).
+        **timm_kwargs: passed to ``timm.create_model`` (e.g. ``patch_size=4``, ``drop_path_rate``).
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        image_size: int | None = None,
+        small_input_stem: bool = False,
+        pretrained_path: str | None = None,
+        **timm_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        import timm
+
+        if not timm.is_model(model_name):
+            close = timm.list_models(f"*{model_name.split('_')[0]}*")[:8]
+            raise ValueError(
+                f"unknown image encoder '{model_name}': not registered ({', '.join(available_encoders('image'))}) "
+                f"and not a timm model" + (f"; similar timm names: {', '.join(close)}" if close else "")
+            )
+        kwargs: dict[str, Any] = dict(pretrained=False, num_classes=0, **timm_kwargs)
+        if image_size is not None and "img_size" not in kwargs:
+            try:
+                self.model = timm.create_model(model_name, img_size=image_size, **kwargs)
+            except TypeError as err:
+                if "img_size" not in str(err):
+                    raise ValueError(f"bad arguments for timm model '{model_name}': {err}") from None
+                self.model = timm.create_model(model_name, **kwargs)  # size-agnostic CNN
+        else:
+            try:
+                self.model = timm.create_model(model_name, **kwargs)
+            except TypeError as err:
+                raise ValueError(f"bad arguments for timm model '{model_name}': {err}") from None
+        if small_input_stem:
+            self._small_input_stem(model_name)
+        if pretrained_path:
+            load_pretrained(self.model, pretrained_path)
+        self.model_name = model_name
+        self.num_features = int(self.model.num_features)
+
+    def _small_input_stem(self, model_name: str) -> None:
+        conv1 = getattr(self.model, "conv1", None)
+        if not isinstance(conv1, nn.Conv2d) or not hasattr(self.model, "maxpool"):
+            raise ValueError(
+                f"small_input_stem needs a ResNet-style timm model (conv1 + maxpool); '{model_name}' has none"
+            )
+        self.model.conv1 = nn.Conv2d(conv1.in_channels, conv1.out_channels, 3, stride=1, padding=1, bias=False)
+        self.model.maxpool = nn.Identity()
+
+    def forward(self, x: torch.Tensor, view_name: str | None = None) -> torch.Tensor:
+        return self.model(x)
+
+
+@register_encoder("image", "small_cnn")
+class SmallCNN(nn.Module):
+    """Four 3x3 conv blocks (BatchNorm, ReLU; stride 2 from the second), global average pool.
+
+    ``(n, 3, S, S) -> (n, num_features)``; ~0.1 M parameters at the defaults; fast on CPU.
+    """
+
+    def __init__(self, width: int = 32, num_features: int = 128, in_channels: int = 3, pretrained_path: str | None = None) -> None:
+        super().__init__()
+        channels = [in_channels, width, width * 2, width * 4, num_features]
+        layers: list[nn.Module] = []
+        for i in range(4):
+            layers += [
+                nn.Conv2d(channels[i], channels[i + 1], 3, stride=1 if i == 0 else 2, padding=1, bias=False),
+                nn.BatchNorm2d(channels[i + 1]),
+                nn.ReLU(inplace=True),
+            ]
+        self.body = nn.Sequential(*layers)
+        self.num_features = num_features
+        if pretrained_path:
+            load_pretrained(self, pretrained_path)
+
+    def forward(self, x: torch.Tensor, view_name: str | None = None) -> torch.Tensor:
+        return self.body(x).mean(dim=(-2, -1))
+
+
+__all__ = [
+    "ENCODERS",
+    "SmallCNN",
+    "TimmImageEncoder",
+    "available_encoders",
+    "build_encoder",
+    "load_pretrained",
+    "load_state_dict_file",
+    "register_encoder",
+]

@@ -1,0 +1,152 @@
+"""``MultiViewModel``: one encoder + projector per modality (shared over its views), optional predictor.
+
+Shapes: a :class:`~multiview_app.data.batch.ViewBatch` of k views of n items ->
+``features (n, k, f)`` -> ``embed (n, k, d)`` (L2-normalized).
+
+How views reach an encoder (per modality, in this order of preference):
+
+1. encoder has ``forward_views(xs, view_names) -> (n, k_m, f)``: called once with all of the
+   modality's views and their names (batched, name-aware; e.g. channel-aware EEG);
+2. encoder has ``uses_view_name = True``: called once per view with ``view_name=<name>``;
+3. otherwise the views are concatenated into one ``(k_m * n, ...)`` batch, encoded in one
+   forward and split back (fastest; BatchNorm statistics then span all views).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data.batch import ViewBatch
+from .encoders import build_encoder
+from .heads import Predictor, Projector
+
+
+class MultiViewModel(nn.Module):
+    """Encoders, projectors and (optional) predictors, each a ``ModuleDict`` keyed by modality."""
+
+    def __init__(
+        self,
+        encoders: dict[str, nn.Module],
+        projectors: dict[str, nn.Module],
+        predictors: dict[str, nn.Module] | None = None,
+    ) -> None:
+        super().__init__()
+        if set(encoders) != set(projectors):
+            raise ValueError(f"encoders for {sorted(encoders)} but projectors for {sorted(projectors)}")
+        self.encoders = nn.ModuleDict(encoders)
+        self.projectors = nn.ModuleDict(projectors)
+        self.predictors = nn.ModuleDict(predictors or {})
+        #: plain-dict arguments of :func:`build_model` when built through it (for model.json)
+        self.spec: dict[str, Any] = {}
+
+    @property
+    def modalities(self) -> list[str]:
+        return list(self.encoders)
+
+    @property
+    def has_predictor(self) -> bool:
+        return len(self.predictors) > 0
+
+    def _groups(self, batch: ViewBatch) -> dict[str, list[int]]:
+        groups: dict[str, list[int]] = {}
+        for i, modality in enumerate(batch.modalities):
+            if modality not in self.encoders:
+                raise ValueError(
+                    f"view '{batch.view_names[i]}' has modality '{modality}' but the model has encoders "
+                    f"for: {', '.join(self.encoders)}"
+                )
+            groups.setdefault(modality, []).append(i)
+        return groups
+
+    def _encode(self, modality: str, views: list[torch.Tensor], names: list[str]) -> torch.Tensor:
+        """Encode one modality's views -> ``(n, k_m, f)``."""
+        encoder = self.encoders[modality]
+        if hasattr(encoder, "forward_views"):
+            return encoder.forward_views(views, names)
+        if getattr(encoder, "uses_view_name", False):
+            return torch.stack([encoder(v, view_name=name) for v, name in zip(views, names)], dim=1)
+        n = views[0].shape[0]
+        out = encoder(torch.cat(views, dim=0))  # (k_m * n, f)
+        return out.view(len(views), n, -1).transpose(0, 1)
+
+    def _per_view(self, batch: ViewBatch, fn: Any) -> torch.Tensor:
+        """Apply ``fn(modality, views, names) -> (n, k_m, x)`` per modality, reassemble ``(n, k, x)``."""
+        groups = self._groups(batch)
+        parts: list[torch.Tensor | None] = [None] * batch.k
+        for modality, idx in groups.items():
+            out = fn(modality, [batch.views[i] for i in idx], [batch.view_names[i] for i in idx])
+            for j, i in enumerate(idx):
+                parts[i] = out[:, j]
+        dims = {p.shape[-1] for p in parts}  # type: ignore[union-attr]
+        if len(dims) > 1:
+            raise ValueError(f"modalities give different widths {sorted(dims)}; they must match to stack views")
+        return torch.stack(parts, dim=1)  # type: ignore[arg-type]
+
+    def features(self, batch: ViewBatch) -> torch.Tensor:
+        """Encoder features ``(n, k, f)`` (what evaluators use)."""
+        return self._per_view(batch, self._encode)
+
+    def embed(self, batch: ViewBatch, use_predictor: bool = True) -> torch.Tensor:
+        """L2-normalized embeddings ``(n, k, d)``; the predictor is applied when present and asked for."""
+
+        def project(modality: str, views: list[torch.Tensor], names: list[str]) -> torch.Tensor:
+            feats = self._encode(modality, views, names)  # (n, k_m, f)
+            n, k_m, f = feats.shape
+            # one projector call over all views (k_m * n rows) so BatchNorm heads see every view
+            z = self.projectors[modality](feats.transpose(0, 1).reshape(k_m * n, f))
+            if use_predictor and modality in self.predictors:
+                z = self.predictors[modality](z)
+            return z.view(k_m, n, -1).transpose(0, 1)
+
+        return F.normalize(self._per_view(batch, project), dim=-1)
+
+    def forward(self, batch: ViewBatch) -> torch.Tensor:
+        return self.embed(batch)
+
+
+def build_model(
+    encoders: dict[str, dict[str, Any]],
+    projector: dict[str, Any],
+    predictor: dict[str, Any] | None = None,
+) -> MultiViewModel:
+    """Build a :class:`MultiViewModel` from plain dicts.
+
+    Args:
+        encoders: ``{modality: {"name": <encoder name>, **encoder kwargs}}``.
+        projector: :class:`Projector` kwargs except ``in_dim`` (``hidden_dim``, ``out_dim``, ``norm``);
+            one projector per modality, input width = that encoder's ``num_features``.
+        predictor: :class:`Predictor` kwargs except ``in_dim`` (``hidden_dim``, ``norm``), or None.
+    """
+    if not encoders:
+        raise ValueError("model.encoders is empty: give at least one {modality: {name: ...}}")
+    built_encoders: dict[str, nn.Module] = {}
+    projectors: dict[str, nn.Module] = {}
+    predictors: dict[str, nn.Module] = {}
+    for modality, spec in encoders.items():
+        kwargs = dict(spec)
+        if "name" not in kwargs:
+            raise ValueError(f"model.encoders.{modality}: missing 'name'")
+        name = kwargs.pop("name")
+        encoder = build_encoder(modality, name, **kwargs)
+        built_encoders[modality] = encoder
+        projectors[modality] = _build_head(Projector, f"model.projector", in_dim=int(encoder.num_features), **projector)
+        if predictor is not None:
+            out_dim = projectors[modality].out_dim
+            predictors[modality] = _build_head(Predictor, "model.predictor", in_dim=out_dim, **predictor)
+    model = MultiViewModel(built_encoders, projectors, predictors)
+    model.spec = copy.deepcopy({"encoders": encoders, "projector": projector, "predictor": predictor})
+    return model
+
+
+def _build_head(cls: type[nn.Module], where: str, **kwargs: Any) -> nn.Module:
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+__all__ = ["MultiViewModel", "build_model"]
