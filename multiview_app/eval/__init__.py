@@ -1,0 +1,43 @@
+"""Evaluators of trained runs.
+
+``EVALUATORS`` maps a name (``linear-probe``, ``sleep-staging``, ...) to a class with
+``add_arguments(parser)`` and ``run(run_dir, args) -> dict`` (which writes ``eval/<kind>.json``).
+``mvapp eval <name> --run DIR`` is generated from this registry (``eval/cli.py``). Evaluator modules
+listed in ``EVALUATOR_MODULES`` are imported (so that they register) before the registry is used;
+add new evaluators there.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from ..registry import Registry
+
+EVALUATORS: Registry[type] = Registry("evaluator")
+
+#: Modules that register evaluators (imported lazily; missing optional modules are skipped).
+EVALUATOR_MODULES: tuple[str, ...] = (
+    "multiview_app.eval.linear_probe",
+    "multiview_app.eval.sleep_staging",
+)
+
+
+def _import_all() -> None:
+    for module in EVALUATOR_MODULES:
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
+
+def available_evaluators() -> list[str]:
+    """Names accepted by ``mvapp eval``, sorted."""
+    _import_all()
+    return EVALUATORS.names()
+
+
+def get_evaluator(name: str) -> type:
+    """The evaluator class registered as ``name`` (ValueError listing the valid names)."""
+    _import_all()
+    return EVALUATORS.get(name)
+
+
+__all__ = ["EVALUATORS", "EVALUATOR_MODULES", "available_evaluators", "get_evaluator"]

@@ -1,0 +1,354 @@
+"""Typed run configuration (pydantic v2, unknown keys rejected), YAML loading, dotted overrides.
+
+A config file has the sections ``data, views, model, loss, optim, train, eval, output``; a file may
+start with ``extends: other.yaml`` (path relative to the file) and is deep-merged over it. Command
+line overrides are ``dotted.key=value`` with YAML-parsed values (``loss.epsilon=0.1``).
+Every validation problem is reported as ``ConfigError`` whose message names the dotted key, the
+value and what is allowed.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names the dotted key, the value and what is allowed."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class DataConfig(_Strict):
+    """Which adapter reads the source files, and its options (validated by the adapter's ``Options``)."""
+
+    adapter: str = "digits"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ViewsConfig(_Strict):
+    """View policy, number of training views ``k`` and batch mode (poly-view Sec. 3.2)."""
+
+    policy: str = "augment"
+    k: int = Field(2, ge=1)
+    batch_mode: Literal["growing", "fixed"] = "growing"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class TeacherConfig(_Strict):
+    """EMA teacher (M3G Sec. 2.1): the teacher embeds the listed views (detached) and the loss is
+    averaged over them, each time replacing the student's embedding of that view."""
+
+    enabled: bool = False
+    momentum_base: float = Field(0.99, gt=0.0, lt=1.0)
+    views: list[int] | Literal["all"] = "all"
+
+
+class ModelConfig(_Strict):
+    """Encoders per modality (``{modality: {name, **kwargs}}``), projector, optional predictor, teacher."""
+
+    encoders: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"image": {"name": "small_cnn"}})
+    projector: dict[str, Any] = Field(default_factory=dict)
+    predictor: dict[str, Any] | None = None
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
+
+    @model_validator(mode="after")
+    def _encoders_named(self) -> "ModelConfig":
+        for modality, spec in self.encoders.items():
+            if "name" not in spec:
+                raise ValueError(f"encoder for modality '{modality}' needs a 'name'")
+        return self
+
+
+class LossConfig(BaseModel):
+    """``name`` of the loss head plus its parameters as extra keys (checked against the loss)."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    name: str = "infonce_pwe"
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Loss parameters (every key except ``name``)."""
+        return dict(self.model_extra or {})
+
+
+class OptimConfig(_Strict):
+    """AdamW with linear warmup and cosine decay to ``min_lr_ratio * lr``."""
+
+    lr: float = Field(1e-3, gt=0.0)
+    weight_decay: float = Field(1e-4, ge=0.0)
+    warmup_steps: int = Field(0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(1.0, gt=0.0)
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class TrainConfig(_Strict):
+    """Length, batch, precision and bookkeeping of a run. ``max_steps`` counts optimizer steps."""
+
+    max_steps: int | None = Field(None, ge=1)
+    epochs: int | None = Field(None, ge=1)
+    batch_size: int = Field(64, ge=1)
+    precision: Literal["no", "fp16", "bf16"] = "no"
+    grad_accum: int = Field(1, ge=1)
+    checkpoint_every: int = Field(0, ge=0)
+    keep_checkpoints: int = Field(2, ge=1)
+    seed: int = 0
+    deterministic: bool = False
+    num_workers: int = Field(0, ge=0)
+    log_every: int = Field(10, ge=1)
+
+    @model_validator(mode="after")
+    def _has_length(self) -> "TrainConfig":
+        if self.max_steps is None and self.epochs is None:
+            raise ValueError("set train.max_steps and/or train.epochs")
+        return self
+
+
+class EvalConfig(_Strict):
+    """Evaluation at the end of training (linear probe on frozen features)."""
+
+    linear_probe: bool = True
+    batch_size: int = Field(256, ge=1)
+    knn_k: int = Field(20, ge=1)
+    combine: Literal["mean", "concat", "first"] = "mean"
+    max_train_items: int | None = Field(None, ge=1)
+
+
+class OutputConfig(_Strict):
+    """Run folder ``<runs_dir>/<name>``; ``name`` defaults to the config file's stem."""
+
+    runs_dir: str = "runs"
+    name: str | None = None
+
+
+class Config(_Strict):
+    """The whole run configuration (see module docstring)."""
+
+    data: DataConfig = Field(default_factory=DataConfig)
+    views: ViewsConfig = Field(default_factory=ViewsConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(max_steps=100))
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        """``<runs_dir>/<name>`` (``name`` must be set)."""
+        if not self.output.name:
+            raise ConfigError("output.name: not set; pass --name or set output.name")
+        return Path(self.output.runs_dir) / self.output.name
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, YAML-safe dict (loss parameters included)."""
+        return self.model_dump(mode="json")
+
+
+# ----------------------------------------------------------------------------- cross-section checks
+
+
+def _format_pydantic(err: ValidationError, prefix: str, model_cls: type[BaseModel] | None) -> str:
+    """One line per problem: ``dotted.key: <what>; got <value>``."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in (prefix, *e["loc"]) if p != "")
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed_keys(model_cls, [p for p in e["loc"][:-1]]) if model_cls else []
+            hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
+            lines.append(f"{loc}: unknown key{hint}")
+        elif e["type"] == "missing":
+            lines.append(f"{loc}: required key missing")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            value = e.get("input")
+            got = f" (got {value!r})" if not isinstance(value, dict) else ""
+            lines.append(f"{loc}: {msg}{got}")
+    return "; ".join(lines)
+
+
+def _allowed_keys(model_cls: type[BaseModel], loc: list[Any]) -> list[str]:
+    """Field names of the (nested) pydantic model at ``loc`` below ``model_cls``."""
+    cls: Any = model_cls
+    for part in loc:
+        field = getattr(cls, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            cls = ann
+        else:
+            return []
+    return sorted(getattr(cls, "model_fields", {}))
+
+
+def _validate_options(options_cls: type[BaseModel], options: dict[str, Any], prefix: str) -> None:
+    """Validate an adapter's / view policy's options with its own pydantic ``Options`` model."""
+    try:
+        options_cls.model_validate(options)
+    except ValidationError as exc:
+        raise ConfigError(_format_pydantic(exc, prefix, options_cls)) from None
+
+
+def check_cross_sections(cfg: Config) -> None:
+    """Checks that need the registries: adapter / view policy options, loss name and parameters,
+    ``k`` against the loss, teacher views against ``k``. Raises ``ConfigError``."""
+    from .losses import available_losses, build_loss, loss_parameters
+
+    # loss name and parameters
+    if cfg.loss.name not in available_losses():
+        raise ConfigError(
+            f"loss.name: unknown loss {cfg.loss.name!r}; available: {', '.join(available_losses())}"
+        )
+    valid = loss_parameters(cfg.loss.name)
+    for key in cfg.loss.params:
+        if key not in valid:
+            raise ConfigError(
+                f"loss.{key}: unknown parameter for loss {cfg.loss.name!r}; "
+                f"valid: {', '.join(valid) or '(none)'}"
+            )
+    try:
+        loss = build_loss(cfg.loss.name, **cfg.loss.params)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"loss ({cfg.loss.name}, params {cfg.loss.params}): {exc}") from None
+    min_views = int(getattr(loss, "min_views", 2))
+    if cfg.views.k < min_views:
+        raise ConfigError(
+            f"views.k: got {cfg.views.k}, but loss {cfg.loss.name!r} is a multi-view loss and needs "
+            f"k >= {min_views} views"
+        )
+    teacher = cfg.model.teacher
+    if teacher.enabled and teacher.views != "all":
+        bad = [v for v in teacher.views if not 0 <= v < cfg.views.k]
+        if bad or not teacher.views:
+            raise ConfigError(
+                f"model.teacher.views: got {teacher.views}; expected a non-empty list of view indices "
+                f"in 0..{cfg.views.k - 1} or 'all'"
+            )
+
+    # adapter and view policy options (their pydantic Options models)
+    from .data.adapters import adapter_options_model
+    from .data.views import VIEW_POLICIES, available_view_policies
+
+    try:
+        adapter_options = adapter_options_model(cfg.data.adapter)
+    except ValueError as exc:
+        raise ConfigError(f"data.adapter: {exc}") from None
+    _validate_options(adapter_options, cfg.data.options, "data.options")
+    if cfg.views.policy not in available_view_policies():
+        raise ConfigError(
+            f"views.policy: unknown view policy {cfg.views.policy!r}; "
+            f"available: {', '.join(available_view_policies())}"
+        )
+    _validate_options(VIEW_POLICIES.get(cfg.views.policy).Options, cfg.views.options, "views.options")
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Read a config YAML file, following ``extends:`` (relative to the file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    if path.resolve() in _seen:
+        raise ConfigError(f"{path}: 'extends' cycle through {', '.join(str(p) for p in _seen)}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top, got {type(raw).__name__}")
+    parent = raw.pop("extends", None)
+    if parent is not None:
+        base = read_yaml(path.parent / str(parent), (*_seen, path.resolve()))
+        raw = _deep_merge(base, raw)
+    return raw
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict (copy)."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r}: expected dotted.key=value (e.g. train.max_steps=50)")
+        try:
+            value = yaml.safe_load(text) if text != "" else None
+        except yaml.YAMLError:
+            value = text
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} holds {child!r}, not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def config_from_dict(raw: dict[str, Any], *, check: bool = True) -> Config:
+    """Validate a nested dict into :class:`Config` (plus cross-section checks when ``check``)."""
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_pydantic(exc, "", Config)) from None
+    if check:
+        check_cross_sections(cfg)
+    return cfg
+
+
+def load_config(
+    path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, name: str | None = None, check: bool = True
+) -> Config:
+    """Load a YAML config, apply dotted ``overrides`` and validate. ``output.name`` defaults to
+    ``name`` or the file's stem."""
+    raw = apply_overrides(read_yaml(path), list(overrides))
+    if name:
+        raw.setdefault("output", {})["name"] = name
+    cfg = config_from_dict(raw, check=check)
+    if not cfg.output.name:
+        cfg.output.name = Path(path).stem
+    return cfg
+
+
+def dump_config(cfg: Config) -> str:
+    """The resolved config as YAML text."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+
+
+# ----------------------------------------------------------------------------- CLI group `config`
+
+
+def add_subparser(subparsers: argparse._SubParsersAction) -> None:
+    """``mvapp config show --config FILE [overrides...]``."""
+    group = subparsers.add_parser("config", help="inspect configs")
+    sub = group.add_subparsers(dest="config_command", required=True)
+    show = sub.add_parser("show", help="print the resolved, validated config as YAML")
+    show.add_argument("--config", required=True, help="YAML config file")
+    show.add_argument("overrides", nargs="*", help="dotted overrides, e.g. loss.epsilon=0.1")
+    show.set_defaults(func=_cmd_show)
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, args.overrides)
+    print(dump_config(cfg), end="")
+    return 0

@@ -1,0 +1,28 @@
+"""``mvapp eval <evaluator> --run DIR [...]``, one subcommand per entry of ``EVALUATORS``."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from . import available_evaluators, get_evaluator
+
+
+def add_subparser(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser("eval", help="evaluate a trained run")
+    sub = group.add_subparsers(dest="evaluator", required=True, metavar="EVALUATOR")
+    for name in available_evaluators():
+        cls = get_evaluator(name)
+        parser = sub.add_parser(name, help=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else None)
+        parser.add_argument("--run", required=True, type=Path, help="run folder (runs/<name>)")
+        cls.add_arguments(parser)
+        parser.set_defaults(func=_run, evaluator_name=name)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not (args.run / "config.yaml").is_file():
+        raise FileNotFoundError(f"--run {args.run}: not a run folder (no config.yaml)")
+    cls = get_evaluator(args.evaluator_name)
+    cls().run(args.run, args)
+    kind = getattr(cls, "kind", args.evaluator_name.replace("-", "_"))
+    print(f"wrote {args.run / 'eval' / f'{kind}.json'}")
+    return 0

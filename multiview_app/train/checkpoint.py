@@ -1,0 +1,85 @@
+"""Checkpoints under ``runs/<name>/checkpoints/step_XXXXXXXX/``: accelerate state + ``trainer_state.json``.
+
+Writes are atomic: every process saves into a hidden temp folder, then the main process renames
+it to its final name, so a killed run never leaves a half-written ``step_*`` folder behind.
+Only the last ``keep`` checkpoints are kept.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .run_io import atomic_write_json
+
+STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoint folders of a run, oldest first."""
+    root = checkpoints_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name) and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))  # type: ignore[union-attr]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def resolve_resume(run_dir: str | Path, resume: str) -> Path:
+    """``'latest'`` -> newest checkpoint of ``run_dir``; otherwise a checkpoint folder path."""
+    if resume == "latest":
+        found = latest_checkpoint(run_dir)
+        if found is None:
+            raise FileNotFoundError(f"--resume latest: no checkpoint in {checkpoints_dir(run_dir)}")
+        return found
+    path = Path(resume)
+    if (path / STATE_FILE).is_file():
+        return path
+    found = latest_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(f"--resume {resume}: neither a checkpoint folder nor a run with checkpoints")
+    return found
+
+
+def save_checkpoint(accelerator: Any, run_dir: str | Path, step: int, trainer_state: dict[str, Any], keep: int) -> Path:
+    """``accelerator.save_state`` + ``trainer_state.json`` into ``step_<step>`` (atomic), prune old ones.
+    Must be called by every process."""
+    root = checkpoints_dir(run_dir)
+    final = root / f"step_{step:08d}"
+    tmp = root / f".tmp_step_{step:08d}"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(output_dir=str(tmp))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        atomic_write_json(tmp / STATE_FILE, trainer_state)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        for old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_checkpoint(accelerator: Any, ckpt_dir: str | Path) -> dict[str, Any]:
+    """Restore model / optimizer / registered objects / RNG from ``ckpt_dir``; return the trainer state."""
+    ckpt_dir = Path(ckpt_dir)
+    state_path = ckpt_dir / STATE_FILE
+    if not state_path.is_file():
+        raise FileNotFoundError(f"{ckpt_dir}: not a checkpoint (no {STATE_FILE})")
+    accelerator.load_state(str(ckpt_dir))
+    return json.loads(state_path.read_text())

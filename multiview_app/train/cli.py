@@ -1,0 +1,42 @@
+"""``mvapp train --config FILE [overrides...] [--resume latest|DIR] [--name NAME]``."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_subparser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="train a model from a YAML config")
+    parser.add_argument("--config", help="YAML config file (default with --resume DIR: DIR/config.yaml)")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. loss.epsilon=0.1 train.max_steps=50")
+    parser.add_argument("--resume", help="'latest' (newest checkpoint of the run) or a run/checkpoint folder")
+    parser.add_argument("--name", help="run name (default: output.name or the config file's stem)")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..config import load_config
+    from .trainer import train
+
+    config_path = args.config
+    if config_path is None:
+        if args.resume and args.resume != "latest":
+            candidate = Path(args.resume)
+            run_dir = candidate if (candidate / "config.yaml").is_file() else candidate.parent.parent
+            config_path = str(run_dir / "config.yaml")
+        else:
+            raise ValueError("--config FILE is required (or --resume RUN_DIR)")
+    cfg = load_config(config_path, args.overrides, name=args.name)
+    result = train(cfg, resume=args.resume)
+    for note in result.notes:
+        print(f"note: {note}")
+    print(
+        f"trained {result.steps} steps in {result.wall_time_s:.1f} s ({result.items_per_s:.1f} items/s), "
+        f"final loss {result.final_loss:.4f}"
+    )
+    if result.evaluation:
+        from ..eval.linear_probe import format_table
+
+        print(format_table(result.evaluation))
+    print(f"outputs in {result.run_dir}")
+    return 0

@@ -1,0 +1,427 @@
+"""The Accelerate trainer: one code path for CPU, one GPU, multi-GPU and multi-node.
+
+Per optimizer step (``train.grad_accum`` micro-batches per step, per process)::
+
+    raw batch --policy.train_views--> ViewBatch --student.embed--> z (n, k, d)
+      [teacher: z_t (n, |T|, d) detached; one loss per teacher view t, student slot t replaced]
+      [gather across processes with gradient when loss.gather_across_processes]
+      --loss head--> 0-d loss --backward (x world when gathered)--> clip --AdamW--> LR schedule --EMA
+
+Data order is a seeded per-epoch permutation (seed, epoch) split over processes, and the view
+randomness of each micro-batch is seeded by (seed, step, micro-batch, rank), so a run resumed from
+a checkpoint continues mid-epoch with exactly the batches and views of an uninterrupted run.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
+
+from ..config import Config, dump_config
+from ..data.batch import ViewBatch
+from ..losses import build_loss
+from .checkpoint import latest_checkpoint, load_checkpoint, resolve_resume, save_checkpoint
+from .distributed import gather_with_grad, gradient_scale, world_size
+from .metrics import MetricsLog, StepTimer, plot_curves
+from .run_io import atomic_write_json, atomic_write_text, model_spec, save_weights
+
+log = logging.getLogger(__name__)
+
+#: ``callback(step, record)`` after every optimizer step (record: the logged metrics or None).
+StepCallback = Callable[[int, "dict[str, Any] | None"], None]
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss (or the embeddings) became NaN/Inf; the message names the step and the last good checkpoint."""
+
+
+@dataclass
+class TrainResult:
+    """Summary of a finished run."""
+
+    run_dir: Path
+    steps: int
+    final_loss: float
+    wall_time_s: float
+    items_per_s: float
+    evaluation: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class EpochBatchSampler(Sampler[list[int]]):
+    """Micro-batches of one epoch for one process, starting at micro-batch ``start``.
+
+    The epoch's order is ``randperm(num_items)`` seeded by ``(seed, epoch)``; it is cut into
+    ``num_batches`` global micro-batches of ``items * world`` indices and process ``rank`` takes
+    its contiguous slice of each (incomplete tail dropped, so every process sees the same n).
+    """
+
+    def __init__(
+        self, num_items: int, items: int, num_batches: int, seed: int, epoch: int, rank: int = 0,
+        world: int = 1, start: int = 0,
+    ) -> None:
+        self.num_items, self.items, self.num_batches = num_items, items, num_batches
+        self.seed, self.epoch, self.rank, self.world, self.start = seed, epoch, rank, world, start
+
+    def __iter__(self) -> Iterator[list[int]]:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        order = torch.randperm(self.num_items, generator=gen)
+        per_batch = self.items * self.world
+        for b in range(self.start, self.num_batches):
+            chunk = order[b * per_batch : (b + 1) * per_batch]
+            yield chunk[self.rank * self.items : (self.rank + 1) * self.items].tolist()
+
+    def __len__(self) -> int:
+        return max(0, self.num_batches - self.start)
+
+
+class EmbedStep(nn.Module):
+    """The DDP-wrapped unit: ``forward(batch) -> model.embed(batch)`` ``(n, k, d)`` so that the
+    gradient synchronisation hooks of DDP see the forward pass."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: ViewBatch) -> torch.Tensor:
+        return self.model.embed(batch)
+
+
+def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
+    """Linear warmup over ``warmup_steps`` then cosine decay to ``min_ratio`` at ``total_steps``."""
+
+    def factor(step: int) -> float:
+        if warmup_steps > 0 and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        span = max(1, total_steps - warmup_steps)
+        progress = min(1.0, (step - warmup_steps) / span)
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def select_views(batch: ViewBatch, indices: Sequence[int]) -> ViewBatch:
+    """The sub-batch with views ``indices`` (same items)."""
+    return ViewBatch(
+        views=[batch.views[i] for i in indices],
+        modalities=[batch.modalities[i] for i in indices],
+        view_names=[batch.view_names[i] for i in indices],
+        labels=batch.labels,
+        meta=batch.meta,
+    )
+
+
+def to_device(raw: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """Tensors of a raw batch to ``device`` (other columns unchanged)."""
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
+
+
+def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | None]:
+    """Mixed precision for ``device``: fp16/bf16 only on CUDA; returns (precision, note)."""
+    if requested != "no" and device.type != "cuda":
+        return "no", f"train.precision={requested} needs a GPU; training in fp32 on {device.type}"
+    return requested, None
+
+
+class Trainer:
+    """Builds data, model, loss, optimizer from a :class:`Config` and trains (see module docstring)."""
+
+    def __init__(
+        self, cfg: Config, *, resume: str | None = None, callbacks: Sequence[StepCallback] = (),
+        run_eval: bool | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.resume = resume
+        self.callbacks = list(callbacks)
+        self.run_eval = cfg.eval.linear_probe if run_eval is None else run_eval
+        self.run_dir = cfg.run_dir
+        self.notes: list[str] = []
+
+    # ------------------------------------------------------------------ setup
+    def _make_accelerator(self) -> Any:
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        probe_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        precision, note = resolve_precision(self.cfg.train.precision, probe_device)
+        if note:
+            self.notes.append(note)
+        accelerator = Accelerator(
+            mixed_precision=precision, log_with="tensorboard", project_dir=str(self.run_dir),
+            cpu=probe_device.type == "cpu",
+        )
+        set_seed(self.cfg.train.seed, deterministic=self.cfg.train.deterministic)
+        return accelerator
+
+    def _check_run_dir(self) -> None:
+        if self.resume is None and (self.run_dir / "config.yaml").exists():
+            raise FileExistsError(
+                f"run folder {self.run_dir} already exists; use --resume latest to continue it or "
+                "--name to start a new run"
+            )
+        if self.resume is not None and self.resume == "latest" and latest_checkpoint(self.run_dir) is None:
+            raise FileNotFoundError(f"--resume latest: no checkpoint under {self.run_dir / 'checkpoints'}")
+
+    # ------------------------------------------------------------------ main loop
+    def fit(self) -> TrainResult:
+        """Train to ``train.max_steps`` / ``train.epochs``; write the run folder; return a summary."""
+        from ..data.adapters import build_adapter
+        from ..data.views import build_view_policy, items_per_batch
+        from ..models import build_model
+
+        cfg, tcfg = self.cfg, self.cfg.train
+        self._check_run_dir()
+        accelerator = self._make_accelerator()
+        device, main = accelerator.device, accelerator.is_main_process
+        rank, world = accelerator.process_index, accelerator.num_processes
+
+        adapter = build_adapter(cfg.data.adapter, cfg.data.options)
+        policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
+        train_set: Dataset = adapter.split("train")
+        n_items = len(train_set)  # type: ignore[arg-type]
+        items = items_per_batch(cfg.views.batch_mode, tcfg.batch_size, cfg.views.k)
+        micro_per_epoch = n_items // (items * world)
+        steps_per_epoch = micro_per_epoch // tcfg.grad_accum
+        if steps_per_epoch < 1:
+            raise ValueError(
+                f"data: the train split has {n_items} items, fewer than one optimizer step needs "
+                f"({items} items x {world} processes x {tcfg.grad_accum} accumulation); lower train.batch_size"
+            )
+        micro_per_epoch = steps_per_epoch * tcfg.grad_accum
+        total_steps = min(
+            s for s in (tcfg.max_steps, tcfg.epochs and tcfg.epochs * steps_per_epoch) if s
+        )
+
+        model = build_model(**model_spec(cfg))
+        loss_fn = build_loss(cfg.loss.name, **cfg.loss.params).to(device)
+        gathered = bool(getattr(loss_fn, "gather_across_processes", True)) and world > 1
+        teacher, teacher_views = None, list(range(cfg.views.k))
+        if cfg.model.teacher.enabled:
+            from ..models.teacher import EMATeacher
+
+            teacher = EMATeacher(model).to(device)
+            if cfg.model.teacher.views != "all":
+                teacher_views = list(cfg.model.teacher.views)
+
+        step_module = EmbedStep(model)
+        optimizer = torch.optim.AdamW(
+            step_module.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lr_lambda(cfg.optim.warmup_steps, total_steps, cfg.optim.min_lr_ratio)
+        )
+        step_module, optimizer = accelerator.prepare(step_module, optimizer)
+        accelerator.register_for_checkpointing(scheduler)
+        if teacher is not None:
+            accelerator.register_for_checkpointing(teacher)
+
+        step, epoch, position = 0, 0, 0
+        if self.resume is not None:
+            ckpt = resolve_resume(self.run_dir, self.resume)
+            state = load_checkpoint(accelerator, ckpt)
+            step, epoch, position = int(state["step"]), int(state["epoch"]), int(state["batch_position"])
+            self.notes.append(f"resumed from {ckpt} (step {step}, epoch {epoch}, micro-batch {position})")
+        elif main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.run_dir / "config.yaml", dump_config(cfg))
+            atomic_write_json(self.run_dir / "model.json", model_spec(cfg))
+            save_weights(accelerator.unwrap_model(step_module).model, self.run_dir / "init.safetensors")
+        accelerator.wait_for_everyone()
+        start_step = step
+        accelerator.init_trackers("tb")
+        metrics = MetricsLog(self.run_dir / "metrics.jsonl", resume_step=step if self.resume else None) if main else None
+
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total_steps, initial=step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
+        timer = StepTimer(device)
+        items_per_step = items * tcfg.grad_accum * world
+        window_steps, window_start = 0, time.perf_counter()
+        run_start = time.perf_counter()
+        last_loss = float("nan")
+        loader_gen = torch.Generator()  # keeps DataLoader seeding off the global RNG (resume-exact)
+        view_gen = torch.Generator(device=device)
+
+        try:
+            while step < total_steps:
+                sampler = EpochBatchSampler(n_items, items, micro_per_epoch, tcfg.seed, epoch, rank, world, position)
+                loader = DataLoader(
+                    train_set, batch_sampler=sampler, num_workers=tcfg.num_workers, collate_fn=default_collate,
+                    generator=loader_gen, pin_memory=device.type == "cuda",
+                )
+                batches = iter(loader)
+                while step < total_steps and position < micro_per_epoch:
+                    loss_value, stats = self._optimizer_step(
+                        batches, step, accelerator, step_module, teacher, teacher_views, loss_fn, policy,
+                        optimizer, scheduler, view_gen, gathered, timer, total_steps,
+                    )
+                    step += 1
+                    position += tcfg.grad_accum
+                    window_steps += 1
+                    last_loss = loss_value
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss_value:.4f}")
+                    record = None
+                    if step % tcfg.log_every == 0 or step == total_steps:
+                        now = time.perf_counter()
+                        phases = timer.pop()
+                        step_time = sum(phases.values()) or 1e-12
+                        record = {
+                            "step": step, "epoch": epoch, "loss": loss_value,
+                            "lr": float(scheduler.get_last_lr()[0]),
+                            **{f"stats/{k}": v for k, v in stats.items()},
+                            "items_per_s": window_steps * items_per_step / max(now - window_start, 1e-12),
+                            **{f"time/{p}": phases[p] / step_time for p in phases},
+                            "step_time_s": step_time / window_steps,
+                        }
+                        window_steps, window_start = 0, now
+                        accelerator.log(record, step=step)
+                        if metrics is not None:
+                            metrics.write(record)
+                    if tcfg.checkpoint_every and step % tcfg.checkpoint_every == 0 and step < total_steps:
+                        ep, pos = (epoch, position) if position < micro_per_epoch else (epoch + 1, 0)
+                        save_checkpoint(
+                            accelerator, self.run_dir, step,
+                            {"step": step, "epoch": ep, "batch_position": pos, "total_steps": total_steps,
+                             "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
+                                          "views": "seed per (step, micro-batch, rank)"}},
+                            tcfg.keep_checkpoints,
+                        )
+                    for callback in self.callbacks:
+                        callback(step, record)
+                if position >= micro_per_epoch:
+                    epoch, position = epoch + 1, 0
+        finally:
+            bar.close()
+            if metrics is not None:
+                metrics.close()
+
+        wall = time.perf_counter() - run_start
+        accelerator.wait_for_everyone()
+        evaluation = None
+        if main:
+            save_weights(accelerator.unwrap_model(step_module).model, self.run_dir / "model.safetensors")
+            atomic_write_json(self.run_dir / "model.json", model_spec(cfg))
+            plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
+        accelerator.end_training()
+        if main and self.run_eval:
+            from ..eval.linear_probe import run_linear_probe
+
+            evaluation = run_linear_probe(self.run_dir, batch_size=cfg.eval.batch_size)
+        accelerator.wait_for_everyone()
+        steps_here = step - start_step
+        return TrainResult(
+            self.run_dir, step, last_loss, wall, steps_here * items_per_step / max(wall, 1e-12), evaluation, self.notes
+        )
+
+    # ------------------------------------------------------------------ one optimizer step
+    def _optimizer_step(
+        self, batches: Iterator[dict[str, Any]], step: int, accelerator: Any, step_module: nn.Module,
+        teacher: Any, teacher_views: list[int], loss_fn: nn.Module, policy: Any, optimizer: Any, scheduler: Any,
+        view_gen: torch.Generator, gathered: bool, timer: StepTimer, total_steps: int,
+    ) -> tuple[float, dict[str, float]]:
+        """``grad_accum`` micro-batches -> one AdamW step; returns (loss, averaged last_stats)."""
+        cfg = self.cfg
+        accum = cfg.train.grad_accum
+        scale = gradient_scale(gathered) / accum
+        losses: list[float] = []
+        stats_sum: dict[str, float] = {}
+        timer.start()
+        for micro in range(accum):
+            raw = to_device(next(batches), accelerator.device)
+            view_gen.manual_seed(
+                (cfg.train.seed * 1_000_003 + step * 1_009 + micro) * 64 + accelerator.process_index
+            )
+            batch = policy.train_views(raw, view_gen)
+            timer.mark("data")
+            sync = micro == accum - 1
+            ctx = accelerator.no_sync(step_module) if not sync else nullcontext()
+            with ctx:
+                with accelerator.autocast():
+                    z = step_module(batch)
+                    z_teacher = None
+                    if teacher is not None:
+                        with torch.no_grad():
+                            z_teacher = teacher.embed(select_views(batch, teacher_views)).detach()
+                timer.mark("forward")
+                loss, stats = self._loss(z, z_teacher, teacher_views, loss_fn, gathered, step, accelerator)
+                timer.mark("loss")
+                accelerator.backward(loss * scale)
+                timer.mark("backward")
+            losses.append(float(loss.detach()))
+            for key, value in stats.items():
+                stats_sum[key] = stats_sum.get(key, 0.0) + value / accum
+        if cfg.optim.grad_clip is not None:
+            norm = accelerator.clip_grad_norm_(step_module.parameters(), cfg.optim.grad_clip)
+            stats_sum["grad_norm"] = float(norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if teacher is not None:
+            from ..models.teacher import cosine_momentum
+
+            teacher.update(
+                accelerator.unwrap_model(step_module).model,
+                cosine_momentum(step, total_steps, cfg.model.teacher.momentum_base),
+            )
+            stats_sum["teacher_momentum"] = float(cosine_momentum(step, total_steps, cfg.model.teacher.momentum_base))
+        timer.mark("optim")
+        return sum(losses) / len(losses), stats_sum
+
+    def _loss(
+        self, z: torch.Tensor, z_teacher: torch.Tensor | None, teacher_views: list[int], loss_fn: nn.Module,
+        gathered: bool, step: int, accelerator: Any,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss of student embeddings ``z (n, k, d)``; with a teacher, the mean over teacher views t of
+        the loss with slot t replaced by the teacher's (detached) embedding ``z_teacher[:, j]``."""
+        self._check_finite(z, step, accelerator, "embeddings")
+        if gathered:
+            z = gather_with_grad(z)
+            if z_teacher is not None:
+                z_teacher = gather_with_grad(z_teacher)
+        if z_teacher is None:
+            loss = loss_fn(z)
+            stats = dict(getattr(loss_fn, "last_stats", {}))
+        else:
+            terms, stats = [], {}
+            for j, t in enumerate(teacher_views):
+                slots = list(z.unbind(dim=1))
+                slots[t] = z_teacher[:, j].to(z.dtype)
+                terms.append(loss_fn(torch.stack(slots, dim=1)))
+                for key, value in getattr(loss_fn, "last_stats", {}).items():
+                    stats[key] = stats.get(key, 0.0) + float(value) / len(teacher_views)
+            loss = torch.stack(terms).mean()
+        self._check_finite(loss, step, accelerator, "loss")
+        return loss, stats
+
+    def _check_finite(self, value: torch.Tensor, step: int, accelerator: Any, what: str) -> None:
+        """Raise :class:`TrainingDivergedError` if ``value`` has NaN/Inf on any process."""
+        bad = torch.tensor([0.0 if bool(torch.isfinite(value.detach()).all()) else 1.0], device=value.device)
+        if world_size() > 1:
+            bad = accelerator.reduce(bad, reduction="sum")
+        if float(bad.sum()) > 0:
+            last = latest_checkpoint(self.run_dir)
+            raise TrainingDivergedError(
+                f"step {step + 1}: {what} became NaN/Inf; training stopped. Last good checkpoint: "
+                f"{last if last else 'none (set train.checkpoint_every)'}; lower optim.lr or enable "
+                "optim.grad_clip, then resume with --resume latest"
+            )
+
+
+def train(cfg: Config, *, resume: str | None = None, callbacks: Sequence[StepCallback] = ()) -> TrainResult:
+    """Train ``cfg`` (see :class:`Trainer`)."""
+    return Trainer(cfg, resume=resume, callbacks=callbacks).fit()
+
+
+def read_trainer_state(ckpt_dir: str | Path) -> dict[str, Any]:
+    """``trainer_state.json`` of a checkpoint folder."""
+    return json.loads((Path(ckpt_dir) / "trainer_state.json").read_text())
