@@ -16,6 +16,7 @@ GROUP_MODULES: list[str] = [
     "multiview_app.train.cli",
     "multiview_app.eval.cli",
     "multiview_app.config",
+    "multiview_app.data.cli",
 ]
 
 

@@ -1,0 +1,91 @@
+"""``mvapp data {synth-psg, prepare, info}``: synthetic PSG, prepared EEG caches, cache summary."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .eeg.stages import PHYSIONET2018_EEG, SLEEP_EDF_EEG
+
+DEFAULT_CHANNELS = {"sleep-edf": list(SLEEP_EDF_EEG), "physionet2018": list(PHYSIONET2018_EEG)}
+
+
+def add_subparser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the ``data`` group on the ``mvapp`` parser."""
+    data = subparsers.add_parser("data", help="synthesize, prepare and inspect datasets")
+    commands = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
+
+    synth = commands.add_parser("synth-psg", help="write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format")
+    synth.add_argument("--subjects", type=int, required=True)
+    synth.add_argument("--nights", type=int, default=1)
+    synth.add_argument("--format", choices=sorted(DEFAULT_CHANNELS), required=True)
+    synth.add_argument("--out", type=Path, required=True)
+    synth.add_argument("--hours", type=float, default=8.0, help="length of each night (default 8)")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.set_defaults(func=_synth)
+
+    prep = commands.add_parser("prepare", help="read recordings into a memory-mapped window cache")
+    prep.add_argument("dataset", choices=sorted(DEFAULT_CHANNELS))
+    prep.add_argument("--source", type=Path, required=True, help="folder with the downloaded/synthesized files")
+    prep.add_argument("--out", type=Path, required=True, help="cache folder (created; prepared recordings are skipped)")
+    prep.add_argument("--channels", nargs="+", default=None,
+                      help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations)")
+    prep.add_argument("--sfreq", type=float, default=100.0, help="target sampling rate (Hz)")
+    prep.add_argument("--l-freq", type=_optional_float, default=0.3, help="band-pass low edge in Hz, or 'none'")
+    prep.add_argument("--h-freq", type=_optional_float, default=35.0, help="band-pass high edge in Hz, or 'none'")
+    prep.add_argument("--crop-wake-minutes", type=_optional_float, default=30.0,
+                      help="wake kept before the first / after the last sleep epoch, or 'none' to keep all")
+    prep.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    prep.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings (listed) instead of failing")
+    prep.add_argument("--download", nargs="+", type=int, metavar="SUBJECT", default=None,
+                      help="sleep-edf only: first fetch these SC subjects (night 1 and 2) into --source via mne "
+                           "(needs internet)")
+    prep.set_defaults(func=_prepare)
+
+    info = commands.add_parser("info", help="print a JSON summary of a prepared cache")
+    info.add_argument("cache", type=Path)
+    info.set_defaults(func=_info)
+
+
+def _optional_float(text: str) -> float | None:
+    return None if text.lower() in ("none", "off") else float(text)
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from .eeg.synth import synth_psg
+
+    files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed)
+    print(f"wrote {len(files)} files ({args.subjects} subjects x {args.nights} nights, {args.format}) to {args.out}")
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from .eeg.cache import prepare
+    from .eeg.preprocess import PrepareOptions
+
+    if args.download:
+        if args.dataset != "sleep-edf":
+            raise ValueError("--download is only available for sleep-edf (mne.datasets.sleep_physionet)")
+        from .eeg.sleep_edf import download_sleep_physionet
+
+        args.source.mkdir(parents=True, exist_ok=True)
+        download_sleep_physionet(args.download, [1, 2], args.source)
+    try:
+        options = PrepareOptions(channels=args.channels or DEFAULT_CHANNELS[args.dataset], sfreq=args.sfreq,
+                                 l_freq=args.l_freq, h_freq=args.h_freq, crop_wake_minutes=args.crop_wake_minutes)
+    except Exception as err:  # pydantic ValidationError -> one line
+        raise ValueError(f"prepare options: {err.errors()[0]['msg'] if hasattr(err, 'errors') else err}") from None
+    summary = prepare(args.dataset, args.source, args.out, options, dtype=args.dtype,
+                      on_error="skip" if args.skip_bad else "raise")
+    print(json.dumps(summary, indent=1))
+    print(f"prepared {len(summary['prepared'])} recordings, skipped {len(summary['skipped_existing'])} already "
+          f"prepared, {len(summary['duplicates'])} duplicates, {len(summary['errors'])} errors; "
+          f"cache {args.out} holds {summary['windows']} windows")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .eeg.cache import info
+
+    print(json.dumps(info(args.cache), indent=1))
+    return 0

@@ -1,0 +1,202 @@
+"""Prepared window cache: one memory-mappable ``.npy`` per recording + ``manifest.json``.
+
+Layout of a cache directory::
+
+    manifest.json            # options, channels, sfreq, stages, recordings (see below), duplicates
+    windows/<recording>.npy  # (w, c, T) float32/float16, np.load(..., mmap_mode="r")
+
+Each manifest recording holds ``recording, subject, file, n_windows, labels (w,), epochs (w,),
+sources [{path, sha256}], counts``. Preparation is incremental (recordings whose sources have the
+same checksums are skipped), every write is atomic (temp file + ``os.replace``) and the manifest
+is rewritten after each recording, so an interrupted run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+from ...registry import Registry
+from .physionet2018 import find_records, read_physionet2018, signal_files
+from .preprocess import DROP_REASONS, PrepareOptions, make_windows
+from .recording import Recording, sha256_file
+from .sleep_edf import find_pairs, read_sleep_edf, recording_id
+from .stages import STAGES
+
+MANIFEST = "manifest.json"
+CACHE_FORMAT = "multiview_app.eeg_windows/1"
+
+
+@dataclass
+class SourceEntry:
+    """One recording found in a source folder, before reading it."""
+
+    recording: str
+    files: list[Path]  # signal file first (its checksum detects duplicates), then annotations
+    read: Callable[[list[str]], Recording]
+
+
+DATASETS: Registry[Callable[[Path], list[SourceEntry]]] = Registry("EEG dataset")
+
+
+@DATASETS.register("sleep-edf")
+def sleep_edf_entries(source: Path) -> list[SourceEntry]:
+    pairs, problems = find_pairs(source)
+    if problems:
+        raise ValueError(problems[0])
+    return [SourceEntry(recording_id(psg), [psg] + ([hyp] if hyp else []),
+                        lambda channels, psg=psg, hyp=hyp: read_sleep_edf(psg, hyp, channels))
+            for psg, hyp in pairs]
+
+
+@DATASETS.register("physionet2018")
+def physionet2018_entries(source: Path) -> list[SourceEntry]:
+    entries = []
+    for record in find_records(source):
+        files = [*signal_files(record), Path(f"{record}.arousal")]
+        entries.append(SourceEntry(record.name, [f for f in files if f.exists()] or [Path(f"{record}.hea")],
+                                   lambda channels, record=record: read_physionet2018(record, channels)))
+    return entries
+
+
+def atomic_write_bytes(path: Path, write: Callable[[Any], None], suffix: str = "") -> None:
+    """Call ``write(handle)`` on a temp file next to ``path``, then ``os.replace`` it into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def load_manifest(cache_dir: str | Path) -> dict:
+    """Read and check ``manifest.json``; ``ValueError`` names the folder if it is not a cache."""
+    path = Path(cache_dir) / MANIFEST
+    if not path.exists():
+        raise ValueError(f"{cache_dir}: not a prepared EEG cache (no {MANIFEST}); run `mvapp data prepare` first")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: corrupt manifest ({err})") from None
+    if manifest.get("format") != CACHE_FORMAT:
+        raise ValueError(f"{path}: format '{manifest.get('format')}', expected '{CACHE_FORMAT}'")
+    return manifest
+
+
+def save_manifest(cache_dir: Path, manifest: dict) -> None:
+    atomic_write_bytes(cache_dir / MANIFEST, lambda h: h.write(json.dumps(manifest, indent=1).encode()))
+
+
+def load_windows(cache_dir: str | Path, entry: dict) -> np.ndarray:
+    """Memory-map one recording's windows ``(w, c, T)``."""
+    return np.load(Path(cache_dir) / entry["file"], mmap_mode="r")
+
+
+def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareOptions,
+            dtype: Literal["float32", "float16"] = "float32", on_error: Literal["raise", "skip"] = "raise",
+            progress: bool = True) -> dict:
+    """Prepare every recording of ``source`` into the cache ``out``; returns a summary dict
+    (prepared, skipped_existing, duplicates, errors, windows, dropped counts by reason)."""
+    from tqdm import tqdm
+
+    source, out = Path(source), Path(out)
+    if not source.is_dir():
+        raise ValueError(f"--source {source}: not a folder")
+    entries = DATASETS.get(dataset)(source)
+    if not entries:
+        raise ValueError(f"--source {source}: no {dataset} recordings found "
+                         f"({'*-PSG.edf' if dataset == 'sleep-edf' else '*.hea'} files)")
+    (out / "windows").mkdir(parents=True, exist_ok=True)
+    settings = {"dataset": dataset, "options": options.model_dump(), "dtype": dtype}
+    if (out / MANIFEST).exists():
+        manifest = load_manifest(out)
+        previous = {k: manifest[k] for k in settings}
+        if previous != settings:
+            raise ValueError(f"{out}: cache was prepared with {previous}, not {settings}; "
+                             "use another --out or the same options")
+    else:
+        manifest = {"format": CACHE_FORMAT, **settings, "channels": options.channels, "sfreq": options.sfreq,
+                    "window_seconds": options.window_samples / options.sfreq, "stages": list(STAGES),
+                    "recordings": [], "duplicates": []}
+    by_id = {r["recording"]: r for r in manifest["recordings"]}
+    by_checksum = {r["sources"][0]["sha256"]: r["recording"] for r in manifest["recordings"]}
+    summary: dict[str, Any] = {"prepared": [], "skipped_existing": [], "duplicates": [], "errors": [],
+                               "dropped": Counter(), "reader_counts": Counter()}
+    for entry in tqdm(entries, desc=f"prepare {dataset}", disable=not progress):
+        checksums = [{"path": str(f), "sha256": sha256_file(f)} for f in entry.files]
+        signal_sum = checksums[0]["sha256"]
+        known = by_id.get(entry.recording)
+        if known is not None and [s["sha256"] for s in known["sources"]] == [c["sha256"] for c in checksums]:
+            summary["skipped_existing"].append(entry.recording)
+            continue
+        if signal_sum in by_checksum and by_checksum[signal_sum] != entry.recording:
+            duplicate = {"recording": entry.recording, "duplicate_of": by_checksum[signal_sum],
+                         "file": str(entry.files[0]), "sha256": signal_sum}
+            summary["duplicates"].append(duplicate)
+            if duplicate not in manifest["duplicates"]:
+                manifest["duplicates"].append(duplicate)
+                save_manifest(out, manifest)
+            continue
+        try:
+            recording = entry.read(options.channels)
+            windows, labels, epochs, dropped = make_windows(recording, options)
+        except ValueError as err:
+            if on_error == "raise":
+                raise
+            summary["errors"].append(str(err))
+            continue
+        file = f"windows/{entry.recording}.npy"
+        atomic_write_bytes(out / file, lambda h: np.save(h, windows.astype(dtype)), suffix=".npy")
+        record = {"recording": entry.recording, "subject": recording.subject, "file": file,
+                  "n_windows": int(len(labels)), "labels": labels.tolist(), "epochs": epochs.tolist(),
+                  "sources": checksums,
+                  "counts": {**dict(recording.counts),
+                             **{(f"dropped_{k}" if k in DROP_REASONS else k): v for k, v in dropped.items()}}}
+        if known is not None:
+            manifest["recordings"].remove(known)
+        manifest["recordings"].append(record)
+        by_id[entry.recording], by_checksum[signal_sum] = record, entry.recording
+        save_manifest(out, manifest)
+        summary["prepared"].append(entry.recording)
+        summary["dropped"].update({k: v for k, v in dropped.items() if k in DROP_REASONS})
+        summary["reader_counts"].update(recording.counts)
+        summary["reader_counts"].update({k: v for k, v in dropped.items() if k not in DROP_REASONS})
+    summary["windows"] = int(sum(r["n_windows"] for r in manifest["recordings"]))
+    summary["cache"] = str(out)
+    summary["dropped"] = dict(summary["dropped"])
+    summary["reader_counts"] = {k: v for k, v in summary["reader_counts"].items() if v}
+    return summary
+
+
+def info(cache_dir: str | Path) -> dict:
+    """Summary of a cache: recordings, subjects, channels, windows per stage (total and per subject)."""
+    manifest = load_manifest(cache_dir)
+    per_subject: dict[str, Counter] = {}
+    for record in manifest["recordings"]:
+        counter = per_subject.setdefault(record["subject"], Counter())
+        counter.update(STAGES[label] for label in record["labels"])
+    total: Counter = Counter()
+    for counter in per_subject.values():
+        total.update(counter)
+    dropped: Counter = Counter()
+    for record in manifest["recordings"]:
+        dropped.update({k[len("dropped_"):]: v for k, v in record["counts"].items() if k.startswith("dropped_")})
+    return {
+        "cache": str(cache_dir), "dataset": manifest["dataset"], "channels": manifest["channels"],
+        "sfreq": manifest["sfreq"], "window_seconds": manifest["window_seconds"],
+        "recordings": len(manifest["recordings"]), "subjects": len(per_subject),
+        "windows": int(sum(total.values())),
+        "windows_per_stage": {s: int(total.get(s, 0)) for s in STAGES},
+        "windows_per_stage_per_subject": {subj: {s: int(c.get(s, 0)) for s in STAGES}
+                                          for subj, c in sorted(per_subject.items())},
+        "dropped_windows": dict(dropped), "duplicates": manifest["duplicates"],
+    }

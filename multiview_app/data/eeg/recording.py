@@ -1,0 +1,103 @@
+"""What a reader hands to preprocessing: one recording's signals and per-epoch labels."""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .stages import EPOCH_SECONDS, UNSCORED
+
+CHANNEL_PREFIXES = ("EEG ", "EOG ", "EMG ", "ECG ")
+
+
+@dataclass
+class Recording:
+    """One night of one subject.
+
+    Attributes:
+        recording: unique id (e.g. "SC4001" or "tr03-0005").
+        subject: subject id; the evaluator splits train/test by it.
+        sources: signal file first, then annotation file(s).
+        channel_names: picked channel names, as requested by the user.
+        signals: one ``(n_c,)`` float64 array per channel (physical units; NaN allowed).
+        sfreqs: sampling rate of each channel (may differ: resampled later).
+        epoch_labels: ``(E,)`` int label per 30-s epoch from the signal start (0..4, ``EXCLUDED``,
+            ``UNSCORED``), already truncated to the signal length.
+        counts: reader-level counts (excluded epochs, hypnogram beyond signal, ...).
+    """
+
+    recording: str
+    subject: str
+    sources: list[Path]
+    channel_names: list[str]
+    signals: list[np.ndarray]
+    sfreqs: list[float]
+    epoch_labels: np.ndarray
+    counts: Counter = field(default_factory=Counter)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _normalize(name: str) -> str:
+    name = name.strip()
+    for prefix in CHANNEL_PREFIXES:
+        if name.upper().startswith(prefix):
+            name = name[len(prefix):]
+    return name.strip().lower()
+
+
+def resolve_channels(requested: list[str], available: list[str], source: Path) -> list[str]:
+    """Map requested names to the file's names: exact, else case-insensitive ignoring an
+    "EEG "/"EOG "/"EMG " prefix. Raises ``ValueError`` naming the file and the available channels."""
+    resolved = []
+    by_normalized: dict[str, list[str]] = {}
+    for name in available:
+        by_normalized.setdefault(_normalize(name), []).append(name)
+    for name in requested:
+        if name in available:
+            resolved.append(name)
+            continue
+        matches = by_normalized.get(_normalize(name), [])
+        if len(matches) != 1:
+            problem = "is ambiguous" if matches else "not found"
+            raise ValueError(f"{source}: channel '{name}' {problem}; available: {', '.join(available)}")
+        resolved.append(matches[0])
+    if len(set(resolved)) != len(resolved):
+        raise ValueError(f"{source}: channels {requested} name the same channel twice")
+    return resolved
+
+
+def label_epochs_from_intervals(intervals: list[tuple[float, float, int]], n_signal_epochs: int,
+                                counts: Counter) -> np.ndarray:
+    """Per-epoch labels from (onset s, duration s, label code) intervals.
+
+    Only epochs lying fully inside one interval get its label; everything else is ``UNSCORED``.
+    Scored epochs beyond the signal are truncated and counted (``hypnogram_beyond_signal_epochs``);
+    signal epochs after the last interval are counted (``signal_beyond_hypnogram_epochs``);
+    epochs cut by an interval boundary that is not on the 30-s grid are counted
+    (``misaligned_epochs``). Returns ``(n_signal_epochs,)`` int64.
+    """
+    labels = np.full(n_signal_epochs, UNSCORED, dtype=np.int64)
+    hypnogram_end = 0
+    for onset, duration, code in intervals:
+        first = int(np.ceil(onset / EPOCH_SECONDS - 1e-6))
+        stop = int(np.floor((onset + duration) / EPOCH_SECONDS + 1e-6))
+        if not np.isclose(onset / EPOCH_SECONDS, round(onset / EPOCH_SECONDS), atol=1e-4):
+            counts["misaligned_epochs"] += 1
+        hypnogram_end = max(hypnogram_end, stop)
+        if stop > n_signal_epochs and code != UNSCORED and code >= 0:
+            counts["hypnogram_beyond_signal_epochs"] += stop - max(first, n_signal_epochs)
+        labels[max(first, 0):min(stop, n_signal_epochs)] = code
+    if hypnogram_end < n_signal_epochs:
+        counts["signal_beyond_hypnogram_epochs"] += n_signal_epochs - hypnogram_end
+    return labels

@@ -1,0 +1,450 @@
+"""Synthetic polysomnography written in the real Sleep-EDF (EDF/EDF+) and PhysioNet 2018 (WFDB) formats.
+
+Hypnograms come from a Markov chain that follows ~90-min sleep cycles (more N3 early, more REM
+late); signals are built per stage and per channel from the known signatures (W: posterior alpha,
+beta, EMG; N1: theta, vertex waves, slow eye movements; N2: central spindles and K-complexes; N3:
+frontal high-amplitude delta; REM: sawtooth theta, atonia, rapid eye movements), with
+subject-level variability, epoch-level amplitude jitter, smooth transitions, pink/white noise,
+movement artifacts, electrode pops and drifts. Everything is vectorized numpy (FFT band noise and
+FFT convolution of event trains with templates).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy.signal import fftconvolve
+
+from .stages import EPOCH_SECONDS, EXCLUDED, PHYSIONET2018_EEG, STAGES
+
+W, N1, N2, N3, REM = range(5)
+
+# Region weights (frontal, central, occipital) of each EEG derivation.
+EEG_TOPOGRAPHY: dict[str, tuple[float, float, float]] = {
+    "F3-M2": (1.0, 0.45, 0.1),
+    "F4-M1": (1.0, 0.45, 0.1),
+    "C3-M2": (0.45, 1.0, 0.3),
+    "C4-M1": (0.45, 1.0, 0.3),
+    "O1-M2": (0.1, 0.3, 1.0),
+    "O2-M1": (0.1, 0.3, 1.0),
+    "EEG Fpz-Cz": (1.0, 0.55, 0.0),
+    "EEG Pz-Oz": (0.0, 0.45, 1.0),
+}
+EOG_CHANNELS = ("E1-M2", "EOG horizontal")
+EMG_CHANNELS = ("Chin1-Chin2", "EMG submental")
+
+
+@dataclass(frozen=True)
+class Rhythm:
+    """A band-limited background rhythm: amplitude (uV) per stage and region weights (f, c, o)."""
+
+    band: tuple[float, float]
+    amplitude: tuple[float, float, float, float, float]
+    topography: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class Transient:
+    """Transient events (spindles, K-complexes, ...): rate per minute per stage, amplitude, topography."""
+
+    rate_per_min: tuple[float, float, float, float, float]
+    amplitude: float
+    topography: tuple[float, float, float]
+
+
+RHYTHMS: dict[str, Rhythm] = {
+    "delta": Rhythm((0.5, 2.0), (9.0, 13.0, 20.0, 42.0, 13.0), (1.0, 0.8, 0.55)),
+    "theta": Rhythm((4.0, 7.5), (6.0, 11.0, 9.0, 10.0, 10.0), (0.7, 1.0, 0.6)),
+    "alpha": Rhythm((-1.5, 1.5), (12.0, 6.5, 3.5, 2.5, 6.0), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
+    "beta": Rhythm((16.0, 30.0), (4.5, 3.0, 2.2, 1.8, 3.5), (0.8, 0.8, 0.6)),
+    "muscle": Rhythm((30.0, 45.0), (3.5, 1.6, 1.0, 0.9, 0.6), (1.0, 0.5, 0.7)),
+}
+TRANSIENTS: dict[str, Transient] = {
+    "spindle": Transient((0.0, 0.5, 3.0, 1.5, 0.2), 14.0, (0.55, 1.0, 0.4)),
+    "k_complex": Transient((0.0, 0.4, 1.2, 0.6, 0.0), 40.0, (1.0, 0.85, 0.35)),
+    "vertex": Transient((0.1, 1.5, 0.4, 0.0, 0.1), 25.0, (0.6, 1.0, 0.3)),
+    "sawtooth": Transient((0.0, 0.2, 0.0, 0.0, 1.5), 14.0, (0.6, 1.0, 0.4)),
+}
+EOG_EVENTS: dict[str, tuple[float, float, float, float, float]] = {  # rate per minute per stage
+    "blink": (8.0, 1.0, 0.0, 0.0, 0.5),
+    "slow_roll": (0.5, 3.0, 0.3, 0.0, 0.3),
+    "saccade": (3.0, 0.3, 0.0, 0.0, 5.0),
+}
+EMG_AMPLITUDE = (18.0, 10.0, 7.0, 6.5, 3.0)
+ARTIFACT_PROB = (0.10, 0.05, 0.02, 0.02, 0.03)
+PINK_NOISE_UV = 8.0
+
+
+@dataclass
+class SubjectTraits:
+    """Subject-level variability (drawn once per subject, shared by the subject's nights)."""
+
+    gain: float
+    band_gain: dict[str, float]
+    alpha_hz: float
+    spindle_hz: float
+    white_noise_uv: float
+    artifact_scale: float
+    cycle_minutes: float
+    latency_minutes: float
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator) -> "SubjectTraits":
+        return cls(
+            gain=float(rng.lognormal(0.0, 0.25)),
+            band_gain={name: float(rng.lognormal(0.0, 0.3)) for name in list(RHYTHMS) + list(TRANSIENTS)},
+            alpha_hz=float(rng.uniform(8.5, 11.5)),
+            spindle_hz=float(rng.uniform(11.5, 14.5)),
+            white_noise_uv=float(rng.uniform(3.0, 7.0)),
+            artifact_scale=float(rng.uniform(0.5, 2.0)),
+            cycle_minutes=float(rng.uniform(80.0, 110.0)),
+            latency_minutes=float(rng.uniform(8.0, 30.0)),
+        )
+
+
+# ----------------------------------------------------------------------------- hypnogram
+
+_NOISE_TRANSITIONS = np.array(  # where the chain wanders when it does not follow the cycle schedule
+    [
+        [0.70, 0.30, 0.00, 0.00, 0.00],  # W
+        [0.35, 0.35, 0.30, 0.00, 0.00],  # N1
+        [0.15, 0.30, 0.40, 0.15, 0.00],  # N2
+        [0.05, 0.05, 0.60, 0.30, 0.00],  # N3
+        [0.35, 0.35, 0.10, 0.00, 0.20],  # REM
+    ]
+)
+
+
+def cycle_schedule(n_epochs: int, traits: SubjectTraits) -> np.ndarray:
+    """The stage each epoch 'aims at' in ideal ~90-min cycles: ``(n_epochs,)`` int."""
+    epochs_per_min = 60.0 / EPOCH_SECONDS
+    latency = int(traits.latency_minutes * epochs_per_min)
+    cycle_len = traits.cycle_minutes * epochs_per_min
+    t = np.arange(n_epochs) - latency
+    cycle = np.floor(np.maximum(t, 0) / cycle_len)
+    phase = (np.maximum(t, 0) % cycle_len) / cycle_len
+    n3_end = 0.22 + np.maximum(0.40 - 0.13 * cycle, 0.0)
+    rem_start = 1.0 - np.minimum(0.12 + 0.08 * cycle, 0.45)
+    schedule = np.full(n_epochs, N2)
+    schedule[phase < 0.06] = N1
+    schedule[(phase >= 0.22) & (phase < n3_end)] = N3
+    schedule[phase >= rem_start] = REM
+    schedule[t < 0] = W
+    schedule[n_epochs - max(2, int(0.03 * n_epochs)):] = W  # final awakening
+    return schedule
+
+
+def synth_hypnogram(n_epochs: int, traits: SubjectTraits, rng: np.random.Generator,
+                    follow_prob: float = 0.88) -> np.ndarray:
+    """Markov chain that mostly follows :func:`cycle_schedule`: ``(n_epochs,)`` labels 0..4."""
+    schedule = cycle_schedule(n_epochs, traits)
+    stages = np.empty(n_epochs, dtype=np.int64)
+    current = W
+    follows = rng.random(n_epochs) < follow_prob
+    wander = rng.random(n_epochs)
+    cumulative = np.cumsum(_NOISE_TRANSITIONS, axis=1)
+    for i in range(n_epochs):
+        if follows[i]:
+            current = int(schedule[i])
+        else:
+            current = int(np.searchsorted(cumulative[current], wander[i] * cumulative[current, -1]))
+        stages[i] = current
+    return stages
+
+
+# ----------------------------------------------------------------------------- signals
+
+
+def _band_noise(n: int, fs: float, band: tuple[float, float], rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` unit-variance noises band-limited to ``band`` Hz: ``(count, n)``."""
+    freqs = np.fft.rfftfreq(n, 1.0 / fs)
+    low, high = band[0], min(band[1], 0.48 * fs)
+    mask = np.clip(np.minimum((freqs - low) / 0.3 + 1.0, (high - freqs) / 0.3 + 1.0), 0.0, 1.0)
+    spectrum = np.fft.rfft(rng.standard_normal((count, n)), axis=-1) * mask
+    noise = np.fft.irfft(spectrum, n=n, axis=-1)
+    return noise / (noise.std(axis=-1, keepdims=True) + 1e-12)
+
+
+def _pink_noise(n: int, fs: float, rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` unit-variance 1/f noises: ``(count, n)``."""
+    freqs = np.fft.rfftfreq(n, 1.0 / fs)
+    scale = 1.0 / np.sqrt(np.maximum(freqs, 0.3))
+    noise = np.fft.irfft(np.fft.rfft(rng.standard_normal((count, n)), axis=-1) * scale, n=n, axis=-1)
+    return noise / (noise.std(axis=-1, keepdims=True) + 1e-12)
+
+
+def _envelope(per_epoch: np.ndarray, n: int, fs: float) -> np.ndarray:
+    """Per-epoch amplitudes ``(e,)`` -> smooth per-sample envelope ``(n,)`` (linear between epoch centres)."""
+    spe = EPOCH_SECONDS * fs
+    centres = (np.arange(per_epoch.size) + 0.5) * spe
+    return np.interp(np.arange(n), centres, per_epoch)
+
+
+def _event_train(rates: np.ndarray, n: int, fs: float, rng: np.random.Generator) -> np.ndarray:
+    """Impulse train with Poisson counts per epoch (``rates`` events/min per epoch) and random heights."""
+    spe = int(EPOCH_SECONDS * fs)
+    counts = rng.poisson(rates * EPOCH_SECONDS / 60.0)
+    epoch_of_event = np.repeat(np.arange(rates.size), counts)
+    positions = epoch_of_event * spe + rng.integers(0, spe, size=epoch_of_event.size)
+    train = np.zeros(n)
+    np.add.at(train, positions[positions < n], rng.uniform(0.6, 1.4, size=int((positions < n).sum())))
+    return train
+
+
+def _templates(fs: float, traits: SubjectTraits) -> dict[str, np.ndarray]:
+    """Waveform templates (peak ~1) of the transient events."""
+    def gauss(t: np.ndarray, mu: float, sd: float) -> np.ndarray:
+        return np.exp(-0.5 * ((t - mu) / sd) ** 2)
+
+    t1 = np.arange(int(1.6 * fs)) / fs
+    t2 = np.arange(int(2.0 * fs)) / fs
+    t3 = np.arange(int(0.5 * fs)) / fs
+    return {
+        "spindle": gauss(t1, 0.8, 0.22) * np.cos(2 * np.pi * traits.spindle_hz * t1),
+        "k_complex": -gauss(t2, 0.35, 0.1) + 0.7 * gauss(t2, 0.85, 0.22),
+        "vertex": -gauss(t3, 0.2, 0.05) + 0.3 * gauss(t3, 0.33, 0.05),
+        "sawtooth": gauss(t2, 1.0, 0.4) * (2 * ((3.0 * t2) % 1.0) - 1.0),
+        "blink": gauss(t3, 0.2, 0.06),
+        "slow_roll": np.sin(np.pi * np.arange(int(3.0 * fs)) / (3.0 * fs)),
+        "saccade": np.concatenate([np.linspace(0, 1, max(2, int(0.04 * fs))), np.exp(-np.arange(int(0.6 * fs)) / (0.3 * fs))]),
+    }
+
+
+@dataclass
+class SyntheticNight:
+    """One synthetic night: signals (uV) per channel at ``fs`` and the true per-epoch stages."""
+
+    signals: dict[str, np.ndarray]
+    fs: float
+    stages: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+
+def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTraits,
+                rng: np.random.Generator) -> SyntheticNight:
+    """Generate one night: every channel ``(n,)`` in uV with ``n = epochs * 30 s * fs``."""
+    n_epochs = int(round(hours * 3600 / EPOCH_SECONDS))
+    stages = synth_hypnogram(n_epochs, traits, rng)
+    n = int(n_epochs * EPOCH_SECONDS * fs)
+    eeg = [c for c in channels if c in EEG_TOPOGRAPHY]
+    unknown = [c for c in channels if c not in EEG_TOPOGRAPHY and c not in EOG_CHANNELS and c not in EMG_CHANNELS]
+    if unknown:
+        raise ValueError(f"synth-psg: no synthetic model for channel(s) {unknown}; known: "
+                         f"{sorted(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS)}")
+    topo = np.array([EEG_TOPOGRAPHY[c] for c in eeg])  # (c, 3)
+    jitter = lambda: rng.lognormal(0.0, 0.35, size=n_epochs)  # noqa: E731 - per-epoch amplitude jitter
+    out = np.zeros((len(eeg), n))
+    shared = 0.6  # share of each rhythm common to all channels (the latent the views agree on)
+    for name, rhythm in RHYTHMS.items():
+        band = rhythm.band if name != "alpha" else (traits.alpha_hz + rhythm.band[0], traits.alpha_hz + rhythm.band[1])
+        noise = _band_noise(n, fs, band, rng, len(eeg) + 1)
+        mixed = np.sqrt(shared) * noise[:1] + np.sqrt(1 - shared) * noise[1:]
+        amp = np.asarray(rhythm.amplitude)[stages] * jitter() * traits.band_gain[name]
+        gains = topo @ np.asarray(rhythm.topography) / np.asarray(rhythm.topography).max()
+        out += gains[:, None] * _envelope(amp, n, fs)[None] * mixed
+    templates = _templates(fs, traits)
+    for name, transient in TRANSIENTS.items():
+        train = _event_train(np.asarray(transient.rate_per_min)[stages] * traits.band_gain[name], n, fs, rng)
+        wave = fftconvolve(train, templates[name])[:n] * transient.amplitude
+        gains = topo @ np.asarray(transient.topography) / max(transient.topography)
+        out += gains[:, None] * wave[None] * rng.lognormal(0.0, 0.15, size=(len(eeg), 1))
+    out += PINK_NOISE_UV * _pink_noise(n, fs, rng, len(eeg))
+    out *= traits.gain
+
+    eog = np.zeros(n)
+    for name, rates in EOG_EVENTS.items():
+        train = _event_train(np.asarray(rates)[stages], n, fs, rng) * rng.choice([-1.0, 1.0], size=n)
+        eog += fftconvolve(train, templates[name])[:n] * (120.0 if name == "blink" else 80.0)
+    frontal = topo[:, 0] if len(eeg) else np.zeros(0)
+    out += 0.12 * frontal[:, None] * eog[None]  # ocular leakage into frontal EEG
+    emg = _band_noise(n, fs, (10.0, 45.0), rng, 1)[0] * _envelope(
+        np.asarray(EMG_AMPLITUDE)[stages] * jitter(), n, fs)
+
+    # Artifacts: movement bursts (all channels), electrode pops (one channel), slow drifts, white noise.
+    artifact_epochs = np.flatnonzero(rng.random(n_epochs) < np.asarray(ARTIFACT_PROB)[stages] * traits.artifact_scale)
+    spe = int(EPOCH_SECONDS * fs)
+    for e in artifact_epochs:
+        length = int(rng.uniform(1.0, 6.0) * fs)
+        start = e * spe + int(rng.integers(0, spe - length))
+        burst = _band_noise(length, fs, (0.5, 8.0), rng, 1)[0] * rng.uniform(40.0, 150.0) * np.hanning(length)
+        out[:, start:start + length] += burst[None] * rng.uniform(0.5, 1.5, size=(len(eeg), 1))
+        emg[start:start + length] += 3 * burst
+        eog[start:start + length] += burst
+    for _ in range(rng.poisson(n_epochs / 200.0)) if len(eeg) else ():
+        channel, start = int(rng.integers(len(eeg))), int(rng.integers(0, n - int(fs)))
+        out[channel, start:] += rng.uniform(-80, 80) * np.exp(-np.arange(n - start) / (0.5 * fs))
+    drift = np.cumsum(rng.standard_normal((len(eeg) + 2, n // int(fs) + 2)), axis=1) * 2.0
+    drift = np.stack([np.interp(np.arange(n) / fs, np.arange(d.size), d) for d in drift])
+    out += drift[: len(eeg)] + traits.white_noise_uv * rng.standard_normal((len(eeg), n))
+    eog += 0.3 * (out[0] if len(eeg) else 0.0) + drift[-2] + 5.0 * rng.standard_normal(n)
+    emg += 2.0 * rng.standard_normal(n)
+
+    signals: dict[str, np.ndarray] = {}
+    for c in channels:
+        if c in EEG_TOPOGRAPHY:
+            signals[c] = out[eeg.index(c)]
+        elif c in EOG_CHANNELS:
+            signals[c] = eog
+        else:
+            signals[c] = emg
+    return SyntheticNight(signals=signals, fs=fs, stages=stages)
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+def _atomic_target(path: Path) -> Path:
+    """A temporary sibling path with the same suffix (libraries pick the format from it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
+              annotations: list[tuple[float, float, str]] | None = None) -> None:
+    """Write an EDF(+) file atomically; ``signals``: label -> (uV samples, sampling rate)."""
+    import edfio
+
+    edf_signals = []
+    for label, (data, fs) in signals.items():
+        low, high = float(np.min(data)), float(np.max(data))
+        pad = max(1.0, 0.05 * (high - low))
+        edf_signals.append(edfio.EdfSignal(np.asarray(data, dtype=np.float64), sampling_frequency=fs, label=label,
+                                           physical_dimension="uV", physical_range=(low - pad, high + pad)))
+    edf = edfio.Edf(edf_signals, starttime=dt.time(22, 0, 0), data_record_duration=1.0 if edf_signals else None,
+                    annotations=[edfio.EdfAnnotation(o, d, t) for o, d, t in (annotations or [])])
+    tmp = _atomic_target(path)
+    try:
+        edf.write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+SLEEP_EDF_TEXT = {W: "Sleep stage W", N1: "Sleep stage 1", N2: "Sleep stage 2", REM: "Sleep stage R"}
+
+
+def hypnogram_annotations(stages: np.ndarray, rng: np.random.Generator) -> list[tuple[float, float, str]]:
+    """Run-length encode ``stages`` (``EXCLUDED`` -> "Movement time") into Sleep-EDF annotations;
+    N3 epochs are written as R&K "Sleep stage 3" or "4" (both map back to N3)."""
+    texts = []
+    for s in stages:
+        if s == N3:
+            texts.append("Sleep stage 4" if rng.random() < 0.4 else "Sleep stage 3")
+        elif s == EXCLUDED:
+            texts.append("Movement time")
+        else:
+            texts.append(SLEEP_EDF_TEXT[int(s)])
+    annotations: list[tuple[float, float, str]] = []
+    for i, text in enumerate(texts):
+        if annotations and annotations[-1][2] == text:
+            onset, duration, _ = annotations[-1]
+            annotations[-1] = (onset, duration + EPOCH_SECONDS, text)
+        else:
+            annotations.append((i * EPOCH_SECONDS, EPOCH_SECONDS, text))
+    return annotations
+
+
+def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
+                          rng: np.random.Generator) -> tuple[list[Path], np.ndarray]:
+    """SC4ssN E0-PSG.edf (EEG Fpz-Cz, Pz-Oz, EOG at 100 Hz; EMG submental as 1 Hz RMS envelope, as
+    in Sleep-EDF SC) + SC4ssN E<scorer>-Hypnogram.edf. Returns the paths and the true stages."""
+    fs = 100.0
+    night_data = synth_night(["EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal", "EMG submental"], hours, fs, traits, rng)
+    stages = night_data.stages.copy()
+    movement = np.flatnonzero((stages == W) & (rng.random(stages.size) < 0.03))
+    stages[movement] = EXCLUDED  # scored as "Movement time"
+    emg = night_data.signals["EMG submental"]
+    emg_rms = np.sqrt((emg.reshape(-1, int(fs)) ** 2).mean(axis=1))
+    name = f"SC4{subject:02d}{night + 1}"
+    psg = out_dir / f"{name}E0-PSG.edf"
+    hyp = out_dir / f"{name}E{'CHJMPRVW'[subject % 8]}-Hypnogram.edf"
+    write_edf(psg, {"EEG Fpz-Cz": (night_data.signals["EEG Fpz-Cz"], fs),
+                    "EEG Pz-Oz": (night_data.signals["EEG Pz-Oz"], fs),
+                    "EOG horizontal": (night_data.signals["EOG horizontal"], fs),
+                    "EMG submental": (emg_rms, 1.0)})
+    annotations = hypnogram_annotations(stages, rng)
+    annotations.append((stages.size * EPOCH_SECONDS, 1800.0, "Sleep stage ?"))  # unscored tail, as in SC files
+    write_edf(hyp, {}, annotations)
+    return [psg, hyp], stages
+
+
+PHYSIONET_SYNTH_CHANNELS = list(PHYSIONET2018_EEG) + ["E1-M2", "Chin1-Chin2"]
+
+
+def write_wfdb_record(out_dir: Path, record: str, signals: dict[str, np.ndarray], fs: float,
+                      stage_notes: list[tuple[int, str]], comments: list[str] | None = None) -> list[Path]:
+    """Write ``record``.hea/.mat-free 16-bit ``.dat`` + ``.arousal`` (aux-note stage annotations)."""
+    import wfdb
+
+    names = list(signals)
+    p_signal = np.stack([signals[c] for c in names], axis=1)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        wfdb.wrsamp(record, fs=fs, units=["uV"] * len(names), sig_name=names, p_signal=p_signal,
+                    fmt=["16"] * len(names), comments=comments or [], write_dir=tmp)
+        samples = np.array([s for s, _ in stage_notes], dtype=np.int64)
+        # wfdb.rdann drops a '"' note at sample 0 (it takes it for a header note), so that one is '+'.
+        symbols = ["+" if s == 0 else '"' for s in samples]
+        wfdb.wrann(record, "arousal", samples, symbol=symbols,
+                   aux_note=[t for _, t in stage_notes], write_dir=tmp)
+        paths = []
+        for suffix in (".dat", ".arousal", ".hea"):  # header last: a record is complete once it exists
+            os.replace(Path(tmp) / f"{record}{suffix}", out_dir / f"{record}{suffix}")
+            paths.append(out_dir / f"{record}{suffix}")
+    return paths
+
+
+def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
+                              rng: np.random.Generator) -> tuple[list[Path], np.ndarray]:
+    """WFDB record ``tr<NN>-<SSSS>`` at 200 Hz with the six EEG derivations, E1-M2 and Chin1-Chin2,
+    plus ``.arousal`` aux notes W/N1/N2/N3/R at every stage change (and a few arousal notes)."""
+    fs = 200.0
+    night_data = synth_night(PHYSIONET_SYNTH_CHANNELS, hours, fs, traits, rng)
+    stages = night_data.stages
+    spe = int(EPOCH_SECONDS * fs)
+    change = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
+    text = {W: "W", N1: "N1", N2: "N2", N3: "N3", REM: "R"}
+    notes = [(int(i * spe), text[int(stages[i])]) for i in change]
+    for i in rng.choice(stages.size, size=min(3, stages.size), replace=False):  # arousal notes are not stages
+        notes += [(int(i * spe + spe // 3), "(arousal_rera"), (int(i * spe + spe // 2), "arousal_rera)")]
+    notes.sort()
+    record = f"tr{3 + night:02d}-{subject:04d}"
+    paths = write_wfdb_record(out_dir, record, night_data.signals, fs, notes,
+                              comments=[f"subject: S{subject:04d}", f"night: {night + 1}", "synthetic: multiview_app"])
+    return paths, stages
+
+
+WRITERS = {"sleep-edf": write_sleep_edf_night, "physionet2018": write_physionet2018_night}
+
+
+def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: float = 8.0,
+              seed: int = 0, progress: bool = True) -> list[Path]:
+    """Write ``subjects x nights`` synthetic recordings in ``fmt`` ("sleep-edf" | "physionet2018")."""
+    from tqdm import tqdm
+
+    if fmt not in WRITERS:
+        raise ValueError(f"--format: unknown '{fmt}'; available: {', '.join(WRITERS)}")
+    if subjects < 1 or nights < 1 or hours <= 0:
+        raise ValueError(f"synth-psg: --subjects, --nights and --hours must be positive "
+                         f"(got {subjects}, {nights}, {hours})")
+    if fmt == "sleep-edf" and (subjects > 99 or nights > 2):
+        raise ValueError("synth-psg: the Sleep-EDF naming SC4ssN allows at most 99 subjects and 2 nights")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    jobs = [(s, n) for s in range(subjects) for n in range(nights)]
+    for subject, night in tqdm(jobs, desc=f"synth-psg {fmt}", disable=not progress):
+        traits = SubjectTraits.sample(np.random.default_rng([seed, subject]))
+        rng = np.random.default_rng([seed, subject, night, 1])
+        paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng)
+        written += paths
+    return written
+
+
+__all__ = ["STAGES", "SubjectTraits", "synth_hypnogram", "synth_night", "synth_psg", "write_edf",
+           "write_wfdb_record", "hypnogram_annotations"]
