@@ -233,25 +233,18 @@ def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
 
 
 def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
-    """Batched HSV -> RGB, inverse of :func:`rgb_to_hsv`."""
+    """Batched HSV -> RGB, inverse of :func:`rgb_to_hsv` (closed form, no per-sector gather).
+
+    Channel ``c = v - v * s * clamp(min(m, 4 - m), 0, 1)`` with ``m = (o + 6 h) mod 6`` and
+    offset ``o`` = 5, 3, 1 for R, G, B - algebraically the six-sector formula torchvision uses.
+    """
     h, s, v = x.unbind(dim=-3)
-    h6 = h * 6.0
-    i = torch.floor(h6)
-    f = h6 - i
-    i = i.to(torch.int64) % 6
-    p = (v * (1.0 - s)).clamp(0.0, 1.0)
-    q = (v * (1.0 - s * f)).clamp(0.0, 1.0)
-    t = (v * (1.0 - s * (1.0 - f))).clamp(0.0, 1.0)
-    choices = torch.stack(
-        [
-            torch.stack([v, q, p, p, t, v], dim=-3),
-            torch.stack([t, v, v, q, p, p], dim=-3),
-            torch.stack([p, p, t, v, v, q], dim=-3),
-        ],
-        dim=-4,
-    )  # (..., 3 rgb, 6 sectors, H, W)
-    index = i.unsqueeze(-3).unsqueeze(-4).expand(*i.shape[:-2], 3, 1, *i.shape[-2:])
-    return choices.gather(-3, index).squeeze(-3)
+    h6 = (h * 6.0).unsqueeze(-3)
+    offsets = torch.tensor([5.0, 3.0, 1.0], device=x.device, dtype=x.dtype).view(3, 1, 1)
+    m = torch.remainder(offsets + h6, 6.0)
+    ramp = torch.minimum(m, 4.0 - m).clamp(0.0, 1.0)
+    v, s = v.unsqueeze(-3), s.unsqueeze(-3)
+    return v - v * s * ramp
 
 
 def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
