@@ -117,3 +117,46 @@ def test_byol_perfect_alignment_is_zero() -> None:
     z = embeddings(4, 1, 6, seed=1).repeat(1, 3, 1)
     for name in ["byol_pwe", "byol_ave"]:
         assert build_loss(name)(z).item() == pytest.approx(0.0, abs=1e-12)
+
+
+def _masked_lse(anchors: torch.Tensor, targets: torch.Tensor, tau: float) -> torch.Tensor:
+    """Plain autograd version of other_item_logsumexp: full logits, own item masked to -inf."""
+    n = anchors.shape[0]
+    logits = torch.einsum("iad,jgd->iajg", anchors, targets) / tau
+    own = torch.eye(n, dtype=torch.bool)[:, None, :, None]
+    return torch.logsumexp(logits.masked_fill(own, float("-inf")).flatten(2), dim=-1)
+
+
+@pytest.mark.parametrize("tau", [0.5, 0.1, 0.002])  # 0.002: float64 falls back to the general path
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_other_item_logsumexp_paths_agree(k: int, tau: float) -> None:
+    from multiview_app.losses.contrastive import other_item_logsumexp
+
+    z = torch.nn.functional.normalize(embeddings(5, k, 4, seed=k), dim=-1)
+    q = torch.nn.functional.normalize(embeddings(5, k, 4, seed=k + 1), dim=-1)
+    for anchors, targets in [(z, z), (z, q)]:
+        a1 = anchors.clone().requires_grad_()
+        t1 = a1 if targets is anchors else targets.clone().requires_grad_()
+        a2 = anchors.clone().requires_grad_()
+        t2 = a2 if targets is anchors else targets.clone().requires_grad_()
+        weights = torch.rand(5, k, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        fast = other_item_logsumexp(a1, t1, tau)
+        slow = _masked_lse(a2, t2, tau)
+        torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
+        (fast * weights).sum().backward()
+        (slow * weights).sum().backward()
+        torch.testing.assert_close(a1.grad, a2.grad, rtol=1e-9, atol=1e-9)
+        if targets is not anchors:
+            torch.testing.assert_close(t1.grad, t2.grad, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["pvc_geometric", "pvc_arithmetic", "pvc_sufficient", "aggnce", "flatnce"])
+@pytest.mark.parametrize("tau", [0.1, 0.01])  # 0.01 in float32 takes the per-row-max path
+def test_float32_small_temperature_is_finite_and_accurate(name: str, tau: float) -> None:
+    z = embeddings(16, 3, 8, seed=12)
+    loss = build_loss(name, tau=tau)
+    x = z.float().requires_grad_()
+    value = loss(x)
+    value.backward()
+    assert torch.isfinite(value) and torch.isfinite(x.grad).all()
+    assert value.item() == pytest.approx(loss(z).item(), rel=1e-4)

@@ -7,8 +7,9 @@ anchor ``(i, alpha)`` are every view of every other item, ``{(j, gamma) : j != i
 Everything is vectorized: one Gram matrix per call, masks instead of loops, ``torch.logsumexp``
 for every softmax denominator. The shared building blocks are
 
-* :func:`other_item_logits` -- logits of anchors against all views of the *other* items
-  (the ``j == i`` block masked to ``-inf``), used by the PVC losses, AggNCE and FlatNCE;
+* :func:`other_item_logsumexp` -- logsumexp of anchors against all views of the *other* items
+  (custom autograd: one Gram matrix, symmetric half when anchors are the targets), used by the
+  PVC losses, AggNCE and FlatNCE;
 * :func:`rest_mean` -- the mean of the other ``k - 1`` views of each item;
 * :func:`pair_logsumexp_ce` -- InfoNCE cross-entropy of one view against another.
 """
@@ -24,24 +25,124 @@ from .base import MultiViewLoss, check_positive, normalize
 
 
 # --------------------------------------------------------------------------- shared helpers
-def other_item_logits(anchors: torch.Tensor, targets: torch.Tensor, tau: float) -> torch.Tensor:
-    """Logits of every anchor against every view of every *other* item.
+# Largest 2 / tau for which the fixed shift 1 / tau is safe: logits of unit vectors lie in
+# [-1/tau, 1/tau], so exp(logit - 1/tau) >= exp(-2/tau) and its square stay normal numbers
+# (float32 tau >= 0.05, float64 tau >= 0.006); smaller tau uses the general per-row-max path.
+_SHIFT_LIMIT = {torch.float32: 40.0, torch.float64: 340.0}
 
-    ``anchors`` ``(n, a, d)``, ``targets`` ``(n, k, d)`` -> ``(n, a, n * k)`` where entry
-    ``[i, alpha, j * k + gamma] = <anchors[i, alpha], targets[j, gamma]> / tau`` for ``j != i``
-    and ``-inf`` for ``j == i`` (the anchor's own item is never a negative).
+
+class _OtherItemLogSumExp(torch.autograd.Function):
+    """General path of :func:`other_item_logsumexp` (anchors and targets differ, or tiny tau).
+
+    One ``(n a, n k)`` Gram matrix, per-row max shift, exp in place; backward = two GEMMs with the
+    saved softmax numerators. Outputs ``(lse (n, a), weight_sq (n, a))``.
     """
-    n, a, d = anchors.shape
-    k = targets.shape[1]
-    logits = (anchors.reshape(n * a, d) @ targets.reshape(n * k, d).T).div_(tau)
-    logits = logits.view(n, a, n, k)
-    same_item = torch.eye(n, dtype=torch.bool, device=anchors.device).view(n, 1, n, 1)
-    return logits.masked_fill(same_item, float("-inf")).view(n, a, n * k)
+
+    @staticmethod
+    def forward(ctx, anchors: torch.Tensor, targets: torch.Tensor, tau: float,
+                with_weight_sq: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        n, a, d = anchors.shape
+        k = targets.shape[1]
+        flat_a, flat_t = anchors.reshape(n * a, d), targets.reshape(n * k, d)
+        numer = torch.mm(flat_a / tau, flat_t.T).view(n, a, n, k)
+        items = torch.arange(n, device=anchors.device)
+        numer[items, :, items, :] = float("-inf")  # own item: not a negative
+        numer = numer.view(n * a, n * k)
+        shift = numer.amax(dim=1, keepdim=True)
+        numer.sub_(shift).exp_()
+        total = numer.sum(dim=1)
+        weight_sq = (numer * numer).sum(dim=1) / total.square() if with_weight_sq else total.new_zeros(n * a)
+        ctx.save_for_backward(flat_a, flat_t, numer, total)
+        ctx.tau, ctx.shapes = tau, (anchors.shape, targets.shape)
+        ctx.mark_non_differentiable(weight_sq)
+        return (total.log() + shift[:, 0]).view(n, a), weight_sq.view(n, a)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_lse: torch.Tensor, _grad_sq: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        flat_a, flat_t, numer, total = ctx.saved_tensors
+        weights = numer * (grad_lse.reshape(-1) / total / ctx.tau)[:, None]  # d lse / d <a, t>
+        grad_a = torch.mm(weights, flat_t).view(ctx.shapes[0]) if ctx.needs_input_grad[0] else None
+        grad_t = torch.mm(weights.T, flat_a).view(ctx.shapes[1]) if ctx.needs_input_grad[1] else None
+        return grad_a, grad_t, None, None
 
 
-def other_item_logsumexp(anchors: torch.Tensor, targets: torch.Tensor, tau: float) -> torch.Tensor:
-    """``logsumexp`` over the negatives of each anchor: ``(n, a, d), (n, k, d) -> (n, a)``."""
-    return torch.logsumexp(other_item_logits(anchors, targets, tau), dim=-1)
+class _SymmetricOtherItemLogSumExp(torch.autograd.Function):
+    """Fast path of :func:`other_item_logsumexp` for ``anchors is targets`` (unit vectors).
+
+    Uses the symmetry of the Gram matrix: only the view blocks ``(p, q)``, ``p <= q`` are computed
+    (``k (k + 1) / 2`` blocks of ``(n, n)``, batched GEMM), with the constant shift ``1 / tau`` so
+    that the exponentiated blocks stay symmetric; row sums of a block serve anchors of view ``p``,
+    column sums anchors of view ``q``. Backward: ``grad = (W + W^T) z / tau`` block-wise.
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, tau: float, with_weight_sq: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        n, k, _ = z.shape
+        by_view = z.transpose(0, 1).contiguous()  # (k, n, d)
+        first, second = _view_pairs(k, z.device)  # p <= q, the k blocks p == q first
+        numer = torch.bmm(by_view[first] / tau, by_view[second].transpose(1, 2))  # (P, n, n)
+        numer.sub_(1.0 / tau).exp_()
+        numer.diagonal(dim1=1, dim2=2).zero_()  # own item: not a negative
+        total = _fold_rows_and_cols(numer.sum(dim=2), numer.sum(dim=1), first, second, k)
+        if with_weight_sq:
+            squares = numer * numer
+            weight_sq = _fold_rows_and_cols(squares.sum(dim=2), squares.sum(dim=1), first, second, k)
+            weight_sq = weight_sq / total.square()
+        else:
+            weight_sq = torch.zeros_like(total)
+        ctx.save_for_backward(by_view, numer, total, first, second)
+        ctx.tau = tau
+        ctx.mark_non_differentiable(weight_sq)
+        return (total.log() + 1.0 / tau).T, weight_sq.T
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_lse: torch.Tensor, _grad_sq: torch.Tensor | None) -> tuple[torch.Tensor | None, None, None]:
+        by_view, numer, total, first, second = ctx.saved_tensors
+        k = by_view.shape[0]
+        scale = grad_lse.T / total / ctx.tau  # (k, n)
+        # block (p, q) of W + W^T, W = diag(scale) * numer (row-scaled softmax numerators)
+        sym = numer * (scale[first][:, :, None] + scale[second][:, None, :])  # (P, n, n)
+        grad = torch.zeros_like(by_view)
+        grad.index_add_(0, first, torch.bmm(sym, by_view[second]))
+        grad.index_add_(0, second[k:], torch.bmm(sym[k:].transpose(1, 2), by_view[first[k:]]))
+        return grad.transpose(0, 1), None, None
+
+
+def _view_pairs(k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """View pairs ``(first, second)`` with ``first <= second``: the ``k`` pairs ``(p, p)`` first,
+    then the ``k (k - 1) / 2`` pairs ``p < q``."""
+    diagonal = torch.arange(k, device=device)
+    upper = torch.triu_indices(k, k, offset=1, device=device)
+    return torch.cat([diagonal, upper[0]]), torch.cat([diagonal, upper[1]])
+
+
+def _fold_rows_and_cols(row_sums: torch.Tensor, col_sums: torch.Tensor, first: torch.Tensor,
+                        second: torch.Tensor, k: int) -> torch.Tensor:
+    """Per-anchor totals ``(k, n)`` from block sums ``(P, n)`` (pairs of :func:`_view_pairs`): row
+    sums go to the anchors of view ``first``, column sums of the off-diagonal blocks (index >= k)
+    to the anchors of view ``second``."""
+    out = torch.zeros(k, row_sums.shape[1], dtype=row_sums.dtype, device=row_sums.device)
+    out.index_add_(0, first, row_sums)
+    out.index_add_(0, second[k:], col_sums[k:])
+    return out
+
+
+def other_item_logsumexp(anchors: torch.Tensor, targets: torch.Tensor, tau: float,
+                         return_weight_sq: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``logsumexp`` of each anchor's logits against every view of every *other* item.
+
+    ``anchors`` ``(n, a, d)``, ``targets`` ``(n, k, d)`` (unit vectors) -> ``(n, a)`` with entry
+    ``[i, alpha] = logsumexp_{j != i, gamma} <anchors[i, alpha], targets[j, gamma]> / tau``.
+    With ``return_weight_sq`` also returns ``sum_j w_j^2`` ``(n, a)`` (no gradient) for the
+    softmax weights ``w`` of those negatives (for FlatNCE's ESS).
+    """
+    if targets is anchors and 2.0 / tau <= _SHIFT_LIMIT.get(anchors.dtype, 0.0):
+        lse, weight_sq = _SymmetricOtherItemLogSumExp.apply(anchors, tau, return_weight_sq)
+    else:
+        lse, weight_sq = _OtherItemLogSumExp.apply(anchors, targets, tau, return_weight_sq)
+    return (lse, weight_sq) if return_weight_sq else lse
 
 
 def rest_mean(z: torch.Tensor) -> torch.Tensor:

@@ -19,18 +19,7 @@ import torch.nn.functional as F
 
 from . import LOSSES
 from .base import check_positive
-from .contrastive import TemperatureLoss, off_diagonal, other_item_logits, positive_logits
-
-
-def effective_sample_size(negative_logits: torch.Tensor) -> torch.Tensor:
-    """Normalized ESS (FlatNCE Eq. 10) per anchor: ``1 / (K sum_j w_j^2)``, ``w = softmax(logits)``.
-
-    ``negative_logits`` ``(..., M)`` where ``-inf`` entries are not negatives; ``K`` is the number of
-    finite entries. Returns ``(...)`` in ``[1/K, 1]``.
-    """
-    count = torch.isfinite(negative_logits).sum(dim=-1)
-    log_sum_sq = torch.logsumexp(2.0 * negative_logits, dim=-1) - 2.0 * torch.logsumexp(negative_logits, dim=-1)
-    return torch.exp(-log_sum_sq) / count
+from .contrastive import TemperatureLoss, off_diagonal, other_item_logsumexp, positive_logits
 
 
 @LOSSES.register("flatnce")
@@ -64,13 +53,14 @@ class FlatNCE(TemperatureLoss):
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
-        negatives = other_item_logits(z, z, self.tau)  # (n, k, n k) [i, alpha, (j, gamma)]
+        # logsumexp over the K = (n - 1) k negatives of (i, alpha) and sum_j w_j^2 of their softmax
+        negatives, weight_sq = other_item_logsumexp(z, z, self.tau, return_weight_sq=True)  # (n, k) each
         positive = off_diagonal(positive_logits(z, self.tau))  # (n, k, k - 1) [i, alpha, beta]
-        c = torch.logsumexp(negatives, dim=-1)[:, :, None] - positive  # (n, k, k - 1)
+        c = negatives[:, :, None] - positive  # (n, k, k - 1)
         surrogate = torch.exp(c - c.detach()).mean()
         with torch.no_grad():
             infonce = F.softplus(c).mean()
-            ess = float(effective_sample_size(negatives).mean())
+            ess = float((1.0 / ((n - 1) * k * weight_sq)).mean())  # FlatNCE Eq. 10 per anchor
         self.last_stats.update(
             infonce=float(infonce),
             ess=ess,
