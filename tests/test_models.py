@@ -69,26 +69,41 @@ def test_encoder_registry_errors():
         build_encoder("image", "small_cnn", widht=3)
 
 
-@pytest.mark.parametrize("suffix", [".safetensors", ".pt"])
-def test_pretrained_path_round_trip(tmp_path, suffix):
-    source = build_encoder("image", "resnet18", small_input_stem=True)
+@pytest.mark.parametrize(
+    "suffix, name, kwargs",
+    [(".safetensors", "resnet18", {"small_input_stem": True}), (".pt", "small_cnn", {"width": 4})],
+)
+def test_pretrained_path_round_trip(tmp_path, suffix, name, kwargs):
+    source = build_encoder("image", name, **kwargs)
+    inner = getattr(source, "model", source)  # timm encoders load into their timm model
     path = tmp_path / f"w{suffix}"
-    state = {k: v.contiguous() for k, v in source.model.state_dict().items()}
+    state = {k: v.contiguous() for k, v in inner.state_dict().items()}
     if suffix == ".safetensors":
         save_file(state, str(path))
     else:
-        torch.save({"state_dict": state}, path)
-    loaded = build_encoder("image", "resnet18", small_input_stem=True, pretrained_path=str(path))
-    fresh = build_encoder("image", "resnet18", small_input_stem=True)
+        torch.save({"state_dict": state}, path)  # a wrapped checkpoint is unwrapped
+    loaded = build_encoder("image", name, pretrained_path=str(path), **kwargs)
     x = torch.randn(2, 3, 32, 32)
-    source.eval(), loaded.eval(), fresh.eval()
+    source.eval(), loaded.eval()
     with torch.no_grad():
-        torch.testing.assert_close(loaded(x), source(x))
-        assert not torch.allclose(fresh(x), source(x))
-    with pytest.raises(ValueError, match="lacks .* weights of the encoder"):
-        build_encoder("image", "resnet34", small_input_stem=True, pretrained_path=str(path))
+        torch.testing.assert_close(loaded(x), source(x))  # a fresh random init would differ
+
+
+def test_pretrained_path_errors(tmp_path):
+    state = build_encoder("image", "small_cnn", width=4).state_dict()
+    partial = tmp_path / "partial.safetensors"
+    save_file({k: v for k, v in state.items() if not k.startswith("body.0.")}, str(partial))
+    with pytest.raises(ValueError, match="lacks 1 weights of the encoder, e.g. body.0.weight"):
+        build_encoder("image", "small_cnn", width=4, pretrained_path=str(partial))
+    full = tmp_path / "full.safetensors"
+    save_file(state, str(full))
+    with pytest.raises(ValueError, match="do not fit the encoder.*size mismatch"):
+        build_encoder("image", "small_cnn", width=8, pretrained_path=str(full))
     with pytest.raises(ValueError, match="does not exist"):
         build_encoder("image", "small_cnn", pretrained_path=str(tmp_path / "none.pt"))
+    (tmp_path / "junk.pt").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="cannot be read as weights"):
+        build_encoder("image", "small_cnn", pretrained_path=str(tmp_path / "junk.pt"))
 
 
 def test_heads():

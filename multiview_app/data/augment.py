@@ -3,8 +3,8 @@
 A ``torchvision.transforms.v2`` transform applied to a batch tensor draws ONE parameter set for
 the whole batch, which would make every item's view identical up to content - useless for
 contrastive learning. Here every sample draws its own parameters from a ``torch.Generator``
-(on the CPU, so views do not depend on the device) and the ops are applied batched on the
-images' device, each matching ``torchvision.transforms.v2.functional`` on a single sample:
+(drawn on the generator's device, kept on the CPU - they are tiny; a CPU generator makes the
+views independent of the images' device) and the ops are applied batched on the images' device, each matching ``torchvision.transforms.v2.functional`` on a single sample:
 
 =================  ==========================================================================
 op                 batched implementation
@@ -109,12 +109,18 @@ class AugmentParams:
         return AugmentParams(**{f.name: getattr(self, f.name)[index : index + 1] for f in fields(self)})
 
 
+def _rand(*shape: int, generator: torch.Generator | None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """U[0, 1) numbers from ``generator`` (drawn on its device: CPU or CUDA), returned on the CPU."""
+    device = generator.device if generator is not None else torch.device("cpu")
+    return torch.rand(*shape, generator=generator, device=device, dtype=dtype).cpu()
+
+
 def _uniform(n: int, low: float, high: float, generator: torch.Generator | None) -> torch.Tensor:
-    return torch.rand(n, generator=generator, dtype=torch.float64) * (high - low) + low
+    return _rand(n, generator=generator, dtype=torch.float64) * (high - low) + low
 
 
 def _bernoulli(n: int, p: float, generator: torch.Generator | None) -> torch.Tensor:
-    return torch.rand(n, generator=generator) < p
+    return _rand(n, generator=generator) < p
 
 
 def sample_crop_boxes(
@@ -148,8 +154,8 @@ def sample_crop_boxes(
     w = torch.where(ok, w, torch.full_like(w, fw))
     h = torch.where(ok, h, torch.full_like(h, fh))
     # integer offsets like torch.randint(0, H - h + 1): floor(u * (H - h + 1))
-    top = torch.floor(torch.rand(n, generator=generator, dtype=torch.float64) * (height - h + 1))
-    left = torch.floor(torch.rand(n, generator=generator, dtype=torch.float64) * (width - w + 1))
+    top = torch.floor(_rand(n, generator=generator, dtype=torch.float64) * (height - h + 1))
+    left = torch.floor(_rand(n, generator=generator, dtype=torch.float64) * (width - w + 1))
     top = torch.where(ok, top, torch.full_like(top, (height - fh) // 2))
     left = torch.where(ok, left, torch.full_like(left, (width - fw) // 2))
     return torch.stack([left, top, left + w, top + h], dim=1).float()
@@ -170,7 +176,7 @@ def sample_params(
     contrast = _uniform(n, max(0.0, 1 - spec.contrast), 1 + spec.contrast, generator).float()
     saturation = _uniform(n, max(0.0, 1 - spec.saturation), 1 + spec.saturation, generator).float()
     hue = _uniform(n, -spec.hue, spec.hue, generator).float()
-    order = torch.argsort(torch.rand(n, N_JITTER_OPS, generator=generator), dim=1)
+    order = torch.argsort(_rand(n, N_JITTER_OPS, generator=generator), dim=1)
     gray = _bernoulli(n, spec.grayscale_p, generator)
     blur = _bernoulli(n, spec.blur_p, generator)
     sigma = _uniform(n, spec.blur_sigma[0], spec.blur_sigma[1], generator).float()

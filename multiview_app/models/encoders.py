@@ -74,11 +74,14 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise ValueError(f"pretrained_path '{path}' does not exist")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
 
-        return load_file(str(path))
-    state = torch.load(str(path), map_location="cpu", weights_only=True)
+            return load_file(str(path))
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as err:  # corrupt file, pickle with non-tensor objects, ...
+        raise ValueError(f"pretrained_path '{path}' cannot be read as weights ({type(err).__name__}: {err})") from None
     for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
@@ -90,6 +93,15 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
 def load_pretrained(module: nn.Module, path: str | Path) -> None:
     """Load local weights into ``module``: missing keys are an error, unexpected ones a warning."""
     state = load_state_dict_file(path)
+    own = module.state_dict()
+    mismatched = [
+        f"{k} {tuple(v.shape)} in file vs {tuple(own[k].shape)}" for k, v in state.items() if k in own and v.shape != own[k].shape
+    ]
+    if mismatched:
+        raise ValueError(
+            f"pretrained_path '{path}': {len(mismatched)} weights do not fit the encoder (size mismatch), e.g. "
+            + "; ".join(mismatched[:3])
+        )
     result = module.load_state_dict(state, strict=False)
     if result.missing_keys:
         raise ValueError(
