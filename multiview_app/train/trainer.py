@@ -145,6 +145,7 @@ class Trainer:
         self.run_eval = cfg.eval.linear_probe if run_eval is None else run_eval
         self.run_dir = cfg.run_dir
         self.notes: list[str] = []
+        self._main = True
 
     # ------------------------------------------------------------------ setup
     def _make_accelerator(self) -> Any:
@@ -153,14 +154,21 @@ class Trainer:
 
         probe_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         precision, note = resolve_precision(self.cfg.train.precision, probe_device)
-        if note:
-            self.notes.append(note)
         accelerator = Accelerator(
             mixed_precision=precision, log_with="tensorboard", project_dir=str(self.run_dir),
             cpu=probe_device.type == "cpu",
         )
+        self._main = accelerator.is_main_process
+        if note:
+            self._note(note)
         set_seed(self.cfg.train.seed, deterministic=self.cfg.train.deterministic)
         return accelerator
+
+    def _note(self, message: str) -> None:
+        """Record a note for the result and print it (main process)."""
+        self.notes.append(message)
+        if self._main:
+            print(f"note: {message}", flush=True)
 
     def _check_run_dir(self) -> None:
         if self.resume is None and (self.run_dir / "config.yaml").exists():
@@ -229,7 +237,7 @@ class Trainer:
             ckpt = resolve_resume(self.run_dir, self.resume)
             state = load_checkpoint(accelerator, ckpt)
             step, epoch, position = int(state["step"]), int(state["epoch"]), int(state["batch_position"])
-            self.notes.append(f"resumed from {ckpt} (step {step}, epoch {epoch}, micro-batch {position})")
+            self._note(f"resumed from {ckpt} (step {step}, epoch {epoch}, micro-batch {position})")
         elif main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_config(cfg))

@@ -1,0 +1,42 @@
+"""Tiny digits configs shared by the trainer / CLI / linear-probe tests (small_cnn, 16 px, few steps)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from multiview_app.config import Config, apply_overrides, config_from_dict
+
+
+def tiny_raw(runs_dir: Path, name: str = "tiny", **sections: dict[str, Any]) -> dict[str, Any]:
+    """A nested config dict; ``sections`` (e.g. ``train={"max_steps": 3}``) update the defaults."""
+    raw: dict[str, Any] = {
+        "data": {"adapter": "digits", "options": {"load_size": 16, "test_fraction": 0.5}},
+        "views": {"policy": "augment", "k": 2, "batch_mode": "growing", "options": {"stacks": "simclr", "image_size": 16}},
+        "model": {
+            "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
+            "projector": {"hidden_dim": 32, "out_dim": 16},
+        },
+        "loss": {"name": "infonce_pwe", "tau": 0.2},
+        "optim": {"lr": 0.003, "warmup_steps": 2},
+        "train": {"max_steps": 4, "batch_size": 32, "seed": 0, "deterministic": True, "log_every": 1},
+        "eval": {"linear_probe": False, "batch_size": 512},
+        "output": {"runs_dir": str(runs_dir), "name": name},
+    }
+    for section, values in sections.items():  # a new loss replaces the whole section (its params differ)
+        raw[section] = dict(values) if section == "loss" else {**raw.get(section, {}), **values}
+    return raw
+
+
+def tiny_config(runs_dir: Path, name: str = "tiny", overrides: tuple[str, ...] = (), **sections: dict[str, Any]) -> Config:
+    """Validated :class:`Config` of :func:`tiny_raw` plus dotted ``overrides``."""
+    return config_from_dict(apply_overrides(tiny_raw(runs_dir, name, **sections), list(overrides)))
+
+
+def write_tiny_yaml(path: Path, runs_dir: Path, **sections: dict[str, Any]) -> Path:
+    """Write :func:`tiny_raw` as a YAML config file (for CLI tests)."""
+    raw = tiny_raw(runs_dir, **sections)
+    raw["output"].pop("name")
+    path.write_text(yaml.safe_dump(raw))
+    return path
