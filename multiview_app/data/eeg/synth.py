@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy.signal import fftconvolve
+from scipy import fft as sp_fft
+from scipy.signal import oaconvolve
 
 from .stages import EPOCH_SECONDS, EXCLUDED, PHYSIONET2018_EEG, STAGES
 
@@ -160,20 +161,25 @@ def synth_hypnogram(n_epochs: int, traits: SubjectTraits, rng: np.random.Generat
 
 
 def _band_noise(n: int, fs: float, band: tuple[float, float], rng: np.random.Generator, count: int) -> np.ndarray:
-    """``count`` unit-variance noises band-limited to ``band`` Hz: ``(count, n)``."""
-    freqs = np.fft.rfftfreq(n, 1.0 / fs)
+    """``count`` unit-variance noises band-limited to ``band`` Hz: ``(count, n)`` float32."""
+    freqs = np.fft.rfftfreq(n, 1.0 / fs).astype(np.float32)
     low, high = band[0], min(band[1], 0.48 * fs)
     mask = np.clip(np.minimum((freqs - low) / 0.3 + 1.0, (high - freqs) / 0.3 + 1.0), 0.0, 1.0)
-    spectrum = np.fft.rfft(rng.standard_normal((count, n)), axis=-1) * mask
-    noise = np.fft.irfft(spectrum, n=n, axis=-1)
+    keep = np.flatnonzero(mask > 0)  # only the band's bins are drawn (complex Gaussian = FFT of white noise)
+    spectrum = np.zeros((count, freqs.size), dtype=np.complex64)
+    spectrum[:, keep] = (rng.standard_normal((count, keep.size), dtype=np.float32)
+                         + 1j * rng.standard_normal((count, keep.size), dtype=np.float32)) * mask[keep]
+    noise = sp_fft.irfft(spectrum, n=n, axis=-1)
     return noise / (noise.std(axis=-1, keepdims=True) + 1e-12)
 
 
 def _pink_noise(n: int, fs: float, rng: np.random.Generator, count: int) -> np.ndarray:
-    """``count`` unit-variance 1/f noises: ``(count, n)``."""
-    freqs = np.fft.rfftfreq(n, 1.0 / fs)
+    """``count`` unit-variance 1/f noises: ``(count, n)`` float32."""
+    freqs = np.fft.rfftfreq(n, 1.0 / fs).astype(np.float32)
     scale = 1.0 / np.sqrt(np.maximum(freqs, 0.3))
-    noise = np.fft.irfft(np.fft.rfft(rng.standard_normal((count, n)), axis=-1) * scale, n=n, axis=-1)
+    spectrum = (rng.standard_normal((count, freqs.size), dtype=np.float32)
+                + 1j * rng.standard_normal((count, freqs.size), dtype=np.float32)) * scale
+    noise = sp_fft.irfft(spectrum.astype(np.complex64), n=n, axis=-1)
     return noise / (noise.std(axis=-1, keepdims=True) + 1e-12)
 
 
@@ -237,7 +243,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
                          f"{sorted(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS)}")
     topo = np.array([EEG_TOPOGRAPHY[c] for c in eeg])  # (c, 3)
     jitter = lambda: rng.lognormal(0.0, 0.35, size=n_epochs)  # noqa: E731 - per-epoch amplitude jitter
-    out = np.zeros((len(eeg), n))
+    out = np.zeros((len(eeg), n), dtype=np.float32)
     shared = 0.6  # share of each rhythm common to all channels (the latent the views agree on)
     for name, rhythm in RHYTHMS.items():
         band = rhythm.band if name != "alpha" else (traits.alpha_hz + rhythm.band[0], traits.alpha_hz + rhythm.band[1])
@@ -249,7 +255,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     templates = _templates(fs, traits)
     for name, transient in TRANSIENTS.items():
         train = _event_train(np.asarray(transient.rate_per_min)[stages] * traits.band_gain[name], n, fs, rng)
-        wave = fftconvolve(train, templates[name])[:n] * transient.amplitude
+        wave = oaconvolve(train, templates[name])[:n] * transient.amplitude
         gains = topo @ np.asarray(transient.topography) / max(transient.topography)
         out += gains[:, None] * wave[None] * rng.lognormal(0.0, 0.15, size=(len(eeg), 1))
     out += PINK_NOISE_UV * _pink_noise(n, fs, rng, len(eeg))
@@ -258,7 +264,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     eog = np.zeros(n)
     for name, rates in EOG_EVENTS.items():
         train = _event_train(np.asarray(rates)[stages], n, fs, rng) * rng.choice([-1.0, 1.0], size=n)
-        eog += fftconvolve(train, templates[name])[:n] * (120.0 if name == "blink" else 80.0)
+        eog += oaconvolve(train, templates[name])[:n] * (120.0 if name == "blink" else 80.0)
     frontal = topo[:, 0] if len(eeg) else np.zeros(0)
     out += 0.12 * frontal[:, None] * eog[None]  # ocular leakage into frontal EEG
     emg = _band_noise(n, fs, (10.0, 45.0), rng, 1)[0] * _envelope(
@@ -279,7 +285,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
         out[channel, start:] += rng.uniform(-80, 80) * np.exp(-np.arange(n - start) / (0.5 * fs))
     drift = np.cumsum(rng.standard_normal((len(eeg) + 2, n // int(fs) + 2)), axis=1) * 2.0
     drift = np.stack([np.interp(np.arange(n) / fs, np.arange(d.size), d) for d in drift])
-    out += drift[: len(eeg)] + traits.white_noise_uv * rng.standard_normal((len(eeg), n))
+    out += drift[: len(eeg)] + traits.white_noise_uv * rng.standard_normal((len(eeg), n), dtype=np.float32)
     eog += 0.3 * (out[0] if len(eeg) else 0.0) + drift[-2] + 5.0 * rng.standard_normal(n)
     emg += 2.0 * rng.standard_normal(n)
 

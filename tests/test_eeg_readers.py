@@ -1,0 +1,211 @@
+"""EEG readers, preprocessing and cache on tiny synthetic files in the real formats."""
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from multiview_app.data.eeg.cache import info, load_manifest, prepare
+from multiview_app.data.eeg.physionet2018 import find_records, read_physionet2018
+from multiview_app.data.eeg.preprocess import PrepareOptions, make_windows
+from multiview_app.data.eeg.recording import Recording
+from multiview_app.data.eeg.sleep_edf import find_pairs, read_sleep_edf
+from multiview_app.data.eeg.stages import EXCLUDED, PHYSIONET2018_EEG, UNSCORED
+from multiview_app.data.eeg.synth import (SubjectTraits, hypnogram_annotations, write_edf,
+                                          write_physionet2018_night, write_sleep_edf_night)
+
+HOURS = 0.5  # 60 epochs
+
+
+def _traits(seed: int) -> SubjectTraits:
+    traits = SubjectTraits.sample(np.random.default_rng(seed))
+    traits.latency_minutes = 5.0  # make sure a short night contains sleep
+    return traits
+
+
+@pytest.fixture(scope="module")
+def sleep_edf_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndarray]]:
+    out = tmp_path_factory.mktemp("sleep_edf")
+    truths = []
+    for subject in range(2):
+        _, stages = write_sleep_edf_night(out, subject, 0, HOURS, _traits(subject), np.random.default_rng(subject))
+        truths.append(stages)
+    return out, truths
+
+
+@pytest.fixture(scope="module")
+def physionet_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndarray]]:
+    out = tmp_path_factory.mktemp("physionet")
+    truths = []
+    for subject in range(2):
+        _, stages = write_physionet2018_night(out, subject, 0, HOURS, _traits(subject), np.random.default_rng(subject))
+        truths.append(stages)
+    return out, truths
+
+
+def test_sleep_edf_round_trip_labels_match_the_hypnogram(sleep_edf_dir):
+    source, truths = sleep_edf_dir
+    pairs, problems = find_pairs(source)
+    assert problems == [] and len(pairs) == 2
+    assert pairs[0][0].name == "SC4001E0-PSG.edf" and pairs[0][1].name.startswith("SC4001E")
+    rec = read_sleep_edf(*pairs[0], ["Fpz-Cz", "Pz-Oz"])
+    assert rec.recording == "SC4001" and rec.subject == "SC400"
+    assert rec.sfreqs == [100.0, 100.0] and rec.signals[0].shape == (int(HOURS * 3600 * 100),)
+    np.testing.assert_array_equal(rec.epoch_labels, truths[0])  # EXCLUDED where "Movement time"
+    assert rec.counts["excluded_epochs"] == int((truths[0] == EXCLUDED).sum())
+    # the unscored "Sleep stage ?" tail beyond the signal is not a stage: not counted as truncated
+    assert rec.counts["hypnogram_beyond_signal_epochs"] == 0
+    assert set(np.unique(truths[0])) >= {0, 2}, "the tiny night should contain wake and N2"
+
+
+def test_window_labels_equal_the_synthetic_stages(sleep_edf_dir):
+    source, truths = sleep_edf_dir
+    rec = read_sleep_edf(*find_pairs(source)[0][0], ["Fpz-Cz", "Pz-Oz"])
+    windows, labels, epochs, counts = make_windows(rec, PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"]))
+    assert windows.shape == (len(labels), 2, 3000) and windows.dtype == np.float32
+    np.testing.assert_array_equal(labels, truths[0][epochs])
+    assert (labels >= 0).all() and counts["excluded"] == int((truths[0] == EXCLUDED).sum())
+    np.testing.assert_allclose(windows.mean(-1), 0, atol=1e-4)
+    np.testing.assert_allclose(windows.std(-1), 1, atol=1e-3)
+
+
+def test_physionet2018_round_trip(physionet_dir):
+    source, truths = physionet_dir
+    records = find_records(source)
+    assert [r.name for r in records] == ["tr03-0000", "tr03-0001"]
+    rec = read_physionet2018(records[1], list(PHYSIONET2018_EEG))
+    assert rec.subject == "S0001" and rec.sfreqs == [200.0] * 6
+    np.testing.assert_array_equal(rec.epoch_labels, truths[1])
+    assert rec.counts["non_stage_notes"] > 0  # arousal notes are read but are not stages
+    windows, labels, epochs, counts = make_windows(rec, PrepareOptions(channels=list(PHYSIONET2018_EEG)))
+    assert windows.shape[1:] == (6, 3000) and counts["resampled_channels"] == 6
+    np.testing.assert_array_equal(labels, truths[1][epochs])
+
+
+def test_absent_channel_lists_the_available_ones(sleep_edf_dir, physionet_dir):
+    psg, hyp = find_pairs(sleep_edf_dir[0])[0][0]
+    with pytest.raises(ValueError, match=r"SC4001E0-PSG.edf: channel 'Cz' not found; available: EEG Fpz-Cz, EEG Pz-Oz"):
+        read_sleep_edf(psg, hyp, ["Fpz-Cz", "Cz"])
+    with pytest.raises(ValueError, match=r"tr03-0000.hea: channel 'Fpz-Cz' not found; available: F3-M2"):
+        read_physionet2018(find_records(physionet_dir[0])[0], ["Fpz-Cz"])
+
+
+def test_truncated_and_corrupt_edf_name_the_file(sleep_edf_dir, tmp_path):
+    psg, hyp = find_pairs(sleep_edf_dir[0])[0][0]
+    truncated = tmp_path / "SC4001E0-PSG.edf"
+    truncated.write_bytes(psg.read_bytes()[:500_000])
+    with pytest.raises(ValueError, match=r"SC4001E0-PSG.edf: truncated EDF file"):
+        read_sleep_edf(truncated, hyp, ["Fpz-Cz"])
+    garbage = tmp_path / "SC4002E0-PSG.edf"
+    garbage.write_bytes(b"not an edf at all" * 40)
+    with pytest.raises(ValueError, match=r"SC4002E0-PSG.edf: corrupt EDF"):
+        read_sleep_edf(garbage, hyp, ["Fpz-Cz"])
+
+
+def test_truncated_wfdb_and_missing_annotations(physionet_dir, tmp_path):
+    source = physionet_dir[0]
+    for suffix in (".hea", ".dat", ".arousal"):
+        shutil.copy(source / f"tr03-0000{suffix}", tmp_path / f"tr03-0000{suffix}")
+    with open(tmp_path / "tr03-0000.dat", "r+b") as handle:
+        handle.truncate(10_000)
+    with pytest.raises(ValueError, match=r"tr03-0000.dat: truncated WFDB signal file"):
+        read_physionet2018(tmp_path / "tr03-0000", ["F3-M2"])
+    shutil.copy(source / "tr03-0000.dat", tmp_path / "tr03-0000.dat")
+    (tmp_path / "tr03-0000.arousal").unlink()
+    with pytest.raises(ValueError, match=r"no sleep-stage annotation file 'tr03-0000.arousal'"):
+        read_physionet2018(tmp_path / "tr03-0000", ["F3-M2"])
+
+
+def _edf_pair(folder: Path, name: str, epochs: int, annotations: list[tuple[float, float, str]],
+              rates: tuple[float, float] = (100.0, 100.0)) -> tuple[Path, Path]:
+    t = np.arange(int(epochs * 30 * rates[0])) / rates[0]
+    u = np.arange(int(epochs * 30 * rates[1])) / rates[1]
+    rng = np.random.default_rng(0)
+    psg, hyp = folder / f"{name}E0-PSG.edf", folder / f"{name}EC-Hypnogram.edf"
+    write_edf(psg, {"EEG Fpz-Cz": (30 * np.sin(2 * np.pi * 10 * t) + rng.normal(0, 5, t.size), rates[0]),
+                    "EEG Pz-Oz": (30 * np.sin(2 * np.pi * 3 * u) + rng.normal(0, 5, u.size), rates[1])})
+    write_edf(hyp, {}, annotations)
+    return psg, hyp
+
+
+def test_hypnogram_shorter_than_signal_drops_and_counts(tmp_path):
+    stages = np.array([0] * 4 + [1, 2, 2, 2, 3, 3])  # 10 scored epochs
+    psg, hyp = _edf_pair(tmp_path, "SC4101", 16, hypnogram_annotations(stages, np.random.default_rng(0)))
+    rec = read_sleep_edf(psg, hyp, ["Fpz-Cz", "Pz-Oz"])
+    assert rec.counts["signal_beyond_hypnogram_epochs"] == 6
+    assert (rec.epoch_labels[10:] == UNSCORED).all()
+    _, labels, epochs, counts = make_windows(rec, PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"], crop_wake_minutes=None))
+    assert epochs.max() == 9 and counts["unscored"] == 6
+    np.testing.assert_array_equal(labels, stages[epochs])
+
+
+def test_hypnogram_longer_than_signal_is_truncated_and_reported(tmp_path):
+    stages = np.array([0, 1, 2, 2, 3, 3, 2, 4, 4, 4, 0, 0])  # 12 scored epochs, signal has 8
+    psg, hyp = _edf_pair(tmp_path, "SC4102", 8, hypnogram_annotations(stages, np.random.default_rng(0)))
+    rec = read_sleep_edf(psg, hyp, ["Fpz-Cz", "Pz-Oz"])
+    assert rec.epoch_labels.size == 8 and rec.counts["hypnogram_beyond_signal_epochs"] == 4
+    np.testing.assert_array_equal(rec.epoch_labels, stages[:8])
+
+
+def test_missing_hypnogram_is_an_error_naming_the_file(tmp_path):
+    psg, hyp = _edf_pair(tmp_path, "SC4103", 4, [(0.0, 120.0, "Sleep stage W")])
+    hyp.unlink()
+    (psg_found, hyp_found), = find_pairs(tmp_path)[0]
+    assert hyp_found is None
+    with pytest.raises(ValueError, match=r"SC4103E0-PSG.edf: no hypnogram found"):
+        read_sleep_edf(psg_found, hyp_found, ["Fpz-Cz"])
+    with pytest.raises(ValueError, match="no hypnogram found"):
+        prepare("sleep-edf", tmp_path, tmp_path / "cache", PrepareOptions(channels=["Fpz-Cz"]), progress=False)
+
+
+def test_mixed_sampling_rates_are_resampled(tmp_path):
+    stages = np.array([0, 1, 2, 2, 3, 3])
+    psg, hyp = _edf_pair(tmp_path, "SC4104", 6, hypnogram_annotations(stages, np.random.default_rng(0)),
+                         rates=(200.0, 100.0))
+    rec = read_sleep_edf(psg, hyp, ["Fpz-Cz", "Pz-Oz"])
+    assert rec.counts["mixed_rate_channels"] == 2
+    windows, labels, _, _ = make_windows(rec, PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"], crop_wake_minutes=None))
+    assert windows.shape == (6, 2, 3000)
+    spectrum = np.abs(np.fft.rfft(windows[2], axis=-1))
+    freqs = np.fft.rfftfreq(3000, 1 / 100.0)
+    assert freqs[spectrum[0].argmax()] == pytest.approx(10.0, abs=0.1)  # the 200 Hz channel's 10 Hz sine
+    assert freqs[spectrum[1].argmax()] == pytest.approx(3.0, abs=0.1)
+
+
+def test_flat_and_nan_windows_are_dropped_and_counted():
+    fs, epochs = 100.0, 8
+    rng = np.random.default_rng(0)
+    signals = [rng.normal(0, 20, int(epochs * 30 * fs)) for _ in range(2)]
+    signals[0][3 * 3000 + 100: 3 * 3000 + 200] = np.nan  # epoch 3: NaN in one channel
+    signals[1][5 * 3000: 6 * 3000] = 0.0  # epoch 5: flat channel
+    rec = Recording("r", "s", [Path("x")], ["A", "B"], signals, [fs, fs], np.array([0, 1, 2, 2, 3, 3, 4, 0]), Counter())
+    windows, labels, epochs_kept, counts = make_windows(rec, PrepareOptions(channels=["A", "B"], l_freq=None, h_freq=None,
+                                                                            crop_wake_minutes=None))
+    assert counts["nan"] == 1 and counts["flat"] == 1
+    assert epochs_kept.tolist() == [0, 1, 2, 4, 6, 7] and np.isfinite(windows).all()
+
+
+def test_cache_incremental_duplicates_and_info(sleep_edf_dir, tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(sleep_edf_dir[0], source)
+    options = PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"])
+    first = prepare("sleep-edf", source, tmp_path / "cache", options, progress=False)
+    assert first["prepared"] == ["SC4001", "SC4011"] and first["windows"] > 0
+    again = prepare("sleep-edf", source, tmp_path / "cache", options, progress=False)
+    assert again["prepared"] == [] and again["skipped_existing"] == ["SC4001", "SC4011"]
+    shutil.copy(source / "SC4001E0-PSG.edf", source / "SC4991E0-PSG.edf")  # same night under another name
+    shutil.copy(next(source.glob("SC4001E?-Hypnogram.edf")), source / "SC4991EC-Hypnogram.edf")
+    third = prepare("sleep-edf", source, tmp_path / "cache", options, progress=False)
+    assert third["prepared"] == [] and [d["duplicate_of"] for d in third["duplicates"]] == ["SC4001"]
+    manifest = load_manifest(tmp_path / "cache")
+    assert manifest["duplicates"][0]["recording"] == "SC4991"
+    summary = info(tmp_path / "cache")
+    assert summary["recordings"] == 2 and summary["subjects"] == 2 and summary["channels"] == ["Fpz-Cz", "Pz-Oz"]
+    assert summary["windows"] == first["windows"] == sum(summary["windows_per_stage"].values())
+    stored = np.load(tmp_path / "cache" / manifest["recordings"][0]["file"], mmap_mode="r")
+    assert stored.shape == (manifest["recordings"][0]["n_windows"], 2, 3000)
+    with pytest.raises(ValueError, match="cache was prepared with"):
+        prepare("sleep-edf", source, tmp_path / "cache", PrepareOptions(channels=["Fpz-Cz"]), progress=False)
