@@ -78,8 +78,13 @@ def _write_folder(root: Path, classes: dict[str, int], size: tuple[int, int] = (
         for i in range(count):
             arr = rng.integers(0, 255, size=(size[1], size[0], 3), dtype=np.uint8)
             Image.fromarray(arr).save(root / name / f"img{i}.png")
+    first_class = root / next(iter(classes))
     for i in range(corrupt):
-        (root / next(iter(classes)) / f"broken{i}.png").write_bytes(b"not a png at all")
+        if i % 2 == 0:
+            (first_class / f"broken{i}.png").write_bytes(b"not a png at all")
+        else:  # a real PNG cut in half: the header reads, decoding fails
+            good = (first_class / "img0.png").read_bytes()
+            (first_class / f"broken{i}.png").write_bytes(good[: len(good) // 2])
 
 
 def test_image_folder_skips_and_counts_corrupt(tmp_path):
@@ -136,6 +141,9 @@ def test_hf_imagefolder_offline(tmp_path, monkeypatch):
     assert len(adapter.split("train")) == 8 and len(adapter.split("test")) == 4
     assert sorted(adapter.split("test").labels.tolist()) == [0, 0, 1, 1]
     assert adapter.split("train")[0]["x"].shape == (3, 8, 8)
+    # without a test folder: the fixed stratified split
+    flat = build_adapter("hf_imagefolder", {"data_dir": str(tmp_path / "data" / "train"), "load_size": 8})
+    assert len(flat.split("train")) == 6 and sorted(flat.split("test").labels.tolist()) == [0, 1]
     with pytest.raises(ValueError, match="data_dir '.*missing' does not exist"):
         build_adapter("hf_imagefolder", {"data_dir": str(tmp_path / "missing")})
 
