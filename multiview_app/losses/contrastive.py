@@ -4,8 +4,8 @@ Notation: ``z`` is ``(n, k, d)`` and already L2-normalized by :class:`MultiViewL
 ``s(a, b) = <z_a, z_b> / tau``; item ``i``, views ``alpha, beta, gamma``. The *negatives* of an
 anchor ``(i, alpha)`` are every view of every other item, ``{(j, gamma) : j != i}``.
 
-Everything is vectorized: one Gram matrix per call, masks instead of loops, ``torch.logsumexp``
-for every softmax denominator. The shared building blocks are
+Everything is vectorized (no Python loops over items or views); softmax denominators are
+log-sum-exps. The shared building blocks are
 
 * :func:`other_item_logsumexp` -- logsumexp of anchors against all views of the *other* items
   (custom autograd: one Gram matrix, symmetric half when anchors are the targets), used by the
