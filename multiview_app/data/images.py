@@ -256,8 +256,9 @@ class ImageFolderAdapter(SplitImageAdapter):
 class HFImageFolderAdapter(SplitImageAdapter):
     """A local folder read through Hugging Face ``datasets``' ``imagefolder`` builder.
 
-    Never touches the network: ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` are set for the call
-    when not already set. Images are decoded by the same skip-and-count routine as ``image_folder``.
+    ``imagefolder`` is a builder packaged inside ``datasets`` and ``data_dir`` is local, so nothing
+    is fetched from the Hub (works with ``HF_HUB_OFFLINE=1``, which the tests set). Images are
+    decoded by the same skip-and-count routine as ``image_folder``.
     Uses the builder's ``test`` split when present, else the fixed stratified split.
     """
 
@@ -286,21 +287,13 @@ class HFImageFolderAdapter(SplitImageAdapter):
     def _load(self, data_dir: Path) -> dict[str, Any]:
         import datasets
 
-        previous = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-        for key, value in previous.items():
-            if value is None:
-                os.environ[key] = "1"
         try:
             loaded = datasets.load_dataset("imagefolder", data_dir=str(data_dir), cache_dir=self.options.cache_dir)
         except Exception as err:  # datasets raises many types; re-raise as one clear error
             raise ValueError(
-                f"hf_imagefolder could not load '{data_dir}' offline ({type(err).__name__}: {err}); "
-                "expected a local imagefolder layout <split>/<class>/<image> or <class>/<image>"
+                f"hf_imagefolder could not load '{data_dir}' ({type(err).__name__}: {err}); expected a local "
+                "imagefolder layout <split>/<class>/<image> or <class>/<image> (no network is used)"
             ) from err
-        finally:
-            for key, value in previous.items():
-                if value is None:
-                    os.environ.pop(key, None)
         return {name: ds.cast_column("image", datasets.Image(decode=False)) for name, ds in loaded.items()}
 
     def _decode(self, ds: Any, what: str) -> ImageTensorDataset:
