@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator

@@ -133,7 +133,7 @@ def build_model(
         name = kwargs.pop("name")
         encoder = build_encoder(modality, name, **kwargs)
         built_encoders[modality] = encoder
-        projectors[modality] = _build_head(Projector, f"model.projector", in_dim=int(encoder.num_features), **projector)
+        projectors[modality] = _build_head(Projector, "model.projector", in_dim=int(encoder.num_features), **projector)
         if predictor is not None:
             out_dim = projectors[modality].out_dim
             predictors[modality] = _build_head(Predictor, "model.predictor", in_dim=out_dim, **predictor)
