@@ -87,16 +87,22 @@ def _write_folder(root: Path, classes: dict[str, int], size: tuple[int, int] = (
             (first_class / f"broken{i}.png").write_bytes(good[: len(good) // 2])
 
 
-def test_image_folder_skips_and_counts_corrupt(tmp_path):
-    _write_folder(tmp_path, {"cat": 20, "dog": 20}, corrupt=1)
-    with pytest.warns(UserWarning, match=r"skipped 1 of 41 unreadable images; first: .*broken0\.png"):
-        adapter = build_adapter("image_folder", {"root": str(tmp_path), "load_size": 16})
+@pytest.mark.parametrize("preload", [True, False])
+def test_image_folder_skips_and_counts_corrupt(tmp_path, preload):
+    _write_folder(tmp_path, {"cat": 20, "dog": 20}, corrupt=2)
+    with pytest.warns(UserWarning, match=r"skipped 2 of 42 unreadable images; first: .*broken0\.png"):
+        adapter = build_adapter(
+            "image_folder", {"root": str(tmp_path), "load_size": 16, "preload": preload, "max_bad_fraction": 0.1}
+        )
     assert adapter.class_names == ["cat", "dog"]
     train, test = adapter.split("train"), adapter.split("test")
     assert len(train) + len(test) == 40 and len(test) == 8
     item = train[0]
     assert item["x"].shape == (3, 16, 16) and item["x"].dtype == torch.uint8
     assert item["source"].endswith(".png") and "broken" not in item["source"]
+    assert not any("broken" in src for src in train.sources + test.sources)
+    raw = default_collate([test[i] for i in range(len(test))])
+    assert raw["x"].shape == (8, 3, 16, 16) and raw["index"].tolist() == list(range(8))
 
 
 def test_image_folder_mostly_corrupt_errors(tmp_path):
@@ -147,3 +153,13 @@ def test_hf_imagefolder_offline(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="data_dir '.*missing' does not exist"):
         build_adapter("hf_imagefolder", {"data_dir": str(tmp_path / "missing")})
 
+
+
+def test_image_folder_lazy_decode_error_names_the_file(tmp_path):
+    _write_folder(tmp_path, {"a": 4, "b": 4})
+    adapter = build_adapter("image_folder", {"root": str(tmp_path), "preload": False, "load_size": 8})
+    train = adapter.split("train")
+    assert train[0]["x"].shape == (3, 8, 8)
+    Path(train.sources[1]).write_bytes(b"broken later")
+    with pytest.raises(ValueError, match=r"image '.*\.png' passed the scan but cannot be decoded"):
+        train[1]

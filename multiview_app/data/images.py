@@ -54,6 +54,33 @@ class ImageTensorDataset(Dataset):
         return {"x": self.images[i], "label": int(self.labels[i]), "index": int(i), "source": self.sources[i]}
 
 
+class LazyImageFileDataset(Dataset):
+    """Image files decoded on access to uint8 ``(3, S, S)`` (for folders too big to preload).
+
+    Files were checked once at scan time (``PIL.Image.verify``); one that fails to decode later
+    raises a ``ValueError`` naming it (never a silently substituted item).
+    """
+
+    def __init__(self, paths: Sequence[str], labels: torch.Tensor, load_size: int) -> None:
+        if len(paths) != len(labels):
+            raise ValueError(f"{len(paths)} paths, {len(labels)} labels")
+        self.sources = list(paths)
+        self.labels = labels.long()
+        self.load_size = load_size
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        path = self.sources[i]
+        try:
+            with Image.open(path) as img:
+                x = to_uint8_rgb(img, self.load_size)
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
+            raise ValueError(f"image '{path}' passed the scan but cannot be decoded: {type(err).__name__}: {err}") from None
+        return {"x": x, "label": int(self.labels[i]), "index": int(i), "source": path}
+
+
 def stratified_split(labels: np.ndarray, test_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Fixed stratified split: ``round(test_fraction * n_c)`` items of every class ``c`` go to test.
 
@@ -95,41 +122,58 @@ def decode_images(
     load_size: int,
     what: str,
     max_bad_fraction: float,
-) -> ImageTensorDataset:
+    preload: bool = True,
+) -> ImageTensorDataset | LazyImageFileDataset:
     """Decode ``(source, label, open_fn)`` entries; unreadable images are skipped and counted.
 
+    ``preload=True``: every image is decoded now and kept in memory (:class:`ImageTensorDataset`).
+    ``preload=False``: images are only verified now (``PIL`` ``verify``) and decoded on access
+    (:class:`LazyImageFileDataset`; ``source`` must then be the file path).
     Warns with the count and the first paths when anything was skipped; raises ``ValueError``
     when the skipped fraction exceeds ``max_bad_fraction`` or nothing could be read.
     """
     report = DecodeReport([], [], [], [])
-    for source, label, open_fn in tqdm(entries, total=total, desc=f"decoding {what}", leave=False, disable=total < 2000):
+    verb = "decoding" if preload else "checking"
+    for source, label, open_fn in tqdm(entries, total=total, desc=f"{verb} {what}", leave=False, disable=total < 2000):
         try:
             with open_fn() as img:
-                img.load()
-                report.images.append(to_uint8_rgb(img, load_size))
+                if preload:
+                    img.load()
+                    report.images.append(to_uint8_rgb(img, load_size))
+                else:
+                    img.verify()
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
             report.skipped.append(f"{source} ({type(err).__name__})")
             continue
         report.labels.append(label)
         report.sources.append(source)
-    n_bad, n_all = len(report.skipped), len(report.skipped) + len(report.images)
+    n_bad, n_all = len(report.skipped), len(report.skipped) + len(report.labels)
     first = ", ".join(report.skipped[:SHOW_FIRST])
     if n_all and n_bad / n_all > max_bad_fraction:
         raise ValueError(
             f"{what}: {n_bad} of {n_all} images are unreadable ({n_bad / n_all:.1%} > "
             f"data.options.max_bad_fraction={max_bad_fraction}); first: {first}"
         )
-    if not report.images:
+    if not report.labels:
         raise ValueError(f"{what}: no readable images")
     if n_bad:
         warnings.warn(f"{what}: skipped {n_bad} of {n_all} unreadable images; first: {first}", stacklevel=2)
-    return ImageTensorDataset(torch.stack(report.images), torch.tensor(report.labels), report.sources)
+    labels = torch.tensor(report.labels)
+    if not preload:
+        return LazyImageFileDataset(report.sources, labels, load_size)
+    return ImageTensorDataset(torch.stack(report.images), labels, report.sources)
 
 
-def subset(ds: ImageTensorDataset, indices: np.ndarray) -> ImageTensorDataset:
+ImageDataset = ImageTensorDataset | LazyImageFileDataset
+
+
+def subset(ds: ImageDataset, indices: np.ndarray) -> ImageDataset:
     """Rows ``indices`` of ``ds`` as a new dataset (``index`` renumbered within the subset)."""
     idx = torch.as_tensor(indices, dtype=torch.long)
-    return ImageTensorDataset(ds.images[idx], ds.labels[idx], [ds.sources[i] for i in indices.tolist()])
+    sources = [ds.sources[i] for i in indices.tolist()]
+    if isinstance(ds, LazyImageFileDataset):
+        return LazyImageFileDataset(sources, ds.labels[idx], ds.load_size)
+    return ImageTensorDataset(ds.images[idx], ds.labels[idx], sources)
 
 
 class ImageOptions(AdapterOptions):
@@ -142,7 +186,7 @@ class ImageOptions(AdapterOptions):
 
 
 class SplitImageAdapter(DataAdapter):
-    """Image adapter holding an in-memory :class:`ImageTensorDataset` per split."""
+    """Image adapter holding one :class:`ImageTensorDataset` (or lazy file dataset) per split."""
 
     modality = "image"
 
@@ -150,10 +194,10 @@ class SplitImageAdapter(DataAdapter):
         super().__init__(options)
         self.splits = ("train", "test")
 
-    def _set_splits(self, train: ImageTensorDataset, test: ImageTensorDataset) -> None:
+    def _set_splits(self, train: ImageDataset, test: ImageDataset) -> None:
         self._split_cache = {"train": train, "test": test}
 
-    def _split_fixed(self, full: ImageTensorDataset) -> None:
+    def _split_fixed(self, full: ImageDataset) -> None:
         train_idx, test_idx = stratified_split(full.labels.numpy(), self.options.test_fraction, seed=0)
         self._set_splits(subset(full, train_idx), subset(full, test_idx))
 
@@ -217,14 +261,17 @@ def _open_path(path: Path) -> Callable[[], Image.Image]:
 class ImageFolderAdapter(SplitImageAdapter):
     """Images in ``root/<class>/<image>``; uses ``root/train`` and ``root/test`` when both exist.
 
-    All images are decoded once at construction (resized to ``load_size``) and kept in memory;
-    unreadable ones are skipped and counted (error above ``max_bad_fraction``).
+    By default all images are decoded once at construction (resized to ``load_size``) and kept
+    in memory; with ``preload: false`` they are only verified then and decoded on access (for
+    folders too large for memory). Unreadable images are skipped and counted (error above
+    ``max_bad_fraction``).
     """
 
     class Options(ImageOptions):
         root: str = Field(..., description="folder with <class>/<image> (or train/ and test/ subfolders)")
         max_bad_fraction: float = Field(0.05, ge=0.0, le=1.0, description="largest tolerated share of unreadable images")
         extensions: list[str] = Field(default_factory=lambda: list(IMAGE_EXTENSIONS))
+        preload: bool = Field(True, description="decode all images into memory now (else verify now, decode on access)")
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)
@@ -243,10 +290,13 @@ class ImageFolderAdapter(SplitImageAdapter):
             self.class_names = sorted(classes)
             self._split_fixed(self._decode(classes, str(root)))
 
-    def _decode(self, classes: dict[str, list[Path]], what: str) -> ImageTensorDataset:
+    def _decode(self, classes: dict[str, list[Path]], what: str) -> ImageDataset:
         label_of = {name: i for i, name in enumerate(self.class_names)}
         entries = [(str(p), label_of[c], _open_path(p)) for c, paths in classes.items() for p in paths]
-        return decode_images(entries, len(entries), self.options.load_size, f"image folder '{what}'", self.options.max_bad_fraction)
+        return decode_images(
+            entries, len(entries), self.options.load_size, f"image folder '{what}'",
+            self.options.max_bad_fraction, preload=self.options.preload,
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,6 +368,7 @@ __all__ = [
     "HFImageFolderAdapter",
     "ImageFolderAdapter",
     "ImageTensorDataset",
+    "LazyImageFileDataset",
     "decode_images",
     "stratified_split",
 ]
