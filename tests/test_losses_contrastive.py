@@ -160,3 +160,18 @@ def test_float32_small_temperature_is_finite_and_accurate(name: str, tau: float)
     value.backward()
     assert torch.isfinite(value) and torch.isfinite(x.grad).all()
     assert value.item() == pytest.approx(loss(z).item(), rel=1e-4)
+
+
+def test_benchmark_paper_loop_reference_matches_geometric() -> None:
+    """The benchmark's re-implementation of the paper's pseudocode computes Eq. 13-14 geometric PVC."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_losses.py"
+    spec = importlib.util.spec_from_file_location("bench_losses_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for k in (2, 3, 5):
+        z = embeddings(6, k, 4, seed=30 + k)
+        expected = build_loss("pvc_geometric", tau=0.2)(z).item()
+        assert bench.paper_pvc_loop(z, 0.2, "geometric").item() == pytest.approx(expected, rel=1e-10)
