@@ -21,36 +21,44 @@ MIN_BANDWIDTH = 0.1
 
 
 def median(values: torch.Tensor) -> torch.Tensor:
-    """Median of a 1-D tensor (mean of the two middle values for an even count): ``(m,) -> ()``."""
-    m = values.numel()
-    low = torch.kthvalue(values, (m + 1) // 2).values
-    high = torch.kthvalue(values, m // 2 + 1).values
+    """Median along the last dimension (mean of the two middle values for an even count):
+    ``(..., m) -> (...)``."""
+    m = values.shape[-1]
+    low = torch.kthvalue(values, (m + 1) // 2, dim=-1).values
+    high = torch.kthvalue(values, m // 2 + 1, dim=-1).values
     return 0.5 * (low + high)
 
 
+def bandwidth_from_gram(gram: torch.Tensor, floor: float = MIN_BANDWIDTH) -> torch.Tensor:
+    """Median of ``1 - gram[i, j]`` over ``i < j`` (== over ``i != j``), at least ``floor``:
+    ``(..., n, n) -> (...)``."""
+    n = gram.shape[-1]
+    rows, cols = torch.triu_indices(n, n, offset=1, device=gram.device)
+    return median(1.0 - gram[..., rows, cols]).clamp_min(floor)
+
+
 def vmf_bandwidth(z: torch.Tensor, floor: float = MIN_BANDWIDTH) -> torch.Tensor:
-    """Median pairwise cosine distance ``1 - <z_i, z_j>`` over ``i < j`` (== over ``i != j``), at least
-    ``floor``. ``z`` ``(n, d)`` unit rows -> 0-d tensor."""
-    n = z.shape[0]
-    rows, cols = torch.triu_indices(n, n, offset=1, device=z.device)
-    distances = 1.0 - (z[rows] * z[cols]).sum(dim=-1)
-    return median(distances).clamp_min(floor)
+    """Median pairwise cosine distance ``1 - <z_i, z_j>`` of unit rows ``z`` ``(..., n, d)``,
+    floored: ``-> (...)``."""
+    return bandwidth_from_gram(z @ z.transpose(-1, -2), floor)
 
 
 @torch.no_grad()
-def stein_score(z: torch.Tensor, eta: float, bandwidth: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stein score estimate with the vMF kernel for one batch ``z`` ``(n, d)`` of unit vectors.
+def stein_score(z: torch.Tensor, eta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stein score estimate with the vMF kernel, per batch of unit vectors ``z`` ``(..., n, d)``.
 
-    Returns ``(S (n, d), bandwidth ())`` with ``(K + eta I) S = -G``; computed in float64 without
-    gradient, returned in ``z``'s dtype.
+    Returns ``(S (..., n, d), bandwidth (...))`` with ``(K + eta I) S = -G``,
+    ``K_ij = exp(<z_i, z_j> / Delta)``, ``G_i = (z_i / Delta) sum_m K_im``; computed in float64
+    without gradient (batched linear solve), returned in ``z``'s dtype.
     """
     x = z.detach().double()
-    delta = vmf_bandwidth(x) if bandwidth is None else bandwidth.double()
-    kernel = torch.exp(x @ x.T / delta)  # (n, n)
-    g = x / delta * kernel.sum(dim=1, keepdim=True)  # (n, d)
-    eye = torch.eye(x.shape[0], dtype=x.dtype, device=x.device)
+    gram = x @ x.transpose(-1, -2)  # (..., n, n)
+    delta = bandwidth_from_gram(gram)[..., None, None]  # (..., 1, 1)
+    kernel = torch.exp(gram / delta)
+    g = x / delta * kernel.sum(dim=-1, keepdim=True)  # (..., n, d)
+    eye = torch.eye(x.shape[-2], dtype=x.dtype, device=x.device)
     score = -torch.linalg.solve(kernel + eta * eye, g)
-    return score.to(z.dtype), delta.to(z.dtype)
+    return score.to(z.dtype), delta[..., 0, 0].to(z.dtype)
 
 
 @LOSSES.register("mveb")
@@ -83,12 +91,11 @@ class MVEB(MultiViewLoss):
         # sum_{alpha < beta} <z_alpha, z_beta> = (||sum_alpha z_alpha||^2 - sum_alpha ||z_alpha||^2) / 2
         pair_sum = 0.5 * (z.sum(dim=1).pow(2).sum(dim=-1) - z.pow(2).sum(dim=(1, 2)))  # (n,)
         alignment = pair_sum.mean() / (k * (k - 1) / 2)
-        scores, bandwidths = zip(*(stein_score(z[:, view], self.eta) for view in range(k)))
-        score = torch.stack(scores, dim=1)  # (n, k, d), no gradient
-        entropy_surrogate = (score * z).sum(dim=-1).mean()
+        score, bandwidth = stein_score(z.transpose(0, 1), self.eta)  # (k, n, d), (k,): one batch per view
+        entropy_surrogate = (score.transpose(0, 1) * z).sum(dim=-1).mean()
         self.last_stats.update(
             alignment=float(alignment.detach()),
             entropy_surrogate=float(entropy_surrogate.detach()),
-            bandwidth=float(torch.stack(bandwidths).mean()),
+            bandwidth=float(bandwidth.mean()),
         )
         return -alignment + self.beta * entropy_surrogate
