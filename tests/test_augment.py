@@ -177,6 +177,12 @@ def test_augment_policy_views(digits):
     assert same.stacks == ["simclr", "simclr"]
     poly = build_view_policy("augment", 6, {}, digits)
     assert poly.stacks == ["simclr"] * 6
+    assert poly.specs[0] == A.STACKS.get("simclr")
+    gentle = build_view_policy("augment", 2, {"stacks": "simclr", "crop_scale": [0.5, 1.0], "jitter_strength": 0.5}, digits)
+    assert gentle.specs[0].crop_scale == (0.5, 1.0)
+    assert (gentle.specs[0].brightness, gentle.specs[0].hue) == (0.4, 0.1)
+    vb = gentle.train_views(raw, torch.Generator().manual_seed(0))
+    assert vb.views[0].shape == (5, 3, 32, 32)
 
 
 def test_view_policy_errors(digits):
@@ -186,8 +192,10 @@ def test_view_policy_errors(digits):
         build_view_policy("augment", 2, {"stacks": ["simclr", "simclrr"]}, digits)
     with pytest.raises(ValueError, match="lists 1 stacks but views.k = 2"):
         build_view_policy("augment", 2, {"stacks": ["simclr"]}, digits)
-    with pytest.raises(ValueError, match=r"views\.options\.img_size: unknown option; allowed: stacks, image_size"):
+    with pytest.raises(ValueError, match=r"views\.options\.img_size: unknown option; allowed: stacks, image_size, crop_scale, jitter_strength"):
         build_view_policy("augment", 2, {"img_size": 32}, digits)
+    with pytest.raises(ValueError, match=r"views\.options\.crop_scale: .*expected 0 < low <= high <= 1"):
+        build_view_policy("augment", 2, {"crop_scale": [0.9, 0.2]}, digits)
     with pytest.raises(ValueError, match="unknown view policy 'augmnt'"):
         build_view_policy("augmnt", 2, {}, digits)
 

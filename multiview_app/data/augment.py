@@ -28,7 +28,7 @@ and scales with the image size: ``odd(0.1 * image_size)`` (3 px at 32 px).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -336,12 +336,28 @@ def test_transform(images: torch.Tensor, image_size: int, normalize_output: bool
     return normalize(x) if normalize_output else x
 
 
-def augment(images: torch.Tensor, stack: str, image_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def customized(spec: StackSpec, crop_scale: tuple[float, float] | None = None, jitter_strength: float = 1.0) -> StackSpec:
+    """``spec`` with another crop scale range and/or color-jitter strengths scaled by ``jitter_strength``
+    (poly-view App. F.3 varies both; 1.0 = the paper's stack)."""
+    return replace(
+        spec,
+        crop_scale=tuple(crop_scale) if crop_scale is not None else spec.crop_scale,
+        brightness=spec.brightness * jitter_strength,
+        contrast=spec.contrast * jitter_strength,
+        saturation=spec.saturation * jitter_strength,
+        hue=min(0.5, spec.hue * jitter_strength),
+    )
+
+
+def augment(
+    images: torch.Tensor, stack: str | StackSpec, image_size: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """One view of every image: ``(n, 3, H, W)`` uint8/float -> normalized ``(n, 3, S, S)`` float32.
 
-    ``stack`` is a name in :data:`STACKS`; each sample draws its own parameters from ``generator``.
+    ``stack`` is a name in :data:`STACKS` (or a :class:`StackSpec`); each sample draws its own
+    parameters from ``generator``.
     """
-    spec = STACKS.get(stack)
+    spec = STACKS.get(stack) if isinstance(stack, str) else stack
     if not spec.train:
         return test_transform(images, image_size)
     x = to_float(images)
@@ -359,6 +375,7 @@ __all__ = [
     "apply_params",
     "augment",
     "blur_kernel_size",
+    "customized",
     "sample_params",
     "test_transform",
 ]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..registry import Registry
 from .adapters import DataAdapter, format_validation_error
-from .augment import M3G_STACKS, STACKS, augment
+from .augment import M3G_STACKS, STACKS, augment, customized
 from .batch import ViewBatch
 
 #: Modules with view policies, imported before the registry is used (helper-5: EEG ``channels``).
@@ -126,7 +126,8 @@ class AugmentPolicy(ViewPolicy):
 
     ``stacks``: one stack name for all views, or a list of k names; default ``None`` = M3G's
     ``[byol_global1, byol_global2, simclr, byol_global1][:k]`` for k <= 4, else ``simclr`` for all
-    views (the poly-view setting). Eval views use the ``test`` stack.
+    views (the poly-view setting). ``crop_scale`` / ``jitter_strength`` adjust every stack (e.g.
+    gentler crops for 32-px digits). Eval views use the ``test`` stack.
     """
 
     modality = "image"
@@ -134,6 +135,17 @@ class AugmentPolicy(ViewPolicy):
     class Options(PolicyOptions):
         stacks: str | list[str] | None = None
         image_size: int = Field(32, ge=8, le=1024, description="side of the square views (pixels)")
+        crop_scale: tuple[float, float] | None = Field(
+            None, description="override of every stack's RandomResizedCrop scale range (default (0.08, 1.0))"
+        )
+        jitter_strength: float = Field(1.0, ge=0.0, le=4.0, description="multiplies every stack's color-jitter strengths")
+
+        @field_validator("crop_scale")
+        @classmethod
+        def _scale_range(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+            if value is not None and not 0.0 < value[0] <= value[1] <= 1.0:
+                raise ValueError("expected 0 < low <= high <= 1")
+            return value
 
         @field_validator("stacks")
         @classmethod
@@ -156,10 +168,11 @@ class AugmentPolicy(ViewPolicy):
                 raise ValueError(f"views.options.stacks lists {len(stacks)} stacks but views.k = {k}")
             self.stacks = list(stacks)
         self.image_size = options.image_size
+        self.specs = [customized(STACKS.get(name), options.crop_scale, options.jitter_strength) for name in self.stacks]
 
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         images = raw["x"]
-        views = [augment(images, stack, self.image_size, generator) for stack in self.stacks]
+        views = [augment(images, spec, self.image_size, generator) for spec in self.specs]
         labels, meta = labels_and_meta(raw)
         return ViewBatch(views, ["image"] * self.k, list(self.stacks), labels, meta)
 
