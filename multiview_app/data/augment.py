@@ -4,13 +4,16 @@ A ``torchvision.transforms.v2`` transform applied to a batch tensor draws ONE pa
 the whole batch, which would make every item's view identical up to content - useless for
 contrastive learning. Here every sample draws its own parameters from a ``torch.Generator``
 (drawn on the generator's device, kept on the CPU - they are tiny; a CPU generator makes the
-views independent of the images' device) and the ops are applied batched on the images' device, each matching ``torchvision.transforms.v2.functional`` on a single sample:
+views independent of the images' device) and the ops are applied batched on the images'
+device, each matching ``torchvision.transforms.v2.functional`` on a single sample:
 
 =================  ==========================================================================
 op                 batched implementation
 =================  ==========================================================================
-resized crop       ``torchvision.ops.roi_align`` with per-sample boxes (bilinear; the papers
-                   use bicubic - documented difference)
+resized crop       ``torchvision.ops.roi_align`` with per-sample boxes: bilinear (the papers
+                   use bicubic); the outermost output pixels interpolate with the pixels just
+                   outside the box (torchvision clamps at the box edge); when shrinking, each
+                   output pixel averages ceil(box / size)^2 samples (box-filter antialias)
 horizontal flip    mask + ``flip(-1)``
 color jitter       per-sample brightness / contrast / saturation factors and hue shift, in a
                    per-sample random order (like ``ColorJitter``); hue via batched RGB<->HSV
@@ -279,9 +282,16 @@ def gaussian_blur(x: torch.Tensor, kernel_size: int, sigma: torch.Tensor) -> tor
 
 
 def resized_crop(x: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
-    """Crop ``boxes (n, 4)`` (x1, y1, x2, y2 pixels) of each image and resize to ``size`` (bilinear)."""
+    """Crop ``boxes (n, 4)`` (x1, y1, x2, y2 pixels) of each image ``(n, C, H, W)`` -> ``(n, C, size, size)``.
+
+    Bilinear, pixel-center aligned (``aligned=True``) like ``TF.resized_crop(antialias=False)``
+    inside the box; ``sampling_ratio=0`` averages several samples per output pixel when shrinking.
+    """
     rois = torch.cat([torch.arange(len(x), dtype=boxes.dtype)[:, None], boxes], dim=1)
-    return roi_align(x, rois.to(device=x.device, dtype=x.dtype), output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True)
+    return roi_align(
+        x, rois.to(device=x.device, dtype=x.dtype), output_size=(size, size), spatial_scale=1.0,
+        sampling_ratio=0, aligned=True,
+    )
 
 
 def _color_jitter(x: torch.Tensor, p: AugmentParams) -> torch.Tensor:
