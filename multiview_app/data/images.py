@@ -210,7 +210,7 @@ class DigitsAdapter(SplitImageAdapter):
     """scikit-learn's bundled digits (no network), up-sampled to ``load_size`` and replicated to RGB.
 
     Pixel values 0..16 are scaled to 0..255; bilinear up-sampling; fixed stratified split with
-    seed 0 and ``test_fraction`` (default 0.2 -> 1,437 train / 360 test).
+    seed 0 and ``test_fraction`` (default 0.2 -> 1,438 train / 359 test: round(0.2 n_c) per class).
     """
 
     class Options(ImageOptions):
