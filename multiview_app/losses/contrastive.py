@@ -198,6 +198,7 @@ class InfoNCEPairwise(TemperatureLoss):
     ``L(alpha -> beta) = mean_i[-s(i alpha, i beta) + logsumexp_j s(i alpha, j beta)]``; the loss is
     the mean over ``alpha != beta``. Each unordered pair's ``(n, n)`` block is computed once: its
     row softmax gives ``alpha -> beta`` and its column softmax ``beta -> alpha``.
+    last_stats: ``mi_lower_bound = log(n) - L`` (InfoNCE bound with n candidates).
     """
 
     name: ClassVar[str] = "infonce_pwe"
@@ -217,6 +218,7 @@ class InfoNCEAverage(TemperatureLoss):
     """M3G Eq. 4: view ``alpha`` against ``xbar_i = normalize(mean_{beta != alpha} z_i beta)``.
 
     ``L(alpha) = mean_i[-s(z_i alpha, xbar_i) + logsumexp_j s(z_i alpha, xbar_j)]``, averaged over alpha.
+    last_stats: ``mi_lower_bound = log(n) - L``.
     """
 
     name: ClassVar[str] = "infonce_ave"
