@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -58,12 +58,15 @@ class ModelConfig(_Strict):
     predictor: dict[str, Any] | None = None
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
 
-    @model_validator(mode="after")
-    def _encoders_named(self) -> "ModelConfig":
-        for modality, spec in self.encoders.items():
+    @field_validator("encoders")
+    @classmethod
+    def _encoders_named(cls, encoders: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        if not encoders:
+            raise ValueError("need at least one {modality: {name: ...}}")
+        for modality, spec in encoders.items():
             if "name" not in spec:
-                raise ValueError(f"encoder for modality '{modality}' needs a 'name'")
-        return self
+                raise ValueError(f"encoder for modality '{modality}' needs a 'name' (e.g. small_cnn)")
+        return encoders
 
 
 class LossConfig(BaseModel):
