@@ -1,0 +1,389 @@
+"""Multi-marginal Sinkhorn (M3G paper, Alg. 1) in two exact variants.
+
+Both solve, for a log-kernel ``A = -C / epsilon`` over ``k`` views of ``n`` points, the dual
+potentials ``g_l = f_l / epsilon`` (``(k, n)``) of the plan ``P = exp(A + g_1 (+) ... (+) g_k)`` with
+uniform marginals ``1/n``. Updates follow Alg. 1 (Gauss-Seidel: ``g_1``, then ``g_2`` with the new
+``g_1``, ...); after every full sweep the stopping rule is ``sum_l ||m_l(P) - 1/n||_1 < tol``.
+
+* :func:`mm_sinkhorn_dense` -- the materialized log-domain solver on a full ``(n,)*k`` log-kernel
+  (temporaries processed in chunks along the first axis). Used for non-pairwise costs, as the
+  numerical fallback and as the reference.
+* :func:`mm_sinkhorn_pairwise` -- for kernels that factorize over view pairs,
+  ``A[i_1..i_k] = sum_{l<m} L_lm[i_l, i_m] - offset``. The last view ``q`` is summed out with a
+  GEMM against pre-stabilized exp-domain factors, so one sweep costs two ``n^k`` GEMMs plus
+  ``O(k n^(k-1))`` element-wise work and memory ``O(n^(k-1))``; potentials stay in the log domain and
+  every exp-domain factor carries its own max shift. If any intermediate underflows or turns
+  non-finite the solve continues, from the last good potentials, on the dense exact path.
+
+Both return a :class:`MMSinkhornResult` with the pairwise marginals ``P_lm`` (``l < m``) that the
+Danskin gradient of M3G needs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+# Smallest accepted value of an exp-domain partial sum on the factorized path: below it a sum may
+# have lost its leading terms to underflow, so the solve switches to the dense log-domain path.
+_TINY = {torch.float32: 1e-30, torch.float64: 1e-280}
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass
+class MMSinkhornResult:
+    """Output of an MM-Sinkhorn solve.
+
+    ``log_potentials``: ``(k, n)`` dual potentials divided by epsilon (``g_l = f_l / epsilon``).
+    ``pair_marginals``: ``(k, k, n, n)``; entry ``[l, m]`` for ``l < m`` is the sum of ``P`` (or of
+    ``P * pair_weight`` on the dense path) over every axis but ``l`` and ``m``; other entries are 0.
+    ``mass``: ``sum(P)``. ``marginal_error``: ``sum_l ||m_l(P) - 1/n||_1`` of the returned plan.
+    ``path``: ``"factorized"``, ``"dense"`` or ``"factorized->dense"`` (numerical fallback).
+    """
+
+    log_potentials: torch.Tensor
+    pair_marginals: torch.Tensor
+    mass: float
+    iterations: int
+    marginal_error: float
+    converged: bool
+    path: str
+
+
+# --------------------------------------------------------------------------- dense (materialized)
+def _outer_sum(vectors: list[torch.Tensor]) -> torch.Tensor:
+    """``v_1 (+) ... (+) v_k`` as a tensor of shape ``(len(v_1), ..., len(v_k))``."""
+    total = vectors[0]
+    for vec in vectors[1:]:
+        total = total.unsqueeze(-1) + vec
+    return total
+
+
+def _chunk_rows(shape: tuple[int, ...], chunk_elems: int) -> int:
+    """Rows of the first axis per chunk so that a chunk holds about ``chunk_elems`` entries."""
+    row = math.prod(shape[1:])
+    return max(1, min(shape[0], chunk_elems // max(row, 1)))
+
+
+def _dense_log_marginal(log_kernel: torch.Tensor, g: torch.Tensor, view: int, chunk_elems: int) -> torch.Tensor:
+    """``log m_view`` of ``P = exp(log_kernel + (+)g)`` ``(n,)``, chunked along axis 0."""
+    k, n = g.shape
+    rows = _chunk_rows(tuple(log_kernel.shape), chunk_elems)
+    parts = []
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        block = log_kernel[start:stop] + _outer_sum([g[0, start:stop], *g[1:]])
+        parts.append(torch.logsumexp(block.movedim(view, 0).reshape(block.shape[view], -1), dim=1))
+    if view == 0:
+        return torch.cat(parts)
+    return torch.logsumexp(torch.stack(parts), dim=0)
+
+
+def _dense_marginals(log_kernel: torch.Tensor, g: torch.Tensor, chunk_elems: int) -> torch.Tensor:
+    """All ``k`` marginals ``(k, n)`` of ``P = exp(log_kernel + (+)g)`` (one exp pass, chunked)."""
+    k, n = g.shape
+    rows = _chunk_rows(tuple(log_kernel.shape), chunk_elems)
+    marg = torch.zeros(k, n, dtype=g.dtype, device=g.device)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        plan = (log_kernel[start:stop] + _outer_sum([g[0, start:stop], *g[1:]])).exp_()
+        for view in range(k):
+            dims = tuple(d for d in range(k) if d != view)
+            sums = plan.sum(dim=dims)
+            if view == 0:
+                marg[0, start:stop] = sums
+            else:
+                marg[view] += sums
+    return marg
+
+
+def _dense_pair_sums(
+    log_kernel: torch.Tensor, g: torch.Tensor, chunk_elems: int, pair_weight: torch.Tensor | None
+) -> torch.Tensor:
+    """``(k, k, n, n)`` sums of ``P`` (times ``pair_weight`` if given) over all axes but each pair."""
+    k, n = g.shape
+    rows = _chunk_rows(tuple(log_kernel.shape), chunk_elems)
+    pairs = torch.zeros(k, k, n, n, dtype=g.dtype, device=g.device)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        plan = (log_kernel[start:stop] + _outer_sum([g[0, start:stop], *g[1:]])).exp_()
+        if pair_weight is not None:
+            plan.mul_(pair_weight[start:stop])
+        for l in range(k):
+            for m in range(l + 1, k):
+                dims = tuple(d for d in range(k) if d not in (l, m))
+                sums = plan.sum(dim=dims) if dims else plan
+                if l == 0:
+                    pairs[l, m, start:stop] = sums
+                else:
+                    pairs[l, m] += sums
+    return pairs
+
+
+def mm_sinkhorn_dense(
+    log_kernel: torch.Tensor,
+    tol: float,
+    max_iter: int,
+    *,
+    init: torch.Tensor | None = None,
+    pair_weight: torch.Tensor | None = None,
+    chunk_elems: int = 1 << 24,
+    iterations_done: int = 0,
+) -> MMSinkhornResult:
+    """Alg. 1 on a materialized log-kernel ``A = -C / epsilon`` of shape ``(n,)*k``.
+
+    ``init``: starting log-potentials ``(k, n)`` (zeros by default). ``pair_weight``: optional
+    ``(n,)*k`` tensor; the returned pair sums are then those of ``P * pair_weight``.
+    ``iterations_done`` counts sweeps already spent (by a caller falling back to this path) against
+    ``max_iter``. Runs in ``log_kernel``'s dtype; memory ``n^k`` plus chunk temporaries.
+    """
+    k, n = log_kernel.dim(), log_kernel.shape[0]
+    log_target = -math.log(n)
+    g = torch.zeros(k, n, dtype=log_kernel.dtype, device=log_kernel.device) if init is None else init.clone()
+    iterations, error, converged = iterations_done, float("inf"), False
+    while iterations < max_iter:
+        for view in range(k):
+            g[view] += log_target - _dense_log_marginal(log_kernel, g, view, chunk_elems)
+        iterations += 1
+        marg = _dense_marginals(log_kernel, g, chunk_elems)
+        error = float((marg - 1.0 / n).abs().sum())
+        if error < tol:
+            converged = True
+            break
+    if iterations == iterations_done:  # max_iter already spent: report the incoming plan
+        marg = _dense_marginals(log_kernel, g, chunk_elems)
+        error = float((marg - 1.0 / n).abs().sum())
+    pairs = _dense_pair_sums(log_kernel, g, chunk_elems, pair_weight)
+    mass = float(marg[0].sum())
+    return MMSinkhornResult(g, pairs, mass, iterations, error, converged, "dense")
+
+
+# --------------------------------------------------------------------------- factorized (pairwise)
+class _NumericalTrouble(Exception):
+    """An exp-domain intermediate of the factorized path underflowed or is not finite."""
+
+
+def _check(values: torch.Tensor, tiny: float) -> None:
+    """Raise :class:`_NumericalTrouble` unless every entry is finite and ``>= tiny``."""
+    if not bool(torch.isfinite(values).all()) or float(values.min()) < tiny:
+        raise _NumericalTrouble
+
+
+def _times_exp(values: torch.Tensor, log_scale: float) -> torch.Tensor:
+    """``values * exp(log_scale)`` computed in float64 (small tensors only), cast back."""
+    if not abs(log_scale) < 700.0:
+        raise _NumericalTrouble
+    return (values.double() * math.exp(log_scale)).to(values.dtype)
+
+
+def _contract(tensor: torch.Tensor, vectors: dict[int, torch.Tensor], keep: tuple[int, ...]) -> torch.Tensor:
+    """Contract ``tensor`` ``(n,)*r`` with ``vectors[axis]`` on those axes, sum the other
+    non-``keep`` axes; result has the ``keep`` axes in order."""
+    r = tensor.dim()
+    letters = _LETTERS[:r]
+    operands, specs = [tensor], [letters]
+    for axis, vec in vectors.items():
+        operands.append(vec)
+        specs.append(letters[axis])
+    out = "".join(letters[a] for a in keep)
+    return torch.einsum(",".join(specs) + "->" + out, *operands)
+
+
+class _PairwiseFactors:
+    """Iteration-independent, exp-domain factors of a pairwise log-kernel.
+
+    Views ``0..r-1`` (``r = k - 1``) are the "rest" ``I = (I', j)`` with ``j = i_{r-1}``; view
+    ``q = k - 1`` is summed out by GEMMs. With ``logX[I', i_q] = sum_{l<r-1} L_lq[i_l, i_q]`` and
+    ``logB[I] = sum_{l<m<q} L_lm[i_l, i_m]``:
+
+    * ``xe = exp(logX - xs[I'])`` ``(n^(r-1), n)``, row-shifted (``xs`` the row max);
+    * ``be = exp(logB + xs[I'] - bs)`` ``(n^(r-1), n)``, ``bs`` its global max;
+    * ``last = L_{r-1, q}`` ``(n, n)``.
+
+    The plan is then ``P[I, i_q] = exp(bs - offset + sum_{l<k} g_l) * be[I] * xe[I', i_q] *
+    exp(last[j, i_q])`` up to the per-row shifts, which the solver tracks as log-scalars.
+    """
+
+    def __init__(self, log_factors: torch.Tensor, offset: float) -> None:
+        k, _, n, _ = log_factors.shape
+        self.k, self.n, self.r, self.q = k, n, k - 1, k - 1
+        self.offset = offset
+        q, r = self.q, self.r
+        dtype, device = log_factors.dtype, log_factors.device
+        log_x = torch.zeros((n,) * (r - 1) + (n,), dtype=dtype, device=device)
+        for l in range(r - 1):
+            shape = [1] * r
+            shape[l], shape[-1] = n, n
+            log_x = log_x + log_factors[l, q].reshape(shape)
+        log_x = log_x.reshape(-1, n)  # (n^(r-1), n)
+        xs = log_x.amax(dim=1)
+        self.xe = (log_x - xs[:, None]).exp_()
+        log_b = xs.reshape((n,) * (r - 1) + (1,)) if r > 1 else xs.reshape(1)
+        log_b = log_b.expand((n,) * r).clone() if r > 1 else xs.expand(n).clone()
+        for l in range(r):
+            for m in range(l + 1, r):
+                shape = [1] * r
+                shape[l], shape[m] = n, n
+                log_b += log_factors[l, m].reshape(shape)
+        self.bs = float(log_b.max())
+        self.be = (log_b - self.bs).exp_().reshape(-1, n)  # (n^(r-1), n)
+        self.last = log_factors[r - 1, q]
+
+
+def mm_sinkhorn_pairwise(
+    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, *, chunk_elems: int = 1 << 24
+) -> MMSinkhornResult:
+    """Alg. 1 for ``A[i_1..i_k] = sum_{l<m} log_factors[l, m][i_l, i_m] - offset``.
+
+    ``log_factors``: ``(k, k, n, n)``, only ``l < m`` entries are read. Never materializes ``n^k``
+    unless it falls back to :func:`mm_sinkhorn_dense` (reported in ``path``).
+    """
+    k, n = log_factors.shape[0], log_factors.shape[2]
+    g = torch.zeros(k, n, dtype=log_factors.dtype, device=log_factors.device)
+    try:
+        return _pairwise_solve(log_factors, offset, tol, max_iter, g)
+    except _NumericalTrouble as trouble:
+        iterations = trouble.args[0] if trouble.args else 0
+        good = g if bool(torch.isfinite(g).all()) else torch.zeros_like(g)
+        log_kernel = _dense_from_pairs(log_factors, offset)
+        result = mm_sinkhorn_dense(
+            log_kernel, tol, max_iter, init=good, chunk_elems=chunk_elems, iterations_done=min(iterations, max_iter)
+        )
+        result.path = "factorized->dense"
+        return result
+
+
+def _dense_from_pairs(log_factors: torch.Tensor, offset: float) -> torch.Tensor:
+    """Materialize ``sum_{l<m} L_lm[i_l, i_m] - offset`` as ``(n,)*k``."""
+    k, n = log_factors.shape[0], log_factors.shape[2]
+    out = torch.full((n,) * k, -offset, dtype=log_factors.dtype, device=log_factors.device)
+    for l in range(k):
+        for m in range(l + 1, k):
+            shape = [1] * k
+            shape[l], shape[m] = n, n
+            out += log_factors[l, m].reshape(shape)
+    return out
+
+
+def _pairwise_solve(
+    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, g: torch.Tensor
+) -> MMSinkhornResult:
+    """Factorized sweeps; updates ``g`` ``(k, n)`` in place (kept valid for a fallback)."""
+    tiny = _TINY.get(log_factors.dtype, _TINY[torch.float32])
+    fac = _PairwiseFactors(log_factors, offset)
+    state = {"iterations": 0}
+    try:
+        return _pairwise_sweeps(fac, tol, max_iter, g, tiny, state)
+    except _NumericalTrouble:
+        raise _NumericalTrouble(state["iterations"]) from None
+
+
+def _pairwise_sweeps(
+    fac: _PairwiseFactors, tol: float, max_iter: int, g: torch.Tensor, tiny: float, state: dict[str, int]
+) -> MMSinkhornResult:
+    """The sweep loop of :func:`_pairwise_solve`; ``state["iterations"]`` tracks finished sweeps."""
+    k, n, r, q = fac.k, fac.n, fac.r, fac.q
+    log_n = math.log(n)
+    rest_shape = (n,) * r
+    iterations, error, converged = 0, float("inf"), False
+    while True:
+        # --- sum out view q: R1[I', j] = sum_{i_q} xe[I', i_q] * M1[i_q, j]   (GEMM 1)
+        last_g = fac.last + g[q]  # (n_j, n_q)
+        m1_shift = last_g.amax(dim=1)  # (n_j,)
+        m1 = (last_g - m1_shift[:, None]).exp_().T.contiguous()  # (n_q, n_j)
+        r1 = fac.xe @ m1  # (n^(r-1), n_j)
+        _check(r1, tiny)
+        q0 = (fac.be * r1).reshape(rest_shape)  # rest plan up to the rank-1 factor below
+        # log-potentials of the rest views as seen by q0 (view r-1 also carries the GEMM shift)
+        h = g[:r].clone()
+        h[r - 1] += m1_shift
+        h_max = h.amax(dim=1)
+        v = (h - h_max[:, None]).exp_()
+        log_scale = fac.bs - fac.offset + float(h_max.sum())
+        if iterations > 0:  # stopping rule of Alg. 1 on the plan after the last sweep
+            if r > 1:
+                marg = torch.stack([_contract(q0, {a: v[a] for a in range(r)}, (l,)) for l in range(r)])
+            else:
+                marg = (q0 * v[0])[None]
+            marg = _times_exp(marg, log_scale)
+            error = float((marg - 1.0 / n).abs().sum())  # view q is exact after its update
+            if not math.isfinite(error):
+                raise _NumericalTrouble(iterations)
+            if error < tol:
+                converged = True
+                break
+        if iterations >= max_iter:
+            break
+        # --- Gauss-Seidel updates of the rest views on q0 (exp domain, log-domain potentials)
+        for l in range(r):
+            others = {a: v[a] for a in range(r) if a != l}
+            partial = _contract(q0, others, (l,)) if r > 1 else q0
+            _check(partial, tiny)
+            # log m_l = (h_l - max h_l) + log(partial) + log_scale; g_l -= log n + log m_l
+            step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
+            g[l] += step
+            h[l] += step
+            new_max = h[l].amax()
+            log_scale += float(new_max - h_max[l])
+            h_max[l] = new_max
+            v[l] = (h[l] - new_max).exp()
+        # --- marginal of view q with the new rest potentials   (GEMM 2)
+        w = _last_pair(fac, v, m1)  # (n_j, n_q), up to exp(log_scale)
+        col = w.sum(dim=0)
+        _check(col, tiny)
+        g[q] += -log_n - col.log() - log_scale
+        iterations += 1
+        state["iterations"] = iterations
+    pairs = _pairwise_marginals(fac, q0, v, m1, log_scale)
+    mass = float(pairs[0, 1].sum())
+    if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
+        raise _NumericalTrouble(iterations)
+    if iterations == 0:  # no sweep (max_iter == 0): error of the initial plan
+        marg = torch.stack([pairs[0, 1].sum(1), *[pairs[0, m].sum(0) for m in range(1, k)]])
+        error = float((marg - 1.0 / n).abs().sum())
+    return MMSinkhornResult(g, pairs, mass, iterations, error, converged, "factorized")
+
+
+def _outer_rows(fac: _PairwiseFactors, v: torch.Tensor) -> torch.Tensor:
+    """``V'[I'] = prod_{l<r-1} v_l[i_l]`` flattened ``(n^(r-1),)``."""
+    if fac.r == 1:
+        return torch.ones(1, dtype=v.dtype, device=v.device)
+    rows = v[0]
+    for l in range(1, fac.r - 1):
+        rows = (rows[:, None] * v[l][None, :]).reshape(-1)
+    return rows
+
+
+def _last_pair(fac: _PairwiseFactors, v: torch.Tensor, m1: torch.Tensor) -> torch.Tensor:
+    """Pair marginal of views ``(r-1, q)`` ``(n_j, n_q)`` up to the factor ``exp(log_scale)``.
+
+    ``P_{r-1,q}[j, i_q] = v_{r-1}[j] M1[i_q, j] sum_{I'} V'[I'] be[I', j] xe[I', i_q]`` (one GEMM).
+    """
+    rows = _outer_rows(fac, v)
+    core = fac.be.T @ (fac.xe * rows[:, None])  # (n_j, n_q)
+    return core * v[fac.r - 1][:, None] * m1.T
+
+
+def _pairwise_marginals(
+    fac: _PairwiseFactors, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: float
+) -> torch.Tensor:
+    """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the current plan."""
+    k, n, r, q = fac.k, fac.n, fac.r, fac.q
+    pairs = torch.zeros(k, k, n, n, dtype=v.dtype, device=v.device)
+    # pairs inside the rest views: sums of q0 * (x)v
+    for l in range(r):
+        for m in range(l + 1, r):
+            others = {a: v[a] for a in range(r) if a not in (l, m)}
+            pm = _contract(q0, others, (l, m))
+            pairs[l, m] = _times_exp(pm * v[l][:, None] * v[m][None, :], log_scale)
+    # pairs (l, q), l < r-1: sum_{I' \ l} xe[I', i_q] * (Qn @ M1^T)[I', i_q]
+    if r > 1:
+        qn = fac.be * (_outer_rows(fac, v)[:, None] * v[r - 1][None, :])  # (n^(r-1), n_j)
+        h = fac.xe * (qn @ m1.T)  # (n^(r-1), n_q)
+        h = h.reshape((n,) * (r - 1) + (n,))
+        for l in range(r - 1):
+            keep = (l, r - 1)
+            pairs[l, q] = _times_exp(_contract(h, {}, keep), log_scale)
+    pairs[r - 1, q] = _times_exp(_last_pair(fac, v, m1), log_scale)
+    return pairs
