@@ -15,10 +15,12 @@ log-sum-exps. The shared building blocks are
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 
 from . import LOSSES
 from .base import MultiViewLoss, check_positive, normalize
@@ -84,10 +86,10 @@ class _SymmetricOtherItemLogSumExp(torch.autograd.Function):
         numer = torch.bmm(by_view[first] / tau, by_view[second].transpose(1, 2))  # (P, n, n)
         numer.sub_(1.0 / tau).exp_()
         numer.diagonal(dim1=1, dim2=2).zero_()  # own item: not a negative
-        total = _fold_rows_and_cols(numer.sum(dim=2), numer.sum(dim=1), first, second, k)
+        total = _fold_rows_and_cols(numer.sum(dim=2), numer[k:].sum(dim=1), first, second, k)
         if with_weight_sq:
             squares = numer * numer
-            weight_sq = _fold_rows_and_cols(squares.sum(dim=2), squares.sum(dim=1), first, second, k)
+            weight_sq = _fold_rows_and_cols(squares.sum(dim=2), squares[k:].sum(dim=1), first, second, k)
             weight_sq = weight_sq / total.square()
         else:
             weight_sq = torch.zeros_like(total)
@@ -104,12 +106,13 @@ class _SymmetricOtherItemLogSumExp(torch.autograd.Function):
         scale = grad_lse.T / total / ctx.tau  # (k, n)
         # block (p, q) of W + W^T, W = diag(scale) * numer (row-scaled softmax numerators)
         sym = numer * (scale[first][:, :, None] + scale[second][:, None, :])  # (P, n, n)
-        grad = torch.zeros_like(by_view)
-        grad.index_add_(0, first, torch.bmm(sym, by_view[second]))
-        grad.index_add_(0, second[k:], torch.bmm(sym[k:].transpose(1, 2), by_view[first[k:]]))
+        from_rows = torch.bmm(sym, by_view[second])  # (P, n, d): contributions to view `first`
+        from_cols = torch.bmm(sym[k:].transpose(1, 2), by_view[first[k:]])  # to view `second`
+        grad = _fold_rows_and_cols(from_rows, from_cols, first, second, k)  # (k, n, d)
         return grad.transpose(0, 1), None, None
 
 
+@functools.lru_cache(maxsize=32)
 def _view_pairs(k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """View pairs ``(first, second)`` with ``first <= second``: the ``k`` pairs ``(p, p)`` first,
     then the ``k (k - 1) / 2`` pairs ``p < q``."""
@@ -118,15 +121,17 @@ def _view_pairs(k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tenso
     return torch.cat([diagonal, upper[0]]), torch.cat([diagonal, upper[1]])
 
 
-def _fold_rows_and_cols(row_sums: torch.Tensor, col_sums: torch.Tensor, first: torch.Tensor,
+def _fold_rows_and_cols(row_blocks: torch.Tensor, col_blocks: torch.Tensor, first: torch.Tensor,
                         second: torch.Tensor, k: int) -> torch.Tensor:
-    """Per-anchor totals ``(k, n)`` from block sums ``(P, n)`` (pairs of :func:`_view_pairs`): row
-    sums go to the anchors of view ``first``, column sums of the off-diagonal blocks (index >= k)
-    to the anchors of view ``second``."""
-    out = torch.zeros(k, row_sums.shape[1], dtype=row_sums.dtype, device=row_sums.device)
-    out.index_add_(0, first, row_sums)
-    out.index_add_(0, second[k:], col_sums[k:])
-    return out
+    """Per-view totals ``(k, ...)`` from per-block values (pairs of :func:`_view_pairs`):
+    ``row_blocks[b]`` ``(P, ...)`` goes to view ``first[b]``, ``col_blocks[b]`` ``(P - k, ...)`` of
+    the off-diagonal block ``k + b`` to view ``second[k + b]``. Small GEMMs with one-hot matrices."""
+    to_first = F.one_hot(first, k).to(row_blocks.dtype)  # (P, k)
+    to_second = F.one_hot(second[k:], k).to(row_blocks.dtype)  # (P - k, k)
+    tail = row_blocks.shape[1:]
+    out = to_first.T @ row_blocks.reshape(len(first), -1)
+    out = out + to_second.T @ col_blocks.reshape(len(first) - k, -1)
+    return out.view(k, *tail)
 
 
 def other_item_logsumexp(anchors: torch.Tensor, targets: torch.Tensor, tau: float,
@@ -158,10 +163,14 @@ def positive_logits(z: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 def off_diagonal(x: torch.Tensor) -> torch.Tensor:
-    """Entries ``[..., alpha, beta]`` with ``alpha != beta``: ``(..., k, k) -> (..., k, k - 1)``."""
+    """Entries ``[..., alpha, beta]`` with ``alpha != beta``: ``(..., k, k) -> (..., k, k - 1)``.
+
+    Strided trick (no boolean indexing): drop the first of the ``k^2`` row-major entries, view the
+    rest as ``(k - 1, k + 1)`` rows whose last entry is the next diagonal element, drop it.
+    """
     k = x.shape[-1]
-    mask = ~torch.eye(k, dtype=torch.bool, device=x.device)
-    return x[..., mask].view(*x.shape[:-2], k, k - 1)
+    lead = x.shape[:-2]
+    return x.flatten(-2)[..., 1:].view(*lead, k - 1, k + 1)[..., :-1].reshape(*lead, k, k - 1)
 
 
 def pair_logsumexp_ce(logits: torch.Tensor, dim: int) -> torch.Tensor:
