@@ -1,0 +1,127 @@
+"""Channel-aware EEG encoder, channels view policy and the eeg_windows adapter (subject-wise split)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from multiview_app.data.adapters import build_adapter
+from multiview_app.data.eeg.cache import CACHE_FORMAT
+from multiview_app.data.views import build_view_policy
+from multiview_app.models.encoders import build_encoder
+
+CHANNELS = ["F3-M2", "C3-M2", "O1-M2", "O2-M1"]
+
+
+def _tiny_encoder(**kwargs) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_encoder("eeg", "conv", width=16, out_dim=8, groups=4, **kwargs).eval()
+
+
+def test_encoder_shapes_and_channel_awareness():
+    encoder = _tiny_encoder()
+    x = torch.randn(3, 3000)
+    assert encoder.num_features == 8
+    assert encoder(x, view_name="C3-M2").shape == (3, 8)
+    assert encoder(x[:, None], view_name="C3-M2").shape == (3, 8)  # (n, 1, T) also accepted
+    assert encoder(x[:, :2000], view_name="C3-M2").shape == (3, 8)  # temporal crops: any length >= 96
+    # same signal, different channel names -> different features (the embedding is used) ...
+    assert not torch.allclose(encoder(x, "C3-M2"), encoder(x, "O1-M2"))
+    # ... case / "EEG " prefix do not matter, and channels outside the vocabulary share "unknown"
+    torch.testing.assert_close(encoder(x, "c3-m2"), encoder(x, "EEG C3-M2"))
+    torch.testing.assert_close(encoder(x, "Fpz-Cz"), encoder(x, "Pz-Oz"))
+    torch.testing.assert_close(encoder(x, "Fpz-Cz"), encoder(x, None))
+    assert encoder.channel_ids("Fpz-Cz") == [0] and encoder.channel_ids("F3-M2+O2-M1") == [1, 6]
+    with pytest.raises(ValueError, match="needs >= 96 samples"):
+        encoder(torch.randn(2, 50))
+
+
+def test_forward_views_matches_per_view_calls():
+    encoder = _tiny_encoder()
+    xs = [torch.randn(4, 3000) for _ in range(3)]
+    names = ["F3-M2", "Fpz-Cz", "C3-M2+O1-M2"]
+    batched = encoder.forward_views(xs, names)
+    looped = torch.stack([encoder(x, n) for x, n in zip(xs, names)], dim=1)
+    assert batched.shape == (4, 3, 8)
+    torch.testing.assert_close(batched, looped, rtol=1e-4, atol=1e-5)
+
+
+def test_paper_sized_encoder_layout():
+    encoder = build_encoder("eeg", "conv")
+    convs = [m for m in encoder.modules() if isinstance(m, torch.nn.Conv1d)]
+    assert [c.kernel_size[0] for c in convs] == [3, 2, 2, 2, 2, 2, 1]
+    assert [c.out_channels for c in convs] == [256] * 5 + [64, 64]
+    assert encoder.num_features == 64 and encoder.channel_vocab[0] == "F3-M2"
+
+
+def _fake_cache(folder: Path, subjects: int = 4, windows: int = 6) -> Path:
+    """A valid cache written directly (no readers): subject s, recording r<s>, labels cycle 0..4."""
+    (folder / "windows").mkdir(parents=True)
+    recordings = []
+    for s in range(subjects):
+        data = np.random.default_rng(s).standard_normal((windows, len(CHANNELS), 3000)).astype(np.float32)
+        data[:, :, 0] = s  # marks the subject in the first sample of every channel
+        np.save(folder / "windows" / f"r{s}.npy", data)
+        labels = [i % 5 for i in range(windows)]
+        recordings.append({"recording": f"r{s}", "subject": f"S{s}", "file": f"windows/r{s}.npy", "n_windows": windows,
+                           "labels": labels, "epochs": list(range(windows)), "sources": [], "counts": {}})
+    manifest = {"format": CACHE_FORMAT, "dataset": "physionet2018", "options": {}, "dtype": "float32",
+                "channels": CHANNELS, "sfreq": 100.0, "window_seconds": 30.0, "stages": ["W", "N1", "N2", "N3", "REM"],
+                "recordings": recordings, "duplicates": []}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_adapter_subject_wise_split_and_items(tmp_path):
+    cache = _fake_cache(tmp_path / "cache")
+    adapter = build_adapter("eeg_windows", {"cache": str(cache), "test_fraction": 0.5, "channels": ["O1-M2", "F3-M2"]})
+    assert adapter.modality == "eeg" and adapter.class_names == ["W", "N1", "N2", "N3", "REM"]
+    train, test = adapter.split("train"), adapter.split("test")
+    assert len(train) == len(test) == 12
+    assert set(train.subjects).isdisjoint(set(test.subjects))
+    item = test[7]
+    assert item["x"].shape == (2, 3000) and item["x"].dtype == torch.float32
+    assert item["label"] == 1 and item["window"] == 1 and item["subject"] in adapter.split_subjects["test"]
+    assert float(item["x"][0, 0]) == float(item["subject"][1:])  # data of the item's own subject
+    fixed = build_adapter("eeg_windows", {"cache": str(cache), "test_subjects": ["S3"]})
+    assert fixed.split_subjects == {"train": ["S0", "S1", "S2"], "test": ["S3"]}
+    with pytest.raises(ValueError, match=r"data.options.channels: \['Fpz-Cz'\] not in cache"):
+        build_adapter("eeg_windows", {"cache": str(cache), "channels": ["Fpz-Cz"]})
+    with pytest.raises(ValueError, match="not a prepared EEG cache"):
+        build_adapter("eeg_windows", {"cache": str(tmp_path / "nothing")})
+    with pytest.raises(ValueError, match="data.options.test_fraction"):
+        build_adapter("eeg_windows", {"cache": str(cache), "test_fraction": 1.5})
+
+
+def test_channel_views_policy(tmp_path):
+    adapter = build_adapter("eeg_windows", {"cache": str(_fake_cache(tmp_path / "cache")), "test_fraction": 0})
+    raw = torch.utils.data.default_collate([adapter.split("train")[i] for i in range(5)])
+    policy = build_view_policy("channels", 4, {}, adapter)
+    views = policy.train_views(raw, torch.Generator().manual_seed(0))
+    assert views.view_names == CHANNELS and views.k == 4 and views.views[2].shape == (5, 3000)
+    torch.testing.assert_close(views.views[2], raw["x"][:, 2])
+    assert views.labels.tolist() == [0, 1, 2, 3, 4] and views.meta["subject"][0] == "S0"
+
+    subset = build_view_policy("channels", 2, {}, adapter).train_views(raw, torch.Generator().manual_seed(1))
+    assert subset.k == 2 and set(subset.view_names) <= set(CHANNELS)
+
+    split = build_view_policy("channels", 2, {"channel_split": "average", "crop_seconds": 10}, adapter)
+    views = split.train_views(raw, torch.Generator().manual_seed(0))
+    groups = [name.split("+") for name in views.view_names]
+    assert sorted(sum(groups, [])) == sorted(CHANNELS) and all(len(g) == 2 for g in groups)
+    assert views.views[0].shape == (5, 1000)
+    members = [CHANNELS.index(c) for c in groups[0]]
+    mean = raw["x"][:, members].mean(dim=1)
+    crop = views.views[0][0]  # the crop is a contiguous piece of the group average
+    starts = [s for s in range(2001) if torch.allclose(mean[0, s:s + 1000], crop)]
+    assert len(starts) == 1
+
+    evaluation = split.eval_views(raw)
+    assert evaluation.view_names == CHANNELS and evaluation.views[0].shape == (5, 3000)
+    with pytest.raises(ValueError, match="views.k = 5 but only 4 channels"):
+        build_view_policy("channels", 5, {}, adapter)
+    with pytest.raises(ValueError, match="views.options.channels"):
+        build_view_policy("channels", 2, {"channels": ["Fpz-Cz", "F3-M2"]}, adapter)
