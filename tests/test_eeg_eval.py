@@ -1,0 +1,56 @@
+"""Sleep-staging protocol pieces: class-balanced few-shot draws, metrics, band powers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from multiview_app.eval.bandpower import BANDS, bandpower_features, relative_band_powers
+from multiview_app.eval.sleep_staging import balanced_sample, few_shot_protocol, staging_metrics
+
+
+def test_balanced_sample_is_class_balanced_and_capped():
+    labels = np.array([0] * 50 + [1] * 3 + [2] * 20 + [4] * 10)
+    index, drawn = balanced_sample(labels, 10, np.random.default_rng(0))
+    assert drawn == {"W": 10, "N1": 3, "N2": 10, "REM": 10}  # N1 capped by what exists, N3 absent
+    assert np.bincount(labels[index], minlength=5).tolist() == [10, 3, 10, 0, 10]
+    assert len(set(index.tolist())) == index.size  # without replacement
+    again, _ = balanced_sample(labels, 10, np.random.default_rng(0))
+    np.testing.assert_array_equal(index, again)
+
+
+def test_staging_metrics_values():
+    y_true = np.array([0, 0, 1, 2, 2, 2, 3, 4])
+    perfect = staging_metrics(y_true, y_true)
+    assert perfect["accuracy"] == perfect["balanced_accuracy"] == perfect["macro_f1"] == perfect["kappa"] == 1.0
+    worse = staging_metrics(y_true, np.array([0, 0, 2, 2, 2, 2, 3, 0]))
+    assert worse["accuracy"] == pytest.approx(6 / 8)
+    assert worse["per_class_f1"]["N1"] == 0.0 and worse["per_class_f1"]["N2"] == pytest.approx(2 * 3 / (3 + 4))
+    assert worse["balanced_accuracy"] == pytest.approx((1 + 0 + 1 + 1 + 0) / 5)
+
+
+def test_band_powers_find_the_right_band():
+    sfreq, t = 100.0, np.arange(3000) / 100.0
+    windows = np.stack([np.stack([np.sin(2 * np.pi * f * t), np.sin(2 * np.pi * 2.0 * t)]) for f in (10.0, 14.0, 6.0)])
+    rel = relative_band_powers(windows, sfreq)  # (3, 2, 5)
+    names = list(BANDS)
+    assert [names[i] for i in rel[:, 0].argmax(axis=-1)] == ["alpha", "sigma", "theta"]
+    assert (rel[:, 1].argmax(axis=-1) == names.index("delta")).all()
+    assert rel.sum(axis=-1).max() <= 1.0 + 1e-6 and rel[0, 0, names.index("alpha")] > 0.9
+    assert bandpower_features(windows, sfreq).shape == (3, 10)
+
+
+def test_few_shot_protocol_separates_informative_from_random_features():
+    rng = np.random.default_rng(0)
+    y_train, y_test = rng.integers(0, 5, 400), rng.integers(0, 5, 200)
+    centres = rng.normal(0, 3, (5, 4))
+    features = {
+        "informative": {"train": centres[y_train] + rng.normal(0, 1, (400, 4)),
+                        "test": centres[y_test] + rng.normal(0, 1, (200, 4))},
+        "noise": {"train": rng.normal(0, 1, (400, 4)), "test": rng.normal(0, 1, (200, 4))},
+    }
+    results, drawn, predictions = few_shot_protocol(features, y_train, y_test, (5, 1000), seeds=2)
+    assert drawn["5"] == {s: 5 for s in ["W", "N1", "N2", "N3", "REM"]}
+    assert sum(drawn["1000"].values()) == 400  # capped by what exists
+    assert results["informative"]["1000"]["accuracy"]["mean"] > 0.8
+    assert results["noise"]["1000"]["accuracy"]["mean"] < 0.4
+    assert results["informative"]["5"]["kappa"]["std"] >= 0.0 and predictions["noise"].shape == (200,)
