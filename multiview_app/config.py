@@ -105,6 +105,7 @@ class TrainConfig(_Strict):
     seed: int = 0
     deterministic: bool = False
     num_workers: int = Field(0, ge=0)
+    prefetch_views: bool = True  # build the next micro-batch's views in a background thread
     log_every: int = Field(10, ge=1)
 
     @model_validator(mode="after")

@@ -158,3 +158,28 @@ def test_epoch_sampler_partitions_and_resumes() -> None:
     assert len(flat) == len(set(flat)) == 48 and all(len(b) == 4 for r in ranks for b in r)
     assert list(EpochBatchSampler(50, 4, 6, seed=3, epoch=1, rank=1, world=2, start=4)) == ranks[1][4:]
     assert list(EpochBatchSampler(50, 4, 6, seed=3, epoch=2)) != list(EpochBatchSampler(50, 4, 6, seed=3, epoch=1))
+
+
+def test_view_stream_prefetch_gives_the_same_views() -> None:
+    from torch.utils.data import DataLoader, default_collate
+
+    from multiview_app.data.adapters import build_adapter
+    from multiview_app.data.views import build_view_policy
+
+    adapter = build_adapter("digits", {"load_size": 16})
+    policy = build_view_policy("augment", 2, {"stacks": "simclr", "image_size": 16}, adapter)
+    sampler = EpochBatchSampler(len(adapter.split("train")), 8, 3, seed=0, epoch=0)
+
+    def views(prefetch: bool, first_index: int) -> list[torch.Tensor]:
+        loader = DataLoader(adapter.split("train"), batch_sampler=sampler, collate_fn=default_collate)
+        stream = trainer_mod.ViewStream(loader, policy, torch.device("cpu"), lambda i: 1000 + i, first_index, prefetch)
+        try:
+            return [torch.stack(b.views) for b in iter(lambda: next(stream, None), None)]
+        finally:
+            stream.close()
+
+    with_prefetch, without = views(True, 5), views(False, 5)
+    assert len(with_prefetch) == 3
+    for a, b in zip(with_prefetch, without):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.equal(views(True, 6)[0], with_prefetch[0])  # the index seeds the views

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,51 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return max(0, self.num_batches - self.start)
+
+
+class ViewStream:
+    """Views of consecutive micro-batches, the next one prepared in a background thread while the
+    model computes on the current one (``prefetch``), so the step only waits for what is not hidden.
+
+    Micro-batch ``i`` (global index ``first_index + i``) gets its view randomness from its own
+    generator seeded by ``view_seed(index)``, so the views are the same with and without prefetching
+    and after a resume.
+    """
+
+    def __init__(
+        self, loader: DataLoader, policy: Any, device: torch.device, view_seed: Callable[[int], int],
+        first_index: int, prefetch: bool = True,
+    ) -> None:
+        self._batches = iter(loader)
+        self._policy, self._device, self._view_seed = policy, device, view_seed
+        self._index = first_index
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="views") if prefetch else None
+        self._pending: Future | None = self._pool.submit(self._make, self._take_index()) if self._pool else None
+
+    def _take_index(self) -> int:
+        index, self._index = self._index, self._index + 1
+        return index
+
+    def _make(self, index: int) -> ViewBatch | None:
+        raw = next(self._batches, None)
+        if raw is None:
+            return None
+        generator = torch.Generator(device=self._device).manual_seed(self._view_seed(index))
+        return self._policy.train_views(to_device(raw, self._device), generator)
+
+    def __next__(self) -> ViewBatch:
+        if self._pool is None or self._pending is None:
+            batch = self._make(self._take_index())
+        else:
+            batch = self._pending.result()
+            self._pending = self._pool.submit(self._make, self._take_index()) if batch is not None else None
+        if batch is None:
+            raise StopIteration
+        return batch
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class EmbedStep(nn.Module):
@@ -257,7 +303,11 @@ class Trainer:
         run_start = time.perf_counter()
         last_loss = float("nan")
         loader_gen = torch.Generator()  # keeps DataLoader seeding off the global RNG (resume-exact)
-        view_gen = torch.Generator(device=device)
+        accum = tcfg.grad_accum
+
+        def view_seed(micro_index: int) -> int:
+            return (tcfg.seed * 1_000_003 + micro_index) * 4_096 + rank
+
 
         try:
             while step < total_steps:
@@ -266,46 +316,49 @@ class Trainer:
                     train_set, batch_sampler=sampler, num_workers=tcfg.num_workers, collate_fn=default_collate,
                     generator=loader_gen, pin_memory=device.type == "cuda",
                 )
-                batches = iter(loader)
-                while step < total_steps and position < micro_per_epoch:
-                    loss_value, stats = self._optimizer_step(
-                        batches, step, accelerator, step_module, teacher, teacher_views, loss_fn, policy,
-                        optimizer, scheduler, view_gen, gathered, timer, total_steps,
-                    )
-                    step += 1
-                    position += tcfg.grad_accum
-                    window_steps += 1
-                    last_loss = loss_value
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss_value:.4f}")
-                    record = None
-                    if step % tcfg.log_every == 0 or step == total_steps:
-                        now = time.perf_counter()
-                        phases = timer.pop()
-                        step_time = sum(phases.values()) or 1e-12
-                        record = {
-                            "step": step, "epoch": epoch, "loss": loss_value,
-                            "lr": float(scheduler.get_last_lr()[0]),
-                            **{f"stats/{k}": v for k, v in stats.items()},
-                            "items_per_s": window_steps * items_per_step / max(now - window_start, 1e-12),
-                            **{f"time/{p}": phases[p] / step_time for p in phases},
-                            "step_time_s": step_time / window_steps,
-                        }
-                        window_steps, window_start = 0, now
-                        accelerator.log(record, step=step)
-                        if metrics is not None:
-                            metrics.write(record)
-                    if tcfg.checkpoint_every and step % tcfg.checkpoint_every == 0 and step < total_steps:
-                        ep, pos = (epoch, position) if position < micro_per_epoch else (epoch + 1, 0)
-                        save_checkpoint(
-                            accelerator, self.run_dir, step,
-                            {"step": step, "epoch": ep, "batch_position": pos, "total_steps": total_steps,
-                             "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
-                                          "views": "seed per (step, micro-batch, rank)"}},
-                            tcfg.keep_checkpoints,
+                batches = ViewStream(loader, policy, device, view_seed, step * accum, tcfg.prefetch_views)
+                try:
+                    while step < total_steps and position < micro_per_epoch:
+                        loss_value, stats = self._optimizer_step(
+                            batches, step, accelerator, step_module, teacher, teacher_views, loss_fn,
+                            optimizer, scheduler, gathered, timer, total_steps,
                         )
-                    for callback in self.callbacks:
-                        callback(step, record)
+                        step += 1
+                        position += tcfg.grad_accum
+                        window_steps += 1
+                        last_loss = loss_value
+                        bar.update(1)
+                        bar.set_postfix(loss=f"{loss_value:.4f}")
+                        record = None
+                        if step % tcfg.log_every == 0 or step == total_steps:
+                            now = time.perf_counter()
+                            phases = timer.pop()
+                            step_time = sum(phases.values()) or 1e-12
+                            record = {
+                                "step": step, "epoch": epoch, "loss": loss_value,
+                                "lr": float(scheduler.get_last_lr()[0]),
+                                **{f"stats/{k}": v for k, v in stats.items()},
+                                "items_per_s": window_steps * items_per_step / max(now - window_start, 1e-12),
+                                **{f"time/{p}": phases[p] / step_time for p in phases},
+                                "step_time_s": step_time / window_steps,
+                            }
+                            window_steps, window_start = 0, now
+                            accelerator.log(record, step=step)
+                            if metrics is not None:
+                                metrics.write(record)
+                        if tcfg.checkpoint_every and step % tcfg.checkpoint_every == 0 and step < total_steps:
+                            ep, pos = (epoch, position) if position < micro_per_epoch else (epoch + 1, 0)
+                            save_checkpoint(
+                                accelerator, self.run_dir, step,
+                                {"step": step, "epoch": ep, "batch_position": pos, "total_steps": total_steps,
+                                 "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
+                                              "views": "seed per (global micro-batch index, rank)"}},
+                                tcfg.keep_checkpoints,
+                            )
+                        for callback in self.callbacks:
+                            callback(step, record)
+                finally:
+                    batches.close()
                 if position >= micro_per_epoch:
                     epoch, position = epoch + 1, 0
         finally:
@@ -333,9 +386,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ one optimizer step
     def _optimizer_step(
-        self, batches: Iterator[dict[str, Any]], step: int, accelerator: Any, step_module: nn.Module,
-        teacher: Any, teacher_views: list[int], loss_fn: nn.Module, policy: Any, optimizer: Any, scheduler: Any,
-        view_gen: torch.Generator, gathered: bool, timer: StepTimer, total_steps: int,
+        self, batches: ViewStream, step: int, accelerator: Any, step_module: nn.Module,
+        teacher: Any, teacher_views: list[int], loss_fn: nn.Module, optimizer: Any, scheduler: Any,
+        gathered: bool, timer: StepTimer, total_steps: int,
     ) -> tuple[float, dict[str, float]]:
         """``grad_accum`` micro-batches -> one AdamW step; returns (loss, averaged last_stats)."""
         cfg = self.cfg
@@ -345,11 +398,7 @@ class Trainer:
         stats_sum: dict[str, float] = {}
         timer.start()
         for micro in range(accum):
-            raw = to_device(next(batches), accelerator.device)
-            view_gen.manual_seed(
-                (cfg.train.seed * 1_000_003 + step * 1_009 + micro) * 64 + accelerator.process_index
-            )
-            batch = policy.train_views(raw, view_gen)
+            batch = next(batches)
             timer.mark("data")
             sync = micro == accum - 1
             ctx = accelerator.no_sync(step_module) if not sync else nullcontext()
