@@ -176,6 +176,23 @@ def test_view_names_reach_name_aware_encoder_and_modalities_mix():
         ENCODERS._entries.pop("toy/name_aware")
 
 
+class BatchedNameAwareEncoder(NameAwareEncoder):
+    """Same features through the batched hook: one call with every view and its name."""
+
+    def forward_views(self, xs: list[torch.Tensor], view_names: list[str]) -> torch.Tensor:
+        self.calls.append(tuple(view_names))
+        return torch.stack([NameAwareEncoder.forward(self, x, name) for x, name in zip(xs, view_names)], dim=1)
+
+
+def test_forward_views_hook_gets_all_views_in_one_call():
+    encoder = BatchedNameAwareEncoder()
+    model = MultiViewModel({"toy": encoder}, {"toy": Projector(2, 4, 3)})
+    batch = ViewBatch([torch.randn(2, 5), torch.randn(2, 5)], ["toy", "toy"], ["C3", "Fpz-Cz"])
+    feats = model.features(batch)
+    assert feats[:, 1, 1].tolist() == [6.0, 6.0]
+    assert encoder.calls[0] == ("C3", "Fpz-Cz") and len(encoder.calls) == 3  # 1 batched + 2 inner
+
+
 def test_ema_teacher_update_math():
     student = build_model({"image": {"name": "small_cnn", "width": 4}}, {"hidden_dim": 8, "out_dim": 4}, {"hidden_dim": 8})
     teacher = EMATeacher(student)
