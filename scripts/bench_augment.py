@@ -58,7 +58,7 @@ def op_shares(x: torch.Tensor, stack: str, size: int, repeats: int) -> dict[str,
     cropped = A.resized_crop(x, p.boxes, size)
     return {
         "sample params": timeit(lambda: A.sample_params(spec, x.shape[0], x.shape[-2], x.shape[-1], None), repeats),
-        "resized crop (roi_align)": timeit(lambda: A.resized_crop(x, p.boxes, size), repeats),
+        "resized crop (grid_sample / roi_align)": timeit(lambda: A.resized_crop(x, p.boxes, size), repeats),
         "color jitter (4 ops)": timeit(lambda: A._color_jitter(cropped, p), repeats),
         "  of which hue": timeit(lambda: A.adjust_hue(cropped, p.hue), repeats),
         "gaussian blur": timeit(lambda: A.gaussian_blur(cropped, A.blur_kernel_size(size), p.sigma), repeats),

@@ -62,25 +62,34 @@ def test_grayscale_solarize_blur_match_torchvision(images):
     assert not torch.allclose(out[0], A.gaussian_blur(images[:1], 5, sigma[-1:])[0], atol=1e-3)
 
 
-def test_resized_crop_matches_torchvision_inside_the_crop(images):
+def test_resized_crop_matches_torchvision(images):
     g = torch.Generator().manual_seed(3)
     boxes = A.sample_crop_boxes(N, 20, 24, (0.08, 1.0), (3 / 4, 4 / 3), g)
     assert (boxes[:, 0] >= 0).all() and (boxes[:, 2] <= 24).all() and (boxes[:, 3] <= 20).all()
     assert (boxes[:, 2] > boxes[:, 0]).all() and (boxes[:, 3] > boxes[:, 1]).all()
-    out = A.resized_crop(images, boxes, 32)
-    ref = torch.stack(
-        [
-            TF.resized_crop(x, int(b[1]), int(b[0]), int(b[3] - b[1]), int(b[2] - b[0]), [32, 32], antialias=False)
-            for x, b in zip(images, boxes)
-        ]
-    )
-    # identical bilinear sampling; only the outermost output pixels may differ (roi_align reads the
-    # neighbouring pixels outside the crop where torchvision clamps to the crop edge)
-    torch.testing.assert_close(out[..., 2:-2, 2:-2], ref[..., 2:-2, 2:-2], atol=1e-5, rtol=0)
-    # the whole-image box at the same size is the identity
-    full = torch.tensor([[0.0, 0.0, 24.0, 20.0]]).repeat(N, 1)
-    identity = A.roi_align(images, torch.cat([torch.arange(N)[:, None].float(), full], 1), output_size=(20, 24), aligned=True)
-    torch.testing.assert_close(identity, images, atol=1e-6, rtol=0)
+
+    def reference(size: int, antialias: bool) -> torch.Tensor:
+        return torch.stack(
+            [
+                TF.resized_crop(x, int(b[1]), int(b[0]), int(b[3] - b[1]), int(b[2] - b[0]), [size, size], antialias=antialias)
+                for x, b in zip(images, boxes)
+            ]
+        )
+
+    # enlarging (every box <= 24 px -> 32 px): identical to torchvision's bilinear resized_crop
+    torch.testing.assert_close(A.resized_crop(images, boxes, 32), reference(32, False), atol=1e-5, rtol=0)
+    # the whole image at its own size is the identity
+    square = images[..., :20, :20].contiguous()
+    full = torch.tensor([[0.0, 0.0, 20.0, 20.0]]).repeat(N, 1)
+    torch.testing.assert_close(A.resized_crop(square, full, 20), square, atol=1e-5, rtol=0)
+    # shrinking (boxes larger than 6 px): box-filter antialias, close to torchvision's antialias
+    small = A.resized_crop(images, boxes, 6)
+    shrunk = ((boxes[:, 2] - boxes[:, 0]) > 6) | ((boxes[:, 3] - boxes[:, 1]) > 6)
+    assert shrunk.any()
+    diff = (small - reference(6, True)).abs()[shrunk]
+    assert diff.mean() < 0.05, diff.mean()
+    # ... and smoother than plain bilinear subsampling of the same random-noise image
+    assert small[shrunk].std() < reference(6, False)[shrunk].std()
 
 
 def test_crop_boxes_follow_scale_and_ratio():

@@ -10,10 +10,9 @@ device, each matching ``torchvision.transforms.v2.functional`` on a single sampl
 =================  ==========================================================================
 op                 batched implementation
 =================  ==========================================================================
-resized crop       ``torchvision.ops.roi_align`` with per-sample boxes: bilinear (the papers
-                   use bicubic); the outermost output pixels interpolate with the pixels just
-                   outside the box (torchvision clamps at the box edge); when shrinking, each
-                   output pixel averages ceil(box / size)^2 samples (box-filter antialias)
+resized crop       per-sample boxes, bilinear (the papers use bicubic): ``grid_sample`` on a
+                   per-sample grid (= ``TF.resized_crop(antialias=False)``) when enlarging;
+                   ``torchvision.ops.roi_align`` (box-filter antialias) when shrinking
 horizontal flip    mask + ``flip(-1)``
 color jitter       per-sample brightness / contrast / saturation factors and hue shift, in a
                    per-sample random order (like ``ColorJitter``); hue via batched RGB<->HSV
@@ -281,17 +280,47 @@ def gaussian_blur(x: torch.Tensor, kernel_size: int, sigma: torch.Tensor) -> tor
     return y.view(n, c, h, w)
 
 
+def _crop_grid(boxes: torch.Tensor, size: int, height: int, width: int) -> torch.Tensor:
+    """``grid_sample`` grid ``(n, size, size, 2)`` reproducing ``TF.resized_crop`` (bilinear, no antialias).
+
+    Output pixel ``j`` samples the box at ``left + (j + 0.5) * w / size - 0.5``, clamped to the
+    box's first/last pixel - the coordinates ``F.interpolate(align_corners=False)`` uses on the crop.
+    """
+    left, top, right, bottom = boxes.unbind(dim=1)
+    steps = torch.arange(size, dtype=boxes.dtype, device=boxes.device) + 0.5
+
+    def coords(start: torch.Tensor, stop: torch.Tensor, extent: int) -> torch.Tensor:
+        pos = start[:, None] + steps[None] * ((stop - start) / size)[:, None] - 0.5
+        pos = torch.maximum(torch.minimum(pos, (stop - 1)[:, None]), start[:, None])
+        return pos * (2.0 / max(extent - 1, 1)) - 1.0  # align_corners=True normalization
+
+    gx, gy = coords(left, right, width), coords(top, bottom, height)  # (n, size) each
+    n = boxes.shape[0]
+    return torch.stack((gx[:, None, :].expand(n, size, size), gy[:, :, None].expand(n, size, size)), dim=-1)
+
+
 def resized_crop(x: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
     """Crop ``boxes (n, 4)`` (x1, y1, x2, y2 pixels) of each image ``(n, C, H, W)`` -> ``(n, C, size, size)``.
 
-    Bilinear, pixel-center aligned (``aligned=True``) like ``TF.resized_crop(antialias=False)``
-    inside the box; ``sampling_ratio=0`` averages several samples per output pixel when shrinking.
+    Bilinear. Boxes not larger than ``size`` (enlarging, the usual case for small images) use
+    ``grid_sample`` and equal ``TF.resized_crop(..., antialias=False)``. Boxes larger than ``size``
+    in either side (shrinking) use ``roi_align`` with ``sampling_ratio=0``, which averages
+    ``ceil(box / size)^2`` samples per output pixel - a box-filter antialias (torchvision's
+    default antialias uses a triangle filter; close, not identical).
     """
-    rois = torch.cat([torch.arange(len(x), dtype=boxes.dtype)[:, None], boxes], dim=1)
-    return roi_align(
-        x, rois.to(device=x.device, dtype=x.dtype), output_size=(size, size), spatial_scale=1.0,
-        sampling_ratio=0, aligned=True,
+    n, _, height, width = x.shape
+    boxes = boxes.to(device=x.device, dtype=x.dtype)
+    out = F.grid_sample(
+        x, _crop_grid(boxes, size, height, width), mode="bilinear", padding_mode="border", align_corners=True
     )
+    shrink = ((boxes[:, 2] - boxes[:, 0]) > size) | ((boxes[:, 3] - boxes[:, 1]) > size)
+    if shrink.any():
+        idx = torch.nonzero(shrink).flatten()
+        rois = torch.cat([torch.arange(len(idx), device=x.device, dtype=x.dtype)[:, None], boxes[idx]], dim=1)
+        out[idx] = roi_align(
+            x[idx], rois, output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True
+        )
+    return out
 
 
 def _color_jitter(x: torch.Tensor, p: AugmentParams) -> torch.Tensor:
