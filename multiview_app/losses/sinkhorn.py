@@ -28,7 +28,6 @@ import torch
 # Smallest accepted value of an exp-domain partial sum on the factorized path: below it a sum may
 # have lost its leading terms to underflow, so the solve switches to the dense log-domain path.
 _TINY = {torch.float32: 1e-30, torch.float64: 1e-280}
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 @dataclass
@@ -177,19 +176,6 @@ def _times_exp(values: torch.Tensor, log_scale: float) -> torch.Tensor:
     return (values.double() * math.exp(log_scale)).to(values.dtype)
 
 
-def _contract(tensor: torch.Tensor, vectors: dict[int, torch.Tensor], keep: tuple[int, ...]) -> torch.Tensor:
-    """Contract ``tensor`` ``(n,)*r`` with ``vectors[axis]`` on those axes, sum the other
-    non-``keep`` axes; result has the ``keep`` axes in order."""
-    r = tensor.dim()
-    letters = _LETTERS[:r]
-    operands, specs = [tensor], [letters]
-    for axis, vec in vectors.items():
-        operands.append(vec)
-        specs.append(letters[axis])
-    out = "".join(letters[a] for a in keep)
-    return torch.einsum(",".join(specs) + "->" + out, *operands)
-
-
 class _PairwiseFactors:
     """Iteration-independent, exp-domain factors of a pairwise log-kernel.
 
@@ -282,44 +268,61 @@ def _pairwise_solve(
 def _pairwise_sweeps(
     fac: _PairwiseFactors, tol: float, max_iter: int, g: torch.Tensor, tiny: float, state: dict[str, int]
 ) -> MMSinkhornResult:
-    """The sweep loop of :func:`_pairwise_solve`; ``state["iterations"]`` tracks finished sweeps."""
+    """The sweep loop of :func:`_pairwise_solve`; ``state["iterations"]`` tracks finished sweeps.
+
+    Per sweep: GEMM 1 sums out view ``q``; the rest plan ``q0 * (x)v * exp(log_scale)`` (``q0``
+    ``(n,)*r``) gives the rest marginals. In Gauss-Seidel order the axes after ``l`` still carry the
+    old scalings when ``l`` is updated, so one right-to-left chain of GEMVs (``right[a]`` = ``q0``
+    contracted with ``v_a..v_{r-1}``) serves every update; the last rest view and the stopping rule
+    share one two-row GEMM over ``q0``. GEMM 2 then gives the marginal of view ``q``.
+    """
     k, n, r, q = fac.k, fac.n, fac.r, fac.q
-    log_n = math.log(n)
-    rest_shape = (n,) * r
+    log_n, target = math.log(n), 1.0 / n
     iterations, error, converged = 0, float("inf"), False
     while True:
-        # --- sum out view q: R1[I', j] = sum_{i_q} xe[I', i_q] * M1[i_q, j]   (GEMM 1)
+        # --- GEMM 1: R1[I', j] = sum_{i_q} xe[I', i_q] M1[i_q, j]
         last_g = fac.last + g[q]  # (n_j, n_q)
         m1_shift = last_g.amax(dim=1)  # (n_j,)
         m1 = (last_g - m1_shift[:, None]).exp_().T.contiguous()  # (n_q, n_j)
         r1 = fac.xe @ m1  # (n^(r-1), n_j)
-        _check(r1, tiny)
-        q0 = (fac.be * r1).reshape(rest_shape)  # rest plan up to the rank-1 factor below
-        # log-potentials of the rest views as seen by q0 (view r-1 also carries the GEMM shift)
+        _check(r1.amin(), tiny)
+        q0 = fac.be * r1  # rest plan (n^(r-1), n_j), up to (x)v * exp(log_scale)
+        # log-scalings of the rest views (view r-1 also carries the GEMM shift)
         h = g[:r].clone()
         h[r - 1] += m1_shift
         h_max = h.amax(dim=1)
         v = (h - h_max[:, None]).exp_()
         log_scale = fac.bs - fac.offset + float(h_max.sum())
-        if iterations > 0:  # stopping rule of Alg. 1 on the plan after the last sweep
-            if r > 1:
-                marg = torch.stack([_contract(q0, {a: v[a] for a in range(r)}, (l,)) for l in range(r)])
-            else:
-                marg = (q0 * v[0])[None]
-            marg = _times_exp(marg, log_scale)
-            error = float((marg - 1.0 / n).abs().sum())  # view q is exact after its update
-            if not math.isfinite(error):
-                raise _NumericalTrouble(iterations)
-            if error < tol:
-                converged = True
-                break
-        if iterations >= max_iter:
-            break
-        # --- Gauss-Seidel updates of the rest views on q0 (exp domain, log-domain potentials)
+        saved = (g.clone(), h.clone(), h_max.clone(), v.clone(), log_scale)
+        right = [q0.reshape(-1)]  # right[-1 - a] is q0 contracted with v_{r-1}, ..., v_{r-a}
+        for a in range(r - 1, 0, -1):
+            right.append(right[-1].reshape(-1, n) @ v[a])
+        right.reverse()  # right[l] has the axes 0..l of q0 (flattened), l = 0..r-1
+        old_marg = []
         for l in range(r):
-            others = {a: v[a] for a in range(r) if a != l}
-            partial = _contract(q0, others, (l,)) if r > 1 else q0
-            _check(partial, tiny)
+            if l < r - 1:
+                if l > 0:  # stopping rule: marginal of the incoming plan
+                    old_marg.append(_left_vector(saved[3], l) @ right[l].reshape(-1, n))
+                partial = _left_vector(v, l) @ right[l].reshape(-1, n)
+            else:  # last rest view: incoming plan and updated plan in one pass over q0
+                both = torch.stack([_left_vector(saved[3], l), _left_vector(v, l)]) @ q0
+                old_marg.append(both[0])
+                partial = both[1]
+            if l == 0:
+                old_marg.insert(0, partial)
+            _check(partial.amin(), tiny)
+            if l == r - 1 and iterations > 0:
+                marg = _times_exp(torch.stack(old_marg) * saved[3], saved[4])
+                error = float((marg - target).abs().sum())  # view q is exact after its update
+                if not math.isfinite(error):
+                    raise _NumericalTrouble
+                if error < tol:
+                    g.copy_(saved[0])
+                    v, log_scale = saved[3], saved[4]
+                    converged = True
+                    break
+            if iterations >= max_iter:
+                break
             # log m_l = (h_l - max h_l) + log(partial) + log_scale; g_l -= log n + log m_l
             step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
             g[l] += step
@@ -328,39 +331,42 @@ def _pairwise_sweeps(
             log_scale += float(new_max - h_max[l])
             h_max[l] = new_max
             v[l] = (h[l] - new_max).exp()
-        # --- marginal of view q with the new rest potentials   (GEMM 2)
-        w = _last_pair(fac, v, m1)  # (n_j, n_q), up to exp(log_scale)
-        col = w.sum(dim=0)
-        _check(col, tiny)
+        if converged or iterations >= max_iter:
+            if iterations >= max_iter:
+                g.copy_(saved[0])
+                v, log_scale = saved[3], saved[4]
+            break
+        # --- GEMM 2: marginal of view q with the new rest potentials
+        col = _last_pair(fac, v, m1).sum(dim=0)
+        _check(col.amin(), tiny)
         g[q] += -log_n - col.log() - log_scale
         iterations += 1
         state["iterations"] = iterations
     pairs = _pairwise_marginals(fac, q0, v, m1, log_scale)
     mass = float(pairs[0, 1].sum())
     if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
-        raise _NumericalTrouble(iterations)
+        raise _NumericalTrouble
     if iterations == 0:  # no sweep (max_iter == 0): error of the initial plan
         marg = torch.stack([pairs[0, 1].sum(1), *[pairs[0, m].sum(0) for m in range(1, k)]])
-        error = float((marg - 1.0 / n).abs().sum())
+        error = float((marg - target).abs().sum())
     return MMSinkhornResult(g, pairs, mass, iterations, error, converged, "factorized")
 
 
-def _outer_rows(fac: _PairwiseFactors, v: torch.Tensor) -> torch.Tensor:
-    """``V'[I'] = prod_{l<r-1} v_l[i_l]`` flattened ``(n^(r-1),)``."""
-    if fac.r == 1:
-        return torch.ones(1, dtype=v.dtype, device=v.device)
-    rows = v[0]
-    for l in range(1, fac.r - 1):
-        rows = (rows[:, None] * v[l][None, :]).reshape(-1)
-    return rows
+def _left_vector(v: torch.Tensor, count: int) -> torch.Tensor:
+    """``prod_{a<count} v_a[i_a]`` flattened ``(n^count,)`` (``[1.]`` when ``count == 0``)."""
+    out = torch.ones(1, dtype=v.dtype, device=v.device)
+    for a in range(count):
+        out = (out[:, None] * v[a][None, :]).reshape(-1)
+    return out
 
 
 def _last_pair(fac: _PairwiseFactors, v: torch.Tensor, m1: torch.Tensor) -> torch.Tensor:
     """Pair marginal of views ``(r-1, q)`` ``(n_j, n_q)`` up to the factor ``exp(log_scale)``.
 
-    ``P_{r-1,q}[j, i_q] = v_{r-1}[j] M1[i_q, j] sum_{I'} V'[I'] be[I', j] xe[I', i_q]`` (one GEMM).
+    ``P_{r-1,q}[j, i_q] = v_{r-1}[j] M1[i_q, j] sum_{I'} V'[I'] be[I', j] xe[I', i_q]`` (one GEMM),
+    ``V'`` the left vector of the first ``r-1`` views.
     """
-    rows = _outer_rows(fac, v)
+    rows = _left_vector(v, fac.r - 1)
     core = fac.be.T @ (fac.xe * rows[:, None])  # (n_j, n_q)
     return core * v[fac.r - 1][:, None] * m1.T
 
@@ -371,19 +377,19 @@ def _pairwise_marginals(
     """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the current plan."""
     k, n, r, q = fac.k, fac.n, fac.r, fac.q
     pairs = torch.zeros(k, k, n, n, dtype=v.dtype, device=v.device)
-    # pairs inside the rest views: sums of q0 * (x)v
-    for l in range(r):
-        for m in range(l + 1, r):
-            others = {a: v[a] for a in range(r) if a not in (l, m)}
-            pm = _contract(q0, others, (l, m))
-            pairs[l, m] = _times_exp(pm * v[l][:, None] * v[m][None, :], log_scale)
-    # pairs (l, q), l < r-1: sum_{I' \ l} xe[I', i_q] * (Qn @ M1^T)[I', i_q]
+    scaled = q0 * (_left_vector(v, r - 1)[:, None] * v[r - 1][None, :])  # (n^(r-1), n_j)
     if r > 1:
-        qn = fac.be * (_outer_rows(fac, v)[:, None] * v[r - 1][None, :])  # (n^(r-1), n_j)
+        rest = scaled.reshape((n,) * r)
+        for l in range(r):
+            for m in range(l + 1, r):
+                dims = tuple(a for a in range(r) if a not in (l, m))
+                pairs[l, m] = _times_exp(rest.sum(dim=dims) if dims else rest, log_scale)
+        # pairs (l, q), l < r-1: sum over I' minus l of xe[I', i_q] * (qn @ M1^T)[I', i_q], qn = plan / R1
+        qn = fac.be * (_left_vector(v, r - 1)[:, None] * v[r - 1][None, :])
         h = fac.xe * (qn @ m1.T)  # (n^(r-1), n_q)
         h = h.reshape((n,) * (r - 1) + (n,))
         for l in range(r - 1):
-            keep = (l, r - 1)
-            pairs[l, q] = _times_exp(_contract(h, {}, keep), log_scale)
+            dims = tuple(a for a in range(r - 1) if a != l)
+            pairs[l, q] = _times_exp(h.sum(dim=dims) if dims else h, log_scale)
     pairs[r - 1, q] = _times_exp(_last_pair(fac, v, m1), log_scale)
     return pairs
