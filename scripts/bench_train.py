@@ -1,18 +1,19 @@
 """Training throughput on CPU and the share of step time in data / encoder / loss.
 
-    .venv/bin/python scripts/bench_train.py [--config configs/digits_infonce_pwe.yaml] [--steps 20]
+    .venv/bin/python scripts/bench_train.py [--config configs/digits_infonce_pwe.yaml] [--steps 15]
 
 Runs the real trainer (Trainer.fit, no checkpoints, no eval) for 2 x --steps steps and reads the
-second log window from metrics.jsonl (the first one holds the warm-up). Reference in the same
-process: a bare loop over one pre-made ViewBatch (embed -> loss -> backward -> AdamW), i.e. the
-encoder + loss cost without the data pipeline and trainer bookkeeping. Prints a Markdown table.
+second log window of metrics.jsonl (the first one holds the warm-up). Reference in the same process:
+the same trainer with ``train.prefetch_views=false`` (views built in the step instead of in the
+background thread). The two variants alternate (on, off, on, off) because the machine is shared;
+the table shows the mean per variant. Prints a Markdown table.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -21,66 +22,52 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from multiview_app.config import load_config  # noqa: E402
-from multiview_app.data.adapters import build_adapter  # noqa: E402
-from multiview_app.data.views import build_view_policy, items_per_batch  # noqa: E402
-from multiview_app.losses import build_loss  # noqa: E402
-from multiview_app.models import build_model  # noqa: E402
-from multiview_app.train.metrics import read_metrics  # noqa: E402
-from multiview_app.train.run_io import model_spec  # noqa: E402
+from multiview_app.data.views import items_per_batch  # noqa: E402
+from multiview_app.train.metrics import PHASES, read_metrics  # noqa: E402
 from multiview_app.train.trainer import train  # noqa: E402
 
 
-def bare_loop(cfg, steps: int) -> float:
-    """items/s of embed + loss + backward + AdamW on one fixed batch (no data pipeline)."""
-    adapter = build_adapter(cfg.data.adapter, cfg.data.options)
-    policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
-    items = items_per_batch(cfg.views.batch_mode, cfg.train.batch_size, cfg.views.k)
-    ds = adapter.split("train")
-    raw = torch.utils.data.default_collate([ds[i] for i in range(items)])
-    batch = policy.train_views(raw, torch.Generator().manual_seed(0))
-    model = build_model(**model_spec(cfg))
-    loss_fn = build_loss(cfg.loss.name, **cfg.loss.params)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
-    for i in range(steps + 2):
-        if i == 2:
-            start = time.perf_counter()
-        loss = loss_fn(model.embed(batch))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return steps * items / (time.perf_counter() - start)
+def measure(config: str, steps: int, prefetch: bool) -> dict[str, float]:
+    """The measured log window (items/s, step time, phase shares) of one short training run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(
+            config,
+            [f"train.max_steps={2 * steps}", f"train.log_every={steps}", "train.checkpoint_every=0",
+             "eval.linear_probe=false", f"train.prefetch_views={str(prefetch).lower()}", f"output.runs_dir={tmp}"],
+            name="bench",
+        )
+        train(cfg)
+        return read_metrics(Path(tmp) / "bench" / "metrics.jsonl")[-1]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "configs" / "digits_infonce_pwe.yaml"))
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(
-            args.config,
-            [f"train.max_steps={2 * args.steps}", f"train.log_every={args.steps}", "train.checkpoint_every=0",
-             "eval.linear_probe=false", f"output.runs_dir={tmp}"],
-            name="bench",
-        )
-        train(cfg)
-        record = read_metrics(Path(tmp) / "bench" / "metrics.jsonl")[-1]
-    reference = bare_loop(cfg, args.steps)
-    shares = {p: record[f"time/{p}"] for p in ("data", "forward", "loss", "backward", "optim")}
+    runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for _ in range(args.repeats):
+        for prefetch in (True, False):
+            runs[prefetch].append(measure(args.config, args.steps, prefetch))
+    cfg = load_config(args.config)
     items = items_per_batch(cfg.views.batch_mode, cfg.train.batch_size, cfg.views.k)
+
+    def mean(prefetch: bool, key: str) -> float:
+        return statistics.mean(r[key] for r in runs[prefetch])
+
     print(f"config {Path(args.config).name}: {items} items x {cfg.views.k} views per step, "
-          f"{torch.get_num_threads()} torch threads, {args.steps} measured steps\n")
-    print("| measurement | value |")
-    print("|---|---|")
-    print(f"| trainer throughput (items/s) | {record['items_per_s']:.1f} |")
-    print(f"| bare embed+loss+backward+AdamW loop (items/s, reference) | {reference:.1f} |")
-    print(f"| trainer / reference | {record['items_per_s'] / reference:.2f} |")
-    print(f"| step time (s) | {record['step_time_s']:.3f} |")
-    for phase, share in shares.items():
-        print(f"| share of step: {phase} | {share:.1%} |")
-    encoder = shares["forward"] + shares["backward"]
-    print(f"| share of step: encoder (forward + backward) | {encoder:.1%} |")
-    print(f"| share of step: data + loss (goal < 20%) | {shares['data'] + shares['loss']:.1%} |")
+          f"{torch.get_num_threads()} torch threads, {args.steps} measured steps x {args.repeats} repeats\n")
+    print("| measurement | prefetch on (default) | prefetch off (reference) | on / off |")
+    print("|---|---|---|---|")
+    on, off = mean(True, "items_per_s"), mean(False, "items_per_s")
+    print(f"| throughput (items/s) | {on:.1f} | {off:.1f} | {on / off:.2f} |")
+    print(f"| step time (s) | {mean(True, 'step_time_s'):.3f} | {mean(False, 'step_time_s'):.3f} | |")
+    for phase in PHASES:
+        print(f"| share of step: {phase} | {mean(True, f'time/{phase}'):.1%} | {mean(False, f'time/{phase}'):.1%} | |")
+    for label, keys in (("encoder (forward + backward)", ("forward", "backward")), ("data + loss (goal < 20%)", ("data", "loss"))):
+        shares = [sum(mean(p, f"time/{k}") for k in keys) for p in (True, False)]
+        print(f"| share of step: {label} | {shares[0]:.1%} | {shares[1]:.1%} | |")
     return 0
 
 
