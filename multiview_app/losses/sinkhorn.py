@@ -197,19 +197,21 @@ class _PairwiseFactors:
         self.offset = offset
         q, r = self.q, self.r
         dtype, device = log_factors.dtype, log_factors.device
-        log_x = torch.zeros((n,) * (r - 1) + (n,), dtype=dtype, device=device)
+        # logX over (I', i_q), grown one rest axis at a time (each term added at its smallest size)
+        log_x = torch.zeros(n, dtype=dtype, device=device)
         for l in range(r - 1):
-            shape = [1] * r
-            shape[l], shape[-1] = n, n
-            log_x = log_x + log_factors[l, q].reshape(shape)
+            log_x = log_x.unsqueeze(-2) + log_factors[l, q]  # (n,)*(l+1) + (n_q,)
         log_x = log_x.reshape(-1, n)  # (n^(r-1), n)
         xs = log_x.amax(dim=1)
         self.xe = (log_x - xs[:, None]).exp_()
-        log_b = xs.reshape((n,) * (r - 1) + (1,)) if r > 1 else xs.reshape(1)
-        log_b = log_b.expand((n,) * r).clone() if r > 1 else xs.expand(n).clone()
-        for l in range(r):
-            for m in range(l + 1, r):
-                shape = [1] * r
+        # logB + xs over I = (I', j), grown one axis at a time
+        log_b = torch.zeros((), dtype=dtype, device=device)
+        for m in range(r):
+            if m == r - 1:
+                log_b = log_b + xs.reshape((n,) * (r - 1))
+            log_b = log_b.unsqueeze(-1).expand(*log_b.shape, n).clone()
+            for l in range(m):
+                shape = [1] * (m + 1)
                 shape[l], shape[m] = n, n
                 log_b += log_factors[l, m].reshape(shape)
         self.bs = float(log_b.max())
