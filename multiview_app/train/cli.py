@@ -28,6 +28,8 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError("--config FILE is required (or --resume RUN_DIR)")
     cfg = load_config(config_path, args.overrides, name=args.name)
     result = train(cfg, resume=args.resume)
+    if not result.is_main_process:  # multi-process launch: only the main process reports
+        return 0
     print(
         f"trained {result.steps} steps in {result.wall_time_s:.1f} s ({result.items_per_s:.1f} items/s), "
         f"final loss {result.final_loss:.4f}"

@@ -56,6 +56,7 @@ class TrainResult:
     items_per_s: float
     evaluation: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    is_main_process: bool = True
 
 
 class EpochBatchSampler(Sampler[list[int]]):
@@ -373,15 +374,16 @@ class Trainer:
             save_weights(accelerator.unwrap_model(step_module).model, self.run_dir / "model.safetensors")
             atomic_write_json(self.run_dir / "model.json", model_spec(cfg))
             plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
-        accelerator.end_training()
         if main and self.run_eval:
             from ..eval.linear_probe import run_linear_probe
 
             evaluation = run_linear_probe(self.run_dir, batch_size=cfg.eval.batch_size)
         accelerator.wait_for_everyone()
+        accelerator.end_training()  # last: it may tear down the process group
         steps_here = step - start_step
         return TrainResult(
-            self.run_dir, step, last_loss, wall, steps_here * items_per_step / max(wall, 1e-12), evaluation, self.notes
+            self.run_dir, step, last_loss, wall, steps_here * items_per_step / max(wall, 1e-12), evaluation, self.notes,
+            main,
         )
 
     # ------------------------------------------------------------------ one optimizer step
