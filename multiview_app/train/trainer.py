@@ -13,8 +13,6 @@ a checkpoint continues mid-epoch with exactly the batches and views of an uninte
 """
 from __future__ import annotations
 
-import json
-import logging
 import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,8 +32,6 @@ from .checkpoint import latest_checkpoint, load_checkpoint, resolve_resume, save
 from .distributed import gather_with_grad, gradient_scale, world_size
 from .metrics import MetricsLog, StepTimer, plot_curves
 from .run_io import atomic_write_json, atomic_write_text, model_spec, save_weights
-
-log = logging.getLogger(__name__)
 
 #: ``callback(step, record)`` after every optimizer step (record: the logged metrics or None).
 StepCallback = Callable[[int, "dict[str, Any] | None"], None]
@@ -480,7 +476,3 @@ def train(cfg: Config, *, resume: str | None = None, callbacks: Sequence[StepCal
     """Train ``cfg`` (see :class:`Trainer`)."""
     return Trainer(cfg, resume=resume, callbacks=callbacks).fit()
 
-
-def read_trainer_state(ckpt_dir: str | Path) -> dict[str, Any]:
-    """``trainer_state.json`` of a checkpoint folder."""
-    return json.loads((Path(ckpt_dir) / "trainer_state.json").read_text())
