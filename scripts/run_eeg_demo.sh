@@ -28,7 +28,8 @@ fi
 
 echo "== 2/4 prepare (read, resample 200->100 Hz, band-pass, 30-s windows) -> $CACHE"
 "$MVAPP" data prepare physionet2018 --source "$RAW" --out "$CACHE" | tail -n 1
-"$MVAPP" data info "$CACHE" | head -n 20
+"$MVAPP" data info "$CACHE" > "$DATA/physionet2018_cache_info.json"
+"${PYTHON:-.venv/bin/python}" -c 'import json, sys; i = json.load(open(sys.argv[1])); print("   cache:", i["recordings"], "recordings,", i["subjects"], "subjects,", i["windows"], "windows per stage", i["windows_per_stage"], "; full summary:", sys.argv[1])' "$DATA/physionet2018_cache_info.json"
 
 echo "== 3/4 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, encoder width $WIDTH"
 rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run

@@ -20,8 +20,6 @@ def find_records(source: Path) -> list[Path]:
 
 def signal_files(record: Path) -> list[Path]:
     """The signal file(s) a record's header points to."""
-    import wfdb
-
     header = _read_header(record)
     return sorted({record.parent / name for name in header.file_name})
 

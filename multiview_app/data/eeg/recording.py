@@ -84,8 +84,8 @@ def label_epochs_from_intervals(intervals: list[tuple[float, float, int]], n_sig
     Only epochs lying fully inside one interval get its label; everything else is ``UNSCORED``.
     Scored epochs beyond the signal are truncated and counted (``hypnogram_beyond_signal_epochs``);
     signal epochs after the last interval are counted (``signal_beyond_hypnogram_epochs``);
-    epochs cut by an interval boundary that is not on the 30-s grid are counted
-    (``misaligned_epochs``). Returns ``(n_signal_epochs,)`` int64.
+    intervals whose onset is not on the 30-s grid are counted (``misaligned_annotations``;
+    the epochs they cut stay unscored). Returns ``(n_signal_epochs,)`` int64.
     """
     labels = np.full(n_signal_epochs, UNSCORED, dtype=np.int64)
     hypnogram_end = 0
@@ -93,7 +93,7 @@ def label_epochs_from_intervals(intervals: list[tuple[float, float, int]], n_sig
         first = int(np.ceil(onset / EPOCH_SECONDS - 1e-6))
         stop = int(np.floor((onset + duration) / EPOCH_SECONDS + 1e-6))
         if not np.isclose(onset / EPOCH_SECONDS, round(onset / EPOCH_SECONDS), atol=1e-4):
-            counts["misaligned_epochs"] += 1
+            counts["misaligned_annotations"] += 1
         hypnogram_end = max(hypnogram_end, stop)
         if stop > n_signal_epochs and code != UNSCORED and code >= 0:
             counts["hypnogram_beyond_signal_epochs"] += stop - max(first, n_signal_epochs)
