@@ -87,7 +87,8 @@ def _assemble(
     """
     n = z.shape[0]
     ot = epsilon * float(result.log_potentials.sum()) / n - epsilon * result.mass
-    value = float(diag_cost.mean()) - epsilon * (math.log(n) + 1.0) - ot
+    # an optimality gap: >= 0 exactly (the dual objective never exceeds OT); clip round-off
+    value = max(float(diag_cost.mean()) - epsilon * (math.log(n) + 1.0) - ot, 0.0)
     surrogate = torch.einsum("lmij,ild,jmd->", pair_weights.to(z.dtype), z, z)
     loss = surrogate - surrogate.detach() + torch.tensor(value, dtype=z.dtype, device=z.device)
     stats = {

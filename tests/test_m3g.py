@@ -1,0 +1,232 @@
+"""M3G: factorized solver vs the materialized reference vs a brute-force loop; POT at k=2;
+finite differences of the Danskin gradient; invariances; float32 robustness; warnings; bad params."""
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from multiview_app.losses import build_loss
+from multiview_app.losses.base import normalize
+from multiview_app.losses.m3g import m3g_factorized, m3g_materialized
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread avoids oversubscription stalls on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def embeddings(n: int, k: int, d: int = 8, seed: int = 0, noise: float = 1.0, dtype=torch.float64) -> torch.Tensor:
+    """Normalized ``(n, k, d)`` views of n items: shared direction + per-view noise."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(n, 1, d, generator=g, dtype=torch.float64)
+    return normalize(base + noise * torch.randn(n, k, d, generator=g, dtype=torch.float64)).to(dtype)
+
+
+def brute_force_m3g(z: torch.Tensor, epsilon: float, cost: str, iters: int) -> float:
+    """Def. 3.1 with loops: cost tensor entry by entry, Alg. 1 on the full tensor, float64."""
+    n, k, _ = z.shape
+    shape = (n,) * k
+    c = torch.zeros(shape, dtype=torch.float64)
+    for idx in itertools.product(range(n), repeat=k):
+        pts = [z[idx[l], l] for l in range(k)]
+        if cost == "cv":
+            c[idx] = (2 / (k - 1)) ** 2 * sum(2 - 2 * float(pts[l] @ pts[m]) for l in range(k) for m in range(l + 1, k))
+        else:
+            c[idx] = -math.log(max(float(torch.stack(pts).mean(0).norm() ** 2), 1e-6))
+    f = [torch.zeros(n, dtype=torch.float64) for _ in range(k)]
+    for _ in range(iters):
+        for l in range(k):
+            total = -c
+            for m in range(k):
+                if m != l:
+                    total = total + f[m].reshape([n if a == m else 1 for a in range(k)])
+            others = [a for a in range(k) if a != l]
+            f[l] = -epsilon * (torch.logsumexp(total / epsilon, dim=others) + math.log(n))
+    plan = -c
+    for m in range(k):
+        plan = plan + f[m].reshape([n if a == m else 1 for a in range(k)])
+    mass = float((plan / epsilon).exp().sum())
+    ot = sum(float(x.sum()) for x in f) / n - epsilon * mass
+    diag = sum(float(c[(i,) * k]) for i in range(n)) / n
+    return diag - epsilon * (math.log(n) + 1) - ot
+
+
+@pytest.mark.parametrize("cost", ["cv", "csd"])
+def test_materialized_matches_brute_force(cost: str) -> None:
+    z = embeddings(3, 3, seed=1)
+    value, stats = m3g_materialized(z, epsilon=0.3, cost=cost, tol=1e-12, max_iter=400)
+    assert value.item() == pytest.approx(brute_force_m3g(z, 0.3, cost, iters=int(stats["iterations"])), abs=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("k", "eps", "tol"), [(2, 1.0, 1e-7), (3, 0.2, 1e-7), (3, 0.05, 1e-3), (4, 0.2, 1e-7), (4, 0.02, 1e-3), (5, 0.1, 1e-7)]
+)
+def test_factorized_matches_materialized(k: int, eps: float, tol: float) -> None:
+    z = embeddings(6, k, seed=10 * k).requires_grad_()
+    fast, fast_stats = m3g_factorized(z, eps, tol=tol, max_iter=3000)
+    (fast_grad,) = torch.autograd.grad(fast, z)
+    ref, ref_stats = m3g_materialized(z, eps, "cv", tol=tol, max_iter=3000)
+    (ref_grad,) = torch.autograd.grad(ref, z)
+    assert fast_stats["fallback"] == 0.0
+    assert fast.item() == pytest.approx(ref.item(), abs=1e-9)
+    # same algorithm and stopping rule (round-off may move the stop by a few sweeps on flat tails)
+    assert abs(fast_stats["iterations"] - ref_stats["iterations"]) <= 0.1 * ref_stats["iterations"] + 1
+    assert fast_stats["ot"] == pytest.approx(ref_stats["ot"], abs=1e-9)
+    assert fast_stats["marginal_error"] < tol and fast_stats["converged"] == 1.0
+    assert torch.allclose(fast_grad, ref_grad, atol=1e-9)
+    assert fast.item() >= 0.0 and ref.item() >= 0.0
+
+
+def test_factorized_plan_marginals_match_materialized() -> None:
+    from multiview_app.losses.m3g import _cv_scale, _pair_grams, _pair_sum_tensor
+    from multiview_app.losses.sinkhorn import mm_sinkhorn_dense, mm_sinkhorn_pairwise
+
+    n, k, eps = 6, 4, 0.3
+    z = embeddings(n, k, seed=40)
+    s = _cv_scale(k)
+    grams = _pair_grams(z)
+    fast = mm_sinkhorn_pairwise(grams * (2 * s / eps), s * k * (k - 1) / eps, 1e-8, 2000)
+    dense = mm_sinkhorn_dense(-s * (k * (k - 1) - 2 * _pair_sum_tensor(grams)) / eps, 1e-8, 2000)
+    assert fast.converged and fast.iterations == dense.iterations
+    assert torch.allclose(fast.pair_marginals, dense.pair_marginals, atol=1e-12)
+    assert torch.allclose(fast.log_potentials, dense.log_potentials, atol=1e-9)
+    for l, m in itertools.combinations(range(k), 2):  # every pair marginal is a coupling of 1/n, 1/n
+        assert torch.allclose(fast.pair_marginals[l, m].sum(0), torch.full((n,), 1 / n, dtype=torch.float64), atol=1e-8)
+        assert torch.allclose(fast.pair_marginals[l, m].sum(1), torch.full((n,), 1 / n, dtype=torch.float64), atol=1e-8)
+
+
+@pytest.mark.parametrize("eps", [1.0, 0.5])
+def test_two_views_plan_equals_pot_sinkhorn(eps: float) -> None:
+    ot = pytest.importorskip("ot")
+    from multiview_app.losses.m3g import _pair_grams
+    from multiview_app.losses.sinkhorn import mm_sinkhorn_pairwise
+
+    n = 7
+    z = embeddings(n, 2, seed=5)
+    grams = _pair_grams(z)
+    cost = 4.0 * (2.0 - 2.0 * grams[0, 1])  # Alg. 2 with k=2: (2/(k-1))^2 (2 - 2<x, y>)
+    a = np.full(n, 1.0 / n)
+    pot_plan = ot.bregman.sinkhorn_log(a, a, cost.numpy(), reg=eps, stopThr=1e-13, numItermax=100000)
+    ours = mm_sinkhorn_pairwise(grams * (8.0 / eps), 8.0 / eps, 1e-11, 100000)
+    assert np.allclose(ours.pair_marginals[0, 1].numpy(), pot_plan, atol=1e-10)
+
+
+def test_danskin_gradient_matches_finite_differences() -> None:
+    torch.manual_seed(0)
+    raw = torch.randn(4, 3, 5, dtype=torch.float64)
+    loss = build_loss("m3g", epsilon=0.3, tol=1e-9, max_iter=20000)
+    x = raw.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(loss(x), x)  # includes the L2 normalization
+    direction = torch.randn_like(raw)
+    h = 1e-5
+    with torch.no_grad():
+        numeric = (loss(raw + h * direction) - loss(raw - h * direction)).item() / (2 * h)
+    assert (grad * direction).sum().item() == pytest.approx(numeric, rel=1e-5, abs=1e-8)
+
+
+def test_csd_gradient_matches_finite_differences() -> None:
+    z0 = embeddings(4, 3, d=5, seed=7)
+    x = z0.clone().requires_grad_()
+    value, _ = m3g_materialized(x, epsilon=0.4, cost="csd", tol=1e-10, max_iter=20000)
+    (grad,) = torch.autograd.grad(value, x)
+    direction = torch.randn_like(z0)
+    h = 1e-5
+    plus, _ = m3g_materialized(z0 + h * direction, 0.4, "csd", 1e-10, 20000)
+    minus, _ = m3g_materialized(z0 - h * direction, 0.4, "csd", 1e-10, 20000)
+    assert (grad * direction).sum().item() == pytest.approx((plus - minus).item() / (2 * h), rel=1e-5, abs=1e-8)
+
+
+@pytest.mark.parametrize("cost", ["cv", "csd"])
+def test_permutation_invariance(cost: str) -> None:
+    z = embeddings(6, 4, seed=40)
+    loss = build_loss("m3g", epsilon=0.3, cost=cost, tol=1e-8, max_iter=5000)
+    value = loss(z).item()
+    items = torch.randperm(6, generator=torch.Generator().manual_seed(1))
+    assert loss(z[items]).item() == pytest.approx(value, abs=1e-8)
+    views = torch.tensor([2, 0, 3, 1])
+    assert loss(z[:, views]).item() == pytest.approx(value, abs=1e-8)
+
+
+def test_value_is_nonnegative_and_zero_gap_needs_aligned_views() -> None:
+    loss = build_loss("m3g", epsilon=0.1)
+    for seed in range(3):
+        assert loss(embeddings(8, 3, seed=seed, noise=2.0)).item() >= 0.0
+    aligned = loss(embeddings(8, 3, seed=0, noise=0.05)).item()
+    mixed = loss(embeddings(8, 3, seed=0, noise=3.0)).item()
+    assert 0.0 <= aligned < mixed
+
+
+@pytest.mark.parametrize(("n", "k"), [(3, 8), (4, 6), (6, 3), (5, 2)])
+def test_float32_small_epsilon_is_finite_and_matches_float64(n: int, k: int) -> None:
+    # 300 sweeps (not always converged at eps 0.01): both dtypes must reach the same iterate
+    z64 = embeddings(n, k, seed=n + k)
+    x = z64.float().requires_grad_()
+    loss = build_loss("m3g", epsilon=0.01, max_iter=300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        value = loss(x)
+        (grad,) = torch.autograd.grad(value, x)
+        ref, ref_stats = m3g_materialized(z64, 0.01, "cv", 1e-3, 300)
+    assert value.dtype == torch.float32
+    assert math.isfinite(value.item()) and bool(torch.isfinite(grad).all())
+    assert all(math.isfinite(v) for v in loss.last_stats.values())
+    assert value.item() >= 0.0
+    assert value.item() == pytest.approx(ref.item(), abs=2e-3 * max(1.0, abs(ref.item())))
+    assert loss.last_stats["marginal_error"] == pytest.approx(ref_stats["marginal_error"], abs=2e-3)
+
+
+def test_float32_fallback_is_reported_and_exact() -> None:
+    # near-antipodal views at tiny epsilon: exp-domain factors underflow, the dense path takes over
+    z = embeddings(4, 3, seed=2, noise=3.0, dtype=torch.float32)
+    loss = build_loss("m3g", epsilon=0.01, max_iter=300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        value = loss(z).item()
+        ref, _ = m3g_materialized(z.double(), 0.01, "cv", 1e-3, 300)
+    assert loss.last_stats["fallback"] == 1.0
+    assert value == pytest.approx(ref.item(), abs=1e-3)
+
+
+def test_non_convergence_warns_once_and_reports() -> None:
+    loss = build_loss("m3g", epsilon=0.05, max_iter=2)
+    z = embeddings(6, 3, seed=0, noise=2.0)
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        loss(z)
+    assert loss.last_stats["converged"] == 0.0
+    assert loss.last_stats["iterations"] == 2.0
+    assert loss.last_stats["marginal_error"] >= 1e-3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss(z)  # second time: no warning
+    assert loss.last_stats["converged"] == 0.0
+
+
+def test_stats_and_dtypes() -> None:
+    loss = build_loss("m3g")
+    z = embeddings(5, 3, seed=0).requires_grad_()
+    out = loss(z)
+    assert out.dim() == 0 and out.dtype == torch.float64
+    assert set(loss.last_stats) >= {"iterations", "marginal_error", "converged", "ot", "loss"}
+    assert loss.last_stats["converged"] == 1.0 and loss.last_stats["marginal_error"] < 1e-3
+    out.backward()
+    assert z.grad is not None and bool(torch.isfinite(z.grad).all())
+    assert loss(z.detach().half()).dtype == torch.float32
+    assert type(loss).gather_across_processes is False
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"epsilon": 0.0}, {"epsilon": -1.0}, {"cost": "euclid"}, {"tol": 0.0}, {"max_iter": 0}, {"max_iter": 2.5}],
+)
+def test_bad_parameters_raise(params: dict) -> None:
+    with pytest.raises(ValueError):
+        build_loss("m3g", **params)
