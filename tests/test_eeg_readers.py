@@ -209,3 +209,36 @@ def test_cache_incremental_duplicates_and_info(sleep_edf_dir, tmp_path):
     assert stored.shape == (manifest["recordings"][0]["n_windows"], 2, 3000)
     with pytest.raises(ValueError, match="cache was prepared with"):
         prepare("sleep-edf", source, tmp_path / "cache", PrepareOptions(channels=["Fpz-Cz"]), progress=False)
+
+
+def test_stage_notes_straddling_and_beyond_the_signal():
+    from multiview_app.data.eeg.physionet2018 import stage_epochs_from_notes
+
+    fs, spe = 200.0, 6000
+    counts: Counter = Counter()
+    notes = [(0, 0), (2 * spe, 2), (3 * spe + 100, 3), (9 * spe, 4)]  # N3 starts inside epoch 3
+    labels = stage_epochs_from_notes(notes, 6 * spe, fs, counts)
+    assert labels.tolist() == [0, 0, 2, UNSCORED, 3, 3]
+    assert counts["epochs_straddling_stage_change"] == 1 and counts["stage_notes_beyond_signal"] == 1
+
+
+def test_corrupt_wfdb_header_names_the_file(tmp_path):
+    (tmp_path / "tr09-0001.hea").write_text("this is not a header\n\x00\x01")
+    with pytest.raises(ValueError, match=r"tr09-0001.hea: corrupt WFDB header"):
+        read_physionet2018(tmp_path / "tr09-0001", ["F3-M2"])
+
+
+def test_wake_cropping_keeps_margin_around_sleep():
+    from multiview_app.data.eeg.preprocess import wake_crop_mask
+
+    labels = np.array([0] * 100 + [2, 3, 4] + [0] * 100)
+    keep = wake_crop_mask(labels, 30.0)  # 60 epochs of wake on each side
+    assert keep.sum() == 60 + 3 + 60 and keep[40] and not keep[39] and keep[162] and not keep[163]
+    assert wake_crop_mask(labels, None).all() and wake_crop_mask(np.zeros(5, dtype=int), 30.0).all()
+
+
+def test_bad_prepare_options_are_rejected():
+    with pytest.raises(ValueError, match="Nyquist"):
+        PrepareOptions(channels=["Fpz-Cz"], h_freq=60.0)
+    with pytest.raises(ValueError, match="l_freq"):
+        PrepareOptions(channels=["Fpz-Cz"], l_freq=20.0, h_freq=10.0)
