@@ -183,3 +183,22 @@ def test_view_stream_prefetch_gives_the_same_views() -> None:
     for a, b in zip(with_prefetch, without):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert not torch.equal(views(True, 6)[0], with_prefetch[0])  # the index seeds the views
+
+
+def test_grad_accum_and_epochs_bookkeeping(tmp_path: Path) -> None:
+    """180 train items, 32 per micro-batch, 2 micro-batches per step -> 2 steps per epoch (1 dropped)."""
+    states: dict[int, dict] = {}
+
+    def record_state(step: int, record: dict | None) -> None:
+        ckpt = list_checkpoints(cfg.run_dir)[-1]
+        states[step] = json.loads((ckpt / "trainer_state.json").read_text())
+
+    cfg = tiny_config(
+        tmp_path, "accum", data=SMALL_EPOCH,
+        train={"max_steps": None, "epochs": 2, "grad_accum": 2, "checkpoint_every": 1, "keep_checkpoints": 5},
+    )
+    result = train(cfg, callbacks=[record_state])
+    assert result.steps == 4
+    assert [(s["epoch"], s["batch_position"]) for s in (states[1], states[2], states[3])] == [(0, 2), (1, 0), (1, 2)]
+    records = read_metrics(cfg.run_dir / "metrics.jsonl")
+    assert [r["epoch"] for r in records] == [0, 0, 1, 1]
