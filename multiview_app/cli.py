@@ -31,9 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
+    debug = "--debug" in argv  # accepted anywhere on the command line
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args([a for a in argv if a != "--debug"])
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("mvapp: interrupted", file=sys.stderr)
