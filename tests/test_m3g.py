@@ -87,15 +87,15 @@ def test_factorized_matches_materialized(k: int, eps: float, tol: float) -> None
 
 
 def test_factorized_plan_marginals_match_materialized() -> None:
-    from multiview_app.losses.m3g import _cv_scale, _pair_grams, _pair_sum_tensor
-    from multiview_app.losses.sinkhorn import mm_sinkhorn_dense, mm_sinkhorn_pairwise
+    from multiview_app.losses.m3g import _cv_scale, _pair_grams
+    from multiview_app.losses.sinkhorn import mm_sinkhorn_dense, mm_sinkhorn_pairwise, pairwise_sum_tensor
 
     n, k, eps = 6, 4, 0.3
     z = embeddings(n, k, seed=40)
     s = _cv_scale(k)
     grams = _pair_grams(z)
     fast = mm_sinkhorn_pairwise(grams * (2 * s / eps), s * k * (k - 1) / eps, 1e-8, 2000)
-    dense = mm_sinkhorn_dense(-s * (k * (k - 1) - 2 * _pair_sum_tensor(grams)) / eps, 1e-8, 2000)
+    dense = mm_sinkhorn_dense(-s * (k * (k - 1) - 2 * pairwise_sum_tensor(grams)) / eps, 1e-8, 2000)
     assert fast.converged and fast.iterations == dense.iterations
     assert torch.allclose(fast.pair_marginals, dense.pair_marginals, atol=1e-12)
     assert torch.allclose(fast.log_potentials, dense.log_potentials, atol=1e-9)

@@ -26,7 +26,7 @@ import torch
 
 from . import LOSSES
 from .base import MultiViewLoss, check_positive
-from .sinkhorn import MMSinkhornResult, mm_sinkhorn_dense, mm_sinkhorn_pairwise
+from .sinkhorn import MMSinkhornResult, mm_sinkhorn_dense, mm_sinkhorn_pairwise, pairwise_sum_tensor
 
 COSTS = ("cv", "csd")
 # R^2 is clamped to at least this before the log of the csd cost (k antipodal-cancelling views).
@@ -41,18 +41,6 @@ def _cv_scale(k: int) -> float:
 def _pair_grams(z: torch.Tensor) -> torch.Tensor:
     """``G[l, m] = z[:, l] @ z[:, m].T`` as ``(k, k, n, n)`` from ``z`` ``(n, k, d)``."""
     return torch.einsum("ild,jmd->lmij", z, z)
-
-
-def _pair_sum_tensor(grams: torch.Tensor) -> torch.Tensor:
-    """``S[i_1..i_k] = sum_{l<m} G_lm[i_l, i_m]`` materialized as ``(n,)*k``."""
-    k, n = grams.shape[0], grams.shape[2]
-    total = torch.zeros((n,) * k, dtype=grams.dtype, device=grams.device)
-    for l in range(k):
-        for m in range(l + 1, k):
-            shape = [1] * k
-            shape[l], shape[m] = n, n
-            total += grams[l, m].reshape(shape)
-    return total
 
 
 def _cost_of_sum(pair_sum: torch.Tensor, k: int, cost: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,7 +110,7 @@ def m3g_materialized(
     n, k, _ = z.shape
     with torch.no_grad():
         grams = _pair_grams(z.detach())
-        pair_sum = _pair_sum_tensor(grams)
+        pair_sum = pairwise_sum_tensor(grams)
         cost_tensor, slope = _cost_of_sum(pair_sum, k, cost)
         del pair_sum
         log_kernel = cost_tensor.div_(-epsilon)

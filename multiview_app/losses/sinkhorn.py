@@ -234,7 +234,7 @@ def mm_sinkhorn_pairwise(
     except _NumericalTrouble as trouble:
         iterations = trouble.args[0] if trouble.args else 0
         good = g if bool(torch.isfinite(g).all()) else torch.zeros_like(g)
-        log_kernel = _dense_from_pairs(log_factors, offset)
+        log_kernel = pairwise_sum_tensor(log_factors, offset)
         result = mm_sinkhorn_dense(
             log_kernel, tol, max_iter, init=good, chunk_elems=chunk_elems, iterations_done=min(iterations, max_iter)
         )
@@ -242,15 +242,18 @@ def mm_sinkhorn_pairwise(
         return result
 
 
-def _dense_from_pairs(log_factors: torch.Tensor, offset: float) -> torch.Tensor:
-    """Materialize ``sum_{l<m} L_lm[i_l, i_m] - offset`` as ``(n,)*k``."""
-    k, n = log_factors.shape[0], log_factors.shape[2]
-    out = torch.full((n,) * k, -offset, dtype=log_factors.dtype, device=log_factors.device)
+def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
+    """Materialize ``sum_{l<m} pair_terms[l, m][i_l, i_m] - offset`` as ``(n,)*k``.
+
+    ``pair_terms``: ``(k, k, n, n)``, only the ``l < m`` blocks are read.
+    """
+    k, n = pair_terms.shape[0], pair_terms.shape[2]
+    out = torch.full((n,) * k, -offset, dtype=pair_terms.dtype, device=pair_terms.device)
     for l in range(k):
         for m in range(l + 1, k):
             shape = [1] * k
             shape[l], shape[m] = n, n
-            out += log_factors[l, m].reshape(shape)
+            out += pair_terms[l, m].reshape(shape)
     return out
 
 
