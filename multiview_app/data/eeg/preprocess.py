@@ -50,7 +50,8 @@ def resample(signal: np.ndarray, from_hz: float, to_hz: float) -> np.ndarray:
 
 
 def bandpass(signals: np.ndarray, sfreq: float, l_freq: float | None, h_freq: float | None) -> np.ndarray:
-    """Zero-phase 4th-order Butterworth along the last axis (high-, low- or band-pass)."""
+    """Zero-phase 4th-order Butterworth along the last axis (high-, low- or band-pass), computed in
+    the dtype of ``signals`` (float32 is ~5x faster than float64 and ample for EEG)."""
     if l_freq is None and h_freq is None:
         return signals
     if l_freq and h_freq:
@@ -59,7 +60,7 @@ def bandpass(signals: np.ndarray, sfreq: float, l_freq: float | None, h_freq: fl
         sos = butter(4, h_freq, btype="lowpass", fs=sfreq, output="sos")
     else:
         sos = butter(4, l_freq, btype="highpass", fs=sfreq, output="sos")
-    return sosfiltfilt(sos, signals, axis=-1)
+    return sosfiltfilt(sos.astype(signals.dtype), signals, axis=-1)
 
 
 def wake_crop_mask(labels: np.ndarray, keep_minutes: float | None) -> np.ndarray:
@@ -84,38 +85,47 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     counts: Counter = Counter()
     window = options.window_samples
     labels = recording.epoch_labels
-    resampled, nan_epochs = [], np.zeros(labels.size, dtype=bool)
-    for name, signal, fs in zip(recording.channel_names, recording.signals, recording.sfreqs):
+    n_epochs = min([labels.size] + [int(len(x) // (EPOCH_SECONDS * fs)) for x, fs in
+                                    zip(recording.signals, recording.sfreqs)])
+    labels = labels[:n_epochs]
+    # Only the span of epochs that can be kept is filtered (real Sleep-EDF nights are ~22 h of which
+    # ~9 h survive wake cropping), plus a 60-s margin on each side against filter edge effects.
+    candidates = np.flatnonzero((labels >= 0) & wake_crop_mask(labels, options.crop_wake_minutes))
+    first, stop = (int(candidates[0]), int(candidates[-1]) + 1) if candidates.size else (0, 0)
+    margin = min(2, first), min(2, n_epochs - stop)
+    span = slice(first - margin[0], stop + margin[1])
+    resampled, nan_epochs = [], np.zeros(span.stop - span.start, dtype=bool)
+    for signal, fs in zip(recording.signals, recording.sfreqs):
+        per_epoch = int(round(EPOCH_SECONDS * fs))
+        signal = np.asarray(signal[span.start * per_epoch: span.stop * per_epoch], dtype=np.float32)
         bad = ~np.isfinite(signal)
         if bad.any():
-            per_epoch = int(round(EPOCH_SECONDS * fs))
-            bad_epochs = np.unique(np.flatnonzero(bad) // per_epoch)
-            nan_epochs[bad_epochs[bad_epochs < labels.size]] = True
-            signal = np.where(bad, 0.0, signal)
+            nan_epochs[np.unique(np.flatnonzero(bad) // per_epoch)] = True
+            signal = np.where(bad, np.float32(0.0), signal)
         if not np.isclose(fs, options.sfreq):
             counts["resampled_channels"] += 1
-        resampled.append(resample(signal, fs, options.sfreq))
-    n_epochs = min(labels.size, min(len(s) for s in resampled) // window)
-    data = np.stack([s[: n_epochs * window] for s in resampled])  # (c, n)
-    data = bandpass(data, options.sfreq, options.l_freq, options.h_freq)
-    windows = data.reshape(data.shape[0], n_epochs, window).transpose(1, 0, 2)  # (E, c, T)
-    labels, nan_epochs = labels[:n_epochs], nan_epochs[:n_epochs]
+        resampled.append(resample(signal, fs, options.sfreq).astype(np.float32))
+    n_span = span.stop - span.start
+    data = np.stack([s[: n_span * window] for s in resampled])  # (c, n)
+    if n_span:
+        data = bandpass(data, options.sfreq, options.l_freq, options.h_freq)
+    windows = data.reshape(data.shape[0], n_span, window).transpose(1, 0, 2)  # (span epochs, c, T)
 
     keep = labels >= 0
     counts["excluded"] += int((labels == -1).sum())
     counts["unscored"] += int((labels == UNSCORED).sum())
     cropped = ~wake_crop_mask(labels, options.crop_wake_minutes) & keep
     counts["wake_cropped"] += int(cropped.sum())
-    keep &= ~cropped
+    keep = (keep & ~cropped)[span]  # every candidate lies inside the span
     counts["nan"] += int((nan_epochs & keep).sum())
     keep &= ~nan_epochs
-    std = windows.std(axis=-1)  # (E, c)
-    reference = np.median(std[keep], axis=0) if keep.any() else np.ones(std.shape[1])
+    std = windows.std(axis=-1)  # (span epochs, c)
+    reference = np.median(std[keep], axis=0) if keep.any() else np.ones(std.shape[1], dtype=np.float32)
     flat = (std < options.flat_ratio * reference[None, :]).any(axis=1) | (std == 0).any(axis=1)
     counts["flat"] += int((flat & keep).sum())
     keep &= ~flat
-    epochs = np.flatnonzero(keep)
-    kept = windows[epochs]
-    mean = kept.mean(axis=-1, keepdims=True)
-    kept = (kept - mean) / std[epochs][:, :, None]
+    local = np.flatnonzero(keep)
+    kept = windows[local]
+    kept = (kept - kept.mean(axis=-1, keepdims=True)) / std[local][:, :, None]
+    epochs = local + span.start
     return kept.astype(np.float32), labels[epochs].astype(np.int64), epochs.astype(np.int64), counts

@@ -80,13 +80,12 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
     check_edf_integrity(psg)
     check_edf_integrity(hypnogram)
     try:
-        header = mne.io.read_raw_edf(psg, preload=False, verbose="error")
+        raw = mne.io.read_raw_edf(psg, preload=False, verbose="error")
     except Exception as err:  # mne raises many types on bad files
         raise ValueError(f"{psg}: cannot read EDF ({err})") from None
-    picked = resolve_channels(channels, list(header.ch_names), psg)
-    orig_rates = _native_rates(header, picked)
-    raw = mne.io.read_raw_edf(psg, include=picked, preload=True, verbose="error")
-    data = raw.get_data(picks=picked)  # (c, n) volts, at the file's highest picked rate
+    picked = resolve_channels(channels, list(raw.ch_names), psg)
+    orig_rates = _native_rates(raw, picked)
+    data = raw.get_data(picks=picked)  # (c, n) volts, read from disk for the picked channels only
     try:
         annotations = mne.read_annotations(hypnogram)
     except Exception as err:

@@ -311,8 +311,9 @@ def _atomic_target(path: Path) -> Path:
 
 
 def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
-              annotations: list[tuple[float, float, str]] | None = None) -> None:
-    """Write an EDF(+) file atomically; ``signals``: label -> (uV samples, sampling rate)."""
+              annotations: list[tuple[float, float, str]] | None = None, record_seconds: float = 1.0) -> None:
+    """Write an EDF(+) file atomically; ``signals``: label -> (uV samples, sampling rate);
+    ``record_seconds``: data-record duration (Sleep-EDF PSG files use 30 s)."""
     import edfio
 
     edf_signals = []
@@ -321,7 +322,7 @@ def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
         pad = max(1.0, 0.05 * (high - low))
         edf_signals.append(edfio.EdfSignal(np.asarray(data, dtype=np.float64), sampling_frequency=fs, label=label,
                                            physical_dimension="uV", physical_range=(low - pad, high + pad)))
-    edf = edfio.Edf(edf_signals, starttime=dt.time(22, 0, 0), data_record_duration=1.0 if edf_signals else None,
+    edf = edfio.Edf(edf_signals, starttime=dt.time(22, 0, 0), data_record_duration=record_seconds if edf_signals else None,
                     annotations=[edfio.EdfAnnotation(o, d, t) for o, d, t in (annotations or [])])
     tmp = _atomic_target(path)
     try:
@@ -373,7 +374,7 @@ def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float,
     write_edf(psg, {"EEG Fpz-Cz": (night_data.signals["EEG Fpz-Cz"], fs),
                     "EEG Pz-Oz": (night_data.signals["EEG Pz-Oz"], fs),
                     "EOG horizontal": (night_data.signals["EOG horizontal"], fs),
-                    "EMG submental": (emg_rms, 1.0)})
+                    "EMG submental": (emg_rms, 1.0)}, record_seconds=EPOCH_SECONDS)
     annotations = hypnogram_annotations(stages, rng)
     annotations.append((stages.size * EPOCH_SECONDS, 1800.0, "Sleep stage ?"))  # unscored tail, as in SC files
     write_edf(hyp, {}, annotations)
