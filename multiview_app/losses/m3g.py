@@ -86,6 +86,7 @@ def _assemble(
         "ot": ot,
         "mass": float(result.mass),
         "fallback": float(result.path == "factorized->dense"),
+        "float64_retry": float(result.path.startswith("factorized->")),
         "loss": value,
     }
     return loss, stats

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
-# Smallest accepted value of an exp-domain partial sum on the factorized path: below it a sum may
-# have lost its leading terms to underflow, so the solve switches to the dense log-domain path.
-_TINY = {torch.float32: 1e-30, torch.float64: 1e-280}
+# Factorized path: every exp-domain factor is <= 1 after its max shift, so underflow perturbs each
+# of the <= n^k terms of a marginal sum by at most finfo.tiny. A marginal entry must exceed
+# finfo.tiny * n^k / _REL_UNDERFLOW (relative error <= _REL_UNDERFLOW); else -> dense path.
+_REL_UNDERFLOW = 1e-7
 
 
 @dataclass
@@ -38,7 +39,8 @@ class MMSinkhornResult:
     ``pair_marginals``: ``(k, k, n, n)``; entry ``[l, m]`` for ``l < m`` is the sum of ``P`` (or of
     ``P * pair_weight`` on the dense path) over every axis but ``l`` and ``m``; other entries are 0.
     ``mass``: ``sum(P)``. ``marginal_error``: ``sum_l ||m_l(P) - 1/n||_1`` of the returned plan.
-    ``path``: ``"factorized"``, ``"dense"`` or ``"factorized->dense"`` (numerical fallback).
+    ``path``: ``"factorized"``, ``"dense"``, ``"factorized->float64"`` or ``"factorized->dense"``
+    (numerical fallbacks of :func:`mm_sinkhorn_pairwise`).
     """
 
     log_potentials: torch.Tensor
@@ -164,8 +166,8 @@ class _NumericalTrouble(Exception):
 
 
 def _check(values: torch.Tensor, tiny: float) -> None:
-    """Raise :class:`_NumericalTrouble` unless every entry is finite and ``>= tiny``."""
-    if not bool(torch.isfinite(values).all()) or float(values.min()) < tiny:
+    """Raise :class:`_NumericalTrouble` unless every entry is finite and ``>= tiny`` (NaN fails)."""
+    if not float(values.amin()) >= tiny:
         raise _NumericalTrouble
 
 
@@ -177,18 +179,19 @@ def _times_exp(values: torch.Tensor, log_scale: float) -> torch.Tensor:
 
 
 class _PairwiseFactors:
-    """Iteration-independent, exp-domain factors of a pairwise log-kernel.
+    """Exp-domain factors of a pairwise log-kernel, with absorbed potentials ``a`` ``(k, n)``.
 
     Views ``0..r-1`` (``r = k - 1``) are the "rest" ``I = (I', j)`` with ``j = i_{r-1}``; view
-    ``q = k - 1`` is summed out by GEMMs. With ``logX[I', i_q] = sum_{l<r-1} L_lq[i_l, i_q]`` and
-    ``logB[I] = sum_{l<m<q} L_lm[i_l, i_m]``:
+    ``q = k - 1`` is summed out by GEMMs. With ``logX[I', i_q] = sum_{l<r-1} L_lq[i_l, i_q] + a_q``
+    and ``logB[I] = sum_{l<m<q} L_lm[i_l, i_m] + sum_{l<r} a_l[i_l]``:
 
     * ``xe = exp(logX - xs[I'])`` ``(n^(r-1), n)``, row-shifted (``xs`` the row max);
     * ``be = exp(logB + xs[I'] - bs)`` ``(n^(r-1), n)``, ``bs`` its global max;
     * ``last = L_{r-1, q}`` ``(n, n)``.
 
-    The plan is then ``P[I, i_q] = exp(bs - offset + sum_{l<k} g_l) * be[I] * xe[I', i_q] *
-    exp(last[j, i_q])`` up to the per-row shifts, which the solver tracks as log-scalars.
+    ``P[I, i_q] = be[I] xe[I', i_q] exp(last[j, i_q] + sum_l (g - a)_l - offset + bs)``; the solver
+    handles the remaining exp factor with per-vector shifts. :meth:`absorb` folds the current
+    potentials into ``be`` / ``xe`` (re-stabilization when the plan drifts away from the shifts).
     """
 
     def __init__(self, log_factors: torch.Tensor, offset: float) -> None:
@@ -197,26 +200,34 @@ class _PairwiseFactors:
         self.offset = offset
         q, r = self.q, self.r
         dtype, device = log_factors.dtype, log_factors.device
-        # logX over (I', i_q), grown one rest axis at a time (each term added at its smallest size)
+        # pair sums grown one axis at a time (each term added at its smallest size)
         log_x = torch.zeros(n, dtype=dtype, device=device)
         for l in range(r - 1):
             log_x = log_x.unsqueeze(-2) + log_factors[l, q]  # (n,)*(l+1) + (n_q,)
-        log_x = log_x.reshape(-1, n)  # (n^(r-1), n)
-        xs = log_x.amax(dim=1)
-        self.xe = (log_x - xs[:, None]).exp_()
-        # logB + xs over I = (I', j), grown one axis at a time
+        self.log_x = log_x.reshape(-1, n)  # (n^(r-1), n)
         log_b = torch.zeros((), dtype=dtype, device=device)
         for m in range(r):
-            if m == r - 1:
-                log_b = log_b + xs.reshape((n,) * (r - 1))
             log_b = log_b.unsqueeze(-1).expand(*log_b.shape, n).clone()
             for l in range(m):
                 shape = [1] * (m + 1)
                 shape[l], shape[m] = n, n
                 log_b += log_factors[l, m].reshape(shape)
+        self.log_b = log_b  # (n,)*r
+        self.last = log_factors[r - 1, q]
+        self.absorb(torch.zeros(k, n, dtype=dtype, device=device))
+
+    def absorb(self, potentials: torch.Tensor) -> None:
+        """Fold ``potentials`` ``(k, n)`` into ``xe`` / ``be`` (two exp passes over ``n^(k-1)``)."""
+        n, r, q = self.n, self.r, self.q
+        self.absorbed = potentials.clone()
+        log_x = self.log_x + potentials[q]
+        xs = log_x.amax(dim=1)
+        self.xe = (log_x - xs[:, None]).exp_()
+        log_b = self.log_b + xs.reshape((n,) * (r - 1) + (1,))
+        for l in range(r):
+            log_b = log_b + potentials[l].reshape((n,) + (1,) * (r - 1 - l))
         self.bs = float(log_b.max())
         self.be = (log_b - self.bs).exp_().reshape(-1, n)  # (n^(r-1), n)
-        self.last = log_factors[r - 1, q]
 
 
 def mm_sinkhorn_pairwise(
@@ -225,21 +236,36 @@ def mm_sinkhorn_pairwise(
     """Alg. 1 for ``A[i_1..i_k] = sum_{l<m} log_factors[l, m][i_l, i_m] - offset``.
 
     ``log_factors``: ``(k, k, n, n)``, only ``l < m`` entries are read. Never materializes ``n^k``
-    unless it falls back to :func:`mm_sinkhorn_dense` (reported in ``path``).
+    unless it falls back to :func:`mm_sinkhorn_dense`. Escalation on underflow, each step continuing
+    from the last good potentials (reported in ``path``): re-absorb the potentials into the factors;
+    for float32, redo the factorized solve in float64 (exponent range e^+-709 instead of e^+-87,
+    e.g. the very first sweeps at tiny epsilon); finally the dense log-domain path.
     """
     k, n = log_factors.shape[0], log_factors.shape[2]
     g = torch.zeros(k, n, dtype=log_factors.dtype, device=log_factors.device)
     try:
-        return _pairwise_solve(log_factors, offset, tol, max_iter, g)
+        return _pairwise_solve(log_factors, offset, tol, max_iter, g, 0)
     except _NumericalTrouble as trouble:
         iterations = trouble.args[0] if trouble.args else 0
-        good = g if bool(torch.isfinite(g).all()) else torch.zeros_like(g)
-        log_kernel = pairwise_sum_tensor(log_factors, offset)
-        result = mm_sinkhorn_dense(
-            log_kernel, tol, max_iter, init=good, chunk_elems=chunk_elems, iterations_done=min(iterations, max_iter)
-        )
-        result.path = "factorized->dense"
-        return result
+    if log_factors.dtype != torch.float64:
+        g64 = g.double()
+        try:
+            result = _pairwise_solve(log_factors.double(), offset, tol, max_iter, g64, iterations)
+        except _NumericalTrouble as trouble:
+            iterations = trouble.args[0] if trouble.args else iterations
+            g = g64.to(g.dtype)
+        else:
+            result.log_potentials = result.log_potentials.to(g.dtype)
+            result.pair_marginals = result.pair_marginals.to(g.dtype)
+            result.path = "factorized->float64"
+            return result
+    good = g if bool(torch.isfinite(g).all()) else torch.zeros_like(g)
+    log_kernel = pairwise_sum_tensor(log_factors, offset)
+    result = mm_sinkhorn_dense(
+        log_kernel, tol, max_iter, init=good, chunk_elems=chunk_elems, iterations_done=min(iterations, max_iter)
+    )
+    result.path = "factorized->dense"
+    return result
 
 
 def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
@@ -258,103 +284,112 @@ def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.
 
 
 def _pairwise_solve(
-    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, g: torch.Tensor
+    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, g: torch.Tensor, iterations: int
 ) -> MMSinkhornResult:
-    """Factorized sweeps; updates ``g`` ``(k, n)`` in place (kept valid for a fallback)."""
-    tiny = _TINY.get(log_factors.dtype, _TINY[torch.float32])
+    """Factorized sweeps from potentials ``g`` ``(k, n)`` after ``iterations`` sweeps; updates ``g``
+    in place (kept valid for a fallback).
+
+    On an underflow the current potentials are absorbed into the factors and the sweep is redone;
+    a second failure in the same sweep raises :class:`_NumericalTrouble` (dense fallback).
+    """
+    k, n = log_factors.shape[0], log_factors.shape[2]
+    tiny = torch.finfo(log_factors.dtype).tiny * float(n) ** k / _REL_UNDERFLOW
     fac = _PairwiseFactors(log_factors, offset)
-    state = {"iterations": 0}
-    try:
-        return _pairwise_sweeps(fac, tol, max_iter, g, tiny, state)
-    except _NumericalTrouble:
-        raise _NumericalTrouble(state["iterations"]) from None
+    if bool(g.abs().amax() > 0):
+        fac.absorb(g)
+    absorbed_at = -1
+    while True:
+        start = g.clone()
+        try:
+            outcome = _pairwise_sweep(fac, g, iterations, tol, max_iter, tiny)
+        except _NumericalTrouble:
+            g.copy_(start)
+            if absorbed_at == iterations:
+                raise _NumericalTrouble(iterations) from None
+            fac.absorb(g)
+            absorbed_at = iterations
+            continue
+        if outcome is not None:
+            return outcome
+        iterations += 1
 
 
-def _pairwise_sweeps(
-    fac: _PairwiseFactors, tol: float, max_iter: int, g: torch.Tensor, tiny: float, state: dict[str, int]
-) -> MMSinkhornResult:
-    """The sweep loop of :func:`_pairwise_solve`; ``state["iterations"]`` tracks finished sweeps.
+def _pairwise_sweep(
+    fac: _PairwiseFactors, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float
+) -> MMSinkhornResult | None:
+    """One sweep of Alg. 1 on the factors (``g`` updated in place), or the final result.
 
-    Per sweep: GEMM 1 sums out view ``q``; the rest plan ``q0 * (x)v * exp(log_scale)`` (``q0``
-    ``(n,)*r``) gives the rest marginals. In Gauss-Seidel order the axes after ``l`` still carry the
-    old scalings when ``l`` is updated, so one right-to-left chain of GEMVs (``right[a]`` = ``q0``
-    contracted with ``v_a..v_{r-1}``) serves every update; the last rest view and the stopping rule
-    share one two-row GEMM over ``q0``. GEMM 2 then gives the marginal of view ``q``.
+    GEMM 1 sums out view ``q``; the rest plan is ``q0 * (x)v * exp(log_scale)`` (``q0`` ``(n,)*r``).
+    In Gauss-Seidel order the axes after ``l`` still carry the old scalings when ``l`` is updated, so
+    one right-to-left chain of GEMVs (``right[l]`` = ``q0`` contracted with ``v_{l+1}..v_{r-1}``)
+    serves every update; the last rest view and the stopping rule (on the incoming plan, skipped
+    before the first sweep) share one two-row GEMM over ``q0``. GEMM 2 gives view ``q``'s marginal.
+    Returns the result once converged or after ``max_iter`` sweeps, else None.
     """
     k, n, r, q = fac.k, fac.n, fac.r, fac.q
     log_n, target = math.log(n), 1.0 / n
-    iterations, error, converged = 0, float("inf"), False
-    while True:
-        # --- GEMM 1: R1[I', j] = sum_{i_q} xe[I', i_q] M1[i_q, j]
-        last_g = fac.last + g[q]  # (n_j, n_q)
-        m1_shift = last_g.amax(dim=1)  # (n_j,)
-        m1 = (last_g - m1_shift[:, None]).exp_().T.contiguous()  # (n_q, n_j)
-        r1 = fac.xe @ m1  # (n^(r-1), n_j)
-        _check(r1.amin(), tiny)
-        q0 = fac.be * r1  # rest plan (n^(r-1), n_j), up to (x)v * exp(log_scale)
-        # log-scalings of the rest views (view r-1 also carries the GEMM shift)
-        h = g[:r].clone()
-        h[r - 1] += m1_shift
-        h_max = h.amax(dim=1)
-        v = (h - h_max[:, None]).exp_()
-        log_scale = fac.bs - fac.offset + float(h_max.sum())
-        saved = (g.clone(), h.clone(), h_max.clone(), v.clone(), log_scale)
-        right = [q0.reshape(-1)]  # right[-1 - a] is q0 contracted with v_{r-1}, ..., v_{r-a}
-        for a in range(r - 1, 0, -1):
-            right.append(right[-1].reshape(-1, n) @ v[a])
-        right.reverse()  # right[l] has the axes 0..l of q0 (flattened), l = 0..r-1
-        old_marg = []
-        for l in range(r):
-            if l < r - 1:
-                if l > 0:  # stopping rule: marginal of the incoming plan
-                    old_marg.append(_left_vector(saved[3], l) @ right[l].reshape(-1, n))
-                partial = _left_vector(v, l) @ right[l].reshape(-1, n)
-            else:  # last rest view: incoming plan and updated plan in one pass over q0
-                both = torch.stack([_left_vector(saved[3], l), _left_vector(v, l)]) @ q0
-                old_marg.append(both[0])
-                partial = both[1]
-            if l == 0:
-                old_marg.insert(0, partial)
-            _check(partial.amin(), tiny)
-            if l == r - 1 and iterations > 0:
-                marg = _times_exp(torch.stack(old_marg) * saved[3], saved[4])
+    g_in = g.clone()
+    gd = g - fac.absorbed  # what the exp-domain factors do not carry yet
+    # --- GEMM 1: R1[I', j] = sum_{i_q} xe[I', i_q] M1[i_q, j]
+    last_g = fac.last + gd[q]  # (n_j, n_q)
+    m1_shift = last_g.amax(dim=1)  # (n_j,)
+    m1 = (last_g - m1_shift[:, None]).exp_().T.contiguous()  # (n_q, n_j)
+    q0 = fac.be * (fac.xe @ m1)  # rest plan (n^(r-1), n_j), up to (x)v * exp(log_scale)
+    h = gd[:r].clone()
+    h[r - 1] += m1_shift
+    h_max = h.amax(dim=1)
+    v = (h - h_max[:, None]).exp_()
+    log_scale = fac.bs - fac.offset + float(h_max.sum())
+    v_in, log_scale_in = v.clone(), log_scale
+    right = [q0.reshape(-1)]
+    for a in range(r - 1, 0, -1):
+        right.append(right[-1].reshape(-1, n) @ v[a])
+    right.reverse()  # right[l]: q0 contracted on the axes after l, flattened (n^(l+1),)
+    incoming = []  # marginals of the incoming plan (stopping rule)
+    finished = converged = False
+    error = float("inf")
+    for l in range(r):
+        if l < r - 1:
+            partial = _left_vector(v, l) @ right[l].reshape(-1, n)
+            if l > 0:
+                incoming.append(_left_vector(v_in, l) @ right[l].reshape(-1, n))
+            else:
+                incoming.append(partial)
+        else:  # incoming and updated plan in one pass over q0
+            both = torch.stack([_left_vector(v_in, l), _left_vector(v, l)]) @ q0
+            incoming.append(both[0])
+            partial = both[1]
+            _check(both[0], tiny)
+            if iterations > 0:
+                marg = _times_exp(torch.stack(incoming) * v_in, log_scale_in)
                 error = float((marg - target).abs().sum())  # view q is exact after its update
                 if not math.isfinite(error):
                     raise _NumericalTrouble
-                if error < tol:
-                    g.copy_(saved[0])
-                    v, log_scale = saved[3], saved[4]
-                    converged = True
-                    break
-            if iterations >= max_iter:
+                converged = error < tol
+            finished = converged or iterations >= max_iter
+            if finished:
                 break
-            # log m_l = (h_l - max h_l) + log(partial) + log_scale; g_l -= log n + log m_l
-            step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
-            g[l] += step
-            h[l] += step
-            new_max = h[l].amax()
-            log_scale += float(new_max - h_max[l])
-            h_max[l] = new_max
-            v[l] = (h[l] - new_max).exp()
-        if converged or iterations >= max_iter:
-            if iterations >= max_iter:
-                g.copy_(saved[0])
-                v, log_scale = saved[3], saved[4]
-            break
-        # --- GEMM 2: marginal of view q with the new rest potentials
-        col = _last_pair(fac, v, m1).sum(dim=0)
-        _check(col.amin(), tiny)
-        g[q] += -log_n - col.log() - log_scale
-        iterations += 1
-        state["iterations"] = iterations
-    pairs = _pairwise_marginals(fac, q0, v, m1, log_scale)
-    mass = float(pairs[0, 1].sum())
-    if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
-        raise _NumericalTrouble
-    if iterations == 0:  # no sweep (max_iter == 0): error of the initial plan
-        marg = torch.stack([pairs[0, 1].sum(1), *[pairs[0, m].sum(0) for m in range(1, k)]])
-        error = float((marg - target).abs().sum())
-    return MMSinkhornResult(g, pairs, mass, iterations, error, converged, "factorized")
+        _check(partial, tiny)
+        # log m_l = (h_l - max h_l) + log(partial) + log_scale; g_l -= log n + log m_l
+        step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
+        g[l] += step
+        h[l] += step
+        new_max = h[l].amax()
+        log_scale += float(new_max - h_max[l])
+        h_max[l] = new_max
+        v[l] = (h[l] - new_max).exp()
+    if finished:  # the incoming plan is the output: undo this sweep's rest updates
+        g.copy_(g_in)
+        pairs = _pairwise_marginals(fac, q0, v_in, m1, log_scale_in)
+        mass = float(pairs[0, 1].sum())
+        if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
+            raise _NumericalTrouble
+        return MMSinkhornResult(g, pairs, mass, iterations, error, converged, "factorized")
+    # --- GEMM 2: marginal of view q with the new rest potentials
+    col = _last_pair(fac, v, m1).sum(dim=0)
+    _check(col, tiny)
+    g[q] += -log_n - col.log() - log_scale
+    return None
 
 
 def _left_vector(v: torch.Tensor, count: int) -> torch.Tensor:
