@@ -12,8 +12,10 @@ uniform marginals ``1/n``. Updates follow Alg. 1 (Gauss-Seidel: ``g_1``, then ``
   ``A[i_1..i_k] = sum_{l<m} L_lm[i_l, i_m] - offset``. The last view ``q`` is summed out with a
   GEMM against pre-stabilized exp-domain factors, so one sweep costs two ``n^k`` GEMMs plus
   ``O(k n^(k-1))`` element-wise work and memory ``O(n^(k-1))``; potentials stay in the log domain and
-  every exp-domain factor carries its own max shift. If any intermediate underflows or turns
-  non-finite the solve continues, from the last good potentials, on the dense exact path.
+  every exp-domain factor carries its own max shift. If a marginal sum may have lost accuracy to
+  underflow (or is not finite) the solve escalates, each time from the last good potentials:
+  re-absorb the potentials into the factors, then (float32) continue factorized in float64, then
+  the dense exact log-domain path.
 
 Both return a :class:`MMSinkhornResult` with the pairwise marginals ``P_lm`` (``l < m``) that the
 Danskin gradient of M3G needs.
@@ -27,7 +29,7 @@ import torch
 
 # Factorized path: every exp-domain factor is <= 1 after its max shift, so underflow perturbs each
 # of the <= n^k terms of a marginal sum by at most finfo.tiny. A marginal entry must exceed
-# finfo.tiny * n^k / _REL_UNDERFLOW (relative error <= _REL_UNDERFLOW); else -> dense path.
+# finfo.tiny * n^k / _REL_UNDERFLOW (relative error <= _REL_UNDERFLOW); else the solve escalates.
 _REL_UNDERFLOW = 1e-7
 
 
@@ -417,9 +419,8 @@ def _pairwise_marginals(
     """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the current plan."""
     k, n, r, q = fac.k, fac.n, fac.r, fac.q
     pairs = torch.zeros(k, k, n, n, dtype=v.dtype, device=v.device)
-    scaled = q0 * (_left_vector(v, r - 1)[:, None] * v[r - 1][None, :])  # (n^(r-1), n_j)
     if r > 1:
-        rest = scaled.reshape((n,) * r)
+        rest = (q0 * (_left_vector(v, r - 1)[:, None] * v[r - 1][None, :])).reshape((n,) * r)
         for l in range(r):
             for m in range(l + 1, r):
                 dims = tuple(a for a in range(r) if a not in (l, m))
