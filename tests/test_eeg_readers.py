@@ -242,3 +242,16 @@ def test_bad_prepare_options_are_rejected():
         PrepareOptions(channels=["Fpz-Cz"], h_freq=60.0)
     with pytest.raises(ValueError, match="l_freq"):
         PrepareOptions(channels=["Fpz-Cz"], l_freq=20.0, h_freq=10.0)
+
+
+def test_download_offline_gives_one_clear_error(monkeypatch, tmp_path):
+    import mne.datasets.sleep_physionet.age as age
+
+    from multiview_app.data.eeg.sleep_edf import download_sleep_physionet
+
+    def offline(*args, **kwargs):
+        raise OSError("Temporary failure in name resolution")
+
+    monkeypatch.setattr(age, "fetch_data", offline)  # never touches the network
+    with pytest.raises(RuntimeError, match=r"download of Sleep-EDF subjects \[0\] failed .*offline"):
+        download_sleep_physionet([0], [1], tmp_path)
