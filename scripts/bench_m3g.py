@@ -291,8 +291,8 @@ def write_docs(table: str, command: str, args: argparse.Namespace) -> None:
     body = (
         f"{SECTION}: factorized MM-Sinkhorn vs materialized reference vs ott-jax\n\n"
         f"Command: `{command}` ({stamp}, torch threads {args.threads}, load average {load:.1f} on 2 shared cores).\n"
-        "float32, d=128, inputs = shared direction per item + unit-variance noise per view, same inputs for all\n"
-        "columns. Time = median forward+backward wall clock (seconds); memory = peak RSS growth during one\n"
+        f"float32, d=128, inputs = {args.signal:g} x a shared random direction per item + unit-variance noise\n"
+        "per view (0 = independent random views, the start of training), same inputs for all columns. Time = median forward+backward wall clock (seconds); memory = peak RSS growth during one\n"
         "forward+backward (Linux VmHWM after clear_refs; ott in its own process, same probe). ott-jax:\n"
         "`MMSinkhorn(threshold=1e-3, max_iterations=1000)`, error checked every 10 iterations (its default),\n"
         "jit, `value_and_grad`, timed after warm-up, same thread budget via XLA_FLAGS when --threads 1.\n\n"
