@@ -1,6 +1,6 @@
 """Train every configs/digits_<loss>.yaml and write the linear-probe table to docs/results.md.
 
-    .venv/bin/python scripts/results_digits.py [--steps 300] [--losses m3g,mveb] [--runs-dir runs/results_digits]
+    .venv/bin/python scripts/results_digits.py [--steps 400] [--losses m3g,mveb] [--runs-dir runs/results_digits]
 
 Resumable: a loss whose run already has eval/linear_probe.json is not retrained (use --fresh to
 retrain); the table is rewritten (atomically) after every loss.
@@ -89,7 +89,7 @@ def write_table(rows: list[dict], failures: dict[str, str], steps: int, out: Pat
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--losses", default=None, help="comma-separated subset (default: all)")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_digits")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
