@@ -1,7 +1,8 @@
 """A tiny name -> factory registry shared by losses, adapters, view policies and encoders."""
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+import importlib
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -11,11 +12,24 @@ class Registry(Generic[T]):
 
     ``kind`` is used in error messages, e.g. ``Registry("loss")`` raises
     ``ValueError("unknown loss 'foo'; available: a, b")``.
+
+    ``modules`` names the modules whose import registers the entries; they are imported once,
+    lazily, on the first lookup (so importing the registry stays cheap and cycle-free).
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, modules: Iterable[str] = ()) -> None:
         self.kind = kind
+        self.modules: tuple[str, ...] = tuple(modules)
         self._entries: dict[str, T] = {}
+        self._loaded = False
+
+    def _load(self) -> None:
+        """Import ``self.modules`` once so that they register their entries."""
+        if self._loaded:
+            return
+        self._loaded = True
+        for module in self.modules:
+            importlib.import_module(module)
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: ``@REG.register("name")`` on a class or function."""
@@ -29,6 +43,7 @@ class Registry(Generic[T]):
         return decorator
 
     def get(self, name: str) -> T:
+        self._load()
         try:
             return self._entries[name]
         except KeyError:
@@ -37,9 +52,11 @@ class Registry(Generic[T]):
             ) from None
 
     def names(self) -> list[str]:
+        self._load()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        self._load()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:

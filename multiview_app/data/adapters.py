@@ -14,8 +14,6 @@ turns a pydantic error into one ``ValueError`` naming ``data.options.<key>``.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -23,9 +21,6 @@ from torch.utils.data import Dataset
 
 from ..registry import Registry
 
-#: Adapter modules imported (so that they register) before the registry is used. helper-5 adds
-#: ``multiview_app.data.eeg`` here once it exists.
-ADAPTER_MODULES: tuple[str, ...] = ("multiview_app.data.images", "multiview_app.data.eeg")
 
 
 class AdapterOptions(BaseModel):
@@ -69,25 +64,19 @@ class DataAdapter:
         return len(self.class_names)
 
 
-ADAPTERS: Registry[type[DataAdapter]] = Registry("data adapter")
-
-
-def _import_all() -> None:
-    """Import every adapter module that exists so that it registers itself."""
-    for module in ADAPTER_MODULES:
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
+#: Adapters by name; the listed modules register themselves on first lookup.
+ADAPTERS: Registry[type[DataAdapter]] = Registry(
+    "data adapter", modules=("multiview_app.data.images", "multiview_app.data.eeg")
+)
 
 
 def available_adapters() -> list[str]:
     """Names accepted by :func:`build_adapter`, sorted."""
-    _import_all()
     return ADAPTERS.names()
 
 
 def adapter_options_model(name: str) -> type[AdapterOptions]:
     """The pydantic ``Options`` model of adapter ``name`` (for config docs / validation)."""
-    _import_all()
     return ADAPTERS.get(name).Options
 
 
@@ -111,7 +100,6 @@ def build_adapter(name: str, options: dict[str, Any] | None = None) -> DataAdapt
     Raises ``ValueError`` for an unknown adapter (listing the available ones) or invalid options
     (naming ``data.options.<key>``, the value and what is allowed).
     """
-    _import_all()
     cls = ADAPTERS.get(name)
     try:
         parsed = cls.Options.model_validate(options or {})

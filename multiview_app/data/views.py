@@ -11,8 +11,6 @@ Batch modes (poly-view Sec. 3.2) are computed by :func:`items_per_batch`.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from typing import Any, ClassVar
 
 import torch
@@ -23,8 +21,6 @@ from .adapters import DataAdapter, format_validation_error
 from .augment import M3G_STACKS, STACKS, augment, customized
 from .batch import ViewBatch
 
-#: Modules with view policies, imported before the registry is used (helper-5: EEG ``channels``).
-VIEW_POLICY_MODULES: tuple[str, ...] = ("multiview_app.data.eeg",)
 
 BATCH_MODES: tuple[str, ...] = ("growing", "fixed")
 
@@ -56,23 +52,16 @@ class ViewPolicy:
         raise NotImplementedError
 
 
-VIEW_POLICIES: Registry[type[ViewPolicy]] = Registry("view policy")
-
-
-def _import_all() -> None:
-    for module in VIEW_POLICY_MODULES:
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
+#: View policies by name; the EEG module registers ``channels`` on first lookup.
+VIEW_POLICIES: Registry[type[ViewPolicy]] = Registry("view policy", modules=("multiview_app.data.eeg",))
 
 
 def available_view_policies() -> list[str]:
-    _import_all()
     return VIEW_POLICIES.names()
 
 
 def build_view_policy(name: str, k: int, options: dict[str, Any] | None, adapter: DataAdapter) -> ViewPolicy:
     """Validate ``options`` (errors name ``views.options.<key>``), k and the modality, then build."""
-    _import_all()
     cls = VIEW_POLICIES.get(name)
     if not isinstance(k, int) or k < max(1, cls.min_k):
         raise ValueError(f"views.k must be an integer >= {max(1, cls.min_k)} for view policy '{name}', got {k!r}")

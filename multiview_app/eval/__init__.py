@@ -8,35 +8,23 @@ add new evaluators there.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-
 from ..registry import Registry
 
-EVALUATORS: Registry[type] = Registry("evaluator")
-
-#: Modules that register evaluators (imported lazily; missing optional modules are skipped).
+#: Modules that register evaluators (imported on the registry's first lookup); add new ones here.
 EVALUATOR_MODULES: tuple[str, ...] = (
     "multiview_app.eval.linear_probe",
     "multiview_app.eval.sleep_staging",
 )
-
-
-def _import_all() -> None:
-    for module in EVALUATOR_MODULES:
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
+EVALUATORS: Registry[type] = Registry("evaluator", modules=EVALUATOR_MODULES)
 
 
 def available_evaluators() -> list[str]:
     """Names accepted by ``mvapp eval``, sorted."""
-    _import_all()
     return EVALUATORS.names()
 
 
 def get_evaluator(name: str) -> type:
     """The evaluator class registered as ``name`` (ValueError listing the valid names)."""
-    _import_all()
     return EVALUATORS.get(name)
 
 

@@ -14,18 +14,18 @@ from torch import nn
 from ..registry import Registry
 from .base import MultiViewLoss, check_embeddings
 
-LOSSES: Registry[type[MultiViewLoss]] = Registry("loss")
+LOSSES: Registry[type[MultiViewLoss]] = Registry(
+    "loss", modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb")]
+)
 
 
 def available_losses() -> list[str]:
     """Names accepted by :func:`build_loss`, sorted."""
-    _import_all()
     return LOSSES.names()
 
 
 def loss_parameters(name: str) -> dict[str, object]:
     """Parameter names of loss ``name`` with their defaults."""
-    _import_all()
     cls = LOSSES.get(name)
     sig = inspect.signature(cls.__init__)
     return {
@@ -41,7 +41,6 @@ def build_loss(name: str, **params: object) -> nn.Module:
     Raises ``ValueError`` for an unknown name (listing the available ones) or an unknown
     parameter (listing the valid ones).
     """
-    _import_all()
     cls = LOSSES.get(name)
     valid = loss_parameters(name)
     unknown = sorted(set(params) - set(valid))
@@ -51,11 +50,6 @@ def build_loss(name: str, **params: object) -> nn.Module:
             f"valid: {', '.join(f'{k}={v!r}' for k, v in valid.items()) or '(none)'}"
         )
     return cls(**params)
-
-
-def _import_all() -> None:
-    """Import the loss modules so that they register themselves."""
-    from . import contrastive, flatnce, m3g, mveb  # noqa: F401
 
 
 __all__ = ["LOSSES", "MultiViewLoss", "available_losses", "build_loss", "check_embeddings", "loss_parameters"]

@@ -14,8 +14,6 @@ encoders).
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -25,9 +23,8 @@ from torch import nn
 
 from ..registry import Registry
 
-ENCODERS: Registry[Callable[..., nn.Module]] = Registry("encoder")
-#: Modules with more encoders, imported before lookups (helper-5: ``multiview_app.models.eeg``).
-ENCODER_MODULES: tuple[str, ...] = ("multiview_app.models.eeg",)
+#: Encoders by ``"<modality>/<name>"``; the listed modules register more on first lookup.
+ENCODERS: Registry[Callable[..., nn.Module]] = Registry("encoder", modules=("multiview_app.models.eeg",))
 
 
 def register_encoder(modality: str, name: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
@@ -35,21 +32,13 @@ def register_encoder(modality: str, name: str) -> Callable[[Callable[..., nn.Mod
     return ENCODERS.register(f"{modality}/{name}")
 
 
-def _import_all() -> None:
-    for module in ENCODER_MODULES:
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
-
-
 def available_encoders(modality: str | None = None) -> list[str]:
     """Registered ``"<modality>/<name>"`` keys (image also accepts any timm model name)."""
-    _import_all()
     return [k for k in ENCODERS.names() if modality is None or k.startswith(f"{modality}/")]
 
 
 def build_encoder(modality: str, name: str, **kwargs: Any) -> nn.Module:
     """Build encoder ``name`` for ``modality``; ``image`` falls back to timm for unregistered names."""
-    _import_all()
     key = f"{modality}/{name}"
     if key in ENCODERS:
         factory = ENCODERS.get(key)
