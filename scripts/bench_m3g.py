@@ -255,7 +255,7 @@ def bench_row(n: int, k: int, eps: float, args: argparse.Namespace, ott_python: 
 def render(rows: list[dict], args: argparse.Namespace, ott_note: str) -> str:
     """Markdown table (also printed)."""
     lines = [
-        "| n | k | eps | ours s | iters | ref s | ref/ours | ours MB | ref MB | mem ref/ours | ott s | ott/ours | ott iters | value ours | |ours-ref| | |ours-ott| |",
+        "| n | k | eps | ours s | iters | ref s | ref/ours | ours MB | ref MB | mem ref/ours | ott s | ott/ours | ott iters | value ours | abs(ours-ref) | abs(ours-ott) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
