@@ -3,17 +3,17 @@
 # -> prepared window cache -> short M3G training of the channel-aware EEG encoder (k = 6 channels)
 # -> few-shot sleep-staging table (trained vs random-init encoder vs band-power baseline).
 # CPU-sized: small encoder width, short nights, few steps. Environment knobs (defaults):
-#   DEMO_DATA=demo_data  DEMO_SUBJECTS=8  DEMO_HOURS=2.5  DEMO_STEPS=120  DEMO_BATCH=8  DEMO_WIDTH=32  DEMO_EPSILON=0.5
+#   DEMO_DATA=demo_data  DEMO_SUBJECTS=8  DEMO_HOURS=2.5  DEMO_STEPS=400  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MVAPP="${MVAPP:-.venv/bin/mvapp}"
 DATA="${DEMO_DATA:-demo_data}"
 SUBJECTS="${DEMO_SUBJECTS:-8}"
 HOURS="${DEMO_HOURS:-2.5}"
-STEPS="${DEMO_STEPS:-120}"
-BATCH="${DEMO_BATCH:-8}"
+STEPS="${DEMO_STEPS:-400}"
+BATCH="${DEMO_BATCH:-16}"
 WIDTH="${DEMO_WIDTH:-32}"
-EPSILON="${DEMO_EPSILON:-0.5}"  # M3G entropic regularization; 0.2 needs many Sinkhorn sweeps on CPU
+EPSILON="${DEMO_EPSILON:-0.2}"  # M3G entropic regularization (the paper's default)
 RUN_NAME="eeg_synthetic_m3g_demo"
 RAW="$DATA/physionet2018_raw"
 CACHE="$DATA/physionet2018_cache"
@@ -36,7 +36,7 @@ rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
 "$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \
   data.options.cache="$CACHE" train.max_steps="$STEPS" train.batch_size="$BATCH" \
   model.encoders.eeg.width="$WIDTH" model.encoders.eeg.dropout=0.0 train.checkpoint_every=0 train.log_every=10 \
-  loss.epsilon="$EPSILON" loss.max_iter=200
+  loss.epsilon="$EPSILON" loss.max_iter=300
 
 echo "== 4/4 few-shot sleep staging on held-out subjects"
 "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds 3
