@@ -26,24 +26,23 @@ def _traits(seed: int) -> SubjectTraits:
     return traits
 
 
-@pytest.fixture(scope="module")
-def sleep_edf_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndarray]]:
-    out = tmp_path_factory.mktemp("sleep_edf")
+def _write_two_nights(out: Path, writer) -> tuple[Path, list[np.ndarray]]:
+    """Two subjects' nights written by ``writer`` into ``out``; returns the folder and true stages."""
     truths = []
     for subject in range(2):
-        _, stages = write_sleep_edf_night(out, subject, 0, HOURS, _traits(subject), np.random.default_rng(subject))
+        _, stages = writer(out, subject, 0, HOURS, _traits(subject), np.random.default_rng(subject))
         truths.append(stages)
     return out, truths
+
+
+@pytest.fixture(scope="module")
+def sleep_edf_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndarray]]:
+    return _write_two_nights(tmp_path_factory.mktemp("sleep_edf"), write_sleep_edf_night)
 
 
 @pytest.fixture(scope="module")
 def physionet_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndarray]]:
-    out = tmp_path_factory.mktemp("physionet")
-    truths = []
-    for subject in range(2):
-        _, stages = write_physionet2018_night(out, subject, 0, HOURS, _traits(subject), np.random.default_rng(subject))
-        truths.append(stages)
-    return out, truths
+    return _write_two_nights(tmp_path_factory.mktemp("physionet"), write_physionet2018_night)
 
 
 def test_sleep_edf_round_trip_labels_match_the_hypnogram(sleep_edf_dir):
