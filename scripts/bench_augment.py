@@ -18,7 +18,7 @@ import torch
 import torchvision.transforms.v2 as T
 from torch.utils.data import default_collate
 
-from multiview_app.data import augment as A
+from multiview_app.data.images import augment as A
 from multiview_app.data.adapters import build_adapter
 from multiview_app.models import build_model
 

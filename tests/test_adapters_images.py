@@ -10,7 +10,7 @@ from PIL import Image
 from torch.utils.data import default_collate
 
 from multiview_app.data.adapters import available_adapters, build_adapter
-from multiview_app.data.images import stratified_split
+from multiview_app.data.images.adapters import stratified_split
 
 
 @pytest.fixture(scope="module")

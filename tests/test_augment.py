@@ -6,7 +6,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torch.utils.data import default_collate
 
-from multiview_app.data import augment as A
+from multiview_app.data.images import augment as A
 from multiview_app.data.adapters import build_adapter
 from multiview_app.data.views import build_view_policy, items_per_batch
 

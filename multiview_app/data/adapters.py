@@ -64,10 +64,12 @@ class DataAdapter:
         return len(self.class_names)
 
 
-#: Adapters by name; the listed modules register themselves on first lookup.
-ADAPTERS: Registry[type[DataAdapter]] = Registry(
-    "data adapter", modules=("multiview_app.data.images", "multiview_app.data.eeg")
-)
+#: One package per modality (``data/<modality>/``); importing one registers its adapters and view
+#: policies. A new modality is its folder plus one line here.
+MODALITY_PACKAGES: tuple[str, ...] = ("multiview_app.data.images", "multiview_app.data.eeg")
+
+#: Adapters by name; the modality packages register themselves on first lookup.
+ADAPTERS: Registry[type[DataAdapter]] = Registry("data adapter", modules=MODALITY_PACKAGES)
 
 
 def available_adapters() -> list[str]:
@@ -115,6 +117,7 @@ __all__ = [
     "ADAPTERS",
     "AdapterOptions",
     "DataAdapter",
+    "MODALITY_PACKAGES",
     "adapter_options_model",
     "available_adapters",
     "build_adapter",

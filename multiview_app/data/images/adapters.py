@@ -25,7 +25,7 @@ from pydantic import Field
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from .adapters import ADAPTERS, AdapterOptions, DataAdapter
+from ..adapters import ADAPTERS, AdapterOptions, DataAdapter
 
 IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 #: How many skipped paths a warning / error lists.

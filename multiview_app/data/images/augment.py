@@ -37,7 +37,7 @@ import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from torchvision.ops import roi_align
 
-from ..registry import Registry
+from ...registry import Registry
 
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
