@@ -107,6 +107,9 @@ class TrainConfig(_Strict):
     num_workers: int = Field(0, ge=0)
     prefetch_views: bool = True  # build the next micro-batch's views in a background thread
     log_every: int = Field(10, ge=1)
+    callbacks: list[str] = Field(
+        default_factory=list, description="training callbacks by name (train/callbacks.py TRAIN_CALLBACKS)"
+    )
 
     @model_validator(mode="after")
     def _has_length(self) -> "TrainConfig":
@@ -252,6 +255,15 @@ def check_cross_sections(cfg: Config) -> None:
             f"available: {', '.join(available_view_policies())}"
         )
     _validate_options(VIEW_POLICIES.get(cfg.views.policy).Options, cfg.views.options, "views.options")
+
+    from .train.callbacks import TRAIN_CALLBACKS
+
+    unknown = [name for name in cfg.train.callbacks if name not in TRAIN_CALLBACKS]
+    if unknown:
+        raise ConfigError(
+            f"train.callbacks: unknown callback(s) {', '.join(map(repr, unknown))}; "
+            f"available: {', '.join(TRAIN_CALLBACKS.names())}"
+        )
 
 
 # ----------------------------------------------------------------------------- loading

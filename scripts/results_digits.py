@@ -48,7 +48,7 @@ def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool) -> dict:
     start = time.perf_counter()
     result = train(cfg, resume=resume)
     records = read_metrics(run_dir / "metrics.jsonl")
-    ev = result.evaluation or {}
+    ev = (result.evaluation or {})["linear_probe"]
     row = {
         "loss": loss, "steps": result.steps, "wall_s": time.perf_counter() - start,
         "items_per_s": result.items_per_s, "final_loss": result.final_loss,

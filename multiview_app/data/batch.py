@@ -61,3 +61,18 @@ class ViewBatch:
             labels=None if self.labels is None else self.labels.to(device, non_blocking=non_blocking),
             meta=self.meta,
         )
+
+    def select(self, indices: "list[int] | tuple[int, ...]") -> "ViewBatch":
+        """The sub-batch with views ``indices`` (same n items)."""
+        return ViewBatch(
+            views=[self.views[i] for i in indices],
+            modalities=[self.modalities[i] for i in indices],
+            view_names=[self.view_names[i] for i in indices],
+            labels=self.labels,
+            meta=self.meta,
+        )
+
+
+def to_device(raw: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
+    """Tensors of a raw (collated, pre-view) batch to ``device``; other columns unchanged."""
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}

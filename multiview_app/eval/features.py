@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, default_collate
 
-from ..train.trainer import to_device
+from ..data.batch import to_device
 
 Combine = Literal["mean", "concat", "first"]
 

@@ -18,14 +18,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..config import load_config
     from .trainer import train
 
-    config_path = args.config
-    if config_path is None:
-        if args.resume and args.resume != "latest":
-            candidate = Path(args.resume)
-            run_dir = candidate if (candidate / "config.yaml").is_file() else candidate.parent.parent
-            config_path = str(run_dir / "config.yaml")
-        else:
-            raise ValueError("--config FILE is required (or --resume RUN_DIR)")
+    config_path = args.config or _saved_config(args.resume, args.name)
     cfg = load_config(config_path, args.overrides, name=args.name)
     result = train(cfg, resume=args.resume)
     if not result.is_main_process:  # multi-process launch: only the main process reports
@@ -34,9 +27,27 @@ def _run(args: argparse.Namespace) -> int:
         f"trained {result.steps} steps in {result.wall_time_s:.1f} s ({result.items_per_s:.1f} items/s), "
         f"final loss {result.final_loss:.4f}"
     )
-    if result.evaluation:
-        from ..eval.linear_probe import format_table
-
-        print(format_table(result.evaluation))
+    for report in result.reports:
+        print(report)
     print(f"outputs in {result.run_dir}")
     return 0
+
+
+def _saved_config(resume: str | None, name: str | None) -> str:
+    """The config of the run that ``--resume`` continues when no ``--config`` is given:
+    ``--resume RUN_DIR|CHECKPOINT_DIR``, or ``--resume latest --name NAME`` (``<output.runs_dir>/NAME``)."""
+    from ..config import OutputConfig
+
+    if resume is None:
+        raise ValueError("--config FILE is required (or --resume RUN_DIR, or --resume latest --name RUN)")
+    if resume == "latest":
+        if not name:
+            raise ValueError("--resume latest needs --config FILE or --name RUN (the run to continue)")
+        run_dir = Path(OutputConfig().runs_dir) / name
+    else:
+        candidate = Path(resume)
+        run_dir = candidate if (candidate / "config.yaml").is_file() else candidate.parent.parent
+    config = run_dir / "config.yaml"
+    if not config.is_file():
+        raise FileNotFoundError(f"--resume {resume}: no run config at {config.resolve()}")
+    return str(config)

@@ -26,16 +26,13 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from ..config import Config, dump_config
-from ..data.batch import ViewBatch
+from ..data.batch import ViewBatch, to_device
 from ..losses import build_loss
+from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, resolve_resume, save_checkpoint
 from .distributed import gather_with_grad, gradient_scale, world_size
 from .metrics import MetricsLog, StepTimer, plot_curves
 from .run_io import atomic_write_json, atomic_write_text, model_spec, save_weights
-
-#: ``callback(step, record)`` after every optimizer step (record: the logged metrics or None).
-StepCallback = Callable[[int, "dict[str, Any] | None"], None]
-
 
 class TrainingDivergedError(RuntimeError):
     """The loss (or the embeddings) became NaN/Inf; the message names the step and the last good checkpoint."""
@@ -50,9 +47,10 @@ class TrainResult:
     final_loss: float
     wall_time_s: float
     items_per_s: float
-    evaluation: dict[str, Any] | None = None
+    evaluation: dict[str, Any] | None = None  # end-of-training callback results by callback name
     notes: list[str] = field(default_factory=list)
     is_main_process: bool = True
+    reports: list[str] = field(default_factory=list)  # console texts of the callbacks' results
 
 
 class EpochBatchSampler(Sampler[list[int]]):
@@ -152,22 +150,6 @@ def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable
     return factor
 
 
-def select_views(batch: ViewBatch, indices: Sequence[int]) -> ViewBatch:
-    """The sub-batch with views ``indices`` (same items)."""
-    return ViewBatch(
-        views=[batch.views[i] for i in indices],
-        modalities=[batch.modalities[i] for i in indices],
-        view_names=[batch.view_names[i] for i in indices],
-        labels=batch.labels,
-        meta=batch.meta,
-    )
-
-
-def to_device(raw: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """Tensors of a raw batch to ``device`` (other columns unchanged)."""
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
-
-
 def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | None]:
     """Mixed precision for ``device``: fp16/bf16 only on CUDA; returns (precision, note)."""
     if requested != "no" and device.type != "cuda":
@@ -175,17 +157,64 @@ def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | 
     return requested, None
 
 
+@dataclass
+class DataPlan:
+    """The train split and how it is cut: ``items`` per micro-batch and process, ``micro_per_epoch``
+    micro-batches per epoch and process (a multiple of ``train.grad_accum``), ``total_steps``."""
+
+    adapter: Any
+    policy: Any
+    train_set: Dataset
+    n_items: int
+    items: int
+    micro_per_epoch: int
+    total_steps: int
+    world: int
+    grad_accum: int
+
+    @property
+    def items_per_step(self) -> int:
+        """Items of one optimizer step over all processes."""
+        return self.items * self.grad_accum * self.world
+
+
+@dataclass
+class Parts:
+    """What the loop trains: the DDP-wrapped ``step_module`` (around the model), loss, teacher, optimizer."""
+
+    step_module: nn.Module
+    loss_fn: nn.Module
+    teacher: Any
+    teacher_views: list[int]
+    optimizer: Any
+    scheduler: Any
+    gathered: bool
+
+
+@dataclass
+class Position:
+    """Where the run is: optimizer ``step`` done, ``epoch``, micro-batch ``position`` in the epoch."""
+
+    step: int = 0
+    epoch: int = 0
+    position: int = 0
+
+
 class Trainer:
-    """Builds data, model, loss, optimizer from a :class:`Config` and trains (see module docstring)."""
+    """Builds data, model, loss, optimizer from a :class:`Config` and trains (see module docstring).
+
+    :meth:`fit` runs the named steps in order: :meth:`_plan_data`, :meth:`_build_parts`,
+    :meth:`_start_or_resume`, :meth:`_run_epochs` (per step: :meth:`_optimizer_step`,
+    :meth:`_log_step`, :meth:`_maybe_checkpoint`, callbacks) and :meth:`_finish`.
+    """
 
     def __init__(
-        self, cfg: Config, *, resume: str | None = None, callbacks: Sequence[StepCallback] = (),
-        run_eval: bool | None = None,
+        self, cfg: Config, *, resume: str | None = None,
+        callbacks: Sequence[TrainCallback | StepCallback] = (),
     ) -> None:
         self.cfg = cfg
         self.resume = resume
-        self.callbacks = list(callbacks)
-        self.run_eval = cfg.eval.linear_probe if run_eval is None else run_eval
+        self.callbacks = callbacks_for(cfg, callbacks)
         self.run_dir = cfg.run_dir
         self.notes: list[str] = []
         self._main = True
@@ -222,165 +251,207 @@ class Trainer:
         if self.resume is not None and self.resume == "latest" and latest_checkpoint(self.run_dir) is None:
             raise FileNotFoundError(f"--resume latest: no checkpoint under {self.run_dir / 'checkpoints'}")
 
-    # ------------------------------------------------------------------ main loop
-    def fit(self) -> TrainResult:
-        """Train to ``train.max_steps`` / ``train.epochs``; write the run folder; return a summary."""
+    def _plan_data(self, world: int) -> DataPlan:
+        """Adapter, view policy and the train split cut into micro-batches and optimizer steps."""
         from ..data.adapters import build_adapter
         from ..data.views import build_view_policy, items_per_batch
-        from ..models import build_model
 
         cfg, tcfg = self.cfg, self.cfg.train
-        self._check_run_dir()
-        accelerator = self._make_accelerator()
-        device, main = accelerator.device, accelerator.is_main_process
-        rank, world = accelerator.process_index, accelerator.num_processes
-
         adapter = build_adapter(cfg.data.adapter, cfg.data.options)
         policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
         train_set: Dataset = adapter.split("train")
         n_items = len(train_set)  # type: ignore[arg-type]
         items = items_per_batch(cfg.views.batch_mode, tcfg.batch_size, cfg.views.k)
-        micro_per_epoch = n_items // (items * world)
-        steps_per_epoch = micro_per_epoch // tcfg.grad_accum
+        steps_per_epoch = n_items // (items * world) // tcfg.grad_accum
         if steps_per_epoch < 1:
             raise ValueError(
                 f"data: the train split has {n_items} items, fewer than one optimizer step needs "
                 f"({items} items x {world} processes x {tcfg.grad_accum} accumulation); lower train.batch_size"
             )
-        micro_per_epoch = steps_per_epoch * tcfg.grad_accum
-        total_steps = min(
-            s for s in (tcfg.max_steps, tcfg.epochs and tcfg.epochs * steps_per_epoch) if s
+        total_steps = min(s for s in (tcfg.max_steps, tcfg.epochs and tcfg.epochs * steps_per_epoch) if s)
+        return DataPlan(
+            adapter, policy, train_set, n_items, items, steps_per_epoch * tcfg.grad_accum, total_steps, world,
+            tcfg.grad_accum,
         )
 
+    def _build_parts(self, accelerator: Any, plan: DataPlan) -> Parts:
+        """Model (+ EMA teacher), loss, AdamW and the LR schedule, prepared by Accelerate."""
+        from ..models import build_model
+
+        cfg = self.cfg
         model = build_model(**model_spec(cfg))
-        loss_fn = build_loss(cfg.loss.name, **cfg.loss.params).to(device)
-        gathered = bool(getattr(loss_fn, "gather_across_processes", True)) and world > 1
+        loss_fn = build_loss(cfg.loss.name, **cfg.loss.params).to(accelerator.device)
+        gathered = bool(getattr(loss_fn, "gather_across_processes", True)) and plan.world > 1
         teacher, teacher_views = None, list(range(cfg.views.k))
         if cfg.model.teacher.enabled:
             from ..models.teacher import EMATeacher
 
-            teacher = EMATeacher(model).to(device)
+            teacher = EMATeacher(model).to(accelerator.device)
             if cfg.model.teacher.views != "all":
                 teacher_views = list(cfg.model.teacher.views)
-
         step_module = EmbedStep(model)
         optimizer = torch.optim.AdamW(
             step_module.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lr_lambda(cfg.optim.warmup_steps, total_steps, cfg.optim.min_lr_ratio)
+            optimizer, lr_lambda(cfg.optim.warmup_steps, plan.total_steps, cfg.optim.min_lr_ratio)
         )
         step_module, optimizer = accelerator.prepare(step_module, optimizer)
         accelerator.register_for_checkpointing(scheduler)
         if teacher is not None:
             accelerator.register_for_checkpointing(teacher)
+        return Parts(step_module, loss_fn, teacher, teacher_views, optimizer, scheduler, gathered)
 
-        step, epoch, position = 0, 0, 0
+    def _start_or_resume(self, accelerator: Any, parts: Parts) -> Position:
+        """Restore the newest checkpoint (``--resume``) or write the new run folder's first files."""
+        at = Position()
         if self.resume is not None:
             ckpt = resolve_resume(self.run_dir, self.resume)
             state = load_checkpoint(accelerator, ckpt)
-            step, epoch, position = int(state["step"]), int(state["epoch"]), int(state["batch_position"])
-            self._note(f"resumed from {ckpt} (step {step}, epoch {epoch}, micro-batch {position})")
-        elif main:
+            at = Position(int(state["step"]), int(state["epoch"]), int(state["batch_position"]))
+            self._note(f"resumed from {ckpt} (step {at.step}, epoch {at.epoch}, micro-batch {at.position})")
+        elif accelerator.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.run_dir / "config.yaml", dump_config(cfg))
-            atomic_write_json(self.run_dir / "model.json", model_spec(cfg))
-            save_weights(accelerator.unwrap_model(step_module).model, self.run_dir / "init.safetensors")
+            atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
+            atomic_write_json(self.run_dir / "model.json", model_spec(self.cfg))
+            save_weights(accelerator.unwrap_model(parts.step_module).model, self.run_dir / "init.safetensors")
         accelerator.wait_for_everyone()
-        start_step = step
-        accelerator.init_trackers("tb")
-        metrics = MetricsLog(self.run_dir / "metrics.jsonl", resume_step=step if self.resume else None) if main else None
+        return at
 
+    # ------------------------------------------------------------------ main loop
+    def fit(self) -> TrainResult:
+        """Train to ``train.max_steps`` / ``train.epochs``; write the run folder; return a summary."""
+        self._check_run_dir()
+        accelerator = self._make_accelerator()
+        plan = self._plan_data(accelerator.num_processes)
+        parts = self._build_parts(accelerator, plan)
+        at = self._start_or_resume(accelerator, parts)
+        start_step = at.step
+        accelerator.init_trackers("tb")
+        run_start = time.perf_counter()
+        last_loss = self._run_epochs(accelerator, plan, parts, at)
+        wall = time.perf_counter() - run_start
+        evaluation, reports = self._finish(accelerator, parts)
+        return TrainResult(
+            self.run_dir, at.step, last_loss, wall, (at.step - start_step) * plan.items_per_step / max(wall, 1e-12),
+            evaluation, self.notes, accelerator.is_main_process, reports,
+        )
+
+    def _run_epochs(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> float:
+        """Optimizer steps from ``at`` to ``plan.total_steps`` (``at`` is advanced in place);
+        returns the last step's loss."""
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total_steps, initial=step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
+        cfg, tcfg = self.cfg, self.cfg.train
+        device, main, rank = accelerator.device, accelerator.is_main_process, accelerator.process_index
+        metrics = MetricsLog(self.run_dir / "metrics.jsonl", resume_step=at.step if self.resume else None) if main else None
+        bar = tqdm(total=plan.total_steps, initial=at.step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
         timer = StepTimer(device)
-        items_per_step = items * tcfg.grad_accum * world
-        window_steps, window_start = 0, time.perf_counter()
-        run_start = time.perf_counter()
+        window = {"steps": 0, "start": time.perf_counter()}
         last_loss = float("nan")
         loader_gen = torch.Generator()  # keeps DataLoader seeding off the global RNG (resume-exact)
-        accum = tcfg.grad_accum
+        model = accelerator.unwrap_model(parts.step_module).model
 
         def view_seed(micro_index: int) -> int:
             return (tcfg.seed * 1_000_003 + micro_index) * 4_096 + rank
 
-
         try:
-            while step < total_steps:
-                sampler = EpochBatchSampler(n_items, items, micro_per_epoch, tcfg.seed, epoch, rank, world, position)
+            while at.step < plan.total_steps:
+                sampler = EpochBatchSampler(
+                    plan.n_items, plan.items, plan.micro_per_epoch, tcfg.seed, at.epoch, rank, plan.world, at.position
+                )
                 loader = DataLoader(
-                    train_set, batch_sampler=sampler, num_workers=tcfg.num_workers, collate_fn=default_collate,
+                    plan.train_set, batch_sampler=sampler, num_workers=tcfg.num_workers, collate_fn=default_collate,
                     generator=loader_gen, pin_memory=device.type == "cuda",
                 )
-                batches = ViewStream(loader, policy, device, view_seed, step * accum, tcfg.prefetch_views)
+                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum, tcfg.prefetch_views)
                 try:
-                    while step < total_steps and position < micro_per_epoch:
-                        loss_value, stats = self._optimizer_step(
-                            batches, step, accelerator, step_module, teacher, teacher_views, loss_fn,
-                            optimizer, scheduler, gathered, timer, total_steps,
+                    while at.step < plan.total_steps and at.position < plan.micro_per_epoch:
+                        last_loss, stats = self._optimizer_step(
+                            batches, at.step, accelerator, parts.step_module, parts.teacher, parts.teacher_views,
+                            parts.loss_fn, parts.optimizer, parts.scheduler, parts.gathered, timer, plan.total_steps,
                         )
-                        step += 1
-                        position += tcfg.grad_accum
-                        window_steps += 1
-                        last_loss = loss_value
+                        at.step += 1
+                        at.position += tcfg.grad_accum
+                        window["steps"] += 1
                         bar.update(1)
-                        bar.set_postfix(loss=f"{loss_value:.4f}")
-                        record = None
-                        if step % tcfg.log_every == 0 or step == total_steps:
-                            now = time.perf_counter()
-                            phases = timer.pop()
-                            step_time = sum(phases.values()) or 1e-12
-                            record = {
-                                "step": step, "epoch": epoch, "loss": loss_value,
-                                "lr": float(scheduler.get_last_lr()[0]),
-                                **{f"stats/{k}": v for k, v in stats.items()},
-                                "items_per_s": window_steps * items_per_step / max(now - window_start, 1e-12),
-                                **{f"time/{p}": phases[p] / step_time for p in phases},
-                                "step_time_s": step_time / window_steps,
-                            }
-                            window_steps, window_start = 0, now
-                            accelerator.log(record, step=step)
-                            if metrics is not None:
-                                metrics.write(record)
-                        if tcfg.checkpoint_every and step % tcfg.checkpoint_every == 0 and step < total_steps:
-                            ep, pos = (epoch, position) if position < micro_per_epoch else (epoch + 1, 0)
-                            save_checkpoint(
-                                accelerator, self.run_dir, step,
-                                {"step": step, "epoch": ep, "batch_position": pos, "total_steps": total_steps,
-                                 "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
-                                              "views": "seed per (global micro-batch index, rank)"}},
-                                tcfg.keep_checkpoints,
-                            )
+                        bar.set_postfix(loss=f"{last_loss:.4f}")
+                        record = self._log_step(accelerator, plan, parts, at, last_loss, stats, timer, window, metrics)
+                        self._maybe_checkpoint(accelerator, plan, at)
+                        event = StepEvent(at.step, plan.total_steps, record, model, self.run_dir, main)
                         for callback in self.callbacks:
-                            callback(step, record)
+                            callback.on_step_end(event)
                 finally:
                     batches.close()
-                if position >= micro_per_epoch:
-                    epoch, position = epoch + 1, 0
+                if at.position >= plan.micro_per_epoch:
+                    at.epoch, at.position = at.epoch + 1, 0
         finally:
             bar.close()
             if metrics is not None:
                 metrics.close()
+        return last_loss
 
-        wall = time.perf_counter() - run_start
+    def _log_step(
+        self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, loss_value: float,
+        stats: dict[str, float], timer: StepTimer, window: dict[str, Any], metrics: MetricsLog | None,
+    ) -> dict[str, Any] | None:
+        """Every ``train.log_every`` steps (and the last): one metrics row to TensorBoard and metrics.jsonl."""
+        tcfg = self.cfg.train
+        if at.step % tcfg.log_every != 0 and at.step != plan.total_steps:
+            return None
+        now = time.perf_counter()
+        phases = timer.pop()
+        step_time = sum(phases.values()) or 1e-12
+        record = {
+            "step": at.step, "epoch": at.epoch, "loss": loss_value,
+            "lr": float(parts.scheduler.get_last_lr()[0]),
+            **{f"stats/{k}": v for k, v in stats.items()},
+            "items_per_s": window["steps"] * plan.items_per_step / max(now - window["start"], 1e-12),
+            **{f"time/{p}": phases[p] / step_time for p in phases},
+            "step_time_s": step_time / window["steps"],
+        }
+        window["steps"], window["start"] = 0, now
+        accelerator.log(record, step=at.step)
+        if metrics is not None:
+            metrics.write(record)
+        return record
+
+    def _maybe_checkpoint(self, accelerator: Any, plan: DataPlan, at: Position) -> None:
+        """Every ``train.checkpoint_every`` steps (not after the last): an atomic checkpoint that
+        records where the next micro-batch starts."""
+        tcfg = self.cfg.train
+        if not tcfg.checkpoint_every or at.step % tcfg.checkpoint_every != 0 or at.step >= plan.total_steps:
+            return
+        ep, pos = (at.epoch, at.position) if at.position < plan.micro_per_epoch else (at.epoch + 1, 0)
+        save_checkpoint(
+            accelerator, self.run_dir, at.step,
+            {"step": at.step, "epoch": ep, "batch_position": pos, "total_steps": plan.total_steps,
+             "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
+                          "views": "seed per (global micro-batch index, rank)"}},
+            tcfg.keep_checkpoints,
+        )
+
+    def _finish(self, accelerator: Any, parts: Parts) -> tuple[dict[str, Any] | None, list[str]]:
+        """Final weights, model.json and curves (main process), then the callbacks' end hooks;
+        returns their results by callback name (None when there are none) and their console reports."""
         accelerator.wait_for_everyone()
-        evaluation = None
+        main = accelerator.is_main_process
         if main:
-            save_weights(accelerator.unwrap_model(step_module).model, self.run_dir / "model.safetensors")
-            atomic_write_json(self.run_dir / "model.json", model_spec(cfg))
+            save_weights(accelerator.unwrap_model(parts.step_module).model, self.run_dir / "model.safetensors")
+            atomic_write_json(self.run_dir / "model.json", model_spec(self.cfg))
             plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
-        if main and self.run_eval:
-            from ..eval.linear_probe import run_linear_probe
-
-            evaluation = run_linear_probe(self.run_dir, batch_size=cfg.eval.batch_size)
+        results: dict[str, Any] = {}
+        reports: list[str] = []
+        for callback in self.callbacks:
+            result = callback.on_train_end(self.run_dir, main)
+            if result is not None:
+                results[callback.name] = result
+                text = callback.report(result)
+                if text:
+                    reports.append(text)
         accelerator.wait_for_everyone()
         accelerator.end_training()  # last: it may tear down the process group
-        steps_here = step - start_step
-        return TrainResult(
-            self.run_dir, step, last_loss, wall, steps_here * items_per_step / max(wall, 1e-12), evaluation, self.notes,
-            main,
-        )
+        return results or None, reports
 
     # ------------------------------------------------------------------ one optimizer step
     def _optimizer_step(
@@ -406,7 +477,7 @@ class Trainer:
                     z_teacher = None
                     if teacher is not None:
                         with torch.no_grad():
-                            z_teacher = teacher.embed(select_views(batch, teacher_views)).detach()
+                            z_teacher = teacher.embed(batch.select(teacher_views)).detach()
                 timer.mark("forward")
                 loss, stats = self._loss(z, z_teacher, teacher_views, loss_fn, gathered, step, accelerator)
                 timer.mark("loss")
@@ -472,7 +543,9 @@ class Trainer:
             )
 
 
-def train(cfg: Config, *, resume: str | None = None, callbacks: Sequence[StepCallback] = ()) -> TrainResult:
+def train(
+    cfg: Config, *, resume: str | None = None, callbacks: Sequence[TrainCallback | StepCallback] = ()
+) -> TrainResult:
     """Train ``cfg`` (see :class:`Trainer`)."""
     return Trainer(cfg, resume=resume, callbacks=callbacks).fit()
 

@@ -1,0 +1,88 @@
+"""Training callbacks: what the trainer calls after every optimizer step and once at the end.
+
+The trainer knows nothing about evaluators. Layers above it (``eval/``, ``tune``) plug in by
+registering a callback factory in :data:`TRAIN_CALLBACKS`; a run names the callbacks it wants in
+``train.callbacks`` (``eval.linear_probe: true`` adds ``"linear-probe"``). Plain functions
+``f(step, record)`` are accepted too (``train(cfg, callbacks=[f])``) and called after every step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from ..registry import Registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+
+    from ..config import Config
+
+#: ``callback(step, record)`` after every optimizer step (record: the logged metrics or None).
+StepCallback = Callable[[int, "dict[str, Any] | None"], None]
+
+
+@dataclass
+class StepEvent:
+    """What a callback sees after optimizer step ``step`` (1-based) of ``total_steps``.
+
+    ``record`` is the metrics row logged at this step (None between ``train.log_every`` steps);
+    ``model`` the unwrapped :class:`MultiViewModel` (train mode; switch back if you change it).
+    """
+
+    step: int
+    total_steps: int
+    record: dict[str, Any] | None
+    model: "nn.Module"
+    run_dir: Path
+    is_main_process: bool
+
+
+class TrainCallback:
+    """Base of training callbacks; override what you need. ``name`` keys the result of
+    :meth:`on_train_end` in ``TrainResult.evaluation``."""
+
+    name: str = "callback"
+
+    def on_step_end(self, event: StepEvent) -> None:
+        """After every optimizer step, on every process."""
+
+    def on_train_end(self, run_dir: Path, is_main_process: bool) -> dict[str, Any] | None:
+        """After the final weights are written, on every process (return a result to report)."""
+        return None
+
+    def report(self, result: dict[str, Any]) -> str | None:
+        """A short text of :meth:`on_train_end`'s result for the console (None: nothing to print)."""
+        return None
+
+
+class FunctionCallback(TrainCallback):
+    """Adapts a plain ``f(step, record)`` function."""
+
+    def __init__(self, fn: StepCallback) -> None:
+        self.fn = fn
+        self.name = getattr(fn, "__name__", "function")
+
+    def on_step_end(self, event: StepEvent) -> None:
+        self.fn(event.step, event.record)
+
+
+#: Callback factories ``factory(cfg) -> TrainCallback`` by name; upper layers register here
+#: (the listed modules are imported on first lookup, so ``train/`` never imports them statically).
+TRAIN_CALLBACKS: Registry[Callable[["Config"], TrainCallback]] = Registry(
+    "training callback", modules=("multiview_app.eval.callbacks",)
+)
+
+
+def callbacks_for(cfg: "Config", extra: Sequence[TrainCallback | StepCallback] = ()) -> list[TrainCallback]:
+    """The callbacks a run uses: ``train.callbacks`` (+ ``linear-probe`` when ``eval.linear_probe``),
+    then ``extra`` (functions are wrapped in :class:`FunctionCallback`)."""
+    names = list(cfg.train.callbacks)
+    if cfg.eval.linear_probe and "linear-probe" not in names:
+        names.append("linear-probe")
+    built = [TRAIN_CALLBACKS.get(name)(cfg) for name in names]
+    built += [cb if isinstance(cb, TrainCallback) else FunctionCallback(cb) for cb in extra]
+    return built
+
+
+__all__ = ["FunctionCallback", "StepCallback", "StepEvent", "TRAIN_CALLBACKS", "TrainCallback", "callbacks_for"]

@@ -1,0 +1,113 @@
+"""Package layout contracts: modality folders register through one list, train/ never imports
+eval/, training callbacks plug in by name, ``--resume latest --name RUN`` finds its run."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from multiview_app.cli import main
+from multiview_app.config import ConfigError
+from multiview_app.data.adapters import ADAPTERS, MODALITY_PACKAGES
+from multiview_app.data.views import VIEW_POLICIES
+from multiview_app.train.callbacks import TRAIN_CALLBACKS, StepEvent, TrainCallback
+from multiview_app.train.trainer import train
+
+from _train_helpers import tiny_config, write_tiny_yaml
+
+PACKAGE = Path(__file__).resolve().parents[1] / "multiview_app"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Absolute names of the modules ``path`` imports (relative imports resolved)."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found.add(name)
+    return found
+
+
+@pytest.mark.parametrize("lower, upper", [("train", "eval"), ("data", "train"), ("data", "eval"), ("models", "train"), ("losses", "train")])
+def test_dependencies_point_down(lower: str, upper: str) -> None:
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in (PACKAGE / lower).rglob("*.py")
+        if any(m == f"multiview_app.{upper}" or m.startswith(f"multiview_app.{upper}.") for m in _imported_modules(path))
+    ]
+    assert not offenders, f"{lower}/ imports {upper}/: {offenders}"
+
+
+def test_generic_data_modules_import_no_modality_folder() -> None:
+    for name in ("adapters.py", "views.py", "batch.py"):
+        imported = _imported_modules(PACKAGE / "data" / name)
+        assert not [m for m in imported if any(m.startswith(pkg) for pkg in MODALITY_PACKAGES)], name
+
+
+def test_every_modality_package_registers_something() -> None:
+    import importlib
+
+    for package in MODALITY_PACKAGES:
+        module = importlib.import_module(package)
+        registered = [n for n in ADAPTERS.names() if ADAPTERS.get(n).__module__.startswith(module.__name__)]
+        registered += [n for n in VIEW_POLICIES.names() if VIEW_POLICIES.get(n).__module__.startswith(module.__name__)]
+        assert registered, f"{package} registers no adapter and no view policy"
+
+
+class _Recorder(TrainCallback):
+    name = "recorder"
+    calls: list[Any] = []
+
+    def __init__(self, cfg: Any) -> None:
+        self.steps: list[int] = []
+
+    def on_step_end(self, event: StepEvent) -> None:
+        assert event.model.training and event.total_steps == 3
+        self.steps.append(event.step)
+
+    def on_train_end(self, run_dir: Path, is_main_process: bool) -> dict[str, Any]:
+        assert (run_dir / "model.safetensors").is_file()  # final weights exist before end hooks
+        return {"steps": self.steps}
+
+    def report(self, result: dict[str, Any]) -> str:
+        return f"recorder saw {result['steps']}"
+
+
+def test_named_callback_runs_after_each_step_and_at_the_end(tmp_path: Path) -> None:
+    if "test-recorder" not in TRAIN_CALLBACKS:
+        TRAIN_CALLBACKS.register("test-recorder")(_Recorder)
+    cfg = tiny_config(tmp_path, "cb", train={"max_steps": 3, "callbacks": ["test-recorder"]})
+    result = train(cfg)
+    assert result.evaluation == {"recorder": {"steps": [1, 2, 3]}}
+    assert result.reports == ["recorder saw [1, 2, 3]"]
+
+
+def test_unknown_callback_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="train.callbacks: unknown callback.*'nope'.*available: .*linear-probe"):
+        tiny_config(tmp_path, "cb", train={"max_steps": 3, "callbacks": ["nope"]})
+
+
+def test_resume_latest_with_only_a_run_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # default output.runs_dir is ./runs
+    config = write_tiny_yaml(tmp_path / "tiny.yaml", Path("runs"), train={"max_steps": 2, "checkpoint_every": 1})
+    assert main(["train", "--config", str(config), "--name", "named", "train.max_steps=2"]) == 0
+    capsys.readouterr()
+    # a finished 2-step run has its step-1 checkpoint; resuming by name alone replays step 2
+    assert main(["train", "--resume", "latest", "--name", "named"]) == 0
+    out = capsys.readouterr().out
+    assert "resumed from" in out and "trained 2 steps" in out
+    assert main(["train", "--resume", "latest", "--name", "missing"]) == 2
+    assert "no run config at" in capsys.readouterr().err
+    assert main(["train", "--resume", "latest"]) == 2
+    assert "--resume latest needs --config FILE or --name RUN" in capsys.readouterr().err
