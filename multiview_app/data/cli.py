@@ -1,19 +1,25 @@
-"""``mvapp data {synth-psg, prepare, info}``: synthetic PSG, prepared EEG caches, cache summary."""
+"""``mvapp data {list, synth-psg, prepare, info}``: the dataset catalog, synthetic PSG, prepared EEG
+caches, cache summary. Dataset facts (default channels, licenses, how to obtain) come from the
+cards in ``datasets/`` (:mod:`multiview_app.data.catalog`)."""
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
 
-from .eeg.stages import PHYSIONET2018_EEG, SLEEP_EDF_EEG
+from .catalog import catalog_dir, load_catalog, preparable
 
-DEFAULT_CHANNELS = {"sleep-edf": list(SLEEP_EDF_EEG), "physionet2018": list(PHYSIONET2018_EEG)}
+DEFAULT_CHANNELS = {name: list(card.default_channels) for name, card in preparable().items()}
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``data`` group on the ``mvapp`` parser."""
     data = subparsers.add_parser("data", help="synthesize, prepare and inspect datasets")
     commands = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
+
+    listing = commands.add_parser("list", help="print the dataset catalog (datasets/*.yaml cards)")
+    listing.add_argument("--json", action="store_true", help="one JSON object per dataset instead of a table")
+    listing.set_defaults(func=_list)
 
     synth = commands.add_parser("synth-psg", help="write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format")
     synth.add_argument("--subjects", type=int, required=True)
@@ -87,5 +93,26 @@ def _prepare(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from .eeg.cache import info
 
-    print(json.dumps(info(args.cache), indent=1))
+    summary = info(args.cache)
+    card = load_catalog().get(summary["dataset"])
+    if card is not None:
+        summary["card"] = card.summary()
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    cards = load_catalog()
+    if args.json:
+        for card in cards.values():
+            print(json.dumps(card.summary()))
+        return 0
+    rows = [("dataset", "kind", "modality", "adapters", "license"), *(
+        (c.name, c.kind, c.modality, ",".join(c.adapters), c.source.license) for c in cards.values()
+    )]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print(f"{len(cards)} datasets (cards in {catalog_dir()}); `mvapp data list --json` for sources and "
+          "how to obtain each")
     return 0

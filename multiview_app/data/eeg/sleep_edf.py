@@ -133,9 +133,11 @@ def download_sleep_physionet(subjects: list[int], recording: list[int], path: Pa
     """
     from mne.datasets.sleep_physionet.age import fetch_data
 
+    from ..catalog import get_card
+
     try:
         pairs = fetch_data(subjects=subjects, recording=recording, path=str(path), on_missing="raise")
     except Exception as err:
         raise RuntimeError(f"download of Sleep-EDF subjects {subjects} failed ({err}); are you offline? "
-                           f"Download manually from physionet.org/content/sleep-edfx and pass --source") from None
+                           f"Download manually from {get_card('sleep-edf').source.url} and pass --source") from None
     return [Path(p) for pair in pairs for p in pair]
