@@ -4,13 +4,21 @@ Subcommand groups live next to their stage; each group module exposes ``add_subp
 and sets ``func(args) -> int`` on its parsers. Add a group by appending its module to
 ``GROUP_MODULES``. Errors print one line on stderr and exit with code 2 (``--debug`` shows the
 traceback).
+
+Contract for ``add_subparser``: its first call is ``subparsers.add_parser(<command>, help=...)``.
+To keep ``mvapp --help`` / ``--version`` fast (no torch import), the parser is built in two passes:
+every group module is only asked for that first call (the rest of its ``add_subparser`` is cut
+short), and only the group named on the command line is then built in full. Group modules must
+therefore not import heavy libraries at module level.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import Any, Sequence
+
+from . import __version__
 
 GROUP_MODULES: list[str] = [
     "multiview_app.train.cli",
@@ -20,20 +28,75 @@ GROUP_MODULES: list[str] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mvapp", description="multi-view representation learning")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+class HelpfulParser(argparse.ArgumentParser):
+    """``ArgumentParser`` whose help shows every option's default (sub-parsers inherit the class)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        default = action.default
+        shown = default not in (None, argparse.SUPPRESS) and not isinstance(default, bool)
+        if shown and action.help != argparse.SUPPRESS and "%(default)" not in (action.help or ""):
+            action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
+        return action
+
+
+class _Announced(Exception):
+    """Raised by :class:`_AnnounceOnly` after a group announced its command (ends ``add_subparser``)."""
+
+
+class _AnnounceOnly:
+    """Stand-in ``subparsers`` action that records ``add_parser(command, help=...)`` and stops."""
+
+    def __init__(self) -> None:
+        self.command: str | None = None
+        self.help: str | None = None
+
+    def add_parser(self, command: str, **kwargs: Any) -> Any:
+        self.command, self.help = command, kwargs.get("help")
+        raise _Announced
+
+
+def group_commands() -> dict[str, tuple[str, str | None]]:
+    """``{command: (group module, help)}`` from each group's first ``add_parser`` call (cheap)."""
+    commands: dict[str, tuple[str, str | None]] = {}
     for module in GROUP_MODULES:
-        importlib.import_module(module).add_subparser(subparsers)
+        probe = _AnnounceOnly()
+        try:
+            importlib.import_module(module).add_subparser(probe)
+        except _Announced:
+            pass
+        if probe.command is None:
+            raise RuntimeError(f"{module}.add_subparser must start with subparsers.add_parser(<command>, help=...)")
+        commands[probe.command] = (module, probe.help)
+    return commands
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``mvapp`` parser; only ``command``'s group is built in full (every group when None and
+    the command line names none that exists, so that argparse reports the error)."""
+    parser = HelpfulParser(prog="mvapp", description="multi-view representation learning")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"mvapp {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in group_commands().items():
+        if name == command:
+            importlib.import_module(module).add_subparser(subparsers)
+        else:
+            subparsers.add_parser(name, help=help_text, add_help=False)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The first argument that is not an option (the group's command), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the command line
     try:
-        args = build_parser().parse_args([a for a in argv if a != "--debug"])
+        argv = [a for a in argv if a != "--debug"]
+        args = build_parser(_command_of(argv)).parse_args(argv)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("mvapp: interrupted", file=sys.stderr)

@@ -26,7 +26,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--nights", type=int, default=1)
     synth.add_argument("--format", choices=sorted(DEFAULT_CHANNELS), required=True)
     synth.add_argument("--out", type=Path, required=True)
-    synth.add_argument("--hours", type=float, default=8.0, help="length of each night (default 8)")
+    synth.add_argument("--hours", type=float, default=8.0, help="length of each night in hours")
     synth.add_argument("--seed", type=int, default=0)
     synth.set_defaults(func=_synth)
 

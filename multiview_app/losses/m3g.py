@@ -85,8 +85,8 @@ def _assemble(
         "converged": float(result.converged),
         "ot": ot,
         "mass": float(result.mass),
-        "fallback": float(result.path == "factorized->dense"),
-        "float64_retry": float(result.path.startswith("factorized->")),
+        "fallback": float(result.path.endswith("->dense")),  # the factorized solve ended on the dense path
+        "float64_retry": float("->float64" in result.path),  # a float32 solve was re-run in float64
         "loss": value,
     }
     return loss, stats

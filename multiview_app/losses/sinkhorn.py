@@ -41,8 +41,9 @@ class MMSinkhornResult:
     ``pair_marginals``: ``(k, k, n, n)``; entry ``[l, m]`` for ``l < m`` is the sum of ``P`` (or of
     ``P * pair_weight`` on the dense path) over every axis but ``l`` and ``m``; other entries are 0.
     ``mass``: ``sum(P)``. ``marginal_error``: ``sum_l ||m_l(P) - 1/n||_1`` of the returned plan.
-    ``path``: ``"factorized"``, ``"dense"``, ``"factorized->float64"`` or ``"factorized->dense"``
-    (numerical fallbacks of :func:`mm_sinkhorn_pairwise`).
+    ``path``: ``"factorized"``, ``"dense"``, or a numerical fallback of :func:`mm_sinkhorn_pairwise`:
+    ``"factorized->float64"`` (float32 solve retried in float64), ``"factorized->float64->dense"``
+    (that retry failed too) or ``"factorized->dense"`` (float64 input: no retry, straight to dense).
     """
 
     log_potentials: torch.Tensor
@@ -249,7 +250,9 @@ def mm_sinkhorn_pairwise(
         return _pairwise_solve(log_factors, offset, tol, max_iter, g, 0)
     except _NumericalTrouble as trouble:
         iterations = trouble.args[0] if trouble.args else 0
+    path = "factorized->dense"
     if log_factors.dtype != torch.float64:
+        path = "factorized->float64->dense"  # the float64 retry below ran (and failed) when it ends here
         g64 = g.double()
         try:
             result = _pairwise_solve(log_factors.double(), offset, tol, max_iter, g64, iterations)
@@ -266,7 +269,7 @@ def mm_sinkhorn_pairwise(
     result = mm_sinkhorn_dense(
         log_kernel, tol, max_iter, init=good, chunk_elems=chunk_elems, iterations_done=min(iterations, max_iter)
     )
-    result.path = "factorized->dense"
+    result.path = path
     return result
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,28 +15,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import Config, ConfigError, config_from_dict, read_yaml
+from ..fileio import atomic_write_json, atomic_write_text, temp_sibling
+
+__all__ = ["atomic_write_json", "atomic_write_text", "load_run", "load_run_config", "model_spec", "save_weights"]
 
 WEIGHT_FILES = {"final": "model.safetensors", "init": "init.safetensors"}
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same folder + ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> Path:
-    """JSON (indented) written atomically."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 def save_weights(module: torch.nn.Module, path: str | Path) -> Path:
@@ -45,9 +27,12 @@ def save_weights(module: torch.nn.Module, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(state, str(tmp))
-    os.replace(tmp, path)
+    tmp = temp_sibling(path)
+    try:
+        save_file(state, str(tmp))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

@@ -13,8 +13,6 @@ is rewritten after each recording, so an interrupted run resumes where it stoppe
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
+from ...fileio import atomic_write_bytes
 from ...registry import Registry
 from .physionet2018 import find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
@@ -63,19 +62,6 @@ def physionet2018_entries(source: Path) -> list[SourceEntry]:
         entries.append(SourceEntry(record.name, [f for f in files if f.exists()] or [Path(f"{record}.hea")],
                                    lambda channels, record=record: read_physionet2018(record, channels)))
     return entries
-
-
-def atomic_write_bytes(path: Path, write: Callable[[Any], None], suffix: str = "") -> None:
-    """Call ``write(handle)`` on a temp file next to ``path``, then ``os.replace`` it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def load_manifest(cache_dir: str | Path) -> dict:

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import fft as sp_fft
 from scipy.signal import oaconvolve
 
+from ...fileio import temp_sibling
 from .stages import EPOCH_SECONDS, EXCLUDED, PHYSIONET2018_EEG, STAGES
 
 W, N1, N2, N3, REM = range(5)
@@ -303,13 +304,6 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
 # ----------------------------------------------------------------------------- writers
 
 
-def _atomic_target(path: Path) -> Path:
-    """A temporary sibling path with the same suffix (libraries pick the format from it)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    return Path(tmp)
-
-
 def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
               annotations: list[tuple[float, float, str]] | None = None, record_seconds: float = 1.0) -> None:
     """Write an EDF(+) file atomically; ``signals``: label -> (uV samples, sampling rate);
@@ -324,10 +318,9 @@ def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
                                            physical_dimension="uV", physical_range=(low - pad, high + pad)))
     edf = edfio.Edf(edf_signals, starttime=dt.time(22, 0, 0), data_record_duration=record_seconds if edf_signals else None,
                     annotations=[edfio.EdfAnnotation(o, d, t) for o, d, t in (annotations or [])])
-    tmp = _atomic_target(path)
+    tmp = temp_sibling(path, path.suffix)
     try:
         edf.write(tmp)
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

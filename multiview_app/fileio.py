@@ -1,0 +1,71 @@
+"""Atomic file writes (temp file in the same folder + ``os.replace``) that honour the user's umask.
+
+``tempfile.mkstemp`` creates files with mode 0600; every helper here gives the finished file the
+mode a plain ``open(path, "w")`` would have (``0o666 & ~umask``), so run folders and caches are
+readable by whoever the user's umask allows. Shared by ``train/`` (run folders) and ``data/``
+(prepared caches, synthetic recordings).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+
+def current_umask() -> int:
+    """The process umask (read from /proc when possible: ``os.umask`` can only be read by setting it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_file_mode() -> int:
+    """Mode of a newly created regular file under the current umask (``0o666 & ~umask``)."""
+    return 0o666 & ~current_umask()
+
+
+def temp_sibling(path: Path, suffix: str = "") -> Path:
+    """An empty temp file next to ``path`` (same suffix when given) with the umask's file mode."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
+    os.fchmod(fd, default_file_mode())
+    os.close(fd)
+    return Path(tmp)
+
+
+def atomic_write_bytes(path: str | Path, write: Callable[[BinaryIO], Any], suffix: str = "") -> Path:
+    """Call ``write(handle)`` on a temp file next to ``path``, fsync, then ``os.replace`` it into place
+    (a crash or a full disk leaves the old ``path`` untouched and no temp file behind)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(path, suffix)
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return atomic_write_bytes(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> Path:
+    """JSON (indented) written atomically."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "current_umask", "default_file_mode",
+           "temp_sibling"]
