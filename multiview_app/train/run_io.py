@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import Config, ConfigError, config_from_dict, read_yaml
-from ..fileio import atomic_write_json, atomic_write_text, temp_sibling
+from ..fileio import atomic_write_json, atomic_write_text, default_file_mode, temp_sibling
 
 __all__ = ["atomic_write_json", "atomic_write_text", "load_run", "load_run_config", "model_spec", "save_weights"]
 
@@ -29,7 +29,8 @@ def save_weights(module: torch.nn.Module, path: str | Path) -> Path:
     state = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
     tmp = temp_sibling(path)
     try:
-        save_file(state, str(tmp))
+        save_file(state, str(tmp))  # safetensors recreates the file with mode 0600
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
