@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from . import __version__
 
@@ -38,6 +39,9 @@ class HelpfulParser(argparse.ArgumentParser):
         if shown and action.help != argparse.SUPPRESS and "%(default)" not in (action.help or ""):
             action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
         return action
+
+    def error(self, message: str) -> NoReturn:  # one line, no usage block (the CLI's error format)
+        self.exit(2, f"mvapp: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
 class _Announced(Exception):
@@ -91,12 +95,28 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*=")
+
+
+def _take_overrides(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+    """Dotted ``key=value`` overrides are accepted anywhere on the command line: argparse collects
+    the positional ``overrides`` only up to the first option; later ones arrive in ``extra``."""
+    if not extra:
+        return
+    if hasattr(args, "overrides") and all(_OVERRIDE.match(item) for item in extra):
+        args.overrides = [*(args.overrides or []), *extra]
+        return
+    parser.error(f"unrecognized arguments: {' '.join(extra)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the command line
     try:
         argv = [a for a in argv if a != "--debug"]
-        args = build_parser(_command_of(argv)).parse_args(argv)
+        parser = build_parser(_command_of(argv))
+        args, extra = parser.parse_known_args(argv)
+        _take_overrides(parser, args, extra)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("mvapp: interrupted", file=sys.stderr)
@@ -108,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"mvapp: error: {message}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_code", 2))  # e.g. 128 + signal for an interrupted training
 
 
 if __name__ == "__main__":

@@ -129,10 +129,23 @@ class EvalConfig(_Strict):
 
 
 class OutputConfig(_Strict):
-    """Run folder ``<runs_dir>/<name>``; ``name`` defaults to the config file's stem."""
+    """Run folder ``<runs_dir>/<name>``; ``name`` defaults to the config file's stem and is one path
+    component (no ``/``, not ``.`` or ``..``)."""
 
     runs_dir: str = "runs"
     name: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _one_component(cls, name: str | None) -> str | None:
+        if name is not None and (
+            not name.strip() or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
+        ):
+            raise ValueError(
+                f"run name must be one folder name (no '/', not '.' or '..'), got {name!r}; "
+                "choose where runs go with output.runs_dir"
+            )
+        return name
 
 
 class Config(_Strict):
@@ -157,6 +170,42 @@ class Config(_Strict):
     def to_dict(self) -> dict[str, Any]:
         """Plain, YAML-safe dict (loss parameters included)."""
         return self.model_dump(mode="json")
+
+
+# ----------------------------------------------------------------------------- paths
+
+#: Option keys that hold file-system paths (in ``data.options``, ``model.encoders.<modality>`` and
+#: ``output``): exactly these names, or names ending in one of ``PATH_KEY_SUFFIXES``.
+PATH_KEYS = frozenset({"root", "cache", "path", "dir", "file"})
+PATH_KEY_SUFFIXES = ("_root", "_cache", "_path", "_dir", "_file")
+
+
+def is_path_key(key: str) -> bool:
+    """Whether an option named ``key`` holds a path (see :data:`PATH_KEYS`)."""
+    return key in PATH_KEYS or key.endswith(PATH_KEY_SUFFIXES)
+
+
+def _absolute(value: Any, base: Path) -> Any:
+    if not isinstance(value, str) or not value or "://" in value:
+        return value
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else (base / path).resolve())
+
+
+def resolve_paths(cfg: Config, base: str | Path | None = None) -> Config:
+    """A copy of ``cfg`` whose relative paths (data roots and caches, encoder weight files,
+    ``output.runs_dir``) are absolute, resolved against ``base`` (default: the current folder), so a
+    run's ``config.yaml`` means the same files from any working directory."""
+    base = Path(base or Path.cwd()).resolve()
+    raw = cfg.to_dict()
+    raw["data"]["options"] = {
+        k: _absolute(v, base) if is_path_key(k) else v for k, v in raw["data"]["options"].items()
+    }
+    for spec in raw["model"]["encoders"].values():
+        for key in [k for k in spec if is_path_key(k)]:
+            spec[key] = _absolute(spec[key], base)
+    raw["output"]["runs_dir"] = _absolute(raw["output"]["runs_dir"], base)
+    return Config.model_validate(raw)
 
 
 # ----------------------------------------------------------------------------- cross-section checks
@@ -232,6 +281,11 @@ def check_cross_sections(cfg: Config) -> None:
             f"k >= {min_views} views"
         )
     teacher = cfg.model.teacher
+    if getattr(loss, "needs_teacher", False) and not teacher.enabled:
+        raise ConfigError(
+            f"model.teacher.enabled: loss {cfg.loss.name!r} has no negatives and collapses without its EMA "
+            "teacher; set model.teacher.enabled=true (and usually a model.predictor)"
+        )
     if teacher.enabled and teacher.views != "all":
         bad = [v for v in teacher.views if not 0 <= v < cfg.views.k]
         if bad or not teacher.views:
@@ -256,6 +310,8 @@ def check_cross_sections(cfg: Config) -> None:
         )
     _validate_options(VIEW_POLICIES.get(cfg.views.policy).Options, cfg.views.options, "views.options")
 
+    _check_model_options(cfg)
+
     from .train.callbacks import TRAIN_CALLBACKS
 
     unknown = [name for name in cfg.train.callbacks if name not in TRAIN_CALLBACKS]
@@ -264,6 +320,49 @@ def check_cross_sections(cfg: Config) -> None:
             f"train.callbacks: unknown callback(s) {', '.join(map(repr, unknown))}; "
             f"available: {', '.join(TRAIN_CALLBACKS.names())}"
         )
+
+
+def _accepted_keywords(factory: Any, skip: tuple[str, ...] = ()) -> list[str] | None:
+    """Keyword names ``factory`` accepts (None when it takes ``**kwargs``: anything goes)."""
+    import inspect
+
+    target = factory.__init__ if isinstance(factory, type) else factory
+    params = list(inspect.signature(target).parameters.values())
+    if isinstance(factory, type):
+        params = params[1:]  # self
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip]
+
+
+def _check_keys(given: dict[str, Any], valid: list[str] | None, where: str, what: str) -> None:
+    if valid is None:
+        return
+    unknown = [key for key in given if key not in valid]
+    if unknown:
+        raise ConfigError(
+            f"{where}.{unknown[0]}: unknown option for {what}; valid: {', '.join(valid) or '(none)'}"
+        )
+
+
+def _check_model_options(cfg: Config) -> None:
+    """Encoder, projector and predictor options must be parameters of what they build."""
+    from .models.encoders import ENCODERS, available_encoders
+    from .models.heads import Predictor, Projector
+
+    for modality, spec in cfg.model.encoders.items():
+        key = f"{modality}/{spec['name']}"
+        options = {k: v for k, v in spec.items() if k != "name"}
+        if key in ENCODERS:
+            _check_keys(options, _accepted_keywords(ENCODERS.get(key)), f"model.encoders.{modality}", f"encoder {key!r}")
+        elif modality != "image":  # image names fall back to timm (any timm keyword)
+            raise ConfigError(
+                f"model.encoders.{modality}.name: unknown encoder {spec['name']!r} for modality {modality!r}; "
+                f"available: {', '.join(available_encoders(modality)) or '(none)'}"
+            )
+    _check_keys(cfg.model.projector, _accepted_keywords(Projector, ("in_dim",)), "model.projector", "the projector")
+    if cfg.model.predictor is not None:
+        _check_keys(cfg.model.predictor, _accepted_keywords(Predictor, ("in_dim",)), "model.predictor", "the predictor")
 
 
 # ----------------------------------------------------------------------------- loading

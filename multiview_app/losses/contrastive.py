@@ -251,6 +251,7 @@ class BYOLPairwise(MultiViewLoss):
 
     name: ClassVar[str] = "byol_pwe"
     gather_across_processes: ClassVar[bool] = False
+    needs_teacher: ClassVar[bool] = True  # positives only: collapses without the EMA teacher
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         k = z.shape[1]
@@ -265,6 +266,7 @@ class BYOLAverage(MultiViewLoss):
 
     name: ClassVar[str] = "byol_ave"
     gather_across_processes: ClassVar[bool] = False
+    needs_teacher: ClassVar[bool] = True  # positives only: collapses without the EMA teacher
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         return 2.0 - 2.0 * (z * normalize(rest_mean(z))).sum(dim=-1).mean()

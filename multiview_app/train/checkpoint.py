@@ -2,19 +2,27 @@
 
 Writes are atomic: every process saves into a hidden temp folder, then the main process renames
 it to its final name, so a killed run never leaves a half-written ``step_*`` folder behind.
-Only the last ``keep`` checkpoints are kept.
+Only the last ``keep`` checkpoints are kept; a failed write (e.g. a full disk) removes its temp folder
+and leaves the older checkpoints untouched. The loss module's ``state_dict`` (scheduled temperatures,
+buffers such as warm-start potentials) is saved per process as ``loss_state_<rank>.pt`` and loaded
+with ``torch.load(weights_only=True)``.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from ..fileio import default_file_mode
 from .run_io import atomic_write_json
 
 STATE_FILE = "trainer_state.json"
+LOSS_STATE_FILE = "loss_state_{rank}.pt"
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 
 
@@ -52,34 +60,66 @@ def resolve_resume(run_dir: str | Path, resume: str) -> Path:
     return found
 
 
-def save_checkpoint(accelerator: Any, run_dir: str | Path, step: int, trainer_state: dict[str, Any], keep: int) -> Path:
-    """``accelerator.save_state`` + ``trainer_state.json`` into ``step_<step>`` (atomic), prune old ones.
-    Must be called by every process."""
+def save_checkpoint(
+    accelerator: Any, run_dir: str | Path, step: int, trainer_state: dict[str, Any], keep: int,
+    loss_module: torch.nn.Module | None = None,
+) -> Path:
+    """``accelerator.save_state`` + the loss module's state + ``trainer_state.json`` into
+    ``step_<step>`` (atomic), prune old ones. Must be called by every process. An ``OSError`` while
+    writing (full disk, ...) removes the temp folder and is re-raised naming the checkpoint."""
     root = checkpoints_dir(run_dir)
     final = root / f"step_{step:08d}"
     tmp = root / f".tmp_step_{step:08d}"
-    if accelerator.is_main_process:
+    try:
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True, exist_ok=True)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(output_dir=str(tmp))
+        if loss_module is not None and loss_module.state_dict():
+            torch.save(loss_module.state_dict(), tmp / LOSS_STATE_FILE.format(rank=accelerator.process_index))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            atomic_write_json(tmp / STATE_FILE, trainer_state)
+            mode = default_file_mode()  # safetensors / mkstemp files are 0600: give them the umask's mode
+            for path in tmp.rglob("*"):
+                if path.is_file():
+                    os.chmod(path, mode)
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+    except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True, exist_ok=True)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(output_dir=str(tmp))
-    accelerator.wait_for_everyone()
+        older = latest_checkpoint(run_dir)
+        failure = OSError(
+            f"{final}: could not write the checkpoint ({err.strerror or err}); nothing of it was kept; "
+            f"older checkpoints are intact (newest: {older or 'none'})"
+        )
+        failure.errno = err.errno
+        raise failure from None
     if accelerator.is_main_process:
-        atomic_write_json(tmp / STATE_FILE, trainer_state)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
         for old in list_checkpoints(run_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
 
 
-def load_checkpoint(accelerator: Any, ckpt_dir: str | Path) -> dict[str, Any]:
-    """Restore model / optimizer / registered objects / RNG from ``ckpt_dir``; return the trainer state."""
+def load_checkpoint(accelerator: Any, ckpt_dir: str | Path, loss_module: torch.nn.Module | None = None) -> dict[str, Any]:
+    """Restore model / optimizer / registered objects / RNG (and the loss module's state) from
+    ``ckpt_dir``; return the trainer state (``loss_state``: ``restored`` / ``none`` / ``missing``)."""
     ckpt_dir = Path(ckpt_dir)
     state_path = ckpt_dir / STATE_FILE
     if not state_path.is_file():
         raise FileNotFoundError(f"{ckpt_dir}: not a checkpoint (no {STATE_FILE})")
     accelerator.load_state(str(ckpt_dir))
-    return json.loads(state_path.read_text())
+    state = json.loads(state_path.read_text())
+    state["loss_state"] = "none"
+    if loss_module is not None and loss_module.state_dict():
+        own = ckpt_dir / LOSS_STATE_FILE.format(rank=accelerator.process_index)
+        path = own if own.is_file() else ckpt_dir / LOSS_STATE_FILE.format(rank=0)
+        if path.is_file():
+            loss_module.load_state_dict(torch.load(path, map_location=accelerator.device, weights_only=True))
+            state["loss_state"] = "restored"
+        else:
+            state["loss_state"] = "missing"
+    return state

@@ -10,7 +10,12 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", help="YAML config file (default with --resume DIR: DIR/config.yaml)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. loss.epsilon=0.1 train.max_steps=50")
     parser.add_argument("--resume", help="'latest' (newest checkpoint of the run) or a run/checkpoint folder")
-    parser.add_argument("--name", help="run name (default: output.name or the config file's stem)")
+    parser.add_argument("--name", help="run name, one folder name (default: output.name or the config file's stem)")
+    parser.add_argument(
+        "--accept-config-changes", action="store_true",
+        help="with --resume: apply changes of safe keys (run length, logging/checkpoint cadence, eval) to the "
+             "saved config; they are logged in the run's config_history.jsonl",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -20,7 +25,9 @@ def _run(args: argparse.Namespace) -> int:
 
     config_path = args.config or _saved_config(args.resume, args.name)
     cfg = load_config(config_path, args.overrides, name=args.name)
-    result = train(cfg, resume=args.resume)
+    if args.accept_config_changes and args.resume is None:
+        raise ValueError("--accept-config-changes only applies with --resume")
+    result = train(cfg, resume=args.resume, accept_config_changes=args.accept_config_changes)
     if not result.is_main_process:  # multi-process launch: only the main process reports
         return 0
     print(

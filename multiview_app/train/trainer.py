@@ -10,10 +10,18 @@ Per optimizer step (``train.grad_accum`` micro-batches per step, per process)::
 Data order is a seeded per-epoch permutation (seed, epoch) split over processes, and the view
 randomness of each micro-batch is seeded by (seed, step, micro-batch, rank), so a run resumed from
 a checkpoint continues mid-epoch with exactly the batches and views of an uninterrupted run.
+
+Resuming keeps the run's saved config (``train/resume.py``); a run stopped before its first
+checkpoint restarts from step 0. SIGINT / SIGTERM finish the current step, write a checkpoint and
+raise :class:`TrainingInterrupted` (a second signal acts as usual). One process at a time writes a
+run folder (``RunLock``).
 """
 from __future__ import annotations
 
+import json
 import math
+import signal
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
@@ -25,17 +33,57 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
-from ..config import Config, dump_config
+from ..config import Config, dump_config, resolve_paths
 from ..data.batch import ViewBatch, to_device
 from ..losses import build_loss
 from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, resolve_resume, save_checkpoint
 from .distributed import gather_with_grad, gradient_scale, world_size
 from .metrics import MetricsLog, StepTimer, plot_curves
+from .resume import RunLock, reconcile_resume_config
 from .run_io import atomic_write_json, atomic_write_text, model_spec, save_weights
 
 class TrainingDivergedError(RuntimeError):
     """The loss (or the embeddings) became NaN/Inf; the message names the step and the last good checkpoint."""
+
+
+class TrainingInterrupted(RuntimeError):
+    """SIGINT / SIGTERM: the current step finished and a checkpoint was written; the message says how to
+    resume. ``exit_code`` is ``128 + signal number`` (the CLI exits with it)."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class StopRequest:
+    """Turns the first SIGINT / SIGTERM into a flag that the loop checks after each optimizer step
+    (installed only in the main thread); the handlers are then restored, so a second signal
+    interrupts at once (an interrupted checkpoint write never touches older checkpoints)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        self._restore()
+
+    def _restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
 
 
 @dataclass
@@ -210,12 +258,14 @@ class Trainer:
 
     def __init__(
         self, cfg: Config, *, resume: str | None = None,
-        callbacks: Sequence[TrainCallback | StepCallback] = (),
+        callbacks: Sequence[TrainCallback | StepCallback] = (), accept_config_changes: bool = False,
     ) -> None:
-        self.cfg = cfg
+        self.cfg = resolve_paths(cfg)  # the run folder's config.yaml holds absolute paths
         self.resume = resume
-        self.callbacks = callbacks_for(cfg, callbacks)
-        self.run_dir = cfg.run_dir
+        self.accept_config_changes = accept_config_changes
+        self._restart_from_zero = False  # --resume of a run stopped before its first checkpoint
+        self.callbacks = callbacks_for(self.cfg, callbacks)
+        self.run_dir = self.cfg.run_dir
         self.notes: list[str] = []
         self._main = True
 
@@ -242,14 +292,40 @@ class Trainer:
         if self._main:
             print(f"note: {message}", flush=True)
 
-    def _check_run_dir(self) -> None:
-        if self.resume is None and (self.run_dir / "config.yaml").exists():
-            raise FileExistsError(
-                f"run folder {self.run_dir} already exists; use --resume latest to continue it or "
-                "--name to start a new run"
+    def _check_run_dir(self, accelerator: Any) -> None:
+        """A new run needs a new folder; a resumed one an existing run whose saved config matches
+        (``train/resume.py``). A run without a checkpoint yet restarts from step 0."""
+        if self.resume is None:
+            if (self.run_dir / "config.yaml").exists():
+                raise FileExistsError(
+                    f"run folder {self.run_dir} already exists; use --resume latest to continue it or "
+                    "--name to start a new run"
+                )
+            return
+        explicit = Path(self.resume) if self.resume != "latest" else None
+        if explicit is not None and not explicit.exists():
+            raise FileNotFoundError(f"--resume {self.resume}: no such checkpoint or run folder ({explicit.resolve()})")
+        if not (self.run_dir / "config.yaml").is_file():
+            raise FileNotFoundError(
+                f"--resume {self.resume}: no run at {self.run_dir} (no config.yaml); start it without --resume"
             )
-        if self.resume is not None and self.resume == "latest" and latest_checkpoint(self.run_dir) is None:
-            raise FileNotFoundError(f"--resume latest: no checkpoint under {self.run_dir / 'checkpoints'}")
+        try:
+            ckpt: Path | None = resolve_resume(self.run_dir, self.resume)
+        except FileNotFoundError:
+            if explicit is not None and explicit.resolve() != self.run_dir.resolve():
+                raise
+            ckpt = None
+        step = json.loads((ckpt / "trainer_state.json").read_text())["step"] if ckpt else 0
+        self.cfg = reconcile_resume_config(
+            self.run_dir, self.cfg, accept_changes=self.accept_config_changes, step=step,
+            write=accelerator.is_main_process,
+        )
+        if ckpt is None:
+            self._restart_from_zero = True
+            self._note(
+                f"--resume {self.resume}: {self.run_dir} has no checkpoint yet (stopped before its first one); "
+                "starting it from step 0"
+            )
 
     def _plan_data(self, world: int) -> DataPlan:
         """Adapter, view policy and the train split cut into micro-batches and optimizer steps."""
@@ -302,14 +378,21 @@ class Trainer:
             accelerator.register_for_checkpointing(teacher)
         return Parts(step_module, loss_fn, teacher, teacher_views, optimizer, scheduler, gathered)
 
-    def _start_or_resume(self, accelerator: Any, parts: Parts) -> Position:
+    def _start_or_resume(self, accelerator: Any, parts: Parts, plan: DataPlan) -> Position:
         """Restore the newest checkpoint (``--resume``) or write the new run folder's first files."""
         at = Position()
-        if self.resume is not None:
+        if self.resume is not None and not self._restart_from_zero:
             ckpt = resolve_resume(self.run_dir, self.resume)
-            state = load_checkpoint(accelerator, ckpt)
+            state = load_checkpoint(accelerator, ckpt, parts.loss_fn)
             at = Position(int(state["step"]), int(state["epoch"]), int(state["batch_position"]))
+            if at.step > plan.total_steps:
+                raise ValueError(
+                    f"--resume: checkpoint {ckpt} is at step {at.step}, beyond the run's {plan.total_steps} steps "
+                    "(train.max_steps / train.epochs)"
+                )
             self._note(f"resumed from {ckpt} (step {at.step}, epoch {at.epoch}, micro-batch {at.position})")
+            if state["loss_state"] == "missing":
+                self._note(f"{ckpt} holds no loss state (older checkpoint): the loss starts from its initial state")
         elif accelerator.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
@@ -321,17 +404,24 @@ class Trainer:
     # ------------------------------------------------------------------ main loop
     def fit(self) -> TrainResult:
         """Train to ``train.max_steps`` / ``train.epochs``; write the run folder; return a summary."""
-        self._check_run_dir()
         accelerator = self._make_accelerator()
-        plan = self._plan_data(accelerator.num_processes)
-        parts = self._build_parts(accelerator, plan)
-        at = self._start_or_resume(accelerator, parts)
-        start_step = at.step
-        accelerator.init_trackers("tb")
-        run_start = time.perf_counter()
-        last_loss = self._run_epochs(accelerator, plan, parts, at)
-        wall = time.perf_counter() - run_start
-        evaluation, reports = self._finish(accelerator, parts)
+        lock = RunLock(self.run_dir) if accelerator.is_main_process else None
+        if lock is not None:
+            lock.acquire()
+        try:
+            self._check_run_dir(accelerator)
+            plan = self._plan_data(accelerator.num_processes)
+            parts = self._build_parts(accelerator, plan)
+            at = self._start_or_resume(accelerator, parts, plan)
+            start_step = at.step
+            accelerator.init_trackers("tb")
+            run_start = time.perf_counter()
+            last_loss = self._run_epochs(accelerator, plan, parts, at)
+            wall = time.perf_counter() - run_start
+            evaluation, reports = self._finish(accelerator, parts)
+        finally:
+            if lock is not None:
+                lock.release()
         return TrainResult(
             self.run_dir, at.step, last_loss, wall, (at.step - start_step) * plan.items_per_step / max(wall, 1e-12),
             evaluation, self.notes, accelerator.is_main_process, reports,
@@ -344,7 +434,8 @@ class Trainer:
 
         cfg, tcfg = self.cfg, self.cfg.train
         device, main, rank = accelerator.device, accelerator.is_main_process, accelerator.process_index
-        metrics = MetricsLog(self.run_dir / "metrics.jsonl", resume_step=at.step if self.resume else None) if main else None
+        resumed = self.resume is not None and not self._restart_from_zero
+        metrics = MetricsLog(self.run_dir / "metrics.jsonl", resume_step=at.step if resumed else None) if main else None
         bar = tqdm(total=plan.total_steps, initial=at.step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
         timer = StepTimer(device)
         window = {"steps": 0, "start": time.perf_counter()}
@@ -355,6 +446,7 @@ class Trainer:
         def view_seed(micro_index: int) -> int:
             return (tcfg.seed * 1_000_003 + micro_index) * 4_096 + rank
 
+        stop = StopRequest().__enter__()
         try:
             while at.step < plan.total_steps:
                 sampler = EpochBatchSampler(
@@ -377,19 +469,37 @@ class Trainer:
                         bar.update(1)
                         bar.set_postfix(loss=f"{last_loss:.4f}")
                         record = self._log_step(accelerator, plan, parts, at, last_loss, stats, timer, window, metrics)
-                        self._maybe_checkpoint(accelerator, plan, at)
+                        self._maybe_checkpoint(accelerator, plan, parts, at)
                         event = StepEvent(at.step, plan.total_steps, record, model, self.run_dir, main)
                         for callback in self.callbacks:
                             callback.on_step_end(event)
+                        self._stop_if_requested(accelerator, plan, parts, at, stop)
                 finally:
                     batches.close()
                 if at.position >= plan.micro_per_epoch:
                     at.epoch, at.position = at.epoch + 1, 0
         finally:
+            stop.__exit__()
             bar.close()
             if metrics is not None:
                 metrics.close()
         return last_loss
+
+    def _stop_if_requested(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, stop: StopRequest) -> None:
+        """After a SIGINT / SIGTERM (on any process): checkpoint this step and raise
+        :class:`TrainingInterrupted` naming the resume command (nothing to do after the last step)."""
+        requested = float(stop.signum or 0)
+        if world_size() > 1:
+            flag = torch.tensor([requested], device=accelerator.device)
+            requested = float(accelerator.reduce(flag, reduction="sum").max())
+        if not requested or at.step >= plan.total_steps:
+            return
+        ckpt = self._save_checkpoint(accelerator, plan, parts, at)
+        signum = int(stop.signum or signal.SIGTERM)
+        raise TrainingInterrupted(
+            f"interrupted ({signal.Signals(signum).name}) after step {at.step} of {plan.total_steps}; checkpoint "
+            f"{ckpt}; resume with: mvapp train --resume {self.run_dir}", signum
+        )
 
     def _log_step(
         self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, loss_value: float,
@@ -416,19 +526,24 @@ class Trainer:
             metrics.write(record)
         return record
 
-    def _maybe_checkpoint(self, accelerator: Any, plan: DataPlan, at: Position) -> None:
-        """Every ``train.checkpoint_every`` steps (not after the last): an atomic checkpoint that
-        records where the next micro-batch starts."""
+    def _maybe_checkpoint(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> None:
+        """Every ``train.checkpoint_every`` steps (not after the last): see :meth:`_save_checkpoint`."""
         tcfg = self.cfg.train
         if not tcfg.checkpoint_every or at.step % tcfg.checkpoint_every != 0 or at.step >= plan.total_steps:
             return
+        self._save_checkpoint(accelerator, plan, parts, at)
+
+    def _save_checkpoint(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> Path:
+        """An atomic checkpoint (model, optimizer, schedule, teacher, RNG, loss state) that records where
+        the next micro-batch starts."""
+        tcfg = self.cfg.train
         ep, pos = (at.epoch, at.position) if at.position < plan.micro_per_epoch else (at.epoch + 1, 0)
-        save_checkpoint(
+        return save_checkpoint(
             accelerator, self.run_dir, at.step,
             {"step": at.step, "epoch": ep, "batch_position": pos, "total_steps": plan.total_steps,
              "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
                           "views": "seed per (global micro-batch index, rank)"}},
-            tcfg.keep_checkpoints,
+            tcfg.keep_checkpoints, parts.loss_fn,
         )
 
     def _finish(self, accelerator: Any, parts: Parts) -> tuple[dict[str, Any] | None, list[str]]:
@@ -544,8 +659,9 @@ class Trainer:
 
 
 def train(
-    cfg: Config, *, resume: str | None = None, callbacks: Sequence[TrainCallback | StepCallback] = ()
+    cfg: Config, *, resume: str | None = None, callbacks: Sequence[TrainCallback | StepCallback] = (),
+    accept_config_changes: bool = False,
 ) -> TrainResult:
     """Train ``cfg`` (see :class:`Trainer`)."""
-    return Trainer(cfg, resume=resume, callbacks=callbacks).fit()
+    return Trainer(cfg, resume=resume, callbacks=callbacks, accept_config_changes=accept_config_changes).fit()
 
