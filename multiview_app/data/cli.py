@@ -28,6 +28,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--out", type=Path, required=True)
     synth.add_argument("--hours", type=float, default=8.0, help="length of each night in hours")
     synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (files of the same name are replaced)")
     synth.set_defaults(func=_synth)
 
     prep = commands.add_parser("prepare", help="read recordings into a memory-mapped window cache")
@@ -53,6 +54,19 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     info.set_defaults(func=_info)
 
 
+def refuse_non_empty_out(out: Path, overwrite: bool) -> None:
+    """``synth-*`` commands write only into a new or empty ``--out`` unless ``--overwrite``."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and not overwrite:
+        present = sorted(p.name for p in out.iterdir())
+        if present:
+            raise ValueError(
+                f"--out {out}: folder is not empty ({len(present)} entries, e.g. {present[0]}); "
+                "pass --overwrite to write into it or choose an empty folder"
+            )
+
+
 def _optional_float(text: str) -> float | None:
     return None if text.lower() in ("none", "off") else float(text)
 
@@ -60,6 +74,7 @@ def _optional_float(text: str) -> float | None:
 def _synth(args: argparse.Namespace) -> int:
     from .eeg.synth import synth_psg
 
+    refuse_non_empty_out(args.out, args.overwrite)
     files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed)
     print(f"wrote {len(files)} files ({args.subjects} subjects x {args.nights} nights, {args.format}) to {args.out}")
     return 0

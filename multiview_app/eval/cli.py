@@ -19,6 +19,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.run = args.run.expanduser().resolve()
     if not (args.run / "config.yaml").is_file():
         raise FileNotFoundError(f"--run {args.run}: not a run folder (no config.yaml)")
     cls = get_evaluator(args.evaluator_name)

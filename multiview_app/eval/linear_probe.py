@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..argtypes import positive_float, positive_int
 from ..train.run_io import atomic_write_json, load_run
 from . import EVALUATORS
 from .features import Combine, combine_views, extract_features
@@ -34,10 +35,15 @@ def run_linear_probe(
     run_dir = Path(run_dir)
     cfg, _ = load_run(run_dir, "init")  # config check before heavy work
     ecfg = cfg.eval
-    batch_size = batch_size or ecfg.batch_size
-    knn_k = knn_k or ecfg.knn_k
+    batch_size = ecfg.batch_size if batch_size is None else batch_size
+    knn_k = ecfg.knn_k if knn_k is None else knn_k
     combine = combine or ecfg.combine
-    max_train_items = max_train_items or ecfg.max_train_items
+    max_train_items = ecfg.max_train_items if max_train_items is None else max_train_items
+    for label, value in (("batch_size", batch_size), ("knn_k", knn_k), ("max_train_items", max_train_items or 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"linear probe: {label} must be an integer >= 1, got {value!r}")
+    if not C > 0:
+        raise ValueError(f"linear probe: C must be > 0, got {C!r}")
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     if "test" not in adapter.splits:
         raise ValueError(f"data adapter '{cfg.data.adapter}' has no 'test' split (splits: {', '.join(adapter.splits)})")
@@ -95,11 +101,11 @@ class LinearProbe:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--batch-size", type=int, default=None, help="feature-extraction batch (default: eval.batch_size)")
-        parser.add_argument("--knn-k", type=int, default=None, help="neighbours for kNN (default: eval.knn_k)")
-        parser.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
+        parser.add_argument("--batch-size", type=positive_int, default=None, help="feature-extraction batch (default: eval.batch_size)")
+        parser.add_argument("--knn-k", type=positive_int, default=None, help="neighbours for kNN (default: eval.knn_k)")
+        parser.add_argument("--C", type=positive_float, default=1.0, help="inverse L2 strength of the logistic regression")
         parser.add_argument("--combine", choices=["mean", "concat", "first"], default=None, help="how eval views are combined")
-        parser.add_argument("--max-train-items", type=int, default=None, help="subsample the train split (seed 0)")
+        parser.add_argument("--max-train-items", type=positive_int, default=None, help="subsample the train split (seed 0)")
         parser.add_argument("--device", default="cpu", help="torch device for feature extraction")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:

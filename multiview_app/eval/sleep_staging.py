@@ -21,6 +21,7 @@ from threadpoolctl import threadpool_limits
 from torch.utils.data import DataLoader
 
 from ..data.eeg.stages import STAGES
+from ..argtypes import open_fraction, positive_float, positive_int
 from ..train.run_io import atomic_write_json, load_run
 from . import EVALUATORS
 from .bandpower import bandpower_features
@@ -249,12 +250,12 @@ class SleepStaging:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--cache", default=None, help="evaluate on another prepared cache (e.g. Sleep-EDF)")
         parser.add_argument("--channels", nargs="+", default=None, help="channels of the cache to use (default: all)")
-        parser.add_argument("--test-fraction", type=float, default=None, help="share of subjects held out")
-        parser.add_argument("--shots", type=int, nargs="+", default=list(DEFAULT_SHOTS), help="windows per class")
-        parser.add_argument("--seeds", type=int, default=5, help="repetitions (different few-shot draws)")
+        parser.add_argument("--test-fraction", type=open_fraction, default=None, help="share of subjects held out")
+        parser.add_argument("--shots", type=positive_int, nargs="+", default=list(DEFAULT_SHOTS), help="windows per class")
+        parser.add_argument("--seeds", type=positive_int, default=5, help="repetitions (different few-shot draws)")
         parser.add_argument("--combine", choices=["concat", "mean"], default="concat", help="per-channel features")
-        parser.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
-        parser.add_argument("--batch-size", type=int, default=256)
+        parser.add_argument("--C", type=positive_float, default=1.0, help="inverse L2 strength of the logistic regression")
+        parser.add_argument("--batch-size", type=positive_int, default=256)
         parser.add_argument("--no-baselines", action="store_true", help="skip the band-power baseline")
         parser.add_argument("--device", default="cpu")
 

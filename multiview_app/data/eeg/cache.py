@@ -7,8 +7,11 @@ Layout of a cache directory::
 
 Each manifest recording holds ``recording, subject, file, n_windows, labels (w,), epochs (w,),
 sources [{path, sha256}], counts``. Preparation is incremental (recordings whose sources have the
-same checksums are skipped), every write is atomic (temp file + ``os.replace``) and the manifest
-is rewritten after each recording, so an interrupted run resumes where it stopped.
+same checksums and an intact window file are skipped), every write is atomic (temp file +
+``os.replace``) and the manifest is rewritten after each recording, so an interrupted run resumes
+where it stopped. While preparing, the manifest says ``"complete": false``; only the last write of a
+finished ``prepare`` sets it to true, so a cache from an interrupted or failed run never reads as
+complete (:func:`load_manifest` refuses it and names the command that finishes it).
 """
 from __future__ import annotations
 
@@ -64,8 +67,8 @@ def physionet2018_entries(source: Path) -> list[SourceEntry]:
     return entries
 
 
-def load_manifest(cache_dir: str | Path) -> dict:
-    """Read and check ``manifest.json``; ``ValueError`` names the folder if it is not a cache."""
+def load_manifest(cache_dir: str | Path, allow_partial: bool = False) -> dict:
+    """Read and check ``manifest.json``; ``ValueError`` names the folder if it is not a (complete) cache."""
     path = Path(cache_dir) / MANIFEST
     if not path.exists():
         raise ValueError(f"{cache_dir}: not a prepared EEG cache (no {MANIFEST}); run `mvapp data prepare` first")
@@ -75,7 +78,21 @@ def load_manifest(cache_dir: str | Path) -> dict:
         raise ValueError(f"{path}: corrupt manifest ({err})") from None
     if manifest.get("format") != CACHE_FORMAT:
         raise ValueError(f"{path}: format '{manifest.get('format')}', expected '{CACHE_FORMAT}'")
+    if not allow_partial and not manifest.get("complete", True):
+        raise ValueError(
+            f"{cache_dir}: partial cache ({len(manifest.get('recordings', []))} recordings; `mvapp data prepare` "
+            f"was interrupted or failed); rerun `mvapp data prepare {manifest.get('dataset')} --out {cache_dir}` "
+            "with the same options to finish it"
+        )
     return manifest
+
+
+def _windows_intact(cache_dir: Path, record: dict) -> bool:
+    """Whether a manifest record's window file exists and holds ``n_windows`` windows."""
+    try:
+        return int(np.load(cache_dir / record["file"], mmap_mode="r").shape[0]) == int(record["n_windows"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return False
 
 
 def save_manifest(cache_dir: Path, manifest: dict) -> None:
@@ -104,7 +121,7 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     (out / "windows").mkdir(parents=True, exist_ok=True)
     settings = {"dataset": dataset, "options": options.model_dump(), "dtype": dtype}
     if (out / MANIFEST).exists():
-        manifest = load_manifest(out)
+        manifest = load_manifest(out, allow_partial=True)
         previous = {k: manifest[k] for k in settings}
         if previous != settings:
             raise ValueError(f"{out}: cache was prepared with {previous}, not {settings}; "
@@ -113,6 +130,8 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
         manifest = {"format": CACHE_FORMAT, **settings, "channels": options.channels, "sfreq": options.sfreq,
                     "window_seconds": options.window_samples / options.sfreq, "stages": list(STAGES),
                     "recordings": [], "duplicates": []}
+    manifest["complete"] = False  # until the last write below
+    save_manifest(out, manifest)
     by_id = {r["recording"]: r for r in manifest["recordings"]}
     by_checksum = {r["sources"][0]["sha256"]: r["recording"] for r in manifest["recordings"]}
     summary: dict[str, Any] = {"prepared": [], "skipped_existing": [], "duplicates": [], "errors": [],
@@ -121,7 +140,8 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
         checksums = [{"path": str(f), "sha256": sha256_file(f)} for f in entry.files]
         signal_sum = checksums[0]["sha256"]
         known = by_id.get(entry.recording)
-        if known is not None and [s["sha256"] for s in known["sources"]] == [c["sha256"] for c in checksums]:
+        if (known is not None and [s["sha256"] for s in known["sources"]] == [c["sha256"] for c in checksums]
+                and _windows_intact(out, known)):
             summary["skipped_existing"].append(entry.recording)
             continue
         if signal_sum in by_checksum and by_checksum[signal_sum] != entry.recording:
@@ -156,6 +176,8 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
         summary["dropped"].update({k: v for k, v in dropped.items() if k in DROP_REASONS})
         summary["reader_counts"].update(recording.counts)
         summary["reader_counts"].update({k: v for k, v in dropped.items() if k not in DROP_REASONS})
+    manifest["complete"] = True
+    save_manifest(out, manifest)  # last write: from here on the cache reads as complete
     summary["windows"] = int(sum(r["n_windows"] for r in manifest["recordings"]))
     summary["cache"] = str(out)
     summary["dropped"] = dict(summary["dropped"])

@@ -1,0 +1,123 @@
+"""Resume keeps the run's own config (issue 16 §1): config differences refused or logged, a run
+stopped before its first checkpoint restarts from step 0, SIGTERM checkpoints and names the resume
+command, and the loss state (FlatNCE's scheduled tau) survives a resume bit-exactly."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from multiview_app.config import ConfigError
+from multiview_app.train.checkpoint import list_checkpoints
+from multiview_app.train.metrics import read_metrics
+from multiview_app.train.resume import HISTORY_FILE, config_differences
+from multiview_app.train.trainer import TrainingInterrupted, train
+
+from _train_helpers import tiny_config
+
+SMALL_EPOCH = {"options": {"load_size": 16, "test_fraction": 0.9}}  # 5 steps per epoch
+# FlatNCE whose tau follows the ESS schedule: every training forward moves tau by 1 +- 1 %
+SCHEDULED_TAU = {"name": "flatnce", "tau": 0.2, "ess_target": 0.5, "ess_rate": 0.01}
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run_dir / "model.safetensors"))
+
+
+def _assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=0, msg=key)
+
+
+def test_config_differences_are_listed_by_dotted_key() -> None:
+    saved = {"loss": {"name": "m3g", "epsilon": 0.2}, "train": {"max_steps": 200}}
+    given = {"loss": {"name": "m3g", "epsilon": 0.1}, "train": {"max_steps": 400, "extra": 1}}
+    assert config_differences(saved, given) == {
+        "loss.epsilon": (0.2, 0.1), "train.extra": ("(unset)", 1), "train.max_steps": (200, 400)
+    }
+
+
+@pytest.mark.slow
+def test_tau_scheduled_run_crashed_and_sigtermed_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    common = {"data": SMALL_EPOCH, "loss": SCHEDULED_TAU}
+    section = {"max_steps": 7, "checkpoint_every": 2}
+    full = train(tiny_config(tmp_path, "full", train=section, **common))
+    taus = [r["stats/tau"] for r in read_metrics(full.run_dir / "metrics.jsonl")]
+    assert len(set(taus)) == len(taus)  # the schedule really moves tau every step
+
+    # crash after step 5: resume from the step-4 checkpoint, whose loss state holds the scheduled tau
+    crashed = tiny_config(tmp_path, "crashed", train=section, **common)
+
+    def crash(step: int, record: dict | None) -> None:
+        if step == 5:
+            raise Crash("simulated crash")
+
+    with pytest.raises(Crash):
+        train(crashed, callbacks=[crash])
+    ckpt = list_checkpoints(crashed.run_dir)[-1]
+    loss_state = torch.load(ckpt / "loss_state_0.pt", weights_only=True)
+    assert loss_state["_extra_state"]["tau"] == pytest.approx(taus[4])  # tau used by step 5 = after step 4
+    resumed = train(crashed, resume="latest")
+    _assert_same_weights(full.run_dir, resumed.run_dir)
+
+    # SIGTERM during step 3: the step finishes, a checkpoint is written, TrainingInterrupted says how to resume
+    stopped = tiny_config(tmp_path, "stopped", train=section, **common)
+
+    def terminate(step: int, record: dict | None) -> None:
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(TrainingInterrupted, match=r"after step 3 of 7.*resume with: mvapp train --resume") as info:
+        train(stopped, callbacks=[terminate])
+    assert info.value.exit_code == 128 + signal.SIGTERM
+    assert [p.name for p in list_checkpoints(stopped.run_dir)] == ["step_00000002", "step_00000003"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    resumed = train(stopped, resume="latest")
+    _assert_same_weights(full.run_dir, resumed.run_dir)
+    assert [r["step"] for r in read_metrics(resumed.run_dir / "metrics.jsonl")] == list(range(1, 8))
+
+
+def test_resume_refuses_a_different_config_and_logs_accepted_safe_changes(tmp_path: Path) -> None:
+    cfg = tiny_config(tmp_path, "run", train={"max_steps": 3, "checkpoint_every": 2})
+    train(cfg)
+    saved_text = (cfg.run_dir / "config.yaml").read_text()
+    changed = tiny_config(tmp_path, "run", overrides=("loss.tau=0.3", "optim.lr=0.01"),
+                          train={"max_steps": 3, "checkpoint_every": 2})
+    with pytest.raises(ConfigError, match=r"loss\.tau: 0\.2 -> 0\.3; optim\.lr: 0\.003 -> 0\.01"):
+        train(changed, resume="latest")
+    longer = tiny_config(tmp_path, "run", train={"max_steps": 5, "checkpoint_every": 2})
+    with pytest.raises(ConfigError, match=r"train\.max_steps: 3 -> 5; pass --accept-config-changes"):
+        train(longer, resume="latest")
+    assert (cfg.run_dir / "config.yaml").read_text() == saved_text and not (cfg.run_dir / HISTORY_FILE).exists()
+    result = train(longer, resume="latest", accept_config_changes=True)
+    assert result.steps == 5
+    history = [json.loads(line) for line in (cfg.run_dir / HISTORY_FILE).read_text().splitlines()]
+    assert history[0]["changes"] == {"train.max_steps": {"saved": 3, "given": 5}} and history[0]["resumed_at_step"] == 2
+    assert "max_steps: 5" in (cfg.run_dir / "config.yaml").read_text()
+
+
+def test_run_stopped_before_its_first_checkpoint_restarts_from_step_zero(tmp_path: Path) -> None:
+    cfg = tiny_config(tmp_path, "early", train={"max_steps": 3, "checkpoint_every": 10})
+
+    def crash(step: int, record: dict | None) -> None:
+        raise Crash("killed before any checkpoint")
+
+    with pytest.raises(Crash):
+        train(cfg, callbacks=[crash])
+    assert list_checkpoints(cfg.run_dir) == [] and (cfg.run_dir / "config.yaml").is_file()
+    result = train(cfg, resume="latest")
+    assert result.steps == 3 and any("starting it from step 0" in note for note in result.notes)
+    assert [r["step"] for r in read_metrics(cfg.run_dir / "metrics.jsonl")] == [1, 2, 3]
+    fresh = train(tiny_config(tmp_path, "fresh", train={"max_steps": 3, "checkpoint_every": 10}))
+    _assert_same_weights(fresh.run_dir, result.run_dir)
