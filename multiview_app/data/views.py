@@ -99,6 +99,12 @@ def items_per_batch(batch_mode: str, batch_size: int, k: int) -> int:
     return items
 
 
+def draw_device(generator: torch.Generator | None, fallback: torch.device) -> torch.device:
+    """Where a random draw must happen: on ``generator``'s device (CUDA generators only draw on CUDA),
+    else on ``fallback`` (the data's device). Move the result to where it is used afterwards."""
+    return generator.device if generator is not None else fallback
+
+
 def labels_and_meta(raw: dict[str, Any]) -> tuple[torch.Tensor | None, dict[str, Any]]:
     """Split a raw batch into labels ``(n,)`` and the meta columns (everything except ``x``)."""
     labels = raw.get("label")
@@ -115,5 +121,6 @@ __all__ = [
     "ViewPolicy",
     "available_view_policies",
     "build_view_policy",
+    "draw_device",
     "items_per_batch",
 ]

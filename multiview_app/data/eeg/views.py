@@ -9,7 +9,7 @@ from pydantic import Field
 
 from ..adapters import DataAdapter
 from ..batch import ViewBatch
-from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, labels_and_meta
+from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, draw_device, labels_and_meta
 
 GROUP_SEPARATOR = "+"
 """View name of an averaged channel group: channel names joined by "+" (the encoder understands it)."""
@@ -60,14 +60,14 @@ class ChannelViews(ViewPolicy):
         if self.crop_samples is None or self.crop_samples >= length:
             return view
         starts = torch.randint(0, length - self.crop_samples + 1, (n, 1), generator=generator,
-                               device="cpu").to(view.device)
+                               device=draw_device(generator, view.device)).to(view.device)
         index = starts + torch.arange(self.crop_samples, device=view.device)[None]
         return torch.gather(view, 1, index)
 
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         x = self._channels(raw["x"]).float()  # (n, C, T)
         c = x.shape[1]
-        order = torch.randperm(c, generator=generator, device="cpu")
+        order = torch.randperm(c, generator=generator, device=draw_device(generator, x.device)).cpu()
         names: list[str] = []
         views: list[torch.Tensor] = []
         if self.options.channel_split == "average":
