@@ -381,12 +381,18 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Read a config YAML file, following ``extends:`` (relative to the file)."""
     path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path.resolve()}")
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"{path.resolve()}: expected a YAML config file, found a folder")
     if path.resolve() in _seen:
         raise ConfigError(f"{path}: 'extends' cycle through {', '.join(str(p) for p in _seen)}")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text (UTF-8) YAML file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
     if not isinstance(raw, dict):

@@ -93,3 +93,99 @@ def test_float64_retry_counts_only_a_real_float64_retry() -> None:
     ordinary = build_loss("m3g")
     ordinary(_near_antipodal(torch.float32))
     assert (ordinary.last_stats["float64_retry"], ordinary.last_stats["fallback"]) == (0.0, 0.0)
+
+
+# ----------------------------------------------------------------------------- paths, names, overrides (§3)
+
+
+def test_relative_paths_are_stored_absolute_and_eval_works_from_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from PIL import Image
+
+    from _train_helpers import write_tiny_yaml
+
+    for c in ("a", "b"):
+        (tmp_path / "work" / "imgs" / c).mkdir(parents=True)
+        for i in range(20):
+            Image.new("RGB", (8, 8), (i * 10, 100 if c == "a" else 0, 0)).save(tmp_path / "work" / "imgs" / c / f"{i}.png")
+    config = write_tiny_yaml(
+        tmp_path / "work" / "cfg.yaml", Path("runs"),
+        data={"adapter": "image_folder", "options": {"root": "imgs", "load_size": 16, "test_fraction": 0.5}},
+        train={"max_steps": 1, "batch_size": 8},
+    )
+    monkeypatch.chdir(tmp_path / "work")
+    # dotted overrides before, between and after options
+    assert main(["train", "train.log_every=1", "--config", "cfg.yaml", "optim.lr=0.002", "--name", "rel", "train.seed=3"]) == 0
+    run = tmp_path / "work" / "runs" / "rel"
+    saved = yaml_load(run / "config.yaml")
+    assert saved["data"]["options"]["root"] == str(tmp_path / "work" / "imgs")
+    assert saved["output"]["runs_dir"] == str(tmp_path / "work" / "runs")
+    assert (saved["optim"]["lr"], saved["train"]["seed"], saved["train"]["log_every"]) == (0.002, 3, 1)
+    monkeypatch.chdir(tmp_path)  # elsewhere: the run still finds its data
+    capsys.readouterr()
+    assert main(["eval", "linear-probe", "--run", "work/runs/rel", "--knn-k", "3"]) == 0
+    assert (run / "eval" / "linear_probe.json").is_file()
+    assert config.is_file()
+
+
+def yaml_load(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+# ----------------------------------------------------------------------------- prepare never leaves a cache that reads as complete (§4)
+
+
+def test_interrupted_prepare_reads_as_partial_and_is_finished_by_rerunning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from multiview_app.data.eeg import cache as cache_mod
+    from multiview_app.data.eeg.preprocess import PrepareOptions
+    from multiview_app.data.eeg.synth import SubjectTraits, write_sleep_edf_night
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for subject in range(3):
+        traits = SubjectTraits.sample(np.random.default_rng(subject))
+        traits.latency_minutes = 5.0
+        write_sleep_edf_night(raw, subject, 0, 0.2, traits, np.random.default_rng(subject))
+    options = PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"])
+    out = tmp_path / "cache"
+
+    real_make_windows = cache_mod.make_windows
+    calls = {"n": 0}
+
+    def dies_on_the_second(recording, opts):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # the user pressed Ctrl-C during the second recording
+        return real_make_windows(recording, opts)
+
+    monkeypatch.setattr(cache_mod, "make_windows", dies_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        cache_mod.prepare("sleep-edf", raw, out, options, progress=False)
+    with pytest.raises(ValueError, match=r"partial cache \(1 recordings.*mvapp data prepare sleep-edf"):
+        cache_mod.info(out)
+    monkeypatch.setattr(cache_mod, "make_windows", real_make_windows)
+    summary = cache_mod.prepare("sleep-edf", raw, out, options, progress=False)
+    assert len(summary["skipped_existing"]) == 1 and len(summary["prepared"]) == 2
+    assert cache_mod.info(out)["recordings"] == 3
+    # a window file that went missing / was truncated is detected and redone
+    first = cache_mod.load_manifest(out)["recordings"][0]
+    (out / first["file"]).write_bytes((out / first["file"]).read_bytes()[:200])
+    summary = cache_mod.prepare("sleep-edf", raw, out, options, progress=False)
+    assert summary["prepared"] == [first["recording"]] and len(summary["skipped_existing"]) == 2
+    assert np.load(out / first["file"]).shape[0] == first["n_windows"]
+
+
+def test_failed_first_recording_leaves_no_cache(tmp_path: Path) -> None:
+    from multiview_app.data.eeg.cache import prepare
+    from multiview_app.data.eeg.preprocess import PrepareOptions
+
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "SC4001E0-PSG.edf").write_bytes(b"0" * 300)
+    with pytest.raises(ValueError, match="SC4001E0-PSG.edf"):
+        prepare("sleep-edf", tmp_path / "raw", tmp_path / "cache", PrepareOptions(channels=["Fpz-Cz"]), progress=False)
+    assert not (tmp_path / "cache").exists()

@@ -104,6 +104,17 @@ def save_checkpoint(
     return final
 
 
+def read_trainer_state(ckpt_dir: str | Path) -> dict[str, Any]:
+    """``trainer_state.json`` of a checkpoint; ``ValueError`` naming the file if it is corrupt."""
+    path = Path(ckpt_dir) / STATE_FILE
+    try:
+        state = json.loads(path.read_text())
+        int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: corrupt checkpoint state ({err}); resume from another checkpoint") from None
+    return state
+
+
 def load_checkpoint(accelerator: Any, ckpt_dir: str | Path, loss_module: torch.nn.Module | None = None) -> dict[str, Any]:
     """Restore model / optimizer / registered objects / RNG (and the loss module's state) from
     ``ckpt_dir``; return the trainer state (``loss_state``: ``restored`` / ``none`` / ``missing``)."""
@@ -111,8 +122,13 @@ def load_checkpoint(accelerator: Any, ckpt_dir: str | Path, loss_module: torch.n
     state_path = ckpt_dir / STATE_FILE
     if not state_path.is_file():
         raise FileNotFoundError(f"{ckpt_dir}: not a checkpoint (no {STATE_FILE})")
-    accelerator.load_state(str(ckpt_dir))
-    state = json.loads(state_path.read_text())
+    state = read_trainer_state(ckpt_dir)
+    try:
+        accelerator.load_state(str(ckpt_dir))
+    except Exception as err:  # truncated / foreign files inside the checkpoint
+        older = [p for p in list_checkpoints(ckpt_dir.parent.parent) if p != ckpt_dir]
+        hint = f"; resume from an older one with --resume {older[-1]}" if older else ""
+        raise ValueError(f"{ckpt_dir}: checkpoint cannot be restored ({' '.join(str(err).split())[:300]}){hint}") from None
     state["loss_state"] = "none"
     if loss_module is not None and loss_module.state_dict():
         own = ckpt_dir / LOSS_STATE_FILE.format(rank=accelerator.process_index)

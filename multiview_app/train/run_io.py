@@ -80,7 +80,10 @@ def load_run(
         hint = " (training not finished? resume it with mvapp train --resume latest)" if weights == "final" else ""
         raise FileNotFoundError(f"{weight_path}: missing{hint}")
     model = build_model_from_spec(spec)
-    state = load_file(str(weight_path))
+    try:
+        state = load_file(str(weight_path))
+    except Exception as err:  # safetensors raises its own error types for truncated / foreign files
+        raise ValueError(f"{weight_path}: unreadable weights file ({err}); rerun or resume the training") from None
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ValueError(

@@ -18,7 +18,6 @@ run folder (``RunLock``).
 """
 from __future__ import annotations
 
-import json
 import math
 import signal
 import threading
@@ -37,7 +36,7 @@ from ..config import Config, dump_config, resolve_paths
 from ..data.batch import ViewBatch, to_device
 from ..losses import build_loss
 from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
-from .checkpoint import latest_checkpoint, load_checkpoint, resolve_resume, save_checkpoint
+from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
 from .distributed import gather_with_grad, gradient_scale, world_size
 from .metrics import MetricsLog, StepTimer, plot_curves
 from .resume import RunLock, reconcile_resume_config
@@ -315,7 +314,7 @@ class Trainer:
             if explicit is not None and explicit.resolve() != self.run_dir.resolve():
                 raise
             ckpt = None
-        step = json.loads((ckpt / "trainer_state.json").read_text())["step"] if ckpt else 0
+        step = int(read_trainer_state(ckpt)["step"]) if ckpt else 0
         self.cfg = reconcile_resume_config(
             self.run_dir, self.cfg, accept_changes=self.accept_config_changes, step=step,
             write=accelerator.is_main_process,

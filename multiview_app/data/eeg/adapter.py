@@ -96,6 +96,7 @@ class EEGWindowsAdapter(DataAdapter):
             raise ValueError(f"data.options.channels: {missing} not in cache {self.cache_dir}; available: {', '.join(cached)}")
         self.channel_index = [cached.index(c) for c in self.channel_names]
         self.sfreq = float(manifest["sfreq"])
+        self.window_seconds = float(manifest["window_seconds"])
         self.class_names = list(STAGES)
         self.manifest = manifest
         recordings = [r for r in manifest["recordings"] if r["n_windows"] > 0]

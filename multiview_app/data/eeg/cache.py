@@ -118,7 +118,6 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     if not entries:
         raise ValueError(f"--source {source}: no {dataset} recordings found "
                          f"({'*-PSG.edf' if dataset == 'sleep-edf' else '*.hea'} files)")
-    (out / "windows").mkdir(parents=True, exist_ok=True)
     settings = {"dataset": dataset, "options": options.model_dump(), "dtype": dtype}
     if (out / MANIFEST).exists():
         manifest = load_manifest(out, allow_partial=True)
@@ -131,7 +130,9 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
                     "window_seconds": options.window_samples / options.sfreq, "stages": list(STAGES),
                     "recordings": [], "duplicates": []}
     manifest["complete"] = False  # until the last write below
-    save_manifest(out, manifest)
+    if (out / MANIFEST).exists():
+        save_manifest(out, manifest)  # an existing cache reads as partial while it changes
+    # a new cache: its first write is the first prepared recording (a failure before leaves no trace)
     by_id = {r["recording"]: r for r in manifest["recordings"]}
     by_checksum = {r["sources"][0]["sha256"]: r["recording"] for r in manifest["recordings"]}
     summary: dict[str, Any] = {"prepared": [], "skipped_existing": [], "duplicates": [], "errors": [],

@@ -49,6 +49,12 @@ class ChannelViews(ViewPolicy):
             raise ValueError("views.k must be >= 2 with views.options.channel_split = average")
         sfreq = float(getattr(adapter, "sfreq", 100.0))
         self.crop_samples = None if options.crop_seconds is None else int(round(options.crop_seconds * sfreq))
+        window_seconds = getattr(adapter, "window_seconds", None)
+        if options.crop_seconds is not None and window_seconds is not None and options.crop_seconds > window_seconds:
+            raise ValueError(
+                f"views.options.crop_seconds: {options.crop_seconds:g} s is longer than the data's "
+                f"{window_seconds:g}-s windows (the value is in seconds, not samples)"
+            )
 
     def _channels(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 3:
