@@ -24,7 +24,7 @@ from . import __version__
 GROUP_MODULES: list[str] = [
     "multiview_app.train.cli",
     "multiview_app.eval.cli",
-    "multiview_app.config",
+    "multiview_app.config_cli",
     "multiview_app.data.cli",
 ]
 

@@ -8,7 +8,6 @@ value and what is allowed.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 from pathlib import Path
 from typing import Any, Literal
@@ -454,22 +453,3 @@ def load_config(
 def dump_config(cfg: Config) -> str:
     """The resolved config as YAML text."""
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-
-
-# ----------------------------------------------------------------------------- CLI group `config`
-
-
-def add_subparser(subparsers: argparse._SubParsersAction) -> None:
-    """``mvapp config show --config FILE [overrides...]``."""
-    group = subparsers.add_parser("config", help="inspect configs")
-    sub = group.add_subparsers(dest="config_command", required=True)
-    show = sub.add_parser("show", help="print the resolved, validated config as YAML")
-    show.add_argument("--config", required=True, help="YAML config file")
-    show.add_argument("overrides", nargs="*", help="dotted overrides, e.g. loss.epsilon=0.1")
-    show.set_defaults(func=_cmd_show)
-
-
-def _cmd_show(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, args.overrides)
-    print(dump_config(cfg), end="")
-    return 0

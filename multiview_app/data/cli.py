@@ -7,15 +7,20 @@ import argparse
 import json
 from pathlib import Path
 
-from .catalog import catalog_dir, load_catalog, preparable
 
-DEFAULT_CHANNELS = {name: list(card.default_channels) for name, card in preparable().items()}
+def default_channels() -> dict[str, list[str]]:
+    """Default channels of every preparable dataset, from its catalog card (read on demand, so that
+    ``mvapp --help`` does not load the catalog)."""
+    from .catalog import preparable
+
+    return {name: list(card.default_channels) for name, card in preparable().items()}
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``data`` group on the ``mvapp`` parser."""
     data = subparsers.add_parser("data", help="synthesize, prepare and inspect datasets")
     commands = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
+    formats = sorted(default_channels())
 
     listing = commands.add_parser("list", help="print the dataset catalog (datasets/*.yaml cards)")
     listing.add_argument("--json", action="store_true", help="one JSON object per dataset instead of a table")
@@ -24,7 +29,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     synth = commands.add_parser("synth-psg", help="write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format")
     synth.add_argument("--subjects", type=int, required=True)
     synth.add_argument("--nights", type=int, default=1)
-    synth.add_argument("--format", choices=sorted(DEFAULT_CHANNELS), required=True)
+    synth.add_argument("--format", choices=formats, required=True)
     synth.add_argument("--out", type=Path, required=True)
     synth.add_argument("--hours", type=float, default=8.0, help="length of each night in hours")
     synth.add_argument("--seed", type=int, default=0)
@@ -32,7 +37,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     synth.set_defaults(func=_synth)
 
     prep = commands.add_parser("prepare", help="read recordings into a memory-mapped window cache")
-    prep.add_argument("dataset", choices=sorted(DEFAULT_CHANNELS))
+    prep.add_argument("dataset", choices=formats)
     prep.add_argument("--source", type=Path, required=True, help="folder with the downloaded/synthesized files")
     prep.add_argument("--out", type=Path, required=True, help="cache folder (created; prepared recordings are skipped)")
     prep.add_argument("--channels", nargs="+", default=None,
@@ -92,7 +97,7 @@ def _prepare(args: argparse.Namespace) -> int:
         args.source.mkdir(parents=True, exist_ok=True)
         download_sleep_physionet(args.download, [1, 2], args.source)
     try:
-        options = PrepareOptions(channels=args.channels or DEFAULT_CHANNELS[args.dataset], sfreq=args.sfreq,
+        options = PrepareOptions(channels=args.channels or default_channels()[args.dataset], sfreq=args.sfreq,
                                  l_freq=args.l_freq, h_freq=args.h_freq, crop_wake_minutes=args.crop_wake_minutes)
     except Exception as err:  # pydantic ValidationError -> one line
         raise ValueError(f"prepare options: {err.errors()[0]['msg'] if hasattr(err, 'errors') else err}") from None
@@ -106,6 +111,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    from .catalog import load_catalog
     from .eeg.cache import info
 
     summary = info(args.cache)
@@ -117,6 +123,8 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from .catalog import catalog_dir, load_catalog
+
     cards = load_catalog()
     if args.json:
         for card in cards.values():

@@ -88,8 +88,10 @@ def save_checkpoint(
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
-    except OSError as err:
+    except BaseException as err:  # a full disk, a second Ctrl-C, ...: drop the half-written folder
         shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(err, OSError):
+            raise
         older = latest_checkpoint(run_dir)
         failure = OSError(
             f"{final}: could not write the checkpoint ({err.strerror or err}); nothing of it was kept; "

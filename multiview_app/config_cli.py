@@ -1,0 +1,26 @@
+"""``mvapp config show --config FILE [overrides...]``: the resolved, validated config as YAML.
+
+Kept apart from :mod:`multiview_app.config` so that building the ``mvapp`` parser (``--help``) does
+not import pydantic.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def add_subparser(subparsers: argparse._SubParsersAction) -> None:
+    """``mvapp config show --config FILE [overrides...]``."""
+    group = subparsers.add_parser("config", help="inspect configs")
+    sub = group.add_subparsers(dest="config_command", required=True)
+    show = sub.add_parser("show", help="print the resolved, validated config as YAML")
+    show.add_argument("--config", required=True, help="YAML config file")
+    show.add_argument("overrides", nargs="*", help="dotted overrides, e.g. loss.epsilon=0.1")
+    show.set_defaults(func=_cmd_show)
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from .config import dump_config, load_config
+
+    cfg = load_config(args.config, args.overrides)
+    print(dump_config(cfg), end="")
+    return 0
