@@ -141,8 +141,8 @@ class OutputConfig(_Strict):
             not name.strip() or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
         ):
             raise ValueError(
-                f"run name must be one folder name (no '/', not '.' or '..'), got {name!r}; "
-                "choose where runs go with output.runs_dir"
+                "run name must be one folder name (no '/', not '.' or '..'); choose where runs go with "
+                "output.runs_dir"
             )
         return name
 

@@ -100,7 +100,8 @@ def _prepare(args: argparse.Namespace) -> int:
         options = PrepareOptions(channels=args.channels or default_channels()[args.dataset], sfreq=args.sfreq,
                                  l_freq=args.l_freq, h_freq=args.h_freq, crop_wake_minutes=args.crop_wake_minutes)
     except Exception as err:  # pydantic ValidationError -> one line
-        raise ValueError(f"prepare options: {err.errors()[0]['msg'] if hasattr(err, 'errors') else err}") from None
+        message = err.errors()[0]["msg"] if hasattr(err, "errors") else str(err)
+        raise ValueError(f"prepare options: {message.removeprefix('Value error, ')}") from None
     summary = prepare(args.dataset, args.source, args.out, options, dtype=args.dtype,
                       on_error="skip" if args.skip_bad else "raise")
     print(json.dumps(summary, indent=1))

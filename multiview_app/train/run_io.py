@@ -77,7 +77,7 @@ def load_run(
     spec = json.loads(spec_path.read_text()) if spec_path.is_file() else model_spec(cfg)
     weight_path = run_dir / WEIGHT_FILES[weights]
     if not weight_path.is_file():
-        hint = " (training not finished? resume it with mvapp train --resume latest)" if weights == "final" else ""
+        hint = f" (training not finished? resume it with mvapp train --resume {run_dir})" if weights == "final" else ""
         raise FileNotFoundError(f"{weight_path}: missing{hint}")
     model = build_model_from_spec(spec)
     try:

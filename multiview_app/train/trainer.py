@@ -303,7 +303,7 @@ class Trainer:
             return
         explicit = Path(self.resume) if self.resume != "latest" else None
         if explicit is not None and not explicit.exists():
-            raise FileNotFoundError(f"--resume {self.resume}: no such checkpoint or run folder ({explicit.resolve()})")
+            raise FileNotFoundError(f"--resume {explicit.resolve()}: no such checkpoint or run folder")
         if not (self.run_dir / "config.yaml").is_file():
             raise FileNotFoundError(
                 f"--resume {self.resume}: no run at {self.run_dir} (no config.yaml); start it without --resume"
