@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 
 def positive_int(text: str) -> int:
@@ -16,26 +17,25 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """A finite float > 0."""
+def _float_in(text: str, accept: Callable[[float], bool], expected: str) -> float:
+    """``float(text)`` if ``accept`` says so, else an ``ArgumentTypeError`` naming ``expected``."""
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0.0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    if not accept(value):  # NaN fails every comparison
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A finite float > 0."""
+    return _float_in(text, lambda v: 0.0 < v < float("inf"), "a number > 0")
 
 
 def open_fraction(text: str) -> float:
     """A float strictly between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction strictly between 0 and 1, got {text!r}")
-    return value
+    return _float_in(text, lambda v: 0.0 < v < 1.0, "a fraction strictly between 0 and 1")
 
 
 __all__ = ["open_fraction", "positive_float", "positive_int"]

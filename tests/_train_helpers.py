@@ -40,3 +40,17 @@ def write_tiny_yaml(path: Path, runs_dir: Path, **sections: dict[str, Any]) -> P
     raw["output"].pop("name")
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def write_sleep_edf_nights(out: Path, subjects: int, hours: float) -> Path:
+    """``subjects`` synthetic Sleep-EDF nights (PSG + hypnogram, sleep within 5 minutes) in ``out``."""
+    import numpy as np
+
+    from multiview_app.data.eeg.synth import SubjectTraits, write_sleep_edf_night
+
+    out.mkdir(parents=True, exist_ok=True)
+    for subject in range(subjects):
+        traits = SubjectTraits.sample(np.random.default_rng(subject))
+        traits.latency_minutes = 5.0
+        write_sleep_edf_night(out, subject, 0, hours, traits, np.random.default_rng(subject))
+    return out

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pytest
 import yaml
 from PIL import Image
@@ -32,7 +31,7 @@ from PIL import Image
 from multiview_app.cli import main
 from multiview_app.config import config_from_dict
 
-from _train_helpers import tiny_raw, write_tiny_yaml
+from _train_helpers import tiny_raw, write_sleep_edf_nights, write_tiny_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 EEG_CONFIG = ROOT / "configs" / "eeg_sleepedf_m3g.yaml"
@@ -58,19 +57,13 @@ class Shared:
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Shared:
     from multiview_app.data.eeg.cache import prepare
     from multiview_app.data.eeg.preprocess import PrepareOptions
-    from multiview_app.data.eeg.synth import SubjectTraits, write_sleep_edf_night
     from multiview_app.train.trainer import train
 
     root = tmp_path_factory.mktemp("shared")
     runs = root / "runs"
     train(config_from_dict(tiny_raw(runs, "run", train=TRAIN)))
     config = write_tiny_yaml(root / "tiny.yaml", runs, train=TRAIN)
-    raw = root / "raw"
-    raw.mkdir()
-    for subject in range(2):
-        traits = SubjectTraits.sample(np.random.default_rng(subject))
-        traits.latency_minutes = 5.0
-        write_sleep_edf_night(raw, subject, 0, 0.25, traits, np.random.default_rng(subject))
+    raw = write_sleep_edf_nights(root / "raw", 2, 0.25)
     cache = root / "cache"
     prepare("sleep-edf", raw, cache, PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"]), progress=False)
     return Shared(root, runs, runs / "run", config, raw, cache)

@@ -143,14 +143,10 @@ def test_interrupted_prepare_reads_as_partial_and_is_finished_by_rerunning(tmp_p
 
     from multiview_app.data.eeg import cache as cache_mod
     from multiview_app.data.eeg.preprocess import PrepareOptions
-    from multiview_app.data.eeg.synth import SubjectTraits, write_sleep_edf_night
 
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    for subject in range(3):
-        traits = SubjectTraits.sample(np.random.default_rng(subject))
-        traits.latency_minutes = 5.0
-        write_sleep_edf_night(raw, subject, 0, 0.2, traits, np.random.default_rng(subject))
+    from _train_helpers import write_sleep_edf_nights
+
+    raw = write_sleep_edf_nights(tmp_path / "raw", 3, 0.2)
     options = PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"])
     out = tmp_path / "cache"
 
