@@ -121,3 +121,29 @@ def test_run_stopped_before_its_first_checkpoint_restarts_from_step_zero(tmp_pat
     assert [r["step"] for r in read_metrics(cfg.run_dir / "metrics.jsonl")] == [1, 2, 3]
     fresh = train(tiny_config(tmp_path, "fresh", train={"max_steps": 3, "checkpoint_every": 10}))
     _assert_same_weights(fresh.run_dir, result.run_dir)
+
+
+def test_interrupt_during_a_checkpoint_write_keeps_the_older_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second Ctrl-C while the step-2 checkpoint is being written: the half-written temp folder is
+    removed, step 1 stays the newest checkpoint and resuming from it works."""
+    from accelerate import Accelerator
+
+    real_save = Accelerator.save_state
+    calls = {"n": 0}
+
+    def save_state(self, output_dir: str, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            (Path(output_dir) / "model.safetensors").write_bytes(b"half")
+            raise KeyboardInterrupt
+        return real_save(self, output_dir=output_dir, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "save_state", save_state)
+    cfg = tiny_config(tmp_path, "ctrl_c", train={"max_steps": 4, "checkpoint_every": 1})
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    assert sorted(p.name for p in (cfg.run_dir / "checkpoints").iterdir()) == ["step_00000001"]
+    monkeypatch.setattr(Accelerator, "save_state", real_save)
+    assert train(cfg, resume="latest").steps == 4

@@ -56,6 +56,12 @@ class TrainingInterrupted(RuntimeError):
         self.exit_code = 128 + signum
 
 
+def ignore_sigint(worker_id: int) -> None:
+    """DataLoader workers ignore Ctrl-C (the terminal sends it to the whole process group): the main
+    process finishes its step and checkpoints, which needs the workers alive."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class StopRequest:
     """Turns the first SIGINT / SIGTERM into a flag that the loop checks after each optimizer step
     (installed only in the main thread); the handlers are then restored, so a second signal
@@ -454,6 +460,7 @@ class Trainer:
                 loader = DataLoader(
                     plan.train_set, batch_sampler=sampler, num_workers=tcfg.num_workers, collate_fn=default_collate,
                     generator=loader_gen, pin_memory=device.type == "cuda",
+                    worker_init_fn=ignore_sigint if tcfg.num_workers else None,
                 )
                 batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum, tcfg.prefetch_views)
                 try:
