@@ -147,3 +147,16 @@ def test_interrupt_during_a_checkpoint_write_keeps_the_older_checkpoint(
     assert sorted(p.name for p in (cfg.run_dir / "checkpoints").iterdir()) == ["step_00000001"]
     monkeypatch.setattr(Accelerator, "save_state", real_save)
     assert train(cfg, resume="latest").steps == 4
+
+
+def test_accepted_change_is_not_recorded_when_the_resume_fails(tmp_path: Path) -> None:
+    """Shortening the run below its checkpoint is refused after the checkpoint is read; the saved config
+    and the history stay as they were."""
+    cfg = tiny_config(tmp_path, "short", train={"max_steps": 5, "checkpoint_every": 4})
+    with pytest.raises(Crash):
+        train(cfg, callbacks=[lambda step, record: (_ for _ in ()).throw(Crash()) if step == 5 else None])
+    saved = (cfg.run_dir / "config.yaml").read_text()
+    shorter = tiny_config(tmp_path, "short", train={"max_steps": 2, "checkpoint_every": 4})
+    with pytest.raises(ValueError, match=r"step_00000004 is at step 4, beyond the run's 2 steps"):
+        train(shorter, resume="latest", accept_config_changes=True)
+    assert (cfg.run_dir / "config.yaml").read_text() == saved and not (cfg.run_dir / HISTORY_FILE).exists()

@@ -297,7 +297,7 @@ class Trainer:
         if self._main:
             print(f"note: {message}", flush=True)
 
-    def _check_run_dir(self, accelerator: Any) -> None:
+    def _check_run_dir(self) -> None:
         """A new run needs a new folder; a resumed one an existing run whose saved config matches
         (``train/resume.py``). A run without a checkpoint yet restarts from step 0."""
         if self.resume is None:
@@ -320,11 +320,10 @@ class Trainer:
             if explicit is not None and explicit.resolve() != self.run_dir.resolve():
                 raise
             ckpt = None
-        step = int(read_trainer_state(ckpt)["step"]) if ckpt else 0
-        self.cfg = reconcile_resume_config(
-            self.run_dir, self.cfg, accept_changes=self.accept_config_changes, step=step,
-            write=accelerator.is_main_process,
-        )
+        if ckpt is not None:
+            read_trainer_state(ckpt)  # a corrupt state file is an error before anything runs
+        # refuse a differing config now; accepted changes are recorded once the checkpoint is restored
+        self.cfg = reconcile_resume_config(self.run_dir, self.cfg, accept_changes=self.accept_config_changes, write=False)
         if ckpt is None:
             self._restart_from_zero = True
             self._note(
@@ -398,13 +397,23 @@ class Trainer:
             self._note(f"resumed from {ckpt} (step {at.step}, epoch {at.epoch}, micro-batch {at.position})")
             if state["loss_state"] == "missing":
                 self._note(f"{ckpt} holds no loss state (older checkpoint): the loss starts from its initial state")
+            self._record_config_changes(accelerator, at.step)
         elif accelerator.is_main_process:
+            if self._restart_from_zero:
+                self._record_config_changes(accelerator, 0)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_config(self.cfg))
             atomic_write_json(self.run_dir / "model.json", model_spec(self.cfg))
             save_weights(accelerator.unwrap_model(parts.step_module).model, self.run_dir / "init.safetensors")
         accelerator.wait_for_everyone()
         return at
+
+    def _record_config_changes(self, accelerator: Any, step: int) -> None:
+        """Accepted config changes of a resume -> ``config_history.jsonl`` + ``config.yaml`` (main process)."""
+        reconcile_resume_config(
+            self.run_dir, self.cfg, accept_changes=self.accept_config_changes, step=step,
+            write=accelerator.is_main_process,
+        )
 
     # ------------------------------------------------------------------ main loop
     def fit(self) -> TrainResult:
@@ -414,7 +423,7 @@ class Trainer:
         if lock is not None:
             lock.acquire()
         try:
-            self._check_run_dir(accelerator)
+            self._check_run_dir()
             plan = self._plan_data(accelerator.num_processes)
             parts = self._build_parts(accelerator, plan)
             at = self._start_or_resume(accelerator, parts, plan)
