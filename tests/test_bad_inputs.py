@@ -613,3 +613,45 @@ def test_sigterm_through_the_console_script(tmp_path: Path) -> None:
     assert f"resume with: mvapp train --resume {run}" in lines[0]
     ckpts = sorted((run / "checkpoints").iterdir())
     assert len(ckpts) == 1 and (ckpts[0] / "trainer_state.json").is_file()
+
+
+def test_unreadable_files_simulated(
+    shared: Shared, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Permission denied (EACCES) on a config, on a run's weights and on a cache manifest, simulated at
+    the open call so that it also runs as root: one line naming the file, nothing written."""
+    denied = {str(tmp_path / "cfg.yaml"), str(tmp_path / "run" / "model.safetensors"), str(tmp_path / "cache" / "manifest.json")}
+    real_open = open
+
+    def guarded_open(file, *args, **kwargs):
+        if str(file) in denied:
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    import builtins
+    import io
+
+    shutil.copy(shared.config, tmp_path / "cfg.yaml")
+    shutil.copytree(shared.run, tmp_path / "run")
+    shutil.copytree(shared.cache, tmp_path / "cache")
+    from safetensors import torch as safetensors_torch
+
+    real_load_file = safetensors_torch.load_file
+
+    def guarded_load_file(filename, *args, **kwargs):
+        if str(filename) in denied:
+            raise PermissionError(errno.EACCES, "Permission denied", str(filename))
+        return real_load_file(filename, *args, **kwargs)
+
+    before = snapshot(tmp_path, shared.root)
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    monkeypatch.setattr(io, "open", guarded_open)  # pathlib opens through io.open
+    monkeypatch.setattr("multiview_app.train.run_io.load_file", guarded_load_file)
+    assert_refused(["config", "show", "--config", str(tmp_path / "cfg.yaml")],
+                   [f"{tmp_path / 'cfg.yaml'}: cannot read (Permission denied)"], capsys)
+    assert_refused(["eval", "linear-probe", "--run", str(tmp_path / "run")],
+                   [f"{tmp_path / 'run' / 'model.safetensors'}: unreadable weights file", "Permission denied"], capsys)
+    assert_refused(["data", "info", str(tmp_path / "cache")],
+                   ["Permission denied", str(tmp_path / "cache" / "manifest.json")], capsys)
+    monkeypatch.undo()
+    assert snapshot(tmp_path, shared.root) == before
