@@ -1,6 +1,6 @@
 """Benchmark the ``m3g`` loss: forward+backward time and peak memory, float32, d=128.
 
-Rows: (n, k) in {(32,3), (64,3), (32,4), (64,4), (128,4), (32,5), (16,6)} x epsilon in {0.2, 0.05}.
+Rows: (n, k) in {(32,3), (64,3), (128,3), (32,4), (64,4), (128,4), (32,5), (16,6)} x epsilon in {0.2, 0.05}.
 Columns: ours (``build_loss("m3g")``, factorized solver), the materialized PyTorch reference
 (:func:`m3g_materialized`: full n^k tensor, log-domain Alg. 1, Danskin gradient) in the same
 process on the same inputs, and optionally ott-jax's ``MMSinkhorn`` (threshold 1e-3, same cost,
@@ -38,7 +38,7 @@ from multiview_app.losses import build_loss  # noqa: E402
 from multiview_app.losses.base import normalize  # noqa: E402
 from multiview_app.losses.m3g import m3g_materialized  # noqa: E402
 
-SIZES = [(32, 3), (64, 3), (32, 4), (64, 4), (128, 4), (32, 5), (16, 6)]
+SIZES = [(32, 3), (64, 3), (128, 3), (32, 4), (64, 4), (128, 4), (32, 5), (16, 6)]
 QUICK_SIZES = [(16, 3), (16, 4)]
 EPSILONS = [0.2, 0.05]
 OTT_VENV = ROOT / ".bench-venvs" / "ott"
@@ -210,8 +210,13 @@ def fmt(x: float | None, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def ms(seconds: float | None) -> str:
+    """Seconds as milliseconds with 3 significant digits (``-`` for None)."""
+    return "-" if seconds is None else f"{seconds * 1e3:.3g}"
+
+
 def ratio(a: float | None, b: float | None) -> str:
-    return "-" if a is None or b is None or b == 0 else f"{a / b:.1f}x"
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2g}x"
 
 
 def bench_row(n: int, k: int, eps: float, args: argparse.Namespace, ott_python: str | None, tmp: Path) -> dict:
@@ -255,7 +260,7 @@ def bench_row(n: int, k: int, eps: float, args: argparse.Namespace, ott_python: 
 def render(rows: list[dict], args: argparse.Namespace, ott_note: str) -> str:
     """Markdown table (also printed)."""
     lines = [
-        "| n | k | eps | ours s | iters | ref s | ref/ours | ours MB | ref MB | mem ref/ours | ott s | ott/ours | ott iters | value ours | abs(ours-ref) | abs(ours-ott) |",
+        "| n | k | eps | ours ms | iters | ref ms | ref/ours | ours MB | ref MB | mem ref/ours | ott ms | ott/ours | ott iters | value ours | abs(ours-ref) | abs(ours-ott) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
@@ -267,10 +272,10 @@ def render(rows: list[dict], args: argparse.Namespace, ott_note: str) -> str:
             notes.append(f"(n={r['n']}, k={r['k']}, eps={r['eps']}) reference {r['ref_skip']}")
         iters = f"{r['ours_iters']}" + ("" if r["ours_converged"] else " (not conv.)") + (" fallback" if r["fallback"] else "")
         lines.append("| " + " | ".join([
-            str(r["n"]), str(r["k"]), str(r["eps"]), fmt(r["ours_time"]), iters,
-            fmt(r.get("ref_time")), ratio(r.get("ref_time"), r["ours_time"]),
+            str(r["n"]), str(r["k"]), str(r["eps"]), ms(r["ours_time"]), iters,
+            ms(r.get("ref_time")), ratio(r.get("ref_time"), r["ours_time"]),
             fmt(r.get("ours_mb"), ".1f"), fmt(r.get("ref_mb"), ".1f"), ratio(r.get("ref_mb"), r.get("ours_mb")),
-            fmt(ott.get("time")), ratio(ott.get("time"), r["ours_time"]),
+            ms(ott.get("time")), ratio(ott.get("time"), r["ours_time"]),
             str(ott.get("iterations", "-")) + ("" if ott.get("converged", True) else " (not conv.)"),
             f"{r['ours_value']:.5f}",
             fmt(abs(r["ours_value"] - r["ref_value"]) if "ref_value" in r else None, ".1e"),
@@ -292,7 +297,7 @@ def write_docs(table: str, command: str, args: argparse.Namespace) -> None:
         f"{SECTION}: factorized MM-Sinkhorn vs materialized reference vs ott-jax\n\n"
         f"Command: `{command}` ({stamp}, torch threads {args.threads}, load average {load:.1f} on 2 shared cores).\n"
         f"float32, d=128, inputs = {args.signal:g} x a shared random direction per item + unit-variance noise\n"
-        "per view (0 = independent random views, the start of training), same inputs for all columns. Time = median forward+backward wall clock (seconds); memory = peak RSS growth during one\n"
+        "per view (0 = independent random views, the start of training), same inputs for all columns. Time = median forward+backward wall clock (milliseconds); memory = peak RSS growth during one\n"
         "forward+backward (Linux VmHWM after clear_refs; ott in its own process, same probe). ott-jax:\n"
         "`MMSinkhorn(threshold=1e-3, max_iterations=1000)`, error checked every 10 iterations (its default),\n"
         "jit, `value_and_grad`, timed after warm-up, same thread budget via XLA_FLAGS when --threads 1.\n\n"
@@ -355,8 +360,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 row = bench_row(n, k, eps, args, ott_python, Path(tmp))
                 rows.append(row)
                 ott = row.get("ott", {})
-                print(f"  n={n:4d} k={k} eps={eps:<5} ours {row['ours_time']:.3f}s ({row['ours_iters']} it)"
-                      f"  ref {fmt(row.get('ref_time'))}s  ott {fmt(ott.get('time'))}s"
+                print(f"  n={n:4d} k={k} eps={eps:<5} ours {ms(row['ours_time'])} ms ({row['ours_iters']} it)"
+                      f"  ref {ms(row.get('ref_time'))} ms  ott {ms(ott.get('time'))} ms"
                       f" {ott.get('error', row.get('ref_skip', ''))}", flush=True)
     table = render(rows, args, ott_note)
     print()

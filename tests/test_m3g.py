@@ -244,3 +244,68 @@ def test_stats_and_dtypes() -> None:
 def test_bad_parameters_raise(params: dict) -> None:
     with pytest.raises(ValueError):
         build_loss("m3g", **params)
+
+
+# --------------------------------------------------------------------------- k = 3 closed form, warm start
+@pytest.mark.parametrize(("n", "eps", "dtype"), [(5, 0.2, torch.float64), (40, 0.2, torch.float32), (60, 0.1, torch.float32)])
+def test_three_view_path_matches_general_factorized_path(n: int, eps: float, dtype: torch.dtype) -> None:
+    from multiview_app.losses.m3g import _cv_scale, _pair_grams
+    from multiview_app.losses.sinkhorn import _pairwise_solve, mm_sinkhorn_pairwise
+
+    z = embeddings(n, 3, seed=n, noise=1.5).to(dtype)
+    factors = _pair_grams(z) * (2 * _cv_scale(3) / eps)
+    fast = mm_sinkhorn_pairwise(factors, 6 / eps, 1e-5, 2000)
+    general = _pairwise_solve(factors.double(), 6 / eps, 1e-5, 2000, torch.zeros(3, n, dtype=torch.float64), 0)
+    assert fast.path == "factorized-k3" and fast.converged
+    assert fast.iterations == general.iterations
+    atol = 1e-12 if dtype == torch.float64 else 2e-6
+    assert torch.allclose(fast.pair_marginals.double(), general.pair_marginals, atol=atol / n)
+    # potentials up to the gauge (a constant moved between views): compare the plan's log-scalings sum
+    assert float(fast.log_potentials.double().sum()) == pytest.approx(float(general.log_potentials.sum()), abs=1e-3 if dtype == torch.float32 else 1e-9)
+
+
+@pytest.mark.parametrize(("k", "cost"), [(3, "cv"), (4, "cv"), (3, "csd")])
+def test_warm_start_is_exact_at_convergence_and_needs_fewer_sweeps(k: int, cost: str) -> None:
+    z1 = embeddings(7, k, seed=3 * k, noise=2.0)
+    z2 = normalize(z1 + 0.02 * embeddings(7, k, seed=99))  # the next step: a nearby batch
+    params = dict(epsilon=0.2, cost=cost, tol=1e-10, max_iter=20000)
+    warm = build_loss("m3g", warm_start=True, **params)
+    cold = build_loss("m3g", **params)
+    warm(z1)
+    assert warm.last_stats["warm_started"] == 0.0
+    x_warm, x_cold = z2.clone().requires_grad_(), z2.clone().requires_grad_()
+    value_warm, value_cold = warm(x_warm), cold(x_cold)
+    assert warm.last_stats["warm_started"] == 1.0 and warm.last_stats["converged"] == 1.0
+    assert warm.last_stats["iterations"] < cold.last_stats["iterations"]
+    assert value_warm.item() == pytest.approx(value_cold.item(), abs=1e-8)
+    (grad_warm,), (grad_cold,) = torch.autograd.grad(value_warm, x_warm), torch.autograd.grad(value_cold, x_cold)
+    assert torch.allclose(grad_warm, grad_cold, atol=1e-8)
+
+
+def test_warm_start_converged_potentials_cost_zero_sweeps() -> None:
+    z = embeddings(6, 4, seed=1)
+    loss = build_loss("m3g", epsilon=0.2, warm_start=True)
+    first = loss(z).item()
+    second = loss(z).item()
+    assert loss.last_stats["iterations"] == 0.0 and loss.last_stats["converged"] == 1.0
+    assert second == pytest.approx(first, abs=1e-9)
+
+
+def test_warm_start_state_dict_round_trip(tmp_path) -> None:
+    z = embeddings(6, 3, seed=2)
+    loss = build_loss("m3g", epsilon=0.2, warm_start=True)
+    assert loss.state_dict()["_extra_state"] == {"potentials": None}
+    loss(z)
+    path = tmp_path / "loss.pt"
+    torch.save(loss.state_dict(), path)
+    restored = build_loss("m3g", epsilon=0.2, warm_start=True)
+    restored.load_state_dict(torch.load(path, weights_only=True))
+    assert torch.equal(restored.potentials, loss.potentials)
+    restored(z)
+    assert restored.last_stats["warm_started"] == 1.0 and restored.last_stats["iterations"] == 0.0
+    restored(embeddings(5, 3, seed=2))  # another batch shape: cold start
+    assert restored.last_stats["warm_started"] == 0.0
+    with pytest.raises(ValueError, match="potentials"):
+        restored.load_state_dict({"_extra_state": {"potentials": torch.tensor([float("nan")])}})
+    with pytest.raises(ValueError, match="warm_start"):
+        build_loss("m3g", warm_start="yes")

@@ -18,9 +18,10 @@ back-propagation through the iterations.
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -39,8 +40,32 @@ def _cv_scale(k: int) -> float:
 
 
 def _pair_grams(z: torch.Tensor) -> torch.Tensor:
-    """``G[l, m] = z[:, l] @ z[:, m].T`` as ``(k, k, n, n)`` from ``z`` ``(n, k, d)``."""
-    return torch.einsum("ild,jmd->lmij", z, z)
+    """``G[l, m] = z[:, l] @ z[:, m].T`` as ``(k, k, n, n)`` from ``z`` ``(n, k, d)`` (one GEMM)."""
+    n, k, d = z.shape
+    flat = z.transpose(0, 1).reshape(k * n, d)
+    return (flat @ flat.T).view(k, n, k, n).transpose(1, 2)
+
+
+class _PairSurrogate(torch.autograd.Function):
+    """0-d ``value`` whose gradient is that of ``sum_{l<m} <W_lm, z_l z_m^T>`` (Danskin).
+
+    ``z`` ``(n, k, d)``, ``weights`` ``(k, k, n, n)`` (zero for ``l >= m``). Backward is one GEMM:
+    ``grad[:, l] = sum_m (W + W^T)_lm z[:, m]`` with ``(W^T)_lm = W_ml^T``.
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, weights: torch.Tensor, value: float) -> torch.Tensor:
+        ctx.save_for_backward(z, weights)
+        return torch.tensor(value, dtype=z.dtype, device=z.device)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        z, weights = ctx.saved_tensors
+        n, k, d = z.shape
+        sym = (weights + weights.permute(1, 0, 3, 2)).transpose(1, 2).reshape(k * n, k * n)
+        grad = (sym @ z.transpose(0, 1).reshape(k * n, d)).view(k, n, d).transpose(0, 1)
+        return grad * grad_out, None, None
 
 
 def _cost_of_sum(pair_sum: torch.Tensor, k: int, cost: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,19 +91,18 @@ def _check_params(epsilon: float, cost: str, tol: float, max_iter: int) -> tuple
 
 
 def _assemble(
-    z: torch.Tensor, diag_cost: torch.Tensor, pair_weights: torch.Tensor, result: MMSinkhornResult, epsilon: float
+    z: torch.Tensor, diag_cost: float, pair_weights: torch.Tensor, result: MMSinkhornResult, epsilon: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Exact M3G value with the Danskin gradient attached, and the stats.
 
-    ``diag_cost``: ``(n,)`` ``C[i,...,i]`` (no grad needed); ``pair_weights``: ``(k, k, n, n)``
+    ``diag_cost``: ``(1/n) sum_i C[i,...,i]``; ``pair_weights``: ``(k, k, n, n)``
     ``dM3G/dG_lm`` for ``l < m`` (zeros elsewhere).
     """
     n = z.shape[0]
     ot = epsilon * float(result.log_potentials.sum()) / n - epsilon * result.mass
     # an optimality gap: >= 0 exactly (the dual objective never exceeds OT); clip round-off
-    value = max(float(diag_cost.mean()) - epsilon * (math.log(n) + 1.0) - ot, 0.0)
-    surrogate = torch.einsum("lmij,ild,jmd->", pair_weights.to(z.dtype), z, z)
-    loss = surrogate - surrogate.detach() + torch.tensor(value, dtype=z.dtype, device=z.device)
+    value = max(diag_cost - epsilon * (math.log(n) + 1.0) - ot, 0.0)
+    loss = _PairSurrogate.apply(z, pair_weights.to(z.dtype), value)
     stats = {
         "iterations": float(result.iterations),
         "marginal_error": float(result.marginal_error),
@@ -100,13 +124,28 @@ def _diagonal(grams: torch.Tensor) -> torch.Tensor:
 
 
 def m3g_materialized(
-    z: torch.Tensor, epsilon: float = 0.2, cost: str = "cv", tol: float = 1e-3, max_iter: int = 1000
+    z: torch.Tensor,
+    epsilon: float = 0.2,
+    cost: str = "cv",
+    tol: float = 1e-3,
+    max_iter: int = 1000,
+    *,
+    init: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """M3G on the full ``n^k`` cost tensor (dense log-domain Alg. 1, Danskin gradient).
 
-    ``z``: normalized embeddings ``(n, k, d)`` (float32 / float64). Returns ``(loss, stats)``. This is
-    the reference implementation and the ``csd`` path of :class:`M3GLoss`.
+    ``z``: normalized embeddings ``(n, k, d)`` (float32 / float64); ``init``: starting
+    log-potentials ``(k, n)`` (warm start). Returns ``(loss, stats)``. This is the reference
+    implementation and the ``csd`` path of :class:`M3GLoss`.
     """
+    loss, stats, _ = _materialized(z, epsilon, cost, tol, max_iter, init)
+    return loss, stats
+
+
+def _materialized(
+    z: torch.Tensor, epsilon: float, cost: str, tol: float, max_iter: int, init: torch.Tensor | None
+) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+    """:func:`m3g_materialized` plus the final log-potentials ``(k, n)``."""
     epsilon, cost, tol, max_iter = _check_params(epsilon, cost, tol, max_iter)
     n, k, _ = z.shape
     with torch.no_grad():
@@ -115,7 +154,7 @@ def m3g_materialized(
         cost_tensor, slope = _cost_of_sum(pair_sum, k, cost)
         del pair_sum
         log_kernel = cost_tensor.div_(-epsilon)
-        result = mm_sinkhorn_dense(log_kernel, tol, max_iter, pair_weight=slope)
+        result = mm_sinkhorn_dense(log_kernel, tol, max_iter, pair_weight=slope, init=init)
         del log_kernel
         diag_sum = _diagonal(grams)
         diag_cost, diag_slope = _cost_of_sum(diag_sum, k, cost)
@@ -125,29 +164,54 @@ def m3g_materialized(
         for l in range(k):
             for m in range(l + 1, k):
                 weights[l, m] += eye
-    return _assemble(z, diag_cost, weights, result, epsilon)
+    loss, stats = _assemble(z, float(diag_cost.mean()), weights, result, epsilon)
+    return loss, stats, result.log_potentials
 
 
 def m3g_factorized(
-    z: torch.Tensor, epsilon: float = 0.2, tol: float = 1e-3, max_iter: int = 1000
+    z: torch.Tensor,
+    epsilon: float = 0.2,
+    tol: float = 1e-3,
+    max_iter: int = 1000,
+    *,
+    init: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """M3G with the ``cv`` cost, never materializing ``n^k`` (pairwise-factorized Alg. 1).
 
-    ``z``: normalized embeddings ``(n, k, d)``. Returns ``(loss, stats)``; ``stats["fallback"]`` is 1
-    when an underflow sent the solve to the exact dense path.
+    ``z``: normalized embeddings ``(n, k, d)``; ``init``: starting log-potentials ``(k, n)`` (warm
+    start). Returns ``(loss, stats)``; ``stats["fallback"]`` is 1 when an underflow sent the solve
+    to the exact dense path.
     """
+    loss, stats, _ = _factorized(z, epsilon, tol, max_iter, init)
+    return loss, stats
+
+
+def _factorized(
+    z: torch.Tensor, epsilon: float, tol: float, max_iter: int, init: torch.Tensor | None
+) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+    """:func:`m3g_factorized` plus the final log-potentials ``(k, n)``."""
     epsilon, _, tol, max_iter = _check_params(epsilon, "cv", tol, max_iter)
     n, k, _ = z.shape
     s = _cv_scale(k)
     with torch.no_grad():
         grams = _pair_grams(z.detach())
         # -C/eps = sum_{l<m} (2 s / eps) G_lm - s k (k-1) / eps
-        result = mm_sinkhorn_pairwise(grams * (2.0 * s / epsilon), s * k * (k - 1) / epsilon, tol, max_iter)
-        diag_cost, _ = _cost_of_sum(_diagonal(grams), k, "cv")
-        eye = torch.eye(n, dtype=z.dtype, device=z.device) / n
-        weights = (-2.0 * s) * (eye - result.pair_marginals)
-        weights = weights * torch.triu(torch.ones(k, k, dtype=z.dtype, device=z.device), diagonal=1)[:, :, None, None]
-    return _assemble(z, diag_cost, weights, result, epsilon)
+        result = mm_sinkhorn_pairwise(grams * (2.0 * s / epsilon), s * k * (k - 1) / epsilon, tol, max_iter, init=init)
+        # (1/n) sum_i sum_{l<m} G_lm[i, i]: half of all block diagonals minus the self blocks
+        block_diagonals = grams.diagonal(dim1=-2, dim2=-1)  # (k, k, n)
+        pair_diagonal = (float(block_diagonals.sum()) - float(block_diagonals.diagonal().sum())) / (2 * n)
+        diag_cost = s * (k * (k - 1) - 2.0 * pair_diagonal)
+        # W_lm = -2 s (I / n - P_lm) for l < m; pair_marginals is zero elsewhere
+        weights = result.pair_marginals * (2.0 * s)
+        weights.diagonal(dim1=-2, dim2=-1).sub_(_upper_mask(k, z.dtype, z.device) * (2.0 * s / n))
+    loss, stats = _assemble(z, diag_cost, weights, result, epsilon)
+    return loss, stats, result.log_potentials
+
+
+@functools.lru_cache(maxsize=16)
+def _upper_mask(k: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``(k, k, 1)``: 1 where ``l < m``."""
+    return torch.triu(torch.ones(k, k, dtype=dtype, device=device), diagonal=1)[:, :, None]
 
 
 @LOSSES.register("m3g")
@@ -158,22 +222,42 @@ class M3GLoss(MultiViewLoss):
     ``"csd"`` (Eq. 13, dense solver); ``tol``: stop when ``sum_l ||m_l(P) - 1/n||_1 < tol``;
     ``max_iter``: sweep limit. Non-convergence sets ``last_stats["converged"] = 0`` and warns once
     per module instance.
+
+    ``warm_start``: start MM-Sinkhorn from the potentials of the previous call with the same
+    ``(n, k)`` (else from zeros). The stopping rule is unchanged (and also checked before the first
+    sweep), so value and Danskin gradient are those of a converged solve either way. The potentials
+    ``(k, n)`` are module state: ``state_dict()["_extra_state"]["potentials"]`` (``None`` before the
+    first call), restored by ``load_state_dict``. ``last_stats["warm_started"]`` says whether a call
+    used them; ``last_stats["iterations"]`` counts its sweeps.
     """
 
     name: ClassVar[str] = "m3g"
     gather_across_processes: ClassVar[bool] = False
 
-    def __init__(self, epsilon: float = 0.2, cost: str = "cv", tol: float = 1e-3, max_iter: int = 1000) -> None:
+    def __init__(
+        self, epsilon: float = 0.2, cost: str = "cv", tol: float = 1e-3, max_iter: int = 1000, warm_start: bool = False
+    ) -> None:
         super().__init__()
         self.epsilon, self.cost, self.tol, self.max_iter = _check_params(epsilon, cost, tol, max_iter)
+        if not isinstance(warm_start, bool):
+            raise ValueError(f"loss 'm3g': parameter warm_start must be true or false, got {warm_start!r}")
+        self.warm_start = warm_start
+        self.potentials: torch.Tensor | None = None  # (k, n) log-potentials of the last call (warm start)
         self._warned = False
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         """M3G of normalized ``z`` ``(n, k, d)``."""
+        n, k, _ = z.shape
+        init = None
+        if self.warm_start and self.potentials is not None and tuple(self.potentials.shape) == (k, n):
+            init = self.potentials.to(device=z.device, dtype=z.dtype)
         if self.cost == "cv":
-            loss, stats = m3g_factorized(z, self.epsilon, self.tol, self.max_iter)
+            loss, stats, potentials = _factorized(z, self.epsilon, self.tol, self.max_iter, init)
         else:
-            loss, stats = m3g_materialized(z, self.epsilon, self.cost, self.tol, self.max_iter)
+            loss, stats, potentials = _materialized(z, self.epsilon, self.cost, self.tol, self.max_iter, init)
+        stats["warm_started"] = float(init is not None)
+        if self.warm_start and bool(torch.isfinite(potentials).all()):
+            self.potentials = _center(potentials.detach())
         self.last_stats = stats
         if not stats["converged"] and not self._warned:
             self._warned = True
@@ -185,6 +269,30 @@ class M3GLoss(MultiViewLoss):
                 stacklevel=3,
             )
         return loss
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """Warm-start potentials ``(k, n)`` (or None) for checkpoints (``state_dict``)."""
+        return {"potentials": None if self.potentials is None else self.potentials.clone()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        potentials = state.get("potentials") if isinstance(state, dict) else None
+        if potentials is not None and (
+            not isinstance(potentials, torch.Tensor) or potentials.dim() != 2 or not bool(torch.isfinite(potentials).all())
+        ):
+            raise ValueError(f"loss 'm3g': extra state 'potentials' must be a finite (k, n) tensor, got {potentials!r}")
+        self.potentials = potentials
+
+    def extra_repr(self) -> str:
+        return f"epsilon={self.epsilon}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, warm_start={self.warm_start}"
+
+
+def _center(potentials: torch.Tensor) -> torch.Tensor:
+    """Fix the gauge of log-potentials ``(k, n)``: views ``0..k-2`` mean zero, the last one carries
+    the total (the plan ``exp(A + g_1 (+) ... (+) g_k)`` is unchanged)."""
+    means = potentials.mean(dim=1, keepdim=True)
+    shift = means.clone()
+    shift[-1] = -means[:-1].sum()
+    return potentials - shift
 
 
 __all__ = ["COSTS", "M3GLoss", "m3g_factorized", "m3g_materialized"]

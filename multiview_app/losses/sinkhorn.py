@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 # Factorized path: every exp-domain factor is <= 1 after its max shift, so underflow perturbs each
@@ -234,20 +236,38 @@ class _PairwiseFactors:
 
 
 def mm_sinkhorn_pairwise(
-    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, *, chunk_elems: int = 1 << 24
+    log_factors: torch.Tensor,
+    offset: float,
+    tol: float,
+    max_iter: int,
+    *,
+    init: torch.Tensor | None = None,
+    chunk_elems: int = 1 << 24,
 ) -> MMSinkhornResult:
     """Alg. 1 for ``A[i_1..i_k] = sum_{l<m} log_factors[l, m][i_l, i_m] - offset``.
 
-    ``log_factors``: ``(k, k, n, n)``, only ``l < m`` entries are read. Never materializes ``n^k``
-    unless it falls back to :func:`mm_sinkhorn_dense`. Escalation on underflow, each step continuing
-    from the last good potentials (reported in ``path``): re-absorb the potentials into the factors;
-    for float32, redo the factorized solve in float64 (exponent range e^+-709 instead of e^+-87,
-    e.g. the very first sweeps at tiny epsilon); finally the dense log-domain path.
+    ``log_factors``: ``(k, k, n, n)``, only ``l < m`` entries are read. ``init``: starting
+    log-potentials ``(k, n)`` (warm start; zeros by default). With ``init`` the stopping rule is also
+    checked before the first sweep (a plan that already meets ``tol`` costs 0 sweeps). Never
+    materializes ``n^k`` unless it falls back to :func:`mm_sinkhorn_dense`. ``k = 3`` first tries
+    :func:`_three_view_solve` (closed-form sweeps). Escalation on underflow, each step
+    continuing from the last good potentials (reported in ``path``): re-absorb the potentials into
+    the factors; for float32, redo the factorized solve in float64 (exponent range e^+-709 instead
+    of e^+-87, e.g. the very first sweeps at tiny epsilon); finally the dense log-domain path.
     """
     k, n = log_factors.shape[0], log_factors.shape[2]
+    if init is not None and (tuple(init.shape) != (k, n) or not bool(torch.isfinite(init).all())):
+        raise ValueError(f"mm_sinkhorn_pairwise: init must be finite of shape {(k, n)}, got {tuple(init.shape)}")
+    if k == 3:
+        try:
+            return _three_view_solve(log_factors, offset, tol, max_iter, init)
+        except _NumericalTrouble:
+            pass
     g = torch.zeros(k, n, dtype=log_factors.dtype, device=log_factors.device)
+    if init is not None:
+        g.copy_(init)
     try:
-        return _pairwise_solve(log_factors, offset, tol, max_iter, g, 0)
+        return _pairwise_solve(log_factors, offset, tol, max_iter, g, 0, check_first=init is not None)
     except _NumericalTrouble as trouble:
         iterations = trouble.args[0] if trouble.args else 0
     path = "factorized->dense"
@@ -273,6 +293,123 @@ def mm_sinkhorn_pairwise(
     return result
 
 
+# k = 3 closed form: the three exp-domain factors are max-shifted to <= 1, so a kernel entry is at
+# least exp(-sum of the three log-ranges). The solve runs in float32 (float32 input) while that sum
+# is below _THREE_VIEW_SPAN_F32 (entries >= e^-40, far from float32's e^-87), else in float64 up to
+# _THREE_VIEW_SPAN_F64 (float64 reaches e^-708); beyond, the general path.
+_THREE_VIEW_SPAN_F32 = 40.0
+_THREE_VIEW_SPAN_F64 = 600.0
+
+
+# Below this n (CPU tensors) the k = 3 sweeps run on numpy views of the same memory: at n^3 <= 1e5
+# the cost is per-operation dispatch, ~2x lower in numpy; single-threaded BLAS below 64^3 MACs.
+_THREE_VIEW_HOST_MAX_N = 48
+
+
+@dataclass(frozen=True)
+class _ArrayOps:
+    """The few functions :func:`_three_view_sweeps` needs beyond operators (torch or numpy)."""
+
+    exp: Any
+    log: Any
+    cat: Any
+
+
+_TORCH_OPS = _ArrayOps(torch.exp, torch.log, torch.cat)
+_NUMPY_OPS = _ArrayOps(np.exp, np.log, np.concatenate)
+
+
+def _three_view_solve(
+    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None
+) -> MMSinkhornResult:
+    """Alg. 1 for ``k = 3`` with closed-form sweeps (exp domain, scalings ``u, v, w``).
+
+    ``P[i, j, l] = u_i v_j w_l K01[i, j] K02[i, l] K12[j, l]`` with ``K = exp(L - max L)`` ``(n, n)``;
+    see :func:`_three_view_sweeps`. Runs in float32 for float32 input when the kernel's log-range
+    allows, else in float64; on numpy views for small CPU problems. Raises
+    :class:`_NumericalTrouble` (caller: general path) when the range does not fit float64 or a
+    marginal sum underflows / is not finite. Same iterates and stopping rule as
+    :func:`mm_sinkhorn_dense`.
+    """
+    n = log_factors.shape[2]
+    logs = torch.stack([log_factors[0, 1], log_factors[0, 2], log_factors[1, 2]])  # (3, n, n)
+    shifts = logs.amax(dim=(1, 2))
+    span = float((shifts - logs.amin(dim=(1, 2))).sum())
+    if log_factors.dtype == torch.float32 and span <= _THREE_VIEW_SPAN_F32:
+        dtype = torch.float32
+    elif span <= _THREE_VIEW_SPAN_F64:
+        dtype = torch.float64
+    else:
+        raise _NumericalTrouble
+    logs, shifts = logs.to(dtype), shifts.to(dtype)
+    kernels = (logs - shifts[:, None, None]).exp_()
+    const = float(shifts.sum()) - offset  # log P = log(u v w K01 K02 K12) with u = exp(g0 + const)
+    g = torch.zeros(3, n, dtype=dtype, device=logs.device) if init is None else init.to(dtype)
+    g[0] += const
+    host = logs.device.type == "cpu" and n <= _THREE_VIEW_HOST_MAX_N
+    ops = _NUMPY_OPS if host else _TORCH_OPS
+    tiny = torch.finfo(dtype).tiny * float(n) ** 3 / _REL_UNDERFLOW
+    k01, k02, k12 = (kernels.numpy() if host else kernels)
+    out = _three_view_sweeps(k01, k02, k12, ops.exp(g.numpy() if host else g), tol, max_iter, init is not None, tiny, ops)
+    (p01, p02, p12, potentials), iterations, error, converged = out
+    to_torch = torch.from_numpy if host else (lambda x: x)
+    pairs = torch.zeros(3, 3, n, n, dtype=dtype, device=logs.device)
+    pairs[0, 1], pairs[0, 2], pairs[1, 2] = to_torch(p01), to_torch(p02), to_torch(p12)
+    potentials = to_torch(potentials)
+    potentials[0] -= const
+    # any inf / NaN entry makes a sum non-finite
+    mass, pairs_total, potentials_total = torch.stack([pairs[0, 1].sum(), pairs.sum(), potentials.sum()]).tolist()
+    if not (math.isfinite(pairs_total) and math.isfinite(potentials_total)):
+        raise _NumericalTrouble
+    dtype = log_factors.dtype
+    return MMSinkhornResult(potentials.to(dtype), pairs.to(dtype), mass, iterations, error, converged, "factorized-k3")
+
+
+def _three_view_sweeps(
+    k01: Any, k02: Any, k12: Any, scalings: Any, tol: float, max_iter: int, warm: bool, tiny: float, ops: _ArrayOps
+) -> tuple[tuple[Any, Any, Any, Any], int, float, bool]:
+    """The sweeps of :func:`_three_view_solve` on ``(n, n)`` kernels (torch tensors or numpy arrays).
+
+    ``scalings`` ``(3, n)``: starting ``u, v, w``. Per sweep: ``Q = K01 * ((K02 w) K12^T)`` (one
+    GEMM) is the pair plan ``P01 / (u v^T)`` of the incoming ``w``: its row / column sums are the
+    marginals of views 0 and 1 (stopping rule, checked on the incoming plan, before the first sweep
+    only when ``warm``) and give the Gauss-Seidel updates of ``u`` and then ``v`` (two GEMVs); view
+    2's marginal needs one more GEMM, ``colsum(K02 * ((u K01 v) K12))``. No ``n^3`` array.
+    Returns ``((P01, P02, P12, log-scalings (3, n)), sweeps, marginal error, converged)``.
+    """
+    n = k01.shape[0]
+    target = 1.0 / n
+    u, v, w = scalings[0], scalings[1], scalings[2]
+    iterations, error, converged, k12_t, wm = 0, float("inf"), False, k12.T, None
+    while True:
+        q = k01 * ((k02 * w) @ k12_t)  # P01 / (u v^T) for the current w
+        row = q @ v
+        if iterations > 0 or warm:  # stopping rule on the incoming plan
+            err = abs(ops.cat([u * row, v * (q.T @ u)]) - target).sum()
+            if iterations == 0:  # warm start: view 2 is not exact yet
+                wm = (k01 * u[:, None] * v) @ k12
+                err = err + abs(w * (k02 * wm).sum(0) - target).sum()
+            error = float(err)
+            if not math.isfinite(error):
+                raise _NumericalTrouble
+            converged = error < tol
+            if converged or iterations >= max_iter:
+                break
+        u = target / row
+        col = q.T @ u
+        v = target / col
+        wm = (k01 * u[:, None] * v) @ k12  # (n_i, n_l): u_i sum_j K01 v_j K12[j, l]
+        last = (k02 * wm).sum(0)
+        w = target / last
+        if not float(ops.cat([row, col, last]).min()) >= tiny:  # underflow or NaN
+            raise _NumericalTrouble
+        iterations += 1
+    p01 = u[:, None] * q * v
+    p02 = k02 * wm * w
+    p12 = (v[:, None] * w) * k12 * ((k01 * u[:, None]).T @ k02)
+    return (p01, p02, p12, ops.log(ops.cat([u[None], v[None], w[None]]))), iterations, error, converged
+
+
 def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
     """Materialize ``sum_{l<m} pair_terms[l, m][i_l, i_m] - offset`` as ``(n,)*k``.
 
@@ -289,10 +426,17 @@ def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.
 
 
 def _pairwise_solve(
-    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, g: torch.Tensor, iterations: int
+    log_factors: torch.Tensor,
+    offset: float,
+    tol: float,
+    max_iter: int,
+    g: torch.Tensor,
+    iterations: int,
+    check_first: bool = False,
 ) -> MMSinkhornResult:
     """Factorized sweeps from potentials ``g`` ``(k, n)`` after ``iterations`` sweeps; updates ``g``
-    in place (kept valid for a fallback).
+    in place (kept valid for a fallback). ``check_first``: apply the stopping rule before the first
+    sweep too (warm start).
 
     On an underflow the current potentials are absorbed into the factors and the sweep is redone;
     a second failure in the same sweep raises :class:`_NumericalTrouble` (dense fallback).
@@ -306,7 +450,7 @@ def _pairwise_solve(
     while True:
         start = g.clone()
         try:
-            outcome = _pairwise_sweep(fac, g, iterations, tol, max_iter, tiny)
+            outcome = _pairwise_sweep(fac, g, iterations, tol, max_iter, tiny, check_first)
         except _NumericalTrouble:
             g.copy_(start)
             if absorbed_at == iterations:
@@ -320,7 +464,8 @@ def _pairwise_solve(
 
 
 def _pairwise_sweep(
-    fac: _PairwiseFactors, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float
+    fac: _PairwiseFactors, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float,
+    check_first: bool = False,
 ) -> MMSinkhornResult | None:
     """One sweep of Alg. 1 on the factors (``g`` updated in place), or the final result.
 
@@ -365,9 +510,12 @@ def _pairwise_sweep(
             incoming.append(both[0])
             partial = both[1]
             _check(both[0], tiny)
-            if iterations > 0:
+            if iterations > 0 or check_first:
                 marg = _times_exp(torch.stack(incoming) * v_in, log_scale_in)
                 error = float((marg - target).abs().sum())  # view q is exact after its update
+                if iterations == 0:  # warm start: view q's marginal is not exact yet
+                    col = _times_exp(_last_pair(fac, v_in, m1).sum(dim=0), log_scale_in)
+                    error += float((col - target).abs().sum())
                 if not math.isfinite(error):
                     raise _NumericalTrouble
                 converged = error < tol
