@@ -175,3 +175,67 @@ def test_benchmark_paper_loop_reference_matches_geometric() -> None:
         z = embeddings(6, k, 4, seed=30 + k)
         expected = build_loss("pvc_geometric", tau=0.2)(z).item()
         assert bench.paper_pvc_loop(z, 0.2, "geometric").item() == pytest.approx(expected, rel=1e-10)
+
+
+# --------------------------------------------------------------------------- blockwise (chunked) path
+CHUNKABLE = [*TEMPERATURE_LOSSES, "flatnce"]
+
+
+@pytest.fixture()
+def tiny_blocks(monkeypatch):
+    """Blocks of a few rows, so the tests cross many block boundaries (and item boundaries inside one)."""
+    import multiview_app.losses.contrastive as contrastive
+
+    monkeypatch.setattr(contrastive, "_BLOCK_LOGITS", 37)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("name", CHUNKABLE)
+def test_chunked_path_equals_dense_path_and_reference(name: str, k: int, tiny_blocks) -> None:
+    z = embeddings(7, k, 5, seed=20 + k)
+    x_dense, x_chunked = z.clone().requires_grad_(), z.clone().requires_grad_()
+    dense, chunked = build_loss(name, chunked=False), build_loss(name, chunked=True)
+    value_dense, value_chunked = dense(x_dense), chunked(x_chunked)
+    assert value_chunked.item() == pytest.approx(value_dense.item(), rel=1e-12, abs=1e-12)
+    if name in REFERENCES:
+        assert value_chunked.item() == pytest.approx(REFERENCES[name](z), rel=1e-10, abs=1e-10)
+    value_dense.backward()
+    value_chunked.backward()
+    torch.testing.assert_close(x_chunked.grad, x_dense.grad, rtol=1e-10, atol=1e-12)
+    assert chunked.last_stats.keys() == dense.last_stats.keys()
+    for key, value in dense.last_stats.items():
+        assert chunked.last_stats[key] == pytest.approx(value, rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize("tau", [0.5, 0.002])
+def test_blockwise_logsumexp_matches_masked_reference(tau: float, tiny_blocks) -> None:
+    from multiview_app.losses.contrastive import blockwise_logsumexp
+
+    z = torch.nn.functional.normalize(embeddings(6, 3, 4, seed=3), dim=-1)
+    q = torch.nn.functional.normalize(embeddings(6, 3, 4, seed=4), dim=-1)
+    a1, t1 = z.clone().requires_grad_(), q.clone().requires_grad_()
+    a2, t2 = z.clone().requires_grad_(), q.clone().requires_grad_()
+    weights = torch.rand(6, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    fast = blockwise_logsumexp(a1, t1, tau, exclude_own=True)
+    slow = _masked_lse(a2, t2, tau)
+    torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
+    (fast * weights).sum().backward()
+    (slow * weights).sum().backward()
+    torch.testing.assert_close(a1.grad, a2.grad, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(t1.grad, t2.grad, rtol=1e-9, atol=1e-9)
+
+
+def test_chunked_gradcheck_and_automatic_choice(monkeypatch) -> None:
+    import multiview_app.losses.contrastive as contrastive
+
+    z = embeddings(3, 3, 3, seed=5).requires_grad_()
+    assert torch.autograd.gradcheck(build_loss("pvc_geometric", tau=0.5, chunked=True), (z,), eps=1e-6, atol=1e-7)
+    assert contrastive.use_blockwise(None, 10, 10) is False and contrastive.use_blockwise(True, 10, 10) is True
+    monkeypatch.setattr(contrastive, "DENSE_MAX_LOGITS", 50)  # 9 x 9 = 81 logits: automatic -> blockwise
+    calls = []
+    original = contrastive._BlockwiseLogSumExp.apply
+    monkeypatch.setattr(contrastive._BlockwiseLogSumExp, "apply", lambda *a: calls.append(1) or original(*a))
+    build_loss("aggnce")(z)
+    assert calls
+    with pytest.raises(ValueError, match="chunked"):
+        build_loss("aggnce", chunked="yes")

@@ -134,15 +134,112 @@ def _fold_rows_and_cols(row_blocks: torch.Tensor, col_blocks: torch.Tensor, firs
     return out.view(k, *tail)
 
 
+# --------------------------------------------------------------------------- blockwise (chunked) path
+# Above this many logits (anchors x targets) the losses switch to the blockwise path by default
+# (``chunked=None``): 2^26 float32 logits are 256 MiB, and the dense paths keep one or two such
+# matrices for backward. Below it the dense paths are faster (one GEMM less, no Python loop).
+DENSE_MAX_LOGITS = 1 << 26
+# Logits per block of the blockwise path (16 MiB in float32): rows per block = this // targets.
+_BLOCK_LOGITS = 1 << 22
+
+
+def use_blockwise(chunked: bool | None, anchors: int, targets: int) -> bool:
+    """Whether a loss with parameter ``chunked`` (None = automatic) uses the blockwise path for an
+    ``anchors x targets`` logit matrix."""
+    return anchors * targets > DENSE_MAX_LOGITS if chunked is None else chunked
+
+
+def _block_logits(anchors: torch.Tensor, targets: torch.Tensor, start: int, stop: int, tau: float,
+                  per_item: int, views: int, exclude_own: bool) -> torch.Tensor:
+    """Logits ``(stop - start, M)`` of anchor rows ``start:stop`` against all targets (``(M, d)``),
+    own item (anchor row ``r`` is item ``r // per_item``, its targets ``item * views + 0..views-1``)
+    set to ``-inf`` when ``exclude_own``."""
+    logits = torch.mm(anchors[start:stop], targets.T).div_(tau)
+    if exclude_own:
+        rows = torch.arange(stop - start, device=logits.device)
+        items = torch.div(rows + start, per_item, rounding_mode="floor")
+        logits.view(stop - start, -1, views)[rows, items] = float("-inf")
+    return logits
+
+
+class _BlockwiseLogSumExp(torch.autograd.Function):
+    """Row ``logsumexp`` of ``anchors @ targets.T / tau`` one block of rows at a time.
+
+    ``anchors`` ``(N, d)`` (item ``r // per_item``), ``targets`` ``(M, d)`` (``views`` consecutive rows
+    per item); ``exclude_own`` masks each anchor's own item. Memory: one ``(rows, M)`` block, never
+    ``N x M``. Backward recomputes each block: ``p = exp(logits - lse)``, ``grad_anchors = (g p / tau)
+    targets``, ``grad_targets = (g p / tau)^T anchors``. Outputs ``(lse (N,), weight_sq (N,))``.
+    """
+
+    @staticmethod
+    def forward(ctx, anchors: torch.Tensor, targets: torch.Tensor, tau: float, per_item: int, views: int,
+                exclude_own: bool, with_weight_sq: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        n_rows, n_cols = anchors.shape[0], targets.shape[0]
+        rows = max(1, min(n_rows, _BLOCK_LOGITS // max(n_cols, 1)))
+        lse = anchors.new_empty(n_rows)
+        weight_sq = anchors.new_zeros(n_rows)
+        for start in range(0, n_rows, rows):
+            stop = min(n_rows, start + rows)
+            block = _block_logits(anchors, targets, start, stop, tau, per_item, views, exclude_own)
+            shift = block.amax(dim=1, keepdim=True)
+            block.sub_(shift).exp_()
+            total = block.sum(dim=1)
+            lse[start:stop] = total.log() + shift[:, 0]
+            if with_weight_sq:
+                weight_sq[start:stop] = block.square_().sum(dim=1) / total.square()
+        ctx.save_for_backward(anchors, targets, lse)
+        ctx.params = (tau, per_item, views, exclude_own, rows)
+        ctx.mark_non_differentiable(weight_sq)
+        return lse, weight_sq
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_lse: torch.Tensor, _grad_sq: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        anchors, targets, lse = ctx.saved_tensors
+        tau, per_item, views, exclude_own, rows = ctx.params
+        grad_a = torch.zeros_like(anchors) if ctx.needs_input_grad[0] else None
+        grad_t = torch.zeros_like(targets) if ctx.needs_input_grad[1] else None
+        scale = grad_lse / tau
+        for start in range(0, anchors.shape[0], rows):
+            stop = min(anchors.shape[0], start + rows)
+            block = _block_logits(anchors, targets, start, stop, tau, per_item, views, exclude_own)
+            block.sub_(lse[start:stop, None]).exp_().mul_(scale[start:stop, None])  # d out / d <a, t>
+            if grad_a is not None:
+                torch.mm(block, targets, out=grad_a[start:stop])
+            if grad_t is not None:
+                grad_t.addmm_(block.T, anchors[start:stop])
+        return grad_a, grad_t, None, None, None, None, None
+
+
+def blockwise_logsumexp(anchors: torch.Tensor, targets: torch.Tensor, tau: float, *, exclude_own: bool = False,
+                        return_weight_sq: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Blockwise ``logsumexp_{j, gamma} <anchors[i, alpha], targets[j, gamma]> / tau`` ``(n, a)``.
+
+    ``anchors`` ``(n, a, d)``, ``targets`` ``(m, k, d)``; ``exclude_own`` (needs ``m == n``) drops
+    ``j == i``. Peak memory ``O(block + (n a + m k) d)`` instead of the ``(n a, m k)`` logits.
+    ``return_weight_sq`` as in :func:`other_item_logsumexp`.
+    """
+    n, a, d = anchors.shape
+    k = targets.shape[1]
+    lse, weight_sq = _BlockwiseLogSumExp.apply(anchors.reshape(n * a, d), targets.reshape(-1, d), tau, a, k,
+                                               exclude_own, return_weight_sq)
+    return (lse.view(n, a), weight_sq.view(n, a)) if return_weight_sq else lse.view(n, a)
+
+
 def other_item_logsumexp(anchors: torch.Tensor, targets: torch.Tensor, tau: float,
-                         return_weight_sq: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                         return_weight_sq: bool = False,
+                         chunked: bool | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``logsumexp`` of each anchor's logits against every view of every *other* item.
 
     ``anchors`` ``(n, a, d)``, ``targets`` ``(n, k, d)`` (unit vectors) -> ``(n, a)`` with entry
     ``[i, alpha] = logsumexp_{j != i, gamma} <anchors[i, alpha], targets[j, gamma]> / tau``.
     With ``return_weight_sq`` also returns ``sum_j w_j^2`` ``(n, a)`` (no gradient) for the
-    softmax weights ``w`` of those negatives (for FlatNCE's ESS).
+    softmax weights ``w`` of those negatives (for FlatNCE's ESS). ``chunked``: blockwise path
+    (:func:`blockwise_logsumexp`); None chooses it above :data:`DENSE_MAX_LOGITS` logits.
     """
+    n, a, _ = anchors.shape
+    if use_blockwise(chunked, n * a, n * targets.shape[1]):
+        return blockwise_logsumexp(anchors, targets, tau, exclude_own=True, return_weight_sq=return_weight_sq)
     if targets is anchors and 2.0 / tau <= _SHIFT_LIMIT.get(anchors.dtype, 0.0):
         lse, weight_sq = _SymmetricOtherItemLogSumExp.apply(anchors, tau, return_weight_sq)
     else:
@@ -189,14 +286,22 @@ def contrastive_log_ratio(positive: torch.Tensor, negatives_lse: torch.Tensor) -
 
 
 class TemperatureLoss(MultiViewLoss):
-    """Base of the losses with one temperature parameter ``tau`` (> 0)."""
+    """Base of the losses with a temperature ``tau`` (> 0) over a softmax of other items.
 
-    def __init__(self, tau: float = 0.1) -> None:
+    ``chunked``: ``None`` (default) = dense logit matrices up to :data:`DENSE_MAX_LOGITS` entries,
+    blockwise logsumexp above (:func:`blockwise_logsumexp`, memory ``O(block)``); ``True`` / ``False``
+    force the blockwise / dense path. Both give the same values and gradients.
+    """
+
+    def __init__(self, tau: float = 0.1, chunked: bool | None = None) -> None:
         super().__init__()
         self.tau = check_positive("tau", tau, loss=self.name)
+        if chunked is not None and not isinstance(chunked, bool):
+            raise ValueError(f"loss '{self.name}': parameter chunked must be true, false or null, got {chunked!r}")
+        self.chunked = chunked
 
     def extra_repr(self) -> str:
-        return f"tau={self.tau}"
+        return f"tau={self.tau}, chunked={self.chunked}"
 
 
 # --------------------------------------------------------------------------- InfoNCE baselines
@@ -213,11 +318,20 @@ class InfoNCEPairwise(TemperatureLoss):
     name: ClassVar[str] = "infonce_pwe"
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
-        k = z.shape[1]
+        n, k, _ = z.shape
         first, second = torch.triu_indices(k, k, offset=1, device=z.device)
-        # (p, n, n) with p = k (k - 1) / 2 unordered pairs
-        logits = torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)) / self.tau
-        loss = 0.5 * (pair_logsumexp_ce(logits, 2).mean() + pair_logsumexp_ce(logits, 1).mean())
+        if use_blockwise(self.chunked, n, n):
+            # every ordered pair (alpha -> beta): anchors z[:, alpha], candidates z[:, beta]
+            anchors = torch.cat([first, second]).tolist()
+            candidates = torch.cat([second, first]).tolist()
+            positive = torch.stack([(z[:, a] * z[:, b]).sum(-1) for a, b in zip(anchors, candidates)]) / self.tau
+            lse = torch.stack([blockwise_logsumexp(z[:, a, None], z[:, b, None], self.tau)[:, 0]
+                               for a, b in zip(anchors, candidates)])
+            loss = (lse - positive).mean()
+        else:
+            # (p, n, n) with p = k (k - 1) / 2 unordered pairs
+            logits = torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)) / self.tau
+            loss = 0.5 * (pair_logsumexp_ce(logits, 2).mean() + pair_logsumexp_ce(logits, 1).mean())
         self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
         return loss
 
@@ -233,9 +347,15 @@ class InfoNCEAverage(TemperatureLoss):
     name: ClassVar[str] = "infonce_ave"
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
+        n, k, _ = z.shape
         xbar = normalize(rest_mean(z))
-        logits = torch.bmm(z.transpose(0, 1), xbar.permute(1, 2, 0)) / self.tau  # (k, n, n)
-        loss = pair_logsumexp_ce(logits, 2).mean()
+        if use_blockwise(self.chunked, n, n):
+            positive = (z * xbar).sum(-1) / self.tau  # (n, k)
+            lse = torch.stack([blockwise_logsumexp(z[:, a, None], xbar[:, a, None], self.tau)[:, 0] for a in range(k)], 1)
+            loss = (lse - positive).mean()
+        else:
+            logits = torch.bmm(z.transpose(0, 1), xbar.permute(1, 2, 0)) / self.tau  # (k, n, n)
+            loss = pair_logsumexp_ce(logits, 2).mean()
         self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
         return loss
 
@@ -286,7 +406,7 @@ class _PolyViewLoss(TemperatureLoss):
         ``log l = s(i alpha, i beta) - logsumexp({s(i alpha, i beta)} U {s(i beta, j gamma) : j != i})``;
         the negatives are those of ``(i, beta)``, as Eq. 14 writes it.
         """
-        negatives = other_item_logsumexp(z, z, self.tau)  # (n, k) indexed [i, beta]
+        negatives = other_item_logsumexp(z, z, self.tau, chunked=self.chunked)  # (n, k) indexed [i, beta]
         return off_diagonal(contrastive_log_ratio(positive_logits(z, self.tau), negatives[:, None, :]))
 
 
@@ -333,7 +453,7 @@ class PolyViewSufficient(_PolyViewLoss):
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         q = normalize(rest_mean(z))
         positive = (z * q).sum(dim=-1) / self.tau  # (n, k)
-        loss = -contrastive_log_ratio(positive, other_item_logsumexp(z, q, self.tau)).mean()
+        loss = -contrastive_log_ratio(positive, other_item_logsumexp(z, q, self.tau, chunked=self.chunked)).mean()
         self._record_bound(z, loss)
         return loss
 
@@ -349,4 +469,4 @@ class AggNCE(TemperatureLoss):
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         positive = (z * rest_mean(z)).sum(dim=-1) / self.tau  # (n, k)
-        return -contrastive_log_ratio(positive, other_item_logsumexp(z, z, self.tau)).mean()
+        return -contrastive_log_ratio(positive, other_item_logsumexp(z, z, self.tau, chunked=self.chunked)).mean()

@@ -31,7 +31,8 @@ class FlatNCE(TemperatureLoss):
     ESS is above the target (sharper weights, lower ESS) and by ``1 + ess_rate`` otherwise -- Alg. S1
     applied so that the ESS is driven towards the target; Alg. S1 as printed updates the *inverse*
     temperature in that direction, which would move the ESS away from the target); ``ess_rate``
-    (adaptation rate gamma in ``(0, 1)``, 0.01 in the paper).
+    (adaptation rate gamma in ``(0, 1)``, 0.01 in the paper); ``chunked`` as in
+    :class:`~.contrastive.TemperatureLoss`.
 
     last_stats: ``loss`` (= ``infonce``), ``infonce``, ``ess``, ``tau`` (used in this call),
     ``mi_lower_bound`` (``log(n k - k + 1) - infonce``).
@@ -39,8 +40,10 @@ class FlatNCE(TemperatureLoss):
 
     name: ClassVar[str] = "flatnce"
 
-    def __init__(self, tau: float = 0.1, ess_target: float | None = None, ess_rate: float = 0.01) -> None:
-        super().__init__(tau)
+    def __init__(
+        self, tau: float = 0.1, ess_target: float | None = None, ess_rate: float = 0.01, chunked: bool | None = None
+    ) -> None:
+        super().__init__(tau, chunked)
         if ess_target is not None:
             ess_target = check_positive("ess_target", ess_target, loss=self.name)
             if ess_target > 1.0:
@@ -54,7 +57,7 @@ class FlatNCE(TemperatureLoss):
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
         # logsumexp over the K = (n - 1) k negatives of (i, alpha) and sum_j w_j^2 of their softmax
-        negatives, weight_sq = other_item_logsumexp(z, z, self.tau, return_weight_sq=True)  # (n, k) each
+        negatives, weight_sq = other_item_logsumexp(z, z, self.tau, return_weight_sq=True, chunked=self.chunked)  # (n, k) each
         positive = off_diagonal(positive_logits(z, self.tau))  # (n, k, k - 1) [i, alpha, beta]
         c = negatives[:, :, None] - positive  # (n, k, k - 1)
         surrogate = torch.exp(c - c.detach()).mean()
@@ -72,7 +75,7 @@ class FlatNCE(TemperatureLoss):
         return surrogate - 1.0 + infonce
 
     def extra_repr(self) -> str:
-        return f"tau={self.tau}, ess_target={self.ess_target}, ess_rate={self.ess_rate}"
+        return f"tau={self.tau}, ess_target={self.ess_target}, ess_rate={self.ess_rate}, chunked={self.chunked}"
 
     def get_extra_state(self) -> dict[str, Any]:
         """Keep the scheduled tau in checkpoints (``state_dict``)."""
