@@ -8,6 +8,10 @@ Sections (``--section``; default ``all``):
   cross-entropy per pair) at n=256, k=8, d=128. Goal: >= 10x faster.
 * ``infonce``: ``infonce_pwe`` (k=2) and ``pvc_geometric`` (k=2, the same value as NT-Xent) vs
   lightly's ``NTXentLoss`` (optional ``bench`` extra). Goal: ratio <= 1.0.
+* ``chunked``: the blockwise (chunked) logsumexp path vs the dense path of the same loss and vs
+  lightly's ``NTXentLoss`` (k=2, d=256) up to n*k = 32,768, where the dense logits no longer fit
+  (references above ``--dense-max-nk`` are skipped: their logits alone take several GiB of a
+  shared machine). Goal: peak memory < 2 GiB at n*k = 32,768, same values.
 * ``m3g``: delegates to ``scripts/bench_m3g.py``'s ``main(argv)`` when that file exists.
 
 Timing: every row is measured in this process on the same inputs, ratios are vs the reference of
@@ -98,6 +102,9 @@ def implementation(name: str, tau: float) -> Callable[[torch.Tensor], torch.Tens
         return lambda z: paper_pvc_loop(z, tau, method)
     if name == "lightly_ntxent":
         return lightly_ntxent(tau)
+    for suffix, chunked in ((":chunked", True), (":dense", False)):
+        if name.endswith(suffix):
+            return build_loss(name.removesuffix(suffix), tau=tau, chunked=chunked)
     return build_loss(name, tau=tau)
 
 
@@ -221,6 +228,44 @@ def section_infonce(args: argparse.Namespace) -> None:
           "pvc_geometric row has equal values.")
 
 
+def section_chunked(args: argparse.Namespace) -> None:
+    sizes = [(512, 2), (256, 4)] if args.quick else [(2048, 2), (8192, 2), (16384, 2), (8192, 4)]
+    d, tau = 256, 0.1
+    print(f"\n### blockwise (chunked) path vs dense path vs lightly NTXentLoss, d={d}, tau={tau}, float32, "
+          f"{args.threads} thread(s); dense / lightly skipped above n*k = {args.dense_max_nk}\n")
+    print("| loss | n | k | n*k | implementation | ms | vs chunked | peak MiB | value |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, k in sizes:
+        z = make_input(n, k, d)
+        names = ["pvc_geometric:chunked", "pvc_geometric:dense", "flatnce:chunked", "infonce_pwe:chunked"]
+        if k == 2:
+            names.append("lightly_ntxent")
+        big = n * k > args.dense_max_nk
+        runnable = [name for name in names if not big or name.endswith(":chunked")]
+        fns = [implementation(name, tau) for name in runnable]
+        runnable = [name for name, fn in zip(runnable, fns) if fn is not None]
+        fns = [fn for fn in fns if fn is not None]
+        if big:  # one timed call each (it also gives the value): ~1e12 multiply-adds per call
+            times, values = {}, {}
+            for name, fn in zip(runnable, fns):
+                start = time.perf_counter()
+                values[name] = forward_backward(fn, z)
+                times[name] = time.perf_counter() - start
+        else:
+            times = dict(zip(runnable, median_times(fns, z, args.repeats)))
+            values = {name: forward_backward(fn, z) for name, fn in zip(runnable, fns)}
+        for name in runnable:
+            memory = peak_memory_mib(name, n, k, d, tau, args.threads) if not args.quick else None
+            base = times.get(name.split(":")[0] + ":chunked", times.get("pvc_geometric:chunked"))
+            print(f"| {name.split(':')[0]} | {n} | {k} | {n * k} | {name.split(':')[-1] if ':' in name else name} | "
+                  f"{1e3 * times[name]:.0f} | {times[name] / base:.2f} | {_fmt(memory)} | {values[name]:.5f} |")
+            sys.stdout.flush()
+        for name in names:
+            if name not in runnable:
+                print(f"| {name.split(':')[0]} | {n} | {k} | {n * k} | {name.split(':')[-1] if ':' in name else name} | "
+                      f"skipped | - | - | - |")
+
+
 def section_m3g(args: argparse.Namespace, extra: list[str]) -> None:
     path = ROOT / "scripts" / "bench_m3g.py"
     if not path.exists():
@@ -238,7 +283,9 @@ def section_m3g(args: argparse.Namespace, extra: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--section", choices=["all", "pvc", "infonce", "m3g"], default="all")
+    parser.add_argument("--section", choices=["all", "pvc", "infonce", "chunked", "m3g"], default="all")
+    parser.add_argument("--dense-max-nk", type=int, default=16384,
+                        help="chunked section: skip the dense path and lightly above this n*k")
     parser.add_argument("--quick", action="store_true", help="small smoke run (no memory probes)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per row (default 7, quick 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
@@ -258,6 +305,8 @@ def main(argv: list[str] | None = None) -> None:
         section_pvc(args)
     if args.section in ("all", "infonce"):
         section_infonce(args)
+    if args.section in ("all", "chunked"):
+        section_chunked(args)
     if args.section in ("all", "m3g"):
         section_m3g(args, extra)
 
