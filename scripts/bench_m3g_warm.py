@@ -8,7 +8,8 @@ Runs the real trainer twice on the same config and seed, ``loss.warm_start=false
 evaluation: few-shot sleep staging (EEG) or the linear / kNN probe (digits). Prints a Markdown
 table: mean sweeps per step (all steps, first and last 10%), share of converged steps, mean step
 time and the loss phase's share of it, final loss and metrics; the ratio cold / warm of the sweeps.
-The two runs are sequential (not interleaved): on a shared machine compare sweeps, not seconds.
+The two runs are sequential (not interleaved) or, with ``--variant cold`` / ``--variant warm`` in two
+processes and ``--merge``, side by side: on a shared machine compare sweeps, not seconds.
 """
 from __future__ import annotations
 
@@ -82,15 +83,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="override train.max_steps")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--out", default=None, help="also write the summaries as JSON here")
+    parser.add_argument("--variant", choices=["both", "cold", "warm"], default="both",
+                        help="run one variant only (e.g. two processes side by side); combine with --merge")
+    parser.add_argument("--merge", nargs="+", default=None, help="print the table of earlier --out JSON files")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     preset = PRESETS[args.preset]
     overrides = list(preset["overrides"]) + ([f"train.max_steps={args.steps}"] if args.steps else [])
     os.chdir(ROOT)
-    summaries = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for warm in (False, True):
-            summaries["warm" if warm else "cold"] = run(preset["config"], overrides, warm, tmp, preset["eval"])
+    summaries: dict[str, dict[str, Any]] = {}
+    if args.merge:
+        for path in args.merge:
+            summaries.update(json.loads(Path(path).read_text()))
+    else:
+        variants = {"both": (False, True), "cold": (False,), "warm": (True,)}[args.variant]
+        with tempfile.TemporaryDirectory() as tmp:
+            for warm in variants:
+                summaries["warm" if warm else "cold"] = run(preset["config"], overrides, warm, tmp, preset["eval"])
+        if args.out:
+            Path(args.out).write_text(json.dumps(summaries, indent=2))
+        if len(summaries) < 2:
+            return 0
     keys = list(summaries["cold"])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\n{preset['config']} {' '.join(overrides)} (torch threads {args.threads}, load average {load:.1f})\n")
@@ -100,8 +113,6 @@ def main(argv: list[str] | None = None) -> int:
         cold, warm = summaries["cold"][key], summaries["warm"][key]
         ratio = f"{cold / warm:.2f}" if key.startswith("sweeps") or key == "step_time_s" else ""
         print(f"| {key} | {cold:.4g} | {warm:.4g} | {ratio} |")
-    if args.out:
-        Path(args.out).write_text(json.dumps(summaries, indent=2))
     return 0
 
 
