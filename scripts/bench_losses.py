@@ -145,8 +145,8 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def probe_memory(name: str, n: int, k: int, d: int, tau: float) -> float:
-    """Child-process entry: peak RSS growth (MiB) of one forward+backward of ``name``."""
+def probe_memory(name: str, n: int, k: int, d: int, tau: float) -> dict[str, float]:
+    """Child-process entry: peak RSS growth (MiB), seconds and value of one forward+backward of ``name``."""
     fn = implementation(name, tau)
     assert fn is not None
     forward_backward(fn, make_input(4, k, d))  # load kernels / libraries on a tiny input
@@ -157,19 +157,28 @@ def probe_memory(name: str, n: int, k: int, d: int, tau: float) -> float:
     except OSError:
         pass
     before = _status_kib("VmRSS")
-    forward_backward(fn, z)
+    start = time.perf_counter()
+    value = forward_backward(fn, z)
+    seconds = time.perf_counter() - start
     # VmHWM is this address space's peak (unlike ru_maxrss, which keeps the parent's peak across exec)
-    return max(_status_kib("VmHWM") - before, 0) / 1024
+    return {"mib": max(_status_kib("VmHWM") - before, 0) / 1024, "seconds": seconds, "value": value}
 
 
-def peak_memory_mib(name: str, n: int, k: int, d: int, tau: float, threads: int) -> float | None:
-    """Run :func:`probe_memory` in a fresh interpreter (peak RSS is per process)."""
+def probe(name: str, n: int, k: int, d: int, tau: float, threads: int) -> dict[str, float] | None:
+    """Run :func:`probe_memory` in a fresh interpreter (peak RSS is per process): peak MiB, the
+    seconds of that one forward+backward and its value."""
     cmd = [sys.executable, __file__, "--_probe", json.dumps([name, n, k, d, tau]), "--threads", str(threads)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         print(f"  (memory probe of {name} failed: {out.stderr.strip().splitlines()[-1:]})")
         return None
-    return float(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def peak_memory_mib(name: str, n: int, k: int, d: int, tau: float, threads: int) -> float | None:
+    """Peak RSS growth (MiB) of one forward+backward of ``name`` in a fresh interpreter."""
+    result = probe(name, n, k, d, tau, threads)
+    return None if result is None else result["mib"]
 
 
 def run_rows(title: str, rows: list[tuple[str, str]], n: int, k: int, d: int, tau: float,
@@ -230,6 +239,8 @@ def section_infonce(args: argparse.Namespace) -> None:
 
 def section_chunked(args: argparse.Namespace) -> None:
     sizes = [(512, 2), (256, 4)] if args.quick else [(2048, 2), (8192, 2), (16384, 2), (8192, 4)]
+    if args.chunked_sizes:
+        sizes = [tuple(int(v) for v in item.split("x")) for item in args.chunked_sizes.split(",")]
     d, tau = 256, 0.1
     print(f"\n### blockwise (chunked) path vs dense path vs lightly NTXentLoss, d={d}, tau={tau}, float32, "
           f"{args.threads} thread(s); dense / lightly skipped above n*k = {args.dense_max_nk}\n")
@@ -245,17 +256,17 @@ def section_chunked(args: argparse.Namespace) -> None:
         fns = [implementation(name, tau) for name in runnable]
         runnable = [name for name, fn in zip(runnable, fns) if fn is not None]
         fns = [fn for fn in fns if fn is not None]
-        if big:  # one timed call each (it also gives the value): ~1e12 multiply-adds per call
+        memories: dict[str, float | None] = {}
+        if big:  # one call each in a fresh process (time, value and peak memory): ~1e12 multiply-adds
             times, values = {}, {}
-            for name, fn in zip(runnable, fns):
-                start = time.perf_counter()
-                values[name] = forward_backward(fn, z)
-                times[name] = time.perf_counter() - start
+            for name in runnable:
+                result = probe(name, n, k, d, tau, args.threads) or {"mib": None, "seconds": float("nan"), "value": float("nan")}
+                times[name], values[name], memories[name] = result["seconds"], result["value"], result["mib"]
         else:
             times = dict(zip(runnable, median_times(fns, z, args.repeats)))
             values = {name: forward_backward(fn, z) for name, fn in zip(runnable, fns)}
         for name in runnable:
-            memory = peak_memory_mib(name, n, k, d, tau, args.threads) if not args.quick else None
+            memory = memories[name] if big else peak_memory_mib(name, n, k, d, tau, args.threads) if not args.quick else None
             base = times.get(name.split(":")[0] + ":chunked", times.get("pvc_geometric:chunked"))
             print(f"| {name.split(':')[0]} | {n} | {k} | {n * k} | {name.split(':')[-1] if ':' in name else name} | "
                   f"{1e3 * times[name]:.0f} | {times[name] / base:.2f} | {_fmt(memory)} | {values[name]:.5f} |")
@@ -284,6 +295,7 @@ def section_m3g(args: argparse.Namespace, extra: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--section", choices=["all", "pvc", "infonce", "chunked", "m3g"], default="all")
+    parser.add_argument("--chunked-sizes", default=None, help="chunked section sizes, e.g. '2048x2,16384x2' (n x k)")
     parser.add_argument("--dense-max-nk", type=int, default=16384,
                         help="chunked section: skip the dense path and lightly above this n*k")
     parser.add_argument("--quick", action="store_true", help="small smoke run (no memory probes)")
@@ -294,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     if args._probe:
         name, n, k, d, tau = json.loads(args._probe)
-        print(probe_memory(name, n, k, d, tau))
+        print(json.dumps(probe_memory(name, n, k, d, tau)))
         return
     if args.repeats is None:
         args.repeats = 3 if args.quick else 7
