@@ -71,8 +71,9 @@ def run(config: str, overrides: list[str], warm: bool, runs_dir: str, evaluation
                                    progress=False)
         for shot, metrics in staged["results"]["trained"].items():
             summary[f"acc_s{shot}"] = metrics["accuracy"]["mean"]
-    elif evaluation == "linear-probe" and result.evaluation is not None:
-        for metric, value in result.evaluation["results"]["trained"].items():
+    elif evaluation == "linear-probe" and result.evaluation:
+        probe = result.evaluation.get("linear-probe", result.evaluation)  # results by callback name
+        for metric, value in probe["results"]["trained"].items():
             summary[metric] = value
     return summary
 

@@ -344,7 +344,7 @@ def _three_view_solve(
     logs, shifts = logs.to(dtype), shifts.to(dtype)
     kernels = (logs - shifts[:, None, None]).exp_()
     const = float(shifts.sum()) - offset  # log P = log(u v w K01 K02 K12) with u = exp(g0 + const)
-    g = torch.zeros(3, n, dtype=dtype, device=logs.device) if init is None else init.to(dtype)
+    g = torch.zeros(3, n, dtype=dtype, device=logs.device) if init is None else init.to(dtype, copy=True)
     g[0] += const
     host = logs.device.type == "cpu" and n <= _THREE_VIEW_HOST_MAX_N
     ops = _NUMPY_OPS if host else _TORCH_OPS
