@@ -71,8 +71,8 @@ def run(config: str, overrides: list[str], warm: bool, runs_dir: str, evaluation
                                    progress=False)
         for shot, metrics in staged["results"]["trained"].items():
             summary[f"acc_s{shot}"] = metrics["accuracy"]["mean"]
-    elif evaluation == "linear-probe" and result.evaluation:
-        probe = result.evaluation.get("linear-probe", result.evaluation)  # results by callback name
+    elif evaluation == "linear-probe":  # the end-of-training probe wrote eval/linear_probe.json
+        probe = json.loads((Path(runs_dir) / name / "eval" / "linear_probe.json").read_text())
         for metric, value in probe["results"]["trained"].items():
             summary[metric] = value
     return summary
