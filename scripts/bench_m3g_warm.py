@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         for path in args.merge:
             summaries.update(json.loads(Path(path).read_text()))
+        if set(summaries) != {"cold", "warm"}:
+            parser.error(f"--merge needs one cold and one warm summary, got {sorted(summaries)}")
     else:
         variants = {"both": (False, True), "cold": (False,), "warm": (True,)}[args.variant]
         with tempfile.TemporaryDirectory() as tmp:
