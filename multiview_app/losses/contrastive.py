@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from . import LOSSES
 from .base import MultiViewLoss, check_positive, normalize
+from .temperature import LogitScale
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -199,9 +200,23 @@ class TemperatureLoss(MultiViewLoss):
         return f"tau={self.tau}"
 
 
+class LearnableTemperatureLoss(TemperatureLoss):
+    """Temperature loss whose ``1 / tau`` may be learned (CLIP logit scale, clamped at
+    ``max_logit_scale``; see ``losses/temperature.py``). last_stats: ``logit_scale`` (= 1 / tau)."""
+
+    def __init__(self, tau: float = 0.1, learnable_temperature: bool = False, max_logit_scale: float = 100.0) -> None:
+        super().__init__(tau)
+        self.scale = LogitScale(self.tau, learnable_temperature, max_logit_scale, loss=self.name)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        loss = super().forward(z)
+        self.last_stats["logit_scale"] = self.scale.value()
+        return loss
+
+
 # --------------------------------------------------------------------------- InfoNCE baselines
 @LOSSES.register("infonce_pwe")
-class InfoNCEPairwise(TemperatureLoss):
+class InfoNCEPairwise(LearnableTemperatureLoss):
     """M3G Eq. 1 averaged over ordered view pairs (Eq. 3).
 
     ``L(alpha -> beta) = mean_i[-s(i alpha, i beta) + logsumexp_j s(i alpha, j beta)]``; the loss is
@@ -216,14 +231,14 @@ class InfoNCEPairwise(TemperatureLoss):
         k = z.shape[1]
         first, second = torch.triu_indices(k, k, offset=1, device=z.device)
         # (p, n, n) with p = k (k - 1) / 2 unordered pairs
-        logits = torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)) / self.tau
+        logits = self.scale(torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)))
         loss = 0.5 * (pair_logsumexp_ce(logits, 2).mean() + pair_logsumexp_ce(logits, 1).mean())
         self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
         return loss
 
 
 @LOSSES.register("infonce_ave")
-class InfoNCEAverage(TemperatureLoss):
+class InfoNCEAverage(LearnableTemperatureLoss):
     """M3G Eq. 4: view ``alpha`` against ``xbar_i = normalize(mean_{beta != alpha} z_i beta)``.
 
     ``L(alpha) = mean_i[-s(z_i alpha, xbar_i) + logsumexp_j s(z_i alpha, xbar_j)]``, averaged over alpha.
@@ -234,7 +249,7 @@ class InfoNCEAverage(TemperatureLoss):
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         xbar = normalize(rest_mean(z))
-        logits = torch.bmm(z.transpose(0, 1), xbar.permute(1, 2, 0)) / self.tau  # (k, n, n)
+        logits = self.scale(torch.bmm(z.transpose(0, 1), xbar.permute(1, 2, 0)))  # (k, n, n)
         loss = pair_logsumexp_ce(logits, 2).mean()
         self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
         return loss

@@ -82,11 +82,24 @@ def _finish(key: str, parts: dict[str, bytes], report: ShardReport) -> ShardSamp
     return ShardSample(key, image, captions, label)
 
 
+def _ends_cleanly(path: str | Path, offset: int) -> bool:
+    """Whether an uncompressed tar has its end-of-archive marker (two zero blocks) at ``offset``."""
+    with open(path, "rb") as fh:
+        if fh.read(2) in (b"\x1f\x8b", b"BZ", b"\xfd7"):  # compressed: the decompressor detects truncation
+            return True
+        fh.seek(offset)
+        marker = fh.read(1024)
+    return len(marker) == 1024 and not any(marker)
+
+
 def iter_shard(path: str | Path, report: ShardReport) -> Iterator[ShardSample]:
-    """Samples of one tar shard, in order; a shard ending mid-sample is counted, not raised."""
+    """Samples of one tar shard, in order. A shard that ends mid-sample (cut data, cut header or no
+    end-of-archive marker) is recorded in ``report.truncated_shards`` and its last, possibly partial,
+    sample is counted as incomplete (never raised, never silently used)."""
     key, parts = None, {}
+    truncated = None
     try:
-        with tarfile.open(str(path), mode="r|*") as tar:  # stream: also works on pipes
+        with tarfile.open(str(path), mode="r:*") as tar:
             for member in tar:
                 if not member.isfile():
                     continue
@@ -99,10 +112,14 @@ def iter_shard(path: str | Path, report: ShardReport) -> Iterator[ShardSample]:
                 key = this_key
                 handle = tar.extractfile(member)
                 parts[ext] = handle.read() if handle is not None else b""
-                if handle is not None and len(parts[ext]) != member.size:
-                    raise tarfile.ReadError("unexpected end of data")
+                if len(parts[ext]) != member.size:
+                    raise tarfile.ReadError(f"member {member.name} ends after {len(parts[ext])} of {member.size} bytes")
+            if not _ends_cleanly(path, tar.offset):
+                truncated = "no end-of-archive marker after the last complete member"
     except (tarfile.ReadError, EOFError, OSError) as err:
-        report.truncated_shards.append(f"{path} ({err})")
+        truncated = str(err)
+    if truncated is not None:
+        report.truncated_shards.append(f"{path} ({truncated})")
         if key is not None:
             report.incomplete += 1
         return
