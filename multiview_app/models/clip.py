@@ -206,7 +206,13 @@ class MiniLMTextTower(TokenTower):
         self.max_length = min(int(context_length), int(self.text.config.max_position_embeddings))
         self.num_features = int(self.text.config.hidden_size)
         if freeze:
-            self.text.lock(unlocked_layers=unlocked_layers, freeze_layer_norm=True)
+            freeze_module(self.text.transformer)
+            layers = list(self.text.transformer.encoder.layer)
+            if not 0 <= unlocked_layers <= len(layers):
+                raise ValueError(f"text/minilm: unlocked_layers must be in 0..{len(layers)}, got {unlocked_layers}")
+            for layer in layers[len(layers) - unlocked_layers:]:
+                for p in layer.parameters():
+                    p.requires_grad_(True)
 
     def check_tokens(self, tokens: torch.Tensor) -> None:
         if tokens.dim() == 2 and tokens.shape[1] > self.max_length:

@@ -8,8 +8,9 @@ context are truncated (the last id stays the end token) and counted in ``tokeniz
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -66,6 +67,15 @@ class CaptionTokenizer:
 TOKENIZERS: Registry[Callable[..., CaptionTokenizer]] = Registry("tokenizer")
 
 
+@functools.lru_cache(maxsize=1)
+def _clip_bpe() -> Any:
+    """open_clip's ``SimpleTokenizer`` (building its BPE tables takes seconds: built once per process;
+    only its ``encode`` is used, which does not depend on the context length)."""
+    from open_clip.tokenizer import SimpleTokenizer
+
+    return SimpleTokenizer()
+
+
 @TOKENIZERS.register("open_clip")
 class OpenClipTokenizer(CaptionTokenizer):
     """open_clip's CLIP BPE tokenizer (vocabulary file inside the open_clip package; no network).
@@ -78,9 +88,7 @@ class OpenClipTokenizer(CaptionTokenizer):
 
     def __init__(self, context_length: int = 77) -> None:
         super().__init__(context_length)
-        from open_clip.tokenizer import SimpleTokenizer
-
-        self._bpe = SimpleTokenizer(context_length=self.context_length)
+        self._bpe = _clip_bpe()
         self.vocab_size = len(self._bpe.encoder)
         self.start_id, self.end_id = self._bpe.sot_token_id, self._bpe.eot_token_id
 
