@@ -19,9 +19,7 @@ Every row is measured in this process on the same inputs; ratios are vs the refe
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -33,16 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from multiview_app.losses import build_loss  # noqa: E402
 
-
-def median_time(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_augment import timeit as median_time  # noqa: E402  (median of repeats after a warm-up)
 
 
 def bench_loss(sizes: list[tuple[int, int]], repeats: int) -> None:

@@ -261,6 +261,19 @@ def test_pairs_policy_checks_k_and_modality(tmp_path: Path) -> None:
         build_view_policy("pairs", 2, {}, digits)
 
 
+def test_pairs_policy_reports_truncated_captions(tmp_path: Path) -> None:
+    adapter = build_adapter("pairs_csv", {"csv": str(write_pair_folder(tmp_path, 6)), "load_size": 16})
+    policy = build_view_policy("pairs", 2, {"image_size": 16, "context_length": 6}, adapter)
+    raw = default_collate([adapter.split("train")[j] for j in range(4)])
+    with pytest.warns(UserWarning, match=r"caption\(s\) so far are longer than the open_clip context of 6 ids"):
+        policy.eval_views(raw)
+    firsts = {c.split("\n")[0] for c in raw["captions"]}  # "a <stroke> handwritten <digit>...": > 4 BPE ids
+    assert policy.tokenizer.truncated == len(firsts) >= 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        policy.eval_views(raw)  # cached ids: nothing new to report
+
+
 def test_choose_captions_cycles_short_lists() -> None:
     chosen = choose_captions([["a"], ["b", "c"], ["d", "e", "f"]], 3, torch.Generator().manual_seed(0))
     assert [v[0] for v in chosen] == ["a", "a", "a"]

@@ -59,6 +59,30 @@ def load_open_clip(model: str, pretrained: str) -> nn.Module:
         raise ValueError(f"cannot load open_clip '{model}' weights from {where} '{pretrained}': {type(err).__name__}: {err}") from None
 
 
+def tower_config(model: str | None, section: str, tiny: dict[str, Any], overrides: dict[str, Any] | None,
+                 embed_dim: int | None) -> tuple[dict[str, Any], int]:
+    """Tower config ``section`` (``text_cfg`` / ``vision_cfg``) of open_clip model ``model`` (or the
+    tiny CPU config when None) with ``overrides``, and the output width (``embed_dim`` or the model's)."""
+    import open_clip
+
+    cfg, width = dict(tiny), embed_dim or 64
+    if model:
+        base = open_clip.get_model_config(model)
+        if base is None:
+            raise ValueError(f"unknown open_clip model '{model}'; e.g. {', '.join(open_clip.list_models()[:8])}")
+        cfg, width = dict(base[section]), embed_dim or int(base["embed_dim"])
+    cfg.update(overrides or {})
+    return cfg, int(width)
+
+
+def build_tower(builder: Any, width: int, cfg: dict[str, Any], key: str) -> nn.Module:
+    """``builder(width, cfg)`` (open_clip's tower builders) with bad configs as one ``ValueError``."""
+    try:
+        return builder(width, cfg)
+    except TypeError as err:
+        raise ValueError(f"{key}: bad tower config {cfg}: {err}") from None
+
+
 class TokenTower(nn.Module):
     """Base of the text towers: checks token ids against the tower's vocabulary and context."""
 
@@ -105,7 +129,6 @@ class OpenClipTextTower(TokenTower):
     def __init__(self, model: str | None = None, text_cfg: dict[str, Any] | None = None, embed_dim: int | None = None,
                  pretrained: str | None = None, freeze: bool = False) -> None:
         super().__init__()
-        import open_clip
         from open_clip.model import _build_text_tower
 
         if pretrained:
@@ -119,18 +142,8 @@ class OpenClipTextTower(TokenTower):
             self.num_features = int(full.text_projection.shape[1] if isinstance(full.text_projection, nn.Parameter)
                                     else full.text_projection.out_features)
         else:
-            cfg = dict(TINY_TEXT_CFG)
-            width = embed_dim or 64
-            if model:
-                base = open_clip.get_model_config(model)
-                if base is None:
-                    raise ValueError(f"unknown open_clip model '{model}'; e.g. {', '.join(open_clip.list_models()[:8])}")
-                cfg, width = dict(base["text_cfg"]), embed_dim or int(base["embed_dim"])
-            cfg.update(text_cfg or {})
-            try:
-                self.text = _build_text_tower(width, cfg)
-            except TypeError as err:
-                raise ValueError(f"text/open_clip: bad text_cfg {cfg}: {err}") from None
+            cfg, width = tower_config(model, "text_cfg", TINY_TEXT_CFG, text_cfg, embed_dim)
+            self.text = build_tower(_build_text_tower, width, cfg, "text/open_clip")
             self.clip = None
             self.context_length, self.vocab_size = int(cfg.get("context_length", 77)), int(cfg.get("vocab_size", 49408))
             self.num_features = int(width)
@@ -151,7 +164,6 @@ class OpenClipImageTower(nn.Module):
     def __init__(self, model: str | None = None, vision_cfg: dict[str, Any] | None = None, embed_dim: int | None = None,
                  pretrained: str | None = None, freeze: bool = False) -> None:
         super().__init__()
-        import open_clip
         from open_clip.model import _build_vision_tower
 
         if pretrained:
@@ -160,18 +172,8 @@ class OpenClipImageTower(nn.Module):
             self.visual = load_open_clip(model, pretrained).visual
             self.num_features = int(self.visual.output_dim)
         else:
-            cfg = dict(TINY_VISION_CFG)
-            width = embed_dim or 64
-            if model:
-                base = open_clip.get_model_config(model)
-                if base is None:
-                    raise ValueError(f"unknown open_clip model '{model}'; e.g. {', '.join(open_clip.list_models()[:8])}")
-                cfg, width = dict(base["vision_cfg"]), embed_dim or int(base["embed_dim"])
-            cfg.update(vision_cfg or {})
-            try:
-                self.visual = _build_vision_tower(width, cfg)
-            except TypeError as err:
-                raise ValueError(f"image/open_clip: bad vision_cfg {cfg}: {err}") from None
+            cfg, width = tower_config(model, "vision_cfg", TINY_VISION_CFG, vision_cfg, embed_dim)
+            self.visual = build_tower(_build_vision_tower, width, cfg, "image/open_clip")
             self.num_features = int(width)
         if freeze:
             freeze_module(self)

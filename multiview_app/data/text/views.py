@@ -8,6 +8,7 @@ Eval views: the ``test`` image view and the first caption (k = 2).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -74,8 +75,16 @@ class PairsPolicy(ViewPolicy):
         self.tokenizer: CaptionTokenizer = build_tokenizer(options.tokenizer, options.context_length)
 
     def tokenize(self, captions: list[str], device: torch.device | str = "cpu") -> torch.Tensor:
-        """``(n, L)`` int64 ids of ``captions`` on ``device``."""
-        return self.tokenizer(captions).to(device)
+        """``(n, L)`` int64 ids of ``captions`` on ``device``; warns when the count of captions cut to
+        the context grows by a power of two (1, 2, 4, ... distinct captions), so it is reported, not spammed."""
+        before = self.tokenizer.truncated
+        ids = self.tokenizer(captions).to(device)
+        after = self.tokenizer.truncated
+        if after > before and (after & (after - 1) == 0 or before.bit_length() != after.bit_length()):
+            warnings.warn(
+                f"{after} distinct caption(s) so far are longer than the {self.tokenizer.name} context of "
+                f"{self.tokenizer.context_length} ids and were truncated (views.options.context_length)", stacklevel=2)
+        return ids
 
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         image_batch = self.images.train_views(raw, generator)
