@@ -263,11 +263,11 @@ def test_pairs_policy_checks_k_and_modality(tmp_path: Path) -> None:
 
 def test_pairs_policy_reports_truncated_captions(tmp_path: Path) -> None:
     adapter = build_adapter("pairs_csv", {"csv": str(write_pair_folder(tmp_path, 6)), "load_size": 16})
-    policy = build_view_policy("pairs", 2, {"image_size": 16, "context_length": 6}, adapter)
+    policy = build_view_policy("pairs", 2, {"image_size": 16, "context_length": 5}, adapter)
     raw = default_collate([adapter.split("train")[j] for j in range(4)])
-    with pytest.warns(UserWarning, match=r"caption\(s\) so far are longer than the open_clip context of 6 ids"):
+    with pytest.warns(UserWarning, match=r"caption\(s\) so far are longer than the open_clip context of 5 ids"):
         policy.eval_views(raw)
-    firsts = {c.split("\n")[0] for c in raw["captions"]}  # "a <stroke> handwritten <digit>...": > 4 BPE ids
+    firsts = {c.split("\n")[0] for c in raw["captions"]}  # "a <stroke> handwritten <digit>...": >= 6 ids with start and end
     assert policy.tokenizer.truncated == len(firsts) >= 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
