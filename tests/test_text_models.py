@@ -106,6 +106,26 @@ def test_embed_mixes_modalities_of_different_feature_widths() -> None:
         model.features(batch)
 
 
+def test_every_loss_of_the_head_trains_both_towers_on_mixed_views() -> None:
+    from multiview_app.losses import available_losses
+
+    torch.manual_seed(0)
+    model = build_model({"image": {"name": "small_cnn", "width": 8, "num_features": 16}, "text": TINY_TEXT},
+                        {"hidden_dim": 32, "out_dim": 8})
+    tok = build_tokenizer("open_clip", 12)
+    captions = [f"a thin handwritten {w}" for w in ("zero", "one", "two", "three", "four", "five")]
+    batch = ViewBatch([torch.randn(6, 3, 16, 16), torch.randn(6, 3, 16, 16), tok(captions)],
+                      ["image", "image", "text"], ["a", "b", "caption"])
+    for name in available_losses():
+        model.zero_grad()
+        loss = build_loss(name)(model.embed(batch))  # (n, k, d) = (6, 3, 8) across two modalities
+        assert torch.isfinite(loss), name
+        loss.backward()
+        for tower in ("image", "text"):
+            grads = [p.grad for p in model.encoders[tower].parameters() if p.grad is not None]
+            assert grads and any(float(g.abs().sum()) > 0 for g in grads), f"{name}: no gradient into the {tower} tower"
+
+
 # ----------------------------------------------------------------------------- learnable temperature
 def _infonce_pwe_reference(z: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Brute force: mean over ordered view pairs (a, b) and items i of -log softmax_j(s <z_ia, z_jb>)."""
