@@ -19,6 +19,8 @@ Every row is measured in this process on the same inputs; ratios are vs the refe
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 import sys
 from pathlib import Path
 from typing import Callable
@@ -31,8 +33,19 @@ sys.path.insert(0, str(ROOT))
 
 from multiview_app.losses import build_loss  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench_augment import timeit as median_time  # noqa: E402  (median of repeats after a warm-up)
+
+
+def interleaved_medians(fns: list[Callable[[], object]], repeats: int) -> list[float]:
+    """Median seconds of each function, the functions alternating within every repeat (so that a
+    machine whose load drifts affects all of them alike); one warm-up round first."""
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(repeats + 1):
+        for bucket, fn in zip(times, fns):
+            start = time.perf_counter()
+            fn()
+            if r:
+                bucket.append(time.perf_counter() - start)
+    return [statistics.median(bucket) for bucket in times]
 
 
 def bench_loss(sizes: list[tuple[int, int]], repeats: int) -> None:
@@ -67,9 +80,7 @@ def bench_loss(sizes: list[tuple[int, int]], repeats: int) -> None:
 
         c = float(run_clip().detach())
         diff = max(abs(c - float(run_ours(fixed)().detach())), abs(c - float(run_ours(learn)().detach())))
-        t_clip = median_time(run_clip, repeats)
-        t_fixed = median_time(run_ours(fixed), repeats)
-        t_learn = median_time(run_ours(learn), repeats)
+        t_clip, t_fixed, t_learn = interleaved_medians([run_clip, run_ours(fixed), run_ours(learn)], repeats)
         print(f"| {n} | {d} | {t_clip * 1e3:.2f} | {t_fixed * 1e3:.2f} | {t_fixed / t_clip:.2f} | "
               f"{t_learn * 1e3:.2f} | {t_learn / t_clip:.2f} | {diff:.1e} |", flush=True)
 
@@ -110,13 +121,11 @@ def bench_tokens(batch: int, repeats: int) -> None:
         loss.backward()
         optimizer.step()
 
-    t_step = median_time(step, repeats)
-    rows = [
-        ("open_clip tokenizer (every call)", median_time(lambda: reference(captions, context_length=length), repeats)),
-        ("CaptionTokenizer, cold cache", median_time(cold, repeats)),
-        ("CaptionTokenizer, warm cache", median_time(lambda: warm(captions), repeats)),
-        ("training step (views + forward + backward + AdamW)", t_step),
-    ]
+    names = ["open_clip tokenizer (every call)", "CaptionTokenizer, cold cache", "CaptionTokenizer, warm cache",
+             "training step (views + forward + backward + AdamW)"]
+    times = interleaved_medians([lambda: reference(captions, context_length=length), cold, lambda: warm(captions), step], repeats)
+    t_step = times[-1]
+    rows = list(zip(names, times))
     print(f"| what ({batch} captions, context {length}) | time (ms) | share of the step |")
     print("|---|---:|---:|")
     for name, t in rows:
@@ -131,7 +140,7 @@ def main() -> int:
     torch.manual_seed(0)
     repeats = 3 if args.quick else 15
     if args.section in ("all", "loss"):
-        sizes = [(128, 64)] if args.quick else [(256, 128), (1024, 256), (4096, 512)]
+        sizes = [(128, 64)] if args.quick else [(256, 128), (1024, 256), (2048, 512)]
         bench_loss(sizes, repeats)
         print()
     if args.section in ("all", "tokens"):

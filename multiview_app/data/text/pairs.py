@@ -259,7 +259,6 @@ class PairsHFAdapter(PairAdapter):
                 label_of = {i: i for i in range(len(self.class_names))}
             else:
                 self.class_names, label_of = _label_ids(str(v) for ds in splits.values() for v in ds[options.label_column])
-                label_of = {k: v for k, v in label_of.items()}
         datasets = {}
         for split in ("train", "test"):
             if split in splits:
@@ -297,10 +296,9 @@ class PairsHFAdapter(PairAdapter):
         collector = PairCollector(what)
         for row_number, row in enumerate(ds):
             image = row[o.image_column]
-            if isinstance(image, dict):
+            if isinstance(image, dict):  # datasets.Image(decode=False): bytes and/or path
                 data, source = image.get("bytes"), image.get("path") or f"{what}#row{row_number}"
                 if data is not None:
-                    source = f"{source}#row{row_number}" if image.get("path") is None else source
                     open_fn: Callable[[], Image.Image] = lambda d=data: Image.open(io.BytesIO(d))
                 else:
                     open_fn = _open_file(Path(image["path"]))
