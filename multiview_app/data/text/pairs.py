@@ -297,8 +297,9 @@ class PairsHFAdapter(PairAdapter):
         for row_number, row in enumerate(ds):
             image = row[o.image_column]
             if isinstance(image, dict):  # datasets.Image(decode=False): bytes and/or path
-                data, source = image.get("bytes"), image.get("path") or f"{what}#row{row_number}"
-                if data is not None:
+                data, source = image.get("bytes"), image.get("path") or what
+                if data is not None:  # embedded bytes: one image per row (file names may repeat)
+                    source = f"{source}#row{row_number}"
                     open_fn: Callable[[], Image.Image] = lambda d=data: Image.open(io.BytesIO(d))
                 else:
                     open_fn = _open_file(Path(image["path"]))
