@@ -136,9 +136,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--section", choices=["all", "loss", "tokens"], default="all")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per row (default 15, quick 3)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    repeats = 3 if args.quick else 15
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    repeats = args.repeats or (3 if args.quick else 15)
     if args.section in ("all", "loss"):
         sizes = [(128, 64)] if args.quick else [(256, 128), (1024, 256), (2048, 512)]
         bench_loss(sizes, repeats)
