@@ -31,8 +31,10 @@ def test_available_losses_lists_every_name() -> None:
 
 
 def test_defaults_are_part_of_the_contract() -> None:
-    for name in ["infonce_pwe", "infonce_ave", "pvc_geometric", "pvc_arithmetic", "pvc_sufficient", "aggnce"]:
+    for name in ["pvc_geometric", "pvc_arithmetic", "pvc_sufficient", "aggnce"]:
         assert loss_parameters(name) == {"tau": 0.1, "chunked": None}
+    for name in ["infonce_pwe", "infonce_ave"]:  # + CLIP-style learnable temperature
+        assert loss_parameters(name) == {"tau": 0.1, "chunked": None, "learnable_temperature": False, "max_logit_scale": 100.0}
     assert loss_parameters("byol_pwe") == {} and loss_parameters("byol_ave") == {}
     assert loss_parameters("flatnce")["tau"] == 0.1
     assert loss_parameters("flatnce")["ess_target"] is None and loss_parameters("flatnce")["chunked"] is None

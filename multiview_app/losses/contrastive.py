@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from . import LOSSES
 from .base import MultiViewLoss, check_positive, normalize
+from .temperature import LogitScale
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -304,9 +305,32 @@ class TemperatureLoss(MultiViewLoss):
         return f"tau={self.tau}, chunked={self.chunked}"
 
 
+class LearnableTemperatureLoss(TemperatureLoss):
+    """Temperature loss whose ``1 / tau`` may be learned (CLIP logit scale, clamped at
+    ``max_logit_scale``; see ``losses/temperature.py``). last_stats: ``logit_scale`` (= 1 / tau)."""
+
+    def __init__(
+        self, tau: float = 0.1, chunked: bool | None = None, learnable_temperature: bool = False,
+        max_logit_scale: float = 100.0,
+    ) -> None:
+        super().__init__(tau, chunked)
+        if learnable_temperature and chunked:
+            raise ValueError(f"loss '{self.name}': chunked=true does not support learnable_temperature (dense path only)")
+        self.scale = LogitScale(self.tau, learnable_temperature, max_logit_scale, loss=self.name)
+
+    def blockwise(self, n: int) -> bool:
+        """Blockwise path for ``n x n`` logits (never with a learnable temperature)."""
+        return not self.scale.learnable and use_blockwise(self.chunked, n, n)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        loss = super().forward(z)
+        self.last_stats["logit_scale"] = self.scale.value()
+        return loss
+
+
 # --------------------------------------------------------------------------- InfoNCE baselines
 @LOSSES.register("infonce_pwe")
-class InfoNCEPairwise(TemperatureLoss):
+class InfoNCEPairwise(LearnableTemperatureLoss):
     """M3G Eq. 1 averaged over ordered view pairs (Eq. 3).
 
     ``L(alpha -> beta) = mean_i[-s(i alpha, i beta) + logsumexp_j s(i alpha, j beta)]``; the loss is
@@ -320,7 +344,7 @@ class InfoNCEPairwise(TemperatureLoss):
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
         first, second = torch.triu_indices(k, k, offset=1, device=z.device)
-        if use_blockwise(self.chunked, n, n):
+        if self.blockwise(n):
             # every ordered pair (alpha -> beta): anchors z[:, alpha], candidates z[:, beta]
             anchors = torch.cat([first, second]).tolist()
             candidates = torch.cat([second, first]).tolist()
@@ -330,14 +354,14 @@ class InfoNCEPairwise(TemperatureLoss):
             loss = (lse - positive).mean()
         else:
             # (p, n, n) with p = k (k - 1) / 2 unordered pairs
-            logits = torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)) / self.tau
+            logits = self.scale(torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)))
             loss = 0.5 * (pair_logsumexp_ce(logits, 2).mean() + pair_logsumexp_ce(logits, 1).mean())
         self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
         return loss
 
 
 @LOSSES.register("infonce_ave")
-class InfoNCEAverage(TemperatureLoss):
+class InfoNCEAverage(LearnableTemperatureLoss):
     """M3G Eq. 4: view ``alpha`` against ``xbar_i = normalize(mean_{beta != alpha} z_i beta)``.
 
     ``L(alpha) = mean_i[-s(z_i alpha, xbar_i) + logsumexp_j s(z_i alpha, xbar_j)]``, averaged over alpha.
@@ -349,12 +373,12 @@ class InfoNCEAverage(TemperatureLoss):
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
         xbar = normalize(rest_mean(z))
-        if use_blockwise(self.chunked, n, n):
+        if self.blockwise(n):
             positive = (z * xbar).sum(-1) / self.tau  # (n, k)
             lse = torch.stack([blockwise_logsumexp(z[:, a, None], xbar[:, a, None], self.tau)[:, 0] for a in range(k)], 1)
             loss = (lse - positive).mean()
         else:
-            logits = torch.bmm(z.transpose(0, 1), xbar.permute(1, 2, 0)) / self.tau  # (k, n, n)
+            logits = self.scale(torch.bmm(z.transpose(0, 1), xbar.permute(1, 2, 0)))  # (k, n, n)
             loss = pair_logsumexp_ce(logits, 2).mean()
         self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
         return loss

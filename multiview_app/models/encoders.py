@@ -24,7 +24,9 @@ from torch import nn
 from ..registry import Registry
 
 #: Encoders by ``"<modality>/<name>"``; the listed modules register more on first lookup.
-ENCODERS: Registry[Callable[..., nn.Module]] = Registry("encoder", modules=("multiview_app.models.eeg",))
+ENCODERS: Registry[Callable[..., nn.Module]] = Registry(
+    "encoder", modules=("multiview_app.models.eeg", "multiview_app.models.clip")
+)
 
 
 def register_encoder(modality: str, name: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:

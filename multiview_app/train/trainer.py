@@ -203,6 +203,16 @@ def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable
     return factor
 
 
+def sync_loss_gradients(loss_fn: nn.Module, gathered: bool) -> None:
+    """Gradients of the loss head's own parameters (not under DDP) as one process on the full batch:
+    mean over processes, and undo the ``world`` factor of a gathered loss."""
+    world = world_size()
+    for p in loss_fn.parameters():
+        if p.grad is not None and world > 1:
+            torch.distributed.all_reduce(p.grad)
+            p.grad.div_(world * gradient_scale(gathered))
+
+
 def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | None]:
     """Mixed precision for ``device``: fp16/bf16 only on CUDA; returns (precision, note)."""
     if requested != "no" and device.type != "cuda":
@@ -370,8 +380,10 @@ class Trainer:
             if cfg.model.teacher.views != "all":
                 teacher_views = list(cfg.model.teacher.views)
         step_module = EmbedStep(model)
+        loss_params = [p for p in loss_fn.parameters() if p.requires_grad]  # e.g. a learnable logit scale
         optimizer = torch.optim.AdamW(
-            step_module.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
+            [{"params": step_module.parameters()}, {"params": loss_params, "weight_decay": 0.0}],
+            lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay,
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_lambda(cfg.optim.warmup_steps, plan.total_steps, cfg.optim.min_lr_ratio)
@@ -380,6 +392,8 @@ class Trainer:
         accelerator.register_for_checkpointing(scheduler)
         if teacher is not None:
             accelerator.register_for_checkpointing(teacher)
+        if loss_params:
+            accelerator.register_for_checkpointing(loss_fn)
         return Parts(step_module, loss_fn, teacher, teacher_views, optimizer, scheduler, gathered)
 
     def _start_or_resume(self, accelerator: Any, parts: Parts, plan: DataPlan) -> Position:
@@ -616,6 +630,7 @@ class Trainer:
             losses.append(float(loss.detach()))
             for key, value in stats.items():
                 stats_sum[key] = stats_sum.get(key, 0.0) + value / accum
+        sync_loss_gradients(loss_fn, gathered)
         if cfg.optim.grad_clip is not None:
             norm = accelerator.clip_grad_norm_(step_module.parameters(), cfg.optim.grad_clip)
             stats_sum["grad_norm"] = float(norm)
