@@ -1,6 +1,7 @@
 """EEG readers, preprocessing and cache on tiny synthetic files in the real formats."""
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -14,7 +15,7 @@ from multiview_app.data.eeg.preprocess import PrepareOptions, make_windows
 from multiview_app.data.eeg.recording import Recording
 from multiview_app.data.eeg.sleep_edf import find_pairs, read_sleep_edf
 from multiview_app.data.eeg.stages import EXCLUDED, PHYSIONET2018_EEG, UNSCORED
-from multiview_app.data.eeg.synth import (SubjectTraits, hypnogram_annotations, write_edf,
+from multiview_app.data.eeg.synth import (DEFAULT_START, SubjectTraits, hypnogram_annotations, write_edf,
                                           write_physionet2018_night, write_sleep_edf_night)
 
 HOURS = 0.5  # 60 epochs
@@ -119,15 +120,46 @@ def test_truncated_wfdb_and_missing_annotations(physionet_dir, tmp_path):
 
 
 def _edf_pair(folder: Path, name: str, epochs: int, annotations: list[tuple[float, float, str]],
-              rates: tuple[float, float] = (100.0, 100.0)) -> tuple[Path, Path]:
+              rates: tuple[float, float] = (100.0, 100.0), hyp_start: dt.datetime = DEFAULT_START,
+              hyp_patient: str = "X") -> tuple[Path, Path]:
     t = np.arange(int(epochs * 30 * rates[0])) / rates[0]
     u = np.arange(int(epochs * 30 * rates[1])) / rates[1]
     rng = np.random.default_rng(0)
     psg, hyp = folder / f"{name}E0-PSG.edf", folder / f"{name}EC-Hypnogram.edf"
     write_edf(psg, {"EEG Fpz-Cz": (30 * np.sin(2 * np.pi * 10 * t) + rng.normal(0, 5, t.size), rates[0]),
                     "EEG Pz-Oz": (30 * np.sin(2 * np.pi * 3 * u) + rng.normal(0, 5, u.size), rates[1])})
-    write_edf(hyp, {}, annotations)
+    write_edf(hyp, {}, annotations, start=hyp_start, patient=hyp_patient)
     return psg, hyp
+
+
+def test_hypnogram_is_aligned_by_the_header_start_times(tmp_path):
+    stages = np.array([0, 0, 1, 2, 2, 3, 3, 4])
+    annotations = hypnogram_annotations(stages, np.random.default_rng(0))
+    later = DEFAULT_START + dt.timedelta(seconds=90)  # hypnogram starts 3 epochs after the PSG
+    psg, hyp = _edf_pair(tmp_path, "SC4105", 12, annotations, hyp_start=later)
+    rec = read_sleep_edf(psg, hyp, ["Fpz-Cz", "Pz-Oz"])
+    assert (rec.epoch_labels[:3] == UNSCORED).all()
+    np.testing.assert_array_equal(rec.epoch_labels[3:11], stages)
+    assert rec.counts["hypnogram_offset_seconds"] == 90 and rec.counts["hypnograms_offset_from_psg"] == 1
+
+
+def test_hypnogram_of_another_night_or_patient_names_both_files(tmp_path):
+    annotations = hypnogram_annotations(np.array([0, 1, 2, 2]), np.random.default_rng(0))
+    next_night = DEFAULT_START + dt.timedelta(days=1)
+    psg, hyp = _edf_pair(tmp_path, "SC4106", 4, annotations, hyp_start=next_night)
+    with pytest.raises(ValueError, match=r"SC4106EC-Hypnogram.edf: its scored stages .* do not overlap its PSG "
+                                         r".*SC4106E0-PSG.edf"):
+        read_sleep_edf(psg, hyp, ["Fpz-Cz"])
+    psg, hyp = _edf_pair(tmp_path, "SC4107", 4, annotations, hyp_patient="SC499")
+    with pytest.raises(ValueError, match=r"SC4107EC-Hypnogram.edf: patient field 'SC499 X X X' does not match "
+                                         r"'X X X X' of its PSG .*SC4107E0-PSG.edf"):
+        read_sleep_edf(psg, hyp, ["Fpz-Cz"])
+
+
+def test_sleep_edf_signals_are_in_microvolts(tmp_path):
+    psg, hyp = _edf_pair(tmp_path, "SC4108", 2, [(0.0, 60.0, "Sleep stage W")])
+    rec = read_sleep_edf(psg, hyp, ["Fpz-Cz"])
+    assert 25.0 < np.abs(rec.signals[0]).max() < 60.0  # 30 uV sine + 5 uV noise, not 3e-5 V
 
 
 def test_hypnogram_shorter_than_signal_drops_and_counts(tmp_path):

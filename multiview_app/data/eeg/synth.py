@@ -304,10 +304,16 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
 # ----------------------------------------------------------------------------- writers
 
 
+DEFAULT_START = dt.datetime(1989, 4, 24, 22, 0, 0)
+"""Start of synthetic recordings (night ``k`` of subject ``s`` starts ``3 s + k`` days later)."""
+
+
 def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
-              annotations: list[tuple[float, float, str]] | None = None, record_seconds: float = 1.0) -> None:
+              annotations: list[tuple[float, float, str]] | None = None, record_seconds: float = 1.0,
+              start: dt.datetime = DEFAULT_START, patient: str = "X") -> None:
     """Write an EDF(+) file atomically; ``signals``: label -> (uV samples, sampling rate);
-    ``record_seconds``: data-record duration (Sleep-EDF PSG files use 30 s)."""
+    ``record_seconds``: data-record duration (Sleep-EDF PSG files use 30 s); ``start`` and
+    ``patient`` (a code without spaces) go into the header (a PSG and its hypnogram share them)."""
     import edfio
 
     edf_signals = []
@@ -316,7 +322,8 @@ def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
         pad = max(1.0, 0.05 * (high - low))
         edf_signals.append(edfio.EdfSignal(np.asarray(data, dtype=np.float64), sampling_frequency=fs, label=label,
                                            physical_dimension="uV", physical_range=(low - pad, high + pad)))
-    edf = edfio.Edf(edf_signals, starttime=dt.time(22, 0, 0), data_record_duration=record_seconds if edf_signals else None,
+    edf = edfio.Edf(edf_signals, patient=edfio.Patient(code=patient), recording=edfio.Recording(startdate=start.date()),
+                    starttime=start.time(), data_record_duration=record_seconds if edf_signals else None,
                     annotations=[edfio.EdfAnnotation(o, d, t) for o, d, t in (annotations or [])])
     tmp = temp_sibling(path, path.suffix)
     try:
@@ -362,15 +369,16 @@ def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float,
     emg = night_data.signals["EMG submental"]
     emg_rms = np.sqrt((emg.reshape(-1, int(fs)) ** 2).mean(axis=1))
     name = f"SC4{subject:02d}{night + 1}"
+    header = {"start": DEFAULT_START + dt.timedelta(days=3 * subject + night), "patient": f"SC4{subject:02d}"}
     psg = out_dir / f"{name}E0-PSG.edf"
     hyp = out_dir / f"{name}E{'CHJMPRVW'[subject % 8]}-Hypnogram.edf"
     write_edf(psg, {"EEG Fpz-Cz": (night_data.signals["EEG Fpz-Cz"], fs),
                     "EEG Pz-Oz": (night_data.signals["EEG Pz-Oz"], fs),
                     "EOG horizontal": (night_data.signals["EOG horizontal"], fs),
-                    "EMG submental": (emg_rms, 1.0)}, record_seconds=EPOCH_SECONDS)
+                    "EMG submental": (emg_rms, 1.0)}, record_seconds=EPOCH_SECONDS, **header)
     annotations = hypnogram_annotations(stages, rng)
     annotations.append((stages.size * EPOCH_SECONDS, 1800.0, "Sleep stage ?"))  # unscored tail, as in SC files
-    write_edf(hyp, {}, annotations)
+    write_edf(hyp, {}, annotations, **header)
     return [psg, hyp], stages
 
 
