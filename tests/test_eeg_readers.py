@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -286,3 +287,82 @@ def test_download_offline_gives_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(age, "fetch_data", offline)  # never touches the network
     with pytest.raises(RuntimeError, match=r"download of Sleep-EDF subjects \[0\] failed .*offline"):
         download_sleep_physionet([0], [1], tmp_path)
+
+
+def _wfdb_epoch_ramp(folder: Path, record: str, notes: list[tuple[int, str]], n_epochs: int, offset: int,
+                     fs: float = 100.0) -> Path:
+    """A 1-channel record whose signal is a 5 Hz sine of amplitude ``10 * (grid epoch + 1)`` on the
+    30-s grid starting at sample ``offset`` (so a window tells which epoch it was cut from)."""
+    from multiview_app.data.eeg.synth import write_wfdb_record
+
+    spe = int(30 * fs)
+    n = offset + n_epochs * spe
+    t = np.arange(n) / fs
+    epoch = np.clip((np.arange(n) - offset) // spe, 0, None)
+    signal = 10.0 * (epoch + 1) * np.sin(2 * np.pi * 5 * t)
+    write_wfdb_record(folder, record, {"F3-M2": signal}, fs, notes)
+    return folder / record
+
+
+def test_physionet_grid_starts_at_the_first_stage_note(tmp_path):
+    fs, spe, offset = 100.0, 3000, 700  # first note 7 s into the signal: off the signal's 30-s grid
+    codes = ["W", "N1", "N2", "N2", "N3", "R"]
+    notes = [(offset + i * spe, c) for i, c in enumerate(codes)]
+    record = _wfdb_epoch_ramp(tmp_path, "tr05-0001", notes, len(codes), offset, fs)
+    rec = read_physionet2018(record, ["F3-M2"])
+    assert rec.epoch_labels.tolist() == [0, 1, 2, 2, 3, 4] and rec.grid_start_seconds == pytest.approx(7.0)
+    assert rec.counts["epochs_straddling_stage_change"] == 0
+    options = PrepareOptions(channels=["F3-M2"], l_freq=None, h_freq=None, crop_wake_minutes=None)
+    raw_windows = []
+    for epoch in range(len(codes)):  # each window's raw amplitude names the grid epoch it came from
+        start = offset + epoch * spe
+        raw_windows.append(np.abs(rec.signals[0][start:start + spe]).max())
+    np.testing.assert_allclose(raw_windows, 10.0 * (np.arange(len(codes)) + 1), rtol=0.01)
+    windows, labels, epochs, _ = make_windows(rec, options)
+    assert labels.tolist() == [0, 1, 2, 2, 3, 4] and epochs.tolist() == list(range(6))
+    # without the grid start, epoch 0 would mix 7 s of the signal's first samples into every window
+    spectrum = np.abs(np.fft.rfft(windows[:, 0], axis=-1))
+    assert (np.fft.rfftfreq(3000, 1 / fs)[spectrum.argmax(-1)] == 5.0).all()
+
+
+def test_undefined_note_ends_the_stage_and_the_tail_is_counted(tmp_path):
+    spe = 3000
+    notes = [(0, "W"), (2 * spe, "N2"), (4 * spe, "U"), (6 * spe, "N3")]
+    record = _wfdb_epoch_ramp(tmp_path, "tr05-0002", notes, 10, 0)
+    rec = read_physionet2018(record, ["F3-M2"])
+    assert rec.epoch_labels.tolist() == [0, 0, 2, 2, EXCLUDED, EXCLUDED, 3, 3, 3, 3]  # U: excluded, not N2
+    assert rec.counts["epochs_after_last_stage_note"] == 3  # epochs 7-9 hold the last note's N3
+
+
+def test_arousal_mat_is_the_authority_and_disagreements_are_counted(tmp_path):
+    from multiview_app.data.eeg.synth import write_arousal_mat
+
+    spe = 3000
+    notes = [(0, "W"), (2 * spe, "N2"), (5 * spe, "N3")]  # notes say N3 until the end
+    record = _wfdb_epoch_ramp(tmp_path, "tr05-0003", notes, 8, 0)
+    per_sample = np.repeat(np.array([0, 0, 2, 2, 1, 3, UNSCORED, UNSCORED]), spe)  # epoch 4 N1, tail undefined
+    write_arousal_mat(tmp_path / "tr05-0003-arousal.mat", per_sample)
+    rec = read_physionet2018(record, ["F3-M2"])
+    assert rec.epoch_labels.tolist() == [0, 0, 2, 2, 1, 3, UNSCORED, UNSCORED]
+    assert rec.counts["stage_notes_disagreeing_with_mat_epochs"] == 1
+    assert rec.counts["epochs_scored_by_notes_undefined_in_mat"] == 2
+    assert rec.sources[-1].name == "tr05-0003-arousal.mat"
+    summary = prepare("physionet2018", tmp_path, tmp_path / "cache",
+                      PrepareOptions(channels=["F3-M2"], crop_wake_minutes=None), progress=False)
+    assert summary["reader_counts"]["stage_notes_disagreeing_with_mat_epochs"] == 1
+    (tmp_path / "tr05-0003-arousal.mat").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"tr05-0003-arousal.mat: cannot read data/sleep_stages"):
+        read_physionet2018(record, ["F3-M2"])
+
+
+def test_prepare_cli_prints_one_clean_line(sleep_edf_dir, tmp_path, capsys):
+    from multiview_app.cli import main
+
+    assert main(["data", "prepare", "sleep-edf", "--source", str(sleep_edf_dir[0]), "--out", str(tmp_path / "c")]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert len(lines) == 1 and captured.out.endswith("\n") and "\r" not in captured.out + captured.err
+    assert captured.err == ""  # no progress bar when stderr is not a terminal
+    assert lines[0].startswith("prepared 2 recordings") and "reader counts: excluded_epochs" in lines[0]
+    details = json.loads((tmp_path / "c" / "prepare_summary.json").read_text())
+    assert details["prepared"] == ["SC4001", "SC4011"] and sum(details["windows_per_stage"].values()) == details["windows"]

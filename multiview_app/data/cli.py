@@ -86,7 +86,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from .eeg.cache import prepare
+    from .eeg.cache import prepare, summary_line
     from .eeg.preprocess import PrepareOptions
 
     if args.download:
@@ -104,10 +104,7 @@ def _prepare(args: argparse.Namespace) -> int:
         raise ValueError(f"prepare options: {message.removeprefix('Value error, ')}") from None
     summary = prepare(args.dataset, args.source, args.out, options, dtype=args.dtype,
                       on_error="skip" if args.skip_bad else "raise")
-    print(json.dumps(summary, indent=1))
-    print(f"prepared {len(summary['prepared'])} recordings, skipped {len(summary['skipped_existing'])} already "
-          f"prepared, {len(summary['duplicates'])} duplicates, {len(summary['errors'])} errors; "
-          f"cache {args.out} holds {summary['windows']} windows")
+    print(summary_line(summary))
     return 0
 
 

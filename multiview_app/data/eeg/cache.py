@@ -25,13 +25,14 @@ import numpy as np
 
 from ...fileio import atomic_write_bytes
 from ...registry import Registry
-from .physionet2018 import find_records, read_physionet2018, signal_files
+from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
 from .recording import Recording, sha256_file
 from .sleep_edf import find_pairs, read_sleep_edf, recording_id
 from .stages import STAGES
 
 MANIFEST = "manifest.json"
+SUMMARY = "prepare_summary.json"  # the last `prepare` run's full summary (the terminal gets one line)
 CACHE_FORMAT = "multiview_app.eeg_windows/1"
 
 
@@ -61,7 +62,7 @@ def sleep_edf_entries(source: Path) -> list[SourceEntry]:
 def physionet2018_entries(source: Path) -> list[SourceEntry]:
     entries = []
     for record in find_records(source):
-        files = [*signal_files(record), Path(f"{record}.arousal")]
+        files = [*signal_files(record), Path(f"{record}.arousal"), arousal_mat_path(record)]
         entries.append(SourceEntry(record.name, [f for f in files if f.exists()] or [Path(f"{record}.hea")],
                                    lambda channels, record=record: read_physionet2018(record, channels)))
     return entries
@@ -137,7 +138,7 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     by_checksum = {r["sources"][0]["sha256"]: r["recording"] for r in manifest["recordings"]}
     summary: dict[str, Any] = {"prepared": [], "skipped_existing": [], "duplicates": [], "errors": [],
                                "dropped": Counter(), "reader_counts": Counter()}
-    for entry in tqdm(entries, desc=f"prepare {dataset}", disable=not progress):
+    for entry in tqdm(entries, desc=f"prepare {dataset}", disable=None if progress else True):  # None: off when not a TTY
         checksums = [{"path": str(f), "sha256": sha256_file(f)} for f in entry.files]
         signal_sum = checksums[0]["sha256"]
         known = by_id.get(entry.recording)
@@ -183,7 +184,24 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     summary["cache"] = str(out)
     summary["dropped"] = dict(summary["dropped"])
     summary["reader_counts"] = {k: v for k, v in summary["reader_counts"].items() if v}
+    summary["windows_per_stage"] = {stage: int(sum(r["labels"].count(i) for r in manifest["recordings"]))
+                                    for i, stage in enumerate(STAGES)}
+    summary["summary_file"] = str(out / SUMMARY)
+    atomic_write_bytes(out / SUMMARY, lambda h: h.write(json.dumps(summary, indent=1).encode()))
     return summary
+
+
+def summary_line(summary: dict) -> str:
+    """One line for the terminal: what was prepared, windows per stage, what was dropped or noticed
+    by the readers (non-zero counts), and where the full summary is."""
+    def pairs(counts: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
+
+    return (f"prepared {len(summary['prepared'])} recordings (skipped {len(summary['skipped_existing'])} already "
+            f"prepared, {len(summary['duplicates'])} duplicates, {len(summary['errors'])} errors); "
+            f"cache {summary['cache']} holds {summary['windows']} windows ({pairs(summary['windows_per_stage'])}); "
+            f"dropped: {pairs(summary['dropped'])}; reader counts: {pairs(summary['reader_counts'])}; "
+            f"details: {summary['summary_file']}")
 
 
 def info(cache_dir: str | Path) -> dict:

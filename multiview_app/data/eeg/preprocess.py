@@ -85,8 +85,9 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     counts: Counter = Counter()
     window = options.window_samples
     labels = recording.epoch_labels
-    n_epochs = min([labels.size] + [int(len(x) // (EPOCH_SECONDS * fs)) for x, fs in
-                                    zip(recording.signals, recording.sfreqs)])
+    offsets = [int(round(recording.grid_start_seconds * fs)) for fs in recording.sfreqs]  # epoch 0's first sample
+    n_epochs = min([labels.size] + [int((len(x) - offset) // (EPOCH_SECONDS * fs)) for x, fs, offset in
+                                    zip(recording.signals, recording.sfreqs, offsets)])
     labels = labels[:n_epochs]
     # Only the span of epochs that can be kept is filtered (real Sleep-EDF nights are ~22 h of which
     # ~9 h survive wake cropping), plus a 60-s margin on each side against filter edge effects.
@@ -95,9 +96,9 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     margin = min(2, first), min(2, n_epochs - stop)
     span = slice(first - margin[0], stop + margin[1])
     resampled, nan_epochs = [], np.zeros(span.stop - span.start, dtype=bool)
-    for signal, fs in zip(recording.signals, recording.sfreqs):
+    for signal, fs, offset in zip(recording.signals, recording.sfreqs, offsets):
         per_epoch = int(round(EPOCH_SECONDS * fs))
-        signal = np.asarray(signal[span.start * per_epoch: span.stop * per_epoch], dtype=np.float32)
+        signal = np.asarray(signal[offset + span.start * per_epoch: offset + span.stop * per_epoch], dtype=np.float32)
         bad = ~np.isfinite(signal)
         if bad.any():
             nan_epochs[np.unique(np.flatnonzero(bad) // per_epoch)] = True

@@ -407,6 +407,28 @@ def write_wfdb_record(out_dir: Path, record: str, signals: dict[str, np.ndarray]
     return paths
 
 
+def write_arousal_mat(path: Path, per_sample: np.ndarray) -> None:
+    """Write a challenge-style ``-arousal.mat`` (MAT v7.3 / HDF5): ``data/sleep_stages/<stage>``
+    one-hot uint8 vectors ``(1, n)`` from per-sample codes ``(n,)`` (``UNSCORED`` -> ``undefined``),
+    and an all-zero ``data/arousals``."""
+    import h5py
+
+    from .stages import PHYSIONET2018_MAT_STAGES
+
+    tmp = _atomic_target(path)
+    try:
+        with h5py.File(tmp, "w") as handle:
+            data = handle.create_group("data")
+            stages = data.create_group("sleep_stages")
+            for name, code in PHYSIONET2018_MAT_STAGES.items():
+                stages.create_dataset(name, data=(per_sample == code).astype(np.uint8)[None], compression="gzip")
+            data.create_dataset("arousals", data=np.zeros((1, per_sample.size), dtype=np.uint8), compression="gzip")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
                               rng: np.random.Generator) -> tuple[list[Path], np.ndarray]:
     """WFDB record ``tr<NN>-<SSSS>`` at 200 Hz with the six EEG derivations, E1-M2 and Chin1-Chin2,
@@ -446,7 +468,7 @@ def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     jobs = [(s, n) for s in range(subjects) for n in range(nights)]
-    for subject, night in tqdm(jobs, desc=f"synth-psg {fmt}", disable=not progress):
+    for subject, night in tqdm(jobs, desc=f"synth-psg {fmt}", disable=None if progress else True):  # None: off when not a TTY
         traits = SubjectTraits.sample(np.random.default_rng([seed, subject]))
         rng = np.random.default_rng([seed, subject, night, 1])
         paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng)
