@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from multiview_app.eval.bandpower import BANDS, bandpower_features, relative_band_powers
-from multiview_app.eval.sleep_staging import balanced_sample, few_shot_protocol, staging_metrics
+from multiview_app.eval.sleep_staging import (balanced_sample, capped_shots, few_shot_protocol,
+                                              missing_class_note, staging_metrics)
 
 
 def test_balanced_sample_is_class_balanced_and_capped():
@@ -49,8 +50,21 @@ def test_few_shot_protocol_separates_informative_from_random_features():
         "noise": {"train": rng.normal(0, 1, (400, 4)), "test": rng.normal(0, 1, (200, 4))},
     }
     results, drawn, predictions = few_shot_protocol(features, y_train, y_test, (5, 1000), seeds=2)
-    assert drawn["5"] == {s: 5 for s in ["W", "N1", "N2", "N3", "REM"]}
-    assert sum(drawn["1000"].values()) == 400  # capped by what exists
+    assert drawn["5"] == [{s: 5 for s in ["W", "N1", "N2", "N3", "REM"]}] * 2  # one entry per seed
+    assert all(sum(d.values()) == 400 for d in drawn["1000"])  # capped by what exists
+    assert capped_shots(drawn) == ["1000"]
+    assert len(results["informative"]["5"]["runs"]) == 2 and results["informative"]["5"]["n_runs"] == 2
     assert results["informative"]["1000"]["accuracy"]["mean"] > 0.8
     assert results["noise"]["1000"]["accuracy"]["mean"] < 0.4
     assert results["informative"]["5"]["kappa"]["std"] >= 0.0 and predictions["noise"].shape == (200,)
+
+
+def test_missing_training_class_gives_one_note_and_no_raw_warnings(recwarn):
+    rng = np.random.default_rng(1)
+    y_train = rng.integers(0, 4, 300)  # no REM among the training subjects
+    y_test = rng.integers(0, 5, 100)
+    features = {"f": {"train": rng.normal(0, 1, (300, 3)), "test": rng.normal(0, 1, (100, 3))}}
+    _, drawn, _ = few_shot_protocol(features, y_train, y_test, (5, 20), seeds=3)
+    note = missing_class_note(drawn, [y_test])
+    assert note == "training subjects have no windows of REM (6 of 6 fits); those fits never predict them (F1 0)"
+    assert missing_class_note(drawn, [y_train]) is None

@@ -1,17 +1,30 @@
 """``mvapp eval sleep-staging``: few-shot linear sleep staging on frozen per-channel EEG features.
 
-Protocol (M3G Table 3 / Brüsch et al. 2023): subject-wise train/test split (the run's
-``eeg_windows`` adapter, or another prepared cache via ``--cache``); per-channel encoder features
-combined (concatenated in channel order, or averaged); for every ``s`` in ``--shots`` and every
-seed, ``s`` windows per class are drawn from the training subjects (class-balanced; capped by what
-exists, reported), a standardized logistic regression is fitted and scored on every test window.
-Rows: trained encoder, random-init encoder (``init.safetensors``), relative band powers.
-Outputs ``eval/sleep_staging.json``, ``plots/sleep_staging_confusion.png`` and
-``plots/sleep_staging_hypnogram.png`` (true vs predicted, one test night).
+Protocol (M3G Table 3 / Brüsch et al. 2023):
+
+- **in-domain** (default): the run's own subject split. The classifier is trained on windows of the
+  pretraining subjects and scored on the held-out subjects; ``--folds F`` splits the held-out
+  subjects into F test folds (the classifier then also trains on the other folds). An option that
+  would put a pretraining subject into a test set is refused with the subject names.
+- **cross-dataset** (``--cache`` of another dataset, e.g. PhysioNet-2018-pretrained -> Sleep-EDF):
+  the other cache's subjects are split on their own (``--test-fraction``, default 20 % as Brüsch
+  et al., or ``--folds F``); results go to ``eval/sleep_staging_<dataset>.json`` and never
+  overwrite the in-domain ``eval/sleep_staging.json``.
+
+Per-channel encoder features are combined (concatenated in channel order, or averaged); for every
+``s`` in ``--shots`` and every seed, ``s`` windows per class are drawn from the classifier's
+training subjects (class-balanced; capped by what exists: the counts drawn for every fold and seed
+are reported and a capped column is flagged), a standardized logistic regression is fitted and
+scored on every test window. Rows: trained encoder, random-init encoder (``init.safetensors``),
+relative band powers. Metrics: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1,
+per-class F1, as mean +- std over folds x seeds.
 """
 from __future__ import annotations
 
 import argparse
+import sys
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +43,10 @@ from .probe import fit_linear_classifier
 
 DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
-METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "kappa")
+METRICS = ("balanced_accuracy", "kappa", "accuracy", "macro_f1")
+"""Headline first: balanced accuracy and kappa do not reward the class prior."""
+CROSS_DATASET_TEST_FRACTION = 0.2
+"""Share of the other dataset's subjects held out in the cross-dataset protocol (Brüsch et al.: 20 %)."""
 
 
 def balanced_sample(labels: np.ndarray, per_class: int, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, int]]:
@@ -51,9 +67,12 @@ def staging_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, Any]:
     """Accuracy, balanced accuracy, macro-F1, Cohen's kappa and per-class F1 (classes in the test set)."""
     present = sorted(set(np.unique(y_true).tolist()))
     per_class = f1_score(y_true, y_pred, labels=present, average=None, zero_division=0)
+    with warnings.catch_warnings():  # predicted classes absent from the test set: expected, not news
+        warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+        balanced = balanced_accuracy_score(y_true, y_pred)
     return {
         "accuracy": float(accuracy_score(y_true, y_pred)),
-        "balanced_accuracy": float(balanced_accuracy_score(y_true, y_pred)),
+        "balanced_accuracy": float(balanced),
         "macro_f1": float(f1_score(y_true, y_pred, labels=present, average="macro", zero_division=0)),
         "kappa": float(cohen_kappa_score(y_true, y_pred)),
         "per_class_f1": {STAGES[c]: float(f) for c, f in zip(present, per_class)},
@@ -70,15 +89,27 @@ def _mean_std(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "std": float(np.std(values))}
 
 
+def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-run metric dicts (one per fold x seed, possibly pooled over pretraining runs) ->
+    ``{metric: {mean, std}, per_class_f1: {stage: {mean, std}}, n_runs}``."""
+    summary: dict[str, Any] = {m: _mean_std([r[m] for r in runs]) for m in METRICS}
+    classes = sorted({c for r in runs for c in r["per_class_f1"]}, key=STAGES.index)
+    summary["per_class_f1"] = {c: _mean_std([r["per_class_f1"].get(c, 0.0) for r in runs]) for c in classes}
+    summary["n_runs"] = len(runs)
+    return summary
+
+
 def few_shot_protocol(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
     shots: tuple[int, ...], seeds: int, C: float = 1.0,
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]], dict[str, np.ndarray]]:
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
     """Fit/score a linear classifier per feature set, ``s`` in ``shots`` and seed (same draws for all sets).
 
     ``features``: name -> {"train": (N_tr, F), "test": (N_te, F)}. Returns results
-    ``[name][str(s)][metric] = {mean, std}`` (+ ``per_class_f1``), the windows drawn per class
-    per ``s``, and the test predictions of every feature set at the largest ``s``, seed 0.
+    ``[name][str(s)]`` = :func:`summarize_runs` plus the per-seed ``runs``, the windows drawn per
+    class for every seed (``[str(s)][seed]``), and the test predictions of every feature set at
+    the largest ``s``, seed 0. scikit-learn warnings are collected into ``results["warnings"]``
+    is not done here: see :func:`collect_warnings`.
     """
     with threadpool_limits(1):  # small BLAS problems: multi-threading only oversubscribes (measured 60x slower)
         return _few_shot_protocol(features, y_train, y_test, shots, seeds, C)
@@ -87,15 +118,16 @@ def few_shot_protocol(
 def _few_shot_protocol(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
     shots: tuple[int, ...], seeds: int, C: float,
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]], dict[str, np.ndarray]]:
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
     results: dict[str, dict[str, Any]] = {name: {} for name in features}
-    drawn_per_shot: dict[str, dict[str, int]] = {}
+    drawn_per_shot: dict[str, list[dict[str, int]]] = {}
     predictions: dict[str, np.ndarray] = {}
     for s in shots:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in features}
+        drawn_per_shot[str(s)] = []
         for seed in range(seeds):
             index, drawn = balanced_sample(y_train, s, np.random.default_rng([seed, s]))
-            drawn_per_shot[str(s)] = drawn
+            drawn_per_shot[str(s)].append(drawn)
             for name, split_feats in features.items():
                 clf = fit_linear_classifier(split_feats["train"][index], y_train[index], C=C, seed=seed)
                 predicted = clf.predict(np.nan_to_num(split_feats["test"]))
@@ -103,84 +135,217 @@ def _few_shot_protocol(
                 if seed == 0 and s == max(shots):
                     predictions[name] = predicted
         for name, seed_runs in runs.items():
-            summary: dict[str, Any] = {m: _mean_std([r[m] for r in seed_runs]) for m in METRICS}
-            classes = sorted({c for r in seed_runs for c in r["per_class_f1"]}, key=STAGES.index)
-            summary["per_class_f1"] = {c: _mean_std([r["per_class_f1"].get(c, 0.0) for r in seed_runs]) for c in classes}
-            results[name][str(s)] = summary
+            results[name][str(s)] = {**summarize_runs(seed_runs), "runs": seed_runs}
     return results, drawn_per_shot, predictions
+
+
+def capped_shots(drawn: dict[str, list[dict[str, int]]]) -> list[str]:
+    """The ``s`` columns where some class had fewer than ``s`` windows to draw (in any fold/seed)."""
+    return [s for s, per_seed in drawn.items() if any(n < int(s) for d in per_seed for n in d.values())]
+
+
+def missing_class_note(drawn: dict[str, list[dict[str, int]]], test_labels: list[np.ndarray]) -> str | None:
+    """One line naming the classes present in a test set but absent from the classifier's training
+    windows (their F1 is 0), or None."""
+    present = {STAGES[int(c)] for y in test_labels for c in np.unique(y)}
+    fits, missing = 0, Counter()
+    for per_seed in drawn.values():
+        for d in per_seed:
+            fits += 1
+            missing.update(sorted(present - set(d)))
+    if not missing:
+        return None
+    classes = ", ".join(f"{c} ({n} of {fits} fits)" for c, n in missing.items())
+    return f"training subjects have no windows of {classes}; those fits never predict them (F1 0)"
 
 
 def run_sleep_staging(
     run_dir: str | Path, *, cache: str | None = None, channels: list[str] | None = None,
-    test_fraction: float | None = None, shots: tuple[int, ...] = DEFAULT_SHOTS, seeds: int = 5,
-    combine: Literal["concat", "mean"] = "concat", C: float = 1.0, batch_size: int = 256,
+    test_fraction: float | None = None, folds: int | None = None, shots: tuple[int, ...] = DEFAULT_SHOTS,
+    seeds: int = 5, combine: Literal["concat", "mean"] = "concat", C: float = 1.0, batch_size: int = 256,
     baselines: bool = True, device: str = "cpu", progress: bool = True,
 ) -> dict[str, Any]:
     """Run the protocol above on ``run_dir``; write and return the result dict."""
-    from ..data.adapters import build_adapter
     from ..data.eeg.views import ChannelViews
 
     run_dir = Path(run_dir)
     cfg, _ = load_run(run_dir, "init")
-    if cfg.data.adapter != "eeg_windows" and cache is None:
-        raise ValueError(f"run {run_dir} was trained on '{cfg.data.adapter}' data; pass --cache <prepared EEG cache>")
-    options = dict(cfg.data.options) if cfg.data.adapter == "eeg_windows" else {}
-    if cache is not None:
-        options = {k: v for k, v in options.items() if k not in ("cache", "channels", "test_subjects")}
-        options["cache"] = cache
-    if channels is not None:
-        options["channels"] = channels
-    if test_fraction is not None:
-        options["test_fraction"] = test_fraction
-        options.pop("test_subjects", None)
-    adapter = build_adapter("eeg_windows", options)
-    if "test" not in adapter.splits:
-        raise ValueError("sleep staging needs a subject-wise test split; set a test_fraction > 0")
+    plan = plan_evaluation(cfg, run_dir, cache=cache, channels=channels, test_fraction=test_fraction, folds=folds)
+    adapter = plan["adapter"]
     policy = ChannelViews(len(adapter.channel_names), ChannelViews.Options(), adapter)
-    overlap = set(adapter.split_subjects["train"]) & set(adapter.split_subjects["test"])
-    if overlap:  # the adapter guarantees disjoint splits; never score on training subjects
-        raise RuntimeError(f"subjects in both the train and test split: {sorted(overlap)}")
 
-    features: dict[str, dict[str, np.ndarray]] = {}
-    labels: dict[str, np.ndarray] = {}
-    meta_test: dict[str, list[Any]] = {}
+    features: dict[str, np.ndarray] = {}
+    labels = subjects = np.zeros(0)
+    meta: dict[str, list[Any]] = {}
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
-        features[name] = {}
-        for split in ("train", "test"):
-            feats, y, meta = extract_features(model, adapter, policy, split, batch_size, device, progress)
-            features[name][split] = combine_views(feats, combine)
-            labels[split] = y
-            if split == "test":
-                meta_test = meta
+        feats, labels, meta = extract_features(model, adapter, policy, "train", batch_size, device, progress)
+        features[name] = combine_views(feats, combine)
+    subjects = np.asarray(meta["subject"])
     if baselines:
-        features["bandpower"] = {split: bandpower_features(_windows(adapter.split(split), batch_size), adapter.sfreq)
-                                 for split in ("train", "test")}
+        features["bandpower"] = bandpower_features(_windows(adapter.split("train"), batch_size), adapter.sfreq)
 
-    results, drawn_per_shot, predictions = few_shot_protocol(features, labels["train"], labels["test"], shots, seeds, C)
-    plots = _plots(run_dir, labels["test"], predictions["trained"], meta_test, max(shots))
+    fold_results: list[dict[str, Any]] = []
+    drawn: dict[str, list[dict[str, int]]] = {}
+    collected: list[warnings.WarningMessage] = []
+    test_labels: list[np.ndarray] = []
+    predictions: dict[str, np.ndarray] = {}
+    first_test = np.zeros(0, dtype=bool)
+    for fold, (train_subjects, test_subjects) in enumerate(plan["folds"]):
+        train = np.isin(subjects, train_subjects)
+        test = np.isin(subjects, test_subjects)
+        split_feats = {name: {"train": f[train], "test": f[test]} for name, f in features.items()}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results, fold_drawn, fold_predictions = few_shot_protocol(
+                split_feats, labels[train], labels[test], shots, seeds, C)
+        collected += caught
+        fold_results.append(results)
+        test_labels.append(labels[test])
+        for s, per_seed in fold_drawn.items():
+            drawn.setdefault(s, []).extend(per_seed)
+        if fold == 0:
+            predictions, first_test = fold_predictions, test
+    pooled = {name: {str(s): summarize_runs([r for fr in fold_results for r in fr[name][str(s)]["runs"]])
+                     for s in shots} for name in features}
+    for name in pooled:
+        for s in shots:
+            pooled[name][str(s)]["runs"] = [r for fr in fold_results for r in fr[name][str(s)]["runs"]]
+    notes = [note for note in [missing_class_note(drawn, test_labels), _warning_note(collected)] if note]
+    stem = plan["name"]
+    plots = _plots(run_dir, stem, labels[first_test], predictions["trained"],
+                   {k: np.asarray(v)[first_test].tolist() for k, v in meta.items()}, max(shots))
     result = {
         "evaluator": "sleep-staging",
+        "protocol": plan["protocol"],
         "run": str(run_dir),
         "loss": cfg.loss.name,
+        "pretraining_cache": plan["pretraining_cache"],
         "cache": str(adapter.cache_dir),
+        "dataset": plan["dataset"],
         "channels": adapter.channel_names,
         "combine": combine,
-        "subjects": adapter.split_subjects,
-        "windows": {split: int(labels[split].size) for split in ("train", "test")},
-        "test_windows_per_stage": {STAGES[c]: int((labels["test"] == c).sum()) for c in range(len(STAGES))},
+        "classifier": f"standardized logistic regression (C={C})",
+        "pretraining_subjects": plan["pretraining_subjects"],
+        "subjects": {"train": sorted(set(plan["folds"][0][0])), "test": sorted(set(plan["folds"][0][1]))},
+        "folds": [{"train": sorted(tr), "test": sorted(te)} for tr, te in plan["folds"]],
+        "windows": {"train": int(np.isin(subjects, plan["folds"][0][0]).sum()),
+                    "test": int(sum(y.size for y in test_labels))},
+        "test_windows_per_stage": {STAGES[c]: int(sum((y == c).sum() for y in test_labels)) for c in range(len(STAGES))},
         "shots": list(shots),
-        "drawn_per_class": drawn_per_shot,
+        "drawn_per_class": drawn,
+        "capped_shots": capped_shots(drawn),
         "seeds": seeds,
         "C": C,
-        "results": results,
+        "results": pooled,
+        "notes": notes,
         "plots": plots,
+        "output": str(run_dir / "eval" / f"{stem}.json"),
     }
-    atomic_write_json(run_dir / "eval" / "sleep_staging.json", result)
+    atomic_write_json(run_dir / "eval" / f"{stem}.json", result)
     return result
 
 
-def _plots(run_dir: Path, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str, list[Any]], shots: int) -> dict[str, str]:
+def _warning_note(caught: list[warnings.WarningMessage]) -> str | None:
+    """All warnings raised while fitting/scoring, summarized in one line (or None)."""
+    if not caught:
+        return None
+    kinds = Counter(f"{w.category.__name__}: {str(w.message).splitlines()[0][:80]}" for w in caught)
+    return f"{len(caught)} warnings while fitting: " + "; ".join(f"{n}x {k}" for k, n in kinds.most_common(3))
+
+
+def _resolved(path: str | Path) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: list[str] | None,
+                    test_fraction: float | None, folds: int | None) -> dict[str, Any]:
+    """Which windows, which subjects train the classifier and which are tested, under which name.
+
+    Returns ``adapter`` (every subject of the evaluation cache in its ``train`` split), ``folds``
+    [(classifier-training subjects, test subjects)], ``protocol``, ``name`` (output file stem),
+    ``dataset``, ``pretraining_subjects``, ``pretraining_cache``. Raises ``ValueError`` when a test
+    set would contain a pretraining subject (naming them) or the options cannot give a test set.
+    """
+    from ..data.adapters import build_adapter
+    from ..data.eeg.cache import load_manifest
+
+    if folds is not None and folds < 2:
+        raise ValueError(f"--folds must be >= 2 (got {folds}); omit it for a single split")
+    if cfg.data.adapter != "eeg_windows" and cache is None:
+        raise ValueError(f"run {run_dir} was trained on '{cfg.data.adapter}' data; pass --cache <prepared EEG cache>")
+    pretraining_subjects: list[str] = []
+    pretraining_cache = None
+    run_options: dict[str, Any] = {}
+    run_dataset = None
+    if cfg.data.adapter == "eeg_windows":
+        run_options = dict(cfg.data.options)
+        run_adapter = build_adapter("eeg_windows", run_options)
+        pretraining_subjects = run_adapter.split_subjects["train"]
+        pretraining_cache = str(run_adapter.cache_dir)
+        run_dataset = run_adapter.manifest["dataset"]
+    in_domain = cache is None or (pretraining_cache is not None and _resolved(cache) == _resolved(pretraining_cache))
+    eval_cache = pretraining_cache if in_domain else str(cache)
+    dataset = load_manifest(eval_cache)["dataset"]
+    base = {k: v for k, v in run_options.items() if k not in ("cache", "channels", "test_subjects", "test_fraction")}
+    if not in_domain:
+        base = {"split_seed": run_options.get("split_seed", 0)}
+    everyone = build_adapter("eeg_windows", {**base, "cache": eval_cache, "test_fraction": 0.0,
+                                             **({"channels": channels} if channels else
+                                                {"channels": run_options.get("channels")} if in_domain else {})})
+    all_subjects = everyone.split_subjects["train"]
+    rng_seed = int(base.get("split_seed", 0))
+    if in_domain:
+        held_out = [s for s in all_subjects if s not in set(pretraining_subjects)]
+        if test_fraction is not None:
+            proposed = build_adapter("eeg_windows", {**run_options, "test_fraction": test_fraction,
+                                                     "test_subjects": None}).split_subjects["test"]
+            _refuse_pretraining(proposed, pretraining_subjects, f"--test-fraction {test_fraction}")
+            held_out = proposed
+        if not held_out:
+            raise ValueError(f"run {run_dir} pretrained on every subject of {eval_cache}: nothing is held out for "
+                             "in-domain staging; evaluate on another cache (--cache)")
+        candidates, classifier_pool = held_out, pretraining_subjects
+    else:
+        candidates = all_subjects
+        classifier_pool = []
+    if folds is not None:
+        if folds > len(candidates):
+            raise ValueError(f"--folds {folds}: only {len(candidates)} candidate test subjects "
+                             f"({', '.join(candidates)})")
+        order = np.random.default_rng(rng_seed).permutation(len(candidates))
+        test_sets = [[candidates[i] for i in part] for part in np.array_split(order, folds)]
+    elif in_domain:
+        test_sets = [candidates]
+    else:
+        fraction = CROSS_DATASET_TEST_FRACTION if test_fraction is None else test_fraction
+        split = build_adapter("eeg_windows", {"cache": eval_cache, "test_fraction": fraction, "split_seed": rng_seed,
+                                              **({"channels": channels} if channels else {})})
+        test_sets = [split.split_subjects["test"]]
+    for test_set in test_sets:
+        _refuse_pretraining(test_set, pretraining_subjects, f"--cache {cache}" if cache else "the run's split")
+    plan_folds = [(sorted(set(classifier_pool) | (set(candidates) - set(t))), sorted(t)) for t in test_sets]
+    for train_set, _ in plan_folds:
+        if not train_set:
+            raise ValueError("sleep staging: no subject left to train the classifier on")
+    if in_domain:
+        protocol, name = "in-domain", "sleep_staging"
+    else:
+        protocol = "cross-dataset" if dataset != run_dataset else "in-domain (other cache)"
+        name = f"sleep_staging_{dataset}" if dataset != run_dataset else f"sleep_staging_{_resolved(eval_cache).name}"
+    return {"adapter": everyone, "folds": plan_folds, "protocol": protocol, "name": name, "dataset": dataset,
+            "pretraining_subjects": pretraining_subjects, "pretraining_cache": pretraining_cache}
+
+
+def _refuse_pretraining(test_subjects: list[str], pretraining_subjects: list[str], option: str) -> None:
+    overlap = sorted(set(test_subjects) & set(pretraining_subjects))
+    if overlap:
+        raise ValueError(f"{option} would put pretraining subjects into the test set: {', '.join(overlap)}; "
+                         "staging must be scored on subjects the encoder never saw")
+
+
+def _plots(run_dir: Path, stem: str, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str, list[Any]],
+           shots: int) -> dict[str, str]:
     """Confusion matrix (row-normalized) and a true-vs-predicted hypnogram of the longest test night."""
     import matplotlib
 
@@ -199,7 +364,7 @@ def _plots(run_dir: Path, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str
     ax.set(xticks=range(len(STAGES)), yticks=range(len(STAGES)), xticklabels=STAGES, yticklabels=STAGES,
            xlabel="predicted", ylabel="true", title=f"trained encoder, s={shots}, seed 0")
     fig.tight_layout()
-    confusion_path = out / "sleep_staging_confusion.png"
+    confusion_path = out / f"{stem}_confusion.png"
     fig.savefig(confusion_path, dpi=110)
     plt.close(fig)
 
@@ -216,27 +381,36 @@ def _plots(run_dir: Path, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str
     axes[0].set_title(f"{night}: trained encoder, s={shots}, seed 0")
     axes[1].set_xlabel("hours since recording start")
     fig.tight_layout()
-    hypnogram_path = out / "sleep_staging_hypnogram.png"
+    hypnogram_path = out / f"{stem}_hypnogram.png"
     fig.savefig(hypnogram_path, dpi=110)
     plt.close(fig)
     return {"confusion": str(confusion_path), "hypnogram": str(hypnogram_path)}
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """Accuracy (mean +- std over seeds) per s, then all metrics at the largest s."""
+    """One block per metric (balanced accuracy and kappa first), mean +- std over folds x seeds per
+    s; capped columns are marked ``*`` and the counts drawn there are listed."""
     shots = [str(s) for s in result["shots"]]
-    lines = [f"sleep staging ({len(result['subjects']['test'])} test subjects, {result['windows']['test']} windows, "
-             f"{result['seeds']} seeds): accuracy",
-             f"{'features':<12}" + "".join(f"{'s=' + s:>17}" for s in shots)]
-    for name, per_shot in result["results"].items():
-        lines.append(f"{name:<12}" + "".join(
-            f"{per_shot[s]['accuracy']['mean']:>10.3f} ± {per_shot[s]['accuracy']['std']:.3f}" for s in shots))
-    top = shots[-1]
-    lines += ["", f"at s={top} (drawn per class: {result['drawn_per_class'].get(top)})",
-              f"{'features':<12}" + "".join(f"{m:>20}" for m in METRICS)]
-    for name, per_shot in result["results"].items():
-        lines.append(f"{name:<12}" + "".join(
-            f"{per_shot[top][m]['mean']:>13.3f} ± {per_shot[top][m]['std']:.3f}" for m in METRICS))
+    capped = set(result.get("capped_shots", []))
+    n_runs = next(iter(next(iter(result["results"].values())).values()))["n_runs"]
+    source = f"pretrained on {result['pretraining_cache']}" if result.get("pretraining_cache") else "pretrained elsewhere"
+    lines = [f"sleep staging, {result['protocol']} ({result['dataset']}, {source}): {len(result['folds'])} fold(s), "
+             f"{len(result['subjects']['test'])} test subjects in fold 1, {result['windows']['test']} test windows, "
+             f"mean ± std over {n_runs} fits (folds x seeds); classifier: {result['classifier']}"]
+    header = f"{'features':<12}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>17}" for s in shots)
+    for metric in METRICS:
+        lines += ["", f"{metric}", header]
+        for name, per_shot in result["results"].items():
+            lines.append(f"{name:<12}" + "".join(
+                f"{per_shot[s][metric]['mean']:>10.3f} ± {per_shot[s][metric]['std']:.3f}" for s in shots))
+    for s in shots:
+        if s in capped:
+            draws = sorted({tuple(sorted(d.items(), key=lambda kv: STAGES.index(kv[0])))
+                            for d in result["drawn_per_class"][s]})
+            listed = " | ".join(", ".join(f"{c} {n}" for c, n in d) for d in draws)
+            lines.append(f"* s={s} is capped by the windows that exist (imbalanced draw; drawn per class: {listed})")
+    for note in result.get("notes", []):
+        lines.append(f"note: {note}")
     return "\n".join(lines)
 
 
@@ -248,13 +422,22 @@ class SleepStaging:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--cache", default=None, help="evaluate on another prepared cache (e.g. Sleep-EDF)")
+        parser.add_argument("--cache", default=None,
+                            help="stage another prepared cache (cross-dataset, e.g. Sleep-EDF; default: the run's own)")
         parser.add_argument("--channels", nargs="+", default=None, help="channels of the cache to use (default: all)")
-        parser.add_argument("--test-fraction", type=open_fraction, default=None, help="share of subjects held out")
-        parser.add_argument("--shots", type=positive_int, nargs="+", default=list(DEFAULT_SHOTS), help="windows per class")
-        parser.add_argument("--seeds", type=positive_int, default=5, help="repetitions (different few-shot draws)")
-        parser.add_argument("--combine", choices=["concat", "mean"], default="concat", help="per-channel features")
-        parser.add_argument("--C", type=positive_float, default=1.0, help="inverse L2 strength of the logistic regression")
+        parser.add_argument("--test-fraction", type=open_fraction, default=None,
+                            help="share of subjects held out (default: the run's split in-domain, "
+                                 f"{CROSS_DATASET_TEST_FRACTION} cross-dataset)")
+        parser.add_argument("--folds", type=positive_int, default=None,
+                            help="subject-wise folds of the test subjects (mean ± std over folds x seeds)")
+        parser.add_argument("--shots", type=positive_int, nargs="+", default=list(DEFAULT_SHOTS),
+                            help="windows per class (default: %(default)s)")
+        parser.add_argument("--seeds", type=positive_int, default=5,
+                            help="repetitions (different few-shot draws; default: %(default)s)")
+        parser.add_argument("--combine", choices=["concat", "mean"], default="concat",
+                            help="per-channel features (default: %(default)s)")
+        parser.add_argument("--C", type=positive_float, default=1.0,
+                            help="inverse L2 strength of the logistic regression (default: %(default)s)")
         parser.add_argument("--batch-size", type=positive_int, default=256)
         parser.add_argument("--no-baselines", action="store_true", help="skip the band-power baseline")
         parser.add_argument("--device", default="cpu")
@@ -262,11 +445,15 @@ class SleepStaging:
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
         if any(s < 1 for s in args.shots) or args.seeds < 1:
             raise ValueError(f"--shots and --seeds must be positive (got {args.shots}, {args.seeds})")
+        if args.test_fraction is not None and not 0 < args.test_fraction < 1:
+            raise ValueError(f"--test-fraction must be in (0, 1), got {args.test_fraction}")
         result = run_sleep_staging(
-            run_dir, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction,
+            run_dir, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction, folds=args.folds,
             shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,
             batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
         )
         print(format_table(result))
         print(f"plots: {', '.join(result['plots'].values())}")
+        for note in result["notes"]:
+            print(f"warning: {note}", file=sys.stderr)
         return result
