@@ -366,3 +366,53 @@ def test_prepare_cli_prints_one_clean_line(sleep_edf_dir, tmp_path, capsys):
     assert lines[0].startswith("prepared 2 recordings") and "reader counts: excluded_epochs" in lines[0]
     details = json.loads((tmp_path / "c" / "prepare_summary.json").read_text())
     assert details["prepared"] == ["SC4001", "SC4011"] and sum(details["windows_per_stage"].values()) == details["windows"]
+
+
+def test_sleep_edf_reads_sc_nights_unless_st_is_asked_for(sleep_edf_dir, tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(sleep_edf_dir[0], source)
+    shutil.copy(source / "SC4001E0-PSG.edf", source / "ST7011J0-PSG.edf")  # a telemetry-study night
+    shutil.copy(next(source.glob("SC4001E?-Hypnogram.edf")), source / "ST7011JP-Hypnogram.edf")
+    assert [p.name[:6] for p, _ in find_pairs(source)[0]] == ["SC4001", "SC4011"]
+    assert [p.name[:6] for p, _ in find_pairs(source, include_st=True)[0]] == ["SC4001", "SC4011", "ST7011"]
+    options = PrepareOptions(channels=["Fpz-Cz"])
+    summary = prepare("sleep-edf", source, tmp_path / "c", options, progress=False)
+    assert summary["prepared"] == ["SC4001", "SC4011"] and summary["not_selected"] == {"st_nights (--include-st to use)": 1}
+    summary = prepare("sleep-edf", source, tmp_path / "c2", options, progress=False, include_st=True)
+    assert summary["duplicates"][0]["recording"] == "ST7011"  # read (and found to be a copy)
+
+
+def test_physionet_units_become_microvolts(tmp_path):
+    from multiview_app.data.eeg.synth import write_wfdb_record
+
+    t = np.arange(3000 * 2) / 100.0
+    write_wfdb_record(tmp_path, "tr06-0001", {"F3-M2": 0.05 * np.sin(2 * np.pi * 5 * t)}, 100.0, [(0, "W")],
+                      units="mV")  # 50 uV written in millivolts
+    rec = read_physionet2018(tmp_path / "tr06-0001", ["F3-M2"])
+    assert np.abs(rec.signals[0]).max() == pytest.approx(50.0, rel=0.01)
+    write_wfdb_record(tmp_path, "tr06-0002", {"F3-M2": np.sin(t)}, 100.0, [(0, "W")], units="degC")
+    with pytest.raises(ValueError, match=r"tr06-0002.hea: unit\(s\) \['degc'\] .* are not voltages"):
+        read_physionet2018(tmp_path / "tr06-0002", ["F3-M2"])
+
+
+def test_recording_scaling_keeps_amplitude_differences():
+    fs, rng = 100.0, np.random.default_rng(0)
+    amplitude = np.array([10.0, 10.0, 80.0, 80.0, 10.0, 10.0])  # N3-like large-amplitude epochs 2, 3
+    signal = np.concatenate([a * rng.normal(0, 1, 3000) for a in amplitude])
+    rec = Recording("r", "s", [Path("x")], ["A"], [signal], [fs], np.array([0, 2, 3, 3, 2, 0]), Counter())
+    window_scaled, *_ = make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None))
+    recording_scaled, *_ = make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, scaling="recording"))
+    np.testing.assert_allclose(window_scaled.std(-1)[:, 0], 1.0, atol=1e-3)  # z-scoring erases amplitude
+    stds = recording_scaled.std(-1)[:, 0]
+    assert stds[2] / stds[0] == pytest.approx(8.0, rel=0.1)  # one scale per recording keeps the ratio
+
+
+def test_encoder_and_band_power_see_the_same_band():
+    from multiview_app.data.eeg.preprocess import DEFAULT_BAND
+    from multiview_app.eval.bandpower import BANDS
+
+    from multiview_app.data.cli import PREPARE_BAND
+
+    options = PrepareOptions(channels=["A"])
+    assert (options.l_freq, options.h_freq) == DEFAULT_BAND == PREPARE_BAND == (min(b[0] for b in BANDS.values()),
+                                                                                max(b[1] for b in BANDS.values()))

@@ -8,6 +8,11 @@ import json
 from pathlib import Path
 
 
+PREPARE_BAND = (0.5, 30.0)
+"""Default band-pass of ``data prepare`` = ``eeg.preprocess.DEFAULT_BAND`` (a literal here so that
+``mvapp --help`` does not import the EEG stack; a test checks they are equal)."""
+
+
 def default_channels() -> dict[str, list[str]]:
     """Default channels of every preparable dataset, from its catalog card (read on demand, so that
     ``mvapp --help`` does not load the catalog)."""
@@ -43,11 +48,19 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument("--channels", nargs="+", default=None,
                       help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations)")
     prep.add_argument("--sfreq", type=float, default=100.0, help="target sampling rate (Hz)")
-    prep.add_argument("--l-freq", type=_optional_float, default=0.3, help="band-pass low edge in Hz, or 'none'")
-    prep.add_argument("--h-freq", type=_optional_float, default=35.0, help="band-pass high edge in Hz, or 'none'")
+    prep.add_argument("--l-freq", type=_optional_float, default=PREPARE_BAND[0],
+                      help="band-pass low edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)")
+    prep.add_argument("--h-freq", type=_optional_float, default=PREPARE_BAND[1],
+                      help="band-pass high edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)")
     prep.add_argument("--crop-wake-minutes", type=_optional_float, default=30.0,
-                      help="wake kept before the first / after the last sleep epoch, or 'none' to keep all")
+                      help="wake kept before the first / after the last sleep epoch, or 'none' to keep all "
+                           "(default: %(default)s)")
     prep.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    prep.add_argument("--include-st", action="store_true",
+                      help="sleep-edf: also read the ST (telemetry, temazepam study) nights; default: SC nights only")
+    prep.add_argument("--scaling", choices=["window", "recording"], default="window",
+                      help="per-window z-scoring, or per-recording robust scaling that keeps amplitude "
+                           "differences between windows (default: %(default)s)")
     prep.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings (listed) instead of failing")
     prep.add_argument("--download", nargs="+", type=int, metavar="SUBJECT", default=None,
                       help="sleep-edf only: first fetch these SC subjects (night 1 and 2) into --source via mne "
@@ -98,12 +111,13 @@ def _prepare(args: argparse.Namespace) -> int:
         download_sleep_physionet(args.download, [1, 2], args.source)
     try:
         options = PrepareOptions(channels=args.channels or default_channels()[args.dataset], sfreq=args.sfreq,
-                                 l_freq=args.l_freq, h_freq=args.h_freq, crop_wake_minutes=args.crop_wake_minutes)
+                                 l_freq=args.l_freq, h_freq=args.h_freq, crop_wake_minutes=args.crop_wake_minutes,
+                                 scaling=args.scaling)
     except Exception as err:  # pydantic ValidationError -> one line
         message = err.errors()[0]["msg"] if hasattr(err, "errors") else str(err)
         raise ValueError(f"prepare options: {message.removeprefix('Value error, ')}") from None
     summary = prepare(args.dataset, args.source, args.out, options, dtype=args.dtype,
-                      on_error="skip" if args.skip_bad else "raise")
+                      on_error="skip" if args.skip_bad else "raise", include_st=args.include_st)
     print(summary_line(summary))
     return 0
 

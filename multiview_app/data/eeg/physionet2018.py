@@ -11,6 +11,9 @@ import numpy as np
 from .recording import Recording, resolve_channels
 from .stages import EPOCH_SECONDS, PHYSIONET2018_LABELS, PHYSIONET2018_MAT_STAGES, UNSCORED
 
+TO_MICROVOLTS = {"uv": 1.0, "µv": 1.0, "mv": 1e3, "v": 1e6, "nv": 1e-3}
+"""Scale from a WFDB header's unit (lower-case) to microvolts."""
+
 BYTES_PER_SAMPLE = {"16": 2, "24": 3, "32": 4, "80": 1, "8": 1, "61": 2, "160": 2}
 
 
@@ -147,7 +150,13 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
     except Exception as err:
         raise ValueError(f"{annotation_file}: cannot read annotations ({err})") from None
     order = [list(signal.sig_name).index(p) for p in picked]
-    data = np.asarray(signal.p_signal, dtype=np.float64)[:, order].T  # (c, n)
+    data = np.asarray(signal.p_signal, dtype=np.float64)[:, order].T  # (c, n) in the header's units
+    units = [str(u).strip().lower() for u in np.asarray(signal.units)[order]]
+    unknown = sorted({u for u in units if u not in TO_MICROVOLTS})
+    if unknown:
+        raise ValueError(f"{record}.hea: unit(s) {unknown} of channels {picked} are not voltages; "
+                         f"expected one of {', '.join(TO_MICROVOLTS)}")
+    data *= np.array([TO_MICROVOLTS[u] for u in units])[:, None]  # -> microvolts
     fs = float(signal.fs)
     counts: Counter = Counter()
     notes = [(int(s), PHYSIONET2018_LABELS[str(t).strip()]) for s, t in

@@ -109,10 +109,12 @@ def check_pair(psg: Path, psg_header: EdfHeader, hypnogram: Path, hyp_header: Ed
     return (hyp_header.start - psg_header.start).total_seconds()
 
 
-def find_pairs(source: Path) -> tuple[list[tuple[Path, Path | None]], list[str]]:
+def find_pairs(source: Path, include_st: bool = False) -> tuple[list[tuple[Path, Path | None]], list[str]]:
     """Pair every ``*-PSG.edf`` under ``source`` with the ``*-Hypnogram.edf`` sharing its first 7
-    characters. Returns (pairs with ``None`` where the hypnogram is missing, problems)."""
-    psgs = sorted(source.rglob("*-PSG.edf"))
+    characters. Only SC (sleep cassette) nights unless ``include_st`` (ST: telemetry, temazepam
+    study), as in M3G / Brüsch et al. (153 SC nights of 78 subjects). Returns (pairs with ``None``
+    where the hypnogram is missing, problems); see :func:`count_st_nights` for what was left out."""
+    psgs = [p for p in sorted(source.rglob("*-PSG.edf")) if include_st or not is_st(p)]
     hypnograms: dict[str, list[Path]] = {}
     for path in sorted(source.rglob("*-Hypnogram.edf")):
         hypnograms.setdefault(path.name[:PAIR_KEY_LENGTH], []).append(path)
@@ -126,6 +128,16 @@ def find_pairs(source: Path) -> tuple[list[tuple[Path, Path | None]], list[str]]
             continue
         pairs.append((psg, matches[0] if matches else None))
     return pairs, problems
+
+
+def is_st(psg: Path) -> bool:
+    """True for a night of the ST (sleep telemetry) study: ``ST7ssN...``."""
+    return psg.name.upper().startswith("ST")
+
+
+def count_st_nights(source: Path) -> int:
+    """ST nights under ``source`` (left out unless asked for; reported by ``prepare``)."""
+    return sum(1 for p in source.rglob("*-PSG.edf") if is_st(p))
 
 
 def recording_id(psg: Path) -> str:

@@ -386,14 +386,16 @@ PHYSIONET_SYNTH_CHANNELS = list(PHYSIONET2018_EEG) + ["E1-M2", "Chin1-Chin2"]
 
 
 def write_wfdb_record(out_dir: Path, record: str, signals: dict[str, np.ndarray], fs: float,
-                      stage_notes: list[tuple[int, str]], comments: list[str] | None = None) -> list[Path]:
-    """Write ``record``.hea/.mat-free 16-bit ``.dat`` + ``.arousal`` (aux-note stage annotations)."""
+                      stage_notes: list[tuple[int, str]], comments: list[str] | None = None,
+                      units: str = "uV") -> list[Path]:
+    """Write ``record``.hea/.mat-free 16-bit ``.dat`` + ``.arousal`` (aux-note stage annotations);
+    ``signals`` are given in ``units``."""
     import wfdb
 
     names = list(signals)
     p_signal = np.stack([signals[c] for c in names], axis=1)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        wfdb.wrsamp(record, fs=fs, units=["uV"] * len(names), sig_name=names, p_signal=p_signal,
+        wfdb.wrsamp(record, fs=fs, units=[units] * len(names), sig_name=names, p_signal=p_signal,
                     fmt=["16"] * len(names), comments=comments or [], write_dir=tmp)
         samples = np.array([s for s, _ in stage_notes], dtype=np.int64)
         # wfdb.rdann drops a '"' note at sample 0 (it takes it for a header note), so that one is '+'.
