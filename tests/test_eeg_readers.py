@@ -363,7 +363,7 @@ def test_prepare_cli_prints_one_clean_line(sleep_edf_dir, tmp_path, capsys):
     lines = captured.out.splitlines()
     assert len(lines) == 1 and captured.out.endswith("\n") and "\r" not in captured.out + captured.err
     assert captured.err == ""  # no progress bar when stderr is not a terminal
-    assert lines[0].startswith("prepared 2 recordings") and "reader counts: excluded_epochs" in lines[0]
+    assert lines[0].startswith("prepared 2 recordings") and "; reader counts: " in lines[0] and "not selected: none" in lines[0]
     details = json.loads((tmp_path / "c" / "prepare_summary.json").read_text())
     assert details["prepared"] == ["SC4001", "SC4011"] and sum(details["windows_per_stage"].values()) == details["windows"]
 
