@@ -68,3 +68,27 @@ def test_missing_training_class_gives_one_note_and_no_raw_warnings(recwarn):
     note = missing_class_note(drawn, [y_test])
     assert note == "training subjects have no windows of REM (6 of 6 fits); those fits never predict them (F1 0)"
     assert missing_class_note(drawn, [y_train]) is None
+
+
+def test_pool_results_is_mean_std_over_runs_x_folds_x_seeds():
+    from multiview_app.eval.sleep_staging import pool_results
+
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 5, 300)
+    centres = rng.normal(0, 3, (5, 4))
+    results = []
+    for run in range(2):  # two "pretraining runs" whose features differ in quality
+        noise = 1.0 + 3 * run
+        feats = {"trained": {"train": centres[y] + rng.normal(0, noise, (300, 4)),
+                             "test": centres[y] + rng.normal(0, noise, (300, 4))}}
+        res, drawn, _ = few_shot_protocol(feats, y, y, (5,), seeds=3)
+        results.append({"run": f"r{run}", "protocol": "in-domain", "dataset": "d", "shots": [5], "results": res,
+                        "drawn_per_class": drawn, "notes": [], "windows": {"train": 300, "test": 300}})
+    pooled = pool_results(results)
+    scores = [fit["kappa"] for r in results for fit in r["results"]["trained"]["5"]["runs"]]
+    assert pooled["results"]["trained"]["5"]["n_runs"] == 6
+    assert pooled["results"]["trained"]["5"]["kappa"]["mean"] == pytest.approx(np.mean(scores))
+    assert pooled["results"]["trained"]["5"]["kappa"]["std"] == pytest.approx(np.std(scores))
+    assert len(pooled["drawn_per_class"]["5"]) == 6 and pooled["pooled_runs"] == ["r0", "r1"]
+    with pytest.raises(ValueError, match="differ in protocol"):
+        pool_results([results[0], {**results[1], "protocol": "cross-dataset"}])

@@ -36,7 +36,11 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--nights", type=int, default=1)
     synth.add_argument("--format", choices=formats, required=True)
     synth.add_argument("--out", type=Path, required=True)
-    synth.add_argument("--hours", type=float, default=8.0, help="length of each night in hours")
+    synth.add_argument("--hours", type=float, default=9.0,
+                       help="length of each full night, wake around sleep included (default: %(default)s)")
+    synth.add_argument("--compress", type=int, default=1,
+                       help="write K-times shorter excerpts keeping the full night's stage proportions "
+                            "(every K-th epoch; default: %(default)s = full nights)")
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (files of the same name are replaced)")
     synth.set_defaults(func=_synth)
@@ -93,7 +97,8 @@ def _synth(args: argparse.Namespace) -> int:
     from .eeg.synth import synth_psg
 
     refuse_non_empty_out(args.out, args.overwrite)
-    files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed)
+    files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed,
+                      compress=args.compress)
     print(f"wrote {len(files)} files ({args.subjects} subjects x {args.nights} nights, {args.format}) to {args.out}")
     return 0
 

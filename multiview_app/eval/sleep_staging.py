@@ -246,6 +246,29 @@ def run_sleep_staging(
     return result
 
 
+def pool_results(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pool the per-fit metrics of several runs' results of one protocol (e.g. pretraining seeds, or
+    pretraining folds) into one result: mean +- std over pretraining runs x folds x seeds."""
+    if len({(r["protocol"], r["dataset"], tuple(r["shots"])) for r in results}) != 1:
+        raise ValueError("--pool-runs: the runs' results differ in protocol, dataset or shots: "
+                         + ", ".join(f"{r['run']} ({r['protocol']}, {r['dataset']}, {r['shots']})" for r in results))
+    pooled = dict(results[0])
+    names = [name for name in results[0]["results"] if all(name in r["results"] for r in results)]
+    pooled["results"] = {}
+    for name in names:
+        pooled["results"][name] = {}
+        for s in results[0]["shots"]:
+            runs = [fit for r in results for fit in r["results"][name][str(s)]["runs"]]
+            pooled["results"][name][str(s)] = {**summarize_runs(runs), "runs": runs}
+    pooled["pooled_runs"] = [r["run"] for r in results]
+    pooled["drawn_per_class"] = {s: [d for r in results for d in r["drawn_per_class"][s]] for s in results[0]["drawn_per_class"]}
+    pooled["capped_shots"] = capped_shots(pooled["drawn_per_class"])
+    pooled["notes"] = sorted({note for r in results for note in r["notes"]})
+    pooled["windows"] = {"train": sum(r["windows"]["train"] for r in results),
+                         "test": sum(r["windows"]["test"] for r in results)}
+    return pooled
+
+
 def _warning_note(caught: list[warnings.WarningMessage]) -> str | None:
     """All warnings raised while fitting/scoring, summarized in one line (or None)."""
     if not caught:
@@ -394,6 +417,8 @@ def format_table(result: dict[str, Any]) -> str:
     capped = set(result.get("capped_shots", []))
     n_runs = next(iter(next(iter(result["results"].values())).values()))["n_runs"]
     source = f"pretrained on {result['pretraining_cache']}" if result.get("pretraining_cache") else "pretrained elsewhere"
+    if result.get("pooled_runs"):
+        source += f", pooled over {len(result['pooled_runs'])} pretraining runs"
     lines = [f"sleep staging, {result['protocol']} ({result['dataset']}, {source}): {len(result['folds'])} fold(s), "
              f"{len(result['subjects']['test'])} test subjects in fold 1, {result['windows']['test']} test windows, "
              f"mean ± std over {n_runs} fits (folds x seeds); classifier: {result['classifier']}"]
@@ -438,6 +463,9 @@ class SleepStaging:
                             help="per-channel features (default: %(default)s)")
         parser.add_argument("--C", type=positive_float, default=1.0,
                             help="inverse L2 strength of the logistic regression (default: %(default)s)")
+        parser.add_argument("--pool-runs", nargs="+", type=Path, default=None, metavar="RUN",
+                            help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
+                                 "report mean ± std over runs x folds x seeds (eval/<name>_pooled.json in --run)")
         parser.add_argument("--batch-size", type=positive_int, default=256)
         parser.add_argument("--no-baselines", action="store_true", help="skip the band-power baseline")
         parser.add_argument("--device", default="cpu")
@@ -447,11 +475,16 @@ class SleepStaging:
             raise ValueError(f"--shots and --seeds must be positive (got {args.shots}, {args.seeds})")
         if args.test_fraction is not None and not 0 < args.test_fraction < 1:
             raise ValueError(f"--test-fraction must be in (0, 1), got {args.test_fraction}")
-        result = run_sleep_staging(
-            run_dir, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction, folds=args.folds,
+        results = [run_sleep_staging(
+            run, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction, folds=args.folds,
             shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,
             batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
-        )
+        ) for run in [Path(run_dir), *(args.pool_runs or [])]]
+        result = results[0]
+        if len(results) > 1:
+            result = pool_results(results)
+            result["output"] = str(Path(run_dir) / "eval" / f"{Path(results[0]['output']).stem}_pooled.json")
+            atomic_write_json(Path(result["output"]), result)
         print(format_table(result))
         print(f"plots: {', '.join(result['plots'].values())}")
         for note in result["notes"]:
