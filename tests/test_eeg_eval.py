@@ -92,3 +92,35 @@ def test_pool_results_is_mean_std_over_runs_x_folds_x_seeds():
     assert len(pooled["drawn_per_class"]["5"]) == 6 and pooled["pooled_runs"] == ["r0", "r1"]
     with pytest.raises(ValueError, match="differ in protocol"):
         pool_results([results[0], {**results[1], "protocol": "cross-dataset"}])
+
+
+def test_paper_classifier_learns_the_channel_combination_and_stops_early():
+    from multiview_app.eval.channel_classifier import fit_channel_classifier
+
+    rng = np.random.default_rng(4)
+    centres = rng.normal(0, 2, (5, 6))
+
+    def sample(n):  # channel 0 carries the class, channel 1 is noise of larger scale
+        y = rng.integers(0, 5, n)
+        x = np.stack([centres[y] + rng.normal(0, 0.5, (n, 6)), rng.normal(0, 3, (n, 6))], axis=1)
+        return x.astype(np.float32), y
+
+    (x, y), (xv, yv), (xt, yt) = sample(400), sample(100), sample(300)
+    fitted = fit_channel_classifier(x, y, xv, yv, lr=1e-2)
+    assert (fitted.predict(xt) == yt).mean() > 0.85
+    weights = fitted.model.combine.weight.detach().abs()[0]
+    assert weights[0] > 2 * weights[1]  # the informative channel dominates the learned combination
+    assert 1 <= fitted.epochs <= 40
+
+
+def test_tuning_uses_validation_windows_for_every_row():
+    rng = np.random.default_rng(5)
+    y_train, y_val, y_test = rng.integers(0, 5, 300), rng.integers(0, 5, 150), rng.integers(0, 5, 150)
+    centres = rng.normal(0, 1, (5, 20))
+    feats = {name: {split: centres[y] + rng.normal(0, 2, (y.size, 20)) for split, y in
+                    (("train", y_train), ("val", y_val), ("test", y_test))} for name in ("a", "b")}
+    results, _, _ = few_shot_protocol(feats, y_train, y_test, (10,), seeds=2, C=None, y_val=y_val)
+    chosen = {r["hyperparameter"] for name in results for r in results[name]["10"]["runs"]}
+    assert chosen <= {0.01, 0.1, 1.0, 10.0}
+    with pytest.raises(ValueError, match="need validation windows"):
+        few_shot_protocol(feats, y_train, y_test, (10,), seeds=1, C=None)

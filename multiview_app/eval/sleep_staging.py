@@ -31,13 +31,14 @@ from typing import Any, Literal
 import numpy as np
 from sklearn.metrics import accuracy_score, balanced_accuracy_score, cohen_kappa_score, confusion_matrix, f1_score
 from threadpoolctl import threadpool_limits
+import torch
 from torch.utils.data import DataLoader
 
 from ..data.eeg.stages import STAGES
 from ..argtypes import open_fraction, positive_float, positive_int
 from ..train.run_io import atomic_write_json, load_run
 from . import EVALUATORS
-from .bandpower import bandpower_features
+from .bandpower import bandpower_features, bandpower_time_bins
 from .features import combine_views, extract_features
 from .probe import fit_linear_classifier
 
@@ -45,6 +46,16 @@ DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
 METRICS = ("balanced_accuracy", "kappa", "accuracy", "macro_f1")
 """Headline first: balanced accuracy and kappa do not reward the class prior."""
+C_GRID = (0.01, 0.1, 1.0, 10.0)
+"""Logistic-regression C values tuned on validation subjects (every row alike)."""
+LR_GRID = (1e-3, 1e-2)
+"""Learning rates of the paper classifier tuned on validation subjects (every row alike)."""
+VALIDATION_FRACTION = 0.2
+"""Share of the classifier-training subjects held out as validation subjects (at least one)."""
+VALIDATION_PER_CLASS = 100
+"""Windows per class of the (class-balanced) validation set drawn from the validation subjects."""
+TIME_BINS = 4
+"""The paper classifier pools encoder outputs into this many time bins."""
 CROSS_DATASET_TEST_FRACTION = 0.2
 """Share of the other dataset's subjects held out in the cross-dataset protocol (Brüsch et al.: 20 %)."""
 
@@ -101,24 +112,31 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def few_shot_protocol(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
-    shots: tuple[int, ...], seeds: int, C: float = 1.0,
+    shots: tuple[int, ...], seeds: int, C: float | None = 1.0, *, y_val: np.ndarray | None = None,
+    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
-    """Fit/score a linear classifier per feature set, ``s`` in ``shots`` and seed (same draws for all sets).
+    """Fit/score a classifier per feature set, ``s`` in ``shots`` and seed (same draws for all sets).
 
-    ``features``: name -> {"train": (N_tr, F), "test": (N_te, F)}. Returns results
-    ``[name][str(s)]`` = :func:`summarize_runs` plus the per-seed ``runs``, the windows drawn per
-    class for every seed (``[str(s)][seed]``), and the test predictions of every feature set at
-    the largest ``s``, seed 0. scikit-learn warnings are collected into ``results["warnings"]``
-    is not done here: see :func:`collect_warnings`.
+    ``features``: name -> {"train": (N_tr, ...), "test": (N_te, ...)[, "val": (N_va, ...)]}
+    (2-D for ``logreg``, ``(N, C, F)`` for ``paper``). ``C=None`` (``lr=None`` for ``paper``)
+    tunes it on the validation windows (``y_val``, a class-balanced draw of up to
+    ``VALIDATION_PER_CLASS`` per class and seed) by balanced accuracy, for every row alike.
+    Returns results ``[name][str(s)]`` = :func:`summarize_runs` plus the per-seed ``runs`` (each
+    with the ``hyperparameter`` used), the windows drawn per class for every seed
+    (``[str(s)][seed]``), and the test predictions of every set at the largest ``s``, seed 0.
     """
     with threadpool_limits(1):  # small BLAS problems: multi-threading only oversubscribes (measured 60x slower)
-        return _few_shot_protocol(features, y_train, y_test, shots, seeds, C)
+        return _few_shot_protocol(features, y_train, y_test, shots, seeds, C, y_val, classifier, lr)
 
 
 def _few_shot_protocol(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
-    shots: tuple[int, ...], seeds: int, C: float,
+    shots: tuple[int, ...], seeds: int, C: float | None, y_val: np.ndarray | None,
+    classifier: Literal["logreg", "paper"], lr: float | None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
+    grid = ((C,) if C is not None else C_GRID) if classifier == "logreg" else ((lr,) if lr is not None else LR_GRID)
+    if (len(grid) > 1 or classifier == "paper") and (y_val is None or y_val.size == 0):
+        raise ValueError("sleep staging: tuning C / lr and the paper classifier need validation windows")
     results: dict[str, dict[str, Any]] = {name: {} for name in features}
     drawn_per_shot: dict[str, list[dict[str, int]]] = {}
     predictions: dict[str, np.ndarray] = {}
@@ -128,15 +146,43 @@ def _few_shot_protocol(
         for seed in range(seeds):
             index, drawn = balanced_sample(y_train, s, np.random.default_rng([seed, s]))
             drawn_per_shot[str(s)].append(drawn)
+            val_index = (balanced_sample(y_val, VALIDATION_PER_CLASS, np.random.default_rng([seed, s, 7]))[0]
+                         if y_val is not None and y_val.size else None)
             for name, split_feats in features.items():
-                clf = fit_linear_classifier(split_feats["train"][index], y_train[index], C=C, seed=seed)
-                predicted = clf.predict(np.nan_to_num(split_feats["test"]))
-                runs[name].append(staging_metrics(y_test, predicted))
+                predicted, chosen = _fit_predict(classifier, grid, split_feats, index, y_train, val_index, y_val, seed)
+                runs[name].append({**staging_metrics(y_test, predicted), "hyperparameter": chosen})
                 if seed == 0 and s == max(shots):
                     predictions[name] = predicted
         for name, seed_runs in runs.items():
             results[name][str(s)] = {**summarize_runs(seed_runs), "runs": seed_runs}
     return results, drawn_per_shot, predictions
+
+
+def _fit_predict(classifier: str, grid: tuple[float, ...], feats: dict[str, np.ndarray], index: np.ndarray,
+                 y_train: np.ndarray, val_index: np.ndarray | None, y_val: np.ndarray | None,
+                 seed: int) -> tuple[np.ndarray, float]:
+    """Fit one classifier per grid value on the drawn windows; the best on the validation windows
+    (balanced accuracy; the only one without tuning) predicts the test windows."""
+    from .channel_classifier import fit_channel_classifier
+
+    best: tuple[float, Any, float] | None = None
+    x_val = feats["val"][val_index] if val_index is not None else None
+    yv = y_val[val_index] if val_index is not None and y_val is not None else None
+    for value in grid:
+        if classifier == "paper":
+            model = fit_channel_classifier(feats["train"][index], y_train[index], x_val, yv, lr=value, seed=seed)
+        else:
+            model = fit_linear_classifier(feats["train"][index], y_train[index], C=value, seed=seed)
+        if len(grid) == 1:
+            best = (0.0, model, value)
+            break
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+            score = balanced_accuracy_score(yv, model.predict(np.nan_to_num(x_val)))
+        if best is None or score > best[0]:
+            best = (score, model, value)
+    assert best is not None
+    return best[1].predict(np.nan_to_num(feats["test"])), float(best[2])
 
 
 def capped_shots(drawn: dict[str, list[dict[str, int]]]) -> list[str]:
@@ -162,10 +208,18 @@ def missing_class_note(drawn: dict[str, list[dict[str, int]]], test_labels: list
 def run_sleep_staging(
     run_dir: str | Path, *, cache: str | None = None, channels: list[str] | None = None,
     test_fraction: float | None = None, folds: int | None = None, shots: tuple[int, ...] = DEFAULT_SHOTS,
-    seeds: int = 5, combine: Literal["concat", "mean"] = "concat", C: float = 1.0, batch_size: int = 256,
+    seeds: int = 5, combine: Literal["concat", "mean"] = "concat", C: float | None = None, batch_size: int = 256,
     baselines: bool = True, device: str = "cpu", progress: bool = True,
+    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
 ) -> dict[str, Any]:
-    """Run the protocol above on ``run_dir``; write and return the result dict."""
+    """Run the protocol above on ``run_dir``; write and return the result dict.
+
+    ``classifier``: ``logreg`` (standardized logistic regression on concatenated/averaged channel
+    features; ``C=None`` tunes C on validation subjects) or ``paper`` (learned channel combination +
+    linear classifier on encoder outputs pooled into ``TIME_BINS`` time bins, AdamW, early stopping;
+    ``lr=None`` tunes the learning rate). Validation subjects (``VALIDATION_FRACTION`` of the
+    classifier-training subjects, at least one) are used only when tuning or for ``paper``.
+    """
     from ..data.eeg.views import ChannelViews
 
     run_dir = Path(run_dir)
@@ -180,10 +234,14 @@ def run_sleep_staging(
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
         feats, labels, meta = extract_features(model, adapter, policy, "train", batch_size, device, progress)
-        features[name] = combine_views(feats, combine)
+        features[name] = (time_binned_features(model, adapter, batch_size, device) if classifier == "paper"
+                          else combine_views(feats, combine))
     subjects = np.asarray(meta["subject"])
     if baselines:
-        features["bandpower"] = bandpower_features(_windows(adapter.split("train"), batch_size), adapter.sfreq)
+        windows = _windows(adapter.split("train"), batch_size)
+        features["bandpower"] = (bandpower_time_bins(windows, adapter.sfreq, TIME_BINS) if classifier == "paper"
+                                 else bandpower_features(windows, adapter.sfreq))
+    tune = classifier == "paper" or (C is None)
 
     fold_results: list[dict[str, Any]] = []
     drawn: dict[str, list[dict[str, int]]] = {}
@@ -191,14 +249,20 @@ def run_sleep_staging(
     test_labels: list[np.ndarray] = []
     predictions: dict[str, np.ndarray] = {}
     first_test = np.zeros(0, dtype=bool)
+    validation_subjects: list[list[str]] = []
     for fold, (train_subjects, test_subjects) in enumerate(plan["folds"]):
-        train = np.isin(subjects, train_subjects)
+        fit_subjects, val_subjects = (split_validation(train_subjects, plan["split_seed"] + fold) if tune
+                                      else (list(train_subjects), []))
+        validation_subjects.append(val_subjects)
+        train = np.isin(subjects, fit_subjects)
+        val = np.isin(subjects, val_subjects)
         test = np.isin(subjects, test_subjects)
-        split_feats = {name: {"train": f[train], "test": f[test]} for name, f in features.items()}
+        split_feats = {name: {"train": f[train], "test": f[test], "val": f[val]} for name, f in features.items()}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             results, fold_drawn, fold_predictions = few_shot_protocol(
-                split_feats, labels[train], labels[test], shots, seeds, C)
+                split_feats, labels[train], labels[test], shots, seeds, C, y_val=labels[val],
+                classifier=classifier, lr=lr)
         collected += caught
         fold_results.append(results)
         test_labels.append(labels[test])
@@ -225,7 +289,8 @@ def run_sleep_staging(
         "dataset": plan["dataset"],
         "channels": adapter.channel_names,
         "combine": combine,
-        "classifier": f"standardized logistic regression (C={C})",
+        "classifier": classifier_description(classifier, C, lr),
+        "validation_subjects": validation_subjects,
         "pretraining_subjects": plan["pretraining_subjects"],
         "subjects": {"train": sorted(set(plan["folds"][0][0])), "test": sorted(set(plan["folds"][0][1]))},
         "folds": [{"train": sorted(tr), "test": sorted(te)} for tr, te in plan["folds"]],
@@ -267,6 +332,45 @@ def pool_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     pooled["windows"] = {"train": sum(r["windows"]["train"] for r in results),
                          "test": sum(r["windows"]["test"] for r in results)}
     return pooled
+
+
+def classifier_description(classifier: str, C: float | None, lr: float | None) -> str:
+    """What the table's classifier was, in one phrase (printed in the header, stored in the JSON)."""
+    if classifier == "paper":
+        rate = f"lr {lr}" if lr is not None else f"lr tuned on validation subjects over {list(LR_GRID)}"
+        return (f"paper: learned channel combination + linear classifier on {TIME_BINS} time bins, AdamW "
+                f"({rate}), early stopping on validation subjects")
+    strength = f"C={C}" if C is not None else f"C tuned on validation subjects over {list(C_GRID)}"
+    return f"standardized logistic regression ({strength})"
+
+
+def split_validation(subjects: list[str], seed: int) -> tuple[list[str], list[str]]:
+    """Classifier-training subjects -> (fit subjects, validation subjects): ``VALIDATION_FRACTION``
+    of them (at least one) drawn with ``seed``; ``ValueError`` when fewer than two subjects."""
+    if len(subjects) < 2:
+        raise ValueError(f"sleep staging: tuning C / lr or the paper classifier needs >= 2 classifier-training "
+                         f"subjects (one for validation), got {list(subjects)}; pass --C (logreg) instead")
+    order = np.random.default_rng(seed).permutation(len(subjects))
+    n_val = min(len(subjects) - 1, max(1, int(round(VALIDATION_FRACTION * len(subjects)))))
+    val = sorted(subjects[i] for i in order[:n_val])
+    return sorted(set(subjects) - set(val)), val
+
+
+@torch.no_grad()
+def time_binned_features(model: Any, adapter: Any, batch_size: int, device: str) -> np.ndarray:
+    """Per-channel encoder outputs pooled into ``TIME_BINS`` bins: ``(N, C, out_dim * TIME_BINS)``
+    over the adapter's ``train`` split (the encoder's ``time_bins``; channels named as in the adapter)."""
+    encoder = model.encoders["eeg"]
+    if not hasattr(encoder, "time_bins"):
+        raise ValueError(f"--classifier paper needs an EEG encoder with time_bins (got {type(encoder).__name__})")
+    encoder.eval().to(device)
+    out = []
+    for batch in DataLoader(adapter.split("train"), batch_size=batch_size, shuffle=False):
+        x = batch["x"].to(device).float()  # (n, C, T)
+        per_channel = [encoder.time_bins(x[:, c], name, TIME_BINS).flatten(1) for c, name in
+                       enumerate(adapter.channel_names)]
+        out.append(torch.stack(per_channel, dim=1).cpu().numpy())
+    return np.concatenate(out).astype(np.float32)
 
 
 def _warning_note(caught: list[warnings.WarningMessage]) -> str | None:
@@ -357,6 +461,7 @@ def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: lis
         protocol = "cross-dataset" if dataset != run_dataset else "in-domain (other cache)"
         name = f"sleep_staging_{dataset}" if dataset != run_dataset else f"sleep_staging_{_resolved(eval_cache).name}"
     return {"adapter": everyone, "folds": plan_folds, "protocol": protocol, "name": name, "dataset": dataset,
+            "split_seed": rng_seed,
             "pretraining_subjects": pretraining_subjects, "pretraining_cache": pretraining_cache}
 
 
@@ -461,8 +566,15 @@ class SleepStaging:
                             help="repetitions (different few-shot draws; default: %(default)s)")
         parser.add_argument("--combine", choices=["concat", "mean"], default="concat",
                             help="per-channel features (default: %(default)s)")
-        parser.add_argument("--C", type=positive_float, default=1.0,
-                            help="inverse L2 strength of the logistic regression (default: %(default)s)")
+        parser.add_argument("--classifier", choices=["logreg", "paper"], default="logreg",
+                            help="logreg: standardized logistic regression on the channel features; paper: learned "
+                                 "channel combination + linear classifier on 4 time bins, AdamW, early stopping "
+                                 "(default: %(default)s)")
+        parser.add_argument("--C", type=positive_float, default=None,
+                            help=f"fixed inverse L2 strength of the logistic regression (default: tuned over {list(C_GRID)} "
+                                 "on validation subjects, for every row alike)")
+        parser.add_argument("--lr", type=positive_float, default=None,
+                            help=f"fixed learning rate of the paper classifier (default: tuned over {list(LR_GRID)})")
         parser.add_argument("--pool-runs", nargs="+", type=Path, default=None, metavar="RUN",
                             help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
                                  "report mean ± std over runs x folds x seeds (eval/<name>_pooled.json in --run)")
@@ -473,12 +585,15 @@ class SleepStaging:
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
         if any(s < 1 for s in args.shots) or args.seeds < 1:
             raise ValueError(f"--shots and --seeds must be positive (got {args.shots}, {args.seeds})")
+        if (args.C is not None and args.C <= 0) or (args.lr is not None and args.lr <= 0):
+            raise ValueError(f"--C and --lr must be positive (got {args.C}, {args.lr})")
         if args.test_fraction is not None and not 0 < args.test_fraction < 1:
             raise ValueError(f"--test-fraction must be in (0, 1), got {args.test_fraction}")
         results = [run_sleep_staging(
             run, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction, folds=args.folds,
             shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,
             batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
+            classifier=args.classifier, lr=args.lr,
         ) for run in [Path(run_dir), *(args.pool_runs or [])]]
         result = results[0]
         if len(results) > 1:

@@ -119,6 +119,18 @@ class ChannelAwareConvEncoder(nn.Module):
 
     def encode(self, x: torch.Tensor, channel_embedding: torch.Tensor | None) -> torch.Tensor:
         """``x (m, T)``, ``channel_embedding (m, width)`` or None -> ``(m, out_dim)``."""
+        return self._readout(x, channel_embedding).mean(dim=-1)
+
+    def time_bins(self, x: torch.Tensor, view_name: str | None = None, bins: int = 4) -> torch.Tensor:
+        """Readout pooled into ``bins`` equal time bins (the papers' classifier input):
+        ``x (n, T)`` -> ``(n, out_dim, bins)``; their mean over bins is ``forward`` when the readout
+        length divides evenly."""
+        embedding = self._name_embedding(view_name)
+        h = self._readout(x, None if embedding is None else embedding.expand(x.shape[0], -1))
+        return nn.functional.adaptive_avg_pool1d(h, bins)
+
+    def _readout(self, x: torch.Tensor, channel_embedding: torch.Tensor | None) -> torch.Tensor:
+        """``x (m, T)`` -> readout ``(m, out_dim, L)`` before the mean over time."""
         if x.dim() == 3 and x.shape[1] == 1:
             x = x[:, 0]
         if x.dim() != 2:
@@ -130,7 +142,7 @@ class ChannelAwareConvEncoder(nn.Module):
             h = h + channel_embedding[:, :, None]
         for block in self.blocks[1:]:
             h = block(h)
-        return self.readout(h).mean(dim=-1)
+        return self.readout(h)
 
     def forward(self, x: torch.Tensor, view_name: str | None = None) -> torch.Tensor:
         embedding = self._name_embedding(view_name)
