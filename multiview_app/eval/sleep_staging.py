@@ -270,11 +270,7 @@ def run_sleep_staging(
             drawn.setdefault(s, []).extend(per_seed)
         if fold == 0:
             predictions, first_test = fold_predictions, test
-    pooled = {name: {str(s): summarize_runs([r for fr in fold_results for r in fr[name][str(s)]["runs"]])
-                     for s in shots} for name in features}
-    for name in pooled:
-        for s in shots:
-            pooled[name][str(s)]["runs"] = [r for fr in fold_results for r in fr[name][str(s)]["runs"]]
+    pooled = pool_rows(fold_results, list(features), shots)
     notes = [note for note in [missing_class_note(drawn, test_labels), _warning_note(collected)] if note]
     stem = plan["name"]
     plots = _plots(run_dir, stem, labels[first_test], predictions["trained"],
@@ -311,6 +307,18 @@ def run_sleep_staging(
     return result
 
 
+def pool_rows(parts: list[dict[str, Any]], names: list[str], shots: Any) -> dict[str, dict[str, Any]]:
+    """``[{row: {str(s): {"runs": [...]}}}]`` (folds, or whole runs) -> one table whose every cell
+    summarizes all the parts' fits (:func:`summarize_runs`) and keeps them in ``runs``."""
+    table: dict[str, dict[str, Any]] = {}
+    for name in names:
+        table[name] = {}
+        for s in shots:
+            runs = [fit for part in parts for fit in part[name][str(s)]["runs"]]
+            table[name][str(s)] = {**summarize_runs(runs), "runs": runs}
+    return table
+
+
 def pool_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Pool the per-fit metrics of several runs' results of one protocol (e.g. pretraining seeds, or
     pretraining folds) into one result: mean +- std over pretraining runs x folds x seeds."""
@@ -319,12 +327,7 @@ def pool_results(results: list[dict[str, Any]]) -> dict[str, Any]:
                          + ", ".join(f"{r['run']} ({r['protocol']}, {r['dataset']}, {r['shots']})" for r in results))
     pooled = dict(results[0])
     names = [name for name in results[0]["results"] if all(name in r["results"] for r in results)]
-    pooled["results"] = {}
-    for name in names:
-        pooled["results"][name] = {}
-        for s in results[0]["shots"]:
-            runs = [fit for r in results for fit in r["results"][name][str(s)]["runs"]]
-            pooled["results"][name][str(s)] = {**summarize_runs(runs), "runs": runs}
+    pooled["results"] = pool_rows([r["results"] for r in results], names, results[0]["shots"])
     pooled["pooled_runs"] = [r["run"] for r in results]
     pooled["drawn_per_class"] = {s: [d for r in results for d in r["drawn_per_class"][s]] for s in results[0]["drawn_per_class"]}
     pooled["capped_shots"] = capped_shots(pooled["drawn_per_class"])
