@@ -122,13 +122,14 @@ def test_truncated_wfdb_and_missing_annotations(physionet_dir, tmp_path):
 
 def _edf_pair(folder: Path, name: str, epochs: int, annotations: list[tuple[float, float, str]],
               rates: tuple[float, float] = (100.0, 100.0), hyp_start: dt.datetime = DEFAULT_START,
-              hyp_patient: str = "X") -> tuple[Path, Path]:
+              hyp_patient: str = "X", psg_patient: str = "X") -> tuple[Path, Path]:
     t = np.arange(int(epochs * 30 * rates[0])) / rates[0]
     u = np.arange(int(epochs * 30 * rates[1])) / rates[1]
     rng = np.random.default_rng(0)
     psg, hyp = folder / f"{name}E0-PSG.edf", folder / f"{name}EC-Hypnogram.edf"
     write_edf(psg, {"EEG Fpz-Cz": (30 * np.sin(2 * np.pi * 10 * t) + rng.normal(0, 5, t.size), rates[0]),
-                    "EEG Pz-Oz": (30 * np.sin(2 * np.pi * 3 * u) + rng.normal(0, 5, u.size), rates[1])})
+                    "EEG Pz-Oz": (30 * np.sin(2 * np.pi * 3 * u) + rng.normal(0, 5, u.size), rates[1])},
+              patient=psg_patient)
     write_edf(hyp, {}, annotations, start=hyp_start, patient=hyp_patient)
     return psg, hyp
 
@@ -151,10 +152,12 @@ def test_hypnogram_of_another_night_or_patient_names_both_files(tmp_path):
     with pytest.raises(ValueError, match=r"SC4106EC-Hypnogram.edf: its scored stages .* do not overlap its PSG "
                                          r".*SC4106E0-PSG.edf"):
         read_sleep_edf(psg, hyp, ["Fpz-Cz"])
-    psg, hyp = _edf_pair(tmp_path, "SC4107", 4, annotations, hyp_patient="SC499")
+    psg, hyp = _edf_pair(tmp_path, "SC4107", 4, annotations, psg_patient="SC407", hyp_patient="SC499")
     with pytest.raises(ValueError, match=r"SC4107EC-Hypnogram.edf: patient field 'SC499 X X X' does not match "
-                                         r"'X X X X' of its PSG .*SC4107E0-PSG.edf"):
+                                         r"'SC407 X X X' of its PSG .*SC4107E0-PSG.edf"):
         read_sleep_edf(psg, hyp, ["Fpz-Cz"])
+    psg, hyp = _edf_pair(tmp_path, "SC4109", 4, annotations, hyp_patient="SC499")  # PSG anonymous: nothing to compare
+    assert read_sleep_edf(psg, hyp, ["Fpz-Cz"]).epoch_labels.tolist() == [0, 1, 2, 2]
 
 
 def test_sleep_edf_signals_are_in_microvolts(tmp_path):

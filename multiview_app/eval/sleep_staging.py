@@ -605,6 +605,6 @@ class SleepStaging:
             atomic_write_json(Path(result["output"]), result)
         print(format_table(result))
         print(f"plots: {', '.join(result['plots'].values())}")
-        for note in result["notes"]:
-            print(f"warning: {note}", file=sys.stderr)
+        if result["notes"]:
+            print(f"warning: {'; '.join(result['notes'])}", file=sys.stderr)  # one summarized line
         return result

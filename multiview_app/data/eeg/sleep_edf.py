@@ -97,13 +97,18 @@ def check_edf_integrity(path: Path) -> EdfHeader:
     return header
 
 
+def _known(patient: str) -> bool:
+    """A patient field that identifies someone (EDF+ writes ``X`` for every unknown subfield)."""
+    return any(token != "X" for token in patient.split())
+
+
 def check_pair(psg: Path, psg_header: EdfHeader, hypnogram: Path, hyp_header: EdfHeader) -> float:
     """Offset (s) of the hypnogram's start after the PSG's start, from the two headers.
 
-    Raises ``ValueError`` naming both files when their patient fields differ (both non-empty) or
-    when the hypnogram's scored span cannot overlap the PSG (e.g. a hypnogram of another night).
+    Raises ``ValueError`` naming both files when their patient fields differ (both known: not empty,
+    not the anonymous ``X X X X``).
     """
-    if psg_header.patient and hyp_header.patient and psg_header.patient != hyp_header.patient:
+    if _known(psg_header.patient) and _known(hyp_header.patient) and psg_header.patient != hyp_header.patient:
         raise ValueError(f"{hypnogram}: patient field '{hyp_header.patient}' does not match "
                          f"'{psg_header.patient}' of its PSG {psg}")
     return (hyp_header.start - psg_header.start).total_seconds()
