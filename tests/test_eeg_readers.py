@@ -419,3 +419,15 @@ def test_encoder_and_band_power_see_the_same_band():
     options = PrepareOptions(channels=["A"])
     assert (options.l_freq, options.h_freq) == DEFAULT_BAND == PREPARE_BAND == (min(b[0] for b in BANDS.values()),
                                                                                 max(b[1] for b in BANDS.values()))
+
+
+def test_edf_header_is_parsed_without_private_mne_api(tmp_path):
+    from multiview_app.data.eeg.sleep_edf import read_edf_header
+
+    psg, _ = _edf_pair(tmp_path, "SC4110", 2, [(0.0, 60.0, "Sleep stage W")], rates=(200.0, 100.0), psg_patient="SC410")
+    header = read_edf_header(psg)
+    assert header.start == DEFAULT_START and header.patient.startswith("SC410")
+    assert header.labels[:2] == ["EEG Fpz-Cz", "EEG Pz-Oz"]
+    assert header.native_rate("EEG Fpz-Cz") == 200.0 and header.native_rate("EEG Pz-Oz") == 100.0
+    source = "\n".join(p.read_text() for p in (Path(__file__).parents[1] / "multiview_app").rglob("*.py"))
+    assert "_raw_extras" not in source  # the native rates used to come from mne's private raw._raw_extras
