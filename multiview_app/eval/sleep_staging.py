@@ -586,12 +586,6 @@ class SleepStaging:
         parser.add_argument("--device", default="cpu")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
-        if any(s < 1 for s in args.shots) or args.seeds < 1:
-            raise ValueError(f"--shots and --seeds must be positive (got {args.shots}, {args.seeds})")
-        if (args.C is not None and args.C <= 0) or (args.lr is not None and args.lr <= 0):
-            raise ValueError(f"--C and --lr must be positive (got {args.C}, {args.lr})")
-        if args.test_fraction is not None and not 0 < args.test_fraction < 1:
-            raise ValueError(f"--test-fraction must be in (0, 1), got {args.test_fraction}")
         results = [run_sleep_staging(
             run, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction, folds=args.folds,
             shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,

@@ -463,7 +463,7 @@ def write_arousal_mat(path: Path, per_sample: np.ndarray) -> None:
 
     from .stages import PHYSIONET2018_MAT_STAGES
 
-    tmp = _atomic_target(path)
+    tmp = temp_sibling(path, path.suffix)
     try:
         with h5py.File(tmp, "w") as handle:
             data = handle.create_group("data")
@@ -471,7 +471,6 @@ def write_arousal_mat(path: Path, per_sample: np.ndarray) -> None:
             for name, code in PHYSIONET2018_MAT_STAGES.items():
                 stages.create_dataset(name, data=(per_sample == code).astype(np.uint8)[None], compression="gzip")
             data.create_dataset("arousals", data=np.zeros((1, per_sample.size), dtype=np.uint8), compression="gzip")
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
