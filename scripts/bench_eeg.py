@@ -62,8 +62,9 @@ def braindecode_worker(source: str, variant: str) -> None:
     # from the stage events, then per-window channel-wise standardization.
     if variant == "tutorial":
         filtering = Preprocessor("filter", l_freq=None, h_freq=30.0)
-    else:  # "iir": the same 4th-order Butterworth 0.3-35 Hz band-pass as mvapp
-        filtering = Preprocessor("filter", l_freq=0.3, h_freq=35.0, method="iir",
+    else:  # "iir": the same 4th-order Butterworth band-pass as mvapp's default (preprocess.DEFAULT_BAND;
+        # literal here because this worker runs in the braindecode venv without multiview_app)
+        filtering = Preprocessor("filter", l_freq=0.5, h_freq=30.0, method="iir",
                                  iir_params=dict(order=4, ftype="butter", output="sos"))
     preprocess(dataset, [Preprocessor(lambda data: np.multiply(data, 1e6), apply_on_array=True), filtering])
     windows = create_windows_from_events(dataset, trial_start_offset_samples=0, trial_stop_offset_samples=0,

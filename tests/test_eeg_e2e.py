@@ -40,6 +40,39 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
         scores = result["results"][name]["20"]
         assert 0.0 <= scores["accuracy"]["mean"] <= 1.0 and -1.0 <= scores["kappa"]["mean"] <= 1.0
         assert set(scores) >= {"accuracy", "balanced_accuracy", "macro_f1", "kappa", "per_class_f1"}
-    assert all(v <= 5 for v in result["drawn_per_class"]["5"].values())
+    assert result["protocol"] == "in-domain" and result["pretraining_subjects"] == result["subjects"]["train"]
+    assert "C tuned on validation subjects" in result["classifier"] and len(result["validation_subjects"][0]) == 1
+    assert len(result["drawn_per_class"]["5"]) == 2  # every seed's draw is kept
+    assert all(v <= 5 for drawn in result["drawn_per_class"]["5"] for v in drawn.values())
+    assert out.index("\nbalanced_accuracy\n") < out.index("\nkappa\n") < out.index("\naccuracy\n") and "in-domain" in out
     assert sum(result["test_windows_per_stage"].values()) == result["windows"]["test"]
     assert Path(result["plots"]["confusion"]).is_file() and Path(result["plots"]["hypnogram"]).is_file()
+
+    in_domain = (run / "eval" / "sleep_staging.json").read_text()
+    # an option that would put pretraining subjects into the test set is refused, naming them
+    assert main(["eval", "sleep-staging", "--run", str(run), "--test-fraction", "0.9", "--shots", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "would put pretraining subjects into the test set: SC40" in err and len(err.strip().splitlines()) == 1
+    # cross-dataset: another dataset's cache, its own 20 % split, its own result file
+    other_raw, other_cache = tmp_path / "pn_raw", tmp_path / "pn_cache"
+    assert main(["data", "synth-psg", "--subjects", "2", "--format", "physionet2018", "--hours", "0.6",
+                 "--out", str(other_raw), "--seed", "11"]) == 0
+    assert main(["data", "prepare", "physionet2018", "--source", str(other_raw), "--out", str(other_cache),
+                 "--channels", "F3-M2", "O1-M2"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "sleep-staging", "--run", str(run), "--cache", str(other_cache), "--shots", "5",
+                 "--seeds", "1", "--C", "1"]) == 0  # one classifier-training subject: no validation subject to tune on
+    out = capsys.readouterr().out
+    assert "cross-dataset" in out and "sleep_staging_physionet2018.json" in out
+    cross = json.loads((run / "eval" / "sleep_staging_physionet2018.json").read_text())
+    assert cross["protocol"] == "cross-dataset" and cross["dataset"] == "physionet2018"
+    assert len(cross["subjects"]["test"]) == 1 and cross["channels"] == ["F3-M2", "O1-M2"]
+    assert (run / "eval" / "sleep_staging.json").read_text() == in_domain  # never overwritten
+    assert Path(cross["plots"]["confusion"]).name == "sleep_staging_physionet2018_confusion.png"
+    assert cross["classifier"] == "standardized logistic regression (C=1.0)"
+    # the papers' classifier, lr tuned on a validation subject carved from the classifier-training subjects
+    assert main(["eval", "sleep-staging", "--run", str(run), "--classifier", "paper", "--shots", "5", "--seeds", "1"]) == 0
+    paper = json.loads((run / "eval" / "sleep_staging.json").read_text())
+    assert paper["classifier"].startswith("paper: learned channel combination") and "lr tuned" in paper["classifier"]
+    assert len(paper["validation_subjects"][0]) == 1 and paper["validation_subjects"][0][0] in result["subjects"]["train"]
+    assert paper["results"]["bandpower"]["5"]["runs"][0]["hyperparameter"] in (1e-3, 1e-2)

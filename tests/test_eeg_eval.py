@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from multiview_app.eval.bandpower import BANDS, bandpower_features, relative_band_powers
-from multiview_app.eval.sleep_staging import balanced_sample, few_shot_protocol, staging_metrics
+from multiview_app.eval.sleep_staging import (balanced_sample, capped_shots, few_shot_protocol,
+                                              missing_class_note, staging_metrics)
 
 
 def test_balanced_sample_is_class_balanced_and_capped():
@@ -49,8 +50,77 @@ def test_few_shot_protocol_separates_informative_from_random_features():
         "noise": {"train": rng.normal(0, 1, (400, 4)), "test": rng.normal(0, 1, (200, 4))},
     }
     results, drawn, predictions = few_shot_protocol(features, y_train, y_test, (5, 1000), seeds=2)
-    assert drawn["5"] == {s: 5 for s in ["W", "N1", "N2", "N3", "REM"]}
-    assert sum(drawn["1000"].values()) == 400  # capped by what exists
+    assert drawn["5"] == [{s: 5 for s in ["W", "N1", "N2", "N3", "REM"]}] * 2  # one entry per seed
+    assert all(sum(d.values()) == 400 for d in drawn["1000"])  # capped by what exists
+    assert capped_shots(drawn) == ["1000"]
+    assert len(results["informative"]["5"]["runs"]) == 2 and results["informative"]["5"]["n_runs"] == 2
     assert results["informative"]["1000"]["accuracy"]["mean"] > 0.8
     assert results["noise"]["1000"]["accuracy"]["mean"] < 0.4
     assert results["informative"]["5"]["kappa"]["std"] >= 0.0 and predictions["noise"].shape == (200,)
+
+
+def test_missing_training_class_gives_one_note_and_no_raw_warnings(recwarn):
+    rng = np.random.default_rng(1)
+    y_train = rng.integers(0, 4, 300)  # no REM among the training subjects
+    y_test = rng.integers(0, 5, 100)
+    features = {"f": {"train": rng.normal(0, 1, (300, 3)), "test": rng.normal(0, 1, (100, 3))}}
+    _, drawn, _ = few_shot_protocol(features, y_train, y_test, (5, 20), seeds=3)
+    note = missing_class_note(drawn, [y_test])
+    assert note == "training subjects have no windows of REM (6 of 6 fits); those fits never predict them (F1 0)"
+    assert missing_class_note(drawn, [y_train]) is None
+
+
+def test_pool_results_is_mean_std_over_runs_x_folds_x_seeds():
+    from multiview_app.eval.sleep_staging import pool_results
+
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 5, 300)
+    centres = rng.normal(0, 3, (5, 4))
+    results = []
+    for run in range(2):  # two "pretraining runs" whose features differ in quality
+        noise = 1.0 + 3 * run
+        feats = {"trained": {"train": centres[y] + rng.normal(0, noise, (300, 4)),
+                             "test": centres[y] + rng.normal(0, noise, (300, 4))}}
+        res, drawn, _ = few_shot_protocol(feats, y, y, (5,), seeds=3)
+        results.append({"run": f"r{run}", "protocol": "in-domain", "dataset": "d", "shots": [5], "results": res,
+                        "drawn_per_class": drawn, "notes": [], "windows": {"train": 300, "test": 300}})
+    pooled = pool_results(results)
+    scores = [fit["kappa"] for r in results for fit in r["results"]["trained"]["5"]["runs"]]
+    assert pooled["results"]["trained"]["5"]["n_runs"] == 6
+    assert pooled["results"]["trained"]["5"]["kappa"]["mean"] == pytest.approx(np.mean(scores))
+    assert pooled["results"]["trained"]["5"]["kappa"]["std"] == pytest.approx(np.std(scores))
+    assert len(pooled["drawn_per_class"]["5"]) == 6 and pooled["pooled_runs"] == ["r0", "r1"]
+    with pytest.raises(ValueError, match="differ in protocol"):
+        pool_results([results[0], {**results[1], "protocol": "cross-dataset"}])
+
+
+def test_paper_classifier_learns_the_channel_combination_and_stops_early():
+    from multiview_app.eval.channel_classifier import fit_channel_classifier
+
+    rng = np.random.default_rng(4)
+    centres = rng.normal(0, 2, (5, 6))
+
+    def sample(n):  # channel 0 carries the class, channel 1 is noise of larger scale
+        y = rng.integers(0, 5, n)
+        x = np.stack([centres[y] + rng.normal(0, 0.5, (n, 6)), rng.normal(0, 3, (n, 6))], axis=1)
+        return x.astype(np.float32), y
+
+    (x, y), (xv, yv), (xt, yt) = sample(400), sample(100), sample(300)
+    fitted = fit_channel_classifier(x, y, xv, yv, lr=1e-2)
+    assert (fitted.predict(xt) == yt).mean() > 0.85
+    weights = fitted.model.combine.weight.detach().abs()[0]
+    assert weights[0] > 2 * weights[1]  # the informative channel dominates the learned combination
+    assert 1 <= fitted.epochs <= 40
+
+
+def test_tuning_uses_validation_windows_for_every_row():
+    rng = np.random.default_rng(5)
+    y_train, y_val, y_test = rng.integers(0, 5, 300), rng.integers(0, 5, 150), rng.integers(0, 5, 150)
+    centres = rng.normal(0, 1, (5, 20))
+    feats = {name: {split: centres[y] + rng.normal(0, 2, (y.size, 20)) for split, y in
+                    (("train", y_train), ("val", y_val), ("test", y_test))} for name in ("a", "b")}
+    results, _, _ = few_shot_protocol(feats, y_train, y_test, (10,), seeds=2, C=None, y_val=y_val)
+    chosen = {r["hyperparameter"] for name in results for r in results[name]["10"]["runs"]}
+    assert chosen <= {0.01, 0.1, 1.0, 10.0}
+    with pytest.raises(ValueError, match="need validation windows"):
+        few_shot_protocol(feats, y_train, y_test, (10,), seeds=1, C=None)

@@ -125,3 +125,39 @@ def test_channel_views_policy(tmp_path):
         build_view_policy("channels", 5, {}, adapter)
     with pytest.raises(ValueError, match="views.options.channels"):
         build_view_policy("channels", 2, {"channels": ["Fpz-Cz", "F3-M2"]}, adapter)
+
+
+def test_agnostic_mode_ignores_channel_names_and_has_no_embedding():
+    encoder = _tiny_encoder(channel_mode="agnostic")
+    assert encoder.channel_embedding is None
+    assert not any("channel_embedding" in name for name, _ in encoder.named_parameters())
+    x = torch.randn(3, 3000)
+    torch.testing.assert_close(encoder(x, "F3-M2"), encoder(x, "Fpz-Cz"))
+    torch.testing.assert_close(encoder.forward_views([x, x], ["F3-M2", "O1-M2"])[:, 1], encoder(x, None))
+    with pytest.raises(ValueError, match="unknown_rate only applies"):
+        _tiny_encoder(channel_mode="agnostic", unknown_rate=0.1)
+
+
+def test_unknown_row_is_trained_with_unknown_rate():
+    """With unknown_rate = 0 a training step never moves the "unknown" row (the cross-dataset bug);
+    with unknown_rate > 0 it does, and evaluation (eval mode) is deterministic."""
+    moved = {}
+    for rate in (0.0, 0.5):
+        encoder = _tiny_encoder(unknown_rate=rate).train()
+        before = encoder.channel_embedding.weight.detach().clone()
+        optimizer = torch.optim.SGD(encoder.parameters(), lr=0.1)
+        torch.manual_seed(1)
+        for _ in range(5):
+            xs = [torch.randn(4, 3000) for _ in range(4)]
+            encoder.forward_views(xs, CHANNELS).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        moved[rate] = (encoder.channel_embedding.weight.detach() - before).abs().sum(dim=1)
+    used = [encoder.channel_ids(c)[0] for c in CHANNELS]
+    assert moved[0.0][0] == 0 and (moved[0.0][used] > 0).all()
+    assert moved[0.5][0] > 0
+    encoder.eval()
+    x = torch.randn(2, 3000)
+    torch.testing.assert_close(encoder(x, "F3-M2"), encoder(x, "F3-M2"))
+    with pytest.raises(ValueError, match="unknown_rate: expected a probability"):
+        _tiny_encoder(unknown_rate=1.5)

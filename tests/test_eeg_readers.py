@@ -1,6 +1,8 @@
 """EEG readers, preprocessing and cache on tiny synthetic files in the real formats."""
 from __future__ import annotations
 
+import datetime as dt
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -14,7 +16,7 @@ from multiview_app.data.eeg.preprocess import PrepareOptions, make_windows
 from multiview_app.data.eeg.recording import Recording
 from multiview_app.data.eeg.sleep_edf import find_pairs, read_sleep_edf
 from multiview_app.data.eeg.stages import EXCLUDED, PHYSIONET2018_EEG, UNSCORED
-from multiview_app.data.eeg.synth import (SubjectTraits, hypnogram_annotations, write_edf,
+from multiview_app.data.eeg.synth import (DEFAULT_START, SubjectTraits, hypnogram_annotations, write_edf,
                                           write_physionet2018_night, write_sleep_edf_night)
 
 HOURS = 0.5  # 60 epochs
@@ -119,15 +121,49 @@ def test_truncated_wfdb_and_missing_annotations(physionet_dir, tmp_path):
 
 
 def _edf_pair(folder: Path, name: str, epochs: int, annotations: list[tuple[float, float, str]],
-              rates: tuple[float, float] = (100.0, 100.0)) -> tuple[Path, Path]:
+              rates: tuple[float, float] = (100.0, 100.0), hyp_start: dt.datetime = DEFAULT_START,
+              hyp_patient: str = "X", psg_patient: str = "X") -> tuple[Path, Path]:
     t = np.arange(int(epochs * 30 * rates[0])) / rates[0]
     u = np.arange(int(epochs * 30 * rates[1])) / rates[1]
     rng = np.random.default_rng(0)
     psg, hyp = folder / f"{name}E0-PSG.edf", folder / f"{name}EC-Hypnogram.edf"
     write_edf(psg, {"EEG Fpz-Cz": (30 * np.sin(2 * np.pi * 10 * t) + rng.normal(0, 5, t.size), rates[0]),
-                    "EEG Pz-Oz": (30 * np.sin(2 * np.pi * 3 * u) + rng.normal(0, 5, u.size), rates[1])})
-    write_edf(hyp, {}, annotations)
+                    "EEG Pz-Oz": (30 * np.sin(2 * np.pi * 3 * u) + rng.normal(0, 5, u.size), rates[1])},
+              patient=psg_patient)
+    write_edf(hyp, {}, annotations, start=hyp_start, patient=hyp_patient)
     return psg, hyp
+
+
+def test_hypnogram_is_aligned_by_the_header_start_times(tmp_path):
+    stages = np.array([0, 0, 1, 2, 2, 3, 3, 4])
+    annotations = hypnogram_annotations(stages, np.random.default_rng(0))
+    later = DEFAULT_START + dt.timedelta(seconds=90)  # hypnogram starts 3 epochs after the PSG
+    psg, hyp = _edf_pair(tmp_path, "SC4105", 12, annotations, hyp_start=later)
+    rec = read_sleep_edf(psg, hyp, ["Fpz-Cz", "Pz-Oz"])
+    assert (rec.epoch_labels[:3] == UNSCORED).all()
+    np.testing.assert_array_equal(rec.epoch_labels[3:11], stages)
+    assert rec.counts["hypnogram_offset_seconds"] == 90 and rec.counts["hypnograms_offset_from_psg"] == 1
+
+
+def test_hypnogram_of_another_night_or_patient_names_both_files(tmp_path):
+    annotations = hypnogram_annotations(np.array([0, 1, 2, 2]), np.random.default_rng(0))
+    next_night = DEFAULT_START + dt.timedelta(days=1)
+    psg, hyp = _edf_pair(tmp_path, "SC4106", 4, annotations, hyp_start=next_night)
+    with pytest.raises(ValueError, match=r"SC4106EC-Hypnogram.edf: its scored stages .* do not overlap its PSG "
+                                         r".*SC4106E0-PSG.edf"):
+        read_sleep_edf(psg, hyp, ["Fpz-Cz"])
+    psg, hyp = _edf_pair(tmp_path, "SC4107", 4, annotations, psg_patient="SC407", hyp_patient="SC499")
+    with pytest.raises(ValueError, match=r"SC4107EC-Hypnogram.edf: patient field 'SC499 X X X' does not match "
+                                         r"'SC407 X X X' of its PSG .*SC4107E0-PSG.edf"):
+        read_sleep_edf(psg, hyp, ["Fpz-Cz"])
+    psg, hyp = _edf_pair(tmp_path, "SC4109", 4, annotations, hyp_patient="SC499")  # PSG anonymous: nothing to compare
+    assert read_sleep_edf(psg, hyp, ["Fpz-Cz"]).epoch_labels.tolist() == [0, 1, 2, 2]
+
+
+def test_sleep_edf_signals_are_in_microvolts(tmp_path):
+    psg, hyp = _edf_pair(tmp_path, "SC4108", 2, [(0.0, 60.0, "Sleep stage W")])
+    rec = read_sleep_edf(psg, hyp, ["Fpz-Cz"])
+    assert 25.0 < np.abs(rec.signals[0]).max() < 60.0  # 30 uV sine + 5 uV noise, not 3e-5 V
 
 
 def test_hypnogram_shorter_than_signal_drops_and_counts(tmp_path):
@@ -254,3 +290,144 @@ def test_download_offline_gives_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(age, "fetch_data", offline)  # never touches the network
     with pytest.raises(RuntimeError, match=r"download of Sleep-EDF subjects \[0\] failed .*offline"):
         download_sleep_physionet([0], [1], tmp_path)
+
+
+def _wfdb_epoch_ramp(folder: Path, record: str, notes: list[tuple[int, str]], n_epochs: int, offset: int,
+                     fs: float = 100.0) -> Path:
+    """A 1-channel record whose signal is a 5 Hz sine of amplitude ``10 * (grid epoch + 1)`` on the
+    30-s grid starting at sample ``offset`` (so a window tells which epoch it was cut from)."""
+    from multiview_app.data.eeg.synth import write_wfdb_record
+
+    spe = int(30 * fs)
+    n = offset + n_epochs * spe
+    t = np.arange(n) / fs
+    epoch = np.clip((np.arange(n) - offset) // spe, 0, None)
+    signal = 10.0 * (epoch + 1) * np.sin(2 * np.pi * 5 * t)
+    write_wfdb_record(folder, record, {"F3-M2": signal}, fs, notes)
+    return folder / record
+
+
+def test_physionet_grid_starts_at_the_first_stage_note(tmp_path):
+    fs, spe, offset = 100.0, 3000, 700  # first note 7 s into the signal: off the signal's 30-s grid
+    codes = ["W", "N1", "N2", "N2", "N3", "R"]
+    notes = [(offset + i * spe, c) for i, c in enumerate(codes)]
+    record = _wfdb_epoch_ramp(tmp_path, "tr05-0001", notes, len(codes), offset, fs)
+    rec = read_physionet2018(record, ["F3-M2"])
+    assert rec.epoch_labels.tolist() == [0, 1, 2, 2, 3, 4] and rec.grid_start_seconds == pytest.approx(7.0)
+    assert rec.counts["epochs_straddling_stage_change"] == 0
+    options = PrepareOptions(channels=["F3-M2"], l_freq=None, h_freq=None, crop_wake_minutes=None)
+    raw_windows = []
+    for epoch in range(len(codes)):  # each window's raw amplitude names the grid epoch it came from
+        start = offset + epoch * spe
+        raw_windows.append(np.abs(rec.signals[0][start:start + spe]).max())
+    np.testing.assert_allclose(raw_windows, 10.0 * (np.arange(len(codes)) + 1), rtol=0.01)
+    windows, labels, epochs, _ = make_windows(rec, options)
+    assert labels.tolist() == [0, 1, 2, 2, 3, 4] and epochs.tolist() == list(range(6))
+    # without the grid start, epoch 0 would mix 7 s of the signal's first samples into every window
+    spectrum = np.abs(np.fft.rfft(windows[:, 0], axis=-1))
+    assert (np.fft.rfftfreq(3000, 1 / fs)[spectrum.argmax(-1)] == 5.0).all()
+
+
+def test_undefined_note_ends_the_stage_and_the_tail_is_counted(tmp_path):
+    spe = 3000
+    notes = [(0, "W"), (2 * spe, "N2"), (4 * spe, "U"), (6 * spe, "N3")]
+    record = _wfdb_epoch_ramp(tmp_path, "tr05-0002", notes, 10, 0)
+    rec = read_physionet2018(record, ["F3-M2"])
+    assert rec.epoch_labels.tolist() == [0, 0, 2, 2, EXCLUDED, EXCLUDED, 3, 3, 3, 3]  # U: excluded, not N2
+    assert rec.counts["epochs_after_last_stage_note"] == 3  # epochs 7-9 hold the last note's N3
+
+
+def test_arousal_mat_is_the_authority_and_disagreements_are_counted(tmp_path):
+    from multiview_app.data.eeg.synth import write_arousal_mat
+
+    spe = 3000
+    notes = [(0, "W"), (2 * spe, "N2"), (5 * spe, "N3")]  # notes say N3 until the end
+    record = _wfdb_epoch_ramp(tmp_path, "tr05-0003", notes, 8, 0)
+    per_sample = np.repeat(np.array([0, 0, 2, 2, 1, 3, UNSCORED, UNSCORED]), spe)  # epoch 4 N1, tail undefined
+    write_arousal_mat(tmp_path / "tr05-0003-arousal.mat", per_sample)
+    rec = read_physionet2018(record, ["F3-M2"])
+    assert rec.epoch_labels.tolist() == [0, 0, 2, 2, 1, 3, UNSCORED, UNSCORED]
+    assert rec.counts["stage_notes_disagreeing_with_mat_epochs"] == 1
+    assert rec.counts["epochs_scored_by_notes_undefined_in_mat"] == 2
+    assert rec.sources[-1].name == "tr05-0003-arousal.mat"
+    summary = prepare("physionet2018", tmp_path, tmp_path / "cache",
+                      PrepareOptions(channels=["F3-M2"], crop_wake_minutes=None), progress=False)
+    assert summary["reader_counts"]["stage_notes_disagreeing_with_mat_epochs"] == 1
+    (tmp_path / "tr05-0003-arousal.mat").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"tr05-0003-arousal.mat: cannot read data/sleep_stages"):
+        read_physionet2018(record, ["F3-M2"])
+
+
+def test_prepare_cli_prints_one_clean_line(sleep_edf_dir, tmp_path, capsys):
+    from multiview_app.cli import main
+
+    assert main(["data", "prepare", "sleep-edf", "--source", str(sleep_edf_dir[0]), "--out", str(tmp_path / "c")]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert len(lines) == 1 and captured.out.endswith("\n") and "\r" not in captured.out + captured.err
+    assert captured.err == ""  # no progress bar when stderr is not a terminal
+    assert lines[0].startswith("prepared 2 recordings") and "; reader counts: " in lines[0] and "not selected: none" in lines[0]
+    details = json.loads((tmp_path / "c" / "prepare_summary.json").read_text())
+    assert details["prepared"] == ["SC4001", "SC4011"] and sum(details["windows_per_stage"].values()) == details["windows"]
+
+
+def test_sleep_edf_reads_sc_nights_unless_st_is_asked_for(sleep_edf_dir, tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(sleep_edf_dir[0], source)
+    shutil.copy(source / "SC4001E0-PSG.edf", source / "ST7011J0-PSG.edf")  # a telemetry-study night
+    shutil.copy(next(source.glob("SC4001E?-Hypnogram.edf")), source / "ST7011JP-Hypnogram.edf")
+    assert [p.name[:6] for p, _ in find_pairs(source)[0]] == ["SC4001", "SC4011"]
+    assert [p.name[:6] for p, _ in find_pairs(source, include_st=True)[0]] == ["SC4001", "SC4011", "ST7011"]
+    options = PrepareOptions(channels=["Fpz-Cz"])
+    summary = prepare("sleep-edf", source, tmp_path / "c", options, progress=False)
+    assert summary["prepared"] == ["SC4001", "SC4011"] and summary["not_selected"] == {"st_nights (--include-st to use)": 1}
+    summary = prepare("sleep-edf", source, tmp_path / "c2", options, progress=False, include_st=True)
+    assert summary["duplicates"][0]["recording"] == "ST7011"  # read (and found to be a copy)
+
+
+def test_physionet_units_become_microvolts(tmp_path):
+    from multiview_app.data.eeg.synth import write_wfdb_record
+
+    t = np.arange(3000 * 2) / 100.0
+    write_wfdb_record(tmp_path, "tr06-0001", {"F3-M2": 0.05 * np.sin(2 * np.pi * 5 * t)}, 100.0, [(0, "W")],
+                      units="mV")  # 50 uV written in millivolts
+    rec = read_physionet2018(tmp_path / "tr06-0001", ["F3-M2"])
+    assert np.abs(rec.signals[0]).max() == pytest.approx(50.0, rel=0.01)
+    write_wfdb_record(tmp_path, "tr06-0002", {"F3-M2": np.sin(t)}, 100.0, [(0, "W")], units="degC")
+    with pytest.raises(ValueError, match=r"tr06-0002.hea: unit\(s\) \['degc'\] .* are not voltages"):
+        read_physionet2018(tmp_path / "tr06-0002", ["F3-M2"])
+
+
+def test_recording_scaling_keeps_amplitude_differences():
+    fs, rng = 100.0, np.random.default_rng(0)
+    amplitude = np.array([10.0, 10.0, 80.0, 80.0, 10.0, 10.0])  # N3-like large-amplitude epochs 2, 3
+    signal = np.concatenate([a * rng.normal(0, 1, 3000) for a in amplitude])
+    rec = Recording("r", "s", [Path("x")], ["A"], [signal], [fs], np.array([0, 2, 3, 3, 2, 0]), Counter())
+    window_scaled, *_ = make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None))
+    recording_scaled, *_ = make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, scaling="recording"))
+    np.testing.assert_allclose(window_scaled.std(-1)[:, 0], 1.0, atol=1e-3)  # z-scoring erases amplitude
+    stds = recording_scaled.std(-1)[:, 0]
+    assert stds[2] / stds[0] == pytest.approx(8.0, rel=0.1)  # one scale per recording keeps the ratio
+
+
+def test_encoder_and_band_power_see_the_same_band():
+    from multiview_app.data.eeg.preprocess import DEFAULT_BAND
+    from multiview_app.eval.bandpower import BANDS
+
+    from multiview_app.data.cli import PREPARE_BAND
+
+    options = PrepareOptions(channels=["A"])
+    assert (options.l_freq, options.h_freq) == DEFAULT_BAND == PREPARE_BAND == (min(b[0] for b in BANDS.values()),
+                                                                                max(b[1] for b in BANDS.values()))
+
+
+def test_edf_header_is_parsed_without_private_mne_api(tmp_path):
+    from multiview_app.data.eeg.sleep_edf import read_edf_header
+
+    psg, _ = _edf_pair(tmp_path, "SC4110", 2, [(0.0, 60.0, "Sleep stage W")], rates=(200.0, 100.0), psg_patient="SC410")
+    header = read_edf_header(psg)
+    assert header.start == DEFAULT_START and header.patient.startswith("SC410")
+    assert header.labels[:2] == ["EEG Fpz-Cz", "EEG Pz-Oz"]
+    assert header.native_rate("EEG Fpz-Cz") == 200.0 and header.native_rate("EEG Pz-Oz") == 100.0
+    source = "\n".join(p.read_text() for p in (Path(__file__).parents[1] / "multiview_app").rglob("*.py"))
+    assert "_raw_extras" not in source  # the native rates used to come from mne's private raw._raw_extras

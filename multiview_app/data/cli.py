@@ -8,6 +8,11 @@ import json
 from pathlib import Path
 
 
+PREPARE_BAND = (0.5, 30.0)
+"""Default band-pass of ``data prepare`` = ``eeg.preprocess.DEFAULT_BAND`` (a literal here so that
+``mvapp --help`` does not import the EEG stack; a test checks they are equal)."""
+
+
 def default_channels() -> dict[str, list[str]]:
     """Default channels of every preparable dataset, from its catalog card (read on demand, so that
     ``mvapp --help`` does not load the catalog)."""
@@ -31,7 +36,11 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--nights", type=int, default=1)
     synth.add_argument("--format", choices=formats, required=True)
     synth.add_argument("--out", type=Path, required=True)
-    synth.add_argument("--hours", type=float, default=8.0, help="length of each night in hours")
+    synth.add_argument("--hours", type=float, default=9.0,
+                       help="length of each full night, wake around sleep included (default: %(default)s)")
+    synth.add_argument("--compress", type=int, default=1,
+                       help="write K-times shorter excerpts keeping the full night's stage proportions "
+                            "(every K-th epoch; default: %(default)s = full nights)")
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (files of the same name are replaced)")
     synth.set_defaults(func=_synth)
@@ -43,11 +52,19 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument("--channels", nargs="+", default=None,
                       help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations)")
     prep.add_argument("--sfreq", type=float, default=100.0, help="target sampling rate (Hz)")
-    prep.add_argument("--l-freq", type=_optional_float, default=0.3, help="band-pass low edge in Hz, or 'none'")
-    prep.add_argument("--h-freq", type=_optional_float, default=35.0, help="band-pass high edge in Hz, or 'none'")
+    prep.add_argument("--l-freq", type=_optional_float, default=PREPARE_BAND[0],
+                      help="band-pass low edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)")
+    prep.add_argument("--h-freq", type=_optional_float, default=PREPARE_BAND[1],
+                      help="band-pass high edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)")
     prep.add_argument("--crop-wake-minutes", type=_optional_float, default=30.0,
-                      help="wake kept before the first / after the last sleep epoch, or 'none' to keep all")
+                      help="wake kept before the first / after the last sleep epoch, or 'none' to keep all "
+                           "(default: %(default)s)")
     prep.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    prep.add_argument("--include-st", action="store_true",
+                      help="sleep-edf: also read the ST (telemetry, temazepam study) nights; default: SC nights only")
+    prep.add_argument("--scaling", choices=["window", "recording"], default="window",
+                      help="per-window z-scoring, or per-recording robust scaling that keeps amplitude "
+                           "differences between windows (default: %(default)s)")
     prep.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings (listed) instead of failing")
     prep.add_argument("--download", nargs="+", type=int, metavar="SUBJECT", default=None,
                       help="sleep-edf only: first fetch these SC subjects (night 1 and 2) into --source via mne "
@@ -80,13 +97,14 @@ def _synth(args: argparse.Namespace) -> int:
     from .eeg.synth import synth_psg
 
     refuse_non_empty_out(args.out, args.overwrite)
-    files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed)
+    files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed,
+                      compress=args.compress)
     print(f"wrote {len(files)} files ({args.subjects} subjects x {args.nights} nights, {args.format}) to {args.out}")
     return 0
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from .eeg.cache import prepare
+    from .eeg.cache import prepare, summary_line
     from .eeg.preprocess import PrepareOptions
 
     if args.download:
@@ -98,16 +116,14 @@ def _prepare(args: argparse.Namespace) -> int:
         download_sleep_physionet(args.download, [1, 2], args.source)
     try:
         options = PrepareOptions(channels=args.channels or default_channels()[args.dataset], sfreq=args.sfreq,
-                                 l_freq=args.l_freq, h_freq=args.h_freq, crop_wake_minutes=args.crop_wake_minutes)
+                                 l_freq=args.l_freq, h_freq=args.h_freq, crop_wake_minutes=args.crop_wake_minutes,
+                                 scaling=args.scaling)
     except Exception as err:  # pydantic ValidationError -> one line
         message = err.errors()[0]["msg"] if hasattr(err, "errors") else str(err)
         raise ValueError(f"prepare options: {message.removeprefix('Value error, ')}") from None
     summary = prepare(args.dataset, args.source, args.out, options, dtype=args.dtype,
-                      on_error="skip" if args.skip_bad else "raise")
-    print(json.dumps(summary, indent=1))
-    print(f"prepared {len(summary['prepared'])} recordings, skipped {len(summary['skipped_existing'])} already "
-          f"prepared, {len(summary['duplicates'])} duplicates, {len(summary['errors'])} errors; "
-          f"cache {args.out} holds {summary['windows']} windows")
+                      on_error="skip" if args.skip_bad else "raise", include_st=args.include_st)
+    print(summary_line(summary))
     return 0
 
 

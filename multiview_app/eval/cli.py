@@ -23,7 +23,8 @@ def _run(args: argparse.Namespace) -> int:
     if not (args.run / "config.yaml").is_file():
         raise FileNotFoundError(f"--run {args.run}: not a run folder (no config.yaml)")
     cls = get_evaluator(args.evaluator_name)
-    cls().run(args.run, args)
+    result = cls().run(args.run, args)
     kind = getattr(cls, "kind", args.evaluator_name.replace("-", "_"))
-    print(f"wrote {args.run / 'eval' / f'{kind}.json'}")
+    written = result.get("output") if isinstance(result, dict) else None  # evaluators may name their own file
+    print(f"wrote {written or args.run / 'eval' / f'{kind}.json'}")
     return 0

@@ -1,36 +1,63 @@
 """``mvapp eval sleep-staging``: few-shot linear sleep staging on frozen per-channel EEG features.
 
-Protocol (M3G Table 3 / Brüsch et al. 2023): subject-wise train/test split (the run's
-``eeg_windows`` adapter, or another prepared cache via ``--cache``); per-channel encoder features
-combined (concatenated in channel order, or averaged); for every ``s`` in ``--shots`` and every
-seed, ``s`` windows per class are drawn from the training subjects (class-balanced; capped by what
-exists, reported), a standardized logistic regression is fitted and scored on every test window.
-Rows: trained encoder, random-init encoder (``init.safetensors``), relative band powers.
-Outputs ``eval/sleep_staging.json``, ``plots/sleep_staging_confusion.png`` and
-``plots/sleep_staging_hypnogram.png`` (true vs predicted, one test night).
+Protocol (M3G Table 3 / Brüsch et al. 2023):
+
+- **in-domain** (default): the run's own subject split. The classifier is trained on windows of the
+  pretraining subjects and scored on the held-out subjects; ``--folds F`` splits the held-out
+  subjects into F test folds (the classifier then also trains on the other folds). An option that
+  would put a pretraining subject into a test set is refused with the subject names.
+- **cross-dataset** (``--cache`` of another dataset, e.g. PhysioNet-2018-pretrained -> Sleep-EDF):
+  the other cache's subjects are split on their own (``--test-fraction``, default 20 % as Brüsch
+  et al., or ``--folds F``); results go to ``eval/sleep_staging_<dataset>.json`` and never
+  overwrite the in-domain ``eval/sleep_staging.json``.
+
+Per-channel encoder features are combined (concatenated in channel order, or averaged); for every
+``s`` in ``--shots`` and every seed, ``s`` windows per class are drawn from the classifier's
+training subjects (class-balanced; capped by what exists: the counts drawn for every fold and seed
+are reported and a capped column is flagged), a standardized logistic regression is fitted and
+scored on every test window. Rows: trained encoder, random-init encoder (``init.safetensors``),
+relative band powers. Metrics: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1,
+per-class F1, as mean +- std over folds x seeds.
 """
 from __future__ import annotations
 
 import argparse
+import sys
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from sklearn.metrics import accuracy_score, balanced_accuracy_score, cohen_kappa_score, confusion_matrix, f1_score
 from threadpoolctl import threadpool_limits
+import torch
 from torch.utils.data import DataLoader
 
 from ..data.eeg.stages import STAGES
 from ..argtypes import open_fraction, positive_float, positive_int
 from ..train.run_io import atomic_write_json, load_run
 from . import EVALUATORS
-from .bandpower import bandpower_features
+from .bandpower import bandpower_features, bandpower_time_bins
 from .features import combine_views, extract_features
 from .probe import fit_linear_classifier
 
 DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
-METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "kappa")
+METRICS = ("balanced_accuracy", "kappa", "accuracy", "macro_f1")
+"""Headline first: balanced accuracy and kappa do not reward the class prior."""
+C_GRID = (0.01, 0.1, 1.0, 10.0)
+"""Logistic-regression C values tuned on validation subjects (every row alike)."""
+LR_GRID = (1e-3, 1e-2)
+"""Learning rates of the paper classifier tuned on validation subjects (every row alike)."""
+VALIDATION_FRACTION = 0.2
+"""Share of the classifier-training subjects held out as validation subjects (at least one)."""
+VALIDATION_PER_CLASS = 100
+"""Windows per class of the (class-balanced) validation set drawn from the validation subjects."""
+TIME_BINS = 4
+"""The paper classifier pools encoder outputs into this many time bins."""
+CROSS_DATASET_TEST_FRACTION = 0.2
+"""Share of the other dataset's subjects held out in the cross-dataset protocol (Brüsch et al.: 20 %)."""
 
 
 def balanced_sample(labels: np.ndarray, per_class: int, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, int]]:
@@ -51,9 +78,12 @@ def staging_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, Any]:
     """Accuracy, balanced accuracy, macro-F1, Cohen's kappa and per-class F1 (classes in the test set)."""
     present = sorted(set(np.unique(y_true).tolist()))
     per_class = f1_score(y_true, y_pred, labels=present, average=None, zero_division=0)
+    with warnings.catch_warnings():  # predicted classes absent from the test set: expected, not news
+        warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+        balanced = balanced_accuracy_score(y_true, y_pred)
     return {
         "accuracy": float(accuracy_score(y_true, y_pred)),
-        "balanced_accuracy": float(balanced_accuracy_score(y_true, y_pred)),
+        "balanced_accuracy": float(balanced),
         "macro_f1": float(f1_score(y_true, y_pred, labels=present, average="macro", zero_division=0)),
         "kappa": float(cohen_kappa_score(y_true, y_pred)),
         "per_class_f1": {STAGES[c]: float(f) for c, f in zip(present, per_class)},
@@ -70,117 +100,383 @@ def _mean_std(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "std": float(np.std(values))}
 
 
+def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-run metric dicts (one per fold x seed, possibly pooled over pretraining runs) ->
+    ``{metric: {mean, std}, per_class_f1: {stage: {mean, std}}, n_runs}``."""
+    summary: dict[str, Any] = {m: _mean_std([r[m] for r in runs]) for m in METRICS}
+    classes = sorted({c for r in runs for c in r["per_class_f1"]}, key=STAGES.index)
+    summary["per_class_f1"] = {c: _mean_std([r["per_class_f1"].get(c, 0.0) for r in runs]) for c in classes}
+    summary["n_runs"] = len(runs)
+    return summary
+
+
 def few_shot_protocol(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
-    shots: tuple[int, ...], seeds: int, C: float = 1.0,
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]], dict[str, np.ndarray]]:
-    """Fit/score a linear classifier per feature set, ``s`` in ``shots`` and seed (same draws for all sets).
+    shots: tuple[int, ...], seeds: int, C: float | None = 1.0, *, y_val: np.ndarray | None = None,
+    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
+    """Fit/score a classifier per feature set, ``s`` in ``shots`` and seed (same draws for all sets).
 
-    ``features``: name -> {"train": (N_tr, F), "test": (N_te, F)}. Returns results
-    ``[name][str(s)][metric] = {mean, std}`` (+ ``per_class_f1``), the windows drawn per class
-    per ``s``, and the test predictions of every feature set at the largest ``s``, seed 0.
+    ``features``: name -> {"train": (N_tr, ...), "test": (N_te, ...)[, "val": (N_va, ...)]}
+    (2-D for ``logreg``, ``(N, C, F)`` for ``paper``). ``C=None`` (``lr=None`` for ``paper``)
+    tunes it on the validation windows (``y_val``, a class-balanced draw of up to
+    ``VALIDATION_PER_CLASS`` per class and seed) by balanced accuracy, for every row alike.
+    Returns results ``[name][str(s)]`` = :func:`summarize_runs` plus the per-seed ``runs`` (each
+    with the ``hyperparameter`` used), the windows drawn per class for every seed
+    (``[str(s)][seed]``), and the test predictions of every set at the largest ``s``, seed 0.
     """
     with threadpool_limits(1):  # small BLAS problems: multi-threading only oversubscribes (measured 60x slower)
-        return _few_shot_protocol(features, y_train, y_test, shots, seeds, C)
+        return _few_shot_protocol(features, y_train, y_test, shots, seeds, C, y_val, classifier, lr)
 
 
 def _few_shot_protocol(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
-    shots: tuple[int, ...], seeds: int, C: float,
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]], dict[str, np.ndarray]]:
+    shots: tuple[int, ...], seeds: int, C: float | None, y_val: np.ndarray | None,
+    classifier: Literal["logreg", "paper"], lr: float | None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
+    grid = ((C,) if C is not None else C_GRID) if classifier == "logreg" else ((lr,) if lr is not None else LR_GRID)
+    if (len(grid) > 1 or classifier == "paper") and (y_val is None or y_val.size == 0):
+        raise ValueError("sleep staging: tuning C / lr and the paper classifier need validation windows")
     results: dict[str, dict[str, Any]] = {name: {} for name in features}
-    drawn_per_shot: dict[str, dict[str, int]] = {}
+    drawn_per_shot: dict[str, list[dict[str, int]]] = {}
     predictions: dict[str, np.ndarray] = {}
     for s in shots:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in features}
+        drawn_per_shot[str(s)] = []
         for seed in range(seeds):
             index, drawn = balanced_sample(y_train, s, np.random.default_rng([seed, s]))
-            drawn_per_shot[str(s)] = drawn
+            drawn_per_shot[str(s)].append(drawn)
+            val_index = (balanced_sample(y_val, VALIDATION_PER_CLASS, np.random.default_rng([seed, s, 7]))[0]
+                         if y_val is not None and y_val.size else None)
             for name, split_feats in features.items():
-                clf = fit_linear_classifier(split_feats["train"][index], y_train[index], C=C, seed=seed)
-                predicted = clf.predict(np.nan_to_num(split_feats["test"]))
-                runs[name].append(staging_metrics(y_test, predicted))
+                predicted, chosen = _fit_predict(classifier, grid, split_feats, index, y_train, val_index, y_val, seed)
+                runs[name].append({**staging_metrics(y_test, predicted), "hyperparameter": chosen})
                 if seed == 0 and s == max(shots):
                     predictions[name] = predicted
         for name, seed_runs in runs.items():
-            summary: dict[str, Any] = {m: _mean_std([r[m] for r in seed_runs]) for m in METRICS}
-            classes = sorted({c for r in seed_runs for c in r["per_class_f1"]}, key=STAGES.index)
-            summary["per_class_f1"] = {c: _mean_std([r["per_class_f1"].get(c, 0.0) for r in seed_runs]) for c in classes}
-            results[name][str(s)] = summary
+            results[name][str(s)] = {**summarize_runs(seed_runs), "runs": seed_runs}
     return results, drawn_per_shot, predictions
+
+
+def _fit_predict(classifier: str, grid: tuple[float, ...], feats: dict[str, np.ndarray], index: np.ndarray,
+                 y_train: np.ndarray, val_index: np.ndarray | None, y_val: np.ndarray | None,
+                 seed: int) -> tuple[np.ndarray, float]:
+    """Fit one classifier per grid value on the drawn windows; the best on the validation windows
+    (balanced accuracy; the only one without tuning) predicts the test windows."""
+    from .channel_classifier import fit_channel_classifier
+
+    best: tuple[float, Any, float] | None = None
+    x_val = feats["val"][val_index] if val_index is not None else None
+    yv = y_val[val_index] if val_index is not None and y_val is not None else None
+    for value in grid:
+        if classifier == "paper":
+            model = fit_channel_classifier(feats["train"][index], y_train[index], x_val, yv, lr=value, seed=seed)
+        else:
+            model = fit_linear_classifier(feats["train"][index], y_train[index], C=value, seed=seed)
+        if len(grid) == 1:
+            best = (0.0, model, value)
+            break
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+            score = balanced_accuracy_score(yv, model.predict(np.nan_to_num(x_val)))
+        if best is None or score > best[0]:
+            best = (score, model, value)
+    assert best is not None
+    return best[1].predict(np.nan_to_num(feats["test"])), float(best[2])
+
+
+def capped_shots(drawn: dict[str, list[dict[str, int]]]) -> list[str]:
+    """The ``s`` columns where some class had fewer than ``s`` windows to draw (in any fold/seed)."""
+    return [s for s, per_seed in drawn.items() if any(n < int(s) for d in per_seed for n in d.values())]
+
+
+def missing_class_note(drawn: dict[str, list[dict[str, int]]], test_labels: list[np.ndarray]) -> str | None:
+    """One line naming the classes present in a test set but absent from the classifier's training
+    windows (their F1 is 0), or None."""
+    present = {STAGES[int(c)] for y in test_labels for c in np.unique(y)}
+    fits, missing = 0, Counter()
+    for per_seed in drawn.values():
+        for d in per_seed:
+            fits += 1
+            missing.update(sorted(present - set(d)))
+    if not missing:
+        return None
+    classes = ", ".join(f"{c} ({n} of {fits} fits)" for c, n in missing.items())
+    return f"training subjects have no windows of {classes}; those fits never predict them (F1 0)"
 
 
 def run_sleep_staging(
     run_dir: str | Path, *, cache: str | None = None, channels: list[str] | None = None,
-    test_fraction: float | None = None, shots: tuple[int, ...] = DEFAULT_SHOTS, seeds: int = 5,
-    combine: Literal["concat", "mean"] = "concat", C: float = 1.0, batch_size: int = 256,
+    test_fraction: float | None = None, folds: int | None = None, shots: tuple[int, ...] = DEFAULT_SHOTS,
+    seeds: int = 5, combine: Literal["concat", "mean"] = "concat", C: float | None = None, batch_size: int = 256,
     baselines: bool = True, device: str = "cpu", progress: bool = True,
+    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
 ) -> dict[str, Any]:
-    """Run the protocol above on ``run_dir``; write and return the result dict."""
-    from ..data.adapters import build_adapter
+    """Run the protocol above on ``run_dir``; write and return the result dict.
+
+    ``classifier``: ``logreg`` (standardized logistic regression on concatenated/averaged channel
+    features; ``C=None`` tunes C on validation subjects) or ``paper`` (learned channel combination +
+    linear classifier on encoder outputs pooled into ``TIME_BINS`` time bins, AdamW, early stopping;
+    ``lr=None`` tunes the learning rate). Validation subjects (``VALIDATION_FRACTION`` of the
+    classifier-training subjects, at least one) are used only when tuning or for ``paper``.
+    """
     from ..data.eeg.views import ChannelViews
 
     run_dir = Path(run_dir)
     cfg, _ = load_run(run_dir, "init")
-    if cfg.data.adapter != "eeg_windows" and cache is None:
-        raise ValueError(f"run {run_dir} was trained on '{cfg.data.adapter}' data; pass --cache <prepared EEG cache>")
-    options = dict(cfg.data.options) if cfg.data.adapter == "eeg_windows" else {}
-    if cache is not None:
-        options = {k: v for k, v in options.items() if k not in ("cache", "channels", "test_subjects")}
-        options["cache"] = cache
-    if channels is not None:
-        options["channels"] = channels
-    if test_fraction is not None:
-        options["test_fraction"] = test_fraction
-        options.pop("test_subjects", None)
-    adapter = build_adapter("eeg_windows", options)
-    if "test" not in adapter.splits:
-        raise ValueError("sleep staging needs a subject-wise test split; set a test_fraction > 0")
+    plan = plan_evaluation(cfg, run_dir, cache=cache, channels=channels, test_fraction=test_fraction, folds=folds)
+    adapter = plan["adapter"]
     policy = ChannelViews(len(adapter.channel_names), ChannelViews.Options(), adapter)
-    overlap = set(adapter.split_subjects["train"]) & set(adapter.split_subjects["test"])
-    if overlap:  # the adapter guarantees disjoint splits; never score on training subjects
-        raise RuntimeError(f"subjects in both the train and test split: {sorted(overlap)}")
 
-    features: dict[str, dict[str, np.ndarray]] = {}
-    labels: dict[str, np.ndarray] = {}
-    meta_test: dict[str, list[Any]] = {}
+    features: dict[str, np.ndarray] = {}
+    labels = subjects = np.zeros(0)
+    meta: dict[str, list[Any]] = {}
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
-        features[name] = {}
-        for split in ("train", "test"):
-            feats, y, meta = extract_features(model, adapter, policy, split, batch_size, device, progress)
-            features[name][split] = combine_views(feats, combine)
-            labels[split] = y
-            if split == "test":
-                meta_test = meta
+        feats, labels, meta = extract_features(model, adapter, policy, "train", batch_size, device, progress)
+        features[name] = (time_binned_features(model, adapter, batch_size, device) if classifier == "paper"
+                          else combine_views(feats, combine))
+    subjects = np.asarray(meta["subject"])
     if baselines:
-        features["bandpower"] = {split: bandpower_features(_windows(adapter.split(split), batch_size), adapter.sfreq)
-                                 for split in ("train", "test")}
+        windows = _windows(adapter.split("train"), batch_size)
+        features["bandpower"] = (bandpower_time_bins(windows, adapter.sfreq, TIME_BINS) if classifier == "paper"
+                                 else bandpower_features(windows, adapter.sfreq))
+    tune = classifier == "paper" or (C is None)
 
-    results, drawn_per_shot, predictions = few_shot_protocol(features, labels["train"], labels["test"], shots, seeds, C)
-    plots = _plots(run_dir, labels["test"], predictions["trained"], meta_test, max(shots))
+    fold_results: list[dict[str, Any]] = []
+    drawn: dict[str, list[dict[str, int]]] = {}
+    collected: list[warnings.WarningMessage] = []
+    test_labels: list[np.ndarray] = []
+    predictions: dict[str, np.ndarray] = {}
+    first_test = np.zeros(0, dtype=bool)
+    validation_subjects: list[list[str]] = []
+    for fold, (train_subjects, test_subjects) in enumerate(plan["folds"]):
+        fit_subjects, val_subjects = (split_validation(train_subjects, plan["split_seed"] + fold) if tune
+                                      else (list(train_subjects), []))
+        validation_subjects.append(val_subjects)
+        train = np.isin(subjects, fit_subjects)
+        val = np.isin(subjects, val_subjects)
+        test = np.isin(subjects, test_subjects)
+        split_feats = {name: {"train": f[train], "test": f[test], "val": f[val]} for name, f in features.items()}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results, fold_drawn, fold_predictions = few_shot_protocol(
+                split_feats, labels[train], labels[test], shots, seeds, C, y_val=labels[val],
+                classifier=classifier, lr=lr)
+        collected += caught
+        fold_results.append(results)
+        test_labels.append(labels[test])
+        for s, per_seed in fold_drawn.items():
+            drawn.setdefault(s, []).extend(per_seed)
+        if fold == 0:
+            predictions, first_test = fold_predictions, test
+    pooled = pool_rows(fold_results, list(features), shots)
+    notes = [note for note in [missing_class_note(drawn, test_labels), _warning_note(collected)] if note]
+    stem = plan["name"]
+    plots = _plots(run_dir, stem, labels[first_test], predictions["trained"],
+                   {k: np.asarray(v)[first_test].tolist() for k, v in meta.items()}, max(shots))
     result = {
         "evaluator": "sleep-staging",
+        "protocol": plan["protocol"],
         "run": str(run_dir),
         "loss": cfg.loss.name,
+        "pretraining_cache": plan["pretraining_cache"],
         "cache": str(adapter.cache_dir),
+        "dataset": plan["dataset"],
         "channels": adapter.channel_names,
         "combine": combine,
-        "subjects": adapter.split_subjects,
-        "windows": {split: int(labels[split].size) for split in ("train", "test")},
-        "test_windows_per_stage": {STAGES[c]: int((labels["test"] == c).sum()) for c in range(len(STAGES))},
+        "classifier": classifier_description(classifier, C, lr),
+        "validation_subjects": validation_subjects,
+        "pretraining_subjects": plan["pretraining_subjects"],
+        "subjects": {"train": sorted(set(plan["folds"][0][0])), "test": sorted(set(plan["folds"][0][1]))},
+        "folds": [{"train": sorted(tr), "test": sorted(te)} for tr, te in plan["folds"]],
+        "windows": {"train": int(np.isin(subjects, plan["folds"][0][0]).sum()),
+                    "test": int(sum(y.size for y in test_labels))},
+        "test_windows_per_stage": {STAGES[c]: int(sum((y == c).sum() for y in test_labels)) for c in range(len(STAGES))},
         "shots": list(shots),
-        "drawn_per_class": drawn_per_shot,
+        "drawn_per_class": drawn,
+        "capped_shots": capped_shots(drawn),
         "seeds": seeds,
         "C": C,
-        "results": results,
+        "results": pooled,
+        "notes": notes,
         "plots": plots,
+        "output": str(run_dir / "eval" / f"{stem}.json"),
     }
-    atomic_write_json(run_dir / "eval" / "sleep_staging.json", result)
+    atomic_write_json(run_dir / "eval" / f"{stem}.json", result)
     return result
 
 
-def _plots(run_dir: Path, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str, list[Any]], shots: int) -> dict[str, str]:
+def pool_rows(parts: list[dict[str, Any]], names: list[str], shots: Any) -> dict[str, dict[str, Any]]:
+    """``[{row: {str(s): {"runs": [...]}}}]`` (folds, or whole runs) -> one table whose every cell
+    summarizes all the parts' fits (:func:`summarize_runs`) and keeps them in ``runs``."""
+    table: dict[str, dict[str, Any]] = {}
+    for name in names:
+        table[name] = {}
+        for s in shots:
+            runs = [fit for part in parts for fit in part[name][str(s)]["runs"]]
+            table[name][str(s)] = {**summarize_runs(runs), "runs": runs}
+    return table
+
+
+def pool_results(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pool the per-fit metrics of several runs' results of one protocol (e.g. pretraining seeds, or
+    pretraining folds) into one result: mean +- std over pretraining runs x folds x seeds."""
+    if len({(r["protocol"], r["dataset"], tuple(r["shots"])) for r in results}) != 1:
+        raise ValueError("--pool-runs: the runs' results differ in protocol, dataset or shots: "
+                         + ", ".join(f"{r['run']} ({r['protocol']}, {r['dataset']}, {r['shots']})" for r in results))
+    pooled = dict(results[0])
+    names = [name for name in results[0]["results"] if all(name in r["results"] for r in results)]
+    pooled["results"] = pool_rows([r["results"] for r in results], names, results[0]["shots"])
+    pooled["pooled_runs"] = [r["run"] for r in results]
+    pooled["drawn_per_class"] = {s: [d for r in results for d in r["drawn_per_class"][s]] for s in results[0]["drawn_per_class"]}
+    pooled["capped_shots"] = capped_shots(pooled["drawn_per_class"])
+    pooled["notes"] = sorted({note for r in results for note in r["notes"]})
+    pooled["windows"] = {"train": sum(r["windows"]["train"] for r in results),
+                         "test": sum(r["windows"]["test"] for r in results)}
+    return pooled
+
+
+def classifier_description(classifier: str, C: float | None, lr: float | None) -> str:
+    """What the table's classifier was, in one phrase (printed in the header, stored in the JSON)."""
+    if classifier == "paper":
+        rate = f"lr {lr}" if lr is not None else f"lr tuned on validation subjects over {list(LR_GRID)}"
+        return (f"paper: learned channel combination + linear classifier on {TIME_BINS} time bins, AdamW "
+                f"({rate}), early stopping on validation subjects")
+    strength = f"C={C}" if C is not None else f"C tuned on validation subjects over {list(C_GRID)}"
+    return f"standardized logistic regression ({strength})"
+
+
+def split_validation(subjects: list[str], seed: int) -> tuple[list[str], list[str]]:
+    """Classifier-training subjects -> (fit subjects, validation subjects): ``VALIDATION_FRACTION``
+    of them (at least one) drawn with ``seed``; ``ValueError`` when fewer than two subjects."""
+    if len(subjects) < 2:
+        raise ValueError(f"sleep staging: tuning C / lr or the paper classifier needs >= 2 classifier-training "
+                         f"subjects (one for validation), got {list(subjects)}; pass --C (logreg) instead")
+    order = np.random.default_rng(seed).permutation(len(subjects))
+    n_val = min(len(subjects) - 1, max(1, int(round(VALIDATION_FRACTION * len(subjects)))))
+    val = sorted(subjects[i] for i in order[:n_val])
+    return sorted(set(subjects) - set(val)), val
+
+
+@torch.no_grad()
+def time_binned_features(model: Any, adapter: Any, batch_size: int, device: str) -> np.ndarray:
+    """Per-channel encoder outputs pooled into ``TIME_BINS`` bins: ``(N, C, out_dim * TIME_BINS)``
+    over the adapter's ``train`` split (the encoder's ``time_bins``; channels named as in the adapter)."""
+    encoder = model.encoders["eeg"]
+    if not hasattr(encoder, "time_bins"):
+        raise ValueError(f"--classifier paper needs an EEG encoder with time_bins (got {type(encoder).__name__})")
+    encoder.eval().to(device)
+    out = []
+    for batch in DataLoader(adapter.split("train"), batch_size=batch_size, shuffle=False):
+        x = batch["x"].to(device).float()  # (n, C, T)
+        per_channel = [encoder.time_bins(x[:, c], name, TIME_BINS).flatten(1) for c, name in
+                       enumerate(adapter.channel_names)]
+        out.append(torch.stack(per_channel, dim=1).cpu().numpy())
+    return np.concatenate(out).astype(np.float32)
+
+
+def _warning_note(caught: list[warnings.WarningMessage]) -> str | None:
+    """All warnings raised while fitting/scoring, summarized in one line (or None)."""
+    if not caught:
+        return None
+    kinds = Counter(f"{w.category.__name__}: {str(w.message).splitlines()[0][:80]}" for w in caught)
+    return f"{len(caught)} warnings while fitting: " + "; ".join(f"{n}x {k}" for k, n in kinds.most_common(3))
+
+
+def _resolved(path: str | Path) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: list[str] | None,
+                    test_fraction: float | None, folds: int | None) -> dict[str, Any]:
+    """Which windows, which subjects train the classifier and which are tested, under which name.
+
+    Returns ``adapter`` (every subject of the evaluation cache in its ``train`` split), ``folds``
+    [(classifier-training subjects, test subjects)], ``protocol``, ``name`` (output file stem),
+    ``dataset``, ``pretraining_subjects``, ``pretraining_cache``. Raises ``ValueError`` when a test
+    set would contain a pretraining subject (naming them) or the options cannot give a test set.
+    """
+    from ..data.adapters import build_adapter
+    from ..data.eeg.cache import load_manifest
+
+    if folds is not None and folds < 2:
+        raise ValueError(f"--folds must be >= 2 (got {folds}); omit it for a single split")
+    if cfg.data.adapter != "eeg_windows" and cache is None:
+        raise ValueError(f"run {run_dir} was trained on '{cfg.data.adapter}' data; pass --cache <prepared EEG cache>")
+    pretraining_subjects: list[str] = []
+    pretraining_cache = None
+    run_options: dict[str, Any] = {}
+    run_dataset = None
+    if cfg.data.adapter == "eeg_windows":
+        run_options = dict(cfg.data.options)
+        run_adapter = build_adapter("eeg_windows", run_options)
+        pretraining_subjects = run_adapter.split_subjects["train"]
+        pretraining_cache = str(run_adapter.cache_dir)
+        run_dataset = run_adapter.manifest["dataset"]
+    in_domain = cache is None or (pretraining_cache is not None and _resolved(cache) == _resolved(pretraining_cache))
+    eval_cache = pretraining_cache if in_domain else str(cache)
+    dataset = load_manifest(eval_cache)["dataset"]
+    base = {k: v for k, v in run_options.items() if k not in ("cache", "channels", "test_subjects", "test_fraction")}
+    if not in_domain:
+        base = {"split_seed": run_options.get("split_seed", 0)}
+    everyone = build_adapter("eeg_windows", {**base, "cache": eval_cache, "test_fraction": 0.0,
+                                             **({"channels": channels} if channels else
+                                                {"channels": run_options.get("channels")} if in_domain else {})})
+    all_subjects = everyone.split_subjects["train"]
+    rng_seed = int(base.get("split_seed", 0))
+    if in_domain:
+        held_out = [s for s in all_subjects if s not in set(pretraining_subjects)]
+        if test_fraction is not None:
+            proposed = build_adapter("eeg_windows", {**run_options, "test_fraction": test_fraction,
+                                                     "test_subjects": None}).split_subjects["test"]
+            _refuse_pretraining(proposed, pretraining_subjects, f"--test-fraction {test_fraction}")
+            held_out = proposed
+        if not held_out:
+            raise ValueError(f"run {run_dir} pretrained on every subject of {eval_cache}: nothing is held out for "
+                             "in-domain staging; evaluate on another cache (--cache)")
+        candidates, classifier_pool = held_out, pretraining_subjects
+    else:
+        candidates = all_subjects
+        classifier_pool = []
+    if folds is not None:
+        if folds > len(candidates):
+            raise ValueError(f"--folds {folds}: only {len(candidates)} candidate test subjects "
+                             f"({', '.join(candidates)})")
+        order = np.random.default_rng(rng_seed).permutation(len(candidates))
+        test_sets = [[candidates[i] for i in part] for part in np.array_split(order, folds)]
+    elif in_domain:
+        test_sets = [candidates]
+    else:
+        fraction = CROSS_DATASET_TEST_FRACTION if test_fraction is None else test_fraction
+        split = build_adapter("eeg_windows", {"cache": eval_cache, "test_fraction": fraction, "split_seed": rng_seed,
+                                              **({"channels": channels} if channels else {})})
+        test_sets = [split.split_subjects["test"]]
+    for test_set in test_sets:
+        _refuse_pretraining(test_set, pretraining_subjects, f"--cache {cache}" if cache else "the run's split")
+    plan_folds = [(sorted(set(classifier_pool) | (set(candidates) - set(t))), sorted(t)) for t in test_sets]
+    for train_set, _ in plan_folds:
+        if not train_set:
+            raise ValueError("sleep staging: no subject left to train the classifier on")
+    if in_domain:
+        protocol, name = "in-domain", "sleep_staging"
+    else:
+        protocol = "cross-dataset" if dataset != run_dataset else "in-domain (other cache)"
+        name = f"sleep_staging_{dataset}" if dataset != run_dataset else f"sleep_staging_{_resolved(eval_cache).name}"
+    return {"adapter": everyone, "folds": plan_folds, "protocol": protocol, "name": name, "dataset": dataset,
+            "split_seed": rng_seed,
+            "pretraining_subjects": pretraining_subjects, "pretraining_cache": pretraining_cache}
+
+
+def _refuse_pretraining(test_subjects: list[str], pretraining_subjects: list[str], option: str) -> None:
+    overlap = sorted(set(test_subjects) & set(pretraining_subjects))
+    if overlap:
+        raise ValueError(f"{option} would put pretraining subjects into the test set: {', '.join(overlap)}; "
+                         "staging must be scored on subjects the encoder never saw")
+
+
+def _plots(run_dir: Path, stem: str, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str, list[Any]],
+           shots: int) -> dict[str, str]:
     """Confusion matrix (row-normalized) and a true-vs-predicted hypnogram of the longest test night."""
     import matplotlib
 
@@ -199,7 +495,7 @@ def _plots(run_dir: Path, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str
     ax.set(xticks=range(len(STAGES)), yticks=range(len(STAGES)), xticklabels=STAGES, yticklabels=STAGES,
            xlabel="predicted", ylabel="true", title=f"trained encoder, s={shots}, seed 0")
     fig.tight_layout()
-    confusion_path = out / "sleep_staging_confusion.png"
+    confusion_path = out / f"{stem}_confusion.png"
     fig.savefig(confusion_path, dpi=110)
     plt.close(fig)
 
@@ -216,27 +512,38 @@ def _plots(run_dir: Path, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str
     axes[0].set_title(f"{night}: trained encoder, s={shots}, seed 0")
     axes[1].set_xlabel("hours since recording start")
     fig.tight_layout()
-    hypnogram_path = out / "sleep_staging_hypnogram.png"
+    hypnogram_path = out / f"{stem}_hypnogram.png"
     fig.savefig(hypnogram_path, dpi=110)
     plt.close(fig)
     return {"confusion": str(confusion_path), "hypnogram": str(hypnogram_path)}
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """Accuracy (mean +- std over seeds) per s, then all metrics at the largest s."""
+    """One block per metric (balanced accuracy and kappa first), mean +- std over folds x seeds per
+    s; capped columns are marked ``*`` and the counts drawn there are listed."""
     shots = [str(s) for s in result["shots"]]
-    lines = [f"sleep staging ({len(result['subjects']['test'])} test subjects, {result['windows']['test']} windows, "
-             f"{result['seeds']} seeds): accuracy",
-             f"{'features':<12}" + "".join(f"{'s=' + s:>17}" for s in shots)]
-    for name, per_shot in result["results"].items():
-        lines.append(f"{name:<12}" + "".join(
-            f"{per_shot[s]['accuracy']['mean']:>10.3f} ± {per_shot[s]['accuracy']['std']:.3f}" for s in shots))
-    top = shots[-1]
-    lines += ["", f"at s={top} (drawn per class: {result['drawn_per_class'].get(top)})",
-              f"{'features':<12}" + "".join(f"{m:>20}" for m in METRICS)]
-    for name, per_shot in result["results"].items():
-        lines.append(f"{name:<12}" + "".join(
-            f"{per_shot[top][m]['mean']:>13.3f} ± {per_shot[top][m]['std']:.3f}" for m in METRICS))
+    capped = set(result.get("capped_shots", []))
+    n_runs = next(iter(next(iter(result["results"].values())).values()))["n_runs"]
+    source = f"pretrained on {result['pretraining_cache']}" if result.get("pretraining_cache") else "pretrained elsewhere"
+    if result.get("pooled_runs"):
+        source += f", pooled over {len(result['pooled_runs'])} pretraining runs"
+    lines = [f"sleep staging, {result['protocol']} ({result['dataset']}, {source}): {len(result['folds'])} fold(s), "
+             f"{len(result['subjects']['test'])} test subjects in fold 1, {result['windows']['test']} test windows, "
+             f"mean ± std over {n_runs} fits (folds x seeds); classifier: {result['classifier']}"]
+    header = f"{'features':<12}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>17}" for s in shots)
+    for metric in METRICS:
+        lines += ["", f"{metric}", header]
+        for name, per_shot in result["results"].items():
+            lines.append(f"{name:<12}" + "".join(
+                f"{per_shot[s][metric]['mean']:>10.3f} ± {per_shot[s][metric]['std']:.3f}" for s in shots))
+    for s in shots:
+        if s in capped:
+            draws = sorted({tuple(sorted(d.items(), key=lambda kv: STAGES.index(kv[0])))
+                            for d in result["drawn_per_class"][s]})
+            listed = " | ".join(", ".join(f"{c} {n}" for c, n in d) for d in draws)
+            lines.append(f"* s={s} is capped by the windows that exist (imbalanced draw; drawn per class: {listed})")
+    for note in result.get("notes", []):
+        lines.append(f"note: {note}")
     return "\n".join(lines)
 
 
@@ -248,25 +555,50 @@ class SleepStaging:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--cache", default=None, help="evaluate on another prepared cache (e.g. Sleep-EDF)")
+        parser.add_argument("--cache", default=None,
+                            help="stage another prepared cache (cross-dataset, e.g. Sleep-EDF; default: the run's own)")
         parser.add_argument("--channels", nargs="+", default=None, help="channels of the cache to use (default: all)")
-        parser.add_argument("--test-fraction", type=open_fraction, default=None, help="share of subjects held out")
-        parser.add_argument("--shots", type=positive_int, nargs="+", default=list(DEFAULT_SHOTS), help="windows per class")
-        parser.add_argument("--seeds", type=positive_int, default=5, help="repetitions (different few-shot draws)")
-        parser.add_argument("--combine", choices=["concat", "mean"], default="concat", help="per-channel features")
-        parser.add_argument("--C", type=positive_float, default=1.0, help="inverse L2 strength of the logistic regression")
+        parser.add_argument("--test-fraction", type=open_fraction, default=None,
+                            help="share of subjects held out (default: the run's split in-domain, "
+                                 f"{CROSS_DATASET_TEST_FRACTION} cross-dataset)")
+        parser.add_argument("--folds", type=positive_int, default=None,
+                            help="subject-wise folds of the test subjects (mean ± std over folds x seeds)")
+        parser.add_argument("--shots", type=positive_int, nargs="+", default=list(DEFAULT_SHOTS),
+                            help="windows per class (default: %(default)s)")
+        parser.add_argument("--seeds", type=positive_int, default=5,
+                            help="repetitions (different few-shot draws; default: %(default)s)")
+        parser.add_argument("--combine", choices=["concat", "mean"], default="concat",
+                            help="per-channel features (default: %(default)s)")
+        parser.add_argument("--classifier", choices=["logreg", "paper"], default="logreg",
+                            help="logreg: standardized logistic regression on the channel features; paper: learned "
+                                 "channel combination + linear classifier on 4 time bins, AdamW, early stopping "
+                                 "(default: %(default)s)")
+        parser.add_argument("--C", type=positive_float, default=None,
+                            help=f"fixed inverse L2 strength of the logistic regression (default: tuned over {list(C_GRID)} "
+                                 "on validation subjects, for every row alike)")
+        parser.add_argument("--lr", type=positive_float, default=None,
+                            help=f"fixed learning rate of the paper classifier (default: tuned over {list(LR_GRID)})")
+        parser.add_argument("--pool-runs", nargs="+", type=Path, default=None, metavar="RUN",
+                            help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
+                                 "report mean ± std over runs x folds x seeds (eval/<name>_pooled.json in --run)")
         parser.add_argument("--batch-size", type=positive_int, default=256)
         parser.add_argument("--no-baselines", action="store_true", help="skip the band-power baseline")
         parser.add_argument("--device", default="cpu")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
-        if any(s < 1 for s in args.shots) or args.seeds < 1:
-            raise ValueError(f"--shots and --seeds must be positive (got {args.shots}, {args.seeds})")
-        result = run_sleep_staging(
-            run_dir, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction,
+        results = [run_sleep_staging(
+            run, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction, folds=args.folds,
             shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,
             batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
-        )
+            classifier=args.classifier, lr=args.lr,
+        ) for run in [Path(run_dir), *(args.pool_runs or [])]]
+        result = results[0]
+        if len(results) > 1:
+            result = pool_results(results)
+            result["output"] = str(Path(run_dir) / "eval" / f"{Path(results[0]['output']).stem}_pooled.json")
+            atomic_write_json(Path(result["output"]), result)
         print(format_table(result))
         print(f"plots: {', '.join(result['plots'].values())}")
+        if result["notes"]:
+            print(f"warning: {'; '.join(result['notes'])}", file=sys.stderr)  # one summarized line
         return result

@@ -1,15 +1,26 @@
-"""Channel-aware 1-D convolutional EEG encoder (M3G App. A / Brüsch et al. 2023), registered as
-``eeg/conv``.
+"""1-D convolutional EEG encoder shared by every channel, registered as ``eeg/conv``.
 
-Six blocks of Conv1d -> Dropout -> GroupNorm -> GELU (kernel = stride = 3, then 2), ``width``
-kernels in the intermediate blocks, ``out_dim`` in the last, a kernel-1 readout convolution, and
-a mean over time: ``(n, T) -> (n, out_dim)``. The same weights serve every channel; a learned
-embedding of the channel name (vocabulary from the config, plus an "unknown channel" entry) is
-added after the first block, so a model trained on the six PhysioNet 2018 derivations still
-embeds Sleep-EDF's Fpz-Cz / Pz-Oz (as "unknown"). A view name "A+B" (an averaged channel group)
-gets the mean of its members' embeddings.
+The network is the one of M3G App. A, which follows Brüsch et al. (2023): six blocks of
+Conv1d -> Dropout -> GroupNorm -> GELU (kernel = stride = 3, then 2), ``width`` kernels in the
+intermediate blocks, ``out_dim`` in the last, a kernel-1 readout convolution, and a mean over
+time: ``(n, T) -> (n, out_dim)``. As in both papers, one set of weights ("a single common
+network") encodes every channel; the channels are combined afterwards (by the evaluator).
+
+``channel_mode``:
+
+- ``agnostic`` (the papers' setting): the encoder never sees which channel it encodes, so it
+  transfers to any channel set (the default of the cross-dataset configs);
+- ``embedding`` (an addition of this project, in neither paper): a learned embedding of the channel
+  name (vocabulary from the config, plus an "unknown channel" row) is added after the first block.
+  A view name "A+B" (an averaged channel group) gets the mean of its members' embeddings. Channels
+  outside the vocabulary (e.g. Sleep-EDF's Fpz-Cz for a PhysioNet-trained model) use the "unknown"
+  row, which is trained only through ``unknown_rate``: during training each view's channel id is
+  replaced by "unknown" with that probability (0 leaves the row untrained: an untrained offset at
+  evaluation on unseen channels).
 """
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 from torch import nn
@@ -47,7 +58,10 @@ class ChannelAwareConvEncoder(nn.Module):
         dropout: dropout rate in every block.
         groups: GroupNorm groups (1 when it does not divide the width).
         channel_vocab: channel names with a learned embedding (default: the six PhysioNet 2018 EEG);
-            ``[]`` disables channel awareness (all views share the "unknown" embedding).
+            ``[]`` leaves only the "unknown" row (``embedding`` mode).
+        channel_mode: ``embedding`` (learned channel embedding) or ``agnostic`` (none; the papers).
+        unknown_rate: ``embedding`` mode, training only: probability that a view's channel id is
+            replaced by "unknown" (trains that row for channels never seen in pretraining).
         pretrained_path: local weights (.safetensors / torch state dict).
     """
 
@@ -55,10 +69,19 @@ class ChannelAwareConvEncoder(nn.Module):
 
     def __init__(self, width: int = 256, out_dim: int = 64, kernels: tuple[int, ...] | list[int] = (3, 2, 2, 2, 2, 2),
                  dropout: float = 0.0, groups: int = 8, channel_vocab: list[str] | tuple[str, ...] = PHYSIONET2018_EEG,
+                 channel_mode: Literal["embedding", "agnostic"] = "embedding", unknown_rate: float = 0.0,
                  pretrained_path: str | None = None) -> None:
         super().__init__()
         if len(kernels) < 1 or any(k < 1 for k in kernels):
             raise ValueError(f"kernels must be positive integers, got {list(kernels)}")
+        if channel_mode not in ("embedding", "agnostic"):
+            raise ValueError(f"channel_mode: expected 'embedding' or 'agnostic', got {channel_mode!r}")
+        if not 0.0 <= unknown_rate <= 1.0:
+            raise ValueError(f"unknown_rate: expected a probability in [0, 1], got {unknown_rate}")
+        if channel_mode == "agnostic" and unknown_rate > 0:
+            raise ValueError("unknown_rate only applies to channel_mode 'embedding' (agnostic has no channel ids)")
+        self.channel_mode = channel_mode
+        self.unknown_rate = float(unknown_rate)
         sizes = [1] + [width] * (len(kernels) - 1) + [out_dim]
         self.blocks = nn.ModuleList(ConvBlock(sizes[i], sizes[i + 1], k, dropout, groups) for i, k in enumerate(kernels))
         self.readout = nn.Conv1d(out_dim, out_dim, kernel_size=1)
@@ -66,8 +89,10 @@ class ChannelAwareConvEncoder(nn.Module):
         self._index = {normalize_channel(c): i + 1 for i, c in enumerate(self.channel_vocab)}
         if len(self._index) != len(self.channel_vocab):
             raise ValueError(f"channel_vocab has duplicate names: {self.channel_vocab}")
-        self.channel_embedding = nn.Embedding(len(self.channel_vocab) + 1, sizes[1])
-        nn.init.normal_(self.channel_embedding.weight, std=0.1)
+        self.channel_embedding: nn.Embedding | None = None
+        if channel_mode == "embedding":
+            self.channel_embedding = nn.Embedding(len(self.channel_vocab) + 1, sizes[1])
+            nn.init.normal_(self.channel_embedding.weight, std=0.1)
         self.min_length = 1
         for k in kernels:
             self.min_length *= k
@@ -81,32 +106,54 @@ class ChannelAwareConvEncoder(nn.Module):
             return [UNKNOWN]
         return [self._index.get(normalize_channel(part), UNKNOWN) for part in view_name.split("+")]
 
-    def _name_embedding(self, view_name: str | None) -> torch.Tensor:
-        ids = torch.tensor(self.channel_ids(view_name), device=self.channel_embedding.weight.device)
-        return self.channel_embedding(ids).mean(dim=0)  # (width,)
+    def _name_embedding(self, view_name: str | None) -> torch.Tensor | None:
+        """``(width,)`` embedding of a view (None in ``agnostic`` mode); while training, the view's
+        ids become "unknown" with probability ``unknown_rate``."""
+        if self.channel_embedding is None:
+            return None
+        device = self.channel_embedding.weight.device
+        ids = torch.tensor(self.channel_ids(view_name), device=device)
+        if self.training and self.unknown_rate > 0 and bool(torch.rand((), device=device) < self.unknown_rate):
+            ids = torch.full_like(ids, UNKNOWN)
+        return self.channel_embedding(ids).mean(dim=0)
 
-    def encode(self, x: torch.Tensor, channel_embedding: torch.Tensor) -> torch.Tensor:
-        """``x (m, T)``, ``channel_embedding (m, width)`` -> ``(m, out_dim)``."""
+    def encode(self, x: torch.Tensor, channel_embedding: torch.Tensor | None) -> torch.Tensor:
+        """``x (m, T)``, ``channel_embedding (m, width)`` or None -> ``(m, out_dim)``."""
+        return self._readout(x, channel_embedding).mean(dim=-1)
+
+    def time_bins(self, x: torch.Tensor, view_name: str | None = None, bins: int = 4) -> torch.Tensor:
+        """Readout pooled into ``bins`` equal time bins (the papers' classifier input):
+        ``x (n, T)`` -> ``(n, out_dim, bins)``; their mean over bins is ``forward`` when the readout
+        length divides evenly."""
+        embedding = self._name_embedding(view_name)
+        h = self._readout(x, None if embedding is None else embedding.expand(x.shape[0], -1))
+        return nn.functional.adaptive_avg_pool1d(h, bins)
+
+    def _readout(self, x: torch.Tensor, channel_embedding: torch.Tensor | None) -> torch.Tensor:
+        """``x (m, T)`` -> readout ``(m, out_dim, L)`` before the mean over time."""
         if x.dim() == 3 and x.shape[1] == 1:
             x = x[:, 0]
         if x.dim() != 2:
             raise ValueError(f"EEG encoder expects (n, T) or (n, 1, T), got {tuple(x.shape)}")
         if x.shape[1] < self.min_length:
             raise ValueError(f"EEG encoder needs >= {self.min_length} samples per window, got {x.shape[1]}")
-        h = self.blocks[0](x[:, None, :]) + channel_embedding[:, :, None]
+        h = self.blocks[0](x[:, None, :])
+        if channel_embedding is not None:
+            h = h + channel_embedding[:, :, None]
         for block in self.blocks[1:]:
             h = block(h)
-        return self.readout(h).mean(dim=-1)
+        return self.readout(h)
 
     def forward(self, x: torch.Tensor, view_name: str | None = None) -> torch.Tensor:
         embedding = self._name_embedding(view_name)
-        return self.encode(x, embedding.expand(x.shape[0], -1))
+        return self.encode(x, None if embedding is None else embedding.expand(x.shape[0], -1))
 
     def forward_views(self, xs: list[torch.Tensor], view_names: list[str]) -> torch.Tensor:
         """k views ``(n, T)`` with their names -> ``(n, k, out_dim)`` in one batched pass."""
         if len({tuple(x.shape) for x in xs}) != 1:
             return torch.stack([self(x, name) for x, name in zip(xs, view_names)], dim=1)
         n = xs[0].shape[0]
-        embeddings = torch.stack([self._name_embedding(name) for name in view_names])  # (k, width)
-        out = self.encode(torch.cat(xs, dim=0), embeddings.repeat_interleave(n, dim=0))  # (k * n, f)
+        per_view = [self._name_embedding(name) for name in view_names]
+        embeddings = None if self.channel_embedding is None else torch.stack(per_view).repeat_interleave(n, dim=0)
+        out = self.encode(torch.cat(xs, dim=0), embeddings)  # (k * n, f)
         return out.view(len(xs), n, -1).transpose(0, 1)

@@ -25,13 +25,14 @@ import numpy as np
 
 from ...fileio import atomic_write_bytes
 from ...registry import Registry
-from .physionet2018 import find_records, read_physionet2018, signal_files
+from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
 from .recording import Recording, sha256_file
-from .sleep_edf import find_pairs, read_sleep_edf, recording_id
+from .sleep_edf import count_st_nights, find_pairs, read_sleep_edf, recording_id
 from .stages import STAGES
 
 MANIFEST = "manifest.json"
+SUMMARY = "prepare_summary.json"  # the last `prepare` run's full summary (the terminal gets one line)
 CACHE_FORMAT = "multiview_app.eeg_windows/1"
 
 
@@ -44,27 +45,29 @@ class SourceEntry:
     read: Callable[[list[str]], Recording]
 
 
-DATASETS: Registry[Callable[[Path], list[SourceEntry]]] = Registry("EEG dataset")
+DATASETS: Registry[Callable[..., tuple[list[SourceEntry], dict[str, int]]]] = Registry("EEG dataset")
+"""dataset name -> ``entries(source, include_st=False) -> (entries, not_selected counts)``."""
 
 
 @DATASETS.register("sleep-edf")
-def sleep_edf_entries(source: Path) -> list[SourceEntry]:
-    pairs, problems = find_pairs(source)
+def sleep_edf_entries(source: Path, include_st: bool = False) -> tuple[list[SourceEntry], dict[str, int]]:
+    pairs, problems = find_pairs(source, include_st)
     if problems:
         raise ValueError(problems[0])
-    return [SourceEntry(recording_id(psg), [psg] + ([hyp] if hyp else []),
-                        lambda channels, psg=psg, hyp=hyp: read_sleep_edf(psg, hyp, channels))
-            for psg, hyp in pairs]
+    entries = [SourceEntry(recording_id(psg), [psg] + ([hyp] if hyp else []),
+                           lambda channels, psg=psg, hyp=hyp: read_sleep_edf(psg, hyp, channels))
+               for psg, hyp in pairs]
+    return entries, ({} if include_st else {"st_nights (--include-st to use)": count_st_nights(source)})
 
 
 @DATASETS.register("physionet2018")
-def physionet2018_entries(source: Path) -> list[SourceEntry]:
+def physionet2018_entries(source: Path, include_st: bool = False) -> tuple[list[SourceEntry], dict[str, int]]:
     entries = []
     for record in find_records(source):
-        files = [*signal_files(record), Path(f"{record}.arousal")]
+        files = [*signal_files(record), Path(f"{record}.arousal"), arousal_mat_path(record)]
         entries.append(SourceEntry(record.name, [f for f in files if f.exists()] or [Path(f"{record}.hea")],
                                    lambda channels, record=record: read_physionet2018(record, channels)))
-    return entries
+    return entries, {}
 
 
 def load_manifest(cache_dir: str | Path, allow_partial: bool = False) -> dict:
@@ -106,15 +109,16 @@ def load_windows(cache_dir: str | Path, entry: dict) -> np.ndarray:
 
 def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareOptions,
             dtype: Literal["float32", "float16"] = "float32", on_error: Literal["raise", "skip"] = "raise",
-            progress: bool = True) -> dict:
+            progress: bool = True, include_st: bool = False) -> dict:
     """Prepare every recording of ``source`` into the cache ``out``; returns a summary dict
-    (prepared, skipped_existing, duplicates, errors, windows, dropped counts by reason)."""
+    (prepared, skipped_existing, duplicates, errors, not_selected, windows, dropped counts by reason).
+    Sleep-EDF: SC nights only unless ``include_st``."""
     from tqdm import tqdm
 
     source, out = Path(source), Path(out)
     if not source.is_dir():
         raise ValueError(f"--source {source}: not a folder")
-    entries = DATASETS.get(dataset)(source)
+    entries, not_selected = DATASETS.get(dataset)(source, include_st=include_st)
     if not entries:
         raise ValueError(f"--source {source}: no {dataset} recordings found "
                          f"({'*-PSG.edf' if dataset == 'sleep-edf' else '*.hea'} files)")
@@ -136,8 +140,9 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     by_id = {r["recording"]: r for r in manifest["recordings"]}
     by_checksum = {r["sources"][0]["sha256"]: r["recording"] for r in manifest["recordings"]}
     summary: dict[str, Any] = {"prepared": [], "skipped_existing": [], "duplicates": [], "errors": [],
-                               "dropped": Counter(), "reader_counts": Counter()}
-    for entry in tqdm(entries, desc=f"prepare {dataset}", disable=not progress):
+                               "dropped": Counter(), "reader_counts": Counter(),
+                               "not_selected": {k: v for k, v in not_selected.items() if v}}
+    for entry in tqdm(entries, desc=f"prepare {dataset}", disable=None if progress else True):  # None: off when not a TTY
         checksums = [{"path": str(f), "sha256": sha256_file(f)} for f in entry.files]
         signal_sum = checksums[0]["sha256"]
         known = by_id.get(entry.recording)
@@ -183,7 +188,25 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     summary["cache"] = str(out)
     summary["dropped"] = dict(summary["dropped"])
     summary["reader_counts"] = {k: v for k, v in summary["reader_counts"].items() if v}
+    summary["windows_per_stage"] = {stage: int(sum(r["labels"].count(i) for r in manifest["recordings"]))
+                                    for i, stage in enumerate(STAGES)}
+    summary["summary_file"] = str(out / SUMMARY)
+    atomic_write_bytes(out / SUMMARY, lambda h: h.write(json.dumps(summary, indent=1).encode()))
     return summary
+
+
+def summary_line(summary: dict) -> str:
+    """One line for the terminal: what was prepared, windows per stage, what was dropped or noticed
+    by the readers (non-zero counts), and where the full summary is."""
+    def pairs(counts: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
+
+    return (f"prepared {len(summary['prepared'])} recordings (skipped {len(summary['skipped_existing'])} already "
+            f"prepared, {len(summary['duplicates'])} duplicates, {len(summary['errors'])} errors); "
+            f"cache {summary['cache']} holds {summary['windows']} windows ({pairs(summary['windows_per_stage'])}); "
+            f"not selected: {pairs(summary['not_selected'])}; "
+            f"dropped: {pairs(summary['dropped'])}; reader counts: {pairs(summary['reader_counts'])}; "
+            f"details: {summary['summary_file']}")
 
 
 def info(cache_dir: str | Path) -> dict:

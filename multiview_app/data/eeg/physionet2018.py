@@ -1,5 +1,6 @@
 """PhysioNet/CinC Challenge 2018 reader: WFDB records (``.hea`` + signal file) with sleep-stage aux
-notes in the ``.arousal`` annotation file (W/N1/N2/N3/R at each stage change)."""
+notes in the ``.arousal`` annotation file (W/N1/N2/N3/R at each stage change) and, when present,
+the per-sample ``sleep_stages`` of the record's ``-arousal.mat`` (the authority)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -8,7 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from .recording import Recording, resolve_channels
-from .stages import EPOCH_SECONDS, PHYSIONET2018_LABELS, UNSCORED
+from .stages import EPOCH_SECONDS, PHYSIONET2018_LABELS, PHYSIONET2018_MAT_STAGES, UNSCORED
+
+TO_MICROVOLTS = {"uv": 1.0, "µv": 1.0, "mv": 1e3, "v": 1e6, "nv": 1e-3}
+"""Scale from a WFDB header's unit (lower-case) to microvolts."""
 
 BYTES_PER_SAMPLE = {"16": 2, "24": 3, "32": 4, "80": 1, "8": 1, "61": 2, "160": 2}
 
@@ -62,13 +66,72 @@ def subject_from_comments(comments: list[str], default: str) -> str:
     return default
 
 
-def read_physionet2018(record: Path, channels: list[str]) -> Recording:
-    """Read the picked ``channels`` of a WFDB record and its per-epoch stages.
+def arousal_mat_path(record: Path) -> Path:
+    """``tr03-0005`` -> ``tr03-0005-arousal.mat`` (per-sample stages and arousals of the challenge)."""
+    return record.parent / f"{record.name}-arousal.mat"
 
-    A stage note labels the samples up to the next stage note (the last one up to the end of the
-    signal); epochs that straddle a stage change are ``UNSCORED`` (counted); notes beyond the signal
-    are truncated and counted. Raises ``ValueError`` naming the file on corrupt/truncated records,
-    a missing ``.arousal`` file, or an absent channel.
+
+def read_arousal_mat(path: Path) -> np.ndarray:
+    """Per-sample stage codes ``(n,)`` (0..4, ``UNSCORED`` where ``undefined`` or no stage is set)
+    from ``data/sleep_stages`` of a challenge ``-arousal.mat`` (MAT v7.3 / HDF5, or MAT v5).
+
+    Raises ``ValueError`` naming the file when it cannot be read, a stage vector is missing, the
+    vectors differ in length or a sample has two stages.
+    """
+    vectors: dict[str, np.ndarray] = {}
+    try:
+        import h5py
+
+        if h5py.is_hdf5(path):
+            with h5py.File(path, "r") as handle:
+                group = handle["data"]["sleep_stages"]
+                vectors = {name: np.asarray(group[name]).reshape(-1) for name in group}
+        else:
+            from scipy.io import loadmat
+
+            stages = loadmat(path, squeeze_me=True, struct_as_record=False)["data"].sleep_stages
+            vectors = {name: np.asarray(getattr(stages, name)).reshape(-1) for name in stages._fieldnames}
+    except Exception as err:  # h5py / scipy raise many types on bad files
+        raise ValueError(f"{path}: cannot read data/sleep_stages ({type(err).__name__}: {err})") from None
+    missing = [name for name in PHYSIONET2018_MAT_STAGES if name not in vectors]
+    lengths = {v.size for v in vectors.values()}
+    if missing or len(lengths) != 1:
+        raise ValueError(f"{path}: data/sleep_stages needs equally long vectors "
+                         f"{', '.join(PHYSIONET2018_MAT_STAGES)}; missing {missing}, lengths {sorted(lengths)}")
+    stacked = np.stack([vectors[name] != 0 for name in PHYSIONET2018_MAT_STAGES])  # (6, n)
+    if (stacked.sum(axis=0) > 1).any():
+        sample = int(np.flatnonzero(stacked.sum(axis=0) > 1)[0])
+        raise ValueError(f"{path}: sample {sample} has more than one sleep stage set")
+    codes = np.array([PHYSIONET2018_MAT_STAGES[name] for name in PHYSIONET2018_MAT_STAGES], dtype=np.int64)
+    per_sample = np.full(stacked.shape[1], UNSCORED, dtype=np.int64)
+    set_any = stacked.any(axis=0)
+    per_sample[set_any] = codes[stacked[:, set_any].argmax(axis=0)]
+    return per_sample
+
+
+def stage_epochs_from_samples(per_sample: np.ndarray, start: int, n_epochs: int, spe: int,
+                              counts: Counter) -> np.ndarray:
+    """Per-sample stage codes -> ``(n_epochs,)`` labels of the grid starting at sample ``start``;
+    an epoch whose samples hold more than one code is ``UNSCORED`` (counted)."""
+    labels = np.full(n_epochs, UNSCORED, dtype=np.int64)
+    usable = min(n_epochs, max(0, (per_sample.size - start) // spe))
+    grid = per_sample[start:start + usable * spe].reshape(usable, spe)
+    uniform = (grid == grid[:, :1]).all(axis=1)
+    labels[:usable] = np.where(uniform, grid[:, 0], UNSCORED)
+    counts["epochs_straddling_stage_change"] += int((~uniform).sum())
+    return labels
+
+
+def read_physionet2018(record: Path, channels: list[str]) -> Recording:
+    """Read the picked ``channels`` (microvolts) of a WFDB record and its per-epoch stages.
+
+    The 30-s grid starts at the first stage note (``Recording.grid_start_seconds``). A stage note
+    labels the samples up to the next note (see :func:`stage_epochs_from_notes`); epochs that
+    straddle a stage change are ``UNSCORED`` (counted); notes beyond the signal are truncated and
+    counted. When ``<record>-arousal.mat`` exists its per-sample ``sleep_stages`` (``undefined``
+    included) decide the labels and epochs where the notes disagree are counted. Raises
+    ``ValueError`` naming the file on corrupt/truncated records, a missing ``.arousal`` file, or
+    an absent channel.
     """
     import wfdb
 
@@ -87,24 +150,52 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
     except Exception as err:
         raise ValueError(f"{annotation_file}: cannot read annotations ({err})") from None
     order = [list(signal.sig_name).index(p) for p in picked]
-    data = np.asarray(signal.p_signal, dtype=np.float64)[:, order].T  # (c, n)
+    data = np.asarray(signal.p_signal, dtype=np.float64)[:, order].T  # (c, n) in the header's units
+    units = [str(u).strip().lower() for u in np.asarray(signal.units)[order]]
+    unknown = sorted({u for u in units if u not in TO_MICROVOLTS})
+    if unknown:
+        raise ValueError(f"{record}.hea: unit(s) {unknown} of channels {picked} are not voltages; "
+                         f"expected one of {', '.join(TO_MICROVOLTS)}")
+    data *= np.array([TO_MICROVOLTS[u] for u in units])[:, None]  # -> microvolts
     fs = float(signal.fs)
     counts: Counter = Counter()
     notes = [(int(s), PHYSIONET2018_LABELS[str(t).strip()]) for s, t in
              zip(annotation.sample, annotation.aux_note or []) if str(t).strip() in PHYSIONET2018_LABELS]
     counts["non_stage_notes"] += len(annotation.sample) - len(notes)
-    if not notes:
+    if not any(code >= 0 for _, code in notes):
         raise ValueError(f"{annotation_file}: no sleep-stage notes (expected aux notes W, N1, N2, N3, R)")
-    labels = stage_epochs_from_notes(notes, data.shape[1], fs, counts)
+    spe = int(round(EPOCH_SECONDS * fs))
+    grid_start = min(s for s, code in notes if code >= 0)  # the scored 30-s grid starts at the first stage note
+    n_epochs = max(0, (data.shape[1] - grid_start) // spe)
+    labels = stage_epochs_from_notes(notes, data.shape[1], fs, counts, start=grid_start)
+    sources = [*signal_files(record), Path(f"{record}.hea"), annotation_file]
+    mat = arousal_mat_path(record)
+    if mat.exists():  # the per-sample stages are the authority; the notes are checked against them
+        from_mat = stage_epochs_from_samples(read_arousal_mat(mat), grid_start, n_epochs, spe, Counter())
+        both = (labels >= 0) & (from_mat >= 0)
+        counts["stage_notes_disagreeing_with_mat_epochs"] += int((labels[both] != from_mat[both]).sum())
+        counts["epochs_scored_by_notes_undefined_in_mat"] += int(((labels >= 0) & (from_mat < 0)).sum())
+        counts.pop("epochs_after_last_stage_note", None)  # the .mat decides the tail
+        labels = from_mat
+        sources.append(mat)
+    if grid_start:
+        counts["grid_start_seconds"] += int(round(grid_start / fs))
     counts["unscored_epochs"] += int((labels == UNSCORED).sum())
     return Recording(recording=record.name, subject=subject_from_comments(list(header.comments or []), record.name),
-                     sources=[*signal_files(record), Path(f"{record}.hea"), annotation_file],
-                     channel_names=list(channels), signals=list(data), sfreqs=[fs] * len(picked),
-                     epoch_labels=labels, counts=counts)
+                     sources=sources, channel_names=list(channels), signals=list(data), sfreqs=[fs] * len(picked),
+                     epoch_labels=labels, counts=counts, grid_start_seconds=grid_start / fs)
 
 
-def stage_epochs_from_notes(notes: list[tuple[int, int]], n_samples: int, fs: float, counts: Counter) -> np.ndarray:
-    """(sample, label) stage notes -> ``(E,)`` labels of the signal's 30-s epochs."""
+def stage_epochs_from_notes(notes: list[tuple[int, int]], n_samples: int, fs: float, counts: Counter,
+                            start: int = 0) -> np.ndarray:
+    """(sample, code) stage notes -> ``(E,)`` labels of the 30-s epochs of the grid starting at
+    sample ``start`` (the first stage note: the scored grid).
+
+    A note holds until the next note; an ``undefined``/``U`` note (a negative code: excluded) ends
+    the previous stage. The last stage note holds until the end of the signal (the format has no end
+    marker); the epochs it labels after the last note's own epoch are counted
+    (``epochs_after_last_stage_note``) so the prepare summary shows them.
+    """
     notes = sorted(notes)
     samples = np.array([s for s, _ in notes])
     codes = np.array([c for _, c in notes])
@@ -113,8 +204,8 @@ def stage_epochs_from_notes(notes: list[tuple[int, int]], n_samples: int, fs: fl
         counts["stage_notes_beyond_signal"] += int(beyond.sum())
         samples, codes = samples[~beyond], codes[~beyond]
     spe = int(round(EPOCH_SECONDS * fs))
-    n_epochs = n_samples // spe
-    starts = np.arange(n_epochs) * spe
+    n_epochs = max(0, (n_samples - start) // spe)
+    starts = start + np.arange(n_epochs) * spe
     first = np.searchsorted(samples, starts, side="right") - 1  # note in force at the epoch start
     last = np.searchsorted(samples, starts + spe - 1, side="right") - 1  # ... and at its last sample
     labels = np.where(first >= 0, codes[np.maximum(first, 0)], UNSCORED)
@@ -122,4 +213,7 @@ def stage_epochs_from_notes(notes: list[tuple[int, int]], n_samples: int, fs: fl
     labels[straddle & (codes[np.maximum(first, 0)] != codes[np.maximum(last, 0)])] = UNSCORED
     counts["epochs_straddling_stage_change"] += int((straddle & (labels == UNSCORED)).sum())
     counts["epochs_before_first_note"] += int((first < 0).sum())
+    if samples.size and codes[-1] >= 0:
+        tail = (starts > samples[-1]) & (labels >= 0)
+        counts["epochs_after_last_stage_note"] += int(tail.sum())
     return labels.astype(np.int64)

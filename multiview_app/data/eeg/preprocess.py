@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 from fractions import Fraction
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -11,6 +12,10 @@ from scipy.signal import butter, resample_poly, sosfiltfilt
 from .recording import Recording
 from .stages import EPOCH_SECONDS, UNSCORED
 
+
+DEFAULT_BAND = (0.5, 30.0)
+"""Default band-pass (Hz) of prepared windows; the band-power baseline sums power over the same band,
+so encoder and baseline see the same frequencies (the 30-35 Hz muscle band is out for both)."""
 
 DROP_REASONS = ("excluded", "unscored", "wake_cropped", "nan", "flat")
 """Why an epoch does not become a cached window (each counted per recording)."""
@@ -23,10 +28,14 @@ class PrepareOptions(BaseModel):
 
     channels: list[str] = Field(min_length=1)
     sfreq: float = Field(100.0, gt=0)
-    l_freq: float | None = Field(0.3, ge=0, description="band-pass low edge (Hz); None: no high-pass")
-    h_freq: float | None = Field(35.0, gt=0, description="band-pass high edge (Hz); None: no low-pass")
+    l_freq: float | None = Field(DEFAULT_BAND[0], ge=0, description="band-pass low edge (Hz); None: no high-pass")
+    h_freq: float | None = Field(DEFAULT_BAND[1], gt=0, description="band-pass high edge (Hz); None: no low-pass "
+                                 "(0.5-30 Hz: the band the band-power baseline sums over, so both see the same band)")
     crop_wake_minutes: float | None = Field(30.0, ge=0, description="wake kept before first / after last sleep")
     flat_ratio: float = Field(1e-3, gt=0, description="window flat if its std < ratio x the channel's median std")
+    scaling: Literal["window", "recording"] = Field(
+        "window", description="window: per-window per-channel z-score; recording: per-channel median and "
+                              "IQR/1.349 of the recording's kept windows (keeps amplitude differences, e.g. N3 delta)")
 
     @model_validator(mode="after")
     def _check_band(self) -> "PrepareOptions":
@@ -63,6 +72,16 @@ def bandpass(signals: np.ndarray, sfreq: float, l_freq: float | None, h_freq: fl
     return sosfiltfilt(sos.astype(signals.dtype), signals, axis=-1)
 
 
+def robust_scale(windows: np.ndarray) -> np.ndarray:
+    """``(w, c, T)`` -> same shape: per channel, minus the median and divided by IQR / 1.349 (the
+    std of a Gaussian) of all the recording's samples; one scale per recording and channel, so a
+    window twice as large as another stays twice as large."""
+    flat = windows.transpose(1, 0, 2).reshape(windows.shape[1], -1)  # (c, w * T)
+    low, median, high = np.percentile(flat, [25, 50, 75], axis=1)
+    scale = np.maximum((high - low) / 1.349, 1e-12)
+    return ((windows - median[None, :, None]) / scale[None, :, None]).astype(np.float32)
+
+
 def wake_crop_mask(labels: np.ndarray, keep_minutes: float | None) -> np.ndarray:
     """``(E,)`` bool: epochs within ``keep_minutes`` of the first/last sleep epoch (all if None/no sleep)."""
     keep = np.ones(labels.size, dtype=bool)
@@ -78,15 +97,17 @@ def wake_crop_mask(labels: np.ndarray, keep_minutes: float | None) -> np.ndarray
 def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter]:
     """Cut a recording into standardized windows.
 
-    Returns ``windows (w, c, T)`` float32 (per-window per-channel zero mean, unit std),
+    Returns ``windows (w, c, T)`` float32 (per-window per-channel zero mean, unit std; or, with
+    ``scaling="recording"``, per-channel robust scaling over the recording, see :func:`robust_scale`),
     ``labels (w,)`` int64 in 0..4, ``epochs (w,)`` epoch index from the recording start, and the
     counts of dropped epochs by reason (``excluded``, ``unscored``, ``wake_cropped``, ``nan``, ``flat``).
     """
     counts: Counter = Counter()
     window = options.window_samples
     labels = recording.epoch_labels
-    n_epochs = min([labels.size] + [int(len(x) // (EPOCH_SECONDS * fs)) for x, fs in
-                                    zip(recording.signals, recording.sfreqs)])
+    offsets = [int(round(recording.grid_start_seconds * fs)) for fs in recording.sfreqs]  # epoch 0's first sample
+    n_epochs = min([labels.size] + [int((len(x) - offset) // (EPOCH_SECONDS * fs)) for x, fs, offset in
+                                    zip(recording.signals, recording.sfreqs, offsets)])
     labels = labels[:n_epochs]
     # Only the span of epochs that can be kept is filtered (real Sleep-EDF nights are ~22 h of which
     # ~9 h survive wake cropping), plus a 60-s margin on each side against filter edge effects.
@@ -95,9 +116,9 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     margin = min(2, first), min(2, n_epochs - stop)
     span = slice(first - margin[0], stop + margin[1])
     resampled, nan_epochs = [], np.zeros(span.stop - span.start, dtype=bool)
-    for signal, fs in zip(recording.signals, recording.sfreqs):
+    for signal, fs, offset in zip(recording.signals, recording.sfreqs, offsets):
         per_epoch = int(round(EPOCH_SECONDS * fs))
-        signal = np.asarray(signal[span.start * per_epoch: span.stop * per_epoch], dtype=np.float32)
+        signal = np.asarray(signal[offset + span.start * per_epoch: offset + span.stop * per_epoch], dtype=np.float32)
         bad = ~np.isfinite(signal)
         if bad.any():
             nan_epochs[np.unique(np.flatnonzero(bad) // per_epoch)] = True
@@ -126,6 +147,9 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     keep &= ~flat
     local = np.flatnonzero(keep)
     kept = windows[local]
-    kept = (kept - kept.mean(axis=-1, keepdims=True)) / std[local][:, :, None]
+    if options.scaling == "window":
+        kept = (kept - kept.mean(axis=-1, keepdims=True)) / std[local][:, :, None]
+    elif kept.size:
+        kept = robust_scale(kept)
     epochs = local + span.start
     return kept.astype(np.float32), labels[epochs].astype(np.int64), epochs.astype(np.int64), counts

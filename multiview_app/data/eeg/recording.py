@@ -22,11 +22,12 @@ class Recording:
         subject: subject id; the evaluator splits train/test by it.
         sources: signal file first, then annotation file(s).
         channel_names: picked channel names, as requested by the user.
-        signals: one ``(n_c,)`` float64 array per channel (physical units; NaN allowed).
+        signals: one ``(n_c,)`` float64 array per channel in microvolts (NaN allowed).
         sfreqs: sampling rate of each channel (may differ: resampled later).
-        epoch_labels: ``(E,)`` int label per 30-s epoch from the signal start (0..4, ``EXCLUDED``,
+        epoch_labels: ``(E,)`` int label per 30-s epoch of the scored grid (0..4, ``EXCLUDED``,
             ``UNSCORED``), already truncated to the signal length.
         counts: reader-level counts (excluded epochs, hypnogram beyond signal, ...).
+        grid_start_seconds: where epoch 0 starts in the signals (PhysioNet 2018: the first stage note).
     """
 
     recording: str
@@ -37,6 +38,7 @@ class Recording:
     sfreqs: list[float]
     epoch_labels: np.ndarray
     counts: Counter = field(default_factory=Counter)
+    grid_start_seconds: float = 0.0
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:

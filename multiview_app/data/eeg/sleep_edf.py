@@ -1,7 +1,9 @@
 """Sleep-EDF Expanded reader (SC and ST): ``*-PSG.edf`` + paired ``*-Hypnogram.edf`` via mne."""
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -12,34 +14,112 @@ from .stages import EPOCH_SECONDS, SLEEP_EDF_LABELS, UNSCORED
 PAIR_KEY_LENGTH = 7  # SC4ssNE: the 8th character names the scorer and differs between the two files
 
 
-def check_edf_integrity(path: Path) -> None:
-    """Compare the file size with the size its header announces; raises ``ValueError`` naming
-    the file when it is not EDF or is truncated (mne would silently read a truncated file)."""
-    size = path.stat().st_size
+@dataclass(frozen=True)
+class EdfHeader:
+    """The fields of an EDF(+) header the reader needs (parsed from the file's own bytes).
+
+    Attributes:
+        patient: local patient identification (80 characters, stripped).
+        start: start date and time of the recording (EDF: ``dd.mm.yy`` + ``hh.mm.ss``; EDF+ files
+            give the 4-digit year in the recording field).
+        labels: signal labels, stripped, in file order.
+        samples_per_record: samples of each signal per data record.
+        n_records: number of data records (-1: unknown).
+        record_seconds: duration of one data record.
+        header_bytes: size of the header.
+    """
+
+    patient: str
+    start: dt.datetime
+    labels: list[str]
+    samples_per_record: list[int]
+    n_records: int
+    record_seconds: float
+    header_bytes: int
+
+    def native_rate(self, label: str) -> float:
+        """Sampling rate (Hz) of signal ``label`` as stored in the file."""
+        return self.samples_per_record[self.labels.index(label)] / self.record_seconds
+
+    @property
+    def duration_seconds(self) -> float:
+        return max(self.n_records, 0) * self.record_seconds
+
+
+def read_edf_header(path: Path) -> EdfHeader:
+    """Parse the EDF(+) header of ``path``; ``ValueError`` naming the file when it is not EDF."""
     with open(path, "rb") as handle:
         head = handle.read(256)
         try:
             if len(head) < 256 or head[:8].strip() != b"0":
                 raise ValueError("not an EDF header")
-            header_bytes = int(head[184:192])
-            n_records = int(head[236:244])
             n_signals = int(head[252:256])
-            handle.seek(256 + n_signals * 216)
-            samples = [int(handle.read(8)) for _ in range(n_signals)]
+            block = handle.read(n_signals * 256)
+            if len(block) < n_signals * 256:
+                raise ValueError(f"header announces {n_signals} signals but ends early")
+            field = lambda offset, width, i: block[n_signals * offset + i * width: n_signals * offset + (i + 1) * width]  # noqa: E731
+            labels = [field(0, 16, i).decode("latin-1").strip() for i in range(n_signals)]
+            samples = [int(field(216, 8, i)) for i in range(n_signals)]
+            start = _edf_start(head)
+            header = EdfHeader(patient=head[8:88].decode("latin-1").strip(), start=start, labels=labels,
+                               samples_per_record=samples, n_records=int(head[236:244]),
+                               record_seconds=float(head[244:252]), header_bytes=int(head[184:192]))
         except ValueError as err:
             raise ValueError(f"{path}: corrupt EDF file ({err})") from None
-    if n_records < 0:
-        return  # "-1": length unknown (recording interrupted); the library decides
-    expected = header_bytes + n_records * sum(samples) * 2
+    return header
+
+
+def _edf_start(head: bytes) -> dt.datetime:
+    """Start date/time of an EDF header (``dd.mm.yy`` ``hh.mm.ss``; 85-99 -> 19yy; EDF+ 4-digit year)."""
+    day, month, year = (int(x) for x in head[168:176].decode("latin-1").split("."))
+    hour, minute, second = (int(x) for x in head[176:184].decode("latin-1").split("."))
+    year += 1900 if year >= 85 else 2000
+    recording = head[88:168].decode("latin-1").split()
+    if len(recording) >= 2 and recording[0] == "Startdate" and recording[1].count("-") == 2:
+        tail = recording[1].rsplit("-", 1)[-1]
+        if tail.isdigit() and len(tail) == 4:
+            year = int(tail)
+    return dt.datetime(year, month, day, hour, minute, second)
+
+
+def check_edf_integrity(path: Path) -> EdfHeader:
+    """Compare the file size with the size its header announces; raises ``ValueError`` naming
+    the file when it is not EDF or is truncated (mne would silently read a truncated file).
+    Returns the parsed header."""
+    header = read_edf_header(path)
+    if header.n_records < 0:
+        return header  # "-1": length unknown (recording interrupted); the library decides
+    expected = header.header_bytes + header.n_records * sum(header.samples_per_record) * 2
+    size = path.stat().st_size
     if size < expected:
         raise ValueError(f"{path}: truncated EDF file: header announces {expected} bytes "
-                         f"({n_records} data records), found {size}")
+                         f"({header.n_records} data records), found {size}")
+    return header
 
 
-def find_pairs(source: Path) -> tuple[list[tuple[Path, Path | None]], list[str]]:
+def _known(patient: str) -> bool:
+    """A patient field that identifies someone (EDF+ writes ``X`` for every unknown subfield)."""
+    return any(token != "X" for token in patient.split())
+
+
+def check_pair(psg: Path, psg_header: EdfHeader, hypnogram: Path, hyp_header: EdfHeader) -> float:
+    """Offset (s) of the hypnogram's start after the PSG's start, from the two headers.
+
+    Raises ``ValueError`` naming both files when their patient fields differ (both known: not empty,
+    not the anonymous ``X X X X``).
+    """
+    if _known(psg_header.patient) and _known(hyp_header.patient) and psg_header.patient != hyp_header.patient:
+        raise ValueError(f"{hypnogram}: patient field '{hyp_header.patient}' does not match "
+                         f"'{psg_header.patient}' of its PSG {psg}")
+    return (hyp_header.start - psg_header.start).total_seconds()
+
+
+def find_pairs(source: Path, include_st: bool = False) -> tuple[list[tuple[Path, Path | None]], list[str]]:
     """Pair every ``*-PSG.edf`` under ``source`` with the ``*-Hypnogram.edf`` sharing its first 7
-    characters. Returns (pairs with ``None`` where the hypnogram is missing, problems)."""
-    psgs = sorted(source.rglob("*-PSG.edf"))
+    characters. Only SC (sleep cassette) nights unless ``include_st`` (ST: telemetry, temazepam
+    study), as in M3G / Brüsch et al. (153 SC nights of 78 subjects). Returns (pairs with ``None``
+    where the hypnogram is missing, problems); see :func:`count_st_nights` for what was left out."""
+    psgs = [p for p in sorted(source.rglob("*-PSG.edf")) if include_st or not is_st(p)]
     hypnograms: dict[str, list[Path]] = {}
     for path in sorted(source.rglob("*-Hypnogram.edf")):
         hypnograms.setdefault(path.name[:PAIR_KEY_LENGTH], []).append(path)
@@ -55,6 +135,16 @@ def find_pairs(source: Path) -> tuple[list[tuple[Path, Path | None]], list[str]]
     return pairs, problems
 
 
+def is_st(psg: Path) -> bool:
+    """True for a night of the ST (sleep telemetry) study: ``ST7ssN...``."""
+    return psg.name.upper().startswith("ST")
+
+
+def count_st_nights(source: Path) -> int:
+    """ST nights under ``source`` (left out unless asked for; reported by ``prepare``)."""
+    return sum(1 for p in source.rglob("*-PSG.edf") if is_st(p))
+
+
 def recording_id(psg: Path) -> str:
     """"SC4001E0-PSG.edf" -> "SC4001" (study, subject, night)."""
     return psg.name[:6]
@@ -68,32 +158,37 @@ def subject_id(psg: Path) -> str:
 def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Recording:
     """Read the picked ``channels`` of ``psg`` and the per-epoch labels of ``hypnogram``.
 
-    "Sleep stage ?" and "Movement time" become ``EXCLUDED`` (counted in ``excluded_epochs``);
-    stages 3 and 4 become N3. Raises ``ValueError`` naming the file on missing hypnogram,
-    truncated/corrupt EDF, absent channel.
+    Signals are returned in microvolts. The hypnogram is aligned to the PSG by the start date/time
+    in each file's own EDF header (a hypnogram starting 90 s after its PSG shifts the labels by 3
+    epochs; counted ``hypnogram_offset_seconds``). "Sleep stage ?" and "Movement time" become
+    ``EXCLUDED`` (counted in ``excluded_epochs``); stages 3 and 4 become N3. Raises ``ValueError``
+    naming the file on missing hypnogram, truncated/corrupt EDF, absent channel, and naming both
+    files when the hypnogram's patient field differs from the PSG's or its stages do not overlap it.
     """
     import mne
 
     if hypnogram is None:
         raise ValueError(f"{psg}: no hypnogram found (expected '{psg.name[:PAIR_KEY_LENGTH]}?-Hypnogram.edf' "
                          "next to it)")
-    check_edf_integrity(psg)
-    check_edf_integrity(hypnogram)
+    psg_header = check_edf_integrity(psg)
+    hyp_header = check_edf_integrity(hypnogram)
+    shift = check_pair(psg, psg_header, hypnogram, hyp_header)
     try:
         raw = mne.io.read_raw_edf(psg, preload=False, verbose="error")
     except Exception as err:  # mne raises many types on bad files
         raise ValueError(f"{psg}: cannot read EDF ({err})") from None
     picked = resolve_channels(channels, list(raw.ch_names), psg)
-    orig_rates = _native_rates(raw, picked)
-    data = raw.get_data(picks=picked)  # (c, n) volts, read from disk for the picked channels only
+    sfreq = float(raw.info["sfreq"])  # mne upsamples every channel to the highest native rate
+    orig_rates = [psg_header.native_rate(name) if name in psg_header.labels else sfreq for name in picked]
+    data = raw.get_data(picks=picked) * 1e6  # (c, n) volts -> microvolts; only the picked channels are read
     try:
         annotations = mne.read_annotations(hypnogram)
     except Exception as err:
         raise ValueError(f"{hypnogram}: cannot read hypnogram annotations ({err})") from None
-    shift = 0.0
-    if annotations.orig_time is not None and raw.info["meas_date"] is not None:
-        shift = (annotations.orig_time - raw.info["meas_date"]).total_seconds()
     counts: Counter = Counter()
+    if shift:
+        counts["hypnograms_offset_from_psg"] += 1
+        counts["hypnogram_offset_seconds"] += int(round(shift))
     if len(set(orig_rates)) > 1:
         counts["mixed_rate_channels"] += len(picked)
     intervals = []
@@ -102,10 +197,14 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
         if code is None:
             counts[f"ignored_annotation:{text}"] += 1
             continue
-        intervals.append((float(onset) + shift, float(duration), code))
+        intervals.append((float(onset) + shift, float(duration), code))  # onsets count from the hypnogram's start
     if not intervals:
         raise ValueError(f"{hypnogram}: no sleep-stage annotations (expected texts like 'Sleep stage W')")
-    sfreq = float(raw.info["sfreq"])
+    psg_seconds = data.shape[1] / sfreq
+    scored = [(onset, onset + duration) for onset, duration, code in intervals if code >= 0]
+    if not scored or max(end for _, end in scored) <= 0 or min(start for start, _ in scored) >= psg_seconds:
+        raise ValueError(f"{hypnogram}: its scored stages (header start {hyp_header.start}) do not overlap its "
+                         f"PSG {psg} (header start {psg_header.start}, {psg_seconds / 3600:.2f} h)")
     n_epochs = int(data.shape[1] // (EPOCH_SECONDS * sfreq))
     labels = label_epochs_from_intervals(intervals, n_epochs, counts)
     counts["excluded_epochs"] += int((labels == -1).sum())
@@ -113,17 +212,6 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
     return Recording(recording=recording_id(psg), subject=subject_id(psg), sources=[psg, hypnogram],
                      channel_names=list(channels), signals=[row.astype(np.float64) for row in data],
                      sfreqs=[sfreq] * len(picked), epoch_labels=labels, counts=counts)
-
-
-def _native_rates(raw, picked: list[str]) -> list[float]:
-    """Per-channel native sampling rates of an mne EDF reader (mne upsamples to the highest one)."""
-    extras = raw._raw_extras[0]
-    names = list(extras.get("ch_names", raw.ch_names))
-    n_samps = extras.get("n_samps")
-    record_length = extras.get("record_length", [1.0])[0]
-    if n_samps is None or len(n_samps) < len(names):  # n_samps may also list the annotation channel
-        return [float(raw.info["sfreq"])] * len(picked)
-    return [float(n_samps[names.index(p)]) / float(record_length) for p in picked]
 
 
 def download_sleep_physionet(subjects: list[int], recording: list[int], path: Path) -> list[Path]:

@@ -23,7 +23,12 @@ SLEEP_EDF_LABELS: dict[str, int] = get_card("sleep-edf").label_codes(EXCLUDED)
 """Sleep-EDF hypnogram annotation text -> label code (card ``sleep-edf``: R&K 3 + 4 -> N3, ? and movement excluded)."""
 
 PHYSIONET2018_LABELS: dict[str, int] = get_card("physionet2018").label_codes(EXCLUDED)
-"""PhysioNet/CinC 2018 sleep-stage aux notes -> label code (other notes are arousals etc.)."""
+"""PhysioNet/CinC 2018 sleep-stage aux notes -> label code (other notes are arousals etc.); an
+undefined note (``U``/``undefined``, card: exclude) ends the previous stage."""
+
+PHYSIONET2018_MAT_STAGES: dict[str, int] = {"wake": 0, "nonrem1": 1, "nonrem2": 2, "nonrem3": 3, "rem": 4,
+                                            "undefined": UNSCORED}
+"""``data/sleep_stages`` vectors of a challenge ``-arousal.mat`` -> label code."""
 
 PHYSIONET2018_EEG: tuple[str, ...] = tuple(get_card("physionet2018").default_channels)
 """The six EEG derivations of PhysioNet 2018 (M3G Sec. 4.3 uses them as k = 6 views)."""

@@ -36,6 +36,17 @@ EEG_TOPOGRAPHY: dict[str, tuple[float, float, float]] = {
     "EEG Fpz-Cz": (1.0, 0.55, 0.0),
     "EEG Pz-Oz": (0.0, 0.45, 1.0),
 }
+# Approximate scalp position (x: left -> right, y: back -> front; head radius ~1) of each EEG
+# derivation's active site (bipolar Sleep-EDF derivations: the midpoint of their two electrodes).
+EEG_POSITION: dict[str, tuple[float, float]] = {
+    "F3-M2": (-0.40, 0.50), "F4-M1": (0.40, 0.50),
+    "C3-M2": (-0.50, 0.00), "C4-M1": (0.50, 0.00),
+    "O1-M2": (-0.30, -0.90), "O2-M1": (0.30, -0.90),
+    "EEG Fpz-Cz": (0.00, 0.45), "EEG Pz-Oz": (0.00, -0.70),
+}
+SPATIAL_DECAY = 1.0
+"""Length (head radii) over which the correlation of two derivations' background rhythms decays by
+1/e: neighbours (F3-C3, 0.5 apart) share ~0.6, homologous F3-F4 ~0.45, distant F3-O2 ~0.2."""
 EOG_CHANNELS = ("E1-M2", "EOG horizontal")
 EMG_CHANNELS = ("Chin1-Chin2", "EMG submental")
 
@@ -92,7 +103,8 @@ class SubjectTraits:
     white_noise_uv: float
     artifact_scale: float
     cycle_minutes: float
-    latency_minutes: float
+    latency_minutes: float  # wake from the recording start to sleep onset (lights-off + sleep latency)
+    final_wake_minutes: float = 40.0  # wake after the final awakening until the recording ends
 
     @classmethod
     def sample(cls, rng: np.random.Generator) -> "SubjectTraits":
@@ -104,7 +116,8 @@ class SubjectTraits:
             white_noise_uv=float(rng.uniform(3.0, 7.0)),
             artifact_scale=float(rng.uniform(0.5, 2.0)),
             cycle_minutes=float(rng.uniform(80.0, 110.0)),
-            latency_minutes=float(rng.uniform(8.0, 30.0)),
+            latency_minutes=float(rng.uniform(35.0, 60.0)),
+            final_wake_minutes=float(rng.uniform(35.0, 60.0)),
         )
 
 
@@ -136,7 +149,7 @@ def cycle_schedule(n_epochs: int, traits: SubjectTraits) -> np.ndarray:
     schedule[(phase >= 0.22) & (phase < n3_end)] = N3
     schedule[phase >= rem_start] = REM
     schedule[t < 0] = W
-    schedule[n_epochs - max(2, int(0.03 * n_epochs)):] = W  # final awakening
+    schedule[n_epochs - max(2, min(int(traits.final_wake_minutes * epochs_per_min), n_epochs // 10)):] = W
     return schedule
 
 
@@ -231,28 +244,60 @@ class SyntheticNight:
     meta: dict = field(default_factory=dict)
 
 
+def spatial_correlation(channels: list[str]) -> np.ndarray:
+    """``(c, c)`` correlation ``exp(-distance / SPATIAL_DECAY)`` between EEG derivations."""
+    positions = np.array([EEG_POSITION[c] for c in channels]).reshape(len(channels), 2)
+    distance = np.linalg.norm(positions[:, None] - positions[None], axis=-1)
+    return np.exp(-distance / SPATIAL_DECAY)
+
+
+def _correlated(mixing: np.ndarray, white: np.ndarray) -> np.ndarray:
+    """Unit-variance signals ``(c, m)`` with correlation ``mixing @ mixing.T`` from white ``(c, m)``."""
+    return (mixing @ white).astype(np.float32)
+
+
+def full_night_excerpt(stages: np.ndarray, compress: int, crop_wake_minutes: float = 30.0) -> np.ndarray:
+    """A ``compress``-times shorter night with the stage proportions of the full night ``stages``
+    as the readers crop it: the span the reader keeps (``crop_wake_minutes`` of wake around sleep)
+    with every ``compress``-th epoch. ``compress = 1`` returns ``stages`` unchanged."""
+    if compress <= 1:
+        return stages
+    from .preprocess import wake_crop_mask
+
+    kept = np.flatnonzero(wake_crop_mask(stages, crop_wake_minutes))
+    return stages[kept[0]:kept[-1] + 1][::compress].copy()
+
+
 def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTraits,
-                rng: np.random.Generator) -> SyntheticNight:
-    """Generate one night: every channel ``(n,)`` in uV with ``n = epochs * 30 s * fs``."""
-    n_epochs = int(round(hours * 3600 / EPOCH_SECONDS))
-    stages = synth_hypnogram(n_epochs, traits, rng)
+                rng: np.random.Generator, compress: int = 1) -> SyntheticNight:
+    """Generate one night: every channel ``(n,)`` in uV with ``n = epochs * 30 s * fs``.
+
+    The hypnogram is that of a ``hours``-long night; ``compress > 1`` writes a shorter excerpt with
+    the full night's stage proportions (:func:`full_night_excerpt`: every ``compress``-th epoch of
+    the span the readers keep), for quick CPU demos. Background rhythms and their per-epoch
+    amplitude jitter are correlated across derivations by :func:`spatial_correlation` (no
+    component is shared identically by all channels).
+    """
+    stages = full_night_excerpt(synth_hypnogram(int(round(hours * 3600 / EPOCH_SECONDS)), traits, rng), compress)
+    n_epochs = stages.size
     n = int(n_epochs * EPOCH_SECONDS * fs)
     eeg = [c for c in channels if c in EEG_TOPOGRAPHY]
     unknown = [c for c in channels if c not in EEG_TOPOGRAPHY and c not in EOG_CHANNELS and c not in EMG_CHANNELS]
     if unknown:
         raise ValueError(f"synth-psg: no synthetic model for channel(s) {unknown}; known: "
                          f"{sorted(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS)}")
-    topo = np.array([EEG_TOPOGRAPHY[c] for c in eeg])  # (c, 3)
-    jitter = lambda: rng.lognormal(0.0, 0.35, size=n_epochs)  # noqa: E731 - per-epoch amplitude jitter
+    topo = np.array([EEG_TOPOGRAPHY[c] for c in eeg]).reshape(len(eeg), 3)  # (c, 3)
+    mixing = np.linalg.cholesky(spatial_correlation(eeg) + 1e-9 * np.eye(len(eeg))) if eeg else np.zeros((0, 0))
+    jitter = lambda: rng.lognormal(0.0, 0.35, size=n_epochs)  # noqa: E731 - per-epoch amplitude jitter (EOG/EMG)
     out = np.zeros((len(eeg), n), dtype=np.float32)
-    shared = 0.6  # share of each rhythm common to all channels (the latent the views agree on)
     for name, rhythm in RHYTHMS.items():
         band = rhythm.band if name != "alpha" else (traits.alpha_hz + rhythm.band[0], traits.alpha_hz + rhythm.band[1])
-        noise = _band_noise(n, fs, band, rng, len(eeg) + 1)
-        mixed = np.sqrt(shared) * noise[:1] + np.sqrt(1 - shared) * noise[1:]
-        amp = np.asarray(rhythm.amplitude)[stages] * jitter() * traits.band_gain[name]
+        mixed = _correlated(mixing, _band_noise(n, fs, band, rng, len(eeg)))  # (c, n), spatially decaying correlation
+        channel_jitter = np.exp(0.35 * _correlated(mixing, rng.standard_normal((len(eeg), n_epochs))))  # (c, e)
+        amp = np.asarray(rhythm.amplitude)[stages][None] * channel_jitter * traits.band_gain[name]
         gains = topo @ np.asarray(rhythm.topography) / np.asarray(rhythm.topography).max()
-        out += gains[:, None] * _envelope(amp, n, fs)[None] * mixed
+        for c in range(len(eeg)):
+            out[c] += gains[c] * _envelope(amp[c], n, fs) * mixed[c]
     templates = _templates(fs, traits)
     for name, transient in TRANSIENTS.items():
         train = _event_train(np.asarray(transient.rate_per_min)[stages] * traits.band_gain[name], n, fs, rng)
@@ -304,10 +349,16 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
 # ----------------------------------------------------------------------------- writers
 
 
+DEFAULT_START = dt.datetime(1989, 4, 24, 22, 0, 0)
+"""Start of synthetic recordings (night ``k`` of subject ``s`` starts ``3 s + k`` days later)."""
+
+
 def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
-              annotations: list[tuple[float, float, str]] | None = None, record_seconds: float = 1.0) -> None:
+              annotations: list[tuple[float, float, str]] | None = None, record_seconds: float = 1.0,
+              start: dt.datetime = DEFAULT_START, patient: str = "X") -> None:
     """Write an EDF(+) file atomically; ``signals``: label -> (uV samples, sampling rate);
-    ``record_seconds``: data-record duration (Sleep-EDF PSG files use 30 s)."""
+    ``record_seconds``: data-record duration (Sleep-EDF PSG files use 30 s); ``start`` and
+    ``patient`` (a code without spaces) go into the header (a PSG and its hypnogram share them)."""
     import edfio
 
     edf_signals = []
@@ -316,7 +367,8 @@ def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
         pad = max(1.0, 0.05 * (high - low))
         edf_signals.append(edfio.EdfSignal(np.asarray(data, dtype=np.float64), sampling_frequency=fs, label=label,
                                            physical_dimension="uV", physical_range=(low - pad, high + pad)))
-    edf = edfio.Edf(edf_signals, starttime=dt.time(22, 0, 0), data_record_duration=record_seconds if edf_signals else None,
+    edf = edfio.Edf(edf_signals, patient=edfio.Patient(code=patient), recording=edfio.Recording(startdate=start.date()),
+                    starttime=start.time(), data_record_duration=record_seconds if edf_signals else None,
                     annotations=[edfio.EdfAnnotation(o, d, t) for o, d, t in (annotations or [])])
     tmp = temp_sibling(path, path.suffix)
     try:
@@ -351,26 +403,28 @@ def hypnogram_annotations(stages: np.ndarray, rng: np.random.Generator) -> list[
 
 
 def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
-                          rng: np.random.Generator) -> tuple[list[Path], np.ndarray]:
+                          rng: np.random.Generator, compress: int = 1) -> tuple[list[Path], np.ndarray]:
     """SC4ssN E0-PSG.edf (EEG Fpz-Cz, Pz-Oz, EOG at 100 Hz; EMG submental as 1 Hz RMS envelope, as
     in Sleep-EDF SC) + SC4ssN E<scorer>-Hypnogram.edf. Returns the paths and the true stages."""
     fs = 100.0
-    night_data = synth_night(["EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal", "EMG submental"], hours, fs, traits, rng)
+    night_data = synth_night(["EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal", "EMG submental"], hours, fs, traits, rng,
+                             compress)
     stages = night_data.stages.copy()
     movement = np.flatnonzero((stages == W) & (rng.random(stages.size) < 0.03))
     stages[movement] = EXCLUDED  # scored as "Movement time"
     emg = night_data.signals["EMG submental"]
     emg_rms = np.sqrt((emg.reshape(-1, int(fs)) ** 2).mean(axis=1))
     name = f"SC4{subject:02d}{night + 1}"
+    header = {"start": DEFAULT_START + dt.timedelta(days=3 * subject + night), "patient": f"SC4{subject:02d}"}
     psg = out_dir / f"{name}E0-PSG.edf"
     hyp = out_dir / f"{name}E{'CHJMPRVW'[subject % 8]}-Hypnogram.edf"
     write_edf(psg, {"EEG Fpz-Cz": (night_data.signals["EEG Fpz-Cz"], fs),
                     "EEG Pz-Oz": (night_data.signals["EEG Pz-Oz"], fs),
                     "EOG horizontal": (night_data.signals["EOG horizontal"], fs),
-                    "EMG submental": (emg_rms, 1.0)}, record_seconds=EPOCH_SECONDS)
+                    "EMG submental": (emg_rms, 1.0)}, record_seconds=EPOCH_SECONDS, **header)
     annotations = hypnogram_annotations(stages, rng)
     annotations.append((stages.size * EPOCH_SECONDS, 1800.0, "Sleep stage ?"))  # unscored tail, as in SC files
-    write_edf(hyp, {}, annotations)
+    write_edf(hyp, {}, annotations, **header)
     return [psg, hyp], stages
 
 
@@ -378,14 +432,16 @@ PHYSIONET_SYNTH_CHANNELS = list(PHYSIONET2018_EEG) + ["E1-M2", "Chin1-Chin2"]
 
 
 def write_wfdb_record(out_dir: Path, record: str, signals: dict[str, np.ndarray], fs: float,
-                      stage_notes: list[tuple[int, str]], comments: list[str] | None = None) -> list[Path]:
-    """Write ``record``.hea/.mat-free 16-bit ``.dat`` + ``.arousal`` (aux-note stage annotations)."""
+                      stage_notes: list[tuple[int, str]], comments: list[str] | None = None,
+                      units: str = "uV") -> list[Path]:
+    """Write ``record``.hea/.mat-free 16-bit ``.dat`` + ``.arousal`` (aux-note stage annotations);
+    ``signals`` are given in ``units``."""
     import wfdb
 
     names = list(signals)
     p_signal = np.stack([signals[c] for c in names], axis=1)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        wfdb.wrsamp(record, fs=fs, units=["uV"] * len(names), sig_name=names, p_signal=p_signal,
+        wfdb.wrsamp(record, fs=fs, units=[units] * len(names), sig_name=names, p_signal=p_signal,
                     fmt=["16"] * len(names), comments=comments or [], write_dir=tmp)
         samples = np.array([s for s, _ in stage_notes], dtype=np.int64)
         # wfdb.rdann drops a '"' note at sample 0 (it takes it for a header note), so that one is '+'.
@@ -399,12 +455,33 @@ def write_wfdb_record(out_dir: Path, record: str, signals: dict[str, np.ndarray]
     return paths
 
 
+def write_arousal_mat(path: Path, per_sample: np.ndarray) -> None:
+    """Write a challenge-style ``-arousal.mat`` (MAT v7.3 / HDF5): ``data/sleep_stages/<stage>``
+    one-hot uint8 vectors ``(1, n)`` from per-sample codes ``(n,)`` (``UNSCORED`` -> ``undefined``),
+    and an all-zero ``data/arousals``."""
+    import h5py
+
+    from .stages import PHYSIONET2018_MAT_STAGES
+
+    tmp = temp_sibling(path, path.suffix)
+    try:
+        with h5py.File(tmp, "w") as handle:
+            data = handle.create_group("data")
+            stages = data.create_group("sleep_stages")
+            for name, code in PHYSIONET2018_MAT_STAGES.items():
+                stages.create_dataset(name, data=(per_sample == code).astype(np.uint8)[None], compression="gzip")
+            data.create_dataset("arousals", data=np.zeros((1, per_sample.size), dtype=np.uint8), compression="gzip")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
-                              rng: np.random.Generator) -> tuple[list[Path], np.ndarray]:
+                              rng: np.random.Generator, compress: int = 1) -> tuple[list[Path], np.ndarray]:
     """WFDB record ``tr<NN>-<SSSS>`` at 200 Hz with the six EEG derivations, E1-M2 and Chin1-Chin2,
     plus ``.arousal`` aux notes W/N1/N2/N3/R at every stage change (and a few arousal notes)."""
     fs = 200.0
-    night_data = synth_night(PHYSIONET_SYNTH_CHANNELS, hours, fs, traits, rng)
+    night_data = synth_night(PHYSIONET_SYNTH_CHANNELS, hours, fs, traits, rng, compress)
     stages = night_data.stages
     spe = int(EPOCH_SECONDS * fs)
     change = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
@@ -422,26 +499,27 @@ def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: fl
 WRITERS = {"sleep-edf": write_sleep_edf_night, "physionet2018": write_physionet2018_night}
 
 
-def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: float = 8.0,
-              seed: int = 0, progress: bool = True) -> list[Path]:
-    """Write ``subjects x nights`` synthetic recordings in ``fmt`` ("sleep-edf" | "physionet2018")."""
+def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: float = 9.0,
+              seed: int = 0, progress: bool = True, compress: int = 1) -> list[Path]:
+    """Write ``subjects x nights`` synthetic recordings in ``fmt`` ("sleep-edf" | "physionet2018")
+    of ``hours``-long nights, or ``compress``-times shorter excerpts with their stage proportions."""
     from tqdm import tqdm
 
     if fmt not in WRITERS:
         raise ValueError(f"--format: unknown '{fmt}'; available: {', '.join(WRITERS)}")
-    if subjects < 1 or nights < 1 or hours <= 0:
-        raise ValueError(f"synth-psg: --subjects, --nights and --hours must be positive "
-                         f"(got {subjects}, {nights}, {hours})")
+    if subjects < 1 or nights < 1 or hours <= 0 or compress < 1:
+        raise ValueError(f"synth-psg: --subjects, --nights, --hours and --compress must be positive "
+                         f"(got {subjects}, {nights}, {hours}, {compress})")
     if fmt == "sleep-edf" and (subjects > 99 or nights > 2):
         raise ValueError("synth-psg: the Sleep-EDF naming SC4ssN allows at most 99 subjects and 2 nights")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     jobs = [(s, n) for s in range(subjects) for n in range(nights)]
-    for subject, night in tqdm(jobs, desc=f"synth-psg {fmt}", disable=not progress):
+    for subject, night in tqdm(jobs, desc=f"synth-psg {fmt}", disable=None if progress else True):  # None: off when not a TTY
         traits = SubjectTraits.sample(np.random.default_rng([seed, subject]))
         rng = np.random.default_rng([seed, subject, night, 1])
-        paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng)
+        paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng, compress)
         written += paths
     return written
 
