@@ -517,6 +517,16 @@ def _(tmp, shared):
     return ["eval", "linear-probe", "--run", str(run)], [f"{run / 'config.yaml'}: not valid YAML"]
 
 
+@case("hypnogram of another subject renamed to a PSG's night (issue 16 section 2)")
+def _(tmp, shared):
+    (tmp / "src").mkdir()
+    shutil.copy(shared.raw_eeg / "SC4001E0-PSG.edf", tmp / "src")
+    other = next(shared.raw_eeg.glob("SC4011*-Hypnogram.edf"))
+    shutil.copy(other, tmp / "src" / "SC4001EC-Hypnogram.edf")
+    return (["data", "prepare", "sleep-edf", "--source", str(tmp / "src"), "--out", str(tmp / "cache")],
+            [f"{tmp / 'src' / 'SC4001EC-Hypnogram.edf'}: patient field", f"its PSG {tmp / 'src' / 'SC4001E0-PSG.edf'}"])
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_is_refused_in_one_line_and_writes_nothing(
     name: str, shared: Shared, tmp_path: Path, capsys: pytest.CaptureFixture[str]
