@@ -14,6 +14,7 @@ from ..registry import Registry
 EVALUATOR_MODULES: tuple[str, ...] = (
     "multiview_app.eval.linear_probe",
     "multiview_app.eval.sleep_staging",
+    "multiview_app.eval.domain_generalization",
 )
 EVALUATORS: Registry[type] = Registry("evaluator", modules=EVALUATOR_MODULES)
 

@@ -20,10 +20,12 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     args.run = args.run.expanduser().resolve()
-    if not (args.run / "config.yaml").is_file():
-        raise FileNotFoundError(f"--run {args.run}: not a run folder (no config.yaml)")
     cls = get_evaluator(args.evaluator_name)
+    # evaluators with ``creates_runs`` train first when given --config; --run is then their output folder
+    creating = bool(getattr(cls, "creates_runs", False) and getattr(args, "config", None))
+    if not creating and not (args.run / "config.yaml").is_file():
+        raise FileNotFoundError(f"--run {args.run}: not a run folder (no config.yaml)")
     cls().run(args.run, args)
     kind = getattr(cls, "kind", args.evaluator_name.replace("-", "_"))
-    print(f"wrote {args.run / 'eval' / f'{kind}.json'}")
+    print(f"wrote {args.run if creating else args.run / 'eval' / f'{kind}.json'}")
     return 0

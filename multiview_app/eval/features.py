@@ -15,16 +15,17 @@ Combine = Literal["mean", "concat", "first"]
 @torch.no_grad()
 def extract_features(
     model: torch.nn.Module, adapter: Any, policy: Any, split: str, batch_size: int = 256,
-    device: torch.device | str = "cpu", progress: bool = True,
+    device: torch.device | str = "cpu", progress: bool = True, dataset: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
-    """Encoder features of every item of ``adapter.split(split)`` through ``policy.eval_views``.
+    """Encoder features of every item of ``adapter.split(split)`` (or of ``dataset`` when given,
+    ``split`` then only names it) through ``policy.eval_views``.
 
     Returns ``features (N, k, f)`` float32 (k = number of eval views), ``labels (N,)`` int64
     (-1 when unlabelled) and ``meta``: every other item column as a list of length N.
     """
     from tqdm.auto import tqdm
 
-    dataset = adapter.split(split)
+    dataset = adapter.split(split) if dataset is None else dataset
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=default_collate)
     was_training = model.training
     model.eval().to(device)

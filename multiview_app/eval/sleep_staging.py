@@ -26,7 +26,7 @@ from ..train.run_io import atomic_write_json, load_run
 from . import EVALUATORS
 from .bandpower import bandpower_features
 from .features import combine_views, extract_features
-from .probe import fit_linear_classifier
+from .probe import fit_linear_classifier, mean_std
 
 DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
@@ -66,10 +66,6 @@ def _windows(dataset: Any, batch_size: int) -> np.ndarray:
     return np.concatenate([batch["x"].numpy() for batch in loader])
 
 
-def _mean_std(values: list[float]) -> dict[str, float]:
-    return {"mean": float(np.mean(values)), "std": float(np.std(values))}
-
-
 def few_shot_protocol(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
     shots: tuple[int, ...], seeds: int, C: float = 1.0,
@@ -103,9 +99,9 @@ def _few_shot_protocol(
                 if seed == 0 and s == max(shots):
                     predictions[name] = predicted
         for name, seed_runs in runs.items():
-            summary: dict[str, Any] = {m: _mean_std([r[m] for r in seed_runs]) for m in METRICS}
+            summary: dict[str, Any] = {m: mean_std([r[m] for r in seed_runs]) for m in METRICS}
             classes = sorted({c for r in seed_runs for c in r["per_class_f1"]}, key=STAGES.index)
-            summary["per_class_f1"] = {c: _mean_std([r["per_class_f1"].get(c, 0.0) for r in seed_runs]) for c in classes}
+            summary["per_class_f1"] = {c: mean_std([r["per_class_f1"].get(c, 0.0) for r in seed_runs]) for c in classes}
             results[name][str(s)] = summary
     return results, drawn_per_shot, predictions
 
