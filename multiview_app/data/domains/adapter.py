@@ -56,7 +56,9 @@ def decode_file(path: str, load_size: int) -> torch.Tensor:
     bilinear resize). The single place where image files are opened."""
     from torchvision.io import ImageReadMode, decode_image, read_file
 
-    image = decode_image(read_file(path), mode=ImageReadMode.RGB)
+    with warnings.catch_warnings():  # torchvision >= 0.29 flags its decoders as deprecated on every call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        image = decode_image(read_file(path), mode=ImageReadMode.RGB)
     if tuple(image.shape[-2:]) != (load_size, load_size):
         resized = F.interpolate(image[None].float(), size=(load_size, load_size), mode="bilinear",
                                 antialias=True, align_corners=False)

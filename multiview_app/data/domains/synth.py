@@ -15,7 +15,7 @@ in no domain's train split. Domains (:data:`DIGIT_DOMAINS`):
 - ``color``: random foreground and background colours per image plus Gaussian noise;
 - ``warped``: random rotation (+-35 degrees) and a smooth elastic deformation.
 
-Each image's randomness comes from ``numpy.random.default_rng([seed, domain index, digit index])``,
+Each image's randomness comes from ``numpy.random.default_rng([seed, domain id, digit index])``,
 so the folder is a deterministic function of ``seed`` (byte-identical JPEGs for one Pillow version).
 """
 from __future__ import annotations
@@ -142,14 +142,15 @@ def synth_domains(
     in_test[test_idx] = True
     out = Path(out)
     counts: dict[str, int] = {}
-    for d_index, domain in enumerate(domains):
+    domain_ids = {name: j for j, name in enumerate(RENDERERS)}  # stable whatever subset is written
+    for domain in domains:
         lines: dict[str, list[str]] = {"train": [], "test": []}
         for i in tqdm(range(len(labels)), desc=f"synth {domain}", leave=False):
             label = int(labels[i])
             rel = f"{domain}/{label}/{domain}_{i:04d}.jpg"
             path = out / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            rng = np.random.default_rng([seed, d_index, i])
+            rng = np.random.default_rng([seed, domain_ids[domain], i])
             Image.fromarray(render_digit(images[i], domain, rng, size)).save(path, quality=JPEG_QUALITY)
             lines["test" if in_test[i] else "train"].append(f"{rel} {label}")
         for split, rows in lines.items():

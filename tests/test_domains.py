@@ -1,0 +1,296 @@
+"""Image domains: digit-domains generator, domainnet adapter, domains view policy, bad input, and the
+guarantee that the held-out domain is never opened during pretraining."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import default_collate
+
+from multiview_app.data.adapters import build_adapter
+from multiview_app.data.domains import adapter as domain_adapter
+from multiview_app.data.domains.synth import DIGIT_DOMAINS, synth_domains
+from multiview_app.data.views import build_view_policy
+
+LIMIT = 100  # first 100 digits: 10 per class, 8 train / 2 test per class and domain
+
+
+@pytest.fixture(scope="module")
+def digit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("digit_domains")
+    synth_domains(root, seed=0, limit=LIMIT)
+    return root
+
+
+def copy_root(root: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(root, out)
+    return out
+
+
+def options(root: Path, **extra) -> dict:
+    return {"root": str(root), "load_size": 16, "decode_workers": 0, **extra}
+
+
+# ------------------------------------------------------------------ generator
+def test_synth_layout_split_files_and_determinism(digit_root: Path, tmp_path: Path) -> None:
+    assert sorted(p.name for p in digit_root.iterdir() if p.is_dir()) == sorted(DIGIT_DOMAINS)
+    tests = {}
+    for domain in DIGIT_DOMAINS:
+        train = (digit_root / f"{domain}_train.txt").read_text().split("\n")[:-1]
+        test = (digit_root / f"{domain}_test.txt").read_text().split("\n")[:-1]
+        assert len(train) + len(test) == LIMIT and len(test) == 20
+        for line in train + test:
+            rel, label = line.split()
+            assert rel.startswith(f"{domain}/{label}/") and (digit_root / rel).is_file()
+        tests[domain] = {line.split()[0].rsplit("_", 1)[1] for line in test}
+    # one digit-level split for all domains: a held-out test digit is in no domain's train split
+    assert all(t == tests["clean"] for t in tests.values())
+    again = tmp_path / "again"
+    synth_domains(again, seed=0, limit=30, domains=("sketch", "color"))
+    other = tmp_path / "other"
+    synth_domains(other, seed=1, limit=30, domains=("sketch", "color"))
+    rel = "color/0/color_0000.jpg"
+    assert (again / rel).read_bytes() == (digit_root / rel).read_bytes()
+    assert (other / rel).read_bytes() != (digit_root / rel).read_bytes()
+
+
+def test_synth_domains_cli(tmp_path: Path) -> None:
+    env_cmd = [sys.executable, "-m", "multiview_app.cli", "data", "synth-domains"]
+    bad = subprocess.run([*env_cmd, "--out", str(tmp_path / "x"), "--limit", "5"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--limit 5" in bad.stderr and "Traceback" not in bad.stderr
+    ok = subprocess.run([*env_cmd, "--out", str(tmp_path / "y"), "--limit", "20"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "wrote 120 images in 6 domains" in ok.stdout
+
+
+# ------------------------------------------------------------------ adapter
+def test_adapter_splits_and_domain_tuples(digit_root: Path) -> None:
+    adapter = build_adapter("domainnet", options(digit_root, holdout="sketch"))
+    assert adapter.domains == sorted(DIGIT_DOMAINS)
+    assert adapter.seen_domains == ["clean", "color", "inverted", "texture", "warped"]
+    assert adapter.class_names == [str(c) for c in range(10)]
+    assert not any(s.startswith("sketch") for s in adapter.splits)
+    tuples = adapter.split("train")
+    assert len(tuples) == 5 * 80
+    for j in (0, 123, 399):
+        item = tuples[j]
+        assert item["x"].shape == (5, 3, 16, 16) and item["x"].dtype == torch.uint8
+        for d, domain in enumerate(adapter.seen_domains):  # every view: an image of the item's class in that domain
+            part = adapter.split(f"{domain}/train")
+            same_class = part.images[part.labels == item["label"]]
+            assert (same_class == item["x"][d]).flatten(1).all(1).any()
+        assert torch.equal(tuples[j]["x"], item["x"])  # deterministic partners
+    assert len(adapter.split("test")) == 5 * 20
+    assert adapter.split("clean/test")[0]["domain"] == "clean"
+
+
+def test_fallback_split_is_stratified_and_deterministic(digit_root: Path, tmp_path: Path) -> None:
+    root = copy_root(digit_root, tmp_path)
+    for f in root.glob("*_t*.txt"):
+        f.unlink()
+    a = build_adapter("domainnet", options(root, domains=["clean", "inverted"]))
+    b = build_adapter("domainnet", options(root, domains=["clean", "inverted"]))
+    train, test = a.split("clean/train"), a.split("clean/test")
+    assert len(train) == 80 and len(test) == 20
+    assert np.bincount(test.labels.numpy()).tolist() == [2] * 10
+    assert b.split("clean/test").sources == test.sources
+    c = build_adapter("domainnet", options(root, domains=["clean", "inverted"], split_seed=3))
+    assert c.split("clean/test").sources != test.sources
+
+
+def test_view_policy_domains(digit_root: Path) -> None:
+    adapter = build_adapter("domainnet", options(digit_root, holdout="sketch"))
+    raw = default_collate([adapter.split("train")[i] for i in range(6)])
+    policy = build_view_policy("domains", 5, {"image_size": 16}, adapter)
+    views = policy.train_views(raw, torch.Generator().manual_seed(0))
+    assert views.view_names == adapter.seen_domains and len(views.views) == 5
+    assert views.views[0].shape == (6, 3, 16, 16) and views.views[0].dtype == torch.float32
+    again = policy.train_views(raw, torch.Generator().manual_seed(0))
+    assert all(torch.equal(x, y) for x, y in zip(views.views, again.views))
+    three = build_view_policy("domains", 3, {"image_size": 16}, adapter)
+    names = {tuple(three.train_views(raw, torch.Generator().manual_seed(s)).view_names) for s in range(8)}
+    assert len(names) > 1 and all(len(n) == 3 and set(n) <= set(adapter.seen_domains) for n in names)
+    single = policy.eval_views(default_collate([adapter.split("clean/test")[i] for i in range(4)]))
+    assert single.view_names == ["test"] and single.views[0].shape == (4, 3, 16, 16)
+    per_domain = policy.eval_views(raw)
+    assert per_domain.view_names == adapter.seen_domains
+
+
+# ------------------------------------------------------------------ bad input
+def test_bad_input_errors(digit_root: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"domain folder\(s\) missing .*: nope"):
+        build_adapter("domainnet", options(digit_root, domains=["clean", "nope"]))
+    with pytest.raises(ValueError, match="holdout 'paint' is not a domain"):
+        build_adapter("domainnet", options(digit_root, holdout="paint"))
+    with pytest.raises(ValueError, match="mvapp data synth-domains"):
+        build_adapter("domainnet", options(tmp_path / "missing"))
+    adapter = build_adapter("domainnet", options(digit_root, domains=["clean", "inverted", "sketch"], holdout="sketch"))
+    with pytest.raises(ValueError, match=r"views.k = 3 but only 2 seen domain\(s\)"):
+        build_view_policy("domains", 3, {}, adapter)
+    with pytest.raises(ValueError, match="holdout and adapt are both 'sketch'"):
+        build_adapter("domainnet", options(digit_root, holdout="sketch", adapt="sketch"))
+
+    root = copy_root(digit_root, tmp_path)
+    shutil.rmtree(root / "color" / "7")
+    with pytest.raises(ValueError, match=r"class folders differ .*color lacks \['7'\].*intersect_classes"):
+        build_adapter("domainnet", options(root))
+    inter = build_adapter("domainnet", options(root, intersect_classes=True, domains=["clean", "color"]))
+    assert "7" not in inter.class_names and len(inter.class_names) == 9
+    with pytest.warns(UserWarning, match="dropped 8 images"):
+        inter.split("clean/train")
+    assert inter.dropped == {"clean/train": 8}
+
+    (root / "clean" / "3" / "clean_0003.jpg").unlink()
+    with pytest.raises(ValueError, match=r"clean_(train|test)\.txt names 1 image\(s\) that do not exist; first: .*clean_0003"):
+        fresh = build_adapter("domainnet", options(root, intersect_classes=True, domains=["clean", "color"]))
+        fresh.split("clean/train"), fresh.split("clean/test")
+
+
+def test_corrupt_images_skipped_counted_or_error(digit_root: Path, tmp_path: Path) -> None:
+    root = copy_root(digit_root, tmp_path)
+    lines = (root / "inverted_train.txt").read_text().split()[::2]
+    for rel in lines[:2]:
+        (root / rel).write_bytes(b"not a jpeg at all")
+    adapter = build_adapter("domainnet", options(root, domains=["clean", "inverted"], max_bad_fraction=0.05))
+    with pytest.warns(UserWarning, match=r"skipped 2 of 80 unreadable images; first: .*inverted"):
+        assert len(adapter.split("inverted/train")) == 78
+    strict = build_adapter("domainnet", options(root, domains=["clean", "inverted"], max_bad_fraction=0.01))
+    with pytest.raises(ValueError, match=r"2 of 80 images are unreadable .*max_bad_fraction=0.01"):
+        strict.split("inverted/train")
+    lazy = build_adapter("domainnet", options(root, domains=["clean", "inverted"], preload=False))
+    ds = lazy.split("inverted/train")
+    bad_index = ds.sources.index(str(root / lines[0]))
+    with pytest.raises(ValueError, match=r"cannot be decoded"):
+        ds[bad_index]
+
+
+# ------------------------------------------------------------------ the held-out domain is never opened
+def test_heldout_domain_never_opened_during_pretraining(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
+    from multiview_app.config import config_from_dict
+    from multiview_app.train.trainer import train
+
+    opened: list[str] = []
+    split_files: list[str] = []
+    real_decode, real_read = domain_adapter.decode_file, domain_adapter.DomainNetAdapter._read_split_file
+
+    def recording_decode(path: str, load_size: int) -> torch.Tensor:
+        opened.append(path)
+        return real_decode(path, load_size)
+
+    def recording_read(self, domain, split, path):
+        split_files.append(str(path))
+        return real_read(self, domain, split, path)
+
+    monkeypatch.setattr(domain_adapter, "decode_file", recording_decode)
+    monkeypatch.setattr(domain_adapter.DomainNetAdapter, "_read_split_file", recording_read)
+    for preload in (True, False):
+        opened.clear(), split_files.clear()
+        cfg = config_from_dict({
+            "data": {"adapter": "domainnet", "options": options(digit_root, holdout="sketch", preload=preload)},
+            "views": {"policy": "domains", "k": 5, "options": {"image_size": 16}},
+            "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                      "projector": {"hidden_dim": 8, "out_dim": 8}},
+            "loss": {"name": "infonce_pwe"},
+            "train": {"max_steps": 2, "batch_size": 8, "log_every": 1},
+            "eval": {"linear_probe": True, "batch_size": 64},  # the generic end-of-training probe runs too
+            "output": {"runs_dir": str(tmp_path), "name": f"held_{preload}"},
+        })
+        train(cfg)
+        assert opened and all("/sketch/" not in p for p in opened)
+        assert split_files and all("sketch" not in Path(p).name for p in split_files)
+        assert any("/texture/" in p for p in opened)
+    # the recorder does see the held-out domain once an evaluator opens it
+    adapter = build_adapter("domainnet", options(digit_root, holdout="sketch"))
+    adapter.domain_split("sketch", "test")
+    assert any("/sketch/" in p for p in opened)
+
+
+# ------------------------------------------------------------------ evaluator
+def test_probe_domains_detects_shift() -> None:
+    """Target = domain 'a' exactly; domain 'b' has the class structure but a permuted class->cluster map."""
+    from multiview_app.eval.domain_generalization import probe_domains
+
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(4, 8)) * 5
+
+    def domain(mapping: list[int], n: int = 200) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, 4, n)
+        return centers[np.asarray(mapping)[y]] + rng.normal(size=(n, 8)) * 0.3, y
+
+    features = {"a/train": domain([0, 1, 2, 3]), "b/train": domain([1, 2, 3, 0]), "t/train": domain([0, 1, 2, 3]),
+                "t/test": domain([0, 1, 2, 3])}
+    result = probe_domains(features, ["a", "b"], "t")
+    assert result["one_vs_one"]["a"] == 1.0 and result["oracle"] == 1.0
+    assert result["one_vs_one"]["b"] == 0.0  # every class predicted as its neighbour
+    assert 0.2 < result["five_vs_one"] < 1.0
+
+
+def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    from multiview_app.eval.domain_generalization import format_table
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": {"adapter": "domainnet",
+                 "options": options(digit_root, domains=["clean", "inverted", "sketch"], holdout="sketch")},
+        "views": {"policy": "domains", "k": 2, "options": {"image_size": 16}},
+        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                  "projector": {"hidden_dim": 8, "out_dim": 8}},
+        "loss": {"name": "m3g", "epsilon": 0.05},
+        "train": {"max_steps": 2, "batch_size": 8, "log_every": 1},
+        "eval": {"linear_probe": False, "batch_size": 128},
+    }))
+    out = tmp_path / "dg"
+    cmd = [sys.executable, "-m", "multiview_app.cli", "eval", "domain-generalization", "--run", str(out),
+           "--config", str(config), "--holdout", "all", "--seeds", "0"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "domain_generalization_summary.json").read_text())
+    assert len(summary["runs"]) == 3 and summary["domains"] == ["clean", "inverted", "sketch"]
+    for run in summary["runs"]:
+        assert set(run["results"]) == {"random_init", "trained", "erm"}
+        assert run["seen"] == [d for d in summary["domains"] if d != run["holdout"]]
+        for scores in run["results"].values():
+            assert 0.0 <= scores["five_vs_one"] <= 1.0 and set(scores["one_vs_one"]) == set(run["seen"])
+    five = summary["combined"]["five_vs_one"]
+    assert set(five) == {"random_init", "erm", "m3g"} and all(five["m3g"][d]["n"] == 1 for d in summary["domains"])
+    table = (out / "domain_generalization_table.md").read_text()
+    assert "| ¬inverted -> inverted |" in table and format_table(summary["combined"], summary["domains"]) in table
+    assert (out / "plots" / "one_vs_one_heatmaps.png").stat().st_size > 1000
+    # ERM is shared across runs with the same settings (one model per held-out domain and seed)
+    assert len(list((out / "erm").iterdir())) == 3
+    # a second call reuses every finished run and evaluation
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert again.returncode == 0 and "train " not in again.stderr
+    # bad: --holdout without --config on an existing run -> one line, exit 2
+    run_dir = out / "m3g_sketch_s0"
+    bad = subprocess.run([*cmd[:5], "--run", str(run_dir), "--holdout", "clean"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--holdout needs --config" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
+    from multiview_app.eval.domain_generalization import combine_results, format_table
+
+    def run(loss: str, holdout: str, seen: list[str], acc: float) -> dict:
+        scores = {"five_vs_one": acc, "oracle": acc + 0.1, "one_vs_one": {d: acc / 2 for d in seen}}
+        return {"loss": loss, "holdout": holdout, "seen": seen,
+                "results": {"trained": scores, "random_init": {**scores, "five_vs_one": 0.1}}}
+
+    results = [run("m3g", "a", ["b", "c"], 0.4), run("m3g", "a", ["b", "c"], 0.6), run("pvc_geometric", "b", ["a", "c"], 0.3)]
+    combined = combine_results(results, ["a", "b", "c"])
+    cell = combined["five_vs_one"]["m3g"]["a"]
+    assert cell["n"] == 2 and abs(cell["mean"] - 0.5) < 1e-12 and abs(cell["std"] - 0.1) < 1e-12
+    assert combined["five_vs_one"]["random_init"]["a"]["n"] == 2  # references pooled over the runs
+    assert combined["one_vs_one"]["m3g"] == {"b": {"a": 0.25}, "c": {"a": 0.25}}
+    assert combined["one_vs_one"]["pvc_geometric"]["a"] == {"b": 0.15}
+    table = format_table(combined, ["a", "b", "c"])
+    assert "| ¬a -> a | 10.0 ± 0.0 | 50.0 ± 10.0 | - |" in table and "| ¬c" not in table
