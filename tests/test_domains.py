@@ -294,3 +294,19 @@ def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
     assert combined["one_vs_one"]["pvc_geometric"]["a"] == {"b": 0.15}
     table = format_table(combined, ["a", "b", "c"])
     assert "| ¬a -> a | 10.0 ± 0.0 | 50.0 ± 10.0 | - |" in table and "| ¬c" not in table
+
+
+def test_random_init_shift_matrix_shows_a_real_domain_shift(digit_root: Path) -> None:
+    from multiview_app.eval.domain_generalization import domain_shift_matrix
+    from multiview_app.models import build_model
+
+    adapter = build_adapter("domainnet", options(digit_root))
+    policy = build_view_policy("domains", 2, {"image_size": 16}, adapter)
+    torch.manual_seed(0)
+    model = build_model({"image": {"name": "small_cnn", "width": 8, "num_features": 32}}, {"hidden_dim": 8, "out_dim": 8})
+    matrix = domain_shift_matrix(model, adapter, policy, batch_size=256)
+    domains = adapter.domains
+    assert list(matrix) == domains and all(list(row) == domains for row in matrix.values())
+    diagonal = np.mean([matrix[d][d] for d in domains])
+    off = np.mean([matrix[s][t] for s in domains for t in domains if s != t])
+    assert diagonal > off + 0.2, (diagonal, off)

@@ -99,6 +99,7 @@ def evaluate_run(
     if erm:
         models["erm"], erm_summary = train_erm(cfg, adapter, policy, erm_cache or run_dir / "eval", device=device,
                                                progress=progress)
+    erm_s = time.perf_counter() - start
     results: dict[str, Any] = {}
     items: dict[str, int] = {}
     for name, model in models.items():
@@ -118,6 +119,7 @@ def evaluate_run(
         "results": results,
         "erm": erm_summary and {k: v for k, v in erm_summary.items() if k != "key"},
         "wall_s": time.perf_counter() - start,
+        "erm_and_setup_s": erm_s,
     }
     atomic_write_json(run_dir / "eval" / f"{KIND}.json", result)
     _plot_row(result, run_dir / "plots" / "one_vs_one.png")
@@ -145,6 +147,25 @@ def _plot_row(result: dict[str, Any], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+def domain_shift_matrix(model: Any, adapter: Any, policy: Any, *, C: float = 1.0, batch_size: int = 512,
+                        device: str = "cpu", progress: bool = False) -> dict[str, dict[str, float]]:
+    """``matrix[train domain][test domain]``: accuracy of a probe fitted on one domain's train split and
+    tested on another's test split (diagonal: in-domain), for every domain of ``adapter``. With a
+    random-init encoder it shows how large the domain shift of the data itself is."""
+    domains = list(adapter.domains)
+    features = {f"{d}/{s}": domain_features(model, adapter, policy, d, s, batch_size, device, progress)
+                for d in domains for s in ("train", "test")}
+    matrix: dict[str, dict[str, float]] = {}
+    with threadpool_limits(1):
+        for source in domains:
+            clf = fit_linear_classifier(*features[f"{source}/train"], C=C)
+            matrix[source] = {
+                target: float((clf.predict(features[f"{target}/test"][0]) == features[f"{target}/test"][1]).mean())
+                for target in domains
+            }
+    return matrix
 
 
 # ------------------------------------------------------------------ several runs: table + heatmaps
@@ -255,15 +276,20 @@ def train_and_evaluate(
             if done.is_file():
                 results.append(json.loads(done.read_text()))
                 continue
+            pretrain_s = None
             if not (run_dir / "model.safetensors").is_file():
                 from ..train.checkpoint import latest_checkpoint
 
                 resume = "latest" if run_dir.exists() and latest_checkpoint(run_dir) else None
                 if resume is None and run_dir.exists():
                     raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")
+                started = time.perf_counter()
                 train(cfg, resume=resume)
-            results.append(evaluate_run(run_dir, C=C, erm=erm, erm_cache=out_dir / "erm", device=device,
-                                        progress=progress))
+                pretrain_s = time.perf_counter() - started
+            result = evaluate_run(run_dir, C=C, erm=erm, erm_cache=out_dir / "erm", device=device, progress=progress)
+            result["pretrain_s"] = pretrain_s  # None when the run had been trained before
+            atomic_write_json(done, result)
+            results.append(result)
     return results
 
 
@@ -325,6 +351,6 @@ class DomainGeneralization:
 
 
 __all__ = [
-    "DomainGeneralization", "combine_results", "evaluate_run", "format_table", "plot_heatmaps",
+    "DomainGeneralization", "combine_results", "domain_shift_matrix", "evaluate_run", "format_table", "plot_heatmaps",
     "probe_domains", "train_and_evaluate", "write_summary",
 ]
