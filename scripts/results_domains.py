@@ -81,7 +81,13 @@ def main() -> int:
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_domains")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     parser.add_argument("--figures", type=Path, default=ROOT / "docs" / "figures")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for the whole script (1: no OpenMP stalls on a shared CPU; 0 = default)")
     args = parser.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     from multiview_app.data.domains.synth import synth_domains
     from multiview_app.eval.domain_generalization import train_and_evaluate, write_summary

@@ -31,12 +31,14 @@ from threadpoolctl import threadpool_limits
 
 from ..train.run_io import atomic_write_json, atomic_write_text, load_run
 from . import EVALUATORS
-from .features import combine_views, extract_features
+from .features import combine_views, extract_features, torch_threads
 from .probe import fit_linear_classifier, mean_std
 
 KIND = "domain_generalization"
 ENCODERS = ("random_init", "erm", "trained")
 PROTOCOLS = ("five_vs_one", "one_vs_one", "oracle")
+#: evaluation protocol -> the adapter option that names its target domain
+PROTOCOL_OPTION = {"generalization": "holdout", "adaptation": "adapt"}
 
 
 def domain_features(model: Any, adapter: Any, policy: Any, domain: str, split: str, batch_size: int,
@@ -45,6 +47,8 @@ def domain_features(model: Any, adapter: Any, policy: Any, domain: str, split: s
     dataset = adapter.domain_split(domain, split)
     feats, labels, _ = extract_features(model, adapter, policy, f"{domain}/{split}", batch_size, device, progress,
                                         dataset=dataset)
+    if domain == getattr(adapter, "adapt", None):  # evaluation: the only place the target's labels are read
+        labels = adapter.target_labels(split).numpy()
     return combine_views(feats, "mean"), labels
 
 
@@ -71,24 +75,35 @@ def probe_domains(
 
 def evaluate_run(
     run_dir: str | Path, *, C: float = 1.0, batch_size: int | None = None, erm: bool = True,
-    erm_cache: str | Path | None = None, device: str = "cpu", progress: bool = True,
+    erm_cache: str | Path | None = None, device: str = "cpu", progress: bool = True, threads: int | None = 1,
 ) -> dict[str, Any]:
-    """Evaluate one held-out-domain run (module docstring); write ``eval/domain_generalization.json``
-    and ``plots/one_vs_one.png``; return the result."""
+    """Evaluate one run (module docstring); write ``eval/domain_generalization.json`` and
+    ``plots/one_vs_one.png``; return the result. ``threads``: torch threads meanwhile (see
+    :func:`.features.torch_threads`; ``None`` = unchanged)."""
+    with torch_threads(threads):
+        return _evaluate_run(Path(run_dir), C, batch_size, erm, erm_cache, device, progress)
+
+
+def _evaluate_run(run_dir: Path, C: float, batch_size: int | None, erm: bool, erm_cache: str | Path | None,
+                  device: str, progress: bool) -> dict[str, Any]:
     from ..data.adapters import build_adapter
     from ..data.views import build_view_policy
     from .erm import train_erm
 
-    run_dir = Path(run_dir)
     start = time.perf_counter()
     cfg, _ = load_run(run_dir, "init")
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
-    target = getattr(adapter, "holdout", None)
-    if target is None:
+    holdout, adapt = getattr(adapter, "holdout", None), getattr(adapter, "adapt", None)
+    if holdout is None and adapt is None:
         raise ValueError(
-            f"{run_dir}: data.options.holdout is not set; the domain-generalization evaluator needs a run "
-            "pretrained with one domain held out (domainnet adapter)"
+            f"{run_dir}: neither data.options.holdout nor data.options.adapt is set; the domain evaluator needs a "
+            "run pretrained with one domain held out (generalization) or unlabelled (adaptation)"
         )
+    if holdout is not None and adapt is not None:
+        raise ValueError(f"{run_dir}: both data.options.holdout ({holdout}) and adapt ({adapt}) are set; "
+                         "the evaluator scores one target domain per run")
+    target = holdout or adapt
+    protocol = "generalization" if holdout else "adaptation"
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
     seen = list(adapter.seen_domains)
     batch_size = batch_size or cfg.eval.batch_size
@@ -113,6 +128,7 @@ def evaluate_run(
         "loss": cfg.loss.name,
         "seed": cfg.train.seed,
         "holdout": target,
+        "protocol": protocol,
         "seen": seen,
         "classifier": f"standardized multinomial logistic regression (lbfgs, L2 C={C}) on frozen encoder features",
         "items": items,
@@ -169,6 +185,11 @@ def domain_shift_matrix(model: Any, adapter: Any, policy: Any, *, C: float = 1.0
 
 
 # ------------------------------------------------------------------ several runs: table + heatmaps
+def column_name(result: dict[str, Any]) -> str:
+    """Table column of a run's trained encoder: the loss, ``<loss>+adapt`` for the adaptation protocol."""
+    return result["loss"] + ("+adapt" if result.get("protocol") == "adaptation" else "")
+
+
 def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[str, Any]:
     """Aggregate per-run results (any losses, held-out domains, seeds) into mean +- std.
 
@@ -179,7 +200,7 @@ def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[s
     pooled: dict[str, dict[str, dict[str, list[Any]]]] = {p: {} for p in PROTOCOLS}
     for result in results:
         for encoder, scores in result["results"].items():
-            column = result["loss"] if encoder == "trained" else encoder
+            column = column_name(result) if encoder == "trained" else encoder
             for protocol in PROTOCOLS:
                 cell = pooled[protocol].setdefault(column, {}).setdefault(result["holdout"], [])
                 cell.append(scores[protocol])
@@ -248,14 +269,62 @@ def plot_heatmaps(combined: dict[str, Any], domains: list[str], out: Path) -> Pa
     return out
 
 
+def adaptation_gain(combined: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """``gain[loss][target] = mean 5-vs-1 accuracy with adaptation - without`` (targets run both ways)."""
+    five = combined["five_vs_one"]
+    gain: dict[str, dict[str, float]] = {}
+    for column, per_domain in five.items():
+        if not column.endswith("+adapt") or column[: -len("+adapt")] not in five:
+            continue
+        base = five[column[: -len("+adapt")]]
+        gain[column[: -len("+adapt")]] = {d: cell["mean"] - base[d]["mean"] for d, cell in per_domain.items() if d in base}
+    return gain
+
+
+def format_gain(gain: dict[str, dict[str, float]]) -> str:
+    """Markdown: rows = target domain, columns = loss, cells = gain in accuracy points."""
+    losses = sorted(gain)
+    domains = sorted({d for per in gain.values() for d in per})
+    lines = ["| target | " + " | ".join(losses) + " |", "|---" * (len(losses) + 1) + "|"]
+    for d in domains:
+        lines.append(f"| {d} | " + " | ".join(f"{100 * gain[l][d]:+.1f}" if d in gain[l] else "-" for l in losses) + " |")
+    return "\n".join(lines)
+
+
+def plot_gain(gain: dict[str, dict[str, float]], out: Path) -> Path:
+    """Bars: per target domain, the 5-vs-1 gain of adaptation over generalization, one bar per loss."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    losses = sorted(gain)
+    domains = sorted({d for per in gain.values() for d in per})
+    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(domains), 3.2))
+    width = 0.8 / len(losses)
+    for i, loss in enumerate(losses):
+        ax.bar(np.arange(len(domains)) + i * width, [100 * gain[loss].get(d, np.nan) for d in domains], width, label=loss)
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks(np.arange(len(domains)) + 0.4 - width / 2, domains)
+    ax.set_ylabel("adaptation - generalization (points)")
+    ax.set_xlabel("target domain")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def train_and_evaluate(
     config: str | Path, out_dir: str | Path, holdouts: list[str] | str, seeds: list[int],
-    overrides: list[str] | tuple[str, ...] = (), *, C: float = 1.0, erm: bool = True, device: str = "cpu",
-    progress: bool = True,
+    overrides: list[str] | tuple[str, ...] = (), *, protocols: tuple[str, ...] = ("generalization",),
+    C: float = 1.0, erm: bool = True, device: str = "cpu", progress: bool = True, threads: int | None = 1,
 ) -> list[dict[str, Any]]:
-    """One pretraining run per (held-out domain, seed) under ``out_dir`` (each trained only on the
-    other domains), then :func:`evaluate_run` on each; finished runs and evaluations are reused.
-    ``holdouts="all"`` = every domain of the data. Returns the per-run results."""
+    """One pretraining run per (target domain, seed, protocol) under ``out_dir``, then
+    :func:`evaluate_run` on each; finished runs and evaluations are reused. ``generalization``: the
+    target is held out (``data.options.holdout``); ``adaptation``: its train images join pretraining
+    unlabelled (``data.options.adapt``). ``holdouts="all"`` = every domain of the data."""
     from ..config import load_config
     from ..data.adapters import build_adapter
     from ..train.trainer import train
@@ -266,30 +335,36 @@ def train_and_evaluate(
         options = {k: v for k, v in base.data.options.items() if k not in ("holdout", "adapt")}
         holdouts = list(build_adapter(base.data.adapter, options).domains)
     results = []
-    for holdout in holdouts:
-        for seed in seeds:
-            name = f"{base.loss.name}_{holdout}_s{seed}"
-            cfg = load_config(config, [*overrides, f"data.options.holdout={holdout}", f"train.seed={seed}",
-                                       f"output.runs_dir={out_dir}", "eval.linear_probe=false"], name=name)
-            run_dir = cfg.run_dir
-            done = run_dir / "eval" / f"{KIND}.json"
-            if done.is_file():
-                results.append(json.loads(done.read_text()))
-                continue
-            pretrain_s = None
-            if not (run_dir / "model.safetensors").is_file():
-                from ..train.checkpoint import latest_checkpoint
+    unknown = [p for p in protocols if p not in PROTOCOL_OPTION]
+    if unknown:
+        raise ValueError(f"unknown protocol(s) {', '.join(unknown)}; valid: {', '.join(PROTOCOL_OPTION)}")
+    runs = [(h, s, p) for h in holdouts for p in protocols for s in seeds]
+    for holdout, seed, protocol in runs:
+        name = f"{base.loss.name}_{holdout}{'_adapt' if protocol == 'adaptation' else ''}_s{seed}"
+        target = [f"data.options.{key}={holdout if key == PROTOCOL_OPTION[protocol] else 'null'}"
+                  for key in PROTOCOL_OPTION.values()]
+        cfg = load_config(config, [*overrides, *target, f"train.seed={seed}",
+                                   f"output.runs_dir={out_dir}", "eval.linear_probe=false"], name=name)
+        run_dir = cfg.run_dir
+        done = run_dir / "eval" / f"{KIND}.json"
+        if done.is_file():
+            results.append(json.loads(done.read_text()))
+            continue
+        pretrain_s = None
+        if not (run_dir / "model.safetensors").is_file():
+            from ..train.checkpoint import latest_checkpoint
 
-                resume = "latest" if run_dir.exists() and latest_checkpoint(run_dir) else None
-                if resume is None and run_dir.exists():
-                    raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")
-                started = time.perf_counter()
-                train(cfg, resume=resume)
-                pretrain_s = time.perf_counter() - started
-            result = evaluate_run(run_dir, C=C, erm=erm, erm_cache=out_dir / "erm", device=device, progress=progress)
-            result["pretrain_s"] = pretrain_s  # None when the run had been trained before
-            atomic_write_json(done, result)
-            results.append(result)
+            resume = "latest" if run_dir.exists() and latest_checkpoint(run_dir) else None
+            if resume is None and run_dir.exists():
+                raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")
+            started = time.perf_counter()
+            train(cfg, resume=resume)
+            pretrain_s = time.perf_counter() - started
+        result = evaluate_run(run_dir, C=C, erm=erm, erm_cache=out_dir / "erm", device=device, progress=progress,
+                              threads=threads)
+        result["pretrain_s"] = pretrain_s  # None when the run had been trained before
+        atomic_write_json(done, result)
+        results.append(result)
     return results
 
 
@@ -302,8 +377,13 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
     table = (f"{title}\n\n" if title else "") + "5 domains vs 1 (accuracy %, mean ± std over seeds)\n\n" + \
         format_table(combined, domains) + "\n\nOracle (probe trained on the unseen domain's own train split)\n\n" + \
         format_table(combined, domains, "oracle") + "\n"
+    gain = adaptation_gain(combined)
+    gain_plot = plot_gain(gain, out_dir / "plots" / "adaptation_gain.png") if gain else None
+    if gain:
+        table += "\nGain of adaptation over generalization (5 vs 1, accuracy points)\n\n" + format_gain(gain) + "\n"
     atomic_write_text(out_dir / f"{KIND}_table.md", table)
-    summary = {"domains": domains, "combined": combined, "runs": results, "heatmaps": str(heatmap)}
+    summary = {"domains": domains, "combined": combined, "runs": results, "heatmaps": str(heatmap),
+               "adaptation_gain": gain, "gain_plot": gain_plot and str(gain_plot)}
     atomic_write_json(out_dir / f"{KIND}_summary.json", summary)
     return summary
 
@@ -323,28 +403,37 @@ class DomainGeneralization:
         parser.add_argument("--holdout", default=None,
                             help="with --config: a domain name or 'all' (default: the config's data.options.holdout)")
         parser.add_argument("--seeds", default="0", help="with --config: comma-separated seeds (default 0)")
+        parser.add_argument("--protocol", choices=["generalization", "adaptation", "both"], default="generalization",
+                            help="with --config: target held out (generalization), its train images in pretraining "
+                                 "without labels (adaptation), or both in one table")
         parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for --config")
         parser.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
         parser.add_argument("--batch-size", type=int, default=None, help="feature-extraction batch (default: eval.batch_size)")
         parser.add_argument("--no-erm", action="store_true", help="skip the supervised ERM baseline")
         parser.add_argument("--device", default="cpu")
+        parser.add_argument("--threads", type=int, default=1,
+                            help="torch threads for ERM + feature extraction (0 = leave unchanged)")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
         if args.config is None:
             if args.holdout is not None:
                 raise ValueError("--holdout needs --config (the held-out domain of an existing run is in its config)")
-            result = evaluate_run(run_dir, C=args.C, batch_size=args.batch_size, erm=not args.no_erm, device=args.device)
+            result = evaluate_run(run_dir, C=args.C, batch_size=args.batch_size, erm=not args.no_erm, device=args.device,
+                                  threads=args.threads or None)
             summary = write_summary([result], Path(run_dir) / "eval")
             print(format_table(summary["combined"], summary["domains"]))
             return result
         from ..config import load_config
 
-        holdout = args.holdout or load_config(args.config, args.set).data.options.get("holdout")
+        options = load_config(args.config, args.set).data.options
+        holdout = args.holdout or options.get("holdout") or options.get("adapt")
         if holdout is None:
-            raise ValueError("--config: set data.options.holdout or pass --holdout DOMAIN|all")
+            raise ValueError("--config: set data.options.holdout (or adapt) or pass --holdout DOMAIN|all")
         seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
+        protocols = ("generalization", "adaptation") if args.protocol == "both" else (args.protocol,)
         results = train_and_evaluate(args.config, run_dir, "all" if holdout == "all" else [holdout], seeds, args.set,
-                                     C=args.C, erm=not args.no_erm, device=args.device)
+                                     protocols=protocols, C=args.C, erm=not args.no_erm, device=args.device,
+                                     threads=args.threads or None)
         summary = write_summary(results, run_dir)
         print(format_table(summary["combined"], summary["domains"]))
         return summary

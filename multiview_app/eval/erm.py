@@ -25,10 +25,18 @@ from ..train.run_io import atomic_write_json, build_model_from_spec, model_spec,
 from ..train.trainer import EpochBatchSampler, lr_lambda, to_device
 
 
+def _source_data(cfg: Config) -> dict[str, Any]:
+    """Data settings as far as ERM sees them: the target domain (held out or adaptation target) is
+    excluded either way, so both protocols share one ERM model per target."""
+    options = {k: v for k, v in cfg.data.options.items() if k not in ("adapt", "adapt_share")}
+    options["holdout"] = cfg.data.options.get("holdout") or cfg.data.options.get("adapt")
+    return {"adapter": cfg.data.adapter, "options": options}
+
+
 def erm_key(cfg: Config) -> dict[str, Any]:
     """Everything that defines the ERM baseline of ``cfg`` (data, views, backbone, budget, seed)."""
     return {
-        "data": cfg.data.model_dump(mode="json"),
+        "data": _source_data(cfg),
         "views": cfg.views.model_dump(mode="json"),
         "model": model_spec(cfg),
         "optim": cfg.optim.model_dump(mode="json"),
@@ -41,7 +49,7 @@ def erm_key(cfg: Config) -> dict[str, Any]:
 def erm_dir(cfg: Config, cache_dir: str | Path) -> Path:
     """``<cache_dir>/erm_<holdout>_<hash of erm_key>``."""
     digest = hashlib.sha1(json.dumps(erm_key(cfg), sort_keys=True).encode()).hexdigest()[:10]
-    holdout = cfg.data.options.get("holdout") or "none"
+    holdout = _source_data(cfg)["options"]["holdout"] or "none"
     return Path(cache_dir) / f"erm_{holdout}_{digest}"
 
 
@@ -66,7 +74,8 @@ def train_erm(cfg: Config, adapter: Any, policy: Any, cache_dir: str | Path, *, 
     params = list(model.encoders.parameters()) + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.optim.warmup_steps, steps, cfg.optim.min_lr_ratio))
-    dataset = adapter.split("train")
+    # labelled seen-domain tuples only (never the adaptation target's unlabelled items)
+    dataset = adapter.source_tuples() if hasattr(adapter, "source_tuples") else adapter.split("train")
     per_epoch = len(dataset) // n
     if per_epoch < 1:
         raise ValueError(f"ERM baseline: the train split has {len(dataset)} items, fewer than train.batch_size={n}")

@@ -20,6 +20,12 @@ adaptation target ``adapt``):
 - ``"test"``: the seen domains' test images, ``x`` uint8 ``(3, S, S)``.
 - ``"<domain>/train"``, ``"<domain>/test"``: one seen domain's images.
 
+With ``adapt: <domain>`` (domain adaptation) that domain is not a seen domain either, but its train
+images join ``"train"`` without labels: :class:`TargetTuples` items (one target image repeated K times,
+i.e. K augmentation views of it under the ``domains`` policy, label -1), ``adapt_share`` of all items
+(mixed into batches by the trainer's uniform sampling). Its labels stay hidden (reading them raises)
+until :meth:`DomainNetAdapter.target_labels`; its test split is not read before evaluation.
+
 The held-out domain is reached only through :meth:`DomainNetAdapter.domain_split` (the evaluator):
 constructing the adapter and every split above list its folder name and its class-folder names
 (to check class sets) but never read a split file or open an image of it.
@@ -122,9 +128,9 @@ class DomainImages(Dataset):
 
 
 class JoinedDomains(Dataset):
-    """Several :class:`DomainImages` one after another (``index`` renumbered over the whole)."""
+    """Several item datasets one after another (``index`` renumbered over the whole)."""
 
-    def __init__(self, parts: list[DomainImages]) -> None:
+    def __init__(self, parts: list[Dataset]) -> None:
         self.parts = parts
         self.offsets = np.cumsum([0] + [len(p) for p in parts])
 
@@ -172,6 +178,24 @@ class DomainTuples(Dataset):
             members = self.members[d][label]
             images.append(part.image(local if d == anchor else int(members[rng.integers(len(members))])))
         return {"x": torch.stack(images), "label": label, "index": int(j), "domain": self.domains[anchor]}
+
+
+class TargetTuples(Dataset):
+    """Adaptation-target items for pretraining: ``count`` items cycling over the target's train images
+    (order seeded by ``pair_seed``); ``x`` = the same image repeated ``K`` times ``(K, 3, S, S)``, so the
+    view policy turns it into K augmentation views of one image. Label -1 (labels are never read)."""
+
+    def __init__(self, part: DomainImages, num_views: int, count: int, pair_seed: int = 0) -> None:
+        self.part, self.num_views, self.count = part, num_views, count
+        self.order = np.random.default_rng([pair_seed, 1]).permutation(len(part))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, j: int) -> dict[str, Any]:
+        image = self.part.image(int(self.order[j % len(self.order)]))
+        return {"x": image.expand(self.num_views, -1, -1, -1).contiguous(), "label": -1, "index": int(j),
+                "domain": self.part.domain}
 
 
 class _SafeDecode(Dataset):
@@ -230,6 +254,9 @@ class DomainNetAdapter(DataAdapter):
         adapt: str | None = Field(
             None, description="domain adaptation target: its train images join pretraining without labels"
         )
+        adapt_share: float = Field(
+            0.25, gt=0.0, lt=1.0, description="share of the pretraining items that are adaptation-target images"
+        )
         intersect_classes: bool = Field(False, description="use the classes common to all domains instead of failing")
         preload: bool = Field(True, description="decode every image of a split once into memory (else on access)")
         decode_workers: int = Field(2, ge=0, le=64, description="DataLoader workers that decode when preloading")
@@ -271,6 +298,7 @@ class DomainNetAdapter(DataAdapter):
         self.splits = ("train", "test", *(f"{d}/{s}" for d in self.seen_domains for s in SPLITS))
         self._domain_cache: dict[tuple[str, str], DomainImages] = {}
         self._listed: dict[tuple[str, str], dict[str, DomainFiles]] = {}
+        self._source_tuples: DomainTuples | None = None
         self.dropped: dict[str, int] = {}  # "<domain>/<split>" -> images of classes outside class_names
 
     # ------------------------------------------------------------------ layout
@@ -408,10 +436,23 @@ class DomainNetAdapter(DataAdapter):
             raise ValueError("data.options.adapt is not set: there is no adaptation target")
         return self.domain_split(self.adapt, split)._labels
 
+    def source_tuples(self) -> DomainTuples:
+        """Domain tuples of the seen (labelled) domains only: the ``train`` split without target items."""
+        if self._source_tuples is None:
+            parts = [self.domain_split(d, "train") for d in self.seen_domains]
+            self._source_tuples = DomainTuples(parts, self.num_classes, self.options.pair_seed)
+        return self._source_tuples
+
     def _build_split(self, name: str) -> Dataset:
         if name == "train":
-            parts = [self.domain_split(d, "train") for d in self.seen_domains]
-            return DomainTuples(parts, self.num_classes, self.options.pair_seed)
+            source = self.source_tuples()
+            if self.adapt is None:
+                return source
+            share = self.options.adapt_share
+            count = max(1, round(share / (1.0 - share) * len(source)))
+            target = TargetTuples(self.domain_split(self.adapt, "train"), len(self.seen_domains), count,
+                                  self.options.pair_seed)
+            return JoinedDomains([source, target])
         if name == "test":
             return JoinedDomains([self.domain_split(d, "test") for d in self.seen_domains])
         domain, _, split = name.partition("/")
@@ -425,6 +466,7 @@ __all__ = [
     "DomainNetAdapter",
     "DomainTuples",
     "JoinedDomains",
+    "TargetTuples",
     "decode_file",
     "preload_images",
 ]
