@@ -310,3 +310,78 @@ def test_random_init_shift_matrix_shows_a_real_domain_shift(digit_root: Path) ->
     diagonal = np.mean([matrix[d][d] for d in domains])
     off = np.mean([matrix[s][t] for s in domains for t in domains if s != t])
     assert diagonal > off + 0.2, (diagonal, off)
+
+
+# ------------------------------------------------------------------ domain adaptation (unlabelled target)
+def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
+    from multiview_app.config import config_from_dict
+    from multiview_app.train.trainer import train
+
+    with pytest.raises(ValueError, match="adapt 'paint' is not a domain"):
+        build_adapter("domainnet", options(digit_root, adapt="paint"))
+    opened: list[str] = []
+    split_files: list[str] = []
+    real_decode, real_read = domain_adapter.decode_file, domain_adapter.DomainNetAdapter._read_split_file
+    monkeypatch.setattr(domain_adapter, "decode_file", lambda p, s: opened.append(p) or real_decode(p, s))
+    monkeypatch.setattr(domain_adapter.DomainNetAdapter, "_read_split_file",
+                        lambda self, d, s, p: split_files.append(Path(p).name) or real_read(self, d, s, p))
+    opts = options(digit_root, adapt="sketch", adapt_share=0.25)
+    adapter = build_adapter("domainnet", opts)
+    assert "sketch" not in adapter.seen_domains
+    train_split = adapter.split("train")
+    assert len(train_split) == 400 + round(0.25 / 0.75 * 400)
+    target_items = [train_split[i] for i in range(400, 410)]
+    assert all(item["label"] == -1 and item["domain"] == "sketch" for item in target_items)
+    x = target_items[0]["x"]
+    assert x.shape == (5, 3, 16, 16) and all(torch.equal(x[0], x[d]) for d in range(5))  # views of one image
+    with pytest.raises(PermissionError, match="labels of domain 'sketch' .* hidden"):
+        adapter.domain_split("sketch", "train").labels
+    cfg = config_from_dict({
+        "data": {"adapter": "domainnet", "options": opts},
+        "views": {"policy": "domains", "k": 5, "options": {"image_size": 16}},
+        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                  "projector": {"hidden_dim": 8, "out_dim": 8}},
+        "loss": {"name": "infonce_pwe"},
+        "train": {"max_steps": 3, "batch_size": 32, "log_every": 1},
+        "eval": {"linear_probe": False},
+        "output": {"runs_dir": str(tmp_path), "name": "adapt"},
+    })
+    opened.clear(), split_files.clear()
+    train(cfg)  # a code path reading the target's labels would raise PermissionError here
+    assert any("/sketch/" in p for p in opened)  # target train images are used ...
+    sketch_test = {str(digit_root / line.split()[0]) for line in (digit_root / "sketch_test.txt").read_text().splitlines()}
+    assert len(sketch_test) == 20 and not sketch_test & set(opened)  # ... but never its test split
+    assert "sketch_train.txt" in split_files and "sketch_test.txt" not in split_files
+    assert adapter.target_labels("train").shape == (80,)  # evaluation reads them explicitly
+
+
+def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_path: Path) -> None:
+    import yaml
+
+    from multiview_app.eval.domain_generalization import train_and_evaluate, write_summary
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": {"adapter": "domainnet", "options": options(digit_root, domains=["clean", "inverted", "sketch"])},
+        "views": {"policy": "domains", "k": 2, "options": {"image_size": 16}},
+        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                  "projector": {"hidden_dim": 8, "out_dim": 8}},
+        "loss": {"name": "pvc_geometric", "tau": 0.2},
+        "train": {"max_steps": 2, "batch_size": 8, "log_every": 1},
+        "eval": {"linear_probe": False, "batch_size": 128},
+    }))
+    out = tmp_path / "both"
+    results = train_and_evaluate(config, out, ["sketch"], [0], protocols=("generalization", "adaptation"),
+                                 progress=False)
+    assert [r["protocol"] for r in results] == ["generalization", "adaptation"]
+    assert all(r["holdout"] == "sketch" and r["seen"] == ["clean", "inverted"] for r in results)
+    assert len(list((out / "erm").iterdir())) == 1  # one ERM model serves both protocols
+    erm_scores = [r["results"]["erm"]["five_vs_one"] for r in results]
+    assert erm_scores[0] == erm_scores[1]
+    summary = write_summary(results, out)
+    five = summary["combined"]["five_vs_one"]
+    assert {"pvc_geometric", "pvc_geometric+adapt", "erm", "random_init"} == set(five)
+    gain = summary["adaptation_gain"]["pvc_geometric"]["sketch"]
+    assert abs(gain - (five["pvc_geometric+adapt"]["sketch"]["mean"] - five["pvc_geometric"]["sketch"]["mean"])) < 1e-12
+    assert (out / "plots" / "adaptation_gain.png").is_file()
+    assert "Gain of adaptation over generalization" in (out / "domain_generalization_table.md").read_text()
