@@ -37,6 +37,24 @@ def options(root: Path, **extra) -> dict:
     return {"root": str(root), "load_size": 16, "decode_workers": 0, **extra}
 
 
+def tiny_three_domain_config(root: Path, tmp_path: Path, loss: dict, **data_options) -> Path:
+    """YAML config: clean / inverted / sketch, k = 2, tiny small_cnn, 2 steps."""
+    import yaml
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": {"adapter": "domainnet",
+                 "options": options(root, domains=["clean", "inverted", "sketch"], **data_options)},
+        "views": {"policy": "domains", "k": 2, "options": {"image_size": 16}},
+        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                  "projector": {"hidden_dim": 8, "out_dim": 8}},
+        "loss": loss,
+        "train": {"max_steps": 2, "batch_size": 8, "log_every": 1},
+        "eval": {"linear_probe": False, "batch_size": 128},
+    }))
+    return config
+
+
 # ------------------------------------------------------------------ generator
 def test_synth_layout_split_files_and_determinism(digit_root: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in digit_root.iterdir() if p.is_dir()) == sorted(DIGIT_DOMAINS)
@@ -234,21 +252,9 @@ def test_probe_domains_detects_shift() -> None:
 def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path) -> None:
     import json
 
-    import yaml
-
     from multiview_app.eval.domain_generalization import format_table
 
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump({
-        "data": {"adapter": "domainnet",
-                 "options": options(digit_root, domains=["clean", "inverted", "sketch"], holdout="sketch")},
-        "views": {"policy": "domains", "k": 2, "options": {"image_size": 16}},
-        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
-                  "projector": {"hidden_dim": 8, "out_dim": 8}},
-        "loss": {"name": "m3g", "epsilon": 0.05},
-        "train": {"max_steps": 2, "batch_size": 8, "log_every": 1},
-        "eval": {"linear_probe": False, "batch_size": 128},
-    }))
+    config = tiny_three_domain_config(digit_root, tmp_path, {"name": "m3g", "epsilon": 0.05}, holdout="sketch")
     out = tmp_path / "dg"
     cmd = [sys.executable, "-m", "multiview_app.cli", "eval", "domain-generalization", "--run", str(out),
            "--config", str(config), "--holdout", "all", "--seeds", "0"]
@@ -356,20 +362,9 @@ def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tm
 
 
 def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_path: Path) -> None:
-    import yaml
-
     from multiview_app.eval.domain_generalization import train_and_evaluate, write_summary
 
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump({
-        "data": {"adapter": "domainnet", "options": options(digit_root, domains=["clean", "inverted", "sketch"])},
-        "views": {"policy": "domains", "k": 2, "options": {"image_size": 16}},
-        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
-                  "projector": {"hidden_dim": 8, "out_dim": 8}},
-        "loss": {"name": "pvc_geometric", "tau": 0.2},
-        "train": {"max_steps": 2, "batch_size": 8, "log_every": 1},
-        "eval": {"linear_probe": False, "batch_size": 128},
-    }))
+    config = tiny_three_domain_config(digit_root, tmp_path, {"name": "pvc_geometric", "tau": 0.2})
     out = tmp_path / "both"
     results = train_and_evaluate(config, out, ["sketch"], [0], protocols=("generalization", "adaptation"),
                                  progress=False)

@@ -142,46 +142,36 @@ def _evaluate_run(run_dir: Path, C: float, batch_size: int | None, erm: bool, er
     return result
 
 
-def _plot_row(result: dict[str, Any], out: Path) -> None:
-    """1-vs-1 accuracies of every encoder (bars per training domain)."""
+def grouped_bars(groups: list[str], series: dict[str, list[float]], xlabel: str, ylabel: str, out: Path,
+                 zero_line: bool = False) -> Path:
+    """Bar chart: one group of bars per entry of ``groups``, one bar per ``series`` name -> PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    seen, names = result["seen"], list(result["results"])
-    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(seen), 3.2))
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        values = [result["results"][name]["one_vs_one"][d] for d in seen]
-        ax.bar(np.arange(len(seen)) + i * width, values, width, label=name)
-    ax.set_xticks(np.arange(len(seen)) + 0.4 - width / 2, seen)
-    ax.set_ylabel(f"accuracy on unseen '{result['holdout']}'")
-    ax.set_xlabel("classifier trained on")
+    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(groups), 3.2))
+    width = 0.8 / max(1, len(series))
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar(np.arange(len(groups)) + i * width, values, width, label=name)
+    if zero_line:
+        ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups)
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel(xlabel)
     ax.legend(fontsize=7)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
+    return out
 
 
-def domain_shift_matrix(model: Any, adapter: Any, policy: Any, *, C: float = 1.0, batch_size: int = 512,
-                        device: str = "cpu", progress: bool = False) -> dict[str, dict[str, float]]:
-    """``matrix[train domain][test domain]``: accuracy of a probe fitted on one domain's train split and
-    tested on another's test split (diagonal: in-domain), for every domain of ``adapter``. With a
-    random-init encoder it shows how large the domain shift of the data itself is."""
-    domains = list(adapter.domains)
-    features = {f"{d}/{s}": domain_features(model, adapter, policy, d, s, batch_size, device, progress)
-                for d in domains for s in ("train", "test")}
-    matrix: dict[str, dict[str, float]] = {}
-    with threadpool_limits(1):
-        for source in domains:
-            clf = fit_linear_classifier(*features[f"{source}/train"], C=C)
-            matrix[source] = {
-                target: float((clf.predict(features[f"{target}/test"][0]) == features[f"{target}/test"][1]).mean())
-                for target in domains
-            }
-    return matrix
+def _plot_row(result: dict[str, Any], out: Path) -> None:
+    """1-vs-1 accuracies of every encoder (bars per training domain)."""
+    seen = result["seen"]
+    series = {name: [scores["one_vs_one"][d] for d in seen] for name, scores in result["results"].items()}
+    grouped_bars(seen, series, "classifier trained on", f"accuracy on target '{result['holdout']}'", out)
 
 
 # ------------------------------------------------------------------ several runs: table + heatmaps
@@ -293,27 +283,9 @@ def format_gain(gain: dict[str, dict[str, float]]) -> str:
 
 def plot_gain(gain: dict[str, dict[str, float]], out: Path) -> Path:
     """Bars: per target domain, the 5-vs-1 gain of adaptation over generalization, one bar per loss."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    losses = sorted(gain)
     domains = sorted({d for per in gain.values() for d in per})
-    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(domains), 3.2))
-    width = 0.8 / len(losses)
-    for i, loss in enumerate(losses):
-        ax.bar(np.arange(len(domains)) + i * width, [100 * gain[loss].get(d, np.nan) for d in domains], width, label=loss)
-    ax.axhline(0.0, color="black", linewidth=0.8)
-    ax.set_xticks(np.arange(len(domains)) + 0.4 - width / 2, domains)
-    ax.set_ylabel("adaptation - generalization (points)")
-    ax.set_xlabel("target domain")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    series = {loss: [100 * gain[loss].get(d, np.nan) for d in domains] for loss in sorted(gain)}
+    return grouped_bars(domains, series, "target domain", "adaptation - generalization (points)", out, zero_line=True)
 
 
 def train_and_evaluate(
