@@ -122,8 +122,10 @@ def main() -> int:
     if per_run:
         mean_total = sum(r["pretrain_s"] + r["wall_s"] for r in per_run) / len(per_run)
         mean_train = sum(r["pretrain_s"] for r in per_run) / len(per_run)
-        timing = (f"One held-out domain for one loss took {mean_total:.0f} s on average here (pretraining "
-                  f"{mean_train:.0f} s + evaluation incl. ERM {mean_total - mean_train:.0f} s; "
+        cpu = [r["pretrain_cpu_s"] + r["cpu_s"] for r in per_run if r.get("pretrain_cpu_s") and r.get("cpu_s")]
+        cpu_text = f", {sum(cpu) / len(cpu):.0f} s of CPU time of the process" if cpu else ""
+        timing = (f"One held-out domain for one loss took {mean_total:.0f} s wall on average here (pretraining "
+                  f"{mean_train:.0f} s + evaluation incl. ERM {mean_total - mean_train:.0f} s{cpu_text}; "
                   f"{len(per_run)} run(s) trained in this call; CPU, 2 cores shared with other jobs).")
     command = " ".join(["scripts/results_domains.py", *sys.argv[1:]])
     table = (args.runs_dir / "domain_generalization_table.md").read_text()

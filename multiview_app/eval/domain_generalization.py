@@ -90,7 +90,7 @@ def _evaluate_run(run_dir: Path, C: float, batch_size: int | None, erm: bool, er
     from ..data.views import build_view_policy
     from .erm import train_erm
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     cfg, _ = load_run(run_dir, "init")
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     holdout, adapt = getattr(adapter, "holdout", None), getattr(adapter, "adapt", None)
@@ -135,6 +135,7 @@ def _evaluate_run(run_dir: Path, C: float, batch_size: int | None, erm: bool, er
         "results": results,
         "erm": erm_summary and {k: v for k, v in erm_summary.items() if k != "key"},
         "wall_s": time.perf_counter() - start,
+        "cpu_s": time.process_time() - cpu_start,  # this process's CPU time (not DataLoader workers)
         "erm_and_setup_s": erm_s,
     }
     atomic_write_json(run_dir / "eval" / f"{KIND}.json", result)
@@ -322,19 +323,20 @@ def train_and_evaluate(
         if done.is_file():
             results.append(json.loads(done.read_text()))
             continue
-        pretrain_s = None
+        pretrain_s = pretrain_cpu_s = None
         if not (run_dir / "model.safetensors").is_file():
             from ..train.checkpoint import latest_checkpoint
 
             resume = "latest" if run_dir.exists() and latest_checkpoint(run_dir) else None
             if resume is None and run_dir.exists():
                 raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             train(cfg, resume=resume)
-            pretrain_s = time.perf_counter() - started
+            pretrain_s, pretrain_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
         result = evaluate_run(run_dir, C=C, erm=erm, erm_cache=out_dir / "erm", device=device, progress=progress,
                               threads=threads)
         result["pretrain_s"] = pretrain_s  # None when the run had been trained before
+        result["pretrain_cpu_s"] = pretrain_cpu_s
         atomic_write_json(done, result)
         results.append(result)
     return results
