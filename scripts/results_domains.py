@@ -1,12 +1,14 @@
-"""Leave-one-domain-out table on the embedded digit domains (M3G Table 2 / Fig. 2 protocol).
+"""Leave-one-domain-out (+ domain adaptation) table on the embedded digit domains (M3G Table 2 / Fig. 2).
 
     .venv/bin/python scripts/results_domains.py [--losses m3g,infonce_pwe] [--holdouts all|sketch,clean]
-        [--seeds 0,1,2,3] [--steps 300] [--root data/digit_domains] [--runs-dir runs/results_domains]
+        [--seeds 0,1,2,3] [--adapt-losses m3g,infonce_pwe,pvc_geometric] [--steps 300]
+        [--root data/digit_domains] [--runs-dir runs/results_domains]
 
 Writes the digit domains first when ``--root`` is missing (``mvapp data synth-domains``); then, for
 every loss (``configs/domains_digits_<loss>.yaml``), held-out domain and seed, one pretraining run
 on the other five domains and the domain-generalization evaluator (5-vs-1, 1-vs-1, oracle; random
-init and ERM references). Then the combined table (mean +- std over seeds), the Fig.-2-like heatmaps
+init and ERM references); for ``--adapt-losses`` also the adaptation protocol (the target's train
+images unlabelled in pretraining), as ``<loss>+adapt`` columns and a gain table. Then the combined table (mean +- std over seeds), the Fig.-2-like heatmaps
 and the random-init domain-shift matrix go to ``<runs-dir>`` and into the section between the
 ``domains`` markers of ``docs/results.md`` (the rest of that file is left as it is).
 Resumable: finished runs / evaluations are reused.
@@ -76,6 +78,9 @@ def main() -> int:
     parser.add_argument("--losses", default=",".join(DEFAULT_LOSSES))
     parser.add_argument("--holdouts", default="all", help="'all' or comma-separated domains")
     parser.add_argument("--seeds", default="0,1,2,3")
+    parser.add_argument("--adapt-losses", default="m3g,infonce_pwe,pvc_geometric",
+                        help="losses that also run the adaptation protocol (target train images unlabelled in "
+                             "pretraining); '' for none")
     parser.add_argument("--steps", type=int, default=None, help="train.max_steps (default: the configs' 300)")
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit_domains")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_domains")
@@ -96,6 +101,7 @@ def main() -> int:
         print(f"writing the digit domains to {args.root}", flush=True)
         synth_domains(args.root)
     losses = [x for x in args.losses.split(",") if x]
+    adapt_losses = {x for x in args.adapt_losses.split(",") if x}
     seeds = [int(x) for x in args.seeds.split(",") if x]
     holdouts = "all" if args.holdouts == "all" else [x for x in args.holdouts.split(",") if x]
     overrides = [f"data.options.root={args.root}"] + ([f"train.max_steps={args.steps}"] if args.steps else [])
@@ -104,8 +110,9 @@ def main() -> int:
     for loss in losses:
         print(f"== {loss}", flush=True)
         try:
+            protocols = ("generalization", "adaptation") if loss in adapt_losses else ("generalization",)
             results += train_and_evaluate(ROOT / "configs" / f"domains_digits_{loss}.yaml", args.runs_dir, holdouts,
-                                          seeds, overrides)
+                                          seeds, overrides, protocols=protocols)
         except Exception as exc:  # noqa: BLE001 - record and go on with the other losses
             failures[loss] = " ".join(str(exc).split())[:300]
             print(f"!! {loss} failed: {failures[loss]}", flush=True)
@@ -130,14 +137,16 @@ def main() -> int:
     command = " ".join(["scripts/results_domains.py", *sys.argv[1:]])
     table = (args.runs_dir / "domain_generalization_table.md").read_text()
     section = "\n".join([
-        "## Unseen-domain generalization on the digit domains (M3G Table 2 / Fig. 2 protocol)",
+        "## Unseen-domain generalization and domain adaptation on the digit domains (M3G Table 2 / Fig. 2)",
         "",
         f"Produced by `.venv/bin/python {command}` in {time.perf_counter() - start:.0f} s. Losses: "
         f"{', '.join(losses)}; held-out domains: {args.holdouts}; seeds: {args.seeds}; steps: "
         f"{args.steps or 'config default (300)'}. Pretraining: k = 5 seen domains as views (simclr stack), "
         "n = 16, small_cnn on 32 px. Probes: standardized logistic regression (C = 1) on frozen encoder "
         "features; `random_init` = the run's initial weights, `erm` = the same backbone trained with "
-        "cross-entropy on the seen domains' labels with the same steps and batches. " + timing,
+        "cross-entropy on the seen domains' labels with the same steps and batches. `<loss>+adapt`: the "
+        f"target's train images (no labels) joined pretraining ({'adaptation for ' + ', '.join(sorted(adapt_losses)) if adapt_losses else 'not run'}; "
+        "k augmentation views of one target image, 25 % of the items). " + timing,
         "",
         table,
         "1-vs-1 (Fig. 2): `docs/figures/domains_one_vs_one.png` (rows: probe training domain; columns: "
