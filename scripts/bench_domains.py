@@ -104,6 +104,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the main process")
     args = parser.parse_args()
     if not args.root.is_dir():
         from multiview_app.data.domains.synth import synth_domains
@@ -113,7 +114,7 @@ def main() -> int:
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
     size = cfg.data.options.get("load_size", 32)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads)  # DataLoader workers run with 1 thread; 1 avoids OpenMP stalls on a shared CPU
     load = loader_rate(adapter, policy, cfg.train.batch_size, args.batches, args.workers)
     consume = step_rate(cfg, adapter, policy, args.steps)
     paths = [p for d in adapter.seen_domains for p in adapter.split(f"{d}/train").sources][: args.files]

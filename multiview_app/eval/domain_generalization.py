@@ -175,6 +175,25 @@ def _plot_row(result: dict[str, Any], out: Path) -> None:
     grouped_bars(seen, series, "classifier trained on", f"accuracy on target '{result['holdout']}'", out)
 
 
+def domain_shift_matrix(model: Any, adapter: Any, policy: Any, *, C: float = 1.0, batch_size: int = 512,
+                        device: str = "cpu", progress: bool = False) -> dict[str, dict[str, float]]:
+    """``matrix[train domain][test domain]``: accuracy of a probe fitted on one domain's train split and
+    tested on another's test split (diagonal: in-domain), for every domain of ``adapter``. With a
+    random-init encoder it shows how large the domain shift of the data itself is."""
+    domains = list(adapter.domains)
+    features = {f"{d}/{s}": domain_features(model, adapter, policy, d, s, batch_size, device, progress)
+                for d in domains for s in ("train", "test")}
+    matrix: dict[str, dict[str, float]] = {}
+    with threadpool_limits(1):
+        for source in domains:
+            clf = fit_linear_classifier(*features[f"{source}/train"], C=C)
+            matrix[source] = {
+                target: float((clf.predict(features[f"{target}/test"][0]) == features[f"{target}/test"][1]).mean())
+                for target in domains
+            }
+    return matrix
+
+
 # ------------------------------------------------------------------ several runs: table + heatmaps
 def column_name(result: dict[str, Any]) -> str:
     """Table column of a run's trained encoder: the loss, ``<loss>+adapt`` for the adaptation protocol."""
