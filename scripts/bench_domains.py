@@ -11,7 +11,8 @@ Usage: ``python scripts/bench_domains.py [--root data/digit_domains] [--config c
    AdamW) in the same process -> images/s the training step eats. Ratio loader / consumption:
    goal >= 3x (the loader then hides behind the step even when it gets a third of the CPU).
 3. Decode: the same ``--files`` files read by ``decode_file`` (torchvision.io, libjpeg-turbo) vs PIL
-   (``Image.open`` + RGB + bilinear resize, the image adapters' ``to_uint8_rgb``), one thread.
+   (``Image.open`` + RGB + bilinear resize, the image adapters' ``to_uint8_rgb``), one thread; then
+   the same on ``--large-files`` DomainNet-sized JPEGs (the digits up-sampled to ``--large-size`` px).
 Prints a markdown table.
 """
 from __future__ import annotations
@@ -96,6 +97,23 @@ def decode_rates(paths: list[str], size: int) -> tuple[float, float]:
     return rates[0], rates[1]
 
 
+def large_decode_rates(paths: list[str], side: int, load_size: int) -> tuple[float, float]:
+    """:func:`decode_rates` on DomainNet-sized files: the digit images up-sampled to ``side`` px and
+    saved as JPEG (quality 90) in a temporary folder, decoded to ``load_size``."""
+    import tempfile
+
+    from PIL import Image
+
+    with tempfile.TemporaryDirectory() as tmp:
+        big = []
+        for i, path in enumerate(paths):
+            with Image.open(path) as img:
+                out = f"{tmp}/{i}.jpg"
+                img.convert("RGB").resize((side, side), Image.BICUBIC).save(out, quality=90)
+                big.append(out)
+        return decode_rates(big, load_size)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit_domains")
@@ -105,6 +123,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the main process")
+    parser.add_argument("--large-files", type=int, default=300, help="files for the DomainNet-sized decode rows")
+    parser.add_argument("--large-size", type=int, default=400, help="side of those JPEGs")
+    parser.add_argument("--large-load", type=int, default=256, help="load size they are decoded to")
     args = parser.parse_args()
     if not args.root.is_dir():
         from multiview_app.data.domains.synth import synth_domains
@@ -119,6 +140,7 @@ def main() -> int:
     consume = step_rate(cfg, adapter, policy, args.steps)
     paths = [p for d in adapter.seen_domains for p in adapter.split(f"{d}/train").sources][: args.files]
     fast, slow = decode_rates(paths, size)
+    big_fast, big_slow = large_decode_rates(paths[: args.large_files], args.large_size, args.large_load)
     print(f"config {args.config.name}: n = {cfg.train.batch_size}, k = {cfg.views.k}, loss {cfg.loss.name}, "
           f"{size} px, torch threads {torch.get_num_threads()}")
     print("| path | images/s | ratio |")
@@ -128,6 +150,8 @@ def main() -> int:
     print(f"| training step ({cfg.loss.name}, fwd + loss + bwd + AdamW) | {consume:.0f} | 1.0x |")
     print(f"| decode_file (torchvision.io) | {fast:.0f} | {fast / slow:.2f}x PIL |")
     print(f"| PIL open + RGB + resize | {slow:.0f} | 1.0x |")
+    print(f"| decode_file, {args.large_size}-px JPEGs -> {args.large_load} px | {big_fast:.0f} | {big_fast / big_slow:.2f}x PIL |")
+    print(f"| PIL, {args.large_size}-px JPEGs -> {args.large_load} px | {big_slow:.0f} | 1.0x |")
     return 0
 
 
