@@ -108,6 +108,15 @@ def test_adapter_splits_and_domain_tuples(digit_root: Path) -> None:
     assert adapter.split("clean/test")[0]["domain"] == "clean"
 
 
+def test_loading_does_not_touch_the_global_rng(digit_root: Path) -> None:
+    """Model init after the adapter must not depend on which domains were decoded."""
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    build_adapter("domainnet", options(digit_root, holdout="sketch")).split("train")
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_fallback_split_is_stratified_and_deterministic(digit_root: Path, tmp_path: Path) -> None:
     root = copy_root(digit_root, tmp_path)
     for f in root.glob("*_t*.txt"):

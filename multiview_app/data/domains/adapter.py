@@ -223,8 +223,9 @@ def preload_images(files: DomainFiles, load_size: int, workers: int, max_bad_fra
     and counted (``report_skipped``). Returns the kept files and their images ``(N, 3, S, S)``."""
     from tqdm.auto import tqdm
 
+    # own generator: decoding must not advance the global torch RNG (model init after it stays seed-exact)
     loader = DataLoader(_SafeDecode(files.paths, load_size), batch_size=64, num_workers=workers,
-                        collate_fn=_first_items)
+                        collate_fn=_first_items, generator=torch.Generator().manual_seed(0))
     images: list[torch.Tensor | None] = [None] * len(files.paths)
     skipped: list[str] = []
     what = f"domain '{files.domain}' ({files.split})"
