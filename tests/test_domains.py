@@ -3,8 +3,6 @@ guarantee that the held-out domain is never opened during pretraining."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -78,13 +76,14 @@ def test_synth_layout_split_files_and_determinism(digit_root: Path, tmp_path: Pa
     assert (other / rel).read_bytes() != (digit_root / rel).read_bytes()
 
 
-def test_synth_domains_cli(tmp_path: Path) -> None:
-    env_cmd = [sys.executable, "-m", "multiview_app.cli", "data", "synth-domains"]
-    bad = subprocess.run([*env_cmd, "--out", str(tmp_path / "x"), "--limit", "5"], capture_output=True, text=True)
-    assert bad.returncode != 0 and "--limit 5" in bad.stderr and "Traceback" not in bad.stderr
-    ok = subprocess.run([*env_cmd, "--out", str(tmp_path / "y"), "--limit", "20"], capture_output=True, text=True)
-    assert ok.returncode == 0, ok.stderr
-    assert "wrote 120 images in 6 domains" in ok.stdout
+def test_synth_domains_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from multiview_app.cli import main
+
+    assert main(["data", "synth-domains", "--out", str(tmp_path / "x"), "--limit", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--limit 5" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert main(["data", "synth-domains", "--out", str(tmp_path / "y"), "--limit", "20"]) == 0
+    assert "wrote 120 images in 6 domains" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ adapter
@@ -258,17 +257,18 @@ def test_probe_domains_detects_shift() -> None:
     assert 0.2 < result["five_vs_one"] < 1.0
 
 
-def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path) -> None:
+def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
     from multiview_app.eval.domain_generalization import format_table
 
     config = tiny_three_domain_config(digit_root, tmp_path, {"name": "m3g", "epsilon": 0.05}, holdout="sketch")
     out = tmp_path / "dg"
-    cmd = [sys.executable, "-m", "multiview_app.cli", "eval", "domain-generalization", "--run", str(out),
-           "--config", str(config), "--holdout", "all", "--seeds", "0"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    from multiview_app.cli import main
+
+    cmd = ["eval", "domain-generalization", "--run", str(out), "--config", str(config), "--holdout", "all",
+           "--seeds", "0"]
+    assert main(cmd) == 0, capsys.readouterr().err[-2000:]
     summary = json.loads((out / "domain_generalization_summary.json").read_text())
     assert len(summary["runs"]) == 3 and summary["domains"] == ["clean", "inverted", "sketch"]
     for run in summary["runs"]:
@@ -284,12 +284,12 @@ def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path) 
     # ERM is shared across runs with the same settings (one model per held-out domain and seed)
     assert len(list((out / "erm").iterdir())) == 3
     # a second call reuses every finished run and evaluation
-    again = subprocess.run(cmd, capture_output=True, text=True)
-    assert again.returncode == 0 and "train " not in again.stderr
+    capsys.readouterr()
+    assert main(cmd) == 0 and "train m3g" not in capsys.readouterr().err
     # bad: --holdout without --config on an existing run -> one line, exit 2
-    run_dir = out / "m3g_sketch_s0"
-    bad = subprocess.run([*cmd[:5], "--run", str(run_dir), "--holdout", "clean"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--holdout needs --config" in bad.stderr and "Traceback" not in bad.stderr
+    assert main([*cmd[:2], "--run", str(out / "m3g_sketch_s0"), "--holdout", "clean"]) == 2
+    err = capsys.readouterr().err
+    assert "--holdout needs --config" in err and "Traceback" not in err
 
 
 def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
