@@ -1,6 +1,6 @@
 """Benchmark: domain-tuple loader throughput vs the training step's consumption; decode path vs PIL.
 
-Usage: ``python scripts/bench_domains.py [--root data/digit_domains] [--config configs/domains_digits_m3g.yaml]
+Usage: ``python scripts/bench_domains.py [--root data/digit-domains] [--config configs/domains_digits_m3g.yaml]
 [--batches 40] [--steps 15] [--workers 2] [--files 2000]``
 
 1. Loader: the default config's ``domainnet`` adapter with ``preload: false`` (every image read and
@@ -116,7 +116,7 @@ def large_decode_rates(paths: list[str], side: int, load_size: int) -> tuple[flo
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit_domains")
+    parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "domains_digits_m3g.yaml")
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--steps", type=int, default=15)

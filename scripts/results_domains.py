@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/results_domains.py [--losses m3g,infonce_pwe] [--holdouts all|sketch,clean]
         [--seeds 0,1,2,3] [--adapt-losses m3g,infonce_pwe,pvc_geometric] [--steps 300]
-        [--root data/digit_domains] [--runs-dir runs/results_domains]
+        [--root data/digit-domains] [--runs-dir runs/results_domains]
 
 Writes the digit domains first when ``--root`` is missing (``mvapp data synth-domains``); then, for
 every loss (``configs/domains_digits_<loss>.yaml``), held-out domain and seed, one pretraining run
@@ -82,7 +82,7 @@ def main() -> int:
                         help="losses that also run the adaptation protocol (target train images unlabelled in "
                              "pretraining); '' for none")
     parser.add_argument("--steps", type=int, default=None, help="train.max_steps (default: the configs' 300)")
-    parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit_domains")
+    parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_domains")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     parser.add_argument("--figures", type=Path, default=ROOT / "docs" / "figures")
