@@ -22,7 +22,8 @@ from torch.utils.data import DataLoader, default_collate
 
 from ..config import Config
 from ..train.run_io import atomic_write_json, build_model_from_spec, model_spec, save_weights
-from ..train.trainer import EpochBatchSampler, lr_lambda, to_device
+from ..data.batch import to_device
+from ..train.trainer import EpochBatchSampler, lr_lambda
 
 
 def _source_data(cfg: Config) -> dict[str, Any]:
