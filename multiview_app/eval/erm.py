@@ -21,8 +21,8 @@ from torch import nn
 from torch.utils.data import DataLoader, default_collate
 
 from ..config import Config
-from ..train.run_io import atomic_write_json, build_model_from_spec, model_spec, save_weights
 from ..data.batch import to_device
+from ..train.run_io import atomic_write_json, build_model_from_spec, model_spec, save_weights
 from ..train.trainer import EpochBatchSampler, lr_lambda
 
 
