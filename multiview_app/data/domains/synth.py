@@ -128,7 +128,7 @@ def synth_domains(
     from sklearn.datasets import load_digits
     from tqdm.auto import tqdm
 
-    from ...train.run_io import atomic_write_text  # generic atomic write (temp + rename)
+    from ...fileio import atomic_write_text
 
     unknown = [d for d in domains if d not in RENDERERS]
     if unknown:
