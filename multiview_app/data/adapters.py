@@ -66,7 +66,9 @@ class DataAdapter:
 
 #: One package per modality (``data/<modality>/``); importing one registers its adapters and view
 #: policies. A new modality is its folder plus one line here.
-MODALITY_PACKAGES: tuple[str, ...] = ("multiview_app.data.images", "multiview_app.data.eeg", "multiview_app.data.text")
+MODALITY_PACKAGES: tuple[str, ...] = (
+    "multiview_app.data.images", "multiview_app.data.eeg", "multiview_app.data.text", "multiview_app.data.domains",
+)
 
 #: Adapters by name; the modality packages register themselves on first lookup.
 ADAPTERS: Registry[type[DataAdapter]] = Registry("data adapter", modules=MODALITY_PACKAGES)

@@ -1,6 +1,7 @@
-"""``mvapp data {list, synth-psg, prepare, info}``: the dataset catalog, synthetic PSG, prepared EEG
-caches, cache summary. Dataset facts (default channels, licenses, how to obtain) come from the
-cards in ``datasets/`` (:mod:`multiview_app.data.catalog`)."""
+"""``mvapp data {list, synth-psg, prepare, info, synth-domains}``: the dataset catalog, synthetic PSG,
+prepared EEG caches, cache summary, digit image domains in the DomainNet layout. Dataset facts
+(default channels, licenses, how to obtain) come from the cards in ``datasets/``
+(:mod:`multiview_app.data.catalog`)."""
 from __future__ import annotations
 
 import argparse
@@ -71,6 +72,14 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
                            "(needs internet)")
     prep.set_defaults(func=_prepare)
 
+    domains = commands.add_parser(
+        "synth-domains", help="write six digit image domains (scikit-learn's handwritten digits) in the DomainNet layout"
+    )
+    domains.add_argument("--out", type=Path, required=True, help="folder to write <domain>/<class>/<image> + split files")
+    domains.add_argument("--seed", type=int, default=0)
+    domains.add_argument("--limit", type=int, default=None, help="only the first N digits (tiny test fixtures)")
+    domains.set_defaults(func=_synth_domains)
+
     info = commands.add_parser("info", help="print a JSON summary of a prepared cache")
     info.add_argument("cache", type=Path)
     info.set_defaults(func=_info)
@@ -100,6 +109,16 @@ def _synth(args: argparse.Namespace) -> int:
     files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed,
                       compress=args.compress)
     print(f"wrote {len(files)} files ({args.subjects} subjects x {args.nights} nights, {args.format}) to {args.out}")
+    return 0
+
+
+def _synth_domains(args: argparse.Namespace) -> int:
+    from .domains.synth import synth_domains
+
+    if args.limit is not None and args.limit < 20:
+        raise ValueError(f"--limit {args.limit}: need at least 20 digits (2 per class)")
+    counts = synth_domains(args.out, seed=args.seed, limit=args.limit)
+    print(f"wrote {sum(counts.values())} images in {len(counts)} domains ({', '.join(counts)}) with split files to {args.out}")
     return 0
 
 

@@ -15,6 +15,7 @@ EVALUATOR_MODULES: tuple[str, ...] = (
     "multiview_app.eval.linear_probe",
     "multiview_app.eval.sleep_staging",
     "multiview_app.eval.retrieval",
+    "multiview_app.eval.domain_generalization",
 )
 EVALUATORS: Registry[type] = Registry("evaluator", modules=EVALUATOR_MODULES)
 

@@ -20,11 +20,13 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     args.run = args.run.expanduser().resolve()
-    if not (args.run / "config.yaml").is_file():
-        raise FileNotFoundError(f"--run {args.run}: not a run folder (no config.yaml)")
     cls = get_evaluator(args.evaluator_name)
+    # evaluators with ``creates_runs`` train first when given --config; --run is then their output folder
+    creating = bool(getattr(cls, "creates_runs", False) and getattr(args, "config", None))
+    if not creating and not (args.run / "config.yaml").is_file():
+        raise FileNotFoundError(f"--run {args.run}: not a run folder (no config.yaml)")
     result = cls().run(args.run, args)
     kind = getattr(cls, "kind", args.evaluator_name.replace("-", "_"))
     written = result.get("output") if isinstance(result, dict) else None  # evaluators may name their own file
-    print(f"wrote {written or args.run / 'eval' / f'{kind}.json'}")
+    print(f"wrote {written or (args.run if creating else args.run / 'eval' / f'{kind}.json')}")
     return 0

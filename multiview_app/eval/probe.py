@@ -16,6 +16,11 @@ def _check(x: np.ndarray, y: np.ndarray, what: str) -> None:
         raise ValueError(f"{what}: no items")
 
 
+def mean_std(values: list[float]) -> dict[str, float]:
+    """``{"mean", "std"}`` (population std) of a list of scores."""
+    return {"mean": float(np.mean(values)), "std": float(np.std(values))}
+
+
 def fit_linear_classifier(x: np.ndarray, y: np.ndarray, C: float = 1.0, max_iter: int = 1000, seed: int = 0) -> Pipeline:
     """Standardize (train statistics) + multinomial logistic regression on ``x (N, f)``, ``y (N,)``."""
     _check(x, y, "linear classifier")

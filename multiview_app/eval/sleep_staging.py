@@ -40,7 +40,7 @@ from ..train.run_io import atomic_write_json, load_run
 from . import EVALUATORS
 from .bandpower import bandpower_features, bandpower_time_bins
 from .features import combine_views, extract_features
-from .probe import fit_linear_classifier
+from .probe import fit_linear_classifier, mean_std
 
 DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
@@ -96,16 +96,12 @@ def _windows(dataset: Any, batch_size: int) -> np.ndarray:
     return np.concatenate([batch["x"].numpy() for batch in loader])
 
 
-def _mean_std(values: list[float]) -> dict[str, float]:
-    return {"mean": float(np.mean(values)), "std": float(np.std(values))}
-
-
 def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-run metric dicts (one per fold x seed, possibly pooled over pretraining runs) ->
     ``{metric: {mean, std}, per_class_f1: {stage: {mean, std}}, n_runs}``."""
-    summary: dict[str, Any] = {m: _mean_std([r[m] for r in runs]) for m in METRICS}
+    summary: dict[str, Any] = {m: mean_std([r[m] for r in runs]) for m in METRICS}
     classes = sorted({c for r in runs for c in r["per_class_f1"]}, key=STAGES.index)
-    summary["per_class_f1"] = {c: _mean_std([r["per_class_f1"].get(c, 0.0) for r in runs]) for c in classes}
+    summary["per_class_f1"] = {c: mean_std([r["per_class_f1"].get(c, 0.0) for r in runs]) for c in classes}
     summary["n_runs"] = len(runs)
     return summary
 

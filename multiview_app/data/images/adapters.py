@@ -116,6 +116,22 @@ class DecodeReport:
     skipped: list[str]
 
 
+def report_skipped(skipped: Sequence[str], n_all: int, what: str, max_bad_fraction: float) -> None:
+    """Skip-and-count policy for unreadable images: ``ValueError`` when the skipped share exceeds
+    ``max_bad_fraction`` or nothing was readable, else a warning with the count and the first ones."""
+    n_bad = len(skipped)
+    first = ", ".join(skipped[:SHOW_FIRST])
+    if n_all and n_bad / n_all > max_bad_fraction:
+        raise ValueError(
+            f"{what}: {n_bad} of {n_all} images are unreadable ({n_bad / n_all:.1%} > "
+            f"data.options.max_bad_fraction={max_bad_fraction}); first: {first}"
+        )
+    if n_bad >= n_all:
+        raise ValueError(f"{what}: no readable images")
+    if n_bad:
+        warnings.warn(f"{what}: skipped {n_bad} of {n_all} unreadable images; first: {first}", stacklevel=3)
+
+
 def decode_images(
     entries: Iterable[tuple[str, int, Callable[[], Image.Image]]],
     total: int,
@@ -147,17 +163,7 @@ def decode_images(
             continue
         report.labels.append(label)
         report.sources.append(source)
-    n_bad, n_all = len(report.skipped), len(report.skipped) + len(report.labels)
-    first = ", ".join(report.skipped[:SHOW_FIRST])
-    if n_all and n_bad / n_all > max_bad_fraction:
-        raise ValueError(
-            f"{what}: {n_bad} of {n_all} images are unreadable ({n_bad / n_all:.1%} > "
-            f"data.options.max_bad_fraction={max_bad_fraction}); first: {first}"
-        )
-    if not report.labels:
-        raise ValueError(f"{what}: no readable images")
-    if n_bad:
-        warnings.warn(f"{what}: skipped {n_bad} of {n_all} unreadable images; first: {first}", stacklevel=2)
+    report_skipped(report.skipped, len(report.skipped) + len(report.labels), what, max_bad_fraction)
     labels = torch.tensor(report.labels)
     if not preload:
         return LazyImageFileDataset(report.sources, labels, load_size)
@@ -370,5 +376,6 @@ __all__ = [
     "ImageTensorDataset",
     "LazyImageFileDataset",
     "decode_images",
+    "report_skipped",
     "stratified_split",
 ]

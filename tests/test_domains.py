@@ -1,0 +1,392 @@
+"""Image domains: digit-domains generator, domainnet adapter, domains view policy, bad input, and the
+guarantee that the held-out domain is never opened during pretraining."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import default_collate
+
+from multiview_app.data.adapters import build_adapter
+from multiview_app.data.domains import adapter as domain_adapter
+from multiview_app.data.domains.synth import DIGIT_DOMAINS, synth_domains
+from multiview_app.data.views import build_view_policy
+
+LIMIT = 100  # first 100 digits: 10 per class, 8 train / 2 test per class and domain
+
+
+@pytest.fixture(scope="module")
+def digit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("digit_domains")
+    synth_domains(root, seed=0, limit=LIMIT)
+    return root
+
+
+def copy_root(root: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(root, out)
+    return out
+
+
+def options(root: Path, **extra) -> dict:
+    return {"root": str(root), "load_size": 16, "decode_workers": 0, **extra}
+
+
+def tiny_three_domain_config(root: Path, tmp_path: Path, loss: dict, **data_options) -> Path:
+    """YAML config: clean / inverted / sketch, k = 2, tiny small_cnn, 2 steps."""
+    import yaml
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": {"adapter": "domainnet",
+                 "options": options(root, domains=["clean", "inverted", "sketch"], **data_options)},
+        "views": {"policy": "domains", "k": 2, "options": {"image_size": 16}},
+        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                  "projector": {"hidden_dim": 8, "out_dim": 8}},
+        "loss": loss,
+        "train": {"max_steps": 2, "batch_size": 8, "log_every": 1},
+        "eval": {"linear_probe": False, "batch_size": 128},
+    }))
+    return config
+
+
+# ------------------------------------------------------------------ generator
+def test_synth_layout_split_files_and_determinism(digit_root: Path, tmp_path: Path) -> None:
+    assert sorted(p.name for p in digit_root.iterdir() if p.is_dir()) == sorted(DIGIT_DOMAINS)
+    tests = {}
+    for domain in DIGIT_DOMAINS:
+        train = (digit_root / f"{domain}_train.txt").read_text().split("\n")[:-1]
+        test = (digit_root / f"{domain}_test.txt").read_text().split("\n")[:-1]
+        assert len(train) + len(test) == LIMIT and len(test) == 20
+        for line in train + test:
+            rel, label = line.split()
+            assert rel.startswith(f"{domain}/{label}/") and (digit_root / rel).is_file()
+        tests[domain] = {line.split()[0].rsplit("_", 1)[1] for line in test}
+    # one digit-level split for all domains: a held-out test digit is in no domain's train split
+    assert all(t == tests["clean"] for t in tests.values())
+    again = tmp_path / "again"
+    synth_domains(again, seed=0, limit=30, domains=("sketch", "color"))
+    other = tmp_path / "other"
+    synth_domains(other, seed=1, limit=30, domains=("sketch", "color"))
+    rel = "color/0/color_0000.jpg"
+    assert (again / rel).read_bytes() == (digit_root / rel).read_bytes()
+    assert (other / rel).read_bytes() != (digit_root / rel).read_bytes()
+
+
+def test_synth_domains_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from multiview_app.cli import main
+
+    assert main(["data", "synth-domains", "--out", str(tmp_path / "x"), "--limit", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--limit 5" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert main(["data", "synth-domains", "--out", str(tmp_path / "y"), "--limit", "20"]) == 0
+    assert "wrote 120 images in 6 domains" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ adapter
+def test_adapter_splits_and_domain_tuples(digit_root: Path) -> None:
+    adapter = build_adapter("domainnet", options(digit_root, holdout="sketch"))
+    assert adapter.domains == sorted(DIGIT_DOMAINS)
+    assert adapter.seen_domains == ["clean", "color", "inverted", "texture", "warped"]
+    assert adapter.class_names == [str(c) for c in range(10)]
+    assert not any(s.startswith("sketch") for s in adapter.splits)
+    tuples = adapter.split("train")
+    assert len(tuples) == 5 * 80
+    for j in (0, 123, 399):
+        item = tuples[j]
+        assert item["x"].shape == (5, 3, 16, 16) and item["x"].dtype == torch.uint8
+        for d, domain in enumerate(adapter.seen_domains):  # every view: an image of the item's class in that domain
+            part = adapter.split(f"{domain}/train")
+            same_class = part.images[part.labels == item["label"]]
+            assert (same_class == item["x"][d]).flatten(1).all(1).any()
+        assert torch.equal(tuples[j]["x"], item["x"])  # deterministic partners
+    assert len(adapter.split("test")) == 5 * 20
+    assert adapter.split("clean/test")[0]["domain"] == "clean"
+
+
+def test_loading_does_not_touch_the_global_rng(digit_root: Path) -> None:
+    """Model init after the adapter must not depend on which domains were decoded."""
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    build_adapter("domainnet", options(digit_root, holdout="sketch")).split("train")
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_fallback_split_is_stratified_and_deterministic(digit_root: Path, tmp_path: Path) -> None:
+    root = copy_root(digit_root, tmp_path)
+    for f in root.glob("*_t*.txt"):
+        f.unlink()
+    a = build_adapter("domainnet", options(root, domains=["clean", "inverted"]))
+    b = build_adapter("domainnet", options(root, domains=["clean", "inverted"]))
+    train, test = a.split("clean/train"), a.split("clean/test")
+    assert len(train) == 80 and len(test) == 20
+    assert np.bincount(test.labels.numpy()).tolist() == [2] * 10
+    assert b.split("clean/test").sources == test.sources
+    c = build_adapter("domainnet", options(root, domains=["clean", "inverted"], split_seed=3))
+    assert c.split("clean/test").sources != test.sources
+
+
+def test_view_policy_domains(digit_root: Path) -> None:
+    adapter = build_adapter("domainnet", options(digit_root, holdout="sketch"))
+    raw = default_collate([adapter.split("train")[i] for i in range(6)])
+    policy = build_view_policy("domains", 5, {"image_size": 16}, adapter)
+    views = policy.train_views(raw, torch.Generator().manual_seed(0))
+    assert views.view_names == adapter.seen_domains and len(views.views) == 5
+    assert views.views[0].shape == (6, 3, 16, 16) and views.views[0].dtype == torch.float32
+    again = policy.train_views(raw, torch.Generator().manual_seed(0))
+    assert all(torch.equal(x, y) for x, y in zip(views.views, again.views))
+    three = build_view_policy("domains", 3, {"image_size": 16}, adapter)
+    names = {tuple(three.train_views(raw, torch.Generator().manual_seed(s)).view_names) for s in range(8)}
+    assert len(names) > 1 and all(len(n) == 3 and set(n) <= set(adapter.seen_domains) for n in names)
+    single = policy.eval_views(default_collate([adapter.split("clean/test")[i] for i in range(4)]))
+    assert single.view_names == ["test"] and single.views[0].shape == (4, 3, 16, 16)
+    per_domain = policy.eval_views(raw)
+    assert per_domain.view_names == adapter.seen_domains
+
+
+# ------------------------------------------------------------------ bad input
+def test_bad_input_errors(digit_root: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"domain folder\(s\) missing .*: nope"):
+        build_adapter("domainnet", options(digit_root, domains=["clean", "nope"]))
+    with pytest.raises(ValueError, match="holdout 'paint' is not a domain"):
+        build_adapter("domainnet", options(digit_root, holdout="paint"))
+    with pytest.raises(ValueError, match="mvapp data synth-domains"):
+        build_adapter("domainnet", options(tmp_path / "missing"))
+    adapter = build_adapter("domainnet", options(digit_root, domains=["clean", "inverted", "sketch"], holdout="sketch"))
+    with pytest.raises(ValueError, match=r"views.k = 3 but only 2 seen domain\(s\)"):
+        build_view_policy("domains", 3, {}, adapter)
+    with pytest.raises(ValueError, match="holdout and adapt are both 'sketch'"):
+        build_adapter("domainnet", options(digit_root, holdout="sketch", adapt="sketch"))
+
+    root = copy_root(digit_root, tmp_path)
+    shutil.rmtree(root / "color" / "7")
+    with pytest.raises(ValueError, match=r"class folders differ .*color lacks \['7'\].*intersect_classes"):
+        build_adapter("domainnet", options(root))
+    inter = build_adapter("domainnet", options(root, intersect_classes=True, domains=["clean", "color"]))
+    assert "7" not in inter.class_names and len(inter.class_names) == 9
+    with pytest.warns(UserWarning, match="dropped 8 images"):
+        inter.split("clean/train")
+    assert inter.dropped == {"clean/train": 8}
+
+    (root / "clean" / "3" / "clean_0003.jpg").unlink()
+    with pytest.raises(ValueError, match=r"clean_(train|test)\.txt names 1 image\(s\) that do not exist; first: .*clean_0003"):
+        fresh = build_adapter("domainnet", options(root, intersect_classes=True, domains=["clean", "color"]))
+        fresh.split("clean/train"), fresh.split("clean/test")
+
+
+def test_corrupt_images_skipped_counted_or_error(digit_root: Path, tmp_path: Path) -> None:
+    root = copy_root(digit_root, tmp_path)
+    lines = (root / "inverted_train.txt").read_text().split()[::2]
+    for rel in lines[:2]:
+        (root / rel).write_bytes(b"not a jpeg at all")
+    adapter = build_adapter("domainnet", options(root, domains=["clean", "inverted"], max_bad_fraction=0.05))
+    with pytest.warns(UserWarning, match=r"skipped 2 of 80 unreadable images; first: .*inverted"):
+        assert len(adapter.split("inverted/train")) == 78
+    strict = build_adapter("domainnet", options(root, domains=["clean", "inverted"], max_bad_fraction=0.01))
+    with pytest.raises(ValueError, match=r"2 of 80 images are unreadable .*max_bad_fraction=0.01"):
+        strict.split("inverted/train")
+    lazy = build_adapter("domainnet", options(root, domains=["clean", "inverted"], preload=False))
+    ds = lazy.split("inverted/train")
+    bad_index = ds.sources.index(str(root / lines[0]))
+    with pytest.raises(ValueError, match=r"cannot be decoded"):
+        ds[bad_index]
+
+
+# ------------------------------------------------------------------ the held-out domain is never opened
+def test_heldout_domain_never_opened_during_pretraining(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
+    from multiview_app.config import config_from_dict
+    from multiview_app.train.trainer import train
+
+    opened: list[str] = []
+    split_files: list[str] = []
+    real_decode, real_read = domain_adapter.decode_file, domain_adapter.DomainNetAdapter._read_split_file
+
+    def recording_decode(path: str, load_size: int) -> torch.Tensor:
+        opened.append(path)
+        return real_decode(path, load_size)
+
+    def recording_read(self, domain, split, path):
+        split_files.append(str(path))
+        return real_read(self, domain, split, path)
+
+    monkeypatch.setattr(domain_adapter, "decode_file", recording_decode)
+    monkeypatch.setattr(domain_adapter.DomainNetAdapter, "_read_split_file", recording_read)
+    for preload in (True, False):
+        opened.clear(), split_files.clear()
+        cfg = config_from_dict({
+            "data": {"adapter": "domainnet", "options": options(digit_root, holdout="sketch", preload=preload)},
+            "views": {"policy": "domains", "k": 5, "options": {"image_size": 16}},
+            "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                      "projector": {"hidden_dim": 8, "out_dim": 8}},
+            "loss": {"name": "infonce_pwe"},
+            "train": {"max_steps": 1, "batch_size": 8, "log_every": 1},
+            # the generic end-of-training probe (seen domains only) runs too, once
+            "eval": {"linear_probe": not preload, "batch_size": 256},
+            "output": {"runs_dir": str(tmp_path), "name": f"held_{preload}"},
+        })
+        train(cfg)
+        assert opened and all("/sketch/" not in p for p in opened)
+        assert split_files and all("sketch" not in Path(p).name for p in split_files)
+        assert any("/texture/" in p for p in opened)
+    # the recorder does see the held-out domain once an evaluator opens it
+    adapter = build_adapter("domainnet", options(digit_root, holdout="sketch"))
+    adapter.domain_split("sketch", "test")
+    assert any("/sketch/" in p for p in opened)
+
+
+# ------------------------------------------------------------------ evaluator
+def test_probe_domains_detects_shift() -> None:
+    """Target = domain 'a' exactly; domain 'b' has the class structure but a permuted class->cluster map."""
+    from multiview_app.eval.domain_generalization import probe_domains
+
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(4, 8)) * 5
+
+    def domain(mapping: list[int], n: int = 200) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, 4, n)
+        return centers[np.asarray(mapping)[y]] + rng.normal(size=(n, 8)) * 0.3, y
+
+    features = {"a/train": domain([0, 1, 2, 3]), "b/train": domain([1, 2, 3, 0]), "t/train": domain([0, 1, 2, 3]),
+                "t/test": domain([0, 1, 2, 3])}
+    result = probe_domains(features, ["a", "b"], "t")
+    assert result["one_vs_one"]["a"] == 1.0 and result["oracle"] == 1.0
+    assert result["one_vs_one"]["b"] == 0.0  # every class predicted as its neighbour
+    assert 0.2 < result["five_vs_one"] < 1.0
+
+
+def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from multiview_app.eval.domain_generalization import format_table
+
+    config = tiny_three_domain_config(digit_root, tmp_path, {"name": "m3g", "epsilon": 0.05}, holdout="sketch")
+    out = tmp_path / "dg"
+    from multiview_app.cli import main
+
+    cmd = ["eval", "domain-generalization", "--run", str(out), "--config", str(config), "--holdout", "all",
+           "--seeds", "0"]
+    assert main(cmd) == 0, capsys.readouterr().err[-2000:]
+    summary = json.loads((out / "domain_generalization_summary.json").read_text())
+    assert len(summary["runs"]) == 3 and summary["domains"] == ["clean", "inverted", "sketch"]
+    for run in summary["runs"]:
+        assert set(run["results"]) == {"random_init", "trained", "erm"}
+        assert run["seen"] == [d for d in summary["domains"] if d != run["holdout"]]
+        for scores in run["results"].values():
+            assert 0.0 <= scores["five_vs_one"] <= 1.0 and set(scores["one_vs_one"]) == set(run["seen"])
+    five = summary["combined"]["five_vs_one"]
+    assert set(five) == {"random_init", "erm", "m3g"} and all(five["m3g"][d]["n"] == 1 for d in summary["domains"])
+    table = (out / "domain_generalization_table.md").read_text()
+    assert "| ¬inverted -> inverted |" in table and format_table(summary["combined"], summary["domains"]) in table
+    assert (out / "plots" / "one_vs_one_heatmaps.png").stat().st_size > 1000
+    # ERM is shared across runs with the same settings (one model per held-out domain and seed)
+    assert len(list((out / "erm").iterdir())) == 3
+    # a second call reuses every finished run and evaluation
+    capsys.readouterr()
+    assert main(cmd) == 0 and "train m3g" not in capsys.readouterr().err
+    # bad: --holdout without --config on an existing run -> one line, exit 2
+    assert main([*cmd[:2], "--run", str(out / "m3g_sketch_s0"), "--holdout", "clean"]) == 2
+    err = capsys.readouterr().err
+    assert "--holdout needs --config" in err and "Traceback" not in err
+
+
+def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
+    from multiview_app.eval.domain_generalization import combine_results, format_table
+
+    def run(loss: str, holdout: str, seen: list[str], acc: float) -> dict:
+        scores = {"five_vs_one": acc, "oracle": acc + 0.1, "one_vs_one": {d: acc / 2 for d in seen}}
+        return {"loss": loss, "holdout": holdout, "seen": seen,
+                "results": {"trained": scores, "random_init": {**scores, "five_vs_one": 0.1}}}
+
+    results = [run("m3g", "a", ["b", "c"], 0.4), run("m3g", "a", ["b", "c"], 0.6), run("pvc_geometric", "b", ["a", "c"], 0.3)]
+    combined = combine_results(results, ["a", "b", "c"])
+    cell = combined["five_vs_one"]["m3g"]["a"]
+    assert cell["n"] == 2 and abs(cell["mean"] - 0.5) < 1e-12 and abs(cell["std"] - 0.1) < 1e-12
+    assert combined["five_vs_one"]["random_init"]["a"]["n"] == 2  # references pooled over the runs
+    assert combined["one_vs_one"]["m3g"] == {"b": {"a": 0.25}, "c": {"a": 0.25}}
+    assert combined["one_vs_one"]["pvc_geometric"]["a"] == {"b": 0.15}
+    table = format_table(combined, ["a", "b", "c"])
+    assert "| ¬a -> a | 10.0 ± 0.0 | 50.0 ± 10.0 | - |" in table and "| ¬c" not in table
+
+
+def test_random_init_shift_matrix_shows_a_real_domain_shift(digit_root: Path) -> None:
+    from multiview_app.eval.domain_generalization import domain_shift_matrix
+    from multiview_app.models import build_model
+
+    adapter = build_adapter("domainnet", options(digit_root))
+    policy = build_view_policy("domains", 2, {"image_size": 16}, adapter)
+    torch.manual_seed(0)
+    model = build_model({"image": {"name": "small_cnn", "width": 8, "num_features": 32}}, {"hidden_dim": 8, "out_dim": 8})
+    matrix = domain_shift_matrix(model, adapter, policy, batch_size=256)
+    domains = adapter.domains
+    assert list(matrix) == domains and all(list(row) == domains for row in matrix.values())
+    diagonal = np.mean([matrix[d][d] for d in domains])
+    off = np.mean([matrix[s][t] for s in domains for t in domains if s != t])
+    assert diagonal > off + 0.2, (diagonal, off)
+
+
+# ------------------------------------------------------------------ domain adaptation (unlabelled target)
+def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
+    from multiview_app.config import config_from_dict
+    from multiview_app.train.trainer import train
+
+    with pytest.raises(ValueError, match="adapt 'paint' is not a domain"):
+        build_adapter("domainnet", options(digit_root, adapt="paint"))
+    opened: list[str] = []
+    split_files: list[str] = []
+    real_decode, real_read = domain_adapter.decode_file, domain_adapter.DomainNetAdapter._read_split_file
+    monkeypatch.setattr(domain_adapter, "decode_file", lambda p, s: opened.append(p) or real_decode(p, s))
+    monkeypatch.setattr(domain_adapter.DomainNetAdapter, "_read_split_file",
+                        lambda self, d, s, p: split_files.append(Path(p).name) or real_read(self, d, s, p))
+    opts = options(digit_root, adapt="sketch", adapt_share=0.25)
+    adapter = build_adapter("domainnet", opts)
+    assert "sketch" not in adapter.seen_domains
+    train_split = adapter.split("train")
+    assert len(train_split) == 400 + round(0.25 / 0.75 * 400)
+    target_items = [train_split[i] for i in range(400, 410)]
+    assert all(item["label"] == -1 and item["domain"] == "sketch" for item in target_items)
+    x = target_items[0]["x"]
+    assert x.shape == (5, 3, 16, 16) and all(torch.equal(x[0], x[d]) for d in range(5))  # views of one image
+    with pytest.raises(PermissionError, match="labels of domain 'sketch' .* hidden"):
+        adapter.domain_split("sketch", "train").labels
+    cfg = config_from_dict({
+        "data": {"adapter": "domainnet", "options": opts},
+        "views": {"policy": "domains", "k": 5, "options": {"image_size": 16}},
+        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                  "projector": {"hidden_dim": 8, "out_dim": 8}},
+        "loss": {"name": "infonce_pwe"},
+        "train": {"max_steps": 3, "batch_size": 32, "log_every": 1},
+        "eval": {"linear_probe": False},
+        "output": {"runs_dir": str(tmp_path), "name": "adapt"},
+    })
+    opened.clear(), split_files.clear()
+    train(cfg)  # a code path reading the target's labels would raise PermissionError here
+    assert any("/sketch/" in p for p in opened)  # target train images are used ...
+    sketch_test = {str(digit_root / line.split()[0]) for line in (digit_root / "sketch_test.txt").read_text().splitlines()}
+    assert len(sketch_test) == 20 and not sketch_test & set(opened)  # ... but never its test split
+    assert "sketch_train.txt" in split_files and "sketch_test.txt" not in split_files
+    assert adapter.target_labels("train").shape == (80,)  # evaluation reads them explicitly
+
+
+def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_path: Path) -> None:
+    from multiview_app.eval.domain_generalization import train_and_evaluate, write_summary
+
+    config = tiny_three_domain_config(digit_root, tmp_path, {"name": "pvc_geometric", "tau": 0.2})
+    out = tmp_path / "both"
+    results = train_and_evaluate(config, out, ["sketch"], [0], protocols=("generalization", "adaptation"),
+                                 progress=False)
+    assert [r["protocol"] for r in results] == ["generalization", "adaptation"]
+    assert all(r["holdout"] == "sketch" and r["seen"] == ["clean", "inverted"] for r in results)
+    assert len(list((out / "erm").iterdir())) == 1  # one ERM model serves both protocols
+    erm_scores = [r["results"]["erm"]["five_vs_one"] for r in results]
+    assert erm_scores[0] == erm_scores[1]
+    summary = write_summary(results, out)
+    five = summary["combined"]["five_vs_one"]
+    assert {"pvc_geometric", "pvc_geometric+adapt", "erm", "random_init"} == set(five)
+    gain = summary["adaptation_gain"]["pvc_geometric"]["sketch"]
+    assert abs(gain - (five["pvc_geometric+adapt"]["sketch"]["mean"] - five["pvc_geometric"]["sketch"]["mean"])) < 1e-12
+    assert (out / "plots" / "adaptation_gain.png").is_file()
+    assert "Gain of adaptation over generalization" in (out / "domain_generalization_table.md").read_text()
