@@ -22,7 +22,8 @@ def test_catalog_is_the_top_level_datasets_folder_and_not_a_package() -> None:
 
 def test_every_card_validates_and_names_its_file() -> None:
     cards = load_catalog()
-    assert {"sleep-edf", "physionet2018", "synthetic-psg", "digits", "domainnet"} <= set(cards)
+    assert {"sleep-edf", "physionet2018", "synthetic-psg", "digits", "domainnet", "digit-domains",
+            "image-text-pairs", "digit-captions"} <= set(cards)
     for path in sorted((ROOT / "datasets").glob("*.yaml")):
         assert read_card(path).name == path.stem
 
@@ -31,6 +32,12 @@ def test_every_adapter_has_a_card() -> None:
     covered = {adapter for card in load_catalog().values() for adapter in card.adapters}
     missing = sorted(set(available_adapters()) - covered)
     assert not missing, f"adapters without a dataset card in datasets/: {missing}"
+
+
+def test_every_card_names_registered_adapters() -> None:
+    registered = set(available_adapters())
+    for card in load_catalog().values():
+        assert set(card.adapters) <= registered, f"{card.name}: unknown adapters {set(card.adapters) - registered}"
 
 
 def test_code_reads_label_maps_and_channels_from_the_cards() -> None:

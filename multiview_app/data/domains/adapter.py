@@ -51,9 +51,10 @@ from pydantic import Field, model_validator
 from torch.utils.data import DataLoader, Dataset
 
 from ..adapters import ADAPTERS, DataAdapter
+from ..catalog import get_card
 from ..images.adapters import IMAGE_EXTENSIONS, SHOW_FIRST, ImageOptions, report_skipped, stratified_split
 
-DOMAINNET_DOMAINS: tuple[str, ...] = ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")
+DOMAINNET_DOMAINS: tuple[str, ...] = tuple(get_card("domainnet").domains)  # from datasets/domainnet.yaml
 SPLITS: tuple[str, ...] = ("train", "test")
 
 

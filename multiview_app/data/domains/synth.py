@@ -26,9 +26,10 @@ from typing import Callable
 import numpy as np
 from scipy import ndimage
 
+from ..catalog import get_card
 from ..images.adapters import stratified_split
 
-DIGIT_DOMAINS: tuple[str, ...] = ("clean", "inverted", "sketch", "texture", "color", "warped")
+DIGIT_DOMAINS: tuple[str, ...] = tuple(get_card("digit-domains").domains)  # from datasets/digit-domains.yaml
 #: Side of the written JPEGs (the adapter resizes to its ``load_size``).
 RENDER_SIZE: int = 40
 JPEG_QUALITY: int = 92
