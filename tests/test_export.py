@@ -327,10 +327,11 @@ def _free_port() -> int:
 
 
 def _torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
-    """``torchrun --nproc_per_node nproc -m multiview_app.cli ...`` on CPU (gloo), retried once on a port clash."""
+    """``torchrun --nproc_per_node nproc -m multiview_app.cli -- ...`` on CPU (gloo), retried once on a port clash.
+    (``--`` ends torchrun's options: its parser would take ``--run`` for an abbreviation of ``--run-path``.)"""
     for attempt in range(2):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--nnodes", "1",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), "-m", "multiview_app.cli", *args]
+               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), "-m", "multiview_app.cli", "--", *args]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=_python_env(), timeout=SUBPROCESS_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:

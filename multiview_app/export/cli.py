@@ -56,4 +56,4 @@ def _run(args: argparse.Namespace) -> int:
 def _is_main() -> bool:
     from accelerate import PartialState
 
-    return PartialState().is_main_process
+    return PartialState().is_main_process  # already set up by the export

@@ -105,7 +105,7 @@ class Processes:
     def __init__(self) -> None:
         from accelerate import PartialState
 
-        state = PartialState()
+        state = PartialState(cpu=not torch.cuda.is_available())  # CPU launches: gloo process group
         self.rank, self.world, self.device = state.process_index, state.num_processes, state.device
         self.is_main = state.is_main_process
 
