@@ -357,3 +357,19 @@ def test_two_process_export_equals_single_process(eeg_setup: dict, tmp_path: Pat
     np.testing.assert_allclose(np.asarray(rows), np.asarray(single), rtol=1e-5, atol=1e-6)
     assert table.to_pydict() == single_table.to_pydict()
     assert len(set(table.column("item_id").to_pylist())) == manifest["items"]  # no padding duplicates
+
+
+def test_other_data_from_config_file_and_overrides(digits_run: Path, tmp_path: Path) -> None:
+    data_yaml = tmp_path / "data.yaml"
+    data_yaml.write_text("data:\n  options: {test_fraction: 0.25}\n")
+    _, table, manifest = _export(digits_run, tmp_path / "a", split="test", config_file=data_yaml,
+                                 overrides=["data.options.load_size=12", "views.options.image_size=12"])
+    assert manifest["data"]["options"] == {"load_size": 12, "test_fraction": 0.25}  # merged into the run's options
+    assert manifest["view_policy"]["options"]["image_size"] == 12
+    expected = len(build_adapter("digits", {"load_size": 12, "test_fraction": 0.25}).split("test"))
+    assert manifest["splits"]["test"] == table.num_rows == expected and expected != 898
+    (tmp_path / "bad.yaml").write_text("train: {max_steps: 3}\n")
+    with pytest.raises(ValueError, match="bad.yaml: export reads only the data and views sections"):
+        export_embeddings(digits_run, tmp_path / "b", config_file=tmp_path / "bad.yaml", progress=False)
+    with pytest.raises(ValueError, match="data.options.load_sise: unknown"):
+        export_embeddings(digits_run, tmp_path / "b", overrides=["data.options.load_sise=3"], progress=False)
