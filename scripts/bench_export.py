@@ -14,7 +14,7 @@ k = 6 channel views per window, per-view rows) on synthetic PhysioNet-2018-forma
 after one training step (weights do not change the speed).
 
 Usage: .venv/bin/python scripts/bench_export.py [--repeats 2] [--base 10] [--eeg-base 1] [--scale 10]
-       [--work DIR] [--json out.json]
+       [--eeg-items N] [--work DIR] [--json out.json]
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import ConcatDataset
+from torch.utils.data import ConcatDataset, Subset
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -46,14 +46,18 @@ BATCH = {"digits": 256, "eeg": 64}
 
 
 class RepeatedAdapter:
-    """Every split of ``adapter`` repeated ``times`` (more rows, same items; meta columns repeat)."""
+    """The first ``limit`` items (default all) of every split of ``adapter``, repeated ``times``
+    (more rows, same items; meta columns repeat)."""
 
-    def __init__(self, adapter: Any, times: int) -> None:
-        self.inner, self.times = adapter, times
+    def __init__(self, adapter: Any, times: int, limit: int | None = None) -> None:
+        self.inner, self.times, self.limit = adapter, times, limit
         self.splits, self.modality, self.class_names = adapter.splits, adapter.modality, adapter.class_names
 
     def split(self, name: str) -> ConcatDataset:
-        return ConcatDataset([self.inner.split(name)] * self.times)
+        dataset = self.inner.split(name)
+        if self.limit is not None and self.limit < len(dataset):
+            dataset = Subset(dataset, range(self.limit))
+        return ConcatDataset([dataset] * self.times)
 
 
 def make_runs(work: Path) -> dict[str, Path]:
@@ -76,11 +80,11 @@ def make_runs(work: Path) -> dict[str, Path]:
     return out
 
 
-def _setup(run: Path, times: int) -> tuple[Any, Any, Any]:
+def _setup(run: Path, times: int, limit: int | None) -> tuple[Any, Any, Any]:
     cfg, model = load_run(run, "final")
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
-    return model, RepeatedAdapter(adapter, times) if times > 1 else adapter, policy
+    return model, RepeatedAdapter(adapter, times, limit), policy
 
 
 def evaluator_path(model: Any, adapter: Any, policy: Any, batch: int) -> int:
@@ -95,10 +99,10 @@ def export_path(model: Any, adapter: Any, policy: Any, batch: int, out: Path) ->
     return int(manifest["rows"])
 
 
-def child(kind: str, path: str, times: int, run: Path, out: Path) -> None:
+def child(kind: str, path: str, times: int, limit: int | None, run: Path, out: Path) -> None:
     """Fresh process: one measurement; prints JSON with rows, seconds and peak RSS (MiB)."""
     torch.set_num_threads(1)
-    model, adapter, policy = _setup(run, times)
+    model, adapter, policy = _setup(run, times, limit)
     start = time.perf_counter()
     rows = (export_path(model, adapter, policy, BATCH[kind], out) if path == "export"
             else evaluator_path(model, adapter, policy, BATCH[kind]))
@@ -107,9 +111,9 @@ def child(kind: str, path: str, times: int, run: Path, out: Path) -> None:
     print(json.dumps({"rows": rows, "seconds": seconds, "peak_rss_mib": peak}))
 
 
-def throughput(kind: str, run: Path, out: Path, repeats: int) -> dict[str, Any]:
+def throughput(kind: str, run: Path, out: Path, repeats: int, limit: int | None) -> dict[str, Any]:
     """Interleaved best-of-``repeats`` rows/s of both paths in this process (1 torch thread)."""
-    model, adapter, policy = _setup(run, 1)
+    model, adapter, policy = _setup(run, 1, limit)
     best = {"evaluator": 0.0, "export": 0.0}
     rows = 0
     for _ in range(repeats):
@@ -122,8 +126,8 @@ def throughput(kind: str, run: Path, out: Path, repeats: int) -> dict[str, Any]:
             "ratio": best["export"] / best["evaluator"]}
 
 
-def peak_rss(kind: str, path: str, times: int, run: Path, out: Path) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", kind, path, str(times), str(run), str(out)]
+def peak_rss(kind: str, path: str, times: int, limit: int | None, run: Path, out: Path) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", kind, path, str(times), str(limit or 0), str(run), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"child {kind} {path} x{times} failed:\n{proc.stderr[-3000:]}")
@@ -139,11 +143,12 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=["digits", "eeg"], choices=["digits", "eeg"])
     parser.add_argument("--work", type=Path, default=None, help="keep runs / data here (default: a temp folder)")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--child", nargs=5, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--eeg-items", type=int, default=None, help="EEG: first N items of every split (default all)")
+    parser.add_argument("--child", nargs=6, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        kind, path, times, run, out = args.child
-        child(kind, path, int(times), Path(run), Path(out))
+        kind, path, times, limit, run, out = args.child
+        child(kind, path, int(times), int(limit) or None, Path(run), Path(out))
         return
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,8 +157,9 @@ def main() -> None:
         results: dict[str, Any] = {"torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         for kind in args.kinds:
             base = args.base if kind == "digits" else args.eeg_base
-            speed = throughput(kind, runs[kind], work / f"out_{kind}", args.repeats)
-            memory = {f"{path}_x{times}": peak_rss(kind, path, times, runs[kind], work / f"rss_{kind}")
+            limit = args.eeg_items if kind == "eeg" else None
+            speed = throughput(kind, runs[kind], work / f"out_{kind}", args.repeats, limit)
+            memory = {f"{path}_x{times}": peak_rss(kind, path, times, limit, runs[kind], work / f"rss_{kind}")
                       for path in ("export", "evaluator") for times in (base, base * args.scale)}
             results[kind] = {"throughput": speed, "memory": memory}
             print(f"{kind}: {speed['rows']} rows; evaluator {speed['evaluator_rows_per_s']:.0f} rows/s, export "

@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -40,8 +41,13 @@ ALL_SPLITS = "all"
 Views = Literal["per-view", "mean", "concat"]
 VIEW_MODES: tuple[str, ...] = ("per-view", "mean", "concat")
 DEFAULT_MAX_SHARD_MB = 1024.0
-#: Metadata columns the export itself writes (adapter columns with the same name get a ``meta_`` prefix).
-OWN_COLUMNS = ("item_id", "split", "index", "view", "view_index", "modality", "label", "label_name")
+#: Metadata columns the export itself writes, with their types (adapter columns with the same name
+#: get a ``meta_`` prefix; their types are inferred).
+OWN_COLUMN_TYPES: dict[str, pa.DataType] = {
+    "item_id": pa.string(), "split": pa.string(), "index": pa.int64(), "view": pa.string(),
+    "view_index": pa.int64(), "modality": pa.string(), "label": pa.int64(), "label_name": pa.string(),
+}
+OWN_COLUMNS = tuple(OWN_COLUMN_TYPES)
 
 
 class ExportError(ValueError):
@@ -328,7 +334,8 @@ def export_model(
     first_split = next(name for name, size in sizes.items() if size > 0) if any(sizes.values()) else None
     if first_split is None:
         raise ExportError(f"--split {split}: no items in {', '.join(sizes)}")
-    probe = next(iter_feature_batches(model, Subset(adapter.split(first_split), [0]), policy, 1, device, features))
+    with closing(iter_feature_batches(model, Subset(adapter.split(first_split), [0]), policy, 1, device, features)) as it:
+        probe = next(it)  # one item: eval views, widths, view names
     k, f = probe.features.shape[1:]
     rows_per_item = k if views == "per-view" else 1
     dim = f * k if views == "concat" else f
@@ -359,7 +366,8 @@ def export_model(
     try:
         for shard in todo:
             meta_path = None if shard.metadata is None else out_dir / shard.metadata
-            with ShardWriter(out_dir / shard.embeddings, meta_path, shard.rows, file_format) as writer:
+            with ShardWriter(out_dir / shard.embeddings, meta_path, shard.rows, file_format,
+                             column_types=OWN_COLUMN_TYPES) as writer:
                 for seg in shard.segments:
                     position = seg.start
                     dataset = Subset(adapter.split(seg.split), range(seg.start, seg.stop))

@@ -3,7 +3,8 @@
 One shard = a contiguous range of rows. :class:`ShardWriter` appends row blocks to temporary
 files (hidden names ending in ``.tmp``) and renames them on :meth:`ShardWriter.commit`; on an
 error :meth:`ShardWriter.abort` removes them. Memory is bounded by one row block plus
-``flush_rows`` buffered metadata rows.
+``flush_rows`` buffered metadata rows (kept as Python lists: one Arrow table per flush, since
+thousands of small Arrow tables cost far more memory than their contents).
 
 File formats:
 
@@ -55,19 +56,21 @@ class ShardWriter:
     """
 
     def __init__(self, embeddings: Path, metadata: Path | None, rows: int, file_format: FileFormat,
-                 flush_rows: int = 65536) -> None:
+                 flush_rows: int = 8192, column_types: dict[str, pa.DataType] | None = None) -> None:
         if file_format not in FILE_FORMATS:
             raise ValueError(f"format: expected one of {', '.join(FILE_FORMATS)}, got {file_format!r}")
         if (metadata is None) != (file_format == "parquet"):
             raise ValueError("a separate metadata file is used with the npy format only")
         self.embeddings, self.metadata, self.rows, self.file_format = embeddings, metadata, rows, file_format
         self.flush_rows = flush_rows
+        self.column_types = dict(column_types or {})
         self.written = 0
         self.dim: int | None = None
         self._npy: Any = None
         self._parquet: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
-        self._buffer: list[pa.Table] = []
+        self._columns: dict[str, list[Any]] = {}  # buffered as Python lists: one Arrow table per flush
+        self._rows: list[np.ndarray] = []  # parquet format: buffered embedding rows
         self._buffered = 0
 
     @property
@@ -89,13 +92,15 @@ class ShardWriter:
         if self.written + m > self.rows:
             raise ValueError(f"{self.embeddings.name}: {self.written + m} rows written, planned {self.rows}")
         rows = np.ascontiguousarray(rows, dtype=DTYPE)
-        table = pa.table(columns)
+        if self._columns and set(columns) != set(self._columns):
+            raise ValueError(f"metadata columns changed within {self.embeddings.name}: "
+                             f"{sorted(self._columns)} -> {sorted(columns)}")
+        for key, values in columns.items():
+            self._columns.setdefault(key, []).extend(values)
         if self.file_format == "npy":
             self._write_npy(rows)
         else:
-            offsets = np.arange(0, (m + 1) * self.dim, self.dim, dtype=np.int32)
-            table = table.append_column(EMBEDDING_COLUMN, pa.ListArray.from_arrays(offsets, pa.array(rows.reshape(-1))))
-        self._buffer.append(table)
+            self._rows.append(rows)
         self._buffered += m
         self.written += m
         if self._buffered >= self.flush_rows:
@@ -110,15 +115,25 @@ class ShardWriter:
         self._npy.write(rows.tobytes())
 
     def _flush(self) -> None:
-        if not self._buffer:
+        if not self._buffered:
             return
-        table = pa.concat_tables(self._buffer)
-        self._buffer, self._buffered = [], 0
+        table = pa.table({key: pa.array(values, type=self.column_types.get(key))
+                          for key, values in self._columns.items()})
+        if self.file_format == "parquet":
+            flat = np.concatenate(self._rows).reshape(-1)
+            offsets = np.arange(0, flat.size + 1, self.dim, dtype=np.int32)
+            table = table.append_column(EMBEDDING_COLUMN, pa.ListArray.from_arrays(offsets, pa.array(flat)))
+        self._columns, self._rows, self._buffered = {}, [], 0
         target = self.metadata if self.file_format == "npy" else self.embeddings
         if self._parquet is None:
             self._schema = table.schema
             self._parquet = pq.ParquetWriter(tmp_path(target), self._schema)
-        self._parquet.write_table(table.cast(self._schema))
+        try:
+            table = table.cast(self._schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as err:
+            raise ValueError(f"{target.name}: metadata column types changed between row blocks "
+                             f"({self._schema} -> {table.schema}): {err}") from None
+        self._parquet.write_table(table)
 
     def commit(self) -> None:
         """Check the row count, close, fsync and rename the temporary files into place (metadata first,
