@@ -127,7 +127,8 @@ def throughput(kind: str, run: Path, out: Path, repeats: int, limit: int | None)
 
 
 def peak_rss(kind: str, path: str, times: int, limit: int | None, run: Path, out: Path) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", kind, path, str(times), str(limit or 0), str(run), str(out)]
+    cmd = [sys.executable, __file__, "--eeg-batch", str(BATCH["eeg"]), "--child", kind, path, str(times),
+           str(limit or 0), str(run), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"child {kind} {path} x{times} failed:\n{proc.stderr[-3000:]}")
@@ -144,8 +145,11 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="keep runs / data here (default: a temp folder)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--eeg-items", type=int, default=None, help="EEG: first N items of every split (default all)")
+    parser.add_argument("--eeg-batch", type=int, default=BATCH["eeg"],
+                        help="EEG items per forward (keep <= --eeg-items so both RSS sizes run full batches)")
     parser.add_argument("--child", nargs=6, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    BATCH["eeg"] = args.eeg_batch
     if args.child:
         kind, path, times, limit, run, out = args.child
         child(kind, path, int(times), int(limit) or None, Path(run), Path(out))
