@@ -373,3 +373,10 @@ def test_other_data_from_config_file_and_overrides(digits_run: Path, tmp_path: P
         export_embeddings(digits_run, tmp_path / "b", config_file=tmp_path / "bad.yaml", progress=False)
     with pytest.raises(ValueError, match="data.options.load_sise: unknown"):
         export_embeddings(digits_run, tmp_path / "b", overrides=["data.options.load_sise=3"], progress=False)
+
+
+def test_cli_choices_match_the_library() -> None:
+    from multiview_app.eval.features import FEATURE_KINDS
+    from multiview_app.export import options
+
+    assert options.FEATURE_KINDS == FEATURE_KINDS

@@ -7,28 +7,18 @@ docs/architecture.md, "Export".
 """
 from __future__ import annotations
 
-from .export import (
-    ALL_SPLITS,
-    VIEW_MODES,
-    ExportError,
-    ShardedRows,
-    data_config,
-    export_embeddings,
-    export_model,
-    feature_rows,
-    load_embeddings,
-    plan_shards,
-)
+from typing import Any
 
-__all__ = [
-    "ALL_SPLITS",
-    "VIEW_MODES",
-    "ExportError",
-    "ShardedRows",
-    "data_config",
-    "export_embeddings",
-    "export_model",
-    "feature_rows",
-    "load_embeddings",
-    "plan_shards",
-]
+_LAZY = {"ALL_SPLITS", "VIEW_MODES", "ExportError", "ShardedRows", "data_config", "export_embeddings",
+         "export_model", "feature_rows", "load_embeddings", "plan_shards"}
+
+
+def __getattr__(name: str) -> Any:  # lazy: ``mvapp --help`` imports export.cli without torch / pyarrow
+    if name in _LAZY:
+        from . import export
+
+        return getattr(export, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..eval.features import FEATURE_KINDS
-from .export import ALL_SPLITS, DEFAULT_MAX_SHARD_MB, VIEW_MODES
-from .writer import FILE_FORMATS
+from .options import ALL_SPLITS, DEFAULT_MAX_SHARD_MB, FEATURE_KINDS, FILE_FORMATS, VIEW_MODES
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:

@@ -30,17 +30,16 @@ from torch.utils.data import Subset
 
 from ..config import Config, ConfigError, _deep_merge, apply_overrides, config_from_dict, read_yaml
 from ..eval.features import FEATURE_KINDS, FeatureBatch, FeatureKind, combine_views, iter_feature_batches
-from ..train.run_io import atomic_write_json, load_run, resolve_weights
+from ..fileio import atomic_write_json
+from ..train.run_io import load_run, resolve_weights
+from .options import ALL_SPLITS, DEFAULT_MAX_SHARD_MB, VIEW_MODES
 from .writer import EMBEDDING_COLUMN, FILE_FORMATS, TMP_SUFFIX, FileFormat, ShardWriter, merge_parquet, shard_file
 
 EXPORT_FORMAT = "multiview_app.export/1"
 MANIFEST = "manifest.json"
 PLAN = ".export-plan.json"
 METADATA = "metadata.parquet"
-ALL_SPLITS = "all"
 Views = Literal["per-view", "mean", "concat"]
-VIEW_MODES: tuple[str, ...] = ("per-view", "mean", "concat")
-DEFAULT_MAX_SHARD_MB = 1024.0
 #: Metadata columns the export itself writes, with their types (adapter columns with the same name
 #: get a ``meta_`` prefix; their types are inferred).
 OWN_COLUMN_TYPES: dict[str, pa.DataType] = {

@@ -25,8 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .options import FILE_FORMATS
+
 FileFormat = Literal["npy", "parquet"]
-FILE_FORMATS: tuple[str, ...] = ("npy", "parquet")
 TMP_SUFFIX = ".tmp"
 EMBEDDING_COLUMN = "embedding"
 DTYPE = np.dtype("<f4")
