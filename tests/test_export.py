@@ -237,7 +237,7 @@ def test_data_of_another_modality_is_refused(digits_run: Path, eeg_setup: dict, 
     err = _cli_error(capsys, ["export", "--run", str(digits_run), "--out", str(tmp_path / "out"),
                               "data.adapter=eeg_windows", f"data.options.cache={eeg_setup['cache']}",
                               "views.policy=channels"])
-    assert "'eeg_windows' gives 'eeg' items" in err and "encoders for image only" in err
+    assert "'eeg_windows' gives 'eeg' views" in err and "encoders for image only" in err
 
 
 # ----------------------------------------------------------------------------- EEG + downstream script

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from torch.utils.data import Subset
+from torch.utils.data import Subset, default_collate
 
 from ..config import Config, ConfigError, _deep_merge, apply_overrides, config_from_dict, read_yaml
 from ..eval.features import FEATURE_KINDS, FeatureBatch, FeatureKind, combine_views, iter_feature_batches
@@ -179,12 +179,14 @@ def _check_out(run_dir: Path, out_dir: Path) -> None:
         raise ExportError(f"--out {out_dir}: inside the run's folder {run_dir} / its checkpoints; choose another folder")
 
 
-def check_modality(model: torch.nn.Module, adapter: Any, adapter_name: str, whose: str = "") -> None:
-    """The model must have an encoder for the adapter's modality (ExportError naming both otherwise)."""
+def check_modality(model: torch.nn.Module, policy: Any, dataset: Any, adapter_name: str, whose: str = "") -> None:
+    """The model must have an encoder for every modality of the eval views of one item (an
+    ExportError naming them otherwise); multimodal adapters (e.g. image_text) pass when it has all."""
     encoders = list(getattr(model, "encoders", {}))
-    modality = getattr(adapter, "modality", "")
-    if modality and encoders and modality not in encoders:
-        raise ExportError(f"data adapter '{adapter_name}' gives '{modality}' items but the model{whose} has "
+    views = policy.eval_views(default_collate([dataset[0]]))
+    missing = sorted(set(views.modalities) - set(encoders))
+    if encoders and missing:
+        raise ExportError(f"data adapter '{adapter_name}' gives '{', '.join(missing)}' views but the model{whose} has "
                           f"encoders for {', '.join(encoders)} only")
 
 
@@ -307,7 +309,7 @@ def export_model(
     features: FeatureKind = "encoder", views: Views = "per-view", normalize: bool = False,
     file_format: FileFormat = "npy", batch_size: int = 256, num_workers: int = 0, device: str | None = None,
     max_shard_mb: float = DEFAULT_MAX_SHARD_MB, overwrite: bool = False, progress: bool = True,
-    provenance: dict[str, Any] | None = None, adapter_name: str | None = None,
+    provenance: dict[str, Any] | None = None, adapter_name: str | None = None, whose: str = "",
 ) -> dict[str, Any]:
     """Stream the embeddings of ``split`` (a split of ``adapter`` or ``all``) into ``out_dir``.
 
@@ -325,7 +327,6 @@ def export_model(
         raise ExportError(f"--format: expected one of {', '.join(FILE_FORMATS)}, got {file_format!r}")
     out_dir = Path(out_dir)
     adapter_name = adapter_name or type(adapter).__name__
-    check_modality(model, adapter, adapter_name)
     sizes = _split_sizes(adapter, split, adapter_name)
     procs = Processes()
     device = device or str(procs.device)
@@ -333,6 +334,7 @@ def export_model(
     first_split = next(name for name, size in sizes.items() if size > 0) if any(sizes.values()) else None
     if first_split is None:
         raise ExportError(f"--split {split}: no items in {', '.join(sizes)}")
+    check_modality(model, policy, adapter.split(first_split), adapter_name, whose)
     with closing(iter_feature_batches(model, Subset(adapter.split(first_split), [0]), policy, 1, device, features)) as it:
         probe = next(it)  # one item: eval views, widths, view names
     k, f = probe.features.shape[1:]
@@ -465,7 +467,6 @@ def export_embeddings(
     weight_file = resolve_weights(run_dir, weights)
     cfg = data_config(run_cfg, config_file, overrides)
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
-    check_modality(model, adapter, cfg.data.adapter, f" of run {run_dir}")
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
     provenance = {
         "run": str(run_dir.resolve()),
@@ -483,7 +484,7 @@ def export_embeddings(
         model, adapter, policy, out_dir, split=split, features=features, views=views, normalize=normalize,
         file_format=file_format, batch_size=batch_size or cfg.eval.batch_size, num_workers=num_workers,
         device=device, max_shard_mb=max_shard_mb, overwrite=overwrite, progress=progress,
-        provenance=provenance, adapter_name=cfg.data.adapter,
+        provenance=provenance, adapter_name=cfg.data.adapter, whose=f" of run {run_dir}",
     )
 
 
