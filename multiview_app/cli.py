@@ -26,6 +26,7 @@ GROUP_MODULES: list[str] = [
     "multiview_app.eval.cli",
     "multiview_app.config_cli",
     "multiview_app.data.cli",
+    "multiview_app.export.cli",
 ]
 
 

@@ -1,16 +1,25 @@
-"""Frozen-encoder feature extraction shared by every evaluator."""
+"""Frozen-encoder feature extraction shared by every evaluator and by ``mvapp export``.
+
+:func:`iter_feature_batches` streams one :class:`FeatureBatch` per loader batch (bounded memory);
+:func:`extract_features` concatenates them for a whole split (what the evaluators use).
+"""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, default_collate
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from ..data.batch import to_device
 
 Combine = Literal["mean", "concat", "first"]
+#: What a feature batch holds: ``encoder`` features ``(n, k, f)`` or the ``projector`` space
+#: ``(n, k, d)`` the loss head sees (L2-normalized, without the predictor).
+FeatureKind = Literal["encoder", "projector"]
+FEATURE_KINDS: tuple[str, ...] = ("encoder", "projector")
 
 
 @contextmanager
@@ -31,7 +40,59 @@ def torch_threads(count: int | None) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+@dataclass
+class FeatureBatch:
+    """Features of n items: ``features (n, k, f)`` float32, ``labels (n,)`` int64 (-1 when
+    unlabelled), ``meta`` (every other item column as a list of length n) and the k view names /
+    modalities of the eval views."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    meta: dict[str, list[Any]]
+    view_names: list[str]
+    modalities: list[str]
+
+
+def model_outputs(model: torch.nn.Module, batch: Any, kind: FeatureKind) -> torch.Tensor:
+    """``(n, k, f)`` encoder features or ``(n, k, d)`` normalized projector embeddings of a ViewBatch."""
+    if kind == "encoder":
+        return model.features(batch)
+    if kind == "projector":
+        return model.embed(batch, use_predictor=False)
+    raise ValueError(f"features: expected one of {', '.join(FEATURE_KINDS)}, got {kind!r}")
+
+
 @torch.no_grad()
+def iter_feature_batches(
+    model: torch.nn.Module, dataset: Dataset, policy: Any, batch_size: int = 256,
+    device: torch.device | str = "cpu", kind: FeatureKind = "encoder", num_workers: int = 0,
+    progress: bool = False, desc: str = "features",
+) -> Iterator[FeatureBatch]:
+    """Stream the items of ``dataset`` (in order) through ``policy.eval_views`` and the model (eval mode).
+
+    The model's train/eval mode is restored when the iterator finishes or is closed.
+    """
+    from tqdm.auto import tqdm
+
+    if kind not in FEATURE_KINDS:
+        raise ValueError(f"features: expected one of {', '.join(FEATURE_KINDS)}, got {kind!r}")
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=default_collate,
+                        num_workers=num_workers)
+    was_training = model.training
+    model.eval().to(device)
+    try:
+        for raw in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):
+            batch = policy.eval_views(to_device(raw, torch.device(device)))
+            n = batch.n
+            labels = batch.labels.cpu().numpy() if batch.labels is not None else np.full(n, -1, dtype=np.int64)
+            meta = {key: column.tolist() if isinstance(column, torch.Tensor) else list(column)
+                    for key, column in batch.meta.items()}
+            yield FeatureBatch(model_outputs(model, batch, kind).float().cpu().numpy(), labels.astype(np.int64),
+                               meta, list(batch.view_names), list(batch.modalities))
+    finally:
+        model.train(was_training)
+
+
 def extract_features(
     model: torch.nn.Module, adapter: Any, policy: Any, split: str, batch_size: int = 256,
     device: torch.device | str = "cpu", progress: bool = True, dataset: Any = None,
@@ -42,28 +103,16 @@ def extract_features(
     Returns ``features (N, k, f)`` float32 (k = number of eval views), ``labels (N,)`` int64
     (-1 when unlabelled) and ``meta``: every other item column as a list of length N.
     """
-    from tqdm.auto import tqdm
-
-    dataset = adapter.split(split) if dataset is None else dataset
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=default_collate)
-    was_training = model.training
-    model.eval().to(device)
     feats: list[np.ndarray] = []
     labels: list[np.ndarray] = []
     meta: dict[str, list[Any]] = {}
-    try:
-        for raw in tqdm(loader, desc=f"features {split}", unit="batch", disable=not progress, leave=False):
-            batch = policy.eval_views(to_device(raw, torch.device(device)))
-            feats.append(model.features(batch).float().cpu().numpy())
-            n = batch.n
-            labels.append(
-                batch.labels.cpu().numpy() if batch.labels is not None else np.full(n, -1, dtype=np.int64)
-            )
-            for key, column in batch.meta.items():
-                values = column.tolist() if isinstance(column, torch.Tensor) else list(column)
-                meta.setdefault(key, []).extend(values)
-    finally:
-        model.train(was_training)
+    dataset = adapter.split(split) if dataset is None else dataset
+    for part in iter_feature_batches(model, dataset, policy, batch_size, device,
+                                     progress=progress, desc=f"features {split}"):
+        feats.append(part.features)
+        labels.append(part.labels)
+        for key, values in part.meta.items():
+            meta.setdefault(key, []).extend(values)
     if not feats:
         raise ValueError(f"split '{split}' of {type(adapter).__name__} is empty; nothing to evaluate")
     return np.concatenate(feats).astype(np.float32), np.concatenate(labels).astype(np.int64), meta

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,31 +65,57 @@ def load_run_config(run_dir: str | Path) -> Config:
     return config_from_dict(read_yaml(path), check=False)
 
 
-def load_run(
-    run_dir: str | Path, weights: Literal["final", "init"] = "final"
-) -> tuple[Config, torch.nn.Module]:
-    """Config and rebuilt model of a run with its ``final`` (model.safetensors) or ``init``
-    (init.safetensors, random-init reference) weights, in eval mode on the CPU."""
+CHECKPOINT_MODEL_FILE = "model.safetensors"
+CHECKPOINT_PREFIX = "model."  # checkpoints hold the trainer's wrapper module (its ``model`` attribute)
+
+
+def resolve_weights(run_dir: str | Path, weights: str = "final") -> Path:
+    """The weight file of ``weights``: ``final`` (model.safetensors), ``init`` (init.safetensors) or
+    ``step_N`` (the model in ``checkpoints/step_<N, 8 digits>/``). Raises a ValueError for another name
+    and FileNotFoundError (listing what exists) when the file is missing."""
     run_dir = Path(run_dir)
-    if weights not in WEIGHT_FILES:
-        raise ValueError(f"weights: expected one of {', '.join(WEIGHT_FILES)}, got {weights!r}")
+    if weights in WEIGHT_FILES:
+        path = run_dir / WEIGHT_FILES[weights]
+        hint = f" (training not finished? resume it with mvapp train --resume {run_dir})" if weights == "final" else ""
+    else:
+        match = re.fullmatch(r"step_(\d+)", weights)
+        if match is None:
+            raise ValueError(f"weights: expected final, init or step_N (a checkpoint step), got {weights!r}")
+        path = run_dir / "checkpoints" / f"step_{int(match.group(1)):08d}" / CHECKPOINT_MODEL_FILE
+        found = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*") if (p / CHECKPOINT_MODEL_FILE).is_file())
+        hint = f" (checkpoints with weights: {', '.join(found) or 'none'})"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing{hint}")
+    return path
+
+
+def load_run(
+    run_dir: str | Path, weights: Literal["final", "init"] | str = "final"
+) -> tuple[Config, torch.nn.Module]:
+    """Config and rebuilt model of a run with its ``final`` (model.safetensors), ``init``
+    (init.safetensors, random-init reference) or ``step_N`` (checkpoint) weights, in eval mode on the CPU."""
+    run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
+    weight_path = resolve_weights(run_dir, weights)
     spec_path = run_dir / "model.json"
     spec = json.loads(spec_path.read_text()) if spec_path.is_file() else model_spec(cfg)
-    weight_path = run_dir / WEIGHT_FILES[weights]
-    if not weight_path.is_file():
-        hint = f" (training not finished? resume it with mvapp train --resume {run_dir})" if weights == "final" else ""
-        raise FileNotFoundError(f"{weight_path}: missing{hint}")
     model = build_model_from_spec(spec)
     try:
         state = load_file(str(weight_path))
     except Exception as err:  # safetensors raises its own error types for truncated / foreign files
         raise ValueError(f"{weight_path}: unreadable weights file ({err}); rerun or resume the training") from None
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
+    if weight_path.parent.name.startswith("step_"):
+        state = {k.removeprefix(CHECKPOINT_PREFIX): v for k, v in state.items()}
+    expected = model.state_dict()
+    wrong_shape = [f"{k} {tuple(v.shape)} vs {tuple(expected[k].shape)}" for k, v in state.items()
+                   if k in expected and v.shape != expected[k].shape]
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing or unexpected or wrong_shape:
         raise ValueError(
             f"{weight_path}: weights do not match the model in {spec_path.name}: "
-            f"missing {list(missing)[:5]}, unexpected {list(unexpected)[:5]}"
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}, shape (file vs model) {wrong_shape[:3]}"
         )
+    model.load_state_dict(state, strict=True)
     model.eval()
     return cfg, model

@@ -11,12 +11,13 @@ from torch.utils.data import Dataset
 
 from ..adapters import ADAPTERS, AdapterOptions, DataAdapter
 from .cache import load_manifest
-from .stages import STAGES
+from .stages import EPOCH_SECONDS, STAGES
 
 
 class WindowDataset(Dataset):
     """Windows of some recordings of a cache. Item: ``{"x": (c, T) float32, "label", "index",
-    "subject", "recording", "window"}`` where ``window`` is the epoch index in its night.
+    "subject", "recording", "window", "onset"}`` where ``window`` is the epoch index in its night and
+    ``onset`` its start in seconds from the recording start.
 
     Memory maps are opened lazily per process (DataLoader workers each open their own).
     """
@@ -55,7 +56,8 @@ class WindowDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         record = self.recordings[int(self.recording_of[index])]
         return {"x": torch.from_numpy(self.window(index)), "label": int(self.labels[index]), "index": int(index),
-                "subject": record["subject"], "recording": record["recording"], "window": int(self.epochs[index])}
+                "subject": record["subject"], "recording": record["recording"], "window": int(self.epochs[index]),
+                "onset": float(self.epochs[index] * EPOCH_SECONDS)}
 
     def __getstate__(self) -> dict[str, Any]:  # workers re-open their own memory maps
         return {**self.__dict__, "_maps": {}}
