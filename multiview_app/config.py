@@ -1,6 +1,6 @@
 """Typed run configuration (pydantic v2, unknown keys rejected), YAML loading, dotted overrides.
 
-A config file has the sections ``data, views, model, loss, optim, train, eval, output``; a file may
+A config file has the sections ``data, views, model, loss, optim, train, eval, tune, output``; a file may
 start with ``extends: other.yaml`` (path relative to the file) and is deep-merged over it. Command
 line overrides are ``dotted.key=value`` with YAML-parsed values (``loss.epsilon=0.1``).
 Every validation problem is reported as ``ConfigError`` whose message names the dotted key, the
@@ -127,6 +127,71 @@ class EvalConfig(_Strict):
     max_train_items: int | None = Field(None, ge=1)
 
 
+class Distribution(_Strict):
+    """One search dimension of ``tune.space``: ``float`` (``low``, ``high``, ``log``, ``step``),
+    ``int`` (``low``, ``high``, ``log``, ``step``) or ``categorical`` (``choices``)."""
+
+    type: Literal["float", "int", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = Field(None, gt=0.0)
+    choices: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Distribution":
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError("a categorical distribution needs a non-empty 'choices' list")
+            if self.low is not None or self.high is not None:
+                raise ValueError("a categorical distribution takes 'choices', not low/high")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError(f"a {self.type} distribution needs 'low' and 'high'")
+        if self.choices is not None:
+            raise ValueError(f"a {self.type} distribution takes low/high, not 'choices'")
+        if not self.low < self.high:
+            raise ValueError(f"expected low < high, got low={self.low}, high={self.high}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log distribution needs low > 0, got low={self.low}")
+        if self.log and self.step is not None:
+            raise ValueError("'log' and 'step' cannot be combined")
+        if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ValueError(f"an int distribution needs integer bounds, got {self.low}, {self.high}")
+        return self
+
+
+class TuneConfig(_Strict):
+    """Hyperparameter search (``mvapp tune``, ``multiview_app/tune``).
+
+    ``space``: dotted config keys -> :class:`Distribution` (empty: the loss's default space, see
+    ``tune.space.DEFAULT_SPACES``). ``metric``: an objective name of ``tune.objective.METRICS``
+    computed on the ``val`` split (a list: multi-objective, NSGA-II, no pruning); ``None`` picks the
+    adapter's default. ``direction``: per metric (``None``: the metric's own).
+    """
+
+    space: dict[str, Distribution] = Field(default_factory=dict)
+    metric: str | list[str] | None = None
+    direction: Literal["maximize", "minimize"] | list[Literal["maximize", "minimize"]] | None = None
+    report_every: int = Field(20, ge=0, description="intermediate val metric every N steps (0: only at the end)")
+    pruner: Literal["median", "hyperband", "none"] = "median"
+    pruner_options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the Optuna pruner")
+    sampler: Literal["tpe", "random", "nsga2"] | None = Field(None, description="None: tpe, nsga2 when multi-objective")
+    sampler_seed: int = 0
+    max_train_items: int | None = Field(2000, ge=1, description="probe training items of the val metric (seeded subsample)")
+    shots: int = Field(100, ge=1, description="windows per class of the sleep-staging val metric")
+    max_retries: int = Field(2, ge=0, description="reruns of a trial whose worker was killed")
+    heartbeat_interval: int = Field(20, ge=1, description="seconds between heartbeats (RDB storages)")
+    grace_period: int = Field(60, ge=2, description="seconds without heartbeat before a trial counts as dead (RDB)")
+
+    @property
+    def metrics(self) -> list[str]:
+        """The objective names as a list (empty: adapter default, resolved by ``tune.objective``)."""
+        if self.metric is None:
+            return []
+        return [self.metric] if isinstance(self.metric, str) else list(self.metric)
+
+
 class OutputConfig(_Strict):
     """Run folder ``<runs_dir>/<name>``; ``name`` defaults to the config file's stem and is one path
     component (no ``/``, not ``.`` or ``..``)."""
@@ -157,6 +222,7 @@ class Config(_Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     train: TrainConfig = Field(default_factory=lambda: TrainConfig(max_steps=100))
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    tune: TuneConfig = Field(default_factory=TuneConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
 
     @property

@@ -163,3 +163,24 @@ def test_image_folder_lazy_decode_error_names_the_file(tmp_path):
     Path(train.sources[1]).write_bytes(b"broken later")
     with pytest.raises(ValueError, match=r"image '.*\.png' passed the scan but cannot be decoded"):
         train[1]
+
+
+def test_digits_val_split_is_held_out_part_of_train_and_reproducible():
+    plain = build_adapter("digits", {"load_size": 8})
+    with_val = build_adapter("digits", {"load_size": 8, "val_fraction": 0.25})
+    again = build_adapter("digits", {"load_size": 8, "val_fraction": 0.25})
+    assert plain.splits == ("train", "test") and with_val.splits == ("train", "val", "test")
+    sources = {s: set(with_val.split(s).sources) for s in with_val.splits}
+    assert sources["train"].isdisjoint(sources["val"]) and sources["val"].isdisjoint(sources["test"])
+    assert sources["train"] | sources["val"] == set(plain.split("train").sources)  # val comes out of train only
+    assert sources["test"] == set(plain.split("test").sources)  # the test split is untouched
+    assert with_val.split("val").sources == again.split("val").sources
+    val_labels = with_val.split("val").labels.numpy()
+    train_counts = np.bincount(plain.split("train").labels.numpy())
+    assert np.bincount(val_labels).tolist() == [int(round(0.25 * c)) for c in train_counts]
+    assert set(np.unique(val_labels).tolist()) == set(range(10))  # stratified: every class
+
+
+def test_val_fraction_too_small_is_an_error():
+    with pytest.raises(ValueError, match="val_fraction=0.001"):
+        build_adapter("digits", {"load_size": 8, "val_fraction": 0.001})

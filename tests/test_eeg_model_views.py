@@ -161,3 +161,23 @@ def test_unknown_row_is_trained_with_unknown_rate():
     torch.testing.assert_close(encoder(x, "F3-M2"), encoder(x, "F3-M2"))
     with pytest.raises(ValueError, match="unknown_rate: expected a probability"):
         _tiny_encoder(unknown_rate=1.5)
+
+
+def test_adapter_val_split_is_subject_wise_and_reproducible(tmp_path):
+    cache = _fake_cache(tmp_path / "cache", subjects=8)
+    options = {"cache": str(cache), "test_fraction": 0.25, "val_fraction": 0.25, "split_seed": 3}
+    adapter = build_adapter("eeg_windows", options)
+    assert adapter.splits == ("train", "val", "test")
+    subjects = adapter.split_subjects
+    assert len(subjects["val"]) == 2 and len(subjects["test"]) == 2 and len(subjects["train"]) == 4
+    assert set(subjects["val"]).isdisjoint(subjects["test"]) and set(subjects["val"]).isdisjoint(subjects["train"])
+    assert set(adapter.split("val").subjects) == set(subjects["val"])  # items only from val subjects
+    no_val = build_adapter("eeg_windows", {**options, "val_fraction": 0.0})
+    assert no_val.split_subjects["test"] == subjects["test"]  # adding val never moves test subjects
+    assert build_adapter("eeg_windows", options).split_subjects == subjects
+    explicit = build_adapter("eeg_windows", {"cache": str(cache), "test_subjects": ["S7"], "val_subjects": ["S0", "S1"]})
+    assert explicit.split_subjects == {"train": ["S2", "S3", "S4", "S5", "S6"], "test": ["S7"], "val": ["S0", "S1"]}
+    with pytest.raises(ValueError, match="both in val_subjects and test_subjects"):
+        build_adapter("eeg_windows", {"cache": str(cache), "test_subjects": ["S7"], "val_subjects": ["S7"]})
+    with pytest.raises(ValueError, match=r"data.options.val_subjects: \['S9'\] not in the cache"):
+        build_adapter("eeg_windows", {"cache": str(cache), "val_subjects": ["S9"]})

@@ -69,7 +69,8 @@ class EEGWindowsAdapter(DataAdapter):
 
     Options: ``cache`` folder; ``channels`` subset (default: all cached, in cache order);
     ``test_subjects`` (explicit) or ``test_fraction`` of subjects drawn with ``split_seed``
-    (0 -> only a ``train`` split).
+    (0 -> only a ``train`` split); likewise ``val_subjects`` or ``val_fraction`` (of all subjects,
+    drawn from the non-test ones with ``split_seed``) -> a ``val`` split whose subjects no longer train.
     """
 
     modality = "eeg"
@@ -79,12 +80,19 @@ class EEGWindowsAdapter(DataAdapter):
         channels: list[str] | None = None
         test_fraction: float = Field(0.25, ge=0.0, lt=1.0)
         test_subjects: list[str] | None = None
+        val_fraction: float = Field(0.0, ge=0.0, lt=1.0)
+        val_subjects: list[str] | None = None
         split_seed: int = 0
 
         @model_validator(mode="after")
         def _one_split_rule(self) -> "EEGWindowsAdapter.Options":
             if self.test_subjects is not None and len(self.test_subjects) == 0:
                 raise ValueError("test_subjects is empty; omit it to use test_fraction")
+            if self.val_subjects is not None and len(self.val_subjects) == 0:
+                raise ValueError("val_subjects is empty; omit it to use val_fraction")
+            overlap = set(self.test_subjects or ()) & set(self.val_subjects or ())
+            if overlap:
+                raise ValueError(f"subjects both in val_subjects and test_subjects: {sorted(overlap)}")
             return self
 
     def __init__(self, options: Options) -> None:
@@ -119,12 +127,34 @@ class EEGWindowsAdapter(DataAdapter):
             test = {subjects[i] for i in order[:n_test]}
         else:
             test = set()
-        self.split_subjects = {"train": sorted(set(subjects) - test), "test": sorted(test)}
+        val = self._val_subjects(options, subjects, test)
+        self.split_subjects = {"train": sorted(set(subjects) - test - val), "test": sorted(test)}
+        if val:
+            self.split_subjects["val"] = sorted(val)
         if not self.split_subjects["train"]:
-            raise ValueError("data.options.test_subjects: every subject is a test subject; none left to train on")
-        self.splits = ("train", "test") if test else ("train",)
+            raise ValueError("data.options.test_subjects / val_subjects: every subject is held out; none left to train on")
+        self.splits = ("train",) + (("val",) if val else ()) + (("test",) if test else ())
         self._recordings = {name: [r for r in recordings if r["subject"] in set(self.split_subjects[name])]
                             for name in self.splits}
+
+    @staticmethod
+    def _val_subjects(options: "EEGWindowsAdapter.Options", subjects: list[str], test: set[str]) -> set[str]:
+        """Validation subjects: explicit ``val_subjects`` or ``round(val_fraction * all)`` of the
+        non-test subjects (at least 1, at most all but one), drawn with ``split_seed + 1``."""
+        if options.val_subjects is not None:
+            unknown = [s for s in options.val_subjects if s not in subjects]
+            if unknown:
+                raise ValueError(f"data.options.val_subjects: {unknown} not in the cache; subjects: {', '.join(subjects)}")
+            return set(options.val_subjects)
+        if options.val_fraction <= 0:
+            return set()
+        pool = [s for s in subjects if s not in test]
+        if len(pool) < 2:
+            raise ValueError(f"data.options.val_fraction: a subject-wise val split needs >= 2 non-test subjects, "
+                             f"have {len(pool)}; set val_fraction: 0")
+        order = np.random.default_rng(options.split_seed + 1).permutation(len(pool))
+        n_val = min(len(pool) - 1, max(1, int(round(options.val_fraction * len(subjects)))))
+        return {pool[i] for i in order[:n_val]}
 
     def _build_split(self, name: str) -> WindowDataset:
         return WindowDataset(self.cache_dir, self._recordings[name], self.channel_index)

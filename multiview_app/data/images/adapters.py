@@ -7,6 +7,8 @@ the item's position in its split and ``source`` identifies the original image (f
 
 Splits are ``("train", "test")``. When the source has no test split, a fixed stratified split is
 drawn with :func:`stratified_split` (seed 0, ``test_fraction`` of every class, default 0.2).
+``val_fraction > 0`` adds a ``val`` split: a fixed stratified part of train (seed 1, that share of
+every class of train), which then no longer trains; hyperparameter search scores on it.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ from tqdm.auto import tqdm
 from ..adapters import ADAPTERS, AdapterOptions, DataAdapter
 
 IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+#: Seed of the stratified train/val split (the train/test split uses seed 0).
+VAL_SEED: int = 1
 #: How many skipped paths a warning / error lists.
 SHOW_FIRST: int = 5
 
@@ -189,6 +193,9 @@ class ImageOptions(AdapterOptions):
     test_fraction: float = Field(
         0.2, gt=0.0, lt=1.0, description="per-class test share of the fixed stratified split (seed 0)"
     )
+    val_fraction: float = Field(
+        0.0, ge=0.0, lt=1.0, description="per-class share of train held out as the 'val' split (seed 1; 0: none)"
+    )
 
 
 class SplitImageAdapter(DataAdapter):
@@ -202,6 +209,15 @@ class SplitImageAdapter(DataAdapter):
 
     def _set_splits(self, train: ImageDataset, test: ImageDataset) -> None:
         self._split_cache = {"train": train, "test": test}
+        if self.options.val_fraction > 0:
+            fit_idx, val_idx = stratified_split(train.labels.numpy(), self.options.val_fraction, seed=VAL_SEED)
+            if len(val_idx) == 0 or len(fit_idx) == 0:
+                raise ValueError(
+                    f"data.options.val_fraction={self.options.val_fraction}: leaves {len(fit_idx)} train and "
+                    f"{len(val_idx)} val items of {len(train)}; choose a share that keeps both non-empty"
+                )
+            self._split_cache = {"train": subset(train, fit_idx), "val": subset(train, val_idx), "test": test}
+            self.splits = ("train", "val", "test")
 
     def _split_fixed(self, full: ImageDataset) -> None:
         train_idx, test_idx = stratified_split(full.labels.numpy(), self.options.test_fraction, seed=0)
