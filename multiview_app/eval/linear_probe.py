@@ -23,12 +23,44 @@ def _labelled(x: np.ndarray, y: np.ndarray, split: str, skipped: dict[str, int])
     return x[keep], y[keep]
 
 
+def probe_model(
+    model: Any, adapter: Any, policy: Any, *, eval_split: str = "test", batch_size: int = 256, knn_k: int = 20,
+    C: float = 1.0, combine: Combine = "mean", max_train_items: int | None = None, device: str = "cpu",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Linear probe + kNN of one model: fit on ``train`` features, score on ``eval_split``.
+
+    Returns ``{"scores": {"logreg_acc", "knn_acc"}, "items", "skipped_unlabelled", "feature_dim"}``.
+    """
+    if eval_split not in adapter.splits:
+        raise ValueError(f"data adapter {type(adapter).__name__} has no '{eval_split}' split "
+                         f"(splits: {', '.join(adapter.splits)})")
+    skipped: dict[str, int] = {}
+    split_xy = {}
+    for split in ("train", eval_split):
+        feats, labels, _ = extract_features(model, adapter, policy, split, batch_size, device, progress)
+        split_xy[split] = _labelled(combine_views(feats, combine), labels, split, skipped)
+    x_train, y_train = split_xy["train"]
+    if max_train_items and len(x_train) > max_train_items:
+        pick = np.random.default_rng(0).choice(len(x_train), max_train_items, replace=False)
+        x_train, y_train = x_train[pick], y_train[pick]
+    x_eval, y_eval = split_xy[eval_split]
+    return {
+        "scores": probe_accuracies(x_train, y_train, x_eval, y_eval, knn_k=knn_k, C=C),
+        "items": {"train": len(x_train), eval_split: len(x_eval)},
+        "skipped_unlabelled": skipped,
+        "feature_dim": int(x_train.shape[1]),
+    }
+
+
 def run_linear_probe(
     run_dir: str | Path, *, batch_size: int | None = None, knn_k: int | None = None, C: float = 1.0,
     combine: Combine | None = None, max_train_items: int | None = None, device: str = "cpu", progress: bool = True,
+    split: str = "test",
 ) -> dict[str, Any]:
-    """Evaluate ``run_dir`` (trained and random-init encoder); write ``eval/linear_probe.json``.
-    Unset arguments come from the run's ``eval`` config section."""
+    """Evaluate ``run_dir`` (trained and random-init encoder) on ``split`` (``test``; ``val`` for
+    hyperparameter search); write ``eval/linear_probe.json`` (``eval/linear_probe_<split>.json``
+    for another split). Unset arguments come from the run's ``eval`` config section."""
     from ..data.adapters import build_adapter
     from ..data.views import build_view_policy
 
@@ -45,43 +77,37 @@ def run_linear_probe(
     if not C > 0:
         raise ValueError(f"linear probe: C must be > 0, got {C!r}")
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
-    if "test" not in adapter.splits:
-        raise ValueError(f"data adapter '{cfg.data.adapter}' has no 'test' split (splits: {', '.join(adapter.splits)})")
+    if split not in adapter.splits:
+        raise ValueError(f"data adapter '{cfg.data.adapter}' has no '{split}' split (splits: {', '.join(adapter.splits)})")
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
 
     results: dict[str, dict[str, float]] = {}
-    skipped: dict[str, int] = {}
-    sizes: dict[str, int] = {}
-    feature_dim = 0
+    probed: dict[str, Any] = {}
     for label, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
-        split_xy = {}
-        for split in ("train", "test"):
-            feats, labels, _ = extract_features(model, adapter, policy, split, batch_size, device, progress)
-            split_xy[split] = _labelled(combine_views(feats, combine), labels, split, skipped)
-        x_train, y_train = split_xy["train"]
-        if max_train_items and len(x_train) > max_train_items:
-            pick = np.random.default_rng(0).choice(len(x_train), max_train_items, replace=False)
-            x_train, y_train = x_train[pick], y_train[pick]
-        x_test, y_test = split_xy["test"]
-        sizes = {"train": len(x_train), "test": len(x_test)}
-        feature_dim = x_train.shape[1]
-        results[label] = probe_accuracies(x_train, y_train, x_test, y_test, knn_k=knn_k, C=C)
+        probed = probe_model(
+            model, adapter, policy, eval_split=split, batch_size=batch_size, knn_k=knn_k, C=C, combine=combine,
+            max_train_items=max_train_items, device=device, progress=progress,
+        )
+        results[label] = probed["scores"]
     result = {
         "evaluator": "linear-probe",
         "run": str(run_dir),
         "loss": cfg.loss.name,
         "encoders": cfg.model.encoders,
-        "items": sizes,
-        "skipped_unlabelled": skipped,
-        "feature_dim": int(feature_dim),
+        "split": split,
+        "items": probed["items"],
+        "skipped_unlabelled": probed["skipped_unlabelled"],
+        "feature_dim": probed["feature_dim"],
         "combine": combine,
         "knn_k": knn_k,
         "C": C,
         "results": results,
         "gain": {m: results["trained"][m] - results["random_init"][m] for m in results["trained"]},
     }
-    atomic_write_json(run_dir / "eval" / "linear_probe.json", result)
+    path = run_dir / "eval" / ("linear_probe.json" if split == "test" else f"linear_probe_{split}.json")
+    result["output"] = str(path)
+    atomic_write_json(path, result)
     return result
 
 
@@ -107,11 +133,12 @@ class LinearProbe:
         parser.add_argument("--combine", choices=["mean", "concat", "first"], default=None, help="how eval views are combined")
         parser.add_argument("--max-train-items", type=positive_int, default=None, help="subsample the train split (seed 0)")
         parser.add_argument("--device", default="cpu", help="torch device for feature extraction")
+        parser.add_argument("--split", default="test", help="split scored (test; val: the held-out part of train)")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
         result = run_linear_probe(
             run_dir, batch_size=args.batch_size, knn_k=args.knn_k, C=args.C, combine=args.combine,
-            max_train_items=args.max_train_items, device=args.device,
+            max_train_items=args.max_train_items, device=args.device, split=args.split,
         )
         print(format_table(result))
         return result
