@@ -27,6 +27,7 @@ GROUP_MODULES: list[str] = [
     "multiview_app.config_cli",
     "multiview_app.data.cli",
     "multiview_app.export.cli",
+    "multiview_app.tune.cli",
 ]
 
 

@@ -39,7 +39,8 @@ def _imported_modules(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("lower, upper", [("train", "eval"), ("data", "train"), ("data", "eval"), ("models", "train"), ("losses", "train")])
+@pytest.mark.parametrize("lower, upper", [("train", "eval"), ("data", "train"), ("data", "eval"), ("models", "train"), ("losses", "train"),
+     ("train", "tune"), ("eval", "tune"), ("data", "tune"), ("models", "tune")])
 def test_dependencies_point_down(lower: str, upper: str) -> None:
     offenders = [
         str(path.relative_to(PACKAGE))

@@ -70,7 +70,7 @@ class FunctionCallback(TrainCallback):
 #: Callback factories ``factory(cfg) -> TrainCallback`` by name; upper layers register here
 #: (the listed modules are imported on first lookup, so ``train/`` never imports them statically).
 TRAIN_CALLBACKS: Registry[Callable[["Config"], TrainCallback]] = Registry(
-    "training callback", modules=("multiview_app.eval.callbacks",)
+    "training callback", modules=("multiview_app.eval.callbacks", "multiview_app.tune.objective")
 )
 
 

@@ -1,0 +1,199 @@
+"""Objective of a trial: validation metrics computed inside the training run (``tune-report`` callback).
+
+Metrics (``tune.metric``) and their direction:
+
+- ``linear_probe.logreg_acc`` / ``linear_probe.knn_acc`` (maximize): linear probe / kNN fitted on
+  ``train`` features, scored on the adapter's ``val`` split (``eval.linear_probe.probe_model``);
+  default for image adapters.
+- ``sleep_staging.<accuracy|balanced_accuracy|macro_f1|kappa>`` (maximize): few-shot sleep staging
+  (``tune.shots`` windows per class, seed 0) fitted on train subjects, scored on the validation
+  subjects (``eval.sleep_staging.few_shot_protocol``); ``balanced_accuracy`` is the EEG default.
+- ``train_time_s`` (minimize): wall time of the training loop (for multi-objective searches).
+
+The test split is never touched. The callback appends ``{"step", "value"}`` rows (first metric) to
+``<run>/tune_reports.jsonl`` every ``tune.report_every`` steps and writes ``<run>/tune_result.json``
+with every metric at the last step; the tune worker reads both (``tune.runner``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import Config, ConfigError
+from ..train.callbacks import TRAIN_CALLBACKS, StepEvent, TrainCallback
+from ..train.run_io import atomic_write_json
+
+REPORTS_FILE = "tune_reports.jsonl"
+RESULT_FILE = "tune_result.json"
+VAL_SPLIT = "val"
+#: Environment variable holding the tune worker's pid: trial processes stop when it is gone.
+WORKER_PID_ENV = "MVAPP_TUNE_WORKER_PID"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A tune objective: ``direction`` and ``compute(model, state) -> float`` (None: from the run's timing)."""
+
+    direction: str
+    compute: Callable[[Any, "MetricState"], float] | None
+
+
+class MetricState:
+    """Adapter and view policy built once per run for the val metrics."""
+
+    def __init__(self, cfg: Config) -> None:
+        from ..data.adapters import build_adapter
+        from ..data.views import build_view_policy
+
+        self.cfg = cfg
+        self.adapter = build_adapter(cfg.data.adapter, cfg.data.options)
+        if VAL_SPLIT not in self.adapter.splits:
+            raise ValueError(val_split_hint(cfg.data.adapter, self.adapter.splits))
+        self.policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, self.adapter)
+
+
+def val_split_hint(adapter: str, splits: tuple[str, ...]) -> str:
+    """The error text when a run to be tuned has no ``val`` split."""
+    extra = " (or val_subjects)" if adapter == "eeg_windows" else ""
+    return (f"data adapter '{adapter}' has no 'val' split (splits: {', '.join(splits)}); the tune objective is "
+            f"scored on validation data only: set data.options.val_fraction{extra}, e.g. data.options.val_fraction=0.2")
+
+
+def _device(model: Any) -> str:
+    return str(next(model.parameters()).device)
+
+
+def _linear_probe(score: str) -> Callable[[Any, MetricState], float]:
+    def compute(model: Any, state: MetricState) -> float:
+        from ..eval.linear_probe import probe_model
+
+        ecfg, tcfg = state.cfg.eval, state.cfg.tune
+        probed = probe_model(model, state.adapter, state.policy, eval_split=VAL_SPLIT, batch_size=ecfg.batch_size,
+                             knn_k=ecfg.knn_k, combine=ecfg.combine, max_train_items=tcfg.max_train_items,
+                             device=_device(model), progress=False)
+        return float(probed["scores"][score])
+
+    return compute
+
+
+def _sleep_staging(score: str) -> Callable[[Any, MetricState], float]:
+    def compute(model: Any, state: MetricState) -> float:
+        from ..data.eeg.views import ChannelViews
+        from ..eval.features import combine_views, extract_features
+        from ..eval.sleep_staging import few_shot_protocol
+
+        policy = ChannelViews(len(state.adapter.channel_names), ChannelViews.Options(), state.adapter)
+        features, labels = {}, {}
+        for part, split in (("train", "train"), ("test", VAL_SPLIT)):
+            feats, labels[part], _ = extract_features(model, state.adapter, policy, split, state.cfg.eval.batch_size,
+                                                      _device(model), progress=False)
+            features[part] = combine_views(feats, "concat")
+        results, _, _ = few_shot_protocol({"trained": features}, labels["train"], labels["test"],
+                                          (state.cfg.tune.shots,), seeds=1)
+        return float(results["trained"][str(state.cfg.tune.shots)][score]["mean"])
+
+    return compute
+
+
+METRICS: dict[str, Metric] = {
+    "linear_probe.logreg_acc": Metric("maximize", _linear_probe("logreg_acc")),
+    "linear_probe.knn_acc": Metric("maximize", _linear_probe("knn_acc")),
+    **{f"sleep_staging.{m}": Metric("maximize", _sleep_staging(m))
+       for m in ("accuracy", "balanced_accuracy", "macro_f1", "kappa")},
+    "train_time_s": Metric("minimize", None),
+}
+DEFAULT_METRIC = {"eeg_windows": "sleep_staging.balanced_accuracy"}
+FALLBACK_METRIC = "linear_probe.logreg_acc"
+
+
+def objective_metrics(cfg: Config) -> list[str]:
+    """``tune.metric`` as a checked list (default: the adapter's metric)."""
+    names = cfg.tune.metrics or [DEFAULT_METRIC.get(cfg.data.adapter, FALLBACK_METRIC)]
+    for name in names:
+        if name not in METRICS:
+            raise ConfigError(f"tune.metric: unknown metric {name!r}; available: {', '.join(METRICS)}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"tune.metric: a metric is listed twice: {names}")
+    if names[0] == "train_time_s":
+        raise ConfigError("tune.metric: the first metric must be a validation metric, not train_time_s")
+    return names
+
+
+def objective_directions(cfg: Config) -> list[str]:
+    """Per metric: ``tune.direction`` when given, else the metric's own direction."""
+    names = objective_metrics(cfg)
+    given = cfg.tune.direction
+    if given is None:
+        return [METRICS[n].direction for n in names]
+    given = [given] if isinstance(given, str) else list(given)
+    if len(given) != len(names):
+        raise ConfigError(f"tune.direction: {len(given)} direction(s) for {len(names)} metric(s) {names}")
+    return given
+
+
+def _worker_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@TRAIN_CALLBACKS.register("tune-report")
+class TuneReport(TrainCallback):
+    """Val metric every ``tune.report_every`` steps and at the last step (main process); stops the run
+    when the tune worker that launched it is gone (every process)."""
+
+    name = "tune"
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.metrics = objective_metrics(cfg)
+        self.every = cfg.tune.report_every if len(self.metrics) == 1 else 0  # no pruning for multi-objective
+        self.worker_pid = int(os.environ.get(WORKER_PID_ENV, "0") or 0)
+        self.state: MetricState | None = None
+        self.started = time.perf_counter()
+        self.eval_s = 0.0
+
+    def _value(self, name: str, model: Any) -> float:
+        compute = METRICS[name].compute
+        if compute is None:
+            return time.perf_counter() - self.started - self.eval_s
+        if self.state is None:
+            self.state = MetricState(self.cfg)
+        return compute(model, self.state)
+
+    def on_step_end(self, event: StepEvent) -> None:
+        if self.worker_pid and not _worker_alive(self.worker_pid):
+            raise SystemExit(f"tune worker {self.worker_pid} is gone; stopping trial {event.run_dir}")
+        last = event.step == event.total_steps
+        if not event.is_main_process or not (last or (self.every and event.step % self.every == 0)):
+            return
+        began = time.perf_counter()
+        first = self._value(self.metrics[0], event.model)
+        with open(event.run_dir / REPORTS_FILE, "a") as reports:
+            reports.write(json.dumps({"step": event.step, "value": first}) + "\n")
+        self.eval_s += time.perf_counter() - began
+        if last:
+            values = {self.metrics[0]: first, **{n: self._value(n, event.model) for n in self.metrics[1:]}}
+            atomic_write_json(event.run_dir / RESULT_FILE, {"step": event.step, "values": values,
+                                                             "eval_s": self.eval_s})
+
+    def on_train_end(self, run_dir: Path, is_main_process: bool) -> dict[str, Any] | None:
+        path = run_dir / RESULT_FILE
+        if not is_main_process or not path.is_file():
+            return None
+        return json.loads(path.read_text())
+
+    def report(self, result: dict[str, Any]) -> str | None:
+        return "val objective: " + ", ".join(f"{k} {v:.4f}" for k, v in result["values"].items())
+
+
+__all__ = ["METRICS", "Metric", "REPORTS_FILE", "RESULT_FILE", "TuneReport", "objective_directions",
+           "objective_metrics", "val_split_hint"]

@@ -1,0 +1,129 @@
+"""One trial = one training run in a subprocess (``python -m multiview_app.cli train`` or
+``accelerate launch`` for several GPUs), watched by the tune worker: intermediate val metrics are
+read from the run folder and reported to Optuna; a pruned trial's process group is killed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .objective import REPORTS_FILE, RESULT_FILE, WORKER_PID_ENV
+
+LOG_FILE = "train.log"
+POLL_S = 0.2
+
+
+class TrialFailed(RuntimeError):
+    """The training subprocess ended without a result; the message is the reason (last error line)."""
+
+
+@dataclass
+class TrialOutcome:
+    """What a finished trial process produced: ``values`` by metric (None when pruned)."""
+
+    values: dict[str, float] | None
+    pruned_at: int | None = None
+    reports: list[tuple[int, float]] = field(default_factory=list)
+    wall_s: float = 0.0
+    eval_s: float = 0.0
+
+
+def train_command(config: Path, overrides: list[str], gpus: int = 1) -> list[str]:
+    """The argv of one trial: all ranks get the same sampled values (they are command-line overrides)."""
+    train = ["-m", "multiview_app.cli", "train", "--config", str(config), *overrides]
+    if gpus > 1:
+        return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(gpus), *train]
+    return [sys.executable, *train]
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: own process group, and SIGTERM when the worker dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the tune-report callback polls the worker pid
+        pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _read_reports(path: Path, seen: int) -> list[tuple[int, float]]:
+    """Complete rows of ``tune_reports.jsonl`` after the first ``seen``."""
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines(keepends=True)
+    rows = [json.loads(line) for line in lines[seen:] if line.endswith("\n")]
+    return [(int(r["step"]), float(r["value"])) for r in rows]
+
+
+def failure_reason(log: Path, returncode: int) -> str:
+    """The ``mvapp: error:`` line of the trial log (or its last line) and the exit code."""
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    errors = [line for line in lines if line.startswith("mvapp: error:")]
+    tail = errors[-1] if errors else (lines[-1] if lines else "(no output)")
+    if returncode < 0:
+        tail = f"killed by signal {-returncode}; last output: {tail}"
+    return f"exit {returncode}: {tail.strip()[:500]}"
+
+
+def run_trial(
+    command: list[str], run_dir: Path, *, report: Callable[[int, float], bool] | None = None,
+    env: dict[str, str] | None = None,
+) -> TrialOutcome:
+    """Run ``command`` (its run folder is ``run_dir``); every new intermediate value goes to
+    ``report(step, value) -> prune?``; pruned -> the process group is killed. Raises
+    :class:`TrialFailed` when the process fails or writes no result."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / LOG_FILE
+    child_env = {**os.environ, **(env or {}), WORKER_PID_ENV: str(os.getpid())}
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    began = time.perf_counter()
+    outcome = TrialOutcome(values=None)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=child_env,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        try:
+            seen = 0
+            while True:
+                returncode = proc.poll()
+                rows = _read_reports(run_dir / REPORTS_FILE, seen)
+                seen += len(rows)
+                for step, value in rows:
+                    outcome.reports.append((step, value))
+                    if report is not None and report(step, value):
+                        _kill_group(proc)
+                        outcome.pruned_at = step
+                        outcome.wall_s = time.perf_counter() - began
+                        return outcome
+                if returncode is not None:
+                    break
+                time.sleep(POLL_S)
+        except BaseException:
+            _kill_group(proc)
+            raise
+    outcome.wall_s = time.perf_counter() - began
+    result_path = run_dir / RESULT_FILE
+    if returncode != 0:
+        raise TrialFailed(failure_reason(log_path, returncode))
+    if not result_path.is_file():
+        raise TrialFailed(f"exit 0 but no {RESULT_FILE} in {run_dir} (was the tune-report callback active?)")
+    result: dict[str, Any] = json.loads(result_path.read_text())
+    outcome.values = {k: float(v) for k, v in result["values"].items()}
+    outcome.eval_s = float(result.get("eval_s", 0.0))
+    return outcome
+
+
+__all__ = ["TrialFailed", "TrialOutcome", "failure_reason", "run_trial", "train_command"]

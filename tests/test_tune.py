@@ -1,0 +1,258 @@
+"""``mvapp tune``: search space validation, dead-worker recovery, and tiny real searches (digits,
+small_cnn, 2-3 steps per trial, every trial a training subprocess): resume after the tune process is
+killed mid-trial, pruning of a bad trial, a failing trial that does not stop the study, two worker
+processes on one journal file, PostgreSQL storage, and the best YAML training."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from multiview_app.config import ConfigError, apply_overrides, config_from_dict, load_config
+from multiview_app.tune.objective import objective_directions, objective_metrics
+from multiview_app.tune.space import default_space, params_to_overrides, resolve_space, validate_space
+from multiview_app.tune.study import WORKER_ATTR, fail_dead_trials, open_study, worker_tag
+
+from _train_helpers import tiny_raw
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACE = {"loss.tau": {"type": "float", "low": 0.05, "high": 0.5, "log": True},
+         "model.encoders.image.num_features": {"type": "categorical", "choices": [16, 1]}}
+
+
+def _tune_raw(runs: Path, **tune: Any) -> dict[str, Any]:
+    raw = tiny_raw(runs, train={"max_steps": 2, "log_every": 1})
+    raw["data"]["options"]["val_fraction"] = 0.2
+    raw["output"].pop("name")
+    raw["tune"] = {"space": SPACE, "report_every": 1, "max_train_items": 300, "pruner": "none", **tune}
+    return raw
+
+
+def _write(path: Path, raw: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _tune(config: Path, study: str, *args: str, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "multiview_app.cli", "tune", "--config", str(config), "--study-name",
+                             study, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+# ------------------------------------------------------------------ space, metrics (no training)
+
+
+def test_space_keys_are_validated_against_the_schema(tmp_path: Path) -> None:
+    raw = _tune_raw(tmp_path)
+    cfg = config_from_dict(raw)
+    validate_space(raw, cfg, resolve_space(cfg))  # the test space itself is valid
+    for key, message in [("optim.lrr", r"tune.space.optim.lrr: not a config key; did you mean optim.lr"),
+                         ("loss.epsilon", r"tune.space.loss.epsilon: not a config key"),  # not a param of infonce
+                         ("model.projector", r"tune.space.model.projector: is a section"),
+                         ("data.options.val_fracton", r"did you mean data.options.val_fraction")]:
+        bad = apply_overrides(raw, [f"tune.space={{{key}: {{type: float, low: 0.1, high: 0.2}}}}"])
+        with pytest.raises(ConfigError, match=message):
+            cfg_bad = config_from_dict(bad)
+            validate_space(bad, cfg_bad, resolve_space(cfg_bad))
+    # a bound that makes the config invalid is named with the key and the value
+    bad = apply_overrides(raw, ["tune.space={views.k: {type: int, low: 1, high: 4}}"])
+    with pytest.raises(ConfigError, match=r"tune.space.views.k: value 1 makes an invalid config: views.k"):
+        validate_space(bad, config_from_dict(bad), resolve_space(config_from_dict(bad)))
+    with pytest.raises(ConfigError, match=r"tune.space.loss.tau: .*needs low > 0"):
+        config_from_dict(apply_overrides(raw, ["tune.space={loss.tau: {type: float, low: 0, high: 1, log: true}}"]))
+    with pytest.raises(ConfigError, match=r"tune.space.x.type: Input should be 'float', 'int' or 'categorical'"):
+        config_from_dict(apply_overrides(raw, ["tune.space={x: {type: uniform, low: 0, high: 1}}"]))
+
+
+def test_default_spaces_per_loss_and_overrides() -> None:
+    assert {k: (d.low, d.high, d.log) for k, d in default_space("m3g").items()} == {"loss.epsilon": (0.01, 1.0, True)}
+    assert {k: (d.low, d.high, d.log) for k, d in default_space("mveb").items()} == {"loss.beta": (1e-3, 1e-1, True)}
+    for loss in ("pvc_geometric", "aggnce", "flatnce", "infonce_pwe"):
+        assert {k: (d.low, d.high, d.log) for k, d in default_space(loss).items()} == {"loss.tau": (0.03, 1.0, True)}
+    with pytest.raises(ConfigError, match="loss 'byol_pwe' has no default search space"):
+        default_space("byol_pwe")
+    overrides = params_to_overrides({"loss.tau": 0.125, "views.options.stacks": "simclr", "x.y": [1, 2]})
+    assert overrides == ["loss.tau=0.125", "views.options.stacks=simclr", "x.y=[1, 2]"]
+    assert apply_overrides({}, overrides) == {"loss": {"tau": 0.125}, "views": {"options": {"stacks": "simclr"}},
+                                              "x": {"y": [1, 2]}}
+
+
+def test_metric_defaults_directions_and_val_split_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from multiview_app.cli import main
+
+    cfg = config_from_dict(_tune_raw(tmp_path))
+    assert objective_metrics(cfg) == ["linear_probe.logreg_acc"] and objective_directions(cfg) == ["maximize"]
+    multi = config_from_dict(_tune_raw(tmp_path, metric=["linear_probe.knn_acc", "train_time_s"]))
+    assert objective_directions(multi) == ["maximize", "minimize"]
+    with pytest.raises(ConfigError, match="tune.metric: unknown metric 'acc'"):
+        objective_metrics(config_from_dict(_tune_raw(tmp_path, metric="acc")))
+    raw = _tune_raw(tmp_path / "runs")
+    raw["data"]["options"].pop("val_fraction")
+    config = _write(tmp_path / "noval.yaml", raw)
+    assert main(["tune", "--config", str(config), "--trials", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "has no 'val' split" in err and "data.options.val_fraction" in err and err.count("\n") == 1
+
+
+def test_trial_of_a_dead_worker_is_failed_and_requeued(tmp_path: Path) -> None:
+    cfg = config_from_dict({**_tune_raw(tmp_path), "output": {"runs_dir": str(tmp_path), "name": "x"}})
+    study = open_study(cfg, "dead")
+    trial = study.ask({"loss.tau": optuna.distributions.FloatDistribution(0.05, 0.5, log=True)})
+    gone = subprocess.Popen(["true"])
+    tag = worker_tag(gone.pid)  # read while the process exists (its start time), then let it exit
+    gone.wait()
+    study._storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, tag)
+    alive = study.ask()
+    study._storage.set_trial_system_attr(alive._trial_id, WORKER_ATTR, worker_tag())  # this process: alive
+    assert fail_dead_trials(study, max_retries=2) == [trial.number]
+    states = {t.number: t for t in study.get_trials()}
+    assert states[trial.number].state == TrialState.FAIL and "died" in states[trial.number].user_attrs["fail_reason"]
+    assert states[alive.number].state == TrialState.RUNNING
+    retry = [t for t in states.values() if t.state == TrialState.WAITING]
+    assert len(retry) == 1 and retry[0].params == trial.params and retry[0].system_attrs["failed_trial"] == trial.number
+    assert WORKER_ATTR not in retry[0].system_attrs
+    assert fail_dead_trials(study, max_retries=2) == []  # idempotent
+
+
+# ------------------------------------------------------------------ tiny real searches
+
+
+def _enqueue(cfg_path: Path, study_name: str, params: list[dict[str, Any]]) -> None:
+    cfg = load_config(cfg_path)
+    study = open_study(cfg, study_name)
+    for p in params:
+        study.enqueue_trial(p)
+
+
+def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path) -> None:
+    from multiview_app.cli import main
+    from multiview_app.train.trainer import train
+
+    raw = _tune_raw(tmp_path / "runs", pruner="median", pruner_options={"n_startup_trials": 1, "n_warmup_steps": 0})
+    config = _write(tmp_path / "search.yaml", raw)
+    folder = tmp_path / "runs" / "tune" / "s"
+    _enqueue(config, "s", [{"loss.tau": 0.2, "model.encoders.image.num_features": 16},
+                           {"loss.tau": 0.1, "model.encoders.image.num_features": 16},
+                           {"loss.tau": 0.2, "model.encoders.image.num_features": 1}])  # 1 feature: a bad trial
+    first = _tune(config, "s", "--trials", "3", "--no-plots", cwd=tmp_path)
+    deadline = time.monotonic() + 300
+    while not (folder / "trial_0" / "metrics.jsonl").is_file():  # trial 0 is training
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0][-3000:]
+        time.sleep(0.2)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    out = _finish(_tune(config, "s", "--trials", "3", "--no-plots", cwd=tmp_path))
+    assert "recovered trials of dead workers (FAIL, re-queued): [0]" in out
+    study = optuna.load_study(study_name="s", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(folder / "journal.log"))))
+    trials = {t.number: t for t in study.get_trials()}
+    assert trials[0].state == TrialState.FAIL and "died while running it" in trials[0].user_attrs["fail_reason"]
+    assert trials[1].state == TrialState.COMPLETE
+    assert trials[2].state == TrialState.PRUNED  # below the median at step 1: killed before its last step
+    assert not (folder / "trial_2" / "tune_result.json").exists()
+    assert trials[3].state == TrialState.COMPLETE and trials[3].params == trials[0].params  # the retry
+    assert trials[3].system_attrs["failed_trial"] == 0 and len(trials) == 4
+    # report: best config, trials table; the best YAML trains
+    assert main(["tune", "report", "--study-name", "s", "--runs-dir", str(tmp_path / "runs")]) == 0
+    best = load_config(folder / "best_config.yaml", ["train.max_steps=1"])
+    best_trial = max((trials[1], trials[3]), key=lambda t: t.value)
+    assert best.loss.params["tau"] == pytest.approx(best_trial.params["loss.tau"])
+    assert best.output.name == "s_best" and best.eval.linear_probe is False and "tune-report" not in best.train.callbacks
+    best.output.runs_dir = str(tmp_path / "runs")
+    assert (train(best).run_dir / "model.safetensors").is_file()
+    table = (folder / "trials.csv").read_text().splitlines()
+    assert len(table) == 5 and "params_loss.tau" in table[0]
+    assert sorted(p.name for p in (folder / "plots").glob("*.png")) == [
+        "optimization_history.png", "parallel_coordinates.png", "param_importances.png"]
+
+
+def _assert_two_workers(folder_or_storage: Any, study_name: str, outs: list[str], expect_fail: bool) -> None:
+    study = optuna.load_study(study_name=study_name, storage=folder_or_storage)
+    trials = study.get_trials()
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers)) == len(trials)
+    states = [t.state for t in trials]
+    assert states.count(TrialState.COMPLETE) == 2, [(t.number, t.state, t.user_attrs) for t in trials]
+    assert states.count(TrialState.FAIL) == (1 if expect_fail else 0)
+    assert sum(out.count(" COMPLETE value=") for out in outs) == 2  # each finished trial reported once
+
+
+def test_two_workers_on_one_journal_and_a_failing_trial(tmp_path: Path) -> None:
+    space = {**SPACE, "model.encoders.image.width": {"type": "categorical", "choices": [8, 0]}}
+    raw = _tune_raw(tmp_path / "runs", space=space)
+    config = _write(tmp_path / "two.yaml", raw)
+    _enqueue(config, "two", [{"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 0},
+                             {"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8},
+                             {"loss.tau": 0.1, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8}])
+    procs = [_tune(config, "two", "--trials", "2", "--no-plots", cwd=tmp_path) for _ in range(2)]
+    outs = [_finish(p) for p in procs]
+    folder = tmp_path / "runs" / "tune" / "two"
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / "journal.log")))
+    _assert_two_workers(storage, "two", outs, expect_fail=True)
+    failed = [t for t in optuna.load_study(study_name="two", storage=storage).get_trials() if t.state == TrialState.FAIL]
+    assert failed[0].params["model.encoders.image.width"] == 0 and "exit" in failed[0].user_attrs["fail_reason"]
+
+
+def _postgres_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return found[-1].parent if found else None
+
+
+@pytest.fixture
+def postgres_url(tmp_path: Path) -> Any:
+    """A throwaway PostgreSQL server on a unix socket in a temp dir (as user 'postgres' when run as root)."""
+    bindir = _postgres_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL not installed (no /usr/lib/postgresql/*/bin/initdb; apt-get install postgresql)")
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg2 not installed (pip install 'multiview_app[postgres]')")
+    data, sock = tmp_path / "pgdata", tmp_path / "pgsock"
+    sock.mkdir()
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        runuser = shutil.which("runuser")
+        if runuser is None:
+            pytest.skip("running as root without runuser: initdb refuses root")
+        prefix = [runuser, "-u", "postgres", "--"]
+        shutil.chown(tmp_path, "postgres")
+        shutil.chown(sock, "postgres")
+    subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "tune"], check=True,
+                   capture_output=True)
+    server = subprocess.Popen([*prefix, str(bindir / "postgres"), "-D", str(data), "-k", str(sock), "-h", "",
+                               "-c", "fsync=off"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run([str(bindir / "pg_isready"), "-h", str(sock), "-U", "tune"], capture_output=True).returncode:
+            assert server.poll() is None and time.monotonic() < deadline, "postgres did not start"
+            time.sleep(0.2)
+        subprocess.run([str(bindir / "createdb"), "-h", str(sock), "-U", "tune", "optuna"], check=True, capture_output=True)
+        yield f"postgresql+psycopg2://tune@/optuna?host={sock}"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
+    raw = _tune_raw(tmp_path / "runs")
+    config = _write(tmp_path / "pg.yaml", raw)
+    procs = [_tune(config, "pg", "--trials", "2", "--no-plots", "--storage", postgres_url, cwd=tmp_path) for _ in range(2)]
+    outs = [_finish(p) for p in procs]
+    _assert_two_workers(postgres_url, "pg", outs, expect_fail=False)
