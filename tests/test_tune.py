@@ -224,7 +224,10 @@ def postgres_url(tmp_path: Path) -> Any:
         import psycopg2  # noqa: F401
     except ImportError:
         pytest.skip("psycopg2 not installed (pip install 'multiview_app[postgres]')")
-    data, sock = tmp_path / "pgdata", tmp_path / "pgsock"
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="mvapp-pg-"))  # short socket path, reachable by the postgres user
+    data, sock = base / "data", base / "sock"
     sock.mkdir()
     prefix: list[str] = []
     if os.geteuid() == 0:
@@ -232,10 +235,11 @@ def postgres_url(tmp_path: Path) -> Any:
         if runuser is None:
             pytest.skip("running as root without runuser: initdb refuses root")
         prefix = [runuser, "-u", "postgres", "--"]
-        shutil.chown(tmp_path, "postgres")
-        shutil.chown(sock, "postgres")
-    subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "tune"], check=True,
-                   capture_output=True)
+        for path in (base, sock):
+            shutil.chown(path, "postgres")
+    init = subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "tune"],
+                          capture_output=True, text=True)
+    assert init.returncode == 0, init.stderr[-2000:]
     server = subprocess.Popen([*prefix, str(bindir / "postgres"), "-D", str(data), "-k", str(sock), "-h", "",
                                "-c", "fsync=off"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -248,6 +252,7 @@ def postgres_url(tmp_path: Path) -> Any:
     finally:
         server.terminate()
         server.wait(timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str) -> None:

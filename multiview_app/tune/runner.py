@@ -37,9 +37,18 @@ class TrialOutcome:
 def train_command(config: Path, overrides: list[str], gpus: int = 1) -> list[str]:
     """The argv of one trial: all ranks get the same sampled values (they are command-line overrides)."""
     train = ["-m", "multiview_app.cli", "train", "--config", str(config), *overrides]
-    if gpus > 1:
-        return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(gpus), *train]
+    if gpus > 1:  # a free rendezvous port per trial: several trials may launch at once
+        return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(gpus),
+                "--num_machines", "1", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), *train]
     return [sys.executable, *train]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _die_with_parent() -> None:
