@@ -135,7 +135,8 @@ def objective_directions(cfg: Config) -> list[str]:
     return given
 
 
-def _worker_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -170,7 +171,7 @@ class TuneReport(TrainCallback):
         return compute(model, self.state)
 
     def on_step_end(self, event: StepEvent) -> None:
-        if self.worker_pid and not _worker_alive(self.worker_pid):
+        if self.worker_pid and not pid_alive(self.worker_pid):
             raise SystemExit(f"tune worker {self.worker_pid} is gone; stopping trial {event.run_dir}")
         last = event.step == event.total_steps
         if not event.is_main_process or not (last or (self.every and event.step % self.every == 0)):
@@ -195,5 +196,5 @@ class TuneReport(TrainCallback):
         return "val objective: " + ", ".join(f"{k} {v:.4f}" for k, v in result["values"].items())
 
 
-__all__ = ["METRICS", "Metric", "REPORTS_FILE", "RESULT_FILE", "TuneReport", "objective_directions",
+__all__ = ["METRICS", "Metric", "pid_alive", "REPORTS_FILE", "RESULT_FILE", "TuneReport", "objective_directions",
            "objective_metrics", "val_split_hint"]

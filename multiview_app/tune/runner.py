@@ -51,14 +51,22 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: own process group, and SIGTERM when the worker dies (Linux)."""
+def _load_prctl() -> Any:
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: the tune-report callback polls the worker pid
-        pass
+        return None
+
+
+_PRCTL = _load_prctl()  # loaded in the parent: the pre-exec hook below only calls it (no imports after fork)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the worker thread that started it dies (Linux)."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

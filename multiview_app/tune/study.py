@@ -31,7 +31,7 @@ import yaml
 
 from ..config import Config, ConfigError, TuneConfig, apply_overrides, config_from_dict, dump_config
 from ..train.run_io import atomic_write_text
-from .objective import objective_directions, objective_metrics, val_split_hint
+from .objective import objective_directions, objective_metrics, pid_alive, val_split_hint
 from .runner import TrialFailed, run_trial, train_command
 from .space import optuna_distributions, override, params_to_overrides, resolve_space, validate_space
 
@@ -160,13 +160,7 @@ def worker_alive(tag: str) -> bool | None:
     pid = int(pid_text)
     if Path("/proc").is_dir():
         return bool(start) and _process_start(pid) == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def fail_dead_trials(study: Any, max_retries: int) -> list[int]:
