@@ -261,3 +261,26 @@ def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
     procs = [_tune(config, "pg", "--trials", "2", "--no-plots", "--storage", postgres_url, cwd=tmp_path) for _ in range(2)]
     outs = [_finish(p) for p in procs]
     _assert_two_workers(postgres_url, "pg", outs, expect_fail=False)
+
+
+def test_multi_objective_uses_nsga2_without_pruning_and_reports_the_pareto_front(tmp_path: Path) -> None:
+    from multiview_app.tune.report import write_report
+    from multiview_app.tune.space import optuna_distributions
+    from multiview_app.tune.study import make_pruner, make_sampler
+
+    raw = {**_tune_raw(tmp_path), "output": {"runs_dir": str(tmp_path), "name": "m"}}
+    raw["tune"].update(metric=["linear_probe.logreg_acc", "train_time_s"], pruner="median")
+    cfg = config_from_dict(raw)
+    assert isinstance(make_sampler(cfg, 0), optuna.samplers.NSGAIISampler)
+    assert isinstance(make_pruner(cfg), optuna.pruners.NopPruner)
+    study = open_study(cfg, "multi")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    dists = optuna_distributions(resolve_space(cfg))
+    points = [(0.2, 16, 0.80, 10.0), (0.1, 16, 0.90, 20.0), (0.3, 1, 0.70, 30.0)]  # the last one is dominated
+    for tau, features, acc, seconds in points:
+        study.add_trial(optuna.create_trial(params={"loss.tau": tau, "model.encoders.image.num_features": features},
+                                            distributions=dists, values=[acc, seconds]))
+    report = write_report(study, tmp_path / "out")
+    assert [b["number"] for b in report["best"]] == [1, 0]  # Pareto front, best accuracy first
+    assert load_config(tmp_path / "out" / "best_config.yaml").loss.params["tau"] == pytest.approx(0.1)
+    assert (tmp_path / "out" / "pareto_trial_0.yaml").is_file() and "pareto_front" in report["plots"]

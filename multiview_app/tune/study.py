@@ -69,6 +69,7 @@ def _retry_callback(max_retries: int) -> Any:
 
 def open_storage(url: str | None, folder: Path, tcfg: TuneConfig | None = None) -> Any:
     """Journal file storage in ``folder`` (``url`` None or a ``.log`` path) or an RDB storage with heartbeats."""
+    import optuna
     import optuna.storages as storages
 
     if url is None or url.endswith(".log"):
@@ -85,8 +86,10 @@ def open_storage(url: str | None, folder: Path, tcfg: TuneConfig | None = None) 
                     if "heartbeat_stale_trial_callback" in inspect.signature(storages.RDBStorage).parameters
                     else "failed_trial_callback")
     try:
-        return storages.RDBStorage(url, heartbeat_interval=tcfg.heartbeat_interval, grace_period=tcfg.grace_period,
-                                   **{callback_arg: _retry_callback(tcfg.max_retries)})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return storages.RDBStorage(url, heartbeat_interval=tcfg.heartbeat_interval, grace_period=tcfg.grace_period,
+                                       **{callback_arg: _retry_callback(tcfg.max_retries)})
     except Exception as exc:  # sqlalchemy / driver errors: one line naming the URL
         raise ConfigError(f"--storage {url.split('@')[-1]}: cannot open ({type(exc).__name__}: {exc})") from None
 
@@ -267,7 +270,9 @@ class Search:
                 return None
             number = sum(counts.values())  # the next trial's number (exact under the file lock)
             self.study.sampler = make_sampler(self.cfg, self.cfg.tune.sampler_seed * 1_000_003 + number)
-            trial = self.study.ask(fixed_distributions=self.distributions)
+            with warnings.catch_warnings():  # heartbeats are run by this loop (_run_one), not by study.optimize
+                warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+                trial = self.study.ask(fixed_distributions=self.distributions)
             self.study._storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, worker_tag())
             return trial
 
