@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -48,9 +49,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"recovered trials of dead workers (FAIL, re-queued): {summary.recovered}")
     report = write_report(search.study, search.folder, plots=not args.no_plots)
     print(format_report(report))
-    if summary.stopped_because:
-        print(f"stopped early: {summary.stopped_because}")
-        return 1 if search.done() < args.trials and "failed" in summary.stopped_because else 0
+    if summary.stopped_because and search.done() < args.trials:
+        print(f"mvapp: tune stopped with {search.done()} of {args.trials} trials finished: {summary.stopped_because}",
+              file=sys.stderr)
+        return 1 if "failed" in summary.stopped_because else 0  # a timeout is a normal end
     return 0
 
 
