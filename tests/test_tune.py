@@ -140,6 +140,7 @@ def _enqueue(cfg_path: Path, study_name: str, params: list[dict[str, Any]]) -> N
         study.enqueue_trial(p)
 
 
+@pytest.mark.slow
 def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path) -> None:
     from multiview_app.cli import main
     from multiview_app.train.trainer import train
@@ -193,6 +194,7 @@ def _assert_two_workers(folder_or_storage: Any, study_name: str, outs: list[str]
     assert sum(out.count(" COMPLETE value=") for out in outs) == 2  # each finished trial reported once
 
 
+@pytest.mark.slow
 def test_two_workers_on_one_journal_and_a_failing_trial(tmp_path: Path) -> None:
     space = {**SPACE, "model.encoders.image.width": {"type": "categorical", "choices": [8, 0]}}
     raw = _tune_raw(tmp_path / "runs", space=space)
@@ -255,6 +257,7 @@ def postgres_url(tmp_path: Path) -> Any:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
     raw = _tune_raw(tmp_path / "runs")
     config = _write(tmp_path / "pg.yaml", raw)
