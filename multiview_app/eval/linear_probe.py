@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from torch.utils.data import Subset
 
 from ..argtypes import positive_float, positive_int
 from ..train.run_io import atomic_write_json, load_run
@@ -30,20 +31,24 @@ def probe_model(
 ) -> dict[str, Any]:
     """Linear probe + kNN of one model: fit on ``train`` features, score on ``eval_split``.
 
-    Returns ``{"scores": {"logreg_acc", "knn_acc"}, "items", "skipped_unlabelled", "feature_dim"}``.
+    ``max_train_items``: a seeded (0) subsample of the train split is encoded and fitted (unlabelled
+    items in it are then dropped and counted). Returns ``{"scores": {"logreg_acc", "knn_acc"},
+    "items", "skipped_unlabelled", "feature_dim"}``.
     """
     if eval_split not in adapter.splits:
         raise ValueError(f"data adapter {type(adapter).__name__} has no '{eval_split}' split "
                          f"(splits: {', '.join(adapter.splits)})")
     skipped: dict[str, int] = {}
     split_xy = {}
-    for split in ("train", eval_split):
-        feats, labels, _ = extract_features(model, adapter, policy, split, batch_size, device, progress)
+    n_train = len(adapter.split("train"))
+    pick = None  # seeded train subsample, drawn before extraction (only those items are encoded)
+    if max_train_items and n_train > max_train_items:
+        pick = np.random.default_rng(0).choice(n_train, max_train_items, replace=False).tolist()
+    for split, rows in (("train", pick), (eval_split, None)):
+        subset = None if rows is None else Subset(adapter.split(split), rows)
+        feats, labels, _ = extract_features(model, adapter, policy, split, batch_size, device, progress, dataset=subset)
         split_xy[split] = _labelled(combine_views(feats, combine), labels, split, skipped)
     x_train, y_train = split_xy["train"]
-    if max_train_items and len(x_train) > max_train_items:
-        pick = np.random.default_rng(0).choice(len(x_train), max_train_items, replace=False)
-        x_train, y_train = x_train[pick], y_train[pick]
     x_eval, y_eval = split_xy[eval_split]
     return {
         "scores": probe_accuracies(x_train, y_train, x_eval, y_eval, knn_k=knn_k, C=C),

@@ -46,7 +46,7 @@ def best_config_text(study: Any, trial: Any, name: str) -> str:
     return header + dump_config(cfg)
 
 
-def _plots(study: Any, folder: Path) -> tuple[dict[str, str], dict[str, str]]:
+def _plots(study: Any, folder: Path, metric: str) -> tuple[dict[str, str], dict[str, str]]:
     """History, parallel coordinates, importance (and Pareto front) PNGs; skipped ones with the reason."""
     import matplotlib
 
@@ -57,9 +57,9 @@ def _plots(study: Any, folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     single = len(study.directions) == 1
     target = None if single else (lambda t: t.values[0])
     makers = {
-        "optimization_history": lambda: vis.plot_optimization_history(study, target=target, target_name="objective 0"),
-        "parallel_coordinates": lambda: vis.plot_parallel_coordinate(study, target=target, target_name="objective 0"),
-        "param_importances": lambda: vis.plot_param_importances(study, target=target, target_name="objective 0"),
+        "optimization_history": lambda: vis.plot_optimization_history(study, target=target, target_name=metric),
+        "parallel_coordinates": lambda: vis.plot_parallel_coordinate(study, target=target, target_name=metric),
+        "param_importances": lambda: vis.plot_param_importances(study, target=target, target_name=metric),
     }
     if not single:
         makers["pareto_front"] = lambda: vis.plot_pareto_front(study)
@@ -104,7 +104,8 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
         atomic_write_text(folder / file, best_config_text(study, trial, f"{study.study_name}_best" if rank == 0
                                                           else f"{study.study_name}_trial_{trial.number}"))
         best_files.append(str(folder / file))
-    written, skipped = _plots(study, folder) if plots and best else ({}, {})
+    metric = (study.user_attrs.get(METRICS_ATTR) or ["objective"])[0]
+    written, skipped = _plots(study, folder, metric) if plots and best else ({}, {})
     report = {
         "study": study.study_name,
         "metrics": study.user_attrs.get(METRICS_ATTR),
