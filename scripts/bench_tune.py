@@ -1,6 +1,6 @@
 """Benchmark: per-trial overhead of ``mvapp tune`` and trials/hour for the digits and EEG defaults.
 
-Usage: ``python scripts/bench_tune.py [--steps 60] [--eeg-steps 20] [--out /tmp/bench_tune]``
+Usage: ``python scripts/bench_tune.py [--steps 60] [--eeg-steps 20] [--out /tmp/bench_tune] [--eeg-cache DIR]``
 
 A trial = ``python -m multiview_app.cli train`` in a subprocess (``tune.runner.run_trial``) with the
 ``tune-report`` callback scoring the val split at the end. The reference is the same config trained
@@ -54,8 +54,7 @@ def measure(label: str, config: str, out: Path, steps: int, extra: list[str]) ->
     return {"label": label, "steps": steps, "reference_train_s": reference_s, "reference_loop_s": ref.wall_time_s,
             "trial_wall_s": outcome.wall_s, "trial_loop_s": loop_s, "eval_s": outcome.eval_s,
             "overhead_s": overhead_s, "overhead_share": overhead_s / outcome.wall_s,
-            "s_per_step": ref.wall_time_s / steps, "values": outcome.values,
-            "train_items": None}
+            "s_per_step": ref.wall_time_s / steps, "values": outcome.values}
 
 
 def synth_eeg_cache(out: Path) -> Path:
@@ -76,13 +75,14 @@ def main() -> None:
     parser.add_argument("--eeg-steps", type=int, default=20, help="steps measured for the EEG extrapolation")
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_tune"))
     parser.add_argument("--skip-eeg", action="store_true")
+    parser.add_argument("--eeg-cache", type=Path, default=None, help="a prepared EEG cache (default: synthesize one)")
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
     rows = [measure("digits", "configs/digits_infonce_pwe.yaml", args.out, args.steps, ["data.options.val_fraction=0.1"])]
     default_steps = {"digits": int(read_yaml(ROOT / "configs/digits_infonce_pwe.yaml")["train"]["max_steps"])}
     if not args.skip_eeg:
-        cache = synth_eeg_cache(args.out)
+        cache = args.eeg_cache or synth_eeg_cache(args.out)
         eeg_extra = [override("data.options.cache", str(cache)), "data.options.val_fraction=0.2",
                      "model.encoders.eeg.width=32", "train.batch_size=32", "tune.shots=20"]
         rows.append(measure("eeg", "configs/eeg_synthetic_m3g.yaml", args.out, args.eeg_steps, eeg_extra))
