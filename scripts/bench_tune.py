@@ -21,9 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from multiview_app.config import apply_overrides, config_from_dict, read_yaml
 from multiview_app.train.trainer import train
-from multiview_app.tune.runner import LOG_FILE, run_trial, train_command
+from multiview_app.tune.runner import LOG_FILE, ForkServer, run_trial, train_command
 from multiview_app.tune.space import override
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,26 +37,31 @@ def _raw(config: str, out: Path, name: str, steps: int, extra: list[str]) -> dic
     return apply_overrides(read_yaml(ROOT / config), overrides)
 
 
-def measure(label: str, config: str, out: Path, steps: int, extra: list[str]) -> dict:
-    """Reference in-process training, then the same config as a tune trial subprocess."""
+def measure(label: str, config: str, out: Path, steps: int, extra: list[str], server: ForkServer | None) -> list[dict]:
+    """Reference in-process training, then the same config as a tune trial: a fresh python process
+    (``--launcher spawn``) and, with ``server``, a fork of the fork server (``--launcher fork``)."""
     ref_cfg = config_from_dict(_raw(config, out, f"{label}_ref", steps, extra))
     began = time.perf_counter()
     ref = train(ref_cfg)
     reference_s = time.perf_counter() - began
-    raw = _raw(config, out, f"{label}_trial", steps, [*extra, "train.callbacks=[tune-report]", "tune.report_every=0"])
-    config_file = out / f"{label}_trial.yaml"
-    import yaml
-
-    config_file.write_text(yaml.safe_dump(raw))
-    run_dir = out / f"{label}_trial"
-    outcome = run_trial(train_command(config_file, []), run_dir)
-    log = (run_dir / LOG_FILE).read_text()
-    loop_s = float(re.search(r"trained \d+ steps in ([0-9.]+) s", log).group(1))
-    overhead_s = outcome.wall_s - reference_s
-    return {"label": label, "steps": steps, "reference_train_s": reference_s, "reference_loop_s": ref.wall_time_s,
-            "trial_wall_s": outcome.wall_s, "trial_loop_s": loop_s, "eval_s": outcome.eval_s,
-            "overhead_s": overhead_s, "overhead_share": overhead_s / outcome.wall_s,
-            "s_per_step": ref.wall_time_s / steps, "values": outcome.values}
+    rows = []
+    for launcher, fork_server in (("spawn", None), ("fork", server)):
+        if launcher == "fork" and server is None:
+            continue
+        name = f"{label}_trial_{launcher}"
+        raw = _raw(config, out, name, steps, [*extra, "train.callbacks=[tune-report]", "tune.report_every=0"])
+        config_file = out / f"{name}.yaml"
+        config_file.write_text(yaml.safe_dump(raw))
+        run_dir = out / name
+        outcome = run_trial(train_command(config_file, []), run_dir, fork_server=fork_server)
+        log = (run_dir / LOG_FILE).read_text()
+        loop_s = float(re.search(r"trained \d+ steps in ([0-9.]+) s", log).group(1))
+        overhead_s = outcome.wall_s - reference_s
+        rows.append({"label": label, "launcher": launcher, "steps": steps, "reference_train_s": reference_s,
+                     "reference_loop_s": ref.wall_time_s, "trial_wall_s": outcome.wall_s, "trial_loop_s": loop_s,
+                     "eval_s": outcome.eval_s, "overhead_s": overhead_s, "overhead_share": overhead_s / outcome.wall_s,
+                     "s_per_step": ref.wall_time_s / steps, "values": outcome.values})
+    return rows
 
 
 def synth_eeg_cache(out: Path) -> Path:
@@ -75,37 +82,42 @@ def main() -> None:
     parser.add_argument("--eeg-steps", type=int, default=20, help="steps measured for the EEG extrapolation")
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_tune"))
     parser.add_argument("--skip-eeg", action="store_true")
+    parser.add_argument("--launcher", choices=["both", "spawn"], default="both", help="trial launchers measured")
     parser.add_argument("--eeg-cache", type=Path, default=None, help="a prepared EEG cache (default: synthesize one)")
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
-    rows = [measure("digits", "configs/digits_infonce_pwe.yaml", args.out, args.steps, ["data.options.val_fraction=0.1"])]
+    server = None if args.launcher == "spawn" else ForkServer()
+    rows = measure("digits", "configs/digits_infonce_pwe.yaml", args.out, args.steps, ["data.options.val_fraction=0.1"],
+                   server)
     default_steps = {"digits": int(read_yaml(ROOT / "configs/digits_infonce_pwe.yaml")["train"]["max_steps"])}
     if not args.skip_eeg:
         cache = args.eeg_cache or synth_eeg_cache(args.out)
         eeg_extra = [override("data.options.cache", str(cache)), "data.options.val_fraction=0.2",
                      "model.encoders.eeg.width=32", "train.batch_size=32", "tune.shots=20"]
-        rows.append(measure("eeg", "configs/eeg_synthetic_m3g.yaml", args.out, args.eeg_steps, eeg_extra))
+        rows += measure("eeg", "configs/eeg_synthetic_m3g.yaml", args.out, args.eeg_steps, eeg_extra, server)
         from multiview_app.data.adapters import build_adapter
 
         eeg_cfg = config_from_dict(_raw("configs/eeg_synthetic_m3g.yaml", args.out, "x", 1, eeg_extra))
         n_train = len(build_adapter(eeg_cfg.data.adapter, eeg_cfg.data.options).split("train"))
         epochs = int(read_yaml(ROOT / "configs/eeg_synthetic_base.yaml")["train"]["epochs"])
         default_steps["eeg"] = epochs * max(1, n_train // eeg_cfg.train.batch_size)
-    print("| config | steps measured | reference train s | trial wall s | of which train loop s | val evaluator s "
-          "| overhead s | overhead share |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| config | launcher | steps measured | reference train s | trial wall s | of which train loop s | "
+          "val evaluator s | overhead s | overhead share |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['label']} | {r['steps']} | {r['reference_train_s']:.1f} | {r['trial_wall_s']:.1f} | "
+        print(f"| {r['label']} | {r['launcher']} | {r['steps']} | {r['reference_train_s']:.1f} | {r['trial_wall_s']:.1f} | "
               f"{r['trial_loop_s']:.1f} | {r['eval_s']:.1f} | {r['overhead_s']:.1f} | {r['overhead_share']:.1%} |")
     print()
-    print("| config | default length (steps) | s/step | overhead s | est. trial s | trials/hour |")
-    print("|---|---|---|---|---|---|")
+    print("| config | launcher | default length (steps) | s/step | overhead s | est. trial s | trials/hour |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         steps = default_steps[r["label"]]
-        trial_s = r["overhead_s"] + steps * r["s_per_step"]
-        print(f"| {r['label']} | {steps} | {r['s_per_step']:.3f} | {r['overhead_s']:.1f} | {trial_s:.0f} | "
-              f"{3600 / trial_s:.1f} |")
+        trial_s = max(r["overhead_s"], 0.0) + steps * r["s_per_step"]
+        print(f"| {r['label']} | {r['launcher']} | {steps} | {r['s_per_step']:.3f} | {r['overhead_s']:.1f} | "
+              f"{trial_s:.0f} | {3600 / trial_s:.1f} |")
+    if server is not None:
+        server.close()
     (args.out / "bench_tune.json").write_text(json.dumps({"rows": rows, "default_steps": default_steps}, indent=2))
 
 

@@ -20,6 +20,9 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=1, help="trials run at the same time by this process")
     parser.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
     parser.add_argument("--gpus", type=int, default=1, help="processes per trial (>1: accelerate launch --multi_gpu)")
+    parser.add_argument("--launcher", choices=["fork", "spawn"], default="fork",
+                        help="fork: trials fork from a process with the trainer imported (Linux, 1 process per "
+                             "trial; default); spawn: a fresh python per trial")
     parser.add_argument("--runs-dir", default=None, help="report: runs folder holding tune/<study>/ (default: runs)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("rest", nargs="*", metavar="overrides", help="dotted overrides (e.g. train.max_steps=60), or 'report'")
@@ -43,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     study_name = args.study_name or Path(args.config).stem
     cfg = load_config(args.config, args.rest)
     search = Search(cfg, study_name, args.trials, storage=args.storage, workers=args.workers, timeout=args.timeout,
-                    gpus=args.gpus)
+                    gpus=args.gpus, launcher=args.launcher)
     summary = search.run()
     if summary.recovered:
         print(f"recovered trials of dead workers (FAIL, re-queued): {summary.recovered}")

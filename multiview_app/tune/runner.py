@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Callable
 from .objective import REPORTS_FILE, RESULT_FILE, WORKER_PID_ENV
 
 LOG_FILE = "train.log"
+EXIT_FILE = ".exit_code"
 POLL_S = 0.2
 
 
@@ -69,12 +71,11 @@ def _die_with_parent() -> None:
         _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(pid: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
 
 
 def _read_reports(path: Path, seen: int) -> list[tuple[int, float]]:
@@ -96,11 +97,76 @@ def failure_reason(log: Path, returncode: int) -> str:
     return f"exit {returncode}: {tail.strip()[:500]}"
 
 
+class _Spawned:
+    """A trial process started with ``subprocess`` (multi-GPU trials, or no fork server)."""
+
+    def __init__(self, command: list[str], log: Any, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+        self.pid = self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        _kill_group(self.pid)
+        self.proc.wait()
+
+
+class _Forked:
+    """A trial process forked by the :class:`ForkServer` (not our child: exit code from a file)."""
+
+    def __init__(self, pid: int, exit_file: Path) -> None:
+        self.pid, self.exit_file = pid, exit_file
+
+    def poll(self) -> int | None:
+        if Path(f"/proc/{self.pid}").exists():  # no zombies: the server ignores SIGCHLD
+            return None
+        if self.exit_file.is_file():
+            return int(self.exit_file.read_text() or 1)
+        return -signal.SIGKILL  # gone without writing its code: killed
+
+    def kill(self) -> None:
+        _kill_group(self.pid)
+        while Path(f"/proc/{self.pid}").exists():
+            time.sleep(0.01)
+
+
+class ForkServer:
+    """One ``multiview_app.tune.forkserver`` process per worker (Linux): trials start as forks of a
+    process that has the training stack imported, instead of paying python + torch imports each time."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "multiview_app.tune.forkserver"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
+        self._lock = threading.Lock()
+        ready = self.proc.stdout.readline()
+        if not ready:
+            raise RuntimeError("tune fork server did not start (run with --launcher spawn to bypass it)")
+
+    def start(self, argv: list[str], log_path: Path, env: dict[str, str], exit_file: Path) -> _Forked:
+        request = {"argv": argv, "log": str(log_path), "env": env, "exit_file": str(exit_file)}
+        with self._lock:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            answer = self.proc.stdout.readline()
+        if not answer:
+            raise TrialFailed("tune fork server died")
+        return _Forked(int(json.loads(answer)["pid"]), exit_file)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+
+
 def run_trial(
     command: list[str], run_dir: Path, *, report: Callable[[int, float], bool] | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, fork_server: ForkServer | None = None,
 ) -> TrialOutcome:
-    """Run ``command`` (its run folder is ``run_dir``); every new intermediate value goes to
+    """Run ``command`` (its run folder is ``run_dir``; with ``fork_server``, ``command`` must be a
+    :func:`train_command` without GPUs and runs as a fork); every new intermediate value goes to
     ``report(step, value) -> prune?``; pruned -> the process group is killed. Raises
     :class:`TrialFailed` when the process fails or writes no result."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -110,18 +176,22 @@ def run_trial(
     began = time.perf_counter()
     outcome = TrialOutcome(values=None)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=child_env,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+        if fork_server is not None:
+            exit_file = run_dir / EXIT_FILE
+            exit_file.unlink(missing_ok=True)
+            handle: Any = fork_server.start(command[3:], log_path, child_env, exit_file)  # argv after "-m cli"
+        else:
+            handle = _Spawned(command, log, child_env)
         try:
             seen = 0
             while True:
-                returncode = proc.poll()
+                returncode = handle.poll()
                 rows = _read_reports(run_dir / REPORTS_FILE, seen)
                 seen += len(rows)
                 for step, value in rows:
                     outcome.reports.append((step, value))
                     if report is not None and report(step, value):
-                        _kill_group(proc)
+                        handle.kill()
                         outcome.pruned_at = step
                         outcome.wall_s = time.perf_counter() - began
                         return outcome
@@ -129,7 +199,7 @@ def run_trial(
                     break
                 time.sleep(POLL_S)
         except BaseException:
-            _kill_group(proc)
+            handle.kill()
             raise
     outcome.wall_s = time.perf_counter() - began
     result_path = run_dir / RESULT_FILE
@@ -143,4 +213,4 @@ def run_trial(
     return outcome
 
 
-__all__ = ["TrialFailed", "TrialOutcome", "failure_reason", "run_trial", "train_command"]
+__all__ = ["ForkServer", "TrialFailed", "TrialOutcome", "failure_reason", "run_trial", "train_command"]

@@ -32,7 +32,7 @@ import yaml
 from ..config import Config, ConfigError, TuneConfig, apply_overrides, config_from_dict, dump_config
 from ..train.run_io import atomic_write_text
 from .objective import objective_directions, objective_metrics, pid_alive, val_split_hint
-from .runner import TrialFailed, run_trial, train_command
+from .runner import ForkServer, TrialFailed, run_trial, train_command
 from .space import optuna_distributions, override, params_to_overrides, resolve_space, validate_space
 
 BASE_CONFIG_ATTR = "mvapp_base_config"  # study user attr: the resolved base config (YAML text)
@@ -207,12 +207,17 @@ class Search:
 
     def __init__(
         self, cfg: Config, study_name: str, trials: int, *, storage: str | None = None, workers: int = 1,
-        timeout: float | None = None, gpus: int = 1, progress: bool = True,
+        timeout: float | None = None, gpus: int = 1, progress: bool = True, launcher: str = "fork",
     ) -> None:
         if trials < 1 or workers < 1 or gpus < 1:
             raise ValueError(f"--trials, --workers and --gpus must be >= 1 (got {trials}, {workers}, {gpus})")
         self.cfg, self.study_name, self.trials, self.workers = cfg, study_name, trials, workers
         self.timeout, self.gpus, self.progress = timeout, gpus, progress
+        if launcher not in ("fork", "spawn"):
+            raise ValueError(f"--launcher: expected fork or spawn, got {launcher!r}")
+        # fork: trials are forks of a process with the trainer imported (Linux, one process per trial)
+        self.use_fork = launcher == "fork" and gpus == 1 and Path("/proc").is_dir()
+        self.fork_server: ForkServer | None = None
         self.metrics = objective_metrics(cfg)
         self.space = resolve_space(cfg)
         self.raw = cfg.to_dict()
@@ -305,7 +310,8 @@ class Search:
         try:
             config_from_dict(apply_overrides(self.raw, overrides))  # a bad sampled point fails without a launch
             with get_heartbeat_thread(trial._trial_id, self.study._storage):
-                outcome = run_trial(train_command(self.base_config, overrides, self.gpus), run_dir, report=report)
+                outcome = run_trial(train_command(self.base_config, overrides, self.gpus), run_dir, report=report,
+                                    fork_server=self.fork_server)
         except (TrialFailed, ConfigError) as exc:
             trial.set_user_attr(FAIL_REASON_ATTR, str(exc))
             self.study.tell(trial, state=TrialState.FAIL)
@@ -354,6 +360,8 @@ class Search:
         from tqdm.auto import tqdm
 
         deadline = time.monotonic() + self.timeout if self.timeout else None
+        if self.use_fork and self.fork_server is None:
+            self.fork_server = ForkServer()
         with tqdm(total=self.trials, initial=min(self.done(), self.trials), desc=f"study {self.study_name}",
                   unit="trial", disable=not self.progress) as bar:
             threads = [threading.Thread(target=self._worker, args=(bar, deadline), daemon=True)
@@ -362,6 +370,9 @@ class Search:
                 thread.start()
             for thread in threads:
                 thread.join()
+        if self.fork_server is not None:
+            self.fork_server.close()
+            self.fork_server = None
         return self.summary
 
 

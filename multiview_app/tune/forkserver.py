@@ -1,0 +1,75 @@
+"""Fork server for single-process trials: imports the trainer once, then forks one child per trial.
+
+Started by the tune worker (``python -m multiview_app.tune.forkserver``); reads one JSON request per
+line on stdin (``{"argv", "log", "env", "exit_file"}``), forks, answers ``{"pid": n}``. The child
+starts its own session (so the worker can kill its process group), redirects stdout/stderr to
+``log``, replaces its environment by ``env``, runs ``mvapp <argv>`` and writes its exit code to
+``exit_file`` before exiting. Children are reaped automatically (SIGCHLD ignored). The server ends
+when its stdin closes or the worker thread that started it dies (PR_SET_PDEATHSIG), and every child
+dies with the server. Nothing torch-related runs before the fork: each trial builds its own
+Accelerate state, as a fresh process would, without paying the imports again (docs/benchmarks.md).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+
+
+def _child(request: dict) -> None:
+    os.setsid()
+    from .runner import _die_with_parent
+
+    _die_with_parent()  # the server's death ends the trial
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    code = 1
+    try:
+        from ..cli import main
+
+        code = int(main(list(request["argv"])) or 0)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported in the trial log, exit code 1
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        tmp = request["exit_file"] + ".tmp"
+        with open(tmp, "w") as handle:
+            handle.write(str(code))
+        os.replace(tmp, request["exit_file"])
+        os._exit(code)
+
+
+def serve() -> None:
+    """Import the training stack, then answer fork requests until stdin closes."""
+    import multiview_app.cli  # noqa: F401 - the imports every trial would otherwise pay
+    import multiview_app.eval.linear_probe  # noqa: F401
+    import multiview_app.train.trainer  # noqa: F401
+    import multiview_app.tune.objective  # noqa: F401
+
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # auto-reap children
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(request)
+        print(json.dumps({"pid": pid}), flush=True)
+
+
+if __name__ == "__main__":
+    serve()
