@@ -202,7 +202,9 @@ def test_two_workers_on_one_journal_and_a_failing_trial(tmp_path: Path) -> None:
     _enqueue(config, "two", [{"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 0},
                              {"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8},
                              {"loss.tau": 0.1, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8}])
-    procs = [_tune(config, "two", "--trials", "2", "--no-plots", cwd=tmp_path) for _ in range(2)]
+    # one worker forks its trials from the fork server (default), the other spawns a fresh python per trial
+    procs = [_tune(config, "two", "--trials", "2", "--no-plots", "--launcher", launcher, cwd=tmp_path)
+             for launcher in ("fork", "spawn")]
     outs = [_finish(p) for p in procs]
     folder = tmp_path / "runs" / "tune" / "two"
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / "journal.log")))
