@@ -165,8 +165,9 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path)
     trials = {t.number: t for t in study.get_trials()}
     assert trials[0].state == TrialState.FAIL and "died while running it" in trials[0].user_attrs["fail_reason"]
     assert trials[1].state == TrialState.COMPLETE
-    assert trials[2].state == TrialState.PRUNED  # below the median at step 1: killed before its last step
-    assert not (folder / "trial_2" / "tune_result.json").exists()
+    assert trials[2].state == TrialState.PRUNED  # below the median at step 1 (then its process group is killed)
+    assert list(trials[2].intermediate_values) == [1]
+    assert trials[2].intermediate_values[1] < trials[1].intermediate_values[1]
     assert trials[3].state == TrialState.COMPLETE and trials[3].params == trials[0].params  # the retry
     assert trials[3].system_attrs["failed_trial"] == 0 and len(trials) == 4
     # report: best config, trials table; the best YAML trains
