@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..argtypes import positive_float, positive_int
+
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -13,13 +15,13 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
                     "'mvapp tune report --study-name S [--storage URL]' writes the best YAML, trials CSV and plots.",
     )
     parser.add_argument("--config", help="YAML config with a tune section (tune.space; default: the loss's space)")
-    parser.add_argument("--trials", type=int, default=20, help="finished (complete or pruned) trials the study should hold")
+    parser.add_argument("--trials", type=positive_int, default=20, help="finished (complete or pruned) trials the study should hold")
     parser.add_argument("--study-name", help="study name (default: the config file's stem)")
     parser.add_argument("--storage", help="RDB URL (postgresql://, mysql://) or journal .log path "
                                           "(default: journal file in <runs_dir>/tune/<study>/)")
-    parser.add_argument("--workers", type=int, default=1, help="trials run at the same time by this process")
-    parser.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
-    parser.add_argument("--gpus", type=int, default=1, help="processes per trial (>1: accelerate launch --multi_gpu)")
+    parser.add_argument("--workers", type=positive_int, default=1, help="trials run at the same time by this process")
+    parser.add_argument("--timeout", type=positive_float, default=None, help="stop starting trials after this many seconds")
+    parser.add_argument("--gpus", type=positive_int, default=1, help="processes per trial (>1: accelerate launch --multi_gpu)")
     parser.add_argument("--launcher", choices=["fork", "spawn"], default="fork",
                         help="fork: trials fork from a process with the trainer imported (Linux, 1 process per "
                              "trial; default); spawn: a fresh python per trial")
