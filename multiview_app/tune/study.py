@@ -18,6 +18,7 @@ import copy
 import fcntl
 import inspect
 import os
+import random
 import socket
 import threading
 import time
@@ -42,6 +43,7 @@ FAIL_REASON_ATTR = "fail_reason"
 JOURNAL_FILE = "journal.log"
 BASE_CONFIG_FILE = "base_config.yaml"
 TUNE_CALLBACK = "tune-report"
+RDB_OPEN_ATTEMPTS = 5
 
 
 def study_folder(cfg: Config, study_name: str) -> Path:
@@ -85,13 +87,20 @@ def open_storage(url: str | None, folder: Path, tcfg: TuneConfig | None = None) 
     callback_arg = ("heartbeat_stale_trial_callback"
                     if "heartbeat_stale_trial_callback" in inspect.signature(storages.RDBStorage).parameters
                     else "failed_trial_callback")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return storages.RDBStorage(url, heartbeat_interval=tcfg.heartbeat_interval, grace_period=tcfg.grace_period,
-                                       **{callback_arg: _retry_callback(tcfg.max_retries)})
-    except Exception as exc:  # sqlalchemy / driver errors: one line naming the URL
-        raise ConfigError(f"--storage {url.split('@')[-1]}: cannot open ({type(exc).__name__}: {exc})") from None
+    for attempt in range(RDB_OPEN_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return storages.RDBStorage(url, heartbeat_interval=tcfg.heartbeat_interval,
+                                           grace_period=tcfg.grace_period,
+                                           **{callback_arg: _retry_callback(tcfg.max_retries)})
+        except Exception as exc:  # sqlalchemy / driver errors: one line naming the URL
+            # workers starting together on an empty database race to create Optuna's schema: retry
+            if attempt + 1 < RDB_OPEN_ATTEMPTS and "already exists" in str(exc):
+                time.sleep(0.5 + random.random())
+                continue
+            raise ConfigError(f"--storage {url.split('@')[-1]}: cannot open ({type(exc).__name__}: {exc})") from None
+    raise AssertionError("unreachable")
 
 
 def make_sampler(cfg: Config, seed: int) -> Any:
