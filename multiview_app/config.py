@@ -106,6 +106,9 @@ class TrainConfig(_Strict):
     num_workers: int = Field(0, ge=0)
     prefetch_views: bool = True  # build the next micro-batch's views in a background thread
     log_every: int = Field(10, ge=1)
+    diagnostics: bool = Field(
+        True, description="every log_every steps: RankMe, alignment/uniformity, ESS, PVC bound, grad norm (train/diagnostics.py)"
+    )
     callbacks: list[str] = Field(
         default_factory=list, description="training callbacks by name (train/callbacks.py TRAIN_CALLBACKS)"
     )

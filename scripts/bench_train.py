@@ -1,12 +1,18 @@
 """Training throughput on CPU and the share of step time in data / encoder / loss.
 
     .venv/bin/python scripts/bench_train.py [--config configs/digits_infonce_pwe.yaml] [--steps 15]
+    .venv/bin/python scripts/bench_train.py --compare diagnostics [--log-every 10]
 
 Runs the real trainer (Trainer.fit, no checkpoints, no eval) for 2 x --steps steps and reads the
 second log window of metrics.jsonl (the first one holds the warm-up). Reference in the same process:
 the same trainer with ``train.prefetch_views=false`` (views built in the step instead of in the
 background thread). The two variants alternate (on, off, on, off) because the machine is shared;
 the table shows the mean per variant. Prints a Markdown table.
+
+``--compare diagnostics``: reference = ``train.diagnostics=false``. One log window of ``--steps``
+steps holds one diagnostics computation, so the overhead per step at ``train.log_every = L`` is
+``diag/time_s / (L x step time)``, reported for ``--log-every`` (the default 10) next to the
+throughput ratio of the two variants (which is noisier).
 """
 from __future__ import annotations
 
@@ -27,13 +33,14 @@ from multiview_app.train.metrics import PHASES, read_metrics  # noqa: E402
 from multiview_app.train.trainer import train  # noqa: E402
 
 
-def measure(config: str, steps: int, prefetch: bool) -> dict[str, float]:
+def measure(config: str, steps: int, prefetch: bool, diagnostics: bool = True) -> dict[str, float]:
     """The measured log window (items/s, step time, phase shares) of one short training run."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(
             config,
             [f"train.max_steps={2 * steps}", f"train.log_every={steps}", "train.checkpoint_every=0",
-             "eval.linear_probe=false", f"train.prefetch_views={str(prefetch).lower()}", f"output.runs_dir={tmp}"],
+             "eval.linear_probe=false", f"train.prefetch_views={str(prefetch).lower()}", f"train.diagnostics={str(diagnostics).lower()}",
+             f"output.runs_dir={tmp}"],
             name="bench",
         )
         train(cfg)
@@ -45,7 +52,11 @@ def main() -> int:
     parser.add_argument("--config", default=str(ROOT / "configs" / "digits_infonce_pwe.yaml"))
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--compare", choices=("prefetch", "diagnostics"), default="prefetch")
+    parser.add_argument("--log-every", type=int, default=10, help="train.log_every of the diagnostics overhead")
     args = parser.parse_args()
+    if args.compare == "diagnostics":
+        return diagnostics_table(args)
     runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     for _ in range(args.repeats):
         for prefetch in (True, False):
@@ -68,6 +79,28 @@ def main() -> int:
     for label, keys in (("encoder (forward + backward)", ("forward", "backward")), ("data + loss (goal < 20%)", ("data", "loss"))):
         shares = [sum(mean(p, f"time/{k}") for k in keys) for p in (True, False)]
         print(f"| share of step: {label} | {shares[0]:.1%} | {shares[1]:.1%} | |")
+    return 0
+
+
+def diagnostics_table(args: argparse.Namespace) -> int:
+    """Diagnostics on (default) vs off: throughput ratio and the measured diagnostics time per step."""
+    runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for _ in range(args.repeats):
+        for diagnostics in (True, False):
+            runs[diagnostics].append(measure(args.config, args.steps, True, diagnostics))
+    on = statistics.mean(r["items_per_s"] for r in runs[True])
+    off = statistics.mean(r["items_per_s"] for r in runs[False])
+    step = statistics.mean(r["step_time_s"] for r in runs[True])
+    diag = statistics.mean(r["diag/time_s"] for r in runs[True])
+    print(f"config {Path(args.config).name}: {torch.get_num_threads()} torch threads, "
+          f"{args.steps} measured steps x {args.repeats} repeats\n")
+    print("| measurement | diagnostics on (default) | diagnostics off (reference) | on / off |")
+    print("|---|---|---|---|")
+    print(f"| throughput (items/s) | {on:.1f} | {off:.1f} | {on / off:.3f} |")
+    print(f"| step time (s) | {step:.3f} | {statistics.mean(r['step_time_s'] for r in runs[False]):.3f} | |")
+    print(f"| one diagnostics computation (s) | {diag:.4f} | | |")
+    print(f"| overhead per step at log_every={args.log_every} | {diag / (args.log_every * step):.2%} | | |")
+    print(f"| overhead per step at log_every=1 | {diag / step:.2%} | | |")
     return 0
 
 

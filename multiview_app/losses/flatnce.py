@@ -22,6 +22,20 @@ from .base import check_positive
 from .contrastive import TemperatureLoss, off_diagonal, other_item_logsumexp, positive_logits
 
 
+def effective_sample_size(negatives_weight_sq: torch.Tensor, num_negatives: int) -> torch.Tensor:
+    """FlatNCE Eq. 10 per anchor: ``ESS = 1 / (K sum_j w_j^2)`` in ``[1 / K, 1]`` from the softmax
+    weights' ``sum_j w_j^2`` (any shape) over ``K = num_negatives`` negatives."""
+    return 1.0 / (num_negatives * negatives_weight_sq)
+
+
+def batch_ess(z: torch.Tensor, tau: float) -> float:
+    """Mean ESS over the anchors of unit-vector embeddings ``z`` ``(n, k, d)``: the softmax over the
+    ``(n - 1) k`` other-item negatives of each anchor ``(i, alpha)`` at temperature ``tau``."""
+    n, k, _ = z.shape
+    _, weight_sq = other_item_logsumexp(z, z, tau, return_weight_sq=True)
+    return float(effective_sample_size(weight_sq, (n - 1) * k).mean())
+
+
 @LOSSES.register("flatnce")
 class FlatNCE(TemperatureLoss):
     """FlatNCE over all ordered view pairs (see module docstring).
@@ -63,7 +77,7 @@ class FlatNCE(TemperatureLoss):
         surrogate = torch.exp(c - c.detach()).mean()
         with torch.no_grad():
             infonce = F.softplus(c).mean()
-            ess = float((1.0 / ((n - 1) * k * weight_sq)).mean())  # FlatNCE Eq. 10 per anchor
+            ess = float(effective_sample_size(weight_sq, (n - 1) * k).mean())
         self.last_stats.update(
             infonce=float(infonce),
             ess=ess,

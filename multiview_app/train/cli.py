@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 
@@ -21,6 +22,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from ..config import load_config
+    from .diagnostics import SUMMARY_FILE, format_summary
     from .trainer import train
 
     config_path = args.config or _saved_config(args.resume, args.name)
@@ -36,6 +38,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     for report in result.reports:
         print(report)
+    summary_path = result.run_dir / SUMMARY_FILE
+    if summary_path.is_file():
+        print(format_summary(json.loads(summary_path.read_text())))
     print(f"outputs in {result.run_dir}")
     return 0
 

@@ -37,6 +37,7 @@ from ..data.batch import ViewBatch, to_device
 from ..losses import build_loss
 from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
+from .diagnostics import step_diagnostics, write_diagnostics_summary
 from .distributed import gather_with_grad, gradient_scale, world_size
 from .metrics import MetricsLog, StepTimer, plot_curves
 from .resume import RunLock, reconcile_resume_config
@@ -283,6 +284,7 @@ class Trainer:
         self.run_dir = self.cfg.run_dir
         self.notes: list[str] = []
         self._main = True
+        self._diagnostics: dict[str, float] = {}  # diag/* of the step about to be logged
 
     # ------------------------------------------------------------------ setup
     def _make_accelerator(self) -> Any:
@@ -530,13 +532,16 @@ class Trainer:
             f"{ckpt}; resume with: mvapp train --resume {self.run_dir}", signum
         )
 
+    def _is_log_step(self, step: int, total_steps: int) -> bool:
+        """Whether optimizer step ``step`` (1-based) writes a metrics row."""
+        return step % self.cfg.train.log_every == 0 or step == total_steps
+
     def _log_step(
         self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, loss_value: float,
         stats: dict[str, float], timer: StepTimer, window: dict[str, Any], metrics: MetricsLog | None,
     ) -> dict[str, Any] | None:
         """Every ``train.log_every`` steps (and the last): one metrics row to TensorBoard and metrics.jsonl."""
-        tcfg = self.cfg.train
-        if at.step % tcfg.log_every != 0 and at.step != plan.total_steps:
+        if not self._is_log_step(at.step, plan.total_steps):
             return None
         now = time.perf_counter()
         phases = timer.pop()
@@ -548,7 +553,9 @@ class Trainer:
             "items_per_s": window["steps"] * plan.items_per_step / max(now - window["start"], 1e-12),
             **{f"time/{p}": phases[p] / step_time for p in phases},
             "step_time_s": step_time / window["steps"],
+            **self._diagnostics,
         }
+        self._diagnostics = {}
         window["steps"], window["start"] = 0, now
         accelerator.log(record, step=at.step)
         if metrics is not None:
@@ -584,6 +591,7 @@ class Trainer:
             save_weights(accelerator.unwrap_model(parts.step_module).model, self.run_dir / "model.safetensors")
             atomic_write_json(self.run_dir / "model.json", model_spec(self.cfg))
             plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
+            write_diagnostics_summary(self.run_dir)
         results: dict[str, Any] = {}
         reports: list[str] = []
         for callback in self.callbacks:
@@ -631,6 +639,8 @@ class Trainer:
             for key, value in stats.items():
                 stats_sum[key] = stats_sum.get(key, 0.0) + value / accum
         sync_loss_gradients(loss_fn, gathered)
+        if cfg.train.diagnostics and self._is_log_step(step + 1, total_steps):
+            self._diagnostics = step_diagnostics(z, loss_fn, step_module.parameters())
         if cfg.optim.grad_clip is not None:
             norm = accelerator.clip_grad_norm_(step_module.parameters(), cfg.optim.grad_clip)
             stats_sum["grad_norm"] = float(norm)
