@@ -16,7 +16,6 @@ Writes ``<out>.png`` (ESS vs step, final ESS vs batch size, probe accuracy vs ba
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -25,35 +24,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from multiview_app.config import load_config  # noqa: E402
-from multiview_app.train.metrics import read_metrics  # noqa: E402
 from multiview_app.train.run_io import atomic_write_text  # noqa: E402
-from multiview_app.train.trainer import train  # noqa: E402
+from repro_digits import SMALL, train_digits  # noqa: E402
 
 LOSSES = {"flatnce": "FlatNCE", "pvc_geometric": "InfoNCE (same negatives)"}
-SMALL = ["data.options.load_size=16", "views.options.image_size=16", "model.encoders.image.width=16"]
 
 
 def run_one(loss: str, batch: int, args: argparse.Namespace) -> dict[str, Any]:
     """Train (unless finished) and return ESS curve, final ESS and probe accuracy."""
     name = f"{loss}_b{batch}_t{args.tau:g}_s{args.steps}" + ("_small" if args.small else "")
     overrides = [f"train.max_steps={args.steps}", f"train.batch_size={batch}", f"loss.tau={args.tau}",
-                 "train.checkpoint_every=0", "train.log_every=10", "eval.linear_probe=true",
-                 f"output.runs_dir={args.runs_dir}"] + (SMALL if args.small else [])
-    cfg = load_config(ROOT / "configs" / f"digits_{loss}.yaml", overrides, name=name)
-    probe_path = cfg.run_dir / "eval" / "linear_probe.json"
-    if not probe_path.is_file():
-        if cfg.run_dir.exists():
-            import shutil
-
-            shutil.rmtree(cfg.run_dir)  # an unfinished attempt (no checkpoints): start over
-        train(cfg)
-    records = read_metrics(cfg.run_dir / "metrics.jsonl")
-    probe = json.loads(probe_path.read_text())["results"]["trained"]
+                 "train.log_every=10"] + (SMALL if args.small else [])
+    records, probe = train_digits(loss, name, overrides, args.runs_dir)
     curve = [(r["step"], r["diag/ess"]) for r in records if "diag/ess" in r]
     tail = [v for _, v in curve[-3:]]
     return {"loss": loss, "batch": batch, "tau": args.tau, "steps": args.steps, "curve": curve,
-            "final_ess": statistics.mean(tail), "logreg_acc": probe["logreg_acc"], "knn_acc": probe["knn_acc"]}
+            "final_ess": statistics.mean(tail), "logreg_acc": probe["trained"]["logreg_acc"],
+            "knn_acc": probe["trained"]["knn_acc"]}
 
 
 def figure(rows: list[dict[str, Any]], out_png: Path) -> None:
