@@ -21,11 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from multiview_app.train.run_io import atomic_write_text  # noqa: E402
-from repro_digits import SMALL, train_digits  # noqa: E402
+from repro_common import ROOT, SMALL, new_figure, parse_list, train_digits, write_outputs  # noqa: E402
 
 LOSSES = {"flatnce": "FlatNCE", "pvc_geometric": "InfoNCE (same negatives)"}
 
@@ -43,14 +41,9 @@ def run_one(loss: str, batch: int, args: argparse.Namespace) -> dict[str, Any]:
             "knn_acc": probe["trained"]["knn_acc"]}
 
 
-def figure(rows: list[dict[str, Any]], out_png: Path) -> None:
+def figure(rows: list[dict[str, Any]]) -> Any:
     """ESS vs step per run; final ESS and probe accuracy vs batch size per loss."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axes = new_figure(3, (13, 3.6))
     for row in rows:
         steps, ess = zip(*row["curve"])
         axes[0].plot(steps, ess, label=f"{LOSSES[row['loss']]}, n={row['batch']}")
@@ -63,13 +56,8 @@ def figure(rows: list[dict[str, Any]], out_png: Path) -> None:
     axes[1].set(xlabel="batch size n", ylabel="final ESS", title="final ESS vs batch", xscale="log", yscale="log")
     axes[2].set(xlabel="batch size n", ylabel="linear-probe accuracy", title="probe accuracy vs batch", xscale="log")
     for ax in axes:
-        ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.stem}.tmp.png")
-    fig.savefig(tmp, dpi=80)
-    plt.close(fig)
-    tmp.replace(out_png)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,20 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "repro_flatnce"))
     parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "flatnce_ess"))
     args = parser.parse_args(argv)
-    try:
-        batches = [int(v) for v in args.batch_sizes.split(",")]
-    except ValueError:
-        parser.error(f"--batch-sizes: expected comma-separated integers, got {args.batch_sizes!r}")
+    batches = parse_list(parser, "--batch-sizes", args.batch_sizes, int)
     rows = [run_one(loss, batch, args) for batch in batches for loss in LOSSES]
     lines = ["| loss | batch n | tau | steps | first ESS | final ESS | logreg acc | kNN acc |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {LOSSES[r['loss']]} | {r['batch']} | {r['tau']:g} | {r['steps']} | {r['curve'][0][1]:.4f} | "
                      f"{r['final_ess']:.4f} | {r['logreg_acc']:.3f} | {r['knn_acc']:.3f} |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    figure(rows, out.with_suffix(".png"))
-    print("\n".join(lines))
+    write_outputs(args.out, lines, figure(rows))
     return 0
 
 

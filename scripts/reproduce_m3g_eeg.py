@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from repro_common import ROOT, new_figure, write_outputs  # noqa: E402
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.eval.sleep_staging import run_sleep_staging  # noqa: E402
-from multiview_app.train.run_io import atomic_write_text  # noqa: E402
 from multiview_app.train.trainer import train  # noqa: E402
 
 LOSSES = ("m3g", "infonce_pwe", "pvc_geometric")
@@ -79,29 +79,15 @@ def main(argv: list[str] | None = None) -> int:
             acc = [f"{res[encoder][str(s)]['accuracy']['mean']:.3f} +- {res[encoder][str(s)]['accuracy']['std']:.3f}" for s in SHOTS]
             kap = [f"{res[encoder][str(s)]['kappa']['mean']:.3f}" for s in SHOTS]
             lines.append(f"| {loss} | {encoder} | " + " | ".join(acc + kap) + " |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, axes = new_figure(2, (9, 3.4))
     for ax, metric in zip(axes, ("accuracy", "kappa")):
         for loss, res in results.items():
             mean = [res["trained"][str(s)][metric]["mean"] for s in SHOTS]
             std = [res["trained"][str(s)][metric]["std"] for s in SHOTS]
             ax.errorbar(SHOTS, mean, yerr=std, marker="o", capsize=3, label=loss)
         ax.set(xlabel="labelled windows per stage s", ylabel=metric, xscale="log", title=f"sleep staging {metric}")
-        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=80)
-    plt.close(fig)
-    tmp.replace(out.with_suffix(".png"))
-    print("\n".join(lines))
+    write_outputs(args.out, lines, fig)
     return 0
 
 

@@ -21,11 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from multiview_app.train.run_io import atomic_write_text  # noqa: E402
-from repro_digits import SMALL, train_digits  # noqa: E402
+from repro_common import ROOT, SMALL, new_figure, parse_list, train_digits, write_outputs  # noqa: E402
 
 FAMILIES = (("aggnce", "growing"), ("pvc_geometric", "growing"), ("pvc_geometric", "fixed"))
 
@@ -51,12 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "repro_multiview_k"))
     parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "multiview_k"))
     args = parser.parse_args(argv)
-    try:
-        ks = [int(v) for v in args.ks.split(",")]
-        families = [tuple(f.split(":")) for f in args.families.split(",")]
-        assert all(len(f) == 2 for f in families)
-    except (ValueError, AssertionError):
-        parser.error(f"--ks / --families: expected e.g. 2,3,5 and loss:mode,..., got {args.ks!r} / {args.families!r}")
+    ks = parse_list(parser, "--ks", args.ks, int)
+    families = [tuple(f.split(":")) for f in parse_list(parser, "--families", args.families, str)]
+    if any(len(f) != 2 for f in families):
+        parser.error(f"--families: expected loss:mode pairs, got {args.families!r}")
     rows = [run_one(loss, mode, k, args) for loss, mode in families for k in ks]
     lines = ["| loss | batch mode | k | items x views per step | logreg acc | kNN acc | random-init logreg | RankMe (last) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -64,27 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         items = args.batch if r["mode"] == "growing" else args.batch // r["k"]
         lines.append(f"| {r['loss']} | {r['mode']} | {r['k']} | {items} x {r['k']} | {r['logreg_acc']:.3f} | "
                      f"{r['knn_acc']:.3f} | {r['random_init']:.3f} | {r['rankme']:.1f} |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.4))
+    fig, (ax,) = new_figure(1, (5, 3.4))
     for loss, mode in families:
         mine = [r for r in rows if r["loss"] == loss and r["mode"] == mode]
         ax.plot([r["k"] for r in mine], [r["logreg_acc"] for r in mine], marker="o", label=f"{loss} ({mode})")
     ax.set(xlabel="views per item k", ylabel="linear-probe accuracy", title=f"digits, {args.steps} steps")
-    ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=80)
-    plt.close(fig)
-    tmp.replace(out.with_suffix(".png"))
-    print("\n".join(lines))
+    write_outputs(args.out, lines, fig)
     return 0
 
 

@@ -16,11 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from multiview_app.train.run_io import atomic_write_text  # noqa: E402
-from repro_digits import SMALL, train_digits  # noqa: E402
+from repro_common import ROOT, SMALL, new_figure, parse_list, train_digits, write_outputs  # noqa: E402
 
 
 def run_one(beta: float, args: argparse.Namespace) -> dict[str, Any]:
@@ -33,25 +31,16 @@ def run_one(beta: float, args: argparse.Namespace) -> dict[str, Any]:
     return {"beta": beta, "steps": args.steps, "curves": curves, "probe": probe}
 
 
-def figure(rows: list[dict[str, Any]], out_png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+def figure(rows: list[dict[str, Any]]) -> Any:
+    """RankMe, uniformity and alignment vs step, one line per beta."""
+    fig, axes = new_figure(3, (13, 3.4))
     for ax, key in zip(axes, ("rankme", "uniformity", "alignment")):
         for row in rows:
             steps, values = zip(*row["curves"][key])
             ax.plot(steps, values, label=f"beta={row['beta']:g}")
         ax.set(xlabel="step", title=f"diag/{key}")
-        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.stem}.tmp.png")
-    fig.savefig(tmp, dpi=80)
-    plt.close(fig)
-    tmp.replace(out_png)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,11 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "repro_mveb"))
     parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "mveb_beta"))
     args = parser.parse_args(argv)
-    try:
-        betas = [float(v) for v in args.betas.split(",")]
-    except ValueError:
-        parser.error(f"--betas: expected comma-separated numbers, got {args.betas!r}")
-    rows = [run_one(beta, args) for beta in betas]
+    rows = [run_one(beta, args) for beta in parse_list(parser, "--betas", args.betas, float)]
     lines = ["| beta | steps | RankMe first -> last | uniformity last | alignment last | logreg acc | random-init logreg | kNN acc |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -74,11 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['beta']:g} | {r['steps']} | {c['rankme'][0][1]:.2f} -> {c['rankme'][-1][1]:.2f} | "
                      f"{c['uniformity'][-1][1]:.3f} | {c['alignment'][-1][1]:.4f} | {t['logreg_acc']:.3f} | "
                      f"{ri['logreg_acc']:.3f} | {t['knn_acc']:.3f} |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    figure(rows, out.with_suffix(".png"))
-    print("\n".join(lines))
+    write_outputs(args.out, lines, figure(rows))
     return 0
 
 

@@ -30,11 +30,11 @@ from typing import Any
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from repro_common import ROOT, new_figure, parse_list, write_outputs  # noqa: E402
 
 from multiview_app.losses import build_loss  # noqa: E402
-from multiview_app.train.run_io import atomic_write_text  # noqa: E402
 
 #: objective name -> loss of the head
 METHODS = {"multi_crop": "infonce_pwe", "arithmetic": "pvc_arithmetic", "geometric": "pvc_geometric",
@@ -129,7 +129,7 @@ def aggregate(rows: list[dict[str, Any]], key: str) -> dict[str, dict[int, tuple
     return out
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]]) -> list[str]:
     """Markdown table: per method and M, true MI, bound, gap, relative MI, loss (mean +- std)."""
     lines = ["| method | M | true MI | lower bound | MI gap | true / bound | loss |", "|---|---|---|---|---|---|---|"]
     stats = {key: aggregate(rows, key) for key in ("true_mi", "bound", "gap", "relative_mi", "loss")}
@@ -137,17 +137,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         for m in sorted(stats["bound"].get(method, {})):
             cells = [f"{stats[k][method][m][0]:.3f} +- {stats[k][method][m][1]:.3f}" for k in ("bound", "gap", "relative_mi", "loss")]
             lines.append(f"| {method} | {m} | {stats['true_mi'][method][m][0]:.3f} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def figure(rows: list[dict[str, Any]], out_png: Path) -> Path:
+def figure(rows: list[dict[str, Any]]) -> Any:
     """The four panels of poly-view Fig. 2 (mean +- std over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    fig, axes = new_figure(4, (16, 3.6))
     ms = sorted({r["M"] for r in rows})
     truth = [true_one_vs_rest_mi(m, rows[0]["sigma0"], rows[0]["sigma"]) for m in ms]
     for ax, key, title in zip(axes, ("bound", "gap", "relative_mi", "loss"),
@@ -164,14 +159,8 @@ def figure(rows: list[dict[str, Any]], out_png: Path) -> Path:
             ax.axhline(pairwise_mi(rows[0]["sigma0"], rows[0]["sigma"]), color="gray", ls=":", label="pairwise MI")
         ax.set_xlabel("multiplicity M")
         ax.set_title(title, fontsize=10)
-        ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.stem}.tmp.png")
-    fig.savefig(tmp, dpi=80)
-    plt.close(fig)
-    tmp.replace(out_png)
-    return out_png
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,10 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-batches", type=int, default=8)
     parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "polyview_gaussian"))
     args = parser.parse_args(argv)
-    try:
-        multiplicities = [int(v) for v in args.multiplicities.split(",")]
-    except ValueError:
-        parser.error(f"--multiplicities: expected comma-separated integers, got {args.multiplicities!r}")
+    multiplicities = parse_list(parser, "--multiplicities", args.multiplicities, int)
     if min(multiplicities) < 2:
         parser.error(f"--multiplicities: every M must be >= 2, got {multiplicities}")
     out = Path(args.out)
@@ -197,11 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(items=args.items, steps=args.steps, tau=args.tau, sigma0=args.sigma0, sigma=args.sigma,
                     eval_batches=args.eval_batches)
     rows = run_grid(multiplicities, args.seeds, cache=out.with_suffix(".jsonl"), **settings)
-    text = table(rows)
-    atomic_write_text(out.with_suffix(".md"), text)
-    figure(rows, out.with_suffix(".png"))
-    print(text)
-    print(f"wrote {out.with_suffix('.png')} and {out.with_suffix('.md')}")
+    png = write_outputs(out, table(rows), figure(rows))
+    print(f"wrote {png} and {out.with_suffix('.md')}")
     return 0
 
 
