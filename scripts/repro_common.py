@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.train.metrics import read_metrics  # noqa: E402
-from multiview_app.train.run_io import atomic_write_text  # noqa: E402
+from multiview_app.fileio import atomic_write_text  # noqa: E402
 from multiview_app.train.trainer import train  # noqa: E402
 
 T = TypeVar("T")

@@ -33,11 +33,11 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
+from ..fileio import atomic_write_json
 from ..losses.base import normalize
 from ..losses.contrastive import PolyViewGeometric
 from ..losses.flatnce import batch_ess
 from .metrics import read_metrics
-from .run_io import atomic_write_json
 
 #: Temperature of ``diag/ess`` and ``diag/pvc_mi_lower_bound`` for losses without ``tau`` (M3G, MVEB, BYOL).
 DEFAULT_TAU = 0.1
