@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "polyview_gaussian"))
     args = parser.parse_args(argv)
     multiplicities = parse_list(parser, "--multiplicities", args.multiplicities, int)
+    torch.set_num_threads(1)  # (K M, 32) MLPs: intra-op threads only add overhead
     if min(multiplicities) < 2:
         parser.error(f"--multiplicities: every M must be >= 2, got {multiplicities}")
     out = Path(args.out)
