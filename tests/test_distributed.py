@@ -133,35 +133,16 @@ def test_single_process_is_identity() -> None:
     assert gradient_scale(True) == 1.0 and world_size() == 1
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_accelerate_launch_runs_two_cpu_processes(tmp_path: Path) -> None:
     """The README's CPU multi-process command: ``accelerate launch --multi_gpu --num_processes 2``
     (``--cpu --num_processes 2`` starts a single process; accelerate's multi-process launcher is the
     ``--multi_gpu`` one, and on a machine without GPUs it runs gloo CPU processes)."""
-    import shutil
-    import subprocess
-    import sys
-
+    from _launch_helpers import launch
     from _train_helpers import write_tiny_yaml
 
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
-    assert accelerate, "accelerate's console script is installed with the package"
     config = write_tiny_yaml(tmp_path / "tiny.yaml", tmp_path / "runs", train={"max_steps": 3, "checkpoint_every": 2, "batch_size": 16})
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-         "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1", "--main_process_port", str(_free_port()),
-         "-m", "multiview_app.cli", "train", "--config", str(config), "--name", "acc"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )
+    proc = launch("accelerate", ["train", "--config", str(config), "--name", "acc"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     ckpt = tmp_path / "runs" / "acc" / "checkpoints" / "step_00000002"
     assert sorted(p.name for p in ckpt.glob("random_states_*.pkl")) == ["random_states_0.pkl", "random_states_1.pkl"]

@@ -1,11 +1,10 @@
 """``mvapp export``: same features as the evaluators, output folder contract, atomicity / resume,
-bad input, parquet format, sharding and 2-process export (gloo, torchrun)."""
+bad input, parquet format, sharding and 2-process export (gloo; torchrun and accelerate launch)."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from _launch_helpers import LAUNCHERS, launch
 from _train_helpers import tiny_config
 from multiview_app.cli import main
 from multiview_app.data.adapters import build_adapter
@@ -318,39 +318,17 @@ def test_downstream_classes_on_digits(digits_run: Path, tmp_path: Path, capsys) 
 # ----------------------------------------------------------------------------- 2 processes
 
 
-def _free_port() -> int:
-    """A port the OS just handed out (bound then released; torchrun binds it right after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
-    """``torchrun --nproc_per_node nproc -m multiview_app.cli -- ...`` on CPU (gloo), retried once on a port clash.
-    (``--`` ends torchrun's options: its parser would take ``--run`` for an abbreviation of ``--run-path``.)"""
-    for attempt in range(2):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--nnodes", "1",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), "-m", "multiview_app.cli", "--", *args]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=_python_env(), timeout=SUBPROCESS_TIMEOUT_S)
-        except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"torchrun timed out after {SUBPROCESS_TIMEOUT_S} s; stderr tail:\n{str(exc.stderr)[-3000:]}")
-        if proc.returncode == 0 or "address already in use" not in proc.stderr.lower() or attempt == 1:
-            return proc
-    return proc
-
-
 @pytest.mark.slow
-def test_two_process_export_equals_single_process(eeg_setup: dict, tmp_path: Path) -> None:
-    """2 gloo processes, 3 shards (uneven: 2 + 1) over an odd number of items."""
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_two_process_export_equals_single_process(launcher: str, eeg_setup: dict, tmp_path: Path) -> None:
+    """2 gloo processes (torchrun / ``accelerate launch``), 3 shards (uneven: 2 + 1) over an odd number of items."""
     run = eeg_setup["run"]
     single, single_table, _ = _export(run, tmp_path / "single", split="all", batch_size=16)
     item_bytes = 2 * single.shape[1] * 4
     shard_mb = (len(single) // 2 * item_bytes) / 3 / 2**20 * 1.01  # -> 3 shards
-    proc = _torchrun(["export", "--run", str(run), "--out", str(tmp_path / "multi"), "--split", "all",
+    proc = launch(launcher, ["export", "--run", str(run), "--out", str(tmp_path / "multi"), "--split", "all",
                       "--batch-size", "7", "--max-shard-mb", f"{shard_mb:.6f}"])
-    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"{launcher} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
     assert proc.stdout.count("exported") == 1  # only the main process reports
     rows, table, manifest = load_embeddings(tmp_path / "multi")
     assert manifest["processes"] == 2 and len(manifest["shards"]) == 3
