@@ -160,3 +160,38 @@ def test_accepted_change_is_not_recorded_when_the_resume_fails(tmp_path: Path) -
     with pytest.raises(ValueError, match=r"step_00000004 is at step 4, beyond the run's 2 steps"):
         train(shorter, resume="latest", accept_config_changes=True)
     assert (cfg.run_dir / "config.yaml").read_text() == saved and not (cfg.run_dir / HISTORY_FILE).exists()
+
+
+BYOL_TEACHER = {
+    "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
+    "projector": {"hidden_dim": 32, "out_dim": 16}, "predictor": {"hidden_dim": 32},
+    "teacher": {"enabled": True, "momentum_base": 0.9, "views": [0]},
+}
+
+
+def test_checkpoints_hold_no_pickle_and_teacher_and_schedule_resume_exactly(tmp_path: Path) -> None:
+    """LR schedule and EMA teacher are weights-only files (no ``custom_checkpoint_*.pkl``, which
+    accelerate would unpickle with ``weights_only=False``); a resumed BYOL run equals the full run."""
+    common = {"loss": {"name": "byol_pwe"}, "model": BYOL_TEACHER, "optim": {"warmup_steps": 3}}
+    section = {"max_steps": 5, "checkpoint_every": 2}
+    full = train(tiny_config(tmp_path, "full", train=section, **common))
+    crashed = tiny_config(tmp_path, "crashed", train=section, **common)
+
+    def crash(step: int, record: dict | None) -> None:
+        if step == 3:
+            raise Crash("simulated crash")
+
+    with pytest.raises(Crash):
+        train(crashed, callbacks=[crash])
+    ckpt = list_checkpoints(crashed.run_dir)[-1]
+    assert sorted(p.name for p in ckpt.glob("*.pkl")) == ["random_states_0.pkl"]  # RNG: read weights-only by accelerate
+    assert {"state_lr_schedule.pt", "state_ema_teacher.pt"} <= {p.name for p in ckpt.iterdir()}
+    for name in ("state_lr_schedule.pt", "state_ema_teacher.pt"):
+        torch.load(ckpt / name, weights_only=True)
+    resumed = train(crashed, resume="latest")
+    _assert_same_weights(full.run_dir, resumed.run_dir)
+
+    # a checkpoint of the older format (schedule pickled by accelerate) is refused, not half-restored
+    (ckpt / "state_lr_schedule.pt").rename(ckpt / "custom_checkpoint_0.pkl")
+    with pytest.raises(ValueError, match=r"state_lr_schedule\.pt.*custom_checkpoint_0\.pkl.*not loaded"):
+        train(crashed, resume=str(ckpt))

@@ -5,7 +5,10 @@ it to its final name, so a killed run never leaves a half-written ``step_*`` fol
 Only the last ``keep`` checkpoints are kept; a failed write (e.g. a full disk) removes its temp folder
 and leaves the older checkpoints untouched. The loss module's ``state_dict`` (scheduled temperatures,
 buffers such as warm-start potentials) is saved per process as ``loss_state_<rank>.pt`` and loaded
-with ``torch.load(weights_only=True)``.
+with ``torch.load(weights_only=True)``. The other stateful objects (LR schedule, EMA teacher) are
+saved the same way as ``state_<name>.pt`` (main process), never through accelerate's
+``register_for_checkpointing``, whose ``custom_checkpoint_<i>.pkl`` files are unpickled with
+``weights_only=False`` on load (arbitrary code from a checkpoint someone hands you).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from .run_io import atomic_write_json
 
 STATE_FILE = "trainer_state.json"
 LOSS_STATE_FILE = "loss_state_{rank}.pt"
+EXTRA_STATE_FILE = "state_{name}.pt"
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 
 
@@ -62,9 +66,10 @@ def resolve_resume(run_dir: str | Path, resume: str) -> Path:
 
 def save_checkpoint(
     accelerator: Any, run_dir: str | Path, step: int, trainer_state: dict[str, Any], keep: int,
-    loss_module: torch.nn.Module | None = None,
+    loss_module: torch.nn.Module | None = None, states: dict[str, Any] | None = None,
 ) -> Path:
-    """``accelerator.save_state`` + the loss module's state + ``trainer_state.json`` into
+    """``accelerator.save_state`` + the loss module's state + ``states`` (name -> object with
+    ``state_dict``, identical on every process) + ``trainer_state.json`` into
     ``step_<step>`` (atomic), prune old ones. Must be called by every process. An ``OSError`` while
     writing (full disk, ...) removes the temp folder and is re-raised naming the checkpoint."""
     root = checkpoints_dir(run_dir)
@@ -78,6 +83,9 @@ def save_checkpoint(
         accelerator.save_state(output_dir=str(tmp))
         if loss_module is not None and loss_module.state_dict():
             torch.save(loss_module.state_dict(), tmp / LOSS_STATE_FILE.format(rank=accelerator.process_index))
+        if accelerator.is_main_process:
+            for name, obj in (states or {}).items():
+                torch.save(obj.state_dict(), tmp / EXTRA_STATE_FILE.format(name=name))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             atomic_write_json(tmp / STATE_FILE, trainer_state)
@@ -117,20 +125,35 @@ def read_trainer_state(ckpt_dir: str | Path) -> dict[str, Any]:
     return state
 
 
-def load_checkpoint(accelerator: Any, ckpt_dir: str | Path, loss_module: torch.nn.Module | None = None) -> dict[str, Any]:
-    """Restore model / optimizer / registered objects / RNG (and the loss module's state) from
-    ``ckpt_dir``; return the trainer state (``loss_state``: ``restored`` / ``none`` / ``missing``)."""
+def load_checkpoint(
+    accelerator: Any, ckpt_dir: str | Path, loss_module: torch.nn.Module | None = None,
+    states: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Restore model / optimizer / RNG, ``states`` (name -> object with ``load_state_dict``) and the
+    loss module's state from ``ckpt_dir``; return the trainer state (``loss_state``: ``restored`` /
+    ``none`` / ``missing``). Every state file is read with ``torch.load(weights_only=True)``."""
     ckpt_dir = Path(ckpt_dir)
     state_path = ckpt_dir / STATE_FILE
     if not state_path.is_file():
         raise FileNotFoundError(f"{ckpt_dir}: not a checkpoint (no {STATE_FILE})")
     state = read_trainer_state(ckpt_dir)
+    missing = [EXTRA_STATE_FILE.format(name=name) for name in (states or {})
+               if not (ckpt_dir / EXTRA_STATE_FILE.format(name=name)).is_file()]
+    if missing:
+        pickled = sorted(p.name for p in ckpt_dir.glob("custom_checkpoint_*.pkl"))
+        why = (f"it holds {', '.join(pickled)} instead (pickles from an older version, not loaded: unpickling "
+               "can run arbitrary code)" if pickled else "they are missing")
+        raise ValueError(f"{ckpt_dir}: checkpoint cannot be restored: expected {', '.join(missing)}; {why}. "
+                         "Start a new run or resume from a checkpoint written by this version")
     try:
         accelerator.load_state(str(ckpt_dir))
     except Exception as err:  # truncated / foreign files inside the checkpoint
         older = [p for p in list_checkpoints(ckpt_dir.parent.parent) if p != ckpt_dir]
         hint = f"; resume from an older one with --resume {older[-1]}" if older else ""
         raise ValueError(f"{ckpt_dir}: checkpoint cannot be restored ({' '.join(str(err).split())[:300]}){hint}") from None
+    for name, obj in (states or {}).items():
+        obj.load_state_dict(torch.load(ckpt_dir / EXTRA_STATE_FILE.format(name=name), map_location=accelerator.device,
+                                       weights_only=True))
     state["loss_state"] = "none"
     if loss_module is not None and loss_module.state_dict():
         own = ckpt_dir / LOSS_STATE_FILE.format(rank=accelerator.process_index)

@@ -391,11 +391,8 @@ class Trainer:
             optimizer, lr_lambda(cfg.optim.warmup_steps, plan.total_steps, cfg.optim.min_lr_ratio)
         )
         step_module, optimizer = accelerator.prepare(step_module, optimizer)
-        accelerator.register_for_checkpointing(scheduler)
-        if teacher is not None:
-            accelerator.register_for_checkpointing(teacher)
-        if loss_params:
-            accelerator.register_for_checkpointing(loss_fn)
+        # scheduler / teacher go into the checkpoint as weights-only files (checkpoint.py), the loss
+        # module (learnable temperature, warm-start potentials) as loss_state_<rank>.pt
         return Parts(step_module, loss_fn, teacher, teacher_views, optimizer, scheduler, gathered)
 
     def _start_or_resume(self, accelerator: Any, parts: Parts, plan: DataPlan) -> Position:
@@ -403,7 +400,7 @@ class Trainer:
         at = Position()
         if self.resume is not None and not self._restart_from_zero:
             ckpt = resolve_resume(self.run_dir, self.resume)
-            state = load_checkpoint(accelerator, ckpt, parts.loss_fn)
+            state = load_checkpoint(accelerator, ckpt, parts.loss_fn, self._extra_states(parts))
             at = Position(int(state["step"]), int(state["epoch"]), int(state["batch_position"]))
             if at.step > plan.total_steps:
                 raise ValueError(
@@ -579,8 +576,16 @@ class Trainer:
             {"step": at.step, "epoch": ep, "batch_position": pos, "total_steps": plan.total_steps,
              "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
                           "views": "seed per (global micro-batch index, rank)"}},
-            tcfg.keep_checkpoints, parts.loss_fn,
+            tcfg.keep_checkpoints, parts.loss_fn, self._extra_states(parts),
         )
+
+    @staticmethod
+    def _extra_states(parts: Parts) -> dict[str, Any]:
+        """Stateful training objects besides model / optimizer / loss, by checkpoint file name."""
+        states: dict[str, Any] = {"lr_schedule": parts.scheduler}
+        if parts.teacher is not None:
+            states["ema_teacher"] = parts.teacher
+        return states
 
     def _finish(self, accelerator: Any, parts: Parts) -> tuple[dict[str, Any] | None, list[str]]:
         """Final weights, model.json and curves (main process), then the callbacks' end hooks;
