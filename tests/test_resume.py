@@ -29,6 +29,14 @@ class Crash(RuntimeError):
     pass
 
 
+def crash_at(crash_step: int):
+    """A training callback that raises :class:`Crash` when step ``crash_step`` ends."""
+    def crash(step: int, record: dict | None) -> None:
+        if step == crash_step:
+            raise Crash("simulated crash")
+    return crash
+
+
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run_dir / "model.safetensors"))
 
@@ -58,13 +66,8 @@ def test_tau_scheduled_run_crashed_and_sigtermed_resumes_to_the_same_weights(tmp
 
     # crash after step 5: resume from the step-4 checkpoint, whose loss state holds the scheduled tau
     crashed = tiny_config(tmp_path, "crashed", train=section, **common)
-
-    def crash(step: int, record: dict | None) -> None:
-        if step == 5:
-            raise Crash("simulated crash")
-
     with pytest.raises(Crash):
-        train(crashed, callbacks=[crash])
+        train(crashed, callbacks=[crash_at(5)])
     ckpt = list_checkpoints(crashed.run_dir)[-1]
     loss_state = torch.load(ckpt / "loss_state_0.pt", weights_only=True)
     assert loss_state["_extra_state"]["tau"] == pytest.approx(taus[4])  # tau used by step 5 = after step 4
@@ -176,13 +179,8 @@ def test_checkpoints_hold_no_pickle_and_teacher_and_schedule_resume_exactly(tmp_
     section = {"max_steps": 5, "checkpoint_every": 2}
     full = train(tiny_config(tmp_path, "full", train=section, **common))
     crashed = tiny_config(tmp_path, "crashed", train=section, **common)
-
-    def crash(step: int, record: dict | None) -> None:
-        if step == 3:
-            raise Crash("simulated crash")
-
     with pytest.raises(Crash):
-        train(crashed, callbacks=[crash])
+        train(crashed, callbacks=[crash_at(3)])
     ckpt = list_checkpoints(crashed.run_dir)[-1]
     assert sorted(p.name for p in ckpt.glob("*.pkl")) == ["random_states_0.pkl"]  # RNG: read weights-only by accelerate
     assert {"state_lr_schedule.pt", "state_ema_teacher.pt"} <= {p.name for p in ckpt.iterdir()}
