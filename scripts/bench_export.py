@@ -112,12 +112,12 @@ def child(kind: str, path: str, times: int, limit: int | None, run: Path, out: P
     print(json.dumps({"rows": rows, "seconds": seconds, "peak_rss_mib": peak}))
 
 
-def throughput(kind: str, run: Path, out: Path, repeats: int, limit: int | None) -> dict[str, Any]:
+def throughput(kind: str, run: Path, out: Path, repeats: int, limit: int | None, times: int = 1) -> dict[str, Any]:
     """Interleaved best-of-``repeats`` rows/s of both paths in this process (1 torch thread), per
     wall-clock second and per CPU second of this process (``time.process_time``: with one thread and
     no loader workers it counts the work itself, so it is far less disturbed by other jobs on the
     machine than the wall clock)."""
-    model, adapter, policy = _setup(run, 1, limit)
+    model, adapter, policy = _setup(run, times, limit)
     best = {(path, clock): 0.0 for path in ("evaluator", "export") for clock in ("wall", "cpu")}
     rows = 0
     for _ in range(repeats):
@@ -154,6 +154,7 @@ def main() -> None:
     parser.add_argument("--eeg-items", type=int, default=None, help="EEG: first N items of every split (default all)")
     parser.add_argument("--eeg-batch", type=int, default=BATCH["eeg"],
                         help="EEG items per forward (keep <= --eeg-items so both RSS sizes run full batches)")
+    parser.add_argument("--speed-times", type=int, default=1, help="dataset repetitions of the throughput measurement")
     parser.add_argument("--no-memory", action="store_true", help="throughput only (skip the peak-RSS children)")
     parser.add_argument("--child", nargs=6, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -170,7 +171,7 @@ def main() -> None:
         for kind in args.kinds:
             base = args.base if kind == "digits" else args.eeg_base
             limit = args.eeg_items if kind == "eeg" else None
-            speed = throughput(kind, runs[kind], work / f"out_{kind}", args.repeats, limit)
+            speed = throughput(kind, runs[kind], work / f"out_{kind}", args.repeats, limit, args.speed_times)
             memory = {} if args.no_memory else {
                 f"{path}_x{times}": peak_rss(kind, path, times, limit, runs[kind], work / f"rss_{kind}")
                 for path in ("export", "evaluator") for times in (base, base * args.scale)}
