@@ -55,6 +55,10 @@ def figure(rows: list[dict[str, Any]]) -> Any:
         axes[2].plot(batches, [r["logreg_acc"] for r in mine], marker="o", label=label)
     axes[1].set(xlabel="batch size n", ylabel="final ESS", title="final ESS vs batch", xscale="log", yscale="log")
     axes[2].set(xlabel="batch size n", ylabel="linear-probe accuracy", title="probe accuracy vs batch", xscale="log")
+    sizes = sorted({r["batch"] for r in rows})
+    for ax in axes[1:]:  # label exactly the batch sizes run (log-axis minor labels overlap)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.minorticks_off()
     for ax in axes:
         ax.legend(fontsize=7)
     return fig
