@@ -181,3 +181,69 @@ def test_adapter_val_split_is_subject_wise_and_reproducible(tmp_path):
         build_adapter("eeg_windows", {"cache": str(cache), "test_subjects": ["S7"], "val_subjects": ["S7"]})
     with pytest.raises(ValueError, match=r"data.options.val_subjects: \['S9'\] not in the cache"):
         build_adapter("eeg_windows", {"cache": str(cache), "val_subjects": ["S9"]})
+
+
+def test_stacked_channel_split_views_shapes_groups_and_seed(tmp_path):
+    adapter = build_adapter("eeg_windows", {"cache": str(_fake_cache(tmp_path / "cache")), "test_fraction": 0})
+    raw = torch.utils.data.default_collate([adapter.split("train")[i] for i in range(5)])
+    policy = build_view_policy("channels", 2, {"channel_split": "stacked"}, adapter)
+    assert policy.group_size == 2
+    views = policy.train_views(raw, torch.Generator().manual_seed(0))
+    stacked = torch.stack(views.views, dim=1)
+    assert stacked.shape == (5, 2, 2, 3000)  # (n, k, C / k, T)
+    groups = [name.split("+") for name in views.view_names]
+    assert sorted(sum(groups, [])) == sorted(CHANNELS) and all(len(g) == 2 for g in groups)
+    for view, members in zip(views.views, groups):  # each view holds exactly its named channels, in channel order
+        torch.testing.assert_close(view, raw["x"][:, [CHANNELS.index(c) for c in members]])
+        assert [CHANNELS.index(c) for c in members] == sorted(CHANNELS.index(c) for c in members)
+    again = policy.train_views(raw, torch.Generator().manual_seed(0))
+    assert again.view_names == views.view_names and all(torch.equal(a, b) for a, b in zip(again.views, views.views))
+    partitions = {tuple(policy.train_views(raw, torch.Generator().manual_seed(s)).view_names) for s in range(12)}
+    assert len(partitions) > 1  # the partition is random across seeds (3 possible pairings of 4 channels)
+
+    cropped = build_view_policy("channels", 2, {"channel_split": "stacked", "crop_seconds": 10}, adapter)
+    view = cropped.train_views(raw, torch.Generator().manual_seed(3))
+    members = [CHANNELS.index(c) for c in view.view_names[0].split("+")]
+    assert view.views[0].shape == (5, 2, 1000)
+    start = [s for s in range(2001) if torch.equal(raw["x"][0, members[0], s:s + 1000], view.views[0][0, 0])]
+    assert len(start) == 1  # both channels of a view share one crop
+    assert torch.equal(raw["x"][0, members[1], start[0]:start[0] + 1000], view.views[0][0, 1])
+
+    evaluation = policy.eval_views(raw)  # fixed contiguous groups
+    assert evaluation.view_names == ["F3-M2+C3-M2", "O1-M2+O2-M1"] and evaluation.views[1].shape == (5, 2, 3000)
+    torch.testing.assert_close(evaluation.views[1], raw["x"][:, 2:4])
+    with pytest.raises(ValueError, match="views.k = 3 does not divide the 4 channels"):
+        build_view_policy("channels", 3, {"channel_split": "stacked"}, adapter)
+
+
+def test_encoder_with_stacked_input_channels():
+    encoder = _tiny_encoder(in_channels=2)
+    xs = [torch.randn(4, 2, 3000) for _ in range(2)]
+    names = ["F3-M2+C3-M2", "O1-M2+O2-M1"]
+    batched = encoder.forward_views(xs, names)
+    looped = torch.stack([encoder(x, n) for x, n in zip(xs, names)], dim=1)
+    assert batched.shape == (4, 2, 8)
+    torch.testing.assert_close(batched, looped, rtol=1e-4, atol=1e-5)
+    assert encoder.time_bins(xs[0], names[0], 4).shape == (4, 8, 4)
+    swapped = encoder(xs[0].flip(1), names[0])  # the input channels are not interchangeable
+    assert not torch.allclose(swapped, encoder(xs[0], names[0]))
+    with pytest.raises(ValueError, match="in_channels = 2 expects \\(n, 2, T\\)"):
+        encoder(torch.randn(4, 3000))
+    assert build_encoder("eeg", "conv").blocks[0][0].weight.shape == (256, 1, 3)  # default: the papers' network
+
+
+def test_stacked_run_trains_and_is_staged_on_its_channel_groups(tmp_path):
+    from multiview_app.cli import main
+    from multiview_app.eval.sleep_staging import run_sleep_staging
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g_split_stacked.yaml"
+    cache = _fake_cache(tmp_path / "cache", subjects=5, windows=10)
+    assert main(["train", "--config", str(config), "--name", "stacked", f"data.options.cache={cache}",
+                 f"data.options.channels={json.dumps(CHANNELS)}", "model.encoders.eeg.in_channels=2",
+                 "data.options.test_fraction=0.2", f"output.runs_dir={tmp_path / 'runs'}", "train.max_steps=2",
+                 "train.batch_size=4", "model.encoders.eeg.width=8", "model.encoders.eeg.out_dim=8",
+                 "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0"]) == 0
+    for classifier in ("logreg", "paper"):
+        result = run_sleep_staging(tmp_path / "runs" / "stacked", shots=(2,), seeds=1, progress=False,
+                                   classifier=classifier)
+        assert result["results"]["trained"]["2"]["runs"] and result["channels"] == CHANNELS

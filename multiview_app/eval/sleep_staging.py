@@ -216,13 +216,13 @@ def run_sleep_staging(
     ``lr=None`` tunes the learning rate). Validation subjects (``VALIDATION_FRACTION`` of the
     classifier-training subjects, at least one) are used only when tuning or for ``paper``.
     """
-    from ..data.eeg.views import ChannelViews
+    from ..data.eeg.views import staging_views
 
     run_dir = Path(run_dir)
     cfg, _ = load_run(run_dir, "init")
     plan = plan_evaluation(cfg, run_dir, cache=cache, channels=channels, test_fraction=test_fraction, folds=folds)
     adapter = plan["adapter"]
-    policy = ChannelViews(len(adapter.channel_names), ChannelViews.Options(), adapter)
+    policy = staging_views(cfg.views, adapter)
 
     features: dict[str, np.ndarray] = {}
     labels = subjects = np.zeros(0)
@@ -230,7 +230,7 @@ def run_sleep_staging(
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
         feats, labels, meta = extract_features(model, adapter, policy, "train", batch_size, device, progress)
-        features[name] = (time_binned_features(model, adapter, batch_size, device) if classifier == "paper"
+        features[name] = (time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper"
                           else combine_views(feats, combine))
     subjects = np.asarray(meta["subject"])
     if baselines:
@@ -356,19 +356,19 @@ def split_validation(subjects: list[str], seed: int) -> tuple[list[str], list[st
 
 
 @torch.no_grad()
-def time_binned_features(model: Any, adapter: Any, batch_size: int, device: str) -> np.ndarray:
-    """Per-channel encoder outputs pooled into ``TIME_BINS`` bins: ``(N, C, out_dim * TIME_BINS)``
-    over the adapter's ``train`` split (the encoder's ``time_bins``; channels named as in the adapter)."""
+def time_binned_features(model: Any, adapter: Any, policy: Any, batch_size: int, device: str) -> np.ndarray:
+    """Per-view encoder outputs pooled into ``TIME_BINS`` bins: ``(N, k, out_dim * TIME_BINS)``
+    over the adapter's ``train`` split (the encoder's ``time_bins`` on ``policy.eval_views``: one
+    view per channel, or the channel groups of a stacked run)."""
     encoder = model.encoders["eeg"]
     if not hasattr(encoder, "time_bins"):
         raise ValueError(f"--classifier paper needs an EEG encoder with time_bins (got {type(encoder).__name__})")
     encoder.eval().to(device)
     out = []
     for batch in DataLoader(adapter.split("train"), batch_size=batch_size, shuffle=False):
-        x = batch["x"].to(device).float()  # (n, C, T)
-        per_channel = [encoder.time_bins(x[:, c], name, TIME_BINS).flatten(1) for c, name in
-                       enumerate(adapter.channel_names)]
-        out.append(torch.stack(per_channel, dim=1).cpu().numpy())
+        views = policy.eval_views({"x": batch["x"].to(device)})  # k views (n, T) or (n, g, T)
+        per_view = [encoder.time_bins(v, name, TIME_BINS).flatten(1) for v, name in zip(views.views, views.view_names)]
+        out.append(torch.stack(per_view, dim=1).cpu().numpy())
     return np.concatenate(out).astype(np.float32)
 
 

@@ -3,7 +3,8 @@
 The network is the one of M3G App. A, which follows Brüsch et al. (2023): six blocks of
 Conv1d -> Dropout -> GroupNorm -> GELU (kernel = stride = 3, then 2), ``width`` kernels in the
 intermediate blocks, ``out_dim`` in the last, a kernel-1 readout convolution, and a mean over
-time: ``(n, T) -> (n, out_dim)``. As in both papers, one set of weights ("a single common
+time: ``(n, T) -> (n, out_dim)`` (or ``(n, in_channels, T)`` for the channel-split "stacked"
+views, whose first convolution sees a group of channels as input channels). As in both papers, one set of weights ("a single common
 network") encodes every channel; the channels are combined afterwards (by the evaluator).
 
 ``channel_mode``:
@@ -62,6 +63,9 @@ class ChannelAwareConvEncoder(nn.Module):
         channel_mode: ``embedding`` (learned channel embedding) or ``agnostic`` (none; the papers).
         unknown_rate: ``embedding`` mode, training only: probability that a view's channel id is
             replaced by "unknown" (trains that row for channels never seen in pretraining).
+        in_channels: input channels of the first convolution: 1 (one channel per view, the
+            papers' network) or the group size of ``views.options.channel_split: stacked`` views
+            ``(n, in_channels, T)``.
         pretrained_path: local weights (.safetensors / torch state dict).
     """
 
@@ -70,7 +74,7 @@ class ChannelAwareConvEncoder(nn.Module):
     def __init__(self, width: int = 256, out_dim: int = 64, kernels: tuple[int, ...] | list[int] = (3, 2, 2, 2, 2, 2),
                  dropout: float = 0.0, groups: int = 8, channel_vocab: list[str] | tuple[str, ...] = PHYSIONET2018_EEG,
                  channel_mode: Literal["embedding", "agnostic"] = "embedding", unknown_rate: float = 0.0,
-                 pretrained_path: str | None = None) -> None:
+                 in_channels: int = 1, pretrained_path: str | None = None) -> None:
         super().__init__()
         if len(kernels) < 1 or any(k < 1 for k in kernels):
             raise ValueError(f"kernels must be positive integers, got {list(kernels)}")
@@ -80,9 +84,12 @@ class ChannelAwareConvEncoder(nn.Module):
             raise ValueError(f"unknown_rate: expected a probability in [0, 1], got {unknown_rate}")
         if channel_mode == "agnostic" and unknown_rate > 0:
             raise ValueError("unknown_rate only applies to channel_mode 'embedding' (agnostic has no channel ids)")
+        if in_channels < 1:
+            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
         self.channel_mode = channel_mode
         self.unknown_rate = float(unknown_rate)
-        sizes = [1] + [width] * (len(kernels) - 1) + [out_dim]
+        self.in_channels = int(in_channels)
+        sizes = [self.in_channels] + [width] * (len(kernels) - 1) + [out_dim]
         self.blocks = nn.ModuleList(ConvBlock(sizes[i], sizes[i + 1], k, dropout, groups) for i, k in enumerate(kernels))
         self.readout = nn.Conv1d(out_dim, out_dim, kernel_size=1)
         self.channel_vocab = [str(c) for c in channel_vocab]
@@ -123,21 +130,24 @@ class ChannelAwareConvEncoder(nn.Module):
 
     def time_bins(self, x: torch.Tensor, view_name: str | None = None, bins: int = 4) -> torch.Tensor:
         """Readout pooled into ``bins`` equal time bins (the papers' classifier input):
-        ``x (n, T)`` -> ``(n, out_dim, bins)``; their mean over bins is ``forward`` when the readout
+        ``x (n, T)`` or ``(n, in_channels, T)`` -> ``(n, out_dim, bins)``; their mean over bins is ``forward`` when the readout
         length divides evenly."""
         embedding = self._name_embedding(view_name)
         h = self._readout(x, None if embedding is None else embedding.expand(x.shape[0], -1))
         return nn.functional.adaptive_avg_pool1d(h, bins)
 
     def _readout(self, x: torch.Tensor, channel_embedding: torch.Tensor | None) -> torch.Tensor:
-        """``x (m, T)`` -> readout ``(m, out_dim, L)`` before the mean over time."""
-        if x.dim() == 3 and x.shape[1] == 1:
-            x = x[:, 0]
-        if x.dim() != 2:
-            raise ValueError(f"EEG encoder expects (n, T) or (n, 1, T), got {tuple(x.shape)}")
-        if x.shape[1] < self.min_length:
-            raise ValueError(f"EEG encoder needs >= {self.min_length} samples per window, got {x.shape[1]}")
-        h = self.blocks[0](x[:, None, :])
+        """``x (m, T)`` or ``(m, in_channels, T)`` -> readout ``(m, out_dim, L)`` before the mean over time."""
+        if x.dim() == 2:
+            x = x[:, None, :]
+        if x.dim() != 3 or x.shape[1] != self.in_channels:
+            expected = "(n, T) or (n, 1, T)" if self.in_channels == 1 else f"(n, {self.in_channels}, T)"
+            raise ValueError(
+                f"EEG encoder built with in_channels = {self.in_channels} expects {expected}, got {tuple(x.shape)}; "
+                f"views.options.channel_split = stacked needs model.encoders.eeg.in_channels = channels per view")
+        if x.shape[-1] < self.min_length:
+            raise ValueError(f"EEG encoder needs >= {self.min_length} samples per window, got {x.shape[-1]}")
+        h = self.blocks[0](x)
         if channel_embedding is not None:
             h = h + channel_embedding[:, :, None]
         for block in self.blocks[1:]:
@@ -149,7 +159,7 @@ class ChannelAwareConvEncoder(nn.Module):
         return self.encode(x, None if embedding is None else embedding.expand(x.shape[0], -1))
 
     def forward_views(self, xs: list[torch.Tensor], view_names: list[str]) -> torch.Tensor:
-        """k views ``(n, T)`` with their names -> ``(n, k, out_dim)`` in one batched pass."""
+        """k views ``(n, T)`` (or ``(n, in_channels, T)``) with their names -> ``(n, k, out_dim)`` in one batched pass."""
         if len({tuple(x.shape) for x in xs}) != 1:
             return torch.stack([self(x, name) for x, name in zip(xs, view_names)], dim=1)
         n = xs[0].shape[0]

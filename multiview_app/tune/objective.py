@@ -82,11 +82,11 @@ def _linear_probe(score: str) -> Callable[[Any, MetricState], float]:
 
 def _sleep_staging(score: str) -> Callable[[Any, MetricState], float]:
     def compute(model: Any, state: MetricState) -> float:
-        from ..data.eeg.views import ChannelViews
+        from ..data.eeg.views import staging_views
         from ..eval.features import combine_views, extract_features
         from ..eval.sleep_staging import few_shot_protocol
 
-        policy = ChannelViews(len(state.adapter.channel_names), ChannelViews.Options(), state.adapter)
+        policy = staging_views(state.cfg.views, state.adapter)
         features, labels = {}, {}
         for part, split in (("train", "train"), ("test", VAL_SPLIT)):
             feats, labels[part], _ = extract_features(model, state.adapter, policy, split, state.cfg.eval.batch_size,

@@ -1,5 +1,6 @@
 """``channels`` view policy: EEG channels as views (M3G Sec. 4.3), optional channel-split views
-(random channel groups averaged, Brüsch et al. 2023) and random temporal crops."""
+(random channel groups averaged or stacked as input channels, Brüsch et al. 2023) and random
+temporal crops."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -12,7 +13,16 @@ from ..batch import ViewBatch
 from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, draw_device, labels_and_meta
 
 GROUP_SEPARATOR = "+"
-"""View name of an averaged channel group: channel names joined by "+" (the encoder understands it)."""
+"""View name of a channel group: channel names joined by "+" (the encoder understands it)."""
+
+
+def stacked_group_size(channels: int, k: int) -> int:
+    """Channels per view of ``channel_split: stacked`` (= the encoder's ``in_channels``); the
+    channels must split into k equal groups."""
+    if k < 2 or channels % k:
+        raise ValueError(f"views.options.channel_split = stacked needs k >= 2 equal channel groups: views.k = {k} "
+                         f"does not divide the {channels} channels")
+    return channels // k
 
 
 @VIEW_POLICIES.register("channels")
@@ -22,8 +32,13 @@ class ChannelViews(ViewPolicy):
     - ``channel_split: none``: k = number of channels (or a random subset of k channels per batch);
     - ``channel_split: average``: the channels are randomly partitioned into k groups per batch and
       each group is averaged (k >= 2; Brüsch et al. use k = 2);
-    - ``crop_seconds``: each view is an independent random crop of that length (train only).
-    Eval views: every channel, full length, in the adapter's order (k_eval = C).
+    - ``channel_split: stacked``: the same random partition into k groups of ``g = C / k`` channels
+      (k must divide C), each group kept as ``g`` input channels of one view ``(n, g, T')``
+      (members in channel order; the encoder needs ``in_channels = g``); view name ``A+B+C``;
+    - ``crop_seconds``: each view is an independent random crop of that length (train only; the
+      channels of a stacked view share their crop).
+    Eval views: every channel, full length, in the adapter's order (k_eval = C); with ``stacked``:
+    the channels in order cut into k contiguous groups of g (:meth:`eval_groups`), ``(n, g, T)`` each.
     """
 
     modality = "eeg"
@@ -31,7 +46,7 @@ class ChannelViews(ViewPolicy):
 
     class Options(PolicyOptions):
         channels: list[str] | None = None
-        channel_split: Literal["none", "average"] = "none"
+        channel_split: Literal["none", "average", "stacked"] = "none"
         crop_seconds: float | None = Field(None, gt=0)
 
     def __init__(self, k: int, options: Options, adapter: DataAdapter) -> None:
@@ -47,6 +62,7 @@ class ChannelViews(ViewPolicy):
             raise ValueError(f"views.k = {k} but only {c} channels ({', '.join(self.channel_names)}) are available")
         if options.channel_split == "average" and k < 2:
             raise ValueError("views.k must be >= 2 with views.options.channel_split = average")
+        self.group_size = stacked_group_size(c, k) if options.channel_split == "stacked" else 1
         sfreq = float(getattr(adapter, "sfreq", 100.0))
         self.crop_samples = None if options.crop_seconds is None else int(round(options.crop_seconds * sfreq))
         window_seconds = getattr(adapter, "window_seconds", None)
@@ -61,14 +77,25 @@ class ChannelViews(ViewPolicy):
             raise ValueError(f"channels view policy expects raw x of shape (n, C, T), got {tuple(x.shape)}")
         return x[:, self.channel_index] if self.channel_index != list(range(x.shape[1])) else x
 
+    def eval_groups(self) -> list[list[str]]:
+        """Channel groups of the eval views: one per channel, or (``stacked``) the channels in
+        order cut into k contiguous groups of ``group_size``."""
+        if self.options.channel_split != "stacked":
+            return [[name] for name in self.channel_names]
+        g = self.group_size
+        return [self.channel_names[i:i + g] for i in range(0, len(self.channel_names), g)]
+
     def _crop(self, view: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        n, length = view.shape
+        """``(n, T)`` or ``(n, g, T)`` -> the same with ``T' = crop_samples`` (one start per item)."""
+        n, length = view.shape[0], view.shape[-1]
         if self.crop_samples is None or self.crop_samples >= length:
             return view
         starts = torch.randint(0, length - self.crop_samples + 1, (n, 1), generator=generator,
                                device=draw_device(generator, view.device)).to(view.device)
-        index = starts + torch.arange(self.crop_samples, device=view.device)[None]
-        return torch.gather(view, 1, index)
+        index = starts + torch.arange(self.crop_samples, device=view.device)[None]  # (n, T')
+        if view.dim() == 3:
+            index = index[:, None].expand(-1, view.shape[1], -1)
+        return torch.gather(view, -1, index)
 
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         x = self._channels(raw["x"]).float()  # (n, C, T)
@@ -76,10 +103,10 @@ class ChannelViews(ViewPolicy):
         order = torch.randperm(c, generator=generator, device=draw_device(generator, x.device)).cpu()
         names: list[str] = []
         views: list[torch.Tensor] = []
-        if self.options.channel_split == "average":
+        if self.options.channel_split in ("average", "stacked"):
             for group in torch.tensor_split(order, self.k):
                 members = sorted(group.tolist())
-                views.append(x[:, members].mean(dim=1))
+                views.append(x[:, members].mean(dim=1) if self.options.channel_split == "average" else x[:, members])
                 names.append(GROUP_SEPARATOR.join(self.channel_names[i] for i in members))
         else:
             chosen = sorted(order[: self.k].tolist()) if self.k < c else list(range(c))
@@ -92,5 +119,20 @@ class ChannelViews(ViewPolicy):
     def eval_views(self, raw: dict[str, Any]) -> ViewBatch:
         x = self._channels(raw["x"]).float()
         labels, meta = labels_and_meta(raw)
+        if self.options.channel_split == "stacked":
+            groups = self.eval_groups()
+            g = self.group_size
+            views = [x[:, i * g:(i + 1) * g] for i in range(len(groups))]
+            return ViewBatch(views, ["eeg"] * len(groups), [GROUP_SEPARATOR.join(m) for m in groups], labels, meta)
         return ViewBatch([x[:, i] for i in range(x.shape[1])], ["eeg"] * x.shape[1], list(self.channel_names),
                          labels, meta)
+
+
+def staging_views(views_cfg: Any, adapter: DataAdapter) -> ChannelViews:
+    """Eval views for sleep staging with a run trained under ``views_cfg`` (its ``views`` config):
+    every channel of ``adapter`` on its own, or, for a ``channel_split: stacked`` run, the
+    adapter's channels in k contiguous groups (the encoder takes groups of that size)."""
+    options = dict(getattr(views_cfg, "options", None) or {})
+    if getattr(views_cfg, "policy", None) == "channels" and options.get("channel_split") == "stacked":
+        return ChannelViews(int(views_cfg.k), ChannelViews.Options(channel_split="stacked"), adapter)
+    return ChannelViews(len(adapter.channel_names), ChannelViews.Options(), adapter)
