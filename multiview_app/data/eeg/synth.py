@@ -71,13 +71,13 @@ class Transient:
 
 RHYTHMS: dict[str, Rhythm] = {
     "delta": Rhythm((0.5, 2.0), (9.0, 13.0, 20.0, 42.0, 13.0), (1.0, 0.8, 0.55)),
-    "theta": Rhythm((4.0, 7.5), (6.0, 11.0, 9.0, 10.0, 10.0), (0.7, 1.0, 0.6)),
-    "alpha": Rhythm((-1.5, 1.5), (12.0, 6.5, 3.5, 2.5, 6.0), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
+    "theta": Rhythm((4.0, 7.5), (6.0, 9.5, 9.0, 10.0, 8.0), (0.7, 1.0, 0.6)),
+    "alpha": Rhythm((-1.5, 1.5), (12.0, 6.0, 3.5, 2.5, 4.5), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
     "beta": Rhythm((16.0, 30.0), (4.5, 3.0, 2.2, 1.8, 3.5), (0.8, 0.8, 0.6)),
     "muscle": Rhythm((30.0, 45.0), (3.5, 1.6, 1.0, 0.9, 0.6), (1.0, 0.5, 0.7)),
 }
-TRANSIENTS: dict[str, Transient] = {
-    "spindle": Transient((0.0, 0.5, 3.0, 1.5, 0.2), 14.0, (0.55, 1.0, 0.4)),
+TRANSIENTS: dict[str, Transient] = {  # no spindles in REM (AASM)
+    "spindle": Transient((0.0, 0.3, 5.0, 2.5, 0.0), 32.0, (0.55, 1.0, 0.4)),
     "k_complex": Transient((0.0, 0.4, 1.2, 0.6, 0.0), 40.0, (1.0, 0.85, 0.35)),
     "vertex": Transient((0.1, 1.5, 0.4, 0.0, 0.1), 25.0, (0.6, 1.0, 0.3)),
     "sawtooth": Transient((0.0, 0.2, 0.0, 0.0, 1.5), 14.0, (0.6, 1.0, 0.4)),
@@ -87,8 +87,15 @@ EOG_EVENTS: dict[str, tuple[float, float, float, float, float]] = {  # rate per 
     "slow_roll": (0.5, 3.0, 0.3, 0.0, 0.3),
     "saccade": (3.0, 0.3, 0.0, 0.0, 5.0),
 }
+EYES_OPEN = {"alpha": 0.3, "beta": 1.3, "muscle": 1.4, "blink": 1.9, "saccade": 1.9, "slow_roll": 0.0, "emg": 1.2}
+EYES_CLOSED = {"alpha": 1.5, "beta": 0.8, "muscle": 0.7, "blink": 0.05, "saccade": 0.1, "slow_roll": 1.5, "emg": 0.8}
+"""Wake epochs are eyes open (blinks, saccades, beta, EMG; alpha blocked) or eyes closed (posterior
+alpha, few eye movements): multipliers of the wake entries of the tables above."""
 EMG_AMPLITUDE = (18.0, 10.0, 7.0, 6.5, 3.0)
 ARTIFACT_PROB = (0.10, 0.05, 0.02, 0.02, 0.03)
+AROUSALS_PER_HOUR = 10.0
+"""Brief EEG arousals (3-15 s of alpha/beta and chin EMG, no stage change) per hour of sleep, times
+the subject's ``arousal_scale``: an assumed typical adult arousal index (not fitted to a source)."""
 PINK_NOISE_UV = 8.0
 
 
@@ -105,6 +112,14 @@ class SubjectTraits:
     cycle_minutes: float
     latency_minutes: float  # wake from the recording start to sleep onset (lights-off + sleep latency)
     final_wake_minutes: float = 40.0  # wake after the final awakening until the recording ends
+    n3_scale: float = 1.0  # age-like: less N3 and smaller delta in older subjects (``delta_scale`` follows it)
+    rem_scale: float = 1.0
+    awakening_prob: float = 0.5  # an awakening at the end of a REM period
+    delta_scale: float = 1.0  # age-like delta amplitude (follows n3_scale)
+    arousal_scale: float = 1.0
+    eyes_closed_prob: float = 0.5  # share of wake spent with eyes closed
+    mains_uv: float = 1.0  # line-noise amplitude
+    channel_gain: dict[str, float] = field(default_factory=dict)  # electrode/impedance gain per channel
 
     @classmethod
     def sample(cls, rng: np.random.Generator) -> "SubjectTraits":
@@ -118,57 +133,100 @@ class SubjectTraits:
             cycle_minutes=float(rng.uniform(80.0, 110.0)),
             latency_minutes=float(rng.uniform(35.0, 60.0)),
             final_wake_minutes=float(rng.uniform(35.0, 60.0)),
-        )
+            n3_scale=float(rng.lognormal(0.0, 0.3)),
+            rem_scale=float(rng.lognormal(0.0, 0.12)),
+            awakening_prob=float(rng.uniform(0.3, 0.8)),
+        ).with_age_like_traits(rng)
+
+    def with_age_like_traits(self, rng: np.random.Generator) -> "SubjectTraits":
+        """Draw the traits added for subject-level variation (kept out of :meth:`sample`'s first draws)."""
+        self.delta_scale = float(self.n3_scale ** 0.6 * rng.lognormal(0.0, 0.1))
+        self.arousal_scale = float(rng.lognormal(0.0, 0.4))
+        self.eyes_closed_prob = float(rng.uniform(0.3, 0.7))
+        self.mains_uv = float(rng.uniform(0.0, 3.0))
+        self.channel_gain = {c: float(rng.lognormal(0.0, 0.15)) for c in
+                             list(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS)}
+        return self
 
 
 # ----------------------------------------------------------------------------- hypnogram
 
-_NOISE_TRANSITIONS = np.array(  # where the chain wanders when it does not follow the cycle schedule
-    [
-        [0.70, 0.30, 0.00, 0.00, 0.00],  # W
-        [0.35, 0.35, 0.30, 0.00, 0.00],  # N1
-        [0.15, 0.30, 0.40, 0.15, 0.00],  # N2
-        [0.05, 0.05, 0.60, 0.30, 0.00],  # N3
-        [0.35, 0.35, 0.10, 0.00, 0.20],  # REM
-    ]
-)
+EPOCHS_PER_MINUTE = 60.0 / EPOCH_SECONDS
+N3_MINUTES = (36.0, 26.0, 12.0, 5.0)
+"""N3 per NREM-REM cycle (minutes, times the subject's ``n3_scale``); none from cycle 5 on: slow-wave
+sleep is concentrated in the first cycles (Carskadon & Dement, "Normal human sleep: an overview")."""
+REM_MINUTES = (12.0, 21.0, 28.0, 33.0, 36.0, 38.0)
+"""REM per cycle (minutes, times ``rem_scale``): REM periods lengthen across the night."""
+BOUT_MINUTES = {N1: (1.5, 1.5), N2: (7.0, 2.0), N3: (7.0, 2.5), REM: (9.0, 2.0)}
+"""Stage bouts inside a cycle segment: gamma-distributed durations (mean minutes, shape). Shape > 1:
+unlike a first-order Markov chain (geometric bouts, mode at one epoch), long bouts are the rule and
+one-epoch bouts rare; the interruptions between bouts are the brief arousals below."""
+INTERRUPTION = {  # what interrupts a bout of each stage: (stage, probability) of the first interrupting epoch
+    N1: ((W, 0.6), (N2, 0.4)),
+    N2: ((W, 0.6), (N1, 0.4)),
+    N3: ((N2, 0.85), (W, 0.15)),
+    REM: ((W, 0.45), (N1, 0.55)),
+}
 
 
-def cycle_schedule(n_epochs: int, traits: SubjectTraits) -> np.ndarray:
-    """The stage each epoch 'aims at' in ideal ~90-min cycles: ``(n_epochs,)`` int."""
-    epochs_per_min = 60.0 / EPOCH_SECONDS
-    latency = int(traits.latency_minutes * epochs_per_min)
-    cycle_len = traits.cycle_minutes * epochs_per_min
-    t = np.arange(n_epochs) - latency
-    cycle = np.floor(np.maximum(t, 0) / cycle_len)
-    phase = (np.maximum(t, 0) % cycle_len) / cycle_len
-    n3_end = 0.22 + np.maximum(0.40 - 0.13 * cycle, 0.0)
-    rem_start = 1.0 - np.minimum(0.12 + 0.08 * cycle, 0.45)
-    schedule = np.full(n_epochs, N2)
-    schedule[phase < 0.06] = N1
-    schedule[(phase >= 0.22) & (phase < n3_end)] = N3
-    schedule[phase >= rem_start] = REM
-    schedule[t < 0] = W
-    schedule[n_epochs - max(2, min(int(traits.final_wake_minutes * epochs_per_min), n_epochs // 10)):] = W
-    return schedule
+def _gamma_epochs(rng: np.random.Generator, mean_minutes: float, shape: float) -> int:
+    """A gamma-distributed duration (mean ``mean_minutes``, ``shape``) in whole epochs, at least 1."""
+    return max(1, int(round(rng.gamma(shape, mean_minutes / shape) * EPOCHS_PER_MINUTE)))
 
 
-def synth_hypnogram(n_epochs: int, traits: SubjectTraits, rng: np.random.Generator,
-                    follow_prob: float = 0.88) -> np.ndarray:
-    """Markov chain that mostly follows :func:`cycle_schedule`: ``(n_epochs,)`` labels 0..4."""
-    schedule = cycle_schedule(n_epochs, traits)
-    stages = np.empty(n_epochs, dtype=np.int64)
-    current = W
-    follows = rng.random(n_epochs) < follow_prob
-    wander = rng.random(n_epochs)
-    cumulative = np.cumsum(_NOISE_TRANSITIONS, axis=1)
-    for i in range(n_epochs):
-        if follows[i]:
-            current = int(schedule[i])
-        else:
-            current = int(np.searchsorted(cumulative[current], wander[i] * cumulative[current, -1]))
-        stages[i] = current
-    return stages
+def _segment(stage: int, length: int, traits: "SubjectTraits", rng: np.random.Generator) -> list[int]:
+    """``length`` epochs of ``stage`` split into gamma bouts separated by brief interruptions (a 1-2
+    epoch awakening or lighter stage, then back): ``length`` labels."""
+    out: list[int] = []
+    while len(out) < length:
+        out += [stage] * _gamma_epochs(rng, *BOUT_MINUTES[stage])
+        if len(out) >= length:
+            break
+        choices, probs = zip(*INTERRUPTION[stage])
+        first = int(rng.choice(choices, p=np.asarray(probs) / sum(probs)))
+        out += [first] * int(rng.integers(1, 3))
+        if first == W:  # an awakening is followed by light sleep before the stage resumes
+            out += [N1] * int(rng.integers(0, 3))
+    return out[:length]
+
+
+def synth_hypnogram(n_epochs: int, traits: "SubjectTraits", rng: np.random.Generator) -> np.ndarray:
+    """Semi-Markov night: ``(n_epochs,)`` labels 0..4.
+
+    Wake from the recording start through lights-off and sleep latency (``latency_minutes``), a
+    W/N1 sleep-onset period, then NREM-REM cycles of ``cycle_minutes`` (times a per-cycle jitter):
+    N1 entry, N2 descent, N3 (:data:`N3_MINUTES`, early cycles only), N2 ascent, REM
+    (:data:`REM_MINUTES`, lengthening), and sometimes an awakening at the end of a REM period. Each
+    segment is split into gamma-distributed stage bouts (:data:`BOUT_MINUTES`) separated by brief
+    arousals (:data:`INTERRUPTION`). After the final awakening, wake until the recording ends
+    (``final_wake_minutes``, at most a tenth of a short recording), as in Sleep-EDF SC files.
+    """
+    final_wake = max(2, min(int(traits.final_wake_minutes * EPOCHS_PER_MINUTE), n_epochs // 10))
+    sleep_end = n_epochs - final_wake
+    stages: list[int] = [W] * min(int(traits.latency_minutes * EPOCHS_PER_MINUTE), sleep_end)
+    # sleep onset: N1 with a brief return to wake
+    stages += [N1] * _gamma_epochs(rng, 2.5, 2.0) + [W] * int(rng.integers(0, 3)) + [N1] * int(rng.integers(1, 4))
+    cycle = 0
+    while len(stages) < sleep_end:
+        minutes = traits.cycle_minutes * float(rng.lognormal(0.0, 0.08))
+        remaining = (sleep_end - len(stages)) / EPOCHS_PER_MINUTE
+        if remaining < 1.5 * minutes:  # the last cycle fills the rest of the night (and ends in REM)
+            minutes = remaining
+        n3 = (N3_MINUTES[cycle] if cycle < len(N3_MINUTES) else 0.0) * traits.n3_scale
+        rem = REM_MINUTES[min(cycle, len(REM_MINUTES) - 1)] * traits.rem_scale * float(rng.lognormal(0.0, 0.15))
+        n1 = 0.0 if cycle == 0 else float(rng.gamma(2.0, 1.0))
+        n2 = max(minutes - n3 - rem - n1, min(12.0, 0.5 * minutes))
+        descent = n2 * (0.6 if n3 > 0 else 0.5)
+        for stage, length in ((N1, n1), (N2, descent), (N3, n3), (N2, n2 - descent), (REM, rem)):
+            epochs = int(round(length * EPOCHS_PER_MINUTE))
+            if epochs > 0:
+                stages += _segment(stage, epochs, traits, rng)
+        if rng.random() < traits.awakening_prob:  # awakening at the end of a REM period
+            stages += [W] * _gamma_epochs(rng, 8.0, 1.5)
+        cycle += 1
+    labels = np.full(n_epochs, W, dtype=np.int64)
+    labels[:sleep_end] = np.asarray(stages[:sleep_end], dtype=np.int64)
+    return labels
 
 
 # ----------------------------------------------------------------------------- signals
@@ -220,11 +278,12 @@ def _templates(fs: float, traits: SubjectTraits) -> dict[str, np.ndarray]:
     def gauss(t: np.ndarray, mu: float, sd: float) -> np.ndarray:
         return np.exp(-0.5 * ((t - mu) / sd) ** 2)
 
-    t1 = np.arange(int(1.6 * fs)) / fs
+    t1 = np.arange(int(2.4 * fs)) / fs
     t2 = np.arange(int(2.0 * fs)) / fs
     t3 = np.arange(int(0.5 * fs)) / fs
     return {
-        "spindle": gauss(t1, 0.8, 0.22) * np.cos(2 * np.pi * traits.spindle_hz * t1),
+        **{f"spindle{i}": gauss(t1, 1.2, sd) * np.cos(2 * np.pi * traits.spindle_hz * t1)
+           for i, sd in enumerate((0.12, 0.2, 0.3))},  # visible for ~0.5, ~0.9, ~1.4 s
         "k_complex": -gauss(t2, 0.35, 0.1) + 0.7 * gauss(t2, 0.85, 0.22),
         "vertex": -gauss(t3, 0.2, 0.05) + 0.3 * gauss(t3, 0.33, 0.05),
         "sawtooth": gauss(t2, 1.0, 0.4) * (2 * ((3.0 * t2) % 1.0) - 1.0),
@@ -268,15 +327,55 @@ def full_night_excerpt(stages: np.ndarray, compress: int, crop_wake_minutes: flo
     return stages[kept[0]:kept[-1] + 1][::compress].copy()
 
 
+def eyes_closed_epochs(stages: np.ndarray, traits: SubjectTraits, rng: np.random.Generator) -> np.ndarray:
+    """``(e,)`` bool: wake epochs with eyes closed, in runs of gamma-distributed length (mean 3 min);
+    the last 5 minutes before sleep onset are eyes closed. False outside wake."""
+    closed = np.zeros(stages.size, dtype=bool)
+    i = 0
+    while i < stages.size:
+        length = _gamma_epochs(rng, 3.0, 1.5)
+        closed[i:i + length] = rng.random() < traits.eyes_closed_prob
+        i += length
+    sleep = np.flatnonzero(stages != W)
+    if sleep.size:
+        closed[max(0, sleep[0] - int(5 * EPOCHS_PER_MINUTE)):sleep[0]] = True
+    return closed & (stages == W)
+
+
+def _per_epoch(table: tuple[float, ...], stages: np.ndarray, closed: np.ndarray, name: str) -> np.ndarray:
+    """A per-stage ``table`` as per-epoch values ``(e,)``, wake scaled by the eyes-open/closed factors."""
+    values = np.asarray(table, dtype=float)[stages]
+    wake = stages == W
+    values[wake & closed] *= EYES_CLOSED.get(name, 1.0)
+    values[wake & ~closed] *= EYES_OPEN.get(name, 1.0)
+    return values
+
+
+def _arousal_onsets(stages: np.ndarray, traits: SubjectTraits, fs: float, rng: np.random.Generator
+                    ) -> list[tuple[int, int]]:
+    """Brief arousals ``[(start sample, length), ...]`` inside sleep epochs (3-15 s, no stage change)."""
+    spe = int(EPOCH_SECONDS * fs)
+    sleep = np.flatnonzero(stages != W)
+    count = rng.poisson(AROUSALS_PER_HOUR * traits.arousal_scale * sleep.size * EPOCH_SECONDS / 3600.0)
+    out = []
+    for e in rng.choice(sleep, size=min(count, sleep.size), replace=False) if sleep.size else ():
+        length = int(rng.uniform(3.0, 15.0) * fs)
+        out.append((int(e) * spe + int(rng.integers(0, spe - length)), length))
+    return out
+
+
 def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTraits,
-                rng: np.random.Generator, compress: int = 1) -> SyntheticNight:
+                rng: np.random.Generator, compress: int = 1, mains_hz: float = 50.0) -> SyntheticNight:
     """Generate one night: every channel ``(n,)`` in uV with ``n = epochs * 30 s * fs``.
 
     The hypnogram is that of a ``hours``-long night; ``compress > 1`` writes a shorter excerpt with
     the full night's stage proportions (:func:`full_night_excerpt`: every ``compress``-th epoch of
     the span the readers keep), for quick CPU demos. Background rhythms and their per-epoch
     amplitude jitter are correlated across derivations by :func:`spatial_correlation` (no
-    component is shared identically by all channels).
+    component is shared identically by all channels). Wake epochs are eyes open or closed
+    (:func:`eyes_closed_epochs`); brief arousals, movement, electrode pops, sweat drifts and line
+    noise at ``mains_hz`` (omitted when above 0.45 ``fs``) are added. ``meta``: ``eyes_closed (e,)``,
+    ``arousals [(start, length)]``, ``sweat_episodes``, ``movement_epochs``.
     """
     stages = full_night_excerpt(synth_hypnogram(int(round(hours * 3600 / EPOCH_SECONDS)), traits, rng), compress)
     n_epochs = stages.size
@@ -286,6 +385,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     if unknown:
         raise ValueError(f"synth-psg: no synthetic model for channel(s) {unknown}; known: "
                          f"{sorted(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS)}")
+    closed = eyes_closed_epochs(stages, traits, rng)
     topo = np.array([EEG_TOPOGRAPHY[c] for c in eeg]).reshape(len(eeg), 3)  # (c, 3)
     mixing = np.linalg.cholesky(spatial_correlation(eeg) + 1e-9 * np.eye(len(eeg))) if eeg else np.zeros((0, 0))
     jitter = lambda: rng.lognormal(0.0, 0.35, size=n_epochs)  # noqa: E731 - per-epoch amplitude jitter (EOG/EMG)
@@ -294,29 +394,43 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
         band = rhythm.band if name != "alpha" else (traits.alpha_hz + rhythm.band[0], traits.alpha_hz + rhythm.band[1])
         mixed = _correlated(mixing, _band_noise(n, fs, band, rng, len(eeg)))  # (c, n), spatially decaying correlation
         channel_jitter = np.exp(0.35 * _correlated(mixing, rng.standard_normal((len(eeg), n_epochs))))  # (c, e)
-        amp = np.asarray(rhythm.amplitude)[stages][None] * channel_jitter * traits.band_gain[name]
+        scale = traits.band_gain[name] * (traits.delta_scale if name == "delta" else 1.0)
+        amp = _per_epoch(rhythm.amplitude, stages, closed, name)[None] * channel_jitter * scale
         gains = topo @ np.asarray(rhythm.topography) / np.asarray(rhythm.topography).max()
         for c in range(len(eeg)):
             out[c] += gains[c] * _envelope(amp[c], n, fs) * mixed[c]
     templates = _templates(fs, traits)
     for name, transient in TRANSIENTS.items():
         train = _event_train(np.asarray(transient.rate_per_min)[stages] * traits.band_gain[name], n, fs, rng)
-        wave = oaconvolve(train, templates[name])[:n] * transient.amplitude
+        if name == "spindle":  # durations 0.5-2 s: three widths
+            width = rng.integers(0, 3, size=n)
+            wave = sum(oaconvolve(train * (width == i), templates[f"spindle{i}"])[:n] for i in range(3))
+        else:
+            wave = oaconvolve(train, templates[name])[:n]
         gains = topo @ np.asarray(transient.topography) / max(transient.topography)
-        out += gains[:, None] * wave[None] * rng.lognormal(0.0, 0.15, size=(len(eeg), 1))
+        out += gains[:, None] * (wave * transient.amplitude)[None] * rng.lognormal(0.0, 0.15, size=(len(eeg), 1))
     out += PINK_NOISE_UV * _pink_noise(n, fs, rng, len(eeg))
     out *= traits.gain
 
     eog = np.zeros(n)
     for name, rates in EOG_EVENTS.items():
-        train = _event_train(np.asarray(rates)[stages], n, fs, rng) * rng.choice([-1.0, 1.0], size=n)
+        train = _event_train(_per_epoch(rates, stages, closed, name), n, fs, rng) * rng.choice([-1.0, 1.0], size=n)
         eog += oaconvolve(train, templates[name])[:n] * (120.0 if name == "blink" else 80.0)
     frontal = topo[:, 0] if len(eeg) else np.zeros(0)
     out += 0.12 * frontal[:, None] * eog[None]  # ocular leakage into frontal EEG
-    emg = _band_noise(n, fs, (10.0, 45.0), rng, 1)[0] * _envelope(
-        np.asarray(EMG_AMPLITUDE)[stages] * jitter(), n, fs)
+    emg_envelope = _per_epoch(EMG_AMPLITUDE, stages, closed, "emg") * jitter()
+    emg = _band_noise(n, fs, (10.0, 45.0), rng, 1)[0] * _envelope(emg_envelope, n, fs)
 
-    # Artifacts: movement bursts (all channels), electrode pops (one channel), slow drifts, white noise.
+    # Brief arousals: alpha/beta burst (posterior > central > frontal) and chin EMG, no stage change.
+    arousals = _arousal_onsets(stages, traits, fs, rng)
+    posterior = topo @ np.array([0.5, 0.8, 1.0]) if len(eeg) else np.zeros(0)
+    for start, length in arousals:
+        burst = (_band_noise(length, fs, (traits.alpha_hz - 1.5, traits.alpha_hz + 1.5), rng, 1)[0] * 10.0
+                 + _band_noise(length, fs, (16.0, 30.0), rng, 1)[0] * 4.0) * np.hanning(length)
+        out[:, start:start + length] += posterior[:, None] * burst[None] * traits.gain
+        emg[start:start + length] += _band_noise(length, fs, (10.0, 45.0), rng, 1)[0] * 12.0 * np.hanning(length)
+
+    # Artifacts: movement bursts (all channels), electrode pops (one channel), sweat, drifts, mains, white noise.
     artifact_epochs = np.flatnonzero(rng.random(n_epochs) < np.asarray(ARTIFACT_PROB)[stages] * traits.artifact_scale)
     spe = int(EPOCH_SECONDS * fs)
     for e in artifact_epochs:
@@ -329,21 +443,31 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     for _ in range(rng.poisson(n_epochs / 200.0)) if len(eeg) else ():
         channel, start = int(rng.integers(len(eeg))), int(rng.integers(0, n - int(fs)))
         out[channel, start:] += rng.uniform(-80, 80) * np.exp(-np.arange(n - start) / (0.5 * fs))
+    sweat = []  # slow (0.1-0.5 Hz) high-amplitude sways of a few minutes, later in the night
+    for _ in range(rng.poisson(0.5 * traits.artifact_scale * n_epochs / 1000.0)) if len(eeg) else ():
+        length = min(n, int(rng.uniform(2.0, 8.0) * 60 * fs))
+        start = int(n - length - rng.integers(0, max(1, (n - length) // 2 + 1)))
+        sway = _band_noise(length, fs, (0.1, 0.5), rng, 1)[0] * rng.uniform(30.0, 100.0) * np.hanning(length)
+        out[:, start:start + length] += sway[None] * rng.uniform(0.3, 1.0, size=(len(eeg), 1))
+        sweat.append((start, length))
     drift = np.cumsum(rng.standard_normal((len(eeg) + 2, n // int(fs) + 2)), axis=1) * 2.0
     drift = np.stack([np.interp(np.arange(n) / fs, np.arange(d.size), d) for d in drift])
     out += drift[: len(eeg)] + traits.white_noise_uv * rng.standard_normal((len(eeg), n), dtype=np.float32)
+    if mains_hz < 0.45 * fs:
+        out += traits.mains_uv * np.sin(2 * np.pi * mains_hz * np.arange(n) / fs + rng.uniform(0, 2 * np.pi))[None]
     eog += 0.3 * (out[0] if len(eeg) else 0.0) + drift[-2] + 5.0 * rng.standard_normal(n)
     emg += 2.0 * rng.standard_normal(n)
 
     signals: dict[str, np.ndarray] = {}
     for c in channels:
         if c in EEG_TOPOGRAPHY:
-            signals[c] = out[eeg.index(c)]
+            signals[c] = out[eeg.index(c)] * traits.channel_gain.get(c, 1.0)
         elif c in EOG_CHANNELS:
-            signals[c] = eog
+            signals[c] = eog * traits.channel_gain.get(c, 1.0)
         else:
-            signals[c] = emg
-    return SyntheticNight(signals=signals, fs=fs, stages=stages)
+            signals[c] = emg * traits.channel_gain.get(c, 1.0)
+    meta = {"eyes_closed": closed, "arousals": arousals, "sweat_episodes": sweat, "movement_epochs": artifact_epochs}
+    return SyntheticNight(signals=signals, fs=fs, stages=stages, meta=meta)
 
 
 # ----------------------------------------------------------------------------- writers
@@ -481,7 +605,7 @@ def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: fl
     """WFDB record ``tr<NN>-<SSSS>`` at 200 Hz with the six EEG derivations, E1-M2 and Chin1-Chin2,
     plus ``.arousal`` aux notes W/N1/N2/N3/R at every stage change (and a few arousal notes)."""
     fs = 200.0
-    night_data = synth_night(PHYSIONET_SYNTH_CHANNELS, hours, fs, traits, rng, compress)
+    night_data = synth_night(PHYSIONET_SYNTH_CHANNELS, hours, fs, traits, rng, compress, mains_hz=60.0)
     stages = night_data.stages
     spe = int(EPOCH_SECONDS * fs)
     change = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
