@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.signal import butter, sosfiltfilt
+from scipy.signal import butter, hilbert, sosfiltfilt, welch
 
 from multiview_app.data.eeg.preprocess import wake_crop_mask
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
@@ -49,3 +49,158 @@ def test_channel_correlations_decay_with_distance_and_nothing_is_shared_identica
     assert ratio.std() > 0.15
     model = spatial_correlation(list(PHYSIONET2018_EEG))
     assert model[index["F3-M2"], index["C3-M2"]] > model[index["F3-M2"], index["F4-M1"]] > model[index["F3-M2"], index["O2-M1"]]
+
+
+# ----------------------------------------------------------------------------- night structure
+
+def _runs(stages: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run-length encoding: (stage, length, start) of every bout."""
+    starts = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
+    return stages[starts], np.diff(np.r_[starts, stages.size]), starts
+
+
+def _rem_periods(stages: np.ndarray, gap_epochs: int = 30) -> list[tuple[int, int]]:
+    """REM periods: REM epochs separated by < 15 min of other stages belong to one period (the usual
+    NREM-REM cycle definition); (first, last) epoch of each."""
+    periods: list[list[int]] = []
+    for i in np.flatnonzero(stages == 4):
+        if periods and i - periods[-1][1] <= gap_epochs:
+            periods[-1][1] = i
+        else:
+            periods.append([i, i])
+    return [(a, b) for a, b in periods]
+
+
+def test_semi_markov_night_structure():
+    nights = [synth_hypnogram(9 * 120, SubjectTraits.sample(np.random.default_rng([0, s])),
+                              np.random.default_rng([0, s, 1])) for s in range(20)]
+    first_rem, last_rem, n3_thirds = [], [], np.zeros(3)
+    bouts: dict[int, list[int]] = {k: [] for k in range(5)}
+    brief_awakenings, sleep_hours = 0, 0.0
+    for stages in nights:
+        sleep = np.flatnonzero(stages != 0)
+        assert sleep[0] >= 70 and stages.size - 1 - sleep[-1] >= 70  # >= 35 min wake before and after (SC files)
+        periods = _rem_periods(stages)
+        assert 4 <= len(periods) <= 6, len(periods)  # 4-6 NREM-REM cycles
+        first_rem.append(periods[0][1] - periods[0][0] + 1)
+        last_rem.append(np.mean([b - a + 1 for a, b in periods[-2:]]))
+        third = (sleep[-1] - sleep[0]) // 3
+        n3_thirds += [(stages[sleep[0] + i * third:sleep[0] + (i + 1) * third] == 3).sum() for i in range(3)]
+        stage, length, start = _runs(stages[sleep[0]:sleep[-1] + 1])
+        for k in range(5):
+            bouts[k] += length[stage == k].tolist()
+        brief_awakenings += int(((stage == 0) & (length <= 2)).sum())
+        sleep_hours += (sleep[-1] - sleep[0]) / 120
+    assert n3_thirds[0] > 3 * n3_thirds[2] and n3_thirds[0] + n3_thirds[1] > 0.85 * n3_thirds.sum()  # N3 early
+    assert np.mean(last_rem) > 2 * np.mean(first_rem)  # REM periods lengthen across the night
+    assert np.mean(np.asarray(last_rem) > np.asarray(first_rem)) >= 0.9
+    mean_minutes = {k: np.mean(v) / 2 for k, v in bouts.items()}
+    assert mean_minutes[1] < 1.5 and min(mean_minutes[2], mean_minutes[3], mean_minutes[4]) > 3 * mean_minutes[1]
+    for k in (3, 4):  # semi-Markov: one-epoch bouts far rarer than in a Markov chain (geometric) of the same mean
+        lengths = np.asarray(bouts[k])
+        assert np.mean(lengths == 1) < 0.5 / lengths.mean()
+    assert 1.0 <= brief_awakenings / sleep_hours <= 8.0  # brief awakenings (<= 1 min) per hour of sleep
+
+
+# ----------------------------------------------------------------------------- signals
+
+# Relative band power (median over epochs, 0.5-30 Hz total, Welch 2 s) of Fpz-Cz per stage: plausibility
+# ranges written from memory of the sleep-EEG literature (e.g. Aeschbach & Borbely 1993; Carskadon &
+# Dement) -- NOT checked against a published table offline (docs/eeg.md says so).
+BAND_RANGES = {  # stage: (delta, theta, alpha, sigma, beta) as (low, high)
+    "W": ((0.25, 0.55), (0.10, 0.30), (0.03, 0.30), (0.01, 0.10), (0.05, 0.30)),
+    "N1": ((0.40, 0.70), (0.15, 0.35), (0.02, 0.10), (0.01, 0.05), (0.02, 0.10)),
+    "N2": ((0.60, 0.85), (0.08, 0.25), (0.01, 0.06), (0.015, 0.06), (0.01, 0.05)),
+    "N3": ((0.80, 0.97), (0.02, 0.12), (0.002, 0.03), (0.001, 0.02), (0.002, 0.02)),
+    "REM": ((0.40, 0.70), (0.15, 0.35), (0.02, 0.10), (0.005, 0.04), (0.03, 0.12)),
+}
+SIGNAL_CHANNELS = ["EEG Fpz-Cz", "EEG Pz-Oz", "C3-M2", "EOG horizontal", "EMG submental"]
+
+
+@pytest.fixture(scope="module")
+def nights():
+    """Three subjects' 9-h nights as 4x compressed excerpts at 100 Hz (~2.3 h each)."""
+    out = []
+    for s in range(3):
+        traits = SubjectTraits.sample(np.random.default_rng([0, s]))
+        out.append(synth_night(SIGNAL_CHANNELS, 9, 100.0, traits, np.random.default_rng([0, s, 0, 1]), compress=4))
+    return out
+
+
+def _epochs(signal: np.ndarray, fs: float = 100.0) -> np.ndarray:
+    return signal.reshape(-1, int(30 * fs))
+
+
+def _band(signal: np.ndarray, low: float, high: float, fs: float = 100.0) -> np.ndarray:
+    return sosfiltfilt(butter(4, [low, high], btype="bandpass", fs=fs, output="sos"), signal)
+
+
+def test_per_stage_relative_band_powers_within_ranges(nights):
+    from multiview_app.eval.bandpower import relative_band_powers
+
+    stages = np.concatenate([n.stages for n in nights])
+    rel = np.concatenate([relative_band_powers(_epochs(_band(n.signals["EEG Fpz-Cz"], 0.5, 30.0))[:, None], 100.0)[:, 0]
+                          for n in nights])  # (e, 5)
+    for k, name in enumerate(["W", "N1", "N2", "N3", "REM"]):
+        median = np.median(rel[stages == k], axis=0)
+        for band, value, (low, high) in zip(["delta", "theta", "alpha", "sigma", "beta"], median, BAND_RANGES[name]):
+            assert low <= value <= high, f"{name} {band}: {value:.3f} not in [{low}, {high}]"
+    sigma = [np.median(rel[stages == k, 3]) for k in range(5)]
+    assert sigma[2] > max(sigma[1], sigma[3], sigma[4])  # spindles: sigma peaks in N2
+
+
+def test_stage_signatures_rem_n1_wake(nights):
+    from multiview_app.eval.bandpower import relative_band_powers
+
+    stages = np.concatenate([n.stages for n in nights])
+    closed = np.concatenate([n.meta["eyes_closed"] for n in nights])
+    emg = np.concatenate([np.sqrt((_epochs(n.signals["EMG submental"]) ** 2).mean(1)) for n in nights])
+    median = lambda values, mask: float(np.median(values[mask]))  # noqa: E731
+    assert median(emg, stages == 4) < median(emg, stages == 2) < median(emg, stages == 0)  # REM atonia, wake tone
+    # eye movements: fast deflections (rapid eye movements, saccades) in REM; slow rolling ones in N1
+    eog = [n.signals["EOG horizontal"] for n in nights]
+    fast = np.concatenate([(np.abs(np.diff(_band(e, 0.3, 15.0), append=0.0)) * 100 > 1200).reshape(-1, 3000).sum(1)
+                           for e in eog])
+    slow = np.concatenate([_epochs(_band(e, 0.2, 1.0)).std(1) for e in eog])
+    assert median(fast, stages == 4) > 0 and fast[stages == 4].mean() > 3 * fast[stages == 2].mean()
+    assert median(slow, stages == 1) > 1.5 * median(slow, stages == 2) and median(slow, stages == 1) > median(slow, stages == 0)
+    # posterior alpha: eyes closed >> eyes open; N1 alpha dropout
+    alpha = np.concatenate([relative_band_powers(_epochs(_band(n.signals["EEG Pz-Oz"], 0.5, 30.0))[:, None], 100.0)[:, 0, 2]
+                            for n in nights])
+    wake = stages == 0
+    assert median(alpha, wake & closed) > 2.5 * median(alpha, wake & ~closed)
+    assert median(alpha, stages == 1) < 0.5 * median(alpha, wake & closed)
+    assert 0.2 < closed[wake].mean() < 0.8
+    # spindles (11-16 Hz bursts of 0.5-3 s on C3): N2 density in 1-8 per minute, none in REM
+    density = np.zeros(5)
+    for n in nights:
+        envelope = np.abs(hilbert(_band(n.signals["C3-M2"], 11.0, 16.0)))
+        envelope = np.convolve(envelope, np.ones(20) / 20, mode="same")
+        above = np.r_[0, (envelope > 3 * np.median(envelope[np.repeat(n.stages, 3000) == 2])).astype(int), 0]
+        on, off = np.flatnonzero(np.diff(above) == 1), np.flatnonzero(np.diff(above) == -1)
+        keep = ((off - on) >= 50) & ((off - on) <= 300)
+        density += np.bincount(n.stages[on[keep] // 3000], minlength=5)
+    density /= np.bincount(stages, minlength=5) / 2  # per minute
+    assert 1.0 <= density[2] <= 8.0 and density[4] < 0.25 * density[2], density
+
+
+def test_subjects_differ_more_than_nights_of_one_subject():
+    """Subject-level traits (age-like delta amplitude, alpha peak, gains, noise): between-subject
+    variance of per-night N2/N3 delta power and posterior alpha frequency exceeds the within-subject one."""
+    delta, peak = np.zeros((4, 2)), np.zeros((4, 2))
+    for s in range(4):
+        traits = SubjectTraits.sample(np.random.default_rng([5, s]))
+        for night in range(2):
+            data = synth_night(["EEG Fpz-Cz", "EEG Pz-Oz"], 4, 100.0, traits, np.random.default_rng([5, s, night]),
+                               compress=4)
+            x = _epochs(_band(data.signals["EEG Fpz-Cz"], 0.5, 4.0))
+            delta[s, night] = np.log(np.median(x[np.isin(data.stages, [2, 3])].var(1)))
+            wake = _epochs(data.signals["EEG Pz-Oz"])[data.stages == 0]
+            freqs, spectrum = welch(wake, fs=100.0, nperseg=400, axis=-1)
+            spectrum = spectrum.mean(0)
+            band = (freqs >= 7.0) & (freqs <= 13.0)
+            peak[s, night] = (freqs[band] * spectrum[band]).sum() / spectrum[band].sum()  # alpha centroid
+    for values in (delta, peak):
+        between = values.mean(1).var()
+        within = ((values - values.mean(1, keepdims=True)) ** 2).mean()
+        assert between > 2 * within, values

@@ -72,13 +72,13 @@ class Transient:
 RHYTHMS: dict[str, Rhythm] = {
     "delta": Rhythm((0.5, 2.0), (9.0, 13.0, 20.0, 42.0, 13.0), (1.0, 0.8, 0.55)),
     "theta": Rhythm((4.0, 7.5), (6.0, 9.5, 9.0, 10.0, 8.0), (0.7, 1.0, 0.6)),
-    "alpha": Rhythm((-1.5, 1.5), (12.0, 6.0, 3.5, 2.5, 4.5), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
-    "beta": Rhythm((16.0, 30.0), (4.5, 3.0, 2.2, 1.8, 3.5), (0.8, 0.8, 0.6)),
+    "alpha": Rhythm((-1.5, 1.5), (12.0, 6.0, 3.5, 2.5, 3.5), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
+    "beta": Rhythm((16.0, 30.0), (4.5, 3.0, 2.2, 1.8, 3.0), (0.8, 0.8, 0.6)),
     "muscle": Rhythm((30.0, 45.0), (3.5, 1.6, 1.0, 0.9, 0.6), (1.0, 0.5, 0.7)),
 }
-TRANSIENTS: dict[str, Transient] = {  # no spindles in REM (AASM)
-    "spindle": Transient((0.0, 0.3, 5.0, 2.5, 0.0), 32.0, (0.55, 1.0, 0.4)),
-    "k_complex": Transient((0.0, 0.4, 1.2, 0.6, 0.0), 40.0, (1.0, 0.85, 0.35)),
+TRANSIENTS: dict[str, Transient] = {  # spindles and K-complexes mark N2 (AASM): none in W, N1, REM
+    "spindle": Transient((0.0, 0.0, 5.0, 2.5, 0.0), 32.0, (0.55, 1.0, 0.4)),
+    "k_complex": Transient((0.0, 0.0, 1.2, 0.6, 0.0), 40.0, (1.0, 0.85, 0.35)),
     "vertex": Transient((0.1, 1.5, 0.4, 0.0, 0.1), 25.0, (0.6, 1.0, 0.3)),
     "sawtooth": Transient((0.0, 0.2, 0.0, 0.0, 1.5), 14.0, (0.6, 1.0, 0.4)),
 }
