@@ -199,11 +199,13 @@ def synth_hypnogram(n_epochs: int, traits: "SubjectTraits", rng: np.random.Gener
     (:data:`REM_MINUTES`, lengthening), and sometimes an awakening at the end of a REM period. Each
     segment is split into gamma-distributed stage bouts (:data:`BOUT_MINUTES`) separated by brief
     arousals (:data:`INTERRUPTION`). After the final awakening, wake until the recording ends
-    (``final_wake_minutes``, at most a tenth of a short recording), as in Sleep-EDF SC files.
+    (``final_wake_minutes``, at most a tenth of a short recording; the latency at most a sixth), as in
+    Sleep-EDF SC files.
     """
     final_wake = max(2, min(int(traits.final_wake_minutes * EPOCHS_PER_MINUTE), n_epochs // 10))
     sleep_end = n_epochs - final_wake
-    stages: list[int] = [W] * min(int(traits.latency_minutes * EPOCHS_PER_MINUTE), sleep_end)
+    latency = min(int(traits.latency_minutes * EPOCHS_PER_MINUTE), max(2, n_epochs // 6))  # short recordings: short
+    stages: list[int] = [W] * min(latency, sleep_end)
     # sleep onset: N1 with a brief return to wake
     stages += [N1] * _gamma_epochs(rng, 2.5, 2.0) + [W] * int(rng.integers(0, 3)) + [N1] * int(rng.integers(1, 4))
     cycle = 0
