@@ -1,4 +1,5 @@
-"""Generator honesty: published stage proportions, spatially decaying channel correlations."""
+"""Generator honesty: published stage proportions, spatially decaying channel correlations, night
+structure, per-stage spectra and signatures, subject-level variation (reference values: reference.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,13 +7,12 @@ import pytest
 from scipy.signal import butter, hilbert, sosfiltfilt, welch
 
 from multiview_app.data.eeg.preprocess import wake_crop_mask
+from multiview_app.data.eeg.reference import BANDS, FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_EPOCHS
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
 from multiview_app.data.eeg.synth import (SubjectTraits, full_night_excerpt, spatial_correlation, synth_hypnogram,
                                           synth_night)
 
-# Sleep-EDF SC, 20 subjects / 39 nights, Fpz-Cz, 30 min of wake kept around sleep (Supratak et al. 2017,
-# DeepSleepNet, Table I): W 8285, N1 2804, N2 17799, N3 5703, REM 7717 epochs.
-PUBLISHED_SC_EPOCHS = np.array([8285, 2804, 17799, 5703, 7717])
+PUBLISHED_SC_EPOCHS = np.array(list(SLEEP_EDF_SC_EPOCHS.values()))
 
 
 @pytest.mark.parametrize("compress", [1, 3])
@@ -104,16 +104,6 @@ def test_semi_markov_night_structure():
 
 # ----------------------------------------------------------------------------- signals
 
-# Relative band power (median over epochs, 0.5-30 Hz total, Welch 2 s) of Fpz-Cz per stage: plausibility
-# ranges written from memory of the sleep-EEG literature (e.g. Aeschbach & Borbely 1993; Carskadon &
-# Dement) -- NOT checked against a published table offline (docs/eeg.md says so).
-BAND_RANGES = {  # stage: (delta, theta, alpha, sigma, beta) as (low, high)
-    "W": ((0.25, 0.55), (0.10, 0.30), (0.03, 0.30), (0.01, 0.10), (0.05, 0.30)),
-    "N1": ((0.40, 0.70), (0.15, 0.35), (0.02, 0.10), (0.01, 0.05), (0.02, 0.10)),
-    "N2": ((0.60, 0.85), (0.08, 0.25), (0.01, 0.06), (0.015, 0.06), (0.01, 0.05)),
-    "N3": ((0.80, 0.97), (0.02, 0.12), (0.002, 0.03), (0.001, 0.02), (0.002, 0.02)),
-    "REM": ((0.40, 0.70), (0.15, 0.35), (0.02, 0.10), (0.005, 0.04), (0.03, 0.12)),
-}
 SIGNAL_CHANNELS = ["EEG Fpz-Cz", "EEG Pz-Oz", "C3-M2", "EOG horizontal", "EMG submental"]
 
 
@@ -143,7 +133,7 @@ def test_per_stage_relative_band_powers_within_ranges(nights):
                           for n in nights])  # (e, 5)
     for k, name in enumerate(["W", "N1", "N2", "N3", "REM"]):
         median = np.median(rel[stages == k], axis=0)
-        for band, value, (low, high) in zip(["delta", "theta", "alpha", "sigma", "beta"], median, BAND_RANGES[name]):
+        for band, value, (low, high) in zip(BANDS, median, FPZ_CZ_RELATIVE_POWER_RANGES[name]):
             assert low <= value <= high, f"{name} {band}: {value:.3f} not in [{low}, {high}]"
     sigma = [np.median(rel[stages == k, 3]) for k in range(5)]
     assert sigma[2] > max(sigma[1], sigma[3], sigma[4])  # spindles: sigma peaks in N2

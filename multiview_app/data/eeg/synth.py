@@ -53,11 +53,13 @@ EMG_CHANNELS = ("Chin1-Chin2", "EMG submental")
 
 @dataclass(frozen=True)
 class Rhythm:
-    """A band-limited background rhythm: amplitude (uV) per stage and region weights (f, c, o)."""
+    """A band-limited background rhythm: amplitude (uV) per stage and region weights (f, c, o);
+    ``slope``: power falls as ``f ** -slope`` inside the band (0: flat)."""
 
     band: tuple[float, float]
     amplitude: tuple[float, float, float, float, float]
     topography: tuple[float, float, float]
+    slope: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,10 @@ class Transient:
 
 
 RHYTHMS: dict[str, Rhythm] = {
-    "delta": Rhythm((0.5, 2.0), (9.0, 13.0, 20.0, 42.0, 13.0), (1.0, 0.8, 0.55)),
-    "theta": Rhythm((4.0, 7.5), (6.0, 9.5, 9.0, 10.0, 8.0), (0.7, 1.0, 0.6)),
+    "delta": Rhythm((0.5, 3.5), (9.0, 13.0, 20.0, 42.0, 13.0), (1.0, 0.8, 0.55), slope=1.5),
+    "theta": Rhythm((4.0, 7.5), (6.0, 9.5, 9.0, 10.0, 8.0), (0.7, 1.0, 0.6), slope=1.0),
     "alpha": Rhythm((-1.5, 1.5), (12.0, 6.0, 3.5, 2.5, 3.5), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
-    "beta": Rhythm((16.0, 30.0), (4.5, 3.0, 2.2, 1.8, 3.0), (0.8, 0.8, 0.6)),
+    "beta": Rhythm((16.0, 30.0), (4.5, 3.0, 2.2, 1.8, 3.0), (0.8, 0.8, 0.6), slope=1.0),
     "muscle": Rhythm((30.0, 45.0), (3.5, 1.6, 1.0, 0.9, 0.6), (1.0, 0.5, 0.7)),
 }
 TRANSIENTS: dict[str, Transient] = {  # spindles and K-complexes mark N2 (AASM): none in W, N1, REM
@@ -234,11 +236,17 @@ def synth_hypnogram(n_epochs: int, traits: "SubjectTraits", rng: np.random.Gener
 # ----------------------------------------------------------------------------- signals
 
 
-def _band_noise(n: int, fs: float, band: tuple[float, float], rng: np.random.Generator, count: int) -> np.ndarray:
-    """``count`` unit-variance noises band-limited to ``band`` Hz: ``(count, n)`` float32."""
+def _band_noise(n: int, fs: float, band: tuple[float, float], rng: np.random.Generator, count: int,
+                slope: float = 0.0, soft: bool = False) -> np.ndarray:
+    """``count`` unit-variance noises band-limited to ``band`` Hz: ``(count, n)`` float32.
+    ``slope``: power ~ ``f ** -slope`` in the band; ``soft``: edges ramp over 15 % of the band
+    width (at least 0.3 Hz) instead of 0.3 Hz, so neighbouring rhythms overlap (no box spectra)."""
     freqs = np.fft.rfftfreq(n, 1.0 / fs).astype(np.float32)
     low, high = band[0], min(band[1], 0.48 * fs)
-    mask = np.clip(np.minimum((freqs - low) / 0.3 + 1.0, (high - freqs) / 0.3 + 1.0), 0.0, 1.0)
+    ramp = max(0.3, 0.15 * (high - low)) if soft else 0.3
+    mask = np.clip(np.minimum((freqs - low) / ramp + 1.0, (high - freqs) / ramp + 1.0), 0.0, 1.0)
+    if slope:
+        mask = mask * (np.maximum(freqs, low) / low) ** (-slope / 2)
     keep = np.flatnonzero(mask > 0)  # only the band's bins are drawn (complex Gaussian = FFT of white noise)
     spectrum = np.zeros((count, freqs.size), dtype=np.complex64)
     spectrum[:, keep] = (rng.standard_normal((count, keep.size), dtype=np.float32)
@@ -394,7 +402,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     out = np.zeros((len(eeg), n), dtype=np.float32)
     for name, rhythm in RHYTHMS.items():
         band = rhythm.band if name != "alpha" else (traits.alpha_hz + rhythm.band[0], traits.alpha_hz + rhythm.band[1])
-        mixed = _correlated(mixing, _band_noise(n, fs, band, rng, len(eeg)))  # (c, n), spatially decaying correlation
+        mixed = _correlated(mixing, _band_noise(n, fs, band, rng, len(eeg), rhythm.slope, soft=True))  # (c, n), spatially decaying correlation
         channel_jitter = np.exp(0.35 * _correlated(mixing, rng.standard_normal((len(eeg), n_epochs))))  # (c, e)
         scale = traits.band_gain[name] * (traits.delta_scale if name == "delta" else 1.0)
         amp = _per_epoch(rhythm.amplitude, stages, closed, name)[None] * channel_jitter * scale
