@@ -1,11 +1,14 @@
 """Synthetic polysomnography written in the real Sleep-EDF (EDF/EDF+) and PhysioNet 2018 (WFDB) formats.
 
-Hypnograms come from a Markov chain that follows ~90-min sleep cycles (more N3 early, more REM
-late); signals are built per stage and per channel from the known signatures (W: posterior alpha,
-beta, EMG; N1: theta, vertex waves, slow eye movements; N2: central spindles and K-complexes; N3:
-frontal high-amplitude delta; REM: sawtooth theta, atonia, rapid eye movements), with
-subject-level variability, epoch-level amplitude jitter, smooth transitions, pink/white noise,
-movement artifacts, electrode pops and drifts. Everything is vectorized numpy (FFT band noise and
+Hypnograms are semi-Markov: NREM-REM cycles of ~90 min (N3 early, REM periods lengthening) cut
+into gamma-distributed stage bouts separated by brief arousals; signals are built per stage and
+per channel from the known signatures (W: eyes-open beta, blinks and EMG or eyes-closed posterior
+alpha; N1: theta, alpha dropout, vertex waves, slow eye movements; N2: central spindles and
+K-complexes; N3: frontal high-amplitude delta; REM: sawtooth theta, atonia, rapid eye movements, no
+spindles), with brief EEG arousals, subject-level variability (age-like delta and N3, alpha peak,
+channel gains, noise), epoch-level amplitude jitter, smooth transitions, pink/white noise, movement
+artifacts, electrode pops, sweat sways, drifts and line noise. The values checked against
+references live in ``reference.py``. Everything is vectorized numpy (FFT band noise and
 FFT convolution of event trains with templates).
 """
 from __future__ import annotations
@@ -176,7 +179,7 @@ def _gamma_epochs(rng: np.random.Generator, mean_minutes: float, shape: float) -
     return max(1, int(round(rng.gamma(shape, mean_minutes / shape) * EPOCHS_PER_MINUTE)))
 
 
-def _segment(stage: int, length: int, traits: "SubjectTraits", rng: np.random.Generator) -> list[int]:
+def _segment(stage: int, length: int, rng: np.random.Generator) -> list[int]:
     """``length`` epochs of ``stage`` split into gamma bouts separated by brief interruptions (a 1-2
     epoch awakening or lighter stage, then back): ``length`` labels."""
     out: list[int] = []
@@ -224,7 +227,7 @@ def synth_hypnogram(n_epochs: int, traits: "SubjectTraits", rng: np.random.Gener
         for stage, length in ((N1, n1), (N2, descent), (N3, n3), (N2, n2 - descent), (REM, rem)):
             epochs = int(round(length * EPOCHS_PER_MINUTE))
             if epochs > 0:
-                stages += _segment(stage, epochs, traits, rng)
+                stages += _segment(stage, epochs, rng)
         if rng.random() < traits.awakening_prob:  # awakening at the end of a REM period
             stages += [W] * _gamma_epochs(rng, 8.0, 1.5)
         cycle += 1
