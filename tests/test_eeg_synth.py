@@ -152,7 +152,9 @@ def test_stage_signatures_rem_n1_wake(nights):
     fast = np.concatenate([(np.abs(np.diff(_band(e, 0.3, 15.0), append=0.0)) * 100 > 1200).reshape(-1, 3000).sum(1)
                            for e in eog])
     slow = np.concatenate([_epochs(_band(e, 0.2, 1.0)).std(1) for e in eog])
-    assert median(fast, stages == 4) > 0 and fast[stages == 4].mean() > 3 * fast[stages == 2].mean()
+    assert fast[stages == 4].mean() > 3 * fast[stages == 2].mean()
+    phasic = np.concatenate([n.meta["phasic_rem"] for n in nights])
+    assert fast[phasic].mean() > 3 * fast[(stages == 4) & ~phasic].mean()  # bursts: phasic vs tonic REM
     assert median(slow, stages == 1) > 1.5 * median(slow, stages == 2) and median(slow, stages == 1) > median(slow, stages == 0)
     # posterior alpha: eyes closed >> eyes open; N1 alpha dropout
     alpha = np.concatenate([relative_band_powers(_epochs(_band(n.signals["EEG Pz-Oz"], 0.5, 30.0))[:, None], 100.0)[:, 0, 2]

@@ -96,6 +96,8 @@ EYES_OPEN = {"alpha": 0.3, "beta": 1.3, "muscle": 1.4, "blink": 1.9, "saccade": 
 EYES_CLOSED = {"alpha": 1.5, "beta": 0.8, "muscle": 0.7, "blink": 0.05, "saccade": 0.1, "slow_roll": 1.5, "emg": 0.8}
 """Wake epochs are eyes open (blinks, saccades, beta, EMG; alpha blocked) or eyes closed (posterior
 alpha, few eye movements): multipliers of the wake entries of the tables above."""
+PHASIC_REM_SHARE = 0.3
+"""Share of REM epochs that are phasic (bursts of rapid eye movements; tonic REM has few): an assumption."""
 EMG_AMPLITUDE = (18.0, 10.0, 7.0, 6.5, 3.0)
 ARTIFACT_PROB = (0.10, 0.05, 0.02, 0.02, 0.03)
 AROUSALS_PER_HOUR = 10.0
@@ -388,7 +390,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     component is shared identically by all channels). Wake epochs are eyes open or closed
     (:func:`eyes_closed_epochs`); brief arousals, movement, electrode pops, sweat drifts and line
     noise at ``mains_hz`` (omitted when above 0.45 ``fs``) are added. ``meta``: ``eyes_closed (e,)``,
-    ``arousals [(start, length)]``, ``sweat_episodes``, ``movement_epochs``.
+    ``phasic_rem (e,)``, ``arousals [(start, length)]``, ``sweat_episodes``, ``movement_epochs``.
     """
     stages = full_night_excerpt(synth_hypnogram(int(round(hours * 3600 / EPOCH_SECONDS)), traits, rng), compress)
     n_epochs = stages.size
@@ -426,8 +428,13 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     out *= traits.gain
 
     eog = np.zeros(n)
+    phasic_epochs = (rng.random(n_epochs) < PHASIC_REM_SHARE) & (stages == REM)
+    phasic = np.where(phasic_epochs, 0.8 / PHASIC_REM_SHARE, 0.2)  # (e,) REM bursts; mean rate ~kept
     for name, rates in EOG_EVENTS.items():
-        train = _event_train(_per_epoch(rates, stages, closed, name), n, fs, rng) * rng.choice([-1.0, 1.0], size=n)
+        per_epoch = _per_epoch(rates, stages, closed, name)
+        if name == "saccade":  # rapid eye movements come in bursts (phasic REM); same mean rate
+            per_epoch = np.where(stages == REM, per_epoch * phasic, per_epoch)
+        train = _event_train(per_epoch, n, fs, rng) * rng.choice([-1.0, 1.0], size=n)
         eog += oaconvolve(train, templates[name])[:n] * (120.0 if name == "blink" else 80.0)
     frontal = topo[:, 0] if len(eeg) else np.zeros(0)
     out += 0.12 * frontal[:, None] * eog[None]  # ocular leakage into frontal EEG
@@ -479,7 +486,8 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
             signals[c] = eog * traits.channel_gain.get(c, 1.0)
         else:
             signals[c] = emg * traits.channel_gain.get(c, 1.0)
-    meta = {"eyes_closed": closed, "arousals": arousals, "sweat_episodes": sweat, "movement_epochs": artifact_epochs}
+    meta = {"eyes_closed": closed, "phasic_rem": phasic_epochs, "arousals": arousals, "sweat_episodes": sweat,
+            "movement_epochs": artifact_epochs}
     return SyntheticNight(signals=signals, fs=fs, stages=stages, meta=meta)
 
 
