@@ -239,3 +239,96 @@ def test_chunked_gradcheck_and_automatic_choice(monkeypatch) -> None:
     assert calls
     with pytest.raises(ValueError, match="chunked"):
         build_loss("aggnce", chunked="yes")
+
+
+# ----------------------------------------------------------------------------- infonce_pwe fast path
+def _dense_infonce_pwe(z: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Autograd reference: two log-softmax cross-entropies per view pair (no constant shift)."""
+    import torch.nn.functional as F
+
+    z = F.normalize(z, dim=-1)
+    n, k, _ = z.shape
+    labels = torch.arange(n)
+    terms = []
+    for a in range(k):
+        for b in range(a + 1, k):
+            logits = scale * z[:, a] @ z[:, b].T
+            terms.append(0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)))
+    return torch.stack(terms).mean()
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("learnable", [False, True])
+def test_infonce_pwe_fast_path_values_and_gradients(k: int, learnable: bool) -> None:
+    """The constant-shift path (one exp for row and column softmax) equals the autograd reference in
+    value and in the gradients w.r.t. z and the logit scale; gradcheck in float64."""
+    z = embeddings(7, k, 5, seed=20 + k).requires_grad_()
+    loss = build_loss("infonce_pwe", tau=0.25, learnable_temperature=learnable).double()
+    value = loss(z)
+    log_scale = (loss.scale.logit_scale.detach().clone() if learnable else torch.tensor(math.log(4.0), dtype=torch.float64))
+    log_scale.requires_grad_()
+    expected = _dense_infonce_pwe(z, log_scale.exp())
+    torch.testing.assert_close(value, expected, rtol=1e-12, atol=1e-12)
+    tau = 1.0 / float(log_scale.detach().exp())
+    assert value.item() == pytest.approx(ref.infonce_pwe(z.detach(), tau=tau), rel=1e-10)
+    params = [z] + ([loss.scale.logit_scale] if learnable else [])
+    grads = torch.autograd.grad(value, params)
+    ref_grads = torch.autograd.grad(expected, [z, log_scale] if learnable else [z])
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    from multiview_app.losses.contrastive import pair_blocks_infonce
+
+    zn = torch.nn.functional.normalize(z.detach(), dim=-1).requires_grad_()
+    scale = torch.tensor(4.0, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(pair_blocks_infonce, (zn, scale), eps=1e-6, atol=1e-7)
+
+
+def test_infonce_pwe_equals_open_clip_clip_loss_float32() -> None:
+    """k = 2: CLIP's symmetric loss (open_clip ``ClipLoss``) in value and gradients, fixed and learnable
+    scale (the head L2-normalizes its input, so the gradients are ClipLoss's through ``F.normalize``)."""
+    open_clip_loss = pytest.importorskip("open_clip.loss")
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(3)
+    image = F.normalize(torch.randn(64, 16, generator=g), dim=-1).requires_grad_()
+    text = F.normalize(torch.randn(64, 16, generator=g), dim=-1).requires_grad_()
+    for learnable in (False, True):
+        ours = build_loss("infonce_pwe", tau=0.07, learnable_temperature=learnable)
+        log_scale = torch.tensor(math.log(1 / 0.07), requires_grad=True)
+        want = open_clip_loss.ClipLoss()(F.normalize(image, dim=-1), F.normalize(text, dim=-1), log_scale.exp())
+        got = ours(torch.stack([image, text], dim=1))
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        params = [image, text] + ([ours.scale.logit_scale] if learnable else [])
+        for a, b in zip(torch.autograd.grad(got, params), torch.autograd.grad(want, [image, text, log_scale])):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_infonce_pwe_large_logit_scale_takes_the_max_shift_path() -> None:
+    """float32 with 2 / tau above the constant-shift limit: the per-row / per-column max path, still exact."""
+    from multiview_app.losses.contrastive import pair_blocks_infonce
+
+    z = embeddings(6, 3, 4, seed=9)
+    zn = torch.nn.functional.normalize(z, dim=-1).float()
+    assert pair_blocks_infonce(zn, torch.tensor(100.0)) is None
+    assert pair_blocks_infonce(zn, torch.tensor(10.0)) is not None
+    value = build_loss("infonce_pwe", tau=0.01)(z.float())
+    assert torch.isfinite(value) and value.item() == pytest.approx(ref.infonce_pwe(z, tau=0.01), rel=1e-4)
+
+
+def test_normalize_matches_f_normalize_including_zero_rows() -> None:
+    import torch.nn.functional as F
+
+    from multiview_app.losses.base import normalize
+
+    x = embeddings(4, 3, 5, seed=2)
+    x[1, 2] = 0.0
+    x[2, 0] = 1e-14
+    x.requires_grad_()
+    upstream = torch.randn(4, 3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    ours = normalize(x)
+    want = F.normalize(x, dim=-1, eps=1e-12)
+    torch.testing.assert_close(ours, want, rtol=0, atol=0)
+    g1 = torch.autograd.grad((ours * upstream).sum(), x)[0]
+    g2 = torch.autograd.grad((want * upstream).sum(), x)[0]
+    torch.testing.assert_close(g1, g2, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(normalize, (embeddings(3, 2, 4, seed=4).requires_grad_(),))

@@ -135,6 +135,69 @@ def _fold_rows_and_cols(row_blocks: torch.Tensor, col_blocks: torch.Tensor, firs
     return out.view(k, *tail)
 
 
+class _PairBlocksInfoNCE(torch.autograd.Function):
+    """Symmetric InfoNCE over view pairs with a constant shift (dense fast path of ``infonce_pwe``).
+
+    ``z`` ``(n, k, d)`` unit vectors, view pairs ``first[p] < second[p]`` (:func:`_view_pairs`
+    order), ``scale`` the logit multiplier ``1 / tau`` (0-d tensor). Logits
+    ``L[p] = scale * z[:, first[p]] @ z[:, second[p]].T`` ``(n, n)``; value
+    ``mean_p [0.5 (mean_i lse_row_i + mean_j lse_col_j) - mean_i L[p, i, i]]`` (CLIP's symmetric
+    cross-entropy when ``k = 2``). ``|L| <= scale`` for unit vectors, so one ``exp(L - scale)``
+    serves both the row and the column softmax (the caller keeps ``2 scale`` within
+    :data:`_SHIFT_LIMIT`). Backward: ``G = dloss/dL = (row softmax + column softmax) / (2 P n) - I / (P n)``,
+    ``grad_first = scale G second``, ``grad_second = scale G^T first``,
+    ``grad_scale = sum(G * first second^T) = sum((G second) * first)``.
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, scale: torch.Tensor, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+        n, k, _ = z.shape
+        p = len(first)
+        s = float(scale)
+        by_view = z.transpose(0, 1)  # (k, n, d), a view
+        a, b = (by_view[:1], by_view[1:]) if k == 2 else (by_view[first], by_view[second])
+        numer = torch.bmm(a * s, b.transpose(1, 2))  # (P, n, n) logits
+        positives = numer.diagonal(dim1=1, dim2=2).sum()
+        numer.sub_(s).exp_()
+        rows, cols = numer.sum(dim=2), numer.sum(dim=1)  # (P, n) each
+        lse_total = rows.log().sum() + cols.log().sum() + 2.0 * p * n * s
+        ctx.save_for_backward(a, b, numer, rows, cols, first, second)
+        ctx.scale, ctx.views = s, k
+        return (0.5 * lse_total - positives) / (p * n)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        a, b, numer, rows, cols, first, second = ctx.saved_tensors
+        p, n, d = a.shape
+        half = 0.5 / (p * n)
+        weights = numer * (half / rows)[:, :, None]
+        weights.addcmul_(numer, (half / cols)[:, None, :])
+        weights.diagonal(dim1=1, dim2=2).sub_(1.0 / (p * n))  # d loss / d L
+        weights.mul_(grad_out)
+        g_b = torch.bmm(weights, b)  # (P, n, d): d loss / d (scale a)
+        grad_z = grad_scale = None
+        if ctx.needs_input_grad[0]:
+            grad_z = a.new_zeros(n, ctx.views, d)
+            grad_by_view = grad_z.transpose(0, 1)
+            grad_by_view.index_add_(0, first, g_b, alpha=ctx.scale)
+            grad_by_view.index_add_(0, second, torch.bmm(weights.transpose(1, 2), a), alpha=ctx.scale)
+        if ctx.needs_input_grad[1]:
+            grad_scale = (g_b * a).sum().reshape(())
+        return grad_z, grad_scale, None, None
+
+
+def pair_blocks_infonce(z: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
+    """Symmetric InfoNCE of ``z`` ``(n, k, d)`` over its ``k (k - 1) / 2`` view pairs
+    (:class:`_PairBlocksInfoNCE`), or ``None`` when ``scale`` is too large for the constant shift in
+    this dtype (the caller then takes the per-row / per-column max path)."""
+    if 2.0 * float(scale.detach()) > _SHIFT_LIMIT.get(z.dtype, 0.0):
+        return None
+    first, second = _view_pairs(z.shape[1], z.device)
+    k = z.shape[1]
+    return _PairBlocksInfoNCE.apply(z, scale, first[k:], second[k:])
+
+
 # --------------------------------------------------------------------------- blockwise (chunked) path
 # Above this many logits (anchors x targets) the losses switch to the blockwise path by default
 # (``chunked=None``): 2^26 float32 logits are 256 MiB, and the dense paths keep one or two such
@@ -353,9 +416,11 @@ class InfoNCEPairwise(LearnableTemperatureLoss):
                                for a, b in zip(anchors, candidates)])
             loss = (lse - positive).mean()
         else:
-            # (p, n, n) with p = k (k - 1) / 2 unordered pairs
-            logits = self.scale(torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)))
-            loss = 0.5 * (pair_logsumexp_ce(logits, 2).mean() + pair_logsumexp_ce(logits, 1).mean())
+            loss = pair_blocks_infonce(z, self.scale.multiplier(z))
+            if loss is None:  # logit scale too large for the constant shift: per-row / per-column max
+                # (p, n, n) with p = k (k - 1) / 2 unordered pairs
+                logits = self.scale(torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)))
+                loss = 0.5 * (pair_logsumexp_ce(logits, 2).mean() + pair_logsumexp_ce(logits, 1).mean())
         self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
         return loss
 

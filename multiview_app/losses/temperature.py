@@ -33,6 +33,12 @@ class LogitScale(nn.Module):
             return 1.0 / self.tau
         return float(self.logit_scale.detach().clamp(max=self.max_log).exp())
 
+    def multiplier(self, like: torch.Tensor) -> torch.Tensor:
+        """The multiplier ``1 / tau`` as a 0-d tensor of ``like``'s dtype and device (with gradient when learnable)."""
+        if self.logit_scale is None:
+            return torch.tensor(1.0 / self.tau, dtype=like.dtype, device=like.device)
+        return self.logit_scale.clamp(max=self.max_log).exp().to(like.dtype)
+
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         if self.logit_scale is None:
             return logits / self.tau
