@@ -279,3 +279,55 @@ def test_choose_captions_cycles_short_lists() -> None:
     assert [v[0] for v in chosen] == ["a", "a", "a"]
     assert sorted(v[1] for v in chosen[:2]) == ["b", "c"] and chosen[2][1] == chosen[0][1]
     assert sorted(v[2] for v in chosen) == ["d", "e", "f"]
+
+
+def test_digit_domain_captions_written_as_csv_and_shards_and_read_by_both_readers(tmp_path: Path) -> None:
+    """``domains_dir``: the synth-domains images with captions naming the digit, its stroke and the
+    domain's rendering, the domain folder's split kept, identical items from the TSV and the tar reader."""
+    import json
+
+    from multiview_app.data.domains.synth import synth_domains
+    from multiview_app.data.text.captions import DOMAIN_RENDERINGS, domain_digit_captions, stroke_words
+
+    domains_dir = tmp_path / "domains"
+    synth_domains(domains_dir, domains=("clean", "inverted", "sketch"), limit=60, size=16)
+    (domains_dir / "sketch" / "3" / "sketch_0003.jpg").unlink()  # listed but missing: skipped + counted
+    options = {"cache_dir": str(tmp_path / "cache"), "load_size": 16, "domains_dir": str(domains_dir),
+               "domains": ["inverted", "sketch"]}
+    with pytest.warns(UserWarning, match="skipped 1 listed image"):
+        csv_adapter = build_adapter("digit_captions", options)
+    wds_adapter = build_adapter("digit_captions", options | {"format": "wds"})
+    folder = csv_adapter.folder
+    assert sorted(p.name for p in (folder / "shards").glob("*.tar")) == ["test-000000.tar", "train-000000.tar"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["missing_images"] == 1 and manifest["domains"] == ["inverted", "sketch"]
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    strokes = stroke_words(digits.images, digits.target)
+    listed = {s: [ln.split() for d in ("inverted", "sketch") for ln in (domains_dir / f"{d}_{s}.txt").read_text().splitlines()]
+              for s in ("train", "test")}
+    train_digits = {int(rel.rsplit("_", 1)[1][:4]) for rel, _ in listed["train"]}
+    for split in ("train", "test"):
+        a, b = csv_adapter.split(split), wds_adapter.split(split)
+        expected = len(listed[split]) - (split == "train" and "sketch/3/sketch_0003.jpg" in dict(listed["train"]))
+        expected -= split == "test" and "sketch/3/sketch_0003.jpg" in dict(listed["test"])
+        assert len(a) == len(b) == expected
+        for j in range(len(a)):
+            item, other = a[j], b[j]
+            assert item["captions"] == other["captions"] and item["label"] == other["label"]
+            torch.testing.assert_close(item["x"], other["x"])
+            name = Path(item["source"]).name
+            domain, index = name.split("_")[0], int(name.split("_")[1][:4])
+            assert item["label"] == int(digits.target[index])
+            first = item["captions"].split("\n")[0]
+            assert first == f"a {strokes[index]} handwritten {DIGIT_WORDS[item['label']]}, {DOMAIN_RENDERINGS[domain][0]}"
+            if split == "test":
+                assert index not in train_digits  # split by digit, as the domain folder's
+    assert csv_adapter.class_names == wds_adapter.class_names == list(DIGIT_WORDS)
+    assert domain_digit_captions(7, "thick", "inverted")[0] == "a thick handwritten seven, inverted"
+    assert domain_digit_captions(7, None, "sketch")[0] == "a handwritten seven, sketched as an outline"
+    with pytest.raises(ValueError, match="lacks the split files of color"):
+        build_adapter("digit_captions", options | {"domains": ["color"]})
+    with pytest.raises(ValueError, match="does not exist"):
+        build_adapter("digit_captions", options | {"domains_dir": str(tmp_path / "nowhere")})
