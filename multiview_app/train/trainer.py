@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from ..config import Config, dump_config, resolve_paths
 from ..data.batch import ViewBatch, to_device
+from ..data.streaming import STREAM_KEYS, StreamingDataset, StreamPosition
 from ..losses import build_loss
 from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
@@ -145,8 +146,10 @@ class ViewStream:
 
     def __init__(
         self, loader: DataLoader, policy: Any, device: torch.device, view_seed: Callable[[int], int],
-        first_index: int, prefetch: bool = True,
+        first_index: int, prefetch: bool = True, positions: dict[int, StreamPosition] | None = None,
     ) -> None:
+        #: streamed train split: per DataLoader worker, the position after its last handed-out batch
+        self.positions: dict[int, StreamPosition] = dict(positions or {})
         self._batches = iter(loader)
         self._policy, self._device, self._view_seed = policy, device, view_seed
         self._index = first_index
@@ -157,21 +160,28 @@ class ViewStream:
         index, self._index = self._index, self._index + 1
         return index
 
-    def _make(self, index: int) -> ViewBatch | None:
+    def _make(self, index: int) -> tuple[ViewBatch, tuple[int, StreamPosition] | None] | None:
         raw = next(self._batches, None)
         if raw is None:
             return None
+        position = None
+        if STREAM_KEYS[0] in raw:  # one worker's batch: where that worker is after it
+            worker, epoch, offset = (raw.pop(key) for key in STREAM_KEYS)
+            position = (int(worker[-1]), StreamPosition(int(epoch[-1]), int(offset[-1]) + 1))
         generator = torch.Generator(device=self._device).manual_seed(self._view_seed(index))
-        return self._policy.train_views(to_device(raw, self._device), generator)
+        return self._policy.train_views(to_device(raw, self._device), generator), position
 
     def __next__(self) -> ViewBatch:
         if self._pool is None or self._pending is None:
-            batch = self._make(self._take_index())
+            made = self._make(self._take_index())
         else:
-            batch = self._pending.result()
-            self._pending = self._pool.submit(self._make, self._take_index()) if batch is not None else None
-        if batch is None:
+            made = self._pending.result()
+            self._pending = self._pool.submit(self._make, self._take_index()) if made is not None else None
+        if made is None:
             raise StopIteration
+        batch, position = made
+        if position is not None:
+            self.positions[position[0]] = position[1]
         return batch
 
     def close(self) -> None:
@@ -235,6 +245,7 @@ class DataPlan:
     total_steps: int
     world: int
     grad_accum: int
+    streaming: bool = False  # train_set is a StreamingDataset: one endless pass, no epochs of the trainer
 
     @property
     def items_per_step(self) -> int:
@@ -285,6 +296,7 @@ class Trainer:
         self.notes: list[str] = []
         self._main = True
         self._diagnostics: dict[str, float] = {}  # diag/* of the step about to be logged
+        self._stream_positions: dict[int, StreamPosition] = {}  # streamed split: this process's workers
 
     # ------------------------------------------------------------------ setup
     def _make_accelerator(self) -> Any:
@@ -352,8 +364,10 @@ class Trainer:
         adapter = build_adapter(cfg.data.adapter, cfg.data.options)
         policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
         train_set: Dataset = adapter.split("train")
-        n_items = len(train_set)  # type: ignore[arg-type]
         items = items_per_batch(cfg.views.batch_mode, tcfg.batch_size, cfg.views.k)
+        if isinstance(train_set, StreamingDataset):
+            return self._plan_stream(adapter, policy, train_set, items, world)
+        n_items = len(train_set)  # type: ignore[arg-type]
         steps_per_epoch = n_items // (items * world) // tcfg.grad_accum
         if steps_per_epoch < 1:
             raise ValueError(
@@ -365,6 +379,18 @@ class Trainer:
             adapter, policy, train_set, n_items, items, steps_per_epoch * tcfg.grad_accum, total_steps, world,
             tcfg.grad_accum,
         )
+
+    def _plan_stream(self, adapter: Any, policy: Any, stream: StreamingDataset, items: int, world: int) -> DataPlan:
+        """A streamed train split: ``train.max_steps`` steps of one endless pass (the stream's own
+        epochs are per DataLoader worker, see ``data/streaming.py``)."""
+        tcfg = self.cfg.train
+        if tcfg.max_steps is None:
+            raise ValueError("data: the train split is streamed (its size is not known in advance); set train.max_steps "
+                             "instead of train.epochs")
+        stream.seed = tcfg.seed
+        stream.check_workers(tcfg.num_workers)
+        total_micro = tcfg.max_steps * tcfg.grad_accum
+        return DataPlan(adapter, policy, stream, -1, items, total_micro, tcfg.max_steps, world, tcfg.grad_accum, streaming=True)
 
     def _build_parts(self, accelerator: Any, plan: DataPlan) -> Parts:
         """Model (+ EMA teacher), loss, AdamW and the LR schedule, prepared by Accelerate."""
@@ -407,6 +433,8 @@ class Trainer:
                     f"--resume: checkpoint {ckpt} is at step {at.step}, beyond the run's {plan.total_steps} steps "
                     "(train.max_steps / train.epochs)"
                 )
+            if plan.streaming:
+                self._stream_positions = self._restore_stream(state, ckpt, accelerator.process_index, plan)
             self._note(f"resumed from {ckpt} (step {at.step}, epoch {at.epoch}, micro-batch {at.position})")
             if state["loss_state"] == "missing":
                 self._note(f"{ckpt} holds no loss state (older checkpoint): the loss starts from its initial state")
@@ -420,6 +448,25 @@ class Trainer:
             save_weights(accelerator.unwrap_model(parts.step_module).model, self.run_dir / "init.safetensors")
         accelerator.wait_for_everyone()
         return at
+
+    def _stream_layout(self, plan: DataPlan) -> dict[str, int]:
+        """What a streamed split's recorded positions depend on (must match on resume)."""
+        return {"world": plan.world, "num_workers": self.cfg.train.num_workers, "items": plan.items}
+
+    def _restore_stream(self, state: dict[str, Any], ckpt: Path, rank: int, plan: DataPlan) -> dict[int, StreamPosition]:
+        """This process's worker positions from a checkpoint of a streamed run; a different layout
+        (processes, DataLoader workers, items per micro-batch) cannot continue exactly: an error."""
+        stream = state.get("stream")
+        if not isinstance(stream, dict) or "positions" not in stream:
+            raise ValueError(f"{ckpt}: no stream positions in {ckpt / 'trainer_state.json'} (not a streamed run's checkpoint); "
+                             "a streamed train split can only resume from its own checkpoints")
+        recorded = {key: stream.get(key) for key in self._stream_layout(plan)}
+        if recorded != self._stream_layout(plan):
+            raise ValueError(
+                f"{ckpt}: the stream positions were recorded with {recorded}, this run has {self._stream_layout(plan)}; "
+                "resume a streamed run with the same processes, train.num_workers and batch size"
+            )
+        return {int(w): StreamPosition(int(e), int(o)) for w, (e, o) in enumerate(stream["positions"][rank])}
 
     def _record_config_changes(self, accelerator: Any, step: int) -> None:
         """Accepted config changes of a resume -> ``config_history.jsonl`` + ``config.yaml`` (main process)."""
@@ -476,15 +523,9 @@ class Trainer:
         stop = StopRequest().__enter__()
         try:
             while at.step < plan.total_steps:
-                sampler = EpochBatchSampler(
-                    plan.n_items, plan.items, plan.micro_per_epoch, tcfg.seed, at.epoch, rank, plan.world, at.position
-                )
-                loader = DataLoader(
-                    plan.train_set, batch_sampler=sampler, num_workers=tcfg.num_workers, collate_fn=default_collate,
-                    generator=loader_gen, pin_memory=device.type == "cuda",
-                    worker_init_fn=ignore_sigint if tcfg.num_workers else None,
-                )
-                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum, tcfg.prefetch_views)
+                loader = self._train_loader(plan, at, rank, device, loader_gen)
+                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum, tcfg.prefetch_views,
+                                     self._stream_positions)
                 try:
                     while at.step < plan.total_steps and at.position < plan.micro_per_epoch:
                         last_loss, stats = self._optimizer_step(
@@ -493,6 +534,7 @@ class Trainer:
                         )
                         at.step += 1
                         at.position += tcfg.grad_accum
+                        self._stream_positions = dict(batches.positions)
                         window["steps"] += 1
                         bar.update(1)
                         bar.set_postfix(loss=f"{last_loss:.4f}")
@@ -512,6 +554,21 @@ class Trainer:
             if metrics is not None:
                 metrics.close()
         return last_loss
+
+    def _train_loader(self, plan: DataPlan, at: Position, rank: int, device: torch.device, generator: torch.Generator) -> DataLoader:
+        """The DataLoader of this epoch from micro-batch ``at.position``: a seeded epoch permutation
+        (:class:`EpochBatchSampler`), or for a streamed split each worker's own batches from its
+        recorded position."""
+        tcfg = self.cfg.train
+        common = {"num_workers": tcfg.num_workers, "collate_fn": default_collate, "generator": generator,
+                  "pin_memory": device.type == "cuda", "worker_init_fn": ignore_sigint if tcfg.num_workers else None}
+        if plan.streaming:
+            plan.train_set.resume_from(self._stream_positions, at.position)  # type: ignore[attr-defined]
+            return DataLoader(plan.train_set, batch_size=plan.items, drop_last=True, **common)
+        sampler = EpochBatchSampler(
+            plan.n_items, plan.items, plan.micro_per_epoch, tcfg.seed, at.epoch, rank, plan.world, at.position
+        )
+        return DataLoader(plan.train_set, batch_sampler=sampler, **common)
 
     def _stop_if_requested(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, stop: StopRequest) -> None:
         """After a SIGINT / SIGTERM (on any process): checkpoint this step and raise
@@ -571,13 +628,27 @@ class Trainer:
         the next micro-batch starts."""
         tcfg = self.cfg.train
         ep, pos = (at.epoch, at.position) if at.position < plan.micro_per_epoch else (at.epoch + 1, 0)
+        state: dict[str, Any] = {
+            "step": at.step, "epoch": ep, "batch_position": pos, "total_steps": plan.total_steps,
+            "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
+                         "views": "seed per (global micro-batch index, rank)"},
+        }
+        if plan.streaming:
+            state["data_rng"]["permutation"] = "streamed: shard order and shuffle buffers seeded by (seed, epoch, rank, worker)"
+            state["stream"] = self._stream_layout(plan) | {"positions": self._gather_stream_positions(accelerator)}
         return save_checkpoint(
-            accelerator, self.run_dir, at.step,
-            {"step": at.step, "epoch": ep, "batch_position": pos, "total_steps": plan.total_steps,
-             "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
-                          "views": "seed per (global micro-batch index, rank)"}},
-            tcfg.keep_checkpoints, parts.loss_fn, self._extra_states(parts),
+            accelerator, self.run_dir, at.step, state, tcfg.keep_checkpoints, parts.loss_fn, self._extra_states(parts),
         )
+
+    def _gather_stream_positions(self, accelerator: Any) -> list[list[list[int]]]:
+        """``[rank][worker] = [epoch, offset]`` of every process's DataLoader workers (all processes call it)."""
+        workers = max(1, self.cfg.train.num_workers)
+        local = torch.tensor(
+            [[p.epoch, p.offset] for p in (self._stream_positions.get(w, StreamPosition()) for w in range(workers))],
+            dtype=torch.int64, device=accelerator.device,
+        )
+        gathered = accelerator.gather(local) if world_size() > 1 else local
+        return gathered.view(-1, workers, 2).tolist()
 
     @staticmethod
     def _extra_states(parts: Parts) -> dict[str, Any]:

@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+import numpy as np
 import torch
 from PIL import Image
 from pydantic import Field
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import get_worker_info
 
 from ..adapters import ADAPTERS
 from ..images.adapters import to_uint8_rgb
-from .pairs import CAPTION_SEPARATOR, PairAdapter, PairCollector, PairOptions, clean_caption
+from ..streaming import StreamingDataset, StreamPosition
+from .pairs import CAPTION_SEPARATOR, PairAdapter, PairCollector, PairDataset, PairOptions, clean_caption
 
 SHARD_IMAGE_EXTENSIONS: tuple[str, ...] = ("png", "jpg", "jpeg", "webp")
 
@@ -46,11 +48,12 @@ class ShardReport:
     samples: int = 0
     incomplete: int = 0  # no image or no caption
     non_utf8: int = 0
+    unreadable: int = 0  # images that cannot be decoded (stream only; the indexed reader counts its own)
     truncated_shards: list[str] = field(default_factory=list)  # shards that end mid-sample
 
     def as_dict(self) -> dict[str, Any]:
         return {"samples": self.samples, "incomplete_samples": self.incomplete, "non_utf8_captions": self.non_utf8,
-                "truncated_shards": len(self.truncated_shards)}
+                "unreadable_images": self.unreadable, "truncated_shards": len(self.truncated_shards)}
 
 
 def sample_key(member_name: str) -> tuple[str, str]:
@@ -156,7 +159,12 @@ def shards_for_process(shards: Sequence[str], rank: int, world: int) -> list[str
 
 
 def process_index() -> tuple[int, int]:
-    """``(rank, world)`` of this process under Accelerate / torchrun (``(0, 1)`` when single)."""
+    """``(rank, world)`` of this process: the initialised ``torch.distributed`` group, else
+    Accelerate's state / torchrun's environment (``(0, 1)`` when single)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
     try:
         from accelerate import PartialState
 
@@ -166,31 +174,113 @@ def process_index() -> tuple[int, int]:
         return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-class ShardPairStream(IterableDataset):
-    """Streams pair items from the shards of this process (and of this DataLoader worker), for data
-    too large to index or hold at once. Items as the pair adapters' (``index`` counts within the
-    stream). ``rank`` / ``world`` default to :func:`process_index`."""
+class ShardPairStream(StreamingDataset):
+    """Streams pair items from tar shards without indexing them, for data too large to hold at once.
 
-    def __init__(self, shards: Sequence[str], load_size: int, rank: int | None = None, world: int | None = None) -> None:
+    Epoch ``e``: the shard list (shuffled by ``(seed, e)`` when ``shuffle_shards``) is split over
+    processes (``[rank::world]``) and then over this process's DataLoader workers
+    (``[worker::num_workers]``), so the processes and workers read disjoint shards that together
+    cover every sample once per epoch. A worker reads its shards in order through a shuffle buffer
+    of ``shuffle_buffer`` samples (seeded by ``(seed, e, rank, worker)``; 0 = shard order), drained
+    at the end of each epoch, so all of a worker's epoch-``e`` items come before its epoch ``e + 1``
+    ones. ``epochs`` passes (``None``: endless; the trainer counts steps). Images are decoded when an
+    item is yielded; unreadable images and incomplete samples are skipped and counted
+    (``report`` in single-process use; a worker warns at the end of an epoch that skipped anything).
+
+    Items are the pair adapters' items plus :data:`~multiview_app.data.streaming.STREAM_KEYS`: the
+    worker id, its epoch and the item's 0-based offset within that worker's epoch (``index`` = offset). :meth:`resume_from` makes each worker skip
+    (without decoding) the items it had yielded before, replaying its epoch's shard reads and shuffle
+    buffer, so a resumed stream continues exactly where the recorded position left it.
+    """
+
+    def __init__(self, shards: Sequence[str], load_size: int, rank: int | None = None, world: int | None = None,
+                 *, seed: int = 0, shuffle_shards: bool = False, shuffle_buffer: int = 0, epochs: int | None = 1) -> None:
         if rank is None or world is None:
             rank, world = process_index()
-        self.shards = shards_for_process(list(shards), rank, world)
+        self.all_shards = list(shards)
+        self.shards = shards_for_process(self.all_shards, rank, world)  # epoch 0 without shuffling
+        self.rank, self.world = rank, world
         self.load_size = load_size
+        self.seed, self.shuffle_shards, self.shuffle_buffer, self.epochs = seed, shuffle_shards, shuffle_buffer, epochs
         self.report = ShardReport()
+        self.start: dict[int, StreamPosition] = {}
+        self.batches_done = 0
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        worker = get_worker_info()
-        shards = self.shards if worker is None else self.shards[worker.id :: worker.num_workers]
-        index = 0
-        for path in shards:
+    def check_workers(self, num_workers: int) -> None:
+        """Every DataLoader worker of every process needs at least one shard in every epoch."""
+        readers = self.world * max(1, num_workers)
+        if len(self.all_shards) < readers:
+            raise ValueError(
+                f"{len(self.all_shards)} shards for {self.world} process(es) x {max(1, num_workers)} DataLoader "
+                f"worker(s): every worker needs at least one shard (write more, smaller shards or lower train.num_workers)"
+            )
+
+    def resume_from(self, positions: dict[int, StreamPosition], batches_done: int = 0) -> None:
+        self.start, self.batches_done = dict(positions), batches_done
+
+    def epoch_shards(self, epoch: int, worker: int = 0, num_workers: int = 1) -> list[str]:
+        """The shards worker ``worker`` of this process reads in ``epoch``."""
+        order = list(self.all_shards)
+        if self.shuffle_shards:
+            perm = np.random.default_rng([self.seed, epoch]).permutation(len(order))
+            order = [order[i] for i in perm]
+        return order[self.rank :: self.world][worker::num_workers]
+
+    def _samples(self, epoch: int, worker: int, num_workers: int) -> Iterator[tuple[str, ShardSample]]:
+        """``(shard, sample)`` of one worker's epoch in stream order (after the shuffle buffer)."""
+        rng = np.random.default_rng([self.seed, epoch, self.rank, worker])
+        buffer: list[tuple[str, ShardSample]] = []
+        for path in self.epoch_shards(epoch, worker, num_workers):
             for sample in iter_shard(path, self.report):
                 if not sample.captions:
+                    self.report.incomplete += 1
                     continue
-                with Image.open(io.BytesIO(sample.image)) as img:
-                    x = to_uint8_rgb(img, self.load_size)
+                buffer.append((path, sample))
+                if len(buffer) > self.shuffle_buffer:
+                    j = int(rng.integers(len(buffer))) if self.shuffle_buffer else 0
+                    buffer[j], buffer[-1] = buffer[-1], buffer[j]
+                    yield buffer.pop()
+        while buffer:
+            j = int(rng.integers(len(buffer))) if self.shuffle_buffer else 0
+            buffer[j], buffer[-1] = buffer[-1], buffer[j]
+            yield buffer.pop()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        worker = (worker + self.batches_done) % num_workers  # logical worker (StreamingDataset.resume_from)
+        self.check_workers(num_workers)
+        start = self.start.get(worker, StreamPosition())
+        epoch = start.epoch
+        while self.epochs is None or epoch < self.epochs:
+            skip = start.offset if epoch == start.epoch else 0
+            yielded = 0
+            before = self.report.as_dict()
+            # offset = place in this worker's epoch sequence (unreadable images included, so a replay
+            # that skips without decoding stays aligned)
+            for offset, (path, sample) in enumerate(self._samples(epoch, worker, num_workers)):
+                if offset < skip:  # replay of a resumed epoch: already consumed, not decoded
+                    continue
+                try:
+                    with Image.open(io.BytesIO(sample.image)) as img:
+                        x = to_uint8_rgb(img, self.load_size)
+                except (OSError, ValueError, Image.DecompressionBombError):
+                    self.report.unreadable += 1
+                    continue
                 yield {"x": x, "captions": CAPTION_SEPARATOR.join(sample.captions), "label": sample.label,
-                       "index": index, "source": f"{path}:{sample.key}"}
-                index += 1
+                       "index": offset, "source": f"{path}:{sample.key}",
+                       "stream_worker": worker, "stream_epoch": epoch, "stream_offset": offset}
+                yielded += 1
+            if yielded == 0 and skip == 0:
+                raise ValueError(f"process {self.rank} worker {worker}: no readable sample in the shards of epoch {epoch} "
+                                 f"({', '.join(self.epoch_shards(epoch, worker, num_workers))})")
+            after = self.report.as_dict()
+            if info is not None and after != before:
+                warnings.warn(f"shard stream (process {self.rank} worker {worker}, epoch {epoch}): skipped "
+                              f"{after['incomplete_samples'] - before['incomplete_samples']} incomplete samples, "
+                              f"{after['non_utf8_captions'] - before['non_utf8_captions']} non-UTF-8 captions, "
+                              f"{after['unreadable_images'] - before['unreadable_images']} unreadable images", stacklevel=2)
+            epoch += 1
 
 
 def write_shards(samples: Iterable[ShardSample], out_dir: str | Path, samples_per_shard: int = 1000,
@@ -230,49 +320,64 @@ def write_shards(samples: Iterable[ShardSample], out_dir: str | Path, samples_pe
 @ADAPTERS.register("pairs_wds")
 class PairsWebDatasetAdapter(PairAdapter):
     """Image-text pairs from tar shards (``key.png``/``.jpg`` + ``key.txt`` [+ ``key.cls``]); every
-    line of ``key.txt`` is one caption. Images are decoded into memory; for data that does not fit,
-    stream the shards with :class:`ShardPairStream` (one shard subset per process). Test split:
-    ``test_shards`` when given, else the fixed stratified split. ``class_names`` gives names to the
-    ``.cls`` integers (for zero-shot evaluation)."""
+    line of ``key.txt`` is one caption. Images are decoded into memory, or with ``stream: true`` the
+    train split is a :class:`ShardPairStream` (shards split over processes and DataLoader workers,
+    shuffle buffer, nothing indexed or held; needs ``test_shards``, which are decoded into memory).
+    Test split: ``test_shards`` when given, else the fixed stratified split. ``class_names`` gives
+    names to the ``.cls`` integers (for zero-shot evaluation)."""
 
     class Options(PairOptions):
         shards: str | list[str] = Field(..., description="glob or list of .tar shards")
         test_shards: str | list[str] | None = None
         class_names: list[str] = Field(default_factory=list)
+        stream: bool = Field(False, description="stream the train shards (per-process / per-worker shard split)")
+        shuffle_buffer: int = Field(1000, ge=0, description="stream: samples in each worker's shuffle buffer (0 = shard order)")
+        shuffle_shards: bool = Field(True, description="stream: shuffle the shard list every epoch (seeded by train.seed)")
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)
         self.class_names = list(options.class_names)
-        specs = {"train": options.shards} | ({"test": options.test_shards} if options.test_shards else {})
-        datasets = {}
-        for split, spec in specs.items():
-            shards = expand_shards(spec)
-            what = f"shards {spec!r}"
-            report = ShardReport()
-            collector = PairCollector(what)
-            for path in shards:
-                for sample in iter_shard(path, report):
-                    data = sample.image
-                    source = f"{path}:{sample.key}"
-                    collector.add(source, sample.captions or [""], sample.label, lambda d=data: Image.open(io.BytesIO(d)))
-            if report.truncated_shards or report.incomplete or report.non_utf8:
-                warnings.warn(
-                    f"{what}: skipped {report.incomplete} incomplete samples and {report.non_utf8} non-UTF-8 captions; "
-                    f"{len(report.truncated_shards)} shard(s) end mid-sample"
-                    + (f", first: {report.truncated_shards[0]}" if report.truncated_shards else ""),
-                    stacklevel=2,
-                )
-            if not collector.order:
-                raise ValueError(f"{what}: no complete sample (key.png/.jpg + key.txt) in {len(shards)} shard(s)")
-            datasets[split], pair_report = collector.decode(options.load_size, options.max_bad_fraction)
-            self.report[split] = pair_report | report.as_dict()
+        if options.stream and not options.test_shards:
+            raise ValueError("pairs_wds with stream: true needs test_shards (data.options.test_shards): the fixed "
+                             "train/test split would index every train sample")
+        specs = {"test": options.test_shards} if options.stream else \
+            {"train": options.shards} | ({"test": options.test_shards} if options.test_shards else {})
+        datasets = {split: self._read_indexed(split, spec) for split, spec in specs.items()}
         labels = torch.cat([d.labels for d in datasets.values()])
         if not self.class_names and bool((labels >= 0).any()):
             self.class_names = [str(c) for c in range(int(labels.max()) + 1)]
-        if "test" in datasets:
+        if options.stream:
+            stream = ShardPairStream(expand_shards(options.shards), options.load_size, shuffle_shards=options.shuffle_shards,
+                                     shuffle_buffer=options.shuffle_buffer, epochs=None)
+            self._set_splits(stream, datasets["test"])  # type: ignore[arg-type]
+        elif "test" in datasets:
             self._set_splits(datasets["train"], datasets["test"])
         else:
             self._split_fixed(datasets["train"])
+
+    def _read_indexed(self, split: str, spec: str | list[str]) -> PairDataset:
+        """All samples of the shards ``spec`` decoded into memory (skips counted in ``report[split]``)."""
+        shards = expand_shards(spec)
+        what = f"shards {spec!r}"
+        report = ShardReport()
+        collector = PairCollector(what)
+        for path in shards:
+            for sample in iter_shard(path, report):
+                data = sample.image
+                source = f"{path}:{sample.key}"
+                collector.add(source, sample.captions or [""], sample.label, lambda d=data: Image.open(io.BytesIO(d)))
+        if report.truncated_shards or report.incomplete or report.non_utf8:
+            warnings.warn(
+                f"{what}: skipped {report.incomplete} incomplete samples and {report.non_utf8} non-UTF-8 captions; "
+                f"{len(report.truncated_shards)} shard(s) end mid-sample"
+                + (f", first: {report.truncated_shards[0]}" if report.truncated_shards else ""),
+                stacklevel=3,
+            )
+        if not collector.order:
+            raise ValueError(f"{what}: no complete sample (key.png/.jpg + key.txt) in {len(shards)} shard(s)")
+        dataset, pair_report = collector.decode(self.options.load_size, self.options.max_bad_fraction)
+        self.report[split] = report.as_dict() | pair_report
+        return dataset
 
 
 __all__ = [
