@@ -74,7 +74,9 @@ def _worker(rank: int, tmp: str, paths: list[str]) -> None:
         dist.barrier()
         stream = ShardPairStream(paths, 16, seed=5, shuffle_shards=True, shuffle_buffer=4, epochs=2)  # rank from the group
         seen = {"rank": stream.rank, "world": stream.world, "items": [], "shards": {}}
-        for batch in DataLoader(stream, batch_size=5, num_workers=2, collate_fn=default_collate):
+        # fork: a process started by mp.spawn would otherwise spawn its DataLoader workers too (each
+        # re-importing torch and this module, ~25 s more on a loaded 2-core machine)
+        for batch in DataLoader(stream, batch_size=5, num_workers=2, collate_fn=default_collate, multiprocessing_context="fork"):
             seen["items"] += [[e, k] for e, k in zip(batch["stream_epoch"].tolist(), _keys(batch))]
         for epoch in range(2):
             seen["shards"][str(epoch)] = [p for w in range(2) for p in stream.epoch_shards(epoch, w, 2)]
