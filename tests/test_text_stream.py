@@ -137,7 +137,7 @@ def test_streamed_training_runs_end_to_end_and_resumes_exactly(tmp_path: Path) -
     write_pair_shards(shards, SAMPLES, PER_SHARD)  # 5 train shards (50 samples) + 1 test shard
     full = train(_stream_config(tmp_path, "full", shards))  # 6 steps x 8 items: worker epochs of 20 / 30 items pass
     state = read_trainer_state(full.run_dir / "checkpoints" / "step_00000003")
-    assert state["stream"]["world"] == 1 and state["stream"]["num_workers"] == 2
+    assert state["stream"]["world"] == 1 and state["stream"]["num_workers"] == 2 and state["stream"]["micro_batches"] == 3
     assert state["stream"]["positions"] == [[[0, 16], [0, 8]]]  # worker 0: batches 0, 2 (+ 4 ...); worker 1: batch 1
 
     class Crash(RuntimeError):

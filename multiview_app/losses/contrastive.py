@@ -170,20 +170,24 @@ class _PairBlocksInfoNCE(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         a, b, numer, rows, cols, first, second = ctx.saved_tensors
         p, n, d = a.shape
-        half = 0.5 / (p * n)
-        weights = numer * (half / rows)[:, :, None]
-        weights.addcmul_(numer, (half / cols)[:, None, :])
-        weights.diagonal(dim1=1, dim2=2).sub_(1.0 / (p * n))  # d loss / d L
-        weights.mul_(grad_out)
-        g_b = torch.bmm(weights, b)  # (P, n, d): d loss / d (scale a)
+        k, s = ctx.views, ctx.scale
+        # weights = grad_out * scale * G: the upstream gradient and the scale folded into the per-row /
+        # per-column factors, so that the (P, n, n) matrix is touched twice (no extra passes)
+        unit = grad_out * (s / (p * n))
+        weights = numer * (0.5 * unit / rows)[:, :, None]
+        weights.addcmul_(numer, (0.5 * unit / cols)[:, None, :])
+        weights.diagonal(dim1=1, dim2=2).sub_(unit)
+        grad_a = torch.bmm(weights, b)  # (P, n, d) = grad_out * d loss / d a
         grad_z = grad_scale = None
         if ctx.needs_input_grad[0]:
-            grad_z = a.new_zeros(n, ctx.views, d)
-            grad_by_view = grad_z.transpose(0, 1)
-            grad_by_view.index_add_(0, first, g_b, alpha=ctx.scale)
-            grad_by_view.index_add_(0, second, torch.bmm(weights.transpose(1, 2), a), alpha=ctx.scale)
+            grad_b = torch.bmm(weights.transpose(1, 2), a)
+            if k == 2:
+                grad_z = torch.stack([grad_a[0], grad_b[0]], dim=1)
+            else:  # view v collects the pairs where it is first or second
+                grad_by_view = a.new_zeros(k, n, d).index_add_(0, first, grad_a).index_add_(0, second, grad_b)
+                grad_z = grad_by_view.transpose(0, 1)
         if ctx.needs_input_grad[1]:
-            grad_scale = (g_b * a).sum().reshape(())
+            grad_scale = ((grad_a * a).sum() / s).reshape(())
         return grad_z, grad_scale, None, None
 
 

@@ -435,6 +435,7 @@ class Trainer:
                 )
             if plan.streaming:
                 self._stream_positions = self._restore_stream(state, ckpt, accelerator.process_index, plan)
+                at.epoch, at.position = 0, int(state["stream"]["micro_batches"])  # one endless pass
             self._note(f"resumed from {ckpt} (step {at.step}, epoch {at.epoch}, micro-batch {at.position})")
             if state["loss_state"] == "missing":
                 self._note(f"{ckpt} holds no loss state (older checkpoint): the loss starts from its initial state")
@@ -457,7 +458,7 @@ class Trainer:
         """This process's worker positions from a checkpoint of a streamed run; a different layout
         (processes, DataLoader workers, items per micro-batch) cannot continue exactly: an error."""
         stream = state.get("stream")
-        if not isinstance(stream, dict) or "positions" not in stream:
+        if not isinstance(stream, dict) or not {"positions", "micro_batches"} <= set(stream):
             raise ValueError(f"{ckpt}: no stream positions in {ckpt / 'trainer_state.json'} (not a streamed run's checkpoint); "
                              "a streamed train split can only resume from its own checkpoints")
         recorded = {key: stream.get(key) for key in self._stream_layout(plan)}
@@ -600,8 +601,9 @@ class Trainer:
         now = time.perf_counter()
         phases = timer.pop()
         step_time = sum(phases.values()) or 1e-12
+        epoch = min((p.epoch for p in self._stream_positions.values()), default=0) if plan.streaming else at.epoch
         record = {
-            "step": at.step, "epoch": at.epoch, "loss": loss_value,
+            "step": at.step, "epoch": epoch, "loss": loss_value,
             "lr": float(parts.scheduler.get_last_lr()[0]),
             **{f"stats/{k}": v for k, v in stats.items()},
             "items_per_s": window["steps"] * plan.items_per_step / max(now - window["start"], 1e-12),
@@ -635,7 +637,8 @@ class Trainer:
         }
         if plan.streaming:
             state["data_rng"]["permutation"] = "streamed: shard order and shuffle buffers seeded by (seed, epoch, rank, worker)"
-            state["stream"] = self._stream_layout(plan) | {"positions": self._gather_stream_positions(accelerator)}
+            state["stream"] = self._stream_layout(plan) | {
+                "micro_batches": at.step * tcfg.grad_accum, "positions": self._gather_stream_positions(accelerator)}
         return save_checkpoint(
             accelerator, self.run_dir, at.step, state, tcfg.keep_checkpoints, parts.loss_fn, self._extra_states(parts),
         )
