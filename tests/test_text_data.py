@@ -329,5 +329,11 @@ def test_digit_domain_captions_written_as_csv_and_shards_and_read_by_both_reader
     assert domain_digit_captions(7, None, "sketch")[0] == "a handwritten seven, sketched as an outline"
     with pytest.raises(ValueError, match="lacks the split files of color"):
         build_adapter("digit_captions", options | {"domains": ["color"]})
+    from multiview_app.cli import main
+
+    out = tmp_path / "pairs_cli"
+    assert main(["data", "caption-domains", "--domains-dir", str(domains_dir), "--out", str(out), "--domains", "clean"]) == 0
+    assert (out / "train.tsv").is_file() and (out / "shards" / "test-000000.tar").is_file()
+    assert main(["data", "caption-domains", "--domains-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o2")]) != 0
     with pytest.raises(ValueError, match="does not exist"):
         build_adapter("digit_captions", options | {"domains_dir": str(tmp_path / "nowhere")})

@@ -64,6 +64,12 @@ def test_stream_covers_each_sample_once_per_worker_epoch_and_resumes_exactly(tmp
     torch.testing.assert_close(again[-1]["x"], batches[-1]["x"])
     with pytest.raises(ValueError, match="6 shards for 2 process\\(es\\) x 4 DataLoader worker"):
         ShardPairStream(paths, 16, rank=0, world=2).check_workers(4)
+    from multiview_app.data.adapters import build_adapter
+
+    with pytest.raises(ValueError, match="stream: true needs test_shards"):
+        build_adapter("pairs_wds", {"shards": paths, "stream": True, "load_size": 16})
+    adapter = build_adapter("pairs_wds", {"shards": paths[:5], "test_shards": paths[5], "stream": True, "load_size": 16})
+    assert isinstance(adapter.split("train"), ShardPairStream) and len(adapter.split("test")) == PER_SHARD
 
 
 def _worker(rank: int, tmp: str, paths: list[str]) -> None:

@@ -1,5 +1,6 @@
-"""``mvapp data {list, synth-psg, prepare, info, synth-domains}``: the dataset catalog, synthetic PSG,
-prepared EEG caches, cache summary, digit image domains in the DomainNet layout. Dataset facts
+"""``mvapp data {list, synth-psg, prepare, info, synth-domains, caption-domains}``: the dataset catalog,
+synthetic PSG, prepared EEG caches, cache summary, digit image domains in the DomainNet layout and
+their captioned image-text pairs. Dataset facts
 (default channels, licenses, how to obtain) come from the cards in ``datasets/``
 (:mod:`multiview_app.data.catalog`)."""
 from __future__ import annotations
@@ -80,6 +81,15 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     domains.add_argument("--limit", type=int, default=None, help="only the first N digits (tiny test fixtures)")
     domains.set_defaults(func=_synth_domains)
 
+    captions = commands.add_parser(
+        "caption-domains", help="caption the synth-domains images (digit, stroke, rendering): TSV + images + tar shards"
+    )
+    captions.add_argument("--domains-dir", type=Path, required=True, help="a `mvapp data synth-domains` folder")
+    captions.add_argument("--out", type=Path, required=True, help="new folder: train.tsv, test.tsv, images/, shards/")
+    captions.add_argument("--domains", default=None, help="comma-separated subset (default: every domain present)")
+    captions.add_argument("--samples-per-shard", type=int, default=500)
+    captions.set_defaults(func=_caption_domains)
+
     info = commands.add_parser("info", help="print a JSON summary of a prepared cache")
     info.add_argument("cache", type=Path)
     info.set_defaults(func=_info)
@@ -119,6 +129,21 @@ def _synth_domains(args: argparse.Namespace) -> int:
         raise ValueError(f"--limit {args.limit}: need at least 20 digits (2 per class)")
     counts = synth_domains(args.out, seed=args.seed, limit=args.limit)
     print(f"wrote {sum(counts.values())} images in {len(counts)} domains ({', '.join(counts)}) with split files to {args.out}")
+    return 0
+
+
+def _caption_domains(args: argparse.Namespace) -> int:
+    from .text.captions import write_domain_digit_pairs
+
+    refuse_non_empty_out(args.out, False)
+    if args.samples_per_shard < 1:
+        raise ValueError(f"--samples-per-shard {args.samples_per_shard}: must be >= 1")
+    domains = [d.strip() for d in args.domains.split(",") if d.strip()] if args.domains else None
+    out = write_domain_digit_pairs(args.domains_dir, args.out, domains, args.samples_per_shard)
+    manifest = json.loads((out / "manifest.json").read_text())
+    images = {split: sum(per.values()) for split, per in manifest["images"].items()}
+    print(f"captioned {images['train']} train + {images['test']} test images of {', '.join(manifest['domains'])} "
+          f"into {out} (train.tsv, test.tsv, images/, shards/)")
     return 0
 
 
