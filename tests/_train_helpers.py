@@ -54,3 +54,33 @@ def write_sleep_edf_nights(out: Path, subjects: int, hours: float) -> Path:
         traits.latency_minutes = 5.0
         write_sleep_edf_night(out, subject, 0, hours, traits, np.random.default_rng(subject))
     return out
+
+
+def crash_then_resume(cfg: Config, crash_after_step: int) -> Any:
+    """Train ``cfg`` with a callback that raises after optimizer step ``crash_after_step``, then
+    ``--resume latest`` it; returns the resumed run's ``TrainResult``."""
+    import pytest
+
+    from multiview_app.train.trainer import train
+
+    class Crash(RuntimeError):
+        pass
+
+    def crash(step: int, record: object) -> None:
+        if step == crash_after_step:
+            raise Crash
+
+    with pytest.raises(Crash):
+        train(cfg, callbacks=[crash])
+    return train(cfg, resume="latest")
+
+
+def assert_same_weights(run_a: Path, run_b: Path) -> None:
+    """The two runs' final ``model.safetensors`` are bit-identical."""
+    import torch
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(run_a / "model.safetensors")), load_file(str(run_b / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)

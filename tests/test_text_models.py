@@ -20,7 +20,7 @@ from multiview_app.losses.temperature import LogitScale
 from multiview_app.models import build_encoder, build_model
 
 from _text_helpers import write_pair_folder
-from _train_helpers import tiny_config
+from _train_helpers import assert_same_weights, crash_then_resume, tiny_config
 
 TINY_TEXT = {"name": "open_clip", "embed_dim": 24, "text_cfg": {"context_length": 12, "width": 32, "heads": 2, "layers": 1}}
 
@@ -227,20 +227,9 @@ def test_image_text_run_resumes_exactly_and_evaluates_retrieval(tmp_path: Path) 
     scales = [r["stats/logit_scale"] for r in read_metrics(full.run_dir / "metrics.jsonl")]
     assert scales[0] != pytest.approx(scales[-1], abs=1e-6)  # the temperature is learned
 
-    class Crash(RuntimeError):
-        pass
-
-    def crash(step: int, record: object) -> None:
-        if step == 3:
-            raise Crash
-
     cfg = _pair_config(tmp_path, "crashed", folder)
-    with pytest.raises(Crash):
-        train(cfg, callbacks=[crash])
-    resumed = train(cfg, resume="latest")
-    a, b = load_file(str(full.run_dir / "model.safetensors")), load_file(str(resumed.run_dir / "model.safetensors"))
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
+    resumed = crash_then_resume(cfg, 3)
+    assert_same_weights(full.run_dir, resumed.run_dir)
     assert [r["stats/logit_scale"] for r in read_metrics(resumed.run_dir / "metrics.jsonl")] == pytest.approx(scales, rel=1e-6)
 
     assert main(["eval", "retrieval", "--run", str(full.run_dir), "--template", "digit {name}"]) == 0

@@ -19,6 +19,7 @@ from multiview_app.data.streaming import StreamPosition
 from multiview_app.data.text.shards import ShardPairStream
 
 from _text_helpers import write_pair_shards
+from _train_helpers import assert_same_weights, crash_then_resume
 
 SAMPLES, PER_SHARD, WORLD = 60, 10, 2
 
@@ -134,8 +135,6 @@ def _stream_config(tmp_path: Path, name: str, shards: Path, **train: object):
 
 @pytest.mark.slow
 def test_streamed_training_runs_end_to_end_and_resumes_exactly(tmp_path: Path) -> None:
-    from safetensors.torch import load_file
-
     from multiview_app.train.checkpoint import read_trainer_state
     from multiview_app.train.trainer import train
 
@@ -146,20 +145,9 @@ def test_streamed_training_runs_end_to_end_and_resumes_exactly(tmp_path: Path) -
     assert state["stream"]["world"] == 1 and state["stream"]["num_workers"] == 2 and state["stream"]["micro_batches"] == 3
     assert state["stream"]["positions"] == [[[0, 16], [0, 8]]]  # worker 0: batches 0, 2 (+ 4 ...); worker 1: batch 1
 
-    class Crash(RuntimeError):
-        pass
-
-    def crash(step: int, record: object) -> None:
-        if step == 4:
-            raise Crash
-
     cfg = _stream_config(tmp_path, "crashed", shards)
-    with pytest.raises(Crash):
-        train(cfg, callbacks=[crash])
-    resumed = train(cfg, resume="latest")
-    a, b = load_file(str(full.run_dir / "model.safetensors")), load_file(str(resumed.run_dir / "model.safetensors"))
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
+    resumed = crash_then_resume(cfg, 4)
+    assert_same_weights(full.run_dir, resumed.run_dir)
     with pytest.raises(ValueError, match="set train.max_steps"):
         train(_stream_config(tmp_path, "epochs", shards, max_steps=None, epochs=1))
     with pytest.raises(ValueError, match="recorded with"):
