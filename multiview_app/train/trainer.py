@@ -239,7 +239,7 @@ class DataPlan:
     adapter: Any
     policy: Any
     train_set: Dataset
-    n_items: int
+    n_items: int  # -1 for a streamed split (size unknown)
     items: int
     micro_per_epoch: int
     total_steps: int
