@@ -15,6 +15,7 @@ Every row is measured in this process on the same inputs; ratios are vs the refe
 
     python scripts/bench_clip.py            # full tables
     python scripts/bench_clip.py --quick    # smoke run
+    python scripts/bench_clip.py --section loss --threads 1 --repeats 101 --statistic min   # loaded machine
 """
 from __future__ import annotations
 
@@ -35,9 +36,15 @@ from multiview_app.losses import build_loss  # noqa: E402
 
 
 
+STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
+#: How repeated timings are summarized (``--statistic``): the median, or the minimum (the least
+#: disturbed repeat; on a machine shared with other jobs the disturbance only adds time).
+STATISTIC = "median"
+
+
 def interleaved_medians(fns: list[Callable[[], object]], repeats: int) -> list[float]:
-    """Median seconds of each function, the functions alternating within every repeat (so that a
-    machine whose load drifts affects all of them alike); one warm-up round first."""
+    """Seconds of each function (median, or :data:`STATISTIC`), the functions alternating within
+    every repeat (so that a machine whose load drifts affects all of them alike); one warm-up round first."""
     times: list[list[float]] = [[] for _ in fns]
     for r in range(repeats + 1):
         for bucket, fn in zip(times, fns):
@@ -45,7 +52,7 @@ def interleaved_medians(fns: list[Callable[[], object]], repeats: int) -> list[f
             fn()
             if r:
                 bucket.append(time.perf_counter() - start)
-    return [statistics.median(bucket) for bucket in times]
+    return [STATISTICS[STATISTIC](bucket) for bucket in times]
 
 
 def bench_loss(sizes: list[tuple[int, int]], repeats: int) -> None:
@@ -138,7 +145,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per row (default 15, quick 3)")
+    parser.add_argument("--statistic", choices=sorted(STATISTICS), default="median",
+                        help="summary of the repeats (min: least disturbed repeat, for a loaded machine)")
     args = parser.parse_args()
+    global STATISTIC
+    STATISTIC = args.statistic
     torch.manual_seed(0)
     if args.threads:
         torch.set_num_threads(args.threads)
