@@ -410,9 +410,9 @@ class InfoNCEPairwise(LearnableTemperatureLoss):
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
-        first, second = torch.triu_indices(k, k, offset=1, device=z.device)
         if self.blockwise(n):
             # every ordered pair (alpha -> beta): anchors z[:, alpha], candidates z[:, beta]
+            first, second = torch.triu_indices(k, k, offset=1, device=z.device)
             anchors = torch.cat([first, second]).tolist()
             candidates = torch.cat([second, first]).tolist()
             positive = torch.stack([(z[:, a] * z[:, b]).sum(-1) for a, b in zip(anchors, candidates)]) / self.tau
@@ -423,6 +423,7 @@ class InfoNCEPairwise(LearnableTemperatureLoss):
             loss = pair_blocks_infonce(z, self.scale.multiplier(z))
             if loss is None:  # logit scale too large for the constant shift: per-row / per-column max
                 # (p, n, n) with p = k (k - 1) / 2 unordered pairs
+                first, second = torch.triu_indices(k, k, offset=1, device=z.device)
                 logits = self.scale(torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)))
                 loss = 0.5 * (pair_logsumexp_ce(logits, 2).mean() + pair_logsumexp_ce(logits, 1).mean())
         self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
