@@ -148,6 +148,10 @@ def test_streamed_training_runs_end_to_end_and_resumes_exactly(tmp_path: Path) -
     cfg = _stream_config(tmp_path, "crashed", shards)
     resumed = crash_then_resume(cfg, 4)
     assert_same_weights(full.run_dir, resumed.run_dir)
+    from multiview_app.export.export import export_embeddings
+
+    with pytest.raises(ValueError, match="streamed"):  # an endless split is refused, not iterated forever
+        export_embeddings(full.run_dir, tmp_path / "export", split="all", features="projector", progress=False)
     with pytest.raises(ValueError, match="set train.max_steps"):
         train(_stream_config(tmp_path, "epochs", shards, max_steps=None, epochs=1))
     with pytest.raises(ValueError, match="recorded with"):

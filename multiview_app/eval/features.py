@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from ..data.batch import to_device
+from ..data.streaming import StreamingDataset
 
 Combine = Literal["mean", "concat", "first"]
 #: What a feature batch holds: ``encoder`` features ``(n, k, f)`` or the ``projector`` space
@@ -76,6 +77,9 @@ def iter_feature_batches(
 
     if kind not in FEATURE_KINDS:
         raise ValueError(f"features: expected one of {', '.join(FEATURE_KINDS)}, got {kind!r}")
+    if isinstance(dataset, StreamingDataset):  # endless: would never finish
+        raise ValueError("features: this split is streamed (data.options.stream: true) and has no end; use the test "
+                         "split, or read the shards with stream: false")
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=default_collate,
                         num_workers=num_workers)
     was_training = model.training

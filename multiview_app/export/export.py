@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import Subset, default_collate
 
 from ..config import Config, ConfigError, _deep_merge, apply_overrides, config_from_dict, read_yaml
+from ..data.streaming import StreamingDataset
 from ..eval.features import FEATURE_KINDS, FeatureBatch, FeatureKind, combine_views, iter_feature_batches
 from ..fileio import atomic_write_json
 from ..train.run_io import load_run, resolve_weights
@@ -195,6 +196,10 @@ def _split_sizes(adapter: Any, split: str, adapter_name: str) -> dict[str, int]:
     if split not in available:
         raise ExportError(f"--split {split!r}: unknown for data adapter '{adapter_name}'; available: {', '.join(available)}")
     names = list(adapter.splits) if split == ALL_SPLITS else [split]
+    streamed = [name for name in names if isinstance(adapter.split(name), StreamingDataset)]
+    if streamed:
+        raise ExportError(f"--split {split!r}: split {', '.join(streamed)} of data adapter '{adapter_name}' is streamed "
+                          "(data.options.stream: true) and has no end; export another split or read it with stream: false")
     return {name: len(adapter.split(name)) for name in names}
 
 
