@@ -276,9 +276,13 @@ def test_infonce_pwe_fast_path_values_and_gradients(k: int, learnable: bool) -> 
     ref_grads = torch.autograd.grad(expected, [z, log_scale] if learnable else [z])
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_infonce_pwe_fast_path_gradcheck(k: int) -> None:
     from multiview_app.losses.contrastive import pair_blocks_infonce
 
-    zn = torch.nn.functional.normalize(z.detach(), dim=-1).requires_grad_()
+    zn = torch.nn.functional.normalize(embeddings(4, k, 3, seed=30 + k), dim=-1).requires_grad_()
     scale = torch.tensor(4.0, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(pair_blocks_infonce, (zn, scale), eps=1e-6, atol=1e-7)
 
