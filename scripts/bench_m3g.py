@@ -5,7 +5,8 @@ Columns: ours (``build_loss("m3g")``, factorized solver), the materialized PyTor
 (:func:`m3g_materialized`: full n^k tensor, log-domain Alg. 1, Danskin gradient) in the same
 process on the same inputs, and optionally ott-jax's ``MMSinkhorn`` (threshold 1e-3, same cost,
 jit, timed after warm-up, ``jax.value_and_grad``) in a subprocess of a separate venv
-(``.bench-venvs/ott``, created on demand with ``--with-ott``) on the same inputs saved as ``.npy``.
+(``--ott-venv``, default ``$MVAPP_OTT_VENV`` or ``.bench-venvs/ott``; created on demand with
+``--with-ott``; keep it outside the repository or git-ignored) on the same inputs saved as ``.npy``.
 
 Time: median wall clock of forward+backward. Memory: peak resident-set growth during one
 forward+backward (Linux ``VmHWM`` after resetting it through ``/proc/self/clear_refs``), i.e. what
@@ -41,7 +42,7 @@ from multiview_app.losses.m3g import m3g_materialized  # noqa: E402
 SIZES = [(32, 3), (64, 3), (128, 3), (32, 4), (64, 4), (128, 4), (32, 5), (16, 6)]
 QUICK_SIZES = [(16, 3), (16, 4)]
 EPSILONS = [0.2, 0.05]
-OTT_VENV = ROOT / ".bench-venvs" / "ott"
+OTT_VENV = Path(os.environ.get("MVAPP_OTT_VENV", ROOT / ".bench-venvs" / "ott"))
 DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## M3G"
 
@@ -172,15 +173,15 @@ main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
 '''
 
 
-def ensure_ott_venv() -> str | None:
+def ensure_ott_venv(venv: Path = OTT_VENV) -> str | None:
     """Path of the ott venv's python (created on demand), or a reason string prefixed ``!``."""
-    python = OTT_VENV / "bin" / "python"
+    python = venv / "bin" / "python"
     check = [str(python), "-c", "import ott.experimental.mmsinkhorn, jax"]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return str(python)
-    print(f"creating {OTT_VENV} (python3 -m venv + pip install jax ott-jax) ...", flush=True)
+    print(f"creating {venv} (python3 -m venv + pip install jax ott-jax) ...", flush=True)
     try:
-        subprocess.run(["python3", "-m", "venv", str(OTT_VENV)],
+        subprocess.run(["python3", "-m", "venv", str(venv)],
                        check=True, capture_output=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "jax", "ott-jax"], check=True, capture_output=True)
     except (OSError, subprocess.CalledProcessError) as err:
@@ -322,6 +323,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: two small sizes, 2 repeats, no ott")
     parser.add_argument("--with-ott", action="store_true", help="also run ott-jax MMSinkhorn (creates its venv)")
+    parser.add_argument("--ott-venv", type=Path, default=OTT_VENV,
+                        help="venv with jax + ott-jax (created there if missing; default $MVAPP_OTT_VENV or .bench-venvs/ott)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 5, quick 2)")
     parser.add_argument("--ref-repeats", type=int, default=3, help="timed runs of the reference")
     parser.add_argument("--budget", type=float, default=30.0, help="stop repeating a row after this many seconds")
@@ -351,7 +354,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     ott_python, ott_note = None, ""
     if args.with_ott:
-        ott_python = ensure_ott_venv()
+        ott_python = ensure_ott_venv(args.ott_venv)
         if ott_python.startswith("!"):
             ott_note = f"ott-jax cannot run: {ott_python[1:]}"
             print(ott_note)

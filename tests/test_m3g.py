@@ -312,3 +312,85 @@ def test_warm_start_state_dict_round_trip(tmp_path) -> None:
         restored.load_state_dict({"_extra_state": {"potentials": torch.tensor([float("nan")])}})
     with pytest.raises(ValueError, match="warm_start"):
         build_loss("m3g", warm_start="yes")
+
+
+# --------------------------------------------------------------------------- fused k = 3 fast path
+def _fused_ran(out: torch.Tensor) -> bool:
+    return type(out.grad_fn).__name__.startswith("_FusedGradient")
+
+
+def _value_grad_stats(raw: torch.Tensor, monkeypatch, fused: bool, **params) -> tuple[float, torch.Tensor, dict, bool]:
+    monkeypatch.setenv("MVAPP_M3G_FUSED", "1" if fused else "0")
+    loss = build_loss("m3g", **params)
+    x = raw.clone().requires_grad_()
+    out = loss(x)
+    out.backward()
+    return out.item(), x.grad, dict(loss.last_stats), _fused_ran(out)
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "eps", "dtype"),
+    [(3, 4, 0.3, torch.float64), (17, 16, 0.05, torch.float64), (32, 128, 0.2, torch.float32), (40, 32, 0.05, torch.float32)],
+)
+def test_fused_three_view_equals_general_path(n: int, d: int, eps: float, dtype: torch.dtype, monkeypatch) -> None:
+    pytest.importorskip("numba")
+    raw = (3.0 * torch.randn(n, 3, d, generator=torch.Generator().manual_seed(n), dtype=torch.float64)).to(dtype)
+    raw[0, 1] = 0.0  # an all-zero row: normalization's eps branch (value and gradient)
+    fused = _value_grad_stats(raw, monkeypatch, True, epsilon=eps)
+    general = _value_grad_stats(raw, monkeypatch, False, epsilon=eps)
+    assert fused[3] and not general[3]
+    tol = 1e-12 if dtype == torch.float64 else 2e-6
+    assert fused[0] == pytest.approx(general[0], abs=tol * 10)
+    assert fused[1].dtype == dtype and torch.allclose(fused[1], general[1], atol=tol, rtol=1e-4)
+    assert fused[2]["iterations"] == general[2]["iterations"] and fused[2]["converged"] == 1.0
+    for key in ("ot", "mass", "marginal_error"):
+        assert fused[2][key] == pytest.approx(general[2][key], abs=1e-9 if dtype == torch.float64 else 1e-4)
+
+
+def test_fused_three_view_matches_brute_force_and_finite_differences() -> None:
+    pytest.importorskip("numba")
+    raw = torch.randn(4, 3, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    loss = build_loss("m3g", epsilon=0.3, tol=1e-11, max_iter=20000)
+    x = raw.clone().requires_grad_()
+    value = loss(x)
+    assert _fused_ran(value)
+    assert value.item() == pytest.approx(brute_force_m3g(normalize(raw), 0.3, "cv", int(loss.last_stats["iterations"])), abs=1e-10)
+    (grad,) = torch.autograd.grad(value, x)
+    direction = torch.randn(raw.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    h = 1e-5
+    with torch.no_grad():
+        numeric = (loss(raw + h * direction) - loss(raw - h * direction)).item() / (2 * h)
+    assert (grad * direction).sum().item() == pytest.approx(numeric, rel=1e-5, abs=1e-8)
+    # the reference: autograd through normalize + the materialized solver's Danskin surrogate
+    x_ref = raw.clone().requires_grad_()
+    ref, _ = m3g_materialized(normalize(x_ref), 0.3, "cv", 1e-11, 20000)
+    (ref_grad,) = torch.autograd.grad(ref, x_ref)
+    assert torch.allclose(grad, ref_grad, atol=1e-10)
+
+
+def test_fused_three_view_warm_start_and_declined_inputs(monkeypatch) -> None:
+    pytest.importorskip("numba")
+    z1 = embeddings(9, 3, seed=5, noise=2.0)
+    z2 = normalize(z1 + 0.02 * embeddings(9, 3, seed=6))
+    results = {}
+    for fused in (True, False):  # same warm-start sequence through both paths
+        monkeypatch.setenv("MVAPP_M3G_FUSED", "1" if fused else "0")
+        loss = build_loss("m3g", epsilon=0.2, tol=1e-10, max_iter=20000, warm_start=True)
+        loss(z1)
+        x = z2.clone().requires_grad_()
+        out = loss(x)
+        assert _fused_ran(out) == fused and loss.last_stats["warm_started"] == 1.0
+        results[fused] = (out.item(), torch.autograd.grad(out, x)[0], loss.last_stats["iterations"], loss.potentials)
+    assert results[True][0] == pytest.approx(results[False][0], abs=1e-12)
+    assert torch.allclose(results[True][1], results[False][1], atol=1e-12)
+    assert results[True][2] == results[False][2]
+    assert torch.allclose(results[True][3], results[False][3], atol=1e-8)
+    monkeypatch.setenv("MVAPP_M3G_FUSED", "1")
+    loss = build_loss("m3g")
+    bad = embeddings(5, 3).clone()
+    bad[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):  # declined: the general path's error
+        loss(bad)
+    assert not _fused_ran(loss(embeddings(5, 3).half().requires_grad_()))  # half: general path (float32)
+    assert not _fused_ran(loss(embeddings(5, 4).requires_grad_()))  # k = 4
+    assert _fused_ran(loss(embeddings(5, 3).requires_grad_()))

@@ -27,6 +27,7 @@ import torch
 
 from . import LOSSES
 from .base import MultiViewLoss, check_positive
+from .m3g_fast import fused_three_view
 from .sinkhorn import MMSinkhornResult, mm_sinkhorn_dense, mm_sinkhorn_pairwise, pairwise_sum_tensor
 
 COSTS = ("cv", "csd")
@@ -98,12 +99,18 @@ def _assemble(
     ``diag_cost``: ``(1/n) sum_i C[i,...,i]``; ``pair_weights``: ``(k, k, n, n)``
     ``dM3G/dG_lm`` for ``l < m`` (zeros elsewhere).
     """
-    n = z.shape[0]
+    stats = _value_and_stats(diag_cost, result, epsilon)
+    loss = _PairSurrogate.apply(z, pair_weights.to(z.dtype), stats["loss"])
+    return loss, stats
+
+
+def _value_and_stats(diag_cost: float, result: MMSinkhornResult, epsilon: float) -> dict[str, float]:
+    """M3G value (``stats["loss"]``) from ``diag_cost = (1/n) sum_i C[i,...,i]`` and a solve."""
+    n = result.log_potentials.shape[1]
     ot = epsilon * float(result.log_potentials.sum()) / n - epsilon * result.mass
     # an optimality gap: >= 0 exactly (the dual objective never exceeds OT); clip round-off
     value = max(diag_cost - epsilon * (math.log(n) + 1.0) - ot, 0.0)
-    loss = _PairSurrogate.apply(z, pair_weights.to(z.dtype), value)
-    stats = {
+    return {
         "iterations": float(result.iterations),
         "marginal_error": float(result.marginal_error),
         "converged": float(result.converged),
@@ -113,7 +120,6 @@ def _assemble(
         "float64_retry": float("->float64" in result.path),  # a float32 solve was re-run in float64
         "loss": value,
     }
-    return loss, stats
 
 
 def _diagonal(grams: torch.Tensor) -> torch.Tensor:
@@ -245,20 +251,42 @@ class M3GLoss(MultiViewLoss):
         self.potentials: torch.Tensor | None = None  # (k, n) log-potentials of the last call (warm start)
         self._warned = False
 
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """Loss of raw embeddings ``z`` ``(n, k, d)``. Small CPU ``k = 3`` problems (cost ``cv``)
+        take the fused path of :mod:`.m3g_fast` (same value and gradient); everything else, and
+        every input that path declines, the general one."""
+        if self.cost == "cv":
+            init = self._init(z)
+            fused = fused_three_view(z, self.epsilon, self.tol, self.max_iter, init)
+            if fused is not None:
+                forward, diag_cost, result = fused
+                stats = _value_and_stats(diag_cost, result, self.epsilon)
+                self.last_stats = self._finish(stats, result.log_potentials.to(z.dtype), warm_started=init is not None)
+                return forward.attach(stats["loss"])
+        return super().forward(z)
+
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         """M3G of normalized ``z`` ``(n, k, d)``."""
-        n, k, _ = z.shape
-        init = None
-        if self.warm_start and self.potentials is not None and tuple(self.potentials.shape) == (k, n):
-            init = self.potentials.to(device=z.device, dtype=z.dtype)
+        init = self._init(z)
         if self.cost == "cv":
             loss, stats, potentials = _factorized(z, self.epsilon, self.tol, self.max_iter, init)
         else:
             loss, stats, potentials = _materialized(z, self.epsilon, self.cost, self.tol, self.max_iter, init)
-        stats["warm_started"] = float(init is not None)
+        self.last_stats = self._finish(stats, potentials, warm_started=init is not None)
+        return loss
+
+    def _init(self, z: torch.Tensor) -> torch.Tensor | None:
+        """Warm-start log-potentials ``(k, n)`` for ``z`` ``(n, k, d)``, or None (cold start)."""
+        n, k = (z.shape[0], z.shape[1]) if isinstance(z, torch.Tensor) and z.dim() == 3 else (-1, -1)
+        if self.warm_start and self.potentials is not None and tuple(self.potentials.shape) == (k, n):
+            return self.potentials.to(device=z.device, dtype=z.dtype)
+        return None
+
+    def _finish(self, stats: dict[str, float], potentials: torch.Tensor, *, warm_started: bool) -> dict[str, float]:
+        """Record the warm-start state and warn once on non-convergence; returns ``stats``."""
+        stats["warm_started"] = float(warm_started)
         if self.warm_start and bool(torch.isfinite(potentials).all()):
             self.potentials = _center(potentials.detach())
-        self.last_stats = stats
         if not stats["converged"] and not self._warned:
             self._warned = True
             warnings.warn(
@@ -266,9 +294,9 @@ class M3GLoss(MultiViewLoss):
                 f"{stats['marginal_error']:.3g} >= tol {self.tol:g}, epsilon {self.epsilon:g}); the "
                 "Danskin gradient is approximate. Raise max_iter or epsilon. (warned once per module)",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-        return loss
+        return stats
 
     def get_extra_state(self) -> dict[str, Any]:
         """Warm-start potentials ``(k, n)`` (or None) for checkpoints (``state_dict``)."""
