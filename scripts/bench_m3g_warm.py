@@ -1,15 +1,18 @@
-"""M3G warm start inside training: MM-Sinkhorn sweeps per step, step time and final metrics, cold vs warm.
+"""M3G solver variants inside training: MM-Sinkhorn sweeps per step, step time and final metrics.
 
     .venv/bin/python scripts/bench_m3g_warm.py --preset eeg      # the EEG demo (scripts/run_eeg_demo.sh settings)
     .venv/bin/python scripts/bench_m3g_warm.py --preset digits   # configs/digits_m3g.yaml
+    .venv/bin/python scripts/bench_m3g_warm.py --variant anderson --out anderson.json   # one variant per process
+    .venv/bin/python scripts/bench_m3g_warm.py --merge cold.json anderson.json          # the table
 
-Runs the real trainer twice on the same config and seed, ``loss.warm_start=false`` then ``true``
-(``train.log_every=1`` so every step's ``last_stats`` lands in ``metrics.jsonl``), then the config's
-evaluation: few-shot sleep staging (EEG) or the linear / kNN probe (digits). Prints a Markdown
-table: mean sweeps per step (all steps, first and last 10%), share of converged steps, mean step
-time and the loss phase's share of it, final loss and metrics; the ratio cold / warm of the sweeps.
-The two runs are sequential (not interleaved) or, with ``--variant cold`` / ``--variant warm`` in two
-processes and ``--merge``, side by side: on a shared machine compare sweeps, not seconds.
+Runs the real trainer on the same config and seed once per variant (``cold``: plain Alg. 1 from zero
+potentials; ``warm``: ``loss.warm_start=true``; ``anderson``: ``loss.anderson=5``; ``train.log_every=1``
+so every step's ``last_stats`` lands in ``metrics.jsonl``), then the config's evaluation: few-shot
+sleep staging (EEG) or the linear / kNN probe (digits). Prints a Markdown table: mean sweeps per
+step (all steps, first and last 10%), share of converged steps, mean step time and the loss phase's
+share of it, final loss and metrics; the ratio cold / variant of the sweeps. The runs are sequential
+(not interleaved) or, with one ``--variant`` per process and ``--merge``, side by side: on a shared
+machine compare sweeps, not seconds.
 """
 from __future__ import annotations
 
@@ -43,10 +46,17 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def run(config: str, overrides: list[str], warm: bool, runs_dir: str, evaluation: str) -> dict[str, Any]:
-    """Train once; summarize metrics.jsonl and the evaluation."""
-    name = "warm" if warm else "cold"
-    cfg = load_config(config, [*overrides, f"loss.warm_start={str(warm).lower()}", "train.log_every=1",
+VARIANTS: dict[str, list[str]] = {
+    "cold": [],
+    "warm": ["loss.warm_start=true"],
+    "anderson": ["loss.anderson=5"],
+    "anderson16_diagonal": ["loss.anderson=16", "loss.init_potentials=diagonal"],
+}
+
+
+def run(config: str, overrides: list[str], name: str, runs_dir: str, evaluation: str) -> dict[str, Any]:
+    """Train variant ``name`` once; summarize metrics.jsonl and the evaluation."""
+    cfg = load_config(config, [*overrides, *VARIANTS[name], "train.log_every=1",
                                "train.checkpoint_every=0", f"eval.linear_probe={str(evaluation == 'linear-probe').lower()}",
                                f"output.runs_dir={runs_dir}"], name=name)
     result = train(cfg)
@@ -84,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="override train.max_steps")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--out", default=None, help="also write the summaries as JSON here")
-    parser.add_argument("--variant", choices=["both", "cold", "warm"], default="both",
-                        help="run one variant only (e.g. two processes side by side); combine with --merge")
+    parser.add_argument("--variant", nargs="+", choices=sorted(VARIANTS), default=["cold", "warm"],
+                        help="variants to run in this process, in order (default: cold warm); one per process "
+                             "side by side, then --merge")
+    parser.add_argument("--runs-dir", default=None, help="keep the run folders here (default: a temporary folder)")
     parser.add_argument("--merge", nargs="+", default=None, help="print the table of earlier --out JSON files")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -96,26 +108,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         for path in args.merge:
             summaries.update(json.loads(Path(path).read_text()))
-        if set(summaries) != {"cold", "warm"}:
-            parser.error(f"--merge needs one cold and one warm summary, got {sorted(summaries)}")
+        if "cold" not in summaries or len(summaries) < 2:
+            parser.error(f"--merge needs a cold summary and at least one other, got {sorted(summaries)}")
     else:
-        variants = {"both": (False, True), "cold": (False,), "warm": (True,)}[args.variant]
         with tempfile.TemporaryDirectory() as tmp:
-            for warm in variants:
-                summaries["warm" if warm else "cold"] = run(preset["config"], overrides, warm, tmp, preset["eval"])
+            runs_dir = str(Path(args.runs_dir).resolve()) if args.runs_dir else tmp
+            for name in args.variant:
+                summaries[name] = run(preset["config"], overrides, name, runs_dir, preset["eval"])
         if args.out:
             Path(args.out).write_text(json.dumps(summaries, indent=2))
-        if len(summaries) < 2:
+        if "cold" not in summaries or len(summaries) < 2:
             return 0
-    keys = list(summaries["cold"])
+    others = [name for name in summaries if name != "cold"]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\n{preset['config']} {' '.join(overrides)} (torch threads {args.threads}, load average {load:.1f})\n")
-    print("| measurement | cold start | warm start | cold / warm |")
-    print("|---|---|---|---|")
-    for key in keys:
-        cold, warm = summaries["cold"][key], summaries["warm"][key]
-        ratio = f"{cold / warm:.2f}" if key.startswith("sweeps") or key == "step_time_s" else ""
-        print(f"| {key} | {cold:.4g} | {warm:.4g} | {ratio} |")
+    print("| measurement | cold | " + " | ".join(f"{name} | cold / {name}" for name in others) + " |")
+    print("|---|---|" + "---|---|" * len(others))
+    for key in summaries["cold"]:
+        cold = summaries["cold"][key]
+        cells = [f"{cold:.4g}"]
+        for name in others:
+            value = summaries[name].get(key, float("nan"))
+            ratio = f"{cold / value:.2f}" if (key.startswith("sweeps") or key == "step_time_s") and value else ""
+            cells += [f"{value:.4g}", ratio]
+        print(f"| {key} | " + " | ".join(cells) + " |")
     return 0
 
 

@@ -243,6 +243,7 @@ def mm_sinkhorn_pairwise(
     *,
     init: torch.Tensor | None = None,
     chunk_elems: int = 1 << 24,
+    anderson: int = 0,
 ) -> MMSinkhornResult:
     """Alg. 1 for ``A[i_1..i_k] = sum_{l<m} log_factors[l, m][i_l, i_m] - offset``.
 
@@ -267,7 +268,7 @@ def mm_sinkhorn_pairwise(
     if init is not None:
         g.copy_(init)
     try:
-        return _pairwise_solve(log_factors, offset, tol, max_iter, g, 0, check_first=init is not None)
+        return _pairwise_solve(log_factors, offset, tol, max_iter, g, 0, check_first=init is not None, anderson=anderson)
     except _NumericalTrouble as trouble:
         iterations = trouble.args[0] if trouble.args else 0
     path = "factorized->dense"
@@ -275,7 +276,7 @@ def mm_sinkhorn_pairwise(
         path = "factorized->float64->dense"  # the float64 retry below ran (and failed) when it ends here
         g64 = g.double()
         try:
-            result = _pairwise_solve(log_factors.double(), offset, tol, max_iter, g64, iterations)
+            result = _pairwise_solve(log_factors.double(), offset, tol, max_iter, g64, iterations, anderson=anderson)
         except _NumericalTrouble as trouble:
             iterations = trouble.args[0] if trouble.args else iterations
             g = g64.to(g.dtype)
@@ -433,6 +434,7 @@ def _pairwise_solve(
     g: torch.Tensor,
     iterations: int,
     check_first: bool = False,
+    anderson: int = 0,
 ) -> MMSinkhornResult:
     """Factorized sweeps from potentials ``g`` ``(k, n)`` after ``iterations`` sweeps; updates ``g``
     in place (kept valid for a fallback). ``check_first``: apply the stopping rule before the first
@@ -447,12 +449,15 @@ def _pairwise_solve(
     if bool(g.abs().amax() > 0):
         fac.absorb(g)
     absorbed_at = -1
+    mixer = AndersonMixer(anderson) if anderson > 0 else None
     while True:
         start = g.clone()
         try:
-            outcome = _pairwise_sweep(fac, g, iterations, tol, max_iter, tiny, check_first)
+            outcome = _pairwise_sweep(fac, g, iterations, tol, max_iter, tiny, check_first, mixer)
         except _NumericalTrouble:
             g.copy_(start)
+            if mixer is not None:
+                mixer.reset()
             if absorbed_at == iterations:
                 raise _NumericalTrouble(iterations) from None
             fac.absorb(g)
@@ -465,7 +470,7 @@ def _pairwise_solve(
 
 def _pairwise_sweep(
     fac: _PairwiseFactors, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float,
-    check_first: bool = False,
+    check_first: bool = False, mixer: AndersonMixer | None = None,
 ) -> MMSinkhornResult | None:
     """One sweep of Alg. 1 on the factors (``g`` updated in place), or the final result.
 
@@ -538,11 +543,66 @@ def _pairwise_sweep(
         if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
             raise _NumericalTrouble
         return MMSinkhornResult(g, pairs, mass, iterations, error, converged, "factorized")
+    if mixer is not None and iterations > 0:  # g_in[q] is then view q's update for g_in[:r]
+        mixed = mixer.mix(g_in[:r], g[:r], error)
+        if mixed is not None:
+            g[:r] = mixed
+            h = (g[:r] - fac.absorbed[:r]).clone()
+            h[r - 1] += m1_shift
+            h_max = h.amax(dim=1)
+            v = (h - h_max[:, None]).exp_()
+            log_scale = fac.bs - fac.offset + float(h_max.sum())
     # --- GEMM 2: marginal of view q with the new rest potentials
     col = _last_pair(fac, v, m1).sum(dim=0)
     _check(col, tiny)
     g[q] += -log_n - col.log() - log_scale
     return None
+
+
+class AndersonMixer:
+    """Anderson acceleration (type II, depth ``depth``) of the rest views' potentials.
+
+    One sweep is a fixed-point map ``y -> Phi(y)`` of the rest potentials ``y = g[:r]`` (view
+    ``q`` is their exact update). :meth:`mix` gets the sweep's input ``y``, its output ``Phi(y)``
+    and the stopping-rule error of the incoming plan, and returns the extrapolation
+    ``Phi(y_t) - sum_i gamma_i (Phi(y_i+1) - Phi(y_i))`` with ``gamma`` the regularized
+    least-squares fit of the residual ``Phi(y_t) - y_t`` by the residual differences, or None
+    (plain sweep: too little history, or the error grew since the last call -- the history is
+    then dropped). Only the iterates change, not the stopping rule on the plan.
+    """
+
+    def __init__(self, depth: int, regularization: float = 1e-10) -> None:
+        self.depth, self.regularization = depth, regularization
+        self.reset()
+
+    def reset(self) -> None:
+        self.outputs: list[torch.Tensor] = []
+        self.residuals: list[torch.Tensor] = []
+        self.last_error = math.inf
+
+    def mix(self, inputs: torch.Tensor, outputs: torch.Tensor, error: float) -> torch.Tensor | None:
+        """Extrapolated rest potentials ``(r, n)`` (dtype of ``outputs``) or None."""
+        if not error < self.last_error:  # the last extrapolation made the plan worse: restart
+            self.outputs, self.residuals = [], []
+        self.last_error = error
+        out = outputs.reshape(-1).to(torch.float64, copy=True)  # g is updated in place later
+        self.outputs.append(out)
+        self.residuals.append(out - inputs.reshape(-1).to(torch.float64))
+        if len(self.outputs) > self.depth + 1:
+            self.outputs.pop(0)
+            self.residuals.pop(0)
+        if len(self.outputs) < 2:
+            return None
+        d_res = torch.stack([b - a for a, b in zip(self.residuals[:-1], self.residuals[1:])], dim=1)  # (D, m)
+        d_out = torch.stack([b - a for a, b in zip(self.outputs[:-1], self.outputs[1:])], dim=1)
+        gram = d_res.T @ d_res
+        gram.diagonal().add_(self.regularization * float(gram.diagonal().sum()) + 1e-300)
+        gamma = torch.linalg.solve(gram, d_res.T @ self.residuals[-1])
+        mixed = self.outputs[-1] - d_out @ gamma
+        if not bool(torch.isfinite(mixed).all()):
+            self.reset()
+            return None
+        return mixed.to(outputs.dtype).view_as(outputs)
 
 
 def _left_vector(v: torch.Tensor, count: int) -> torch.Tensor:
