@@ -345,6 +345,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.quick:
         args.ref_repeats = min(args.ref_repeats, 2)
     torch.set_num_threads(args.threads)
+    # the same thread budget for the BLAS behind numpy / numba (the k = 3 fused path): on a loaded
+    # machine a multi-threaded tiny GEMM can wait a whole time slice for its second thread
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(args.threads)
     if args.memory:
         _fixed_mmap_threshold()
     sizes = QUICK_SIZES if args.quick else SIZES

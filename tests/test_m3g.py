@@ -394,3 +394,48 @@ def test_fused_three_view_warm_start_and_declined_inputs(monkeypatch) -> None:
     assert not _fused_ran(loss(embeddings(5, 3).half().requires_grad_()))  # half: general path (float32)
     assert not _fused_ran(loss(embeddings(5, 4).requires_grad_()))  # k = 4
     assert _fused_ran(loss(embeddings(5, 3).requires_grad_()))
+
+
+# --------------------------------------------------------------------------- Anderson acceleration, diagonal start
+@pytest.mark.parametrize(("k", "n", "params", "dtype"), [
+    (4, 6, {"anderson": 5}, torch.float64),
+    (5, 4, {"anderson": 16, "init_potentials": "diagonal"}, torch.float64),
+    (4, 6, {"init_potentials": "diagonal"}, torch.float64),
+    (4, 6, {"anderson": 5}, torch.float32),  # training's dtype (the mixer keeps float64 copies)
+])
+def test_anderson_and_diagonal_start_are_exact_at_convergence(k: int, n: int, params: dict, dtype: torch.dtype) -> None:
+    z = embeddings(n, k, seed=k, noise=1.0, dtype=dtype)  # partly aligned views: plain Alg. 1 needs 300-400 sweeps
+    tol, atol = (1e-8, 1e-10) if dtype == torch.float64 else (1e-4, 1e-5)
+    results = {}
+    for name, extra in (("plain", {}), ("fast", params)):
+        loss = build_loss("m3g", epsilon=0.2, tol=tol, max_iter=3000, **extra)
+        x = z.clone().requires_grad_()
+        value = loss(x)
+        assert loss.last_stats["converged"] == 1.0
+        results[name] = (value.item(), torch.autograd.grad(value, x)[0], loss.last_stats["iterations"])
+    assert results["fast"][0] == pytest.approx(results["plain"][0], abs=atol)
+    assert torch.allclose(results["fast"][1], results["plain"][1], atol=1e-7 if dtype == torch.float64 else 1e-4)
+    if "anderson" in params:
+        assert results["fast"][2] <= 0.3 * results["plain"][2]
+
+
+def test_diagonal_split_gives_aligned_views_the_diagonal_plan() -> None:
+    from multiview_app.losses.m3g import _cv_scale, _diagonal_split, _pair_grams
+    from multiview_app.losses.sinkhorn import pairwise_sum_tensor
+
+    n, k, eps = 5, 4, 0.2
+    z = embeddings(n, k, seed=3)
+    s = _cv_scale(k)
+    grams = _pair_grams(z)
+    g = _diagonal_split(grams, 2 * s / eps, s * k * (k - 1) / eps)
+    log_plan = pairwise_sum_tensor(grams * (2 * s / eps), s * k * (k - 1) / eps)
+    for l in range(k):
+        log_plan = log_plan + g[l].reshape([n if a == l else 1 for a in range(k)])
+    diagonal = torch.stack([log_plan[(i,) * k] for i in range(n)]).exp()
+    assert torch.allclose(diagonal, torch.full((n,), 1 / n, dtype=torch.float64), atol=1e-12)
+
+
+@pytest.mark.parametrize("params", [{"anderson": -1}, {"anderson": 2.5}, {"anderson": True}, {"init_potentials": "ones"}])
+def test_bad_acceleration_parameters_raise(params: dict) -> None:
+    with pytest.raises(ValueError, match="anderson|init_potentials"):
+        build_loss("m3g", **params)
