@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench_m3g_warm.py --preset digits   # configs/digits_m3g.yaml
     .venv/bin/python scripts/bench_m3g_warm.py --variant anderson --out anderson.json   # one variant per process
     .venv/bin/python scripts/bench_m3g_warm.py --merge cold.json anderson.json          # the table
+    .venv/bin/python scripts/bench_m3g_warm.py --batches-from runs/<trained run>       # variants on its batches
 
 Runs the real trainer on the same config and seed once per variant (``cold``: plain Alg. 1 from zero
 potentials; ``warm``: ``loss.warm_start=true``; ``anderson``: ``loss.anderson=5``; ``train.log_every=1``
@@ -13,6 +14,11 @@ step (all steps, first and last 10%), share of converged steps, mean step time a
 share of it, final loss and metrics; the ratio cold / variant of the sweeps. The runs are sequential
 (not interleaved) or, with one ``--variant`` per process and ``--merge``, side by side: on a shared
 machine compare sweeps, not seconds.
+
+``--batches-from RUN``: no training; the finished run's model embeds ``--batches`` random training
+batches (late-stage problems) and every variant solves each of them in this process, interleaved
+(order rotated per batch, one warm-up call each): sweeps, forward+backward milliseconds and the
+largest value difference to ``cold``. Here the time ratios are comparable.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +57,8 @@ VARIANTS: dict[str, list[str]] = {
     "cold": [],
     "warm": ["loss.warm_start=true"],
     "anderson": ["loss.anderson=5"],
+    "anderson16": ["loss.anderson=16"],
+    "diagonal": ["loss.init_potentials=diagonal"],
     "anderson16_diagonal": ["loss.anderson=16", "loss.init_potentials=diagonal"],
 }
 
@@ -88,6 +97,60 @@ def run(config: str, overrides: list[str], name: str, runs_dir: str, evaluation:
     return summary
 
 
+def offline(run_dir: str, variants: list[str], batches: int, seed: int) -> None:
+    """Time the variants on a trained run's own training batches (see the module docstring)."""
+    import yaml
+    from torch.utils.data import default_collate
+
+    from multiview_app.data.adapters import build_adapter
+    from multiview_app.data.views import build_view_policy
+    from multiview_app.losses import build_loss
+    from multiview_app.train.run_io import load_run
+
+    cfg, model = load_run(run_dir)
+    adapter = build_adapter(cfg.data.adapter, cfg.data.options)
+    policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
+    dataset = adapter.split("train")
+    generator = torch.Generator().manual_seed(seed)
+    embeddings = []
+    with torch.no_grad():
+        for _ in range(batches + 1):  # the first one only warms up
+            items = torch.randint(len(dataset), (cfg.train.batch_size,), generator=generator).tolist()
+            embeddings.append(model.embed(policy.train_views(default_collate([dataset[i] for i in items]), generator)))
+    base = {key: value for key, value in cfg.loss.params.items() if key not in ("warm_start", "anderson", "init_potentials")}
+    params = {name: {**base, **{o.split("=", 1)[0].removeprefix("loss."): yaml.safe_load(o.split("=", 1)[1])
+                                for o in VARIANTS[name]}} for name in variants}
+    names = ["cold", *[name for name in variants if name != "cold"]]
+    params.setdefault("cold", base)
+    losses = {name: build_loss(cfg.loss.name, **params[name]) for name in names}  # warm: previous batch's potentials
+    warm_up, embeddings = embeddings[0], embeddings[1:]
+    for name in names:  # allocator, first calls
+        losses[name](warm_up)
+    rows: dict[str, dict[str, list[float]]] = {name: {"sweeps": [], "ms": [], "value": []} for name in names}
+    for index, z in enumerate(embeddings):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            loss = losses[name]
+            x = z.clone().requires_grad_()
+            start = time.perf_counter()
+            value = loss(x)
+            value.backward()
+            rows[name]["ms"].append((time.perf_counter() - start) * 1e3)
+            rows[name]["sweeps"].append(loss.last_stats["iterations"])
+            rows[name]["value"].append(value.item())
+    cold = rows["cold"]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\n{batches} training batches {tuple(embeddings[0].shape)} of {run_dir}, loss {cfg.loss.name} {base} "
+          f"(torch threads {torch.get_num_threads()}, load average {load:.1f})\n")
+    print("| variant | sweeps mean (min-max) | cold / variant | fwd+bwd ms mean | cold / variant | max abs(value - cold) |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        row = rows[name]
+        print(f"| {name} | {statistics.mean(row['sweeps']):.1f} ({min(row['sweeps']):.0f}-{max(row['sweeps']):.0f}) | "
+              f"{statistics.mean(cold['sweeps']) / statistics.mean(row['sweeps']):.2f} | {statistics.mean(row['ms']):.0f} | "
+              f"{sum(cold['ms']) / sum(row['ms']):.2f} | "
+              f"{max(abs(a - b) for a, b in zip(row['value'], cold['value'])):.1e} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="eeg")
@@ -97,12 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", nargs="+", choices=sorted(VARIANTS), default=["cold", "warm"],
                         help="variants to run in this process, in order (default: cold warm); one per process "
                              "side by side, then --merge")
+    parser.add_argument("--batches-from", default=None, help="a finished run: time the variants on its batches")
+    parser.add_argument("--batches", type=int, default=12, help="batches for --batches-from")
     parser.add_argument("--runs-dir", default=None, help="keep the run folders here (default: a temporary folder)")
     parser.add_argument("--merge", nargs="+", default=None, help="print the table of earlier --out JSON files")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     preset = PRESETS[args.preset]
     overrides = list(preset["overrides"]) + ([f"train.max_steps={args.steps}"] if args.steps else [])
+    if args.batches_from:
+        offline(str(Path(args.batches_from).resolve()), args.variant, args.batches, seed=0)
+        return 0
     os.chdir(ROOT)
     summaries: dict[str, dict[str, Any]] = {}
     if args.merge:
