@@ -335,7 +335,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--sizes", type=str, default=None, help="e.g. '64x4,128x4' (default: the issue's list)")
     parser.add_argument("--ref-max-entries", type=float, default=2**25, help="skip the reference above this n^k")
     parser.add_argument("--no-reference", action="store_true", help="skip the materialized reference")
-    parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory probes")
+    parser.add_argument("--no-memory", dest="memory", action="store_false",
+                        help="skip the peak-memory probes (they fix glibc's mmap threshold for the whole process, "
+                             "which slows allocation-heavy rows: take times from a --no-memory run)")
     parser.add_argument("--ott-timeout", type=float, default=900.0, help="seconds per ott subprocess")
     parser.add_argument("--stat", choices=["median", "min"], default="median",
                         help="time statistic for every column (min: robust on a loaded machine)")
