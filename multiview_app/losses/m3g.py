@@ -281,7 +281,7 @@ class M3GLoss(MultiViewLoss):
     used them; ``last_stats["iterations"]`` counts its sweeps.
 
     ``anderson``: depth of the Anderson acceleration of the sweeps (0 = plain Alg. 1; 5 cuts the
-    sweeps of aligned views several-fold). Cost ``cv`` with ``k >= 4`` (the ``k = 3`` closed-form
+    sweeps of aligned views several-fold). Cost ``cv`` with ``k != 3`` (the ``k = 3`` closed-form
     paths need few sweeps and run plain); the stopping rule on the plan is unchanged, so value
     and gradient equal the plain solve's at convergence.
 
