@@ -14,11 +14,12 @@ order of Alg. 1, stopping rule ``sum_l ||m_l(P) - 1/n||_1 < tol`` after every sw
 start, before the first), hence the same sweep counts; values and gradients agree with the general
 path to float32 round-off (tested).
 
-:func:`fused_three_view` returns ``None`` whenever it does not apply (numba not installed, not CPU,
-``k != 3``, ``n > FUSED_MAX_N``, dtype not float32 / float64, a gradient that must flow to a
-non-leaf input of a different dtype, a non-finite input -- the general path then raises the usual
-error --, a kernel log-range beyond float64, or an underflowing marginal); the caller then runs the
-general path, which handles all of those.
+:func:`fused_three_view` returns ``None`` whenever it does not apply (numba not installed or
+``MVAPP_M3G_FUSED=0``, not CPU, ``k != 3``, ``n > FUSED_MAX_N``, dtype not float32 / float64, a
+non-finite input -- the general path then raises the usual error --, a kernel log-range beyond
+float64, or an underflowing marginal); the caller then runs the general path, which handles all
+of those. Anderson acceleration / the diagonal start (``anderson``, ``init_potentials``) do not
+apply here (3-5 sweeps at epsilon 0.2).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import torch
 
 from .sinkhorn import _REL_UNDERFLOW, _THREE_VIEW_SPAN_F64, MMSinkhornResult
 
-# Largest n routed here (CPU). Above it the general path's GEMMs dominate and it is as fast.
+# Largest n routed here (CPU): above it the compiled float64 sweeps stop winning (docs/benchmarks.md).
 FUSED_MAX_N = 96
 # MVAPP_M3G_FUSED=0 turns the fast path off (benchmarks / debugging).
 _ENV_SWITCH = "MVAPP_M3G_FUSED"
