@@ -54,7 +54,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 VARIANTS: dict[str, list[str]] = {
-    "cold": [],
+    "cold": ["loss.anderson=0", "loss.init_potentials=zeros"],  # plain Alg. 1 whatever the config's defaults
     "warm": ["loss.warm_start=true"],
     "anderson": ["loss.anderson=5"],
     "anderson16": ["loss.anderson=16"],
