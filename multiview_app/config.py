@@ -201,6 +201,7 @@ class OutputConfig(_Strict):
 
     runs_dir: str = "runs"
     name: str | None = None
+    curves: bool = Field(True, description="write curves.png at the end of training (tune trials: false)")
 
     @field_validator("name")
     @classmethod

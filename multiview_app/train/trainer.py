@@ -669,7 +669,8 @@ class Trainer:
         if main:
             save_weights(accelerator.unwrap_model(parts.step_module).model, self.run_dir / "model.safetensors")
             atomic_write_json(self.run_dir / "model.json", model_spec(self.cfg))
-            plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
+            if self.cfg.output.curves:
+                plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
             write_diagnostics_summary(self.run_dir)
         results: dict[str, Any] = {}
         reports: list[str] = []

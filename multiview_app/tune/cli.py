@@ -41,15 +41,22 @@ def _run(args: argparse.Namespace) -> int:
         return _report(args)
     from ..config import load_config
     from .report import format_report, write_report
+    from .runner import ForkServer, fork_supported
     from .study import Search
 
     if not args.config:
         raise ValueError("mvapp tune: --config FILE is required")
     study_name = args.study_name or Path(args.config).stem
-    cfg = load_config(args.config, args.rest)
-    search = Search(cfg, study_name, args.trials, storage=args.storage, workers=args.workers, timeout=args.timeout,
-                    gpus=args.gpus, launcher=args.launcher)
-    summary = search.run()
+    # the fork server imports the training stack while this process loads the config and the study
+    server = ForkServer() if args.launcher == "fork" and args.gpus == 1 and fork_supported() else None
+    try:
+        cfg = load_config(args.config, args.rest)
+        search = Search(cfg, study_name, args.trials, storage=args.storage, workers=args.workers,
+                        timeout=args.timeout, gpus=args.gpus, launcher=args.launcher, fork_server=server)
+        summary = search.run()
+    finally:
+        if server is not None:
+            server.close()
     if summary.recovered:
         print(f"recovered trials of dead workers (FAIL, re-queued): {summary.recovered}")
     report = write_report(search.study, search.folder, plots=not args.no_plots)

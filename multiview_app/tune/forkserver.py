@@ -54,13 +54,36 @@ def _child(request: dict) -> None:
         os._exit(code)
 
 
+#: Imported by the server besides every registry's modules: what a trial imports lazily (Accelerate,
+#: TensorBoard logging, the val objectives, scikit-learn's bundled data sets, the CLI groups).
+PRELOAD_MODULES = (
+    "multiview_app.cli", "multiview_app.train.cli", "multiview_app.train.trainer", "multiview_app.tune.objective",
+    "multiview_app.eval.linear_probe", "multiview_app.eval.sleep_staging", "accelerate", "accelerate.utils",
+    "torch.utils.tensorboard", "sklearn.datasets",
+)
+
+
+def preload() -> None:
+    """Import everything a trial would otherwise import itself: the modules above and the modules
+    that register losses, adapters, view policies, encoders and training callbacks (imports only:
+    no torch op, no thread pool, no open file)."""
+    import importlib
+
+    for module in PRELOAD_MODULES:
+        importlib.import_module(module)
+    from multiview_app.data.adapters import ADAPTERS
+    from multiview_app.data.views import VIEW_POLICIES
+    from multiview_app.losses import LOSSES
+    from multiview_app.models.encoders import ENCODERS
+    from multiview_app.train.callbacks import TRAIN_CALLBACKS
+
+    for registry in (ADAPTERS, VIEW_POLICIES, LOSSES, ENCODERS, TRAIN_CALLBACKS):
+        registry.names()  # imports the registering modules
+
+
 def serve() -> None:
     """Import the training stack, then answer fork requests until stdin closes."""
-    import multiview_app.cli  # noqa: F401 - the imports every trial would otherwise pay
-    import multiview_app.eval.linear_probe  # noqa: F401
-    import multiview_app.train.trainer  # noqa: F401
-    import multiview_app.tune.objective  # noqa: F401
-
+    preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # auto-reap children
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:

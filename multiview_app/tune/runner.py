@@ -132,33 +132,64 @@ class _Forked:
             time.sleep(0.01)
 
 
+def fork_supported() -> bool:
+    """Whether trials can fork from a :class:`ForkServer` (Linux: ``/proc`` tells whether a pid lives)."""
+    return hasattr(os, "fork") and Path("/proc").is_dir()
+
+
 class ForkServer:
     """One ``multiview_app.tune.forkserver`` process per worker (Linux): trials start as forks of a
-    process that has the training stack imported, instead of paying python + torch imports each time."""
+    process that has the training stack imported, instead of paying python + torch imports each time.
+    The constructor does not wait: the server imports while the caller loads its config and study;
+    the first :meth:`start` waits for it to be ready."""
 
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", "multiview_app.tune.forkserver"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
         self._lock = threading.Lock()
-        ready = self.proc.stdout.readline()
-        if not ready:
+        self._ready = False
+
+    def wait_ready(self) -> None:
+        """Block until the server has imported the training stack."""
+        with self._lock:
+            self._wait_ready_locked()
+
+    def _wait_ready_locked(self) -> None:
+        if self._ready:
+            return
+        if not self.proc.stdout.readline():
             raise RuntimeError("tune fork server did not start (run with --launcher spawn to bypass it)")
+        self._ready = True
 
     def start(self, argv: list[str], log_path: Path, env: dict[str, str], exit_file: Path) -> _Forked:
         request = {"argv": argv, "log": str(log_path), "env": env, "exit_file": str(exit_file)}
         with self._lock:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
+            self._wait_ready_locked()
+            try:
+                self.proc.stdin.write(json.dumps(request) + "\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                raise TrialFailed("tune fork server died") from None
             answer = self.proc.stdout.readline()
         if not answer:
             raise TrialFailed("tune fork server died")
         return _Forked(int(json.loads(answer)["pid"]), exit_file)
 
     def close(self) -> None:
+        """End the server (its running trials die with it)."""
+        if self.proc.poll() is None and not self._ready:  # still importing: nothing to wait for
+            self.proc.kill()
         if self.proc.poll() is None:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def run_trial(
@@ -213,4 +244,5 @@ def run_trial(
     return outcome
 
 
-__all__ = ["ForkServer", "TrialFailed", "TrialOutcome", "failure_reason", "run_trial", "train_command"]
+__all__ = ["ForkServer", "TrialFailed", "TrialOutcome", "failure_reason", "fork_supported", "run_trial",
+           "train_command"]

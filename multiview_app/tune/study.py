@@ -33,7 +33,7 @@ import yaml
 from ..config import Config, ConfigError, TuneConfig, apply_overrides, config_from_dict, dump_config
 from ..train.run_io import atomic_write_text
 from .objective import objective_directions, objective_metrics, pid_alive, val_split_hint
-from .runner import ForkServer, TrialFailed, run_trial, train_command
+from .runner import ForkServer, TrialFailed, fork_supported, run_trial, train_command
 from .space import optuna_distributions, override, params_to_overrides, resolve_space, validate_space
 
 BASE_CONFIG_ATTR = "mvapp_base_config"  # study user attr: the resolved base config (YAML text)
@@ -217,6 +217,7 @@ class Search:
     def __init__(
         self, cfg: Config, study_name: str, trials: int, *, storage: str | None = None, workers: int = 1,
         timeout: float | None = None, gpus: int = 1, progress: bool = True, launcher: str = "fork",
+        fork_server: ForkServer | None = None,
     ) -> None:
         if trials < 1 or workers < 1 or gpus < 1:
             raise ValueError(f"--trials, --workers and --gpus must be >= 1 (got {trials}, {workers}, {gpus})")
@@ -225,8 +226,8 @@ class Search:
         if launcher not in ("fork", "spawn"):
             raise ValueError(f"--launcher: expected fork or spawn, got {launcher!r}")
         # fork: trials are forks of a process with the trainer imported (Linux, one process per trial)
-        self.use_fork = launcher == "fork" and gpus == 1 and Path("/proc").is_dir()
-        self.fork_server: ForkServer | None = None
+        self.use_fork = launcher == "fork" and gpus == 1 and fork_supported()
+        self.fork_server = fork_server if self.use_fork else None  # given: the caller closes it
         self.metrics = objective_metrics(cfg)
         self.space = resolve_space(cfg)
         self.raw = cfg.to_dict()
@@ -291,11 +292,12 @@ class Search:
             return trial
 
     def trial_overrides(self, params: dict[str, Any], number: int) -> list[str]:
-        """Sampled params + the trial's run folder, the tune-report callback, no test-split probe."""
+        """Sampled params + the trial's run folder, the tune-report callback, no test-split probe, no
+        curves PNG (the study report plots the search; ``metrics.jsonl`` keeps the curves)."""
         callbacks = [c for c in self.cfg.train.callbacks if c != TUNE_CALLBACK] + [TUNE_CALLBACK]
         return params_to_overrides(params) + [
             override("output.runs_dir", str(self.folder)), override("output.name", f"trial_{number}"),
-            override("train.callbacks", callbacks), "eval.linear_probe=false",
+            override("train.callbacks", callbacks), "eval.linear_probe=false", "output.curves=false",
         ]
 
     def _run_one(self, trial: Any) -> dict[str, Any]:
@@ -369,8 +371,11 @@ class Search:
         from tqdm.auto import tqdm
 
         deadline = time.monotonic() + self.timeout if self.timeout else None
-        if self.use_fork and self.fork_server is None:
+        own_server = self.use_fork and self.fork_server is None
+        if own_server:
             self.fork_server = ForkServer()
+        if self.fork_server is not None:
+            self.fork_server.wait_ready()
         with tqdm(total=self.trials, initial=min(self.done(), self.trials), desc=f"study {self.study_name}",
                   unit="trial", disable=not self.progress) as bar:
             threads = [threading.Thread(target=self._worker, args=(bar, deadline), daemon=True)
@@ -379,7 +384,7 @@ class Search:
                 thread.start()
             for thread in threads:
                 thread.join()
-        if self.fork_server is not None:
+        if own_server:
             self.fork_server.close()
             self.fork_server = None
         return self.summary
