@@ -1,9 +1,16 @@
 """``mvapp tune``: search space validation, dead-worker recovery, and tiny real searches (digits,
-small_cnn, 2-3 steps per trial, every trial a training subprocess): resume after the tune process is
+small_cnn, 2 steps per trial, every trial a training process): resume after a worker process is
 killed mid-trial, pruning of a bad trial, a failing trial that does not stop the study, two worker
-processes on one journal file, PostgreSQL storage, and the best YAML training."""
+processes on one journal file, PostgreSQL storage, and the best YAML training.
+
+Cost: one fork server per test module (``fork_server``) has the training stack imported; the trials
+of in-process searches fork from it, and so do the separate ``mvapp tune`` worker processes (a real
+process each, running the CLI; it imports nothing again, but starts its own fork server or spawns its
+trials, as any worker does). Trials use one torch thread.
+"""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -20,6 +28,7 @@ from optuna.trial import TrialState
 
 from multiview_app.config import ConfigError, apply_overrides, config_from_dict, load_config
 from multiview_app.tune.objective import objective_directions, objective_metrics
+from multiview_app.tune.runner import ForkServer
 from multiview_app.tune.space import default_space, params_to_overrides, resolve_space, validate_space
 from multiview_app.tune.study import WORKER_ATTR, fail_dead_trials, open_study, worker_tag
 
@@ -43,16 +52,58 @@ def _write(path: Path, raw: dict[str, Any]) -> Path:
     return path
 
 
-def _tune(config: Path, study: str, *args: str, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "multiview_app.cli", "tune", "--config", str(config), "--study-name",
-                             study, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-def _finish(proc: subprocess.Popen) -> str:
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out[-4000:]
-    return out
+@pytest.fixture(scope="module")
+def fork_server() -> Any:
+    """One fork server for the module (trials of in-process searches, and the worker processes)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in _env().items():
+            patch.setenv(key, value)
+        server = ForkServer()
+    yield server
+    server.close()
+
+
+class Worker:
+    """A separate ``mvapp tune`` worker process (a fork of the fork server running the CLI)."""
+
+    def __init__(self, server: ForkServer, config: Path, study: str, *args: str) -> None:
+        self.log = config.parent / f"{study}-worker-{time.monotonic_ns()}.log"
+        argv = ["tune", "--config", str(config), "--study-name", study, *args]
+        self.handle = server.start(argv, self.log, _env(), self.log.with_suffix(".exit"))
+
+    def output(self) -> str:
+        return self.log.read_text() if self.log.is_file() else ""
+
+    def finish(self, timeout: float = 600) -> str:
+        deadline = time.monotonic() + timeout
+        while (code := self.handle.poll()) is None:
+            assert time.monotonic() < deadline, self.output()[-4000:]
+            time.sleep(0.05)
+        assert code == 0, self.output()[-4000:]
+        return self.output()
+
+
+def _search(config: Path, study: str, trials: int, server: ForkServer, **kwargs: Any) -> Any:
+    """An in-process ``mvapp tune`` worker (``.run()`` it) whose trials fork from ``server``."""
+    from multiview_app.tune.study import Search
+
+    return Search(load_config(config), study, trials, progress=False, fork_server=server, **kwargs)
+
+
+def _journal(folder: Path) -> Any:
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / "journal.log")))
+
+
+def _wait_for(condition: Any, worker: Worker, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert worker.handle.poll() is None, f"worker ended before {what}: {worker.output()[-3000:]}"
+        assert time.monotonic() < deadline, f"timeout waiting for {what}"
+        time.sleep(0.02)
 
 
 # ------------------------------------------------------------------ space, metrics (no training)
@@ -141,7 +192,7 @@ def _enqueue(cfg_path: Path, study_name: str, params: list[dict[str, Any]]) -> N
 
 
 @pytest.mark.slow
-def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path) -> None:
+def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path, fork_server: ForkServer) -> None:
     from multiview_app.cli import main
     from multiview_app.train.trainer import train
 
@@ -151,17 +202,14 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path)
     _enqueue(config, "s", [{"loss.tau": 0.2, "model.encoders.image.num_features": 16},
                            {"loss.tau": 0.1, "model.encoders.image.num_features": 16},
                            {"loss.tau": 0.2, "model.encoders.image.num_features": 1}])  # 1 feature: a bad trial
-    first = _tune(config, "s", "--trials", "3", "--no-plots", cwd=tmp_path)
-    deadline = time.monotonic() + 300
-    while not (folder / "trial_0" / "metrics.jsonl").is_file():  # trial 0 is training
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0][-3000:]
-        time.sleep(0.2)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    out = _finish(_tune(config, "s", "--trials", "3", "--no-plots", cwd=tmp_path))
-    assert "recovered trials of dead workers (FAIL, re-queued): [0]" in out
-    study = optuna.load_study(study_name="s", storage=optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(folder / "journal.log"))))
+    first = Worker(fork_server, config, "s", "--trials", "3", "--no-plots")  # default launcher: its own fork server
+    _wait_for((folder / "trial_0" / "metrics.jsonl").is_file, first, "trial 0 to train")
+    os.kill(first.handle.pid, signal.SIGKILL)  # the worker only: its fork server and trial die with it
+    first.handle.kill()
+    study = optuna.load_study(study_name="s", storage=_journal(folder))
+    assert [t.state for t in study.get_trials()][:1] == [TrialState.RUNNING], "trial 0 ended before the kill"
+    summary = _search(config, "s", 3, fork_server).run()  # resume in another worker
+    assert summary.recovered == [0]
     trials = {t.number: t for t in study.get_trials()}
     assert trials[0].state == TrialState.FAIL and "died while running it" in trials[0].user_attrs["fail_reason"]
     assert trials[1].state == TrialState.COMPLETE
@@ -176,6 +224,7 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path)
     best_trial = max((trials[1], trials[3]), key=lambda t: t.value)
     assert best.loss.params["tau"] == pytest.approx(best_trial.params["loss.tau"])
     assert best.output.name == "s_best" and best.eval.linear_probe is False and "tune-report" not in best.train.callbacks
+    assert best.output.curves and not (folder / "trial_1" / "curves.png").exists()  # trials skip the PNG, runs do not
     best.output.runs_dir = str(tmp_path / "runs")
     assert (train(best).run_dir / "model.safetensors").is_file()
     table = (folder / "trials.csv").read_text().splitlines()
@@ -184,33 +233,42 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path)
         "optimization_history.png", "parallel_coordinates.png", "param_importances.png"]
 
 
-def _assert_two_workers(folder_or_storage: Any, study_name: str, outs: list[str], expect_fail: bool) -> None:
-    study = optuna.load_study(study_name=study_name, storage=folder_or_storage)
+def _assert_two_workers(storage: Any, study_name: str, finished: list[int], expect_fail: bool) -> None:
+    """No duplicate trial numbers, 2 COMPLETE (+1 FAIL) in the study, and ``finished`` = trials
+    reported by each worker: every trial reported once, and both workers ran at least one."""
+    study = optuna.load_study(study_name=study_name, storage=storage)
     trials = study.get_trials()
     numbers = [t.number for t in trials]
     assert len(numbers) == len(set(numbers)) == len(trials)
     states = [t.state for t in trials]
     assert states.count(TrialState.COMPLETE) == 2, [(t.number, t.state, t.user_attrs) for t in trials]
     assert states.count(TrialState.FAIL) == (1 if expect_fail else 0)
-    assert sum(out.count(" COMPLETE value=") for out in outs) == 2  # each finished trial reported once
+    assert sum(finished) == len(trials) and min(finished) >= 1, finished
+
+
+def _finished_lines(out: str) -> int:
+    return sum(1 for line in out.splitlines() if line.startswith("trial ") and " value=" in line)
 
 
 @pytest.mark.slow
-def test_two_workers_on_one_journal_and_a_failing_trial(tmp_path: Path) -> None:
+def test_two_workers_on_one_journal_and_a_failing_trial(tmp_path: Path, fork_server: ForkServer) -> None:
     space = {**SPACE, "model.encoders.image.width": {"type": "categorical", "choices": [8, 0]}}
     raw = _tune_raw(tmp_path / "runs", space=space)
     config = _write(tmp_path / "two.yaml", raw)
     _enqueue(config, "two", [{"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 0},
                              {"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8},
                              {"loss.tau": 0.1, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8}])
-    # one worker forks its trials from the fork server (default), the other spawns a fresh python per trial
-    procs = [_tune(config, "two", "--trials", "2", "--no-plots", "--launcher", launcher, cwd=tmp_path)
-             for launcher in ("fork", "spawn")]
-    outs = [_finish(p) for p in procs]
     folder = tmp_path / "runs" / "tune" / "two"
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / "journal.log")))
-    _assert_two_workers(storage, "two", outs, expect_fail=True)
-    failed = [t for t in optuna.load_study(study_name="two", storage=storage).get_trials() if t.state == TrialState.FAIL]
+    # a worker process that spawns a fresh python per trial takes the first (failing) trial; meanwhile a
+    # worker in this process, whose trials fork from the fork server, asks on the same journal
+    spawner = Worker(fork_server, config, "two", "--trials", "2", "--no-plots", "--launcher", "spawn")
+    search = _search(config, "two", 2, fork_server)
+    _wait_for((folder / "trial_0" / "train.log").is_file, spawner, "the spawn worker's first trial")
+    summary = search.run()
+    out = spawner.finish()
+    _assert_two_workers(_journal(folder), "two", [_finished_lines(out), len(summary.finished)], expect_fail=True)
+    failed = [t for t in optuna.load_study(study_name="two", storage=_journal(folder)).get_trials()
+              if t.state == TrialState.FAIL]
     assert failed[0].params["model.encoders.image.width"] == 0 and "exit" in failed[0].user_attrs["fail_reason"]
 
 
@@ -242,7 +300,7 @@ def postgres_url(tmp_path: Path) -> Any:
         prefix = [runuser, "-u", "postgres", "--"]
         for path in (base, sock):
             shutil.chown(path, "postgres")
-    init = subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "tune"],
+    init = subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "tune", "--no-sync"],
                           capture_output=True, text=True)
     assert init.returncode == 0, init.stderr[-2000:]
     server = subprocess.Popen([*prefix, str(bindir / "postgres"), "-D", str(data), "-k", str(sock), "-h", "",
@@ -255,18 +313,77 @@ def postgres_url(tmp_path: Path) -> Any:
         subprocess.run([str(bindir / "createdb"), "-h", str(sock), "-U", "tune", "optuna"], check=True, capture_output=True)
         yield f"postgresql+psycopg2://tune@/optuna?host={sock}"
     finally:
-        server.terminate()
+        pid_file = data / "postmaster.pid"  # fast shutdown (SIGINT): clients still connected are cut off
+        if server.poll() is None and pid_file.is_file():
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGINT)
+        else:
+            server.terminate()
         server.wait(timeout=60)
         shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.slow
-def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
+def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str, fork_server: ForkServer) -> None:
     raw = _tune_raw(tmp_path / "runs")
     config = _write(tmp_path / "pg.yaml", raw)
-    procs = [_tune(config, "pg", "--trials", "2", "--no-plots", "--storage", postgres_url, cwd=tmp_path) for _ in range(2)]
-    outs = [_finish(p) for p in procs]
-    _assert_two_workers(postgres_url, "pg", outs, expect_fail=False)
+    # the worker process spawns its trials (a fresh python each: its first trial is still starting when
+    # the worker in this process asks for one)
+    other = Worker(fork_server, config, "pg", "--trials", "2", "--no-plots", "--storage", postgres_url,
+                   "--launcher", "spawn")
+    search = _search(config, "pg", 2, fork_server, storage=postgres_url)
+    _wait_for((tmp_path / "runs" / "tune" / "pg" / "trial_0" / "train.log").is_file, other,
+              "the worker process's first trial")
+    summary = search.run()
+    _assert_two_workers(postgres_url, "pg", [_finished_lines(other.finish()), len(summary.finished)], expect_fail=False)
+
+
+@pytest.mark.slow
+def test_eeg_objective_is_sleep_staging_on_val_subjects_and_never_reads_test_subjects(
+    tmp_path: Path, fork_server: ForkServer,
+) -> None:
+    from multiview_app.data.adapters import build_adapter
+    from multiview_app.train.run_io import load_run
+    from multiview_app.tune.objective import METRICS, REPORTS_FILE, RESULT_FILE, MetricState
+
+    from test_eeg_model_views import CHANNELS, _fake_cache
+
+    cache = _fake_cache(tmp_path / "cache", subjects=5, windows=10)  # labels cycle 0..4 in every recording
+    seconds = np.arange(3000) / 100.0
+    for subject in range(5):  # a stage-specific rhythm under the noise, so that the score is not chance
+        path = cache / "windows" / f"r{subject}.npy"
+        windows = np.load(path)
+        rhythm = np.sin(2 * np.pi * np.array([1.0, 3.0, 6.0, 10.0, 14.0])[:, None] * seconds)  # (5 stages, T)
+        np.save(path, (0.5 * windows + rhythm[np.arange(10) % 5][:, None, :]).astype(np.float32))
+    options = {"cache": str(cache), "test_subjects": ["S4"], "val_subjects": ["S3"]}
+    (cache / "windows" / "r4.npy").unlink()  # the test subject's windows: no process can read them
+    adapter = build_adapter("eeg_windows", options)
+    assert adapter.split_subjects == {"train": ["S0", "S1", "S2"], "val": ["S3"], "test": ["S4"]}
+    with pytest.raises(FileNotFoundError):  # reading the test split fails: the run below never does
+        adapter.split("test")[0]
+    raw = {"data": {"adapter": "eeg_windows", "options": options},
+           "views": {"policy": "channels", "k": 2, "batch_mode": "growing"},
+           "model": {"encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4,
+                                          "channel_vocab": CHANNELS}},
+                     "projector": {"hidden_dim": 16, "out_dim": 8}},
+           "loss": {"name": "m3g", "epsilon": 0.2},  # no tune.space: the loss's default space (epsilon)
+           "optim": {"lr": 0.001, "warmup_steps": 1},
+           "train": {"max_steps": 2, "batch_size": 8, "seed": 0, "log_every": 1},
+           "eval": {"linear_probe": False, "batch_size": 64},
+           "output": {"runs_dir": str(tmp_path / "runs")},
+           "tune": {"shots": 2, "report_every": 1, "pruner": "none"}}
+    config = _write(tmp_path / "eeg.yaml", raw)
+    summary = _search(config, "eeg", 1, fork_server).run()
+    assert [(r["state"], list(r["params"])) for r in summary.finished] == [("COMPLETE", ["loss.epsilon"])], summary
+    run_dir = tmp_path / "runs" / "tune" / "eeg" / "trial_0"
+    result = json.loads((run_dir / RESULT_FILE).read_text())
+    reported = [json.loads(line) for line in (run_dir / REPORTS_FILE).read_text().splitlines()]
+    assert list(result["values"]) == ["sleep_staging.balanced_accuracy"] and [r["step"] for r in reported] == [1, 2]
+    # the objective is the few-shot sleep-staging score of the final weights on the val subject
+    cfg, model = load_run(run_dir)
+    metric = METRICS["sleep_staging.balanced_accuracy"].compute
+    score = result["values"]["sleep_staging.balanced_accuracy"]
+    assert score > 0.4 and score == pytest.approx(metric(model, MetricState(cfg)))  # chance: 0.2
+    assert reported[-1]["value"] == result["values"]["sleep_staging.balanced_accuracy"]
 
 
 def test_multi_objective_uses_nsga2_without_pruning_and_reports_the_pareto_front(tmp_path: Path) -> None:
