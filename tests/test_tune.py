@@ -5,8 +5,8 @@ processes on one journal file, PostgreSQL storage, and the best YAML training.
 
 Cost: one fork server per test module (``fork_server``) has the training stack imported; the trials
 of in-process searches fork from it, and so do the separate ``mvapp tune`` worker processes (a real
-process each, running the CLI; it imports nothing again, but starts its own fork server or spawns its
-trials, as any worker does). Trials use one torch thread.
+process each, running the CLI, whose own fork server is a fork of itself: nothing is imported again;
+the spawn launcher still starts a fresh python per trial). Trials use one torch thread.
 """
 from __future__ import annotations
 
@@ -326,10 +326,7 @@ def postgres_url(tmp_path: Path) -> Any:
 def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str, fork_server: ForkServer) -> None:
     raw = _tune_raw(tmp_path / "runs")
     config = _write(tmp_path / "pg.yaml", raw)
-    # the worker process spawns its trials (a fresh python each: its first trial is still starting when
-    # the worker in this process asks for one)
-    other = Worker(fork_server, config, "pg", "--trials", "2", "--no-plots", "--storage", postgres_url,
-                   "--launcher", "spawn")
+    other = Worker(fork_server, config, "pg", "--trials", "2", "--no-plots", "--storage", postgres_url)
     search = _search(config, "pg", 2, fork_server, storage=postgres_url)
     _wait_for((tmp_path / "runs" / "tune" / "pg" / "trial_0" / "train.log").is_file, other,
               "the worker process's first trial")

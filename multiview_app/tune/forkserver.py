@@ -8,6 +8,10 @@ starts its own session (so the worker can kill its process group), redirects std
 when its stdin closes or the worker thread that started it dies (PR_SET_PDEATHSIG), and every child
 dies with the server. Nothing torch-related runs before the fork: each trial builds its own
 Accelerate state, as a fresh process would, without paying the imports again (docs/benchmarks.md).
+
+A child that is itself a tune worker (``mvapp tune`` forked from a server, as the tests do) has the
+stack imported and has run nothing yet: its own fork server is then a fork of itself
+(:func:`claim_fresh_fork`, ``runner.ForkServer``), not a new python process.
 """
 from __future__ import annotations
 
@@ -18,7 +22,20 @@ import sys
 import traceback
 
 
+_fresh_fork = False  # True in a child until claim_fresh_fork(): the preloaded stack, nothing run yet
+
+
+def claim_fresh_fork() -> bool:
+    """True once in a child of this server that has run nothing but the CLI's argument parsing (it
+    can fork a fork server from itself); False afterwards and in every other process."""
+    global _fresh_fork
+    fresh, _fresh_fork = _fresh_fork, False
+    return fresh
+
+
 def _child(request: dict) -> None:
+    global _fresh_fork
+    _fresh_fork = True
     os.setsid()
     from .runner import _die_with_parent
 
@@ -30,8 +47,10 @@ def _child(request: dict) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
+    # closefd=False: when a child of this child rebinds them (a worker's own fork server, its trials),
+    # dropping these objects must not close fds 1 and 2 under the new ones
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
     os.environ.clear()
     os.environ.update(request["env"])
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -95,6 +114,8 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    from multiview_app.tune.forkserver import serve as package_serve  # the flag above lives in the package module
+
+    package_serve()
     sys.stdout.flush()
     os._exit(0)  # nothing to clean up: skip the interpreter's slow teardown of the imported stack

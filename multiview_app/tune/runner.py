@@ -137,6 +137,57 @@ def fork_supported() -> bool:
     return hasattr(os, "fork") and Path("/proc").is_dir()
 
 
+class _ServerFork:
+    """A fork server forked from this process (which has the stack imported and has run nothing yet,
+    see ``forkserver.claim_fresh_fork``): the ``subprocess.Popen`` interface :class:`ForkServer` uses."""
+
+    def __init__(self) -> None:
+        from .forkserver import serve
+
+        to_server, from_server = os.pipe(), os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:  # the server: requests and answers through the pipes, errors to our stderr
+            try:
+                _die_with_parent()
+                os.close(to_server[1])
+                os.close(from_server[0])
+                sys.stdin = os.fdopen(to_server[0], "r")
+                sys.stdout = os.fdopen(from_server[1], "w", buffering=1)
+                serve()
+            except BaseException:  # noqa: BLE001 - the worker sees "did not start"; the reason goes to stderr
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(0)
+        os.close(to_server[0])
+        os.close(from_server[1])
+        self.stdin = os.fdopen(to_server[1], "w")
+        self.stdout = os.fdopen(from_server[0], "r")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"fork server {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
 class ForkServer:
     """One ``multiview_app.tune.forkserver`` process per worker (Linux): trials start as forks of a
     process that has the training stack imported, instead of paying python + torch imports each time.
@@ -144,9 +195,15 @@ class ForkServer:
     the first :meth:`start` waits for it to be ready."""
 
     def __init__(self) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "multiview_app.tune.forkserver"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
+        from .forkserver import claim_fresh_fork
+
+        self.proc: Any
+        if claim_fresh_fork() and threading.active_count() == 1:
+            self.proc = _ServerFork()
+        else:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            self.proc = subprocess.Popen([sys.executable, "-m", "multiview_app.tune.forkserver"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
         self._lock = threading.Lock()
         self._ready = False
 
