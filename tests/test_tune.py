@@ -56,9 +56,10 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def fork_server() -> Any:
-    """One fork server for the module (trials of in-process searches, and the worker processes)."""
+    """One fork server for the module (trials of in-process searches, and the worker processes);
+    started with the module's first test, so that it imports while the fast tests run."""
     with pytest.MonkeyPatch.context() as patch:
         for key, value in _env().items():
             patch.setenv(key, value)
