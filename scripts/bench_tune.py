@@ -3,11 +3,13 @@
 Usage: ``python scripts/bench_tune.py [--steps 60] [--eeg-steps 20] [--out /tmp/bench_tune] [--eeg-cache DIR]``
 
 A trial = ``python -m multiview_app.cli train`` in a subprocess (``tune.runner.run_trial``) with the
-``tune-report`` callback scoring the val split at the end. The reference is the same config trained
-in this process (``train(cfg)``, no evaluator). Overhead = trial wall time - the trial's own training loop time
-(printed by the trial: process start + imports, data / cache opening, model build, the val
-evaluator, writing the run folder); its share of the trial is the number to keep below 15 %. The
-difference to the in-process reference is printed too (noisy on a shared machine). Trials/hour extrapolate the default length of each
+``tune-report`` callback scoring the val split at the end (``--report-every N``: also every N steps,
+as pruning does; default 0). The reference is the same config trained in this process
+(``train(cfg)``, no evaluator). Overhead = trial wall time - (the trial's own training loop time -
+its val evaluator time): process start + imports, data / cache opening, model build, every val
+evaluation (they run inside the loop, in the ``tune-report`` callback), writing the run folder; its
+share of the trial is the number to keep below 15 %. The difference to the in-process reference is
+printed too (noisy on a shared machine). Trials/hour extrapolate the default length of each
 config (digits: ``train.max_steps``; EEG: ``train.epochs`` over the train split) from the measured
 seconds per step plus the measured per-trial overhead.
 """
@@ -38,7 +40,8 @@ def _raw(config: str, out: Path, name: str, steps: int, extra: list[str]) -> dic
     return apply_overrides(read_yaml(ROOT / config), overrides)
 
 
-def measure(label: str, config: str, out: Path, steps: int, extra: list[str], server: ForkServer | None) -> list[dict]:
+def measure(label: str, config: str, out: Path, steps: int, extra: list[str], server: ForkServer | None,
+            report_every: int = 0, spawn: bool = True) -> list[dict]:
     """Reference in-process training, then the same config as a tune trial: a fresh python process
     (``--launcher spawn``) and, with ``server``, a fork of the fork server (``--launcher fork``)."""
     ref_cfg = config_from_dict(_raw(config, out, f"{label}_ref", steps, extra))
@@ -47,18 +50,20 @@ def measure(label: str, config: str, out: Path, steps: int, extra: list[str], se
     reference_s = time.perf_counter() - began
     rows = []
     for launcher, fork_server in (("spawn", None), ("fork", server)):
-        if launcher == "fork" and server is None:
+        if (launcher == "fork" and server is None) or (launcher == "spawn" and not spawn):
             continue
         name = f"{label}_trial_{launcher}"
-        raw = _raw(config, out, name, steps, [*extra, "train.callbacks=[tune-report]", "tune.report_every=0"])
+        raw = _raw(config, out, name, steps, [*extra, "train.callbacks=[tune-report]", "output.curves=false",
+                                              f"tune.report_every={report_every}"])
         config_file = out / f"{name}.yaml"
         config_file.write_text(yaml.safe_dump(raw))
         run_dir = out / name
         outcome = run_trial(train_command(config_file, []), run_dir, fork_server=fork_server)
         log = (run_dir / LOG_FILE).read_text()
         loop_s = float(re.search(r"trained \d+ steps in ([0-9.]+) s", log).group(1))
-        overhead_s = outcome.wall_s - loop_s  # everything of the trial outside its own training loop
-        rows.append({"label": label, "launcher": launcher, "steps": steps, "reference_train_s": reference_s,
+        overhead_s = outcome.wall_s - (loop_s - outcome.eval_s)  # everything but the training steps themselves
+        rows.append({"label": label, "launcher": launcher, "steps": steps, "report_every": report_every,
+                     "reference_train_s": reference_s,
                      "reference_loop_s": ref.wall_time_s, "trial_wall_s": outcome.wall_s, "trial_loop_s": loop_s,
                      "eval_s": outcome.eval_s, "overhead_s": overhead_s, "overhead_share": overhead_s / outcome.wall_s,
                      "vs_reference_s": outcome.wall_s - reference_s,
@@ -84,31 +89,37 @@ def main() -> None:
     parser.add_argument("--eeg-steps", type=int, default=20, help="steps measured for the EEG extrapolation")
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_tune"))
     parser.add_argument("--skip-eeg", action="store_true")
-    parser.add_argument("--launcher", choices=["both", "spawn"], default="both", help="trial launchers measured")
+    parser.add_argument("--launcher", choices=["both", "spawn", "fork"], default="both", help="trial launchers measured")
+    parser.add_argument("--report-every", type=int, default=0, help="tune.report_every of the trials (0: one val "
+                                                                     "evaluation at the end)")
     parser.add_argument("--eeg-cache", type=Path, default=None, help="a prepared EEG cache (default: synthesize one)")
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
     server = None if args.launcher == "spawn" else ForkServer()
+    spawn = args.launcher != "fork"
     rows = measure("digits", "configs/digits_infonce_pwe.yaml", args.out, args.steps, ["data.options.val_fraction=0.1"],
-                   server)
+                   server, args.report_every, spawn)
     default_steps = {"digits": int(read_yaml(ROOT / "configs/digits_infonce_pwe.yaml")["train"]["max_steps"])}
     if not args.skip_eeg:
         cache = args.eeg_cache or synth_eeg_cache(args.out)
         eeg_extra = [override("data.options.cache", str(cache)), "data.options.val_fraction=0.2",
                      "model.encoders.eeg.width=32", "train.batch_size=32", "tune.shots=20"]
-        rows += measure("eeg", "configs/eeg_synthetic_m3g.yaml", args.out, args.eeg_steps, eeg_extra, server)
+        rows += measure("eeg", "configs/eeg_synthetic_m3g.yaml", args.out, args.eeg_steps, eeg_extra, server,
+                        args.report_every, spawn)
         from multiview_app.data.adapters import build_adapter
 
         eeg_cfg = config_from_dict(_raw("configs/eeg_synthetic_m3g.yaml", args.out, "x", 1, eeg_extra))
         n_train = len(build_adapter(eeg_cfg.data.adapter, eeg_cfg.data.options).split("train"))
         epochs = int(read_yaml(ROOT / "configs/eeg_synthetic_base.yaml")["train"]["epochs"])
         default_steps["eeg"] = epochs * max(1, n_train // eeg_cfg.train.batch_size)
-    print("| config | launcher | steps | trial wall s | its train loop s | val evaluator s | overhead s (wall - loop) "
-          "| overhead share | in-process reference train s | trial - reference s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| config | launcher | steps | report every | trial wall s | its train loop s (with evaluator) "
+          "| val evaluator s | overhead s (wall - loop + evaluator) | overhead share | in-process reference train s "
+          "| trial - reference s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['label']} | {r['launcher']} | {r['steps']} | {r['trial_wall_s']:.1f} | {r['trial_loop_s']:.1f} | "
+        print(f"| {r['label']} | {r['launcher']} | {r['steps']} | {r['report_every']} | {r['trial_wall_s']:.1f} | "
+              f"{r['trial_loop_s']:.1f} | "
               f"{r['eval_s']:.1f} | {r['overhead_s']:.1f} | {r['overhead_share']:.1%} | {r['reference_train_s']:.1f} | "
               f"{r['vs_reference_s']:.1f} |")
     print()

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import optuna
 import pytest
+import torch
 import yaml
 from optuna.trial import TrialState
 
@@ -162,6 +163,26 @@ def test_metric_defaults_directions_and_val_split_required(tmp_path: Path, capsy
     assert "has no 'val' split" in err and "data.options.val_fraction" in err and err.count("\n") == 1
 
 
+def test_metrics_of_one_evaluation_share_one_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiview_app.eval.linear_probe as linear_probe
+    from multiview_app.tune.objective import METRICS, MetricState
+
+    calls: list[str] = []
+
+    def fake_probe(model: Any, adapter: Any, policy: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(kwargs["eval_split"])
+        return {"scores": {"logreg_acc": 0.75, "knn_acc": 0.5}}
+
+    monkeypatch.setattr(linear_probe, "probe_model", fake_probe)
+    state = MetricState(config_from_dict(_tune_raw(tmp_path)))
+    model = torch.nn.Linear(1, 1)
+    assert METRICS["linear_probe.logreg_acc"].compute(model, state) == 0.75
+    assert METRICS["linear_probe.knn_acc"].compute(model, state) == 0.5
+    assert calls == ["val"]  # one probe on the val split for both scores
+    state.results.clear()  # the callback does this before every evaluation
+    assert METRICS["linear_probe.knn_acc"].compute(model, state) == 0.5 and calls == ["val", "val"]
+
+
 def test_trial_of_a_dead_worker_is_failed_and_requeued(tmp_path: Path) -> None:
     cfg = config_from_dict({**_tune_raw(tmp_path), "output": {"runs_dir": str(tmp_path), "name": "x"}})
     study = open_study(cfg, "dead")
@@ -227,7 +248,8 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path,
     assert best.output.name == "s_best" and best.eval.linear_probe is False and "tune-report" not in best.train.callbacks
     assert best.output.curves and not (folder / "trial_1" / "curves.png").exists()  # trials skip the PNG, runs do not
     best.output.runs_dir = str(tmp_path / "runs")
-    assert (train(best).run_dir / "model.safetensors").is_file()
+    best_run = train(best).run_dir
+    assert (best_run / "model.safetensors").is_file() and (best_run / "curves.png").is_file()
     table = (folder / "trials.csv").read_text().splitlines()
     assert len(table) == 5 and "params_loss.tau" in table[0]
     assert sorted(p.name for p in (folder / "plots").glob("*.png")) == [

@@ -43,7 +43,8 @@ class Metric:
 
 
 class MetricState:
-    """Adapter and view policy built once per run for the val metrics."""
+    """Adapter and view policy built once per run for the val metrics; ``results`` holds what one
+    evaluation computes for several metrics (cleared before each evaluation by the callback)."""
 
     def __init__(self, cfg: Config) -> None:
         from ..data.adapters import build_adapter
@@ -54,6 +55,7 @@ class MetricState:
         if VAL_SPLIT not in self.adapter.splits:
             raise ValueError(val_split_hint(cfg.data.adapter, self.adapter.splits))
         self.policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, self.adapter)
+        self.results: dict[str, Any] = {}
 
 
 def val_split_hint(adapter: str, splits: tuple[str, ...]) -> str:
@@ -71,11 +73,12 @@ def _linear_probe(score: str) -> Callable[[Any, MetricState], float]:
     def compute(model: Any, state: MetricState) -> float:
         from ..eval.linear_probe import probe_model
 
-        ecfg, tcfg = state.cfg.eval, state.cfg.tune
-        probed = probe_model(model, state.adapter, state.policy, eval_split=VAL_SPLIT, batch_size=ecfg.batch_size,
-                             knn_k=ecfg.knn_k, combine=ecfg.combine, max_train_items=tcfg.max_train_items,
-                             device=_device(model), progress=False)
-        return float(probed["scores"][score])
+        if "linear_probe" not in state.results:  # logreg_acc and knn_acc come from one probe
+            ecfg, tcfg = state.cfg.eval, state.cfg.tune
+            state.results["linear_probe"] = probe_model(
+                model, state.adapter, state.policy, eval_split=VAL_SPLIT, batch_size=ecfg.batch_size, knn_k=ecfg.knn_k,
+                combine=ecfg.combine, max_train_items=tcfg.max_train_items, device=_device(model), progress=False)
+        return float(state.results["linear_probe"]["scores"][score])
 
     return compute
 
@@ -86,15 +89,16 @@ def _sleep_staging(score: str) -> Callable[[Any, MetricState], float]:
         from ..eval.features import combine_views, extract_features
         from ..eval.sleep_staging import few_shot_protocol
 
-        policy = staging_views(state.cfg.views, state.adapter)
-        features, labels = {}, {}
-        for part, split in (("train", "train"), ("test", VAL_SPLIT)):
-            feats, labels[part], _ = extract_features(model, state.adapter, policy, split, state.cfg.eval.batch_size,
-                                                      _device(model), progress=False)
-            features[part] = combine_views(feats, "concat")
-        results, _, _ = few_shot_protocol({"trained": features}, labels["train"], labels["test"],
-                                          (state.cfg.tune.shots,), seeds=1)
-        return float(results["trained"][str(state.cfg.tune.shots)][score]["mean"])
+        if "sleep_staging" not in state.results:  # every sleep_staging.* score comes from one protocol run
+            policy = staging_views(state.cfg.views, state.adapter)
+            features, labels = {}, {}
+            for part, split in (("train", "train"), ("test", VAL_SPLIT)):
+                feats, labels[part], _ = extract_features(model, state.adapter, policy, split,
+                                                          state.cfg.eval.batch_size, _device(model), progress=False)
+                features[part] = combine_views(feats, "concat")
+            state.results["sleep_staging"], _, _ = few_shot_protocol(
+                {"trained": features}, labels["train"], labels["test"], (state.cfg.tune.shots,), seeds=1)
+        return float(state.results["sleep_staging"]["trained"][str(state.cfg.tune.shots)][score]["mean"])
 
     return compute
 
@@ -177,12 +181,16 @@ class TuneReport(TrainCallback):
         if not event.is_main_process or not (last or (self.every and event.step % self.every == 0)):
             return
         began = time.perf_counter()
+        if self.state is not None:
+            self.state.results.clear()  # the model changed since the last evaluation
         first = self._value(self.metrics[0], event.model)
         with open(event.run_dir / REPORTS_FILE, "a") as reports:
             reports.write(json.dumps({"step": event.step, "value": first}) + "\n")
         self.eval_s += time.perf_counter() - began
         if last:
+            began = time.perf_counter()
             values = {self.metrics[0]: first, **{n: self._value(n, event.model) for n in self.metrics[1:]}}
+            self.eval_s += time.perf_counter() - began
             atomic_write_json(event.run_dir / RESULT_FILE, {"step": event.step, "values": values,
                                                              "eval_s": self.eval_s})
 

@@ -18,7 +18,7 @@ from .objective import REPORTS_FILE, RESULT_FILE, WORKER_PID_ENV
 
 LOG_FILE = "train.log"
 EXIT_FILE = ".exit_code"
-POLL_S = 0.2
+POLL_S = 0.05
 
 
 class TrialFailed(RuntimeError):
