@@ -374,19 +374,21 @@ class Search:
         own_server = self.use_fork and self.fork_server is None
         if own_server:
             self.fork_server = ForkServer()
-        if self.fork_server is not None:
-            self.fork_server.wait_ready()
-        with tqdm(total=self.trials, initial=min(self.done(), self.trials), desc=f"study {self.study_name}",
-                  unit="trial", disable=not self.progress) as bar:
-            threads = [threading.Thread(target=self._worker, args=(bar, deadline), daemon=True)
-                       for _ in range(self.workers)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        if own_server:
-            self.fork_server.close()
-            self.fork_server = None
+        try:
+            if self.fork_server is not None:
+                self.fork_server.wait_ready()
+            with tqdm(total=self.trials, initial=min(self.done(), self.trials), desc=f"study {self.study_name}",
+                      unit="trial", disable=not self.progress) as bar:
+                threads = [threading.Thread(target=self._worker, args=(bar, deadline), daemon=True)
+                           for _ in range(self.workers)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+        finally:
+            if own_server:
+                self.fork_server.close()
+                self.fork_server = None
         return self.summary
 
 
