@@ -224,6 +224,8 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path,
                            {"loss.tau": 0.1, "model.encoders.image.num_features": 16},
                            {"loss.tau": 0.2, "model.encoders.image.num_features": 1}])  # 1 feature: a bad trial
     first = Worker(fork_server, config, "s", "--trials", "3", "--no-plots")  # default launcher: its own fork server
+    _wait_for((folder / "trial_0" / "config.yaml").is_file, first, "trial 0 to start")  # written by the trial
+    os.kill(first.handle.pid, signal.SIGSTOP)  # the worker cannot record the end of trial 0 any more
     _wait_for((folder / "trial_0" / "metrics.jsonl").is_file, first, "trial 0 to train")
     os.kill(first.handle.pid, signal.SIGKILL)  # the worker only: its fork server and trial die with it
     first.handle.kill()
@@ -283,8 +285,8 @@ def test_two_workers_on_one_journal_and_a_failing_trial(tmp_path: Path, fork_ser
     folder = tmp_path / "runs" / "tune" / "two"
     # a worker process that spawns a fresh python per trial takes the first (failing) trial; meanwhile a
     # worker in this process, whose trials fork from the fork server, asks on the same journal
+    search = _search(config, "two", 2, fork_server)  # ready before the spawn worker starts
     spawner = Worker(fork_server, config, "two", "--trials", "2", "--no-plots", "--launcher", "spawn")
-    search = _search(config, "two", 2, fork_server)
     _wait_for((folder / "trial_0" / "train.log").is_file, spawner, "the spawn worker's first trial")
     summary = search.run()
     out = spawner.finish()
@@ -348,11 +350,15 @@ def postgres_url(tmp_path: Path) -> Any:
 def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str, fork_server: ForkServer) -> None:
     raw = _tune_raw(tmp_path / "runs")
     config = _write(tmp_path / "pg.yaml", raw)
+    search = _search(config, "pg", 2, fork_server, storage=postgres_url)  # ready before the other one starts
     other = Worker(fork_server, config, "pg", "--trials", "2", "--no-plots", "--storage", postgres_url)
-    search = _search(config, "pg", 2, fork_server, storage=postgres_url)
     _wait_for((tmp_path / "runs" / "tune" / "pg" / "trial_0" / "train.log").is_file, other,
               "the worker process's first trial")
-    summary = search.run()
+    os.kill(other.handle.pid, signal.SIGSTOP)  # trial 0 stays RUNNING until this worker has run trial 1
+    try:
+        summary = search.run()  # trial 1, then the budget (1 COMPLETE + 1 RUNNING) is full
+    finally:
+        os.kill(other.handle.pid, signal.SIGCONT)
     _assert_two_workers(postgres_url, "pg", [_finished_lines(other.finish()), len(summary.finished)], expect_fail=False)
 
 
