@@ -107,6 +107,59 @@ def test_adapter_splits_and_domain_tuples(digit_root: Path) -> None:
     assert adapter.split("clean/test")[0]["domain"] == "clean"
 
 
+def test_partners_redrawn_every_epoch_seeded_and_resumable(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
+    """The k partner images of an item are drawn afresh every epoch (seeded by (pair_seed, epoch, j)),
+    the trainer sets the epoch before each epoch's loader, and a resumed run redraws the same ones."""
+    from safetensors.torch import load_file
+
+    from multiview_app.config import load_config
+    from multiview_app.train.trainer import train
+
+    tuples = build_adapter("domainnet", options(digit_root, holdout="sketch")).split("train")
+    items = range(0, 400, 7)
+    first = [tuples[j]["x"] for j in items]
+    tuples.set_epoch(1)
+    second = [tuples[j]["x"] for j in items]
+    changed = [not torch.equal(a, b) for a, b in zip(first, second)]
+    assert sum(changed) > len(changed) // 2  # most items get other partners (10 candidates per class and domain)
+    for j, a, b in zip(items, first, second):
+        anchor = tuples.domains.index(tuples[j]["domain"])
+        assert torch.equal(a[anchor], b[anchor])  # the anchor image itself stays
+    again = build_adapter("domainnet", options(digit_root, holdout="sketch")).split("train")
+    again.set_epoch(1)
+    assert all(torch.equal(again[j]["x"], b) for j, b in zip(items, second))  # reproducible
+    tuples.set_epoch(0)
+    assert all(torch.equal(tuples[j]["x"], a) for j, a in zip(items, first))
+
+    # the trainer: 3 seen domains x 80 images / 64 per batch = 3 steps per epoch; 7 steps = epochs 0, 1, 2
+    epochs: list[int] = []
+    real_set_epoch = domain_adapter.DomainTuples.set_epoch
+
+    def recording(self, epoch: int) -> None:
+        epochs.append(epoch)
+        real_set_epoch(self, epoch)
+
+    monkeypatch.setattr(domain_adapter.DomainTuples, "set_epoch", recording)
+    config = tiny_three_domain_config(digit_root, tmp_path, {"name": "infonce_pwe"})
+    section = ["train.max_steps=7", "train.batch_size=64", "train.checkpoint_every=2", f"output.runs_dir={tmp_path}"]
+    full = train(load_config(config, section, name="full"))
+    assert epochs == [0, 1, 2]
+
+    def crash(step: int, record: dict | None) -> None:
+        if step == 5:
+            raise RuntimeError("simulated crash")
+
+    epochs.clear()
+    crashed = load_config(config, section, name="crashed")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(crashed, callbacks=[crash])
+    epochs.clear()
+    resumed = train(crashed, resume="latest")  # from the step-4 checkpoint: epoch 1, micro-batch 1
+    assert epochs == [1, 2]
+    a, b = load_file(str(full.run_dir / "model.safetensors")), load_file(str(resumed.run_dir / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
 def test_loading_does_not_touch_the_global_rng(digit_root: Path) -> None:
     """Model init after the adapter must not depend on which domains were decoded."""
     torch.manual_seed(0)

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, default_collate
 from ..config import Config
 from ..data.batch import to_device
 from ..train.run_io import atomic_write_json, build_model_from_spec, model_spec, save_weights
-from ..train.trainer import EpochBatchSampler, lr_lambda
+from ..train.trainer import EpochBatchSampler, lr_lambda, set_dataset_epoch
 
 
 def _source_data(cfg: Config) -> dict[str, Any]:
@@ -84,6 +84,7 @@ def train_erm(cfg: Config, adapter: Any, policy: Any, cache_dir: str | Path, *, 
     bar = tqdm(total=steps, desc="ERM baseline", unit="step", disable=not progress, leave=False)
     while step < steps:
         sampler = EpochBatchSampler(len(dataset), n, per_epoch, seed, epoch)
+        set_dataset_epoch(dataset, epoch)
         for raw in DataLoader(dataset, batch_sampler=sampler, collate_fn=default_collate,
                               num_workers=cfg.train.num_workers):
             if step >= steps:

@@ -135,6 +135,14 @@ class EpochBatchSampler(Sampler[list[int]]):
         return max(0, self.num_batches - self.start)
 
 
+def set_dataset_epoch(dataset: Any, epoch: int) -> None:
+    """``dataset.set_epoch(epoch)`` when the train split draws per epoch (e.g. the partner images of
+    domain tuples); called before each epoch's DataLoader is built, so workers see it."""
+    set_epoch = getattr(dataset, "set_epoch", None)
+    if callable(set_epoch):
+        set_epoch(epoch)
+
+
 class ViewStream:
     """Views of consecutive micro-batches, the next one prepared in a background thread while the
     model computes on the current one (``prefetch``), so the step only waits for what is not hidden.
@@ -566,6 +574,7 @@ class Trainer:
         if plan.streaming:
             plan.train_set.resume_from(self._stream_positions, at.position)  # type: ignore[attr-defined]
             return DataLoader(plan.train_set, batch_size=plan.items, drop_last=True, **common)
+        set_dataset_epoch(plan.train_set, at.epoch)
         sampler = EpochBatchSampler(
             plan.n_items, plan.items, plan.micro_per_epoch, tcfg.seed, at.epoch, rank, plan.world, at.position
         )

@@ -16,7 +16,10 @@ adaptation target ``adapt``):
 - ``"train"``: domain tuples for pretraining (the ``domains`` view policy). Item ``j`` is anchored at
   one seen-domain train image (class ``c``, ``len = sum of the seen train splits``); its ``x`` is
   uint8 ``(K, 3, S, S)``, one image of class ``c`` per seen domain (the anchor in its own domain, a
-  partner drawn with ``numpy.random.default_rng([pair_seed, j])`` in the others).
+  partner drawn with ``numpy.random.default_rng([pair_seed, epoch, j])`` in the others). The
+  trainer calls ``set_epoch(epoch)`` before every epoch, so the partners are drawn afresh every
+  epoch (as the paper's per-batch draw: every item is in one batch per epoch), reproducibly, and a
+  resumed run draws the partners of its epoch again.
 - ``"test"``: the seen domains' test images, ``x`` uint8 ``(3, S, S)``.
 - ``"<domain>/train"``, ``"<domain>/test"``: one seen domain's images.
 
@@ -135,6 +138,12 @@ class JoinedDomains(Dataset):
         self.parts = parts
         self.offsets = np.cumsum([0] + [len(p) for p in parts])
 
+    def set_epoch(self, epoch: int) -> None:
+        """Pass the epoch on to every part that draws per epoch."""
+        for part in self.parts:
+            if hasattr(part, "set_epoch"):
+                part.set_epoch(epoch)
+
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
@@ -148,13 +157,15 @@ class JoinedDomains(Dataset):
 class DomainTuples(Dataset):
     """Pretraining items: one image of the anchor's class from every seen domain (module docstring).
 
-    ``x`` uint8 ``(K, 3, S, S)`` in the order of ``parts`` (the seen domains).
+    ``x`` uint8 ``(K, 3, S, S)`` in the order of ``parts`` (the seen domains). The partners of item
+    ``j`` depend on ``(pair_seed, epoch, j)``; :meth:`set_epoch` (called by the trainer) redraws them.
     """
 
     def __init__(self, parts: list[DomainImages], num_classes: int, pair_seed: int = 0) -> None:
         self.parts = parts
         self.domains = [p.domain for p in parts]
         self.pair_seed = pair_seed
+        self.epoch = 0
         self.offsets = np.cumsum([0] + [len(p) for p in parts])
         self.members = [[np.flatnonzero(p.labels.numpy() == c) for c in range(num_classes)] for p in parts]
         present = [set(p.labels.tolist()) for p in parts]
@@ -169,11 +180,15 @@ class DomainTuples(Dataset):
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the partner images of ``epoch`` from now on (seeded by ``(pair_seed, epoch, j)``)."""
+        self.epoch = int(epoch)
+
     def __getitem__(self, j: int) -> dict[str, Any]:
         anchor = int(np.searchsorted(self.offsets, j, side="right") - 1)
         local = j - int(self.offsets[anchor])
         label = int(self.parts[anchor].labels[local])
-        rng = np.random.default_rng([self.pair_seed, j])
+        rng = np.random.default_rng([self.pair_seed, self.epoch, j])
         images = []
         for d, part in enumerate(self.parts):
             members = self.members[d][label]
@@ -183,12 +198,18 @@ class DomainTuples(Dataset):
 
 class TargetTuples(Dataset):
     """Adaptation-target items for pretraining: ``count`` items cycling over the target's train images
-    (order seeded by ``pair_seed``); ``x`` = the same image repeated ``K`` times ``(K, 3, S, S)``, so the
-    view policy turns it into K augmentation views of one image. Label -1 (labels are never read)."""
+    (order seeded by ``(pair_seed, epoch)``, redrawn by :meth:`set_epoch`, so a share smaller than the
+    target still reaches all of its images over the epochs); ``x`` = the same image repeated ``K``
+    times ``(K, 3, S, S)``, so the view policy turns it into K augmentation views of one image.
+    Label -1 (labels are never read)."""
 
     def __init__(self, part: DomainImages, num_views: int, count: int, pair_seed: int = 0) -> None:
-        self.part, self.num_views, self.count = part, num_views, count
-        self.order = np.random.default_rng([pair_seed, 1]).permutation(len(part))
+        self.part, self.num_views, self.count, self.pair_seed = part, num_views, count, pair_seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Order of the target images for ``epoch``."""
+        self.order = np.random.default_rng([self.pair_seed, 1, int(epoch)]).permutation(len(self.part))
 
     def __len__(self) -> int:
         return self.count
