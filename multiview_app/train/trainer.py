@@ -529,11 +529,17 @@ class Trainer:
         def view_seed(micro_index: int) -> int:
             return (tcfg.seed * 1_000_003 + micro_index) * 4_096 + rank
 
+        # a policy whose views depend on the model (e.g. nearest-neighbour target views) gets the model and
+        # builds each micro-batch's views synchronously, with the weights of the step they feed
+        uses_model = bool(getattr(plan.policy, "uses_model", False))
+        if uses_model:
+            plan.policy.bind_model(model)
+
         stop = StopRequest().__enter__()
         try:
             while at.step < plan.total_steps:
                 loader = self._train_loader(plan, at, rank, device, loader_gen)
-                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum, tcfg.prefetch_views,
+                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum, tcfg.prefetch_views and not uses_model,
                                      self._stream_positions)
                 try:
                     while at.step < plan.total_steps and at.position < plan.micro_per_epoch:

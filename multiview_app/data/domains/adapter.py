@@ -24,10 +24,16 @@ adaptation target ``adapt``):
 - ``"<domain>/train"``, ``"<domain>/test"``: one seen domain's images.
 
 With ``adapt: <domain>`` (domain adaptation) that domain is not a seen domain either, but its train
-images join ``"train"`` without labels: :class:`TargetTuples` items (one target image repeated K times,
-i.e. K augmentation views of it under the ``domains`` policy, label -1), ``adapt_share`` of all items
-(mixed into batches by the trainer's uniform sampling). Its labels stay hidden (reading them raises)
-until :meth:`DomainNetAdapter.target_labels`; its test split is not read before evaluation.
+images join pretraining without labels, as ``adapt_views`` says:
+
+- ``augment`` (default): ``"train"`` also holds :class:`TargetTuples` items (one target image repeated
+  K times, i.e. K augmentation views of it under the ``domains`` policy, label -1), ``adapt_share`` of
+  all items (mixed into batches by the trainer's uniform sampling);
+- ``nearest``: ``"train"`` holds the source tuples only; the ``domains`` policy adds to every item one
+  extra view, the target train image nearest to the item in the current embedding (see its docstring).
+
+Its labels stay hidden (reading them raises) until :meth:`DomainNetAdapter.target_labels`; its test
+split is not read before evaluation.
 
 The held-out domain is reached only through :meth:`DomainNetAdapter.domain_split` (the evaluator):
 constructing the adapter and every split above list its folder name and its class-folder names
@@ -45,7 +51,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -280,6 +286,12 @@ class DomainNetAdapter(DataAdapter):
         adapt_share: float = Field(
             0.25, gt=0.0, lt=1.0, description="share of the pretraining items that are adaptation-target images"
         )
+        adapt_views: Literal["augment", "nearest"] = Field(
+            "augment",
+            description="how target images enter pretraining: 'augment' = target items (k augmentation views of "
+                        "one image, adapt_share of the items); 'nearest' = one extra view per source item, the "
+                        "target image nearest to it in the current embedding (domains view policy)",
+        )
         intersect_classes: bool = Field(False, description="use the classes common to all domains instead of failing")
         preload: bool = Field(True, description="decode every image of a split once into memory (else on access)")
         decode_workers: int = Field(2, ge=0, le=64, description="DataLoader workers that decode when preloading")
@@ -469,7 +481,7 @@ class DomainNetAdapter(DataAdapter):
     def _build_split(self, name: str) -> Dataset:
         if name == "train":
             source = self.source_tuples()
-            if self.adapt is None:
+            if self.adapt is None or self.options.adapt_views == "nearest":  # nearest: the view policy adds them
                 return source
             share = self.options.adapt_share
             count = max(1, round(share / (1.0 - share) * len(source)))
