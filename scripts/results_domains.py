@@ -17,6 +17,7 @@ Resumable: finished runs / evaluations are reused.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -86,6 +87,8 @@ def main() -> int:
                         help="losses that also run the nearest-neighbour adaptation variant "
                              "(data.options.adapt_views=nearest: <loss>+adapt_nn columns); '' for none")
     parser.add_argument("--steps", type=int, default=None, help="train.max_steps (default: the configs')")
+    parser.add_argument("--only-finished", action="store_true",
+                        help="train nothing: table, figures and docs from the evaluations already in --runs-dir")
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_domains")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
@@ -112,7 +115,12 @@ def main() -> int:
     overrides = [f"data.options.root={args.root}"] + ([f"train.max_steps={args.steps}"] if args.steps else [])
     start = time.perf_counter()
     results, failures = [], {}
-    for loss in losses:
+    if args.only_finished:
+        results = [r for r in (json.loads(f.read_text()) for f in sorted(args.runs_dir.glob("*/eval/domain_generalization.json")))
+                   if r["loss"] in losses]
+        args.holdouts = ",".join(sorted({r["holdout"] for r in results}))
+        args.seeds = ",".join(str(x) for x in sorted({r["seed"] for r in results}))
+    for loss in [] if args.only_finished else losses:
         print(f"== {loss}", flush=True)
         try:
             protocols = ("generalization", "adaptation") if loss in adapt_losses else ("generalization",)
