@@ -120,6 +120,9 @@ def main() -> int:
                    if r["loss"] in losses]
         args.holdouts = ",".join(sorted({r["holdout"] for r in results}))
         args.seeds = ",".join(str(x) for x in sorted({r["seed"] for r in results}))
+        adapted = [r for r in results if r.get("protocol") == "adaptation"]
+        adapt_losses = {r["loss"] for r in adapted if r.get("adapt_views", "augment") == "augment"}
+        nn_losses = {r["loss"] for r in adapted if r.get("adapt_views") == "nearest"}
     for loss in [] if args.only_finished else losses:
         print(f"== {loss}", flush=True)
         try:
@@ -158,11 +161,13 @@ def main() -> int:
 
     cfg = load_config(ROOT / "configs" / f"domains_digits_{losses[0]}.yaml", overrides)
     views, encoder = cfg.views.options, cfg.model.encoders["image"]
-    setting = (f"k = {cfg.views.k} seen domains as views ({views.get('stacks')} stack, crop scale "
-               f"{views.get('crop_scale') or '(0.08, 1)'}, jitter x {views.get('jitter_strength', 1.0)}), n = "
+    stack = ("`test` stack: no random augmentation" if views.get("stacks") == "test" else
+             f"{views.get('stacks')} stack, crop scale {views.get('crop_scale') or '(0.08, 1)'}, jitter x "
+             f"{views.get('jitter_strength', 1.0)}")
+    setting = (f"k = {cfg.views.k} seen domains as views ({stack}), n = "
                f"{cfg.train.batch_size}, {cfg.train.max_steps} steps, AdamW lr {cfg.optim.lr}, {encoder['name']} "
                f"(width {encoder.get('width')}) on {views.get('image_size')} px")
-    table = (args.runs_dir / "domain_generalization_table.md").read_text()
+    table = summary["table"]
     section = "\n".join([
         "## Unseen-domain generalization and domain adaptation on the digit domains (M3G Table 2 / Fig. 2)",
         "",

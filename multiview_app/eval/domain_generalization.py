@@ -386,7 +386,7 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
     if gain:
         table += "\nGain of adaptation over generalization (5 vs 1, accuracy points)\n\n" + format_gain(gain) + "\n"
     atomic_write_text(out_dir / f"{KIND}_table.md", table)
-    summary = {"domains": domains, "combined": combined, "runs": results, "heatmaps": str(heatmap),
+    summary = {"domains": domains, "combined": combined, "runs": results, "heatmaps": str(heatmap), "table": table,
                "adaptation_gain": gain, "gain_plot": gain_plot and str(gain_plot)}
     atomic_write_json(out_dir / f"{KIND}_summary.json", summary)
     return summary
