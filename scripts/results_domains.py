@@ -35,8 +35,6 @@ START, END = "<!-- domains:start -->", "<!-- domains:end -->"
 def shift_matrix(root: Path, runs_dir: Path) -> dict:
     """Random-init encoder (the configs' small_cnn, seed 0): probe on one domain, test on each (reused from
     ``<runs_dir>/random_init_shift_matrix.json`` when that exists)."""
-    import json
-
     import torch
 
     cached = runs_dir / "random_init_shift_matrix.json"
