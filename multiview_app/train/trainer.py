@@ -539,7 +539,8 @@ class Trainer:
         try:
             while at.step < plan.total_steps:
                 loader = self._train_loader(plan, at, rank, device, loader_gen)
-                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum, tcfg.prefetch_views and not uses_model,
+                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum,
+                                     tcfg.prefetch_views and not uses_model,
                                      self._stream_positions)
                 try:
                     while at.step < plan.total_steps and at.position < plan.micro_per_epoch:
