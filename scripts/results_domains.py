@@ -1,14 +1,15 @@
 """Leave-one-domain-out (+ domain adaptation) table on the embedded digit domains (M3G Table 2 / Fig. 2).
 
     .venv/bin/python scripts/results_domains.py [--losses m3g,infonce_pwe] [--holdouts all|sketch,clean]
-        [--seeds 0,1,2,3] [--adapt-losses m3g,infonce_pwe,pvc_geometric] [--steps 300]
+        [--seeds 0,1,2,3] [--adapt-losses m3g,infonce_pwe,pvc_geometric] [--nn-losses m3g] [--steps N]
         [--root data/digit-domains] [--runs-dir runs/results_domains]
 
 Writes the digit domains first when ``--root`` is missing (``mvapp data synth-domains``); then, for
 every loss (``configs/domains_digits_<loss>.yaml``), held-out domain and seed, one pretraining run
 on the other five domains and the domain-generalization evaluator (5-vs-1, 1-vs-1, oracle; random
 init and ERM references); for ``--adapt-losses`` also the adaptation protocol (the target's train
-images unlabelled in pretraining), as ``<loss>+adapt`` columns and a gain table. Then the combined table (mean +- std over seeds), the Fig.-2-like heatmaps
+images unlabelled in pretraining), as ``<loss>+adapt`` columns and a gain table; for ``--nn-losses`` also
+the nearest-neighbour variant (``data.options.adapt_views=nearest``, ``<loss>+adapt_nn`` columns). Then the combined table (mean +- std over seeds), the Fig.-2-like heatmaps
 and the random-init domain-shift matrix go to ``<runs-dir>`` and into the section between the
 ``domains`` markers of ``docs/results.md`` (the rest of that file is left as it is).
 Resumable: finished runs / evaluations are reused.
@@ -16,6 +17,7 @@ Resumable: finished runs / evaluations are reused.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -31,8 +33,13 @@ START, END = "<!-- domains:start -->", "<!-- domains:end -->"
 
 
 def shift_matrix(root: Path, runs_dir: Path) -> dict:
-    """Random-init encoder (the configs' small_cnn, seed 0): probe on one domain, test on each."""
+    """Random-init encoder (the configs' small_cnn, seed 0): probe on one domain, test on each (reused from
+    ``<runs_dir>/random_init_shift_matrix.json`` when that exists)."""
     import torch
+
+    cached = runs_dir / "random_init_shift_matrix.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
 
     from multiview_app.config import load_config
     from multiview_app.data.adapters import build_adapter
@@ -81,7 +88,12 @@ def main() -> int:
     parser.add_argument("--adapt-losses", default="m3g,infonce_pwe,pvc_geometric",
                         help="losses that also run the adaptation protocol (target train images unlabelled in "
                              "pretraining); '' for none")
-    parser.add_argument("--steps", type=int, default=None, help="train.max_steps (default: the configs' 300)")
+    parser.add_argument("--nn-losses", default="m3g",
+                        help="losses that also run the nearest-neighbour adaptation variant "
+                             "(data.options.adapt_views=nearest: <loss>+adapt_nn columns); '' for none")
+    parser.add_argument("--steps", type=int, default=None, help="train.max_steps (default: the configs')")
+    parser.add_argument("--only-finished", action="store_true",
+                        help="train nothing: table, figures and docs from the evaluations already in --runs-dir")
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_domains")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
@@ -102,17 +114,29 @@ def main() -> int:
         synth_domains(args.root)
     losses = [x for x in args.losses.split(",") if x]
     adapt_losses = {x for x in args.adapt_losses.split(",") if x}
+    nn_losses = {x for x in args.nn_losses.split(",") if x}
     seeds = [int(x) for x in args.seeds.split(",") if x]
     holdouts = "all" if args.holdouts == "all" else [x for x in args.holdouts.split(",") if x]
     overrides = [f"data.options.root={args.root}"] + ([f"train.max_steps={args.steps}"] if args.steps else [])
     start = time.perf_counter()
     results, failures = [], {}
-    for loss in losses:
+    if args.only_finished:
+        results = [r for r in (json.loads(f.read_text()) for f in sorted(args.runs_dir.glob("*/eval/domain_generalization.json")))
+                   if r["loss"] in losses]
+        args.holdouts = ",".join(sorted({r["holdout"] for r in results}))
+        args.seeds = ",".join(str(x) for x in sorted({r["seed"] for r in results}))
+        adapted = [r for r in results if r.get("protocol") == "adaptation"]
+        adapt_losses = {r["loss"] for r in adapted if r.get("adapt_views", "augment") == "augment"}
+        nn_losses = {r["loss"] for r in adapted if r.get("adapt_views") == "nearest"}
+    for loss in [] if args.only_finished else losses:
         print(f"== {loss}", flush=True)
         try:
             protocols = ("generalization", "adaptation") if loss in adapt_losses else ("generalization",)
-            results += train_and_evaluate(ROOT / "configs" / f"domains_digits_{loss}.yaml", args.runs_dir, holdouts,
-                                          seeds, overrides, protocols=protocols)
+            config = ROOT / "configs" / f"domains_digits_{loss}.yaml"
+            results += train_and_evaluate(config, args.runs_dir, holdouts, seeds, overrides, protocols=protocols)
+            if loss in nn_losses:
+                results += train_and_evaluate(config, args.runs_dir, holdouts, seeds,
+                                              [*overrides, "data.options.adapt_views=nearest"], protocols=("adaptation",))
         except Exception as exc:  # noqa: BLE001 - record and go on with the other losses
             failures[loss] = " ".join(str(exc).split())[:300]
             print(f"!! {loss} failed: {failures[loss]}", flush=True)
@@ -138,19 +162,30 @@ def main() -> int:
                   f"{mean_train:.0f} s + evaluation incl. ERM when not cached {mean_total - mean_train:.0f} s; "
                   f"{len(per_run)} timed run(s){cpu_text}; CPU, 2 cores shared with other jobs).")
     command = " ".join(["scripts/results_domains.py", *sys.argv[1:]])
-    table = (args.runs_dir / "domain_generalization_table.md").read_text()
+    from multiview_app.config import load_config
+
+    cfg = load_config(ROOT / "configs" / f"domains_digits_{losses[0]}.yaml", overrides)
+    views, encoder = cfg.views.options, cfg.model.encoders["image"]
+    stack = ("`test` stack: no random augmentation" if views.get("stacks") == "test" else
+             f"{views.get('stacks')} stack, crop scale {views.get('crop_scale') or '(0.08, 1)'}, jitter x "
+             f"{views.get('jitter_strength', 1.0)}")
+    setting = (f"k = {cfg.views.k} seen domains as views ({stack}), n = "
+               f"{cfg.train.batch_size}, {cfg.train.max_steps} steps, AdamW lr {cfg.optim.lr}, {encoder['name']} "
+               f"(width {encoder.get('width')}) on {views.get('image_size')} px")
+    table = summary["table"]
     section = "\n".join([
         "## Unseen-domain generalization and domain adaptation on the digit domains (M3G Table 2 / Fig. 2)",
         "",
         f"Produced by `.venv/bin/python {command}` (this call, reusing finished runs: "
         f"{time.perf_counter() - start:.0f} s). Losses: "
-        f"{', '.join(losses)}; held-out domains: {args.holdouts}; seeds: {args.seeds}; steps: "
-        f"{args.steps or 'config default (300)'}. Pretraining: k = 5 seen domains as views (simclr stack), "
-        "n = 16, small_cnn on 32 px. Probes: standardized logistic regression (C = 1) on frozen encoder "
+        f"{', '.join(losses)}; held-out domains: {args.holdouts}; seeds: {args.seeds}. Pretraining: {setting}. "
+        "Probes: standardized logistic regression (C = 1) on frozen encoder "
         "features; `random_init` = the run's initial weights, `erm` = the same backbone trained with "
         "cross-entropy on the seen domains' labels with the same steps and batches. `<loss>+adapt`: the "
         f"target's train images (no labels) joined pretraining ({'adaptation for ' + ', '.join(sorted(adapt_losses)) if adapt_losses else 'not run'}; "
-        "k augmentation views of one target image, 25 % of the items). " + timing,
+        "k augmentation views of one target image, 25 % of the items); `<loss>+adapt_nn` "
+        f"({', '.join(sorted(nn_losses)) or 'not run'}): instead one extra view per source item, the target train "
+        "image nearest to the item in the current embedding (among 64 drawn per batch). " + timing,
         "",
         table,
         "1-vs-1 (Fig. 2): `docs/figures/domains_one_vs_one.png` (rows: probe training domain; columns: "

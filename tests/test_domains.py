@@ -107,6 +107,59 @@ def test_adapter_splits_and_domain_tuples(digit_root: Path) -> None:
     assert adapter.split("clean/test")[0]["domain"] == "clean"
 
 
+def test_partners_redrawn_every_epoch_seeded_and_resumable(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
+    """The k partner images of an item are drawn afresh every epoch (seeded by (pair_seed, epoch, j)),
+    the trainer sets the epoch before each epoch's loader, and a resumed run redraws the same ones."""
+    from safetensors.torch import load_file
+
+    from multiview_app.config import load_config
+    from multiview_app.train.trainer import train
+
+    tuples = build_adapter("domainnet", options(digit_root, holdout="sketch")).split("train")
+    items = range(0, 400, 7)
+    first = [tuples[j]["x"] for j in items]
+    tuples.set_epoch(1)
+    second = [tuples[j]["x"] for j in items]
+    changed = [not torch.equal(a, b) for a, b in zip(first, second)]
+    assert sum(changed) > len(changed) // 2  # most items get other partners (10 candidates per class and domain)
+    for j, a, b in zip(items, first, second):
+        anchor = tuples.domains.index(tuples[j]["domain"])
+        assert torch.equal(a[anchor], b[anchor])  # the anchor image itself stays
+    again = build_adapter("domainnet", options(digit_root, holdout="sketch")).split("train")
+    again.set_epoch(1)
+    assert all(torch.equal(again[j]["x"], b) for j, b in zip(items, second))  # reproducible
+    tuples.set_epoch(0)
+    assert all(torch.equal(tuples[j]["x"], a) for j, a in zip(items, first))
+
+    # the trainer: 3 seen domains x 80 images / 64 per batch = 3 steps per epoch; 7 steps = epochs 0, 1, 2
+    epochs: list[int] = []
+    real_set_epoch = domain_adapter.DomainTuples.set_epoch
+
+    def recording(self, epoch: int) -> None:
+        epochs.append(epoch)
+        real_set_epoch(self, epoch)
+
+    monkeypatch.setattr(domain_adapter.DomainTuples, "set_epoch", recording)
+    config = tiny_three_domain_config(digit_root, tmp_path, {"name": "infonce_pwe"})
+    section = ["train.max_steps=7", "train.batch_size=64", "train.checkpoint_every=2", f"output.runs_dir={tmp_path}"]
+    full = train(load_config(config, section, name="full"))
+    assert epochs == [0, 1, 2]
+
+    def crash(step: int, record: dict | None) -> None:
+        if step == 5:
+            raise RuntimeError("simulated crash")
+
+    epochs.clear()
+    crashed = load_config(config, section, name="crashed")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(crashed, callbacks=[crash])
+    epochs.clear()
+    resumed = train(crashed, resume="latest")  # from the step-4 checkpoint: epoch 1, micro-batch 1
+    assert epochs == [1, 2]
+    a, b = load_file(str(full.run_dir / "model.safetensors")), load_file(str(resumed.run_dir / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
 def test_loading_does_not_touch_the_global_rng(digit_root: Path) -> None:
     """Model init after the adapter must not depend on which domains were decoded."""
     torch.manual_seed(0)
@@ -371,6 +424,76 @@ def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tm
     assert adapter.target_labels("train").shape == (80,)  # evaluation reads them explicitly
 
 
+def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
+    """adapt_views: nearest: the train split holds source tuples only; the policy adds one target view per
+    item, the target train image nearest (cosine, current embedding) to the item's mean source embedding;
+    training and evaluation never read the target's labels or its test split."""
+    from multiview_app.config import load_config
+    from multiview_app.data.batch import ViewBatch
+    from multiview_app.data.domains.views import nearest_indices
+    from multiview_app.data.images.augment import augment
+    from multiview_app.eval.domain_generalization import column_name, train_and_evaluate
+    from multiview_app.models import build_model
+    from multiview_app.train.trainer import train
+
+    rng = torch.Generator().manual_seed(0)
+    queries, candidates = torch.randn(7, 5, generator=rng), torch.randn(11, 5, generator=rng)
+    q64, c64 = queries.double(), candidates.double()
+    cosine = (q64 @ c64.T) / (q64.norm(dim=1)[:, None] * c64.norm(dim=1)[None])
+    assert torch.equal(nearest_indices(queries, candidates), cosine.argmax(dim=1))
+
+    opts = options(digit_root, domains=["clean", "inverted", "sketch"], adapt="sketch", adapt_views="nearest")
+    adapter = build_adapter("domainnet", opts)
+    assert len(adapter.split("train")) == 2 * 80  # no target items: the policy brings the target in
+    policy = build_view_policy("domains", 2, {"image_size": 16, "stacks": "test", "target_pool": 1000}, adapter)
+    assert policy.k == 3 and policy.uses_model
+    raw = default_collate([adapter.split("train")[i] for i in range(0, 160, 20)])
+    with pytest.raises(ValueError, match="needs the model"):
+        policy.train_views(raw, torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = build_model({"image": {"name": "small_cnn", "width": 4, "num_features": 8}}, {"hidden_dim": 8, "out_dim": 8})
+    model.train()
+    policy.bind_model(model)
+    batch = policy.train_views(raw, torch.Generator().manual_seed(0))
+    assert batch.view_names == ["clean", "inverted", "sketch"] and model.training  # mode restored
+    # brute force (float64): the pool is the whole target train split (target_pool >= 80)
+    target = adapter.domain_split("sketch", "train")
+    with torch.no_grad():
+        double = build_model({"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                             {"hidden_dim": 8, "out_dim": 8})
+        double.load_state_dict(model.state_dict())
+        double.double().eval()
+
+        def embed(images: torch.Tensor) -> torch.Tensor:
+            x = augment(images, "test", 16).double()
+            return double.embed(ViewBatch([x], ["image"], ["test"]), use_predictor=False)[:, 0]
+
+        items = embed(raw["x"].flatten(0, 1)).view(8, 2, -1).mean(dim=1)
+        pool = embed(target.images)
+        cos = (items @ pool.T) / (items.norm(dim=1)[:, None] * pool.norm(dim=1)[None])
+        expected = target.images[cos.argmax(dim=1)]
+    assert torch.allclose(batch.views[2], augment(expected, "test", 16))
+    with pytest.raises(PermissionError):
+        target.labels
+
+    # end to end: training (+ ERM, evaluator) never reads the target labels nor its test split
+    opened: list[str] = []
+    real_decode = domain_adapter.decode_file
+    monkeypatch.setattr(domain_adapter, "decode_file", lambda p, s: opened.append(p) or real_decode(p, s))
+    config = tiny_three_domain_config(digit_root, tmp_path, {"name": "m3g", "epsilon": 0.05})
+    train(load_config(config, ["data.options.adapt=sketch", "data.options.adapt_views=nearest",
+                               f"output.runs_dir={tmp_path}"], name="nn_only"))
+    sketch_test = {str(digit_root / line.split()[0]) for line in (digit_root / "sketch_test.txt").read_text().splitlines()}
+    assert any("/sketch/" in p for p in opened) and not sketch_test & set(opened)
+    out = tmp_path / "nn"
+    results = train_and_evaluate(config, out, ["sketch"], [0], ["data.options.adapt_views=nearest"],
+                                 protocols=("generalization", "adaptation"), progress=False)
+    assert [r["protocol"] for r in results] == ["generalization", "adaptation"]
+    assert results[1]["adapt_views"] == "nearest" and (out / "m3g_sketch_adaptnn_s0" / "model.safetensors").is_file()
+    assert len(list((out / "erm").iterdir())) == 1  # ERM (source views only) shared by both protocols
+    assert column_name(results[1]) == "m3g+adapt_nn"
+
+
 def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_path: Path) -> None:
     from multiview_app.eval.domain_generalization import train_and_evaluate, write_summary
 
@@ -386,7 +509,7 @@ def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_pat
     summary = write_summary(results, out)
     five = summary["combined"]["five_vs_one"]
     assert {"pvc_geometric", "pvc_geometric+adapt", "erm", "random_init"} == set(five)
-    gain = summary["adaptation_gain"]["pvc_geometric"]["sketch"]
+    gain = summary["adaptation_gain"]["pvc_geometric+adapt"]["sketch"]
     assert abs(gain - (five["pvc_geometric+adapt"]["sketch"]["mean"] - five["pvc_geometric"]["sketch"]["mean"])) < 1e-12
     assert (out / "plots" / "adaptation_gain.png").is_file()
     assert "Gain of adaptation over generalization" in (out / "domain_generalization_table.md").read_text()

@@ -129,6 +129,7 @@ def _evaluate_run(run_dir: Path, C: float, batch_size: int | None, erm: bool, er
         "seed": cfg.train.seed,
         "holdout": target,
         "protocol": protocol,
+        "adapt_views": cfg.data.options.get("adapt_views", "augment") if protocol == "adaptation" else None,
         "seen": seen,
         "classifier": f"standardized multinomial logistic regression (lbfgs, L2 C={C}) on frozen encoder features",
         "items": items,
@@ -195,9 +196,16 @@ def domain_shift_matrix(model: Any, adapter: Any, policy: Any, *, C: float = 1.0
 
 
 # ------------------------------------------------------------------ several runs: table + heatmaps
+#: table-column suffix of the adaptation protocol per ``data.options.adapt_views``
+ADAPT_SUFFIX = {"augment": "+adapt", "nearest": "+adapt_nn"}
+
+
 def column_name(result: dict[str, Any]) -> str:
-    """Table column of a run's trained encoder: the loss, ``<loss>+adapt`` for the adaptation protocol."""
-    return result["loss"] + ("+adapt" if result.get("protocol") == "adaptation" else "")
+    """Table column of a run's trained encoder: the loss, ``<loss>+adapt`` for the adaptation protocol
+    (target items as augmentation views), ``<loss>+adapt_nn`` (target views matched by nearest neighbour)."""
+    if result.get("protocol") != "adaptation":
+        return result["loss"]
+    return result["loss"] + ADAPT_SUFFIX[result.get("adapt_views", "augment")]
 
 
 def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[str, Any]:
@@ -280,19 +288,21 @@ def plot_heatmaps(combined: dict[str, Any], domains: list[str], out: Path) -> Pa
 
 
 def adaptation_gain(combined: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """``gain[loss][target] = mean 5-vs-1 accuracy with adaptation - without`` (targets run both ways)."""
+    """``gain[<adaptation column>][target] = mean 5-vs-1 accuracy with adaptation - without`` (targets
+    run both ways); adaptation columns are ``<loss>+adapt`` / ``<loss>+adapt_nn``."""
     five = combined["five_vs_one"]
     gain: dict[str, dict[str, float]] = {}
     for column, per_domain in five.items():
-        if not column.endswith("+adapt") or column[: -len("+adapt")] not in five:
+        loss = next((column[: -len(x)] for x in ADAPT_SUFFIX.values() if column.endswith(x)), None)
+        if loss is None or loss not in five:
             continue
-        base = five[column[: -len("+adapt")]]
-        gain[column[: -len("+adapt")]] = {d: cell["mean"] - base[d]["mean"] for d, cell in per_domain.items() if d in base}
+        base = five[loss]
+        gain[column] = {d: cell["mean"] - base[d]["mean"] for d, cell in per_domain.items() if d in base}
     return gain
 
 
 def format_gain(gain: dict[str, dict[str, float]]) -> str:
-    """Markdown: rows = target domain, columns = loss, cells = gain in accuracy points."""
+    """Markdown: rows = target domain, columns = adaptation column, cells = gain in accuracy points."""
     losses = sorted(gain)
     domains = sorted({d for per in gain.values() for d in per})
     lines = ["| target | " + " | ".join(losses) + " |", "|---" * (len(losses) + 1) + "|"]
@@ -331,8 +341,9 @@ def train_and_evaluate(
     if unknown:
         raise ValueError(f"unknown protocol(s) {', '.join(unknown)}; valid: {', '.join(PROTOCOL_OPTION)}")
     runs = [(h, s, p) for h in holdouts for p in protocols for s in seeds]
+    adapt_tag = "_adaptnn" if base.data.options.get("adapt_views") == "nearest" else "_adapt"
     for holdout, seed, protocol in runs:
-        name = f"{base.loss.name}_{holdout}{'_adapt' if protocol == 'adaptation' else ''}_s{seed}"
+        name = f"{base.loss.name}_{holdout}{adapt_tag if protocol == 'adaptation' else ''}_s{seed}"
         target = [f"data.options.{key}={holdout if key == PROTOCOL_OPTION[protocol] else 'null'}"
                   for key in PROTOCOL_OPTION.values()]
         cfg = load_config(config, [*overrides, *target, f"train.seed={seed}",
@@ -375,7 +386,7 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
     if gain:
         table += "\nGain of adaptation over generalization (5 vs 1, accuracy points)\n\n" + format_gain(gain) + "\n"
     atomic_write_text(out_dir / f"{KIND}_table.md", table)
-    summary = {"domains": domains, "combined": combined, "runs": results, "heatmaps": str(heatmap),
+    summary = {"domains": domains, "combined": combined, "runs": results, "heatmaps": str(heatmap), "table": table,
                "adaptation_gain": gain, "gain_plot": gain_plot and str(gain_plot)}
     atomic_write_json(out_dir / f"{KIND}_summary.json", summary)
     return summary

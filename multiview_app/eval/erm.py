@@ -23,22 +23,24 @@ from torch.utils.data import DataLoader, default_collate
 from ..config import Config
 from ..data.batch import to_device
 from ..train.run_io import atomic_write_json, build_model_from_spec, model_spec, save_weights
-from ..train.trainer import EpochBatchSampler, lr_lambda
+from ..train.trainer import EpochBatchSampler, lr_lambda, set_dataset_epoch
 
 
 def _source_data(cfg: Config) -> dict[str, Any]:
     """Data settings as far as ERM sees them: the target domain (held out or adaptation target) is
     excluded either way, so both protocols share one ERM model per target."""
-    options = {k: v for k, v in cfg.data.options.items() if k not in ("adapt", "adapt_share")}
+    options = {k: v for k, v in cfg.data.options.items() if k not in ("adapt", "adapt_share", "adapt_views")}
     options["holdout"] = cfg.data.options.get("holdout") or cfg.data.options.get("adapt")
     return {"adapter": cfg.data.adapter, "options": options}
 
 
 def erm_key(cfg: Config) -> dict[str, Any]:
     """Everything that defines the ERM baseline of ``cfg`` (data, views, backbone, budget, seed)."""
+    views = cfg.views.model_dump(mode="json")
+    views["options"] = {k: v for k, v in views["options"].items() if k != "target_pool"}  # target views only
     return {
         "data": _source_data(cfg),
-        "views": cfg.views.model_dump(mode="json"),
+        "views": views,
         "model": model_spec(cfg),
         "optim": cfg.optim.model_dump(mode="json"),
         "steps": cfg.train.max_steps,
@@ -77,6 +79,8 @@ def train_erm(cfg: Config, adapter: Any, policy: Any, cache_dir: str | Path, *, 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.optim.warmup_steps, steps, cfg.optim.min_lr_ratio))
     # labelled seen-domain tuples only (never the adaptation target's unlabelled items)
     dataset = adapter.source_tuples() if hasattr(adapter, "source_tuples") else adapter.split("train")
+    # the source-domain views only (with nearest-neighbour adaptation the policy adds a target view)
+    source_views = getattr(policy, "source_views", policy.train_views)
     per_epoch = len(dataset) // n
     if per_epoch < 1:
         raise ValueError(f"ERM baseline: the train split has {len(dataset)} items, fewer than train.batch_size={n}")
@@ -84,12 +88,13 @@ def train_erm(cfg: Config, adapter: Any, policy: Any, cache_dir: str | Path, *, 
     bar = tqdm(total=steps, desc="ERM baseline", unit="step", disable=not progress, leave=False)
     while step < steps:
         sampler = EpochBatchSampler(len(dataset), n, per_epoch, seed, epoch)
+        set_dataset_epoch(dataset, epoch)
         for raw in DataLoader(dataset, batch_sampler=sampler, collate_fn=default_collate,
                               num_workers=cfg.train.num_workers):
             if step >= steps:
                 break
             generator = torch.Generator().manual_seed((seed * 1_000_003 + step) * 4_096 + 1)
-            batch = policy.train_views(to_device(raw, torch.device(device)), generator)
+            batch = source_views(to_device(raw, torch.device(device)), generator)
             feats = model.features(batch)  # (n, k, f)
             logits = head(feats.reshape(-1, feats.shape[-1]))
             targets = batch.labels.to(device).repeat_interleave(feats.shape[1])

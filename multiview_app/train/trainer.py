@@ -135,6 +135,14 @@ class EpochBatchSampler(Sampler[list[int]]):
         return max(0, self.num_batches - self.start)
 
 
+def set_dataset_epoch(dataset: Any, epoch: int) -> None:
+    """``dataset.set_epoch(epoch)`` when the train split draws per epoch (e.g. the partner images of
+    domain tuples); called before each epoch's DataLoader is built, so workers see it."""
+    set_epoch = getattr(dataset, "set_epoch", None)
+    if callable(set_epoch):
+        set_epoch(epoch)
+
+
 class ViewStream:
     """Views of consecutive micro-batches, the next one prepared in a background thread while the
     model computes on the current one (``prefetch``), so the step only waits for what is not hidden.
@@ -521,11 +529,18 @@ class Trainer:
         def view_seed(micro_index: int) -> int:
             return (tcfg.seed * 1_000_003 + micro_index) * 4_096 + rank
 
+        # a policy whose views depend on the model (e.g. nearest-neighbour target views) gets the model and
+        # builds each micro-batch's views synchronously, with the weights of the step they feed
+        uses_model = bool(getattr(plan.policy, "uses_model", False))
+        if uses_model:
+            plan.policy.bind_model(model)
+
         stop = StopRequest().__enter__()
         try:
             while at.step < plan.total_steps:
                 loader = self._train_loader(plan, at, rank, device, loader_gen)
-                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum, tcfg.prefetch_views,
+                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum,
+                                     tcfg.prefetch_views and not uses_model,
                                      self._stream_positions)
                 try:
                     while at.step < plan.total_steps and at.position < plan.micro_per_epoch:
@@ -566,6 +581,7 @@ class Trainer:
         if plan.streaming:
             plan.train_set.resume_from(self._stream_positions, at.position)  # type: ignore[attr-defined]
             return DataLoader(plan.train_set, batch_size=plan.items, drop_last=True, **common)
+        set_dataset_epoch(plan.train_set, at.epoch)
         sampler = EpochBatchSampler(
             plan.n_items, plan.items, plan.micro_per_epoch, tcfg.seed, at.epoch, rank, plan.world, at.position
         )

@@ -16,15 +16,24 @@ adaptation target ``adapt``):
 - ``"train"``: domain tuples for pretraining (the ``domains`` view policy). Item ``j`` is anchored at
   one seen-domain train image (class ``c``, ``len = sum of the seen train splits``); its ``x`` is
   uint8 ``(K, 3, S, S)``, one image of class ``c`` per seen domain (the anchor in its own domain, a
-  partner drawn with ``numpy.random.default_rng([pair_seed, j])`` in the others).
+  partner drawn with ``numpy.random.default_rng([pair_seed, epoch, j])`` in the others). The
+  trainer calls ``set_epoch(epoch)`` before every epoch, so the partners are drawn afresh every
+  epoch (as the paper's per-batch draw: every item is in one batch per epoch), reproducibly, and a
+  resumed run draws the partners of its epoch again.
 - ``"test"``: the seen domains' test images, ``x`` uint8 ``(3, S, S)``.
 - ``"<domain>/train"``, ``"<domain>/test"``: one seen domain's images.
 
 With ``adapt: <domain>`` (domain adaptation) that domain is not a seen domain either, but its train
-images join ``"train"`` without labels: :class:`TargetTuples` items (one target image repeated K times,
-i.e. K augmentation views of it under the ``domains`` policy, label -1), ``adapt_share`` of all items
-(mixed into batches by the trainer's uniform sampling). Its labels stay hidden (reading them raises)
-until :meth:`DomainNetAdapter.target_labels`; its test split is not read before evaluation.
+images join pretraining without labels, as ``adapt_views`` says:
+
+- ``augment`` (default): ``"train"`` also holds :class:`TargetTuples` items (one target image repeated
+  K times, i.e. K augmentation views of it under the ``domains`` policy, label -1), ``adapt_share`` of
+  all items (mixed into batches by the trainer's uniform sampling);
+- ``nearest``: ``"train"`` holds the source tuples only; the ``domains`` policy adds to every item one
+  extra view, the target train image nearest to the item in the current embedding (see its docstring).
+
+Its labels stay hidden (reading them raises) until :meth:`DomainNetAdapter.target_labels`; its test
+split is not read before evaluation.
 
 The held-out domain is reached only through :meth:`DomainNetAdapter.domain_split` (the evaluator):
 constructing the adapter and every split above list its folder name and its class-folder names
@@ -42,7 +51,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -135,6 +144,12 @@ class JoinedDomains(Dataset):
         self.parts = parts
         self.offsets = np.cumsum([0] + [len(p) for p in parts])
 
+    def set_epoch(self, epoch: int) -> None:
+        """Pass the epoch on to every part that draws per epoch."""
+        for part in self.parts:
+            if hasattr(part, "set_epoch"):
+                part.set_epoch(epoch)
+
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
@@ -148,13 +163,15 @@ class JoinedDomains(Dataset):
 class DomainTuples(Dataset):
     """Pretraining items: one image of the anchor's class from every seen domain (module docstring).
 
-    ``x`` uint8 ``(K, 3, S, S)`` in the order of ``parts`` (the seen domains).
+    ``x`` uint8 ``(K, 3, S, S)`` in the order of ``parts`` (the seen domains). The partners of item
+    ``j`` depend on ``(pair_seed, epoch, j)``; :meth:`set_epoch` (called by the trainer) redraws them.
     """
 
     def __init__(self, parts: list[DomainImages], num_classes: int, pair_seed: int = 0) -> None:
         self.parts = parts
         self.domains = [p.domain for p in parts]
         self.pair_seed = pair_seed
+        self.epoch = 0
         self.offsets = np.cumsum([0] + [len(p) for p in parts])
         self.members = [[np.flatnonzero(p.labels.numpy() == c) for c in range(num_classes)] for p in parts]
         present = [set(p.labels.tolist()) for p in parts]
@@ -169,11 +186,15 @@ class DomainTuples(Dataset):
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the partner images of ``epoch`` from now on (seeded by ``(pair_seed, epoch, j)``)."""
+        self.epoch = int(epoch)
+
     def __getitem__(self, j: int) -> dict[str, Any]:
         anchor = int(np.searchsorted(self.offsets, j, side="right") - 1)
         local = j - int(self.offsets[anchor])
         label = int(self.parts[anchor].labels[local])
-        rng = np.random.default_rng([self.pair_seed, j])
+        rng = np.random.default_rng([self.pair_seed, self.epoch, j])
         images = []
         for d, part in enumerate(self.parts):
             members = self.members[d][label]
@@ -183,12 +204,18 @@ class DomainTuples(Dataset):
 
 class TargetTuples(Dataset):
     """Adaptation-target items for pretraining: ``count`` items cycling over the target's train images
-    (order seeded by ``pair_seed``); ``x`` = the same image repeated ``K`` times ``(K, 3, S, S)``, so the
-    view policy turns it into K augmentation views of one image. Label -1 (labels are never read)."""
+    (order seeded by ``(pair_seed, epoch)``, redrawn by :meth:`set_epoch`, so a share smaller than the
+    target still reaches all of its images over the epochs); ``x`` = the same image repeated ``K``
+    times ``(K, 3, S, S)``, so the view policy turns it into K augmentation views of one image.
+    Label -1 (labels are never read)."""
 
     def __init__(self, part: DomainImages, num_views: int, count: int, pair_seed: int = 0) -> None:
-        self.part, self.num_views, self.count = part, num_views, count
-        self.order = np.random.default_rng([pair_seed, 1]).permutation(len(part))
+        self.part, self.num_views, self.count, self.pair_seed = part, num_views, count, pair_seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Order of the target images for ``epoch``."""
+        self.order = np.random.default_rng([self.pair_seed, 1, int(epoch)]).permutation(len(self.part))
 
     def __len__(self) -> int:
         return self.count
@@ -258,6 +285,12 @@ class DomainNetAdapter(DataAdapter):
         )
         adapt_share: float = Field(
             0.25, gt=0.0, lt=1.0, description="share of the pretraining items that are adaptation-target images"
+        )
+        adapt_views: Literal["augment", "nearest"] = Field(
+            "augment",
+            description="how target images enter pretraining: 'augment' = target items (k augmentation views of "
+                        "one image, adapt_share of the items); 'nearest' = one extra view per source item, the "
+                        "target image nearest to it in the current embedding (domains view policy)",
         )
         intersect_classes: bool = Field(False, description="use the classes common to all domains instead of failing")
         preload: bool = Field(True, description="decode every image of a split once into memory (else on access)")
@@ -448,7 +481,7 @@ class DomainNetAdapter(DataAdapter):
     def _build_split(self, name: str) -> Dataset:
         if name == "train":
             source = self.source_tuples()
-            if self.adapt is None:
+            if self.adapt is None or self.options.adapt_views == "nearest":  # nearest: the view policy adds them
                 return source
             share = self.options.adapt_share
             count = max(1, round(share / (1.0 - share) * len(source)))

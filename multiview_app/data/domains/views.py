@@ -1,17 +1,42 @@
 """The ``domains`` view policy (M3G Sec. 4.2): the k views of an item are images of its class from k
-different seen domains (view name = domain), each passed through an augmentation stack."""
+different seen domains (view name = domain), each passed through an augmentation stack.
+
+Domain adaptation with ``data.options.adapt_views: nearest``: after the k source views comes one view
+of the (unlabelled) target domain, the target train image nearest to the item in the current embedding
+(:meth:`DomainsPolicy.target_view`); the trainer gives the policy its model (``uses_model``)."""
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
+import torch.nn.functional as F
 from pydantic import Field
 
 from ..adapters import DataAdapter
 from ..batch import ViewBatch
 from ..images.augment import augment
 from ..images.views import AugmentPolicy
-from ..views import VIEW_POLICIES, labels_and_meta
+from ..views import VIEW_POLICIES, draw_device, labels_and_meta
+
+
+@contextmanager
+def frozen_eval(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model`` in eval mode without gradients for the block (BatchNorm statistics untouched), then
+    its previous mode again."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
+
+
+def nearest_indices(queries: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+    """Index ``(n,)`` of the candidate ``(m, d)`` with the largest cosine similarity to each query
+    ``(n, d)`` (first one on ties)."""
+    return (F.normalize(queries, dim=-1) @ F.normalize(candidates, dim=-1).T).argmax(dim=1)
 
 
 @VIEW_POLICIES.register("domains")
@@ -19,14 +44,26 @@ class DomainsPolicy(AugmentPolicy):
     """Views = seen domains of the ``domainnet`` adapter's domain tuples.
 
     Train items carry ``x`` uint8 ``(n, K, 3, S, S)`` (one image of the item's class per seen domain,
-    K = number of seen domains). ``train_views`` uses all K domains when ``k == K``, else k of them
-    drawn per batch from the generator; view ``i`` goes through ``stacks[i]`` (default ``simclr`` for
-    every view, the paper's DomainNet choice). ``eval_views``: single images ``(n, 3, S, S)`` -> one
-    ``test`` view (resize + center crop); domain tuples -> one ``test`` view per domain.
+    K = number of seen domains). ``train_views`` uses all K domains when the number of source views
+    equals K, else that many drawn per batch from the generator; view ``i`` goes through ``stacks[i]``
+    (default ``simclr`` for every view, the paper's DomainNet choice). ``eval_views``: single images
+    ``(n, 3, S, S)`` -> one ``test`` view (resize + center crop); domain tuples -> one ``test`` view
+    per domain.
+
+    ``views.k`` = source views. With ``adapt_views: nearest`` (domain adaptation) one more view follows
+    (``policy.k = views.k + 1``; name = the target domain): per item, the target train image whose embedding is nearest
+    (cosine) to the mean embedding of the item's K source images, among ``target_pool`` target images
+    drawn per batch; embeddings = the current model's ``embed`` (eval mode, no gradient, ``test``
+    views, no predictor). The trainer binds the model (:meth:`bind_model`, ``uses_model``) and builds
+    these views synchronously (no prefetch), so they use the weights of the step they feed.
     """
 
     class Options(AugmentPolicy.Options):
         stacks: str | list[str] | None = Field("simclr", description="stack name for every view, or one per view")
+        target_pool: int = Field(
+            64, ge=1, le=65536,
+            description="adapt_views=nearest: target train images drawn per batch to match items against",
+        )
 
     def __init__(self, k: int, options: Options, adapter: DataAdapter) -> None:
         seen = getattr(adapter, "seen_domains", None)
@@ -34,6 +71,10 @@ class DomainsPolicy(AugmentPolicy):
             raise ValueError(
                 f"view policy 'domains' needs domain tuples from the 'domainnet' adapter, got {type(adapter).__name__}"
             )
+        adapter_options = getattr(adapter, "options", None)
+        self.target_domain: str | None = (
+            adapter.adapt if getattr(adapter_options, "adapt_views", "augment") == "nearest" else None
+        )
         if k > len(seen):
             raise ValueError(
                 f"views.k = {k} but only {len(seen)} seen domain(s) are left ({', '.join(seen)}); "
@@ -41,25 +82,73 @@ class DomainsPolicy(AugmentPolicy):
             )
         super().__init__(k, options, adapter)
         self.seen_domains = list(seen)
+        self.source_count = k
+        if self.target_domain is not None:
+            self.k = k + 1  # + the nearest target view (its stack: the last one of the source views)
+        #: the trainer binds its model and skips prefetching when this is true
+        self.uses_model = self.target_domain is not None
+        self.model: torch.nn.Module | None = None
 
-    def _pick_domains(self, generator: torch.Generator | None) -> list[int]:
+    def bind_model(self, model: torch.nn.Module) -> None:
+        """The model whose current embedding picks the nearest target images (``adapt_views: nearest``)."""
+        self.model = model
+
+    def _pick_domains(self, generator: torch.Generator | None, device: torch.device) -> list[int]:
         count = len(self.seen_domains)
-        if self.k == count:
+        if self.source_count == count:
             return list(range(count))
-        device = generator.device if generator is not None else "cpu"
-        return sorted(torch.randperm(count, generator=generator, device=device)[: self.k].tolist())
+        order = torch.randperm(count, generator=generator, device=draw_device(generator, device))
+        return sorted(order[: self.source_count].tolist())
 
-    def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
+    def _check_tuples(self, raw: dict[str, Any]) -> torch.Tensor:
         tuples = raw["x"]
         if tuples.dim() != 5 or tuples.shape[1] != len(self.seen_domains):
             raise ValueError(
                 f"view policy 'domains' expects domain tuples (n, {len(self.seen_domains)}, 3, S, S) from the "
                 f"domainnet adapter's 'train' split, got {tuple(tuples.shape)}"
             )
-        picked = self._pick_domains(generator)
+        return tuples
+
+    def source_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
+        """The source-domain views only (``source_count`` of them; what the supervised ERM baseline sees)."""
+        tuples = self._check_tuples(raw)
+        picked = self._pick_domains(generator, tuples.device)
         views = [augment(tuples[:, d], spec, self.image_size, generator) for d, spec in zip(picked, self.specs)]
         labels, meta = labels_and_meta(raw)
-        return ViewBatch(views, ["image"] * self.k, [self.seen_domains[d] for d in picked], labels, meta)
+        return ViewBatch(views, ["image"] * len(views), [self.seen_domains[d] for d in picked], labels, meta)
+
+    def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
+        batch = self.source_views(raw, generator)
+        if self.target_domain is None:
+            return batch
+        target = augment(self.target_view(raw["x"], generator), self.specs[-1], self.image_size, generator)
+        return ViewBatch([*batch.views, target], [*batch.modalities, "image"], [*batch.view_names, self.target_domain],
+                         batch.labels, batch.meta)
+
+    def _embed_images(self, images: torch.Tensor) -> torch.Tensor:
+        """``(m, 3, S, S)`` uint8 -> current embeddings ``(m, d)`` of their ``test`` views."""
+        assert self.model is not None
+        device = next(self.model.parameters()).device
+        view = augment(images.to(device), "test", self.image_size)
+        return self.model.embed(ViewBatch([view], ["image"], ["test"], None, {}), use_predictor=False)[:, 0]
+
+    def target_view(self, tuples: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """uint8 ``(n, 3, S, S)``: per item of ``tuples`` ``(n, K, 3, S, S)``, the nearest of
+        ``target_pool`` target train images drawn from ``generator`` (class docstring)."""
+        if self.target_domain is None:
+            raise ValueError("target_view needs data.options.adapt with adapt_views: nearest")
+        if self.model is None:
+            raise ValueError("view policy 'domains' with adapt_views: nearest needs the model: call bind_model(model) "
+                             "(the trainer does)")
+        pool_set = self.adapter.domain_split(self.target_domain, "train")  # labels stay hidden
+        size = min(self.options.target_pool, len(pool_set))
+        drawn = torch.randperm(len(pool_set), generator=generator, device=draw_device(generator, tuples.device))
+        pool = torch.stack([pool_set.image(int(i)) for i in drawn[:size].tolist()]).to(tuples.device)
+        n, count = tuples.shape[:2]
+        with frozen_eval(self.model):
+            items = self._embed_images(tuples.flatten(0, 1)).view(n, count, -1).mean(dim=1)
+            candidates = self._embed_images(pool)
+        return pool[nearest_indices(items, candidates).to(pool.device)]
 
     def eval_views(self, raw: dict[str, Any]) -> ViewBatch:
         x = raw["x"]
@@ -70,4 +159,4 @@ class DomainsPolicy(AugmentPolicy):
         return ViewBatch(views, ["image"] * len(views), list(self.seen_domains[: len(views)]), labels, meta)
 
 
-__all__ = ["DomainsPolicy"]
+__all__ = ["DomainsPolicy", "frozen_eval", "nearest_indices"]
