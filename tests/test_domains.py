@@ -405,6 +405,18 @@ def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tm
     assert x.shape == (5, 3, 16, 16) and all(torch.equal(x[0], x[d]) for d in range(5))  # views of one image
     with pytest.raises(PermissionError, match="labels of domain 'sketch' .* hidden"):
         adapter.domain_split("sketch", "train").labels
+    # the target image's k views differ (target stack 'mild') even when the source views are deterministic
+    from torch.utils.data import default_collate
+
+    from multiview_app.data.views import build_view_policy
+
+    policy = build_view_policy("domains", 5, {"image_size": 16, "stacks": "test"}, adapter)
+    raw = default_collate([train_split[i] for i in (0, 1, 400, 401)])
+    views = policy.train_views(raw, torch.Generator().manual_seed(0)).views
+    assert torch.equal(views[0][:2], policy.train_views(raw, torch.Generator().manual_seed(1)).views[0][:2])
+    assert not torch.equal(views[0][2], views[1][2]) and not torch.equal(views[0][3], views[1][3])
+    with pytest.raises(ValueError, match="unknown stack nope"):
+        build_view_policy("domains", 5, {"target_stack": "nope"}, adapter)
     cfg = config_from_dict({
         "data": {"adapter": "domainnet", "options": opts},
         "views": {"policy": "domains", "k": 5, "options": {"image_size": 16}},

@@ -11,11 +11,11 @@ from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..adapters import DataAdapter
 from ..batch import ViewBatch
-from ..images.augment import augment
+from ..images.augment import STACKS, augment, customized
 from ..images.views import AugmentPolicy
 from ..views import VIEW_POLICIES, draw_device, labels_and_meta
 
@@ -64,6 +64,19 @@ class DomainsPolicy(AugmentPolicy):
             64, ge=1, le=65536,
             description="adapt_views=nearest: target train images drawn per batch to match items against",
         )
+        target_stack: str = Field(
+            "mild",
+            description="adapt_views=augment: stack of every view of an adaptation-target item (one target image "
+                        "repeated per view, label -1); a deterministic stack such as 'test' would make its views "
+                        "identical copies",
+        )
+
+        @field_validator("target_stack")
+        @classmethod
+        def _known_target_stack(cls, value: str) -> str:
+            if value not in STACKS:
+                raise ValueError(f"unknown stack {value}; valid: {', '.join(STACKS.names())}")
+            return value
 
     def __init__(self, k: int, options: Options, adapter: DataAdapter) -> None:
         seen = getattr(adapter, "seen_domains", None)
@@ -85,6 +98,7 @@ class DomainsPolicy(AugmentPolicy):
         self.source_count = k
         if self.target_domain is not None:
             self.k = k + 1  # + the nearest target view (its stack: the last one of the source views)
+        self.target_spec = customized(STACKS.get(options.target_stack), options.crop_scale, options.jitter_strength)
         #: the trainer binds its model and skips prefetching when this is true
         self.uses_model = self.target_domain is not None
         self.model: torch.nn.Module | None = None
@@ -113,9 +127,19 @@ class DomainsPolicy(AugmentPolicy):
         """The source-domain views only (``source_count`` of them; what the supervised ERM baseline sees)."""
         tuples = self._check_tuples(raw)
         picked = self._pick_domains(generator, tuples.device)
-        views = [augment(tuples[:, d], spec, self.image_size, generator) for d, spec in zip(picked, self.specs)]
         labels, meta = labels_and_meta(raw)
+        target_rows = labels < 0 if labels is not None else None  # adaptation-target items (augment mode)
+        views = [self._augment_rows(tuples[:, d], spec, target_rows, generator) for d, spec in zip(picked, self.specs)]
         return ViewBatch(views, ["image"] * len(views), [self.seen_domains[d] for d in picked], labels, meta)
+
+    def _augment_rows(self, images: torch.Tensor, spec: Any, target_rows: torch.Tensor | None,
+                      generator: torch.Generator | None) -> torch.Tensor:
+        """``(n, 3, S, S)`` -> one view: ``spec`` for source rows, the target stack for ``target_rows``."""
+        view = augment(images, spec, self.image_size, generator)
+        if target_rows is not None and bool(target_rows.any()):
+            rows = target_rows.to(images.device)
+            view[rows] = augment(images[rows], self.target_spec, self.image_size, generator).to(view.dtype)
+        return view
 
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         batch = self.source_views(raw, generator)

@@ -72,6 +72,9 @@ STACKS.register("byol_global1")(StackSpec(blur_p=1.0, solarize_p=0.0))
 STACKS.register("byol_global2")(StackSpec(blur_p=0.1, solarize_p=0.2))
 STACKS.register("simclr")(StackSpec(brightness=0.8, contrast=0.8, saturation=0.8, hue=0.2, blur_p=0.5))
 STACKS.register("test")(StackSpec(train=False))
+#: Small images such as 32-px digits: crops keep at least half the image, no mirror flip (digits are
+#: not mirror-symmetric), no hue shift; what the digit-domain adaptation targets use by default.
+STACKS.register("mild")(StackSpec(crop_scale=(0.5, 1.0), flip_p=0.0, hue=0.0))
 
 #: M3G's maximal image stack (Sec. 4 / App. A); views use ``M3G_STACKS[:k]``.
 M3G_STACKS: tuple[str, ...] = ("byol_global1", "byol_global2", "simclr", "byol_global1")
