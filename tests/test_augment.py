@@ -197,7 +197,7 @@ def test_augment_policy_views(digits):
 def test_view_policy_errors(digits):
     with pytest.raises(ValueError, match="views.k must be an integer >= 1"):
         build_view_policy("augment", 0, {}, digits)
-    with pytest.raises(ValueError, match="unknown stack.*valid: byol_global1, byol_global2, simclr, test"):
+    with pytest.raises(ValueError, match="unknown stack.*valid: byol_global1, byol_global2, mild, simclr, test"):
         build_view_policy("augment", 2, {"stacks": ["simclr", "simclrr"]}, digits)
     with pytest.raises(ValueError, match="lists 1 stacks but views.k = 2"):
         build_view_policy("augment", 2, {"stacks": ["simclr"]}, digits)
