@@ -28,6 +28,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from ..adapters import ADAPTERS, AdapterOptions, DataAdapter
+from ..hf_local import load_local_splits
 
 IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 #: Seed of the stratified train/val split (the train/test split uses seed 0).
@@ -344,9 +345,12 @@ class HFImageFolderAdapter(SplitImageAdapter):
         data_dir = Path(os.path.expanduser(options.data_dir))
         if not data_dir.is_dir():
             raise ValueError(f"hf_imagefolder data_dir '{data_dir}' does not exist (data.options.data_dir)")
-        splits = self._load(data_dir)
-        if "train" not in splits:
-            raise ValueError(f"hf_imagefolder '{data_dir}': no 'train' split (got {', '.join(splits)})")
+        splits = load_local_splits(
+            data_dir, adapter="hf_imagefolder", cache_dir=options.cache_dir,
+            expected="a local imagefolder layout <split>/<class>/<image> or <class>/<image>",
+        )
+        if "image" not in splits["train"].column_names:
+            raise ValueError(f"hf_imagefolder '{data_dir}': no 'image' column (got {splits['train'].column_names})")
         features = splits["train"].features
         if "label" in features and hasattr(features["label"], "names"):
             self.class_names = list(features["label"].names)
@@ -355,18 +359,6 @@ class HFImageFolderAdapter(SplitImageAdapter):
             self._set_splits(train, self._decode(splits["test"], f"{data_dir} [test]"))
         else:
             self._split_fixed(train)
-
-    def _load(self, data_dir: Path) -> dict[str, Any]:
-        import datasets
-
-        try:
-            loaded = datasets.load_dataset("imagefolder", data_dir=str(data_dir), cache_dir=self.options.cache_dir)
-        except Exception as err:  # datasets raises many types; re-raise as one clear error
-            raise ValueError(
-                f"hf_imagefolder could not load '{data_dir}' ({type(err).__name__}: {err}); expected a local "
-                "imagefolder layout <split>/<class>/<image> or <class>/<image> (no network is used)"
-            ) from err
-        return {name: ds.cast_column("image", datasets.Image(decode=False)) for name, ds in loaded.items()}
 
     def _decode(self, ds: Any, what: str) -> ImageTensorDataset:
         has_label = "label" in ds.column_names

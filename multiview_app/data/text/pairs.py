@@ -27,6 +27,7 @@ from pydantic import Field
 from torch.utils.data import Dataset
 
 from ..adapters import ADAPTERS, DataAdapter
+from ..hf_local import load_local_splits
 from ..images.adapters import ImageDataset, ImageOptions, decode_images, stratified_split, subset
 
 #: Separator of the captions of one item in ``item["captions"]``.
@@ -240,9 +241,10 @@ class PairsHFAdapter(PairAdapter):
         path = Path(os.path.expanduser(options.path))
         if not path.is_dir():
             raise ValueError(f"pairs_hf path '{path}' is not a folder (data.options.path)")
-        splits = self._load(path)
-        if "train" not in splits:
-            raise ValueError(f"pairs_hf '{path}': no 'train' split (got {', '.join(splits)})")
+        splits = load_local_splits(
+            path, adapter="pairs_hf", image_column=options.image_column, cache_dir=options.cache_dir, save_to_disk=True,
+            expected="a save_to_disk folder or an imagefolder with metadata.csv / metadata.jsonl",
+        )
         columns = splits["train"].column_names
         wanted = [options.image_column, options.text_column] + ([options.label_column] if options.label_column else [])
         missing = [c for c in wanted if c not in columns]
@@ -267,29 +269,6 @@ class PairsHFAdapter(PairAdapter):
             self._set_splits(datasets["train"], datasets["test"])
         else:
             self._split_fixed(datasets["train"])
-
-    def _load(self, path: Path) -> dict[str, Any]:
-        import datasets
-
-        try:
-            if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-                loaded = datasets.load_from_disk(str(path))
-                if isinstance(loaded, datasets.Dataset):
-                    loaded = datasets.DatasetDict({"train": loaded})
-            else:
-                loaded = datasets.load_dataset("imagefolder", data_dir=str(path), cache_dir=self.options.cache_dir)
-        except Exception as err:  # datasets raises many types; one clear error
-            raise ValueError(
-                f"pairs_hf could not load '{path}' ({type(err).__name__}: {err}); expected a save_to_disk folder "
-                "or an imagefolder with metadata.csv / metadata.jsonl (no network is used)"
-            ) from err
-        column = self.options.image_column
-        out = {}
-        for name, ds in loaded.items():
-            if column in ds.column_names and isinstance(ds.features[column], datasets.Image):
-                ds = ds.cast_column(column, datasets.Image(decode=False))
-            out[name] = ds
-        return out
 
     def _collect(self, ds: Any, what: str, label_of: dict[Any, int]) -> tuple[PairDataset, dict[str, int]]:
         o = self.options
