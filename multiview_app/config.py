@@ -102,7 +102,9 @@ class TrainConfig(_Strict):
     checkpoint_every: int = Field(0, ge=0)
     keep_checkpoints: int = Field(2, ge=1)
     seed: int = 0
-    deterministic: bool = False
+    deterministic: bool = Field(
+        False, description="torch deterministic algorithms; also builds views inside the step (no prefetch thread)"
+    )
     num_workers: int = Field(0, ge=0)
     prefetch_views: bool = True  # build the next micro-batch's views in a background thread
     log_every: int = Field(10, ge=1)

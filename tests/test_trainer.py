@@ -185,6 +185,24 @@ def test_view_stream_prefetch_gives_the_same_views() -> None:
     assert not torch.equal(views(True, 6)[0], with_prefetch[0])  # the index seeds the views
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_runs_build_views_in_the_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     deterministic: bool) -> None:
+    """train.deterministic turns the view-prefetch thread off (it shares the intra-op threads with the step)."""
+    seen: list[bool] = []
+    real = trainer_mod.ViewStream
+
+    def recording(*args, **kwargs):
+        stream = real(*args, **kwargs)
+        seen.append(stream._pool is not None)
+        return stream
+
+    monkeypatch.setattr(trainer_mod, "ViewStream", recording)
+    cfg = tiny_config(tmp_path, f"det{int(deterministic)}", train={"max_steps": 1, "deterministic": deterministic})
+    train(cfg)
+    assert seen and all(prefetching == (not deterministic) for prefetching in seen)
+
+
 def test_grad_accum_and_epochs_bookkeeping(tmp_path: Path) -> None:
     """180 train items, 32 per micro-batch, 2 micro-batches per step -> 2 steps per epoch (1 dropped)."""
     states: dict[int, dict] = {}

@@ -540,7 +540,7 @@ class Trainer:
             while at.step < plan.total_steps:
                 loader = self._train_loader(plan, at, rank, device, loader_gen)
                 batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum,
-                                     tcfg.prefetch_views and not uses_model,
+                                     self._prefetch_views(uses_model),
                                      self._stream_positions)
                 try:
                     while at.step < plan.total_steps and at.position < plan.micro_per_epoch:
@@ -570,6 +570,14 @@ class Trainer:
             if metrics is not None:
                 metrics.close()
         return last_loss
+
+    def _prefetch_views(self, uses_model: bool) -> bool:
+        """Build views one micro-batch ahead in a thread? Not when the policy reads the model (views
+        must see the step's weights) and not under ``train.deterministic``: the view thread and the step
+        share torch's intra-op threads, which can change how a reduction is split (observed: two
+        2-process runs differing in the 7th digit), so deterministic runs build views in the step."""
+        tcfg = self.cfg.train
+        return tcfg.prefetch_views and not uses_model and not tcfg.deterministic
 
     def _train_loader(self, plan: DataPlan, at: Position, rank: int, device: torch.device, generator: torch.Generator) -> DataLoader:
         """The DataLoader of this epoch from micro-batch ``at.position``: a seeded epoch permutation
