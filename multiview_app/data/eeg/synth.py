@@ -52,6 +52,24 @@ SPATIAL_DECAY = 1.0
 1/e: neighbours (F3-C3, 0.5 apart) share ~0.6, homologous F3-F4 ~0.45, distant F3-O2 ~0.2."""
 EOG_CHANNELS = ("E1-M2", "EOG horizontal")
 EMG_CHANNELS = ("Chin1-Chin2", "EMG submental")
+SECOND_EOG = "E2-M1"
+"""The second AASM EOG derivation: generated on request (tests: conjugate eye movements are out of
+phase on E1-M2 and E2-M1) but written by neither writer, because neither real format has it."""
+EOG_GAZE_SENSITIVITY: dict[str, tuple[float, float]] = {
+    "E1-M2": (-1.0, -0.5),
+    "E2-M1": (1.0, 0.5),
+    "EOG horizontal": (2.0, 0.0),
+}
+"""How an EOG derivation sees the shared gaze of both eyes: (horizontal, vertical) gain on the gaze
+trace (uV at one outer-canthus electrode; + = gaze to the subject's right / up). The cornea is
+positive to the retina, so an electrode the cornea turns towards goes positive. E1 (1 cm below the
+left outer canthus, AASM) goes negative for rightward and for upward gaze, E2 (1 cm above the right
+outer canthus) positive; the mastoid references are too far from the eyes to see them. Conjugate
+movements therefore deflect E1-M2 and E2-M1 in opposite directions (out of phase, unlike EEG that
+leaks into both in phase). Sleep-EDF's "EOG horizontal" is a bipolar derivation between the outer
+canthi at eye level: both eyes' horizontal dipoles add (twice a canthus electrode) and vertical
+movements (blinks) cancel; its sign (here right minus left canthus) is an assumption, the SC
+documentation does not state it."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +118,13 @@ PHASIC_REM_SHARE = 0.3
 """Share of REM epochs that are phasic (bursts of rapid eye movements; tonic REM has few): an assumption."""
 EMG_AMPLITUDE = (18.0, 10.0, 7.0, 6.5, 3.0)
 ARTIFACT_PROB = (0.10, 0.05, 0.02, 0.02, 0.03)
+"""Probability per epoch and stage (W, N1, N2, N3, REM) of a movement burst (1-6 s, all channels),
+times the subject's ``artifact_scale``: an assumption (see reference.py ``ARTIFACT_RATES``)."""
+EPOCHS_PER_POP = 200.0
+"""One electrode pop (a step of up to +-80 uV in one EEG channel decaying over 0.5 s) per 200 epochs
+(0.6 per hour) on average; an assumption."""
+SWEAT_PER_1000_EPOCHS = 0.5
+"""Sweat sways per 1000 epochs (0.06 per hour), times ``artifact_scale``; an assumption."""
 AROUSALS_PER_HOUR = 10.0
 """Brief EEG arousals (3-15 s of alpha/beta and chin EMG, no stage change) per hour of sleep, times
 the subject's ``arousal_scale``: an assumed typical adult arousal index (not fitted to a source)."""
@@ -152,7 +177,7 @@ class SubjectTraits:
         self.eyes_closed_prob = float(rng.uniform(0.3, 0.7))
         self.mains_uv = float(rng.uniform(0.0, 3.0))
         self.channel_gain = {c: float(rng.lognormal(0.0, 0.15)) for c in
-                             list(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS)}
+                             list(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS) + [SECOND_EOG]}
         return self
 
 
@@ -379,6 +404,20 @@ def _arousal_onsets(stages: np.ndarray, traits: SubjectTraits, fs: float, rng: n
     return out
 
 
+def side_stream(rng: np.random.Generator, key: int) -> np.random.Generator:
+    """An independent generator derived from ``rng``'s seed without drawing from ``rng`` (so the
+    draws of ``rng`` keep their values when a feature adds randomness): ``key`` names the feature
+    (:data:`SIDE_STREAMS`). ``rng`` must come from ``np.random.default_rng(seed)``."""
+    seed = rng.bit_generator.seed_seq
+    if not isinstance(seed, np.random.SeedSequence):
+        raise ValueError("synth: the night generator must be np.random.default_rng(seed) (it has no seed sequence)")
+    return np.random.default_rng(np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 1000 + key)))
+
+
+SIDE_STREAMS = {"second_eog": 1, "day_padding": 2, "extra_arousals": 3}
+"""Keys of :func:`side_stream` per feature added after the demo's measurements started."""
+
+
 def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTraits,
                 rng: np.random.Generator, compress: int = 1, mains_hz: float = 50.0) -> SyntheticNight:
     """Generate one night: every channel ``(n,)`` in uV with ``n = epochs * 30 s * fs``.
@@ -396,10 +435,11 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     n_epochs = stages.size
     n = int(n_epochs * EPOCH_SECONDS * fs)
     eeg = [c for c in channels if c in EEG_TOPOGRAPHY]
-    unknown = [c for c in channels if c not in EEG_TOPOGRAPHY and c not in EOG_CHANNELS and c not in EMG_CHANNELS]
+    known_eog = list(EOG_CHANNELS) + [SECOND_EOG]
+    unknown = [c for c in channels if c not in EEG_TOPOGRAPHY and c not in known_eog and c not in EMG_CHANNELS]
     if unknown:
         raise ValueError(f"synth-psg: no synthetic model for channel(s) {unknown}; known: "
-                         f"{sorted(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS)}")
+                         f"{sorted(EEG_TOPOGRAPHY) + known_eog + list(EMG_CHANNELS)}")
     closed = eyes_closed_epochs(stages, traits, rng)
     topo = np.array([EEG_TOPOGRAPHY[c] for c in eeg]).reshape(len(eeg), 3)  # (c, 3)
     mixing = np.linalg.cholesky(spatial_correlation(eeg) + 1e-9 * np.eye(len(eeg))) if eeg else np.zeros((0, 0))
@@ -415,8 +455,10 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
         for c in range(len(eeg)):
             out[c] += gains[c] * _envelope(amp[c], n, fs) * mixed[c]
     templates = _templates(fs, traits)
+    events: dict[str, np.ndarray] = {}  # event onsets (template start sample) per transient / eye movement
     for name, transient in TRANSIENTS.items():
         train = _event_train(np.asarray(transient.rate_per_min)[stages] * traits.band_gain[name], n, fs, rng)
+        events[name] = np.flatnonzero(train)
         if name == "spindle":  # durations 0.5-2 s: three widths
             width = rng.integers(0, 3, size=n)
             wave = sum(oaconvolve(train * (width == i), templates[f"spindle{i}"])[:n] for i in range(3))
@@ -428,6 +470,8 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     out *= traits.gain
 
     eog = np.zeros(n)
+    gaze = {"horizontal": np.zeros(n), "vertical": np.zeros(n)}  # shared by both eyes (conjugate)
+    eye_signs: dict[str, np.ndarray] = {}
     phasic_epochs = (rng.random(n_epochs) < PHASIC_REM_SHARE) & (stages == REM)
     phasic = np.where(phasic_epochs, 0.8 / PHASIC_REM_SHARE, 0.2)  # (e,) REM bursts; mean rate ~kept
     for name, rates in EOG_EVENTS.items():
@@ -435,7 +479,14 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
         if name == "saccade":  # rapid eye movements come in bursts (phasic REM); same mean rate
             per_epoch = np.where(stages == REM, per_epoch * phasic, per_epoch)
         train = _event_train(per_epoch, n, fs, rng) * rng.choice([-1.0, 1.0], size=n)
-        eog += oaconvolve(train, templates[name])[:n] * (120.0 if name == "blink" else 80.0)
+        events[name] = np.flatnonzero(train)
+        eye_signs[name] = np.sign(train[events[name]])
+        movement = oaconvolve(train, templates[name])[:n] * (120.0 if name == "blink" else 80.0)
+        eog += movement  # the ocular potential that leaks into frontal EEG (below)
+        if name == "blink":  # the eyes roll up during a blink (Bell's phenomenon), whatever the drawn sign
+            gaze["vertical"] += np.abs(movement)
+        else:  # saccades / rapid and slow rolling eye movements: horizontal, drawn direction
+            gaze["horizontal"] += movement
     frontal = topo[:, 0] if len(eeg) else np.zeros(0)
     out += 0.12 * frontal[:, None] * eog[None]  # ocular leakage into frontal EEG
     emg_envelope = _per_epoch(EMG_AMPLITUDE, stages, closed, "emg") * jitter()
@@ -453,18 +504,23 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     # Artifacts: movement bursts (all channels), electrode pops (one channel), sweat, drifts, mains, white noise.
     artifact_epochs = np.flatnonzero(rng.random(n_epochs) < np.asarray(ARTIFACT_PROB)[stages] * traits.artifact_scale)
     spe = int(EPOCH_SECONDS * fs)
+    movements, ocular_artifact = [], np.zeros(n)
     for e in artifact_epochs:
         length = int(rng.uniform(1.0, 6.0) * fs)
         start = e * spe + int(rng.integers(0, spe - length))
         burst = _band_noise(length, fs, (0.5, 8.0), rng, 1)[0] * rng.uniform(40.0, 150.0) * np.hanning(length)
         out[:, start:start + length] += burst[None] * rng.uniform(0.5, 1.5, size=(len(eeg), 1))
         emg[start:start + length] += 3 * burst
-        eog[start:start + length] += burst
-    for _ in range(rng.poisson(n_epochs / 200.0)) if len(eeg) else ():
+        ocular_artifact[start:start + length] += burst
+        movements.append((start, length))
+    pops = []  # (EEG channel, start sample, step in uV)
+    for _ in range(rng.poisson(n_epochs / EPOCHS_PER_POP)) if len(eeg) else ():
         channel, start = int(rng.integers(len(eeg))), int(rng.integers(0, n - int(fs)))
-        out[channel, start:] += rng.uniform(-80, 80) * np.exp(-np.arange(n - start) / (0.5 * fs))
+        step = rng.uniform(-80, 80)
+        out[channel, start:] += step * np.exp(-np.arange(n - start) / (0.5 * fs))
+        pops.append((eeg[channel], start, float(step)))
     sweat = []  # slow (0.1-0.5 Hz) high-amplitude sways of a few minutes, later in the night
-    for _ in range(rng.poisson(0.5 * traits.artifact_scale * n_epochs / 1000.0)) if len(eeg) else ():
+    for _ in range(rng.poisson(SWEAT_PER_1000_EPOCHS * traits.artifact_scale * n_epochs / 1000.0)) if len(eeg) else ():
         length = min(n, int(rng.uniform(2.0, 8.0) * 60 * fs))
         start = int(n - length - rng.integers(0, max(1, (n - length) // 2 + 1)))
         sway = _band_noise(length, fs, (0.1, 0.5), rng, 1)[0] * rng.uniform(30.0, 100.0) * np.hanning(length)
@@ -475,20 +531,34 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     out += drift[: len(eeg)] + traits.white_noise_uv * rng.standard_normal((len(eeg), n), dtype=np.float32)
     if mains_hz < 0.45 * fs:
         out += traits.mains_uv * np.sin(2 * np.pi * mains_hz * np.arange(n) / fs + rng.uniform(0, 2 * np.pi))[None]
-    eog += 0.3 * (out[0] if len(eeg) else 0.0) + drift[-2] + 5.0 * rng.standard_normal(n)
+    # what every EOG derivation shares besides the eyes: movement bursts and frontal EEG (in phase)
+    eog_common = ocular_artifact + 0.3 * (out[0] if len(eeg) else 0.0)
+    eog_noise = drift[-2] + 5.0 * rng.standard_normal(n)  # the written derivation's drift and noise
     emg += 2.0 * rng.standard_normal(n)
+    eog_derivations = [c for c in channels if c in EOG_GAZE_SENSITIVITY]
+    second = side_stream(rng, SIDE_STREAMS["second_eog"]) if len(eog_derivations) > 1 else None
 
     signals: dict[str, np.ndarray] = {}
     for c in channels:
         if c in EEG_TOPOGRAPHY:
             signals[c] = out[eeg.index(c)] * traits.channel_gain.get(c, 1.0)
-        elif c in EOG_CHANNELS:
-            signals[c] = eog * traits.channel_gain.get(c, 1.0)
+        elif c in EOG_GAZE_SENSITIVITY:
+            horizontal, vertical = EOG_GAZE_SENSITIVITY[c]
+            noise = eog_noise if c == eog_derivations[0] else _eog_noise(n, fs, second)
+            signals[c] = (horizontal * gaze["horizontal"] + vertical * gaze["vertical"] + eog_common + noise
+                          ) * traits.channel_gain.get(c, 1.0)
         else:
             signals[c] = emg * traits.channel_gain.get(c, 1.0)
     meta = {"eyes_closed": closed, "phasic_rem": phasic_epochs, "arousals": arousals, "sweat_episodes": sweat,
-            "movement_epochs": artifact_epochs}
+            "movement_epochs": artifact_epochs, "movements": movements, "pops": pops, "events": events,
+            "eye_movement_signs": eye_signs, "gaze": gaze, "mains_hz": mains_hz if mains_hz < 0.45 * fs else None}
     return SyntheticNight(signals=signals, fs=fs, stages=stages, meta=meta)
+
+
+def _eog_noise(n: int, fs: float, rng: np.random.Generator) -> np.ndarray:
+    """Electrode drift (random walk, 1-s knots) and white noise of an extra EOG derivation ``(n,)``."""
+    walk = np.cumsum(rng.standard_normal(n // int(fs) + 2)) * 2.0
+    return np.interp(np.arange(n) / fs, np.arange(walk.size), walk) + 5.0 * rng.standard_normal(n)
 
 
 # ----------------------------------------------------------------------------- writers
