@@ -43,6 +43,10 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--compress", type=int, default=1,
                        help="write K-times shorter excerpts keeping the full night's stage proportions "
                             "(every K-th epoch; default: %(default)s = full nights)")
+    synth.add_argument("--record-hours", type=float, default=None,
+                       help="sleep-edf: pad each recording with wake to this length, as the ~20-h SC day-night "
+                            "files (the readers crop it); 0 = no padding (default: 20 for full nights of >= 6 h, "
+                            "else no padding)")
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (files of the same name are replaced)")
     synth.set_defaults(func=_synth)
@@ -117,7 +121,7 @@ def _synth(args: argparse.Namespace) -> int:
 
     refuse_non_empty_out(args.out, args.overwrite)
     files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed,
-                      compress=args.compress)
+                      compress=args.compress, record_hours=args.record_hours)
     print(f"wrote {len(files)} files ({args.subjects} subjects x {args.nights} nights, {args.format}) to {args.out}")
     return 0
 

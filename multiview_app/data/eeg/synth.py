@@ -419,7 +419,8 @@ SIDE_STREAMS = {"second_eog": 1, "day_padding": 2, "extra_arousals": 3}
 
 
 def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTraits,
-                rng: np.random.Generator, compress: int = 1, mains_hz: float = 50.0) -> SyntheticNight:
+                rng: np.random.Generator, compress: int = 1, mains_hz: float = 50.0,
+                stages: np.ndarray | None = None) -> SyntheticNight:
     """Generate one night: every channel ``(n,)`` in uV with ``n = epochs * 30 s * fs``.
 
     The hypnogram is that of a ``hours``-long night; ``compress > 1`` writes a shorter excerpt with
@@ -429,9 +430,14 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     component is shared identically by all channels). Wake epochs are eyes open or closed
     (:func:`eyes_closed_epochs`); brief arousals, movement, electrode pops, sweat drifts and line
     noise at ``mains_hz`` (omitted when above 0.45 ``fs``) are added. ``meta``: ``eyes_closed (e,)``,
-    ``phasic_rem (e,)``, ``arousals [(start, length)]``, ``sweat_episodes``, ``movement_epochs``.
+    ``phasic_rem (e,)``, ``arousals [(start, length)]``, ``sweat_episodes``, ``movement_epochs``,
+    ``movements [(start, length)]``, ``pops [(channel, start, step uV)]``, ``events`` (onset samples
+    per transient and eye movement), ``eye_movement_signs`` (+1 rightward), ``gaze`` (horizontal /
+    vertical traces), ``mains_hz`` (None when omitted). ``stages``: use this hypnogram ``(e,)``
+    instead of drawing one (``hours`` and ``compress`` are then ignored; e.g. wake-only padding).
     """
-    stages = full_night_excerpt(synth_hypnogram(int(round(hours * 3600 / EPOCH_SECONDS)), traits, rng), compress)
+    if stages is None:
+        stages = full_night_excerpt(synth_hypnogram(int(round(hours * 3600 / EPOCH_SECONDS)), traits, rng), compress)
     n_epochs = stages.size
     n = int(n_epochs * EPOCH_SECONDS * fs)
     eeg = [c for c in channels if c in EEG_TOPOGRAPHY]
@@ -617,25 +623,71 @@ def hypnogram_annotations(stages: np.ndarray, rng: np.random.Generator) -> list[
     return annotations
 
 
+SLEEP_EDF_SYNTH_CHANNELS = ["EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal", "EMG submental"]
+SC_RECORD_HOURS = 20.0
+"""Length of Sleep-EDF SC recordings (day-night, mostly wake around the night; ~20 h per the issue,
+not checked against the SC documentation): full synthetic Sleep-EDF nights are padded to it."""
+SC_PADDING_BEFORE = 0.6
+"""Share of the wake padding placed before the night (the rest after): an assumption."""
+SC_MIN_NIGHT_HOURS = 6.0
+"""Shortest night padded by default: from 6 h on, the wake before sleep and after the final
+awakening is >= 35 min (``synth_hypnogram``), so the readers' 30-min crop (plus the 1-min filter
+margin) lies inside the night and the padding is cropped away without touching a window."""
+
+
+def default_record_hours(fmt: str, hours: float, compress: int) -> float | None:
+    """Recording length when ``--record-hours`` is not given: :data:`SC_RECORD_HOURS` for full
+    Sleep-EDF nights of at least :data:`SC_MIN_NIGHT_HOURS`, else None (no padding; a compressed
+    excerpt's wake is all inside the readers' crop, so padding would add windows)."""
+    if fmt == "sleep-edf" and compress == 1 and SC_MIN_NIGHT_HOURS <= hours < SC_RECORD_HOURS:
+        return SC_RECORD_HOURS
+    return None
+
+
+def _wake_padding(night: SyntheticNight, epochs: int, traits: SubjectTraits, rng: np.random.Generator,
+                  mains_hz: float) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """``epochs`` of wake (own random stream ``rng``) for every channel of ``night``, each clipped to
+    the night's range (an amplifier's range; keeps the night's EDF scaling, hence its digital
+    values), and their labels with "Movement time" epochs as in the night."""
+    padding = synth_night(list(night.signals), 0.0, night.fs, traits, rng, mains_hz=mains_hz,
+                          stages=np.full(epochs, W, dtype=np.int64))
+    signals = {c: np.clip(x, night.signals[c].min(), night.signals[c].max()) for c, x in padding.signals.items()}
+    labels = padding.stages.copy()
+    labels[rng.random(epochs) < 0.03] = EXCLUDED
+    return signals, labels
+
+
 def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
-                          rng: np.random.Generator, compress: int = 1) -> tuple[list[Path], np.ndarray]:
+                          rng: np.random.Generator, compress: int = 1,
+                          record_hours: float | None = None) -> tuple[list[Path], np.ndarray]:
     """SC4ssN E0-PSG.edf (EEG Fpz-Cz, Pz-Oz, EOG at 100 Hz; EMG submental as 1 Hz RMS envelope, as
-    in Sleep-EDF SC) + SC4ssN E<scorer>-Hypnogram.edf. Returns the paths and the true stages."""
+    in Sleep-EDF SC) + SC4ssN E<scorer>-Hypnogram.edf. Returns the paths and the true stages.
+    ``record_hours`` > the night: wake padding (``SC_PADDING_BEFORE`` of it before the night, the
+    rest after; own random stream) makes an SC-length day-night recording; the header start moves
+    back by the padding before, and the night's samples, labels and EDF scaling are unchanged."""
     fs = 100.0
-    night_data = synth_night(["EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal", "EMG submental"], hours, fs, traits, rng,
-                             compress)
+    night_data = synth_night(SLEEP_EDF_SYNTH_CHANNELS, hours, fs, traits, rng, compress)
     stages = night_data.stages.copy()
     movement = np.flatnonzero((stages == W) & (rng.random(stages.size) < 0.03))
     stages[movement] = EXCLUDED  # scored as "Movement time"
-    emg = night_data.signals["EMG submental"]
+    signals = dict(night_data.signals)
+    pad = max(0, int(round((record_hours or 0.0) * 3600 / EPOCH_SECONDS)) - stages.size)
+    before = int(round(SC_PADDING_BEFORE * pad))
+    if pad:
+        extra, labels = _wake_padding(night_data, pad, traits, side_stream(rng, SIDE_STREAMS["day_padding"]), 50.0)
+        cut = before * int(EPOCH_SECONDS * fs)
+        signals = {c: np.concatenate([extra[c][:cut], x, extra[c][cut:]]) for c, x in signals.items()}
+        stages = np.concatenate([labels[:before], stages, labels[before:]])
+    emg = signals["EMG submental"]
     emg_rms = np.sqrt((emg.reshape(-1, int(fs)) ** 2).mean(axis=1))
     name = f"SC4{subject:02d}{night + 1}"
-    header = {"start": DEFAULT_START + dt.timedelta(days=3 * subject + night), "patient": f"SC4{subject:02d}"}
+    start = DEFAULT_START + dt.timedelta(days=3 * subject + night, seconds=-before * EPOCH_SECONDS)
+    header = {"start": start, "patient": f"SC4{subject:02d}"}
     psg = out_dir / f"{name}E0-PSG.edf"
     hyp = out_dir / f"{name}E{'CHJMPRVW'[subject % 8]}-Hypnogram.edf"
-    write_edf(psg, {"EEG Fpz-Cz": (night_data.signals["EEG Fpz-Cz"], fs),
-                    "EEG Pz-Oz": (night_data.signals["EEG Pz-Oz"], fs),
-                    "EOG horizontal": (night_data.signals["EOG horizontal"], fs),
+    write_edf(psg, {"EEG Fpz-Cz": (signals["EEG Fpz-Cz"], fs),
+                    "EEG Pz-Oz": (signals["EEG Pz-Oz"], fs),
+                    "EOG horizontal": (signals["EOG horizontal"], fs),
                     "EMG submental": (emg_rms, 1.0)}, record_seconds=EPOCH_SECONDS, **header)
     annotations = hypnogram_annotations(stages, rng)
     annotations.append((stages.size * EPOCH_SECONDS, 1800.0, "Sleep stage ?"))  # unscored tail, as in SC files
@@ -692,9 +744,13 @@ def write_arousal_mat(path: Path, per_sample: np.ndarray) -> None:
 
 
 def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
-                              rng: np.random.Generator, compress: int = 1) -> tuple[list[Path], np.ndarray]:
+                              rng: np.random.Generator, compress: int = 1,
+                              record_hours: float | None = None) -> tuple[list[Path], np.ndarray]:
     """WFDB record ``tr<NN>-<SSSS>`` at 200 Hz with the six EEG derivations, E1-M2 and Chin1-Chin2,
-    plus ``.arousal`` aux notes W/N1/N2/N3/R at every stage change (and a few arousal notes)."""
+    plus ``.arousal`` aux notes W/N1/N2/N3/R at every stage change (and a few arousal notes).
+    ``record_hours`` must be None: challenge records cover the night only (lights off to on)."""
+    if record_hours is not None:
+        raise ValueError("synth-psg: --record-hours applies to the sleep-edf format only")
     fs = 200.0
     night_data = synth_night(PHYSIONET_SYNTH_CHANNELS, hours, fs, traits, rng, compress, mains_hz=60.0)
     stages = night_data.stages
@@ -715,9 +771,12 @@ WRITERS = {"sleep-edf": write_sleep_edf_night, "physionet2018": write_physionet2
 
 
 def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: float = 9.0,
-              seed: int = 0, progress: bool = True, compress: int = 1) -> list[Path]:
+              seed: int = 0, progress: bool = True, compress: int = 1,
+              record_hours: float | None = None) -> list[Path]:
     """Write ``subjects x nights`` synthetic recordings in ``fmt`` ("sleep-edf" | "physionet2018")
-    of ``hours``-long nights, or ``compress``-times shorter excerpts with their stage proportions."""
+    of ``hours``-long nights, or ``compress``-times shorter excerpts with their stage proportions.
+    ``record_hours`` (sleep-edf): pad each recording with wake to that length (0: no padding;
+    None: :func:`default_record_hours`, i.e. SC-length 20-h files for full nights)."""
     from tqdm import tqdm
 
     if fmt not in WRITERS:
@@ -727,6 +786,12 @@ def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: 
                          f"(got {subjects}, {nights}, {hours}, {compress})")
     if fmt == "sleep-edf" and (subjects > 99 or nights > 2):
         raise ValueError("synth-psg: the Sleep-EDF naming SC4ssN allows at most 99 subjects and 2 nights")
+    if record_hours is not None and (record_hours < 0 or fmt != "sleep-edf"):
+        raise ValueError(f"synth-psg: --record-hours {record_hours}: needs >= 0 and --format sleep-edf")
+    if record_hours is None:
+        record_hours = default_record_hours(fmt, hours, compress)
+    elif record_hours == 0:
+        record_hours = None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -734,7 +799,7 @@ def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: 
     for subject, night in tqdm(jobs, desc=f"synth-psg {fmt}", disable=None if progress else True):  # None: off when not a TTY
         traits = SubjectTraits.sample(np.random.default_rng([seed, subject]))
         rng = np.random.default_rng([seed, subject, night, 1])
-        paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng, compress)
+        paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng, compress, record_hours=record_hours)
         written += paths
     return written
 
