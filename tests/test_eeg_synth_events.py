@@ -11,8 +11,10 @@ import pytest
 from scipy.signal import butter, sosfiltfilt
 
 from multiview_app.data.eeg import synth
-from multiview_app.data.eeg.synth import (ARTIFACT_PROB, EPOCHS_PER_POP, SWEAT_PER_1000_EPOCHS, TRANSIENTS,
-                                          SubjectTraits, Transient, default_record_hours, synth_night)
+from multiview_app.data.eeg.reference import AROUSAL_INDEX_PER_HOUR, K_COMPLEX_PER_MIN_N2
+from multiview_app.data.eeg.synth import (AROUSALS_PER_HOUR, ARTIFACT_PROB, EPOCHS_PER_POP, EXTRA_AROUSALS_PER_HOUR,
+                                          SWEAT_PER_1000_EPOCHS, TRANSIENTS, SubjectTraits, Transient,
+                                          default_record_hours, synth_night)
 
 FS = 100.0
 SPE = int(30 * FS)  # samples per epoch
@@ -86,6 +88,8 @@ def test_k_complexes_biphasic_high_amplitude_in_n2_n3_at_the_configured_density(
         assert set(np.unique(night.stages[onsets // SPE])) <= {2, 3}  # none in W, N1, REM
         n2 = _events(night, "k_complex", template.size, stages=(2,))
         minutes = (night.stages == 2).sum() / 2
+        low, high = K_COMPLEX_PER_MIN_N2["range"]  # published per-subject range
+        assert low <= TRANSIENTS["k_complex"].rate_per_min[2] * traits.band_gain["k_complex"] <= high
         assert _poisson_close(n2.size, TRANSIENTS["k_complex"].rate_per_min[2] * traits.band_gain["k_complex"] * minutes)
         for c in per_channel:
             per_channel[c].append(_fitted_peak_to_peak(night.signals[c], n2, template))
@@ -211,21 +215,30 @@ def test_movement_artifacts_land_in_their_annotated_places(nights):
 def test_artifact_rates_are_realized():
     """12 subjects' full 9-h nights at 20 Hz (one EEG channel; cheap): realized movement / pop /
     sweat counts against the configured rates (``ARTIFACT_PROB`` per epoch and stage x the subject's
-    ``artifact_scale``, ``EPOCHS_PER_POP``, ``SWEAT_PER_1000_EPOCHS``)."""
+    ``artifact_scale``, ``EPOCHS_PER_POP``, ``SWEAT_PER_1000_EPOCHS``); the arousal index against the
+    configured and the published one."""
     fs = 20.0
-    observed, expected, hours = np.zeros(3), np.zeros(3), 0.0
+    observed, expected, hours = np.zeros(4), np.zeros(4), 0.0
+    arousal_index = []
     for subject in range(12):
         traits = SubjectTraits.sample(np.random.default_rng([7, subject]))
         night = synth_night(["C3-M2", "Chin1-Chin2"], 9, fs, traits, np.random.default_rng([7, subject, 0, 1]))
         stages, n_epochs = night.stages, night.stages.size
         hours += n_epochs / 120
-        observed += [len(night.meta["movements"]), len(night.meta["pops"]), len(night.meta["sweat_episodes"])]
+        sleep_hours = (stages != 0).sum() / 120
+        observed += [len(night.meta["movements"]), len(night.meta["pops"]), len(night.meta["sweat_episodes"]),
+                     len(night.meta["arousals"])]
         expected += [np.minimum(np.asarray(ARTIFACT_PROB)[stages] * traits.artifact_scale, 1.0).sum(),
-                     n_epochs / EPOCHS_PER_POP, SWEAT_PER_1000_EPOCHS * traits.artifact_scale * n_epochs / 1000.0]
+                     n_epochs / EPOCHS_PER_POP, SWEAT_PER_1000_EPOCHS * traits.artifact_scale * n_epochs / 1000.0,
+                     (AROUSALS_PER_HOUR + EXTRA_AROUSALS_PER_HOUR) * traits.arousal_scale * sleep_hours]
+        arousal_index.append(len(night.meta["arousals"]) / sleep_hours / traits.arousal_scale)
     for obs, exp in zip(observed, expected):
         assert _poisson_close(obs, exp), (observed, expected)
     assert 0.4 < observed[1] / hours < 0.8  # electrode pops: 0.6 per hour configured
     assert 2.0 < observed[0] / hours < 8.0  # movement bursts per hour (mostly in wake)
+    # arousal index of a subject with arousal_scale 1: the published 20-39-year value
+    assert AROUSALS_PER_HOUR + EXTRA_AROUSALS_PER_HOUR == pytest.approx(AROUSAL_INDEX_PER_HOUR["20-39 y"])
+    assert abs(np.median(arousal_index) / AROUSAL_INDEX_PER_HOUR["20-39 y"] - 1) < 0.2, arousal_index
 
 
 def test_pops_and_sweat_land_in_their_annotated_places(monkeypatch):
@@ -304,10 +317,12 @@ def test_sc_length_recordings_are_cropped_back_to_the_same_windows(tmp_path):
 
 
 PINNED_WINDOWS = {  # sha256 (first 16 hex) of the prepared windows + labels, per synth-psg call
-    ("sleep-edf", 1.5, 1, 0): "a4d3e3b088e844b5",
-    ("sleep-edf", 9.0, 3, 1000): "509f415cb2e32780",  # the demo's Sleep-EDF settings, 1 subject
-    ("physionet2018", 9.0, 6, 0): "e1fb9e03d7e6b210",
+    ("sleep-edf", 1.5, 1, 0): "a5ca8764cb43573f",
+    ("sleep-edf", 9.0, 3, 1000): "9ba6a7614197df9c",  # the demo's Sleep-EDF settings, 1 subject
+    ("physionet2018", 9.0, 6, 0): "1a9c77f755ef39a0",
 }
+"""Changed on purpose once: the published arousal index (EXTRA_AROUSALS_PER_HOUR). Before it (and
+with EXTRA_AROUSALS_PER_HOUR = 0): a4d3e3b088e844b5, 509f415cb2e32780, e1fb9e03d7e6b210."""
 
 
 @pytest.mark.parametrize("key", list(PINNED_WINDOWS))

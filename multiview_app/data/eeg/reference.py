@@ -22,3 +22,47 @@ FPZ_CZ_RELATIVE_POWER_RANGES: dict[str, tuple[tuple[float, float], ...]] = {
 (delta dominance growing N1 < N2 < N3; a sigma bump from spindles in N2; theta and low delta in N1 and
 REM; alpha and beta highest in wake; cf. Aeschbach & Borbely 1993, J Sleep Res, for the all-night NREM
 spectrum), not transcribed from a published table. Wide on purpose; the orderings are what they encode."""
+
+SLEEP_EDF_SC_SUBJECTS = {"subjects": 78, "age_range": (25, 101)}
+"""Sleep-EDF Expanded, SC study: 153 nights of 78 healthy subjects aged 25-101 (PhysioNet
+sleep-edfx description, as reproduced in public notebooks; retrieved). The arousal index below rises
+with age, so an SC-like cohort has a higher mean index than the young-adult value the generator uses."""
+
+K_COMPLEX_PER_MIN_N2 = {"mean": 1.21, "range": (0.75, 1.93)}
+"""Spontaneous K-complexes per minute of stage 2 sleep: 1.21 / min, range over nine subjects
+0.75-1.93, no trend over 6 h or between two nights (Psychophysiology 1968, doi
+10.1111/j.1469-8986.1968.tb02785.x, "autonomic correlates of the spontaneous K-complex"; the abstract
+with these numbers was retrieved, the authors Johnson & Karpan are from memory). The generator's N2
+rate (1.2 / min x the subject's log-normal gain) matches; its N3 rate (0.6 / min) has no source."""
+
+SPINDLE_PER_MIN_N2 = {"mean": 2.7, "sd": 2.1}
+"""Sleep spindles per minute of stage 2 sleep found by an automatic detector: 2.7 +- 2.1 (10 healthy
+subjects aged 20-35, multichannel all-night EEG, maximal over centro-parietal midline leads;
+Zeitlhofer et al., "Topographic distribution of sleep spindles in young healthy subjects", J Sleep
+Res 6(3):149-155, 1997; abstract retrieved). Published densities are detector outputs (they depend
+on the amplitude threshold), so the generator is compared through a detector too: the generated
+rate is 5 / min x the subject's gain (N2), of which the test's envelope detector finds ~3.7 / min on
+C3 (mean over 6 subjects), inside mean +- SD; the generated rate itself is not a published value."""
+
+AROUSAL_INDEX_PER_HOUR = {"10-19 y": 13.8, "20-39 y": 14.7, "40-59 y": 17.8, ">=60 y": 27.1}
+"""EEG arousals per hour of total sleep time in healthy sound sleepers (ten per age group, after an
+adaptation night): Boselli, Parrino, Smerieri, Terzano, "Effect of age on EEG arousals in normal
+sleep", Sleep 21(4):351-357, 1998 (abstract retrieved). Bonnet & Arand, "EEG arousal norms by age",
+J Clin Sleep Med 3(3):271-274, 2007 (76 subjects, 18-70 y) confirm the rise with age (their table was
+not retrievable). The generator uses the 20-39 y value: 10 / h (main stream) + 4.7 / h (own stream)."""
+
+AROUSAL_DURATION_SECONDS = {"mean": 14.9, "sd": 2.3}
+"""Mean arousal duration 14.9 +- 2.3 s, stable across ages (group means 13.3-16.6 s), NREM 14.6, REM
+16.2 s (Boselli et al. 1998, above). NOT matched: generated arousals last 3-15 s (mean 9 s); making
+them longer would change the random draws after them, i.e. every EEG window of the demo."""
+
+ARTIFACT_RATES = {
+    "movement burst per epoch (W, N1, N2, N3, REM)": (0.10, 0.05, 0.02, 0.02, 0.03),
+    "electrode pops per hour": 0.6,
+    "sweat sways per hour": 0.06,
+    "mains amplitude uV": (0.0, 3.0),
+}
+"""The generator's artifact rates (times the subject's ``artifact_scale`` 0.5-2 where it applies):
+UNVERIFIED assumptions; no published rate of movement bursts, electrode pops or sweat artifacts per
+hour of PSG was found with the reference search available (tests check that these configured rates
+are realized, not that they are realistic)."""

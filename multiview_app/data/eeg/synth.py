@@ -127,7 +127,12 @@ SWEAT_PER_1000_EPOCHS = 0.5
 """Sweat sways per 1000 epochs (0.06 per hour), times ``artifact_scale``; an assumption."""
 AROUSALS_PER_HOUR = 10.0
 """Brief EEG arousals (3-15 s of alpha/beta and chin EMG, no stage change) per hour of sleep, times
-the subject's ``arousal_scale``: an assumed typical adult arousal index (not fitted to a source)."""
+the subject's ``arousal_scale``, drawn from the night's main random stream: the first, assumed rate."""
+EXTRA_AROUSALS_PER_HOUR = 4.7
+"""Further arousals per hour of sleep (same kind, times ``arousal_scale``) from their own random
+stream, so that the total, 14.7 / h for ``arousal_scale`` 1, is the published arousal index of
+healthy young adults (reference.py ``AROUSAL_INDEX_PER_HOUR``); a separate stream leaves every other
+random draw, hence every window without an added arousal, as before."""
 PINK_NOISE_UV = 8.0
 
 
@@ -391,12 +396,13 @@ def _per_epoch(table: tuple[float, ...], stages: np.ndarray, closed: np.ndarray,
     return values
 
 
-def _arousal_onsets(stages: np.ndarray, traits: SubjectTraits, fs: float, rng: np.random.Generator
-                    ) -> list[tuple[int, int]]:
-    """Brief arousals ``[(start sample, length), ...]`` inside sleep epochs (3-15 s, no stage change)."""
+def _arousal_onsets(stages: np.ndarray, traits: SubjectTraits, fs: float, rng: np.random.Generator,
+                    per_hour: float = AROUSALS_PER_HOUR) -> list[tuple[int, int]]:
+    """Brief arousals ``[(start sample, length), ...]`` inside sleep epochs (3-15 s, no stage change),
+    ``per_hour`` x ``arousal_scale`` per hour of sleep."""
     spe = int(EPOCH_SECONDS * fs)
     sleep = np.flatnonzero(stages != W)
-    count = rng.poisson(AROUSALS_PER_HOUR * traits.arousal_scale * sleep.size * EPOCH_SECONDS / 3600.0)
+    count = rng.poisson(per_hour * traits.arousal_scale * sleep.size * EPOCH_SECONDS / 3600.0)
     out = []
     for e in rng.choice(sleep, size=min(count, sleep.size), replace=False) if sleep.size else ():
         length = int(rng.uniform(3.0, 15.0) * fs)
@@ -498,14 +504,17 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     emg_envelope = _per_epoch(EMG_AMPLITUDE, stages, closed, "emg") * jitter()
     emg = _band_noise(n, fs, (10.0, 45.0), rng, 1)[0] * _envelope(emg_envelope, n, fs)
 
-    # Brief arousals: alpha/beta burst (posterior > central > frontal) and chin EMG, no stage change.
-    arousals = _arousal_onsets(stages, traits, fs, rng)
+    # Brief arousals: alpha/beta burst (posterior > central > frontal) and chin EMG, no stage change;
+    # the first ones from the main stream, the rest (up to the published index) from their own.
     posterior = topo @ np.array([0.5, 0.8, 1.0]) if len(eeg) else np.zeros(0)
+    arousals = _arousal_onsets(stages, traits, fs, rng)
     for start, length in arousals:
-        burst = (_band_noise(length, fs, (traits.alpha_hz - 1.5, traits.alpha_hz + 1.5), rng, 1)[0] * 10.0
-                 + _band_noise(length, fs, (16.0, 30.0), rng, 1)[0] * 4.0) * np.hanning(length)
-        out[:, start:start + length] += posterior[:, None] * burst[None] * traits.gain
-        emg[start:start + length] += _band_noise(length, fs, (10.0, 45.0), rng, 1)[0] * 12.0 * np.hanning(length)
+        _add_arousal(out, emg, start, length, posterior, traits, fs, rng)
+    extra_rng = side_stream(rng, SIDE_STREAMS["extra_arousals"])
+    extra = _arousal_onsets(stages, traits, fs, extra_rng, per_hour=EXTRA_AROUSALS_PER_HOUR)
+    for start, length in extra:
+        _add_arousal(out, emg, start, length, posterior, traits, fs, extra_rng)
+    arousals = arousals + extra
 
     # Artifacts: movement bursts (all channels), electrode pops (one channel), sweat, drifts, mains, white noise.
     artifact_epochs = np.flatnonzero(rng.random(n_epochs) < np.asarray(ARTIFACT_PROB)[stages] * traits.artifact_scale)
@@ -559,6 +568,16 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
             "movement_epochs": artifact_epochs, "movements": movements, "pops": pops, "events": events,
             "eye_movement_signs": eye_signs, "gaze": gaze, "mains_hz": mains_hz if mains_hz < 0.45 * fs else None}
     return SyntheticNight(signals=signals, fs=fs, stages=stages, meta=meta)
+
+
+def _add_arousal(out: np.ndarray, emg: np.ndarray, start: int, length: int, posterior: np.ndarray,
+                 traits: SubjectTraits, fs: float, rng: np.random.Generator) -> None:
+    """Add one arousal in place: an alpha + beta burst to the EEG ``out (c, n)`` (weights
+    ``posterior (c,)``) and a chin-EMG burst to ``emg (n,)``, ``length`` samples from ``start``."""
+    burst = (_band_noise(length, fs, (traits.alpha_hz - 1.5, traits.alpha_hz + 1.5), rng, 1)[0] * 10.0
+             + _band_noise(length, fs, (16.0, 30.0), rng, 1)[0] * 4.0) * np.hanning(length)
+    out[:, start:start + length] += posterior[:, None] * burst[None] * traits.gain
+    emg[start:start + length] += _band_noise(length, fs, (10.0, 45.0), rng, 1)[0] * 12.0 * np.hanning(length)
 
 
 def _eog_noise(n: int, fs: float, rng: np.random.Generator) -> np.ndarray:
