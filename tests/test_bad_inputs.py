@@ -455,6 +455,13 @@ def _(tmp, shared):
             ["--subjects", "must be positive", "0"])
 
 
+@case("synth-psg --record-hours for the PhysioNet format")
+def _(tmp, shared):
+    return (["data", "synth-psg", "--subjects", "1", "--format", "physionet2018", "--record-hours", "20",
+             "--out", str(tmp / "out")],
+            ["--record-hours 20.0", "--format sleep-edf"])
+
+
 # --- evaluation
 @case("eval of a folder that is not a run")
 def _(tmp, shared):
