@@ -67,3 +67,13 @@ ARTIFACT_RATES = {
 UNVERIFIED assumptions; no published rate of movement bursts, electrode pops or sweat artifacts per
 hour of PSG was found with the reference search available (tests check that these configured rates
 are realized, not that they are realistic)."""
+
+BOUTS_PER_SLEEP_EPISODE = {"young": {"wake": (2.2, (1.4, 5.1)), "nrem": (10.1, (8.6, 11.1)), "rem": (8.2, (7.1, 9.9))},
+                           "older": {"wake": (9.2, (2.9, 15.2)), "nrem": (12.3, (7.5, 15.9)), "rem": (7.0, (4.4, 10.5))}}
+"""Median (range) over subjects of the number of bouts per sleep episode: Klerman et al., Neurobiol
+Aging 34(1):309-318, 2013, Table 1 (PMC3469724; retrieved), forced-desynchrony protocol in the lab,
+not ordinary nights, and their bout definition was not checked. NOT matched, NOT changed: the
+generator's full 9-h nights (30 subjects) have median 26 wake runs (18-32), 31 NREM runs (25-41) and
+13 REM runs (8-29) between sleep onset and the final awakening, i.e. many more brief awakenings
+than either group; changing the hypnogram would change the demo's labels and windows. Treat the
+generator's ``BOUT_MINUTES`` / ``INTERRUPTION`` as unverified."""
