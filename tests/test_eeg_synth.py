@@ -7,7 +7,8 @@ import pytest
 from scipy.signal import butter, hilbert, sosfiltfilt, welch
 
 from multiview_app.data.eeg.preprocess import wake_crop_mask
-from multiview_app.data.eeg.reference import BANDS, FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_EPOCHS, SPINDLE_PER_MIN_N2
+from multiview_app.data.eeg.reference import (BANDS, FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_EPOCHS,
+                                               SPINDLE_PER_MIN_N2)
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
 from multiview_app.data.eeg.synth import (SubjectTraits, full_night_excerpt, spatial_correlation, synth_hypnogram,
                                           synth_night)
@@ -174,8 +175,8 @@ def test_stage_signatures_rem_n1_wake(nights):
         keep = ((off - on) >= 50) & ((off - on) <= 300)
         density += np.bincount(n.stages[on[keep] // 3000], minlength=5)
     density /= np.bincount(stages, minlength=5) / 2  # per minute
-    published = SPINDLE_PER_MIN_N2["mean"] - SPINDLE_PER_MIN_N2["sd"], SPINDLE_PER_MIN_N2["mean"] + SPINDLE_PER_MIN_N2["sd"]
-    assert published[0] <= density[2] <= published[1] and density[4] < 0.25 * density[2], density
+    mean, sd = SPINDLE_PER_MIN_N2["mean"], SPINDLE_PER_MIN_N2["sd"]
+    assert mean - sd <= density[2] <= mean + sd and density[4] < 0.25 * density[2], density
 
 
 def test_subjects_differ_more_than_nights_of_one_subject():

@@ -50,7 +50,8 @@ adaptation night): Boselli, Parrino, Smerieri, Terzano, "Effect of age on EEG ar
 sleep", Sleep 21(4):351-357, 1998 (abstract retrieved). Bonnet & Arand, "EEG arousal norms by age",
 J Clin Sleep Med 3(3):271-274, 2007 (76 subjects, 18-70 y) confirm the rise with age (their table was
 not retrievable), as does the Sleep Heart Health Study's normative group (470 home PSGs, Sleep
-27:293-298, 2004: +0.8 / h per decade, 1.4 / h lower in women; abstract retrieved). The generator uses the 20-39 y value: 10 / h (main stream) + 4.7 / h (own stream)."""
+27:293-298, 2004: +0.8 / h per decade, 1.4 / h lower in women; abstract retrieved). The generator
+uses the 20-39 y value: 10 / h (main stream) + 4.7 / h (own stream)."""
 
 AROUSAL_DURATION_SECONDS = {"mean": 14.9, "sd": 2.3}
 """Mean arousal duration 14.9 +- 2.3 s, stable across ages (group means 13.3-16.6 s), NREM 14.6, REM
@@ -68,8 +69,10 @@ UNVERIFIED assumptions; no published rate of movement bursts, electrode pops or 
 hour of PSG was found with the reference search available (tests check that these configured rates
 are realized, not that they are realistic)."""
 
-BOUTS_PER_SLEEP_EPISODE = {"young": {"wake": (2.2, (1.4, 5.1)), "nrem": (10.1, (8.6, 11.1)), "rem": (8.2, (7.1, 9.9))},
-                           "older": {"wake": (9.2, (2.9, 15.2)), "nrem": (12.3, (7.5, 15.9)), "rem": (7.0, (4.4, 10.5))}}
+BOUTS_PER_SLEEP_EPISODE = {
+    "young": {"wake": (2.2, (1.4, 5.1)), "nrem": (10.1, (8.6, 11.1)), "rem": (8.2, (7.1, 9.9))},
+    "older": {"wake": (9.2, (2.9, 15.2)), "nrem": (12.3, (7.5, 15.9)), "rem": (7.0, (4.4, 10.5))},
+}
 """Median (range) over subjects of the number of bouts per sleep episode: Klerman et al., Neurobiol
 Aging 34(1):309-318, 2013, Table 1 (PMC3469724; retrieved), forced-desynchrony protocol in the lab,
 not ordinary nights, and their bout definition was not checked. NOT matched, NOT changed: the

@@ -438,9 +438,10 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     noise at ``mains_hz`` (omitted when above 0.45 ``fs``) are added. ``meta``: ``eyes_closed (e,)``,
     ``phasic_rem (e,)``, ``arousals [(start, length)]``, ``sweat_episodes``, ``movement_epochs``,
     ``movements [(start, length)]``, ``pops [(channel, start, step uV)]``, ``events`` (onset samples
-    per transient and eye movement), ``eye_movement_signs`` (+1 rightward), ``gaze`` (horizontal /
-    vertical traces), ``mains_hz`` (None when omitted). ``stages``: use this hypnogram ``(e,)``
-    instead of drawing one (``hours`` and ``compress`` are then ignored; e.g. wake-only padding).
+    per transient and eye movement), ``eye_movement_signs`` (saccades / slow rolls: +1 rightward;
+    blinks always move the eyes up, their drawn sign is unused), ``mains_hz`` (None when omitted).
+    ``stages``: use this hypnogram ``(e,)`` instead of drawing one (``hours`` and ``compress`` are
+    then ignored; e.g. wake-only padding).
     """
     if stages is None:
         stages = full_night_excerpt(synth_hypnogram(int(round(hours * 3600 / EPOCH_SECONDS)), traits, rng), compress)
@@ -566,7 +567,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
             signals[c] = emg * traits.channel_gain.get(c, 1.0)
     meta = {"eyes_closed": closed, "phasic_rem": phasic_epochs, "arousals": arousals, "sweat_episodes": sweat,
             "movement_epochs": artifact_epochs, "movements": movements, "pops": pops, "events": events,
-            "eye_movement_signs": eye_signs, "gaze": gaze, "mains_hz": mains_hz if mains_hz < 0.45 * fs else None}
+            "eye_movement_signs": eye_signs, "mains_hz": mains_hz if mains_hz < 0.45 * fs else None}
     return SyntheticNight(signals=signals, fs=fs, stages=stages, meta=meta)
 
 
