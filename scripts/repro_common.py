@@ -74,13 +74,20 @@ def train_unless_done(cfg: Config) -> RunSummary:
     return RunSummary(result.steps, result.final_loss, time.perf_counter() - began, result.items_per_s, reused=False)
 
 
-def saved_row(run_dir: Path, fresh: bool) -> dict[str, Any] | None:
-    """The run's saved results row (``eval/results_row.json``), None when missing; ``fresh`` removes
-    the whole run folder first (retrain)."""
-    if fresh and run_dir.exists():
-        shutil.rmtree(run_dir)
-    path = run_dir / ROW_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+def results_row(cfg: Config, fresh: bool, make_row: Callable[[RunSummary], dict[str, Any]]) -> dict[str, Any]:
+    """The run's row of a results table: the saved ``eval/results_row.json`` when present, else
+    :func:`train_unless_done` then ``make_row(summary)`` (evaluates the run folder), saved atomically.
+    ``fresh`` removes the whole run folder first (retrain)."""
+    from multiview_app.train.run_io import atomic_write_json
+
+    if fresh and cfg.run_dir.exists():
+        shutil.rmtree(cfg.run_dir)
+    path = cfg.run_dir / ROW_FILE
+    if path.is_file():
+        return json.loads(path.read_text())
+    row = make_row(train_unless_done(cfg))
+    atomic_write_json(path, row)
+    return row
 
 
 def train_digits(loss: str, name: str, overrides: list[str], runs_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from repro_common import ROOT, ROW_FILE, linear_probe_results, saved_row, train_unless_done  # noqa: E402
+from repro_common import ROOT, RunSummary, linear_probe_results, results_row  # noqa: E402
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.losses import available_losses  # noqa: E402
 from multiview_app.train.metrics import read_metrics  # noqa: E402
-from multiview_app.train.run_io import atomic_write_json, atomic_write_text  # noqa: E402
+from multiview_app.train.run_io import atomic_write_text  # noqa: E402
 
 
 def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool) -> dict:
@@ -31,24 +31,20 @@ def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool) -> dict:
         [f"train.max_steps={steps}", f"output.runs_dir={runs_dir}", "eval.linear_probe=true"],
         name=f"digits_{loss}",
     )
-    row = saved_row(cfg.run_dir, fresh)
-    if row is not None:
-        return row
-    start = time.perf_counter()
-    run = train_unless_done(cfg)
-    probe = linear_probe_results(cfg.run_dir)
-    records = read_metrics(cfg.run_dir / "metrics.jsonl")
-    row = {
-        "loss": loss, "steps": run.steps,
-        # a reused model: its logged training time + this evaluation
-        "wall_s": time.perf_counter() - start + (run.train_s if run.reused else 0.0),
-        "items_per_s": run.items_per_s, "final_loss": run.final_loss, "reused_model": run.reused,
-        "batch_size": cfg.train.batch_size, "k": cfg.views.k, "teacher": cfg.model.teacher.enabled,
-        "trained": probe["trained"], "random_init": probe["random_init"],
-        "data_share": sum(r.get("time/data", 0) for r in records) / max(1, len(records)),
-    }
-    atomic_write_json(cfg.run_dir / ROW_FILE, row)
-    return row
+
+    def make_row(run: RunSummary) -> dict:
+        start = time.perf_counter()
+        probe = linear_probe_results(cfg.run_dir)
+        records = read_metrics(cfg.run_dir / "metrics.jsonl")
+        return {
+            "loss": loss, "steps": run.steps, "wall_s": run.train_s + time.perf_counter() - start,
+            "items_per_s": run.items_per_s, "final_loss": run.final_loss, "reused_model": run.reused,
+            "batch_size": cfg.train.batch_size, "k": cfg.views.k, "teacher": cfg.model.teacher.enabled,
+            "trained": probe["trained"], "random_init": probe["random_init"],
+            "data_share": sum(r.get("time/data", 0) for r in records) / max(1, len(records)),
+        }
+
+    return results_row(cfg, fresh, make_row)
 
 
 def write_table(rows: list[dict], failures: dict[str, str], steps: int, out: Path) -> None:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from repro_common import ROOT, ROW_FILE, saved_row, train_unless_done  # noqa: E402
+from repro_common import ROOT, RunSummary, results_row  # noqa: E402
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.eval.retrieval import run_retrieval  # noqa: E402
-from multiview_app.train.run_io import atomic_write_json, atomic_write_text  # noqa: E402
+from multiview_app.train.run_io import atomic_write_text  # noqa: E402
 
 CONFIGS = ("pairs_clip_k2", "pairs_infonce_pwe", "pairs_pvc_geometric", "pairs_m3g")
 METRICS = ("i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "zero_shot_acc")
@@ -29,17 +29,15 @@ METRICS = ("i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "
 def run_one(name: str, steps: int, runs_dir: Path, fresh: bool, overrides: list[str]) -> dict:
     """Train (unless done), evaluate retrieval, return the table row."""
     cfg = load_config(ROOT / "configs" / f"{name}.yaml", [f"train.max_steps={steps}", f"output.runs_dir={runs_dir}", *overrides], name=name)
-    row = saved_row(cfg.run_dir, fresh)
-    if row is not None:
-        return row
-    run = train_unless_done(cfg)
-    ev = run_retrieval(cfg.run_dir)
-    row = {"config": name, "loss": cfg.loss.name, "k": cfg.views.k, "text_views": ev["text_views"], "steps": run.steps,
-           "batch_size": cfg.train.batch_size, "train_s": run.train_s, "final_loss": run.final_loss,
-           "reused_model": run.reused, "trained": ev["results"]["trained"], "random_init": ev["results"]["random_init"],
-           "images": ev["images"], "captions": ev["captions"]}
-    atomic_write_json(cfg.run_dir / ROW_FILE, row)
-    return row
+
+    def make_row(run: RunSummary) -> dict:
+        ev = run_retrieval(cfg.run_dir)
+        return {"config": name, "loss": cfg.loss.name, "k": cfg.views.k, "text_views": ev["text_views"],
+                "steps": run.steps, "batch_size": cfg.train.batch_size, "train_s": run.train_s,
+                "final_loss": run.final_loss, "reused_model": run.reused, "trained": ev["results"]["trained"],
+                "random_init": ev["results"]["random_init"], "images": ev["images"], "captions": ev["captions"]}
+
+    return results_row(cfg, fresh, make_row)
 
 
 def write_table(rows: list[dict], failures: dict[str, str], command: str, out: Path) -> str:

@@ -155,6 +155,11 @@ def test_metric_defaults_directions_and_val_split_required(tmp_path: Path, capsy
     assert objective_directions(multi) == ["maximize", "minimize"]
     with pytest.raises(ConfigError, match="tune.metric: unknown metric 'acc'"):
         objective_metrics(config_from_dict(_tune_raw(tmp_path, metric="acc")))
+    for key, value, message in [("report_items", 0, "greater than or equal to 1"), ("report_items", True, "valid integer"),
+                                ("report_items", "all", "valid integer")]:
+        with pytest.raises(ConfigError, match=f"tune.{key}: Input should be .*{message}"):
+            config_from_dict(_tune_raw(tmp_path, **{key: value}))
+    assert config_from_dict(_tune_raw(tmp_path, report_items=None)).tune.report_items is None
     raw = _tune_raw(tmp_path / "runs")
     raw["data"]["options"].pop("val_fraction")
     config = _write(tmp_path / "noval.yaml", raw)
