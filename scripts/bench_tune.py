@@ -6,7 +6,7 @@ A trial = ``python -m multiview_app.cli train`` in a subprocess (``tune.runner.r
 ``tune-report`` callback: intermediate values on the report subset every ``tune.report_every`` steps
 before the last, the objective on the full val split at the last step. ``--report-every`` /
 ``--report-items`` override ``tune.report_every`` / ``tune.report_items``; by default the config's
-values (the defaults: every 20 steps, 256 items) are measured. The reference is the same config
+values (the defaults: every 20 steps, 128 items) are measured. The reference is the same config
 trained in this process (``train(cfg)``, no evaluator). Overhead = trial wall time - (the trial's own
 training loop time - its val evaluator time): process start + imports, data / cache opening, model
 build, every val evaluation (they run inside the loop, in the ``tune-report`` callback), writing the
