@@ -179,6 +179,9 @@ class TuneConfig(_Strict):
     metric: str | list[str] | None = None
     direction: Literal["maximize", "minimize"] | list[Literal["maximize", "minimize"]] | None = None
     report_every: int = Field(20, ge=0, description="intermediate val metric every N steps (0: only at the end)")
+    report_items: int | None = Field(
+        128, ge=1, strict=True, description="intermediate reports (pruning only) score a fixed class-stratified subset of about "
+        "this many items per split (None: every item); the objective itself always uses the full val split")
     pruner: Literal["median", "hyperband", "none"] = "median"
     pruner_options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the Optuna pruner")
     sampler: Literal["tpe", "random", "nsga2"] | None = Field(None, description="None: tpe, nsga2 when multi-objective")

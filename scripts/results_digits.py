@@ -2,26 +2,26 @@
 
     .venv/bin/python scripts/results_digits.py [--steps 400] [--losses m3g,mveb] [--runs-dir runs/results_digits]
 
-Resumable: a loss whose run already has eval/linear_probe.json is not retrained (use --fresh to
-retrain); the table is rewritten (atomically) after every loss.
+Resumable (``repro_common.train_unless_done``): a loss whose run has its results row is taken as it
+is; a finished model (model.safetensors) is reused, never retrained (its linear probe runs again when
+eval/linear_probe.json is missing); an interrupted attempt resumes from its latest checkpoint (use
+--fresh to retrain); the table is rewritten (atomically) after every loss.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from repro_common import ROOT, RunSummary, linear_probe_results, results_row  # noqa: E402
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.losses import available_losses  # noqa: E402
 from multiview_app.train.metrics import read_metrics  # noqa: E402
-from multiview_app.train.run_io import atomic_write_json, atomic_write_text  # noqa: E402
-from multiview_app.train.trainer import train  # noqa: E402
+from multiview_app.train.run_io import atomic_write_text  # noqa: E402
 
 
 def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool) -> dict:
@@ -31,33 +31,20 @@ def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool) -> dict:
         [f"train.max_steps={steps}", f"output.runs_dir={runs_dir}", "eval.linear_probe=true"],
         name=f"digits_{loss}",
     )
-    run_dir = cfg.run_dir
-    summary_path = run_dir / "eval" / "results_row.json"
-    if fresh and run_dir.exists():
-        shutil.rmtree(run_dir)
-    if summary_path.is_file():
-        return json.loads(summary_path.read_text())
-    if run_dir.exists():  # an unfinished earlier attempt: resume it when possible, else restart
-        from multiview_app.train.checkpoint import latest_checkpoint
 
-        resume = "latest" if latest_checkpoint(run_dir) else None
-        if resume is None:
-            shutil.rmtree(run_dir)
-    else:
-        resume = None
-    start = time.perf_counter()
-    result = train(cfg, resume=resume)
-    records = read_metrics(run_dir / "metrics.jsonl")
-    ev = (result.evaluation or {})["linear_probe"]
-    row = {
-        "loss": loss, "steps": result.steps, "wall_s": time.perf_counter() - start,
-        "items_per_s": result.items_per_s, "final_loss": result.final_loss,
-        "batch_size": cfg.train.batch_size, "k": cfg.views.k, "teacher": cfg.model.teacher.enabled,
-        "trained": ev["results"]["trained"], "random_init": ev["results"]["random_init"],
-        "data_share": sum(r.get("time/data", 0) for r in records) / max(1, len(records)),
-    }
-    atomic_write_json(summary_path, row)
-    return row
+    def make_row(run: RunSummary) -> dict:
+        start = time.perf_counter()
+        probe = linear_probe_results(cfg.run_dir)
+        records = read_metrics(cfg.run_dir / "metrics.jsonl")
+        return {
+            "loss": loss, "steps": run.steps, "wall_s": run.train_s + time.perf_counter() - start,
+            "items_per_s": run.items_per_s, "final_loss": run.final_loss, "reused_model": run.reused,
+            "batch_size": cfg.train.batch_size, "k": cfg.views.k, "teacher": cfg.model.teacher.enabled,
+            "trained": probe["trained"], "random_init": probe["random_init"],
+            "data_share": sum(r.get("time/data", 0) for r in records) / max(1, len(records)),
+        }
+
+    return results_row(cfg, fresh, make_row)
 
 
 def write_table(rows: list[dict], failures: dict[str, str], steps: int, out: Path) -> None:

@@ -3,26 +3,24 @@
     .venv/bin/python scripts/results_pairs.py [--steps 400] [--configs pairs_m3g,pairs_clip_k2]
         [--runs-dir runs/results_pairs] [--out runs/results_pairs/table.md]
 
-Resumable: a config whose run already has eval/retrieval.json is not retrained (``--fresh`` retrains);
-the Markdown table is rewritten (atomically) after every config.
+Resumable (``repro_common.train_unless_done``): a config whose run has its results row is taken as
+it is; a finished model (model.safetensors) is reused, never retrained, and only evaluated; an
+interrupted attempt resumes from its latest checkpoint (``--fresh`` retrains); the Markdown table is
+rewritten (atomically) after every config.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from repro_common import ROOT, RunSummary, results_row  # noqa: E402
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.eval.retrieval import run_retrieval  # noqa: E402
-from multiview_app.train.checkpoint import latest_checkpoint  # noqa: E402
-from multiview_app.train.run_io import atomic_write_json, atomic_write_text  # noqa: E402
-from multiview_app.train.trainer import train  # noqa: E402
+from multiview_app.train.run_io import atomic_write_text  # noqa: E402
 
 CONFIGS = ("pairs_clip_k2", "pairs_infonce_pwe", "pairs_pvc_geometric", "pairs_m3g")
 METRICS = ("i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "zero_shot_acc")
@@ -31,28 +29,15 @@ METRICS = ("i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "
 def run_one(name: str, steps: int, runs_dir: Path, fresh: bool, overrides: list[str]) -> dict:
     """Train (unless done), evaluate retrieval, return the table row."""
     cfg = load_config(ROOT / "configs" / f"{name}.yaml", [f"train.max_steps={steps}", f"output.runs_dir={runs_dir}", *overrides], name=name)
-    run_dir = cfg.run_dir
-    row_path = run_dir / "eval" / "results_row.json"
-    if fresh and run_dir.exists():
-        shutil.rmtree(run_dir)
-    if row_path.is_file():
-        return json.loads(row_path.read_text())
-    resume = None
-    if run_dir.exists():
-        if latest_checkpoint(run_dir) is not None and not (run_dir / "model.safetensors").is_file():
-            resume = "latest"
-        else:
-            shutil.rmtree(run_dir)
-    start = time.perf_counter()
-    result = train(cfg, resume=resume)
-    train_s = time.perf_counter() - start
-    ev = run_retrieval(run_dir)
-    row = {"config": name, "loss": cfg.loss.name, "k": cfg.views.k, "text_views": ev["text_views"], "steps": result.steps,
-           "batch_size": cfg.train.batch_size, "train_s": train_s, "final_loss": result.final_loss,
-           "trained": ev["results"]["trained"], "random_init": ev["results"]["random_init"],
-           "images": ev["images"], "captions": ev["captions"]}
-    atomic_write_json(row_path, row)
-    return row
+
+    def make_row(run: RunSummary) -> dict:
+        ev = run_retrieval(cfg.run_dir)
+        return {"config": name, "loss": cfg.loss.name, "k": cfg.views.k, "text_views": ev["text_views"],
+                "steps": run.steps, "batch_size": cfg.train.batch_size, "train_s": run.train_s,
+                "final_loss": run.final_loss, "reused_model": run.reused, "trained": ev["results"]["trained"],
+                "random_init": ev["results"]["random_init"], "images": ev["images"], "captions": ev["captions"]}
+
+    return results_row(cfg, fresh, make_row)
 
 
 def write_table(rows: list[dict], failures: dict[str, str], command: str, out: Path) -> str:

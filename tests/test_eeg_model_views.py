@@ -4,16 +4,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from multiview_app.data.adapters import build_adapter
-from multiview_app.data.eeg.cache import CACHE_FORMAT
 from multiview_app.data.views import build_view_policy
 from multiview_app.models.encoders import build_encoder
 
-CHANNELS = ["F3-M2", "C3-M2", "O1-M2", "O2-M1"]
+from _eeg_helpers import CHANNELS, fake_cache
 
 
 def _tiny_encoder(**kwargs) -> torch.nn.Module:
@@ -57,26 +55,8 @@ def test_paper_sized_encoder_layout():
     assert encoder.num_features == 64 and encoder.channel_vocab[0] == "F3-M2"
 
 
-def _fake_cache(folder: Path, subjects: int = 4, windows: int = 6) -> Path:
-    """A valid cache written directly (no readers): subject s, recording r<s>, labels cycle 0..4."""
-    (folder / "windows").mkdir(parents=True)
-    recordings = []
-    for s in range(subjects):
-        data = np.random.default_rng(s).standard_normal((windows, len(CHANNELS), 3000)).astype(np.float32)
-        data[:, :, 0] = s  # marks the subject in the first sample of every channel
-        np.save(folder / "windows" / f"r{s}.npy", data)
-        labels = [i % 5 for i in range(windows)]
-        recordings.append({"recording": f"r{s}", "subject": f"S{s}", "file": f"windows/r{s}.npy", "n_windows": windows,
-                           "labels": labels, "epochs": list(range(windows)), "sources": [], "counts": {}})
-    manifest = {"format": CACHE_FORMAT, "dataset": "physionet2018", "options": {}, "dtype": "float32",
-                "channels": CHANNELS, "sfreq": 100.0, "window_seconds": 30.0, "stages": ["W", "N1", "N2", "N3", "REM"],
-                "recordings": recordings, "duplicates": []}
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    return folder
-
-
 def test_adapter_subject_wise_split_and_items(tmp_path):
-    cache = _fake_cache(tmp_path / "cache")
+    cache = fake_cache(tmp_path / "cache")
     adapter = build_adapter("eeg_windows", {"cache": str(cache), "test_fraction": 0.5, "channels": ["O1-M2", "F3-M2"]})
     assert adapter.modality == "eeg" and adapter.class_names == ["W", "N1", "N2", "N3", "REM"]
     train, test = adapter.split("train"), adapter.split("test")
@@ -97,7 +77,7 @@ def test_adapter_subject_wise_split_and_items(tmp_path):
 
 
 def test_channel_views_policy(tmp_path):
-    adapter = build_adapter("eeg_windows", {"cache": str(_fake_cache(tmp_path / "cache")), "test_fraction": 0})
+    adapter = build_adapter("eeg_windows", {"cache": str(fake_cache(tmp_path / "cache")), "test_fraction": 0})
     raw = torch.utils.data.default_collate([adapter.split("train")[i] for i in range(5)])
     policy = build_view_policy("channels", 4, {}, adapter)
     views = policy.train_views(raw, torch.Generator().manual_seed(0))
@@ -164,7 +144,7 @@ def test_unknown_row_is_trained_with_unknown_rate():
 
 
 def test_adapter_val_split_is_subject_wise_and_reproducible(tmp_path):
-    cache = _fake_cache(tmp_path / "cache", subjects=8)
+    cache = fake_cache(tmp_path / "cache", subjects=8)
     options = {"cache": str(cache), "test_fraction": 0.25, "val_fraction": 0.25, "split_seed": 3}
     adapter = build_adapter("eeg_windows", options)
     assert adapter.splits == ("train", "val", "test")
@@ -184,7 +164,7 @@ def test_adapter_val_split_is_subject_wise_and_reproducible(tmp_path):
 
 
 def test_stacked_channel_split_views_shapes_groups_and_seed(tmp_path):
-    adapter = build_adapter("eeg_windows", {"cache": str(_fake_cache(tmp_path / "cache")), "test_fraction": 0})
+    adapter = build_adapter("eeg_windows", {"cache": str(fake_cache(tmp_path / "cache")), "test_fraction": 0})
     raw = torch.utils.data.default_collate([adapter.split("train")[i] for i in range(5)])
     policy = build_view_policy("channels", 2, {"channel_split": "stacked"}, adapter)
     assert policy.group_size == 2
@@ -237,7 +217,7 @@ def test_stacked_run_trains_and_is_staged_on_its_channel_groups(tmp_path):
     from multiview_app.eval.sleep_staging import run_sleep_staging
 
     config = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g_split_stacked.yaml"
-    cache = _fake_cache(tmp_path / "cache", subjects=5, windows=10)
+    cache = fake_cache(tmp_path / "cache", subjects=5, windows=10)
     assert main(["train", "--config", str(config), "--name", "stacked", f"data.options.cache={cache}",
                  f"data.options.channels={json.dumps(CHANNELS)}", "model.encoders.eeg.in_channels=2",
                  "data.options.test_fraction=0.2", f"output.runs_dir={tmp_path / 'runs'}", "train.max_steps=2",

@@ -32,6 +32,7 @@ from multiview_app.tune.runner import ForkServer
 from multiview_app.tune.space import default_space, params_to_overrides, resolve_space, validate_space
 from multiview_app.tune.study import WORKER_ATTR, fail_dead_trials, open_study, worker_tag
 
+from _eeg_helpers import CHANNELS, fake_cache
 from _train_helpers import tiny_raw
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,6 +155,11 @@ def test_metric_defaults_directions_and_val_split_required(tmp_path: Path, capsy
     assert objective_directions(multi) == ["maximize", "minimize"]
     with pytest.raises(ConfigError, match="tune.metric: unknown metric 'acc'"):
         objective_metrics(config_from_dict(_tune_raw(tmp_path, metric="acc")))
+    for key, value, message in [("report_items", 0, "greater than or equal to 1"), ("report_items", True, "valid integer"),
+                                ("report_items", "all", "valid integer")]:
+        with pytest.raises(ConfigError, match=f"tune.{key}: Input should be .*{message}"):
+            config_from_dict(_tune_raw(tmp_path, **{key: value}))
+    assert config_from_dict(_tune_raw(tmp_path, report_items=None)).tune.report_items is None
     raw = _tune_raw(tmp_path / "runs")
     raw["data"]["options"].pop("val_fraction")
     config = _write(tmp_path / "noval.yaml", raw)
@@ -180,6 +186,93 @@ def test_metrics_of_one_evaluation_share_one_probe(tmp_path: Path, monkeypatch: 
     assert calls == ["val"]  # one probe on the val split for both scores
     state.results.clear()  # the callback does this before every evaluation
     assert METRICS["linear_probe.knn_acc"].compute(model, state) == 0.5 and calls == ["val", "val"]
+
+
+def _spy_extractions(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tuple[str, list[int] | None]]:
+    """Record ``(split, item indices or None = the whole split)`` of every ``module.extract_features`` call."""
+    encoded: list[tuple[str, list[int] | None]] = []
+    real = module.extract_features
+
+    def spy(model: Any, adapter: Any, policy: Any, split: str, *args: Any, dataset: Any = None, **kwargs: Any) -> Any:
+        encoded.append((split, None if dataset is None else list(dataset.indices)))
+        return real(model, adapter, policy, split, *args, dataset=dataset, **kwargs)
+
+    monkeypatch.setattr(module, "extract_features", spy)
+    return encoded
+
+
+def test_intermediate_reports_score_the_report_subset_and_the_objective_the_full_val_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import multiview_app.eval.linear_probe as linear_probe
+    from multiview_app.eval.features import torch_threads
+    from multiview_app.models.model import build_model
+    from multiview_app.train.callbacks import StepEvent
+    from multiview_app.train.run_io import model_spec
+    from multiview_app.tune.objective import REPORTS_FILE, RESULT_FILE, TuneReport, report_subset, split_labels
+
+    cfg = config_from_dict(_tune_raw(tmp_path, report_items=40, report_every=2, max_train_items=150))
+    encoded = _spy_extractions(monkeypatch, linear_probe)
+    torch.manual_seed(0)
+    model = build_model(**model_spec(cfg))
+    callback = TuneReport(cfg)
+    with torch_threads(1):  # reports at step 2 (subset), objective at the last step 4 (full val split)
+        for step in range(1, 5):
+            callback.on_step_end(StepEvent(step, 4, None, model, tmp_path, True))
+    state = callback.state
+    labels = {split: split_labels(state.adapter.split(split)) for split in ("train", "val")}
+    subset = {split: report_subset(labels[split], 40) for split in ("train", "val")}
+    pick = np.random.default_rng(0).choice(len(labels["train"]), 150, replace=False).tolist()  # the objective's draw
+    assert encoded == [("train", subset["train"].tolist()), ("val", subset["val"].tolist()), ("train", pick),
+                       ("val", None)]
+    for split, rows in subset.items():  # class-stratified: about 40 items, every class in proportion
+        counts = np.bincount(labels[split][rows], minlength=10)
+        expected = np.maximum(1, np.round(40 * np.bincount(labels[split], minlength=10) / len(labels[split])))
+        assert counts.tolist() == expected.tolist() and abs(len(rows) - 40) <= 5 and len(labels[split]) > 100
+    assert np.array_equal(report_subset(labels["train"], 40), subset["train"])  # fixed: the same for every trial
+    # the reported and objective values are the probe on exactly those items
+    reported = [json.loads(line) for line in (tmp_path / REPORTS_FILE).read_text().splitlines()]
+    result = json.loads((tmp_path / RESULT_FILE).read_text())
+    probe = dict(eval_split="val", batch_size=512, max_train_items=150, progress=False)
+    with torch_threads(1):
+        partial = linear_probe.probe_model(model, state.adapter, state.policy, train_items=subset["train"],
+                                           eval_items=subset["val"], **probe)
+        full = linear_probe.probe_model(model, state.adapter, state.policy, **probe)
+    assert full["items"] == {"train": 150, "val": len(labels["val"])} and partial["items"]["val"] == len(subset["val"])
+    assert [r["step"] for r in reported] == [2] and [e["final"] for e in result["evaluations"]] == [False, True]
+    assert reported[0]["value"] == pytest.approx(partial["scores"]["logreg_acc"])
+    assert result["values"] == {"linear_probe.logreg_acc": pytest.approx(full["scores"]["logreg_acc"])}
+    assert report_subset(labels["val"], None) is None and report_subset(labels["val"], 10_000) is None
+
+
+def test_sleep_staging_objective_encodes_only_its_few_shot_draw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiview_app.eval.features as features
+    from multiview_app.eval.sleep_staging import shot_draw
+    from multiview_app.models.model import build_model
+    from multiview_app.train.run_io import model_spec
+    from multiview_app.tune.objective import METRICS, MetricState, report_subset
+
+    cache = fake_cache(tmp_path / "cache", subjects=5, windows=10)
+    raw = {"data": {"adapter": "eeg_windows", "options": {"cache": str(cache), "test_subjects": ["S4"],
+                                                          "val_subjects": ["S3"]}},
+           "views": {"policy": "channels", "k": 2},
+           "model": {"encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4,
+                                          "channel_vocab": CHANNELS}}, "projector": {"hidden_dim": 16, "out_dim": 8}},
+           "loss": {"name": "m3g", "epsilon": 0.2}, "eval": {"batch_size": 64},
+           "tune": {"shots": 2, "report_items": 5}}
+    cfg = config_from_dict(raw)
+    encoded = _spy_extractions(monkeypatch, features)
+    torch.manual_seed(0)
+    model = build_model(**model_spec(cfg))
+    state = MetricState(cfg)
+    metric = METRICS["sleep_staging.balanced_accuracy"].compute
+    for partial in (True, False):
+        state.begin(partial)
+        metric(model, state)
+    y_train = np.arange(30) % 5  # 3 train subjects x labels 0..4 twice
+    drawn = shot_draw(y_train, 2, seed=0)[0].tolist()
+    assert len(drawn) == 10 and encoded == [("train", drawn), ("val", report_subset(np.arange(10) % 5, 5).tolist()),
+                                            ("train", drawn), ("val", None)]
 
 
 def test_trial_of_a_dead_worker_is_failed_and_requeued(tmp_path: Path) -> None:
@@ -370,9 +463,7 @@ def test_eeg_objective_is_sleep_staging_on_val_subjects_and_never_reads_test_sub
     from multiview_app.train.run_io import load_run
     from multiview_app.tune.objective import METRICS, REPORTS_FILE, RESULT_FILE, MetricState
 
-    from test_eeg_model_views import CHANNELS, _fake_cache
-
-    cache = _fake_cache(tmp_path / "cache", subjects=5, windows=10)  # labels cycle 0..4 in every recording
+    cache = fake_cache(tmp_path / "cache", subjects=5, windows=10)  # labels cycle 0..4 in every recording
     seconds = np.arange(3000) / 100.0
     for subject in range(5):  # a stage-specific rhythm under the noise, so that the score is not chance
         path = cache / "windows" / f"r{subject}.npy"
@@ -402,13 +493,26 @@ def test_eeg_objective_is_sleep_staging_on_val_subjects_and_never_reads_test_sub
     run_dir = tmp_path / "runs" / "tune" / "eeg" / "trial_0"
     result = json.loads((run_dir / RESULT_FILE).read_text())
     reported = [json.loads(line) for line in (run_dir / REPORTS_FILE).read_text().splitlines()]
-    assert list(result["values"]) == ["sleep_staging.balanced_accuracy"] and [r["step"] for r in reported] == [1, 2]
+    # intermediate values before the last step only; the last step's value is the objective
+    assert list(result["values"]) == ["sleep_staging.balanced_accuracy"] and [r["step"] for r in reported] == [1]
+    assert [(e["step"], e["final"]) for e in result["evaluations"]] == [(1, False), (2, True)]
     # the objective is the few-shot sleep-staging score of the final weights on the val subject
     cfg, model = load_run(run_dir)
     metric = METRICS["sleep_staging.balanced_accuracy"].compute
     score = result["values"]["sleep_staging.balanced_accuracy"]
     assert score > 0.4 and score == pytest.approx(metric(model, MetricState(cfg)))  # chance: 0.2
-    assert reported[-1]["value"] == result["values"]["sleep_staging.balanced_accuracy"]
+    # ... and equal to the protocol fitted on the features of every train window (the objective encodes
+    # only the windows of its few-shot draw)
+    from multiview_app.data.eeg.views import staging_views
+    from multiview_app.eval.features import combine_views, extract_features
+    from multiview_app.eval.sleep_staging import few_shot_protocol
+
+    policy = staging_views(cfg.views, adapter)
+    full = {part: extract_features(model, adapter, policy, split, 64, progress=False)
+            for part, split in (("train", "train"), ("test", "val"))}
+    reference, _, _ = few_shot_protocol({"trained": {p: combine_views(f, "concat") for p, (f, _, _) in full.items()}},
+                                        full["train"][1], full["test"][1], (2,), seeds=1)
+    assert score == pytest.approx(reference["trained"]["2"]["balanced_accuracy"]["mean"])
 
 
 def test_multi_objective_uses_nsga2_without_pruning_and_reports_the_pareto_front(tmp_path: Path) -> None:

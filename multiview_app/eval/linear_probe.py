@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from torch.utils.data import Subset
@@ -27,13 +27,14 @@ def _labelled(x: np.ndarray, y: np.ndarray, split: str, skipped: dict[str, int])
 def probe_model(
     model: Any, adapter: Any, policy: Any, *, eval_split: str = "test", batch_size: int = 256, knn_k: int = 20,
     C: float = 1.0, combine: Combine = "mean", max_train_items: int | None = None, device: str = "cpu",
-    progress: bool = True,
+    progress: bool = True, train_items: Sequence[int] | None = None, eval_items: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Linear probe + kNN of one model: fit on ``train`` features, score on ``eval_split``.
 
     ``max_train_items``: a seeded (0) subsample of the train split is encoded and fitted (unlabelled
-    items in it are then dropped and counted). Returns ``{"scores": {"logreg_acc", "knn_acc"},
-    "items", "skipped_unlabelled", "feature_dim"}``.
+    items in it are then dropped and counted). ``train_items`` / ``eval_items``: explicit item indices
+    of the two splits (only those are encoded; ``train_items`` replaces the ``max_train_items`` draw).
+    Returns ``{"scores": {"logreg_acc", "knn_acc"}, "items", "skipped_unlabelled", "feature_dim"}``.
     """
     if eval_split not in adapter.splits:
         raise ValueError(f"data adapter {type(adapter).__name__} has no '{eval_split}' split "
@@ -41,10 +42,10 @@ def probe_model(
     skipped: dict[str, int] = {}
     split_xy = {}
     n_train = len(adapter.split("train"))
-    pick = None  # seeded train subsample, drawn before extraction (only those items are encoded)
-    if max_train_items and n_train > max_train_items:
+    pick = None if train_items is None else list(train_items)
+    if pick is None and max_train_items and n_train > max_train_items:  # drawn before extraction: only those are encoded
         pick = np.random.default_rng(0).choice(n_train, max_train_items, replace=False).tolist()
-    for split, rows in (("train", pick), (eval_split, None)):
+    for split, rows in (("train", pick), (eval_split, None if eval_items is None else list(eval_items))):
         subset = None if rows is None else Subset(adapter.split(split), rows)
         feats, labels, _ = extract_features(model, adapter, policy, split, batch_size, device, progress, dataset=subset)
         split_xy[split] = _labelled(combine_views(feats, combine), labels, split, skipped)

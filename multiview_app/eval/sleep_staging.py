@@ -74,6 +74,12 @@ def balanced_sample(labels: np.ndarray, per_class: int, rng: np.random.Generator
     return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64), drawn
 
 
+def shot_draw(y_train: np.ndarray, shots: int, seed: int) -> tuple[np.ndarray, dict[str, int]]:
+    """The training windows :func:`few_shot_protocol` fits on for ``shots`` per class and ``seed``:
+    sorted indices into ``y_train (N,)`` and the count drawn per class. Only these windows need features."""
+    return balanced_sample(y_train, shots, np.random.default_rng([seed, shots]))
+
+
 def staging_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, Any]:
     """Accuracy, balanced accuracy, macro-F1, Cohen's kappa and per-class F1 (classes in the test set)."""
     present = sorted(set(np.unique(y_true).tolist()))
@@ -140,7 +146,7 @@ def _few_shot_protocol(
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in features}
         drawn_per_shot[str(s)] = []
         for seed in range(seeds):
-            index, drawn = balanced_sample(y_train, s, np.random.default_rng([seed, s]))
+            index, drawn = shot_draw(y_train, s, seed)
             drawn_per_shot[str(s)].append(drawn)
             val_index = (balanced_sample(y_val, VALIDATION_PER_CLASS, np.random.default_rng([seed, s, 7]))[0]
                          if y_val is not None and y_val.size else None)

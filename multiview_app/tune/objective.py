@@ -11,8 +11,15 @@ Metrics (``tune.metric``) and their direction:
 - ``train_time_s`` (minimize): wall time of the training loop (for multi-objective searches).
 
 The test split is never touched. The callback appends ``{"step", "value"}`` rows (first metric) to
-``<run>/tune_reports.jsonl`` every ``tune.report_every`` steps and writes ``<run>/tune_result.json``
-with every metric at the last step; the tune worker reads both (``tune.runner``).
+``<run>/tune_reports.jsonl`` every ``tune.report_every`` steps before the last (intermediate values,
+used only for pruning) and writes ``<run>/tune_result.json`` with every metric at the last step (the
+objective); the tune worker reads both (``tune.runner``).
+
+Intermediate values are scored on a fixed subset (``tune.report_items``, :func:`report_subset`): about
+that many items of each split the metric encodes (the probe's train items, the val items; sleep
+staging: the val windows, its few-shot draw is small already), class-stratified with a fixed seed, so
+every trial of a study is scored on the same items at every report. The objective always uses the
+full val split. Sleep staging encodes only the training windows its few-shot draw uses.
 """
 from __future__ import annotations
 
@@ -23,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from ..config import Config, ConfigError
 from ..train.callbacks import TRAIN_CALLBACKS, StepEvent, TrainCallback
 from ..train.run_io import atomic_write_json
@@ -32,6 +41,8 @@ RESULT_FILE = "tune_result.json"
 VAL_SPLIT = "val"
 #: Environment variable holding the tune worker's pid: trial processes stop when it is gone.
 WORKER_PID_ENV = "MVAPP_TUNE_WORKER_PID"
+#: Seed of the intermediate reports' item subset (fixed: the same items for every trial).
+REPORT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -42,9 +53,35 @@ class Metric:
     compute: Callable[[Any, "MetricState"], float] | None
 
 
+def split_labels(dataset: Any) -> np.ndarray:
+    """``(N,)`` int64 labels of a split (its ``labels`` column when it has one, else read item by item)."""
+    labels = getattr(dataset, "labels", None)
+    if labels is None:
+        labels = [int(dataset[i].get("label", -1)) for i in range(len(dataset))]
+    return np.asarray(labels, dtype=np.int64).reshape(-1)
+
+
+def report_subset(labels: np.ndarray, items: int | None, seed: int = REPORT_SEED) -> np.ndarray | None:
+    """Sorted indices of a class-stratified subset of about ``items`` of the ``n`` labelled items of
+    ``labels (N,)``: class c gets ``max(1, round(items * n_c / n))`` of its ``n_c`` (every class stays
+    represented), unlabelled ``-1`` items are left out. ``None`` (= every item) when ``items`` is None
+    or covers every labelled item. Depends only on the labels and ``seed``: the same for every trial."""
+    labelled = np.flatnonzero(labels >= 0)
+    if items is None or items >= labelled.size:
+        return None
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for cls in np.unique(labels[labelled]):
+        members = np.flatnonzero(labels == cls)
+        take = min(members.size, max(1, int(round(items * members.size / labelled.size))))
+        chosen.append(rng.choice(members, size=take, replace=False))
+    return np.sort(np.concatenate(chosen))
+
+
 class MetricState:
     """Adapter and view policy built once per run for the val metrics; ``results`` holds what one
-    evaluation computes for several metrics (cleared before each evaluation by the callback)."""
+    evaluation computes for several metrics, ``partial`` whether it is an intermediate report (both
+    set by :meth:`begin` before each evaluation)."""
 
     def __init__(self, cfg: Config) -> None:
         from ..data.adapters import build_adapter
@@ -56,6 +93,30 @@ class MetricState:
             raise ValueError(val_split_hint(cfg.data.adapter, self.adapter.splits))
         self.policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, self.adapter)
         self.results: dict[str, Any] = {}
+        self.partial = False
+        self._labels: dict[str, np.ndarray] = {}
+        self._subsets: dict[tuple[str, int | None], np.ndarray | None] = {}
+
+    def begin(self, partial: bool) -> None:
+        """Start an evaluation (the model changed): intermediate report (``partial``) or objective."""
+        self.results.clear()
+        self.partial = partial
+
+    def labels(self, split: str) -> np.ndarray:
+        """``(N,)`` labels of ``split`` (read once)."""
+        if split not in self._labels:
+            self._labels[split] = split_labels(self.adapter.split(split))
+        return self._labels[split]
+
+    def items(self, split: str, cap: int | None = None) -> np.ndarray | None:
+        """Item indices of ``split`` this evaluation encodes: the report subset of ``tune.report_items``
+        (at most ``cap``) in an intermediate report, ``None`` (every item) otherwise."""
+        if not self.partial or self.cfg.tune.report_items is None:
+            return None
+        size = self.cfg.tune.report_items if cap is None else min(self.cfg.tune.report_items, cap)
+        if (split, size) not in self._subsets:
+            self._subsets[split, size] = report_subset(self.labels(split), size)
+        return self._subsets[split, size]
 
 
 def val_split_hint(adapter: str, splits: tuple[str, ...]) -> str:
@@ -77,7 +138,8 @@ def _linear_probe(score: str) -> Callable[[Any, MetricState], float]:
             ecfg, tcfg = state.cfg.eval, state.cfg.tune
             state.results["linear_probe"] = probe_model(
                 model, state.adapter, state.policy, eval_split=VAL_SPLIT, batch_size=ecfg.batch_size, knn_k=ecfg.knn_k,
-                combine=ecfg.combine, max_train_items=tcfg.max_train_items, device=_device(model), progress=False)
+                combine=ecfg.combine, max_train_items=tcfg.max_train_items, device=_device(model), progress=False,
+                train_items=state.items("train", tcfg.max_train_items), eval_items=state.items(VAL_SPLIT))
         return float(state.results["linear_probe"]["scores"][score])
 
     return compute
@@ -85,16 +147,23 @@ def _linear_probe(score: str) -> Callable[[Any, MetricState], float]:
 
 def _sleep_staging(score: str) -> Callable[[Any, MetricState], float]:
     def compute(model: Any, state: MetricState) -> float:
+        from torch.utils.data import Subset
+
         from ..data.eeg.views import staging_views
         from ..eval.features import combine_views, extract_features
-        from ..eval.sleep_staging import few_shot_protocol
+        from ..eval.sleep_staging import few_shot_protocol, shot_draw
 
         if "sleep_staging" not in state.results:  # every sleep_staging.* score comes from one protocol run
             policy = staging_views(state.cfg.views, state.adapter)
+            # only the windows the protocol fits on (seed 0) are encoded: it draws every one of them
+            # again from these labels, so the fit and the score are those of the whole train split
+            drawn, _ = shot_draw(state.labels("train"), state.cfg.tune.shots, seed=0)
             features, labels = {}, {}
-            for part, split in (("train", "train"), ("test", VAL_SPLIT)):
-                feats, labels[part], _ = extract_features(model, state.adapter, policy, split,
-                                                          state.cfg.eval.batch_size, _device(model), progress=False)
+            for part, split, rows in (("train", "train", drawn), ("test", VAL_SPLIT, state.items(VAL_SPLIT))):
+                dataset = state.adapter.split(split)
+                feats, labels[part], _ = extract_features(
+                    model, state.adapter, policy, split, state.cfg.eval.batch_size, _device(model), progress=False,
+                    dataset=None if rows is None else Subset(dataset, rows.tolist()))
                 features[part] = combine_views(feats, "concat")
             state.results["sleep_staging"], _, _ = few_shot_protocol(
                 {"trained": features}, labels["train"], labels["test"], (state.cfg.tune.shots,), seeds=1)
@@ -152,8 +221,9 @@ def pid_alive(pid: int) -> bool:
 
 @TRAIN_CALLBACKS.register("tune-report")
 class TuneReport(TrainCallback):
-    """Val metric every ``tune.report_every`` steps and at the last step (main process); stops the run
-    when the tune worker that launched it is gone (every process)."""
+    """Val metric on the report subset every ``tune.report_every`` steps before the last, every metric
+    on the full val split at the last step (main process); stops the run when the tune worker that
+    launched it is gone (every process)."""
 
     name = "tune"
 
@@ -165,13 +235,15 @@ class TuneReport(TrainCallback):
         self.state: MetricState | None = None
         self.started = time.perf_counter()
         self.eval_s = 0.0
+        self.evaluations: list[dict[str, Any]] = []  # {step, final, s} per evaluation (benchmarks read it)
 
-    def _value(self, name: str, model: Any) -> float:
+    def _value(self, name: str, model: Any, began: float) -> float:
+        """Metric ``name`` of the evaluation that began at ``began`` (``train_time_s``: the loop until
+        then without the evaluations before)."""
         compute = METRICS[name].compute
         if compute is None:
-            return time.perf_counter() - self.started - self.eval_s
-        if self.state is None:
-            self.state = MetricState(self.cfg)
+            return began - self.started - self.eval_s
+        assert self.state is not None
         return compute(model, self.state)
 
     def on_step_end(self, event: StepEvent) -> None:
@@ -181,18 +253,21 @@ class TuneReport(TrainCallback):
         if not event.is_main_process or not (last or (self.every and event.step % self.every == 0)):
             return
         began = time.perf_counter()
-        if self.state is not None:
-            self.state.results.clear()  # the model changed since the last evaluation
-        first = self._value(self.metrics[0], event.model)
-        with open(event.run_dir / REPORTS_FILE, "a") as reports:
-            reports.write(json.dumps({"step": event.step, "value": first}) + "\n")
-        self.eval_s += time.perf_counter() - began
+        if self.state is None:
+            self.state = MetricState(self.cfg)
+        self.state.begin(partial=not last)  # the model changed since the last evaluation
         if last:
-            began = time.perf_counter()
-            values = {self.metrics[0]: first, **{n: self._value(n, event.model) for n in self.metrics[1:]}}
-            self.eval_s += time.perf_counter() - began
+            values = {name: self._value(name, event.model, began) for name in self.metrics}
+        else:
+            value = self._value(self.metrics[0], event.model, began)
+            with open(event.run_dir / REPORTS_FILE, "a") as reports:
+                reports.write(json.dumps({"step": event.step, "value": value}) + "\n")
+        seconds = time.perf_counter() - began
+        self.eval_s += seconds
+        self.evaluations.append({"step": event.step, "final": last, "s": seconds})
+        if last:
             atomic_write_json(event.run_dir / RESULT_FILE, {"step": event.step, "values": values,
-                                                             "eval_s": self.eval_s})
+                                                             "eval_s": self.eval_s, "evaluations": self.evaluations})
 
     def on_train_end(self, run_dir: Path, is_main_process: bool) -> dict[str, Any] | None:
         path = run_dir / RESULT_FILE
@@ -204,5 +279,5 @@ class TuneReport(TrainCallback):
         return "val objective: " + ", ".join(f"{k} {v:.4f}" for k, v in result["values"].items())
 
 
-__all__ = ["METRICS", "Metric", "pid_alive", "REPORTS_FILE", "RESULT_FILE", "TuneReport", "objective_directions",
-           "objective_metrics", "val_split_hint"]
+__all__ = ["METRICS", "Metric", "MetricState", "pid_alive", "REPORTS_FILE", "RESULT_FILE", "TuneReport",
+           "objective_directions", "objective_metrics", "report_subset", "split_labels", "val_split_hint"]
