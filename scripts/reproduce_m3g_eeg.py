@@ -1,93 +1,254 @@
 """M3G Table 3 ordering on synthetic EEG: few-shot sleep staging of M3G vs infonce_pwe vs
-pvc_geometric (k = 6 EEG channels as views) at s in {10, 50, 100} labelled windows per stage.
+pvc_geometric (k = 6 EEG channels as views) at s in {10, 50, 100} labelled windows per stage,
+over several pretraining seeds, subject folds and few-shot draws.
 
-    .venv/bin/python scripts/reproduce_m3g_eeg.py [--subjects 6] [--hours 1.5] [--steps 150] [--width 32]
-        [--seeds 3] [--data demo_data/repro_m3g] [--runs-dir runs/repro_m3g_eeg] [--out docs/figures/m3g_eeg]
+    .venv/bin/python scripts/reproduce_m3g_eeg.py [--pretrain-seeds 0,1,2] [--losses m3g,infonce_pwe,pvc_geometric]
+        [--protocol cross-dataset|in-domain|both] [--folds 5] [--in-domain-folds 2] [--draws 3]
+        [--config configs/eeg_synthetic_m3g_long.yaml] [--epochs E] [--width W] [--set key=value ...]
+        [--data demo_data/repro_m3g_long] [--runs-dir runs/repro_m3g_eeg] [--out docs/figures/m3g_eeg]
 
-Synthesizes PhysioNet-2018-format nights and prepares the window cache (skipped when present), trains
-``configs/eeg_synthetic_<loss>.yaml`` for ``--steps`` steps (encoder width ``--width``, each config's
-own batch size: 16 for M3G as in the paper, 64 for the contrastive losses), then runs the
-sleep-staging evaluator (held-out subjects, ``--seeds`` draws per s). Writes ``<out>.md`` and
-``<out>.png`` (accuracy and kappa vs s, mean +- std over draws, random-init encoder for reference).
+The paper's protocol (M3G Sec. 4.3, Table 3) is cross-dataset: pretrain on PhysioNet 2018, stage
+Sleep-EDF. So the script synthesizes PhysioNet-2018-format nights (pretraining, generator seed 0)
+and Sleep-EDF-format nights (staging, disjoint seed 1000) and prepares both caches (each step
+skipped when its output exists). Per loss and pretraining seed it trains ``--config`` (default
+``configs/eeg_synthetic_m3g_long.yaml``; a baseline takes only its ``loss`` section and
+``train.batch_size`` from ``configs/eeg_synthetic_<loss>.yaml``: same windows seen, the paper's
+batch sizes; see the config's comments) and runs the sleep-staging evaluator (``--folds`` subject
+folds of the staging cache x ``--draws`` few-shot draws; C tuned on validation subjects). Then it
+pools every loss's runs (``pool_results``, as ``mvapp eval sleep-staging --pool-runs``): mean +- std
+over pretraining seeds x folds x draws; the paired differences to M3G use the same folds and draws.
+
+Resumable: a finished run (``model.safetensors``) is not retrained, an interrupted one resumes from
+its last checkpoint, and an evaluation whose stored result has the same settings is reused.
+Writes ``<out>.md`` (tables), ``<out>.json`` (pooled results + per-seed means) and ``<out>.png``.
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
+import json
+import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from repro_common import ROOT, new_figure, write_outputs  # noqa: E402
+from repro_common import ROOT, new_figure, parse_list, write_outputs  # noqa: E402
 
-from multiview_app.config import load_config  # noqa: E402
-from multiview_app.eval.sleep_staging import run_sleep_staging  # noqa: E402
+from multiview_app.config import Config, load_config, read_yaml, resolve_paths  # noqa: E402
+from multiview_app.eval.probe import mean_std  # noqa: E402
+from multiview_app.eval.sleep_staging import pool_results, run_sleep_staging  # noqa: E402
+from multiview_app.train.resume import reconcile_resume_config  # noqa: E402
+from multiview_app.train.run_io import atomic_write_json  # noqa: E402
 from multiview_app.train.trainer import train  # noqa: E402
 
 LOSSES = ("m3g", "infonce_pwe", "pvc_geometric")
 SHOTS = (10, 50, 100)
+PROTOCOLS = ("cross-dataset", "in-domain")
+DEFAULT_CONFIG = ROOT / "configs" / "eeg_synthetic_m3g_long.yaml"
+METRICS = ("balanced_accuracy", "kappa")
+"""Table metrics: the evaluator's headline (neither rewards the class prior)."""
+PRETRAIN_SEED, STAGING_SEED = 0, 1000
+"""Generator seeds of the pretraining and staging nights (disjoint subjects, as the demo)."""
 
 
-def prepare_cache(data: Path, subjects: int, hours: float) -> Path:
-    """Synthetic nights -> prepared cache (each step skipped when its output exists)."""
-    raw, cache = data / "raw", data / "cache"
-    cli = [sys.executable, "-m", "multiview_app.cli", "data"]
-    if not any(raw.glob("*.hea")) and not any(raw.glob("**/*.hea")):
-        subprocess.run(cli + ["synth-psg", "--subjects", str(subjects), "--nights", "1", "--format", "physionet2018",
-                              "--hours", str(hours), "--out", str(raw), "--seed", "0"], check=True)
-    subprocess.run(cli + ["prepare", "physionet2018", "--source", str(raw), "--out", str(cache)], check=True)
-    return cache
+def prepare_data(data: Path, args: argparse.Namespace) -> dict[str, Path]:
+    """Synthetic PhysioNet-2018-format (pretraining) and Sleep-EDF-format (staging) nights -> their
+    prepared caches; each step is skipped when its output exists. Returns ``{dataset: cache}``."""
+    from multiview_app.data.cli import default_channels
+    from multiview_app.data.eeg.cache import prepare, summary_line
+    from multiview_app.data.eeg.preprocess import PrepareOptions
+    from multiview_app.data.eeg.synth import synth_psg
+
+    plan = {"physionet2018": (args.pretrain_subjects, PRETRAIN_SEED)}
+    if "cross-dataset" in protocols(args.protocol):
+        plan["sleep-edf"] = (args.staging_subjects, STAGING_SEED)
+    caches = {}
+    for dataset, (subjects, seed) in plan.items():
+        raw, cache = data / f"{dataset.replace('-', '_')}_raw", data / f"{dataset.replace('-', '_')}_cache"
+        if not raw.is_dir() or not any(raw.iterdir()):
+            synth_psg(raw, subjects, 1, dataset, hours=args.hours, seed=seed, compress=args.compress, progress=False)
+        if not (cache / "manifest.json").is_file() or not json.loads((cache / "manifest.json").read_text()).get("complete"):
+            summary = prepare(dataset, raw, cache, PrepareOptions(channels=default_channels()[dataset]), progress=False)
+            print(summary_line(summary))
+        caches[dataset] = cache
+    return caches
 
 
-def run_one(loss: str, cache: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Train (unless finished) and score one loss; returns the evaluator's result."""
-    name = f"{loss}_s{args.steps}_w{args.width}"
-    cfg = load_config(ROOT / "configs" / f"eeg_synthetic_{loss}.yaml", [
-        f"data.options.cache={cache}", f"train.max_steps={args.steps}", f"model.encoders.eeg.width={args.width}",
-        "model.encoders.eeg.dropout=0.0", "train.checkpoint_every=0", "train.log_every=10",
-        f"output.runs_dir={args.runs_dir}"] + (["loss.max_iter=300"] if loss == "m3g" else []), name=name)
-    if not (cfg.run_dir / "model.safetensors").is_file():
-        if cfg.run_dir.exists():
-            import shutil
+def protocols(choice: str) -> tuple[str, ...]:
+    """``--protocol`` -> the protocols to evaluate."""
+    return PROTOCOLS if choice == "both" else (choice,)
 
-            shutil.rmtree(cfg.run_dir)
+
+def loss_overrides(loss: str, config_loss: str) -> list[str]:
+    """A baseline's own settings: the ``loss`` section and ``train.batch_size`` of
+    ``configs/eeg_synthetic_<loss>.yaml`` (nothing for the config's own loss)."""
+    if loss == config_loss:
+        return []
+    own = read_yaml(ROOT / "configs" / f"eeg_synthetic_{loss}.yaml")
+    return [f"loss={json.dumps(own['loss'])}", f"train.batch_size={own['train']['batch_size']}"]
+
+
+def run_config(loss: str, seed: int, cache: Path, args: argparse.Namespace) -> Config:
+    """The resolved config of one (loss, pretraining seed) run."""
+    config_loss = read_yaml(args.config)["loss"]["name"]
+    overrides = [f"data.options.cache={cache}", f"train.seed={seed}", f"output.runs_dir={args.runs_dir}"]
+    overrides += [f"train.epochs={args.epochs}", "train.max_steps=null"] if args.epochs else []
+    overrides += [f"model.encoders.eeg.width={args.width}"] if args.width else []
+    overrides += loss_overrides(loss, config_loss) + list(args.set)
+    return load_config(args.config, overrides, name=f"{Path(args.config).stem}_{loss}_seed{seed}")
+
+
+def train_run(cfg: Config) -> float:
+    """Train unless finished (an interrupted run resumes); returns the training wall time (0 if reused).
+    A finished run is reused only if its saved config equals ``cfg`` (else the error names the keys)."""
+    if (cfg.run_dir / "model.safetensors").is_file():
+        reconcile_resume_config(cfg.run_dir, resolve_paths(cfg), write=False)
+        return 0.0
+    start = time.perf_counter()
+    if (cfg.run_dir / "config.yaml").is_file():
+        train(cfg, resume="latest")
+    else:
+        shutil.rmtree(cfg.run_dir, ignore_errors=True)
         train(cfg)
-    return run_sleep_staging(cfg.run_dir, shots=SHOTS, seeds=args.seeds, baselines=False, progress=False)
+    return time.perf_counter() - start
+
+
+def evaluate(cfg: Config, protocol: str, caches: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
+    """The sleep-staging result of one run and protocol (reused when stored with the same settings)."""
+    cache = caches["sleep-edf"] if protocol == "cross-dataset" else None
+    folds = args.folds if protocol == "cross-dataset" else args.in_domain_folds
+    stem = "sleep_staging_sleep-edf" if cache else "sleep_staging"
+    stored = cfg.run_dir / "eval" / f"{stem}.json"
+    if stored.is_file():
+        result = json.loads(stored.read_text())
+        if (result["shots"] == list(args.shots) and result["seeds"] == args.draws and len(result["folds"]) == folds
+                and (cache is None or Path(result["cache"]) == cache.resolve())):
+            return result
+    return run_sleep_staging(cfg.run_dir, cache=str(cache) if cache else None, folds=folds, shots=tuple(args.shots),
+                             seeds=args.draws, baselines=True, progress=False)
+
+
+def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) -> dict[str, float]:
+    """Mean over folds x draws of one run's result: ``{str(s): mean}``."""
+    return {str(s): result["results"][row][str(s)][metric]["mean"] for s in shots}
+
+
+def paired_differences(per_seed: dict[str, list[dict[str, Any]]], metric: str, shots: list[int]) -> dict[str, Any]:
+    """Per loss != m3g: M3G minus that loss over the same pretraining seed, fold and draw (the
+    fits line up: same staging split, same draws); mean +- std over those pairs and the number of
+    pairs where M3G is ahead."""
+    out: dict[str, Any] = {}
+    for loss, results in per_seed.items():
+        if loss == "m3g" or "m3g" not in per_seed:
+            continue
+        out[loss] = {}
+        for s in shots:
+            diffs = [a[metric] - b[metric]
+                     for ra, rb in zip(per_seed["m3g"], results)
+                     for a, b in zip(ra["results"]["trained"][str(s)]["runs"], rb["results"]["trained"][str(s)]["runs"])]
+            out[loss][str(s)] = {**mean_std(diffs), "m3g_ahead": sum(d > 0 for d in diffs), "pairs": len(diffs)}
+    return out
+
+
+def table_lines(protocol: str, pooled: dict[str, dict[str, Any]], per_seed: dict[str, list[dict[str, Any]]],
+                paired: dict[str, dict[str, Any]], shots: list[int]) -> list[str]:
+    """Markdown: pooled mean +- std (seeds x folds x draws) per loss; std of the per-seed means;
+    paired M3G differences."""
+    cells = " | ".join(f"s={s}" for s in shots)
+    lines = [f"### {protocol}", "",
+             "balanced accuracy / kappa, mean ± std over pretraining seeds x folds x draws "
+             "(in brackets: std of the per-pretraining-seed means, balanced accuracy)", "",
+             f"| loss | encoder | seeds | {cells} |", "|---|---|---|" + "---|" * len(shots)]
+    for loss, result in pooled.items():
+        for row in ("trained", "random_init", "bandpower"):
+            if row == "bandpower" and loss != next(iter(pooled)):
+                continue  # the band-power row does not depend on the run
+            cell = []
+            for s in shots:
+                m = {k: result["results"][row][str(s)][k] for k in METRICS}
+                spread = mean_std([seed_means(r, row, "balanced_accuracy", [s])[str(s)] for r in per_seed[loss]])["std"]
+                cell.append(f"{m['balanced_accuracy']['mean']:.3f} ± {m['balanced_accuracy']['std']:.3f} "
+                            f"[{spread:.3f}] / {m['kappa']['mean']:.3f}")
+            name = loss if row != "bandpower" else "(any)"
+            lines.append(f"| {name} | {row} | {len(per_seed[loss])} | " + " | ".join(cell) + " |")
+    if paired:
+        lines += ["", "paired differences M3G - baseline (trained encoder, balanced accuracy; same seed, fold and draw): "
+                  "mean ± std, pairs with M3G ahead", "", f"| baseline | {cells} |", "|---|" + "---|" * len(shots)]
+        for loss, per_s in paired.items():
+            lines.append(f"| {loss} | " + " | ".join(
+                f"{per_s[str(s)]['mean']:+.3f} ± {per_s[str(s)]['std']:.3f} ({per_s[str(s)]['m3g_ahead']}/{per_s[str(s)]['pairs']})"
+                for s in shots) + " |")
+    return lines + [""]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--subjects", type=int, default=6)
-    parser.add_argument("--hours", type=float, default=1.5)
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--width", type=int, default=32)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--data", default=str(ROOT / "demo_data" / "repro_m3g"))
-    parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "repro_m3g_eeg"))
-    parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "m3g_eeg"))
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the M3G config every loss shares")
+    parser.add_argument("--losses", default=",".join(LOSSES))
+    parser.add_argument("--pretrain-seeds", default="0,1,2", help="train.seed of the pretraining runs, comma-separated")
+    parser.add_argument("--protocol", choices=[*PROTOCOLS, "both"], default="cross-dataset",
+                        help="cross-dataset = the paper's (pretrain PhysioNet format, stage Sleep-EDF format)")
+    parser.add_argument("--folds", type=int, default=5, help="subject folds of the staging cache (cross-dataset)")
+    parser.add_argument("--in-domain-folds", type=int, default=2, help="folds of the run's held-out subjects")
+    parser.add_argument("--draws", type=int, default=3, help="few-shot draws per fold and s")
+    parser.add_argument("--shots", default=",".join(map(str, SHOTS)))
+    parser.add_argument("--epochs", type=int, default=None, help="override train.epochs for every loss")
+    parser.add_argument("--width", type=int, default=None, help="override the encoder width for every loss")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra config overrides (every loss)")
+    parser.add_argument("--pretrain-subjects", type=int, default=8)
+    parser.add_argument("--staging-subjects", type=int, default=10)
+    parser.add_argument("--hours", type=float, default=9.0)
+    parser.add_argument("--compress", type=int, default=3)
+    parser.add_argument("--data", type=Path, default=ROOT / "demo_data" / "repro_m3g_long")
+    parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "repro_m3g_eeg")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "m3g_eeg")
     args = parser.parse_args(argv)
-    cache = prepare_cache(Path(args.data), args.subjects, args.hours)
-    results = {loss: run_one(loss, cache, args)["results"] for loss in LOSSES}
-    lines = ["| loss | encoder | " + " | ".join(f"acc s={s}" for s in SHOTS) + " | " + " | ".join(f"kappa s={s}" for s in SHOTS) + " |",
-             "|---|---|" + "---|" * (2 * len(SHOTS))]
-    for loss, res in results.items():
-        for encoder in ("trained", "random_init"):
-            if encoder not in res:
-                continue
-            acc = [f"{res[encoder][str(s)]['accuracy']['mean']:.3f} +- {res[encoder][str(s)]['accuracy']['std']:.3f}" for s in SHOTS]
-            kap = [f"{res[encoder][str(s)]['kappa']['mean']:.3f}" for s in SHOTS]
-            lines.append(f"| {loss} | {encoder} | " + " | ".join(acc + kap) + " |")
-    fig, axes = new_figure(2, (9, 3.4))
-    for ax, metric in zip(axes, ("accuracy", "kappa")):
-        for loss, res in results.items():
-            mean = [res["trained"][str(s)][metric]["mean"] for s in SHOTS]
-            std = [res["trained"][str(s)][metric]["std"] for s in SHOTS]
-            ax.errorbar(SHOTS, mean, yerr=std, marker="o", capsize=3, label=loss)
-        ax.set(xlabel="labelled windows per stage s", ylabel=metric, xscale="log", title=f"sleep staging {metric}")
+    losses = parse_list(parser, "--losses", args.losses, str)
+    unknown = sorted(set(losses) - set(LOSSES))
+    if unknown:
+        parser.error(f"--losses: unknown {', '.join(unknown)}; expected some of {', '.join(LOSSES)}")
+    seeds = parse_list(parser, "--pretrain-seeds", args.pretrain_seeds, int)
+    args.shots = parse_list(parser, "--shots", args.shots, int)
+    caches = prepare_data(args.data, args)
+
+    timings: dict[str, float] = {}
+    per_seed: dict[str, dict[str, list[dict[str, Any]]]] = {p: {loss: [] for loss in losses} for p in protocols(args.protocol)}
+    for seed in seeds:  # seed-major: an early stop still leaves every loss with the same seeds
+        for loss in losses:
+            cfg = run_config(loss, seed, caches["physionet2018"], args)
+            timings[cfg.output.name] = train_run(cfg)
+            for protocol in per_seed:
+                per_seed[protocol][loss].append(evaluate(cfg, protocol, caches, args))
+            print(f"done {cfg.output.name} (training {timings[cfg.output.name]:.0f} s)", flush=True)
+
+    lines: list[str] = []
+    summary: dict[str, Any] = {"losses": losses, "pretrain_seeds": seeds, "shots": args.shots, "draws": args.draws,
+                               "config": str(args.config), "train_seconds": timings, "protocols": {}}
+    fig, axes = new_figure(len(per_seed), (4.6 * len(per_seed), 3.4))
+    for ax, (protocol, results) in zip(axes, per_seed.items()):
+        pooled = {loss: pool_results(runs) for loss, runs in results.items()}
+        paired = paired_differences(results, "balanced_accuracy", args.shots)
+        lines += table_lines(protocol, pooled, results, paired, args.shots)
+        summary["protocols"][protocol] = {
+            "pooled": {loss: {row: {s: {k: v for k, v in cell.items() if k != "runs"} for s, cell in rows.items()}
+                              for row, rows in p["results"].items()} for loss, p in pooled.items()},
+            "per_seed_means": {loss: [seed_means(r, "trained", "balanced_accuracy", args.shots) for r in runs]
+                               for loss, runs in results.items()},
+            "paired_m3g_minus": paired, "folds": len(pooled[losses[0]]["folds"]),
+        }
+        for loss, p in pooled.items():
+            mean = [p["results"]["trained"][str(s)]["balanced_accuracy"]["mean"] for s in args.shots]
+            std = [p["results"]["trained"][str(s)]["balanced_accuracy"]["std"] for s in args.shots]
+            ax.errorbar(args.shots, mean, yerr=std, marker="o", capsize=3, label=loss)
+        bp = next(iter(pooled.values()))["results"]["bandpower"]
+        ax.plot(args.shots, [bp[str(s)]["balanced_accuracy"]["mean"] for s in args.shots], "k--", label="band power")
+        ax.set(xlabel="labelled windows per stage s", ylabel="balanced accuracy", xscale="log",
+               title=f"{protocol}, {len(seeds)} pretraining seeds")
         ax.legend(fontsize=8)
     write_outputs(args.out, lines, fig)
+    atomic_write_json(Path(args.out).with_suffix(".json"), summary)
     return 0
 
 

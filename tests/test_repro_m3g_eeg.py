@@ -1,0 +1,72 @@
+"""scripts/reproduce_m3g_eeg.py at toy size: synthetic PhysioNet-format pretraining + Sleep-EDF-format
+staging, M3G + infonce_pwe x 2 pretraining seeds, cross-dataset subject folds; pooled table, paired
+differences, resumability (a second call retrains and re-evaluates nothing)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_m3g_eeg.py"
+
+
+@pytest.fixture(scope="module")
+def repro():
+    spec = importlib.util.spec_from_file_location("reproduce_m3g_eeg", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_baselines_take_only_their_loss_and_batch(repro) -> None:
+    """Fairness contract: a baseline differs from the long M3G config only in loss and batch size."""
+    assert repro.loss_overrides("m3g", "m3g") == []
+    over = repro.loss_overrides("infonce_pwe", "m3g")
+    assert [o.split("=")[0] for o in over] == ["loss", "train.batch_size"]
+    assert json.loads(over[0].split("=", 1)[1]) == {"name": "infonce_pwe", "tau": 0.2}
+    assert over[1] == "train.batch_size=64"
+
+
+def test_toy_run_pools_seeds_folds_draws_and_resumes(repro, tmp_path: Path) -> None:
+    losses = ("m3g", "infonce_pwe")
+    argv = ["--losses", ",".join(losses), "--pretrain-seeds", "0,1", "--folds", "2", "--draws", "2", "--shots", "2,4", "--epochs", "1",
+            "--pretrain-subjects", "3", "--staging-subjects", "4", "--hours", "1", "--compress", "1",
+            "--data", str(tmp_path / "data"), "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
+            "--set", "train.max_steps=2", "model.encoders.eeg.width=8", "model.projector.hidden_dim=16",
+            "train.checkpoint_every=0"]
+    assert repro.main(argv) == 0
+    summary = json.loads((tmp_path / "out.json").read_text())
+    assert (tmp_path / "out.png").stat().st_size > 0
+    table = (tmp_path / "out.md").read_text()
+    for loss in losses:
+        assert f"| {loss} | trained | 2 |" in table
+    cross = summary["protocols"]["cross-dataset"]
+    assert cross["folds"] == 2
+    runs = {loss: sorted((tmp_path / "runs").glob(f"eeg_synthetic_m3g_long_{loss}_seed*")) for loss in losses}
+    assert all(len(r) == 2 for r in runs.values())
+    # the baseline runs really used their own loss and batch; M3G its own
+    saved = {loss: (r[0] / "config.yaml").read_text() for loss, r in runs.items()}
+    assert "name: infonce_pwe" in saved["infonce_pwe"] and "batch_size: 64" in saved["infonce_pwe"]
+    assert "name: m3g" in saved["m3g"] and "batch_size: 16" in saved["m3g"]
+    # pooled cells = 2 seeds x 2 folds x 2 draws fits; the pooled mean is the mean of the stored fits
+    evals = {loss: [json.loads((r / "eval" / "sleep_staging_sleep-edf.json").read_text()) for r in rs]
+             for loss, rs in runs.items()}
+    for loss in losses:
+        fits = [f["balanced_accuracy"] for e in evals[loss] for f in e["results"]["trained"]["4"]["runs"]]
+        assert len(fits) == 8
+        assert cross["pooled"][loss]["trained"]["4"]["balanced_accuracy"]["mean"] == pytest.approx(sum(fits) / 8)
+    # paired differences, brute force over the stored fits of the same seed / fold / draw
+    diffs = [a["balanced_accuracy"] - b["balanced_accuracy"]
+             for ea, eb in zip(evals["m3g"], evals["infonce_pwe"])
+             for a, b in zip(ea["results"]["trained"]["2"]["runs"], eb["results"]["trained"]["2"]["runs"])]
+    paired = cross["paired_m3g_minus"]["infonce_pwe"]["2"]
+    assert paired["pairs"] == 8 and paired["mean"] == pytest.approx(sum(diffs) / 8)
+    assert paired["m3g_ahead"] == sum(d > 0 for d in diffs)
+    # resumable: nothing retrained, nothing re-evaluated
+    stamps = {p: p.stat().st_mtime_ns for rs in runs.values() for r in rs
+              for p in [r / "model.safetensors", r / "eval" / "sleep_staging_sleep-edf.json"]}
+    assert repro.main(argv) == 0
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    assert set(json.loads((tmp_path / "out.json").read_text())["train_seconds"].values()) == {0.0}
