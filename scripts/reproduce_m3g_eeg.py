@@ -81,22 +81,26 @@ def protocols(choice: str) -> tuple[str, ...]:
     return PROTOCOLS if choice == "both" else (choice,)
 
 
-def loss_overrides(loss: str, config_loss: str) -> list[str]:
+def loss_overrides(loss: str, config: dict[str, Any]) -> list[str]:
     """A baseline's own settings: the ``loss`` section and ``train.batch_size`` of
-    ``configs/eeg_synthetic_<loss>.yaml`` (nothing for the config's own loss)."""
-    if loss == config_loss:
+    ``configs/eeg_synthetic_<loss>.yaml``, and the warmup rescaled to cover the same number of
+    windows as the config's (``warmup_steps * batch / own batch``, rounded, at least 1), so the
+    learning-rate schedule is the same function of windows seen (the cosine decay already spans
+    each run's own steps). Nothing for the config's own loss."""
+    if loss == config["loss"]["name"]:
         return []
     own = read_yaml(ROOT / "configs" / f"eeg_synthetic_{loss}.yaml")
-    return [f"loss={json.dumps(own['loss'])}", f"train.batch_size={own['train']['batch_size']}"]
+    batch = own["train"]["batch_size"]
+    warmup = max(1, round(config["optim"]["warmup_steps"] * config["train"]["batch_size"] / batch))
+    return [f"loss={json.dumps(own['loss'])}", f"train.batch_size={batch}", f"optim.warmup_steps={warmup}"]
 
 
 def run_config(loss: str, seed: int, cache: Path, args: argparse.Namespace) -> Config:
     """The resolved config of one (loss, pretraining seed) run."""
-    config_loss = read_yaml(args.config)["loss"]["name"]
     overrides = [f"data.options.cache={cache}", f"train.seed={seed}", f"output.runs_dir={args.runs_dir}"]
     overrides += [f"train.epochs={args.epochs}", "train.max_steps=null"] if args.epochs else []
     overrides += [f"model.encoders.eeg.width={args.width}"] if args.width else []
-    overrides += loss_overrides(loss, config_loss) + list(args.set)
+    overrides += loss_overrides(loss, read_yaml(args.config)) + list(args.set)
     return load_config(args.config, overrides, name=f"{Path(args.config).stem}_{loss}_seed{seed}")
 
 

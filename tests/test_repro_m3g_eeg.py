@@ -21,12 +21,14 @@ def repro():
 
 
 def test_baselines_take_only_their_loss_and_batch(repro) -> None:
-    """Fairness contract: a baseline differs from the long M3G config only in loss and batch size."""
-    assert repro.loss_overrides("m3g", "m3g") == []
-    over = repro.loss_overrides("infonce_pwe", "m3g")
-    assert [o.split("=")[0] for o in over] == ["loss", "train.batch_size"]
+    """Fairness contract: a baseline differs from the long M3G config only in loss, batch size and the
+    warmup steps that keep the warmup at the same number of windows."""
+    config = {"loss": {"name": "m3g"}, "optim": {"warmup_steps": 20}, "train": {"batch_size": 16}}
+    assert repro.loss_overrides("m3g", config) == []
+    over = repro.loss_overrides("infonce_pwe", config)
+    assert [o.split("=")[0] for o in over] == ["loss", "train.batch_size", "optim.warmup_steps"]
     assert json.loads(over[0].split("=", 1)[1]) == {"name": "infonce_pwe", "tau": 0.2}
-    assert over[1] == "train.batch_size=64"
+    assert over[1:] == ["train.batch_size=64", "optim.warmup_steps=5"]  # same 320 warmup windows
 
 
 def test_toy_run_pools_seeds_folds_draws_and_resumes(repro, tmp_path: Path) -> None:
