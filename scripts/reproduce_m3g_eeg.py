@@ -12,8 +12,8 @@ Sleep-EDF. So the script synthesizes PhysioNet-2018-format nights (pretraining, 
 and Sleep-EDF-format nights (staging, disjoint seed 1000) and prepares both caches (each step
 skipped when its output exists). Per loss and pretraining seed it trains ``--config`` (default
 ``configs/eeg_synthetic_m3g_long.yaml``; a baseline takes only its ``loss`` section and
-``train.batch_size`` from ``configs/eeg_synthetic_<loss>.yaml``: same windows seen, the paper's
-batch sizes; see the config's comments) and runs the sleep-staging evaluator (``--folds`` subject
+``train.batch_size`` from ``configs/eeg_synthetic_<loss>.yaml`` plus a warmup over the same windows:
+same windows seen, the paper's batch sizes; see the config's comments) and runs the sleep-staging evaluator (``--folds`` subject
 folds of the staging cache x ``--draws`` few-shot draws; C tuned on validation subjects). Then it
 pools every loss's runs (``pool_results``, as ``mvapp eval sleep-staging --pool-runs``): mean +- std
 over pretraining seeds x folds x draws; the paired differences to M3G use the same folds and draws.

@@ -1,7 +1,10 @@
-"""Tiny digits configs shared by the trainer / CLI / linear-probe tests (small_cnn, 16 px, few steps)."""
+"""Tiny digits configs shared by the trainer / CLI / linear-probe tests (small_cnn, 16 px, few steps),
+and the loader of the scripts/ modules under test."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -84,3 +87,12 @@ def assert_same_weights(run_a: Path, run_b: Path) -> None:
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
+
+
+def load_script(stem: str) -> ModuleType:
+    """Import ``scripts/<stem>.py`` (not a package) as a module."""
+    spec = importlib.util.spec_from_file_location(stem, Path(__file__).resolve().parents[1] / "scripts" / f"{stem}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

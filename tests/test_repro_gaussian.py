@@ -2,22 +2,17 @@
 ordering of poly-view Fig. 2 in a tiny setting (K = 48 items, 150 steps)."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_polyview_gaussian.py"
+from _train_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def gaussian():
-    spec = importlib.util.spec_from_file_location("reproduce_polyview_gaussian", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("reproduce_polyview_gaussian")
 
 
 @pytest.mark.parametrize("m", [2, 3, 7])

@@ -3,21 +3,17 @@ staging, M3G + infonce_pwe x 2 pretraining seeds, cross-dataset subject folds; p
 differences, resumability (a second call retrains and re-evaluates nothing)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_m3g_eeg.py"
+from _train_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def repro():
-    spec = importlib.util.spec_from_file_location("reproduce_m3g_eeg", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("reproduce_m3g_eeg")
 
 
 def test_baselines_take_only_their_loss_and_batch(repro) -> None:
