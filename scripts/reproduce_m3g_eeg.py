@@ -26,22 +26,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from repro_common import ROOT, new_figure, parse_list, write_outputs  # noqa: E402
+from repro_common import ROOT, RunSummary, new_figure, parse_list, train_unless_done, write_outputs  # noqa: E402
 
 from multiview_app.config import Config, load_config, read_yaml, resolve_paths  # noqa: E402
 from multiview_app.eval.probe import mean_std  # noqa: E402
 from multiview_app.eval.sleep_staging import pool_results, run_sleep_staging  # noqa: E402
-from multiview_app.train.resume import reconcile_resume_config  # noqa: E402
+from multiview_app.train.resume import config_differences, flatten  # noqa: E402
 from multiview_app.train.run_io import atomic_write_json  # noqa: E402
-from multiview_app.train.trainer import train  # noqa: E402
 
 LOSSES = ("m3g", "infonce_pwe", "pvc_geometric")
 SHOTS = (10, 50, 100)
@@ -104,19 +101,20 @@ def run_config(loss: str, seed: int, cache: Path, args: argparse.Namespace) -> C
     return load_config(args.config, overrides, name=f"{Path(args.config).stem}_{loss}_seed{seed}")
 
 
-def train_run(cfg: Config) -> float:
-    """Train unless finished (an interrupted run resumes); returns the training wall time (0 if reused).
-    A finished run is reused only if its saved config equals ``cfg`` (else the error names the keys)."""
+def train_run(cfg: Config) -> RunSummary:
+    """:func:`repro_common.train_unless_done` (a finished model is reused, an interrupted run resumes),
+    but a finished run is reused only if its saved ``config.yaml`` holds the same values as ``cfg``
+    (keys it lacks are schema fields added since, at their defaults); else an error names the keys."""
     if (cfg.run_dir / "model.safetensors").is_file():
-        reconcile_resume_config(cfg.run_dir, resolve_paths(cfg), write=False)
-        return 0.0
-    start = time.perf_counter()
-    if (cfg.run_dir / "config.yaml").is_file():
-        train(cfg, resume="latest")
-    else:
-        shutil.rmtree(cfg.run_dir, ignore_errors=True)
-        train(cfg)
-    return time.perf_counter() - start
+        saved = read_yaml(cfg.run_dir / "config.yaml")
+        present = flatten(saved)
+        changed = {key: values for key, values in config_differences(saved, resolve_paths(cfg).to_dict()).items()
+                   if key in present}
+        if changed:
+            raise ValueError(f"{cfg.run_dir}: finished with another config ("
+                             + "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+                             + "); use another --runs-dir or remove the run")
+    return train_unless_done(cfg)
 
 
 def evaluate(cfg: Config, protocol: str, caches: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
@@ -217,19 +215,21 @@ def main(argv: list[str] | None = None) -> int:
     args.shots = parse_list(parser, "--shots", args.shots, int)
     caches = prepare_data(args.data, args)
 
-    timings: dict[str, float] = {}
+    timings: dict[str, dict[str, Any]] = {}
     per_seed: dict[str, dict[str, list[dict[str, Any]]]] = {p: {loss: [] for loss in losses} for p in protocols(args.protocol)}
     for seed in seeds:  # seed-major: an early stop still leaves every loss with the same seeds
         for loss in losses:
             cfg = run_config(loss, seed, caches["physionet2018"], args)
-            timings[cfg.output.name] = train_run(cfg)
+            run = train_run(cfg)
+            timings[cfg.output.name] = {"train_s": run.train_s, "steps": run.steps, "reused": run.reused}
             for protocol in per_seed:
                 per_seed[protocol][loss].append(evaluate(cfg, protocol, caches, args))
-            print(f"done {cfg.output.name} (training {timings[cfg.output.name]:.0f} s)", flush=True)
+            print(f"done {cfg.output.name} ({run.steps} steps, training {run.train_s:.0f} s"
+                  f"{', reused' if run.reused else ''})", flush=True)
 
     lines: list[str] = []
     summary: dict[str, Any] = {"losses": losses, "pretrain_seeds": seeds, "shots": args.shots, "draws": args.draws,
-                               "config": str(args.config), "train_seconds": timings, "protocols": {}}
+                               "config": str(args.config), "training": timings, "protocols": {}}
     fig, axes = new_figure(len(per_seed), (4.6 * len(per_seed), 3.4))
     for ax, (protocol, results) in zip(axes, per_seed.items()):
         pooled = {loss: pool_results(runs) for loss, runs in results.items()}
