@@ -436,6 +436,29 @@ def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tm
     assert adapter.target_labels("train").shape == (80,)  # evaluation reads them explicitly
 
 
+def test_adaptation_rows_augmented_once(digit_root: Path, monkeypatch) -> None:
+    """Every row of a view goes through exactly one stack: the source stack on source rows, the target
+    stack on target rows (no source augmentation of target rows that is then overwritten)."""
+    from multiview_app.data.domains import views as domain_views
+
+    adapter = build_adapter("domainnet", options(digit_root, adapt="sketch", adapt_share=0.25))
+    policy = build_view_policy("domains", 5, {"image_size": 16, "stacks": "simclr"}, adapter)
+    train_split = adapter.split("train")
+    raw = default_collate([train_split[i] for i in (0, 1, 2, 400, 401)])  # 3 source + 2 target items
+    calls: list[tuple[int, object]] = []
+    real_augment = domain_views.augment
+    monkeypatch.setattr(domain_views, "augment", lambda images, stack, size, generator=None:
+                        calls.append((images.shape[0], stack)) or real_augment(images, stack, size, generator))
+    views = policy.train_views(raw, torch.Generator().manual_seed(0)).views
+    assert [v.shape[0] for v in views] == [5] * 5
+    assert sum(rows for rows, _ in calls) == 5 * 5  # each row of each view augmented once
+    assert sorted((rows, stack is policy.target_spec) for rows, stack in calls) == [(2, True)] * 5 + [(3, False)] * 5
+    # same draws in one generator stream -> the same views; target rows differ from their source-stack view
+    calls.clear()
+    again = policy.train_views(raw, torch.Generator().manual_seed(0)).views
+    assert all(torch.equal(a, b) for a, b in zip(views, again))
+
+
 def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
     """adapt_views: nearest: the train split holds source tuples only; the policy adds one target view per
     item, the target train image nearest (cosine, current embedding) to the item's mean source embedding;
