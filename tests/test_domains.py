@@ -365,6 +365,25 @@ def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
     assert "| ¬a -> a | 10.0 ± 0.0 | 50.0 ± 10.0 | - |" in table and "| ¬c" not in table
 
 
+def test_adaptation_gain_paired_by_seed_mean_std() -> None:
+    from multiview_app.eval.domain_generalization import adaptation_gain, format_gain
+
+    def run(protocol: str, seed: int, acc: float, adapt_views: str | None = None) -> dict:
+        return {"loss": "m3g", "holdout": "a", "seed": seed, "protocol": protocol, "adapt_views": adapt_views,
+                "results": {"trained": {"five_vs_one": acc}}}
+
+    results = [run("generalization", 0, 0.5), run("generalization", 1, 0.6),
+               run("adaptation", 0, 0.7, "augment"), run("adaptation", 1, 0.6, "augment"),
+               run("adaptation", 2, 0.9, "augment"),  # no generalization partner for seed 2: left out
+               run("adaptation", 1, 0.4, "nearest")]
+    gain = adaptation_gain(results)
+    cell = gain["m3g+adapt"]["a"]
+    assert cell["n"] == 2 and abs(cell["mean"] - 0.1) < 1e-12 and abs(cell["std"] - 0.1) < 1e-12
+    nearest = gain["m3g+adapt_nn"]["a"]
+    assert nearest["n"] == 1 and abs(nearest["mean"] + 0.2) < 1e-12
+    assert "| a | +10.0 ± 10.0 (2) | -20.0 ± 0.0 (1) |" in format_gain(gain)
+
+
 def test_random_init_shift_matrix_shows_a_real_domain_shift(digit_root: Path) -> None:
     from multiview_app.eval.domain_generalization import domain_shift_matrix
     from multiview_app.models import build_model
@@ -545,6 +564,7 @@ def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_pat
     five = summary["combined"]["five_vs_one"]
     assert {"pvc_geometric", "pvc_geometric+adapt", "erm", "random_init"} == set(five)
     gain = summary["adaptation_gain"]["pvc_geometric+adapt"]["sketch"]
-    assert abs(gain - (five["pvc_geometric+adapt"]["sketch"]["mean"] - five["pvc_geometric"]["sketch"]["mean"])) < 1e-12
+    expected = five["pvc_geometric+adapt"]["sketch"]["mean"] - five["pvc_geometric"]["sketch"]["mean"]
+    assert abs(gain["mean"] - expected) < 1e-12 and gain["std"] == 0.0 and gain["n"] == 1
     assert (out / "plots" / "adaptation_gain.png").is_file()
     assert "Gain of adaptation over generalization" in (out / "domain_generalization_table.md").read_text()
