@@ -182,6 +182,9 @@ def main() -> int:
                f"{cfg.train.batch_size}, {cfg.train.max_steps} steps, AdamW lr {cfg.optim.lr}, {encoder['name']} "
                f"(width {encoder.get('width')}) on {views.get('image_size')} px")
     table = summary["table"]
+    nn_runs = [r for r in results if r.get("adapt_views") == "nearest"]
+    nn_k = sorted({load_config(Path(r["run"]) / "config.yaml").views.k for r in nn_runs})
+    nn_views = (f"{' / '.join(map(str, nn_k))} source view(s) + the target view" if nn_k else "")
     section = "\n".join([
         "## Unseen-domain generalization and domain adaptation on the digit domains (M3G Table 2 / Fig. 2)",
         "",
@@ -194,7 +197,8 @@ def main() -> int:
         f"target's train images (no labels) joined pretraining ({'adaptation for ' + ', '.join(sorted(adapt_losses)) if adapt_losses else 'not run'}; "
         "k augmentation views of one target image, 25 % of the items); `<loss>+adapt_nn` "
         f"({', '.join(sorted(nn_losses)) or 'not run'}): instead one extra view per source item, the target train "
-        "image nearest to the item in the current embedding (among 64 drawn per batch). " + timing,
+        "image nearest to the item in the current embedding (among 64 drawn per batch)"
+        + (f"; {nn_views}" if nn_views else "") + ". " + timing,
         "",
         table,
         "1-vs-1 (Fig. 2): `docs/figures/domains_one_vs_one.png` (rows: probe training domain; columns: "

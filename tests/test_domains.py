@@ -363,6 +363,7 @@ def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
     assert combined["one_vs_one"]["pvc_geometric"]["a"] == {"b": 0.15}
     table = format_table(combined, ["a", "b", "c"])
     assert "| ¬a -> a | 10.0 ± 0.0 | 50.0 ± 10.0 | - |" in table and "| ¬c" not in table
+    assert "| ¬b -> b | 10.0 (n=1) | - | 30.0 (n=1) |" in table  # one run: no spread shown
 
 
 def test_adaptation_gain_paired_by_seed_mean_std() -> None:
@@ -381,7 +382,7 @@ def test_adaptation_gain_paired_by_seed_mean_std() -> None:
     assert cell["n"] == 2 and abs(cell["mean"] - 0.1) < 1e-12 and abs(cell["std"] - 0.1) < 1e-12
     nearest = gain["m3g+adapt_nn"]["a"]
     assert nearest["n"] == 1 and abs(nearest["mean"] + 0.2) < 1e-12
-    assert "| a | +10.0 ± 10.0 (2) | -20.0 ± 0.0 (1) |" in format_gain(gain)
+    assert "| a | +10.0 ± 10.0 (n=2) | -20.0 (n=1) |" in format_gain(gain)
 
 
 def test_random_init_shift_matrix_shows_a_real_domain_shift(digit_root: Path) -> None:

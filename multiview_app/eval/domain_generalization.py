@@ -239,8 +239,16 @@ def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[s
     return combined
 
 
+def spread(cell: dict[str, float], sign: bool = False) -> str:
+    """``{mean, std, n}`` (fractions) -> ``"mean ± std"`` in points, or ``"mean (n=1)"`` for a single run
+    (no spread to show); ``sign``: always print the sign of the mean."""
+    mean = f"{100 * cell['mean']:+.1f}" if sign else f"{100 * cell['mean']:.1f}"
+    return f"{mean} (n=1)" if cell.get("n") == 1 else f"{mean} ± {100 * cell['std']:.1f}"
+
+
 def format_table(combined: dict[str, Any], domains: list[str], protocol: str = "five_vs_one") -> str:
-    """Markdown table: rows = held-out domain, columns = random init, ERM, the losses (mean +- std)."""
+    """Markdown table: rows = held-out domain, columns = random init, ERM, the losses (mean +- std over
+    runs; ``(n=1)`` marks a cell with one run)."""
     columns = [c for c in ("random_init", "erm") if c in combined[protocol]]
     columns += sorted(c for c in combined[protocol] if c not in ("random_init", "erm"))
     header = "| seen -> unseen | " + " | ".join(columns) + " |"
@@ -251,7 +259,7 @@ def format_table(combined: dict[str, Any], domains: list[str], protocol: str = "
         cells = []
         for c in columns:
             cell = combined[protocol][c].get(d)
-            cells.append("-" if cell is None else f"{100 * cell['mean']:.1f} ± {100 * cell['std']:.1f}")
+            cells.append("-" if cell is None else spread(cell))
         lines.append(f"| ¬{d} -> {d} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -309,12 +317,12 @@ def adaptation_gain(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[s
 
 def format_gain(gain: dict[str, dict[str, dict[str, float]]]) -> str:
     """Markdown: rows = target domain, columns = adaptation column, cells = gain in accuracy points
-    (mean +- std over the paired seeds, their number in brackets)."""
+    (mean +- std over the paired seeds, ``(n=<pairs>)``)."""
     losses = sorted(gain)
     domains = sorted({d for per in gain.values() for d in per})
     lines = ["| target | " + " | ".join(losses) + " |", "|---" * (len(losses) + 1) + "|"]
     for d in domains:
-        cells = [f"{100 * gain[l][d]['mean']:+.1f} ± {100 * gain[l][d]['std']:.1f} ({gain[l][d]['n']})"
+        cells = [spread(gain[l][d], sign=True) + ("" if gain[l][d]["n"] == 1 else f" (n={gain[l][d]['n']})")
                  if d in gain[l] else "-" for l in losses]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
