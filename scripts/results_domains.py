@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/results_domains.py [--losses m3g,infonce_pwe] [--holdouts all|sketch,clean]
         [--seeds 0,1,2,3] [--adapt-losses m3g,infonce_pwe,pvc_geometric] [--nn-losses m3g] [--steps N]
-        [--root data/digit-domains] [--runs-dir runs/results_domains]
+        [--nn-set views.k=4] [--no-erm] [--only-finished] [--root data/digit-domains] [--runs-dir runs/results_domains]
 
 Writes the digit domains first when ``--root`` is missing (``mvapp data synth-domains``); then, for
 every loss (``configs/domains_digits_<loss>.yaml``), held-out domain and seed, one pretraining run
@@ -91,7 +91,13 @@ def main() -> int:
     parser.add_argument("--nn-losses", default="m3g",
                         help="losses that also run the nearest-neighbour adaptation variant "
                              "(data.options.adapt_views=nearest: <loss>+adapt_nn columns); '' for none")
+    parser.add_argument("--nn-set", nargs="*", default=["views.k=4"], metavar="KEY=VALUE",
+                        help="config overrides of the nearest-neighbour runs only (default views.k=4: 4 source views "
+                             "+ the target view, so M3G's n^k solver works at k = 5 as the other runs)")
     parser.add_argument("--steps", type=int, default=None, help="train.max_steps (default: the configs')")
+    parser.add_argument("--no-erm", action="store_true",
+                        help="skip the supervised ERM baseline in new evaluations (its column then pools the runs "
+                             "that have it)")
     parser.add_argument("--only-finished", action="store_true",
                         help="train nothing: table, figures and docs from the evaluations already in --runs-dir")
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
@@ -115,6 +121,7 @@ def main() -> int:
     losses = [x for x in args.losses.split(",") if x]
     adapt_losses = {x for x in args.adapt_losses.split(",") if x}
     nn_losses = {x for x in args.nn_losses.split(",") if x}
+    nn_overrides = list(args.nn_set)
     seeds = [int(x) for x in args.seeds.split(",") if x]
     holdouts = "all" if args.holdouts == "all" else [x for x in args.holdouts.split(",") if x]
     overrides = [f"data.options.root={args.root}"] + ([f"train.max_steps={args.steps}"] if args.steps else [])
@@ -133,10 +140,12 @@ def main() -> int:
         try:
             protocols = ("generalization", "adaptation") if loss in adapt_losses else ("generalization",)
             config = ROOT / "configs" / f"domains_digits_{loss}.yaml"
-            results += train_and_evaluate(config, args.runs_dir, holdouts, seeds, overrides, protocols=protocols)
+            results += train_and_evaluate(config, args.runs_dir, holdouts, seeds, overrides, protocols=protocols,
+                                          erm=not args.no_erm)
             if loss in nn_losses:
                 results += train_and_evaluate(config, args.runs_dir, holdouts, seeds,
-                                              [*overrides, "data.options.adapt_views=nearest"], protocols=("adaptation",))
+                                              [*overrides, "data.options.adapt_views=nearest", *nn_overrides],
+                                              protocols=("adaptation",), erm=not args.no_erm)
         except Exception as exc:  # noqa: BLE001 - record and go on with the other losses
             failures[loss] = " ".join(str(exc).split())[:300]
             print(f"!! {loss} failed: {failures[loss]}", flush=True)
@@ -173,6 +182,9 @@ def main() -> int:
                f"{cfg.train.batch_size}, {cfg.train.max_steps} steps, AdamW lr {cfg.optim.lr}, {encoder['name']} "
                f"(width {encoder.get('width')}) on {views.get('image_size')} px")
     table = summary["table"]
+    nn_runs = [r for r in results if r.get("adapt_views") == "nearest"]
+    nn_k = sorted({load_config(Path(r["run"]) / "config.yaml").views.k for r in nn_runs})
+    nn_views = (f"{' / '.join(map(str, nn_k))} source view(s) + the target view" if nn_k else "")
     section = "\n".join([
         "## Unseen-domain generalization and domain adaptation on the digit domains (M3G Table 2 / Fig. 2)",
         "",
@@ -185,7 +197,8 @@ def main() -> int:
         f"target's train images (no labels) joined pretraining ({'adaptation for ' + ', '.join(sorted(adapt_losses)) if adapt_losses else 'not run'}; "
         "k augmentation views of one target image, 25 % of the items); `<loss>+adapt_nn` "
         f"({', '.join(sorted(nn_losses)) or 'not run'}): instead one extra view per source item, the target train "
-        "image nearest to the item in the current embedding (among 64 drawn per batch). " + timing,
+        "image nearest to the item in the current embedding (among 64 drawn per batch)"
+        + (f"; {nn_views}" if nn_views else "") + ". " + timing,
         "",
         table,
         "1-vs-1 (Fig. 2): `docs/figures/domains_one_vs_one.png` (rows: probe training domain; columns: "

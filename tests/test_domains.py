@@ -363,6 +363,26 @@ def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
     assert combined["one_vs_one"]["pvc_geometric"]["a"] == {"b": 0.15}
     table = format_table(combined, ["a", "b", "c"])
     assert "| ¬a -> a | 10.0 ± 0.0 | 50.0 ± 10.0 | - |" in table and "| ¬c" not in table
+    assert "| ¬b -> b | 10.0 (n=1) | - | 30.0 (n=1) |" in table  # one run: no spread shown
+
+
+def test_adaptation_gain_paired_by_seed_mean_std() -> None:
+    from multiview_app.eval.domain_generalization import adaptation_gain, format_gain
+
+    def run(protocol: str, seed: int, acc: float, adapt_views: str | None = None) -> dict:
+        return {"loss": "m3g", "holdout": "a", "seed": seed, "protocol": protocol, "adapt_views": adapt_views,
+                "results": {"trained": {"five_vs_one": acc}}}
+
+    results = [run("generalization", 0, 0.5), run("generalization", 1, 0.6),
+               run("adaptation", 0, 0.7, "augment"), run("adaptation", 1, 0.6, "augment"),
+               run("adaptation", 2, 0.9, "augment"),  # no generalization partner for seed 2: left out
+               run("adaptation", 1, 0.4, "nearest")]
+    gain = adaptation_gain(results)
+    cell = gain["m3g+adapt"]["a"]
+    assert cell["n"] == 2 and abs(cell["mean"] - 0.1) < 1e-12 and abs(cell["std"] - 0.1) < 1e-12
+    nearest = gain["m3g+adapt_nn"]["a"]
+    assert nearest["n"] == 1 and abs(nearest["mean"] + 0.2) < 1e-12
+    assert "| a | +10.0 ± 10.0 (n=2) | -20.0 (n=1) |" in format_gain(gain)
 
 
 def test_random_init_shift_matrix_shows_a_real_domain_shift(digit_root: Path) -> None:
@@ -434,6 +454,29 @@ def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tm
     assert len(sketch_test) == 20 and not sketch_test & set(opened)  # ... but never its test split
     assert "sketch_train.txt" in split_files and "sketch_test.txt" not in split_files
     assert adapter.target_labels("train").shape == (80,)  # evaluation reads them explicitly
+
+
+def test_adaptation_rows_augmented_once(digit_root: Path, monkeypatch) -> None:
+    """Every row of a view goes through exactly one stack: the source stack on source rows, the target
+    stack on target rows (no source augmentation of target rows that is then overwritten)."""
+    from multiview_app.data.domains import views as domain_views
+
+    adapter = build_adapter("domainnet", options(digit_root, adapt="sketch", adapt_share=0.25))
+    policy = build_view_policy("domains", 5, {"image_size": 16, "stacks": "simclr"}, adapter)
+    train_split = adapter.split("train")
+    raw = default_collate([train_split[i] for i in (0, 1, 2, 400, 401)])  # 3 source + 2 target items
+    calls: list[tuple[int, object]] = []
+    real_augment = domain_views.augment
+    monkeypatch.setattr(domain_views, "augment", lambda images, stack, size, generator=None:
+                        calls.append((images.shape[0], stack)) or real_augment(images, stack, size, generator))
+    views = policy.train_views(raw, torch.Generator().manual_seed(0)).views
+    assert [v.shape[0] for v in views] == [5] * 5
+    assert sum(rows for rows, _ in calls) == 5 * 5  # each row of each view augmented once
+    assert sorted((rows, stack is policy.target_spec) for rows, stack in calls) == [(2, True)] * 5 + [(3, False)] * 5
+    # same draws in one generator stream -> the same views; target rows differ from their source-stack view
+    calls.clear()
+    again = policy.train_views(raw, torch.Generator().manual_seed(0)).views
+    assert all(torch.equal(a, b) for a, b in zip(views, again))
 
 
 def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
@@ -522,6 +565,7 @@ def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_pat
     five = summary["combined"]["five_vs_one"]
     assert {"pvc_geometric", "pvc_geometric+adapt", "erm", "random_init"} == set(five)
     gain = summary["adaptation_gain"]["pvc_geometric+adapt"]["sketch"]
-    assert abs(gain - (five["pvc_geometric+adapt"]["sketch"]["mean"] - five["pvc_geometric"]["sketch"]["mean"])) < 1e-12
+    expected = five["pvc_geometric+adapt"]["sketch"]["mean"] - five["pvc_geometric"]["sketch"]["mean"]
+    assert abs(gain["mean"] - expected) < 1e-12 and gain["std"] == 0.0 and gain["n"] == 1
     assert (out / "plots" / "adaptation_gain.png").is_file()
     assert "Gain of adaptation over generalization" in (out / "domain_generalization_table.md").read_text()

@@ -145,8 +145,9 @@ def _evaluate_run(run_dir: Path, C: float, batch_size: int | None, erm: bool, er
 
 
 def grouped_bars(groups: list[str], series: dict[str, list[float]], xlabel: str, ylabel: str, out: Path,
-                 zero_line: bool = False) -> Path:
-    """Bar chart: one group of bars per entry of ``groups``, one bar per ``series`` name -> PNG."""
+                 zero_line: bool = False, errors: dict[str, list[float]] | None = None) -> Path:
+    """Bar chart: one group of bars per entry of ``groups``, one bar per ``series`` name -> PNG
+    (``errors``: optional error-bar half-lengths per series, same layout)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -155,7 +156,8 @@ def grouped_bars(groups: list[str], series: dict[str, list[float]], xlabel: str,
     fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(groups), 3.2))
     width = 0.8 / max(1, len(series))
     for i, (name, values) in enumerate(series.items()):
-        ax.bar(np.arange(len(groups)) + i * width, values, width, label=name)
+        ax.bar(np.arange(len(groups)) + i * width, values, width, label=name,
+               yerr=None if errors is None else errors.get(name), capsize=2 if errors else 0)
     if zero_line:
         ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups)
@@ -237,8 +239,16 @@ def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[s
     return combined
 
 
+def spread(cell: dict[str, float], sign: bool = False) -> str:
+    """``{mean, std, n}`` (fractions) -> ``"mean ± std"`` in points, or ``"mean (n=1)"`` for a single run
+    (no spread to show); ``sign``: always print the sign of the mean."""
+    mean = f"{100 * cell['mean']:+.1f}" if sign else f"{100 * cell['mean']:.1f}"
+    return f"{mean} (n=1)" if cell.get("n") == 1 else f"{mean} ± {100 * cell['std']:.1f}"
+
+
 def format_table(combined: dict[str, Any], domains: list[str], protocol: str = "five_vs_one") -> str:
-    """Markdown table: rows = held-out domain, columns = random init, ERM, the losses (mean +- std)."""
+    """Markdown table: rows = held-out domain, columns = random init, ERM, the losses (mean +- std over
+    runs; ``(n=1)`` marks a cell with one run)."""
     columns = [c for c in ("random_init", "erm") if c in combined[protocol]]
     columns += sorted(c for c in combined[protocol] if c not in ("random_init", "erm"))
     header = "| seen -> unseen | " + " | ".join(columns) + " |"
@@ -249,7 +259,7 @@ def format_table(combined: dict[str, Any], domains: list[str], protocol: str = "
         cells = []
         for c in columns:
             cell = combined[protocol][c].get(d)
-            cells.append("-" if cell is None else f"{100 * cell['mean']:.1f} ± {100 * cell['std']:.1f}")
+            cells.append("-" if cell is None else spread(cell))
         lines.append(f"| ¬{d} -> {d} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -287,35 +297,47 @@ def plot_heatmaps(combined: dict[str, Any], domains: list[str], out: Path) -> Pa
     return out
 
 
-def adaptation_gain(combined: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """``gain[<adaptation column>][target] = mean 5-vs-1 accuracy with adaptation - without`` (targets
-    run both ways); adaptation columns are ``<loss>+adapt`` / ``<loss>+adapt_nn``."""
-    five = combined["five_vs_one"]
-    gain: dict[str, dict[str, float]] = {}
-    for column, per_domain in five.items():
-        loss = next((column[: -len(x)] for x in ADAPT_SUFFIX.values() if column.endswith(x)), None)
-        if loss is None or loss not in five:
+def adaptation_gain(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per-seed 5-vs-1 gain of adaptation over generalization, paired by (loss, target, seed).
+
+    ``gain[<adaptation column>][target] = {"mean", "std", "n"}`` over the seeds that have both an
+    adaptation run (column ``<loss>+adapt`` / ``<loss>+adapt_nn``) and a generalization run of the same
+    loss; adaptation runs without that partner are left out (``n`` counts the pairs)."""
+    base = {(r["loss"], r["holdout"], r["seed"]): r["results"]["trained"]["five_vs_one"]
+            for r in results if r.get("protocol", "generalization") == "generalization"}
+    pairs: dict[str, dict[str, list[float]]] = {}
+    for r in results:
+        key = (r["loss"], r["holdout"], r["seed"])
+        if r.get("protocol") != "adaptation" or key not in base:
             continue
-        base = five[loss]
-        gain[column] = {d: cell["mean"] - base[d]["mean"] for d, cell in per_domain.items() if d in base}
-    return gain
+        diff = r["results"]["trained"]["five_vs_one"] - base[key]
+        pairs.setdefault(column_name(r), {}).setdefault(r["holdout"], []).append(diff)
+    return {column: {d: {**mean_std(v), "n": len(v)} for d, v in per.items()} for column, per in pairs.items()}
 
 
-def format_gain(gain: dict[str, dict[str, float]]) -> str:
-    """Markdown: rows = target domain, columns = adaptation column, cells = gain in accuracy points."""
+def format_gain(gain: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Markdown: rows = target domain, columns = adaptation column, cells = gain in accuracy points
+    (mean +- std over the paired seeds, ``(n=<pairs>)``)."""
     losses = sorted(gain)
     domains = sorted({d for per in gain.values() for d in per})
     lines = ["| target | " + " | ".join(losses) + " |", "|---" * (len(losses) + 1) + "|"]
     for d in domains:
-        lines.append(f"| {d} | " + " | ".join(f"{100 * gain[l][d]:+.1f}" if d in gain[l] else "-" for l in losses) + " |")
+        cells = [spread(gain[l][d], sign=True) + ("" if gain[l][d]["n"] == 1 else f" (n={gain[l][d]['n']})")
+                 if d in gain[l] else "-" for l in losses]
+        lines.append(f"| {d} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot_gain(gain: dict[str, dict[str, float]], out: Path) -> Path:
-    """Bars: per target domain, the 5-vs-1 gain of adaptation over generalization, one bar per loss."""
+def plot_gain(gain: dict[str, dict[str, dict[str, float]]], out: Path) -> Path:
+    """Bars: per target domain, the 5-vs-1 gain of adaptation over generalization (mean over paired
+    seeds, error bar = std), one bar per adaptation column."""
     domains = sorted({d for per in gain.values() for d in per})
-    series = {loss: [100 * gain[loss].get(d, np.nan) for d in domains] for loss in sorted(gain)}
-    return grouped_bars(domains, series, "target domain", "adaptation - generalization (points)", out, zero_line=True)
+    series = {loss: [100 * gain[loss][d]["mean"] if d in gain[loss] else np.nan for d in domains]
+              for loss in sorted(gain)}
+    errors = {loss: [100 * gain[loss][d]["std"] if d in gain[loss] else np.nan for d in domains]
+              for loss in sorted(gain)}
+    return grouped_bars(domains, series, "target domain", "adaptation - generalization (points)", out,
+                        zero_line=True, errors=errors)
 
 
 def train_and_evaluate(
@@ -381,7 +403,7 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
     table = (f"{title}\n\n" if title else "") + "5 domains vs 1 (accuracy %, mean ± std over seeds)\n\n" + \
         format_table(combined, domains) + "\n\nOracle (probe trained on the unseen domain's own train split)\n\n" + \
         format_table(combined, domains, "oracle") + "\n"
-    gain = adaptation_gain(combined)
+    gain = adaptation_gain(results)
     gain_plot = plot_gain(gain, out_dir / "plots" / "adaptation_gain.png") if gain else None
     if gain:
         table += "\nGain of adaptation over generalization (5 vs 1, accuracy points)\n\n" + format_gain(gain) + "\n"

@@ -134,11 +134,17 @@ class DomainsPolicy(AugmentPolicy):
 
     def _augment_rows(self, images: torch.Tensor, spec: Any, target_rows: torch.Tensor | None,
                       generator: torch.Generator | None) -> torch.Tensor:
-        """``(n, 3, S, S)`` -> one view: ``spec`` for source rows, the target stack for ``target_rows``."""
-        view = augment(images, spec, self.image_size, generator)
-        if target_rows is not None and bool(target_rows.any()):
-            rows = target_rows.to(images.device)
-            view[rows] = augment(images[rows], self.target_spec, self.image_size, generator).to(view.dtype)
+        """``(n, 3, S, S)`` -> one view: ``spec`` on the source rows only, the target stack on ``target_rows``
+        only (each row augmented once)."""
+        if target_rows is None or not bool(target_rows.any()):
+            return augment(images, spec, self.image_size, generator)
+        rows = target_rows.to(images.device)
+        if bool(rows.all()):
+            return augment(images, self.target_spec, self.image_size, generator)
+        source = augment(images[~rows], spec, self.image_size, generator)
+        view = source.new_empty((images.shape[0], *source.shape[1:]))
+        view[~rows] = source
+        view[rows] = augment(images[rows], self.target_spec, self.image_size, generator).to(view.dtype)
         return view
 
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
