@@ -227,3 +227,58 @@ def test_stacked_run_trains_and_is_staged_on_its_channel_groups(tmp_path):
         result = run_sleep_staging(tmp_path / "runs" / "stacked", shots=(2,), seeds=1, progress=False,
                                    classifier=classifier)
         assert result["results"]["trained"]["2"]["runs"] and result["channels"] == CHANNELS
+
+
+def test_signal_augmentations_each_do_what_they_say():
+    from multiview_app.data.eeg import augment
+
+    gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    x = torch.randn(6, 400, dtype=torch.float64)
+    scaled = augment.scale_amplitude(x, 0.5, 2.0, gen())
+    gains = scaled[:, 0] / x[:, 0]
+    torch.testing.assert_close(scaled, x * gains[:, None])  # one gain per item
+    assert bool(((gains >= 0.5) & (gains <= 2.0)).all()) and gains.std() > 0
+
+    shifted = augment.shift_time(x, 40, gen())
+    for i in range(6):  # every item is a circular shift of itself by at most 40 samples
+        found = [s for s in range(-40, 41) if torch.equal(torch.roll(x[i], s), shifted[i])]
+        assert len(found) == 1
+    stacked = torch.stack([x, 2 * x], dim=1)  # (n, 2, T): the channels of an item share the shift
+    both = augment.shift_time(stacked, 40, gen())
+    torch.testing.assert_close(both[:, 1], 2 * both[:, 0])
+
+    noisy = augment.add_noise(torch.zeros(2000, 50), 0.3, gen())
+    assert abs(float(noisy.std()) - 0.3) < 0.01 and abs(float(noisy.mean())) < 0.01
+
+    sfreq, t = 100.0, torch.arange(3000, dtype=torch.float64) / 100.0
+    tones = torch.stack([torch.sin(2 * torch.pi * f * t) for f in (2.0, 10.0, 20.0)]).sum(0).repeat(200, 1)
+    stopped = augment.band_stop(tones, sfreq, 4.0, 1.0, 0.5, 30.0, gen())
+    spectrum = torch.fft.rfft(stopped, dim=-1).abs()
+    freqs = torch.fft.rfftfreq(3000, 1 / sfreq)
+    power = {f: spectrum[:, int((freqs - f).abs().argmin())] for f in (2.0, 10.0, 20.0)}
+    removed = sum((p < 1e-3 * 1500).float() for p in power.values())  # a kept tone has |X| = T / 2
+    assert bool((removed <= 1).all()) and float((removed == 1).float().mean()) > 0.25  # a 4-Hz stop band takes <= 1 tone
+    kept = augment.band_stop(tones, sfreq, 4.0, 0.0, 0.5, 30.0, gen())
+    torch.testing.assert_close(kept, tones)
+
+
+def test_channel_views_apply_configured_augmentations_reproducibly(tmp_path):
+    adapter = build_adapter("eeg_windows", {"cache": str(_fake_cache(tmp_path / "cache")), "test_fraction": 0})
+    raw = torch.utils.data.default_collate([adapter.split("train")[i] for i in range(5)])
+    options = {"crop_seconds": 20, "amplitude_scale": [0.8, 1.25], "time_shift_seconds": 1.0, "noise_std": 0.1,
+               "band_stop_hz": 2.0, "band_stop_p": 0.5}
+    policy = build_view_policy("channels", 4, options, adapter)
+    a = policy.train_views(raw, torch.Generator().manual_seed(0))
+    b = policy.train_views(raw, torch.Generator().manual_seed(0))
+    c = policy.train_views(raw, torch.Generator().manual_seed(1))
+    assert a.views[0].shape == (5, 2000)
+    assert all(torch.equal(u, v) for u, v in zip(a.views, b.views))
+    assert not torch.equal(a.views[0], c.views[0])
+    plain = build_view_policy("channels", 4, {"crop_seconds": 20}, adapter).train_views(raw, torch.Generator().manual_seed(0))
+    assert not torch.allclose(a.views[0], plain.views[0])
+    evaluation = policy.eval_views(raw)  # eval views are never augmented
+    torch.testing.assert_close(evaluation.views[1], raw["x"][:, 1])
+    with pytest.raises(ValueError, match="amplitude_scale"):
+        build_view_policy("channels", 4, {"amplitude_scale": [2.0, 1.0]}, adapter)
+    with pytest.raises(ValueError, match="Nyquist"):
+        build_view_policy("channels", 4, {"band_stop_hz": 2.0, "band_stop_range": [1.0, 80.0]}, adapter)

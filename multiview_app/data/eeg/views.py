@@ -1,16 +1,18 @@
 """``channels`` view policy: EEG channels as views (M3G Sec. 4.3), optional channel-split views
-(random channel groups averaged or stacked as input channels, Brüsch et al. 2023) and random
-temporal crops."""
+(random channel groups averaged or stacked as input channels, Brüsch et al. 2023), random
+temporal crops and signal augmentations (``augment.py``: amplitude scaling, time shift, additive
+noise, band-stop)."""
 from __future__ import annotations
 
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..adapters import DataAdapter
 from ..batch import ViewBatch
 from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, draw_device, labels_and_meta
+from . import augment
 
 GROUP_SEPARATOR = "+"
 """View name of a channel group: channel names joined by "+" (the encoder understands it)."""
@@ -36,7 +38,12 @@ class ChannelViews(ViewPolicy):
       (k must divide C), each group kept as ``g`` input channels of one view ``(n, g, T')``
       (members in channel order; the encoder needs ``in_channels = g``); view name ``A+B+C``;
     - ``crop_seconds``: each view is an independent random crop of that length (train only; the
-      channels of a stacked view share their crop).
+      channels of a stacked view share their crop);
+    - signal augmentations (train only, after the crop, each item of each view its own draw, in
+      this order): ``amplitude_scale: [low, high]`` (log-uniform gain), ``time_shift_seconds``
+      (circular shift up to ± that), ``noise_std`` (additive white noise, in units of the z-scored
+      window), ``band_stop_hz`` (zero a band that wide, centre uniform in ``band_stop_range``, with
+      probability ``band_stop_p``).
     Eval views: every channel, full length, in the adapter's order (k_eval = C); with ``stacked``:
     the channels in order cut into k contiguous groups of g (:meth:`eval_groups`), ``(n, g, T)`` each.
     """
@@ -48,6 +55,23 @@ class ChannelViews(ViewPolicy):
         channels: list[str] | None = None
         channel_split: Literal["none", "average", "stacked"] = "none"
         crop_seconds: float | None = Field(None, gt=0)
+        amplitude_scale: tuple[float, float] | None = None
+        time_shift_seconds: float | None = Field(None, gt=0)
+        noise_std: float | None = Field(None, gt=0)
+        band_stop_hz: float | None = Field(None, gt=0)
+        band_stop_p: float = Field(0.5, ge=0, le=1)
+        band_stop_range: tuple[float, float] = (0.5, 30.0)
+
+        @model_validator(mode="after")
+        def _ranges(self) -> "ChannelViews.Options":
+            if self.amplitude_scale is not None and not 0 < self.amplitude_scale[0] <= self.amplitude_scale[1]:
+                raise ValueError(f"views.options.amplitude_scale: expected [low, high] with 0 < low <= high, "
+                                 f"got {list(self.amplitude_scale)}")
+            low, high = self.band_stop_range
+            if not 0 <= low <= high:
+                raise ValueError(f"views.options.band_stop_range: expected [low, high] Hz with 0 <= low <= high, "
+                                 f"got {[low, high]}")
+            return self
 
     def __init__(self, k: int, options: Options, adapter: DataAdapter) -> None:
         super().__init__(k, options, adapter)
@@ -64,7 +88,12 @@ class ChannelViews(ViewPolicy):
             raise ValueError("views.k must be >= 2 with views.options.channel_split = average")
         self.group_size = stacked_group_size(c, k) if options.channel_split == "stacked" else 1
         sfreq = float(getattr(adapter, "sfreq", 100.0))
+        self.sfreq = sfreq
         self.crop_samples = None if options.crop_seconds is None else int(round(options.crop_seconds * sfreq))
+        self.shift_samples = 0 if options.time_shift_seconds is None else int(round(options.time_shift_seconds * sfreq))
+        if options.band_stop_hz is not None and options.band_stop_range[1] > sfreq / 2:
+            raise ValueError(f"views.options.band_stop_range: {options.band_stop_range[1]:g} Hz is above the "
+                             f"Nyquist frequency of the data ({sfreq / 2:g} Hz)")
         window_seconds = getattr(adapter, "window_seconds", None)
         if options.crop_seconds is not None and window_seconds is not None and options.crop_seconds > window_seconds:
             raise ValueError(
@@ -97,6 +126,19 @@ class ChannelViews(ViewPolicy):
             index = index[:, None].expand(-1, view.shape[1], -1)
         return torch.gather(view, -1, index)
 
+    def _augment(self, view: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """The configured signal augmentations of one (cropped) training view, in the documented order."""
+        o = self.options
+        if o.amplitude_scale is not None:
+            view = augment.scale_amplitude(view, o.amplitude_scale[0], o.amplitude_scale[1], generator)
+        if self.shift_samples:
+            view = augment.shift_time(view, self.shift_samples, generator)
+        if o.noise_std is not None:
+            view = augment.add_noise(view, o.noise_std, generator)
+        if o.band_stop_hz is not None:
+            view = augment.band_stop(view, self.sfreq, o.band_stop_hz, o.band_stop_p, *o.band_stop_range, generator)
+        return view
+
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         x = self._channels(raw["x"]).float()  # (n, C, T)
         c = x.shape[1]
@@ -112,7 +154,7 @@ class ChannelViews(ViewPolicy):
             chosen = sorted(order[: self.k].tolist()) if self.k < c else list(range(c))
             views = [x[:, i] for i in chosen]
             names = [self.channel_names[i] for i in chosen]
-        views = [self._crop(v, generator) for v in views]
+        views = [self._augment(self._crop(v, generator), generator) for v in views]
         labels, meta = labels_and_meta(raw)
         return ViewBatch(views, ["eeg"] * len(views), names, labels, meta)
 
