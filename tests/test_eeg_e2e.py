@@ -36,7 +36,7 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     result = json.loads((run / "eval" / "sleep_staging.json").read_text())
     assert set(result["subjects"]["train"]).isdisjoint(result["subjects"]["test"])
     assert len(result["subjects"]["test"]) == 1 and result["channels"] == ["Fpz-Cz", "Pz-Oz"]
-    for name in ("trained", "random_init", "bandpower"):
+    for name in ("trained", "random_init", "bandpower", "bandpower+trained"):
         scores = result["results"][name]["20"]
         assert 0.0 <= scores["accuracy"]["mean"] <= 1.0 and -1.0 <= scores["kappa"]["mean"] <= 1.0
         assert set(scores) >= {"accuracy", "balanced_accuracy", "macro_f1", "kappa", "per_class_f1"}
@@ -48,6 +48,17 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     assert sum(result["test_windows_per_stage"].values()) == result["windows"]["test"]
     assert Path(result["plots"]["confusion"]).is_file() and Path(result["plots"]["hypnogram"]).is_file()
 
+    assert result["features"] == "encoder" and "bandpower+trained" in out
+    # the projector output instead of the backbone (same protocol); --no-combined drops the combined row
+    assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "--seeds", "1", "--features", "projector",
+                 "--no-combined"]) == 0
+    assert "projector outputs" in capsys.readouterr().out
+    projected = json.loads((run / "eval" / "sleep_staging.json").read_text())
+    assert projected["features"] == "projector" and set(projected["results"]) == {"trained", "random_init", "bandpower"}
+    assert projected["results"]["bandpower"]["5"]["runs"] == result["results"]["bandpower"]["5"]["runs"][:1]
+    assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "--seeds", "1"]) == 0  # restore
+    capsys.readouterr()
+    result = json.loads((run / "eval" / "sleep_staging.json").read_text())
     in_domain = (run / "eval" / "sleep_staging.json").read_text()
     # an option that would put pretraining subjects into the test set is refused, naming them
     assert main(["eval", "sleep-staging", "--run", str(run), "--test-fraction", "0.9", "--shots", "5"]) == 2

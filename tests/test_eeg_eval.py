@@ -124,3 +124,15 @@ def test_tuning_uses_validation_windows_for_every_row():
     assert chosen <= {0.01, 0.1, 1.0, 10.0}
     with pytest.raises(ValueError, match="need validation windows"):
         few_shot_protocol(feats, y_train, y_test, (10,), seeds=1, C=None)
+
+
+def test_combined_row_concatenates_band_powers_and_encoder_features():
+    from multiview_app.eval.sleep_staging import combined_features
+
+    bands, encoder = np.arange(6.0).reshape(2, 3), np.arange(8.0).reshape(2, 4)
+    np.testing.assert_array_equal(combined_features(bands, encoder), np.hstack([bands, encoder]))
+    per_channel = combined_features(np.zeros((2, 3, 5)), np.ones((2, 3, 7)))
+    assert per_channel.shape == (2, 3, 12) and per_channel.dtype == np.float32
+    assert per_channel[..., :5].sum() == 0 and per_channel[..., 5:].min() == 1
+    with pytest.raises(ValueError, match="do not pair up"):
+        combined_features(np.zeros((2, 4, 5)), np.ones((2, 2, 7)))

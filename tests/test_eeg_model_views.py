@@ -227,6 +227,9 @@ def test_stacked_run_trains_and_is_staged_on_its_channel_groups(tmp_path):
         result = run_sleep_staging(tmp_path / "runs" / "stacked", shots=(2,), seeds=1, progress=False,
                                    classifier=classifier)
         assert result["results"]["trained"]["2"]["runs"] and result["channels"] == CHANNELS
+        # logreg pairs whole windows; the paper classifier pairs per channel, which 2 groups of 2 cannot
+        assert ("bandpower+trained" in result["results"]) == (classifier == "logreg")
+        assert any("bandpower+trained skipped" in note for note in result["notes"]) == (classifier == "paper")
 
 
 def test_signal_augmentations_each_do_what_they_say():

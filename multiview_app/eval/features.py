@@ -99,10 +99,11 @@ def iter_feature_batches(
 
 def extract_features(
     model: torch.nn.Module, adapter: Any, policy: Any, split: str, batch_size: int = 256,
-    device: torch.device | str = "cpu", progress: bool = True, dataset: Any = None,
+    device: torch.device | str = "cpu", progress: bool = True, dataset: Any = None, kind: FeatureKind = "encoder",
 ) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
-    """Encoder features of every item of ``adapter.split(split)`` (or of ``dataset`` when given,
-    ``split`` then only names it) through ``policy.eval_views``.
+    """Encoder features (``kind="projector"``: normalized projector embeddings) of every item of
+    ``adapter.split(split)`` (or of ``dataset`` when given, ``split`` then only names it) through
+    ``policy.eval_views``.
 
     Returns ``features (N, k, f)`` float32 (k = number of eval views), ``labels (N,)`` int64
     (-1 when unlabelled) and ``meta``: every other item column as a list of length N.
@@ -111,7 +112,7 @@ def extract_features(
     labels: list[np.ndarray] = []
     meta: dict[str, list[Any]] = {}
     dataset = adapter.split(split) if dataset is None else dataset
-    for part in iter_feature_batches(model, dataset, policy, batch_size, device,
+    for part in iter_feature_batches(model, dataset, policy, batch_size, device, kind=kind,
                                      progress=progress, desc=f"features {split}"):
         feats.append(part.features)
         labels.append(part.labels)

@@ -16,7 +16,8 @@ Per-channel encoder features are combined (concatenated in channel order, or ave
 training subjects (class-balanced; capped by what exists: the counts drawn for every fold and seed
 are reported and a capped column is flagged), a standardized logistic regression is fitted and
 scored on every test window. Rows: trained encoder, random-init encoder (``init.safetensors``),
-relative band powers. Metrics: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1,
+relative band powers, and band powers concatenated with the trained encoder's features
+(``bandpower+trained``: does SSL add to the hand-made features?). Metrics: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1,
 per-class F1, as mean +- std over folds x seeds.
 """
 from __future__ import annotations
@@ -57,6 +58,9 @@ VALIDATION_PER_CLASS = 100
 TIME_BINS = 4
 """The paper classifier pools encoder outputs into this many time bins."""
 CROSS_DATASET_TEST_FRACTION = 0.2
+COMBINED_ROW = "bandpower+trained"
+"""Row of the band-power features concatenated with the trained encoder's (per window, or per
+channel for the paper classifier)."""
 """Share of the other dataset's subjects held out in the cross-dataset protocol (Brüsch et al.: 20 %)."""
 
 
@@ -213,8 +217,12 @@ def run_sleep_staging(
     seeds: int = 5, combine: Literal["concat", "mean"] = "concat", C: float | None = None, batch_size: int = 256,
     baselines: bool = True, device: str = "cpu", progress: bool = True,
     classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
+    feature_kind: Literal["encoder", "projector"] = "encoder", combined: bool = True,
 ) -> dict[str, Any]:
     """Run the protocol above on ``run_dir``; write and return the result dict.
+
+    ``feature_kind``: the encoders' backbone features (default) or their normalized projector
+    embeddings (logreg only). ``combined`` (with ``baselines``) adds the ``bandpower+trained`` row.
 
     ``classifier``: ``logreg`` (standardized logistic regression on concatenated/averaged channel
     features; ``C=None`` tunes C on validation subjects) or ``paper`` (learned channel combination +
@@ -225,6 +233,8 @@ def run_sleep_staging(
     from ..data.eeg.views import staging_views
 
     run_dir = Path(run_dir)
+    if feature_kind != "encoder" and classifier == "paper":
+        raise ValueError(f"--features {feature_kind}: the paper classifier needs the encoder's time bins (--features encoder)")
     cfg, _ = load_run(run_dir, "init")
     plan = plan_evaluation(cfg, run_dir, cache=cache, channels=channels, test_fraction=test_fraction, folds=folds)
     adapter = plan["adapter"]
@@ -235,14 +245,22 @@ def run_sleep_staging(
     meta: dict[str, list[Any]] = {}
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
-        feats, labels, meta = extract_features(model, adapter, policy, "train", batch_size, device, progress)
+        feats, labels, meta = extract_features(model, adapter, policy, "train", batch_size, device, progress,
+                                               kind=feature_kind)
         features[name] = (time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper"
                           else combine_views(feats, combine))
     subjects = np.asarray(meta["subject"])
+    skipped_notes: list[str] = []
     if baselines:
         windows = _windows(adapter.split("train"), batch_size)
         features["bandpower"] = (bandpower_time_bins(windows, adapter.sfreq, TIME_BINS) if classifier == "paper"
                                  else bandpower_features(windows, adapter.sfreq))
+        if combined and features["bandpower"].shape[:-1] == features["trained"].shape[:-1]:
+            features[COMBINED_ROW] = combined_features(features["bandpower"], features["trained"])
+        elif combined:
+            skipped_notes.append(f"{COMBINED_ROW} skipped: the paper classifier pairs features per channel and this "
+                                 f"run's {features['trained'].shape[1]} encoder views are not the "
+                                 f"{features['bandpower'].shape[1]} channels")
     tune = classifier == "paper" or (C is None)
 
     fold_results: list[dict[str, Any]] = []
@@ -273,7 +291,7 @@ def run_sleep_staging(
         if fold == 0:
             predictions, first_test = fold_predictions, test
     pooled = pool_rows(fold_results, list(features), shots)
-    notes = [note for note in [missing_class_note(drawn, test_labels), _warning_note(collected)] if note]
+    notes = [note for note in [missing_class_note(drawn, test_labels), _warning_note(collected)] if note] + skipped_notes
     stem = plan["name"]
     plots = _plots(run_dir, stem, labels[first_test], predictions["trained"],
                    {k: np.asarray(v)[first_test].tolist() for k, v in meta.items()}, max(shots))
@@ -300,6 +318,7 @@ def run_sleep_staging(
         "capped_shots": capped_shots(drawn),
         "seeds": seeds,
         "C": C,
+        "features": feature_kind,
         "results": pooled,
         "notes": notes,
         "plots": plots,
@@ -307,6 +326,16 @@ def run_sleep_staging(
     }
     atomic_write_json(run_dir / "eval" / f"{stem}.json", result)
     return result
+
+
+def combined_features(bandpower: np.ndarray, trained: np.ndarray) -> np.ndarray:
+    """Band powers next to the trained encoder's features: ``(N, a) + (N, b) -> (N, a + b)`` (logreg),
+    or per channel ``(N, C, a) + (N, C, b) -> (N, C, a + b)`` (paper classifier). A stacked run has
+    fewer encoder views than channels: its per-channel rows cannot be paired (ValueError)."""
+    if bandpower.shape[:-1] != trained.shape[:-1]:
+        raise ValueError(f"{COMBINED_ROW}: band powers {bandpower.shape} and encoder features {trained.shape} "
+                         "do not pair up per channel; pass --no-combined")
+    return np.concatenate([bandpower, trained], axis=-1).astype(np.float32)
 
 
 def pool_rows(parts: list[dict[str, Any]], names: list[str], shots: Any) -> dict[str, dict[str, Any]]:
@@ -531,12 +560,14 @@ def format_table(result: dict[str, Any]) -> str:
         source += f", pooled over {len(result['pooled_runs'])} pretraining runs"
     lines = [f"sleep staging, {result['protocol']} ({result['dataset']}, {source}): {len(result['folds'])} fold(s), "
              f"{len(result['subjects']['test'])} test subjects in fold 1, {result['windows']['test']} test windows, "
-             f"mean ± std over {n_runs} fits (folds x seeds); classifier: {result['classifier']}"]
-    header = f"{'features':<12}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>17}" for s in shots)
+             f"mean ± std over {n_runs} fits (folds x seeds); classifier: {result['classifier']}"
+             + (f"; {result['features']} outputs" if result.get("features", "encoder") != "encoder" else "")]
+    width = max(12, *(len(name) + 1 for name in result["results"]))
+    header = f"{'features':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>17}" for s in shots)
     for metric in METRICS:
         lines += ["", f"{metric}", header]
         for name, per_shot in result["results"].items():
-            lines.append(f"{name:<12}" + "".join(
+            lines.append(f"{name:<{width}}" + "".join(
                 f"{per_shot[s][metric]['mean']:>10.3f} ± {per_shot[s][metric]['std']:.3f}" for s in shots))
     for s in shots:
         if s in capped:
@@ -584,7 +615,13 @@ class SleepStaging:
                             help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
                                  "report mean ± std over runs x folds x seeds (eval/<name>_pooled.json in --run)")
         parser.add_argument("--batch-size", type=positive_int, default=256)
-        parser.add_argument("--no-baselines", action="store_true", help="skip the band-power baseline")
+        parser.add_argument("--no-baselines", action="store_true",
+                            help=f"skip the band-power baseline (and the {COMBINED_ROW} row)")
+        parser.add_argument("--no-combined", action="store_true",
+                            help=f"skip the {COMBINED_ROW} row (band powers concatenated with the trained features)")
+        parser.add_argument("--features", choices=["encoder", "projector"], default="encoder",
+                            help="encoder backbone features or the normalized projector output (logreg only; "
+                                 "default: %(default)s)")
         parser.add_argument("--device", default="cpu")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -592,7 +629,7 @@ class SleepStaging:
             run, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction, folds=args.folds,
             shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,
             batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
-            classifier=args.classifier, lr=args.lr,
+            classifier=args.classifier, lr=args.lr, feature_kind=args.features, combined=not args.no_combined,
         ) for run in [Path(run_dir), *(args.pool_runs or [])]]
         result = results[0]
         if len(results) > 1:
