@@ -4,19 +4,22 @@
 #   (a) in-domain: held-out subjects of the pretraining data (the run's own split), and
 #   (b) cross-dataset, the paper's protocol: Sleep-EDF-format nights (Fpz-Cz, Pz-Oz) from a disjoint
 #       generator seed, split on their own (subject folds).
-# Rows: trained encoder vs random-init encoder vs band-power baseline; balanced accuracy and kappa first.
-# CPU-sized: nights are 3x compressed excerpts of full 9-h nights (same stage proportions), small
-# encoder width, few steps. Environment knobs (defaults):
-#   DEMO_DATA=demo_data  DEMO_SUBJECTS=8  DEMO_EDF_SUBJECTS=10  DEMO_HOURS=9  DEMO_COMPRESS=3
+# Rows: trained encoder vs random-init encoder vs band-power baseline vs band power + trained encoder;
+# balanced accuracy and kappa first. CPU-sized: nights are 6x compressed excerpts of full 9-h nights
+# (same stage proportions), small encoder width, few steps. Environment knobs (defaults):
+#   DEMO_DATA=demo_data  DEMO_SUBJECTS=12  DEMO_EDF_SUBJECTS=10  DEMO_HOURS=9  DEMO_COMPRESS=6
 #   DEMO_STEPS=400  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2  DEMO_SEEDS=3
+# Speed (docs/eeg.md "Demo"): torch runs with one intra-op thread (OMP_NUM_THREADS=1 unless set:
+# on 2 shared cores the default two threads made a training step ~8x slower), and the two datasets
+# are synthesized/prepared, and the two evaluations run, as two concurrent processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MVAPP="${MVAPP:-.venv/bin/mvapp}"
 DATA="${DEMO_DATA:-demo_data}"
-SUBJECTS="${DEMO_SUBJECTS:-8}"
+SUBJECTS="${DEMO_SUBJECTS:-12}"
 EDF_SUBJECTS="${DEMO_EDF_SUBJECTS:-10}"
 HOURS="${DEMO_HOURS:-9}"
-COMPRESS="${DEMO_COMPRESS:-3}"
+COMPRESS="${DEMO_COMPRESS:-6}"
 STEPS="${DEMO_STEPS:-400}"
 BATCH="${DEMO_BATCH:-16}"
 WIDTH="${DEMO_WIDTH:-32}"
@@ -27,6 +30,7 @@ RAW="$DATA/physionet2018_raw"
 CACHE="$DATA/physionet2018_cache"
 EDF_RAW="$DATA/sleep_edf_raw"
 EDF_CACHE="$DATA/sleep_edf_cache"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 start=$SECONDS
 
 synth() {  # synth FORMAT SUBJECTS OUT SEED
@@ -40,12 +44,17 @@ synth() {  # synth FORMAT SUBJECTS OUT SEED
 
 echo "== 1/5 synthesize $SUBJECTS PhysioNet-2018-format nights (WFDB; pretraining) and $EDF_SUBJECTS Sleep-EDF-format"
 echo "       nights (EDF; cross-dataset staging, disjoint seed): ${HOURS}-h nights as ${COMPRESS}x compressed excerpts"
+echo "== 2/5 prepare (read, resample to 100 Hz, band-pass 0.5-30 Hz, 30-s windows), each dataset as soon as it is written"
+# the two datasets in two concurrent processes; the Sleep-EDF side's output is printed after the other's
+mkdir -p "$DATA"
+synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" 1000 > "$DATA/sleep_edf.log" 2>&1 \
+  && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE" >> "$DATA/sleep_edf.log" 2>&1 &
+edf_job=$!
 synth physionet2018 "$SUBJECTS" "$RAW" 0
-synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" 1000
-
-echo "== 2/5 prepare (read, resample to 100 Hz, band-pass 0.5-30 Hz, 30-s windows)"
 "$MVAPP" data prepare physionet2018 --source "$RAW" --out "$CACHE"
-"$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE"
+edf_status=0; wait "$edf_job" || edf_status=$?
+cat "$DATA/sleep_edf.log"; rm -f "$DATA/sleep_edf.log"
+[ "$edf_status" -eq 0 ] || { echo "Sleep-EDF-format synthesis/prepare failed (exit $edf_status)" >&2; exit "$edf_status"; }
 
 echo "== 3/5 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, channel-agnostic encoder width $WIDTH"
 rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
@@ -54,11 +63,16 @@ rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
   model.encoders.eeg.width="$WIDTH" model.encoders.eeg.dropout=0.0 train.checkpoint_every=0 train.log_every=10 \
   loss.epsilon="$EPSILON" loss.max_iter=300
 
-echo "== 4/5 in-domain few-shot sleep staging: the run's held-out subjects, one test fold each"
-"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds "$SEEDS" --folds 2
-
-echo "== 5/5 cross-dataset (M3G Sec. 4.3): PhysioNet-format pretraining -> Sleep-EDF-format staging, 5 subject folds"
+# the two evaluations in two concurrent processes (separate output files); tables printed in order
+CROSS_LOG="runs/$RUN_NAME/eval_cross_dataset.log"
 "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots 10 50 100 1000 --seeds "$SEEDS" \
-  --folds 5
+  --folds 5 > "$CROSS_LOG" 2>&1 &
+cross_job=$!
+echo "== 4/5 in-domain few-shot sleep staging: the run's 4 held-out subjects in 2 test folds of 2"
+"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds "$SEEDS" --folds 2
+cross_status=0; wait "$cross_job" || cross_status=$?
+echo "== 5/5 cross-dataset (M3G Sec. 4.3): PhysioNet-format pretraining -> Sleep-EDF-format staging, 5 subject folds"
+cat "$CROSS_LOG"
+[ "$cross_status" -eq 0 ] || { echo "cross-dataset staging failed (exit $cross_status)" >&2; exit "$cross_status"; }
 
 echo "demo finished in $((SECONDS - start)) s; outputs in runs/$RUN_NAME (eval/sleep_staging*.json, plots/)"

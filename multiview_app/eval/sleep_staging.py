@@ -47,6 +47,10 @@ DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
 METRICS = ("balanced_accuracy", "kappa", "accuracy", "macro_f1")
 """Headline first: balanced accuracy and kappa do not reward the class prior."""
+FEATURE_BATCH = 16
+"""Windows per feature-extraction batch (x every channel): small batches keep the conv activations
+in cache (width-32 encoder on CPU, one thread: 96 channel-windows per batch ran ~3-4x faster than
+1,536; docs/benchmarks.md)."""
 C_GRID = (0.01, 0.1, 1.0, 10.0)
 """Logistic-regression C values tuned on validation subjects (every row alike)."""
 LR_GRID = (1e-3, 1e-2)
@@ -214,7 +218,7 @@ def missing_class_note(drawn: dict[str, list[dict[str, int]]], test_labels: list
 def run_sleep_staging(
     run_dir: str | Path, *, cache: str | None = None, channels: list[str] | None = None,
     test_fraction: float | None = None, folds: int | None = None, shots: tuple[int, ...] = DEFAULT_SHOTS,
-    seeds: int = 5, combine: Literal["concat", "mean"] = "concat", C: float | None = None, batch_size: int = 256,
+    seeds: int = 5, combine: Literal["concat", "mean"] = "concat", C: float | None = None, batch_size: int = FEATURE_BATCH,
     baselines: bool = True, device: str = "cpu", progress: bool = True,
     classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
     feature_kind: Literal["encoder", "projector"] = "encoder", combined: bool = True,
@@ -614,7 +618,8 @@ class SleepStaging:
         parser.add_argument("--pool-runs", nargs="+", type=Path, default=None, metavar="RUN",
                             help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
                                  "report mean ± std over runs x folds x seeds (eval/<name>_pooled.json in --run)")
-        parser.add_argument("--batch-size", type=positive_int, default=256)
+        parser.add_argument("--batch-size", type=positive_int, default=FEATURE_BATCH,
+                            help="windows per feature-extraction batch (default: %(default)s)")
         parser.add_argument("--no-baselines", action="store_true",
                             help=f"skip the band-power baseline (and the {COMBINED_ROW} row)")
         parser.add_argument("--no-combined", action="store_true",
