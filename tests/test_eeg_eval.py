@@ -136,3 +136,18 @@ def test_combined_row_concatenates_band_powers_and_encoder_features():
     assert per_channel[..., :5].sum() == 0 and per_channel[..., 5:].min() == 1
     with pytest.raises(ValueError, match="do not pair up"):
         combined_features(np.zeros((2, 4, 5)), np.ones((2, 2, 7)))
+
+
+def test_paired_differences_are_per_fit_and_count_wins():
+    from multiview_app.eval.sleep_staging import paired_differences
+
+    fits = lambda values: {"runs": [{"balanced_accuracy": v} for v in values]}  # noqa: E731
+    table = {"trained": {"10": fits([0.6, 0.7, 0.5])}, "bandpower": {"10": fits([0.5, 0.65, 0.55])}}
+    paired = paired_differences(table)
+    cell = paired["bandpower"]["10"]
+    assert cell["won"] == 2 and cell["fits"] == 3 and "trained" not in paired
+    np.testing.assert_allclose(cell["mean"], np.mean([0.1, 0.05, -0.05]))
+    np.testing.assert_allclose(cell["std"], np.std([0.1, 0.05, -0.05]))
+    assert paired_differences({"bandpower": table["bandpower"]}) == {}
+    with pytest.raises(ValueError, match="fits"):
+        paired_differences({"trained": table["trained"], "bandpower": {"10": fits([0.5])}})

@@ -324,6 +324,7 @@ def run_sleep_staging(
         "C": C,
         "features": feature_kind,
         "results": pooled,
+        "paired": paired_differences(pooled),
         "notes": notes,
         "plots": plots,
         "output": str(run_dir / "eval" / f"{stem}.json"),
@@ -340,6 +341,29 @@ def combined_features(bandpower: np.ndarray, trained: np.ndarray) -> np.ndarray:
         raise ValueError(f"{COMBINED_ROW}: band powers {bandpower.shape} and encoder features {trained.shape} "
                          "do not pair up per channel; pass --no-combined")
     return np.concatenate([bandpower, trained], axis=-1).astype(np.float32)
+
+
+def paired_differences(table: dict[str, dict[str, Any]], row: str = "trained",
+                       metric: str = "balanced_accuracy") -> dict[str, dict[str, dict[str, float]]]:
+    """``row`` minus every other row on the same fits (same fold, seed and draw): ``{other: {str(s):
+    {mean, std, won, fits}}}`` where ``won`` counts the fits where ``row`` scored higher. Pairing removes
+    the spread that both rows share (which test subjects, which draw), so a gain larger than its std is
+    clear even when the rows' own stds overlap."""
+    if row not in table:
+        return {}
+    paired: dict[str, dict[str, dict[str, float]]] = {}
+    for other, per_shot in table.items():
+        if other == row:
+            continue
+        paired[other] = {}
+        for s, cell in per_shot.items():
+            mine = [fit[metric] for fit in table[row][s]["runs"]]
+            theirs = [fit[metric] for fit in cell["runs"]]
+            if len(mine) != len(theirs):
+                raise ValueError(f"paired differences: {row} has {len(mine)} fits at s={s}, {other} {len(theirs)}")
+            diff = np.asarray(mine) - np.asarray(theirs)
+            paired[other][s] = {**mean_std(diff.tolist()), "won": int((diff > 0).sum()), "fits": int(diff.size)}
+    return paired
 
 
 def pool_rows(parts: list[dict[str, Any]], names: list[str], shots: Any) -> dict[str, dict[str, Any]]:
@@ -363,6 +387,7 @@ def pool_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     pooled = dict(results[0])
     names = [name for name in results[0]["results"] if all(name in r["results"] for r in results)]
     pooled["results"] = pool_rows([r["results"] for r in results], names, results[0]["shots"])
+    pooled["paired"] = paired_differences(pooled["results"])
     pooled["pooled_runs"] = [r["run"] for r in results]
     pooled["drawn_per_class"] = {s: [d for r in results for d in r["drawn_per_class"][s]] for s in results[0]["drawn_per_class"]}
     pooled["capped_shots"] = capped_shots(pooled["drawn_per_class"])
@@ -573,6 +598,13 @@ def format_table(result: dict[str, Any]) -> str:
         for name, per_shot in result["results"].items():
             lines.append(f"{name:<{width}}" + "".join(
                 f"{per_shot[s][metric]['mean']:>10.3f} ± {per_shot[s][metric]['std']:.3f}" for s in shots))
+    if result.get("paired"):
+        lines += ["", "balanced_accuracy, trained minus each row on the same fits (mean ± std, fits won)",
+                  f"{'trained minus':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>25}" for s in shots)]
+        for name, per_shot in result["paired"].items():
+            lines.append(f"{name:<{width}}" + "".join(
+                f"{per_shot[s]['mean']:>+10.3f} ± {per_shot[s]['std']:.3f}{per_shot[s]['won']:>3}/{per_shot[s]['fits']:<3}"
+                for s in shots))
     for s in shots:
         if s in capped:
             draws = sorted({tuple(sorted(d.items(), key=lambda kv: STAGES.index(kv[0])))
