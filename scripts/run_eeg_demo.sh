@@ -9,6 +9,10 @@
 # (same stage proportions), small encoder width, few steps. Environment knobs (defaults):
 #   DEMO_DATA=demo_data  DEMO_SUBJECTS=12  DEMO_EDF_SUBJECTS=10  DEMO_HOURS=9  DEMO_COMPRESS=6
 #   DEMO_STEPS=400  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2  DEMO_SEEDS=3
+#   DEMO_AUGMENT="views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1
+#                 views.options.band_stop_hz=2.0"   (training views: independent 20-s crops per channel, random gain,
+#                 white noise, a 2-Hz stop band in half of the views; "" turns them off; docs/eeg.md "Levers")
+#   DEMO_COMBINE=mean   (per-channel features of the encoder rows averaged before the classifier; or concat)
 # Speed (docs/eeg.md "Demo"): torch runs with one intra-op thread (OMP_NUM_THREADS=1 unless set:
 # on 2 shared cores the default two threads made a training step ~8x slower), and the two datasets
 # are synthesized/prepared, and the two evaluations run, as two concurrent processes.
@@ -25,6 +29,8 @@ BATCH="${DEMO_BATCH:-16}"
 WIDTH="${DEMO_WIDTH:-32}"
 EPSILON="${DEMO_EPSILON:-0.2}"  # M3G entropic regularization (the paper's default)
 SEEDS="${DEMO_SEEDS:-3}"
+AUGMENT="${DEMO_AUGMENT-views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1 views.options.band_stop_hz=2.0}"
+COMBINE="${DEMO_COMBINE:-mean}"
 RUN_NAME="eeg_synthetic_m3g_demo"
 RAW="$DATA/physionet2018_raw"
 CACHE="$DATA/physionet2018_cache"
@@ -57,19 +63,20 @@ cat "$DATA/sleep_edf.log"; rm -f "$DATA/sleep_edf.log"
 [ "$edf_status" -eq 0 ] || { echo "Sleep-EDF-format synthesis/prepare failed (exit $edf_status)" >&2; exit "$edf_status"; }
 
 echo "== 3/5 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, channel-agnostic encoder width $WIDTH"
+echo "       view augmentations: ${AUGMENT:-none}"
 rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
 "$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \
   data.options.cache="$CACHE" train.max_steps="$STEPS" train.batch_size="$BATCH" \
   model.encoders.eeg.width="$WIDTH" model.encoders.eeg.dropout=0.0 train.checkpoint_every=0 train.log_every=10 \
-  loss.epsilon="$EPSILON" loss.max_iter=300
+  loss.epsilon="$EPSILON" loss.max_iter=300 $AUGMENT
 
 # the two evaluations in two concurrent processes (separate output files); tables printed in order
 CROSS_LOG="runs/$RUN_NAME/eval_cross_dataset.log"
 "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots 10 50 100 1000 --seeds "$SEEDS" \
-  --folds 5 > "$CROSS_LOG" 2>&1 &
+  --folds 5 --combine "$COMBINE" > "$CROSS_LOG" 2>&1 &
 cross_job=$!
 echo "== 4/5 in-domain few-shot sleep staging: the run's 4 held-out subjects in 2 test folds of 2"
-"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds "$SEEDS" --folds 2
+"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds "$SEEDS" --folds 2 --combine "$COMBINE"
 cross_status=0; wait "$cross_job" || cross_status=$?
 echo "== 5/5 cross-dataset (M3G Sec. 4.3): PhysioNet-format pretraining -> Sleep-EDF-format staging, 5 subject folds"
 cat "$CROSS_LOG"
