@@ -12,7 +12,7 @@
 #   DEMO_AUGMENT="views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1
 #                 views.options.band_stop_hz=2.0"   (training views: independent 20-s crops per channel, random gain,
 #                 white noise, a 2-Hz stop band in half of the views; "" turns them off; docs/eeg.md "Levers")
-#   DEMO_COMBINE=mean   (per-channel features of the encoder rows averaged before the classifier; or concat)
+#   DEMO_COMBINE=concat (per-channel features of the encoder rows concatenated before the classifier; or mean)
 # Speed (docs/eeg.md "Demo"): torch runs with one intra-op thread (OMP_NUM_THREADS=1 unless set:
 # on 2 shared cores the default two threads made a training step ~8x slower), and the two datasets
 # are synthesized/prepared, and the two evaluations run, as two concurrent processes.
@@ -30,7 +30,7 @@ WIDTH="${DEMO_WIDTH:-32}"
 EPSILON="${DEMO_EPSILON:-0.2}"  # M3G entropic regularization (the paper's default)
 SEEDS="${DEMO_SEEDS:-3}"
 AUGMENT="${DEMO_AUGMENT-views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1 views.options.band_stop_hz=2.0}"
-COMBINE="${DEMO_COMBINE:-mean}"
+COMBINE="${DEMO_COMBINE:-concat}"
 RUN_NAME="eeg_synthetic_m3g_demo"
 RAW="$DATA/physionet2018_raw"
 CACHE="$DATA/physionet2018_cache"
