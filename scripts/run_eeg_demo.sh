@@ -31,6 +31,7 @@ EPSILON="${DEMO_EPSILON:-0.2}"  # M3G entropic regularization (the paper's defau
 SEEDS="${DEMO_SEEDS:-3}"
 AUGMENT="${DEMO_AUGMENT-views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1 views.options.band_stop_hz=2.0}"
 COMBINE="${DEMO_COMBINE:-concat}"
+read -r -a AUGMENT_ARGS <<< "$AUGMENT"  # word-split without globbing ("[0.5,2.0]" stays literal)
 RUN_NAME="eeg_synthetic_m3g_demo"
 RAW="$DATA/physionet2018_raw"
 CACHE="$DATA/physionet2018_cache"
@@ -68,7 +69,7 @@ rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
 "$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \
   data.options.cache="$CACHE" train.max_steps="$STEPS" train.batch_size="$BATCH" \
   model.encoders.eeg.width="$WIDTH" model.encoders.eeg.dropout=0.0 train.checkpoint_every=0 train.log_every=10 \
-  loss.epsilon="$EPSILON" loss.max_iter=300 $AUGMENT
+  loss.epsilon="$EPSILON" loss.max_iter=300 ${AUGMENT_ARGS[@]+"${AUGMENT_ARGS[@]}"}
 
 # the two evaluations in two concurrent processes (separate output files); tables printed in order
 CROSS_LOG="runs/$RUN_NAME/eval_cross_dataset.log"
