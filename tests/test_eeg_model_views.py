@@ -266,7 +266,7 @@ def test_signal_augmentations_each_do_what_they_say():
 
 
 def test_channel_views_apply_configured_augmentations_reproducibly(tmp_path):
-    adapter = build_adapter("eeg_windows", {"cache": str(_fake_cache(tmp_path / "cache")), "test_fraction": 0})
+    adapter = build_adapter("eeg_windows", {"cache": str(fake_cache(tmp_path / "cache")), "test_fraction": 0})
     raw = torch.utils.data.default_collate([adapter.split("train")[i] for i in range(5)])
     options = {"crop_seconds": 20, "amplitude_scale": [0.8, 1.25], "time_shift_seconds": 1.0, "noise_std": 0.1,
                "band_stop_hz": 2.0, "band_stop_p": 0.5}
