@@ -10,12 +10,17 @@ Why the two-process fixture once errored (1 of 12 full runs) and what makes it r
 - gloo picked its network interface from the host name; it is pinned to the loopback device
   (``GLOO_SOCKET_IFNAME=lo``), and initialisation has a 120 s timeout so a stuck rendezvous is an
   error with the rank's traceback instead of a hang.
+- 2026-11-23: the fixture errored once more (both tests that use it) in a full run beside other test
+  suites on the loaded machine; the message was not kept, and 18 reruns (6 at a time, load > 10) passed.
+  A gloo transport failure (connection closed / reset / refused, rendezvous timeout) now gets one fresh
+  attempt and is reported as a pytest warning with the ranks' message; any other error fails at once.
 """
 from __future__ import annotations
 
 import datetime
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -75,22 +80,42 @@ def _worker(rank: int, tmp: str, loss_name: str) -> None:
         dist.destroy_process_group()
 
 
+TRANSIENT_GLOO = ("connection closed by peer", "connection reset", "connection refused", "timed out", "timeout")
+
+
+def _spawn_and_read(tmp: str) -> dict:
+    """One attempt: spawn the ranks, read their result files."""
+    mp.spawn(_worker, args=(tmp, "infonce_pwe"), nprocs=WORLD, join=True)
+    out = {}
+    for gather in (True, False):
+        for rank in range(WORLD):
+            header = np.load(Path(tmp) / f"{int(gather)}_{rank}_header.npy")
+            grad = torch.from_numpy(np.load(Path(tmp) / f"{int(gather)}_{rank}_grad.npy"))
+            out[(gather, rank)] = (float(header[0]), grad, int(header[1]), tuple(int(v) for v in header[2:]))
+    return out
+
+
 @pytest.fixture(scope="module")
 def two_process_results() -> dict:
     """Spawn WORLD gloo processes once (file:// rendezvous, no ports, loopback only) and read
-    their result files: ``{(gather, rank): (loss, grad, world, gathered shape)}``."""
+    their result files: ``{(gather, rank): (loss, grad, world, gathered shape)}``.
+
+    A transport failure of gloo itself (connection closed / reset / refused, rendezvous timeout: the
+    machine, not the code under test) gets one fresh attempt, and its message is reported as a warning
+    so a recurrence stays visible; any other error, or a second transport failure, fails the test."""
     saved = os.environ.get("GLOO_SOCKET_IFNAME")
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            mp.spawn(_worker, args=(tmp, "infonce_pwe"), nprocs=WORLD, join=True)
-            out = {}
-            for gather in (True, False):
-                for rank in range(WORLD):
-                    header = np.load(Path(tmp) / f"{int(gather)}_{rank}_header.npy")
-                    grad = torch.from_numpy(np.load(Path(tmp) / f"{int(gather)}_{rank}_grad.npy"))
-                    out[(gather, rank)] = (float(header[0]), grad, int(header[1]), tuple(int(v) for v in header[2:]))
-            return out
+        for attempt in range(2):
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    return _spawn_and_read(tmp)
+                except mp.ProcessRaisedException as err:
+                    if attempt == 1 or not any(word in str(err).lower() for word in TRANSIENT_GLOO):
+                        raise
+                    warnings.warn(f"two-process fixture: gloo transport failure, retried once: {str(err)[-2000:]}",
+                                  stacklevel=1)
+        raise AssertionError("unreachable")
     finally:
         if saved is None:
             os.environ.pop("GLOO_SOCKET_IFNAME", None)
@@ -98,7 +123,6 @@ def two_process_results() -> dict:
             os.environ["GLOO_SOCKET_IFNAME"] = saved
 
 
-@pytest.mark.slow
 def test_gathered_loss_and_gradients_equal_single_process_full_batch(two_process_results: dict) -> None:
     ref_loss, ref_grad = _reference("infonce_pwe")
     for rank in range(WORLD):
