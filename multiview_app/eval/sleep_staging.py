@@ -62,10 +62,10 @@ VALIDATION_PER_CLASS = 100
 TIME_BINS = 4
 """The paper classifier pools encoder outputs into this many time bins."""
 CROSS_DATASET_TEST_FRACTION = 0.2
+"""Share of the other dataset's subjects held out in the cross-dataset protocol (Brüsch et al.: 20 %)."""
 COMBINED_ROW = "bandpower+trained"
 """Row of the band-power features concatenated with the trained encoder's (per window, or per
 channel for the paper classifier)."""
-"""Share of the other dataset's subjects held out in the cross-dataset protocol (Brüsch et al.: 20 %)."""
 
 
 def balanced_sample(labels: np.ndarray, per_class: int, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, int]]:
