@@ -46,6 +46,12 @@ def shift_time(view: torch.Tensor, max_shift: int, generator: torch.Generator | 
     shifts = torch.randint(-max_shift, max_shift + 1, (n,), generator=generator,
                            device=draw_device(generator, view.device)).to(view.device)
     index = (torch.arange(length, device=view.device)[None] - shifts[:, None]) % length  # (n, T)
+    return gather_time(view, index)
+
+
+def gather_time(view: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Per-item time indexing: ``(n, T)`` or ``(n, g, T)`` with an ``(n, T')`` sample index -> ``(n, T')`` or
+    ``(n, g, T')`` (every channel group of an item takes the same samples)."""
     if view.dim() == 3:
         index = index[:, None].expand(-1, view.shape[1], -1)
     return torch.gather(view, -1, index)

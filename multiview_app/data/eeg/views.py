@@ -121,10 +121,7 @@ class ChannelViews(ViewPolicy):
             return view
         starts = torch.randint(0, length - self.crop_samples + 1, (n, 1), generator=generator,
                                device=draw_device(generator, view.device)).to(view.device)
-        index = starts + torch.arange(self.crop_samples, device=view.device)[None]  # (n, T')
-        if view.dim() == 3:
-            index = index[:, None].expand(-1, view.shape[1], -1)
-        return torch.gather(view, -1, index)
+        return augment.gather_time(view, starts + torch.arange(self.crop_samples, device=view.device)[None])
 
     def _augment(self, view: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """The configured signal augmentations of one (cropped) training view, in the documented order."""
