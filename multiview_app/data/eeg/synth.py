@@ -24,6 +24,7 @@ from scipy import fft as sp_fft
 from scipy.signal import oaconvolve
 
 from ...fileio import temp_sibling
+from .reference import AROUSAL_DURATION_SECONDS
 from .stages import EPOCH_SECONDS, EXCLUDED, PHYSIONET2018_EEG, STAGES
 
 W, N1, N2, N3, REM = range(5)
@@ -93,15 +94,18 @@ class Transient:
 
 
 RHYTHMS: dict[str, Rhythm] = {
-    "delta": Rhythm((0.5, 3.5), (9.0, 13.0, 20.0, 42.0, 13.0), (1.0, 0.8, 0.55), slope=1.5),
-    "theta": Rhythm((4.0, 7.5), (6.0, 9.5, 9.0, 10.0, 8.0), (0.7, 1.0, 0.6), slope=1.0),
-    "alpha": Rhythm((-1.5, 1.5), (12.0, 6.0, 3.5, 2.5, 3.5), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
-    "beta": Rhythm((16.0, 30.0), (4.5, 3.0, 2.2, 1.8, 3.0), (0.8, 0.8, 0.6), slope=1.0),
+    "delta": Rhythm((0.5, 3.5), (9.0, 13.0, 6.5, 42.0, 13.0), (1.0, 0.8, 0.55), slope=1.5),
+    "theta": Rhythm((4.0, 7.5), (6.0, 9.5, 3.0, 10.0, 8.0), (0.7, 1.0, 0.6), slope=1.0),
+    "alpha": Rhythm((-1.5, 1.5), (12.0, 6.0, 1.0, 2.5, 3.0), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
+    "beta": Rhythm((16.0, 30.0), (4.5, 3.0, 0.3, 1.8, 2.5), (0.8, 0.8, 0.6), slope=1.0),
     "muscle": Rhythm((30.0, 45.0), (3.5, 1.6, 1.0, 0.9, 0.6), (1.0, 0.5, 0.7)),
+    "sigma": Rhythm((11.0, 16.0), (0.0, 0.0, 1.5, 1.0, 0.0), (0.55, 1.0, 0.4)),  # NREM sigma background
 }
+RHYTHM_GAIN_OF = {"sigma": "spindle"}
+"""Rhythms added later take the subject's gain of a related event type (so no trait draw moved)."""
 TRANSIENTS: dict[str, Transient] = {  # spindles and K-complexes mark N2 (AASM): none in W, N1, REM
-    "spindle": Transient((0.0, 0.0, 5.0, 2.5, 0.0), 32.0, (0.55, 1.0, 0.4)),
-    "k_complex": Transient((0.0, 0.0, 1.2, 0.6, 0.0), 40.0, (1.0, 0.85, 0.35)),
+    "spindle": Transient((0.0, 0.0, 5.0, 2.5, 0.0), 22.0, (0.55, 1.0, 0.4)),
+    "k_complex": Transient((0.0, 0.0, 1.2, 0.6, 0.0), 90.0, (1.0, 0.85, 0.35)),
     "vertex": Transient((0.1, 1.5, 0.4, 0.0, 0.1), 25.0, (0.6, 1.0, 0.3)),
     "sawtooth": Transient((0.0, 0.2, 0.0, 0.0, 1.5), 14.0, (0.6, 1.0, 0.4)),
 }
@@ -126,14 +130,22 @@ EPOCHS_PER_POP = 200.0
 SWEAT_PER_1000_EPOCHS = 0.5
 """Sweat sways per 1000 epochs (0.06 per hour), times ``artifact_scale``; an assumption."""
 AROUSALS_PER_HOUR = 10.0
-"""Brief EEG arousals (3-15 s of alpha/beta and chin EMG, no stage change) per hour of sleep, times
+"""Brief EEG arousals (~15 s of alpha/beta and chin EMG, no stage change) per hour of sleep, times
 the subject's ``arousal_scale``, drawn from the night's main random stream: the first, assumed rate."""
 EXTRA_AROUSALS_PER_HOUR = 4.7
 """Further arousals per hour of sleep (same kind, times ``arousal_scale``) from their own random
 stream, so that the total, 14.7 / h for ``arousal_scale`` 1, is the published arousal index of
 healthy young adults (reference.py ``AROUSAL_INDEX_PER_HOUR``); a separate stream leaves every other
 random draw, hence every window without an added arousal, as before."""
+AROUSAL_SECONDS = {**AROUSAL_DURATION_SECONDS, "spread": 0.4}
+"""Arousal durations: each subject's mean duration is drawn from N(mean, sd) (clipped at 3 sd), the
+published mean +- SD of healthy sleepers (reference.py ``AROUSAL_DURATION_SECONDS``, read as the
+spread of per-subject means); single arousals last ``uniform(1 - spread, 1 + spread)`` x the subject's
+mean (at least 3 s, the AASM minimum), so the longest (1.4 x 21.8 s) still fits inside its 30-s epoch."""
+AROUSAL_MIN_SECONDS = 3.0
 PINK_NOISE_UV = 8.0
+WHITE_NOISE_UV = (1.5, 3.0)
+"""Range of the subject's white (amplifier / electrode) noise level, uV rms over 0-fs/2."""
 
 
 @dataclass
@@ -154,6 +166,7 @@ class SubjectTraits:
     awakening_prob: float = 0.5  # an awakening at the end of a REM period
     delta_scale: float = 1.0  # age-like delta amplitude (follows n3_scale)
     arousal_scale: float = 1.0
+    arousal_seconds: float = 14.9  # the subject's mean arousal duration (``AROUSAL_SECONDS``)
     eyes_closed_prob: float = 0.5  # share of wake spent with eyes closed
     mains_uv: float = 1.0  # line-noise amplitude
     channel_gain: dict[str, float] = field(default_factory=dict)  # electrode/impedance gain per channel
@@ -162,10 +175,11 @@ class SubjectTraits:
     def sample(cls, rng: np.random.Generator) -> "SubjectTraits":
         return cls(
             gain=float(rng.lognormal(0.0, 0.25)),
-            band_gain={name: float(rng.lognormal(0.0, 0.3)) for name in list(RHYTHMS) + list(TRANSIENTS)},
+            band_gain={name: float(rng.lognormal(0.0, 0.3))
+                       for name in [r for r in RHYTHMS if r not in RHYTHM_GAIN_OF] + list(TRANSIENTS)},
             alpha_hz=float(rng.uniform(8.5, 11.5)),
             spindle_hz=float(rng.uniform(11.5, 14.5)),
-            white_noise_uv=float(rng.uniform(3.0, 7.0)),
+            white_noise_uv=float(rng.uniform(*WHITE_NOISE_UV)),
             artifact_scale=float(rng.uniform(0.5, 2.0)),
             cycle_minutes=float(rng.uniform(80.0, 110.0)),
             latency_minutes=float(rng.uniform(35.0, 60.0)),
@@ -183,6 +197,8 @@ class SubjectTraits:
         self.mains_uv = float(rng.uniform(0.0, 3.0))
         self.channel_gain = {c: float(rng.lognormal(0.0, 0.15)) for c in
                              list(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS) + [SECOND_EOG]}
+        mean, sd = AROUSAL_SECONDS["mean"], AROUSAL_SECONDS["sd"]
+        self.arousal_seconds = float(np.clip(rng.normal(mean, sd), mean - 3 * sd, mean + 3 * sd))
         return self
 
 
@@ -398,14 +414,17 @@ def _per_epoch(table: tuple[float, ...], stages: np.ndarray, closed: np.ndarray,
 
 def _arousal_onsets(stages: np.ndarray, traits: SubjectTraits, fs: float, rng: np.random.Generator,
                     per_hour: float = AROUSALS_PER_HOUR) -> list[tuple[int, int]]:
-    """Brief arousals ``[(start sample, length), ...]`` inside sleep epochs (3-15 s, no stage change),
-    ``per_hour`` x ``arousal_scale`` per hour of sleep."""
+    """Brief arousals ``[(start sample, length), ...]`` inside sleep epochs (no stage change),
+    ``per_hour`` x ``arousal_scale`` per hour of sleep; durations :data:`AROUSAL_SECONDS` around the
+    subject's ``arousal_seconds``."""
     spe = int(EPOCH_SECONDS * fs)
     sleep = np.flatnonzero(stages != W)
     count = rng.poisson(per_hour * traits.arousal_scale * sleep.size * EPOCH_SECONDS / 3600.0)
     out = []
     for e in rng.choice(sleep, size=min(count, sleep.size), replace=False) if sleep.size else ():
-        length = int(rng.uniform(3.0, 15.0) * fs)
+        spread = AROUSAL_SECONDS["spread"]
+        seconds = max(AROUSAL_MIN_SECONDS, rng.uniform(1.0 - spread, 1.0 + spread) * traits.arousal_seconds)
+        length = min(int(seconds * fs), spe - 1)
         out.append((int(e) * spe + int(rng.integers(0, spe - length)), length))
     return out
 
@@ -462,7 +481,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
         band = rhythm.band if name != "alpha" else (traits.alpha_hz + rhythm.band[0], traits.alpha_hz + rhythm.band[1])
         mixed = _correlated(mixing, _band_noise(n, fs, band, rng, len(eeg), rhythm.slope, soft=True))  # (c, n), spatially decaying correlation
         channel_jitter = np.exp(0.35 * _correlated(mixing, rng.standard_normal((len(eeg), n_epochs))))  # (c, e)
-        scale = traits.band_gain[name] * (traits.delta_scale if name == "delta" else 1.0)
+        scale = traits.band_gain[RHYTHM_GAIN_OF.get(name, name)] * (traits.delta_scale if name == "delta" else 1.0)
         amp = _per_epoch(rhythm.amplitude, stages, closed, name)[None] * channel_jitter * scale
         gains = topo @ np.asarray(rhythm.topography) / np.asarray(rhythm.topography).max()
         for c in range(len(eeg)):
