@@ -8,10 +8,11 @@ import json
 
 import numpy as np
 import pytest
-from scipy.signal import butter, sosfiltfilt
+from scipy.signal import butter, find_peaks, sosfiltfilt
 
 from multiview_app.data.eeg import synth
-from multiview_app.data.eeg.reference import AROUSAL_INDEX_PER_HOUR, K_COMPLEX_PER_MIN_N2
+from multiview_app.data.eeg.reference import (AROUSAL_DURATION_SECONDS, AROUSAL_INDEX_PER_HOUR,
+                                               K_COMPLEX_PER_MIN_N2)
 from multiview_app.data.eeg.synth import (AROUSALS_PER_HOUR, ARTIFACT_PROB, EPOCHS_PER_POP, EXTRA_AROUSALS_PER_HOUR,
                                           SWEAT_PER_1000_EPOCHS, TRANSIENTS, SubjectTraits, Transient,
                                           default_record_hours, synth_night)
@@ -37,16 +38,22 @@ def nights():
 
 
 @pytest.fixture(scope="module")
-def night_without_k_complexes_and_vertex_waves():
-    """Subject 0's night with K-complex and vertex-wave amplitudes set to 0 (every random draw as in
-    the fixture above, so only those waves are missing)."""
+def nights_without_k_complexes_and_vertex_waves():
+    """The fixture's nights with K-complex and vertex-wave amplitudes set to 0 (every random draw as
+    in the fixture above, so only those waves are missing)."""
     saved = {name: TRANSIENTS[name] for name in ("k_complex", "vertex")}
     try:
         for name, transient in saved.items():
             TRANSIENTS[name] = Transient(transient.rate_per_min, 0.0, transient.topography)
-        return _night(SUBJECTS[0])
+        return [_night(s) for s in SUBJECTS]
     finally:
         TRANSIENTS.update(saved)
+
+
+@pytest.fixture(scope="module")
+def night_without_k_complexes_and_vertex_waves(nights_without_k_complexes_and_vertex_waves):
+    """Subject 0's night without K-complexes and vertex waves."""
+    return nights_without_k_complexes_and_vertex_waves[0]
 
 
 def _band(x: np.ndarray, low: float, high: float, fs: float = FS) -> np.ndarray:
@@ -109,6 +116,54 @@ def test_k_complexes_biphasic_high_amplitude_in_n2_n3_at_the_configured_density(
     n2 = _events(night, "k_complex", template.size, stages=(2,))
     assert abs(np.median(_fitted_peak_to_peak(night.signals["F3-M2"], n2, template))) < 20.0
     assert np.ptp(_segments(night.signals["F3-M2"], n2, int(2.0 * FS)).mean(axis=0)) < 25.0
+
+
+def blind_k_complex_detections(x: np.ndarray, fs: float = FS, threshold_uv: float = 75.0) -> np.ndarray:
+    """A detector that knows nothing of the annotations: troughs of the 0.3-4 Hz band-passed signal
+    (at least 1 s apart) followed within 1 s by a peak >= ``threshold_uv`` above them; sample
+    indices of those troughs ``(detections,)``."""
+    slow = sosfiltfilt(butter(2, [0.3, 4.0], btype="bandpass", fs=fs, output="sos"), x)
+    troughs, _ = find_peaks(-slow, distance=int(fs))
+    troughs = troughs[troughs + int(fs) <= slow.size]
+    rise = np.array([slow[t:t + int(fs)].max() - slow[t] for t in troughs])
+    return troughs[rise >= threshold_uv] if troughs.size else troughs
+
+
+def _n2_away_from_n3_and_artifacts(night: synth.SyntheticNight) -> np.ndarray:
+    """``(e,)`` bool: N2 epochs with no N3 neighbour (rhythm amplitudes ramp linearly between epoch
+    centres, so half of an N2 epoch next to N3 carries N3-level delta) and no annotated movement,
+    electrode pop or sweat episode."""
+    stages = night.stages
+    keep = stages == 2
+    keep[1:] &= stages[:-1] != 3
+    keep[:-1] &= stages[1:] != 3
+    keep[night.meta["movement_epochs"]] = False
+    for _, start, _ in night.meta["pops"]:
+        keep[start // SPE] = False
+    for start, length in night.meta["sweat_episodes"]:
+        keep[start // SPE:(start + length) // SPE + 1] = False
+    return keep
+
+
+def test_k_complexes_stand_out_from_the_n2_background_for_a_blind_detector(
+        nights, nights_without_k_complexes_and_vertex_waves):
+    """AASM: a K-complex is a well-delineated negative-positive wave standing out from the background.
+    A blind detector (trough, then a peak >= 75 uV within 1 s, on F3) in N2 away from N3 and artifacts
+    finds mostly K-complexes: >= 3x its count on the same nights with K-complexes removed, and about
+    the configured K-complex rate; the N2 background alone rarely reaches 75 uV."""
+    counts, minutes, configured = np.zeros(2), 0.0, 0.0
+    for (night, traits), (bare, _) in zip(nights, nights_without_k_complexes_and_vertex_waves):
+        keep = _n2_away_from_n3_and_artifacts(night)
+        assert np.array_equal(keep, _n2_away_from_n3_and_artifacts(bare))  # same draws, same epochs
+        for i, x in enumerate((night.signals["F3-M2"], bare.signals["F3-M2"])):
+            counts[i] += keep[blind_k_complex_detections(x) // SPE].sum()
+        epoch_minutes = keep.sum() / 2
+        minutes += epoch_minutes
+        configured += TRANSIENTS["k_complex"].rate_per_min[2] * traits.band_gain["k_complex"] * epoch_minutes
+    with_kc, without_kc, configured = counts[0] / minutes, counts[1] / minutes, configured / minutes
+    assert minutes > 60 and counts[0] >= 3 * counts[1], (with_kc, without_kc)
+    assert 0.7 * configured <= with_kc <= 1.5 * configured, (with_kc, configured)
+    assert without_kc < 0.5 * configured, (without_kc, configured)
 
 
 def test_vertex_waves_sharp_negative_central_in_n1(nights, night_without_k_complexes_and_vertex_waves):
@@ -217,10 +272,10 @@ def test_artifact_rates_are_realized():
     """12 subjects' full 9-h nights at 20 Hz (one EEG channel; cheap): realized movement / pop /
     sweat counts against the configured rates (``ARTIFACT_PROB`` per epoch and stage x the subject's
     ``artifact_scale``, ``EPOCHS_PER_POP``, ``SWEAT_PER_1000_EPOCHS``); the arousal index against the
-    configured and the published one."""
+    configured and the published one; realized arousal durations against the published mean +- SD."""
     fs = 20.0
     observed, expected, hours = np.zeros(4), np.zeros(4), 0.0
-    arousal_index = []
+    arousal_index, arousal_seconds = [], []
     for subject in range(12):
         traits = SubjectTraits.sample(np.random.default_rng([7, subject]))
         night = synth_night(["C3-M2", "Chin1-Chin2"], 9, fs, traits, np.random.default_rng([7, subject, 0, 1]))
@@ -233,6 +288,9 @@ def test_artifact_rates_are_realized():
                      n_epochs / EPOCHS_PER_POP, SWEAT_PER_1000_EPOCHS * traits.artifact_scale * n_epochs / 1000.0,
                      (AROUSALS_PER_HOUR + EXTRA_AROUSALS_PER_HOUR) * traits.arousal_scale * sleep_hours]
         arousal_index.append(len(night.meta["arousals"]) / sleep_hours / traits.arousal_scale)
+        seconds = np.array([length for _, length in night.meta["arousals"]]) / fs
+        assert seconds.min() >= 3.0 and seconds.max() < 30.0  # AASM minimum; inside one epoch
+        arousal_seconds.append(seconds.mean())
     for obs, exp in zip(observed, expected):
         assert _poisson_close(obs, exp), (observed, expected)
     assert 0.4 < observed[1] / hours < 0.8  # electrode pops: 0.6 per hour configured
@@ -240,6 +298,11 @@ def test_artifact_rates_are_realized():
     # arousal index of a subject with arousal_scale 1: the published 20-39-year value
     assert AROUSALS_PER_HOUR + EXTRA_AROUSALS_PER_HOUR == pytest.approx(AROUSAL_INDEX_PER_HOUR["20-39 y"])
     assert abs(np.median(arousal_index) / AROUSAL_INDEX_PER_HOUR["20-39 y"] - 1) < 0.2, arousal_index
+    # arousal duration: the subjects' realized mean durations have the published mean +- SD (14.9 +- 2.3 s,
+    # read as the spread of per-subject means): mean within 3 standard errors, SD within a factor 1.6
+    mean, sd = AROUSAL_DURATION_SECONDS["mean"], AROUSAL_DURATION_SECONDS["sd"]
+    assert abs(np.mean(arousal_seconds) - mean) < 3 * sd / np.sqrt(len(arousal_seconds)), arousal_seconds
+    assert sd / 1.6 < np.std(arousal_seconds, ddof=1) < 1.6 * sd, arousal_seconds
 
 
 def test_pops_and_sweat_land_in_their_annotated_places(monkeypatch):
