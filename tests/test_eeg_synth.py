@@ -8,7 +8,7 @@ from scipy.signal import butter, hilbert, sosfiltfilt, welch
 
 from multiview_app.data.eeg.preprocess import wake_crop_mask
 from multiview_app.data.eeg.reference import (BANDS, FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_EPOCHS,
-                                               SPINDLE_PER_MIN_N2)
+                                               SPINDLE_PER_MIN_N2, STAGE_TRANSITIONS_PER_HOUR)
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
 from multiview_app.data.eeg.synth import (SubjectTraits, full_night_excerpt, spatial_correlation, synth_hypnogram,
                                           synth_night)
@@ -77,7 +77,7 @@ def test_semi_markov_night_structure():
                               np.random.default_rng([0, s, 1])) for s in range(20)]
     first_rem, last_rem, n3_thirds = [], [], np.zeros(3)
     bouts: dict[int, list[int]] = {k: [] for k in range(5)}
-    brief_awakenings, sleep_hours = 0, 0.0
+    brief_awakenings, sleep_hours, transition_rates = 0, 0.0, []
     for stages in nights:
         sleep = np.flatnonzero(stages != 0)
         assert sleep[0] >= 70 and stages.size - 1 - sleep[-1] >= 70  # >= 35 min wake before and after (SC files)
@@ -92,6 +92,7 @@ def test_semi_markov_night_structure():
             bouts[k] += length[stage == k].tolist()
         brief_awakenings += int(((stage == 0) & (length <= 2)).sum())
         sleep_hours += (sleep[-1] - sleep[0]) / 120
+        transition_rates.append(wake_nrem_rem_transitions_per_hour(stages))
     assert n3_thirds[0] > 3 * n3_thirds[2] and n3_thirds[0] + n3_thirds[1] > 0.85 * n3_thirds.sum()  # N3 early
     assert np.mean(last_rem) > 2 * np.mean(first_rem)  # REM periods lengthen across the night
     assert np.mean(np.asarray(last_rem) > np.asarray(first_rem)) >= 0.9
@@ -101,6 +102,20 @@ def test_semi_markov_night_structure():
         lengths = np.asarray(bouts[k])
         assert np.mean(lengths == 1) < 0.5 / lengths.mean()
     assert 1.0 <= brief_awakenings / sleep_hours <= 8.0  # brief awakenings (<= 1 min) per hour of sleep
+    # sleep continuity: W / NREM / REM transitions per hour of sleep; healthy nights sit in the calmest
+    # quartile of the (older, community) SHHS cohort, below its cut-off
+    cutoff = STAGE_TRANSITIONS_PER_HOUR["shhs_lowest_quartile_below"]
+    assert 2.0 < np.median(transition_rates) < cutoff and np.mean(np.asarray(transition_rates) < cutoff) >= 0.75, \
+        transition_rates
+
+
+def wake_nrem_rem_transitions_per_hour(stages: np.ndarray) -> float:
+    """Transitions between wake, NREM (N1-N3) and REM from sleep onset to the final awakening, per
+    hour of sleep (the overall transition rate of Laffan et al. 2010)."""
+    sleep = np.flatnonzero(stages != 0)
+    period = stages[sleep[0]:sleep[-1] + 1]
+    state = np.select([period == 0, period == 4], [0, 2], default=1)
+    return float((state[1:] != state[:-1]).sum() / ((period != 0).sum() / 120))
 
 
 # ----------------------------------------------------------------------------- signals

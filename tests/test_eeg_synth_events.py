@@ -254,6 +254,7 @@ def test_writers_keep_one_eog_derivation_as_the_real_formats():
 # ----------------------------------------------------------------------------- artifacts
 
 def test_movement_artifacts_land_in_their_annotated_places(nights):
+    loud_annotated = []  # pooled over the nights (a 2-h excerpt may hold a single, quiet movement)
     for night, _ in nights:
         emg = night.signals["Chin1-Chin2"]
         epoch_rms = np.sqrt((emg.reshape(-1, SPE) ** 2).mean(axis=1))
@@ -264,8 +265,9 @@ def test_movement_artifacts_land_in_their_annotated_places(nights):
             assert window > 3 * stage_median[night.stages[start // SPE]]
             moved[start // SPE] = True
         loud = epoch_rms > 4 * stage_median[night.stages]  # blind: epochs with very loud chin EMG
-        assert loud.any() and moved[loud].mean() >= 0.9  # are the annotated movements
+        loud_annotated += moved[loud].tolist()
         assert len(night.meta["movements"]) == len(night.meta["movement_epochs"])
+    assert loud_annotated and np.mean(loud_annotated) >= 0.9  # are the annotated movements
 
 
 def test_artifact_rates_are_realized():

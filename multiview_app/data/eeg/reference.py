@@ -81,3 +81,13 @@ generator's full 9-h nights (30 subjects) have median 26 wake runs (18-32), 31 N
 13 REM runs (8-29) between sleep onset and the final awakening, i.e. many more brief awakenings
 than either group; changing the hypnogram would change the demo's labels and windows. Treat the
 generator's ``BOUT_MINUTES`` / ``INTERRUPTION`` as unverified."""
+
+STAGE_TRANSITIONS_PER_HOUR = {"shhs_lowest_quartile_below": 7.76}
+"""Overall sleep-stage transition rate (transitions between wake, NREM and REM per hour of sleep) in
+the Sleep Heart Health Study (5,684 community participants, mostly middle-aged and older, home PSG,
+epoch-scored): the lowest quartile is below 7.76 / h (Laffan, Caffo, Swihart, Punjabi, "Utility of
+sleep stage transitions in assessing sleep continuity", Sleep 33(12):1681-1686, 2010; abstract
+retrieved, the other quartile cut-offs were not). A healthy young-adult night should be at least as
+continuous as the calmest SHHS quarter: the generator's median 9-h night is below the cut-off
+(tests/test_eeg_synth.py). The only figure found for ordinary nights; no normative number of
+awakenings per night of healthy young adults was retrievable."""

@@ -95,11 +95,11 @@ class Transient:
 
 RHYTHMS: dict[str, Rhythm] = {
     "delta": Rhythm((0.5, 3.5), (9.0, 13.0, 6.5, 42.0, 13.0), (1.0, 0.8, 0.55), slope=1.5),
-    "theta": Rhythm((4.0, 7.5), (6.0, 9.5, 3.0, 10.0, 8.0), (0.7, 1.0, 0.6), slope=1.0),
-    "alpha": Rhythm((-1.5, 1.5), (12.0, 6.0, 1.0, 2.5, 3.0), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
+    "theta": Rhythm((4.0, 7.5), (6.0, 8.0, 4.5, 10.0, 8.0), (0.7, 1.0, 0.6), slope=1.0),
+    "alpha": Rhythm((-1.5, 1.5), (12.0, 6.0, 0.6, 2.5, 3.0), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
     "beta": Rhythm((16.0, 30.0), (4.5, 3.0, 0.3, 1.8, 2.5), (0.8, 0.8, 0.6), slope=1.0),
     "muscle": Rhythm((30.0, 45.0), (3.5, 1.6, 1.0, 0.9, 0.6), (1.0, 0.5, 0.7)),
-    "sigma": Rhythm((11.0, 16.0), (0.0, 0.0, 1.5, 1.0, 0.0), (0.55, 1.0, 0.4)),  # NREM sigma background
+    "sigma": Rhythm((12.0, 15.0), (0.0, 0.0, 1.5, 1.0, 0.0), (0.55, 1.0, 0.4)),  # NREM sigma background
 }
 RHYTHM_GAIN_OF = {"sigma": "spindle"}
 """Rhythms added later take the subject's gain of a related event type (so no trait draw moved)."""
@@ -143,6 +143,8 @@ published mean +- SD of healthy sleepers (reference.py ``AROUSAL_DURATION_SECOND
 spread of per-subject means); single arousals last ``uniform(1 - spread, 1 + spread)`` x the subject's
 mean (at least 3 s, the AASM minimum), so the longest (1.4 x 21.8 s) still fits inside its 30-s epoch."""
 AROUSAL_MIN_SECONDS = 3.0
+AROUSAL_ALPHA_UV = 6.0
+"""Amplitude of an arousal's alpha burst (plus 4 uV beta; posterior > frontal): an assumption."""
 PINK_NOISE_UV = 8.0
 WHITE_NOISE_UV = (1.5, 3.0)
 """Range of the subject's white (amplifier / electrode) noise level, uV rms over 0-fs/2."""
@@ -186,7 +188,7 @@ class SubjectTraits:
             final_wake_minutes=float(rng.uniform(35.0, 60.0)),
             n3_scale=float(rng.lognormal(0.0, 0.3)),
             rem_scale=float(rng.lognormal(0.0, 0.12)),
-            awakening_prob=float(rng.uniform(0.3, 0.8)),
+            awakening_prob=float(rng.uniform(0.6, 0.95)),
         ).with_age_like_traits(rng)
 
     def with_age_like_traits(self, rng: np.random.Generator) -> "SubjectTraits":
@@ -208,17 +210,19 @@ EPOCHS_PER_MINUTE = 60.0 / EPOCH_SECONDS
 N3_MINUTES = (36.0, 26.0, 12.0, 5.0)
 """N3 per NREM-REM cycle (minutes, times the subject's ``n3_scale``); none from cycle 5 on: slow-wave
 sleep is concentrated in the first cycles (Carskadon & Dement, "Normal human sleep: an overview")."""
-REM_MINUTES = (12.0, 21.0, 28.0, 33.0, 36.0, 38.0)
+REM_MINUTES = (11.0, 19.0, 25.0, 30.0, 32.0, 34.0)
 """REM per cycle (minutes, times ``rem_scale``): REM periods lengthen across the night."""
-BOUT_MINUTES = {N1: (1.5, 1.5), N2: (7.0, 2.0), N3: (7.0, 2.5), REM: (9.0, 2.0)}
+BOUT_MINUTES = {N1: (1.5, 1.5), N2: (8.0, 2.0), N3: (7.0, 2.5), REM: (14.0, 2.0)}
 """Stage bouts inside a cycle segment: gamma-distributed durations (mean minutes, shape). Shape > 1:
 unlike a first-order Markov chain (geometric bouts, mode at one epoch), long bouts are the rule and
 one-epoch bouts rare; the interruptions between bouts are the brief arousals below."""
+AWAKENING_MINUTES = (12.0, 1.5)
+"""Awakenings at the end of a REM period: gamma-distributed duration (mean minutes, shape)."""
 INTERRUPTION = {  # what interrupts a bout of each stage: (stage, probability) of the first interrupting epoch
     N1: ((W, 0.6), (N2, 0.4)),
-    N2: ((W, 0.6), (N1, 0.4)),
+    N2: ((W, 0.25), (N1, 0.75)),
     N3: ((N2, 0.85), (W, 0.15)),
-    REM: ((W, 0.45), (N1, 0.55)),
+    REM: ((W, 0.3), (N1, 0.7)),
 }
 
 
@@ -277,7 +281,7 @@ def synth_hypnogram(n_epochs: int, traits: "SubjectTraits", rng: np.random.Gener
             if epochs > 0:
                 stages += _segment(stage, epochs, rng)
         if rng.random() < traits.awakening_prob:  # awakening at the end of a REM period
-            stages += [W] * _gamma_epochs(rng, 8.0, 1.5)
+            stages += [W] * _gamma_epochs(rng, *AWAKENING_MINUTES)
         cycle += 1
     labels = np.full(n_epochs, W, dtype=np.int64)
     labels[:sleep_end] = np.asarray(stages[:sleep_end], dtype=np.int64)
@@ -594,7 +598,7 @@ def _add_arousal(out: np.ndarray, emg: np.ndarray, start: int, length: int, post
                  traits: SubjectTraits, fs: float, rng: np.random.Generator) -> None:
     """Add one arousal in place: an alpha + beta burst to the EEG ``out (c, n)`` (weights
     ``posterior (c,)``) and a chin-EMG burst to ``emg (n,)``, ``length`` samples from ``start``."""
-    burst = (_band_noise(length, fs, (traits.alpha_hz - 1.5, traits.alpha_hz + 1.5), rng, 1)[0] * 10.0
+    burst = (_band_noise(length, fs, (traits.alpha_hz - 1.5, traits.alpha_hz + 1.5), rng, 1)[0] * AROUSAL_ALPHA_UV
              + _band_noise(length, fs, (16.0, 30.0), rng, 1)[0] * 4.0) * np.hanning(length)
     out[:, start:start + length] += posterior[:, None] * burst[None] * traits.gain
     emg[start:start + length] += _band_noise(length, fs, (10.0, 45.0), rng, 1)[0] * 12.0 * np.hanning(length)
