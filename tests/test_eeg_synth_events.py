@@ -383,12 +383,15 @@ def test_sc_length_recordings_are_cropped_back_to_the_same_windows(tmp_path):
 
 
 PINNED_WINDOWS = {  # sha256 (first 16 hex) of the prepared windows + labels, per synth-psg call
-    ("sleep-edf", 1.5, 1, 0): "a5ca8764cb43573f",
-    ("sleep-edf", 9.0, 3, 1000): "9ba6a7614197df9c",  # the demo's Sleep-EDF settings, 1 subject
-    ("physionet2018", 9.0, 6, 0): "1a9c77f755ef39a0",
+    ("sleep-edf", 1.5, 1, 0): "72a0ccdc7681bd7e",
+    ("sleep-edf", 9.0, 3, 1000): "779c75d707b20736",  # the demo's Sleep-EDF settings, 1 subject
+    ("physionet2018", 9.0, 6, 0): "3bae713c125a381f",
 }
-"""Changed on purpose once: the published arousal index (EXTRA_AROUSALS_PER_HOUR). Before it (and
-with EXTRA_AROUSALS_PER_HOUR = 0): a4d3e3b088e844b5, 509f415cb2e32780, e1fb9e03d7e6b210."""
+"""Changed on purpose twice. (1) The published arousal index (EXTRA_AROUSALS_PER_HOUR); before it
+(and with EXTRA_AROUSALS_PER_HOUR = 0): a4d3e3b088e844b5, 509f415cb2e32780, e1fb9e03d7e6b210.
+(2) Published arousal durations, a calmer hypnogram (W / NREM / REM transitions), a quiet N2
+background with larger K-complexes (docs/eeg.md, "What changed for the demo's EEG windows"); before
+it: a5ca8764cb43573f, 9ba6a7614197df9c, 1a9c77f755ef39a0."""
 
 
 @pytest.mark.parametrize("key", list(PINNED_WINDOWS))
