@@ -7,7 +7,10 @@ from __future__ import annotations
 SLEEP_EDF_SC_EPOCHS: dict[str, int] = {"W": 8285, "N1": 2804, "N2": 17799, "N3": 5703, "REM": 7717}
 """Epochs per stage of Sleep-EDF SC (20 subjects, 39 nights, Fpz-Cz, 30 min of wake kept around sleep):
 Supratak, Dong, Wu, Guo, "DeepSleepNet", IEEE TNSRE 25(11), 2017, Table I, as widely reproduced;
-quoted from memory, not re-checked against the paper."""
+quoted from memory, STILL UNVERIFIED: searched 2026-11-23 for the table or a repository printing the
+per-class counts (code: exact strings 8285, 8,285, 17799, 17,799, 42308, 42,308 and README searches for
+Sleep-EDF-20 class counts; the DeepSleepNet repository README; pages: DeepSleepNet / AttnSleep /
+Sleep-EDF-20 class-distribution queries): no text stating these counts was found."""
 
 BANDS = ("delta", "theta", "alpha", "sigma", "beta")
 
@@ -56,8 +59,18 @@ uses the 20-39 y value: 10 / h (main stream) + 4.7 / h (own stream)."""
 
 AROUSAL_DURATION_SECONDS = {"mean": 14.9, "sd": 2.3}
 """Mean arousal duration 14.9 +- 2.3 s, stable across ages (group means 13.3-16.6 s), NREM 14.6, REM
-16.2 s (Boselli et al. 1998, above). NOT matched: generated arousals last 3-15 s (mean 9 s); making
-them longer would change the random draws after them, i.e. every EEG window of the demo."""
+16.2 s (Boselli et al. 1998, above). Read as mean +- SD over subjects of each subject's mean duration
+(the abstract does not say; with ten subjects per group this is the usual reading): the generator
+draws each subject's mean duration from N(14.9, 2.3) and single arousals within +-40 % of it
+(``synth.AROUSAL_SECONDS``); tests/test_eeg_synth_events.py checks the realized per-subject means."""
+
+K_COMPLEX_AMPLITUDE = {"aasm_min_uv": 75.0}
+"""The 75-uV peak-to-peak figure used for K-complexes (and slow waves) is the conventional scoring
+amplitude (AASM slow waves: >= 75 uV; K-complexes "stand out from the background", >= 0.5 s; general
+references describe them as "usually > 100 uV"): no published distribution of spontaneous K-complex
+amplitudes was retrievable, so the generator's K-complex amplitude (fitted median ~210 uV peak to
+peak on F3-M2, ~170 uV on C3-M2) and its quiet N2 background (a blind 75-uV trough-to-peak detector
+fires < 0.5 / min on F3 without K-complexes) are ASSUMPTIONS chosen so that K-complexes stand out."""
 
 ARTIFACT_RATES = {
     "movement burst per epoch (W, N1, N2, N3, REM)": (0.10, 0.05, 0.02, 0.02, 0.03),
@@ -76,11 +89,11 @@ BOUTS_PER_SLEEP_EPISODE = {
 }
 """Median (range) over subjects of the number of bouts per sleep episode: Klerman et al., Neurobiol
 Aging 34(1):309-318, 2013, Table 1 (PMC3469724; retrieved), forced-desynchrony protocol in the lab,
-not ordinary nights, and their bout definition was not checked. NOT matched, NOT changed: the
-generator's full 9-h nights (30 subjects) have median 26 wake runs (18-32), 31 NREM runs (25-41) and
-13 REM runs (8-29) between sleep onset and the final awakening, i.e. many more brief awakenings
-than either group; changing the hypnogram would change the demo's labels and windows. Treat the
-generator's ``BOUT_MINUTES`` / ``INTERRUPTION`` as unverified."""
+not ordinary nights, and their bout definition was not checked. Not used as a target (not ordinary
+nights); the generator is matched to the SHHS transition rate below instead. Its full 9-h nights (30
+subjects) now have median 13 wake runs, 19 NREM runs and 10 REM runs between sleep onset and the
+final awakening (were 26, 31, 13): still more wake runs than Klerman's young group. Treat the
+generator's ``BOUT_MINUTES`` / ``INTERRUPTION`` as unverified assumptions tuned to that rate."""
 
 STAGE_TRANSITIONS_PER_HOUR = {"shhs_lowest_quartile_below": 7.76}
 """Overall sleep-stage transition rate (transitions between wake, NREM and REM per hour of sleep) in
