@@ -93,6 +93,8 @@ class Transient:
     topography: tuple[float, float, float]
 
 
+# N1, N2 and REM backgrounds are low-amplitude mixed-frequency (AASM), N2's delta low enough that
+# K-complexes stand out for a blind 75-uV detector; amplitudes are assumptions (docs/eeg.md).
 RHYTHMS: dict[str, Rhythm] = {
     "delta": Rhythm((0.5, 3.5), (7.0, 6.5, 6.5, 42.0, 6.5), (1.0, 0.8, 0.55), slope=1.5),
     "theta": Rhythm((4.0, 7.5), (5.0, 4.0, 4.5, 10.0, 4.0), (0.7, 1.0, 0.6), slope=1.0),
@@ -143,6 +145,7 @@ published mean +- SD of healthy sleepers (reference.py ``AROUSAL_DURATION_SECOND
 spread of per-subject means); single arousals last ``uniform(1 - spread, 1 + spread)`` x the subject's
 mean (at least 3 s, the AASM minimum), so the longest (1.4 x 21.8 s) still fits inside its 30-s epoch."""
 AROUSAL_MIN_SECONDS = 3.0
+"""Shortest EEG arousal (AASM scoring rule)."""
 AROUSAL_ALPHA_UV = 6.0
 """Amplitude of an arousal's alpha burst (plus 4 uV beta; posterior > frontal): an assumption."""
 PINK_NOISE_UV = 8.0
