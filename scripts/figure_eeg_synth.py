@@ -60,7 +60,7 @@ def main() -> None:
     lines = [f"Synthetic nights: {args.subjects} subjects, {args.hours:g}-h nights, --compress {args.compress}, "
              f"seed {args.seed}; {stage.size} epochs after the 30-min wake crop.", "",
              "| stage share | " + " | ".join(STAGES) + " |", "|---" * 6 + "|",
-             "| Sleep-EDF SC (Supratak et al. 2017, Table I; quoted, unverified) | "
+             "| Sleep-EDF SC (Supratak et al. 2017, Table I; recomputed from the hypnograms, reference.py) | "
              + " | ".join(f"{100 * v:.1f} %" for v in published / published.sum()) + " |",
              "| synthetic | " + " | ".join(f"{100 * v:.1f} %" for v in share) + " |", "",
              "| Fpz-Cz, median relative power | " + " | ".join(BANDS) + " |", "|---" * 6 + "|"]

@@ -5,12 +5,15 @@ full papers were not), "from memory" / "UNVERIFIED" = not checked against any te
 from __future__ import annotations
 
 SLEEP_EDF_SC_EPOCHS: dict[str, int] = {"W": 8285, "N1": 2804, "N2": 17799, "N3": 5703, "REM": 7717}
-"""Epochs per stage of Sleep-EDF SC (20 subjects, 39 nights, Fpz-Cz, 30 min of wake kept around sleep):
-Supratak, Dong, Wu, Guo, "DeepSleepNet", IEEE TNSRE 25(11), 2017, Table I, as widely reproduced;
-quoted from memory, STILL UNVERIFIED: searched 2026-11-23 for the table or a repository printing the
-per-class counts (code: exact strings 8285, 8,285, 17799, 17,799, 42308, 42,308 and README searches for
-Sleep-EDF-20 class counts; the DeepSleepNet repository README; pages: DeepSleepNet / AttnSleep /
-Sleep-EDF-20 class-distribution queries): no text stating these counts was found."""
+"""Epochs per stage of Sleep-EDF SC (20 subjects, 39 nights, Fpz-Cz, 30 min of wake kept around sleep,
+"Sleep stage ?" / movement epochs dropped): Supratak, Dong, Wu, Guo, "DeepSleepNet", IEEE TNSRE
+25(11), 2017, Table I, as widely reproduced. VERIFIED 2026-11-23 by recomputation, not by reading the
+table: the 39 SC hypnograms of that set (SC4001-SC4192 without SC4132) as stored one character per
+30-s epoch in a public repository (skjerns/AutoSleepScorerDev, edfx/*.csv, commit 41a25cb), with
+the DeepSleepNet preparation rule (akaraspt/deepsleepnet prepare_physionet.py: drop unknown /
+movement epochs, keep from 60 epochs before the first to 60 after the last non-wake epoch; stages
+3 and 4 = N3) give exactly 8285 / 2804 / 17799 / 5703 / 7717 (total 42308); cropping before dropping
+gives the same. The paper's table itself was still not retrievable."""
 
 BANDS = ("delta", "theta", "alpha", "sigma", "beta")
 
