@@ -107,3 +107,16 @@ retrieved, the other quartile cut-offs were not). A healthy young-adult night sh
 continuous as the calmest SHHS quarter: the generator's median 9-h night is below the cut-off
 (tests/test_eeg_synth.py). The only figure found for ordinary nights; no normative number of
 awakenings per night of healthy young adults was retrievable."""
+
+SLEEP_EDF_SC_CONTINUITY = {
+    "transitions_per_hour": {"median": 5.33, "iqr": (3.94, 6.56), "range": (2.61, 11.53)},
+    "runs_per_night_median": {"wake": 11, "nrem": 19, "rem": 8},
+    "brief_awakenings_per_hour_median": 0.89,
+}
+"""Sleep continuity of the Sleep-EDF SC nights themselves (the 39 nights of 20 healthy subjects aged
+25-34 whose stage counts are ``SLEEP_EDF_SC_EPOCHS``), COMPUTED HERE (2026-11-23) from the same public
+copy of their hypnograms (skjerns/AutoSleepScorerDev, edfx/*.csv, commit 41a25cb): from sleep onset
+to the final awakening, transitions between wake, NREM (stages 1-4) and REM per hour of sleep
+(median, interquartile range, range over nights), runs of each state per night (median) and
+awakenings of <= 1 min per hour of sleep. Not a published figure but measured on the data the
+generator imitates; the SHHS cut-off above is the published check."""

@@ -106,7 +106,7 @@ RHYTHMS: dict[str, Rhythm] = {
 RHYTHM_GAIN_OF = {"sigma": "spindle"}
 """Rhythms added later take the subject's gain of a related event type (so no trait draw moved)."""
 TRANSIENTS: dict[str, Transient] = {  # spindles and K-complexes mark N2 (AASM): none in W, N1, REM
-    "spindle": Transient((0.0, 0.0, 5.0, 2.5, 0.0), 22.0, (0.55, 1.0, 0.4)),
+    "spindle": Transient((0.0, 0.0, 5.0, 2.5, 0.0), 20.0, (0.55, 1.0, 0.4)),
     "k_complex": Transient((0.0, 0.0, 1.2, 0.6, 0.0), 90.0, (1.0, 0.85, 0.35)),
     "vertex": Transient((0.1, 1.5, 0.4, 0.0, 0.1), 25.0, (0.6, 1.0, 0.3)),
     "sawtooth": Transient((0.0, 0.2, 0.0, 0.0, 1.5), 14.0, (0.6, 1.0, 0.4)),
@@ -215,7 +215,7 @@ N3_MINUTES = (36.0, 26.0, 12.0, 5.0)
 sleep is concentrated in the first cycles (Carskadon & Dement, "Normal human sleep: an overview")."""
 REM_MINUTES = (11.0, 19.0, 25.0, 30.0, 32.0, 34.0)
 """REM per cycle (minutes, times ``rem_scale``): REM periods lengthen across the night."""
-BOUT_MINUTES = {N1: (1.5, 1.5), N2: (8.0, 2.0), N3: (7.0, 2.5), REM: (14.0, 2.0)}
+BOUT_MINUTES = {N1: (1.5, 1.5), N2: (8.0, 2.0), N3: (7.0, 2.5), REM: (16.0, 2.0)}
 """Stage bouts inside a cycle segment: gamma-distributed durations (mean minutes, shape). Shape > 1:
 unlike a first-order Markov chain (geometric bouts, mode at one epoch), long bouts are the rule and
 one-epoch bouts rare; the interruptions between bouts are the brief arousals below."""
@@ -223,9 +223,9 @@ AWAKENING_MINUTES = (12.0, 1.5)
 """Awakenings at the end of a REM period: gamma-distributed duration (mean minutes, shape)."""
 INTERRUPTION = {  # what interrupts a bout of each stage: (stage, probability) of the first interrupting epoch
     N1: ((W, 0.6), (N2, 0.4)),
-    N2: ((W, 0.25), (N1, 0.75)),
+    N2: ((W, 0.2), (N1, 0.8)),
     N3: ((N2, 0.85), (W, 0.15)),
-    REM: ((W, 0.3), (N1, 0.7)),
+    REM: ((W, 0.25), (N1, 0.75)),
 }
 
 
