@@ -71,8 +71,8 @@ K_COMPLEX_AMPLITUDE = {"aasm_min_uv": 75.0}
 """The 75-uV peak-to-peak figure used for K-complexes (and slow waves) is the conventional scoring
 amplitude (AASM slow waves: >= 75 uV; K-complexes "stand out from the background", >= 0.5 s; general
 references describe them as "usually > 100 uV"): no published distribution of spontaneous K-complex
-amplitudes was retrievable, so the generator's K-complex amplitude (fitted median ~210 uV peak to
-peak on F3-M2, ~170 uV on C3-M2) and its quiet N2 background (a blind 75-uV trough-to-peak detector
+amplitudes was retrievable, so the generator's K-complex amplitude (fitted median ~190-240 uV peak
+to peak on F3-M2 / C3-M2) and its quiet N2 background (a blind 75-uV trough-to-peak detector
 fires < 0.5 / min on F3 without K-complexes) are ASSUMPTIONS chosen so that K-complexes stand out."""
 
 ARTIFACT_RATES = {
@@ -93,28 +93,28 @@ BOUTS_PER_SLEEP_EPISODE = {
 """Median (range) over subjects of the number of bouts per sleep episode: Klerman et al., Neurobiol
 Aging 34(1):309-318, 2013, Table 1 (PMC3469724; retrieved), forced-desynchrony protocol in the lab,
 not ordinary nights, and their bout definition was not checked. Not used as a target (not ordinary
-nights); the generator is matched to the SHHS transition rate below instead. Its full 9-h nights (30
-subjects) now have median 13 wake runs, 19 NREM runs and 10 REM runs between sleep onset and the
-final awakening (were 26, 31, 13): still more wake runs than Klerman's young group. Treat the
-generator's ``BOUT_MINUTES`` / ``INTERRUPTION`` as unverified assumptions tuned to that rate."""
+nights); the generator is matched to the SHHS cut-off and the Sleep-EDF SC nights below instead. Its
+full 9-h nights (30
+subjects) now have median 12 wake runs, 17.5 NREM runs and 8.5 REM runs between sleep onset and
+the final awakening (were 26, 31, 13), close to the Sleep-EDF SC nights (11, 19, 8; below). Treat the
+generator's ``BOUT_MINUTES`` / ``INTERRUPTION`` as assumptions tuned to those rates."""
 
 STAGE_TRANSITIONS_PER_HOUR = {"shhs_lowest_quartile_below": 7.76}
 """Overall sleep-stage transition rate (transitions between wake, NREM and REM per hour of sleep) in
 the Sleep Heart Health Study (5,684 community participants, mostly middle-aged and older, home PSG,
 epoch-scored): the lowest quartile is below 7.76 / h (Laffan, Caffo, Swihart, Punjabi, "Utility of
 sleep stage transitions in assessing sleep continuity", Sleep 33(12):1681-1686, 2010; abstract
-retrieved, the other quartile cut-offs were not). A healthy young-adult night should be at least as
-continuous as the calmest SHHS quarter: the generator's median 9-h night is below the cut-off
-(tests/test_eeg_synth.py). The only figure found for ordinary nights; no normative number of
-awakenings per night of healthy young adults was retrievable."""
+retrieved, the other quartile cut-offs were not). Healthy young-adult nights should be at least as
+continuous as the calmest SHHS quarter; the Sleep-EDF SC nights are (median 5.3 / h, below). No
+normative number of awakenings per night of healthy young adults was retrievable."""
 
 SLEEP_EDF_SC_CONTINUITY = {
     "transitions_per_hour": {"median": 5.33, "iqr": (3.94, 6.56), "range": (2.61, 11.53)},
     "runs_per_night_median": {"wake": 11, "nrem": 19, "rem": 8},
     "brief_awakenings_per_hour_median": 0.89,
 }
-"""Sleep continuity of the Sleep-EDF SC nights themselves (the 39 nights of 20 healthy subjects aged
-25-34 whose stage counts are ``SLEEP_EDF_SC_EPOCHS``), COMPUTED HERE (2026-11-23) from the same public
+"""Sleep continuity of the Sleep-EDF SC nights themselves (the 39 nights of 20 healthy subjects whose
+stage counts are ``SLEEP_EDF_SC_EPOCHS``), COMPUTED HERE (2026-11-23) from the same public
 copy of their hypnograms (skjerns/AutoSleepScorerDev, edfx/*.csv, commit 41a25cb): from sleep onset
 to the final awakening, transitions between wake, NREM (stages 1-4) and REM per hour of sleep
 (median, interquartile range, range over nights), runs of each state per night (median) and
