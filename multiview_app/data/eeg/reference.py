@@ -94,9 +94,8 @@ BOUTS_PER_SLEEP_EPISODE = {
 Aging 34(1):309-318, 2013, Table 1 (PMC3469724; retrieved), forced-desynchrony protocol in the lab,
 not ordinary nights, and their bout definition was not checked. Not used as a target (not ordinary
 nights); the generator is matched to the SHHS cut-off and the Sleep-EDF SC nights below instead. Its
-full 9-h nights (30
-subjects) now have median 12 wake runs, 17.5 NREM runs and 8.5 REM runs between sleep onset and
-the final awakening (were 26, 31, 13), close to the Sleep-EDF SC nights (11, 19, 8; below). Treat the
+full 9-h nights (30 subjects) now have median 12 wake runs, 17.5 NREM runs and 8.5 REM runs
+between sleep onset and the final awakening (were 26, 31, 13), close to the Sleep-EDF SC nights (11, 19, 8; below). Treat the
 generator's ``BOUT_MINUTES`` / ``INTERRUPTION`` as assumptions tuned to those rates."""
 
 STAGE_TRANSITIONS_PER_HOUR = {"shhs_lowest_quartile_below": 7.76}
