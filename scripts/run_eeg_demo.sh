@@ -8,9 +8,11 @@
 # balanced accuracy and kappa first. CPU-sized: nights are 6x compressed excerpts of full 9-h nights
 # (same stage proportions), small encoder width, few steps. Environment knobs (defaults):
 #   DEMO_DATA=demo_data  DEMO_SUBJECTS=12  DEMO_EDF_SUBJECTS=10  DEMO_HOURS=9  DEMO_COMPRESS=6
-#   DEMO_STEPS=1200  DEMO_LR=0.002  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2  DEMO_SEEDS=3
-#   (1200 steps at peak learning rate 2e-3 instead of 400 at 1e-3: in-domain ahead of band power beyond
-#   the paired std at every s over three pretraining seeds, cross-dataset unchanged; docs/eeg.md "Levers")
+#   DEMO_STEPS=840  DEMO_LR=0.002  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2  DEMO_SEEDS=3
+#   (840 steps = the config's 10 epochs (M3G Table 3) of the 8 pretraining subjects' 1,348 windows (84 batches of 16);
+#   the run stops at whichever of train.max_steps / train.epochs comes first. With peak learning rate 2e-3
+#   instead of 400 steps at 1e-3: in-domain ahead of band power beyond the paired std at every s over three
+#   pretraining seeds, cross-dataset unchanged; docs/eeg.md "Levers")
 #   DEMO_AUGMENT="views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1
 #                 views.options.band_stop_hz=2.0"   (training views: independent 20-s crops per channel, random gain,
 #                 white noise, a 2-Hz stop band in half of the views; "" turns them off; docs/eeg.md "Levers")
@@ -26,7 +28,7 @@ SUBJECTS="${DEMO_SUBJECTS:-12}"
 EDF_SUBJECTS="${DEMO_EDF_SUBJECTS:-10}"
 HOURS="${DEMO_HOURS:-9}"
 COMPRESS="${DEMO_COMPRESS:-6}"
-STEPS="${DEMO_STEPS:-1200}"
+STEPS="${DEMO_STEPS:-840}"
 LR="${DEMO_LR:-0.002}"  # AdamW peak learning rate (warmup 20 steps, cosine to 0)
 BATCH="${DEMO_BATCH:-16}"
 WIDTH="${DEMO_WIDTH:-32}"
