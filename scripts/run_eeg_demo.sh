@@ -9,7 +9,7 @@
 # (same stage proportions), small encoder width, few steps. Environment knobs (defaults):
 #   DEMO_DATA=demo_data  DEMO_SUBJECTS=12  DEMO_EDF_SUBJECTS=10  DEMO_HOURS=9  DEMO_COMPRESS=6
 #   DEMO_STEPS=840  DEMO_LR=0.002  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2  DEMO_SEEDS=3
-#   (840 steps = the config's 10 epochs (M3G Table 3) of the 8 pretraining subjects' 1,348 windows (84 batches of 16);
+#   (840 steps = the config's 10 epochs (M3G Table 3) of the 8 pretraining subjects' ~1,350 windows (84 batches of 16);
 #   the run stops at whichever of train.max_steps / train.epochs comes first. With peak learning rate 2e-3
 #   instead of 400 steps at 1e-3: in-domain ahead of band power beyond the paired std at every s over three
 #   pretraining seeds, cross-dataset unchanged; docs/eeg.md "Levers")
