@@ -259,12 +259,13 @@ def run_sleep_staging(
         windows = _windows(adapter.split("train"), batch_size)
         features["bandpower"] = (bandpower_time_bins(windows, adapter.sfreq, TIME_BINS) if classifier == "paper"
                                  else bandpower_features(windows, adapter.sfreq))
-        if combined and features["bandpower"].shape[:-1] == features["trained"].shape[:-1]:
-            features[COMBINED_ROW] = combined_features(features["bandpower"], features["trained"])
-        elif combined:
-            skipped_notes.append(f"{COMBINED_ROW} skipped: the paper classifier pairs features per channel and this "
-                                 f"run's {features['trained'].shape[1]} encoder views are not the "
-                                 f"{features['bandpower'].shape[1]} channels")
+        if combined:
+            try:
+                features[COMBINED_ROW] = combined_features(features["bandpower"], features["trained"])
+            except ValueError:  # a stacked run under the paper classifier: fewer encoder views than channels
+                skipped_notes.append(f"{COMBINED_ROW} skipped: the paper classifier pairs features per channel and "
+                                     f"this run's {features['trained'].shape[1]} encoder views are not the "
+                                     f"{features['bandpower'].shape[1]} channels")
     tune = classifier == "paper" or (C is None)
 
     fold_results: list[dict[str, Any]] = []
