@@ -122,7 +122,7 @@ def blind_k_complex_detections(x: np.ndarray, fs: float = FS, threshold_uv: floa
     """A detector that knows nothing of the annotations: troughs of the 0.3-4 Hz band-passed signal
     (at least 1 s apart) followed within 1 s by a peak >= ``threshold_uv`` above them; sample
     indices of those troughs ``(detections,)``."""
-    slow = sosfiltfilt(butter(2, [0.3, 4.0], btype="bandpass", fs=fs, output="sos"), x)
+    slow = _band(x, 0.3, 4.0, fs)
     troughs, _ = find_peaks(-slow, distance=int(fs))
     troughs = troughs[troughs + int(fs) <= slow.size]
     rise = np.array([slow[t:t + int(fs)].max() - slow[t] for t in troughs])
