@@ -1,0 +1,102 @@
+"""Timing and table helpers shared by the benchmark scripts (``scripts/bench_*.py``).
+
+Every benchmark times its candidates in one process, against a reference run on the same inputs,
+and prints a Markdown table plus a line naming the machine and the command (docs/benchmarks.md
+records both). Timings are wall-clock medians after warm-up; on CUDA every call is bracketed by a
+device synchronization so asynchronous kernels are counted.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Wall-clock seconds of ``runs`` timed calls (after warm-up)."""
+
+    runs: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs)
+
+    @property
+    def best(self) -> float:
+        return min(self.runs)
+
+    def ms(self) -> str:
+        """The median in milliseconds, 3 significant figures."""
+        return f"{self.median * 1e3:.3g}"
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait for queued work on ``device`` (no-op on CPU)."""
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def time_call(
+    fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, device: torch.device | str | None = None
+) -> Timing:
+    """Median-ready timings of ``fn()``: ``warmup`` untimed calls, then ``repeat`` timed ones."""
+    if repeat < 1 or warmup < 0:
+        raise ValueError(f"time_call: repeat must be >= 1 and warmup >= 0, got {repeat}, {warmup}")
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        runs.append(time.perf_counter() - start)
+    return Timing(tuple(runs))
+
+
+def ratio(reference: float, candidate: float) -> str:
+    """``reference / candidate`` as ``"2.35x"`` (> 1: the candidate is faster)."""
+    if candidate <= 0:
+        return "n/a"
+    return f"{reference / candidate:.2f}x"
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table; cells are ``str()``-ed, widths padded for the console."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    for row in cells:
+        if len(row) != len(headers):
+            raise ValueError(f"markdown_table: row {row} has {len(row)} cells, expected {len(headers)}")
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |"]
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells[1:]]
+    return "\n".join(lines)
+
+
+def machine_line() -> str:
+    """One line naming the machine a table was measured on: CPUs, load, torch threads, GPU."""
+    try:
+        load = "load %.1f/%.1f/%.1f" % os.getloadavg()
+    except OSError:
+        load = "load n/a"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (
+        f"{platform.machine()} {cpus} usable CPUs, {load}, torch {torch.__version__} "
+        f"({torch.get_num_threads()} intra-op threads), {gpu}"
+    )
+
+
+def command_line() -> str:
+    """The command that is running, shell-quoted (for the record in docs/benchmarks.md)."""
+    return " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable), *sys.argv])
