@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -30,7 +29,6 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from multiview_app.losses import build_loss  # noqa: E402
 

@@ -18,7 +18,6 @@ Prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -26,7 +25,6 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.data.adapters import build_adapter  # noqa: E402

@@ -34,7 +34,6 @@ import torch
 from torch.utils.data import ConcatDataset, Subset
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from multiview_app.cli import main as mvapp  # noqa: E402
 from multiview_app.data.adapters import build_adapter  # noqa: E402

@@ -33,7 +33,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from multiview_app.losses import build_loss  # noqa: E402
 from multiview_app.losses.base import normalize  # noqa: E402

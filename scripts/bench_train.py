@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.data.views import items_per_batch  # noqa: E402

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from multiview_app.eval.features import combine_views  # noqa: E402
 from multiview_app.eval.probe import probe_accuracies  # noqa: E402

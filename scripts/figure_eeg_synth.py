@@ -1,7 +1,7 @@
 """Figure + table of the synthetic PSG against reference values (docs/eeg.md, "Synthetic polysomnography").
 
     .venv/bin/python scripts/figure_eeg_synth.py [--subjects 10] [--hours 9] [--compress 3] [--seed 0]
-        [--out docs/figures/eeg_synth_spectra]
+        [--out runs/figures/eeg_synth_spectra]
 
 Generates Sleep-EDF-format nights in memory (Fpz-Cz, Pz-Oz at 100 Hz; no files), band-passes them
 0.5-30 Hz as ``mvapp data prepare`` does, and writes ``<out>.png`` (mean Welch spectrum per stage of
@@ -12,13 +12,11 @@ crop vs Sleep-EDF SC, and the relative band powers with their ranges).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 from scipy.signal import welch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repro_common import ROOT, new_figure, write_outputs  # noqa: E402
 
@@ -38,7 +36,7 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=9.0)
     parser.add_argument("--compress", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "eeg_synth_spectra"))
+    parser.add_argument("--out", default=str(ROOT / "runs" / "figures" / "eeg_synth_spectra"))
     args = parser.parse_args()
 
     stages, spectra, rel = [], [], []

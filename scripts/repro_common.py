@@ -7,14 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from multiview_app.config import Config, load_config  # noqa: E402
 from multiview_app.train.checkpoint import latest_checkpoint  # noqa: E402

@@ -2,7 +2,7 @@
 against the batch size.
 
     .venv/bin/python scripts/reproduce_flatnce_ess.py [--batch-sizes 16,128] [--steps 150] [--tau 0.1]
-        [--runs-dir runs/repro_flatnce] [--out docs/figures/flatnce_ess] [--small]
+        [--runs-dir runs/repro_flatnce] [--out runs/figures/flatnce_ess] [--small]
 
 Trains ``flatnce`` and its InfoNCE counterpart with the same negatives (``pvc_geometric``: at k = 2
 it is InfoNCE over the positive and the ``2 (n - 1)`` views of the other items, exactly the
@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repro_common import ROOT, SMALL, new_figure, parse_list, train_digits, write_outputs  # noqa: E402
 
@@ -71,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tau", type=float, default=0.1)
     parser.add_argument("--small", action="store_true", help="16 px images, width-16 encoder")
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "repro_flatnce"))
-    parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "flatnce_ess"))
+    parser.add_argument("--out", default=str(ROOT / "runs" / "figures" / "flatnce_ess"))
     args = parser.parse_args(argv)
     batches = parse_list(parser, "--batch-sizes", args.batch_sizes, int)
     rows = [run_one(loss, batch, args) for batch in batches for loss in LOSSES]

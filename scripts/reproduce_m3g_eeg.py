@@ -5,7 +5,7 @@ over several pretraining seeds, subject folds and few-shot draws.
     .venv/bin/python scripts/reproduce_m3g_eeg.py [--pretrain-seeds 0,1,2] [--losses m3g,infonce_pwe,pvc_geometric]
         [--protocol cross-dataset|in-domain|both] [--folds 5] [--in-domain-folds 2] [--draws 3]
         [--config configs/eeg_synthetic_m3g_long.yaml] [--epochs E] [--width W] [--set key=value ...]
-        [--data demo_data/repro_m3g_long] [--runs-dir runs/repro_m3g_eeg] [--out docs/figures/m3g_eeg]
+        [--data demo_data/repro_m3g_long] [--runs-dir runs/repro_m3g_eeg] [--out runs/figures/m3g_eeg]
 
 The paper's protocol (M3G Sec. 4.3, Table 3) is cross-dataset: pretrain on PhysioNet 2018, stage
 Sleep-EDF. So the script synthesizes PhysioNet-2018-format nights (pretraining, generator seed 0)
@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repro_common import ROOT, RunSummary, new_figure, parse_list, train_unless_done, write_outputs  # noqa: E402
 
@@ -205,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compress", type=int, default=3)
     parser.add_argument("--data", type=Path, default=ROOT / "demo_data" / "repro_m3g_long")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "repro_m3g_eeg")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "m3g_eeg")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "figures" / "m3g_eeg")
     args = parser.parse_args(argv)
     losses = parse_list(parser, "--losses", args.losses, str)
     unknown = sorted(set(losses) - set(LOSSES))

@@ -2,7 +2,7 @@
 poly-view Fig. 3 (growing vs fixed batch).
 
     .venv/bin/python scripts/reproduce_multiview_k.py [--ks 2,3,5] [--steps 150] [--batch 64] [--small]
-        [--seeds 0,1,2] [--runs-dir runs/repro_multiview_k] [--out docs/figures/multiview_k]
+        [--seeds 0,1,2] [--runs-dir runs/repro_multiview_k] [--out runs/figures/multiview_k]
 
 Runs, all with ``train.max_steps = --steps`` and the linear probe at the end:
 
@@ -19,13 +19,11 @@ Writes ``<out>.png`` (probe accuracy vs k per family) and ``<out>.md``.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repro_common import ROOT, SMALL, new_figure, parse_list, train_digits, write_outputs  # noqa: E402
 
@@ -53,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true", help="16 px images, width-16 encoder")
     parser.add_argument("--seeds", default="0", help="training seeds, comma-separated")
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "repro_multiview_k"))
-    parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "multiview_k"))
+    parser.add_argument("--out", default=str(ROOT / "runs" / "figures" / "multiview_k"))
     args = parser.parse_args(argv)
     ks = parse_list(parser, "--ks", args.ks, int)
     families = [tuple(f.split(":")) for f in parse_list(parser, "--families", args.families, str)]

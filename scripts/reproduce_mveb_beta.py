@@ -2,7 +2,7 @@
 (plus the Stein entropy term) they do not; measured by RankMe and the linear probe.
 
     .venv/bin/python scripts/reproduce_mveb_beta.py [--betas 0,0.01] [--steps 150] [--small]
-        [--runs-dir runs/repro_mveb] [--out docs/figures/mveb_beta]
+        [--runs-dir runs/repro_mveb] [--out runs/figures/mveb_beta]
 
 Trains ``configs/digits_mveb.yaml`` with ``loss.beta`` in ``--betas``; the trainer's diagnostics
 log ``diag/rankme`` (effective rank of the projector output of the batch), ``diag/uniformity`` and
@@ -12,11 +12,9 @@ log ``diag/rankme`` (effective rank of the projector output of the batch), ``dia
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repro_common import ROOT, SMALL, new_figure, parse_list, train_digits, write_outputs  # noqa: E402
 
@@ -49,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--small", action="store_true", help="16 px images, width-16 encoder")
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "repro_mveb"))
-    parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "mveb_beta"))
+    parser.add_argument("--out", default=str(ROOT / "runs" / "figures" / "mveb_beta"))
     args = parser.parse_args(argv)
     rows = [run_one(beta, args) for beta in parse_list(parser, "--betas", args.betas, float)]
     lines = ["| beta | steps | RankMe first -> last | uniformity last | alignment last | logreg acc | random-init logreg | kNN acc |",

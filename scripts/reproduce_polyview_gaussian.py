@@ -1,7 +1,7 @@
 """Poly-view Sec. 3.1 / App. E.6: One-vs-Rest MI lower bounds vs the closed form in the 1D Gaussian.
 
     .venv/bin/python scripts/reproduce_polyview_gaussian.py [--steps 300] [--items 256] [--seeds 3]
-        [--multiplicities 2,4,8,10] [--out docs/figures/polyview_gaussian]
+        [--multiplicities 2,4,8,10] [--out runs/figures/polyview_gaussian]
 
 Data: ``c_i ~ N(0, sigma0^2)``, views ``x_{i,alpha} ~ N(c_i, sigma^2)``, fresh ``K = --items``
 items x ``M`` views every step. Critic: MLP 1 -> 32, GELU, 32 -> 32 (the loss normalizes, so
@@ -23,14 +23,12 @@ import argparse
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repro_common import ROOT, new_figure, parse_list, write_outputs  # noqa: E402
 
@@ -173,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sigma0", type=float, default=1.0)
     parser.add_argument("--sigma", type=float, default=0.5)
     parser.add_argument("--eval-batches", type=int, default=8)
-    parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "polyview_gaussian"))
+    parser.add_argument("--out", default=str(ROOT / "runs" / "figures" / "polyview_gaussian"))
     args = parser.parse_args(argv)
     multiplicities = parse_list(parser, "--multiplicities", args.multiplicities, int)
     torch.set_num_threads(1)  # (K M, 32) MLPs: intra-op threads only add overhead

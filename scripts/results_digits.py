@@ -1,4 +1,4 @@
-"""Train every configs/digits_<loss>.yaml and write the linear-probe table to docs/results.md.
+"""Train every configs/digits_<loss>.yaml and write the linear-probe table to ``--out`` (default runs/results_digits/results.md).
 
     .venv/bin/python scripts/results_digits.py [--steps 400] [--losses m3g,mveb] [--runs-dir runs/results_digits]
 
@@ -10,11 +10,9 @@ eval/linear_probe.json is missing); an interrupted attempt resumes from its late
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repro_common import ROOT, RunSummary, linear_probe_results, results_row  # noqa: E402
 
@@ -79,7 +77,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--losses", default=None, help="comma-separated subset (default: all)")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_digits")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "results_digits" / "results.md",
+                        help="Markdown table (docs/results.md only when given here)")
     parser.add_argument("--fresh", action="store_true", help="retrain even if a finished run exists")
     args = parser.parse_args()
     losses = args.losses.split(",") if args.losses else available_losses()

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from multiview_app.train.run_io import atomic_write_json, atomic_write_text  # noqa: E402
 
@@ -102,8 +101,10 @@ def main() -> int:
                         help="train nothing: table, figures and docs from the evaluations already in --runs-dir")
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_domains")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
-    parser.add_argument("--figures", type=Path, default=ROOT / "docs" / "figures")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "results_domains" / "results.md",
+                        help="Markdown file whose domains section is (re)written (docs/results.md only when given here)")
+    parser.add_argument("--figures", type=Path, default=ROOT / "runs" / "results_domains" / "figures",
+                        help="figure folder (docs/figures only when given here)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads for the whole script (1: no OpenMP stalls on a shared CPU; 0 = default)")
     args = parser.parse_args()
@@ -185,6 +186,14 @@ def main() -> int:
     nn_runs = [r for r in results if r.get("adapt_views") == "nearest"]
     nn_k = sorted({load_config(Path(r["run"]) / "config.yaml").views.k for r in nn_runs})
     nn_views = (f"{' / '.join(map(str, nn_k))} source view(s) + the target view" if nn_k else "")
+    def figure_ref(name: str) -> str:
+        """A figure's path as the Markdown file at ``--out`` links it (relative when possible)."""
+        path = (args.figures / name).resolve()
+        try:
+            return str(path.relative_to(args.out.resolve().parent.parent))
+        except ValueError:
+            return str(path)
+
     section = "\n".join([
         "## Unseen-domain generalization and domain adaptation on the digit domains (M3G Table 2 / Fig. 2)",
         "",
@@ -201,9 +210,9 @@ def main() -> int:
         + (f"; {nn_views}" if nn_views else "") + ". " + timing,
         "",
         table,
-        "1-vs-1 (Fig. 2): `docs/figures/domains_one_vs_one.png` (rows: probe training domain; columns: "
+        f"1-vs-1 (Fig. 2): `{figure_ref('domains_one_vs_one.png')}` (rows: probe training domain; columns: "
         "unseen domain; mean over seeds)." + (" Adaptation gain per target: "
-                                               "`docs/figures/domains_adaptation_gain.png`." if summary.get("gain_plot") else ""),
+                                               f"`{figure_ref('domains_adaptation_gain.png')}`." if summary.get("gain_plot") else ""),
         "",
         "Domain shift of the data itself (random-init encoder, probe trained on one domain's train split, "
         "accuracy % on each domain's test split):",

@@ -14,7 +14,6 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repro_common import ROOT, RunSummary, results_row  # noqa: E402
 
