@@ -1,0 +1,89 @@
+"""Every workflow block of README.md (``<!-- workflow: NAME -->`` + a bash fence) runs as written, in order,
+from a fresh folder holding only the repository's configs/ and scripts/, at a tiny size: the only edits are
+the substitutions below (fewer nights, steps, draws), and each must match the README, so a README change
+that no longer fits them fails here instead of going stale."""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from multiview_app.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+#: workflow -> (README text, tiny replacement); every pair must occur in its block
+TINY: dict[str, list[tuple[str, str]]] = {
+    "eeg": [
+        ("--subjects 12 ", "--subjects 6 "),
+        ("--subjects 10 ", "--subjects 4 "),
+        ("--hours 9 ", "--hours 4 "),
+        ("train.max_steps=400", "train.max_steps=3"),
+        ("--seeds 3", "--seeds 1 --shots 5"),
+        ("--folds 5", "--folds 2"),
+    ],
+    "domains": [
+        ("synth-domains --out data/digit-domains", "synth-domains --out data/digit-domains --limit 40"),
+        ("--seeds 0,1", "--seeds 0 --set train.max_steps=3"),
+        ("--seeds 0 --protocol both", "--seeds 0 --protocol both --no-erm --set train.max_steps=3"),
+    ],
+    "images": [
+        ("train.max_steps=200 loss.epsilon=0.1", "train.max_steps=3 loss.epsilon=0.1"),
+        ("train.max_steps=300", "train.max_steps=4"),
+        ("configs/pairs_m3g.yaml train.max_steps=200", "configs/pairs_m3g.yaml train.max_steps=3"),
+    ],
+    "tune": [("--trials 8 --workers 2", "--trials 2 --workers 1 train.max_steps=4 tune.report_every=2")],
+    "export": [("train.max_steps=200", "train.max_steps=3")],
+}
+
+
+def workflow_blocks() -> dict[str, list[str]]:
+    """``{name: [command lines]}`` of the README's workflow blocks (comments and blank lines dropped)."""
+    text = README.read_text()
+    blocks = {}
+    for match in re.finditer(r"<!-- workflow: (\w+) -->\n```bash\n(.*?)```", text, flags=re.S):
+        lines = [line.split("  #")[0].rstrip() for line in match.group(2).splitlines()]
+        blocks[match.group(1)] = [line for line in lines if line and not line.startswith("#")]
+    return blocks
+
+
+def test_readme_names_every_workflow_and_each_has_tiny_substitutions() -> None:
+    blocks = workflow_blocks()
+    assert set(blocks) == set(TINY), f"README workflows {sorted(blocks)} vs tested {sorted(TINY)}"
+    for name, pairs in TINY.items():
+        text = "\n".join(blocks[name])
+        for old, _ in pairs:
+            assert old in text, f"README workflow {name!r} no longer contains {old!r}: update TINY"
+        assert blocks[name][0] == ". .venv/bin/activate", f"workflow {name!r} must start from the venv"
+
+
+def run_line(line: str, cwd: Path) -> None:
+    """One README command: ``mvapp ...`` in this process, ``python scripts/...`` in a subprocess."""
+    argv = shlex.split(line)
+    if argv[0] == "mvapp":
+        assert main(argv[1:]) == 0, line
+    elif argv[0] == "python":
+        done = subprocess.run([sys.executable, *argv[1:]], cwd=cwd, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    else:
+        raise AssertionError(f"README command the test cannot run: {line!r}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_readme_workflow_runs_in_order_at_tiny_size(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for folder in ("configs", "scripts"):
+        (tmp_path / folder).symlink_to(ROOT / folder, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    lines = workflow_blocks()[name]
+    text = "\n".join(lines[1:])  # the venv line is the environment this test already runs in
+    for old, new in TINY[name]:
+        text = text.replace(old, new)
+    for line in text.splitlines():
+        run_line(line, tmp_path)
