@@ -442,11 +442,12 @@ def _check_model_options(cfg: Config) -> None:
 # ----------------------------------------------------------------------------- loading
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged into a deep copy of ``base``: nested dicts merge key by key, anything else replaces."""
     out = copy.deepcopy(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -474,7 +475,7 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     parent = raw.pop("extends", None)
     if parent is not None:
         base = read_yaml(path.parent / str(parent), (*_seen, path.resolve()))
-        raw = _deep_merge(base, raw)
+        raw = deep_merge(base, raw)
     return raw
 
 

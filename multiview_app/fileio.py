@@ -7,6 +7,7 @@ readable by whoever the user's umask allows. Shared by ``train/`` (run folders) 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -67,5 +68,14 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes (read in ``chunk``-byte blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 __all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "current_umask", "default_file_mode",
-           "temp_sibling"]
+           "sha256_file", "temp_sibling"]

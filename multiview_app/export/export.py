@@ -28,10 +28,10 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Subset, default_collate
 
-from ..config import Config, ConfigError, _deep_merge, apply_overrides, config_from_dict, read_yaml
+from ..config import Config, ConfigError, apply_overrides, config_from_dict, deep_merge, read_yaml
 from ..data.streaming import StreamingDataset
 from ..eval.features import FEATURE_KINDS, FeatureBatch, FeatureKind, combine_views, iter_feature_batches
-from ..fileio import atomic_write_json
+from ..fileio import atomic_write_json, sha256_file
 from ..train.run_io import load_run, resolve_weights
 from .options import ALL_SPLITS, DEFAULT_MAX_SHARD_MB, VIEW_MODES
 from .writer import EMBEDDING_COLUMN, FILE_FORMATS, TMP_SUFFIX, FileFormat, ShardWriter, merge_parquet, shard_file
@@ -136,12 +136,6 @@ class Processes:
 # ----------------------------------------------------------------------------- request
 
 
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
-    from ..data.eeg.recording import sha256_file
-
-    return sha256_file(path, chunk)
-
-
 def config_hash(cfg: Config) -> str:
     """sha256 of the effective config (canonical JSON)."""
     return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()
@@ -169,7 +163,7 @@ def data_config(cfg: Config, config_file: str | Path | None = None, overrides: S
         if not isinstance(given, dict):
             raise ConfigError(f"{section}: expected a mapping, got {given!r}")
         replace = key in given and given[key] != raw[section][key]
-        raw[section] = dict(given) if replace else _deep_merge(raw[section], given)
+        raw[section] = dict(given) if replace else deep_merge(raw[section], given)
     return config_from_dict(raw, check=True)
 
 
@@ -477,7 +471,7 @@ def export_embeddings(
         "run": str(run_dir.resolve()),
         "weights": weights,
         "weights_file": str(weight_file.relative_to(run_dir)),
-        "weights_sha256": _sha256(weight_file),
+        "weights_sha256": sha256_file(weight_file),
         "config_hash": config_hash(cfg),
         "loss": run_cfg.loss.name,
         "data": {"adapter": cfg.data.adapter, "options": cfg.data.options},

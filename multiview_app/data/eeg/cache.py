@@ -27,7 +27,8 @@ from ...fileio import atomic_write_bytes
 from ...registry import Registry
 from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
-from .recording import Recording, sha256_file
+from ...fileio import sha256_file
+from .recording import Recording
 from .sleep_edf import count_st_nights, find_pairs, read_sleep_edf, recording_id
 from .stages import STAGES
 

@@ -1,13 +1,13 @@
 """What a reader hands to preprocessing: one recording's signals and per-epoch labels."""
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ...fileio import sha256_file  # noqa: F401  (re-exported: the EEG cache's checksums)
 from .stages import EPOCH_SECONDS, UNSCORED
 
 CHANNEL_PREFIXES = ("EEG ", "EOG ", "EMG ", "ECG ")
@@ -39,15 +39,6 @@ class Recording:
     epoch_labels: np.ndarray
     counts: Counter = field(default_factory=Counter)
     grid_start_seconds: float = 0.0
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _normalize(name: str) -> str:
