@@ -36,7 +36,7 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     result = json.loads((run / "eval" / "sleep_staging.json").read_text())
     assert set(result["subjects"]["train"]).isdisjoint(result["subjects"]["test"])
     assert len(result["subjects"]["test"]) == 1 and result["channels"] == ["Fpz-Cz", "Pz-Oz"]
-    for name in ("trained", "random_init", "bandpower", "bandpower+trained"):
+    for name in ("trained", "random_init", "bandpower", "handcrafted", "bandpower+trained"):
         scores = result["results"][name]["20"]
         assert 0.0 <= scores["accuracy"]["mean"] <= 1.0 and -1.0 <= scores["kappa"]["mean"] <= 1.0
         assert set(scores) >= {"accuracy", "balanced_accuracy", "macro_f1", "kappa", "per_class_f1"}
@@ -54,7 +54,8 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
                  "--no-combined"]) == 0
     assert "projector outputs" in capsys.readouterr().out
     projected = json.loads((run / "eval" / "sleep_staging.json").read_text())
-    assert projected["features"] == "projector" and set(projected["results"]) == {"trained", "random_init", "bandpower"}
+    assert projected["features"] == "projector" and set(projected["results"]) == {"trained", "random_init", "bandpower",
+                                                                                  "handcrafted"}
     assert projected["results"]["bandpower"]["5"]["runs"] == result["results"]["bandpower"]["5"]["runs"][:1]
     assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "--seeds", "1"]) == 0  # restore
     capsys.readouterr()

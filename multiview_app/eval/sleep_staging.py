@@ -16,8 +16,9 @@ Per-channel encoder features are combined (concatenated in channel order, or ave
 training subjects (class-balanced; capped by what exists: the counts drawn for every fold and seed
 are reported and a capped column is flagged), a standardized logistic regression is fitted and
 scored on every test window. Rows: trained encoder, random-init encoder (``init.safetensors``),
-relative band powers, and band powers concatenated with the trained encoder's features
-(``bandpower+trained``: does SSL add to the hand-made features?). Metrics: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1,
+relative band powers (5 bands, the weak baseline), the strong hand-crafted features of
+:mod:`multiview_app.eval.handcrafted` (``handcrafted``), and band powers concatenated with the trained
+encoder's features (``bandpower+trained``: does SSL add to the hand-made features?). Metrics: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1,
 per-class F1, as mean +- std over folds x seeds.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..argtypes import open_fraction, positive_float, positive_int
 from ..train.run_io import atomic_write_json, load_run
 from . import EVALUATORS
 from .bandpower import bandpower_features, bandpower_time_bins
+from .handcrafted import handcrafted_per_channel, handcrafted_row
 from .features import combine_views, extract_features
 from .probe import fit_linear_classifier, mean_std
 
@@ -63,6 +65,9 @@ TIME_BINS = 4
 """The paper classifier pools encoder outputs into this many time bins."""
 CROSS_DATASET_TEST_FRACTION = 0.2
 """Share of the other dataset's subjects held out in the cross-dataset protocol (Brüsch et al.: 20 %)."""
+HANDCRAFTED_ROW = "handcrafted"
+"""Row of the strong hand-crafted features (eval/handcrafted.py: fine log spectrum, ratios, spectral edges,
+Hjorth, moments, percentiles, within-window variation; per channel, for the paper classifier not time-binned)."""
 COMBINED_ROW = "bandpower+trained"
 """Row of the band-power features concatenated with the trained encoder's (per window, or per
 channel for the paper classifier)."""
@@ -259,6 +264,8 @@ def run_sleep_staging(
         windows = _windows(adapter.split("train"), batch_size)
         features["bandpower"] = (bandpower_time_bins(windows, adapter.sfreq, TIME_BINS) if classifier == "paper"
                                  else bandpower_features(windows, adapter.sfreq))
+        features[HANDCRAFTED_ROW] = (handcrafted_per_channel(windows, adapter.sfreq) if classifier == "paper"
+                                     else handcrafted_row(windows, adapter.sfreq))
         if combined:
             try:
                 features[COMBINED_ROW] = combined_features(features["bandpower"], features["trained"])
@@ -654,7 +661,7 @@ class SleepStaging:
         parser.add_argument("--batch-size", type=positive_int, default=FEATURE_BATCH,
                             help="windows per feature-extraction batch (default: %(default)s)")
         parser.add_argument("--no-baselines", action="store_true",
-                            help=f"skip the band-power baseline (and the {COMBINED_ROW} row)")
+                            help=f"skip the non-learned baselines (band power, {HANDCRAFTED_ROW}) and the {COMBINED_ROW} row")
         parser.add_argument("--no-combined", action="store_true",
                             help=f"skip the {COMBINED_ROW} row (band powers concatenated with the trained features)")
         parser.add_argument("--features", choices=["encoder", "projector"], default="encoder",
