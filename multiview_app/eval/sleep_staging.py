@@ -5,10 +5,13 @@ Protocol (M3G Table 3 / Brüsch et al. 2023):
 - **in-domain** (default): the run's own subject split. The classifier is trained on windows of the
   pretraining subjects and scored on the held-out subjects; ``--folds F`` splits the held-out
   subjects into F test folds (the classifier then also trains on the other folds). An option that
-  would put a pretraining subject into a test set is refused with the subject names.
+  would put a pretraining subject into a test set is refused with the subject names; any test
+  recording whose source file has the sha256 of a pretraining recording's (the same night under
+  another name, in this or another cache) is refused naming both files.
 - **cross-dataset** (``--cache`` of another dataset, e.g. PhysioNet-2018-pretrained -> Sleep-EDF):
   the other cache's subjects are split on their own (``--test-fraction``, default 20 % as Brüsch
-  et al., or ``--folds F``); results go to ``eval/sleep_staging_<dataset>.json`` and never
+  et al., or ``--folds F``; a subject that shares a pretraining subject's name but not its
+  recordings is another person and is accepted); results go to ``eval/sleep_staging_<dataset>.json`` and never
   overwrite the in-domain ``eval/sleep_staging.json``.
 
 Per-channel encoder features are combined (concatenated in channel order, or averaged); for every
@@ -520,8 +523,13 @@ def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: lis
         split = build_adapter("eeg_windows", {"cache": eval_cache, "test_fraction": fraction, "split_seed": rng_seed,
                                               **({"channels": channels} if channels else {})})
         test_sets = [split.split_subjects["test"]]
+    option = f"--cache {cache}" if cache else "the run's split"
+    pretraining_files = (recording_digests(run_adapter.manifest, pretraining_subjects)
+                         if cfg.data.adapter == "eeg_windows" else {})
     for test_set in test_sets:
-        _refuse_pretraining(test_set, pretraining_subjects, f"--cache {cache}" if cache else "the run's split")
+        if in_domain:  # one cache, one naming: a subject name is a person
+            _refuse_pretraining(test_set, pretraining_subjects, option)
+        _refuse_same_recordings(recording_digests(everyone.manifest, test_set), pretraining_files, option)
     plan_folds = [(sorted(set(classifier_pool) | (set(candidates) - set(t))), sorted(t)) for t in test_sets]
     for train_set, _ in plan_folds:
         if not train_set:
@@ -534,6 +542,25 @@ def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: lis
     return {"adapter": everyone, "folds": plan_folds, "protocol": protocol, "name": name, "dataset": dataset,
             "split_seed": rng_seed,
             "pretraining_subjects": pretraining_subjects, "pretraining_cache": pretraining_cache}
+
+
+def recording_digests(manifest: dict[str, Any], subjects: list[str]) -> dict[str, str]:
+    """``{sha256 of a source file: "subject <name> (<file>)"}`` for the recordings of ``subjects`` in a
+    prepared cache's manifest: the identity of a night by content, whatever its subject is called."""
+    wanted = set(subjects)
+    return {source["sha256"]: f"subject {record['subject']} ({source['path']})"
+            for record in manifest["recordings"] if record["subject"] in wanted
+            for source in record.get("sources", [])}
+
+
+def _refuse_same_recordings(test_files: dict[str, str], pretraining_files: dict[str, str], option: str) -> None:
+    """Refuse a test set holding a file the encoder was pretrained on (same bytes), naming both."""
+    same = sorted(digest for digest in test_files if digest in pretraining_files)
+    if same:
+        pairs = "; ".join(f"{test_files[d]} is {pretraining_files[d]}" for d in same[:5])
+        more = f" (+{len(same) - 5} more)" if len(same) > 5 else ""
+        raise ValueError(f"{option} would test on recordings the encoder was pretrained on (same sha256): "
+                         f"{pairs}{more}; staging must be scored on recordings the encoder never saw")
 
 
 def _refuse_pretraining(test_subjects: list[str], pretraining_subjects: list[str], option: str) -> None:
