@@ -366,6 +366,27 @@ def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
     assert "| ¬b -> b | 10.0 (n=1) | - | 30.0 (n=1) |" in table  # one run: no spread shown
 
 
+def test_reference_columns_count_distinct_models_only() -> None:
+    """--protocol both with one seed: the generalization and adaptation runs share one random init and one
+    ERM model; the table counts each once (n = 1, no std), while the trained column has one run per protocol."""
+    from multiview_app.eval.domain_generalization import combine_results, format_table
+
+    def run(protocol: str, seed: int, trained: float) -> dict:
+        scores = {"five_vs_one": trained, "oracle": 0.9, "one_vs_one": {"b": 0.2}}
+        reference = {"five_vs_one": 0.334, "oracle": 0.5, "one_vs_one": {"b": 0.1}}
+        return {"loss": "m3g", "holdout": "a", "seen": ["b"], "seed": seed, "protocol": protocol,
+                "reference_ids": {"random_init": f"init{seed}", "erm": f"erm{seed}"},
+                "results": {"trained": scores, "random_init": reference, "erm": reference}}
+
+    combined = combine_results([run("generalization", 0, 0.5), run("adaptation", 0, 0.6)], ["a", "b"])
+    for column in ("random_init", "erm"):
+        assert combined["five_vs_one"][column]["a"]["n"] == 1, column
+    assert combined["five_vs_one"]["m3g"]["a"]["n"] == 1 and combined["five_vs_one"]["m3g+adapt"]["a"]["n"] == 1
+    assert "33.4 (n=1)" in format_table(combined, ["a", "b"]) and "33.4 ± 0.0" not in format_table(combined, ["a", "b"])
+    two_seeds = combine_results([run("generalization", 0, 0.5), run("generalization", 1, 0.6)], ["a", "b"])
+    assert two_seeds["five_vs_one"]["random_init"]["a"]["n"] == 2  # distinct models still pool
+
+
 def test_adaptation_gain_paired_by_seed_mean_std() -> None:
     from multiview_app.eval.domain_generalization import adaptation_gain, format_gain
 

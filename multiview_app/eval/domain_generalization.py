@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..fileio import sha256_file
 from ..train.run_io import atomic_write_json, atomic_write_text, load_run
 from . import EVALUATORS
 from .features import combine_views, extract_features, torch_threads
@@ -135,6 +136,9 @@ def _evaluate_run(run_dir: Path, C: float, batch_size: int | None, erm: bool, er
         "items": items,
         "results": results,
         "erm": erm_summary and {k: v for k, v in erm_summary.items() if k != "key"},
+        # which model each reference column scored: equal ids are the same model (counted once when pooling)
+        "reference_ids": {"random_init": sha256_file(run_dir / "init.safetensors")[:16],
+                          **({"erm": erm_summary["key"]} if erm_summary else {})},
         "wall_s": time.perf_counter() - start,
         "cpu_s": time.process_time() - cpu_start,  # this process's CPU time (not DataLoader workers)
         "erm_and_setup_s": erm_s,
@@ -210,17 +214,34 @@ def column_name(result: dict[str, Any]) -> str:
     return result["loss"] + ADAPT_SUFFIX[result.get("adapt_views", "augment")]
 
 
+def reference_id(result: dict[str, Any], encoder: str) -> str:
+    """Identity of the model behind a reference column (``random_init``, ``erm``) of one run's result: the
+    init weights' digest / the ERM cache key; results written before ids were recorded fall back to the
+    seed (same config and seed = same initialization and the same cached ERM model)."""
+    if encoder in result.get("reference_ids", {}):
+        return str(result["reference_ids"][encoder])
+    return f"seed {result['seed']}" if "seed" in result else f"run {result.get('run', id(result))}"
+
+
 def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[str, Any]:
-    """Aggregate per-run results (any losses, held-out domains, seeds) into mean +- std.
+    """Aggregate per-run results (any losses, held-out domains, seeds) into mean +- std over distinct
+    runs: a reference model (random init, ERM) that several runs share, e.g. the generalization and
+    adaptation runs of one seed, is counted once (:func:`reference_id`), so ``n`` is the number of models.
 
     Returns ``{"five_vs_one": {column: {holdout: {mean, std, n}}}, "oracle": ..., "one_vs_one":
     {column: {train domain: {unseen domain: mean}}}}`` where ``column`` is a loss name for the trained
     encoder and ``random_init`` / ``erm`` for the references (pooled over the runs of all losses).
     """
     pooled: dict[str, dict[str, dict[str, list[Any]]]] = {p: {} for p in PROTOCOLS}
+    counted: set[tuple[str, str, str]] = set()
     for result in results:
         for encoder, scores in result["results"].items():
             column = column_name(result) if encoder == "trained" else encoder
+            if encoder != "trained":  # a reference model shared by several runs counts once per target
+                identity = (column, result["holdout"], reference_id(result, encoder))
+                if identity in counted:
+                    continue
+                counted.add(identity)
             for protocol in PROTOCOLS:
                 cell = pooled[protocol].setdefault(column, {}).setdefault(result["holdout"], [])
                 cell.append(scores[protocol])
@@ -403,6 +424,13 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
     table = (f"{title}\n\n" if title else "") + "5 domains vs 1 (accuracy %, mean ± std over seeds)\n\n" + \
         format_table(combined, domains) + "\n\nOracle (probe trained on the unseen domain's own train split)\n\n" + \
         format_table(combined, domains, "oracle") + "\n"
+    erm_runs = {reference_id(r, "erm"): r["erm"] for r in results if r.get("erm")}
+    if erm_runs:
+        steps = sorted({e["steps"] for e in erm_runs.values()})
+        accuracy = [e["train_accuracy"] for e in erm_runs.values()]
+        table += (f"\nERM: {len(erm_runs)} model(s), {'/'.join(map(str, steps))} steps each (the pretraining runs' "
+                  f"train.max_steps, overrides included), training accuracy {100 * min(accuracy):.1f}-"
+                  f"{100 * max(accuracy):.1f} % on the seen domains\n")
     gain = adaptation_gain(results)
     gain_plot = plot_gain(gain, out_dir / "plots" / "adaptation_gain.png") if gain else None
     if gain:
@@ -447,7 +475,7 @@ class DomainGeneralization:
             result = evaluate_run(run_dir, C=args.C, batch_size=args.batch_size, erm=not args.no_erm, device=args.device,
                                   threads=args.threads or None)
             summary = write_summary([result], Path(run_dir) / "eval")
-            print(format_table(summary["combined"], summary["domains"]))
+            print(summary["table"])
             return result
         from ..config import load_config
 
@@ -461,7 +489,7 @@ class DomainGeneralization:
                                      protocols=protocols, C=args.C, erm=not args.no_erm, device=args.device,
                                      threads=args.threads or None)
         summary = write_summary(results, run_dir)
-        print(format_table(summary["combined"], summary["domains"]))
+        print(summary["table"])
         return summary
 
 
