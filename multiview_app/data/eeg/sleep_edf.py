@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,8 @@ class EdfHeader:
         n_records: number of data records (-1: unknown).
         record_seconds: duration of one data record.
         header_bytes: size of the header.
+        physical_dimensions: unit of each signal as written (e.g. ``uV``, ``UV``, ``mV``).
+        physical_ranges: ``(physical minimum, physical maximum)`` of each signal, in its unit.
     """
 
     patient: str
@@ -36,6 +38,8 @@ class EdfHeader:
     n_records: int
     record_seconds: float
     header_bytes: int
+    physical_dimensions: list[str] = field(default_factory=list)
+    physical_ranges: list[tuple[float, float]] = field(default_factory=list)
 
     def native_rate(self, label: str) -> float:
         """Sampling rate (Hz) of signal ``label`` as stored in the file."""
@@ -57,13 +61,17 @@ def read_edf_header(path: Path) -> EdfHeader:
             block = handle.read(n_signals * 256)
             if len(block) < n_signals * 256:
                 raise ValueError(f"header announces {n_signals} signals but ends early")
-            field = lambda offset, width, i: block[n_signals * offset + i * width: n_signals * offset + (i + 1) * width]  # noqa: E731
-            labels = [field(0, 16, i).decode("latin-1").strip() for i in range(n_signals)]
-            samples = [int(field(216, 8, i)) for i in range(n_signals)]
+            column = lambda offset, width, i: block[n_signals * offset + i * width: n_signals * offset + (i + 1) * width]  # noqa: E731
+            text = lambda offset, width, i: column(offset, width, i).decode("latin-1").strip()  # noqa: E731
+            labels = [text(0, 16, i) for i in range(n_signals)]
+            samples = [int(column(216, 8, i)) for i in range(n_signals)]
             start = _edf_start(head)
             header = EdfHeader(patient=head[8:88].decode("latin-1").strip(), start=start, labels=labels,
                                samples_per_record=samples, n_records=int(head[236:244]),
-                               record_seconds=float(head[244:252]), header_bytes=int(head[184:192]))
+                               record_seconds=float(head[244:252]), header_bytes=int(head[184:192]),
+                               physical_dimensions=[text(96, 8, i) for i in range(n_signals)],
+                               physical_ranges=[(float(column(104, 8, i)), float(column(112, 8, i)))
+                                                for i in range(n_signals)])
         except ValueError as err:
             raise ValueError(f"{path}: corrupt EDF file ({err})") from None
     return header
