@@ -194,7 +194,8 @@ def _check_rate(path: Path, sfreq: float) -> None:
     per_epoch = EPOCH_SECONDS * sfreq
     if sfreq <= 0 or abs(per_epoch - round(per_epoch)) > 1e-6:
         raise ValueError(f"{path}: sampling rate {sfreq:g} Hz does not give a whole number of samples per "
-                         f"{EPOCH_SECONDS:g}-s epoch ({per_epoch:g}); expected a rate that divides it")
+                         f"{EPOCH_SECONDS:g}-s epoch ({per_epoch:g}); expected a rate with whole samples per epoch "
+                         "(DREAMS: 50, 100 or 200 Hz)")
 
 
 def inspect_excerpt(excerpt: Excerpt) -> ExcerptLayout:
