@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.signal import butter, hilbert, sosfiltfilt, welch
 
+from multiview_app.data.eeg.night_structure import runs, wake_nrem_rem_transitions_per_hour
 from multiview_app.data.eeg.preprocess import wake_crop_mask
 from multiview_app.data.eeg.reference import (BANDS, FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_CONTINUITY,
                                                SLEEP_EDF_SC_EPOCHS, SPINDLE_PER_MIN_N2, STAGE_TRANSITIONS_PER_HOUR)
@@ -54,12 +55,6 @@ def test_channel_correlations_decay_with_distance_and_nothing_is_shared_identica
 
 # ----------------------------------------------------------------------------- night structure
 
-def _runs(stages: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run-length encoding: (stage, length, start) of every bout."""
-    starts = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
-    return stages[starts], np.diff(np.r_[starts, stages.size]), starts
-
-
 def _rem_periods(stages: np.ndarray, gap_epochs: int = 30) -> list[tuple[int, int]]:
     """REM periods: REM epochs separated by < 15 min of other stages belong to one period (the usual
     NREM-REM cycle definition); (first, last) epoch of each."""
@@ -87,7 +82,7 @@ def test_semi_markov_night_structure():
         last_rem.append(np.mean([b - a + 1 for a, b in periods[-2:]]))
         third = (sleep[-1] - sleep[0]) // 3
         n3_thirds += [(stages[sleep[0] + i * third:sleep[0] + (i + 1) * third] == 3).sum() for i in range(3)]
-        stage, length, start = _runs(stages[sleep[0]:sleep[-1] + 1])
+        stage, length, start = runs(stages[sleep[0]:sleep[-1] + 1])
         for k in range(5):
             bouts[k] += length[stage == k].tolist()
         brief_awakenings += int(((stage == 0) & (length <= 2)).sum())
@@ -109,15 +104,6 @@ def test_semi_markov_night_structure():
     low, high = SLEEP_EDF_SC_CONTINUITY["transitions_per_hour"]["iqr"]
     assert low <= np.median(transition_rates) <= high, transition_rates
     assert np.mean(np.asarray(transition_rates) < cutoff) >= 0.75, transition_rates
-
-
-def wake_nrem_rem_transitions_per_hour(stages: np.ndarray) -> float:
-    """Transitions between wake, NREM (N1-N3) and REM from sleep onset to the final awakening, per
-    hour of sleep (the overall transition rate of Laffan et al. 2010)."""
-    sleep = np.flatnonzero(stages != 0)
-    period = stages[sleep[0]:sleep[-1] + 1]
-    state = np.select([period == 0, period == 4], [0, 2], default=1)
-    return float((state[1:] != state[:-1]).sum() / ((period != 0).sum() / 120))
 
 
 # ----------------------------------------------------------------------------- signals

@@ -199,15 +199,7 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
         counts["hypnogram_offset_seconds"] += int(round(shift))
     if len(set(orig_rates)) > 1:
         counts["mixed_rate_channels"] += len(picked)
-    intervals = []
-    for onset, duration, text in zip(annotations.onset, annotations.duration, annotations.description):
-        code = SLEEP_EDF_LABELS.get(str(text))
-        if code is None:
-            counts[f"ignored_annotation:{text}"] += 1
-            continue
-        intervals.append((float(onset) + shift, float(duration), code))  # onsets count from the hypnogram's start
-    if not intervals:
-        raise ValueError(f"{hypnogram}: no sleep-stage annotations (expected texts like 'Sleep stage W')")
+    intervals = stage_intervals(annotations, hypnogram, shift, counts)
     psg_seconds = data.shape[1] / sfreq
     scored = [(onset, onset + duration) for onset, duration, code in intervals if code >= 0]
     if not scored or max(end for _, end in scored) <= 0 or min(start for start, _ in scored) >= psg_seconds:
@@ -220,6 +212,40 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
     return Recording(recording=recording_id(psg), subject=subject_id(psg), sources=[psg, hypnogram],
                      channel_names=list(channels), signals=[row.astype(np.float64) for row in data],
                      sfreqs=[sfreq] * len(picked), epoch_labels=labels, counts=counts)
+
+
+def stage_intervals(annotations, hypnogram: Path, shift: float, counts: Counter) -> list[tuple[float, float, int]]:
+    """``(onset s, duration s, label code)`` of the sleep-stage annotations (``mne.Annotations``) of
+    ``hypnogram``, onsets moved by ``shift`` s (the hypnogram's start after its PSG's); other texts are
+    counted ``ignored_annotation:<text>``. ``ValueError`` naming the file when there are none."""
+    intervals = []
+    for onset, duration, text in zip(annotations.onset, annotations.duration, annotations.description):
+        code = SLEEP_EDF_LABELS.get(str(text))
+        if code is None:
+            counts[f"ignored_annotation:{text}"] += 1
+            continue
+        intervals.append((float(onset) + shift, float(duration), code))  # onsets count from the hypnogram's start
+    if not intervals:
+        raise ValueError(f"{hypnogram}: no sleep-stage annotations (expected texts like 'Sleep stage W')")
+    return intervals
+
+
+def hypnogram_epochs(hypnogram: Path) -> tuple[np.ndarray, Counter]:
+    """A Sleep-EDF hypnogram alone -> ``(E,)`` label codes of the 30-s epochs from its start to its
+    last annotation's end (the reader's mapping: 3 + 4 -> N3, "?" and movement ``EXCLUDED``, gaps
+    ``UNSCORED``), and the reader's counts. For night-structure statistics of real hypnograms whose
+    PSG is not at hand."""
+    import mne
+
+    check_edf_integrity(hypnogram)
+    try:
+        annotations = mne.read_annotations(hypnogram)
+    except Exception as err:
+        raise ValueError(f"{hypnogram}: cannot read hypnogram annotations ({err})") from None
+    counts: Counter = Counter()
+    intervals = stage_intervals(annotations, hypnogram, 0.0, counts)
+    n_epochs = int(np.ceil(max(onset + duration for onset, duration, _ in intervals) / EPOCH_SECONDS - 1e-6))
+    return label_epochs_from_intervals(intervals, n_epochs, counts), counts
 
 
 def download_sleep_physionet(subjects: list[int], recording: list[int], path: Path) -> list[Path]:
