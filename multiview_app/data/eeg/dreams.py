@@ -301,3 +301,23 @@ def read_dreams(excerpt: Excerpt, channels: list[str], layout: ExcerptLayout | N
     return Recording(recording=excerpt.name, subject=excerpt.name, sources=[excerpt.signal_file, excerpt.hypnogram],
                      channel_names=list(channels), signals=signals, sfreqs=[layout.sfreq] * len(picked),
                      epoch_labels=labels, counts=counts)
+
+
+def read_spindle_scoring(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``Visual_scoring{1,2}_excerptN.txt`` / ``Automatic_detection_excerptN.txt``: a ``[...]`` line, then
+    ``onset duration`` (s from the excerpt start) per spindle -> ``(onsets (k,), durations (k,))``;
+    ``ValueError`` naming the file and line otherwise."""
+    lines = path.read_text(errors="replace").splitlines()
+    if not lines or not lines[0].strip().startswith("["):
+        raise ValueError(f"{path}: first line '{lines[0].strip() if lines else ''}', expected '[<name>/<channel>]'")
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            onset, duration = (float(v) for v in line.split())
+        except ValueError:
+            raise ValueError(f"{path}: line {number}: '{line.strip()}', expected '<onset s> <duration s>'") from None
+        rows.append((onset, duration))
+    table = np.asarray(rows, dtype=np.float64).reshape(-1, 2)
+    return table[:, 0], table[:, 1]

@@ -1,0 +1,60 @@
+"""Per-stage signal statistics of one EEG derivation in microvolts: relative band power (the
+band-power baseline's bands) and amplitude percentiles, for comparing the generator with real
+recordings (``scripts/compare_eeg_signals.py``, docs/eeg.md); and spindle density from scorings."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...eval.bandpower import BANDS, relative_band_powers
+from .preprocess import DEFAULT_BAND, bandpass, resample
+from .stages import EPOCH_SECONDS, STAGES
+
+AMPLITUDE_PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
+"""Percentiles of the band-passed samples (uV) reported per stage."""
+
+
+def stage_epochs(signal: np.ndarray, fs: float, labels: np.ndarray, sfreq: float = 100.0,
+                 band: tuple[float, float] = DEFAULT_BAND) -> tuple[np.ndarray, np.ndarray]:
+    """One channel ``(n,)`` in uV -> the scored 30-s epochs ``(e, 30 * sfreq)`` in uV, resampled to
+    ``sfreq`` and band-passed to ``band`` as prepared windows are (but not z-scored), and their labels
+    ``(e,)`` (epochs labelled < 0 and epochs past the signal are left out)."""
+    x = resample(np.asarray(signal, dtype=np.float64), fs, sfreq)
+    x = bandpass(x, sfreq, *band)
+    per_epoch = int(round(EPOCH_SECONDS * sfreq))
+    n_epochs = min(labels.size, x.size // per_epoch)
+    epochs = x[: n_epochs * per_epoch].reshape(n_epochs, per_epoch)
+    keep = labels[:n_epochs] >= 0
+    return epochs[keep], labels[:n_epochs][keep]
+
+
+def stage_signal_stats(epochs: np.ndarray, labels: np.ndarray, sfreq: float) -> dict[str, Any]:
+    """Per stage: ``epochs`` count, relative band power (25th / 50th / 75th percentile over epochs,
+    ``eval.bandpower`` bands and total), amplitude percentiles of the samples and the median per-epoch
+    standard deviation in uV. ``epochs (e, T)``, ``labels (e,)``."""
+    out: dict[str, Any] = {}
+    for code, stage in enumerate(STAGES):
+        chosen = epochs[labels == code]
+        if not len(chosen):
+            out[stage] = {"epochs": 0}
+            continue
+        relative = relative_band_powers(chosen[:, None, :], sfreq)[:, 0, :]  # (e, 5)
+        out[stage] = {
+            "epochs": int(len(chosen)),
+            "relative_power": {band: [float(v) for v in np.percentile(relative[:, i], [25, 50, 75])]
+                               for i, band in enumerate(BANDS)},
+            "amplitude_uv": {f"p{p}": float(v) for p, v in zip(AMPLITUDE_PERCENTILES,
+                                                                np.percentile(chosen, AMPLITUDE_PERCENTILES))},
+            "epoch_sd_uv_median": float(np.median(chosen.std(axis=1))),
+        }
+    return out
+
+
+def events_per_minute_in_stage(onsets_seconds: np.ndarray, labels: np.ndarray, stage: int) -> tuple[int, float]:
+    """Events (onsets in s from the epoch grid's start) falling in epochs labelled ``stage``, and the
+    minutes of that stage: ``(count, minutes)``."""
+    index = np.floor(np.asarray(onsets_seconds, dtype=np.float64) / EPOCH_SECONDS).astype(np.int64)
+    inside = (index >= 0) & (index < labels.size)
+    count = int((labels[index[inside]] == stage).sum())
+    return count, float((labels == stage).sum() * EPOCH_SECONDS / 60.0)
