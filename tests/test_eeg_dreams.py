@@ -155,3 +155,17 @@ def test_missing_hypnogram_names_the_expected_file(tmp_path: Path) -> None:
     (tmp_path / "Hypnogram_excerpt1.txt").unlink()
     with pytest.raises(ValueError, match=f"no hypnogram found \\(expected {tmp_path / 'Hypnogram_excerpt1.txt'}\\)"):
         find_excerpts(tmp_path)
+
+
+def test_the_eeg_windows_adapter_and_data_info_read_a_dreams_cache(tmp_path: Path, capsys) -> None:
+    from multiview_app.data.eeg.adapter import EEGWindowsAdapter
+
+    _two_excerpts(tmp_path / "src")
+    prepare("dreams", tmp_path / "src", tmp_path / "cache", PrepareOptions(channels=["central"]), progress=False)
+    adapter = EEGWindowsAdapter(EEGWindowsAdapter.Options(cache=str(tmp_path / "cache"), test_subjects=["excerpt2"]))
+    assert adapter.split_subjects == {"train": ["excerpt1"], "test": ["excerpt2"]}
+    item = adapter.split("test")[0]
+    assert tuple(item["x"].shape) == (1, 3000) and item["subject"] == "excerpt2"
+    assert main(["data", "info", str(tmp_path / "cache")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dataset"] == "dreams" and summary["card"]["name"] == "dreams_spindles"

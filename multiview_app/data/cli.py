@@ -182,11 +182,11 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .catalog import load_catalog
+    from .catalog import load_catalog, preparable
     from .eeg.cache import info
 
     summary = info(args.cache)
-    card = load_catalog().get(summary["dataset"])
+    card = load_catalog().get(summary["dataset"]) or preparable().get(summary["dataset"])  # dreams -> dreams_spindles
     if card is not None:
         summary["card"] = card.summary()
     print(json.dumps(summary, indent=1))
