@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from multiview_app.data.eeg.dreams import read_spindle_scoring
-from multiview_app.data.eeg.signal_stats import events_per_minute_in_stage, stage_epochs, stage_signal_stats
+from multiview_app.data.eeg.signal_stats import (detect_spindles, events_per_minute_in_stage, match_events, stage_epochs,
+                                                 stage_signal_stats)
 from multiview_app.data.eeg.stages import STAGES
 from multiview_app.eval.bandpower import BANDS
 
@@ -48,6 +49,30 @@ def test_events_per_stage_minute_by_hand() -> None:
     assert (count, minutes) == (4, 1.5)  # 1.0, 29.9 (epoch 0), 30.0 (epoch 1), 95.0 (epoch 3); 200 s is past the end
 
 
+def test_spindle_detector_finds_bursts_where_they_are() -> None:
+    """1-s 13-Hz bursts (30 uV) at known onsets on 5-uV noise, 4 N2 epochs at 100 Hz: each found once,
+    onset and duration within 0.2 s; a 4-s burst (longer than a spindle) is not."""
+    fs, rng = 100.0, np.random.default_rng(0)
+    x = 5 * rng.standard_normal(int(4 * 30 * fs))
+    truth = [10.0, 31.5, 57.0, 80.2]
+    for onset in truth:
+        t = np.arange(int(fs)) / fs
+        x[int(onset * fs):int(onset * fs) + int(fs)] += 30 * np.sin(2 * np.pi * 13 * t) * np.hanning(int(fs)) ** 0.25
+    x[int(100 * fs):int(104 * fs)] += 30 * np.sin(2 * np.pi * 13 * np.arange(int(4 * fs)) / fs)
+    onsets, durations = detect_spindles(x, fs, np.array([2, 2, 2, 2]))
+    np.testing.assert_allclose(onsets, truth, atol=0.2)
+    np.testing.assert_allclose(durations, 1.0, atol=0.2)
+    with pytest.raises(ValueError, match="no epoch of stage N2"):
+        detect_spindles(x, fs, np.array([0, 0, 0, 0]))
+
+
+def test_match_events_by_overlap() -> None:
+    detected = (np.array([1.0, 5.0, 9.0]), np.array([1.0, 1.0, 1.0]))  # [1, 2], [5, 6], [9, 10]
+    reference = (np.array([1.5, 6.5, 9.5, 20.0]), np.array([1.0, 1.0, 0.2, 1.0]))  # [1.5, 2.5], [6.5, 7.5], ...
+    assert match_events(detected, reference) == {"reference": 4, "detected": 3, "found": 2, "right": 2,
+                                                 "sensitivity": 0.5, "precision": 2 / 3}
+
+
 def test_spindle_scoring_reader(tmp_path: Path) -> None:
     path = tmp_path / "Visual_scoring1_excerpt1.txt"
     path.write_text("[vis1_Spindles/C3-A1]\n  282.2400\t    0.7200\n  311.7200\t    1.5400\n")
@@ -78,4 +103,10 @@ def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None
     spindles = summary["real_n2_spindles"]
     assert spindles["expert 1"]["excerpts"] == 8 and spindles["expert 2"]["excerpts"] == 6
     assert all(0.2 < d["per_minute"] < 10.0 for d in spindles.values())
+    agreement = summary["project_detector_vs"]
+    assert set(agreement) == {"project detector vs expert 1", "project detector vs expert 2",
+                              "project detector vs DREAMS automatic detector", "expert 2 vs expert 1"}
+    for counts in agreement.values():
+        assert 0 <= counts["found"] <= counts["reference"] and 0 <= counts["right"] <= counts["detected"]
+        assert 0.0 <= counts["sensitivity"] <= 1.0 and 0.0 <= counts["precision"] <= 1.0
     assert "relative sigma power" in (tmp_path / "eeg_signals.md").read_text()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.signal import butter, hilbert, sosfiltfilt, welch
+from scipy.signal import butter, sosfiltfilt, welch
 
 from multiview_app.data.eeg.night_structure import runs, wake_nrem_rem_transitions_per_hour
 from multiview_app.data.eeg.preprocess import wake_crop_mask
+from multiview_app.data.eeg.signal_stats import detect_spindles
 from multiview_app.data.eeg.reference import (BANDS, FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_CONTINUITY,
                                                SLEEP_EDF_SC_EPOCHS, SPINDLE_PER_MIN_N2, STAGE_TRANSITIONS_PER_HOUR)
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
@@ -171,12 +172,8 @@ def test_stage_signatures_rem_n1_wake(nights):
     # (mean +- SD), few in REM
     density = np.zeros(5)
     for n in nights:
-        envelope = np.abs(hilbert(_band(n.signals["C3-M2"], 11.0, 16.0)))
-        envelope = np.convolve(envelope, np.ones(20) / 20, mode="same")
-        above = np.r_[0, (envelope > 3 * np.median(envelope[np.repeat(n.stages, 3000) == 2])).astype(int), 0]
-        on, off = np.flatnonzero(np.diff(above) == 1), np.flatnonzero(np.diff(above) == -1)
-        keep = ((off - on) >= 50) & ((off - on) <= 300)
-        density += np.bincount(n.stages[on[keep] // 3000], minlength=5)
+        onsets, _ = detect_spindles(n.signals["C3-M2"], 100.0, n.stages)  # envelope > 3 x N2 median, 0.5-3 s
+        density += np.bincount(n.stages[np.round(onsets * 100).astype(int) // 3000], minlength=5)
     density /= np.bincount(stages, minlength=5) / 2  # per minute
     mean, sd = SPINDLE_PER_MIN_N2["mean"], SPINDLE_PER_MIN_N2["sd"]
     assert mean - sd <= density[2] <= mean + sd and density[4] < 0.25 * density[2], density

@@ -58,3 +58,46 @@ def events_per_minute_in_stage(onsets_seconds: np.ndarray, labels: np.ndarray, s
     inside = (index >= 0) & (index < labels.size)
     count = int((labels[index[inside]] == stage).sum())
     return count, float((labels == stage).sum() * EPOCH_SECONDS / 60.0)
+
+
+SPINDLE_BAND = (11.0, 16.0)
+"""Band (Hz) of the spindle detector."""
+
+
+def detect_spindles(signal: np.ndarray, fs: float, stages: np.ndarray, threshold: float = 3.0,
+                    reference_stage: int = 2, smooth_seconds: float = 0.2, min_seconds: float = 0.5,
+                    max_seconds: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
+    """The project's spindle detector (the one ``tests/test_eeg_synth.py`` checks the generator with):
+    ``signal (n,)`` band-passed to :data:`SPINDLE_BAND` (4th-order Butterworth, zero-phase), Hilbert
+    envelope smoothed over ``smooth_seconds``, above ``threshold`` x the median envelope of the epochs
+    labelled ``reference_stage`` (``stages (E,)``, 30-s epochs from the signal's start; samples past
+    them are not a reference) for ``min_seconds`` to ``max_seconds``. Returns ``(onsets s, durations s)``."""
+    from scipy.signal import hilbert
+
+    x = np.asarray(signal, dtype=np.float64)
+    envelope = np.abs(hilbert(bandpass(x, fs, *SPINDLE_BAND)))
+    width = int(round(smooth_seconds * fs))
+    envelope = np.convolve(envelope, np.ones(width) / width, mode="same")
+    per_sample = np.full(x.size, -1, dtype=np.int64)
+    covered = min(x.size, stages.size * int(round(EPOCH_SECONDS * fs)))
+    per_sample[:covered] = np.repeat(stages, int(round(EPOCH_SECONDS * fs)))[:covered]
+    reference = envelope[per_sample == reference_stage]
+    if reference.size == 0:
+        raise ValueError(f"detect_spindles: no epoch of stage {STAGES[reference_stage]} to set the threshold")
+    above = np.r_[0, (envelope > threshold * np.median(reference)).astype(int), 0]
+    on, off = np.flatnonzero(np.diff(above) == 1), np.flatnonzero(np.diff(above) == -1)
+    keep = ((off - on) >= int(round(min_seconds * fs))) & ((off - on) <= int(round(max_seconds * fs)))
+    return on[keep] / fs, (off - on)[keep] / fs
+
+
+def match_events(detected: tuple[np.ndarray, np.ndarray], reference: tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
+    """Agreement of detected with reference events (each ``(onsets s, durations s)``) by overlap: a
+    reference event is found when a detection overlaps it (sensitivity), a detection is right when it
+    overlaps a reference event (precision)."""
+    d_on, d_off = detected[0], detected[0] + detected[1]
+    r_on, r_off = reference[0], reference[0] + reference[1]
+    overlap = (d_on[:, None] < r_off[None, :]) & (r_on[None, :] < d_off[:, None])  # (detected, reference)
+    found, right = int(overlap.any(axis=0).sum()), int(overlap.any(axis=1).sum())
+    return {"reference": int(r_on.size), "detected": int(d_on.size), "found": found, "right": right,
+            "sensitivity": found / r_on.size if r_on.size else float("nan"),
+            "precision": right / d_on.size if d_on.size else float("nan")}
