@@ -8,7 +8,9 @@ rule. Synthetic: C3-M2 of ``--subjects`` 9-h nights (``--compress 4`` excerpts, 
 traits ``default_rng([seed, s])``). Both resampled to 100 Hz and band-passed 0.5-30 Hz as prepared
 windows (not z-scored): per stage relative band power and amplitude percentiles in uV; the real N2
 spindle density from both experts' scorings, the DREAMS automatic detector and the project's detector
-(``signal_stats.detect_spindles``), and that detector's sensitivity / precision against each scoring. Writes
+(``signal_stats.detect_spindles``), and that detector's sensitivity / precision against each scoring;
+realism both ways: a band-power classifier fitted on real epochs stages synthetic ones and the reverse
+(``signal_stats.cross_staging``, Cohen's kappa on W/N1/N2/N3). Writes
 ``DIR/eeg_signals.md`` and ``DIR/eeg_signals.json`` and prints the table.
 """
 from __future__ import annotations
@@ -23,8 +25,8 @@ import numpy as np
 from multiview_app.bench import command_line, markdown_table
 from multiview_app.data.eeg.dreams import find_excerpts, read_dreams, read_spindle_scoring
 from multiview_app.data.eeg.preprocess import resample
-from multiview_app.data.eeg.signal_stats import (detect_spindles, events_per_minute_in_stage, match_events, stage_epochs,
-                                                 stage_signal_stats)
+from multiview_app.data.eeg.signal_stats import (cross_staging, detect_spindles, events_per_minute_in_stage,
+                                                 match_events, stage_epochs, stage_signal_stats)
 from multiview_app.data.eeg.stages import STAGES
 from multiview_app.data.eeg.synth import SubjectTraits, synth_night
 from multiview_app.eval.bandpower import BANDS
@@ -119,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     epochs, labels, density, agreement = real_epochs(Path(args.real_psg) / "dreams-spindles")
     syn_epochs, syn_labels = synthetic_epochs(args.subjects, args.seed)
     stats = {"real": stage_signal_stats(epochs, labels, SFREQ), "synthetic": stage_signal_stats(syn_epochs, syn_labels, SFREQ)}
-    summary = {"stats": stats, "real_n2_spindles": density, "project_detector_vs": agreement, "command": command_line(),
+    realism = {"trained on real, stages synthetic": cross_staging((epochs, labels), (syn_epochs, syn_labels), SFREQ, seed=args.seed),
+               "trained on synthetic, stages real": cross_staging((syn_epochs, syn_labels), (epochs, labels), SFREQ, seed=args.seed)}
+    summary = {"stats": stats, "real_n2_spindles": density, "project_detector_vs": agreement, "realism": realism,
+               "command": command_line(),
                "synthetic_subjects": args.subjects, "seed": args.seed}
     headers, rows = table_rows(stats)
     table = markdown_table(headers, rows)
@@ -129,10 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     agreement_table = markdown_table(
         ["detector vs reference", "reference spindles", "detections", "sensitivity", "precision"],
         [[n, a["reference"], a["detected"], f"{a['sensitivity']:.2f}", f"{a['precision']:.2f}"] for n, a in agreement.items()])
+    realism_table = markdown_table(
+        ["band-power classifier (W/N1/N2/N3)", "kappa", "balanced accuracy", "F1 W / N1 / N2 / N3", "train per class", "test epochs"],
+        [[name, f"{r['kappa']:.2f}", f"{r['balanced_accuracy']:.2f}",
+          " / ".join(f"{r['per_class_f1'].get(s, float('nan')):.2f}" for s in STAGES[:4]),
+          next(iter(r["train_per_class"].values())), sum(r["test_per_class"].values())] for name, r in realism.items()])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "eeg_signals.md").write_text(f"`{summary['command']}`\n\n{table}\n\n{spindle_table}\n\n{agreement_table}\n")
+    (args.out / "eeg_signals.md").write_text(
+        f"`{summary['command']}`\n\n{table}\n\n{spindle_table}\n\n{agreement_table}\n\n{realism_table}\n")
     (args.out / "eeg_signals.json").write_text(json.dumps(summary, indent=1))
-    print(table, spindle_table, agreement_table, sep="\n\n")
+    print(table, spindle_table, agreement_table, realism_table, sep="\n\n")
     return 0
 
 

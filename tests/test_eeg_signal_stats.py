@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from multiview_app.data.eeg.dreams import read_spindle_scoring
-from multiview_app.data.eeg.signal_stats import (detect_spindles, events_per_minute_in_stage, match_events, stage_epochs,
+from multiview_app.data.eeg.signal_stats import (cross_staging, detect_spindles, events_per_minute_in_stage, match_events, stage_epochs,
                                                  stage_signal_stats)
 from multiview_app.data.eeg.stages import STAGES
 from multiview_app.eval.bandpower import BANDS
@@ -73,6 +73,28 @@ def test_match_events_by_overlap() -> None:
                                                  "sensitivity": 0.5, "precision": 2 / 3}
 
 
+def _rhythm_epochs(seed: int, per_class: int) -> tuple[np.ndarray, np.ndarray]:
+    """Epochs whose stage is the frequency of their rhythm (W 10 Hz, N1 6 Hz, N2 13 Hz, N3 2 Hz) on noise."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(3000) / 100.0
+    labels = np.repeat(np.arange(4), per_class)
+    hz = np.array([10.0, 6.0, 13.0, 2.0])[labels]
+    epochs = 20 * np.sin(2 * np.pi * hz[:, None] * t + rng.uniform(0, 6.3, (labels.size, 1)))
+    return epochs + 10 * rng.standard_normal(epochs.shape), labels
+
+
+def test_cross_staging_of_two_sources_with_the_same_stages() -> None:
+    result = cross_staging(_rhythm_epochs(0, 30), _rhythm_epochs(1, 20), 100.0)
+    assert result["kappa"] > 0.9 and result["train_per_class"] == {"W": 30, "N1": 30, "N2": 30, "N3": 30}
+    assert result["test_per_class"] == {"W": 20, "N1": 20, "N2": 20, "N3": 20}
+    shuffled = _rhythm_epochs(1, 20)
+    result = cross_staging(_rhythm_epochs(0, 30), (shuffled[0], (shuffled[1] + 1) % 4), 100.0)
+    assert result["kappa"] < 0.0  # stages renamed on the test side: worse than chance
+    epochs, labels = _rhythm_epochs(0, 10)
+    with pytest.raises(ValueError, match="has no training epoch"):
+        cross_staging((epochs[labels != 1], labels[labels != 1]), (epochs, labels), 100.0)
+
+
 def test_spindle_scoring_reader(tmp_path: Path) -> None:
     path = tmp_path / "Visual_scoring1_excerpt1.txt"
     path.write_text("[vis1_Spindles/C3-A1]\n  282.2400\t    0.7200\n  311.7200\t    1.5400\n")
@@ -109,4 +131,9 @@ def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None
     for counts in agreement.values():
         assert 0 <= counts["found"] <= counts["reference"] and 0 <= counts["right"] <= counts["detected"]
         assert 0.0 <= counts["sensitivity"] <= 1.0 and 0.0 <= counts["precision"] <= 1.0
+    realism = summary["realism"]
+    assert set(realism) == {"trained on real, stages synthetic", "trained on synthetic, stages real"}
+    assert realism["trained on synthetic, stages real"]["test_per_class"] == {"W": 54, "N1": 46, "N2": 288, "N3": 87}
+    assert realism["trained on real, stages synthetic"]["train_per_class"] == {"W": 46, "N1": 46, "N2": 46, "N3": 46}
+    assert all(-1.0 <= r["kappa"] <= 1.0 and 0.0 <= r["balanced_accuracy"] <= 1.0 for r in realism.values())
     assert "relative sigma power" in (tmp_path / "eeg_signals.md").read_text()
