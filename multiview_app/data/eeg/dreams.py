@@ -253,6 +253,9 @@ def edf_microvolts(path: Path, channels: list[str]) -> tuple[np.ndarray, Counter
             raise ValueError(f"{path}: channel '{name}' has physical dimension '{unit}'; expected a voltage "
                              f"({', '.join(TO_MICROVOLTS)})")
         bound = max(abs(v) for v in header.physical_ranges[index]) * scale * (1 + UNIT_TOLERANCE)
+        if not np.isfinite(bound):  # no usable physical range in the header: nothing to check against
+            counts["unit_unchecked_channels"] += 1
+            continue
         largest = float(np.nanmax(np.abs(row))) if row.size else 0.0
         if largest <= bound:
             continue

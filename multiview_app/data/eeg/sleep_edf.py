@@ -5,11 +5,15 @@ import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .recording import Recording, label_epochs_from_intervals, resolve_channels
 from .stages import EPOCH_SECONDS, SLEEP_EDF_LABELS, UNSCORED
+
+if TYPE_CHECKING:
+    import mne
 
 PAIR_KEY_LENGTH = 7  # SC4ssNE: the 8th character names the scorer and differs between the two files
 
@@ -70,11 +74,20 @@ def read_edf_header(path: Path) -> EdfHeader:
                                samples_per_record=samples, n_records=int(head[236:244]),
                                record_seconds=float(head[244:252]), header_bytes=int(head[184:192]),
                                physical_dimensions=[text(96, 8, i) for i in range(n_signals)],
-                               physical_ranges=[(float(column(104, 8, i)), float(column(112, 8, i)))
+                               physical_ranges=[(_number(column(104, 8, i)), _number(column(112, 8, i)))
                                                 for i in range(n_signals)])
         except ValueError as err:
             raise ValueError(f"{path}: corrupt EDF file ({err})") from None
     return header
+
+
+def _number(field_bytes: bytes) -> float:
+    """A numeric header field, NaN when it is not a number (the physical range is only needed to check
+    a channel's unit; an odd value there must not make the whole file unreadable)."""
+    try:
+        return float(field_bytes)
+    except ValueError:
+        return float("nan")
 
 
 def _edf_start(head: bytes) -> dt.datetime:
@@ -214,7 +227,7 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
                      sfreqs=[sfreq] * len(picked), epoch_labels=labels, counts=counts)
 
 
-def stage_intervals(annotations, hypnogram: Path, shift: float, counts: Counter) -> list[tuple[float, float, int]]:
+def stage_intervals(annotations: "mne.Annotations", hypnogram: Path, shift: float, counts: Counter) -> list[tuple[float, float, int]]:
     """``(onset s, duration s, label code)`` of the sleep-stage annotations (``mne.Annotations``) of
     ``hypnogram``, onsets moved by ``shift`` s (the hypnogram's start after its PSG's); other texts are
     counted ``ignored_annotation:<text>``. ``ValueError`` naming the file when there are none."""
