@@ -169,3 +169,19 @@ def test_the_eeg_windows_adapter_and_data_info_read_a_dreams_cache(tmp_path: Pat
     assert main(["data", "info", str(tmp_path / "cache")]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dataset"] == "dreams" and summary["card"]["name"] == "dreams_spindles"
+
+
+def test_a_physical_range_that_is_not_a_number_reads_as_nan(tmp_path: Path) -> None:
+    """The header parser keeps reading a file whose physical minimum field is not a number (only the
+    unit check needs it); the other fields are unchanged."""
+    import math
+
+    from multiview_app.data.eeg.sleep_edf import read_edf_header
+
+    _uv_upper_case_edf(tmp_path / "x.edf", np.zeros(200), 50.0)
+    data = bytearray((tmp_path / "x.edf").read_bytes())
+    data[256 + 104: 256 + 112] = b"n/a     "  # signal 0's physical minimum (one signal: offset 104)
+    (tmp_path / "x.edf").write_bytes(bytes(data))
+    header = read_edf_header(tmp_path / "x.edf")
+    assert math.isnan(header.physical_ranges[0][0]) and header.physical_ranges[0][1] == 250.0
+    assert header.labels == ["C3-A1"] and header.physical_dimensions == ["UV"]
