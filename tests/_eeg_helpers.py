@@ -28,3 +28,51 @@ def fake_cache(folder: Path, subjects: int = 4, windows: int = 6) -> Path:
                 "recordings": recordings, "duplicates": []}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
+
+
+def write_dreams_excerpt(folder: Path, name: str, sfreq: float, labels5: list[int], derivation: str = "C3-A1",
+                         extra_samples: int = 0, seed: int = 0) -> tuple[Path, Path]:
+    """A DREAMS-format excerpt (``<name>.txt``: ``[derivation]`` then one microvolt sample per line, 5 s
+    per label of ``labels5`` plus ``extra_samples``; ``Hypnogram_<name>.txt``) with a 10-Hz rhythm whose
+    amplitude follows the label (so windows differ). Returns (signal file, hypnogram)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    per_label = int(round(5 * sfreq))
+    amplitude = np.repeat(np.asarray(labels5, dtype=np.float64) + 3.0, per_label)
+    amplitude = np.concatenate([amplitude, np.full(extra_samples, 3.0)])
+    t = np.arange(amplitude.size) / sfreq
+    rng = np.random.default_rng(seed)
+    samples = amplitude * np.sin(2 * np.pi * 10 * t) + rng.standard_normal(amplitude.size)
+    signal = folder / f"{name}.txt"
+    signal.write_text(f"[{derivation}]\n" + "".join(f"{x:11.4f}\n" for x in samples))
+    hypnogram = folder / f"Hypnogram_{name}.txt"
+    hypnogram.write_text("[Hypnogram]\n" + "".join(f"{v}\n" for v in labels5))
+    return signal, hypnogram
+
+
+def write_sha256sums(folder: Path, names: list[str]) -> Path:
+    """``SHA256SUMS`` of ``names`` in ``folder`` (``<hex>  <name>`` lines, as sha256sum writes)."""
+    import hashlib
+
+    lines = [f"{hashlib.sha256((folder / n).read_bytes()).hexdigest()}  {n}\n" for n in names]
+    path = folder / "SHA256SUMS"
+    path.write_text("".join(lines))
+    return path
+
+
+REAL_PSG_ENV = "MVAPP_REAL_PSG"
+"""Environment variable naming the folder with the real recordings (``dreams-spindles/``,
+``sleep-edf-hypnograms/``); default ``<repository>/../shared/real-psg``."""
+
+
+def real_psg(subfolder: str) -> Path:
+    """``$MVAPP_REAL_PSG/<subfolder>`` (default ``<repository>/../shared/real-psg``); skips the test, naming
+    the path, when absent (a fresh clone has no real data; it is never copied into the repository)."""
+    import os
+
+    import pytest
+
+    root = Path(os.environ.get(REAL_PSG_ENV) or Path(__file__).resolve().parents[1].parent / "shared" / "real-psg")
+    path = root / subfolder
+    if not path.is_dir():
+        pytest.skip(f"real recordings absent: {path} not found (set {REAL_PSG_ENV} to the folder holding {subfolder}/)")
+    return path

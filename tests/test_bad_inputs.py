@@ -31,6 +31,7 @@ from PIL import Image
 from multiview_app.cli import main
 from multiview_app.config import config_from_dict
 
+from _eeg_helpers import write_dreams_excerpt, write_sha256sums
 from _train_helpers import tiny_raw, write_sleep_edf_nights, write_tiny_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -421,6 +422,67 @@ def _(tmp, shared):
     out.mkdir()  # an existing empty folder: must stay empty
     return (["data", "prepare", "sleep-edf", "--source", str(tmp / "src"), "--out", str(out)],
             ["SC4001E0-PSG.edf: truncated EDF file"])
+
+
+def _dreams_source(tmp: Path) -> Path:
+    """Two DREAMS-format excerpts (4 epochs each) with their SHA256SUMS, in ``tmp/src``."""
+    src = tmp / "src"
+    write_dreams_excerpt(src, "excerpt1", 100.0, [5] * 12 + [2] * 12)
+    write_dreams_excerpt(src, "excerpt2", 200.0, [2] * 12 + [1] * 12, derivation="CZ-A1")
+    write_sha256sums(src, ["excerpt1.txt", "excerpt2.txt"])
+    return src
+
+
+@case("prepare a truncated DREAMS excerpt (beside a good one)")
+def _(tmp, shared):
+    src = _dreams_source(tmp)
+    lines = (src / "excerpt2.txt").read_text().splitlines(keepends=True)
+    (src / "excerpt2.txt").write_text("".join(lines[: len(lines) // 2]))
+    write_sha256sums(src, ["excerpt1.txt", "excerpt2.txt"])  # a consistent folder: the length check refuses it
+    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+            [f"{src / 'excerpt2.txt'}: truncated", "expected at least 24000 samples at 200 Hz, found 11999"])
+
+
+@case("prepare a DREAMS hypnogram shorter than its signal")
+def _(tmp, shared):
+    src = _dreams_source(tmp)
+    (src / "Hypnogram_excerpt2.txt").write_text("[Hypnogram]\n" + "2\n" * 18)
+    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+            [f"{src / 'Hypnogram_excerpt2.txt'}: hypnogram shorter than its signal", "expected 24 labels"])
+
+
+@case("prepare a DREAMS excerpt whose derivation is unknown")
+def _(tmp, shared):
+    src = _dreams_source(tmp)
+    text = (src / "excerpt2.txt").read_text()
+    (src / "excerpt2.txt").write_text("[C4-A2]" + text[text.index("\n"):])
+    write_sha256sums(src, ["excerpt1.txt", "excerpt2.txt"])
+    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+            [f"{src / 'excerpt2.txt'}: first line '[C4-A2]' is not a known DREAMS derivation", "[C3-A1], [CZ-A1]"])
+
+
+@case("prepare a DREAMS EDF whose rate does not divide 30 s")
+def _(tmp, shared):
+    import edfio
+    import numpy as np
+
+    src = _dreams_source(tmp)
+    rate = 10 / 7  # 10 samples per 7-s data record
+    signal = edfio.EdfSignal(np.zeros(180), sampling_frequency=rate, label="C3-A1",  # 18 records, 126 s
+                             physical_dimension="uV", physical_range=(-250.0, 250.0))
+    edfio.Edf([signal], data_record_duration=7.0).write(src / "excerpt1.edf")
+    write_sha256sums(src, ["excerpt1.txt", "excerpt2.txt", "excerpt1.edf"])
+    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+            [f"{src / 'excerpt1.edf'}: sampling rate 1.42857 Hz does not give a whole number of samples per 30-s epoch"])
+
+
+@case("prepare a modified DREAMS excerpt (checksum)")
+def _(tmp, shared):
+    src = _dreams_source(tmp)
+    with open(src / "excerpt1.txt", "a") as handle:
+        handle.write("    0.5000\n")
+    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+            [f"{src / 'excerpt1.txt'}: sha256", f"in {src / 'SHA256SUMS'}"])
 
 
 @case("prepare into a cache made with other options")

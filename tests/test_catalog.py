@@ -22,7 +22,7 @@ def test_catalog_is_the_top_level_datasets_folder_and_not_a_package() -> None:
 
 def test_every_card_validates_and_names_its_file() -> None:
     cards = load_catalog()
-    assert {"sleep-edf", "physionet2018", "synthetic-psg", "digits", "domainnet", "digit-domains",
+    assert {"sleep-edf", "physionet2018", "dreams_spindles", "synthetic-psg", "digits", "domainnet", "digit-domains",
             "image-text-pairs", "digit-captions"} <= set(cards)
     for path in sorted((ROOT / "datasets").glob("*.yaml")):
         assert read_card(path).name == path.stem
@@ -52,7 +52,19 @@ def test_code_reads_label_maps_and_channels_from_the_cards() -> None:
         if card.modality == "eeg":
             assert tuple(card.labels.classes) == stages.STAGES
             assert card.labels.epoch_seconds == stages.EPOCH_SECONDS
-    assert set(preparable()) == {"sleep-edf", "physionet2018"}
+    assert set(preparable()) == {"sleep-edf", "physionet2018", "dreams"}
+    dreams = get_card("dreams_spindles")
+    assert stages.DREAMS_LABELS == dreams.label_codes(stages.EXCLUDED)
+    assert stages.DREAMS_LABELS["1"] == stages.DREAMS_LABELS["0"] == stages.STAGES.index("N3")  # R&K S3 + S4 -> N3
+    assert stages.DREAMS_LABELS["-1"] == stages.EXCLUDED  # movement
+    assert dreams.labels.scored_seconds == 5 and {r.sfreq for r in dreams.recordings.values()} == {50, 100, 200}
+
+
+def test_synth_psg_formats_are_the_writers() -> None:
+    from multiview_app.data.cli import SYNTH_FORMATS
+    from multiview_app.data.eeg.synth import WRITERS
+
+    assert SYNTH_FORMATS == tuple(WRITERS)
 
 
 @pytest.mark.parametrize(

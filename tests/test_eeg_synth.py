@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.signal import butter, hilbert, sosfiltfilt, welch
+from scipy.signal import butter, sosfiltfilt, welch
 
+from multiview_app.data.eeg.night_structure import runs, wake_nrem_rem_transitions_per_hour
 from multiview_app.data.eeg.preprocess import wake_crop_mask
+from multiview_app.data.eeg.signal_stats import detect_spindles
 from multiview_app.data.eeg.reference import (BANDS, FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_CONTINUITY,
                                                SLEEP_EDF_SC_EPOCHS, SPINDLE_PER_MIN_N2, STAGE_TRANSITIONS_PER_HOUR)
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
@@ -54,12 +56,6 @@ def test_channel_correlations_decay_with_distance_and_nothing_is_shared_identica
 
 # ----------------------------------------------------------------------------- night structure
 
-def _runs(stages: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run-length encoding: (stage, length, start) of every bout."""
-    starts = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
-    return stages[starts], np.diff(np.r_[starts, stages.size]), starts
-
-
 def _rem_periods(stages: np.ndarray, gap_epochs: int = 30) -> list[tuple[int, int]]:
     """REM periods: REM epochs separated by < 15 min of other stages belong to one period (the usual
     NREM-REM cycle definition); (first, last) epoch of each."""
@@ -87,7 +83,7 @@ def test_semi_markov_night_structure():
         last_rem.append(np.mean([b - a + 1 for a, b in periods[-2:]]))
         third = (sleep[-1] - sleep[0]) // 3
         n3_thirds += [(stages[sleep[0] + i * third:sleep[0] + (i + 1) * third] == 3).sum() for i in range(3)]
-        stage, length, start = _runs(stages[sleep[0]:sleep[-1] + 1])
+        stage, length, start = runs(stages[sleep[0]:sleep[-1] + 1])
         for k in range(5):
             bouts[k] += length[stage == k].tolist()
         brief_awakenings += int(((stage == 0) & (length <= 2)).sum())
@@ -109,15 +105,6 @@ def test_semi_markov_night_structure():
     low, high = SLEEP_EDF_SC_CONTINUITY["transitions_per_hour"]["iqr"]
     assert low <= np.median(transition_rates) <= high, transition_rates
     assert np.mean(np.asarray(transition_rates) < cutoff) >= 0.75, transition_rates
-
-
-def wake_nrem_rem_transitions_per_hour(stages: np.ndarray) -> float:
-    """Transitions between wake, NREM (N1-N3) and REM from sleep onset to the final awakening, per
-    hour of sleep (the overall transition rate of Laffan et al. 2010)."""
-    sleep = np.flatnonzero(stages != 0)
-    period = stages[sleep[0]:sleep[-1] + 1]
-    state = np.select([period == 0, period == 4], [0, 2], default=1)
-    return float((state[1:] != state[:-1]).sum() / ((period != 0).sum() / 120))
 
 
 # ----------------------------------------------------------------------------- signals
@@ -185,12 +172,8 @@ def test_stage_signatures_rem_n1_wake(nights):
     # (mean +- SD), few in REM
     density = np.zeros(5)
     for n in nights:
-        envelope = np.abs(hilbert(_band(n.signals["C3-M2"], 11.0, 16.0)))
-        envelope = np.convolve(envelope, np.ones(20) / 20, mode="same")
-        above = np.r_[0, (envelope > 3 * np.median(envelope[np.repeat(n.stages, 3000) == 2])).astype(int), 0]
-        on, off = np.flatnonzero(np.diff(above) == 1), np.flatnonzero(np.diff(above) == -1)
-        keep = ((off - on) >= 50) & ((off - on) <= 300)
-        density += np.bincount(n.stages[on[keep] // 3000], minlength=5)
+        onsets, _ = detect_spindles(n.signals["C3-M2"], 100.0, n.stages)  # envelope > 3 x N2 median, 0.5-3 s
+        density += np.bincount(n.stages[np.round(onsets * 100).astype(int) // 3000], minlength=5)
     density /= np.bincount(stages, minlength=5) / 2  # per minute
     mean, sd = SPINDLE_PER_MIN_N2["mean"], SPINDLE_PER_MIN_N2["sd"]
     assert mean - sd <= density[2] <= mean + sd and density[4] < 0.25 * density[2], density

@@ -48,6 +48,10 @@ class Labels(_Card):
     classes: list[str]
     epoch_seconds: float | None = None
     mapping: dict[str, str] = Field(default_factory=dict)
+    scored_seconds: float | None = Field(
+        None, description="length of one scored label in the files when it differs from epoch_seconds "
+                          "(DREAMS: 5-s R&K labels, combined into epoch_seconds epochs by ``rule``)")
+    rule: str | None = None
 
     @model_validator(mode="after")
     def _targets_known(self) -> "Labels":
@@ -65,6 +69,14 @@ class Splits(_Card):
 class Checksums(_Card):
     published: str | None
     files: dict[str, str] = Field(default_factory=dict)  # relative path -> sha256
+
+
+class RecordingFacts(_Card):
+    """Facts of one recording of a small fixed dataset that its files do not state (DREAMS excerpts:
+    the text files carry no sampling rate)."""
+
+    sfreq: float = Field(gt=0)
+    channel: str
 
 
 class Obtain(_Card):
@@ -88,6 +100,7 @@ class DatasetCard(_Card):
     channels: list[Channel] = Field(default_factory=list)
     default_channels: list[str] = Field(default_factory=list)
     domains: list[str] = Field(default_factory=list)
+    recordings: dict[str, RecordingFacts] = Field(default_factory=dict)
     labels: Labels
     splits: Splits
     checksums: Checksums

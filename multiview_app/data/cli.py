@@ -15,6 +15,10 @@ PREPARE_BAND = (0.5, 30.0)
 ``mvapp --help`` does not import the EEG stack; a test checks they are equal)."""
 
 
+SYNTH_FORMATS = ("sleep-edf", "physionet2018")
+"""Formats ``synth-psg`` writes = ``eeg.synth.WRITERS`` (a literal for the same reason; a test checks)."""
+
+
 def default_channels() -> dict[str, list[str]]:
     """Default channels of every preparable dataset, from its catalog card (read on demand, so that
     ``mvapp --help`` does not load the catalog)."""
@@ -36,7 +40,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     synth = commands.add_parser("synth-psg", help="write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format")
     synth.add_argument("--subjects", type=int, required=True)
     synth.add_argument("--nights", type=int, default=1)
-    synth.add_argument("--format", choices=formats, required=True)
+    synth.add_argument("--format", choices=SYNTH_FORMATS, required=True)
     synth.add_argument("--out", type=Path, required=True)
     synth.add_argument("--hours", type=float, default=9.0,
                        help="length of each full night, wake around sleep included (default: %(default)s)")
@@ -53,10 +57,12 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
     prep = commands.add_parser("prepare", help="read recordings into a memory-mapped window cache")
     prep.add_argument("dataset", choices=formats)
-    prep.add_argument("--source", type=Path, required=True, help="folder with the downloaded/synthesized files")
+    prep.add_argument("--source", type=Path, required=True,
+                      help="folder with the downloaded/synthesized files (dreams: the extracted DatabaseSpindles)")
     prep.add_argument("--out", type=Path, required=True, help="cache folder (created; prepared recordings are skipped)")
     prep.add_argument("--channels", nargs="+", default=None,
-                      help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations)")
+                      help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations; "
+                           "DREAMS 'central', each excerpt's C3-A1 or CZ-A1)")
     prep.add_argument("--sfreq", type=float, default=100.0, help="target sampling rate (Hz)")
     prep.add_argument("--l-freq", type=_optional_float, default=PREPARE_BAND[0],
                       help="band-pass low edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)")
@@ -176,11 +182,11 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .catalog import load_catalog
+    from .catalog import load_catalog, preparable
     from .eeg.cache import info
 
     summary = info(args.cache)
-    card = load_catalog().get(summary["dataset"])
+    card = load_catalog().get(summary["dataset"]) or preparable().get(summary["dataset"])  # dreams -> dreams_spindles
     if card is not None:
         summary["card"] = card.summary()
     print(json.dumps(summary, indent=1))

@@ -25,6 +25,7 @@ import numpy as np
 
 from ...fileio import atomic_write_bytes
 from ...registry import Registry
+from .dreams import expected_checksums, find_excerpts, inspect_excerpt, read_dreams, verify_checksums
 from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
 from ...fileio import sha256_file
@@ -71,6 +72,30 @@ def physionet2018_entries(source: Path, include_st: bool = False) -> tuple[list[
     return entries, {}
 
 
+@DATASETS.register("dreams")
+def dreams_entries(source: Path, include_st: bool = False) -> tuple[list[SourceEntry], dict[str, int]]:
+    """DREAMS excerpts: every file is checked (checksums, lengths, rates, derivation) before the first
+    one is read, so a bad excerpt is refused before anything is written."""
+    excerpts, not_selected = find_excerpts(source)
+    sums, where = expected_checksums(source)
+    entries = []
+    for excerpt in excerpts:
+        unlisted = verify_checksums([excerpt.signal_file, excerpt.hypnogram], sums, where)
+        layout = inspect_excerpt(excerpt)
+
+        def read(channels: list[str], excerpt=excerpt, layout=layout, unlisted=unlisted) -> Recording:
+            recording = read_dreams(excerpt, channels, layout)
+            recording.counts["files_without_checksum"] += unlisted
+            return recording
+
+        entries.append(SourceEntry(excerpt.name, [excerpt.signal_file, excerpt.hypnogram], read))
+    return entries, not_selected
+
+
+SOURCE_PATTERNS = {"sleep-edf": "*-PSG.edf", "physionet2018": "*.hea", "dreams": "excerptN.txt or excerptN.edf"}
+"""What ``prepare`` looks for in ``--source``, per dataset (for the "nothing found" message)."""
+
+
 def load_manifest(cache_dir: str | Path, allow_partial: bool = False) -> dict:
     """Read and check ``manifest.json``; ``ValueError`` names the folder if it is not a (complete) cache."""
     path = Path(cache_dir) / MANIFEST
@@ -113,7 +138,8 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
             progress: bool = True, include_st: bool = False) -> dict:
     """Prepare every recording of ``source`` into the cache ``out``; returns a summary dict
     (prepared, skipped_existing, duplicates, errors, not_selected, windows, dropped counts by reason).
-    Sleep-EDF: SC nights only unless ``include_st``."""
+    Sleep-EDF: SC nights only unless ``include_st``. DREAMS: every excerpt is checked before the first
+    write (see :func:`dreams_entries`)."""
     from tqdm import tqdm
 
     source, out = Path(source), Path(out)
@@ -121,8 +147,7 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
         raise ValueError(f"--source {source}: not a folder")
     entries, not_selected = DATASETS.get(dataset)(source, include_st=include_st)
     if not entries:
-        raise ValueError(f"--source {source}: no {dataset} recordings found "
-                         f"({'*-PSG.edf' if dataset == 'sleep-edf' else '*.hea'} files)")
+        raise ValueError(f"--source {source}: no {dataset} recordings found ({SOURCE_PATTERNS[dataset]} files)")
     settings = {"dataset": dataset, "options": options.model_dump(), "dtype": dtype}
     if (out / MANIFEST).exists():
         manifest = load_manifest(out, allow_partial=True)

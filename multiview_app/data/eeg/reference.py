@@ -15,6 +15,16 @@ movement epochs, keep from 60 epochs before the first to 60 after the last non-w
 3 and 4 = N3) give exactly 8285 / 2804 / 17799 / 5703 / 7717 (total 42308); cropping before dropping
 gives the same. The paper's table itself was still not retrievable."""
 
+SLEEP_EDF_SC_REAL_20_NIGHTS_EPOCHS: dict[str, int] = {"W": 3656, "N1": 1689, "N2": 8927, "N3": 3074, "REM": 3693}
+"""Epochs per stage of the 20 real Sleep-EDF SC hypnogram files SC4001EC ... SC4092EC (10 subjects,
+2 nights each, the first half of the set above) as PhysioNet distributes them, COMPUTED HERE
+(2026-11-27, ``scripts/compare_night_structure.py`` on ``$MVAPP_REAL_PSG/sleep-edf-hypnograms``) with
+the readers' rule: 30 min of wake kept around sleep, "Sleep stage ?" / movement epochs dropped, 3 + 4
+= N3 (shares 17.4 / 8.0 / 42.4 / 14.6 / 17.6 %). Every sleep epoch of the files is kept (N1 1,689,
+N2 8,927, S3 + S4 1,700 + 1,374, REM 3,693, as the folder's README). Agrees with the 39-night counts
+above within 2.2 points per stage (N1 8.0 vs 6.6 %, W 17.4 vs 19.6 %); those stay the reference (twice
+the nights, the paper's set)."""
+
 BANDS = ("delta", "theta", "alpha", "sigma", "beta")
 
 FPZ_CZ_RELATIVE_POWER_RANGES: dict[str, tuple[tuple[float, float], ...]] = {

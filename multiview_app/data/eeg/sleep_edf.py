@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .recording import Recording, label_epochs_from_intervals, resolve_channels
 from .stages import EPOCH_SECONDS, SLEEP_EDF_LABELS, UNSCORED
+
+if TYPE_CHECKING:
+    import mne
 
 PAIR_KEY_LENGTH = 7  # SC4ssNE: the 8th character names the scorer and differs between the two files
 
@@ -27,6 +31,8 @@ class EdfHeader:
         n_records: number of data records (-1: unknown).
         record_seconds: duration of one data record.
         header_bytes: size of the header.
+        physical_dimensions: unit of each signal as written (e.g. ``uV``, ``UV``, ``mV``).
+        physical_ranges: ``(physical minimum, physical maximum)`` of each signal, in its unit.
     """
 
     patient: str
@@ -36,6 +42,8 @@ class EdfHeader:
     n_records: int
     record_seconds: float
     header_bytes: int
+    physical_dimensions: list[str] = field(default_factory=list)
+    physical_ranges: list[tuple[float, float]] = field(default_factory=list)
 
     def native_rate(self, label: str) -> float:
         """Sampling rate (Hz) of signal ``label`` as stored in the file."""
@@ -57,16 +65,29 @@ def read_edf_header(path: Path) -> EdfHeader:
             block = handle.read(n_signals * 256)
             if len(block) < n_signals * 256:
                 raise ValueError(f"header announces {n_signals} signals but ends early")
-            field = lambda offset, width, i: block[n_signals * offset + i * width: n_signals * offset + (i + 1) * width]  # noqa: E731
-            labels = [field(0, 16, i).decode("latin-1").strip() for i in range(n_signals)]
-            samples = [int(field(216, 8, i)) for i in range(n_signals)]
+            column = lambda offset, width, i: block[n_signals * offset + i * width: n_signals * offset + (i + 1) * width]  # noqa: E731
+            text = lambda offset, width, i: column(offset, width, i).decode("latin-1").strip()  # noqa: E731
+            labels = [text(0, 16, i) for i in range(n_signals)]
+            samples = [int(column(216, 8, i)) for i in range(n_signals)]
             start = _edf_start(head)
             header = EdfHeader(patient=head[8:88].decode("latin-1").strip(), start=start, labels=labels,
                                samples_per_record=samples, n_records=int(head[236:244]),
-                               record_seconds=float(head[244:252]), header_bytes=int(head[184:192]))
+                               record_seconds=float(head[244:252]), header_bytes=int(head[184:192]),
+                               physical_dimensions=[text(96, 8, i) for i in range(n_signals)],
+                               physical_ranges=[(_number(column(104, 8, i)), _number(column(112, 8, i)))
+                                                for i in range(n_signals)])
         except ValueError as err:
             raise ValueError(f"{path}: corrupt EDF file ({err})") from None
     return header
+
+
+def _number(field_bytes: bytes) -> float:
+    """A numeric header field, NaN when it is not a number (the physical range is only needed to check
+    a channel's unit; an odd value there must not make the whole file unreadable)."""
+    try:
+        return float(field_bytes)
+    except ValueError:
+        return float("nan")
 
 
 def _edf_start(head: bytes) -> dt.datetime:
@@ -191,15 +212,7 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
         counts["hypnogram_offset_seconds"] += int(round(shift))
     if len(set(orig_rates)) > 1:
         counts["mixed_rate_channels"] += len(picked)
-    intervals = []
-    for onset, duration, text in zip(annotations.onset, annotations.duration, annotations.description):
-        code = SLEEP_EDF_LABELS.get(str(text))
-        if code is None:
-            counts[f"ignored_annotation:{text}"] += 1
-            continue
-        intervals.append((float(onset) + shift, float(duration), code))  # onsets count from the hypnogram's start
-    if not intervals:
-        raise ValueError(f"{hypnogram}: no sleep-stage annotations (expected texts like 'Sleep stage W')")
+    intervals = stage_intervals(annotations, hypnogram, shift, counts)
     psg_seconds = data.shape[1] / sfreq
     scored = [(onset, onset + duration) for onset, duration, code in intervals if code >= 0]
     if not scored or max(end for _, end in scored) <= 0 or min(start for start, _ in scored) >= psg_seconds:
@@ -212,6 +225,40 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
     return Recording(recording=recording_id(psg), subject=subject_id(psg), sources=[psg, hypnogram],
                      channel_names=list(channels), signals=[row.astype(np.float64) for row in data],
                      sfreqs=[sfreq] * len(picked), epoch_labels=labels, counts=counts)
+
+
+def stage_intervals(annotations: "mne.Annotations", hypnogram: Path, shift: float, counts: Counter) -> list[tuple[float, float, int]]:
+    """``(onset s, duration s, label code)`` of the sleep-stage annotations (``mne.Annotations``) of
+    ``hypnogram``, onsets moved by ``shift`` s (the hypnogram's start after its PSG's); other texts are
+    counted ``ignored_annotation:<text>``. ``ValueError`` naming the file when there are none."""
+    intervals = []
+    for onset, duration, text in zip(annotations.onset, annotations.duration, annotations.description):
+        code = SLEEP_EDF_LABELS.get(str(text))
+        if code is None:
+            counts[f"ignored_annotation:{text}"] += 1
+            continue
+        intervals.append((float(onset) + shift, float(duration), code))  # onsets count from the hypnogram's start
+    if not intervals:
+        raise ValueError(f"{hypnogram}: no sleep-stage annotations (expected texts like 'Sleep stage W')")
+    return intervals
+
+
+def hypnogram_epochs(hypnogram: Path) -> tuple[np.ndarray, Counter]:
+    """A Sleep-EDF hypnogram alone -> ``(E,)`` label codes of the 30-s epochs from its start to its
+    last annotation's end (the reader's mapping: 3 + 4 -> N3, "?" and movement ``EXCLUDED``, gaps
+    ``UNSCORED``), and the reader's counts. For night-structure statistics of real hypnograms whose
+    PSG is not at hand."""
+    import mne
+
+    check_edf_integrity(hypnogram)
+    try:
+        annotations = mne.read_annotations(hypnogram)
+    except Exception as err:
+        raise ValueError(f"{hypnogram}: cannot read hypnogram annotations ({err})") from None
+    counts: Counter = Counter()
+    intervals = stage_intervals(annotations, hypnogram, 0.0, counts)
+    n_epochs = int(np.ceil(max(onset + duration for onset, duration, _ in intervals) / EPOCH_SECONDS - 1e-6))
+    return label_epochs_from_intervals(intervals, n_epochs, counts), counts
 
 
 def download_sleep_physionet(subjects: list[int], recording: list[int], path: Path) -> list[Path]:

@@ -26,6 +26,10 @@ PHYSIONET2018_LABELS: dict[str, int] = get_card("physionet2018").label_codes(EXC
 """PhysioNet/CinC 2018 sleep-stage aux notes -> label code (other notes are arousals etc.); an
 undefined note (``U``/``undefined``, card: exclude) ends the previous stage."""
 
+DREAMS_LABELS: dict[str, int] = get_card("dreams_spindles").label_codes(EXCLUDED)
+"""DREAMS R&K label (as written, one per 5 s) -> label code (card ``dreams_spindles``: S3 + S4 -> N3,
+movement excluded; the 5-s -> 30-s rule is :func:`multiview_app.data.eeg.dreams.rk_epochs`)."""
+
 PHYSIONET2018_MAT_STAGES: dict[str, int] = {"wake": 0, "nonrem1": 1, "nonrem2": 2, "nonrem3": 3, "rem": 4,
                                             "undefined": UNSCORED}
 """``data/sleep_stages`` vectors of a challenge ``-arousal.mat`` -> label code."""
