@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -233,6 +233,12 @@ class Config(_Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     tune: TuneConfig = Field(default_factory=TuneConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    _load_notes: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def load_notes(self) -> list[str]:
+        """What loading changed beyond the file and the overrides (e.g. options dropped by a component switch)."""
+        return list(self._load_notes)
 
     @property
     def run_dir(self) -> Path:
@@ -474,7 +480,11 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected a mapping of sections at the top, got {type(raw).__name__}")
     parent = raw.pop("extends", None)
     if parent is not None:
-        base = read_yaml(path.parent / str(parent), (*_seen, path.resolve()))
+        parent_path = path.parent / str(parent)
+        if not parent_path.is_file():
+            raise ConfigError(f"{path}: extends: {parent} -> {parent_path.resolve()} is not a config file "
+                              "(the path is relative to the file that extends it)")
+        base = read_yaml(parent_path, (*_seen, path.resolve()))
         raw = deep_merge(base, raw)
     return raw
 
@@ -512,17 +522,93 @@ def config_from_dict(raw: dict[str, Any], *, check: bool = True) -> Config:
     return cfg
 
 
+def _component_sections(raw: dict[str, Any]) -> dict[str, tuple[Any, dict[str, Any] | None]]:
+    """``{where: (registry name, options dict)}`` of every registry-named component of a raw config:
+    the loss (options = the loss section), the adapter, the view policy, each modality's encoder."""
+    out: dict[str, tuple[Any, dict[str, Any] | None]] = {}
+    loss, data, views = raw.get("loss"), raw.get("data"), raw.get("views")
+    if isinstance(loss, dict):
+        out["loss"] = (loss.get("name"), loss)
+    if isinstance(data, dict):
+        out["data.options"] = (data.get("adapter"), data.get("options"))
+    if isinstance(views, dict):
+        out["views.options"] = (views.get("policy"), views.get("options"))
+    encoders = (raw.get("model") or {}).get("encoders") if isinstance(raw.get("model"), dict) else None
+    for modality, spec in (encoders or {}).items():
+        if isinstance(spec, dict):
+            out[f"model.encoders.{modality}"] = (spec.get("name"), spec)
+    return out
+
+
+def _accepted_options(where: str, name: Any) -> list[str] | None:
+    """Option keys the component ``name`` at ``where`` takes (None: unknown component or any key)."""
+    try:
+        if where == "loss":
+            from .losses import loss_parameters
+
+            return ["name", *loss_parameters(str(name))]
+        if where == "data.options":
+            from .data.adapters import adapter_options_model
+
+            return list(adapter_options_model(str(name)).model_fields)
+        if where == "views.options":
+            from .data.views import VIEW_POLICIES
+
+            return list(VIEW_POLICIES.get(str(name)).Options.model_fields)
+        from .models.encoders import ENCODERS
+
+        modality = where.rsplit(".", 1)[1]
+        accepted = _accepted_keywords(ENCODERS.get(f"{modality}/{name}"))
+        return None if accepted is None else ["name", *accepted]
+    except ValueError:  # unknown name: check_cross_sections reports it
+        return None
+
+
+def switch_components(base: dict[str, Any], raw: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Make ``key=value`` overrides that switch a registry name usable: when an override changes ``loss.name``,
+    ``data.adapter``, ``views.policy`` or ``model.encoders.<m>.name``, the options the new component does not
+    take are dropped (one note lists them); a ``key=null`` override inside a component's options removes the
+    key (the component's default applies). Returns ``(raw, notes)``."""
+    raw = copy.deepcopy(raw)
+    notes: list[str] = []
+    before = _component_sections(base)
+    given = {item.partition("=")[0]: item.partition("=")[2] for item in overrides}
+    for where, (name, options) in _component_sections(raw).items():
+        if not isinstance(options, dict):
+            continue
+        for key in [k for k, v in options.items() if v is None and f"{where}.{k}" in given and k != "name"]:
+            del options[key]  # `loss.epsilon=null`: back to the component's default
+        old_name = before.get(where, (None, None))[0]
+        if old_name is None or name == old_name:
+            continue
+        accepted = _accepted_options(where, name)
+        if accepted is None:
+            continue
+        dropped = [k for k in options if k not in accepted and f"{where}.{k}" not in given]
+        for key in dropped:
+            del options[key]
+        if dropped:
+            label = {"loss": "loss.name", "data.options": "data.adapter", "views.options": "views.policy"}.get(
+                where, f"{where}.name")
+            notes.append(f"{label} {old_name} -> {name}: dropped {', '.join(f'{where}.{k}' for k in dropped)} "
+                         f"(not options of {name})")
+    return raw, notes
+
+
 def load_config(
     path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, name: str | None = None, check: bool = True
 ) -> Config:
     """Load a YAML config, apply dotted ``overrides`` and validate. ``output.name`` defaults to
-    ``name`` or the file's stem."""
-    raw = apply_overrides(read_yaml(path), list(overrides))
+    ``name`` or the file's stem. An override that switches a component (``loss.name=...``) drops the
+    options the new one does not take; the notes are in ``cfg.load_notes`` (:func:`switch_components`)."""
+    base = read_yaml(path)
+    raw, notes = switch_components(base, apply_overrides(base, list(overrides)), list(overrides))
     if name:
         raw.setdefault("output", {})["name"] = name
     cfg = config_from_dict(raw, check=check)
     if not cfg.output.name:
         cfg.output.name = Path(path).stem
+    cfg._load_notes = notes
     return cfg
 
 

@@ -6,6 +6,7 @@ not import pydantic.
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
@@ -22,5 +23,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from .config import dump_config, load_config
 
     cfg = load_config(args.config, args.overrides)
+    for note in cfg.load_notes:
+        print(f"mvapp: note: {note}", file=sys.stderr)
     print(dump_config(cfg), end="")
     return 0

@@ -98,3 +98,29 @@ def test_console_script_exit_code_and_no_traceback(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         "mvapp: error: loss.epsiln: unknown parameter for loss 'm3g'; valid: epsilon, cost, tol, max_iter, warm_start, anderson, init_potentials"
     ]
+
+
+def test_newcomer_messages_point_at_what_was_given(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27's findings: --resume names the folder given; a missing extends target names the file that
+    extends it; `mvapp train --help` lists the shipped configs and examples; `mvapp tune report --help` is the
+    report's help, not the search's."""
+    monkeypatch.chdir(tmp_path)
+    line = _error_line(capsys, ["train", "--resume", "runs/nonexistent"])
+    assert f"no such checkpoint or run folder ({tmp_path / 'runs' / 'nonexistent'})" in line and "config.yaml" not in line
+    (tmp_path / "empty").mkdir()
+    assert f"{tmp_path / 'empty'} is not a run folder" in _error_line(capsys, ["train", "--resume", "empty"])
+    (tmp_path / "child.yaml").write_text("extends: missing_base.yaml\n")
+    line = _error_line(capsys, ["config", "show", "--config", str(tmp_path / "child.yaml")])
+    assert f"{tmp_path / 'child.yaml'}: extends: missing_base.yaml -> {tmp_path / 'missing_base.yaml'}" in line
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "examples:" in out and "digits_m3g.yaml" in out and "eeg_synthetic_m3g.yaml" in out
+    with pytest.raises(SystemExit):
+        main(["tune", "report", "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: mvapp tune report --study-name S") and "--trials" not in out
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    assert "--trials" in capsys.readouterr().out

@@ -79,3 +79,21 @@ def test_file_errors(tmp_path: Path) -> None:
     loop.write_text("extends: loop.yaml\n")
     with pytest.raises(ConfigError, match="'extends' cycle"):
         load_config(loop)
+
+
+def test_switching_a_component_by_override_drops_what_the_new_one_does_not_take() -> None:
+    """`loss.name=pvc_geometric` on an M3G config: epsilon / cost are M3G's, dropped with one note; an option the
+    user names explicitly is kept (and still refused if the new loss does not take it); `key=null` removes a key."""
+    cfg = load_config(CONFIGS / "digits_m3g.yaml", ["loss.name=pvc_geometric"])
+    assert cfg.loss.name == "pvc_geometric" and "epsilon" not in cfg.loss.params
+    assert cfg.load_notes == ["loss.name m3g -> pvc_geometric: dropped loss.epsilon, loss.cost (not options of "
+                              "pvc_geometric)"]
+    with pytest.raises(ConfigError, match=r"loss\.epsilon: unknown parameter for loss 'pvc_geometric'"):
+        load_config(CONFIGS / "digits_m3g.yaml", ["loss.name=pvc_geometric", "loss.epsilon=0.1"])
+    default = load_config(CONFIGS / "digits_m3g.yaml", ["loss.epsilon=null"])
+    assert "epsilon" not in default.loss.params and default.load_notes == []
+    assert load_config(CONFIGS / "digits_m3g.yaml").load_notes == []
+    eeg = load_config(CONFIGS / "eeg_synthetic_m3g.yaml", ["views.policy=augment", "data.adapter=digits", "views.k=2",
+                                                            "model.encoders={image: {name: small_cnn}}"], check=False)
+    assert eeg.views.options == {} and "cache" not in eeg.data.options and "channels" not in eeg.data.options
+    assert any(n.startswith("data.adapter eeg_windows -> digits: dropped data.options.cache") for n in eeg.load_notes)

@@ -3,11 +3,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
+def _train_epilog() -> str:
+    """Examples and the configs shipped with the checkout (the project's ``configs/`` folder), for ``--help``."""
+    folder = Path(__file__).resolve().parents[2] / "configs"
+    names = sorted(p.name for p in folder.glob("*.yaml") if not p.name.startswith(("base_", "tune_")))
+    shipped = (f"configs shipped in {folder} (base_*.yaml are shared bases, tune_*.yaml are for mvapp tune):\n  "
+               + "\n  ".join(", ".join(names[i:i + 4]) for i in range(0, len(names), 4))) if names else ""
+    return ("examples:\n"
+            "  mvapp train --config configs/digits_m3g.yaml train.max_steps=200 loss.epsilon=0.1\n"
+            "  mvapp train --config configs/eeg_synthetic_m3g.yaml --name eeg_m3g\n"
+            "  mvapp train --resume runs/digits_m3g                      # continue an interrupted run\n"
+            "  mvapp train --resume runs/digits_m3g train.max_steps=400 --accept-config-changes   # extend a run\n"
+            + (f"\n{shipped}\n" if shipped else ""))
+
+
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("train", help="train a model from a YAML config")
+    parser = subparsers.add_parser("train", help="train a model from a YAML config",
+                                   description="Train a model from a YAML config (dotted overrides on top).",
+                                   epilog=_train_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML config file (default with --resume DIR: DIR/config.yaml)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. loss.epsilon=0.1 train.max_steps=50")
     parser.add_argument("--resume", help="'latest' (newest checkpoint of the run) or a run/checkpoint folder")
@@ -27,6 +44,8 @@ def _run(args: argparse.Namespace) -> int:
 
     config_path = args.config or _saved_config(args.resume, args.name)
     cfg = load_config(config_path, args.overrides, name=args.name)
+    for note in cfg.load_notes:
+        print(f"mvapp: note: {note}", file=sys.stderr)
     if args.accept_config_changes and args.resume is None:
         raise ValueError("--accept-config-changes only applies with --resume")
     result = train(cfg, resume=args.resume, accept_config_changes=args.accept_config_changes)
@@ -58,8 +77,13 @@ def _saved_config(resume: str | None, name: str | None) -> str:
         run_dir = Path(OutputConfig().runs_dir) / name
     else:
         candidate = Path(resume)
+        if not candidate.exists():
+            raise FileNotFoundError(f"--resume {resume}: no such checkpoint or run folder ({candidate.resolve()})")
+        # a run folder, or a checkpoint folder inside one (<run>/checkpoints/step_N)
         run_dir = candidate if (candidate / "config.yaml").is_file() else candidate.parent.parent
     config = run_dir / "config.yaml"
     if not config.is_file():
-        raise FileNotFoundError(f"--resume {resume}: no run config at {config.resolve()}")
+        where = Path(resume) if resume != "latest" else run_dir
+        raise FileNotFoundError(f"--resume {resume}: {where.resolve()} is not a run folder (no config.yaml in it, "
+                                "nor in the run above a checkpoint folder)")
     return str(config)

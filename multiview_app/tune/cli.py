@@ -8,12 +8,45 @@ from pathlib import Path
 from ..argtypes import positive_float, positive_int
 
 
+REPORT_HELP = """usage: mvapp tune report --study-name S [--storage URL] [--runs-dir DIR] [--no-plots]
+
+Write the outputs of a study (finished or still running) into <runs-dir>/tune/<study>/: best_config.yaml
+(the base config + the best parameters, ready for mvapp train), trials.csv, report.json and plots
+(optimization history, parallel coordinates, parameter importances).
+
+options:
+  --study-name S   the study to report (required)
+  --storage URL    RDB URL (postgresql://, mysql://) or journal .log path (default: the journal file in
+                   <runs-dir>/tune/<study>/)
+  --runs-dir DIR   runs folder holding tune/<study>/ (default: runs)
+  --no-plots       skip the PNG plots
+"""
+
+
+class _Help(argparse.Action):
+    """``-h``: the ``report`` help after ``mvapp tune report``, else the search help."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
+                         help="show this help message and exit ('mvapp tune report --help': the report's)")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        if (getattr(namespace, "rest", None) or [])[:1] == ["report"]:
+            print(REPORT_HELP, end="")
+        else:
+            parser.print_help()
+        parser.exit()
+
+
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "tune", help="hyperparameter search with Optuna ('mvapp tune report --study-name S' for the outputs)",
         description="Search tune.space of a config: every trial is a training run scored on the val split. "
                     "'mvapp tune report --study-name S [--storage URL]' writes the best YAML, trials CSV and plots.",
+        add_help=False,
     )
+    parser.add_argument("-h", "--help", action=_Help)
     parser.add_argument("--config", help="YAML config with a tune section (tune.space; default: the loss's space)")
     parser.add_argument("--trials", type=positive_int, default=20, help="finished (complete or pruned) trials the study should hold")
     parser.add_argument("--study-name", help="study name (default: the config file's stem)")
