@@ -431,3 +431,21 @@ def test_edf_header_is_parsed_without_private_mne_api(tmp_path):
     assert header.native_rate("EEG Fpz-Cz") == 200.0 and header.native_rate("EEG Pz-Oz") == 100.0
     source = "\n".join(p.read_text() for p in (Path(__file__).parents[1] / "multiview_app").rglob("*.py"))
     assert "_raw_extras" not in source  # the native rates used to come from mne's private raw._raw_extras
+
+
+def test_prepare_skip_bad_lists_each_skipped_file(tmp_path, capsys) -> None:
+    """`--skip-bad` goes on past an unreadable recording and names it (count and file) in the summary."""
+    from multiview_app.cli import main
+
+    raw = tmp_path / "raw"
+    assert main(["data", "synth-psg", "--subjects", "2", "--nights", "1", "--format", "sleep-edf", "--hours", "1",
+                 "--record-hours", "0", "--out", str(raw), "--seed", "5"]) == 0
+    bad = sorted(raw.glob("*-PSG.edf"))[1]
+    bad.write_bytes(bad.read_bytes()[:300])  # header cut short
+    capsys.readouterr()
+    assert main(["data", "prepare", "sleep-edf", "--source", str(raw), "--out", str(tmp_path / "cache"),
+                 "--skip-bad"]) == 0
+    out = capsys.readouterr().out
+    assert "prepared 1 recordings" in out and "1 unreadable (skipped, listed below)" in out, out
+    skipped = [line for line in out.splitlines() if line.startswith("  skipped (unreadable): ")]
+    assert len(skipped) == 1 and str(bad) in skipped[0], out

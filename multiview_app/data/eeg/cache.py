@@ -190,7 +190,8 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
         except ValueError as err:
             if on_error == "raise":
                 raise
-            summary["errors"].append(str(err))
+            named = str(err) if str(entry.files[0]) in str(err) else f"{entry.files[0]}: {err}"
+            summary["errors"].append(named)
             continue
         file = f"windows/{entry.recording}.npy"
         atomic_write_bytes(out / file, lambda h: np.save(h, windows.astype(dtype)), suffix=".npy")
@@ -228,11 +229,13 @@ def summary_line(summary: dict) -> str:
         return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
 
     return (f"prepared {len(summary['prepared'])} recordings (skipped {len(summary['skipped_existing'])} already "
-            f"prepared, {len(summary['duplicates'])} duplicates, {len(summary['errors'])} errors); "
+            f"prepared, {len(summary['duplicates'])} duplicates, {len(summary['errors'])} unreadable"
+            f"{' (skipped, listed below)' if summary['errors'] else ''}); "
             f"cache {summary['cache']} holds {summary['windows']} windows ({pairs(summary['windows_per_stage'])}); "
             f"not selected: {pairs(summary['not_selected'])}; "
             f"dropped: {pairs(summary['dropped'])}; reader counts: {pairs(summary['reader_counts'])}; "
-            f"details: {summary['summary_file']}")
+            f"details: {summary['summary_file']}"
+            + "".join(f"\n  skipped (unreadable): {error}" for error in summary["errors"]))
 
 
 def info(cache_dir: str | Path) -> dict:
