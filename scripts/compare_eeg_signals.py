@@ -25,7 +25,8 @@ import numpy as np
 from multiview_app.bench import command_line, markdown_table
 from multiview_app.data.eeg.dreams import find_excerpts, read_dreams, read_spindle_scoring
 from multiview_app.data.eeg.preprocess import resample
-from multiview_app.data.eeg.signal_stats import (cross_staging, detect_spindles, events_per_minute_in_stage,
+from multiview_app.eval.realism import cross_staging
+from multiview_app.data.eeg.signal_stats import (detect_spindles, events_per_minute_in_stage,
                                                  match_events, stage_epochs, stage_signal_stats)
 from multiview_app.data.eeg.stages import STAGES
 from multiview_app.data.eeg.synth import SubjectTraits, synth_night

@@ -322,6 +322,7 @@ def _(tmp, shared):
     (run / "config.yaml").write_text(
         yaml.safe_dump(config_from_dict(tiny_raw(tmp / "runs", "run", train=TRAIN)).to_dict(), sort_keys=False)
     )
+    (run / "model.safetensors").unlink()  # an interrupted run: a finished one is not resumed at all
     state = run / "checkpoints" / "step_00000002" / "trainer_state.json"
     state.write_text(state.read_text()[:20])
     return ["train", "--config", str(config), "--name", "run", "--resume", "latest"], [f"{state}: corrupt checkpoint state"]
@@ -623,6 +624,7 @@ def test_two_processes_writing_one_run_folder(shared: Shared, tmp_path: Path, ca
     (runs / "run" / "config.yaml").write_text(
         yaml.safe_dump(config_from_dict(tiny_raw(runs, "run", train=TRAIN)).to_dict(), sort_keys=False)
     )
+    (runs / "run" / "model.safetensors").unlink()  # an interrupted run: a finished one is not resumed at all
     holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(runs / "run")], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:

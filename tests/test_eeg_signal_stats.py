@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from multiview_app.data.eeg.dreams import read_spindle_scoring
-from multiview_app.data.eeg.signal_stats import (cross_staging, detect_spindles, events_per_minute_in_stage, match_events, stage_epochs,
+from multiview_app.eval.realism import cross_staging
+from multiview_app.data.eeg.signal_stats import (detect_spindles, events_per_minute_in_stage, match_events, stage_epochs,
                                                  stage_signal_stats)
 from multiview_app.data.eeg.stages import STAGES
 from multiview_app.eval.bandpower import BANDS

@@ -104,10 +104,16 @@ def test_resume_latest_with_only_a_run_name(tmp_path: Path, monkeypatch: pytest.
     config = write_tiny_yaml(tmp_path / "tiny.yaml", Path("runs"), train={"max_steps": 2, "checkpoint_every": 1})
     assert main(["train", "--config", str(config), "--name", "named", "train.max_steps=2"]) == 0
     capsys.readouterr()
-    # a finished 2-step run has its step-1 checkpoint; resuming by name alone replays step 2
+    # a finished run is found by its name alone; resuming it says so and trains nothing (issue 27)
+    metrics = (tmp_path / "runs" / "named" / "metrics.jsonl").read_text()
     assert main(["train", "--resume", "latest", "--name", "named"]) == 0
     out = capsys.readouterr().out
-    assert "resumed from" in out and "trained 2 steps" in out
+    assert "is finished" in out and "--accept-config-changes" in out and "resumed from" not in out
+    assert (tmp_path / "runs" / "named" / "metrics.jsonl").read_text() == metrics
+    # asked to extend it, it resumes from its last checkpoint
+    assert main(["train", "--resume", "latest", "--name", "named", "train.max_steps=3", "--accept-config-changes"]) == 0
+    out = capsys.readouterr().out
+    assert "resumed from" in out and "trained 3 steps" in out
     assert main(["train", "--resume", "latest", "--name", "missing"]) == 2
     assert "no run config at" in capsys.readouterr().err
     assert main(["train", "--resume", "latest"]) == 2

@@ -48,6 +48,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"mvapp: note: {note}", file=sys.stderr)
     if args.accept_config_changes and args.resume is None:
         raise ValueError("--accept-config-changes only applies with --resume")
+    if args.resume is not None and not args.accept_config_changes and (cfg.run_dir / "model.safetensors").is_file():
+        from ..config import resolve_paths
+        from .resume import reconcile_resume_config
+
+        # a changed config is refused as for an unfinished run (same messages), before "nothing to do"
+        reconcile_resume_config(cfg.run_dir, resolve_paths(cfg), accept_changes=False, write=False)
+        print(f"run {cfg.run_dir} is finished (its model.safetensors is written); nothing to do. To train it "
+              f"further: mvapp train --resume {cfg.run_dir} train.max_steps=<more steps> --accept-config-changes")
+        return 0
     result = train(cfg, resume=args.resume, accept_config_changes=args.accept_config_changes)
     if not result.is_main_process:  # multi-process launch: only the main process reports
         return 0
@@ -83,7 +92,7 @@ def _saved_config(resume: str | None, name: str | None) -> str:
         run_dir = candidate if (candidate / "config.yaml").is_file() else candidate.parent.parent
     config = run_dir / "config.yaml"
     if not config.is_file():
-        where = Path(resume) if resume != "latest" else run_dir
-        raise FileNotFoundError(f"--resume {resume}: {where.resolve()} is not a run folder (no config.yaml in it, "
-                                "nor in the run above a checkpoint folder)")
+        where = (Path(resume) if resume != "latest" else run_dir).resolve()
+        raise FileNotFoundError(f"--resume {resume}: no run config at {where / 'config.yaml'}: {where} is not a run "
+                                "folder" + ("" if resume == "latest" else " (nor a checkpoint folder inside one)"))
     return str(config)

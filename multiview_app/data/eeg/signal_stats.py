@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ...eval.bandpower import BANDS, relative_band_powers
+from .bands import BANDS, relative_band_powers
 from .preprocess import DEFAULT_BAND, bandpass, resample
 from .stages import EPOCH_SECONDS, STAGES
 
@@ -101,30 +101,3 @@ def match_events(detected: tuple[np.ndarray, np.ndarray], reference: tuple[np.nd
     return {"reference": int(r_on.size), "detected": int(d_on.size), "found": found, "right": right,
             "sensitivity": found / r_on.size if r_on.size else float("nan"),
             "precision": right / d_on.size if d_on.size else float("nan")}
-
-
-def cross_staging(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray], sfreq: float,
-                  classes: tuple[int, ...] = (0, 1, 2, 3), seed: int = 0) -> dict[str, Any]:
-    """Realism check: a classifier fitted on one source's epochs stages another's. ``train`` / ``test``:
-    ``(epochs (e, T) uV, labels (e,))``; features: log relative band powers (``eval.bandpower``);
-    classifier: standardized multinomial logistic regression (C = 1, no tuning) on a class-balanced draw
-    of the training epochs of ``classes`` (as many per class as the rarest has). Returns the test
-    metrics of ``eval.sleep_staging.staging_metrics`` (kappa, balanced accuracy, per-class F1) on every
-    test epoch of ``classes``, and the epochs per class used on each side."""
-    from ...eval.bandpower import bandpower_features
-    from ...eval.probe import fit_linear_classifier
-    from ...eval.sleep_staging import balanced_sample, staging_metrics
-
-    def pick(data: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        keep = np.isin(data[1], classes)
-        return bandpower_features(data[0][keep][:, None, :].astype(np.float32), sfreq), data[1][keep]
-
-    x_train, y_train = pick(train)
-    x_test, y_test = pick(test)
-    rarest = int(min((y_train == c).sum() for c in classes))
-    if rarest == 0:
-        raise ValueError(f"cross_staging: a class of {[STAGES[c] for c in classes]} has no training epoch")
-    index, drawn = balanced_sample(y_train, rarest, np.random.default_rng(seed))
-    model = fit_linear_classifier(x_train[index], y_train[index], seed=seed)
-    return {**staging_metrics(y_test, model.predict(x_test)), "train_per_class": drawn,
-            "test_per_class": {STAGES[c]: int((y_test == c).sum()) for c in classes}}
