@@ -110,6 +110,10 @@ def test_newcomer_messages_point_at_what_was_given(tmp_path: Path, capsys: pytes
     assert f"no such checkpoint or run folder ({tmp_path / 'runs' / 'nonexistent'})" in line and "config.yaml" not in line
     (tmp_path / "empty").mkdir()
     assert f"{tmp_path / 'empty'} is not a run folder" in _error_line(capsys, ["train", "--resume", "empty"])
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "config.yaml").write_text("lr: 0.1\n")  # another project's run folder
+    line = _error_line(capsys, ["train", "--resume", "foreign"])
+    assert f"{tmp_path / 'foreign' / 'config.yaml'} (the saved config of the run given to --resume)" in line, line
     (tmp_path / "child.yaml").write_text("extends: missing_base.yaml\n")
     line = _error_line(capsys, ["config", "show", "--config", str(tmp_path / "child.yaml")])
     assert f"{tmp_path / 'child.yaml'}: extends: missing_base.yaml -> {tmp_path / 'missing_base.yaml'}" in line

@@ -38,12 +38,17 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..config import load_config
+    from ..config import ConfigError, load_config
     from .diagnostics import SUMMARY_FILE, format_summary
     from .trainer import train
 
     config_path = args.config or _saved_config(args.resume, args.name)
-    cfg = load_config(config_path, args.overrides, name=args.name)
+    try:
+        cfg = load_config(config_path, args.overrides, name=args.name)
+    except ConfigError as exc:
+        if args.config is not None:
+            raise
+        raise ConfigError(f"{Path(config_path).resolve()} (the saved config of the run given to --resume): {exc}") from None
     for note in cfg.load_notes:
         print(f"mvapp: note: {note}", file=sys.stderr)
     if args.accept_config_changes and args.resume is None:
