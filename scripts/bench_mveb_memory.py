@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from multiview_app.bench import command_line, machine_line, markdown_table
+from multiview_app.bench import command_line, machine_line, markdown_table, status_kib
 from multiview_app.losses import build_loss
 
 
@@ -36,15 +36,6 @@ def make_input(n: int, k: int, d: int, seed: int = 0, signal: float = 1.0,
     return (signal * torch.randn(n, 1, d, generator=g) + torch.randn(n, k, d, generator=g)).to(dtype)
 
 
-def _status_kib(field: str) -> int:
-    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in KiB (Linux)."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def probe(chunked: bool, n: int, k: int, d: int) -> dict[str, float]:
     """Child-process entry: peak RSS growth (MiB), seconds and value of one forward+backward."""
     loss = build_loss("mveb", chunked=chunked)
@@ -53,12 +44,12 @@ def probe(chunked: bool, n: int, k: int, d: int) -> dict[str, float]:
     z = make_input(n, k, d).requires_grad_()
     with open("/proc/self/clear_refs", "w") as fh:  # reset VmHWM to the current RSS
         fh.write("5")
-    before = _status_kib("VmRSS")
+    before = status_kib("VmRSS")
     start = time.perf_counter()
     value = loss(z)
     value.backward()
     seconds = time.perf_counter() - start
-    return {"mib": max(_status_kib("VmHWM") - before, 0) / 1024, "seconds": seconds, "value": float(value),
+    return {"mib": max(status_kib("VmHWM") - before, 0) / 1024, "seconds": seconds, "value": float(value),
             "bandwidth": loss.last_stats["bandwidth"]}
 
 
