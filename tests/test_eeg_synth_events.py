@@ -399,19 +399,22 @@ replaced them by fingerprints): (1) the published arousal index (EXTRA_AROUSALS_
 background with larger K-complexes (docs/eeg.md, "What changed for the demo's EEG windows"); before
 it: a5ca8764cb43573f, 9ba6a7614197df9c, 1a9c77f755ef39a0; after it: 324b4cf0c3539947,
 67af9dec30b0a599, 91d9673bd1f30264 (on an AVX2 machine: byte digests of filtered float32 windows
-differ between CPUs, see :data:`PIN_RTOL`)."""
+differ between CPUs, see :data:`PIN_TOLERANCE`)."""
 
 # Windows per segment of the per-window profiles (1 h of 30-s windows).
 PIN_SEGMENT = 120
-# Tolerance of the numeric part of a fingerprint (float64 statistics of float32 windows):
-# |value - pinned| <= PIN_ATOL * channel_std + PIN_RTOL * |pinned|. The same code on another CPU
-# (other SIMD paths in numpy / scipy / OpenBLAS: NPY_DISABLE_CPU_FEATURES=X86_V3,
-# OPENBLAS_CORETYPE=Prescott) moved no number by more than 1e-7 of the channel std; perturbing the
-# generator by one part in a thousand (docs/reliability.md, "Tests that pass on any machine") moved
-# the fingerprints by > 1e-4 of the channel std. 1e-6 sits two orders of magnitude above the first and
-# two below the second.
-PIN_RTOL = 1e-6
-PIN_ATOL = 1e-6
+# Tolerance per statistic of a fingerprint: |value - pinned| <= tol * (1 + |pinned|) (windows are
+# standardized, values in units of a window's std). Measured (scripts in the issue-28 report, this
+# machine): the same code with other SIMD paths (NPY_DISABLE_CPU_FEATURES=X86_V3,
+# OPENBLAS_CORETYPE=Prescott, ATEN_CPU_CAPABILITY=default) writes EDF files whose 16-bit samples
+# differ by one step here and there (the float signal lands on the other side of a rounding edge),
+# which moved the statistics by at most: quantiles 1.6e-5, skew 3.6e-6, kurtosis 2.7e-6,
+# corr 4.1e-7, line_length 1.1e-7. Each tolerance is 10-20x that (that run used <= 0.08 of every
+# tolerance). Generator changes (scratch runs with one synth constant scaled, same seeds), largest
+# |change| / tolerance over the three keys' statistics: PINK_NOISE_UV x 1.01 (global): 150-270 per key;
+# AROUSAL_ALPHA_UV x 1.01 (only arousal windows): 4.4-11 (line_length), 5-25 (corr) per key;
+# AROUSAL_ALPHA_UV x 1.001: 1.3-2.5 in two keys, 0.54 in the third (below the EDF resolution).
+PIN_TOLERANCE = {"quantiles": 2e-4, "skew": 5e-5, "kurtosis": 5e-5, "corr": 5e-6, "line_length": 2e-6}
 
 
 def window_fingerprint(records: list[dict], windows: list[np.ndarray]) -> list[dict]:
@@ -451,8 +454,8 @@ def window_fingerprint(records: list[dict], windows: list[np.ndarray]) -> list[d
 
 
 def assert_fingerprints_match(actual: list[dict], pinned: list[dict]) -> None:
-    """Exact on recordings, shapes, dtypes, label digests; numbers within ``PIN_ATOL + PIN_RTOL *
-    |pinned|`` (one message naming the recording, channel and statistic)."""
+    """Exact on recordings, shapes, dtypes, label digests; numbers within ``tol * (1 + |pinned|)``,
+    ``tol`` = :data:`PIN_TOLERANCE` of the statistic (one message naming recording, channel, statistic)."""
     assert [r["recording"] for r in actual] == [r["recording"] for r in pinned]
     for got, want in zip(actual, pinned):
         name = want["recording"]
@@ -461,8 +464,8 @@ def assert_fingerprints_match(actual: list[dict], pinned: list[dict]) -> None:
         for ch, (g, p) in enumerate(zip(got["channels"], want["channels"])):
             assert g.keys() == p.keys(), f"{name}, channel {ch}: fingerprint fields differ"
             for key in p:
-                np.testing.assert_allclose(g[key], p[key], rtol=PIN_RTOL, atol=PIN_ATOL,
-                                           err_msg=f"{name}, channel {ch}: {key} moved")
+                tol = PIN_TOLERANCE[key]
+                np.testing.assert_allclose(g[key], p[key], rtol=tol, atol=tol, err_msg=f"{name}, channel {ch}: {key} moved")
 
 
 @pytest.mark.parametrize("key", PINNED_KEYS)
@@ -472,8 +475,10 @@ def test_demo_eeg_windows_are_pinned(tmp_path, key):
     fails here and must update the pins on purpose (other work measures on these windows).
 
     Labels, shapes and dtypes are pinned exactly; the float32 values through statistics with a
-    stated tolerance (:data:`PIN_RTOL`, :data:`PIN_ATOL`), not their bytes: filtered floats differ in
-    the last bits between CPUs (vector instructions), and a byte digest failed on other machines.
+    stated tolerance per statistic (:data:`PIN_TOLERANCE`, ~10x the spread between two numeric
+    environments, far below what a 1 % generator change moves), not their bytes: the synthesized
+    signals differ in their last bits between CPUs (vector instructions), which flips single 16-bit
+    EDF samples, and a byte digest of the windows failed on other machines.
     """
     fmt, hours, compress, seed = key
     records, windows = _prepared(tmp_path, fmt, subjects=1, nights=1, hours=hours, compress=compress, seed=seed)
