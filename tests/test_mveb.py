@@ -180,6 +180,8 @@ def test_blockwise_bandwidth_with_ties() -> None:
     x = torch.stack([angles.cos(), angles.sin()], dim=1)
     for gather_max in (1, 3, 100):
         assert blockwise_bandwidth(x, rows=3, gather_max=gather_max).item() == pytest.approx(vmf_bandwidth(x).item())
+    basis = torch.eye(6, dtype=torch.float64)  # every pair distance is exactly 1: a one-value range at once
+    assert blockwise_bandwidth(basis, rows=2, gather_max=1).item() == vmf_bandwidth(basis).item() == 1.0
 
 
 def test_blockwise_solver_warns_when_not_converged_and_keeps_global_rng(monkeypatch) -> None:

@@ -146,28 +146,29 @@ def blockwise_bandwidth(x: torch.Tensor, floor: float = MIN_BANDWIDTH, *, rows: 
         below += int(cumulative[chosen - 1]) if chosen > 0 else 0
         inside = int(counts[chosen])
         lo, hi = float(mins[chosen]), float(maxs[chosen])  # the bin's values are exactly those in [lo, hi]
-    low, high = _gather_middle(x, rows, lo, hi, low_rank - below, high_rank - below)
+    low, high = _gather_middle(x, rows, lo, hi, inside, low_rank - below, high_rank - below)
     return x.new_tensor(max(0.5 * (low + high), floor))
 
 
-def _gather_middle(x: torch.Tensor, rows: int, lo: float, hi: float, low_index: int,
+def _gather_middle(x: torch.Tensor, rows: int, lo: float, hi: float, inside: int, low_index: int,
                    high_index: int) -> tuple[float, float]:
     """Order statistics ``low_index`` and ``high_index`` (``<= low_index + 1``) of the pair
-    distances counted from ``lo``: the values in ``[lo, hi]`` sorted, or, past their end, the smallest
-    value above ``hi``."""
+    distances counted from ``lo``, given that ``inside`` of them lie in ``[lo, hi]``: those values
+    sorted (only counted when ``lo == hi``), or, past their end, the smallest value above ``hi``."""
     kept: list[torch.Tensor] = []
     above = math.inf
-    for values in _pair_distances(x, rows):
-        if lo < hi:
-            kept.append(values[(values >= lo) & (values <= hi)])
-        else:  # all equal: only the count matters
-            kept.append(values.new_full((int((values == lo).sum()),), lo))
-        larger = values[values > hi]
-        if larger.numel():
-            above = min(above, float(larger.min()))
+    need_above = high_index >= inside
+    if lo < hi or need_above:
+        for values in _pair_distances(x, rows):
+            if lo < hi:
+                kept.append(values[(values >= lo) & (values <= hi)])
+            if need_above and bool((values > hi).any()):
+                above = min(above, float(values[values > hi].min()))
+    if lo == hi:  # all equal: no values to gather
+        return lo, (lo if not need_above else above)
     candidates = torch.sort(torch.cat(kept)).values
     low = float(candidates[low_index])
-    high = float(candidates[high_index]) if high_index < len(candidates) else above
+    high = float(candidates[high_index]) if not need_above else above
     return low, high
 
 
