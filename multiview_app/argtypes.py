@@ -6,15 +6,25 @@ import argparse
 from typing import Callable
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
+def _int_at_least(text: str, minimum: int) -> int:
+    """``int(text)`` if it is a plain integer ``>= minimum``, else an ``ArgumentTypeError``."""
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1 or str(value) != text.strip().lstrip("+"):
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+        value = None
+    if value is None or value < minimum or str(value) != text.strip().lstrip("+"):
+        raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    return _int_at_least(text, 1)
+
+
+def nonnegative_int(text: str) -> int:
+    """An integer >= 0 (seeds, worker counts, subject numbers)."""
+    return _int_at_least(text, 0)
 
 
 def _float_in(text: str, accept: Callable[[float], bool], expected: str) -> float:
@@ -33,9 +43,14 @@ def positive_float(text: str) -> float:
     return _float_in(text, lambda v: 0.0 < v < float("inf"), "a number > 0")
 
 
+def nonnegative_float(text: str) -> float:
+    """A finite float >= 0."""
+    return _float_in(text, lambda v: 0.0 <= v < float("inf"), "a number >= 0")
+
+
 def open_fraction(text: str) -> float:
     """A float strictly between 0 and 1."""
     return _float_in(text, lambda v: 0.0 < v < 1.0, "a fraction strictly between 0 and 1")
 
 
-__all__ = ["open_fraction", "positive_float", "positive_int"]
+__all__ = ["nonnegative_float", "nonnegative_int", "open_fraction", "positive_float", "positive_int"]

@@ -100,3 +100,13 @@ def machine_line() -> str:
 def command_line() -> str:
     """The command that is running, shell-quoted (for the record in docs/benchmarks.md)."""
     return " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable), *sys.argv])
+
+
+def status_kib(field: str) -> int:
+    """A Linux ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in KiB; peak-memory probes
+    reset ``VmHWM`` first by writing ``5`` to ``/proc/self/clear_refs``."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")

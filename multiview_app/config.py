@@ -392,7 +392,7 @@ def check_cross_sections(cfg: Config) -> None:
 
     _check_model_options(cfg)
 
-    from .train.callbacks import TRAIN_CALLBACKS
+    from .plugins import TRAIN_CALLBACKS
 
     unknown = [name for name in cfg.train.callbacks if name not in TRAIN_CALLBACKS]
     if unknown:

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from multiview_app.bench import status_kib  # noqa: E402
 from multiview_app.losses import build_loss  # noqa: E402
 
 LARGE_NUM = 1e9
@@ -135,15 +136,6 @@ def median_times(fns: list[Callable[[torch.Tensor], torch.Tensor]], z: torch.Ten
     return [statistics.median(bucket) for bucket in times]
 
 
-def _status_kib(field: str) -> int:
-    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in KiB (Linux)."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def probe_memory(name: str, n: int, k: int, d: int, tau: float) -> dict[str, float]:
     """Child-process entry: peak RSS growth (MiB), seconds and value of one forward+backward of ``name``."""
     fn = implementation(name, tau)
@@ -155,12 +147,12 @@ def probe_memory(name: str, n: int, k: int, d: int, tau: float) -> dict[str, flo
             fh.write("5")
     except OSError:
         pass
-    before = _status_kib("VmRSS")
+    before = status_kib("VmRSS")
     start = time.perf_counter()
     value = forward_backward(fn, z)
     seconds = time.perf_counter() - start
     # VmHWM is this address space's peak (unlike ru_maxrss, which keeps the parent's peak across exec)
-    return {"mib": max(_status_kib("VmHWM") - before, 0) / 1024, "seconds": seconds, "value": value}
+    return {"mib": max(status_kib("VmHWM") - before, 0) / 1024, "seconds": seconds, "value": value}
 
 
 def probe(name: str, n: int, k: int, d: int, tau: float, threads: int) -> dict[str, float] | None:

@@ -515,7 +515,7 @@ def _(tmp, shared):
 @case("synth-psg with zero subjects")
 def _(tmp, shared):
     return (["data", "synth-psg", "--subjects", "0", "--format", "sleep-edf", "--out", str(tmp / "out")],
-            ["--subjects", "must be positive", "0"])
+            ["--subjects", "expected an integer >= 1", "0"])
 
 
 @case("synth-psg --record-hours for the PhysioNet format")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -382,27 +384,109 @@ def test_sc_length_recordings_are_cropped_back_to_the_same_windows(tmp_path):
         synth.synth_psg(tmp_path / "x", 1, 1, "physionet2018", hours=1, record_hours=20, progress=False)
 
 
-PINNED_WINDOWS = {  # sha256 (first 16 hex) of the prepared windows + labels, per synth-psg call
-    ("sleep-edf", 1.5, 1, 0): "324b4cf0c3539947",
-    ("sleep-edf", 9.0, 3, 1000): "67af9dec30b0a599",  # the demo's Sleep-EDF settings, 1 subject
-    ("physionet2018", 9.0, 6, 0): "91d9673bd1f30264",
-}
-"""Changed on purpose twice. (1) The published arousal index (EXTRA_AROUSALS_PER_HOUR); before it
+PINNED_KEYS = [  # synth-psg arguments (format, hours, compress, seed) of the pinned windows
+    ("sleep-edf", 1.5, 1, 0),
+    ("sleep-edf", 9.0, 3, 1000),  # the demo's Sleep-EDF settings, 1 subject
+    ("physionet2018", 9.0, 6, 0),
+]
+PINNED_FILE = Path(__file__).with_name("pinned_eeg_windows.json")
+"""Fingerprints of the prepared windows per key (:func:`window_fingerprint`). Rewrite on purpose with
+``MVAPP_WRITE_PINS=1 pytest tests/test_eeg_synth_events.py -k pinned`` after a deliberate generator
+change, and say why in the commit. History (as SHA-256 byte digests, first 16 hex, before issue 28
+replaced them by fingerprints): (1) the published arousal index (EXTRA_AROUSALS_PER_HOUR); before it
 (and with EXTRA_AROUSALS_PER_HOUR = 0): a4d3e3b088e844b5, 509f415cb2e32780, e1fb9e03d7e6b210.
 (2) Published arousal durations, a calmer hypnogram (W / NREM / REM transitions), a quiet N2
 background with larger K-complexes (docs/eeg.md, "What changed for the demo's EEG windows"); before
-it: a5ca8764cb43573f, 9ba6a7614197df9c, 1a9c77f755ef39a0."""
+it: a5ca8764cb43573f, 9ba6a7614197df9c, 1a9c77f755ef39a0; after it: 324b4cf0c3539947,
+67af9dec30b0a599, 91d9673bd1f30264 (on an AVX2 machine: byte digests of filtered float32 windows
+differ between CPUs, see :data:`PIN_TOLERANCE`)."""
+
+# Windows per segment of the per-window profiles (1 h of 30-s windows).
+PIN_SEGMENT = 120
+# Tolerance per statistic of a fingerprint: |value - pinned| <= tol * (1 + |pinned|) (windows are
+# standardized, values in units of a window's std). Measured (scripts in the issue-28 report, this
+# machine): the same code with other SIMD paths (NPY_DISABLE_CPU_FEATURES=X86_V3,
+# OPENBLAS_CORETYPE=Prescott, ATEN_CPU_CAPABILITY=default) writes EDF files whose 16-bit samples
+# differ by one step here and there (the float signal lands on the other side of a rounding edge),
+# which moved the statistics by at most: quantiles 1.6e-5, skew 3.6e-6, kurtosis 2.7e-6,
+# corr 4.1e-7, line_length 1.1e-7. Each tolerance is 10-20x that (that run used <= 0.08 of every
+# tolerance). Generator changes (scratch runs with one synth constant scaled, same seeds), largest
+# |change| / tolerance over the three keys' statistics: PINK_NOISE_UV x 1.01 (global): 150-270 per key;
+# AROUSAL_ALPHA_UV x 1.01 (only arousal windows): 4.4-11 (line_length), 5-25 (corr) per key;
+# AROUSAL_ALPHA_UV x 1.001: 1.3-2.5 in two keys, 0.54 in the third (below the EDF resolution).
+PIN_TOLERANCE = {"quantiles": 2e-4, "skew": 5e-5, "kurtosis": 5e-5, "corr": 5e-6, "line_length": 2e-6}
 
 
-@pytest.mark.parametrize("key", list(PINNED_WINDOWS))
+def window_fingerprint(records: list[dict], windows: list[np.ndarray]) -> list[dict]:
+    """Per recording: ``shape``, ``dtype`` and ``labels`` digest (exact), and per channel of the
+    ``(n, c, t)`` float32 windows (statistics in float64; windows are standardized, so values are in
+    units of a window's std): ``quantiles`` (1, 10, 50, 90, 99 %) of all samples, and the profiles
+    ``line_length`` (mean ``|x[t+1] - x[t]|``: frequency content), ``skew`` (mean ``x^3``), ``kurtosis``
+    (mean ``x^4``) and ``corr`` (with the next channel): each window's value averaged over each
+    :data:`PIN_SEGMENT` consecutive windows, so a change confined to a few windows shows in its hour.
+    Rounded to 9 significant digits."""
+    out = []
+    for record, w in zip(records, windows):
+        x = w.astype(np.float64)
+        n, c, _ = x.shape
+        per_window = {
+            "line_length": np.abs(np.diff(x, axis=2)).mean(axis=2),
+            "skew": (x ** 3).mean(axis=2),
+            "kurtosis": (x ** 4).mean(axis=2),
+            "corr": (x * np.roll(x, -1, axis=1)).mean(axis=2),
+        }  # each (n, c)
+        segments = range(0, n, PIN_SEGMENT)
+        round9 = lambda a: [float(f"{v:.9g}") for v in np.asarray(a).ravel()]  # noqa: E731
+        channels = []
+        for ch in range(c):
+            entry = {"quantiles": round9(np.quantile(x[:, ch], [0.01, 0.1, 0.5, 0.9, 0.99]))}
+            for name, values in per_window.items():
+                entry[name] = round9([values[s:s + PIN_SEGMENT, ch].mean() for s in segments])
+            channels.append(entry)
+        out.append({
+            "recording": record["recording"],
+            "shape": list(w.shape),
+            "dtype": str(w.dtype),
+            "labels_sha256": hashlib.sha256(np.asarray(record["labels"], dtype=np.int64).tobytes()).hexdigest()[:16],
+            "channels": channels,
+        })
+    return out
+
+
+def assert_fingerprints_match(actual: list[dict], pinned: list[dict]) -> None:
+    """Exact on recordings, shapes, dtypes, label digests; numbers within ``tol * (1 + |pinned|)``,
+    ``tol`` = :data:`PIN_TOLERANCE` of the statistic (one message naming recording, channel, statistic)."""
+    assert [r["recording"] for r in actual] == [r["recording"] for r in pinned]
+    for got, want in zip(actual, pinned):
+        name = want["recording"]
+        assert (got["shape"], got["dtype"]) == (want["shape"], want["dtype"]), f"{name}: windows' shape / dtype moved"
+        assert got["labels_sha256"] == want["labels_sha256"], f"{name}: labels moved"
+        for ch, (g, p) in enumerate(zip(got["channels"], want["channels"])):
+            assert g.keys() == p.keys(), f"{name}, channel {ch}: fingerprint fields differ"
+            for key in p:
+                tol = PIN_TOLERANCE[key]
+                np.testing.assert_allclose(g[key], p[key], rtol=tol, atol=tol, err_msg=f"{name}, channel {ch}: {key} moved")
+
+
+@pytest.mark.parametrize("key", PINNED_KEYS)
 def test_demo_eeg_windows_are_pinned(tmp_path, key):
     """The prepared windows of the demo's EEG channels (PhysioNet 2018: the six derivations;
     Sleep-EDF: Fpz-Cz, Pz-Oz) for fixed synth-psg arguments: a generator change that moves them
-    fails here and must update the digest on purpose (other work measures on these windows)."""
+    fails here and must update the pins on purpose (other work measures on these windows).
+
+    Labels, shapes and dtypes are pinned exactly; the float32 values through statistics with a
+    stated tolerance per statistic (:data:`PIN_TOLERANCE`, ~10x the spread between two numeric
+    environments, far below what a 1 % generator change moves), not their bytes: the synthesized
+    signals differ in their last bits between CPUs (vector instructions), which flips single 16-bit
+    EDF samples, and a byte digest of the windows failed on other machines.
+    """
     fmt, hours, compress, seed = key
     records, windows = _prepared(tmp_path, fmt, subjects=1, nights=1, hours=hours, compress=compress, seed=seed)
-    digest = hashlib.sha256()
-    for record, w in zip(records, windows):
-        digest.update(w.tobytes())
-        digest.update(np.asarray(record["labels"], dtype=np.int64).tobytes())
-    assert digest.hexdigest()[:16] == PINNED_WINDOWS[key]
+    actual = window_fingerprint(records, windows)
+    label = "/".join(str(v) for v in key)
+    pins = json.loads(PINNED_FILE.read_text()) if PINNED_FILE.exists() else {}
+    if os.environ.get("MVAPP_WRITE_PINS") == "1":
+        pins[label] = actual
+        PINNED_FILE.write_text(json.dumps(pins, indent=1) + "\n")
+    assert label in pins, f"no pinned fingerprint for {label} in {PINNED_FILE.name} (MVAPP_WRITE_PINS=1 writes it)"
+    assert_fingerprints_match(actual, pins[label])

@@ -1,9 +1,12 @@
 """Package layout contracts: modality folders register through one list, train/ never imports
-eval/, training callbacks plug in by name, ``--resume latest --name RUN`` finds its run."""
+eval/ (neither by an import statement nor by naming the module in a string for a registry or
+importlib), config.py imports no layer above the registries, training callbacks plug in by name,
+``--resume latest --name RUN`` finds its run."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+import re
 from typing import Any
 
 import pytest
@@ -20,12 +23,35 @@ from _train_helpers import tiny_config, write_tiny_yaml
 PACKAGE = Path(__file__).resolve().parents[1] / "multiview_app"
 
 
-def _imported_modules(path: Path) -> set[str]:
-    """Absolute names of the modules ``path`` imports (relative imports resolved)."""
+# A string constant that names a module of this package (``"multiview_app.eval.callbacks"``), as
+# registries (``Registry(modules=...)``) and ``importlib.import_module`` take them.
+_MODULE_STRING = re.compile(r"multiview_app(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def _is_package_module(name: str) -> bool:
+    """Whether ``name`` (``multiview_app.x.y``) is a module or package of this source tree."""
+    relative = Path(*name.split(".")[1:])
+    return (PACKAGE / relative).with_suffix(".py").is_file() or (PACKAGE / relative / "__init__.py").is_file()
+
+
+def _named_modules(tree: ast.AST) -> set[str]:
+    """Package modules named by string constants in ``tree`` (string-named imports)."""
+    return {
+        node.value for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        and _MODULE_STRING.fullmatch(node.value) and _is_package_module(node.value)
+    }
+
+
+def _imported_modules(path: Path, with_strings: bool = True) -> set[str]:
+    """Absolute names of the modules ``path`` imports (relative imports resolved), including (unless
+    ``with_strings`` is False) the package modules it names as strings (registries' ``modules=``,
+    ``importlib.import_module``)."""
     module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    found: set[str] = _named_modules(tree) if with_strings else set()
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -50,9 +76,41 @@ def test_dependencies_point_down(lower: str, upper: str) -> None:
     assert not offenders, f"{lower}/ imports {upper}/: {offenders}"
 
 
+def test_string_named_imports_are_seen() -> None:
+    """The detector finds module paths in strings (so a registration list cannot hide an upward arrow)."""
+    tree = ast.parse('REG = Registry("x", modules=("multiview_app.eval.callbacks", "multiview_app.nope"))\n'
+                     'importlib.import_module("multiview_app.tune.objective"); FORMAT = "multiview_app.export/1"')
+    assert _named_modules(tree) == {"multiview_app.eval.callbacks", "multiview_app.tune.objective"}
+
+
+# Layers above the schema: config.py (imported by every layer) must not import them, statically or by
+# name. It may ask the registries of losses / data / models and multiview_app.plugins (the top-level
+# list of modules that fill the training-callback registry, loaded lazily on first lookup).
+ABOVE_CONFIG = ("train", "eval", "tune", "export", "cli", "config_cli")
+
+
+def test_config_imports_no_layer_above_it() -> None:
+    imported = _imported_modules(PACKAGE / "config.py")
+    climbing = sorted(m for m in imported for upper in ABOVE_CONFIG
+                      if m == f"multiview_app.{upper}" or m.startswith(f"multiview_app.{upper}."))
+    assert not climbing, f"config.py imports layers above it: {climbing}"
+
+
+def test_plugins_module_is_a_leaf_naming_only_registration_modules() -> None:
+    """plugins.py names upper layers (by design) but imports nothing of the package except the
+    registry class, so importing it from config.py or train/ loads no upper layer."""
+    path = PACKAGE / "plugins.py"
+    statically = {m for m in _imported_modules(path, with_strings=False) if m.startswith("multiview_app")}
+    assert statically == {"multiview_app.registry"}
+    from multiview_app.plugins import TRAIN_CALLBACK_MODULES
+
+    assert set(TRAIN_CALLBACK_MODULES) == _named_modules(ast.parse(path.read_text()))
+
+
 def test_generic_data_modules_import_no_modality_folder() -> None:
     for name in ("adapters.py", "views.py", "batch.py"):
-        imported = _imported_modules(PACKAGE / "data" / name)
+        # static imports only: adapters.py's MODALITY_PACKAGES is the one list that names them (by design)
+        imported = _imported_modules(PACKAGE / "data" / name, with_strings=False)
         assert not [m for m in imported if any(m.startswith(pkg) for pkg in MODALITY_PACKAGES)], name
 
 

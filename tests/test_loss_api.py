@@ -38,7 +38,7 @@ def test_defaults_are_part_of_the_contract() -> None:
     assert loss_parameters("byol_pwe") == {} and loss_parameters("byol_ave") == {}
     assert loss_parameters("flatnce")["tau"] == 0.1
     assert loss_parameters("flatnce")["ess_target"] is None and loss_parameters("flatnce")["chunked"] is None
-    assert loss_parameters("mveb") == {"beta": 0.01, "eta": 0.01}
+    assert loss_parameters("mveb") == {"beta": 0.01, "eta": 0.01, "chunked": None}
 
 
 def test_unknown_loss_lists_valid_names() -> None:

@@ -6,7 +6,7 @@ import torch
 
 import reference_losses as ref
 from multiview_app.losses import build_loss
-from multiview_app.losses.mveb import stein_score, vmf_bandwidth
+from multiview_app.losses.mveb import blockwise_bandwidth, stein_score, stein_score_blockwise, vmf_bandwidth
 
 
 def embeddings(n: int, k: int, d: int, seed: int = 0) -> torch.Tensor:
@@ -19,10 +19,19 @@ def unit(z: torch.Tensor) -> torch.Tensor:
     return z / z.norm(dim=-1, keepdim=True)
 
 
+@pytest.fixture()
+def tiny_blocks(monkeypatch):
+    """Blocks of a few kernel rows on the blockwise path (many block boundaries at test sizes)."""
+    import multiview_app.losses.contrastive as contrastive
+
+    monkeypatch.setattr(contrastive, "_BLOCK_LOGITS", 37)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("k", [2, 3, 5])
-def test_matches_bruteforce_reference(k: int) -> None:
+def test_matches_bruteforce_reference(k: int, chunked: bool, tiny_blocks) -> None:
     z = embeddings(6, k, 4, seed=k)
-    loss = build_loss("mveb", beta=0.5, eta=0.05)
+    loss = build_loss("mveb", beta=0.5, eta=0.05, chunked=chunked)
     value = loss(z).item()
     assert value == pytest.approx(ref.mveb(z, beta=0.5, eta=0.05), rel=1e-8)
     u = unit(z)
@@ -34,21 +43,23 @@ def test_matches_bruteforce_reference(k: int) -> None:
     assert loss.last_stats["bandwidth"] == pytest.approx(sum(bandwidths) / k, rel=1e-12)
 
 
+@pytest.mark.parametrize("estimator", [stein_score, stein_score_blockwise])
 @pytest.mark.parametrize("eta", [0.01, 1.0])
-def test_stein_estimate_solves_linear_system(eta: float) -> None:
+def test_stein_estimate_solves_linear_system(eta: float, estimator) -> None:
     x = unit(embeddings(7, 1, 5, seed=3)[:, 0])
     kernel, g, delta = ref.stein_pieces(x)
-    score, bandwidth = stein_score(x, eta)
+    score, bandwidth = estimator(x, eta)
     assert bandwidth.item() == pytest.approx(delta, rel=1e-12)
     residual = (kernel + eta * torch.eye(7, dtype=torch.float64)) @ score + g
     assert residual.abs().max().item() < 1e-8 * g.abs().max().item()
     assert not score.requires_grad
 
 
-def test_stein_estimate_float32_input_keeps_dtype_and_accuracy() -> None:
+@pytest.mark.parametrize("estimator", [stein_score, stein_score_blockwise])
+def test_stein_estimate_float32_input_keeps_dtype_and_accuracy(estimator) -> None:
     x = unit(embeddings(16, 1, 8, seed=4)[:, 0])
-    s64, _ = stein_score(x, 0.01)
-    s32, _ = stein_score(x.float(), 0.01)
+    s64, _ = estimator(x, 0.01)
+    s32, _ = estimator(x.float(), 0.01)
     assert s32.dtype == torch.float32
     torch.testing.assert_close(s32.double(), s64, rtol=1e-3, atol=1e-3 * s64.abs().max().item())
 
@@ -62,18 +73,20 @@ def test_bandwidth_is_median_pairwise_cosine_distance() -> None:
     assert ref.bandwidth(x) == pytest.approx(1.0)
 
 
-def test_bandwidth_floor() -> None:
+@pytest.mark.parametrize("chunked", [False, True])
+def test_bandwidth_floor(chunked: bool) -> None:
     x = unit(torch.ones(5, 3, dtype=torch.float64) + 1e-3 * embeddings(5, 1, 3, seed=1)[:, 0])
     assert vmf_bandwidth(x).item() == 0.1
-    loss = build_loss("mveb")
+    loss = build_loss("mveb", chunked=chunked)
     loss(x[:, None, :].repeat(1, 2, 1))
     assert loss.last_stats["bandwidth"] == pytest.approx(0.1)
 
 
-def test_beta_zero_is_pure_alignment() -> None:
+@pytest.mark.parametrize("chunked", [False, True])
+def test_beta_zero_is_pure_alignment(chunked: bool) -> None:
     z = embeddings(5, 3, 4, seed=6)
     x = z.clone().requires_grad_()
-    value = build_loss("mveb", beta=0.0)(x)
+    value = build_loss("mveb", beta=0.0, chunked=chunked)(x)
     value.backward()
     y = z.clone().requires_grad_()
     u = unit(y)
@@ -83,11 +96,12 @@ def test_beta_zero_is_pure_alignment() -> None:
     torch.testing.assert_close(x.grad, y.grad, rtol=1e-10, atol=1e-12)
 
 
-def test_gradient_flows_only_through_z_with_score_detached() -> None:
+@pytest.mark.parametrize("chunked", [False, True])
+def test_gradient_flows_only_through_z_with_score_detached(chunked: bool, tiny_blocks) -> None:
     n, k, beta = 6, 3, 0.7
     z = embeddings(n, k, 4, seed=8)
     x = z.clone().requires_grad_()
-    build_loss("mveb", beta=beta)(x).backward()
+    build_loss("mveb", beta=beta, chunked=chunked)(x).backward()
     # the same objective with the score as a constant computed by the brute-force reference
     u0 = unit(z)
     scores = []
@@ -115,3 +129,84 @@ def test_float32_close_to_float64() -> None:
 def test_bad_parameters(params: dict, word: str) -> None:
     with pytest.raises(ValueError, match=f"mveb.*{word}"):
         build_loss("mveb", **params)
+
+
+# --------------------------------------------------------------------------- blockwise (chunked) path
+@pytest.mark.parametrize("n, k, d, spread", [(40, 2, 8, 0.9), (33, 3, 6, 0.2)])
+def test_chunked_path_equals_dense_path(n: int, k: int, d: int, spread: float, monkeypatch) -> None:
+    """Values, gradients and stats of both paths agree to float64 tolerance, with a Nystrom rank below
+    n (so conjugate gradients really iterate) and blocks of a few rows."""
+    import multiview_app.losses.contrastive as contrastive
+    import multiview_app.losses.mveb as mveb
+
+    monkeypatch.setattr(mveb, "NYSTROM_RANK", 8)
+    monkeypatch.setattr(contrastive, "_BLOCK_LOGITS", 12 * n)
+    g = torch.Generator().manual_seed(n)
+    z = torch.randn(n, 1, d, generator=g, dtype=torch.float64) + spread * torch.randn(n, k, d, generator=g, dtype=torch.float64)
+    x_dense, x_chunked = z.clone().requires_grad_(), z.clone().requires_grad_()
+    dense, chunked = build_loss("mveb", beta=0.3, chunked=False), build_loss("mveb", beta=0.3, chunked=True)
+    value_dense, value_chunked = dense(x_dense), chunked(x_chunked)
+    assert value_chunked.item() == pytest.approx(value_dense.item(), rel=1e-10, abs=1e-12)
+    value_dense.backward()
+    value_chunked.backward()
+    torch.testing.assert_close(x_chunked.grad, x_dense.grad, rtol=1e-9, atol=1e-12)
+    assert chunked.last_stats.keys() == dense.last_stats.keys()
+    for key, value in dense.last_stats.items():
+        assert chunked.last_stats[key] == pytest.approx(value, rel=1e-10, abs=1e-12)
+    score_dense, _ = stein_score(unit(z).transpose(0, 1), 0.01)
+    score_chunked, _ = stein_score_blockwise(unit(z).transpose(0, 1), 0.01, rows=4)
+    torch.testing.assert_close(score_chunked, score_dense, rtol=1e-9, atol=1e-9 * score_dense.abs().max().item())
+
+
+@pytest.mark.parametrize("n", [2, 3, 9, 24, 25])  # odd and even pair counts
+@pytest.mark.parametrize("spread", [0.05, 0.5, 3.0])
+def test_blockwise_bandwidth_is_the_exact_median(n: int, spread: float, monkeypatch) -> None:
+    """Histogram refinement (few bins, nothing gathered before the range is one value or small) selects
+    exactly the dense median, across block sizes, including the floor shortcut."""
+    import multiview_app.losses.mveb as mveb
+
+    monkeypatch.setattr(mveb, "_MEDIAN_BINS", 3)
+    g = torch.Generator().manual_seed(n)
+    x = unit(torch.randn(1, 5, generator=g, dtype=torch.float64) + spread * torch.randn(n, 5, generator=g, dtype=torch.float64))
+    expected = vmf_bandwidth(x).item()
+    for rows in (1, 4, n):
+        for gather_max in (1, 2, 1 << 20):
+            assert blockwise_bandwidth(x, rows=rows, gather_max=gather_max).item() == pytest.approx(expected, rel=1e-14)
+
+
+def test_blockwise_bandwidth_with_ties() -> None:
+    """Repeated points: many equal distances (the refinement stops at a one-value range)."""
+    angles = torch.tensor([0.0, 0.0, 0.0, 90.0, 90.0, 180.0, 180.0, 180.0], dtype=torch.float64).deg2rad()
+    x = torch.stack([angles.cos(), angles.sin()], dim=1)
+    for gather_max in (1, 3, 100):
+        assert blockwise_bandwidth(x, rows=3, gather_max=gather_max).item() == pytest.approx(vmf_bandwidth(x).item())
+    basis = torch.eye(6, dtype=torch.float64)  # every pair distance is exactly 1: a one-value range at once
+    assert blockwise_bandwidth(basis, rows=2, gather_max=1).item() == vmf_bandwidth(basis).item() == 1.0
+
+
+def test_blockwise_solver_warns_when_not_converged_and_keeps_global_rng(monkeypatch) -> None:
+    import multiview_app.losses.mveb as mveb
+
+    monkeypatch.setattr(mveb, "NYSTROM_RANK", 1)
+    x = unit(embeddings(12, 1, 4, seed=2)[:, 0])
+    state = torch.random.get_rng_state()
+    with pytest.warns(RuntimeWarning, match="mveb: blockwise Stein solve stopped after 2 conjugate-gradient steps"):
+        stein_score_blockwise(x, 0.01, max_iter=2)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_automatic_choice_and_bad_chunked(monkeypatch) -> None:
+    import multiview_app.losses.contrastive as contrastive
+    import multiview_app.losses.mveb as mveb
+
+    calls = []
+    original = mveb.stein_score_blockwise
+    monkeypatch.setattr(mveb, "stein_score_blockwise", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    z = embeddings(9, 2, 4, seed=3)
+    build_loss("mveb")(z)  # 2 x 9 x 9 kernel entries: dense
+    assert not calls
+    monkeypatch.setattr(contrastive, "DENSE_MAX_LOGITS", 100)  # 162 > 100: blockwise
+    build_loss("mveb")(z)
+    assert calls
+    with pytest.raises(ValueError, match="mveb.*chunked"):
+        build_loss("mveb", chunked="yes")

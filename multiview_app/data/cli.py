@@ -9,6 +9,8 @@ import argparse
 import json
 from pathlib import Path
 
+from ..argtypes import nonnegative_float, nonnegative_int, positive_float, positive_int
+
 
 PREPARE_BAND = (0.5, 30.0)
 """Default band-pass of ``data prepare`` = ``eeg.preprocess.DEFAULT_BAND`` (a literal here so that
@@ -38,20 +40,20 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     listing.set_defaults(func=_list)
 
     synth = commands.add_parser("synth-psg", help="write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format")
-    synth.add_argument("--subjects", type=int, required=True)
-    synth.add_argument("--nights", type=int, default=1)
+    synth.add_argument("--subjects", type=positive_int, required=True)
+    synth.add_argument("--nights", type=positive_int, default=1)
     synth.add_argument("--format", choices=SYNTH_FORMATS, required=True)
     synth.add_argument("--out", type=Path, required=True)
-    synth.add_argument("--hours", type=float, default=9.0,
+    synth.add_argument("--hours", type=positive_float, default=9.0,
                        help="length of each full night, wake around sleep included (default: %(default)s)")
-    synth.add_argument("--compress", type=int, default=1,
+    synth.add_argument("--compress", type=positive_int, default=1,
                        help="write K-times shorter excerpts keeping the full night's stage proportions "
                             "(every K-th epoch; default: %(default)s = full nights)")
-    synth.add_argument("--record-hours", type=float, default=None,
+    synth.add_argument("--record-hours", type=nonnegative_float, default=None,
                        help="sleep-edf: pad each recording with wake to this length, as the ~20-h SC day-night "
                             "files (the readers crop it); 0 = no padding (default: 20 for full nights of >= 6 h, "
                             "else no padding)")
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--seed", type=nonnegative_int, default=0)
     synth.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (files of the same name are replaced)")
     synth.set_defaults(func=_synth)
 
@@ -63,7 +65,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument("--channels", nargs="+", default=None,
                       help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations; "
                            "DREAMS 'central', each excerpt's C3-A1 or CZ-A1)")
-    prep.add_argument("--sfreq", type=float, default=100.0, help="target sampling rate (Hz)")
+    prep.add_argument("--sfreq", type=positive_float, default=100.0, help="target sampling rate (Hz)")
     prep.add_argument("--l-freq", type=_optional_float, default=PREPARE_BAND[0],
                       help="band-pass low edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)")
     prep.add_argument("--h-freq", type=_optional_float, default=PREPARE_BAND[1],
@@ -78,7 +80,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
                       help="per-window z-scoring, or per-recording robust scaling that keeps amplitude "
                            "differences between windows (default: %(default)s)")
     prep.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings (listed) instead of failing")
-    prep.add_argument("--download", nargs="+", type=int, metavar="SUBJECT", default=None,
+    prep.add_argument("--download", nargs="+", type=nonnegative_int, metavar="SUBJECT", default=None,
                       help="sleep-edf only: first fetch these SC subjects (night 1 and 2) into --source via mne "
                            "(needs internet)")
     prep.set_defaults(func=_prepare)
@@ -87,8 +89,8 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         "synth-domains", help="write six digit image domains (scikit-learn's handwritten digits) in the DomainNet layout"
     )
     domains.add_argument("--out", type=Path, required=True, help="folder to write <domain>/<class>/<image> + split files")
-    domains.add_argument("--seed", type=int, default=0)
-    domains.add_argument("--limit", type=int, default=None, help="only the first N digits (tiny test fixtures)")
+    domains.add_argument("--seed", type=nonnegative_int, default=0)
+    domains.add_argument("--limit", type=positive_int, default=None, help="only the first N digits (tiny test fixtures)")
     domains.set_defaults(func=_synth_domains)
 
     captions = commands.add_parser(
@@ -97,7 +99,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     captions.add_argument("--domains-dir", type=Path, required=True, help="a `mvapp data synth-domains` folder")
     captions.add_argument("--out", type=Path, required=True, help="new folder: train.tsv, test.tsv, images/, shards/")
     captions.add_argument("--domains", default=None, help="comma-separated subset (default: every domain present)")
-    captions.add_argument("--samples-per-shard", type=int, default=500)
+    captions.add_argument("--samples-per-shard", type=positive_int, default=500)
     captions.set_defaults(func=_caption_domains)
 
     info = commands.add_parser("info", help="print a JSON summary of a prepared cache")

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..argtypes import nonnegative_int, positive_float, positive_int
 from ..fileio import sha256_file
 from ..train.run_io import atomic_write_json, atomic_write_text, load_run
 from . import EVALUATORS
@@ -456,16 +457,16 @@ class DomainGeneralization:
                                              "--run is then the output folder")
         parser.add_argument("--holdout", default=None,
                             help="with --config: a domain name or 'all' (default: the config's data.options.holdout)")
-        parser.add_argument("--seeds", default="0", help="with --config: comma-separated seeds (default 0)")
+        parser.add_argument("--seeds", default="0", help="with --config: comma-separated seeds")
         parser.add_argument("--protocol", choices=["generalization", "adaptation", "both"], default="generalization",
                             help="with --config: target held out (generalization), its train images in pretraining "
                                  "without labels (adaptation), or both in one table")
         parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for --config")
-        parser.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic regression")
-        parser.add_argument("--batch-size", type=int, default=None, help="feature-extraction batch (default: eval.batch_size)")
+        parser.add_argument("--C", type=positive_float, default=1.0, help="inverse L2 strength of the logistic regression")
+        parser.add_argument("--batch-size", type=positive_int, default=None, help="feature-extraction batch (default: eval.batch_size)")
         parser.add_argument("--no-erm", action="store_true", help="skip the supervised ERM baseline")
         parser.add_argument("--device", default="cpu")
-        parser.add_argument("--threads", type=int, default=1,
+        parser.add_argument("--threads", type=nonnegative_int, default=1,
                             help="torch threads for ERM + feature extraction (0 = leave unchanged)")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, default_collate
 
+from ..argtypes import positive_int
 from ..train.run_io import atomic_write_json, atomic_write_text, load_run
 from ..data.batch import to_device
 from . import EVALUATORS
@@ -158,8 +159,8 @@ class Retrieval:
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--split", default="test", help="held-out split (default: test)")
-        parser.add_argument("--batch-size", type=int, default=None, help="embedding batch (default: eval.batch_size)")
+        parser.add_argument("--split", default="test", help="held-out split")
+        parser.add_argument("--batch-size", type=positive_int, default=None, help="embedding batch (default: eval.batch_size)")
         parser.add_argument("--template", action="append", default=None, dest="templates",
                             help="zero-shot prompt with {name} (repeatable; default: two digit prompts)")
         parser.add_argument("--device", default="cpu", help="torch device")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..argtypes import nonnegative_int, positive_float, positive_int
 from .options import ALL_SPLITS, DEFAULT_MAX_SHARD_MB, FEATURE_KINDS, FILE_FORMATS, VIEW_MODES
 
 
@@ -23,10 +24,10 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--normalize", action="store_true", help="L2-normalize every exported row")
     parser.add_argument("--format", choices=FILE_FORMATS, default="npy", dest="file_format",
                         help="npy (memory-mappable + metadata.parquet) or parquet (embedding list<float32> column)")
-    parser.add_argument("--batch-size", type=int, default=None, help="items per forward (default: eval.batch_size)")
-    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
+    parser.add_argument("--batch-size", type=positive_int, default=None, help="items per forward (default: eval.batch_size)")
+    parser.add_argument("--num-workers", type=nonnegative_int, default=0, help="DataLoader workers")
     parser.add_argument("--device", default=None, help="torch device (default: the launcher's device for this process)")
-    parser.add_argument("--max-shard-mb", type=float, default=DEFAULT_MAX_SHARD_MB, help="largest embeddings shard")
+    parser.add_argument("--max-shard-mb", type=positive_float, default=DEFAULT_MAX_SHARD_MB, help="largest embeddings shard")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing export in --out")
     parser.set_defaults(func=_run)
 

@@ -110,3 +110,11 @@ def check_positive(name: str, value: float, *, loss: str) -> float:
     if not (value > 0 and value < float("inf")):
         raise ValueError(f"loss '{loss}': parameter {name} must be > 0, got {value}")
     return value
+
+
+def check_chunked(value: object, *, loss: str) -> bool | None:
+    """Return a loss's ``chunked`` parameter (``True`` / ``False`` / ``None`` = automatic) or raise
+    ``ValueError`` for anything else."""
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"loss '{loss}': parameter chunked must be true, false or null, got {value!r}")
+    return value

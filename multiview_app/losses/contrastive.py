@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from . import LOSSES
-from .base import MultiViewLoss, check_positive, normalize
+from .base import MultiViewLoss, check_chunked, check_positive, normalize
 from .temperature import LogitScale
 
 
@@ -211,6 +211,12 @@ DENSE_MAX_LOGITS = 1 << 26
 _BLOCK_LOGITS = 1 << 22
 
 
+def block_rows(n_rows: int, n_cols: int) -> int:
+    """Rows per block of a blockwise pass over an ``(n_rows, n_cols)`` matrix: about
+    ``_BLOCK_LOGITS`` entries per block, at least one row, at most ``n_rows``."""
+    return max(1, min(n_rows, _BLOCK_LOGITS // max(n_cols, 1)))
+
+
 def use_blockwise(chunked: bool | None, anchors: int, targets: int) -> bool:
     """Whether a loss with parameter ``chunked`` (None = automatic) uses the blockwise path for an
     ``anchors x targets`` logit matrix."""
@@ -243,7 +249,7 @@ class _BlockwiseLogSumExp(torch.autograd.Function):
     def forward(ctx, anchors: torch.Tensor, targets: torch.Tensor, tau: float, per_item: int, views: int,
                 exclude_own: bool, with_weight_sq: bool) -> tuple[torch.Tensor, torch.Tensor]:
         n_rows, n_cols = anchors.shape[0], targets.shape[0]
-        rows = max(1, min(n_rows, _BLOCK_LOGITS // max(n_cols, 1)))
+        rows = block_rows(n_rows, n_cols)
         lse = anchors.new_empty(n_rows)
         weight_sq = anchors.new_zeros(n_rows)
         for start in range(0, n_rows, rows):
@@ -364,9 +370,7 @@ class TemperatureLoss(MultiViewLoss):
     def __init__(self, tau: float = 0.1, chunked: bool | None = None) -> None:
         super().__init__()
         self.tau = check_positive("tau", tau, loss=self.name)
-        if chunked is not None and not isinstance(chunked, bool):
-            raise ValueError(f"loss '{self.name}': parameter chunked must be true, false or null, got {chunked!r}")
-        self.chunked = chunked
+        self.chunked = check_chunked(chunked, loss=self.name)
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}, chunked={self.chunked}"

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..registry import Registry
+# Callback factories ``factory(cfg) -> TrainCallback`` by name; upper layers register here. The
+# registry and the list of modules that fill it live in multiview_app.plugins (imported on first
+# lookup), so ``train/`` names no upper layer, not even as a string.
+from ..plugins import TRAIN_CALLBACKS
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
@@ -67,11 +70,6 @@ class FunctionCallback(TrainCallback):
         self.fn(event.step, event.record)
 
 
-#: Callback factories ``factory(cfg) -> TrainCallback`` by name; upper layers register here
-#: (the listed modules are imported on first lookup, so ``train/`` never imports them statically).
-TRAIN_CALLBACKS: Registry[Callable[["Config"], TrainCallback]] = Registry(
-    "training callback", modules=("multiview_app.eval.callbacks", "multiview_app.tune.objective")
-)
 
 
 def callbacks_for(cfg: "Config", extra: Sequence[TrainCallback | StepCallback] = ()) -> list[TrainCallback]:

@@ -57,7 +57,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--gpus", type=positive_int, default=1, help="processes per trial (>1: accelerate launch --multi_gpu)")
     parser.add_argument("--launcher", choices=["fork", "spawn"], default="fork",
                         help="fork: trials fork from a process with the trainer imported (Linux, 1 process per "
-                             "trial; default); spawn: a fresh python per trial")
+                             "trial); spawn: a fresh python per trial")
     parser.add_argument("--runs-dir", default=None, help="report: runs folder holding tune/<study>/ (default: runs)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("rest", nargs="*", metavar="overrides", help="dotted overrides (e.g. train.max_steps=60), or 'report'")
