@@ -53,7 +53,7 @@ def test_device_loop_equals_host_loop(k: int, n: int, params: dict) -> None:
     z = embeddings(n, k, seed=k + n, noise=1.0)
     # a nearby second batch: the warm-started call starts from the first call's potentials
     batches = [z, torch.nn.functional.normalize(z + 0.05 * embeddings(n, k, seed=99), dim=-1)]
-    common = dict(epsilon=0.2, tol=1e-9, max_iter=5000, **params)
+    common = dict(epsilon=0.2, tol=1e-8, max_iter=5000, **params)
     host_loss, device_loss = build_loss("m3g", solver_loop="host", **common), build_loss("m3g", solver_loop="device", **common)
     for batch in batches:
         results = []
@@ -76,13 +76,13 @@ def test_device_loop_equals_host_loop(k: int, n: int, params: dict) -> None:
 
 @pytest.mark.parametrize("k", [3, 4, 6])
 def test_device_loop_solver_potentials_and_plan_equal_host(k: int) -> None:
-    n, eps = (6, 4, 3)[[3, 4, 6].index(k)], 0.1
+    n, eps = (6, 4, 3)[[3, 4, 6].index(k)], 0.2
     z = embeddings(n, k, seed=7, noise=1.5)
     factors = _pair_grams(z) * (2 * _cv_scale(k) / eps)
     offset = _cv_scale(k) * k * (k - 1) / eps
-    host = mm_sinkhorn_pairwise(factors, offset, 1e-10, 5000)
+    host = mm_sinkhorn_pairwise(factors, offset, 1e-9, 5000)
     hints = LoopHints()
-    device = mm_sinkhorn_pairwise(factors, offset, 1e-10, 5000, loop="device", hints=hints)
+    device = mm_sinkhorn_pairwise(factors, offset, 1e-9, 5000, loop="device", hints=hints)
     assert device.path == host.path and device.iterations == host.iterations and device.converged
     assert torch.allclose(device.log_potentials, host.log_potentials, atol=1e-10, rtol=0)
     assert torch.allclose(device.pair_marginals, host.pair_marginals, atol=1e-13, rtol=0)
@@ -90,7 +90,7 @@ def test_device_loop_solver_potentials_and_plan_equal_host(k: int) -> None:
     assert device.marginal_error == pytest.approx(host.marginal_error, rel=1e-6)
     # the next solve of the same problem reads back once: the block is sized from this one
     assert hints.positions == host.iterations + 1
-    again = mm_sinkhorn_pairwise(factors, offset, 1e-10, 5000, loop="device", hints=hints)
+    again = mm_sinkhorn_pairwise(factors, offset, 1e-9, 5000, loop="device", hints=hints)
     assert hints.readbacks == 1 and again.iterations == host.iterations
 
 
