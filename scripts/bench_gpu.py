@@ -9,7 +9,7 @@
    ``cudaMemcpyAsync`` events), and tensor-to-Python conversions counted in Python (any device).
 3. Training steps/s of configs/eeg_synthetic_m3g.yaml (k = 6, n = 16) on a tiny synthesized window
    cache and of configs/digits_m3g.yaml, with the data share of a step (the trainer's ``time/data``).
-4. Peak memory of one MVEB and one contrastive (pvc_max) forward+backward: CUDA
+4. Peak memory of one MVEB and one contrastive (pvc_geometric) forward+backward: CUDA
    ``max_memory_allocated`` at n k = 131,072, d = 256; on CPU (``--device cpu``) small sizes and the
    process's peak RSS growth.
 
@@ -38,7 +38,7 @@ from multiview_app.bench import command_line, machine_line, markdown_table, rati
 from multiview_app.losses import build_loss
 
 M3G_SIZES = [(16, 6), (32, 3), (64, 3), (64, 4), (128, 3), (128, 4), (512, 3)]
-QUICK_SIZES = [(8, 4), (16, 3)]
+QUICK_SIZES = [(16, 3), (16, 4)]
 SYNC_EVENTS = ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize")
 EEG_CHANNELS = ["F3-M2", "F4-M1", "C3-M2", "C4-M1", "O1-M2", "O2-M1"]
 
@@ -204,8 +204,6 @@ def training_table(device: torch.device, quick: bool, tmp: Path) -> str:
     steps, log_every = (3, 1) if quick else (60, 10)
     common = [f"train.max_steps={steps}", f"train.log_every={log_every}", "train.checkpoint_every=0",
               "train.diagnostics=false", "eval.linear_probe=false"]
-    if device.type == "cpu":
-        common.append("train.precision=fp32")
     cache = fake_eeg_cache(tmp / "eeg_cache", subjects=4, windows=8 if quick else 40)
     runs = [
         ("configs/eeg_synthetic_m3g.yaml", [f"data.options.cache={cache}", "data.options.test_fraction=0.25",
@@ -223,13 +221,13 @@ def training_table(device: torch.device, quick: bool, tmp: Path) -> str:
 
 
 def peak_memory(device: torch.device, quick: bool) -> str:
-    """Peak extra memory of one forward+backward of MVEB and pvc_max."""
+    """Peak extra memory of one forward+backward of MVEB and pvc_geometric."""
     if device.type == "cuda":
         sizes = [(16384, 8, 256), (32768, 4, 256)] if not quick else [(1024, 4, 64)]
     else:
         sizes = [(256, 4, 64)] if quick else [(2048, 4, 256)]
     rows = []
-    for name in ("mveb", "pvc_max"):
+    for name in ("mveb", "pvc_geometric"):
         for n, k, d in sizes:
             z = torch.randn(n, k, d, device=device, requires_grad=True)
             loss = build_loss(name)
