@@ -126,11 +126,12 @@ def profile_counts(fn: Callable[[], None], device: torch.device) -> dict[str, in
     counts: Counter[str] = Counter()
     for event in prof.events():
         name = event.name
-        if getattr(event, "device_type", None) is not None and "CUDA" in str(event.device_type) and not name.startswith(("cuda", "Memcpy", "Memset")):
+        on_gpu = event.device_type == torch.autograd.DeviceType.CUDA
+        if on_gpu and not name.startswith(("Memcpy", "Memset")):
             counts["kernels"] += 1
         if name in SYNC_EVENTS:
             counts["syncs"] += 1
-        if "Memcpy DtoH" in name or ("cudaMemcpyAsync" in name and False):
+        if on_gpu and name.startswith("Memcpy DtoH"):  # the copy of a cudaMemcpyAsync to the host
             counts["dtoh"] += 1
     return {"kernels": counts["kernels"], "syncs": counts["syncs"], "dtoh": counts["dtoh"]}
 
