@@ -264,7 +264,10 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per M3G row (default 5, quick 2)")
     parser.add_argument("--sizes", default=None, help="M3G sizes as n:k,n:k (default: the issue's seven)")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: m3g,train,memory")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here (use --device cpu)")

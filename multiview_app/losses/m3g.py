@@ -342,7 +342,7 @@ class M3GLoss(MultiViewLoss):
     ``k = 3`` path) or ``"device"`` (cost ``cv``: the sweeps run in blocks with the stopping rule,
     checks and sweep counter on the device, one host read per block and none elsewhere in the call;
     same values, gradient and sweep count as ``"host"``). ``solver_block``: sweeps in the first
-    block (0 = adaptive: the last call's count for the same ``(n, k)`` plus a quarter).
+    block (0 = adaptive: the last call's count for the same ``(n, k)``; later blocks 1/8 of it, doubling).
     """
 
     name: ClassVar[str] = "m3g"

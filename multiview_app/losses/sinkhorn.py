@@ -772,9 +772,13 @@ def _scale_ok(log_scale: torch.Tensor) -> torch.Tensor:
 
 
 def _block_sizes(hints: LoopHints, block: int) -> Any:
-    """Sweep positions per block: ``block`` (> 0) or the last solve's positions plus a quarter (at
-    least :data:`_FIRST_BLOCK` without history), doubling from then on."""
-    size = block if block > 0 else (math.ceil(1.25 * hints.positions) + 1 if hints.positions else _FIRST_BLOCK)
+    """Sweep positions per block. The first: ``block`` (> 0), else the last solve's positions (a
+    repeated problem reads back once), else :data:`_FIRST_BLOCK`. Then an eighth of the first (at
+    least 4; a solve a little longer than the last one costs one more read, not a quarter of
+    masked sweeps -- a masked sweep costs as much as a live one), doubling from then on."""
+    first = block if block > 0 else hints.positions or _FIRST_BLOCK
+    yield first
+    size = max(4, math.ceil(first / 8)) if block > 0 or hints.positions else 2 * first
     while True:
         yield size
         size *= 2
