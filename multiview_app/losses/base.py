@@ -3,21 +3,26 @@
 Every loss takes embeddings ``z`` of shape ``(n, k, d)`` (n items, k views, d dims),
 validates them, computes in float32 (half inputs) or float64 (float64 inputs),
 L2-normalizes along ``d`` and returns a 0-d tensor. Diagnostics of the last call
-are in ``module.last_stats`` (plain floats).
+are in ``module.last_stats`` (a :class:`LazyStats` mapping: plain floats on access; values kept
+as 0-d tensors until then, so a loss call need not read the device).
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Iterator, MutableMapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 
-def check_embeddings(z: torch.Tensor, *, min_views: int = 2, min_items: int = 2) -> torch.Tensor:
+def check_embeddings(
+    z: torch.Tensor, *, min_views: int = 2, min_items: int = 2, check_finite: bool = True
+) -> torch.Tensor:
     """Validate ``z`` of shape ``(n, k, d)`` and return it in the compute dtype.
 
     float16 / bfloat16 (and integer) inputs are promoted to float32; float32 and float64 stay.
-    Raises ``ValueError`` naming the problem.
+    Raises ``ValueError`` naming the problem. ``check_finite=False`` leaves the NaN / Inf check (a
+    host read) to the caller (:func:`nonfinite_count`).
     """
     if not isinstance(z, torch.Tensor):
         raise ValueError(f"expected a torch.Tensor of shape (n, k, d), got {type(z).__name__}")
@@ -32,13 +37,70 @@ def check_embeddings(z: torch.Tensor, *, min_views: int = 2, min_items: int = 2)
         raise ValueError(f"need d >= 1 embedding dimensions, got d={d} (shape {tuple(z.shape)})")
     if z.dtype not in (torch.float32, torch.float64):
         z = z.float()
+    if not check_finite:
+        return z
     # one reduction: a NaN / Inf entry makes the sum non-finite (an overflowing sum of finite
     # values is told apart by the exact count below)
     if not bool(torch.isfinite(z.sum())):
-        bad = int((~torch.isfinite(z)).sum())
-        if bad:
-            raise ValueError(f"embeddings contain {bad} non-finite values (NaN or Inf)")
+        raise_if_nonfinite(int((~torch.isfinite(z)).sum()))
     return z
+
+
+def raise_if_nonfinite(bad: float) -> None:
+    """The error of :func:`check_embeddings` for ``bad`` non-finite entries (nothing if 0)."""
+    if bad:
+        raise ValueError(f"embeddings contain {int(bad)} non-finite values (NaN or Inf)")
+
+
+def nonfinite_count(z: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    """``(count, raise_if_nonfinite)``: the finiteness check of :func:`check_embeddings` deferred --
+    a 0-d count of NaN / Inf entries of ``z`` for a caller that reads it back with other values."""
+    return (~torch.isfinite(z)).sum(), raise_if_nonfinite
+
+
+class LazyStats(MutableMapping):
+    """``last_stats`` of a loss: ``str -> float`` on access. Values may be stored as 0-d tensors
+    (a loss on a GPU then makes no host read for its diagnostics); the first access of one converts
+    every stored tensor with one read per device. :meth:`raw` gives the stored values unconverted."""
+
+    def __init__(self, values: dict[str, Any] | None = None) -> None:
+        self._values: dict[str, Any] = dict(values.raw() if isinstance(values, LazyStats) else values or {})
+
+    def _resolve(self) -> None:
+        pending: dict[torch.device, list[str]] = {}
+        for key, value in self._values.items():
+            if isinstance(value, torch.Tensor):
+                pending.setdefault(value.device, []).append(key)
+        for keys in pending.values():
+            floats = torch.stack([self._values[key].detach().reshape(()).double() for key in keys]).tolist()
+            self._values.update(zip(keys, floats))
+
+    def __getitem__(self, key: str) -> float:
+        if isinstance(self._values[key], torch.Tensor):
+            self._resolve()
+        return self._values[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._values[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __contains__(self, key: object) -> bool:  # without a conversion
+        return key in self._values
+
+    def raw(self) -> dict[str, Any]:
+        """The stored values (floats or 0-d tensors), without a host read."""
+        return dict(self._values)
+
+    def __repr__(self) -> str:
+        return f"LazyStats({self.raw()!r})"
 
 
 class _Normalize(torch.autograd.Function):
@@ -86,15 +148,22 @@ class MultiViewLoss(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.last_stats: dict[str, float] = {}
+        self.last_stats: LazyStats = LazyStats()
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:  # noqa: D401
         """Loss of embeddings ``z`` of shape ``(n, k, d)``; returns a 0-d tensor."""
         z = normalize(check_embeddings(z, min_views=self.min_views))
-        self.last_stats = {}
+        self.last_stats = LazyStats()
         loss = self.compute(z)
-        self.last_stats.setdefault("loss", float(loss.detach()))
+        self._record_loss(loss)
         return loss
+
+    def _record_loss(self, loss: torch.Tensor) -> None:
+        """``last_stats`` as a :class:`LazyStats` with ``loss`` (kept as a tensor: no host read)."""
+        if not isinstance(self.last_stats, LazyStats):
+            self.last_stats = LazyStats(self.last_stats)
+        if "loss" not in self.last_stats:
+            self.last_stats["loss"] = loss.detach()
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         """Loss of normalized embeddings ``z`` ``(n, k, d)``."""

@@ -26,9 +26,17 @@ from typing import Any, ClassVar
 import torch
 
 from . import LOSSES
-from .base import MultiViewLoss, check_positive
+from .base import LazyStats, MultiViewLoss, check_embeddings, check_positive, nonfinite_count, normalize
 from .m3g_fast import fused_three_view
-from .sinkhorn import MMSinkhornResult, mm_sinkhorn_dense, mm_sinkhorn_pairwise, pairwise_sum_tensor
+from .sinkhorn import (
+    SOLVER_LOOPS,
+    DeferredCheck,
+    LoopHints,
+    MMSinkhornResult,
+    mm_sinkhorn_dense,
+    mm_sinkhorn_pairwise,
+    pairwise_sum_tensor,
+)
 
 COSTS = ("cv", "csd")
 # cold-start potentials of the factorized solver: zeros (Alg. 1) or the diagonal split
@@ -57,8 +65,10 @@ class _PairSurrogate(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, weights: torch.Tensor, value: float) -> torch.Tensor:
+    def forward(ctx, z: torch.Tensor, weights: torch.Tensor, value: float | torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(z, weights)
+        if isinstance(value, torch.Tensor):  # device loop: the value stays on the device
+            return value.detach().to(dtype=z.dtype, copy=True)
         return torch.tensor(value, dtype=z.dtype, device=z.device)
 
     @staticmethod
@@ -99,25 +109,32 @@ def _check_params(epsilon: float, cost: str, tol: float, max_iter: int) -> tuple
 
 
 def _assemble(
-    z: torch.Tensor, diag_cost: float, pair_weights: torch.Tensor, result: MMSinkhornResult, epsilon: float
-) -> tuple[torch.Tensor, dict[str, float]]:
+    z: torch.Tensor, diag_cost: float | torch.Tensor, pair_weights: torch.Tensor, result: MMSinkhornResult,
+    epsilon: float,
+) -> tuple[torch.Tensor, LazyStats]:
     """Exact M3G value with the Danskin gradient attached, and the stats.
 
-    ``diag_cost``: ``(1/n) sum_i C[i,...,i]``; ``pair_weights``: ``(k, k, n, n)``
-    ``dM3G/dG_lm`` for ``l < m`` (zeros elsewhere).
+    ``diag_cost``: ``(1/n) sum_i C[i,...,i]`` (a float, or a float64 0-d tensor on the device
+    loop: the value then stays on the device); ``pair_weights``: ``(k, k, n, n)`` ``dM3G/dG_lm`` for
+    ``l < m`` (zeros elsewhere).
     """
     stats = _value_and_stats(diag_cost, result, epsilon)
-    loss = _PairSurrogate.apply(z, pair_weights.to(z.dtype), stats["loss"])
+    loss = _PairSurrogate.apply(z, pair_weights.to(z.dtype), stats.raw()["loss"])
     return loss, stats
 
 
-def _value_and_stats(diag_cost: float, result: MMSinkhornResult, epsilon: float) -> dict[str, float]:
-    """M3G value (``stats["loss"]``) from ``diag_cost = (1/n) sum_i C[i,...,i]`` and a solve."""
+def _value_and_stats(diag_cost: float | torch.Tensor, result: MMSinkhornResult, epsilon: float) -> LazyStats:
+    """M3G value (``stats["loss"]``) from ``diag_cost = (1/n) sum_i C[i,...,i]`` and a solve;
+    with a tensor ``diag_cost`` the value and ``ot`` are float64 0-d tensors (same arithmetic)."""
     n = result.log_potentials.shape[1]
-    ot = epsilon * float(result.log_potentials.sum()) / n - epsilon * result.mass
+    on_device = isinstance(diag_cost, torch.Tensor)
+    potential_sum = result.log_potentials.sum()
+    potential_sum = potential_sum.double() if on_device else float(potential_sum)
+    ot = epsilon * potential_sum / n - epsilon * result.mass
     # an optimality gap: >= 0 exactly (the dual objective never exceeds OT); clip round-off
-    value = max(diag_cost - epsilon * (math.log(n) + 1.0) - ot, 0.0)
-    return {
+    gap = diag_cost - epsilon * (math.log(n) + 1.0) - ot
+    value = gap.clamp_min(0.0) if on_device else max(gap, 0.0)
+    return LazyStats({
         "iterations": float(result.iterations),
         "marginal_error": float(result.marginal_error),
         "converged": float(result.converged),
@@ -126,7 +143,7 @@ def _value_and_stats(diag_cost: float, result: MMSinkhornResult, epsilon: float)
         "fallback": float(result.path.endswith("->dense")),  # the factorized solve ended on the dense path
         "float64_retry": float("->float64" in result.path),  # a float32 solve was re-run in float64
         "loss": value,
-    }
+    })
 
 
 def _diagonal(grams: torch.Tensor) -> torch.Tensor:
@@ -190,6 +207,7 @@ def m3g_factorized(
     init: torch.Tensor | None = None,
     anderson: int = 0,
     init_potentials: str = "zeros",
+    solver_loop: str = "host",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """M3G with the ``cv`` cost, never materializing ``n^k`` (pairwise-factorized Alg. 1).
 
@@ -197,11 +215,28 @@ def m3g_factorized(
     start); ``anderson``: Anderson acceleration depth of the sweeps (0 = plain Alg. 1);
     ``init_potentials``: cold start (no ``init``) from ``"zeros"`` or the ``"diagonal"`` split
     (see :func:`_diagonal_split`). Returns ``(loss, stats)``; ``stats["fallback"]`` is 1 when an
-    underflow sent the solve to the exact dense path.
+    underflow sent the solve to the exact dense path. ``solver_loop``: ``"host"`` or ``"device"``
+    (see :class:`M3GLoss`; same results).
     """
     anderson = _check_count("anderson", anderson, 0)
-    loss, stats, _ = _factorized(z, epsilon, tol, max_iter, init, anderson, _check_init(init_potentials))
+    loop = _resolve_loop(_check_loop(solver_loop), z)
+    loss, stats, _, _ = _factorized(
+        z, epsilon, tol, max_iter, init, anderson, _check_init(init_potentials), loop=loop
+    )
     return loss, stats
+
+
+def _check_loop(solver_loop: str) -> str:
+    if solver_loop not in SOLVER_LOOPS:
+        raise ValueError(f"loss 'm3g': unknown solver_loop {solver_loop!r}; valid: {', '.join(SOLVER_LOOPS)}")
+    return solver_loop
+
+
+def _resolve_loop(solver_loop: str, z: torch.Tensor) -> str:
+    """``"auto"``: the device loop for tensors off the CPU, the host loop on the CPU (faster there)."""
+    if solver_loop == "auto":
+        return "host" if z.device.type == "cpu" else "device"
+    return solver_loop
 
 
 def _check_init(init_potentials: str) -> str:
@@ -235,8 +270,15 @@ def _factorized(
     init: torch.Tensor | None,
     anderson: int = 0,
     init_potentials: str = "zeros",
-) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
-    """:func:`m3g_factorized` plus the final log-potentials ``(k, n)``."""
+    *,
+    loop: str = "host",
+    hints: LoopHints | None = None,
+    block: int = 0,
+    deferred: list[DeferredCheck] | None = None,
+) -> tuple[torch.Tensor, LazyStats, torch.Tensor, MMSinkhornResult]:
+    """:func:`m3g_factorized` plus the final log-potentials ``(k, n)`` and the solve. ``loop`` ..
+    ``deferred``: see :func:`.sinkhorn.mm_sinkhorn_pairwise` (on the device loop the value and the
+    diagonal cost stay on the device)."""
     epsilon, _, tol, max_iter = _check_params(epsilon, "cv", tol, max_iter)
     n, k, _ = z.shape
     s = _cv_scale(k)
@@ -246,16 +288,22 @@ def _factorized(
         scale, offset = 2.0 * s / epsilon, s * k * (k - 1) / epsilon
         if init is None and init_potentials == "diagonal":
             init = _diagonal_split(grams, scale, offset)
-        result = mm_sinkhorn_pairwise(grams * scale, offset, tol, max_iter, init=init, anderson=anderson)
+        result = mm_sinkhorn_pairwise(
+            grams * scale, offset, tol, max_iter, init=init, anderson=anderson, loop=loop, hints=hints,
+            block=block, deferred=deferred,
+        )
         # (1/n) sum_i sum_{l<m} G_lm[i, i]: half of all block diagonals minus the self blocks
         block_diagonals = grams.diagonal(dim1=-2, dim2=-1)  # (k, k, n)
-        pair_diagonal = (float(block_diagonals.sum()) - float(block_diagonals.diagonal().sum())) / (2 * n)
+        totals = torch.stack([block_diagonals.sum(), block_diagonals.diagonal().sum()]).double()
+        if loop == "host":
+            totals = totals.tolist()
+        pair_diagonal = (totals[0] - totals[1]) / (2 * n)
         diag_cost = s * (k * (k - 1) - 2.0 * pair_diagonal)
         # W_lm = -2 s (I / n - P_lm) for l < m; pair_marginals is zero elsewhere
         weights = result.pair_marginals * (2.0 * s)
         weights.diagonal(dim1=-2, dim2=-1).sub_(_upper_mask(k, z.dtype, z.device) * (2.0 * s / n))
     loss, stats = _assemble(z, diag_cost, weights, result, epsilon)
-    return loss, stats, result.log_potentials
+    return loss, stats, result.log_potentials, result
 
 
 @functools.lru_cache(maxsize=16)
@@ -288,6 +336,13 @@ class M3GLoss(MultiViewLoss):
     ``init_potentials``: where a cold solve starts, ``"zeros"`` (Alg. 1) or ``"diagonal"`` (every
     view ``-(A[i,...,i] + log n) / k``: the plan of aligned views; with ``anderson`` the fastest
     start on aligned views). Same scope as ``anderson``; a warm start takes precedence.
+
+    ``solver_loop``: ``"auto"`` (default: ``"device"`` for tensors off the CPU, ``"host"`` on the
+    CPU), ``"host"`` (Python reads the stopping rule every sweep; the CPU's fastest, incl. the fused
+    ``k = 3`` path) or ``"device"`` (cost ``cv``: the sweeps run in blocks with the stopping rule,
+    checks and sweep counter on the device, one host read per block and none elsewhere in the call;
+    same values, gradient and sweep count as ``"host"``). ``solver_block``: sweeps in the first
+    block (0 = adaptive: the last call's count for the same ``(n, k)``; later blocks 1/8 of it, doubling).
     """
 
     name: ClassVar[str] = "m3g"
@@ -302,6 +357,8 @@ class M3GLoss(MultiViewLoss):
         warm_start: bool = False,
         anderson: int = 0,
         init_potentials: str = "zeros",
+        solver_loop: str = "auto",
+        solver_block: int = 0,
     ) -> None:
         super().__init__()
         self.epsilon, self.cost, self.tol, self.max_iter = _check_params(epsilon, cost, tol, max_iter)
@@ -310,13 +367,36 @@ class M3GLoss(MultiViewLoss):
         self.warm_start = warm_start
         self.anderson = _check_count("anderson", anderson, 0)
         self.init_potentials = _check_init(init_potentials)
+        self.solver_loop = _check_loop(solver_loop)
+        self.solver_block = _check_count("solver_block", solver_block, 0)
+        if self.solver_loop == "device" and self.cost != "cv":
+            warnings.warn(
+                f"m3g: solver_loop 'device' covers cost 'cv'; cost {self.cost!r} runs the dense solver's host loop",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self._loop_hints: dict[tuple[int, int], LoopHints] = {}  # device loop: block sizes per (n, k)
         self.potentials: torch.Tensor | None = None  # (k, n) log-potentials of the last call (warm start)
         self._warned = False
 
+    def _loop(self, z: torch.Tensor) -> str:
+        """``"host"`` or ``"device"`` for this call (cost ``csd``: always the host loop)."""
+        if self.cost != "cv" or not isinstance(z, torch.Tensor):
+            return "host"
+        return _resolve_loop(self.solver_loop, z)
+
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        """Loss of raw embeddings ``z`` ``(n, k, d)``. Small CPU ``k = 3`` problems (cost ``cv``)
-        take the fused path of :mod:`.m3g_fast` (same value and gradient); everything else, and
-        every input that path declines, the general one."""
+        """Loss of raw embeddings ``z`` ``(n, k, d)``. Small CPU ``k = 3`` problems (cost ``cv``,
+        host loop) take the fused path of :mod:`.m3g_fast` (same value and gradient); everything
+        else, and every input that path declines, the general one. On the device loop the input's
+        NaN / Inf check is read back with the solver's first block (no read of its own)."""
+        if self._loop(z) == "device":
+            z = check_embeddings(z, min_views=self.min_views, check_finite=False)
+            deferred = [nonfinite_count(z)]
+            self.last_stats = LazyStats()
+            loss = self._compute(normalize(z), "device", deferred)
+            self._record_loss(loss)
+            return loss
         if self.cost == "cv":
             init = self._init(z)
             fused = fused_three_view(z, self.epsilon, self.tol, self.max_iter, init)
@@ -329,14 +409,21 @@ class M3GLoss(MultiViewLoss):
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         """M3G of normalized ``z`` ``(n, k, d)``."""
+        return self._compute(z, "host", None)
+
+    def _compute(self, z: torch.Tensor, loop: str, deferred: list[DeferredCheck] | None) -> torch.Tensor:
         init = self._init(z)
+        finite = None
         if self.cost == "cv":
-            loss, stats, potentials = _factorized(
-                z, self.epsilon, self.tol, self.max_iter, init, self.anderson, self.init_potentials
+            hints = self._loop_hints.setdefault((z.shape[0], z.shape[1]), LoopHints())
+            loss, stats, potentials, result = _factorized(
+                z, self.epsilon, self.tol, self.max_iter, init, self.anderson, self.init_potentials,
+                loop=loop, hints=hints, block=self.solver_block, deferred=deferred,
             )
+            finite = result.potentials_finite
         else:
             loss, stats, potentials = _materialized(z, self.epsilon, self.cost, self.tol, self.max_iter, init)
-        self.last_stats = self._finish(stats, potentials, warm_started=init is not None)
+        self.last_stats = self._finish(stats, potentials, warm_started=init is not None, finite=finite)
         return loss
 
     def _init(self, z: torch.Tensor) -> torch.Tensor | None:
@@ -346,10 +433,13 @@ class M3GLoss(MultiViewLoss):
             return self.potentials.to(device=z.device, dtype=z.dtype)
         return None
 
-    def _finish(self, stats: dict[str, float], potentials: torch.Tensor, *, warm_started: bool) -> dict[str, float]:
-        """Record the warm-start state and warn once on non-convergence; returns ``stats``."""
+    def _finish(
+        self, stats: LazyStats, potentials: torch.Tensor, *, warm_started: bool, finite: bool | None = None
+    ) -> LazyStats:
+        """Record the warm-start state and warn once on non-convergence; returns ``stats``.
+        ``finite``: the solver already checked the potentials (None: check here)."""
         stats["warm_started"] = float(warm_started)
-        if self.warm_start and bool(torch.isfinite(potentials).all()):
+        if self.warm_start and (finite if finite is not None else bool(torch.isfinite(potentials).all())):
             self.potentials = _center(potentials.detach())
         if not stats["converged"] and not self._warned:
             self._warned = True
@@ -375,7 +465,7 @@ class M3GLoss(MultiViewLoss):
         self.potentials = potentials
 
     def extra_repr(self) -> str:
-        return f"epsilon={self.epsilon}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, warm_start={self.warm_start}, anderson={self.anderson}, init_potentials={self.init_potentials!r}"
+        return f"epsilon={self.epsilon}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, warm_start={self.warm_start}, anderson={self.anderson}, init_potentials={self.init_potentials!r}, solver_loop={self.solver_loop!r}"
 
 
 def _center(potentials: torch.Tensor) -> torch.Tensor:

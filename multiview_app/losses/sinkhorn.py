@@ -22,6 +22,7 @@ Danskin gradient of M3G needs.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,7 @@ class MMSinkhornResult:
     marginal_error: float
     converged: bool
     path: str
+    potentials_finite: bool | None = None  # checked by the solver (device loop), None = not checked
 
 
 # --------------------------------------------------------------------------- dense (materialized)
@@ -176,8 +178,12 @@ def _check(values: torch.Tensor, tiny: float) -> None:
         raise _NumericalTrouble
 
 
-def _times_exp(values: torch.Tensor, log_scale: float) -> torch.Tensor:
-    """``values * exp(log_scale)`` computed in float64 (small tensors only), cast back."""
+def _times_exp(values: torch.Tensor, log_scale: float | torch.Tensor) -> torch.Tensor:
+    """``values * exp(log_scale)`` computed in float64 (small tensors only), cast back. A 0-d
+    tensor ``log_scale`` (device loop) is not read: its caller checks ``|log_scale| < 700`` on the
+    device (:func:`_scale_ok`)."""
+    if isinstance(log_scale, torch.Tensor):
+        return (values.double() * log_scale.exp()).to(values.dtype)
     if not abs(log_scale) < 700.0:
         raise _NumericalTrouble
     return (values.double() * math.exp(log_scale)).to(values.dtype)
@@ -199,8 +205,9 @@ class _PairwiseFactors:
     potentials into ``be`` / ``xe`` (re-stabilization when the plan drifts away from the shifts).
     """
 
-    def __init__(self, log_factors: torch.Tensor, offset: float) -> None:
+    def __init__(self, log_factors: torch.Tensor, offset: float, *, device_loop: bool = False) -> None:
         k, _, n, _ = log_factors.shape
+        self.device_loop = device_loop  # keep ``bs`` a 0-d float64 tensor (no host read)
         self.k, self.n, self.r, self.q = k, n, k - 1, k - 1
         self.offset = offset
         q, r = self.q, self.r
@@ -231,8 +238,9 @@ class _PairwiseFactors:
         log_b = self.log_b + xs.reshape((n,) * (r - 1) + (1,))
         for l in range(r):
             log_b = log_b + potentials[l].reshape((n,) + (1,) * (r - 1 - l))
-        self.bs = float(log_b.max())
-        self.be = (log_b - self.bs).exp_().reshape(-1, n)  # (n^(r-1), n)
+        bs = log_b.max()
+        self.bs = bs.double() if self.device_loop else float(bs)
+        self.be = (log_b - (bs if self.device_loop else self.bs)).exp_().reshape(-1, n)  # (n^(r-1), n)
 
 
 def mm_sinkhorn_pairwise(
@@ -244,6 +252,10 @@ def mm_sinkhorn_pairwise(
     init: torch.Tensor | None = None,
     chunk_elems: int = 1 << 24,
     anderson: int = 0,
+    loop: str = "host",
+    hints: LoopHints | None = None,
+    block: int = 0,
+    deferred: list[DeferredCheck] | None = None,
 ) -> MMSinkhornResult:
     """Alg. 1 for ``A[i_1..i_k] = sum_{l<m} log_factors[l, m][i_l, i_m] - offset``.
 
@@ -255,10 +267,34 @@ def mm_sinkhorn_pairwise(
     continuing from the last good potentials (reported in ``path``): re-absorb the potentials into
     the factors; for float32, redo the factorized solve in float64 (exponent range e^+-709 instead
     of e^+-87, e.g. the very first sweeps at tiny epsilon); finally the dense log-domain path.
+
+    ``loop``: ``"host"`` (the loop above: Python reads the stopping rule and checks every sweep) or
+    ``"device"`` (same sweeps, rule, checks and results; nothing read inside the loop, one host read
+    per block of sweeps; see :class:`LoopHints` -- ``hints`` carries the block size between calls,
+    ``block`` > 0 fixes the first block). Numerical trouble on the device loop re-runs the host
+    loop. ``deferred``: 0-d tensors the device loop reads back with its first block, each with the
+    function that raises on a bad value (a caller's input checks without a read of their own).
     """
     k, n = log_factors.shape[0], log_factors.shape[2]
-    if init is not None and (tuple(init.shape) != (k, n) or not bool(torch.isfinite(init).all())):
-        raise ValueError(f"mm_sinkhorn_pairwise: init must be finite of shape {(k, n)}, got {tuple(init.shape)}")
+    if loop not in ("host", "device"):
+        raise ValueError(f"mm_sinkhorn_pairwise: loop must be 'host' or 'device', got {loop!r}")
+
+    def raise_on_bad_init(finite: float | bool) -> None:
+        if init is not None and (tuple(init.shape) != (k, n) or not finite):
+            raise ValueError(f"mm_sinkhorn_pairwise: init must be finite of shape {(k, n)}, got {tuple(init.shape)}")
+
+    raise_on_bad_init(True)  # the shape
+    if loop == "device":
+        checks = list(deferred or [])
+        if init is not None:
+            checks.append((torch.isfinite(init).all(), raise_on_bad_init))
+        hints = hints if hints is not None else LoopHints()
+        solve = _three_view_device if k == 3 else functools.partial(_pairwise_device, anderson=anderson)
+        result = solve(log_factors, offset, tol, max_iter, init, hints=hints, block=block, deferred=checks)
+        if result is not None:
+            return result
+    elif init is not None:
+        raise_on_bad_init(bool(torch.isfinite(init).all()))
     if k == 3:
         try:
             return _three_view_solve(log_factors, offset, tol, max_iter, init)
@@ -484,16 +520,8 @@ def _pairwise_sweep(
     k, n, r, q = fac.k, fac.n, fac.r, fac.q
     log_n, target = math.log(n), 1.0 / n
     g_in = g.clone()
-    gd = g - fac.absorbed  # what the exp-domain factors do not carry yet
-    # --- GEMM 1: R1[I', j] = sum_{i_q} xe[I', i_q] M1[i_q, j]
-    last_g = fac.last + gd[q]  # (n_j, n_q)
-    m1_shift = last_g.amax(dim=1)  # (n_j,)
-    m1 = (last_g - m1_shift[:, None]).exp_().T.contiguous()  # (n_q, n_j)
-    q0 = fac.be * (fac.xe @ m1)  # rest plan (n^(r-1), n_j), up to (x)v * exp(log_scale)
-    h = gd[:r].clone()
-    h[r - 1] += m1_shift
-    h_max = h.amax(dim=1)
-    v = (h - h_max[:, None]).exp_()
+    m1_shift, m1, q0 = _sweep_gemm1(fac, g)
+    h, h_max, v = _rest_scalings(fac, g, m1_shift)
     log_scale = fac.bs - fac.offset + float(h_max.sum())
     v_in, log_scale_in = v.clone(), log_scale
     right = [q0.reshape(-1)]
@@ -547,16 +575,38 @@ def _pairwise_sweep(
         mixed = mixer.mix(g_in[:r], g[:r], error)
         if mixed is not None:
             g[:r] = mixed
-            h = (g[:r] - fac.absorbed[:r]).clone()
-            h[r - 1] += m1_shift
-            h_max = h.amax(dim=1)
-            v = (h - h_max[:, None]).exp_()
+            h, h_max, v = _rest_scalings(fac, g, m1_shift)
             log_scale = fac.bs - fac.offset + float(h_max.sum())
     # --- GEMM 2: marginal of view q with the new rest potentials
     col = _last_pair(fac, v, m1).sum(dim=0)
     _check(col, tiny)
     g[q] += -log_n - col.log() - log_scale
     return None
+
+
+def _sweep_gemm1(fac: _PairwiseFactors, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GEMM 1 of a sweep from potentials ``g`` ``(k, n)``: ``R1[I', j] = sum_{i_q} xe[I', i_q] M1[i_q, j]``.
+
+    Returns ``m1_shift`` ``(n_j,)`` (row max of ``last + (g - a)_q``), ``M1`` ``(n_q, n_j)`` and the
+    rest plan ``q0 = be * R1`` ``(n^(r-1), n_j)`` (up to ``(x)v * exp(log_scale)``).
+    """
+    q = fac.q
+    last_g = fac.last + (g[q] - fac.absorbed[q])  # (n_j, n_q)
+    m1_shift = last_g.amax(dim=1)
+    m1 = (last_g - m1_shift[:, None]).exp_().T.contiguous()
+    return m1_shift, m1, fac.be * (fac.xe @ m1)
+
+
+def _rest_scalings(
+    fac: _PairwiseFactors, g: torch.Tensor, m1_shift: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-scalings ``h`` ``(r, n)`` of the rest views (``(g - a)[:r]``, view ``r-1`` plus
+    ``m1_shift``), their row max ``h_max`` ``(r,)`` and ``v = exp(h - h_max)`` ``(r, n)``."""
+    r = fac.r
+    h = (g[:r] - fac.absorbed[:r]).clone()
+    h[r - 1] += m1_shift
+    h_max = h.amax(dim=1)
+    return h, h_max, (h - h_max[:, None]).exp_()
 
 
 class AndersonMixer:
@@ -645,3 +695,364 @@ def _pairwise_marginals(
             pairs[l, q] = _times_exp(h.sum(dim=dims) if dims else h, log_scale)
     pairs[r - 1, q] = _times_exp(_last_pair(fac, v, m1), log_scale)
     return pairs
+
+
+# --------------------------------------------------------------------------- device-resident loop
+# ``loop="device"`` of :func:`mm_sinkhorn_pairwise`: the same sweeps, stopping rule and checks as the
+# host loop above, with nothing read by Python inside the loop. Scalars (log-scales, errors, the
+# stopping decision, underflow flags, the sweep counter) stay 0-d device tensors; sweeps run in
+# blocks; once the incoming plan of a sweep meets the stopping rule (or max_iter is reached) the
+# state is frozen (``torch.where``) and later sweeps of the block are no-ops, so the result is that
+# of stopping at the first converged sweep. One host read per block (flags, counters, the final
+# mass). Any numerical trouble flagged on the device re-runs the whole solve on the host loop (same
+# result as the host loop; rare: it is the host loop's escalation case).
+SOLVER_LOOPS = ("auto", "host", "device")
+_FIRST_BLOCK = 8  # sweep positions of the first block when no earlier solve of the problem is known
+
+
+@dataclass
+class LoopHints:
+    """What the device loop remembers of the last solve of one problem (the caller keeps one per
+    ``(n, k)``): ``positions`` it used (sweeps + the final check; sizes the next first block),
+    ``k3_float64`` (the ``k = 3`` kernel range needed float64), ``readbacks`` (host reads of the
+    last solve)."""
+
+    positions: int = 0
+    k3_float64: bool = False
+    readbacks: int = 0
+
+
+# a 0-d tensor read back with the loop's first block and the check that raises on its value
+DeferredCheck = tuple[torch.Tensor, Any]
+
+
+class _LoopState:
+    """0-d device tensors of a device-loop solve: ``done``, ``trouble``, ``iterations``,
+    ``error`` (float64, stopping-rule error of the last checked plan), ``converged``."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.done = torch.zeros((), dtype=torch.bool, device=device)
+        self.trouble = torch.zeros((), dtype=torch.bool, device=device)
+        self.iterations = torch.zeros((), dtype=torch.int64, device=device)
+        self.error = torch.full((), math.inf, dtype=torch.float64, device=device)
+        self.converged = torch.zeros((), dtype=torch.bool, device=device)
+
+    def flag(self, when: torch.Tensor, ok: torch.Tensor) -> None:
+        """Trouble where ``when`` (live sweep) and not ``ok`` (NaN counts as not ok)."""
+        self.trouble = self.trouble | (when & ~ok)
+
+    def check(self, live: torch.Tensor, err: torch.Tensor, tol: float, stop_anyway: bool) -> torch.Tensor:
+        """Record the stopping-rule error ``err`` of a live sweep; returns the stop decision."""
+        err = err.double()
+        self.flag(live, torch.isfinite(err))
+        converged = err < tol
+        self.error = torch.where(live, err, self.error)
+        self.converged = torch.where(live, converged, self.converged)
+        return converged | stop_anyway
+
+    def advance(self, active: torch.Tensor, stop: torch.Tensor | None) -> None:
+        self.iterations = self.iterations + active.long()
+        if stop is not None:
+            self.done = self.done | stop
+
+    def readback(self, extra: list[torch.Tensor]) -> list[float]:
+        """The one host read of a block: ``[done, trouble, iterations, error, converged, *extra]``."""
+        values = [self.done, self.trouble, self.iterations, self.error, self.converged, *extra]
+        return torch.stack([value.double() for value in values]).tolist()
+
+
+def _at_least(values: torch.Tensor, tiny: float) -> torch.Tensor:
+    """0-d bool: every entry finite and ``>= tiny`` (device version of :func:`_check`)."""
+    return values.amin() >= tiny
+
+
+def _scale_ok(log_scale: torch.Tensor) -> torch.Tensor:
+    """0-d bool: ``|log_scale| < 700`` (device version of :func:`_times_exp`'s check)."""
+    return log_scale.abs() < 700.0
+
+
+def _block_sizes(hints: LoopHints, block: int) -> Any:
+    """Sweep positions per block. The first: ``block`` (> 0), else the last solve's positions (a
+    repeated problem reads back once), else :data:`_FIRST_BLOCK`. Then an eighth of the first (at
+    least 4; a solve a little longer than the last one costs one more read, not a quarter of
+    masked sweeps -- a masked sweep costs as much as a live one), doubling from then on."""
+    first = block if block > 0 else hints.positions or _FIRST_BLOCK
+    yield first
+    size = max(4, math.ceil(first / 8)) if block > 0 or hints.positions else 2 * first
+    while True:
+        yield size
+        size *= 2
+
+
+def _run_blocks(
+    state: _LoopState, sweep: Any, outputs: Any, max_iter: int, hints: LoopHints, block: int,
+    deferred: list[DeferredCheck], on_readback: Any = None,
+) -> tuple[Any, list[float]] | None:
+    """Drive ``sweep(position)`` in blocks until the state is done or in trouble.
+
+    After each block ``outputs()`` returns ``(result, scalars)`` for the current state (the final
+    plan's pair marginals etc., computed speculatively: a typical solve has one block) and the state,
+    the scalars and the ``deferred`` checks' tensors are read back at once. A deferred check raises
+    on its value; ``on_readback(values)`` may return False to abandon the solve (None returned).
+    Returns ``(result, [done, trouble, iterations, error, converged, *scalars])``, or None on
+    trouble.
+    """
+    position, readbacks = 0, 0
+    for size in _block_sizes(hints, block):
+        stop = min(position + size, max_iter + 1)  # position max_iter always stops
+        for pos in range(position, stop):
+            sweep(pos)
+        position = stop
+        result, scalars = outputs()
+        values = state.readback([tensor for tensor, _ in deferred] + scalars)
+        readbacks += 1
+        for (_, raise_on), value in zip(deferred, values[5:]):
+            raise_on(value)
+        if on_readback is not None and not on_readback(values):
+            return None
+        if values[1] > 0:
+            return None
+        if values[0] > 0:
+            hints.positions, hints.readbacks = int(values[2]) + 1, readbacks
+            return result, values[:5] + values[5 + len(deferred):]
+    raise AssertionError("unreachable: position max_iter always stops")
+
+
+def _three_view_device(
+    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None,
+    hints: LoopHints, block: int, deferred: list[DeferredCheck],
+) -> MMSinkhornResult | None:
+    """:func:`_three_view_solve` on the device loop (same sweeps, dtype rule, checks), or None
+    (the host path must run: numerical trouble or a kernel range beyond float64).
+
+    The float32 / float64 choice needs the kernel's log-range: the loop runs in the dtype the last
+    solve of the problem needed (float32 for float32 input at first); the range is read back with
+    the first block, and a wrong guess re-runs the solve in the right dtype.
+    """
+    n = log_factors.shape[2]
+    logs = torch.stack([log_factors[0, 1], log_factors[0, 2], log_factors[1, 2]])  # (3, n, n)
+    shifts = logs.amax(dim=(1, 2))
+    span = (shifts - logs.amin(dim=(1, 2))).sum()
+    float32_input = log_factors.dtype == torch.float32
+    dtype = torch.float32 if float32_input and not hints.k3_float64 else torch.float64
+    logs, shifts = logs.to(dtype), shifts.to(dtype)
+    k01, k02, k12 = (logs - shifts[:, None, None]).exp_()
+    k12_t = k12.T
+    const = shifts.sum().double() - offset
+    g = torch.zeros(3, n, dtype=dtype, device=logs.device) if init is None else init.to(dtype, copy=True)
+    g[0] += const
+    scalings = g.exp()
+    u, v, w = scalings[0], scalings[1], scalings[2]
+    tiny = torch.finfo(dtype).tiny * float(n) ** 3 / _REL_UNDERFLOW
+    target, warm = 1.0 / n, init is not None
+    state = _LoopState(logs.device)
+
+    def sweep(position: int) -> None:
+        nonlocal u, v, w
+        live = ~state.done
+        q = k01 * ((k02 * w) @ k12_t)
+        row = q @ v
+        stop = None
+        if position > 0 or warm:  # stopping rule on the incoming plan
+            err = (torch.cat([u * row, v * (q.T @ u)]) - target).abs().sum()
+            if position == 0:  # warm start: view 2 is not exact yet
+                wm = (k01 * u[:, None] * v) @ k12
+                err = err + (w * (k02 * wm).sum(0) - target).abs().sum()
+            stop = state.check(live, err, tol, position >= max_iter)
+            if position >= max_iter:  # nothing left to update
+                state.done = state.done | stop
+                return
+        active = live if stop is None else live & ~stop
+        u_new = target / row
+        col = q.T @ u_new
+        v_new = target / col
+        last = (k02 * ((k01 * u_new[:, None] * v_new) @ k12)).sum(0)
+        w_new = target / last
+        state.flag(active, _at_least(torch.cat([row, col, last]), tiny))
+        u, v, w = torch.where(active, u_new, u), torch.where(active, v_new, v), torch.where(active, w_new, w)
+        state.advance(active, stop)
+
+    def outputs() -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
+        q = k01 * ((k02 * w) @ k12_t)
+        wm = (k01 * u[:, None] * v) @ k12
+        pairs = torch.zeros(3, 3, n, n, dtype=dtype, device=logs.device)
+        pairs[0, 1] = u[:, None] * q * v
+        pairs[0, 2] = k02 * wm * w
+        pairs[1, 2] = (v[:, None] * w) * k12 * ((k01 * u[:, None]).T @ k02)
+        potentials = torch.stack([u, v, w]).log()
+        potentials[0] -= const
+        finite = torch.isfinite(pairs.sum()) & torch.isfinite(potentials.sum())
+        return (potentials, pairs), [pairs[0, 1].sum(), finite, span]
+
+    wrong_dtype: list[bool] = []
+
+    def on_readback(values: list[float]) -> bool:
+        span_value = values[-1]
+        if float32_input and span_value <= _THREE_VIEW_SPAN_F32:
+            needed = torch.float32
+        elif span_value <= _THREE_VIEW_SPAN_F64:
+            needed = torch.float64
+        else:  # beyond float64 (or NaN): the host path's general solver
+            return False
+        if needed != dtype:
+            hints.k3_float64 = needed == torch.float64
+            wrong_dtype.append(True)
+            return False
+        return True
+
+    outcome = _run_blocks(state, sweep, outputs, max_iter, hints, block, deferred, on_readback)
+    if wrong_dtype:  # the guessed dtype was not the host rule's: again in the right one
+        return _three_view_device(log_factors, offset, tol, max_iter, init, hints, block, [])
+    if outcome is None:
+        return None
+    (potentials, pairs), (_, _, iterations, error, converged, mass, finite, _) = outcome
+    if not finite:
+        return None
+    out_dtype = log_factors.dtype
+    return MMSinkhornResult(
+        potentials.to(out_dtype), pairs.to(out_dtype), mass, int(iterations), error, converged > 0,
+        "factorized-k3", potentials_finite=True,
+    )
+
+
+class _DeviceAnderson:
+    """:class:`AndersonMixer` with its history on the device: a ring of the last ``depth + 1``
+    outputs / residuals (float64, ``(depth + 1, r n)``), a valid-entry count and the last error as
+    0-d tensors. The restart rule and the non-finite reset are selects; the least-squares system is
+    padded to ``depth x depth`` with identity rows for the missing history (same solution)."""
+
+    def __init__(self, depth: int, size: int, device: torch.device, regularization: float = 1e-10) -> None:
+        self.depth, self.regularization = depth, regularization
+        self.outputs = torch.zeros(depth + 1, size, dtype=torch.float64, device=device)
+        self.residuals = torch.zeros_like(self.outputs)
+        self.count = torch.zeros((), dtype=torch.int64, device=device)
+        self.last_error = torch.full((), math.inf, dtype=torch.float64, device=device)
+        # difference j (rows j, j+1 of the ring) is valid once count >= depth + 1 - j
+        self._needed = torch.arange(depth + 1, 1, -1, device=device)
+
+    def mix(
+        self, inputs: torch.Tensor, outputs: torch.Tensor, error: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mixed (r, n), use)``: the extrapolation and whether the host mixer would return it
+        (``use`` False: plain sweep). The history changes only where ``active``."""
+        restart = ~(error < self.last_error)
+        count = torch.where(restart, torch.zeros_like(self.count), self.count)
+        out = outputs.reshape(-1).double()
+        ring_out = torch.cat([self.outputs[1:], out[None]])
+        ring_res = torch.cat([self.residuals[1:], (out - inputs.reshape(-1).double())[None]])
+        count = (count + 1).clamp_max(self.depth + 1)
+        valid = count >= self._needed  # (depth,)
+        d_res = (ring_res[1:] - ring_res[:-1]).T * valid  # (D, depth)
+        d_out = (ring_out[1:] - ring_out[:-1]).T * valid
+        gram = d_res.T @ d_res
+        padded = torch.where(valid, gram.diagonal() + (self.regularization * gram.diagonal().sum() + 1e-300), 1.0)
+        gram = gram * (valid[:, None] & valid[None, :]) + torch.diag_embed(padded - gram.diagonal() * valid)
+        gamma = torch.linalg.solve_ex(gram, d_res.T @ ring_res[-1])[0] * valid
+        mixed = ring_out[-1] - d_out @ gamma
+        enough = count >= 2
+        reset = enough & ~torch.isfinite(mixed).all()
+        keep = active
+        self.outputs = torch.where(keep, ring_out, self.outputs)
+        self.residuals = torch.where(keep, ring_res, self.residuals)
+        self.count = torch.where(keep, torch.where(reset, torch.zeros_like(count), count), self.count)
+        self.last_error = torch.where(keep, torch.where(reset, math.inf, error), self.last_error)
+        return mixed.to(outputs.dtype).view_as(outputs), active & enough & ~reset
+
+
+def _pairwise_device(
+    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None,
+    anderson: int, hints: LoopHints, block: int, deferred: list[DeferredCheck],
+) -> MMSinkhornResult | None:
+    """:func:`_pairwise_solve` (from ``init``, no sweep done yet) on the device loop: the sweeps of
+    :func:`_pairwise_sweep` with the state frozen once stopped, or None on numerical trouble."""
+    k, n = log_factors.shape[0], log_factors.shape[2]
+    r, q = k - 1, k - 1
+    dtype, device = log_factors.dtype, log_factors.device
+    tiny = torch.finfo(dtype).tiny * float(n) ** k / _REL_UNDERFLOW
+    fac = _PairwiseFactors(log_factors, offset, device_loop=True)
+    g = torch.zeros(k, n, dtype=dtype, device=device)
+    if init is not None:
+        g.copy_(init)
+        fac.absorb(g)  # absorbing zeros would change nothing (the host path skips it then)
+    mixer = _DeviceAnderson(anderson, r * n, device) if anderson > 0 else None
+    log_n, target, warm = math.log(n), 1.0 / n, init is not None
+    state = _LoopState(device)
+
+    def sweep(position: int) -> None:
+        nonlocal g
+        live = ~state.done
+        m1_shift, m1, q0 = _sweep_gemm1(fac, g)
+        h, h_max, v = _rest_scalings(fac, g, m1_shift)
+        log_scale = fac.bs - fac.offset + h_max.sum().double()
+        v_in, log_scale_in = v.clone(), log_scale
+        right = [q0.reshape(-1)]
+        for a in range(r - 1, 0, -1):
+            right.append(right[-1].reshape(-1, n) @ v[a])
+        right.reverse()
+        incoming = []
+        early_ok = torch.ones((), dtype=torch.bool, device=device)  # checks before the stop decision
+        late_ok = early_ok  # checks of the update (skipped by the host loop once it stops)
+        new = g.clone()
+        stop, err = None, None
+        for l in range(r):
+            if l < r - 1:
+                partial = _left_vector(v, l) @ right[l].reshape(-1, n)
+                incoming.append(_left_vector(v_in, l) @ right[l].reshape(-1, n) if l > 0 else partial)
+                early_ok = early_ok & _at_least(partial, tiny)
+            else:
+                both = torch.stack([_left_vector(v_in, l), _left_vector(v, l)]) @ q0
+                incoming.append(both[0])
+                partial = both[1]
+                early_ok = early_ok & _at_least(both[0], tiny)
+                if position > 0 or warm:
+                    err = (_times_exp(torch.stack(incoming) * v_in, log_scale_in) - target).abs().sum().double()
+                    if position == 0:  # warm start: view q's marginal is not exact yet
+                        col = _times_exp(_last_pair(fac, v_in, m1).sum(dim=0), log_scale_in)
+                        err = err + (col - target).abs().sum().double()
+                    early_ok = early_ok & _scale_ok(log_scale_in)
+                    state.flag(live, early_ok)
+                    stop = state.check(live, err, tol, position >= max_iter)
+                    if position >= max_iter:  # nothing left to update
+                        state.done = state.done | stop
+                        return
+                else:
+                    state.flag(live, early_ok)
+                late_ok = late_ok & _at_least(partial, tiny)
+            step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
+            new[l] += step
+            h[l] += step
+            new_max = h[l].amax()
+            log_scale = log_scale + (new_max - h_max[l]).double()
+            h_max[l] = new_max
+            v[l] = (h[l] - new_max).exp()
+        active = live if stop is None else live & ~stop
+        if mixer is not None and position > 0:  # as the host loop: g[q] is view q's update of g[:r]
+            mixed, use = mixer.mix(g[:r], new[:r], err, active)
+            new[:r] = torch.where(use, mixed, new[:r])
+            h_mix, h_max_mix, v_mix = _rest_scalings(fac, new, m1_shift)
+            v = torch.where(use, v_mix, v)
+            log_scale = torch.where(use, fac.bs - fac.offset + h_max_mix.sum().double(), log_scale)
+        col = _last_pair(fac, v, m1).sum(dim=0)
+        late_ok = late_ok & _at_least(col, tiny)
+        new[q] += -log_n - col.log() - log_scale
+        state.flag(active, late_ok)
+        g = torch.where(active, new, g)
+        state.advance(active, stop)
+
+    def outputs() -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
+        m1_shift, m1, q0 = _sweep_gemm1(fac, g)
+        _, h_max, v = _rest_scalings(fac, g, m1_shift)
+        log_scale = fac.bs - fac.offset + h_max.sum().double()
+        pairs = _pairwise_marginals(fac, q0, v, m1, log_scale)
+        finite = _scale_ok(log_scale) & torch.isfinite(pairs).all() & torch.isfinite(g).all()
+        return (g, pairs), [pairs[0, 1].sum(), finite]
+
+    outcome = _run_blocks(state, sweep, outputs, max_iter, hints, block, deferred)
+    if outcome is None:
+        return None
+    (potentials, pairs), (_, _, iterations, error, converged, mass, finite) = outcome
+    if not finite:
+        return None
+    return MMSinkhornResult(
+        potentials, pairs, mass, int(iterations), error, converged > 0, "factorized", potentials_finite=True
+    )
