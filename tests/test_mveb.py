@@ -210,3 +210,34 @@ def test_automatic_choice_and_bad_chunked(monkeypatch) -> None:
     assert calls
     with pytest.raises(ValueError, match="mveb.*chunked"):
         build_loss("mveb", chunked="yes")
+
+
+def test_stein_score_survives_a_thread_count_change() -> None:
+    """torch's MKL batched LU returns invalid pivots after set_num_threads(1) -> (2) in one process (seen with
+    torch 2.14 on this project's CPU machine: the suite's thread-pinning fixtures do exactly that); the
+    score solve (Cholesky of the positive definite K + eta I) must not depend on it."""
+    from multiview_app.losses.mveb import stein_score
+
+    z = torch.nn.functional.normalize(torch.randn(4, 256, 32, dtype=torch.float64,
+                                                  generator=torch.Generator().manual_seed(0)), dim=-1)
+    before = torch.get_num_threads()
+    expected, _ = stein_score(z, 0.1)
+    try:
+        torch.set_num_threads(1)
+        torch.set_num_threads(2)
+        got, _ = stein_score(z, 0.1)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+    kernel_solution = torch.stack([torch.linalg.solve(*_system(z[i], 0.1)) for i in range(4)])
+    torch.testing.assert_close(got, -kernel_solution, rtol=1e-8, atol=1e-10)
+
+
+def _system(x: torch.Tensor, eta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(K + eta I, G)`` of the vMF Stein estimator for one view ``x`` ``(n, d)`` (2-D solves are unaffected)."""
+    from multiview_app.losses.mveb import bandwidth_from_gram
+
+    gram = x @ x.T
+    delta = bandwidth_from_gram(gram)
+    kernel = torch.exp(gram / delta)
+    return kernel + eta * torch.eye(len(x), dtype=x.dtype), x / delta * kernel.sum(dim=-1, keepdim=True)
