@@ -3,7 +3,7 @@
 # On a machine without an NVIDIA driver (no nvidia-smi), torch and torchvision come from the PyTorch CPU
 # wheel index (~0.2 GB instead of ~4 GB of CUDA libraries to download and unpack); TORCH_INDEX= (empty)
 # installs them from PyPI as any other dependency, TORCH_INDEX=URL from that index. If the index cannot be
-# reached, pip falls back to PyPI (docs/eeg.md "Demo", install).
+# reached (no retries), pip falls back to PyPI (docs/eeg.md "Demo", install).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -11,14 +11,14 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
 
-.PHONY: setup run test bench clean
+.PHONY: setup setup-run run test bench clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@if [ -n "$(TORCH_INDEX)" ] && ! $(PY) -c "import torch, torchvision" 2>/dev/null; then \
 	  echo "installing torch + torchvision from $(TORCH_INDEX) (no NVIDIA driver found; TORCH_INDEX= for PyPI's)"; \
-	  $(PY) -m pip install --quiet torch torchvision --index-url "$(TORCH_INDEX)" \
+	  $(PY) -m pip install --quiet --retries 0 --timeout 15 torch torchvision --index-url "$(TORCH_INDEX)" \
 	    || echo "note: $(TORCH_INDEX) not reachable; torch comes from PyPI"; \
 	fi
 	$(PY) -m pip install --quiet -e .
@@ -29,6 +29,8 @@ $(STAMP): $(RUN_STAMP)
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+setup-run: $(RUN_STAMP)
 
 run: $(RUN_STAMP)
 	bash scripts/run_eeg_demo.sh

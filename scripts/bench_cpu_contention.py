@@ -99,6 +99,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="timed M3G calls per round (median)")
     parser.add_argument("--steps", type=int, default=3, help="timed EEG training steps per round (median)")
     parser.add_argument("--rounds", type=int, default=2, help="quiet and contended rounds, alternating")
+    parser.add_argument("--only-project", action="store_true",
+                        help="time the project's choice only (torch's default is 5-100x slower on a loaded machine)")
     args = parser.parse_args()
     if args.load < 1 or args.repeat < 1 or args.steps < 1 or args.rounds < 1:
         raise SystemExit("--load, --repeat, --steps and --rounds must be >= 1")
@@ -108,6 +110,8 @@ def main() -> None:
     chosen = choose_threads("auto", env={})  # the project's auto choice on this machine (no overrides)
     variants = {f"torch default ({default_threads} threads)": default_threads,
                 f"project auto ({chosen.count} thread{'s' if chosen.count != 1 else ''})": chosen.count}
+    if args.only_project:
+        variants = {name: count for name, count in variants.items() if name.startswith("project")}
     eeg = _eeg_demo_bench()
     eeg_batch = torch.randn(16, 6, 3000, generator=torch.Generator().manual_seed(0))
     cases: dict[str, Callable[[], float]] = {}
