@@ -1,20 +1,28 @@
 # Two entry points (see README): `make run` and `make test`. Both create/reuse .venv in the repo root.
+# `make run` installs what the demo needs (the package alone); `make test` adds the dev and text extras.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test bench clean
+.PHONY: setup setup-run run test bench clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,text]'
 	touch $(STAMP)
 
 setup: $(STAMP)
 
-run: $(STAMP)
+setup-run: $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	bash scripts/run_eeg_demo.sh
 
 test: $(STAMP)

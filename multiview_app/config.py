@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -106,6 +106,10 @@ class TrainConfig(_Strict):
         False, description="torch deterministic algorithms; also builds views inside the step (no prefetch thread)"
     )
     num_workers: int = Field(0, ge=0)
+    num_threads: Literal["auto"] | Annotated[int, Field(ge=1)] = Field(
+        "auto", description="torch intra-op threads: auto (1 on <= 2 usable CPUs, else the usable CPUs) or an "
+        "integer >= 1; MVAPP_NUM_THREADS overrides it, it overrides OMP_NUM_THREADS (multiview_app/threads.py)"
+    )
     prefetch_views: bool = True  # build the next micro-batch's views in a background thread
     log_every: int = Field(10, ge=1)
     diagnostics: bool = Field(

@@ -18,8 +18,10 @@
 #                 white noise, a 2-Hz stop band in half of the views; "" turns them off; docs/eeg.md "Levers")
 #   DEMO_COMBINE=concat (per-channel features of the encoder rows concatenated before the classifier; or mean)
 # Speed (docs/eeg.md "Demo"): torch runs with one intra-op thread (OMP_NUM_THREADS=1 unless set:
-# on 2 shared cores the default two threads made a training step ~8x slower), and the two datasets
-# are synthesized/prepared, and the two evaluations run, as two concurrent processes.
+# on 2 shared cores the default two threads made a training step ~8x slower; every mvapp process
+# prints its choice, "torch threads: ..."), and the two datasets are synthesized/prepared, and the two
+# evaluations run, as two concurrent processes. DEMO_TRAIN_THREADS=N gives the training alone N threads
+# (MVAPP_NUM_THREADS; unset: one), e.g. 2 on an otherwise idle 2-core machine (docs/eeg.md, issue 28 item 7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MVAPP="${MVAPP:-.venv/bin/mvapp}"
@@ -71,7 +73,8 @@ cat "$DATA/sleep_edf.log"; rm -f "$DATA/sleep_edf.log"
 echo "== 3/5 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, lr $LR, channel-agnostic encoder width $WIDTH"
 echo "       view augmentations: ${AUGMENT:-none}"
 rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
-"$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \
+MVAPP_NUM_THREADS="${DEMO_TRAIN_THREADS:-${MVAPP_NUM_THREADS:-}}" \
+  "$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \
   data.options.cache="$CACHE" train.max_steps="$STEPS" train.batch_size="$BATCH" optim.lr="$LR" \
   model.encoders.eeg.width="$WIDTH" model.encoders.eeg.dropout=0.0 train.checkpoint_every=0 train.log_every=10 \
   loss.epsilon="$EPSILON" loss.max_iter=300 ${AUGMENT_ARGS[@]+"${AUGMENT_ARGS[@]}"}

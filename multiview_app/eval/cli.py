@@ -19,6 +19,9 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..threads import configure_torch_threads
+
+    configure_torch_threads()  # MVAPP_NUM_THREADS > OMP_NUM_THREADS > auto; prints the choice
     args.run = args.run.expanduser().resolve()
     cls = get_evaluator(args.evaluator_name)
     # evaluators with ``creates_runs`` train first when given --config; --run is then their output folder

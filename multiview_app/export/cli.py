@@ -33,7 +33,13 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import os
+
+    from ..threads import configure_torch_threads
     from .export import export_embeddings
+
+    # MVAPP_NUM_THREADS > OMP_NUM_THREADS > auto; the choice printed by the main process of a launch
+    configure_torch_threads(report=print if os.environ.get("RANK", "0") == "0" else None)
 
     if args.batch_size is not None and args.batch_size < 1 or args.num_workers < 0 or args.max_shard_mb <= 0:
         raise ValueError(f"--batch-size, --max-shard-mb must be positive and --num-workers >= 0 "

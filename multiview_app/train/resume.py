@@ -24,7 +24,7 @@ HISTORY_FILE = "config_history.jsonl"
 #: never what a finished step computed. Extending ``train.max_steps`` stretches the LR schedule.
 SAFE_ON_RESUME: tuple[str, ...] = (
     "train.max_steps", "train.epochs", "train.log_every", "train.checkpoint_every", "train.keep_checkpoints",
-    "train.num_workers", "train.prefetch_views", "train.diagnostics", "train.callbacks", "eval.*",
+    "train.num_workers", "train.num_threads", "train.prefetch_views", "train.diagnostics", "train.callbacks", "eval.*",
 )
 
 

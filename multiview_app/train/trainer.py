@@ -18,6 +18,7 @@ run folder (``RunLock``).
 """
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import threading
@@ -36,6 +37,7 @@ from ..config import Config, dump_config, resolve_paths
 from ..data.batch import ViewBatch, to_device
 from ..data.streaming import STREAM_KEYS, StreamingDataset, StreamPosition
 from ..losses import build_loss
+from ..threads import configure_torch_threads
 from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
 from .diagnostics import step_diagnostics, write_diagnostics_summary
@@ -318,10 +320,18 @@ class Trainer:
             cpu=probe_device.type == "cpu",
         )
         self._main = accelerator.is_main_process
+        # intra-op threads from the usable CPUs / train.num_threads / MVAPP_NUM_THREADS (multiview_app/threads.py)
+        configure_torch_threads(self.cfg.train.num_threads, report=self._report_threads if self._main else None)
         if note:
             self._note(note)
         set_seed(self.cfg.train.seed, deterministic=self.cfg.train.deterministic)
         return accelerator
+
+    def _report_threads(self, header: str) -> None:
+        """The thread choice's header line: printed, logged (``multiview_app`` logger), kept in the notes."""
+        self.notes.append(header)
+        logging.getLogger("multiview_app").info(header)
+        print(header, flush=True)
 
     def _note(self, message: str) -> None:
         """Record a note for the result and print it (main process)."""
