@@ -1,0 +1,149 @@
+"""A training step that is not host-bound (issue 28 item 2): between logging steps the trainer reads
+no tensor value back into Python, so on a GPU the step never waits for the device.
+
+On the CPU a tensor-to-Python conversion costs nothing, but every one of them on a CUDA tensor is a
+host synchronization. The test counts them on the CPU by patching ``torch.Tensor.item``,
+``__bool__``, ``__float__``, ``__int__`` and ``tolist`` during a short training run, and asserts that
+the non-logging optimizer steps make none. Left out of the count (each named where it is excluded):
+
+* the loss module's forward (``infonce_pwe``: its own input checks are the loss head's business);
+* ``torch.optim.AdamW.step``: torch's non-fused AdamW reads its step counter, a CPU tensor by
+  construction (no device synchronization; the trainer uses the fused kernel on CUDA);
+* the DataLoader: items are read in a worker process (``train.num_workers = 1``), whose counts never
+  reach this process; the epoch's index order (``EpochBatchSampler``) is a CPU tensor by construction.
+
+Conversions in the view-building thread (``train.prefetch_views``) are counted: views are built on the
+data's device and must not read it back either.
+"""
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from multiview_app.train import trainer as trainer_mod
+
+from _train_helpers import tiny_config
+
+#: The ``torch.Tensor`` methods through which Python reads a tensor's value.
+CONVERSIONS = ("item", "tolist", "__bool__", "__float__", "__int__")
+
+
+class HostReads:
+    """Counts tensor-to-Python conversions (with a short stack of each), except inside :meth:`excluded`
+    blocks of the same thread."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self._local = threading.local()
+
+    @contextmanager
+    def excluded(self) -> Iterator[None]:
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._local.depth = depth
+
+    def record(self, name: str) -> None:
+        if getattr(self._local, "depth", 0):
+            return
+        frames = [f for f in traceback.extract_stack()[:-2] if "multiview_app" in f.filename]
+        where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames[-4:]))
+        self.seen.append(f"{threading.current_thread().name}: Tensor.{name} at {where or '(torch internals)'}")
+
+    def patch(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for name in CONVERSIONS:
+            original = getattr(torch.Tensor, name)
+
+            def counted(tensor: torch.Tensor, *args: Any, _name: str = name, _original: Callable = original) -> Any:
+                self.record(_name)
+                return _original(tensor, *args)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+
+    def exclude_method(self, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
+        original = getattr(owner, name)
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with self.excluded():
+                return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapped)
+
+    def exclude_generator(self, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
+        original = getattr(owner, name)
+
+        def wrapped(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            iterator = original(*args, **kwargs)
+            while True:
+                with self.excluded():
+                    try:
+                        item = next(iterator)
+                    except StopIteration:
+                        return
+                yield item
+
+        monkeypatch.setattr(owner, name, wrapped)
+
+
+def conversions_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **train: Any) -> tuple[dict[int, list[str]], set[int]]:
+    """Train a tiny digits run (infonce_pwe, 8 steps, log every 4) with conversions counted; returns the
+    conversions made during each optimizer step (from the end of the previous step's callbacks to the
+    end of its own) and the set of logging steps."""
+    reads = HostReads()
+    real_build_loss = trainer_mod.build_loss
+
+    def build_excluded_loss(name: str, **params: Any) -> torch.nn.Module:
+        loss = real_build_loss(name, **params)
+        reads.exclude_method(monkeypatch, loss, "forward")
+        return loss
+
+    monkeypatch.setattr(trainer_mod, "build_loss", build_excluded_loss)
+    reads.exclude_method(monkeypatch, torch.optim.AdamW, "step")
+    reads.exclude_generator(monkeypatch, trainer_mod.EpochBatchSampler, "__iter__")
+    per_step: dict[int, list[str]] = {}
+    logged: set[int] = set()
+
+    def after_step(step: int, record: dict[str, Any] | None) -> None:
+        per_step[step] = list(reads.seen)
+        reads.seen.clear()
+        if record is not None:
+            logged.add(step)
+
+    cfg = tiny_config(tmp_path, "host_reads", train={
+        "max_steps": 8, "log_every": 4, "checkpoint_every": 0, "num_workers": 1, **train})
+    reads.patch(monkeypatch)
+    trainer_mod.train(cfg, callbacks=[after_step])
+    return per_step, logged
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "in-step"])
+def test_non_logging_steps_read_nothing_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefetch: bool) -> None:
+    per_step, logged = conversions_per_step(
+        tmp_path, monkeypatch, prefetch_views=prefetch, deterministic=not prefetch, diagnostics=True)
+    assert logged == {4, 8} and sorted(per_step) == list(range(1, 9))
+    # step 1 builds the loader and the first views (one-time work); every later non-logging step must read nothing
+    offending = {step: seen for step, seen in per_step.items() if step > 1 and step not in logged and seen}
+    assert not offending, "host reads in non-logging steps:\n" + "\n".join(
+        f"step {step}: " + "\n    ".join(seen) for step, seen in offending.items())
+
+
+def test_host_read_counter_sees_conversions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counter itself: a callback that reads a tensor on every step is seen on every step."""
+    reads = HostReads()
+    reads.patch(monkeypatch)
+    value = torch.ones(3)
+    float(value.sum()), value.tolist(), bool(value.all()), value.sum().item(), int(value[0])
+    assert [s.split(": ")[1].split(" at")[0] for s in reads.seen] == [
+        "Tensor.__float__", "Tensor.tolist", "Tensor.__bool__", "Tensor.item", "Tensor.__int__"]
+    with reads.excluded():
+        value.tolist()
+    assert len(reads.seen) == 5
