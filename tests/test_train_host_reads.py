@@ -10,7 +10,8 @@ the non-logging optimizer steps make none. Left out of the count (each named whe
 * ``torch.optim.AdamW.step``: torch's non-fused AdamW reads its step counter, a CPU tensor by
   construction (no device synchronization; the trainer uses the fused kernel on CUDA);
 * the DataLoader: items are read in a worker process (``train.num_workers = 1``), whose counts never
-  reach this process; the epoch's index order (``EpochBatchSampler``) is a CPU tensor by construction.
+  reach this process; starting an epoch's workers draws their base seed from a CPU generator, and the
+  epoch's index order (``EpochBatchSampler``) is a CPU tensor by construction.
 
 Conversions in the view-building thread (``train.prefetch_views``) are counted: views are built on the
 data's device and must not read it back either.
@@ -29,7 +30,7 @@ import torch
 
 from multiview_app.train import trainer as trainer_mod
 
-from _train_helpers import tiny_config
+from _device_cases import modality_config
 
 #: The ``torch.Tensor`` methods through which Python reads a tensor's value.
 CONVERSIONS = ("item", "tolist", "__bool__", "__float__", "__int__")
@@ -94,10 +95,11 @@ class HostReads:
         monkeypatch.setattr(owner, name, wrapped)
 
 
-def conversions_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **train: Any) -> tuple[dict[int, list[str]], set[int]]:
-    """Train a tiny digits run (infonce_pwe, 8 steps, log every 4) with conversions counted; returns the
-    conversions made during each optimizer step (from the end of the previous step's callbacks to the
-    end of its own) and the set of logging steps."""
+def conversions_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str = "images",
+                         **train: Any) -> tuple[dict[int, list[str]], set[int]]:
+    """Train a tiny run of ``modality`` (infonce_pwe, 8 steps, log every 4; tests/_device_cases.py) with
+    conversions counted; returns the conversions made during each optimizer step (from the end of the
+    previous step's callbacks to the end of its own) and the set of logging steps."""
     reads = HostReads()
     real_build_loss = trainer_mod.build_loss
 
@@ -109,6 +111,7 @@ def conversions_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **trai
     monkeypatch.setattr(trainer_mod, "build_loss", build_excluded_loss)
     reads.exclude_method(monkeypatch, torch.optim.AdamW, "step")
     reads.exclude_generator(monkeypatch, trainer_mod.EpochBatchSampler, "__iter__")
+    reads.exclude_method(monkeypatch, torch.utils.data.DataLoader, "__iter__")  # once per epoch: workers' base seed
     per_step: dict[int, list[str]] = {}
     logged: set[int] = set()
 
@@ -118,17 +121,21 @@ def conversions_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **trai
         if record is not None:
             logged.add(step)
 
-    cfg = tiny_config(tmp_path, "host_reads", train={
+    cfg = modality_config(tmp_path, modality, "host_reads", **{
         "max_steps": 8, "log_every": 4, "checkpoint_every": 0, "num_workers": 1, **train})
     reads.patch(monkeypatch)
     trainer_mod.train(cfg, callbacks=[after_step])
     return per_step, logged
 
 
-@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "in-step"])
-def test_non_logging_steps_read_nothing_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefetch: bool) -> None:
+@pytest.mark.parametrize(("modality", "prefetch"), [("images", True), ("images", False), ("eeg", True)],
+                         ids=["images-prefetch", "images-in-step", "eeg-prefetch"])
+def test_non_logging_steps_read_nothing_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str,
+                                             prefetch: bool) -> None:
+    """Images: the digits ``simclr`` stack; EEG: channels as views with crop, gain, noise and band-stop,
+    and the channel-embedding encoder with ``unknown_rate`` (tests/_device_cases.py)."""
     per_step, logged = conversions_per_step(
-        tmp_path, monkeypatch, prefetch_views=prefetch, deterministic=not prefetch, diagnostics=True)
+        tmp_path, monkeypatch, modality, prefetch_views=prefetch, deterministic=not prefetch, diagnostics=True)
     assert logged == {4, 8} and sorted(per_step) == list(range(1, 9))
     # step 1 builds the loader and the first views (one-time work); every later non-logging step must read nothing
     offending = {step: seen for step, seen in per_step.items() if step > 1 and step not in logged and seen}
