@@ -18,10 +18,6 @@ data's device and must not read it back either.
 """
 from __future__ import annotations
 
-import threading
-import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,68 +27,7 @@ import torch
 from multiview_app.train import trainer as trainer_mod
 
 from _device_cases import modality_config
-
-#: The ``torch.Tensor`` methods through which Python reads a tensor's value.
-CONVERSIONS = ("item", "tolist", "__bool__", "__float__", "__int__")
-
-
-class HostReads:
-    """Counts tensor-to-Python conversions (with a short stack of each), except inside :meth:`excluded`
-    blocks of the same thread."""
-
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-        self._local = threading.local()
-
-    @contextmanager
-    def excluded(self) -> Iterator[None]:
-        depth = getattr(self._local, "depth", 0)
-        self._local.depth = depth + 1
-        try:
-            yield
-        finally:
-            self._local.depth = depth
-
-    def record(self, name: str) -> None:
-        if getattr(self._local, "depth", 0):
-            return
-        frames = [f for f in traceback.extract_stack()[:-2] if "multiview_app" in f.filename]
-        where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames[-4:]))
-        self.seen.append(f"{threading.current_thread().name}: Tensor.{name} at {where or '(torch internals)'}")
-
-    def patch(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        for name in CONVERSIONS:
-            original = getattr(torch.Tensor, name)
-
-            def counted(tensor: torch.Tensor, *args: Any, _name: str = name, _original: Callable = original) -> Any:
-                self.record(_name)
-                return _original(tensor, *args)
-
-            monkeypatch.setattr(torch.Tensor, name, counted)
-
-    def exclude_method(self, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
-        original = getattr(owner, name)
-
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            with self.excluded():
-                return original(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, wrapped)
-
-    def exclude_generator(self, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
-        original = getattr(owner, name)
-
-        def wrapped(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            iterator = original(*args, **kwargs)
-            while True:
-                with self.excluded():
-                    try:
-                        item = next(iterator)
-                    except StopIteration:
-                        return
-                yield item
-
-        monkeypatch.setattr(owner, name, wrapped)
+from _host_reads import HostReads
 
 
 def conversions_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str = "images",

@@ -5,9 +5,9 @@ the whole batch, which would make every item's view identical up to content - us
 contrastive learning. Here every sample draws its own parameters from a ``torch.Generator``
 (drawn and kept on the generator's device: a CUDA generator keeps them on the GPU, a CPU generator
 makes the views independent of the images' device) and the ops are applied batched on the images'
-device, each matching ``torchvision.transforms.v2.functional`` on a single sample. Nothing reads a
-parameter back into Python (per-sample choices are ``torch.where`` masks over the whole batch), so
-building a view on a GPU never waits for it:
+device, each matching ``torchvision.transforms.v2.functional`` on a single sample. Off the CPU nothing
+reads a parameter back into Python (per-sample choices are ``torch.where`` masks over the whole batch,
+:func:`gathers_rows`), so building a view on a GPU never waits for it:
 
 =================  ==========================================================================
 op                 batched implementation
@@ -312,9 +312,8 @@ def resized_crop(x: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tenso
     ``grid_sample`` and equal ``TF.resized_crop(..., antialias=False)``. Boxes larger than ``size``
     in either side (shrinking) use ``roi_align`` with ``sampling_ratio=0``, which averages
     ``ceil(box / size)^2`` samples per output pixel - a box-filter antialias (torchvision's
-    default antialias uses a triangle filter; close, not identical). When the images are larger than
-    ``size`` both are computed for every image and a per-image mask picks one (no host read of the
-    boxes); images no larger than ``size`` cannot have a shrinking box.
+    default antialias uses a triangle filter; close, not identical); the shrinking boxes are picked as
+    :func:`gathers_rows` says. Images no larger than ``size`` cannot have a shrinking box.
     """
     n, _, height, width = x.shape
     boxes = boxes.to(device=x.device, dtype=x.dtype)
@@ -324,30 +323,50 @@ def resized_crop(x: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tenso
     if height <= size and width <= size:
         return out
     shrink = ((boxes[:, 2] - boxes[:, 0]) > size) | ((boxes[:, 3] - boxes[:, 1]) > size)
+    if gathers_rows(x.device):
+        rows = torch.nonzero(shrink).flatten()
+        if len(rows):
+            rois = torch.cat([torch.arange(len(rows), device=x.device, dtype=x.dtype)[:, None], boxes[rows]], dim=1)
+            out[rows] = roi_align(x[rows], rois, output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True)
+        return out
     rois = torch.cat([torch.arange(n, device=x.device, dtype=x.dtype)[:, None], boxes], dim=1)
     shrunk = roi_align(x, rois, output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True)
     return _where(shrink, shrunk, out)
 
 
+def gathers_rows(device: torch.device) -> bool:
+    """How per-sample choices are applied on ``device``: on the CPU the chosen rows are gathered and
+    the op runs on them only (reading which rows costs nothing there); on any other device the op runs
+    on every row and ``torch.where`` keeps it where chosen, so nothing is read back to the host. Both
+    give the same values (tests/test_augment.py)."""
+    return device.type == "cpu"
+
+
 def _color_jitter(x: torch.Tensor, p: AugmentParams) -> torch.Tensor:
     """Brightness / contrast / saturation / hue in each sample's own random order (samples with
-    ``jitter`` false unchanged). Every op is computed for the whole batch at each of the four slots
-    and a per-sample mask keeps the one that sample applies there: the ops are per-image, so each
-    sample gets exactly its own op sequence, without reading the order back to the host."""
+    ``jitter`` false unchanged); each op is per-image, applied to the samples that take it at each of
+    the four slots (:func:`gathers_rows`)."""
     ops = (
-        lambda v: adjust_brightness(v, p.brightness),
-        lambda v: adjust_contrast(v, p.contrast),
-        lambda v: adjust_saturation(v, p.saturation),
-        lambda v: adjust_hue(v, p.hue),
+        lambda v, rows: adjust_brightness(v, p.brightness[rows]),
+        lambda v, rows: adjust_contrast(v, p.contrast[rows]),
+        lambda v, rows: adjust_saturation(v, p.saturation[rows]),
+        lambda v, rows: adjust_hue(v, p.hue[rows]),
     )
     active = p.jitter.to(x.device)
     order = p.order.to(x.device)
-    out = x
+    gather = gathers_rows(x.device)
+    out = x.clone() if gather else x
     for slot in range(N_JITTER_OPS):
         applied = out
         for op_id, op in enumerate(ops):
-            applied = _where(active & (order[:, slot] == op_id), op(out), applied)
-        out = applied
+            chosen = active & (order[:, slot] == op_id)
+            if gather:  # rows of one slot are disjoint: each op reads rows no other op of the slot wrote
+                rows = torch.nonzero(chosen).flatten()
+                if len(rows):
+                    out[rows] = op(out[rows], rows.to(p.brightness.device))
+            else:
+                applied = _where(chosen, op(out, slice(None)), applied)
+        out = out if gather else applied
     return out
 
 
