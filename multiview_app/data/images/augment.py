@@ -278,7 +278,7 @@ def gaussian_blur(x: torch.Tensor, kernel_size: int, sigma: torch.Tensor) -> tor
     grid = torch.linspace(-half, half, kernel_size, device=x.device, dtype=x.dtype)
     s = sigma.to(device=x.device, dtype=x.dtype).view(n, 1)
     kernel = torch.softmax(-0.5 * (grid / s) ** 2, dim=1)  # (n, K) normalized gaussians
-    kernel = kernel.repeat_interleave(c, dim=0)  # (n*c, K)
+    kernel = kernel[:, None].expand(n, c, kernel_size).reshape(n * c, kernel_size)  # (n*c, K): image i's kernel per channel
     pad = kernel_size // 2
     y = F.pad(x.reshape(1, n * c, h, w), (pad, pad, pad, pad), mode="reflect")
     y = F.conv2d(y, kernel.view(n * c, 1, 1, kernel_size), groups=n * c)
