@@ -89,3 +89,45 @@ def test_host_read_counter_sees_conversions(tmp_path: Path, monkeypatch: pytest.
     with reads.excluded():
         value.tolist()
     assert len(reads.seen) == 5
+
+
+@pytest.mark.parametrize("loss_refuses_nan", [True, False], ids=["loss-raises", "loss-runs-on"])
+def test_divergence_found_later_still_names_its_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     loss_refuses_nan: bool) -> None:
+    """The NaN check is deferred to logging / checkpoint steps but still names the first bad step and
+    writes no checkpoint after it: the loss of step 3 is NaN, logging every 4 steps, checkpoints every 2.
+    ``loss-raises``: the loss refuses the NaN embeddings of step 4 (``ValueError``), which the trainer turns
+    into the divergence error; ``loss-runs-on``: the loss accepts them and step 4's log check raises."""
+    from multiview_app.train.checkpoint import list_checkpoints
+
+    real_build_loss = trainer_mod.build_loss
+
+    def build_poisoned_loss(name: str, **params: Any) -> torch.nn.Module:
+        loss = real_build_loss(name, **params)
+        calls = {"n": 0}
+        original_forward = loss.forward
+
+        def forward(z: torch.Tensor) -> torch.Tensor:
+            calls["n"] += 1
+            value = original_forward(z if loss_refuses_nan else torch.nan_to_num(z))
+            return value * float("nan") if calls["n"] == 3 else value
+
+        loss.forward = forward
+        return loss
+
+    monkeypatch.setattr(trainer_mod, "build_loss", build_poisoned_loss)
+    cfg = modality_config(tmp_path, "images", "nan", max_steps=8, log_every=4, checkpoint_every=2)
+    with pytest.raises(trainer_mod.TrainingDivergedError, match=r"step 3: loss became NaN/Inf.*step_00000002"):
+        trainer_mod.train(cfg)
+    assert [p.name for p in list_checkpoints(cfg.run_dir)] == ["step_00000002"]
+    assert not (cfg.run_dir / "model.safetensors").exists()
+
+
+def test_host_values_reads_tensors_once_and_keeps_floats() -> None:
+    from multiview_app.train.metrics import host_values
+
+    values = {"loss": torch.tensor(1.5, dtype=torch.float64), "iterations": torch.tensor(7), "tau": 0.1,
+              "grad": torch.tensor([2.25], requires_grad=True), "half": torch.tensor(0.5, dtype=torch.bfloat16)}
+    out = host_values(values)
+    assert out == {"loss": 1.5, "iterations": 7.0, "tau": 0.1, "grad": 2.25, "half": 0.5}
+    assert all(type(v) is float for v in out.values())
