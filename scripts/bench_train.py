@@ -1,13 +1,19 @@
-"""Training throughput on CPU and the share of step time in data / encoder / loss.
+"""Training throughput and the share of step time in data / encoder / loss.
 
-    .venv/bin/python scripts/bench_train.py [--config configs/digits_infonce_pwe.yaml] [--steps 15]
+    .venv/bin/python scripts/bench_train.py [--config configs/digits_infonce_pwe.yaml] [--steps 15] [--set KEY=VALUE ...]
     .venv/bin/python scripts/bench_train.py --compare diagnostics [--log-every 10]
 
 Runs the real trainer (Trainer.fit, no checkpoints, no eval) for 2 x --steps steps and reads the
 second log window of metrics.jsonl (the first one holds the warm-up). Reference in the same process:
 the same trainer with ``train.prefetch_views=false`` (views built in the step instead of in the
 background thread). The two variants alternate (on, off, on, off) because the machine is shared;
-the table shows the mean per variant. Prints a Markdown table.
+the table shows the mean per variant. Prints a Markdown table, the machine and the command.
+
+Data share of a step: ``time/data`` is the part of the step spent waiting for the next micro-batch
+(what prefetching does not hide); ``data_build_s`` is the host time of fetching the batch
+(DataLoader) plus building its views (device copy + view policy) per step, wherever it ran (in the
+background thread when prefetching), shown against the step time. On CUDA both are host times: the
+step's phases are timed (synchronized) on the logging steps only.
 
 ``--compare diagnostics``: reference = ``train.diagnostics=false``. One log window of ``--steps``
 steps holds one diagnostics computation, so the overhead per step at ``train.log_every = L`` is
@@ -23,20 +29,21 @@ from pathlib import Path
 
 import torch
 
+from multiview_app.bench import command_line, machine_line
+from multiview_app.config import load_config
+from multiview_app.data.views import items_per_batch
+from multiview_app.train.metrics import PHASES, read_metrics
+from multiview_app.train.trainer import train
+
 ROOT = Path(__file__).resolve().parents[1]
 
-from multiview_app.config import load_config  # noqa: E402
-from multiview_app.data.views import items_per_batch  # noqa: E402
-from multiview_app.train.metrics import PHASES, read_metrics  # noqa: E402
-from multiview_app.train.trainer import train  # noqa: E402
 
-
-def measure(config: str, steps: int, prefetch: bool, diagnostics: bool = True) -> dict[str, float]:
-    """The measured log window (items/s, step time, phase shares) of one short training run."""
+def measure(config: str, steps: int, prefetch: bool, diagnostics: bool = True, overrides: tuple[str, ...] = ()) -> dict[str, float]:
+    """The measured log window (items/s, step time, phase shares, data build time) of one short training run."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(
             config,
-            [f"train.max_steps={2 * steps}", f"train.log_every={steps}", "train.checkpoint_every=0",
+            [*overrides, f"train.max_steps={2 * steps}", f"train.log_every={steps}", "train.checkpoint_every=0",
              "eval.linear_probe=false", f"train.prefetch_views={str(prefetch).lower()}", f"train.diagnostics={str(diagnostics).lower()}",
              f"output.runs_dir={tmp}"],
             name="bench",
@@ -52,14 +59,17 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--compare", choices=("prefetch", "diagnostics"), default="prefetch")
     parser.add_argument("--log-every", type=int, default=10, help="train.log_every of the diagnostics overhead")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override (dotted key), repeatable: e.g. --set data.options.cache=demo_data/physionet2018_cache")
     args = parser.parse_args()
+    args.overrides = tuple(args.overrides)
     if args.compare == "diagnostics":
         return diagnostics_table(args)
     runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     for _ in range(args.repeats):
         for prefetch in (True, False):
-            runs[prefetch].append(measure(args.config, args.steps, prefetch))
-    cfg = load_config(args.config)
+            runs[prefetch].append(measure(args.config, args.steps, prefetch, overrides=args.overrides))
+    cfg = load_config(args.config, list(args.overrides))
     items = items_per_batch(cfg.views.batch_mode, cfg.train.batch_size, cfg.views.k)
 
     def mean(prefetch: bool, key: str) -> float:
@@ -77,6 +87,13 @@ def main() -> int:
     for label, keys in (("encoder (forward + backward)", ("forward", "backward")), ("data + loss (goal < 20%)", ("data", "loss"))):
         shares = [sum(mean(p, f"time/{k}") for k in keys) for p in (True, False)]
         print(f"| share of step: {label} | {shares[0]:.1%} | {shares[1]:.1%} | |")
+    build = [mean(p, "data_build_s") for p in (True, False)]
+    print(f"| fetch + views per step (s, host) | {build[0]:.4f} | {build[1]:.4f} | |")
+    print(f"| fetch + views / step time | {build[0] / mean(True, 'step_time_s'):.1%} | "
+          f"{build[1] / mean(False, 'step_time_s'):.1%} | |")
+    per_step = items * cfg.train.grad_accum
+    print(f"| steps/s (window wall time) | {on / per_step:.2f} | {off / per_step:.2f} | |")
+    print(f"\n{machine_line()}\n{command_line()}")
     return 0
 
 
@@ -85,7 +102,7 @@ def diagnostics_table(args: argparse.Namespace) -> int:
     runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     for _ in range(args.repeats):
         for diagnostics in (True, False):
-            runs[diagnostics].append(measure(args.config, args.steps, True, diagnostics))
+            runs[diagnostics].append(measure(args.config, args.steps, True, diagnostics, args.overrides))
     on = statistics.mean(r["items_per_s"] for r in runs[True])
     off = statistics.mean(r["items_per_s"] for r in runs[False])
     step = statistics.mean(r["step_time_s"] for r in runs[True])
@@ -99,6 +116,7 @@ def diagnostics_table(args: argparse.Namespace) -> int:
     print(f"| one diagnostics computation (s) | {diag:.4f} | | |")
     print(f"| overhead per step at log_every={args.log_every} | {diag / (args.log_every * step):.2%} | | |")
     print(f"| overhead per step at log_every=1 | {diag / step:.2%} | | |")
+    print(f"\n{machine_line()}\n{command_line()}")
     return 0
 
 

@@ -12,6 +12,8 @@ from multiview_app.data.text.captions import render_digits
 from multiview_app.data.text.shards import ShardSample, write_shards
 
 _RENDERED: tuple[np.ndarray, np.ndarray, list[list[str]]] | None = None
+#: the open_clip text tower at test size
+TINY_TEXT = {"name": "open_clip", "embed_dim": 24, "text_cfg": {"context_length": 12, "width": 32, "heads": 2, "layers": 1}}
 
 
 def rendered() -> tuple[np.ndarray, np.ndarray, list[list[str]]]:

@@ -223,3 +223,20 @@ def test_items_per_batch():
         items_per_batch("fixed", 7, 4)
     with pytest.raises(ValueError, match="unknown batch mode 'grow'"):
         items_per_batch("grow", 8, 2)
+
+
+@pytest.mark.parametrize("stack", ["simclr", "byol_global1", "byol_global2", "mild"])
+def test_masked_rows_equal_gathered_rows_without_host_reads(stack: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off the CPU the per-sample choices (jitter order, shrinking crops) are masks over every row
+    (``gathers_rows``: false); forced here on the CPU, they give the CPU's gathered-rows values bit for
+    bit and read nothing back to the host (no conversion, no ``nonzero``)."""
+    from _host_reads import HostReads
+
+    images = torch.randint(0, 256, (16, 3, 40, 40), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)
+    gathered = A.augment(images, stack, 24, torch.Generator().manual_seed(5))  # 40 px -> 24 px: some crops shrink
+    monkeypatch.setattr(A, "gathers_rows", lambda device: False)
+    reads = HostReads()
+    reads.patch(monkeypatch, nonzero=True)
+    masked = A.augment(images, stack, 24, torch.Generator().manual_seed(5))
+    assert not reads.seen, "\n".join(reads.seen)
+    torch.testing.assert_close(masked, gathered, rtol=0, atol=0)

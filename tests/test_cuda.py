@@ -1,22 +1,26 @@
-"""GPU readiness (issue 16 §5): every view policy, every loss and one bf16 training step on CUDA.
+"""GPU readiness (issues 16 §5, 28 §4): every view policy (built without a host synchronization), every
+loss in fp32 and bf16, one bf16 training step per modality, resume bit-exact, on CUDA. The policy cases,
+training steps and resume check are the helpers of tests/_device_cases.py, which tests/test_device_cases.py
+runs on the CPU (including the check that every registered view policy has a case).
 
 Marked ``cuda``; skipped with the reason on machines without a GPU. The device rule they check:
-random draws happen on the generator's device (``data.views.draw_device``), every tensor a loss or
-a model creates lives on its input's device, and the views of a seed are the same on CPU and CUDA
-generators' devices only up to the RNG (so here: same seed -> same views on CUDA, all on CUDA).
+random draws happen on the generator's device (``data.views.draw_device``; draws the host must read,
+such as which channels or domains form the views, on a CPU generator seeded from it:
+``data.views.host_generator``), every tensor a loss or a model creates lives on its input's device,
+and the views of a seed are the same on CPU and CUDA generators' devices only up to the RNG (so here:
+same seed -> same views on CUDA, all on CUDA).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Callable
 
 import pytest
 import torch
 
-from multiview_app.data.views import available_view_policies, build_view_policy
+from multiview_app.data.views import available_view_policies
 from multiview_app.losses import available_losses, build_loss
 
+from _device_cases import MODALITIES, POLICY_CASES, check_policy_on, check_resume_is_exact, train_one_step
 from _train_helpers import tiny_config
 
 pytestmark = [
@@ -25,45 +29,10 @@ pytestmark = [
 ]
 
 
-def _digits_case() -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    from multiview_app.data.adapters import build_adapter
-
-    adapter = build_adapter("digits", {"load_size": 16})
-    images = torch.stack([adapter.split("train")[i]["x"] for i in range(6)])
-    return adapter, {"stacks": "simclr", "image_size": 16}, {"x": images, "label": torch.arange(6)}
-
-
-def _eeg_case() -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    adapter = SimpleNamespace(modality="eeg", channel_names=["Fpz-Cz", "Pz-Oz", "C3-M2"], sfreq=100.0)
-    x = torch.randn(6, 3, 3000, generator=torch.Generator().manual_seed(0))
-    return adapter, {"channel_split": "average", "crop_seconds": 10.0}, {"x": x, "label": torch.arange(6)}
-
-
-#: A raw batch and options per view policy; a new policy needs a case here.
-POLICY_CASES: dict[str, tuple[int, Callable[[], tuple[Any, dict[str, Any], dict[str, Any]]]]] = {
-    "augment": (2, _digits_case),
-    "channels": (2, _eeg_case),
-}
-
-
 @pytest.mark.parametrize("name", available_view_policies())
-def test_view_policy_runs_on_cuda(name: str) -> None:
-    assert name in POLICY_CASES, f"add a CUDA case for view policy {name!r} to POLICY_CASES"
-    k, case = POLICY_CASES[name]
-    adapter, options, raw = case()
-    policy = build_view_policy(name, k, options, adapter)
-    device = torch.device("cuda")
-    raw = {key: value.to(device) for key, value in raw.items()}
-
-    def views(seed: int) -> list[torch.Tensor]:
-        batch = policy.train_views(raw, torch.Generator(device=device).manual_seed(seed))
-        return list(batch.views)
-
-    first, again = views(3), views(3)
-    assert len(first) == k and all(v.device.type == "cuda" for v in first)
-    for a, b in zip(first, again):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-    assert all(v.device.type == "cuda" for v in policy.eval_views(raw).views)
+def test_view_policy_runs_on_cuda(name: str, tmp_path: Path) -> None:
+    assert name in POLICY_CASES, f"add a case for view policy {name!r} to POLICY_CASES (tests/_device_cases.py)"
+    check_policy_on(name, torch.device("cuda"), tmp_path)
 
 
 @pytest.mark.parametrize("name", available_losses())
@@ -79,6 +48,16 @@ def test_loss_forward_backward_on_cuda(name: str, dtype: torch.dtype) -> None:
     reference = build_loss(name)(z_cpu.to(dtype).float())
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     assert value.item() == pytest.approx(reference.item(), rel=tol, abs=tol)
+
+
+@pytest.mark.parametrize("modality", MODALITIES)
+def test_one_bf16_training_step_per_modality_on_cuda(modality: str, tmp_path: Path) -> None:
+    result = train_one_step(tmp_path, modality, "bf16")
+    assert not any("fp32" in note for note in result.notes)  # bf16 really used
+
+
+def test_resume_on_cuda_is_bit_exact(tmp_path: Path) -> None:
+    check_resume_is_exact(tmp_path, "bf16")
 
 
 def test_one_bf16_training_step_on_cuda(tmp_path: Path) -> None:

@@ -19,10 +19,9 @@ from multiview_app.losses import build_loss
 from multiview_app.losses.temperature import LogitScale
 from multiview_app.models import build_encoder, build_model
 
-from _text_helpers import write_pair_folder
+from _text_helpers import TINY_TEXT, write_pair_folder
 from _train_helpers import assert_same_weights, crash_then_resume, tiny_config
 
-TINY_TEXT = {"name": "open_clip", "embed_dim": 24, "text_cfg": {"context_length": 12, "width": 32, "heads": 2, "layers": 1}}
 
 
 # ----------------------------------------------------------------------------- towers

@@ -73,6 +73,15 @@ class ViewBatch:
         )
 
 
+def host_to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A host tensor made during view building (token ids, a pool of images) on ``device``: to a CUDA
+    device through pinned memory with a non-blocking copy, so the host does not wait for the GPU."""
+    device = torch.device(device)
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 def to_device(raw: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
     """Tensors of a raw (collated, pre-view) batch to ``device``; other columns unchanged."""
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}

@@ -105,6 +105,18 @@ def draw_device(generator: torch.Generator | None, fallback: torch.device) -> to
     return generator.device if generator is not None else fallback
 
 
+def host_generator(generator: torch.Generator | None, stream: int = 0) -> torch.Generator | None:
+    """The generator of draws the host must read back (which channels or domains form the views, which
+    captions an item shows): ``generator`` itself when it lives on the CPU (or is None: torch's global
+    CPU generator), so CPU views keep their random stream; for a device generator, a CPU generator
+    seeded by ``(generator.initial_seed(), stream)``, so reading those draws never waits for the device
+    (a policy passes a different ``stream`` for each independent host draw of one batch). The trainer
+    gives every micro-batch its own seeded generator, so these draws are reproducible and resume-exact."""
+    if generator is None or generator.device.type == "cpu":
+        return generator
+    return torch.Generator().manual_seed((generator.initial_seed() * 1_000_003 + stream) % (1 << 63))
+
+
 def labels_and_meta(raw: dict[str, Any]) -> tuple[torch.Tensor | None, dict[str, Any]]:
     """Split a raw batch into labels ``(n,)`` and the meta columns (everything except ``x``)."""
     labels = raw.get("label")
@@ -122,5 +134,6 @@ __all__ = [
     "available_view_policies",
     "build_view_policy",
     "draw_device",
+    "host_generator",
     "items_per_batch",
 ]

@@ -97,6 +97,7 @@ class ChannelAwareConvEncoder(nn.Module):
         if len(self._index) != len(self.channel_vocab):
             raise ValueError(f"channel_vocab has duplicate names: {self.channel_vocab}")
         self.channel_embedding: nn.Embedding | None = None
+        self._ids_on_device: dict[tuple[str | None, torch.device], torch.Tensor] = {}
         if channel_mode == "embedding":
             self.channel_embedding = nn.Embedding(len(self.channel_vocab) + 1, sizes[1])
             nn.init.normal_(self.channel_embedding.weight, std=0.1)
@@ -119,9 +120,12 @@ class ChannelAwareConvEncoder(nn.Module):
         if self.channel_embedding is None:
             return None
         device = self.channel_embedding.weight.device
-        ids = torch.tensor(self.channel_ids(view_name), device=device)
-        if self.training and self.unknown_rate > 0 and bool(torch.rand((), device=device) < self.unknown_rate):
-            ids = torch.full_like(ids, UNKNOWN)
+        key = (view_name, device)
+        ids = self._ids_on_device.get(key)
+        if ids is None:  # built once per view name and device (a list -> GPU tensor is a blocking copy)
+            ids = self._ids_on_device[key] = torch.tensor(self.channel_ids(view_name), device=device)
+        if self.training and self.unknown_rate > 0:  # decided on the device: no host read of the draw
+            ids = torch.where(torch.rand((), device=device) < self.unknown_rate, torch.full_like(ids, UNKNOWN), ids)
         return self.channel_embedding(ids).mean(dim=0)
 
     def encode(self, x: torch.Tensor, channel_embedding: torch.Tensor | None) -> torch.Tensor:

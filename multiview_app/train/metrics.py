@@ -15,33 +15,71 @@ PHASES = ("data", "forward", "loss", "backward", "optim")
 class StepTimer:
     """Accumulates wall time per phase (``data, forward, loss, backward, optim``) over a log window.
 
-    ``sync`` (CUDA) synchronizes before reading the clock so that asynchronous kernels are charged
-    to the phase that launched them.
+    On the CPU every step is timed. On CUDA the clock only means something after a device
+    synchronization (kernels run asynchronously), and a synchronization per phase would make every
+    step wait for the GPU; so only the steps started with ``timed=True`` (the trainer: the logging
+    steps) are synchronized at each phase boundary and timed, and their phases stand for the window.
+    ``timed_steps`` counts the steps in the totals. :meth:`skip` drops the time since the last mark
+    (work that is reported on its own, such as the diagnostics).
     """
 
     def __init__(self, device: torch.device) -> None:
         self.sync = device.type == "cuda"
         self.totals: dict[str, float] = defaultdict(float)
+        self.timed_steps = 0
+        self._active = True
         self._last = time.perf_counter()
 
-    def start(self) -> None:
+    def start(self, timed: bool = True) -> None:
+        """Begin a step; on CUDA it is timed only when ``timed`` (on the CPU always)."""
+        self._active = timed or not self.sync
+        if not self._active:
+            return
+        self.timed_steps += 1
         if self.sync:
             torch.cuda.synchronize()
         self._last = time.perf_counter()
 
     def mark(self, phase: str) -> None:
-        """Charge the time since the previous mark to ``phase``."""
+        """Charge the time since the previous mark to ``phase`` (nothing on an untimed step)."""
+        if not self._active:
+            return
         if self.sync:
             torch.cuda.synchronize()
         now = time.perf_counter()
         self.totals[phase] += now - self._last
         self._last = now
 
-    def pop(self) -> dict[str, float]:
-        """Seconds per phase since the last pop, then reset."""
-        out = {p: self.totals.get(p, 0.0) for p in PHASES}
+    def skip(self) -> None:
+        """Restart the clock without charging the time since the previous mark to any phase."""
+        if not self._active:
+            return
+        if self.sync:
+            torch.cuda.synchronize()
+        self._last = time.perf_counter()
+
+    def pop(self) -> tuple[dict[str, float], int]:
+        """(seconds per phase, timed steps) since the last pop, then reset."""
+        out = {p: self.totals.get(p, 0.0) for p in PHASES}, self.timed_steps
         self.totals = defaultdict(float)
+        self.timed_steps = 0
         return out
+
+
+def host_values(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with every tensor entry (0-d, or one element) as a Python float, read back with one
+    device-to-host copy per device; other entries unchanged. The trainer keeps step values (loss,
+    the loss's ``last_stats``, gradient norm) as device tensors and calls this on logging steps only."""
+    out = dict(values)
+    by_device: dict[torch.device, list[str]] = defaultdict(list)
+    for key, value in values.items():
+        if isinstance(value, torch.Tensor):
+            by_device[value.device].append(key)
+    for keys in by_device.values():
+        stacked = torch.stack([values[k].detach().reshape(()).to(torch.float64) for k in keys])
+        for key, number in zip(keys, stacked.tolist()):
+            out[key] = number
+    return out
 
 
 class MetricsLog:

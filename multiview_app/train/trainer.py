@@ -42,9 +42,13 @@ from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
 from .diagnostics import step_diagnostics, write_diagnostics_summary
 from .distributed import gather_with_grad, gradient_scale, world_size
-from .metrics import MetricsLog, StepTimer, plot_curves
+from .metrics import MetricsLog, StepTimer, host_values, plot_curves
 from .resume import RunLock, reconcile_resume_config
 from .run_io import atomic_write_json, atomic_write_text, model_spec, save_weights
+
+#: What the trainer checks for NaN/Inf each step, in the order it checks them.
+NONFINITE_CHECKS: tuple[str, ...] = ("embeddings", "loss")
+
 
 class TrainingDivergedError(RuntimeError):
     """The loss (or the embeddings) became NaN/Inf; the message names the step and the last good checkpoint."""
@@ -163,6 +167,7 @@ class ViewStream:
         self._batches = iter(loader)
         self._policy, self._device, self._view_seed = policy, device, view_seed
         self._index = first_index
+        self._build_s = 0.0  # host seconds spent making the micro-batches handed out since the last pop
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="views") if prefetch else None
         self._pending: Future | None = self._pool.submit(self._make, self._take_index()) if self._pool else None
 
@@ -170,7 +175,8 @@ class ViewStream:
         index, self._index = self._index, self._index + 1
         return index
 
-    def _make(self, index: int) -> tuple[ViewBatch, tuple[int, StreamPosition] | None] | None:
+    def _make(self, index: int) -> tuple[ViewBatch, tuple[int, StreamPosition] | None, float] | None:
+        start = time.perf_counter()
         raw = next(self._batches, None)
         if raw is None:
             return None
@@ -179,7 +185,8 @@ class ViewStream:
             worker, epoch, offset = (raw.pop(key) for key in STREAM_KEYS)
             position = (int(worker[-1]), StreamPosition(int(epoch[-1]), int(offset[-1]) + 1))
         generator = torch.Generator(device=self._device).manual_seed(self._view_seed(index))
-        return self._policy.train_views(to_device(raw, self._device), generator), position
+        views = self._policy.train_views(to_device(raw, self._device), generator)
+        return views, position, time.perf_counter() - start
 
     def __next__(self) -> ViewBatch:
         if self._pool is None or self._pending is None:
@@ -189,10 +196,18 @@ class ViewStream:
             self._pending = self._pool.submit(self._make, self._take_index()) if made is not None else None
         if made is None:
             raise StopIteration
-        batch, position = made
+        batch, position, seconds = made
         if position is not None:
             self.positions[position[0]] = position[1]
+        self._build_s += seconds
         return batch
+
+    def pop_build_seconds(self) -> float:
+        """Host seconds spent fetching (DataLoader) and building the views (device copy + policy) of the
+        micro-batches handed out since the last call; with prefetching most of it overlaps the step.
+        On CUDA this is the time to issue the view kernels, not to run them."""
+        seconds, self._build_s = self._build_s, 0.0
+        return seconds
 
     def close(self) -> None:
         if self._pool is not None:
@@ -306,6 +321,7 @@ class Trainer:
         self.notes: list[str] = []
         self._main = True
         self._diagnostics: dict[str, float] = {}  # diag/* of the step about to be logged
+        self._first_nonfinite: torch.Tensor | None = None  # device flag of _flag_nonfinite
         self._stream_positions: dict[int, StreamPosition] = {}  # streamed split: this process's workers
 
     # ------------------------------------------------------------------ setup
@@ -427,9 +443,10 @@ class Trainer:
                 teacher_views = list(cfg.model.teacher.views)
         step_module = EmbedStep(model)
         loss_params = [p for p in loss_fn.parameters() if p.requires_grad]  # e.g. a learnable logit scale
-        optimizer = torch.optim.AdamW(
+        optimizer = torch.optim.AdamW(  # on CUDA the fused kernel: a few launches per step instead of one per op and group
             [{"params": step_module.parameters()}, {"params": loss_params, "weight_decay": 0.0}],
             lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay,
+            fused=True if accelerator.device.type == "cuda" else None,
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_lambda(cfg.optim.warmup_steps, plan.total_steps, cfg.optim.min_lr_ratio)
@@ -531,8 +548,8 @@ class Trainer:
         metrics = MetricsLog(self.run_dir / "metrics.jsonl", resume_step=at.step if resumed else None) if main else None
         bar = tqdm(total=plan.total_steps, initial=at.step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
         timer = StepTimer(device)
-        window = {"steps": 0, "start": time.perf_counter()}
-        last_loss = float("nan")
+        window = {"steps": 0, "start": time.perf_counter(), "data_build_s": 0.0}
+        last_loss: torch.Tensor | None = None  # on the device; read back on logging steps and at the end
         loader_gen = torch.Generator()  # keeps DataLoader seeding off the global RNG (resume-exact)
         model = accelerator.unwrap_model(parts.step_module).model
 
@@ -562,9 +579,11 @@ class Trainer:
                         at.position += tcfg.grad_accum
                         self._stream_positions = dict(batches.positions)
                         window["steps"] += 1
+                        window["data_build_s"] += batches.pop_build_seconds()
                         bar.update(1)
-                        bar.set_postfix(loss=f"{last_loss:.4f}")
                         record = self._log_step(accelerator, plan, parts, at, last_loss, stats, timer, window, metrics)
+                        if record is not None:
+                            bar.set_postfix(loss=f"{record['loss']:.4f}")
                         self._maybe_checkpoint(accelerator, plan, parts, at)
                         event = StepEvent(at.step, plan.total_steps, record, model, self.run_dir, main)
                         for callback in self.callbacks:
@@ -579,7 +598,8 @@ class Trainer:
             bar.close()
             if metrics is not None:
                 metrics.close()
-        return last_loss
+        self._raise_if_diverged(accelerator)
+        return float("nan") if last_loss is None else float(host_values({"loss": last_loss})["loss"])
 
     def _prefetch_views(self, uses_model: bool) -> bool:
         """Build views one micro-batch ahead in a thread? Not when the policy reads the model (views
@@ -626,27 +646,31 @@ class Trainer:
         return step % self.cfg.train.log_every == 0 or step == total_steps
 
     def _log_step(
-        self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, loss_value: float,
-        stats: dict[str, float], timer: StepTimer, window: dict[str, Any], metrics: MetricsLog | None,
+        self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, loss_value: torch.Tensor,
+        stats: dict[str, Any], timer: StepTimer, window: dict[str, Any], metrics: MetricsLog | None,
     ) -> dict[str, Any] | None:
-        """Every ``train.log_every`` steps (and the last): one metrics row to TensorBoard and metrics.jsonl."""
+        """Every ``train.log_every`` steps (and the last): one metrics row to TensorBoard and metrics.jsonl.
+        The step's device values (loss, ``stats``) are read back here, in one copy; nothing is read on
+        the other steps."""
         if not self._is_log_step(at.step, plan.total_steps):
             return None
         now = time.perf_counter()
-        phases = timer.pop()
+        phases, timed_steps = timer.pop()
         step_time = sum(phases.values()) or 1e-12
         epoch = min((p.epoch for p in self._stream_positions.values()), default=0) if plan.streaming else at.epoch
+        values = host_values({"loss": loss_value, **{f"stats/{k}": v for k, v in stats.items()}})
         record = {
-            "step": at.step, "epoch": epoch, "loss": loss_value,
+            "step": at.step, "epoch": epoch, "loss": values.pop("loss"),
             "lr": float(parts.scheduler.get_last_lr()[0]),
-            **{f"stats/{k}": v for k, v in stats.items()},
+            **values,
             "items_per_s": window["steps"] * plan.items_per_step / max(now - window["start"], 1e-12),
             **{f"time/{p}": phases[p] / step_time for p in phases},
-            "step_time_s": step_time / window["steps"],
+            "step_time_s": step_time / max(timed_steps, 1),
+            "data_build_s": window["data_build_s"] / window["steps"],
             **self._diagnostics,
         }
         self._diagnostics = {}
-        window["steps"], window["start"] = 0, now
+        window["steps"], window["start"], window["data_build_s"] = 0, now, 0.0
         accelerator.log(record, step=at.step)
         if metrics is not None:
             metrics.write(record)
@@ -661,7 +685,8 @@ class Trainer:
 
     def _save_checkpoint(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> Path:
         """An atomic checkpoint (model, optimizer, schedule, teacher, RNG, loss state) that records where
-        the next micro-batch starts."""
+        the next micro-batch starts; never of a diverged run (checked first)."""
+        self._raise_if_diverged(accelerator)
         tcfg = self.cfg.train
         ep, pos = (at.epoch, at.position) if at.position < plan.micro_per_epoch else (at.epoch + 1, 0)
         state: dict[str, Any] = {
@@ -724,14 +749,17 @@ class Trainer:
         self, batches: ViewStream, step: int, accelerator: Any, step_module: nn.Module,
         teacher: Any, teacher_views: list[int], loss_fn: nn.Module, optimizer: Any, scheduler: Any,
         gathered: bool, timer: StepTimer, total_steps: int,
-    ) -> tuple[float, dict[str, float]]:
-        """``grad_accum`` micro-batches -> one AdamW step; returns (loss, averaged last_stats)."""
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """``grad_accum`` micro-batches -> one AdamW step; returns (loss, averaged last_stats), kept as
+        float64 device tensors (Python floats stay floats): nothing is read back to the host here except
+        on a logging step (divergence check, diagnostics, the timer's synchronizations on CUDA)."""
         cfg = self.cfg
         accum = cfg.train.grad_accum
         scale = gradient_scale(gathered) / accum
-        losses: list[float] = []
-        stats_sum: dict[str, float] = {}
-        timer.start()
+        log_step = self._is_log_step(step + 1, total_steps)
+        loss_sum: torch.Tensor | None = None
+        stats_sum: dict[str, Any] = {}
+        timer.start(timed=log_step)
         for micro in range(accum):
             batch = next(batches)
             timer.mark("data")
@@ -749,15 +777,19 @@ class Trainer:
                 timer.mark("loss")
                 accelerator.backward(loss * scale)
                 timer.mark("backward")
-            losses.append(float(loss.detach()))
+            loss64 = as_float64(loss)
+            loss_sum = loss64 if loss_sum is None else loss_sum + loss64
             for key, value in stats.items():
-                stats_sum[key] = stats_sum.get(key, 0.0) + value / accum
+                stats_sum[key] = stats_sum.get(key, 0.0) + as_float64(value) / accum
         sync_loss_gradients(loss_fn, gathered)
-        if cfg.train.diagnostics and self._is_log_step(step + 1, total_steps):
-            self._diagnostics = step_diagnostics(z, loss_fn, step_module.parameters())
+        if log_step:
+            self._raise_if_diverged(accelerator)  # before the diagnostics read the embeddings
+            if cfg.train.diagnostics:
+                self._diagnostics = step_diagnostics(z, loss_fn, step_module.parameters())
+                timer.skip()  # reported as diag/time_s, not charged to a phase
         if cfg.optim.grad_clip is not None:
             norm = accelerator.clip_grad_norm_(step_module.parameters(), cfg.optim.grad_clip)
-            stats_sum["grad_norm"] = float(norm)
+            stats_sum["grad_norm"] = as_float64(norm)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -770,7 +802,8 @@ class Trainer:
             )
             stats_sum["teacher_momentum"] = float(cosine_momentum(step, total_steps, cfg.model.teacher.momentum_base))
         timer.mark("optim")
-        return sum(losses) / len(losses), stats_sum
+        assert loss_sum is not None  # accum >= 1
+        return loss_sum / accum, stats_sum
 
     def _loss(
         self, z: torch.Tensor, z_teacher: torch.Tensor | None, teacher_views: list[int], loss_fn: nn.Module,
@@ -778,38 +811,73 @@ class Trainer:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Loss of student embeddings ``z (n, k, d)``; with a teacher, the mean over teacher views t of
         the loss with slot t replaced by the teacher's (detached) embedding ``z_teacher[:, j]``."""
-        self._check_finite(z, step, accelerator, "embeddings")
+        self._flag_nonfinite(z, step, "embeddings")
         if gathered:
             z = gather_with_grad(z)
             if z_teacher is not None:
                 z_teacher = gather_with_grad(z_teacher)
         if z_teacher is None:
-            loss = loss_fn(z)
+            loss = self._call_loss(loss_fn, z, accelerator)
             stats = dict(getattr(loss_fn, "last_stats", {}))
         else:
             terms, stats = [], {}
             for j, t in enumerate(teacher_views):
                 slots = list(z.unbind(dim=1))
                 slots[t] = z_teacher[:, j].to(z.dtype)
-                terms.append(loss_fn(torch.stack(slots, dim=1)))
+                terms.append(self._call_loss(loss_fn, torch.stack(slots, dim=1), accelerator))
                 for key, value in getattr(loss_fn, "last_stats", {}).items():
-                    stats[key] = stats.get(key, 0.0) + float(value) / len(teacher_views)
+                    stats[key] = stats.get(key, 0.0) + as_float64(value) / len(teacher_views)
             loss = torch.stack(terms).mean()
-        self._check_finite(loss, step, accelerator, "loss")
+        self._flag_nonfinite(loss, step, "loss")
         return loss, stats
 
-    def _check_finite(self, value: torch.Tensor, step: int, accelerator: Any, what: str) -> None:
-        """Raise :class:`TrainingDivergedError` if ``value`` has NaN/Inf on any process."""
-        bad = torch.tensor([0.0 if bool(torch.isfinite(value.detach()).all()) else 1.0], device=value.device)
-        if world_size() > 1:
-            bad = accelerator.reduce(bad, reduction="sum")
-        if float(bad.sum()) > 0:
+    def _call_loss(self, loss_fn: nn.Module, z: torch.Tensor, accelerator: Any) -> torch.Tensor:
+        """``loss_fn(z)``; a loss that refuses non-finite embeddings (``ValueError``) after the trainer
+        flagged a non-finite value raises :class:`TrainingDivergedError` naming that step instead."""
+        try:
+            return loss_fn(z)
+        except ValueError:
+            self._raise_if_diverged(accelerator, collective=False)
+            raise
+
+    def _flag_nonfinite(self, value: torch.Tensor, step: int, what: str) -> None:
+        """Record on the device, without reading anything back, whether ``value`` (of optimizer step
+        ``step``, 0-based) has NaN/Inf: ``self._first_nonfinite`` keeps the code
+        ``(step + 1) * len(NONFINITE_CHECKS) + NONFINITE_CHECKS.index(what)`` of the first one (0: none).
+        :meth:`_raise_if_diverged` reads it on logging steps, before checkpoints and at the end."""
+        code = (step + 1) * len(NONFINITE_CHECKS) + NONFINITE_CHECKS.index(what)
+        flag = self._first_nonfinite
+        if flag is None or flag.device != value.device:
+            flag = torch.zeros((), dtype=torch.int64, device=value.device)
+        bad = ~torch.isfinite(value.detach()).all()
+        self._first_nonfinite = torch.where(bad & (flag == 0), code, flag)
+
+    def _raise_if_diverged(self, accelerator: Any, collective: bool = True) -> None:
+        """Raise :class:`TrainingDivergedError` naming the first step whose embeddings or loss were
+        NaN/Inf on any process (one host read; with several processes an all-reduce of the earliest,
+        which every process must join unless ``collective`` is false)."""
+        flag = self._first_nonfinite
+        if flag is None:
+            return
+        if collective and world_size() > 1:
+            none = torch.iinfo(torch.int64).max
+            flag = torch.where(flag == 0, none, flag)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+            flag = torch.where(flag == none, 0, flag)
+        code = int(flag.item())
+        if code:
+            step, what = divmod(code, len(NONFINITE_CHECKS))
             last = latest_checkpoint(self.run_dir)
             raise TrainingDivergedError(
-                f"step {step + 1}: {what} became NaN/Inf; training stopped. Last good checkpoint: "
+                f"step {step}: {NONFINITE_CHECKS[what]} became NaN/Inf; training stopped. Last good checkpoint: "
                 f"{last if last else 'none (set train.checkpoint_every)'}; lower optim.lr or enable "
                 "optim.grad_clip, then resume with --resume latest"
             )
+
+
+def as_float64(value: Any) -> Any:
+    """A step value for averaging: a tensor -> detached float64 tensor (stays on its device), else ``float``."""
+    return value.detach().to(torch.float64) if isinstance(value, torch.Tensor) else float(value)
 
 
 def train(

@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator
 
 from ..adapters import DataAdapter
-from ..batch import ViewBatch
+from ..batch import ViewBatch, host_to_device
 from ..images.augment import STACKS, augment, customized
 from ..images.views import AugmentPolicy
-from ..views import VIEW_POLICIES, draw_device, labels_and_meta
+from ..views import VIEW_POLICIES, host_generator, labels_and_meta
 
 
 @contextmanager
@@ -99,6 +99,10 @@ class DomainsPolicy(AugmentPolicy):
         if self.target_domain is not None:
             self.k = k + 1  # + the nearest target view (its stack: the last one of the source views)
         self.target_spec = customized(STACKS.get(options.target_stack), options.crop_scale, options.jitter_strength)
+        #: adaptation-target items (label -1) can be in the train batches (``adapt_views: augment``); only
+        #: then are a batch's labels read back to split its rows between the two stacks
+        self.mixes_target_rows = (getattr(adapter, "adapt", None) is not None
+                                  and getattr(adapter_options, "adapt_views", "augment") == "augment")
         #: the trainer binds its model and skips prefetching when this is true
         self.uses_model = self.target_domain is not None
         self.model: torch.nn.Module | None = None
@@ -107,11 +111,12 @@ class DomainsPolicy(AugmentPolicy):
         """The model whose current embedding picks the nearest target images (``adapt_views: nearest``)."""
         self.model = model
 
-    def _pick_domains(self, generator: torch.Generator | None, device: torch.device) -> list[int]:
+    def _pick_domains(self, generator: torch.Generator | None) -> list[int]:
+        """The seen domains of this batch's source views (all, or ``source_count`` drawn on the host)."""
         count = len(self.seen_domains)
         if self.source_count == count:
             return list(range(count))
-        order = torch.randperm(count, generator=generator, device=draw_device(generator, device))
+        order = torch.randperm(count, generator=host_generator(generator))
         return sorted(order[: self.source_count].tolist())
 
     def _check_tuples(self, raw: dict[str, Any]) -> torch.Tensor:
@@ -126,9 +131,12 @@ class DomainsPolicy(AugmentPolicy):
     def source_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         """The source-domain views only (``source_count`` of them; what the supervised ERM baseline sees)."""
         tuples = self._check_tuples(raw)
-        picked = self._pick_domains(generator, tuples.device)
+        picked = self._pick_domains(generator)
         labels, meta = labels_and_meta(raw)
-        target_rows = labels < 0 if labels is not None else None  # adaptation-target items (augment mode)
+        target_rows = None
+        if self.mixes_target_rows and labels is not None:  # adaptation-target items (augment mode): one host read
+            target_rows = labels < 0
+            target_rows = None if not bool(target_rows.any()) else target_rows
         views = [self._augment_rows(tuples[:, d], spec, target_rows, generator) for d, spec in zip(picked, self.specs)]
         return ViewBatch(views, ["image"] * len(views), [self.seen_domains[d] for d in picked], labels, meta)
 
@@ -136,7 +144,7 @@ class DomainsPolicy(AugmentPolicy):
                       generator: torch.Generator | None) -> torch.Tensor:
         """``(n, 3, S, S)`` -> one view: ``spec`` on the source rows only, the target stack on ``target_rows``
         only (each row augmented once)."""
-        if target_rows is None or not bool(target_rows.any()):
+        if target_rows is None:
             return augment(images, spec, self.image_size, generator)
         rows = target_rows.to(images.device)
         if bool(rows.all()):
@@ -172,8 +180,8 @@ class DomainsPolicy(AugmentPolicy):
                              "(the trainer does)")
         pool_set = self.adapter.domain_split(self.target_domain, "train")  # labels stay hidden
         size = min(self.options.target_pool, len(pool_set))
-        drawn = torch.randperm(len(pool_set), generator=generator, device=draw_device(generator, tuples.device))
-        pool = torch.stack([pool_set.image(int(i)) for i in drawn[:size].tolist()]).to(tuples.device)
+        drawn = torch.randperm(len(pool_set), generator=host_generator(generator, stream=1))
+        pool = host_to_device(torch.stack([pool_set.image(int(i)) for i in drawn[:size].tolist()]), tuples.device)
         n, count = tuples.shape[:2]
         with frozen_eval(self.model):
             items = self._embed_images(tuples.flatten(0, 1)).view(n, count, -1).mean(dim=1)

@@ -66,14 +66,16 @@ def add_noise(view: torch.Tensor, std: float, generator: torch.Generator | None)
 def band_stop(view: torch.Tensor, sfreq: float, width_hz: float, p: float, low_hz: float, high_hz: float,
               generator: torch.Generator | None) -> torch.Tensor:
     """With probability ``p`` per item, zero the rFFT bins within ``width_hz / 2`` of a centre frequency
-    uniform in ``[low_hz, high_hz]``; other items are returned unchanged."""
+    uniform in ``[low_hz, high_hz]``. The whole batch goes through one rFFT / inverse rFFT (no host
+    read of which items are hit), so the other items come back through the FFT round trip: equal to
+    the input up to float rounding (``p = 0`` returns the input itself)."""
     n, length = view.shape[0], view.shape[-1]
     apply = _uniform(n, generator, view.device) < p
     centre = low_hz + _uniform(n, generator, view.device) * (high_hz - low_hz)
-    if not bool(apply.any()):
+    if p <= 0:
         return view
     spectrum = torch.fft.rfft(view.float(), dim=-1)
-    freqs = torch.fft.rfftfreq(length, d=1.0 / sfreq).to(view.device)  # (F,)
+    freqs = torch.fft.rfftfreq(length, d=1.0 / sfreq, device=view.device)  # (F,)
     stop = ((freqs[None] - centre[:, None]).abs() <= width_hz / 2) & apply[:, None]  # (n, F)
     if view.dim() == 3:
         stop = stop[:, None]

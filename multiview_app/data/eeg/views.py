@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from ..adapters import DataAdapter
 from ..batch import ViewBatch
-from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, draw_device, labels_and_meta
+from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, draw_device, host_generator, labels_and_meta
 from . import augment
 
 GROUP_SEPARATOR = "+"
@@ -81,6 +81,7 @@ class ChannelViews(ViewPolicy):
         if missing:
             raise ValueError(f"views.options.channels: {missing} not provided by the data; available: {', '.join(available)}")
         self.channel_index = [available.index(c) for c in self.channel_names]
+        self._index_on: dict[torch.device, torch.Tensor] = {}
         c = len(self.channel_names)
         if k > c:
             raise ValueError(f"views.k = {k} but only {c} channels ({', '.join(self.channel_names)}) are available")
@@ -104,7 +105,12 @@ class ChannelViews(ViewPolicy):
     def _channels(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 3:
             raise ValueError(f"channels view policy expects raw x of shape (n, C, T), got {tuple(x.shape)}")
-        return x[:, self.channel_index] if self.channel_index != list(range(x.shape[1])) else x
+        if self.channel_index == list(range(x.shape[1])):
+            return x
+        index = self._index_on.get(x.device)
+        if index is None:  # made once per device (a list index on a GPU tensor is a blocking copy)
+            index = self._index_on[x.device] = torch.tensor(self.channel_index, device=x.device)
+        return x.index_select(1, index)
 
     def eval_groups(self) -> list[list[str]]:
         """Channel groups of the eval views: one per channel, or (``stacked``) the channels in
@@ -139,13 +145,15 @@ class ChannelViews(ViewPolicy):
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         x = self._channels(raw["x"]).float()  # (n, C, T)
         c = x.shape[1]
-        order = torch.randperm(c, generator=generator, device=draw_device(generator, x.device)).cpu()
+        # which channels form which view is read on the host (view names): drawn there (host_generator)
+        order = torch.randperm(c, generator=host_generator(generator))
         names: list[str] = []
         views: list[torch.Tensor] = []
         if self.options.channel_split in ("average", "stacked"):
             for group in torch.tensor_split(order, self.k):
                 members = sorted(group.tolist())
-                views.append(x[:, members].mean(dim=1) if self.options.channel_split == "average" else x[:, members])
+                group = torch.stack([x[:, i] for i in members], dim=1)  # (n, g, T) by slicing: no index tensor to copy
+                views.append(group.mean(dim=1) if self.options.channel_split == "average" else group)
                 names.append(GROUP_SEPARATOR.join(self.channel_names[i] for i in members))
         else:
             chosen = sorted(order[: self.k].tolist()) if self.k < c else list(range(c))

@@ -3,9 +3,11 @@
 A ``torchvision.transforms.v2`` transform applied to a batch tensor draws ONE parameter set for
 the whole batch, which would make every item's view identical up to content - useless for
 contrastive learning. Here every sample draws its own parameters from a ``torch.Generator``
-(drawn on the generator's device, kept on the CPU - they are tiny; a CPU generator makes the
-views independent of the images' device) and the ops are applied batched on the images'
-device, each matching ``torchvision.transforms.v2.functional`` on a single sample:
+(drawn and kept on the generator's device: a CUDA generator keeps them on the GPU, a CPU generator
+makes the views independent of the images' device) and the ops are applied batched on the images'
+device, each matching ``torchvision.transforms.v2.functional`` on a single sample. Off the CPU nothing
+reads a parameter back into Python (per-sample choices are ``torch.where`` masks over the whole batch,
+:func:`gathers_rows`), so building a view on a GPU never waits for it:
 
 =================  ==========================================================================
 op                 batched implementation
@@ -29,6 +31,7 @@ and scales with the image size: ``odd(0.1 * image_size)`` (3 px at 32 px).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields, replace
 
@@ -89,7 +92,7 @@ def blur_kernel_size(image_size: int) -> int:
 
 @dataclass
 class AugmentParams:
-    """Per-sample parameters of one stack for n images (all on the CPU).
+    """Per-sample parameters of one stack for n images (on the generator's device).
 
     boxes ``(n, 4)`` crop x1, y1, x2, y2 in pixels; flip, jitter, gray, blur, solarize ``(n,)``
     bool masks; brightness, contrast, saturation ``(n,)`` factors; hue ``(n,)`` shift in
@@ -115,9 +118,9 @@ class AugmentParams:
 
 
 def _rand(*shape: int, generator: torch.Generator | None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """U[0, 1) numbers from ``generator`` (drawn on its device: CPU or CUDA), returned on the CPU."""
+    """U[0, 1) numbers from ``generator``, drawn and left on its device (CPU or CUDA; the CPU without one)."""
     device = generator.device if generator is not None else torch.device("cpu")
-    return torch.rand(*shape, generator=generator, device=device, dtype=dtype).cpu()
+    return torch.rand(*shape, generator=generator, device=device, dtype=dtype)
 
 
 def _uniform(n: int, low: float, high: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -144,7 +147,7 @@ def sample_crop_boxes(
     w = torch.sqrt(target_area * aspect).round()
     h = torch.sqrt(target_area / aspect).round()
     fits = (w > 0) & (h > 0) & (w <= width) & (h <= height)
-    first = torch.where(fits.any(1), fits.float().argmax(1), torch.zeros(n, dtype=torch.long))
+    first = torch.where(fits.any(1), fits.float().argmax(1), torch.zeros_like(fits[:, 0], dtype=torch.long))
     w = w.gather(1, first[:, None]).squeeze(1)
     h = h.gather(1, first[:, None]).squeeze(1)
     # fallback (no fitting attempt): whole image with aspect clamped to ratio, centered
@@ -251,7 +254,7 @@ def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
     """
     h, s, v = x.unbind(dim=-3)
     h6 = (h * 6.0).unsqueeze(-3)
-    offsets = torch.tensor([5.0, 3.0, 1.0], device=x.device, dtype=x.dtype).view(3, 1, 1)
+    offsets = torch.arange(5.0, 0.0, -2.0, device=x.device, dtype=x.dtype).view(3, 1, 1)  # 5, 3, 1: made on the device
     m = torch.remainder(offsets + h6, 6.0)
     ramp = torch.minimum(m, 4.0 - m).clamp(0.0, 1.0)
     v, s = v.unsqueeze(-3), s.unsqueeze(-3)
@@ -275,7 +278,7 @@ def gaussian_blur(x: torch.Tensor, kernel_size: int, sigma: torch.Tensor) -> tor
     grid = torch.linspace(-half, half, kernel_size, device=x.device, dtype=x.dtype)
     s = sigma.to(device=x.device, dtype=x.dtype).view(n, 1)
     kernel = torch.softmax(-0.5 * (grid / s) ** 2, dim=1)  # (n, K) normalized gaussians
-    kernel = kernel.repeat_interleave(c, dim=0)  # (n*c, K)
+    kernel = kernel[:, None].expand(n, c, kernel_size).reshape(n * c, kernel_size)  # (n*c, K): image i's kernel per channel
     pad = kernel_size // 2
     y = F.pad(x.reshape(1, n * c, h, w), (pad, pad, pad, pad), mode="reflect")
     y = F.conv2d(y, kernel.view(n * c, 1, 1, kernel_size), groups=n * c)
@@ -309,45 +312,75 @@ def resized_crop(x: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tenso
     ``grid_sample`` and equal ``TF.resized_crop(..., antialias=False)``. Boxes larger than ``size``
     in either side (shrinking) use ``roi_align`` with ``sampling_ratio=0``, which averages
     ``ceil(box / size)^2`` samples per output pixel - a box-filter antialias (torchvision's
-    default antialias uses a triangle filter; close, not identical).
+    default antialias uses a triangle filter; close, not identical); the shrinking boxes are picked as
+    :func:`gathers_rows` says. Images no larger than ``size`` cannot have a shrinking box.
     """
     n, _, height, width = x.shape
     boxes = boxes.to(device=x.device, dtype=x.dtype)
     out = F.grid_sample(
         x, _crop_grid(boxes, size, height, width), mode="bilinear", padding_mode="border", align_corners=True
     )
+    if height <= size and width <= size:
+        return out
     shrink = ((boxes[:, 2] - boxes[:, 0]) > size) | ((boxes[:, 3] - boxes[:, 1]) > size)
-    if shrink.any():
-        idx = torch.nonzero(shrink).flatten()
-        rois = torch.cat([torch.arange(len(idx), device=x.device, dtype=x.dtype)[:, None], boxes[idx]], dim=1)
-        out[idx] = roi_align(
-            x[idx], rois, output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True
-        )
-    return out
+    if gathers_rows(x.device):
+        rows = torch.nonzero(shrink).flatten()
+        if len(rows):
+            rois = torch.cat([torch.arange(len(rows), device=x.device, dtype=x.dtype)[:, None], boxes[rows]], dim=1)
+            out[rows] = roi_align(x[rows], rois, output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True)
+        return out
+    rois = torch.cat([torch.arange(n, device=x.device, dtype=x.dtype)[:, None], boxes], dim=1)
+    shrunk = roi_align(x, rois, output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True)
+    return _where(shrink, shrunk, out)
+
+
+def gathers_rows(device: torch.device) -> bool:
+    """How per-sample choices are applied on ``device``: on the CPU the chosen rows are gathered and
+    the op runs on them only (reading which rows costs nothing there); on any other device the op runs
+    on every row and ``torch.where`` keeps it where chosen, so nothing is read back to the host. Both
+    give the same values (tests/test_augment.py)."""
+    return device.type == "cpu"
 
 
 def _color_jitter(x: torch.Tensor, p: AugmentParams) -> torch.Tensor:
-    """Brightness / contrast / saturation / hue in each sample's own random order."""
+    """Brightness / contrast / saturation / hue in each sample's own random order (samples with
+    ``jitter`` false unchanged); each op is per-image, applied to the samples that take it at each of
+    the four slots (:func:`gathers_rows`)."""
     ops = (
-        lambda v, idx: adjust_brightness(v, p.brightness[idx]),
-        lambda v, idx: adjust_contrast(v, p.contrast[idx]),
-        lambda v, idx: adjust_saturation(v, p.saturation[idx]),
-        lambda v, idx: adjust_hue(v, p.hue[idx]),
+        lambda v, rows: adjust_brightness(v, p.brightness[rows]),
+        lambda v, rows: adjust_contrast(v, p.contrast[rows]),
+        lambda v, rows: adjust_saturation(v, p.saturation[rows]),
+        lambda v, rows: adjust_hue(v, p.hue[rows]),
     )
-    out = x.clone()
-    active = p.jitter
+    active = p.jitter.to(x.device)
+    order = p.order.to(x.device)
+    gather = gathers_rows(x.device)
+    out = x.clone() if gather else x
     for slot in range(N_JITTER_OPS):
+        applied = out
         for op_id, op in enumerate(ops):
-            idx = torch.nonzero(active & (p.order[:, slot] == op_id)).flatten()
-            if len(idx):
-                dev_idx = idx.to(x.device)
-                out[dev_idx] = op(out[dev_idx], idx)
+            chosen = active & (order[:, slot] == op_id)
+            if gather:  # rows of one slot are disjoint: each op reads rows no other op of the slot wrote
+                rows = torch.nonzero(chosen).flatten()
+                if len(rows):
+                    out[rows] = op(out[rows], rows.to(p.brightness.device))
+            else:
+                applied = _where(chosen, op(out, slice(None)), applied)
+        out = out if gather else applied
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _per_channel(values: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``(C, 1, 1)`` constants on ``device``, made once per device and dtype (a tensor built from a Python
+    list on a GPU is a blocking host-to-device copy)."""
+    return torch.tensor(values, dtype=dtype).to(device).view(-1, 1, 1)
+
+
 def normalize(x: torch.Tensor) -> torch.Tensor:
-    """ImageNet mean/std normalization of ``(n, 3, H, W)`` floats in [0, 1]."""
-    return TF.normalize(x, mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD))
+    """ImageNet mean/std normalization of ``(n, 3, H, W)`` floats in [0, 1]: ``(x - mean) / std``, the
+    values of ``TF.normalize`` with the constants cached on the device."""
+    return (x - _per_channel(IMAGENET_MEAN, x.device, x.dtype)) / _per_channel(IMAGENET_STD, x.device, x.dtype)
 
 
 def to_float(images: torch.Tensor) -> torch.Tensor:
@@ -356,15 +389,18 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 
 def apply_params(x: torch.Tensor, spec: StackSpec, params: AugmentParams, image_size: int, normalize_output: bool = True) -> torch.Tensor:
-    """Apply ``params`` of ``spec`` to float images ``(n, 3, H, W)`` in [0, 1] -> ``(n, 3, S, S)``."""
+    """Apply ``params`` of ``spec`` to float images ``(n, 3, H, W)`` in [0, 1] -> ``(n, 3, S, S)``.
+
+    Per-sample masks select what each image gets; an op whose probability in ``spec`` is 0 (so its
+    mask is all false) is skipped, decided from ``spec`` without reading the masks."""
     x = resized_crop(x, params.boxes, image_size)
     x = _where(params.flip, x.flip(-1), x)
-    if params.jitter.any():
+    if spec.jitter_p > 0:
         x = _color_jitter(x, params)
     x = _where(params.gray, grayscale(x).expand_as(x), x)
-    if params.blur.any():
+    if spec.blur_p > 0:
         x = _where(params.blur, gaussian_blur(x, blur_kernel_size(image_size), params.sigma), x)
-    if params.solarize.any():
+    if spec.solarize_p > 0:
         x = _where(params.solarize, solarize(x, spec.solarize_threshold), x)
     return normalize(x) if normalize_output else x
 

@@ -15,9 +15,9 @@ import torch
 from pydantic import Field, model_validator
 
 from ..adapters import DataAdapter
-from ..batch import ViewBatch
+from ..batch import ViewBatch, host_to_device
 from ..images.views import AugmentPolicy
-from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, labels_and_meta
+from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, host_generator, labels_and_meta
 from .pairs import split_captions
 from .tokenize import TOKENIZERS, CaptionTokenizer, build_tokenizer
 
@@ -29,8 +29,7 @@ def choose_captions(captions: list[list[str]], views: int, generator: torch.Gene
     """
     n = len(captions)
     most = max(len(c) for c in captions)
-    device = generator.device if generator is not None else torch.device("cpu")
-    keys = torch.rand(n, most, generator=generator, device=device).cpu()
+    keys = torch.rand(n, most, generator=host_generator(generator))  # read on the host: drawn there
     counts = torch.tensor([len(c) for c in captions])
     keys[torch.arange(most)[None, :] >= counts[:, None]] = float("inf")  # absent captions sort last
     order = keys.argsort(dim=1).tolist()
@@ -78,7 +77,7 @@ class PairsPolicy(ViewPolicy):
         """``(n, L)`` int64 ids of ``captions`` on ``device``; warns when the count of captions cut to
         the context grows by a power of two (1, 2, 4, ... distinct captions), so it is reported, not spammed."""
         before = self.tokenizer.truncated
-        ids = self.tokenizer(captions).to(device)
+        ids = host_to_device(self.tokenizer(captions), device)
         after = self.tokenizer.truncated
         if after > before and (after & (after - 1) == 0 or before.bit_length() != after.bit_length()):
             warnings.warn(
