@@ -91,6 +91,18 @@ def check_leave_one_out(result: dict, n_excerpts: int) -> None:
             raise AssertionError(f"excerpt {fold['test'][0]} both tested and used for the classifier")
 
 
+def per_class_f1_table(result: dict) -> list[str]:
+    """Markdown rows: per-class F1 (mean ± std over fits) of every row at every s."""
+    stages = result["stages"]
+    lines = ["| features | s | " + " | ".join(f"F1 {c}" for c in stages) + " |", "|---|---|" + "---|" * len(stages)]
+    for name, per_shot in result["results"].items():
+        for s, cell in per_shot.items():
+            f1 = cell["per_class_f1"]
+            lines.append(f"| {name} | {s} | " + " | ".join(
+                f"{f1[c]['mean']:.2f} ± {f1[c]['std']:.2f}" if c in f1 else "-" for c in stages) + " |")
+    return lines
+
+
 def markdown(result: dict, runs: list[Path], cache: Path, command: str) -> str:
     """The table block of ``docs/eeg.md``: command, runs, real windows per class, the evaluator's table."""
     manifest = json.loads((cache / "manifest.json").read_text())
@@ -102,7 +114,8 @@ def markdown(result: dict, runs: list[Path], cache: Path, command: str) -> str:
         f"pretraining runs: {', '.join(str(r) for r in runs)}", "",
         f"real excerpts: {len(manifest['recordings'])} (one subject each), leave-one-excerpt-out; "
         f"staged windows per class: {per_stage}; excluded: {excluded or 'none'}", "",
-        "```", format_table(result), "```", ""])
+        "```", format_table(result), "```", "", "per-class F1 (mean ± std over fits):", "",
+        *per_class_f1_table(result), ""])
 
 
 def main(argv: list[str] | None = None) -> int:

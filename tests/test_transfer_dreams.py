@@ -55,6 +55,7 @@ def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
     printed = capsys.readouterr().out
     result = json.loads((out / "transfer_dreams.json").read_text())
     assert (out / "transfer_dreams.md").read_text().strip() in printed
+    assert printed.count("| trained | ") == 2 and "F1 N3" in printed  # per-class F1 rows, one per s
     # leave-one-excerpt-out: 3 folds, each testing one excerpt never used to fit or tune the classifier
     assert sorted(f["test"][0] for f in result["folds"]) == chosen
     for fold, val in zip(result["folds"], result["validation_subjects"]):
