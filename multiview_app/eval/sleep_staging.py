@@ -112,6 +112,17 @@ def staging_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, Any]:
     }
 
 
+def stage_mask(labels: np.ndarray, stages: list[str] | None) -> np.ndarray:
+    """Boolean ``(N,)``: the windows of ``labels (N,)`` whose stage is in ``stages`` (all when ``None``).
+    ``ValueError`` naming an unknown stage."""
+    if stages is None:
+        return np.ones(labels.shape, dtype=bool)
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise ValueError(f"--stages: unknown stage(s) {unknown}; expected some of {list(STAGES)}")
+    return np.isin(labels, [STAGES.index(s) for s in stages])
+
+
 def _windows(dataset: Any, batch_size: int) -> np.ndarray:
     """All raw windows of a split ``(N, C, T)`` (for the band-power baseline)."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False)
@@ -230,8 +241,13 @@ def run_sleep_staging(
     baselines: bool = True, device: str = "cpu", progress: bool = True,
     classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
     feature_kind: Literal["encoder", "projector"] = "encoder", combined: bool = True,
+    stages: list[str] | None = None,
 ) -> dict[str, Any]:
     """Run the protocol above on ``run_dir``; write and return the result dict.
+
+    ``stages``: stage every window of these classes only (e.g. ``["W", "N1", "N2", "N3"]`` when a cache
+    holds too few REM windows); the other windows are removed before any split, and counted per stage in
+    ``excluded_windows_per_stage``. ``None``: every stage.
 
     ``feature_kind``: the encoders' backbone features (default) or their normalized projector
     embeddings (logreg only). ``combined`` (with ``baselines``) adds the ``bandpower+trained`` row.
@@ -262,6 +278,8 @@ def run_sleep_staging(
         features[name] = (time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper"
                           else combine_views(feats, combine))
     subjects = np.asarray(meta["subject"])
+    keep = stage_mask(labels, stages)
+    excluded = {STAGES[c]: int(((labels == c) & ~keep).sum()) for c in range(len(STAGES))}
     skipped_notes: list[str] = []
     if baselines:
         windows = _windows(adapter.split("train"), batch_size)
@@ -276,6 +294,12 @@ def run_sleep_staging(
                 skipped_notes.append(f"{COMBINED_ROW} skipped: the paper classifier pairs features per channel and "
                                      f"this run's {features['trained'].shape[1]} encoder views are not the "
                                      f"{features['bandpower'].shape[1]} channels")
+    features = {name: f[keep] for name, f in features.items()}
+    labels, subjects = labels[keep], subjects[keep]
+    meta = {k: np.asarray(v)[keep].tolist() for k, v in meta.items()}
+    if not keep.all():
+        skipped_notes.append(f"--stages {' '.join(stages or [])}: excluded {int((~keep).sum())} windows ("
+                             + ", ".join(f"{k} {n}" for k, n in excluded.items() if n) + ")")
     tune = classifier == "paper" or (C is None)
 
     fold_results: list[dict[str, Any]] = []
@@ -328,6 +352,8 @@ def run_sleep_staging(
         "windows": {"train": int(np.isin(subjects, plan["folds"][0][0]).sum()),
                     "test": int(sum(y.size for y in test_labels))},
         "test_windows_per_stage": {STAGES[c]: int(sum((y == c).sum() for y in test_labels)) for c in range(len(STAGES))},
+        "stages": list(stages) if stages else list(STAGES),
+        "excluded_windows_per_stage": excluded,
         "shots": list(shots),
         "drawn_per_class": drawn,
         "capped_shots": capped_shots(drawn),
@@ -694,6 +720,9 @@ class SleepStaging:
         parser.add_argument("--features", choices=["encoder", "projector"], default="encoder",
                             help="encoder backbone features or the normalized projector output (logreg only; "
                                  "default: %(default)s)")
+        parser.add_argument("--stages", nargs="+", choices=list(STAGES), default=None,
+                            help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
+                                 "windows are excluded and counted in the output (default: every stage)")
         parser.add_argument("--device", default="cpu")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -702,6 +731,7 @@ class SleepStaging:
             shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,
             batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
             classifier=args.classifier, lr=args.lr, feature_kind=args.features, combined=not args.no_combined,
+            stages=args.stages,
         ) for run in [Path(run_dir), *(args.pool_runs or [])]]
         result = results[0]
         if len(results) > 1:

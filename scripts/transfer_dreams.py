@@ -1,0 +1,156 @@
+"""Synthetic-to-real transfer: the demo's pretrained EEG encoder stages the real DREAMS excerpts.
+
+One command for a user with the DREAMS Sleep Spindles download (issue 25 item 4):
+
+    python scripts/transfer_dreams.py --real-psg DIR --out OUT [--run RUN ... | --pretrain-seeds 0,1,2]
+
+1. prepares ``DIR/dreams-spindles`` into ``OUT/dreams_cache`` (``mvapp data prepare dreams``; reused when present);
+2. without ``--run``: pretrains the demo's encoder once per seed in ``--pretrain-seeds`` exactly as
+   ``scripts/run_eeg_demo.sh`` does (its synthetic PhysioNet-2018-format nights and its training settings,
+   read from that script's defaults, not restated here) under ``OUT/``; a finished run is reused;
+3. stages the excerpts few-shot, **leave-one-excerpt-out** (``mvapp eval sleep-staging --cache ... --folds F``
+   with F = the number of excerpts: every excerpt is its own subject, so each fold tests one excerpt; the
+   classifier and its C are fitted and tuned on the other excerpts only) on ``--stages`` (default W N1 N2 N3:
+   DREAMS holds 5 REM windows, which are excluded and counted), pooled over pretraining runs x folds x seeds;
+4. writes ``OUT/transfer_dreams.md`` and ``OUT/transfer_dreams.json`` and prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from multiview_app.argtypes import positive_int
+from multiview_app.eval.sleep_staging import format_table, pool_results, run_sleep_staging
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_SCRIPT = REPO / "scripts" / "run_eeg_demo.sh"
+REAL_PSG_ENV = "MVAPP_REAL_PSG"
+RUN_NAME = "eeg_synthetic_m3g_demo"
+
+
+def demo_defaults(script: Path = DEMO_SCRIPT) -> dict[str, str]:
+    """``{"DEMO_STEPS": "840", ...}``: the default of every ``${DEMO_X:-default}`` / ``${DEMO_X-default}`` knob of
+    the demo script, so this transfer pretrains with exactly the demo's settings."""
+    found = dict(re.findall(r'\$\{(DEMO_[A-Z_]+):?-([^}]*)\}', script.read_text()))
+    needed = {"DEMO_SUBJECTS", "DEMO_HOURS", "DEMO_COMPRESS", "DEMO_STEPS", "DEMO_LR", "DEMO_BATCH", "DEMO_WIDTH",
+              "DEMO_EPSILON", "DEMO_AUGMENT", "DEMO_COMBINE"}
+    if missing := sorted(needed - set(found)):
+        raise ValueError(f"{script}: expected the demo knobs {missing} with defaults (${{DEMO_X:-value}})")
+    return found
+
+
+def mvapp(*args: str) -> None:
+    """Run ``mvapp ARGS`` (this interpreter's package) with one torch thread, as the demo does; raise on failure."""
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    subprocess.run([sys.executable, "-m", "multiview_app.cli", *args], check=True, env=env)
+
+
+def prepare_dreams(real_psg: Path, out: Path) -> Path:
+    """``OUT/dreams_cache`` prepared from ``REAL_PSG/dreams-spindles`` (reused when its manifest exists)."""
+    source, cache = real_psg / "dreams-spindles", out / "dreams_cache"
+    if not source.is_dir():
+        raise FileNotFoundError(f"{source}: expected the DREAMS Sleep Spindles folder (see datasets/dreams_spindles.yaml)")
+    if not (cache / "manifest.json").is_file():
+        mvapp("data", "prepare", "dreams", "--source", str(source), "--out", str(cache))
+    return cache
+
+
+def pretrain(out: Path, seed: int) -> Path:
+    """The demo's encoder pretrained with training seed ``seed`` on the demo's synthetic nights (generated once
+    under ``OUT/demo_data``); a run with ``model.safetensors`` is reused."""
+    knobs = demo_defaults()
+    raw, cache = out / "demo_data" / "physionet2018_raw", out / "demo_data" / "physionet2018_cache"
+    if not any(raw.glob("*")):
+        mvapp("data", "synth-psg", "--subjects", knobs["DEMO_SUBJECTS"], "--nights", "1", "--format", "physionet2018",
+              "--hours", knobs["DEMO_HOURS"], "--compress", knobs["DEMO_COMPRESS"], "--out", str(raw), "--seed", "0")
+    if not (cache / "manifest.json").is_file():
+        mvapp("data", "prepare", "physionet2018", "--source", str(raw), "--out", str(cache))
+    runs, name = out / "runs", f"{RUN_NAME}_seed{seed}"
+    if not (runs / name / "model.safetensors").is_file():
+        mvapp("train", "--config", str(REPO / "configs" / "eeg_synthetic_m3g.yaml"), "--name", name,
+              f"output.runs_dir={runs}", f"train.seed={seed}", f"data.options.cache={cache}",
+              f"train.max_steps={knobs['DEMO_STEPS']}", f"train.batch_size={knobs['DEMO_BATCH']}",
+              f"optim.lr={knobs['DEMO_LR']}", f"model.encoders.eeg.width={knobs['DEMO_WIDTH']}",
+              "model.encoders.eeg.dropout=0.0", "train.checkpoint_every=0", "train.log_every=10",
+              f"loss.epsilon={knobs['DEMO_EPSILON']}", "loss.max_iter=300", *knobs["DEMO_AUGMENT"].split())
+    return runs / name
+
+
+def check_leave_one_out(result: dict, n_excerpts: int) -> None:
+    """Every fold tests exactly one excerpt and trains (and tunes) on the others; each excerpt is tested once."""
+    tested = [fold["test"] for fold in result["folds"]]
+    if any(len(t) != 1 for t in tested) or len({t[0] for t in tested}) != n_excerpts:
+        raise AssertionError(f"not leave-one-excerpt-out: test folds {tested} for {n_excerpts} excerpts")
+    for fold, val in zip(result["folds"], result["validation_subjects"]):
+        if fold["test"][0] in fold["train"] or fold["test"][0] in val:
+            raise AssertionError(f"excerpt {fold['test'][0]} both tested and used for the classifier")
+
+
+def per_class_f1_table(result: dict) -> list[str]:
+    """Markdown rows: per-class F1 (mean ± std over fits) of every row at every s."""
+    stages = result["stages"]
+    lines = ["| features | s | " + " | ".join(f"F1 {c}" for c in stages) + " |", "|---|---|" + "---|" * len(stages)]
+    for name, per_shot in result["results"].items():
+        for s, cell in per_shot.items():
+            f1 = cell["per_class_f1"]
+            lines.append(f"| {name} | {s} | " + " | ".join(
+                f"{f1[c]['mean']:.2f} ± {f1[c]['std']:.2f}" if c in f1 else "-" for c in stages) + " |")
+    return lines
+
+
+def markdown(result: dict, runs: list[Path], cache: Path, command: str) -> str:
+    """The table block of ``docs/eeg.md``: command, runs, real windows per class, the evaluator's table."""
+    manifest = json.loads((cache / "manifest.json").read_text())
+    excluded = {k: n for k, n in result["excluded_windows_per_stage"].items() if n}
+    per_stage = ", ".join(f"{k} {n}" for k, n in result["test_windows_per_stage"].items() if n)
+    return "\n".join([
+        "# Synthetic-to-real transfer (DREAMS)", "",
+        f"command: `{command}`", "",
+        f"pretraining runs: {', '.join(str(r) for r in runs)}", "",
+        f"real excerpts: {len(manifest['recordings'])} (one subject each), leave-one-excerpt-out; "
+        f"staged windows per class: {per_stage}; excluded: {excluded or 'none'}", "",
+        "```", format_table(result), "```", "", "per-class F1 (mean ± std over fits):", "",
+        *per_class_f1_table(result), ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--real-psg", type=Path, default=os.environ.get(REAL_PSG_ENV),
+                        help=f"folder holding dreams-spindles/ (default: ${REAL_PSG_ENV})")
+    parser.add_argument("--out", type=Path, required=True, help="output folder (cache, runs, table, JSON)")
+    parser.add_argument("--run", type=Path, nargs="+", default=None,
+                        help="pretrained run(s) to transfer (default: pretrain the demo's encoder)")
+    parser.add_argument("--pretrain-seeds", default="0", help="comma-separated training seeds (default: %(default)s)")
+    parser.add_argument("--shots", type=positive_int, nargs="+", default=[10, 20, 40])
+    parser.add_argument("--seeds", type=positive_int, default=3, help="few-shot draws per fold (default: %(default)s)")
+    parser.add_argument("--stages", nargs="+", default=["W", "N1", "N2", "N3"])
+    args = parser.parse_args(argv)
+    if args.real_psg is None:
+        parser.error(f"--real-psg DIR (or ${REAL_PSG_ENV}) is required")
+    args.out.mkdir(parents=True, exist_ok=True)
+    cache = prepare_dreams(Path(args.real_psg), args.out)
+    n_excerpts = len(json.loads((cache / "manifest.json").read_text())["recordings"])
+    runs = args.run or [pretrain(args.out, int(s)) for s in args.pretrain_seeds.split(",")]
+    knobs = demo_defaults()
+    results = []
+    for run in runs:
+        result = run_sleep_staging(run, cache=str(cache), folds=n_excerpts, shots=tuple(args.shots), seeds=args.seeds,
+                                   combine=knobs["DEMO_COMBINE"], stages=args.stages, progress=False)
+        check_leave_one_out(result, n_excerpts)
+        results.append(result)
+    pooled = pool_results(results) if len(results) > 1 else results[0]
+    command = "python scripts/transfer_dreams.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = markdown(pooled, runs, cache, command)
+    (args.out / "transfer_dreams.md").write_text(text)
+    (args.out / "transfer_dreams.json").write_text(json.dumps(pooled, indent=1, default=str))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""``mvapp eval sleep-staging --stages`` (windows of other stages excluded and counted) and
+``scripts/transfer_dreams.py`` at toy size on three real DREAMS excerpts (skipped when absent)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from multiview_app.cli import main
+from multiview_app.eval.sleep_staging import stage_mask
+from tests._eeg_helpers import fake_cache, real_psg
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_stage_mask_keeps_the_named_stages_and_refuses_unknown_ones():
+    labels = np.array([0, 1, 2, 3, 4, 4, 2])
+    assert stage_mask(labels, None).all()
+    assert stage_mask(labels, ["W", "N1", "N2", "N3"]).tolist() == [True, True, True, True, False, False, True]
+    assert stage_mask(labels, ["N2"]).tolist() == [False, False, True, False, False, False, True]
+    with pytest.raises(ValueError, match="unknown stage.*'N4'"):
+        stage_mask(labels, ["N2", "N4"])
+
+
+def _tiny_run(tmp_path: Path) -> Path:
+    """A 3-step channel-agnostic M3G run (width 8) on a fake 4-subject PhysioNet-format cache."""
+    cache = fake_cache(tmp_path / "fake_cache", subjects=4, windows=10)
+    assert main(["train", "--config", str(ROOT / "configs" / "eeg_synthetic_m3g.yaml"), "--name", "tiny",
+                 f"data.options.cache={cache}", f"output.runs_dir={tmp_path / 'runs'}", "train.max_steps=3",
+                 "train.batch_size=4", "model.encoders.eeg.width=8", "model.encoders.eeg.out_dim=8",
+                 "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0",
+                 "data.options.channels=[F3-M2,C3-M2,O1-M2,O2-M1]", "views.k=4"]) == 0
+    return tmp_path / "runs" / "tiny"
+
+
+def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
+    dreams = real_psg("dreams-spindles")
+    toy = tmp_path / "real" / "dreams-spindles"
+    toy.mkdir(parents=True)
+    chosen = ["excerpt1", "excerpt2", "excerpt4"]
+    for name in chosen:
+        for file in (f"{name}.txt", f"Hypnogram_{name}.txt"):
+            (toy / file).symlink_to(dreams / file)
+    (toy / "SHA256SUMS").symlink_to(dreams / "SHA256SUMS")
+    run = _tiny_run(tmp_path)
+    spec = importlib.util.spec_from_file_location("transfer_dreams", ROOT / "scripts" / "transfer_dreams.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "out"
+    assert script.main(["--real-psg", str(tmp_path / "real"), "--out", str(out), "--run", str(run),
+                        "--shots", "5", "10", "--seeds", "2"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "transfer_dreams.json").read_text())
+    assert (out / "transfer_dreams.md").read_text().strip() in printed
+    assert printed.count("| trained | ") == 2 and "F1 N3" in printed  # per-class F1 rows, one per s
+    # leave-one-excerpt-out: 3 folds, each testing one excerpt never used to fit or tune the classifier
+    assert sorted(f["test"][0] for f in result["folds"]) == chosen
+    for fold, val in zip(result["folds"], result["validation_subjects"]):
+        assert len(fold["test"]) == 1 and fold["test"][0] not in fold["train"] + val
+    assert result["stages"] == ["W", "N1", "N2", "N3"]
+    assert set(result["test_windows_per_stage"]) >= {"W", "N1", "N2", "N3"} and result["test_windows_per_stage"]["REM"] == 0
+    assert result["windows"]["test"] == sum(result["test_windows_per_stage"].values())
+    cache_counts = json.loads((out / "dreams_cache" / "manifest.json").read_text())["recordings"]
+    assert sum(r["n_windows"] for r in cache_counts) == (result["windows"]["test"]
+                                                          + sum(result["excluded_windows_per_stage"].values()))
+    for row in ("trained", "random_init", "bandpower", "handcrafted", "bandpower+trained"):
+        for s in ("5", "10"):
+            cell = result["results"][row][s]
+            assert cell["n_runs"] == 3 * 2
+            assert 0.0 <= cell["balanced_accuracy"]["mean"] <= 1.0 and -1.0 <= cell["kappa"]["mean"] <= 1.0
+            assert all(0.0 <= f <= 1.0 for fit in cell["runs"] for f in fit["per_class_f1"].values())
