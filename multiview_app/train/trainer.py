@@ -37,6 +37,7 @@ from ..config import Config, dump_config, resolve_paths
 from ..data.batch import ViewBatch, to_device
 from ..data.streaming import STREAM_KEYS, StreamingDataset, StreamPosition
 from ..losses import build_loss
+from ..losses.base import LazyStats
 from ..threads import configure_torch_threads
 from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
@@ -139,6 +140,14 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return max(0, self.num_batches - self.start)
+
+
+def loss_stats(loss_fn: Any) -> dict[str, Any]:
+    """A loss's ``last_stats`` as stored (floats or 0-d device tensors): a ``LazyStats`` is read with
+    :meth:`~multiview_app.losses.base.LazyStats.raw` so that no step reads a device value back; the
+    logging steps convert them (``metrics.host_values``)."""
+    stats = getattr(loss_fn, "last_stats", {})
+    return stats.raw() if isinstance(stats, LazyStats) else dict(stats)
 
 
 def set_dataset_epoch(dataset: Any, epoch: int) -> None:
@@ -818,14 +827,14 @@ class Trainer:
                 z_teacher = gather_with_grad(z_teacher)
         if z_teacher is None:
             loss = self._call_loss(loss_fn, z, accelerator)
-            stats = dict(getattr(loss_fn, "last_stats", {}))
+            stats = loss_stats(loss_fn)
         else:
             terms, stats = [], {}
             for j, t in enumerate(teacher_views):
                 slots = list(z.unbind(dim=1))
                 slots[t] = z_teacher[:, j].to(z.dtype)
                 terms.append(self._call_loss(loss_fn, torch.stack(slots, dim=1), accelerator))
-                for key, value in getattr(loss_fn, "last_stats", {}).items():
+                for key, value in loss_stats(loss_fn).items():
                     stats[key] = stats.get(key, 0.0) + as_float64(value) / len(teacher_views)
             loss = torch.stack(terms).mean()
         self._flag_nonfinite(loss, step, "loss")
