@@ -102,6 +102,24 @@ def command_line() -> str:
     return " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable), *sys.argv])
 
 
+def peak_rss_growth(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """Run ``fn()`` once: ``(peak resident-set growth in MiB over the RSS before the call, seconds, result)``.
+
+    ``VmHWM`` is reset to the current RSS first (``/proc/self/clear_refs`` = 5, Linux >= 4.0), so earlier
+    peaks of the process (imports, warm-up) do not count; unlike ``ru_maxrss`` it is this address space's
+    peak. Where the reset is refused the growth can only be under-reported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+    before = status_kib("VmRSS")
+    start = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - start
+    return max(status_kib("VmHWM") - before, 0) / 1024, seconds, result
+
+
 def status_kib(field: str) -> int:
     """A Linux ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in KiB; peak-memory probes
     reset ``VmHWM`` first by writing ``5`` to ``/proc/self/clear_refs``."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import tempfile
 import time
@@ -34,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from multiview_app.bench import command_line, machine_line, markdown_table, ratio, synchronize, time_call
+from multiview_app.bench import command_line, machine_line, markdown_table, peak_rss_growth, ratio, synchronize, time_call
 from multiview_app.losses import build_loss
 
 M3G_SIZES = [(16, 6), (32, 3), (64, 3), (64, 4), (128, 3), (128, 4), (512, 3)]
@@ -244,12 +243,8 @@ def peak_memory(device: torch.device, quick: bool) -> str:
                     peak = (torch.cuda.max_memory_allocated(device) - base) / 2**30
                     rows.append([name, n, k, d, f"{peak:.2f} GiB (CUDA allocated)", f"{took:.2f}"])
                 else:
-                    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                    start = time.perf_counter()
-                    loss(z).backward()
-                    took = time.perf_counter() - start
-                    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 2**20
-                    rows.append([name, n, k, d, f"{grown:.2f} GiB (peak RSS growth)", f"{took:.2f}"])
+                    grown, took, _ = peak_rss_growth(lambda: loss(z).backward())
+                    rows.append([name, n, k, d, f"{grown / 1024:.2f} GiB (peak RSS growth)", f"{took:.2f}"])
             except torch.cuda.OutOfMemoryError:
                 rows.append([name, n, k, d, "out of memory", "-"])
             del z

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from multiview_app.bench import status_kib  # noqa: E402
+from multiview_app.bench import peak_rss_growth  # noqa: E402
 from multiview_app.losses import build_loss  # noqa: E402
 
 LARGE_NUM = 1e9
@@ -142,17 +142,8 @@ def probe_memory(name: str, n: int, k: int, d: int, tau: float) -> dict[str, flo
     assert fn is not None
     forward_backward(fn, make_input(4, k, d))  # load kernels / libraries on a tiny input
     z = make_input(n, k, d)
-    try:  # reset VmHWM to the current RSS (Linux >= 4.0) so that import-time peaks do not count
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:
-        pass
-    before = status_kib("VmRSS")
-    start = time.perf_counter()
-    value = forward_backward(fn, z)
-    seconds = time.perf_counter() - start
-    # VmHWM is this address space's peak (unlike ru_maxrss, which keeps the parent's peak across exec)
-    return {"mib": max(status_kib("VmHWM") - before, 0) / 1024, "seconds": seconds, "value": value}
+    mib, seconds, value = peak_rss_growth(lambda: forward_backward(fn, z))
+    return {"mib": mib, "seconds": seconds, "value": value}
 
 
 def probe(name: str, n: int, k: int, d: int, tau: float, threads: int) -> dict[str, float] | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from multiview_app.bench import command_line, machine_line, markdown_table, status_kib
+from multiview_app.bench import command_line, machine_line, markdown_table, peak_rss_growth
 from multiview_app.losses import build_loss
 
 
@@ -42,15 +42,14 @@ def probe(chunked: bool, n: int, k: int, d: int) -> dict[str, float]:
     small = make_input(8, k, d).requires_grad_()
     loss(small).backward()  # load kernels / libraries on a tiny input
     z = make_input(n, k, d).requires_grad_()
-    with open("/proc/self/clear_refs", "w") as fh:  # reset VmHWM to the current RSS
-        fh.write("5")
-    before = status_kib("VmRSS")
-    start = time.perf_counter()
-    value = loss(z)
-    value.backward()
-    seconds = time.perf_counter() - start
-    return {"mib": max(status_kib("VmHWM") - before, 0) / 1024, "seconds": seconds, "value": float(value),
-            "bandwidth": loss.last_stats["bandwidth"]}
+
+    def forward_backward() -> torch.Tensor:
+        value = loss(z)
+        value.backward()
+        return value
+
+    mib, seconds, value = peak_rss_growth(forward_backward)
+    return {"mib": mib, "seconds": seconds, "value": float(value), "bandwidth": loss.last_stats["bandwidth"]}
 
 
 def run_probe(chunked: bool, n: int, k: int, d: int, threads: int) -> dict[str, float] | None:

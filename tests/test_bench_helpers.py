@@ -22,3 +22,17 @@ def test_ratio_and_table() -> None:
     assert all(line.count("|") == 3 for line in table)
     with pytest.raises(ValueError, match="expected 2"):
         markdown_table(["a", "b"], [[1]])
+
+
+def test_peak_rss_growth_sees_an_allocation_after_an_earlier_peak() -> None:
+    """The peak is reset before the call: a 64 MiB buffer shows up even after a larger earlier peak
+    (ru_maxrss would report 0 growth there)."""
+    import numpy as np
+
+    from multiview_app.bench import peak_rss_growth
+
+    earlier = np.ones(32 * 2**20)  # 256 MiB touched, then freed
+    del earlier
+    mib, seconds, total = peak_rss_growth(lambda: float(np.ones(8 * 2**20).sum()))  # 64 MiB
+    assert total == 8 * 2**20 and seconds >= 0
+    assert 48 <= mib <= 256, mib
