@@ -176,3 +176,17 @@ def test_resume_latest_with_only_a_run_name(tmp_path: Path, monkeypatch: pytest.
     assert "no run config at" in capsys.readouterr().err
     assert main(["train", "--resume", "latest"]) == 2
     assert "--resume latest needs --config FILE or --name RUN" in capsys.readouterr().err
+
+
+def test_library_train_on_a_finished_run_trains_nothing(tmp_path: Path) -> None:
+    """The finished-run guard lives in the Trainer, so ``train(cfg, resume=...)`` from Python stops too."""
+    cfg = tiny_config(tmp_path, "done", train={"max_steps": 2, "checkpoint_every": 1})
+    first = train(cfg)
+    metrics = (first.run_dir / "metrics.jsonl").read_text()
+    model_mtime = (first.run_dir / "model.safetensors").stat().st_mtime_ns
+    again = train(cfg, resume="latest")
+    assert again.already_finished and not first.already_finished
+    assert again.steps == first.steps == 2
+    assert "is finished" in again.notes[-1] and "--accept-config-changes" in again.notes[-1]
+    assert (first.run_dir / "metrics.jsonl").read_text() == metrics
+    assert (first.run_dir / "model.safetensors").stat().st_mtime_ns == model_mtime

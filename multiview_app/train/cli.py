@@ -53,17 +53,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"mvapp: note: {note}", file=sys.stderr)
     if args.accept_config_changes and args.resume is None:
         raise ValueError("--accept-config-changes only applies with --resume")
-    if args.resume is not None and not args.accept_config_changes and (cfg.run_dir / "model.safetensors").is_file():
-        from ..config import resolve_paths
-        from .resume import reconcile_resume_config
-
-        # a changed config is refused as for an unfinished run (same messages), before "nothing to do"
-        reconcile_resume_config(cfg.run_dir, resolve_paths(cfg), accept_changes=False, write=False)
-        print(f"run {cfg.run_dir} is finished (its model.safetensors is written); nothing to do. To train it "
-              f"further: mvapp train --resume {cfg.run_dir} train.max_steps=<more steps> --accept-config-changes")
-        return 0
     result = train(cfg, resume=args.resume, accept_config_changes=args.accept_config_changes)
     if not result.is_main_process:  # multi-process launch: only the main process reports
+        return 0
+    if result.already_finished:  # resuming a finished run trains nothing (Trainer._finished_already)
+        print(result.notes[-1])
         return 0
     print(
         f"trained {result.steps} steps in {result.wall_time_s:.1f} s ({result.items_per_s:.1f} items/s), "

@@ -43,7 +43,7 @@ from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
 from .diagnostics import step_diagnostics, write_diagnostics_summary
 from .distributed import gather_with_grad, gradient_scale, world_size
-from .metrics import MetricsLog, StepTimer, host_values, plot_curves
+from .metrics import MetricsLog, StepTimer, host_values, plot_curves, read_metrics
 from .resume import RunLock, reconcile_resume_config
 from .run_io import atomic_write_json, atomic_write_text, model_spec, save_weights
 
@@ -113,6 +113,8 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)
     is_main_process: bool = True
     reports: list[str] = field(default_factory=list)  # console texts of the callbacks' results
+    #: True when ``resume`` found the run finished (``model.safetensors`` written) and nothing was trained
+    already_finished: bool = False
 
 
 class EpochBatchSampler(Sampler[list[int]]):
@@ -398,6 +400,29 @@ class Trainer:
                 "starting it from step 0"
             )
 
+    def _finished_already(self) -> bool:
+        """A run resumed as a whole (``latest`` or its run folder) whose final model is written is finished:
+        resuming it trains nothing (its saved config was already compared by :meth:`_check_run_dir`).
+        ``accept_config_changes`` (e.g. a larger ``train.max_steps``) is the way to extend it from its last
+        checkpoint; naming one checkpoint folder explicitly goes back to that checkpoint, as asked."""
+        if self.resume is None or self.accept_config_changes or not (self.run_dir / "model.safetensors").is_file():
+            return False
+        return self.resume == "latest" or Path(self.resume).resolve() == self.run_dir.resolve()
+
+    def _finished_result(self, is_main_process: bool) -> TrainResult:
+        """The summary of a finished run, read from its ``metrics.jsonl`` (nothing is written)."""
+        records = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").is_file() else []
+        last = records[-1] if records else {}
+        message = (
+            f"run {self.run_dir} is finished (its model.safetensors is written); nothing to do. To train it "
+            f"further: mvapp train --resume {self.run_dir} train.max_steps=<more steps> --accept-config-changes"
+        )
+        self.notes.append(message)
+        return TrainResult(
+            self.run_dir, int(last.get("step", 0)), float(last.get("loss", float("nan"))), 0.0, 0.0,
+            notes=self.notes, is_main_process=is_main_process, already_finished=True,
+        )
+
     def _plan_data(self, world: int) -> DataPlan:
         """Adapter, view policy and the train split cut into micro-batches and optimizer steps."""
         from ..data.adapters import build_adapter
@@ -529,6 +554,8 @@ class Trainer:
             lock.acquire()
         try:
             self._check_run_dir()
+            if self._finished_already():
+                return self._finished_result(accelerator.is_main_process)
             plan = self._plan_data(accelerator.num_processes)
             parts = self._build_parts(accelerator, plan)
             at = self._start_or_resume(accelerator, parts, plan)
