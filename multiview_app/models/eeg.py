@@ -18,6 +18,14 @@ network") encodes every channel; the channels are combined afterwards (by the ev
   row, which is trained only through ``unknown_rate``: during training each view's channel id is
   replaced by "unknown" with that probability (0 leaves the row untrained: an untrained offset at
   evaluation on unseen channels).
+- ``montage`` (an addition of this project, in neither paper nor in the EEG foundation models we know of,
+  which learn one embedding per channel name or use a fixed channel set): the channel embedding is computed
+  from where the derivation's electrodes sit. Both electrodes of ``ACTIVE-REFERENCE`` are looked up in mne's
+  template 10-05 montage (``data/eeg/electrodes.py``), mapped through fixed random Fourier features
+  (``sin``/``cos`` of ``2 pi B p`` for head-radius-scaled positions ``p``, ``B`` drawn once from a seeded
+  normal with ``montage_frequencies`` rows) and a learned linear layer, so a derivation never seen in
+  pretraining (Fpz-Cz, Pz-Oz, Cz-A1) gets an embedding near those of its neighbours instead of an
+  "unknown" row. A derivation whose electrode the montage lacks is an error naming it.
 """
 from __future__ import annotations
 
@@ -26,10 +34,13 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ..data.eeg.electrodes import derivation_positions
 from ..data.eeg.stages import PHYSIONET2018_EEG
 from .encoders import load_pretrained, register_encoder
 
 UNKNOWN = 0  # embedding row of channels outside the vocabulary (and of view_name=None)
+CHANNEL_MODES = ("embedding", "agnostic", "montage")
+HEAD_RADIUS_M = 0.095  # template head radius: electrode positions are divided by it before the Fourier map
 
 
 def normalize_channel(name: str) -> str:
@@ -48,6 +59,60 @@ class ConvBlock(nn.Sequential):
                          nn.GroupNorm(groups if c_out % groups == 0 else 1, c_out), nn.GELU())
 
 
+class MontageEmbedding(nn.Module):
+    """Derivation name -> ``(width,)`` embedding from its electrodes' positions (``channel_mode: montage``).
+
+    Features of one derivation: ``[sin(2 pi B a), cos(2 pi B a), sin(2 pi B r), cos(2 pi B r), has_ref]``
+    with ``a``, ``r`` the active / reference positions over :data:`HEAD_RADIUS_M` and ``B``
+    ``(frequencies, 3)`` fixed (seeded normal with std ``scale`` cycles per head radius, saved with the
+    weights: the features' inner product approximates a Gaussian kernel of length ``1 / (2 pi scale)``
+    head radii, ~0.3 at the default, so neighbouring electrodes get similar features); a reference-free name has zero
+    reference features and ``has_ref = 0``. A group "A+B" averages its members' features. A learned
+    linear layer maps the ``4 * frequencies + 1`` features to ``width``.
+    """
+
+    def __init__(self, width: int, frequencies: int = 16, scale: float = 0.5, seed: int = 0) -> None:
+        super().__init__()
+        if frequencies < 1:
+            raise ValueError(f"montage_frequencies must be >= 1, got {frequencies}")
+        if not scale > 0:
+            raise ValueError(f"montage_scale must be > 0, got {scale}")
+        generator = torch.Generator().manual_seed(seed)
+        frequencies_b = torch.randn(frequencies, 3, generator=generator, dtype=torch.float64) * scale
+        self.register_buffer("frequencies", frequencies_b)
+        self.project = nn.Linear(4 * frequencies + 1, width)
+        self._features: dict[tuple[str, torch.device, torch.dtype], torch.Tensor] = {}
+
+    def position_features(self, view_name: str) -> torch.Tensor:
+        """``(4 * frequencies + 1,)`` float64 features of a view name (members of "A+B" averaged)."""
+        rows = []
+        for part in view_name.split("+"):
+            active, reference = derivation_positions(part)
+            feats = [self._fourier(active)]
+            if reference is None:
+                feats += [torch.zeros(2 * self.frequencies.shape[0], dtype=torch.float64), torch.zeros(1, dtype=torch.float64)]
+            else:
+                feats += [self._fourier(reference), torch.ones(1, dtype=torch.float64)]
+            rows.append(torch.cat(feats))
+        return torch.stack(rows).mean(dim=0)
+
+    def _fourier(self, position: object) -> torch.Tensor:
+        """``(3,)`` position in metres -> ``(2 * frequencies,)`` sin / cos features."""
+        p = torch.as_tensor(position, dtype=torch.float64) / HEAD_RADIUS_M
+        angles = 2 * torch.pi * (self.frequencies.detach().cpu().double() @ p)
+        return torch.cat([torch.sin(angles), torch.cos(angles)])
+
+    def forward(self, view_name: str | None) -> torch.Tensor:
+        if view_name is None:
+            raise ValueError("channel_mode 'montage' needs each view's derivation name (e.g. 'C3-M2'); got none")
+        weight = self.project.weight
+        key = (view_name, weight.device, weight.dtype)
+        feats = self._features.get(key)
+        if feats is None:  # built once per name, device and dtype (positions are constants)
+            feats = self._features[key] = self.position_features(view_name).to(device=weight.device, dtype=weight.dtype)
+        return self.project(feats)
+
+
 @register_encoder("eeg", "conv")
 class ChannelAwareConvEncoder(nn.Module):
     """``forward(x (n, T) | (n, 1, T), view_name) -> (n, out_dim)``; ``forward_views`` batches k views.
@@ -60,7 +125,10 @@ class ChannelAwareConvEncoder(nn.Module):
         groups: GroupNorm groups (1 when it does not divide the width).
         channel_vocab: channel names with a learned embedding (default: the six PhysioNet 2018 EEG);
             ``[]`` leaves only the "unknown" row (``embedding`` mode).
-        channel_mode: ``embedding`` (learned channel embedding) or ``agnostic`` (none; the papers).
+        channel_mode: ``embedding`` (learned channel embedding), ``agnostic`` (none; the papers) or
+            ``montage`` (embedding from the derivation's electrode positions; see the module docstring).
+        montage_frequencies: ``montage`` mode: rows of the fixed Fourier matrix (features = 4x that + 1).
+        montage_scale: ``montage`` mode: std of the Fourier matrix in cycles per head radius.
         unknown_rate: ``embedding`` mode, training only: probability that a view's channel id is
             replaced by "unknown" (trains that row for channels never seen in pretraining).
         in_channels: input channels of the first convolution: 1 (one channel per view, the
@@ -73,17 +141,18 @@ class ChannelAwareConvEncoder(nn.Module):
 
     def __init__(self, width: int = 256, out_dim: int = 64, kernels: tuple[int, ...] | list[int] = (3, 2, 2, 2, 2, 2),
                  dropout: float = 0.0, groups: int = 8, channel_vocab: list[str] | tuple[str, ...] = PHYSIONET2018_EEG,
-                 channel_mode: Literal["embedding", "agnostic"] = "embedding", unknown_rate: float = 0.0,
-                 in_channels: int = 1, pretrained_path: str | None = None) -> None:
+                 channel_mode: Literal["embedding", "agnostic", "montage"] = "embedding", unknown_rate: float = 0.0,
+                 in_channels: int = 1, montage_frequencies: int = 16, montage_scale: float = 0.5,
+                 pretrained_path: str | None = None) -> None:
         super().__init__()
         if len(kernels) < 1 or any(k < 1 for k in kernels):
             raise ValueError(f"kernels must be positive integers, got {list(kernels)}")
-        if channel_mode not in ("embedding", "agnostic"):
-            raise ValueError(f"channel_mode: expected 'embedding' or 'agnostic', got {channel_mode!r}")
+        if channel_mode not in CHANNEL_MODES:
+            raise ValueError(f"channel_mode: expected one of {', '.join(CHANNEL_MODES)}, got {channel_mode!r}")
         if not 0.0 <= unknown_rate <= 1.0:
             raise ValueError(f"unknown_rate: expected a probability in [0, 1], got {unknown_rate}")
-        if channel_mode == "agnostic" and unknown_rate > 0:
-            raise ValueError("unknown_rate only applies to channel_mode 'embedding' (agnostic has no channel ids)")
+        if channel_mode != "embedding" and unknown_rate > 0:
+            raise ValueError(f"unknown_rate only applies to channel_mode 'embedding' ({channel_mode} has no channel ids)")
         if in_channels < 1:
             raise ValueError(f"in_channels must be >= 1, got {in_channels}")
         self.channel_mode = channel_mode
@@ -101,6 +170,7 @@ class ChannelAwareConvEncoder(nn.Module):
         if channel_mode == "embedding":
             self.channel_embedding = nn.Embedding(len(self.channel_vocab) + 1, sizes[1])
             nn.init.normal_(self.channel_embedding.weight, std=0.1)
+        self.montage_embedding = MontageEmbedding(sizes[1], montage_frequencies, montage_scale) if channel_mode == "montage" else None
         self.min_length = 1
         for k in kernels:
             self.min_length *= k
@@ -116,7 +186,9 @@ class ChannelAwareConvEncoder(nn.Module):
 
     def _name_embedding(self, view_name: str | None) -> torch.Tensor | None:
         """``(width,)`` embedding of a view (None in ``agnostic`` mode); while training, the view's
-        ids become "unknown" with probability ``unknown_rate``."""
+        ids become "unknown" with probability ``unknown_rate``; ``montage`` mode: from electrode positions."""
+        if self.montage_embedding is not None:
+            return self.montage_embedding(view_name)
         if self.channel_embedding is None:
             return None
         device = self.channel_embedding.weight.device
@@ -168,6 +240,6 @@ class ChannelAwareConvEncoder(nn.Module):
             return torch.stack([self(x, name) for x, name in zip(xs, view_names)], dim=1)
         n = xs[0].shape[0]
         per_view = [self._name_embedding(name) for name in view_names]
-        embeddings = None if self.channel_embedding is None else torch.stack(per_view).repeat_interleave(n, dim=0)
+        embeddings = None if per_view[0] is None else torch.stack(per_view).repeat_interleave(n, dim=0)
         out = self.encode(torch.cat(xs, dim=0), embeddings)  # (k * n, f)
         return out.view(len(xs), n, -1).transpose(0, 1)
