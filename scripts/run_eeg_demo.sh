@@ -9,6 +9,9 @@
 # (same stage proportions), small encoder width, few steps. Environment knobs (defaults):
 #   DEMO_DATA=demo_data  DEMO_SUBJECTS=12  DEMO_EDF_SUBJECTS=10  DEMO_HOURS=9  DEMO_COMPRESS=6
 #   DEMO_STEPS=840  DEMO_LR=0.002  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2  DEMO_SEEDS=3
+#   DEMO_PSG_SEED=0  DEMO_EDF_SEED=1000  (generator seeds of the two synthetic populations; the development
+#   seeds are 0 / 1000 -- other values give nights never used while the demo's settings were chosen. Use a
+#   fresh DEMO_DATA folder per seed pair: existing files are reused)
 #   (840 steps = the config's 10 epochs (M3G Table 3) of the 8 pretraining subjects' ~1,350 windows (84 batches of 16);
 #   the run stops at whichever of train.max_steps / train.epochs comes first. With peak learning rate 2e-3
 #   instead of 400 steps at 1e-3, over three pretraining seeds: ahead of band power in every cell of both
@@ -36,6 +39,12 @@ BATCH="${DEMO_BATCH:-16}"
 WIDTH="${DEMO_WIDTH:-32}"
 EPSILON="${DEMO_EPSILON:-0.2}"  # M3G entropic regularization (the paper's default)
 SEEDS="${DEMO_SEEDS:-3}"
+PSG_SEED="${DEMO_PSG_SEED:-0}"
+EDF_SEED="${DEMO_EDF_SEED:-1000}"
+if [ "$PSG_SEED" = "$EDF_SEED" ]; then
+  echo "DEMO_PSG_SEED and DEMO_EDF_SEED are both $PSG_SEED: the cross-dataset nights would be the pretraining people" >&2
+  exit 2
+fi
 AUGMENT="${DEMO_AUGMENT-views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1 views.options.band_stop_hz=2.0}"
 COMBINE="${DEMO_COMBINE:-concat}"
 read -r -a AUGMENT_ARGS <<< "$AUGMENT"  # word-split without globbing ("[0.5,2.0]" stays literal)
@@ -61,10 +70,10 @@ echo "       nights (EDF; cross-dataset staging, disjoint seed): ${HOURS}-h nigh
 echo "== 2/5 prepare (read, resample to 100 Hz, band-pass 0.5-30 Hz, 30-s windows), each dataset as soon as it is written"
 # the two datasets in two concurrent processes; the Sleep-EDF side's output is printed after the other's
 mkdir -p "$DATA"
-synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" 1000 > "$DATA/sleep_edf.log" 2>&1 \
+synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" "$EDF_SEED" > "$DATA/sleep_edf.log" 2>&1 \
   && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE" >> "$DATA/sleep_edf.log" 2>&1 &
 edf_job=$!
-synth physionet2018 "$SUBJECTS" "$RAW" 0
+synth physionet2018 "$SUBJECTS" "$RAW" "$PSG_SEED"
 "$MVAPP" data prepare physionet2018 --source "$RAW" --out "$CACHE"
 edf_status=0; wait "$edf_job" || edf_status=$?
 cat "$DATA/sleep_edf.log"; rm -f "$DATA/sleep_edf.log"
