@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..data.eeg.stages import PHYSIONET2018_EEG
-from .encoders import load_pretrained, register_encoder
+from .encoders import Encoder, load_pretrained, register_encoder
 
 UNKNOWN = 0  # embedding row of channels outside the vocabulary (and of view_name=None)
 
@@ -49,7 +49,7 @@ class ConvBlock(nn.Sequential):
 
 
 @register_encoder("eeg", "conv")
-class ChannelAwareConvEncoder(nn.Module):
+class ChannelAwareConvEncoder(Encoder):
     """``forward(x (n, T) | (n, 1, T), view_name) -> (n, out_dim)``; ``forward_views`` batches k views.
 
     Args:
