@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import nn
 
-from ..options import ComponentOptions, SignatureOptions, options_from_signature
+from ..options import ComponentOptions, SignatureOptions, component_wording, options_from_signature, validate_options
 from ..registry import Registry
 
 #: Encoders by ``"<modality>/<name>"``; the listed modules register more on first lookup.
@@ -101,10 +101,13 @@ def build_encoder(modality: str, name: str, **kwargs: Any) -> nn.Module:
             f"unknown encoder '{name}' for modality '{modality}'; available: "
             f"{', '.join(available_encoders(modality)) or '(none)'}"
         )
+    prefix = f"bad arguments for encoder '{key}': "
+    validate_options(encoder_options_model(key), kwargs, f"model.encoders.{modality}",
+                     component_wording("option", f"encoder {key!r}"), prefix=prefix)
     try:
         return factory(**kwargs)
     except TypeError as err:
-        raise ValueError(f"bad arguments for encoder '{key}': {err}") from None
+        raise ValueError(f"{prefix}{err}") from None
 
 
 def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
