@@ -12,7 +12,7 @@ InfoNCE (the same anchors, positives and negatives; equal to ``pvc_geometric``).
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, ClassVar, Iterator
+from typing import Callable, Iterator
 
 import torch
 
