@@ -142,11 +142,11 @@ class EpochBatchSampler(Sampler[list[int]]):
         return max(0, self.num_batches - self.start)
 
 
-def loss_stats(loss_fn: MultiViewLoss) -> dict[str, Any]:
+def loss_stats(loss_fn: MultiViewLoss | Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
     """A loss's ``last_stats`` as stored (floats or 0-d device tensors): a ``LazyStats`` is read with
     :meth:`~multiview_app.losses.base.LazyStats.raw` so that no step reads a device value back; the
-    logging steps convert them (``metrics.host_values``)."""
-    stats = loss_fn.last_stats
+    logging steps convert them (``metrics.host_values``). A plain callable used as the loss has none."""
+    stats = loss_fn.last_stats if isinstance(loss_fn, MultiViewLoss) else {}
     return stats.raw() if isinstance(stats, LazyStats) else dict(stats)
 
 
