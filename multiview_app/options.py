@@ -135,16 +135,17 @@ def format_validation_error(err: ValidationError, where: str, model: type[BaseMo
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in (where, *e["loc"]) if p != "")
+        head = f"{loc}: " if loc else ""  # a whole-model check of an unnamed model: the message alone
         if e["type"] == "extra_forbidden":
             owner = f" for {wording.owner}" if wording.owner else ""
             accepted = _accepted(_nested_model(model, list(e["loc"][:-1])) if model else None, wording)
             hint = f"; {wording.label}: {accepted}" if accepted is not None else ""
-            lines.append(f"{loc}: unknown {wording.noun}{owner}{hint}")
+            lines.append(f"{head}unknown {wording.noun}{owner}{hint}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
             value = e.get("input")
             got = f" (got {value!r})" if not isinstance(value, dict) else ""
-            lines.append(f"{loc}: {msg}{got}")
+            lines.append(f"{head}{msg}{got}")
     return "; ".join(lines)
 
 

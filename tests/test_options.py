@@ -169,3 +169,28 @@ def test_overridden_hooks_are_the_ones_read() -> None:
     assert LOSSES.get("byol_pwe").needs_teacher and not LOSSES.get("m3g").gather_across_processes
     eeg = ENCODERS.get("eeg/conv")
     assert eeg.uses_view_name and eeg.forward_views is not Encoder.forward_views
+
+
+def test_one_formatter_for_schema_sections_and_whole_model_checks() -> None:
+    from pydantic import BaseModel, model_validator
+
+    from multiview_app.options import format_validation_error
+
+    with pytest.raises(ConfigError, match=r"^model\.teacher\.bogus_key: unknown key; allowed: enabled, momentum_base, "
+                                          r"views$"):
+        config_from_dict({"train": {"max_steps": 1}, "model": {"teacher": {BAD: 1}}})
+
+    class Pair(BaseModel):
+        low: float = 0.0
+        high: float = 1.0
+
+        @model_validator(mode="after")
+        def _ordered(self) -> "Pair":
+            if self.low > self.high:
+                raise ValueError(f"low={self.low} must not exceed high={self.high}")
+            return self
+
+    with pytest.raises(ValidationError) as info:
+        Pair(low=2.0)
+    assert format_validation_error(info.value, "", Pair) == "low=2.0 must not exceed high=1.0"
+    assert format_validation_error(info.value, "band", Pair) == "band: low=2.0 must not exceed high=1.0"
