@@ -4,7 +4,9 @@ A config file has the sections ``data, views, model, loss, optim, train, eval, t
 start with ``extends: other.yaml`` (path relative to the file) and is deep-merged over it. Command
 line overrides are ``dotted.key=value`` with YAML-parsed values (``loss.epsilon=0.1``).
 Every validation problem is reported as ``ConfigError`` whose message names the dotted key, the
-value and what is allowed.
+value and what is allowed (:func:`multiview_app.options.format_validation_error`). This module is the
+schema and its loading; the checks that ask the registries (loss, adapter, view policy, encoders,
+callbacks) are in :mod:`multiview_app.config_checks`.
 """
 from __future__ import annotations
 
@@ -15,9 +17,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-
-class ConfigError(ValueError):
-    """Invalid configuration; the message names the dotted key, the value and what is allowed."""
+from .config_checks import accepted_options, check_cross_sections
+from .options import SECTION_KEYS, ConfigError, format_validation_error
 
 
 class _Strict(BaseModel):
@@ -292,163 +293,6 @@ def resolve_paths(cfg: Config, base: str | Path | None = None) -> Config:
     return Config.model_validate(raw)
 
 
-# ----------------------------------------------------------------------------- cross-section checks
-
-
-def _format_pydantic(err: ValidationError, prefix: str, model_cls: type[BaseModel] | None) -> str:
-    """One line per problem: ``dotted.key: <what>; got <value>``."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in (prefix, *e["loc"]) if p != "")
-        if e["type"] == "extra_forbidden":
-            allowed = _allowed_keys(model_cls, [p for p in e["loc"][:-1]]) if model_cls else []
-            hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
-            lines.append(f"{loc}: unknown key{hint}")
-        elif e["type"] == "missing":
-            lines.append(f"{loc}: required key missing")
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            value = e.get("input")
-            got = f" (got {value!r})" if not isinstance(value, dict) else ""
-            lines.append(f"{loc}: {msg}{got}")
-    return "; ".join(lines)
-
-
-def _allowed_keys(model_cls: type[BaseModel], loc: list[Any]) -> list[str]:
-    """Field names of the (nested) pydantic model at ``loc`` below ``model_cls``."""
-    cls: Any = model_cls
-    for part in loc:
-        field = getattr(cls, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            cls = ann
-        else:
-            return []
-    return sorted(getattr(cls, "model_fields", {}))
-
-
-def _validate_options(options_cls: type[BaseModel], options: dict[str, Any], prefix: str) -> None:
-    """Validate an adapter's / view policy's options with its own pydantic ``Options`` model."""
-    try:
-        options_cls.model_validate(options)
-    except ValidationError as exc:
-        raise ConfigError(_format_pydantic(exc, prefix, options_cls)) from None
-
-
-def check_cross_sections(cfg: Config) -> None:
-    """Checks that need the registries: adapter / view policy options, loss name and parameters,
-    ``k`` against the loss, teacher views against ``k``. Raises ``ConfigError``."""
-    from .losses import available_losses, build_loss, loss_parameters
-
-    # loss name and parameters
-    if cfg.loss.name not in available_losses():
-        raise ConfigError(
-            f"loss.name: unknown loss {cfg.loss.name!r}; available: {', '.join(available_losses())}"
-        )
-    valid = loss_parameters(cfg.loss.name)
-    for key in cfg.loss.params:
-        if key not in valid:
-            raise ConfigError(
-                f"loss.{key}: unknown parameter for loss {cfg.loss.name!r}; "
-                f"valid: {', '.join(valid) or '(none)'}"
-            )
-    try:
-        loss = build_loss(cfg.loss.name, **cfg.loss.params)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"loss ({cfg.loss.name}, params {cfg.loss.params}): {exc}") from None
-    min_views = int(getattr(loss, "min_views", 2))
-    if cfg.views.k < min_views:
-        raise ConfigError(
-            f"views.k: got {cfg.views.k}, but loss {cfg.loss.name!r} is a multi-view loss and needs "
-            f"k >= {min_views} views"
-        )
-    teacher = cfg.model.teacher
-    if getattr(loss, "needs_teacher", False) and not teacher.enabled:
-        raise ConfigError(
-            f"model.teacher.enabled: loss {cfg.loss.name!r} has no negatives and collapses without its EMA "
-            "teacher; set model.teacher.enabled=true (and usually a model.predictor)"
-        )
-    if teacher.enabled and teacher.views != "all":
-        bad = [v for v in teacher.views if not 0 <= v < cfg.views.k]
-        if bad or not teacher.views:
-            raise ConfigError(
-                f"model.teacher.views: got {teacher.views}; expected a non-empty list of view indices "
-                f"in 0..{cfg.views.k - 1} or 'all'"
-            )
-
-    # adapter and view policy options (their pydantic Options models)
-    from .data.adapters import adapter_options_model
-    from .data.views import VIEW_POLICIES, available_view_policies
-
-    try:
-        adapter_options = adapter_options_model(cfg.data.adapter)
-    except ValueError as exc:
-        raise ConfigError(f"data.adapter: {exc}") from None
-    _validate_options(adapter_options, cfg.data.options, "data.options")
-    if cfg.views.policy not in available_view_policies():
-        raise ConfigError(
-            f"views.policy: unknown view policy {cfg.views.policy!r}; "
-            f"available: {', '.join(available_view_policies())}"
-        )
-    _validate_options(VIEW_POLICIES.get(cfg.views.policy).Options, cfg.views.options, "views.options")
-
-    _check_model_options(cfg)
-
-    from .plugins import TRAIN_CALLBACKS
-
-    unknown = [name for name in cfg.train.callbacks if name not in TRAIN_CALLBACKS]
-    if unknown:
-        raise ConfigError(
-            f"train.callbacks: unknown callback(s) {', '.join(map(repr, unknown))}; "
-            f"available: {', '.join(TRAIN_CALLBACKS.names())}"
-        )
-
-
-def _accepted_keywords(factory: Any, skip: tuple[str, ...] = ()) -> list[str] | None:
-    """Keyword names ``factory`` accepts (None when it takes ``**kwargs``: anything goes)."""
-    import inspect
-
-    target = factory.__init__ if isinstance(factory, type) else factory
-    params = list(inspect.signature(target).parameters.values())
-    if isinstance(factory, type):
-        params = params[1:]  # self
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None
-    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip]
-
-
-def _check_keys(given: dict[str, Any], valid: list[str] | None, where: str, what: str) -> None:
-    if valid is None:
-        return
-    unknown = [key for key in given if key not in valid]
-    if unknown:
-        raise ConfigError(
-            f"{where}.{unknown[0]}: unknown option for {what}; valid: {', '.join(valid) or '(none)'}"
-        )
-
-
-def _check_model_options(cfg: Config) -> None:
-    """Encoder, projector and predictor options must be parameters of what they build."""
-    from .models.encoders import ENCODERS, available_encoders
-    from .models.heads import Predictor, Projector
-
-    for modality, spec in cfg.model.encoders.items():
-        key = f"{modality}/{spec['name']}"
-        options = {k: v for k, v in spec.items() if k != "name"}
-        if key in ENCODERS:
-            _check_keys(options, _accepted_keywords(ENCODERS.get(key)), f"model.encoders.{modality}", f"encoder {key!r}")
-        elif modality != "image":  # image names fall back to timm (any timm keyword)
-            raise ConfigError(
-                f"model.encoders.{modality}.name: unknown encoder {spec['name']!r} for modality {modality!r}; "
-                f"available: {', '.join(available_encoders(modality)) or '(none)'}"
-            )
-    _check_keys(cfg.model.projector, _accepted_keywords(Projector, ("in_dim",)), "model.projector", "the projector")
-    if cfg.model.predictor is not None:
-        _check_keys(cfg.model.predictor, _accepted_keywords(Predictor, ("in_dim",)), "model.predictor", "the predictor")
-
-
 # ----------------------------------------------------------------------------- loading
 
 
@@ -520,7 +364,7 @@ def config_from_dict(raw: dict[str, Any], *, check: bool = True) -> Config:
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_pydantic(exc, "", Config)) from None
+        raise ConfigError(format_validation_error(exc, "", Config, SECTION_KEYS)) from None
     if check:
         check_cross_sections(cfg)
     return cfg
@@ -544,30 +388,6 @@ def _component_sections(raw: dict[str, Any]) -> dict[str, tuple[Any, dict[str, A
     return out
 
 
-def _accepted_options(where: str, name: Any) -> list[str] | None:
-    """Option keys the component ``name`` at ``where`` takes (None: unknown component or any key)."""
-    try:
-        if where == "loss":
-            from .losses import loss_parameters
-
-            return ["name", *loss_parameters(str(name))]
-        if where == "data.options":
-            from .data.adapters import adapter_options_model
-
-            return list(adapter_options_model(str(name)).model_fields)
-        if where == "views.options":
-            from .data.views import VIEW_POLICIES
-
-            return list(VIEW_POLICIES.get(str(name)).Options.model_fields)
-        from .models.encoders import ENCODERS
-
-        modality = where.rsplit(".", 1)[1]
-        accepted = _accepted_keywords(ENCODERS.get(f"{modality}/{name}"))
-        return None if accepted is None else ["name", *accepted]
-    except ValueError:  # unknown name: check_cross_sections reports it
-        return None
-
-
 def switch_components(base: dict[str, Any], raw: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Make ``key=value`` overrides that switch a registry name usable: when an override changes ``loss.name``,
     ``data.adapter``, ``views.policy`` or ``model.encoders.<m>.name``, the options the new component does not
@@ -585,7 +405,7 @@ def switch_components(base: dict[str, Any], raw: dict[str, Any], overrides: list
         old_name = before.get(where, (None, None))[0]
         if old_name is None or name == old_name:
             continue
-        accepted = _accepted_options(where, name)
+        accepted = accepted_options(where, name)
         if accepted is None:
             continue
         dropped = [k for k in options if k not in accepted and f"{where}.{k}" not in given]

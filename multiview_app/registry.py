@@ -15,11 +15,15 @@ class Registry(Generic[T]):
 
     ``modules`` names the modules whose import registers the entries; they are imported once,
     lazily, on the first lookup (so importing the registry stays cheap and cycle-free).
+
+    ``name_attribute`` (e.g. ``"name"``): :meth:`register` sets that attribute of the registered
+    class to its registry name, so the name is written once (in the decorator).
     """
 
-    def __init__(self, kind: str, modules: Iterable[str] = ()) -> None:
+    def __init__(self, kind: str, modules: Iterable[str] = (), name_attribute: str | None = None) -> None:
         self.kind = kind
         self.modules: tuple[str, ...] = tuple(modules)
+        self.name_attribute = name_attribute
         self._entries: dict[str, T] = {}
         self._loaded = False
 
@@ -38,6 +42,8 @@ class Registry(Generic[T]):
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' is already registered")
             self._entries[name] = obj
+            if self.name_attribute:
+                setattr(obj, self.name_attribute, name)
             return obj
 
         return decorator

@@ -96,6 +96,18 @@ def test_config_imports_no_layer_above_it() -> None:
     assert not climbing, f"config.py imports layers above it: {climbing}"
 
 
+@pytest.mark.parametrize("module", ["config_checks.py", "options.py"])
+def test_config_checks_and_options_import_no_layer_above_them(module: str) -> None:
+    """The registry checks of a config (config_checks.py) ask only the losses / data / models registries and
+    plugins.py; options.py (options models, the one error formatter) imports nothing of the package."""
+    imported = {m for m in _imported_modules(PACKAGE / module) if m.startswith("multiview_app")}
+    climbing = sorted(m for m in imported for upper in ABOVE_CONFIG
+                      if m == f"multiview_app.{upper}" or m.startswith(f"multiview_app.{upper}."))
+    assert not climbing, f"{module} imports layers above it: {climbing}"
+    if module == "options.py":
+        assert not imported
+
+
 def test_plugins_module_is_a_leaf_naming_only_registration_modules() -> None:
     """plugins.py names upper layers (by design) but imports nothing of the package except the
     registry class, so importing it from config.py or train/ loads no upper layer."""

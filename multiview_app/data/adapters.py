@@ -10,23 +10,21 @@ Contract (docs/architecture.md, "Data adapters")::
 
 Each adapter is a :class:`DataAdapter` subclass registered in :data:`ADAPTERS` with a nested
 pydantic ``Options`` model (``extra="forbid"``); :func:`build_adapter` validates the options and
-turns a pydantic error into one ``ValueError`` naming ``data.options.<key>``.
+turns a pydantic error into one ``ValueError`` naming ``data.options.<key>``
+(:func:`multiview_app.options.format_validation_error`).
 """
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
 from torch.utils.data import Dataset
 
+from ..options import ComponentOptions, validate_options
 from ..registry import Registry
 
 
-
-class AdapterOptions(BaseModel):
+class AdapterOptions(ComponentOptions):
     """Base of every adapter's ``Options`` model: unknown keys are rejected."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class DataAdapter:
@@ -84,20 +82,6 @@ def adapter_options_model(name: str) -> type[AdapterOptions]:
     return ADAPTERS.get(name).Options
 
 
-def format_validation_error(err: ValidationError, prefix: str, model: type[BaseModel]) -> str:
-    """One readable line per pydantic error: ``<prefix>.<key>: <problem> (got <value>)``."""
-    allowed = ", ".join(model.model_fields)
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"])
-        where = f"{prefix}.{key}" if key else prefix
-        if e["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown option; allowed: {allowed}")
-        else:
-            lines.append(f"{where}: {e['msg']} (got {e.get('input')!r})")
-    return "; ".join(lines)
-
-
 def build_adapter(name: str, options: dict[str, Any] | None = None) -> DataAdapter:
     """Validate ``options`` against adapter ``name``'s ``Options`` and build the adapter.
 
@@ -105,13 +89,7 @@ def build_adapter(name: str, options: dict[str, Any] | None = None) -> DataAdapt
     (naming ``data.options.<key>``, the value and what is allowed).
     """
     cls = ADAPTERS.get(name)
-    try:
-        parsed = cls.Options.model_validate(options or {})
-    except ValidationError as err:
-        raise ValueError(
-            f"invalid options for data adapter '{name}': "
-            + format_validation_error(err, "data.options", cls.Options)
-        ) from None
+    parsed = validate_options(cls.Options, options, "data.options", prefix=f"invalid options for data adapter '{name}': ")
     return cls(parsed)
 
 
@@ -123,5 +101,4 @@ __all__ = [
     "adapter_options_model",
     "available_adapters",
     "build_adapter",
-    "format_validation_error",
 ]

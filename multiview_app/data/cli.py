@@ -160,6 +160,9 @@ def _caption_domains(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from ..options import format_validation_error
     from .eeg.cache import prepare, summary_line
     from .eeg.preprocess import PrepareOptions
 
@@ -174,9 +177,8 @@ def _prepare(args: argparse.Namespace) -> int:
         options = PrepareOptions(channels=args.channels or default_channels()[args.dataset], sfreq=args.sfreq,
                                  l_freq=args.l_freq, h_freq=args.h_freq, crop_wake_minutes=args.crop_wake_minutes,
                                  scaling=args.scaling)
-    except Exception as err:  # pydantic ValidationError -> one line
-        message = err.errors()[0]["msg"] if hasattr(err, "errors") else str(err)
-        raise ValueError(f"prepare options: {message.removeprefix('Value error, ')}") from None
+    except ValidationError as err:
+        raise ValueError(f"prepare options: {format_validation_error(err, '', PrepareOptions)}") from None
     summary = prepare(args.dataset, args.source, args.out, options, dtype=args.dtype,
                       on_error="skip" if args.skip_bad else "raise", include_st=args.include_st)
     print(summary_line(summary))

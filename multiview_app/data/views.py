@@ -14,33 +14,39 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..options import ComponentOptions, validate_options
 from ..registry import Registry
-from .adapters import MODALITY_PACKAGES, DataAdapter, format_validation_error
+from .adapters import MODALITY_PACKAGES, DataAdapter
 from .batch import ViewBatch
 
 
 BATCH_MODES: tuple[str, ...] = ("growing", "fixed")
 
 
-class PolicyOptions(BaseModel):
+class PolicyOptions(ComponentOptions):
     """Base of every policy's ``Options``: unknown keys are rejected."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class ViewPolicy:
-    """Base of view policies. Subclasses set ``modality`` (the adapter modality they accept)."""
+    """Base of view policies. Subclasses set ``modality`` (the adapter modality they accept).
+
+    ``uses_model``: the views depend on the model being trained (e.g. nearest-neighbour target views); the
+    trainer then calls :meth:`bind_model` once and builds each micro-batch's views synchronously.
+    """
 
     modality: ClassVar[str] = ""
     Options: ClassVar[type[PolicyOptions]] = PolicyOptions
     min_k: ClassVar[int] = 1
+    uses_model: bool = False
 
     def __init__(self, k: int, options: PolicyOptions, adapter: DataAdapter) -> None:
         self.k = k
         self.options = options
         self.adapter = adapter
+
+    def bind_model(self, model: torch.nn.Module) -> None:
+        """Give a ``uses_model`` policy the model whose weights its views use (nothing for the others)."""
 
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         """k random views of the raw batch's n items."""
@@ -69,12 +75,7 @@ def build_view_policy(name: str, k: int, options: dict[str, Any] | None, adapter
             f"view policy '{name}' works on '{cls.modality}' data but data adapter "
             f"{type(adapter).__name__} provides '{adapter.modality}'"
         )
-    try:
-        parsed = cls.Options.model_validate(options or {})
-    except ValidationError as err:
-        raise ValueError(
-            f"invalid options for view policy '{name}': " + format_validation_error(err, "views.options", cls.Options)
-        ) from None
+    parsed = validate_options(cls.Options, options, "views.options", prefix=f"invalid options for view policy '{name}': ")
     return cls(k, parsed, adapter)
 
 

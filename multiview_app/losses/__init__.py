@@ -7,15 +7,13 @@ Public API::
 """
 from __future__ import annotations
 
-import inspect
-
-from torch import nn
-
+from ..options import Wording, option_defaults, validate_options
 from ..registry import Registry
 from .base import MultiViewLoss, check_embeddings
 
+#: Losses by name; registering sets the class's ``name``.
 LOSSES: Registry[type[MultiViewLoss]] = Registry(
-    "loss", modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb")]
+    "loss", modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb")], name_attribute="name"
 )
 
 
@@ -25,30 +23,19 @@ def available_losses() -> list[str]:
 
 
 def loss_parameters(name: str) -> dict[str, object]:
-    """Parameter names of loss ``name`` with their defaults."""
-    cls = LOSSES.get(name)
-    sig = inspect.signature(cls.__init__)
-    return {
-        p.name: p.default
-        for p in list(sig.parameters.values())[1:]
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    }
+    """Parameter names of loss ``name`` with their defaults (its ``Options`` model, in signature order)."""
+    return option_defaults(LOSSES.get(name).Options)
 
 
-def build_loss(name: str, **params: object) -> nn.Module:
+def build_loss(name: str, **params: object) -> MultiViewLoss:
     """Instantiate loss ``name`` with keyword ``params``.
 
     Raises ``ValueError`` for an unknown name (listing the available ones) or an unknown
-    parameter (listing the valid ones).
+    parameter (``loss.<key>: unknown parameter for loss '<name>'; valid: <key>=<default>, ...``).
     """
     cls = LOSSES.get(name)
-    valid = loss_parameters(name)
-    unknown = sorted(set(params) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"unknown parameter(s) {', '.join(unknown)} for loss '{name}'; "
-            f"valid: {', '.join(f'{k}={v!r}' for k, v in valid.items()) or '(none)'}"
-        )
+    wording = Wording(noun="parameter", owner=f"loss {name!r}", label="valid", defaults=True)
+    validate_options(cls.Options, params, "loss", wording)
     return cls(**params)
 
 

@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ..options import SignatureOptions
+
 
 def check_embeddings(
     z: torch.Tensor, *, min_views: int = 2, min_items: int = 2, check_finite: bool = True
@@ -130,20 +132,26 @@ def normalize(z: torch.Tensor) -> torch.Tensor:
     return _Normalize.apply(z, 1e-12 if z.dtype == torch.float64 else 1e-6)
 
 
-class MultiViewLoss(nn.Module):
+class MultiViewLoss(SignatureOptions, nn.Module):
     """Base of every loss head: ``forward(z (n, k, d)) -> 0-d tensor``.
 
     Subclasses implement :meth:`compute` on already validated, normalized ``z`` and may
-    fill ``self.last_stats``. Class attributes:
+    fill ``self.last_stats``. Class attributes (the hooks the config checks and the trainer read):
 
+    * ``name``: the registry name (set by ``@LOSSES.register(name)``).
+    * ``Options``: the pydantic model of the loss's parameters, derived from ``__init__``.
     * ``min_views``: smallest k accepted.
+    * ``needs_teacher``: the loss has no negatives and collapses without the EMA teacher.
     * ``gather_across_processes``: whether the trainer should all-gather embeddings (with
       gradient) from every process before calling the loss (True for contrastive losses whose
       negatives are the other items; False for per-process objectives such as M3G).
+
+    :meth:`temperature` is the softmax temperature the diagnostics use (None: the loss has none).
     """
 
     name: ClassVar[str] = "base"
     min_views: ClassVar[int] = 2
+    needs_teacher: ClassVar[bool] = False
     gather_across_processes: ClassVar[bool] = True
 
     def __init__(self) -> None:
@@ -168,6 +176,10 @@ class MultiViewLoss(nn.Module):
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         """Loss of normalized embeddings ``z`` ``(n, k, d)``."""
         raise NotImplementedError
+
+    def temperature(self) -> float | None:
+        """The current softmax temperature of the loss (None: it has none)."""
+        return None
 
 
 def check_positive(name: str, value: float, *, loss: str) -> float:

@@ -372,6 +372,9 @@ class TemperatureLoss(MultiViewLoss):
         self.tau = check_positive("tau", tau, loss=self.name)
         self.chunked = check_chunked(chunked, loss=self.name)
 
+    def temperature(self) -> float | None:
+        return self.tau
+
     def extra_repr(self) -> str:
         return f"tau={self.tau}, chunked={self.chunked}"
 
@@ -388,6 +391,10 @@ class LearnableTemperatureLoss(TemperatureLoss):
         if learnable_temperature and chunked:
             raise ValueError(f"loss '{self.name}': chunked=true does not support learnable_temperature (dense path only)")
         self.scale = LogitScale(self.tau, learnable_temperature, max_logit_scale, loss=self.name)
+
+    def temperature(self) -> float | None:
+        """``1 / scale`` (the learned value when the temperature is learnable)."""
+        return 1.0 / float(self.scale.value())
 
     def blockwise(self, n: int) -> bool:
         """Blockwise path for ``n x n`` logits (never with a learnable temperature)."""
@@ -410,7 +417,6 @@ class InfoNCEPairwise(LearnableTemperatureLoss):
     last_stats: ``mi_lower_bound = log(n) - L`` (InfoNCE bound with n candidates).
     """
 
-    name: ClassVar[str] = "infonce_pwe"
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
@@ -442,7 +448,6 @@ class InfoNCEAverage(LearnableTemperatureLoss):
     last_stats: ``mi_lower_bound = log(n) - L``.
     """
 
-    name: ClassVar[str] = "infonce_ave"
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
@@ -467,7 +472,6 @@ class BYOLPairwise(MultiViewLoss):
     so the cost is O(n k d).
     """
 
-    name: ClassVar[str] = "byol_pwe"
     gather_across_processes: ClassVar[bool] = False
     needs_teacher: ClassVar[bool] = True  # positives only: collapses without the EMA teacher
 
@@ -482,7 +486,6 @@ class BYOLPairwise(MultiViewLoss):
 class BYOLAverage(MultiViewLoss):
     """M3G Eq. 2 against the rest: ``2 - 2 mean_{i, alpha} <z_i alpha, normalize(mean_{beta != alpha} z_i beta)>``."""
 
-    name: ClassVar[str] = "byol_ave"
     gather_across_processes: ClassVar[bool] = False
     needs_teacher: ClassVar[bool] = True  # positives only: collapses without the EMA teacher
 
@@ -512,7 +515,6 @@ class _PolyViewLoss(TemperatureLoss):
 class PolyViewGeometric(_PolyViewLoss):
     """Geometric PVC (poly-view Eq. 13-14): ``L = -mean_{i, alpha, beta != alpha} log l(i, alpha, beta)``."""
 
-    name: ClassVar[str] = "pvc_geometric"
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         loss = -self.log_ratios(z).mean()
@@ -528,7 +530,6 @@ class PolyViewArithmetic(_PolyViewLoss):
     (The paper's pseudocode line ``logsumexp(losses) - log(k)`` is not followed.)
     """
 
-    name: ClassVar[str] = "pvc_arithmetic"
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         k = z.shape[1]
@@ -546,7 +547,6 @@ class PolyViewSufficient(_PolyViewLoss):
     ``L = -mean_{i, alpha} log l~``.
     """
 
-    name: ClassVar[str] = "pvc_sufficient"
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         q = normalize(rest_mean(z))
@@ -563,7 +563,6 @@ class AggNCE(TemperatureLoss):
     ``L = mean_{i, alpha}[-<z_i alpha, p_i alpha>/tau + logsumexp({<z_i alpha, p_i alpha>/tau} U {s(i alpha, j gamma) : j != i})]``.
     """
 
-    name: ClassVar[str] = "aggnce"
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         positive = (z * rest_mean(z)).sum(dim=-1) / self.tau  # (n, k)

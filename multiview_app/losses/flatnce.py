@@ -12,7 +12,7 @@ InfoNCE (the same anchors, positives and negatives; equal to ``pvc_geometric``).
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +52,6 @@ class FlatNCE(TemperatureLoss):
     ``mi_lower_bound`` (``log(n k - k + 1) - infonce``).
     """
 
-    name: ClassVar[str] = "flatnce"
 
     def __init__(
         self, tau: float = 0.1, ess_target: float | None = None, ess_rate: float = 0.01, chunked: bool | None = None

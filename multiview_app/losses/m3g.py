@@ -345,7 +345,6 @@ class M3GLoss(MultiViewLoss):
     block (0 = adaptive: the last call's count for the same ``(n, k)``; later blocks 1/8 of it, doubling).
     """
 
-    name: ClassVar[str] = "m3g"
     gather_across_processes: ClassVar[bool] = False
 
     def __init__(

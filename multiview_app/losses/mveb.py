@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, ClassVar, Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -302,7 +302,6 @@ class MVEB(MultiViewLoss):
     Delta over views).
     """
 
-    name: ClassVar[str] = "mveb"
 
     def __init__(self, beta: float = 0.01, eta: float = 0.01, chunked: bool | None = None) -> None:
         super().__init__()

@@ -1,7 +1,7 @@
 """Encoders (registry by modality), projection / prediction heads, the multi-view model, EMA teacher."""
 from __future__ import annotations
 
-from .encoders import ENCODERS, available_encoders, build_encoder, register_encoder
+from .encoders import ENCODERS, Encoder, available_encoders, build_encoder, register_encoder
 from .heads import Predictor, Projector
 from .model import MultiViewModel, build_model
 from .teacher import EMATeacher, cosine_momentum
@@ -9,6 +9,7 @@ from .teacher import EMATeacher, cosine_momentum
 __all__ = [
     "ENCODERS",
     "EMATeacher",
+    "Encoder",
     "MultiViewModel",
     "Predictor",
     "Projector",

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .encoders import register_encoder
+from .encoders import Encoder, register_encoder
 
 #: A CPU-sized open_clip config for the embedded default (32-px digits, short captions).
 TINY_TEXT_CFG: dict[str, Any] = {"context_length": 32, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}
@@ -83,7 +83,7 @@ def build_tower(builder: Any, width: int, cfg: dict[str, Any], key: str) -> nn.M
         raise ValueError(f"{key}: bad tower config {cfg}: {err}") from None
 
 
-class TokenTower(nn.Module):
+class TokenTower(Encoder):
     """Base of the text towers: checks token ids against the tower's vocabulary and context."""
 
     tokenizer: str = ""
@@ -157,7 +157,7 @@ class OpenClipTextTower(TokenTower):
 
 
 @register_encoder("image", "open_clip")
-class OpenClipImageTower(nn.Module):
+class OpenClipImageTower(Encoder):
     """open_clip vision tower: ``(n, 3, S, S)`` -> ``(n, embed_dim)``; arguments as the text tower
     (``vision_cfg`` instead of ``text_cfg``; ``None`` model = :data:`TINY_VISION_CFG`, a 32-px ViT)."""
 

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..data.eeg.electrodes import derivation_positions
 from ..data.eeg.stages import PHYSIONET2018_EEG
-from .encoders import load_pretrained, register_encoder
+from .encoders import Encoder, load_pretrained, register_encoder
 
 UNKNOWN = 0  # embedding row of channels outside the vocabulary (and of view_name=None)
 CHANNEL_MODES = ("embedding", "agnostic", "montage")
@@ -114,7 +114,7 @@ class MontageEmbedding(nn.Module):
 
 
 @register_encoder("eeg", "conv")
-class ChannelAwareConvEncoder(nn.Module):
+class ChannelAwareConvEncoder(Encoder):
     """``forward(x (n, T) | (n, 1, T), view_name) -> (n, out_dim)``; ``forward_views`` batches k views.
 
     Args:

@@ -7,26 +7,67 @@ For ``image``, any timm model name is accepted (``timm.create_model(name, pretra
 num_classes=0)``; weights only from a local file via ``pretrained_path``), plus the registered
 ``image/small_cnn`` (a few conv layers, fast on CPU).
 
-Optional encoder hooks used by :class:`~multiview_app.models.model.MultiViewModel`:
-``uses_view_name = True`` (the encoder needs each view's name, e.g. an EEG channel) and
-``forward_views(xs: list[(n, ...)], view_names: list[str]) -> (n, k, f)`` (batched path for such
-encoders).
+Registered encoders subclass :class:`Encoder`, which declares the hooks
+:class:`~multiview_app.models.model.MultiViewModel` calls, with their defaults:
+``uses_view_name`` (False; True: the encoder needs each view's name, e.g. an EEG channel) and
+``forward_views(xs: list[(n, ...)], view_names: list[str]) -> (n, k, f)`` (default: one call per view
+with its name when ``uses_view_name``, else one call on the concatenated views; an encoder may
+override it with a batched, name-aware path). An encoder's options are its ``Options`` model,
+derived from its ``__init__`` signature (:func:`encoder_options_model`).
 """
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
 
+from ..options import ComponentOptions, SignatureOptions, component_wording, options_from_signature, validate_options
 from ..registry import Registry
 
 #: Encoders by ``"<modality>/<name>"``; the listed modules register more on first lookup.
 ENCODERS: Registry[Callable[..., nn.Module]] = Registry(
     "encoder", modules=("multiview_app.models.eeg", "multiview_app.models.clip")
 )
+
+
+def _default_forward_views(encoder: nn.Module, by_name: bool, xs: list[torch.Tensor],
+                           view_names: list[str]) -> torch.Tensor:
+    """k views ``(n, ...)`` -> ``(n, k, f)``: one call per view with its name when ``by_name``, else one call
+    on the ``(k * n, ...)`` concatenation (BatchNorm statistics then span all views)."""
+    if by_name:
+        return torch.stack([encoder(x, view_name=name) for x, name in zip(xs, view_names)], dim=1)
+    n = xs[0].shape[0]
+    out = encoder(torch.cat(xs, dim=0))  # (k * n, f)
+    return out.view(len(xs), n, -1).transpose(0, 1)
+
+
+class Encoder(SignatureOptions, nn.Module):
+    """Base of the encoders: ``forward(x (n, ...), view_name: str | None = None) -> (n, num_features)``;
+    subclasses set ``num_features`` in ``__init__``. Hooks (see the module docstring): ``uses_view_name``,
+    :meth:`forward_views`; ``Options``: the options model derived from ``__init__``."""
+
+    num_features: int
+    uses_view_name: ClassVar[bool] = False
+
+    def forward_views(self, xs: list[torch.Tensor], view_names: list[str]) -> torch.Tensor:
+        """k views ``(n, ...)`` with their names -> ``(n, k, num_features)`` (per view with its name when
+        ``uses_view_name``, else one call on the concatenated views)."""
+        return _default_forward_views(self, self.uses_view_name, xs, view_names)
+
+
+def encode_views(encoder: nn.Module, xs: list[torch.Tensor], view_names: list[str]) -> torch.Tensor:
+    """``encoder.forward_views(xs, view_names) -> (n, k, f)``. A plain ``nn.Module`` used as an encoder
+    (not an :class:`Encoder`, e.g. a user's module) has its hooks read duck-typed, with the base's defaults."""
+    if isinstance(encoder, Encoder):
+        return encoder.forward_views(xs, view_names)
+    own = getattr(encoder, "forward_views", None)
+    if own is not None:
+        return own(xs, view_names)
+    return _default_forward_views(encoder, bool(getattr(encoder, "uses_view_name", Encoder.uses_view_name)),
+                                  xs, view_names)
 
 
 def register_encoder(modality: str, name: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
@@ -37,6 +78,15 @@ def register_encoder(modality: str, name: str) -> Callable[[Callable[..., nn.Mod
 def available_encoders(modality: str | None = None) -> list[str]:
     """Registered ``"<modality>/<name>"`` keys (image also accepts any timm model name)."""
     return [k for k in ENCODERS.names() if modality is None or k.startswith(f"{modality}/")]
+
+
+def encoder_options_model(key: str) -> type[ComponentOptions]:
+    """The options model of the registered encoder ``"<modality>/<name>"`` (an :class:`Encoder`'s ``Options``;
+    for another factory, derived from its signature). Raises ``ValueError`` for an unknown key."""
+    factory = ENCODERS.get(key)
+    if isinstance(factory, type) and issubclass(factory, Encoder):
+        return factory.Options
+    return options_from_signature(factory)
 
 
 def build_encoder(modality: str, name: str, **kwargs: Any) -> nn.Module:
@@ -51,10 +101,13 @@ def build_encoder(modality: str, name: str, **kwargs: Any) -> nn.Module:
             f"unknown encoder '{name}' for modality '{modality}'; available: "
             f"{', '.join(available_encoders(modality)) or '(none)'}"
         )
+    prefix = f"bad arguments for encoder '{key}': "
+    validate_options(encoder_options_model(key), kwargs, f"model.encoders.{modality}",
+                     component_wording("option", f"encoder {key!r}"), prefix=prefix)
     try:
         return factory(**kwargs)
     except TypeError as err:
-        raise ValueError(f"bad arguments for encoder '{key}': {err}") from None
+        raise ValueError(f"{prefix}{err}") from None
 
 
 def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
@@ -107,7 +160,7 @@ def load_pretrained(module: nn.Module, path: str | Path) -> None:
         )
 
 
-class TimmImageEncoder(nn.Module):
+class TimmImageEncoder(Encoder):
     """Any timm model as a feature extractor: ``(n, 3, S, S) -> (n, num_features)``.
 
     Args:
@@ -169,7 +222,7 @@ class TimmImageEncoder(nn.Module):
 
 
 @register_encoder("image", "small_cnn")
-class SmallCNN(nn.Module):
+class SmallCNN(Encoder):
     """Four 3x3 conv blocks (BatchNorm, ReLU; stride 2 from the second), global average pool.
 
     ``(n, 3, S, S) -> (n, num_features)``; ~0.1 M parameters at the defaults; fast on CPU.
@@ -196,10 +249,13 @@ class SmallCNN(nn.Module):
 
 __all__ = [
     "ENCODERS",
+    "Encoder",
     "SmallCNN",
     "TimmImageEncoder",
     "available_encoders",
     "build_encoder",
+    "encode_views",
+    "encoder_options_model",
     "load_pretrained",
     "load_state_dict_file",
     "register_encoder",

@@ -3,13 +3,11 @@
 Shapes: a :class:`~multiview_app.data.batch.ViewBatch` of k views of n items ->
 ``features (n, k, f)`` -> ``embed (n, k, d)`` (L2-normalized).
 
-How views reach an encoder (per modality, in this order of preference):
-
-1. encoder has ``forward_views(xs, view_names) -> (n, k_m, f)``: called once with all of the
-   modality's views and their names (batched, name-aware; e.g. channel-aware EEG);
-2. encoder has ``uses_view_name = True``: called once per view with ``view_name=<name>``;
-3. otherwise the views are concatenated into one ``(k_m * n, ...)`` batch, encoded in one
-   forward and split back (fastest; BatchNorm statistics then span all views).
+How views reach an encoder: ``encoder.forward_views(xs, view_names) -> (n, k_m, f)``, called once with
+all of the modality's views and their names (:class:`~multiview_app.models.encoders.Encoder`). Its
+default calls the encoder once per view with ``view_name=<name>`` when ``uses_view_name`` is True, else
+once on the views concatenated into one ``(k_m * n, ...)`` batch, split back (fastest; BatchNorm
+statistics then span all views); an encoder may override it (batched, name-aware; e.g. channel-aware EEG).
 """
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.batch import ViewBatch
-from .encoders import build_encoder
+from .encoders import build_encoder, encode_views
 from .heads import Predictor, Projector
 
 
@@ -64,14 +62,7 @@ class MultiViewModel(nn.Module):
 
     def _encode(self, modality: str, views: list[torch.Tensor], names: list[str]) -> torch.Tensor:
         """Encode one modality's views -> ``(n, k_m, f)``."""
-        encoder = self.encoders[modality]
-        if hasattr(encoder, "forward_views"):
-            return encoder.forward_views(views, names)
-        if getattr(encoder, "uses_view_name", False):
-            return torch.stack([encoder(v, view_name=name) for v, name in zip(views, names)], dim=1)
-        n = views[0].shape[0]
-        out = encoder(torch.cat(views, dim=0))  # (k_m * n, f)
-        return out.view(len(views), n, -1).transpose(0, 1)
+        return encode_views(self.encoders[modality], views, names)
 
     def _per_view(self, batch: ViewBatch, fn: Any) -> torch.Tensor:
         """Apply ``fn(modality, views, names) -> (n, k_m, x)`` per modality, reassemble ``(n, k, x)``."""

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from ..fileio import atomic_write_json
-from ..losses.base import normalize
+from ..losses.base import MultiViewLoss, normalize
 from ..losses.contrastive import PolyViewGeometric
 from ..losses.flatnce import batch_ess
 from .metrics import read_metrics
@@ -107,16 +107,14 @@ def embedding_diagnostics(z: torch.Tensor, tau: float = DEFAULT_TAU) -> dict[str
     return out
 
 
-def loss_temperature(loss_fn: nn.Module) -> float:
-    """The loss's current temperature: ``1 / scale`` with a (learnable) logit scale, else ``tau``,
-    else :data:`DEFAULT_TAU`."""
-    scale = getattr(loss_fn, "scale", None)
-    if scale is not None and hasattr(scale, "value"):
-        return 1.0 / float(scale.value())
-    return float(getattr(loss_fn, "tau", DEFAULT_TAU))
+def loss_temperature(loss_fn: MultiViewLoss) -> float:
+    """The loss's current temperature (:meth:`MultiViewLoss.temperature`: ``1 / scale`` with a (learnable)
+    logit scale, else ``tau``), or :data:`DEFAULT_TAU` for a loss without one."""
+    tau = loss_fn.temperature()
+    return DEFAULT_TAU if tau is None else float(tau)
 
 
-def step_diagnostics(z: torch.Tensor, loss_fn: nn.Module, parameters: Iterable[nn.Parameter]) -> dict[str, float]:
+def step_diagnostics(z: torch.Tensor, loss_fn: MultiViewLoss, parameters: Iterable[nn.Parameter]) -> dict[str, float]:
     """Every ``diag/*`` value of one step: :func:`embedding_diagnostics` at :func:`loss_temperature`,
     :func:`grad_norm`, and ``time_s`` spent computing them."""
     start = time.perf_counter()

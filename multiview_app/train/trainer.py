@@ -37,7 +37,7 @@ from ..config import Config, dump_config, resolve_paths
 from ..data.batch import ViewBatch, to_device
 from ..data.streaming import STREAM_KEYS, StreamingDataset, StreamPosition
 from ..losses import build_loss
-from ..losses.base import LazyStats
+from ..losses.base import LazyStats, MultiViewLoss
 from ..threads import configure_torch_threads
 from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
@@ -144,11 +144,11 @@ class EpochBatchSampler(Sampler[list[int]]):
         return max(0, self.num_batches - self.start)
 
 
-def loss_stats(loss_fn: Any) -> dict[str, Any]:
+def loss_stats(loss_fn: MultiViewLoss | Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
     """A loss's ``last_stats`` as stored (floats or 0-d device tensors): a ``LazyStats`` is read with
     :meth:`~multiview_app.losses.base.LazyStats.raw` so that no step reads a device value back; the
-    logging steps convert them (``metrics.host_values``)."""
-    stats = getattr(loss_fn, "last_stats", {})
+    logging steps convert them (``metrics.host_values``). A plain callable used as the loss has none."""
+    stats = loss_fn.last_stats if isinstance(loss_fn, MultiViewLoss) else {}
     return stats.raw() if isinstance(stats, LazyStats) else dict(stats)
 
 
@@ -467,7 +467,7 @@ class Trainer:
         cfg = self.cfg
         model = build_model(**model_spec(cfg))
         loss_fn = build_loss(cfg.loss.name, **cfg.loss.params).to(accelerator.device)
-        gathered = bool(getattr(loss_fn, "gather_across_processes", True)) and plan.world > 1
+        gathered = loss_fn.gather_across_processes and plan.world > 1
         teacher, teacher_views = None, list(range(cfg.views.k))
         if cfg.model.teacher.enabled:
             from ..models.teacher import EMATeacher
@@ -594,7 +594,7 @@ class Trainer:
 
         # a policy whose views depend on the model (e.g. nearest-neighbour target views) gets the model and
         # builds each micro-batch's views synchronously, with the weights of the step they feed
-        uses_model = bool(getattr(plan.policy, "uses_model", False))
+        uses_model = bool(plan.policy.uses_model)
         if uses_model:
             plan.policy.bind_model(model)
 

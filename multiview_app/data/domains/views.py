@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator
 
 from ..adapters import DataAdapter
+from .adapter import DomainNetAdapter
 from ..batch import ViewBatch, host_to_device
 from ..images.augment import STACKS, augment, customized
 from ..images.views import AugmentPolicy
@@ -79,15 +80,12 @@ class DomainsPolicy(AugmentPolicy):
             return value
 
     def __init__(self, k: int, options: Options, adapter: DataAdapter) -> None:
-        seen = getattr(adapter, "seen_domains", None)
-        if seen is None:
+        if not isinstance(adapter, DomainNetAdapter):
             raise ValueError(
                 f"view policy 'domains' needs domain tuples from the 'domainnet' adapter, got {type(adapter).__name__}"
             )
-        adapter_options = getattr(adapter, "options", None)
-        self.target_domain: str | None = (
-            adapter.adapt if getattr(adapter_options, "adapt_views", "augment") == "nearest" else None
-        )
+        seen = adapter.seen_domains
+        self.target_domain: str | None = adapter.adapt if adapter.options.adapt_views == "nearest" else None
         if k > len(seen):
             raise ValueError(
                 f"views.k = {k} but only {len(seen)} seen domain(s) are left ({', '.join(seen)}); "
@@ -101,8 +99,7 @@ class DomainsPolicy(AugmentPolicy):
         self.target_spec = customized(STACKS.get(options.target_stack), options.crop_scale, options.jitter_strength)
         #: adaptation-target items (label -1) can be in the train batches (``adapt_views: augment``); only
         #: then are a batch's labels read back to split its rows between the two stacks
-        self.mixes_target_rows = (getattr(adapter, "adapt", None) is not None
-                                  and getattr(adapter_options, "adapt_views", "augment") == "augment")
+        self.mixes_target_rows = adapter.adapt is not None and adapter.options.adapt_views == "augment"
         #: the trainer binds its model and skips prefetching when this is true
         self.uses_model = self.target_domain is not None
         self.model: torch.nn.Module | None = None

