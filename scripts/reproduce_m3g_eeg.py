@@ -33,7 +33,7 @@ from typing import Any
 from repro_common import ROOT, RunSummary, new_figure, parse_list, train_unless_done, write_outputs  # noqa: E402
 
 from multiview_app.config import Config, load_config, read_yaml, resolve_paths  # noqa: E402
-from multiview_app.eval.probe import mean_std  # noqa: E402
+from multiview_app.eval.protocols.probe import mean_std  # noqa: E402
 from multiview_app.eval.sleep_staging import pool_results, run_sleep_staging  # noqa: E402
 from multiview_app.train.resume import config_differences, flatten  # noqa: E402
 from multiview_app.train.run_io import atomic_write_json  # noqa: E402

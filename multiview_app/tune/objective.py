@@ -151,7 +151,7 @@ def _sleep_staging(score: str) -> Callable[[Any, MetricState], float]:
 
         from ..data.eeg.views import staging_views
         from ..eval.features import combine_views, extract_features
-        from ..eval.sleep_staging import few_shot_protocol, shot_draw
+        from ..eval.protocols.staging import few_shot_protocol, shot_draw
 
         if "sleep_staging" not in state.results:  # every sleep_staging.* score comes from one protocol run
             policy = staging_views(state.cfg.views, state.adapter)
