@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 
 from ..data.eeg.stages import STAGES
 from ..argtypes import open_fraction, positive_float, positive_int
@@ -42,7 +42,8 @@ from ..train.run_io import atomic_write_json, load_run
 from . import Evaluator, register_evaluator
 from .bandpower import bandpower_features, bandpower_time_bins
 from .handcrafted import handcrafted_per_channel, handcrafted_row
-from .features import combine_views, extract_features
+from . import features as feature_path
+from .features import Combine, FeatureKind, combine_views
 from .protocols import get_protocol
 from .protocols.staging import (C_GRID, COMBINED_ROW, LR_GRID, METRICS, TIME_BINS, capped_shots,
                                 classifier_description, combined_features, missing_class_note, paired_differences,
@@ -126,10 +127,10 @@ def run_sleep_staging(
     meta: dict[str, list[Any]] = {}
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
-        feats, labels, meta = extract_features(model, adapter, policy, "train", batch_size, device, progress,
-                                               kind=feature_kind)
+        combined, labels, meta = window_features(model, adapter, policy, "train", batch_size, device, combine=combine,
+                                                 kind=feature_kind, progress=progress)
         features[name] = (time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper"
-                          else combine_views(feats, combine))
+                          else combined)
     subjects = np.asarray(meta["subject"])
     keep = stage_mask(labels, stages)
     excluded = {STAGES[c]: int(((labels == c) & ~keep).sum()) for c in range(len(STAGES))}
@@ -371,6 +372,19 @@ def _refuse_pretraining(test_subjects: list[str], pretraining_subjects: list[str
     if overlap:
         raise ValueError(f"{option} would put pretraining subjects into the test set: {', '.join(overlap)}; "
                          "staging must be scored on subjects the encoder never saw")
+
+
+def window_features(model: Any, adapter: Any, policy: Any, split: str, batch_size: int, device: str, *,
+                    rows: np.ndarray | list[int] | None = None, combine: Combine = "concat",
+                    kind: FeatureKind = "encoder", progress: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
+    """Per-window features of ``split`` (only the windows ``rows`` when given): the views' features
+    combined (``(N, k * f)`` concatenated, ``(N, f)`` averaged), labels ``(N,)`` and the windows'
+    meta (subject, recording, window). The one feature path of this evaluator and of ``mvapp tune``'s
+    sleep-staging objective."""
+    dataset = None if rows is None else Subset(adapter.split(split), np.asarray(rows).tolist())
+    feats, labels, meta = feature_path.extract_features(model, adapter, policy, split, batch_size, device, progress,
+                                                        dataset=dataset, kind=kind)
+    return combine_views(feats, combine), labels, meta
 
 
 def classifier_label(classifier: str, C: float | None, lr: float | None) -> str:

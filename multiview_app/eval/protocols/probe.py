@@ -79,8 +79,8 @@ def probe_accuracies(
     with one on a loaded 2-core machine, see docs/benchmarks.md "Hyperparameter search")."""
     _check(x_test, y_test, "test split")
     return {
-        "logreg_acc": linear_probe(x_train, y_train, x_test, y_test, C=C, max_iter=max_iter)["accuracy"],
-        "knn_acc": knn(x_train, y_train, x_test, y_test, k=knn_k)["accuracy"],
+        "logreg_acc": PROTOCOLS.get("linear-probe")(x_train, y_train, x_test, y_test, C=C, max_iter=max_iter)["accuracy"],
+        "knn_acc": PROTOCOLS.get("knn")(x_train, y_train, x_test, y_test, k=knn_k)["accuracy"],
     }
 
 
