@@ -101,3 +101,28 @@ def test_retrieval_protocol_recall_and_zero_shot() -> None:
     assert scores["i2t_R@1"] == 1.0 and scores["t2i_R@1"] == 1.0 and scores["zero_shot_acc"] == 1.0
     assert set(scores) == {"i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "zero_shot_acc"}
     assert "zero_shot_acc" not in get_protocol("retrieval")(images, texts, owner)
+
+
+def test_evaluators_declare_their_name_once() -> None:
+    """Every registered evaluator subclasses eval.Evaluator, is registered under its declared name, and
+    its output stem ``kind`` is that name with ``_`` (derived, not written a second time)."""
+    import argparse
+
+    from multiview_app.eval import EVALUATORS, Evaluator, register_evaluator
+
+    for name in EVALUATORS.names():
+        cls = EVALUATORS.get(name)
+        assert issubclass(cls, Evaluator) and cls.name == name and cls.kind == name.replace("-", "_")
+        assert "kind" not in vars(cls) or cls.kind == name.replace("-", "_")
+
+    class Unnamed(Evaluator):
+        def run(self, run_dir, args):  # type: ignore[override]
+            return {}
+
+    with pytest.raises(TypeError, match="declares its name"):
+        register_evaluator(Unnamed)
+
+    class Named(Unnamed):
+        name = "a-b"
+
+    assert Named.kind == "a_b" and not Named().creates_run(argparse.Namespace(config="x.yaml"))

@@ -127,10 +127,10 @@ def run_sleep_staging(
     meta: dict[str, list[Any]] = {}
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
-        combined, labels, meta = window_features(model, adapter, policy, "train", batch_size, device, combine=combine,
-                                                 kind=feature_kind, progress=progress)
+        per_window, labels, meta = window_features(model, adapter, policy, "train", batch_size, device,
+                                                   combine=combine, kind=feature_kind, progress=progress)
         features[name] = (time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper"
-                          else combined)
+                          else per_window)
     subjects = np.asarray(meta["subject"])
     keep = stage_mask(labels, stages)
     excluded = {STAGES[c]: int(((labels == c) & ~keep).sum()) for c in range(len(STAGES))}
