@@ -1,13 +1,15 @@
 """Done-means of issue 24 item 1: ``mvapp tune`` scores the same values through the protocol registry
 as before. The expected values were computed by the objective of commit c092083 (its hand-written
 metric functions and sleep-staging feature path, before eval/protocols existed) on these exact inputs:
-an untrained model (torch seed 0) on the tiny digits config and on a fake 6-subject EEG cache;
+an untrained model (torch seed 0) on the tiny digits config and on a fake 6-subject EEG cache whose
+windows carry a sine of a per-stage frequency (so that the scores depend on the fit: C, the draw);
 intermediate report (the report subset) and final objective (the whole val split)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,19 +23,24 @@ from multiview_app.tune.objective import METRICS, MetricState
 from _eeg_helpers import CHANNELS, fake_cache
 from _train_helpers import tiny_raw
 
-# computed with the c092083 tree (scripts of this session: /tmp/evallayer_check/tune/values.py)
+# computed by the c092083 tree's tune.objective.METRICS on the inputs of _configs (same seeds, same threads)
 BEFORE = {
     "digits/partial/linear_probe.logreg_acc": 0.6166666666666667,
     "digits/partial/linear_probe.knn_acc": 0.6333333333333333,
     "digits/final/linear_probe.logreg_acc": 0.7374301675977654,
     "digits/final/linear_probe.knn_acc": 0.7486033519553073,
-    "eeg/partial/sleep_staging.kappa": -0.19512195121951237,
-    "eeg/final/sleep_staging.accuracy": 0.20833333333333334,
-    "eeg/final/sleep_staging.balanced_accuracy": 0.2,
-    "eeg/final/sleep_staging.macro_f1": 0.17777777777777776,
-    "eeg/final/sleep_staging.kappa": 0.017241379310344973,
-    "eeg/final/linear_probe.logreg_acc": 0.2916666666666667,
-    "eeg/final/linear_probe.knn_acc": 0.20833333333333334,
+    "eeg/partial/sleep_staging.accuracy": 0.8571428571428571,
+    "eeg/partial/sleep_staging.balanced_accuracy": 0.9,
+    "eeg/partial/sleep_staging.macro_f1": 0.8666666666666666,
+    "eeg/partial/sleep_staging.kappa": 0.8205128205128205,
+    "eeg/partial/linear_probe.logreg_acc": 0.2857142857142857,
+    "eeg/partial/linear_probe.knn_acc": 0.14285714285714285,
+    "eeg/final/sleep_staging.accuracy": 0.6666666666666666,
+    "eeg/final/sleep_staging.balanced_accuracy": 0.65,
+    "eeg/final/sleep_staging.macro_f1": 0.656043956043956,
+    "eeg/final/sleep_staging.kappa": 0.5807860262008735,
+    "eeg/final/linear_probe.logreg_acc": 0.75,
+    "eeg/final/linear_probe.knn_acc": 0.6666666666666666,
 }
 
 
@@ -42,6 +49,12 @@ def _configs(tmp: Path) -> dict[str, dict[str, Any]]:
     digits["data"]["options"]["val_fraction"] = 0.2
     digits["tune"] = {"report_items": 60, "max_train_items": 300}
     cache = fake_cache(tmp / "cache", subjects=6, windows=12)
+    seconds = np.arange(3000) / 100.0
+    for path in sorted((cache / "windows").glob("*.npy")):  # window w (stage w % 5): + a (1 + 2 (w % 5)) Hz sine
+        data = np.load(path)
+        for w in range(len(data)):
+            data[w, :, 1:] += 2.0 * np.sin(2 * np.pi * (1.0 + 2.0 * (w % 5)) * seconds[1:])
+        np.save(path, data)
     eeg = {"data": {"adapter": "eeg_windows", "options": {"cache": str(cache), "test_subjects": ["S5"],
                                                           "val_subjects": ["S3", "S4"]}},
            "views": {"policy": "channels", "k": 2},
