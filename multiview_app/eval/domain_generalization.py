@@ -447,8 +447,7 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
 class DomainGeneralization(Evaluator):
     """Leave-one-domain-out: 5-vs-1 / 1-vs-1 / oracle linear probes; random-init and ERM references."""
 
-    name = "domain-generalization"
-    kind = KIND
+    name = "domain-generalization"  # kind (the output stem) is derived: KIND
 
     def creates_run(self, args: argparse.Namespace) -> bool:
         """With ``--config`` it trains first: ``--run`` is then an output folder to create."""
