@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 from multiview_app.eval.features import combine_views  # noqa: E402
-from multiview_app.eval.probe import probe_accuracies  # noqa: E402
+from multiview_app.eval.protocols.probe import probe_accuracies  # noqa: E402
 from multiview_app.export import load_embeddings  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def sleep_staging(export_dir: str | Path, shots: tuple[int, ...] = (1000,), seed
     """The sleep-staging evaluator's in-domain protocol on an export (classifier trained on the
     run's train subjects, scored on its test subjects; ``C=None`` tunes C on validation subjects
     drawn as the evaluator does): ``{str(s): {metric: {mean, std}}}``."""
-    from multiview_app.eval.sleep_staging import few_shot_protocol, split_validation
+    from multiview_app.eval.protocols.staging import few_shot_protocol, split_validation
 
     features, labels, subjects, manifest = item_features(export_dir, combine)
     train_subjects = sorted(set(subjects["train"].tolist()))

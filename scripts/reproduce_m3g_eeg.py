@@ -30,20 +30,21 @@ from pathlib import Path
 from typing import Any
 
 
-from repro_common import ROOT, RunSummary, new_figure, parse_list, train_unless_done, write_outputs  # noqa: E402
+from repro_common import ROOT, new_figure, parse_list, write_outputs  # noqa: E402
 
-from multiview_app.config import Config, load_config, read_yaml, resolve_paths  # noqa: E402
-from multiview_app.eval.probe import mean_std  # noqa: E402
-from multiview_app.eval.sleep_staging import pool_results, run_sleep_staging  # noqa: E402
-from multiview_app.train.resume import config_differences, flatten  # noqa: E402
+from multiview_app.config import Config, load_config, read_yaml  # noqa: E402
+from multiview_app.experiments.staging import (paired_over_runs, pool_losses, protocol_summary,  # noqa: E402
+                                               staging_result, table_lines)
+from multiview_app.experiments.sweeps import grid, sweep  # noqa: E402
 from multiview_app.train.run_io import atomic_write_json  # noqa: E402
 
 LOSSES = ("m3g", "infonce_pwe", "pvc_geometric")
 SHOTS = (10, 50, 100)
 PROTOCOLS = ("cross-dataset", "in-domain")
 DEFAULT_CONFIG = ROOT / "configs" / "eeg_synthetic_m3g_long.yaml"
-METRICS = ("balanced_accuracy", "kappa")
-"""Table metrics: the evaluator's headline (neither rewards the class prior)."""
+TRAIN_POLICY = "refuse-mismatch"
+"""A finished run is reused only if its saved config holds the same values (else an error names the
+keys); an interrupted run resumes (multiview_app.experiments.training)."""
 PRETRAIN_SEED, STAGING_SEED = 0, 1000
 """Generator seeds of the pretraining and staging nights (disjoint subjects, as the demo)."""
 
@@ -99,88 +100,11 @@ def run_config(loss: str, seed: int, cache: Path, args: argparse.Namespace) -> C
     return load_config(args.config, overrides, name=f"{Path(args.config).stem}_{loss}_seed{seed}")
 
 
-def train_run(cfg: Config) -> RunSummary:
-    """:func:`repro_common.train_unless_done` (a finished model is reused, an interrupted run resumes),
-    but a finished run is reused only if its saved ``config.yaml`` holds the same values as ``cfg``
-    (keys it lacks are schema fields added since, at their defaults); else an error names the keys."""
-    if (cfg.run_dir / "model.safetensors").is_file():
-        saved = read_yaml(cfg.run_dir / "config.yaml")
-        present = flatten(saved)
-        changed = {key: values for key, values in config_differences(saved, resolve_paths(cfg).to_dict()).items()
-                   if key in present}
-        if changed:
-            raise ValueError(f"{cfg.run_dir}: finished with another config ("
-                             + "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
-                             + "); use another --runs-dir or remove the run")
-    return train_unless_done(cfg)
-
-
 def evaluate(cfg: Config, protocol: str, caches: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
     """The sleep-staging result of one run and protocol (reused when stored with the same settings)."""
     cache = caches["sleep-edf"] if protocol == "cross-dataset" else None
     folds = args.folds if protocol == "cross-dataset" else args.in_domain_folds
-    stem = "sleep_staging_sleep-edf" if cache else "sleep_staging"
-    stored = cfg.run_dir / "eval" / f"{stem}.json"
-    if stored.is_file():
-        result = json.loads(stored.read_text())
-        if (result["shots"] == list(args.shots) and result["seeds"] == args.draws and len(result["folds"]) == folds
-                and (cache is None or Path(result["cache"]) == cache.resolve())):
-            return result
-    return run_sleep_staging(cfg.run_dir, cache=str(cache) if cache else None, folds=folds, shots=tuple(args.shots),
-                             seeds=args.draws, baselines=True, progress=False)
-
-
-def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) -> dict[str, float]:
-    """Mean over folds x draws of one run's result: ``{str(s): mean}``."""
-    return {str(s): result["results"][row][str(s)][metric]["mean"] for s in shots}
-
-
-def paired_differences(per_seed: dict[str, list[dict[str, Any]]], metric: str, shots: list[int]) -> dict[str, Any]:
-    """Per loss != m3g: M3G minus that loss over the same pretraining seed, fold and draw (the
-    fits line up: same staging split, same draws); mean +- std over those pairs and the number of
-    pairs where M3G is ahead."""
-    out: dict[str, Any] = {}
-    for loss, results in per_seed.items():
-        if loss == "m3g" or "m3g" not in per_seed:
-            continue
-        out[loss] = {}
-        for s in shots:
-            diffs = [a[metric] - b[metric]
-                     for ra, rb in zip(per_seed["m3g"], results)
-                     for a, b in zip(ra["results"]["trained"][str(s)]["runs"], rb["results"]["trained"][str(s)]["runs"])]
-            out[loss][str(s)] = {**mean_std(diffs), "m3g_ahead": sum(d > 0 for d in diffs), "pairs": len(diffs)}
-    return out
-
-
-def table_lines(protocol: str, pooled: dict[str, dict[str, Any]], per_seed: dict[str, list[dict[str, Any]]],
-                paired: dict[str, dict[str, Any]], shots: list[int]) -> list[str]:
-    """Markdown: pooled mean +- std (seeds x folds x draws) per loss; std of the per-seed means;
-    paired M3G differences."""
-    cells = " | ".join(f"s={s}" for s in shots)
-    lines = [f"### {protocol}", "",
-             "balanced accuracy / kappa, mean ± std over pretraining seeds x folds x draws "
-             "(in brackets: std of the per-pretraining-seed means, balanced accuracy)", "",
-             f"| loss | encoder | seeds | {cells} |", "|---|---|---|" + "---|" * len(shots)]
-    for loss, result in pooled.items():
-        for row in ("trained", "random_init", "bandpower"):
-            if row == "bandpower" and loss != next(iter(pooled)):
-                continue  # the band-power row does not depend on the run
-            cell = []
-            for s in shots:
-                m = {k: result["results"][row][str(s)][k] for k in METRICS}
-                spread = mean_std([seed_means(r, row, "balanced_accuracy", [s])[str(s)] for r in per_seed[loss]])["std"]
-                cell.append(f"{m['balanced_accuracy']['mean']:.3f} ± {m['balanced_accuracy']['std']:.3f} "
-                            f"[{spread:.3f}] / {m['kappa']['mean']:.3f}")
-            name = loss if row != "bandpower" else "(any)"
-            lines.append(f"| {name} | {row} | {len(per_seed[loss])} | " + " | ".join(cell) + " |")
-    if paired:
-        lines += ["", "paired differences M3G - baseline (trained encoder, balanced accuracy; same seed, fold and draw): "
-                  "mean ± std, pairs with M3G ahead", "", f"| baseline | {cells} |", "|---|" + "---|" * len(shots)]
-        for loss, per_s in paired.items():
-            lines.append(f"| {loss} | " + " | ".join(
-                f"{per_s[str(s)]['mean']:+.3f} ± {per_s[str(s)]['std']:.3f} ({per_s[str(s)]['m3g_ahead']}/{per_s[str(s)]['pairs']})"
-                for s in shots) + " |")
-    return lines + [""]
+    return staging_result(cfg.run_dir, cache=cache, folds=folds, shots=list(args.shots), draws=args.draws)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,31 +139,24 @@ def main(argv: list[str] | None = None) -> int:
 
     timings: dict[str, dict[str, Any]] = {}
     per_seed: dict[str, dict[str, list[dict[str, Any]]]] = {p: {loss: [] for loss in losses} for p in protocols(args.protocol)}
-    for seed in seeds:  # seed-major: an early stop still leaves every loss with the same seeds
-        for loss in losses:
-            cfg = run_config(loss, seed, caches["physionet2018"], args)
-            run = train_run(cfg)
-            timings[cfg.output.name] = {"train_s": run.train_s, "steps": run.steps, "reused": run.reused}
-            for protocol in per_seed:
-                per_seed[protocol][loss].append(evaluate(cfg, protocol, caches, args))
-            print(f"done {cfg.output.name} ({run.steps} steps, training {run.train_s:.0f} s"
-                  f"{', reused' if run.reused else ''})", flush=True)
+    points = grid(seed=seeds, loss=losses)  # seed-major: an early stop still leaves every loss with the same seeds
+    configs = sweep(points, lambda p: run_config(p["loss"], p["seed"], caches["physionet2018"], args), TRAIN_POLICY)
+    for point, cfg, run in configs:
+        timings[cfg.output.name] = {"train_s": run.train_s, "steps": run.steps, "reused": run.reused}
+        for protocol in per_seed:
+            per_seed[protocol][point["loss"]].append(evaluate(cfg, protocol, caches, args))
+        print(f"done {cfg.output.name} ({run.steps} steps, training {run.train_s:.0f} s"
+              f"{', reused' if run.reused else ''})", flush=True)
 
     lines: list[str] = []
     summary: dict[str, Any] = {"losses": losses, "pretrain_seeds": seeds, "shots": args.shots, "draws": args.draws,
                                "config": str(args.config), "training": timings, "protocols": {}}
     fig, axes = new_figure(len(per_seed), (4.6 * len(per_seed), 3.4))
     for ax, (protocol, results) in zip(axes, per_seed.items()):
-        pooled = {loss: pool_results(runs) for loss, runs in results.items()}
-        paired = paired_differences(results, "balanced_accuracy", args.shots)
+        pooled = pool_losses(results)
+        paired = paired_over_runs(results, "balanced_accuracy", args.shots)
         lines += table_lines(protocol, pooled, results, paired, args.shots)
-        summary["protocols"][protocol] = {
-            "pooled": {loss: {row: {s: {k: v for k, v in cell.items() if k != "runs"} for s, cell in rows.items()}
-                              for row, rows in p["results"].items()} for loss, p in pooled.items()},
-            "per_seed_means": {loss: [seed_means(r, "trained", "balanced_accuracy", args.shots) for r in runs]
-                               for loss, runs in results.items()},
-            "paired_m3g_minus": paired, "folds": len(pooled[losses[0]]["folds"]),
-        }
+        summary["protocols"][protocol] = protocol_summary(pooled, results, paired, args.shots)
         for loss, p in pooled.items():
             mean = [p["results"]["trained"][str(s)]["balanced_accuracy"]["mean"] for s in args.shots]
             std = [p["results"]["trained"][str(s)]["balanced_accuracy"]["std"] for s in args.shots]

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from multiview_app.eval.bandpower import BANDS, bandpower_features, relative_band_powers
-from multiview_app.eval.sleep_staging import (balanced_sample, capped_shots, few_shot_protocol,
-                                              missing_class_note, staging_metrics)
+from multiview_app.eval.protocols.staging import (balanced_sample, capped_shots, few_shot_protocol,
+                                                     missing_class_note, staging_metrics)
 
 
 def test_balanced_sample_is_class_balanced_and_capped():
@@ -71,7 +71,7 @@ def test_missing_training_class_gives_one_note_and_no_raw_warnings(recwarn):
 
 
 def test_pool_results_is_mean_std_over_runs_x_folds_x_seeds():
-    from multiview_app.eval.sleep_staging import pool_results
+    from multiview_app.eval.protocols.staging import pool_results
 
     rng = np.random.default_rng(2)
     y = rng.integers(0, 5, 300)
@@ -95,7 +95,7 @@ def test_pool_results_is_mean_std_over_runs_x_folds_x_seeds():
 
 
 def test_paper_classifier_learns_the_channel_combination_and_stops_early():
-    from multiview_app.eval.channel_classifier import fit_channel_classifier
+    from multiview_app.eval.protocols.channel_classifier import fit_channel_classifier
 
     rng = np.random.default_rng(4)
     centres = rng.normal(0, 2, (5, 6))
@@ -127,7 +127,7 @@ def test_tuning_uses_validation_windows_for_every_row():
 
 
 def test_combined_row_concatenates_band_powers_and_encoder_features():
-    from multiview_app.eval.sleep_staging import combined_features
+    from multiview_app.eval.protocols.staging import combined_features
 
     bands, encoder = np.arange(6.0).reshape(2, 3), np.arange(8.0).reshape(2, 4)
     np.testing.assert_array_equal(combined_features(bands, encoder), np.hstack([bands, encoder]))
@@ -139,7 +139,7 @@ def test_combined_row_concatenates_band_powers_and_encoder_features():
 
 
 def test_paired_differences_are_per_fit_and_count_wins():
-    from multiview_app.eval.sleep_staging import paired_differences
+    from multiview_app.eval.protocols.staging import paired_differences
 
     fits = lambda values: {"runs": [{"balanced_accuracy": v} for v in values]}  # noqa: E731
     table = {"trained": {"10": fits([0.6, 0.7, 0.5])}, "bandpower": {"10": fits([0.5, 0.65, 0.55])}}
@@ -151,3 +151,19 @@ def test_paired_differences_are_per_fit_and_count_wins():
     assert paired_differences({"bandpower": table["bandpower"]}) == {}
     with pytest.raises(ValueError, match="fits"):
         paired_differences({"trained": table["trained"], "bandpower": {"10": fits([0.5])}})
+
+
+def test_staging_confusion_plot_is_row_normalized_and_titled_with_dataset_and_classifier():
+    """Issue 27: the confusion matrix shows shares of each true stage (rows sum to 1), pooled over fits,
+    and its title names the dataset and the classifier (it showed raw counts of one fit)."""
+    from multiview_app.eval.sleep_staging import classifier_label, confusion_figure
+
+    counts = np.array([[8, 2, 0, 0, 0], [1, 3, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 5, 15, 0], [0, 0, 0, 0, 4]])
+    title = f"sleep-edf, {classifier_label('logreg', None, None)}: trained encoder, s=100, 10 fits"
+    fig = confusion_figure(counts, title)
+    ax = fig.axes[0]
+    assert ax.get_title() == "sleep-edf, logreg, C tuned: trained encoder, s=100, 10 fits"
+    cells = [float(t.get_text()) for t in ax.texts]
+    np.testing.assert_allclose(np.reshape(cells, (5, 5)), np.round(counts / np.maximum(counts.sum(1, keepdims=True), 1), 2))
+    np.testing.assert_allclose(ax.images[0].get_array().data.sum(axis=1), [1, 1, 0, 1, 1])
+    assert classifier_label("paper", None, 0.01) == "paper classifier, lr 0.01"

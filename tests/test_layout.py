@@ -66,7 +66,9 @@ def _imported_modules(path: Path, with_strings: bool = True) -> set[str]:
 
 
 @pytest.mark.parametrize("lower, upper", [("train", "eval"), ("data", "train"), ("data", "eval"), ("models", "train"), ("losses", "train"),
-     ("train", "tune"), ("eval", "tune"), ("data", "tune"), ("models", "tune")])
+     ("train", "tune"), ("eval", "tune"), ("data", "tune"), ("models", "tune"),
+     ("data", "experiments"), ("models", "experiments"), ("losses", "experiments"), ("train", "experiments"),
+     ("eval", "experiments"), ("tune", "experiments"), ("export", "experiments")])
 def test_dependencies_point_down(lower: str, upper: str) -> None:
     offenders = [
         str(path.relative_to(PACKAGE))
@@ -86,7 +88,7 @@ def test_string_named_imports_are_seen() -> None:
 # Layers above the schema: config.py (imported by every layer) must not import them, statically or by
 # name. It may ask the registries of losses / data / models and multiview_app.plugins (the top-level
 # list of modules that fill the training-callback registry, loaded lazily on first lookup).
-ABOVE_CONFIG = ("train", "eval", "tune", "export", "cli", "config_cli")
+ABOVE_CONFIG = ("train", "eval", "tune", "export", "experiments", "cli", "config_cli")
 
 
 def test_config_imports_no_layer_above_it() -> None:
@@ -106,6 +108,21 @@ def test_config_checks_and_options_import_no_layer_above_them(module: str) -> No
     assert not climbing, f"{module} imports layers above it: {climbing}"
     if module == "options.py":
         assert not imported
+
+
+def test_protocols_are_pure_maths() -> None:
+    """eval/protocols/ takes arrays and returns dicts: it imports no run folders (train/), models, losses,
+    adapters or view policies, and none of the evaluators above it."""
+    allowed_eval = "multiview_app.eval.protocols"
+    forbidden = ("multiview_app.train", "multiview_app.models", "multiview_app.losses", "multiview_app.data.adapters",
+                 "multiview_app.data.views", "multiview_app.tune", "multiview_app.experiments")
+    offenders = {
+        str(path.relative_to(PACKAGE)): sorted(m for m in _imported_modules(path)
+                                               if m.startswith(forbidden) or (m.startswith("multiview_app.eval")
+                                                                              and not m.startswith(allowed_eval)))
+        for path in (PACKAGE / "eval" / "protocols").rglob("*.py")
+    }
+    assert not {k: v for k, v in offenders.items() if v}, offenders
 
 
 def test_plugins_module_is_a_leaf_naming_only_registration_modules() -> None:

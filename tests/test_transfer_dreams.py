@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from multiview_app.cli import main
-from multiview_app.eval.sleep_staging import stage_mask
+from multiview_app.eval.protocols.staging import stage_mask
 from tests._eeg_helpers import fake_cache, real_psg
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -247,7 +247,7 @@ def test_intermediate_reports_score_the_report_subset_and_the_objective_the_full
 
 def test_sleep_staging_objective_encodes_only_its_few_shot_draw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import multiview_app.eval.features as features
-    from multiview_app.eval.sleep_staging import shot_draw
+    from multiview_app.eval.protocols.staging import shot_draw
     from multiview_app.models.model import build_model
     from multiview_app.train.run_io import model_spec
     from multiview_app.tune.objective import METRICS, MetricState, report_subset
@@ -505,7 +505,7 @@ def test_eeg_objective_is_sleep_staging_on_val_subjects_and_never_reads_test_sub
     # only the windows of its few-shot draw)
     from multiview_app.data.eeg.views import staging_views
     from multiview_app.eval.features import combine_views, extract_features
-    from multiview_app.eval.sleep_staging import few_shot_protocol
+    from multiview_app.eval.protocols.staging import few_shot_protocol
 
     policy = staging_views(cfg.views, adapter)
     full = {part: extract_features(model, adapter, policy, split, 64, progress=False)

@@ -1,14 +1,19 @@
 """Evaluators of trained runs.
 
-``EVALUATORS`` maps a name (``linear-probe``, ``sleep-staging``, ...) to a class with
-``add_arguments(parser)`` and ``run(run_dir, args) -> dict`` (which writes ``eval/<kind>.json``).
+``EVALUATORS`` maps a name (``linear-probe``, ``sleep-staging``, ...) to an :class:`Evaluator` subclass
+(``add_arguments(parser)``, ``run(run_dir, args) -> dict`` which writes ``eval/<kind>.json``), registered
+with :func:`register_evaluator` under its declared ``name``. Evaluators are thin: features -> a protocol
+of :mod:`multiview_app.eval.protocols` (the maths) -> JSON + plots.
 ``mvapp eval <name> --run DIR`` is generated from this registry (``eval/cli.py``). Evaluator modules
 listed in ``EVALUATOR_MODULES`` are imported (so that they register) before the registry is used;
 add new evaluators there.
 """
 from __future__ import annotations
 
+from typing import TypeVar
+
 from ..registry import Registry
+from .evaluator import Evaluator
 
 #: Modules that register evaluators (imported on the registry's first lookup); add new ones here.
 EVALUATOR_MODULES: tuple[str, ...] = (
@@ -17,7 +22,16 @@ EVALUATOR_MODULES: tuple[str, ...] = (
     "multiview_app.eval.retrieval",
     "multiview_app.eval.domain_generalization",
 )
-EVALUATORS: Registry[type] = Registry("evaluator", modules=EVALUATOR_MODULES)
+EVALUATORS: Registry[type[Evaluator]] = Registry("evaluator", modules=EVALUATOR_MODULES)
+
+E = TypeVar("E", bound=type[Evaluator])
+
+
+def register_evaluator(cls: E) -> E:
+    """Class decorator: register an :class:`Evaluator` subclass under its ``name``."""
+    if not (isinstance(cls, type) and issubclass(cls, Evaluator)) or "name" not in cls.__dict__:
+        raise TypeError(f"{cls!r}: an evaluator subclasses eval.Evaluator and declares its name")
+    return EVALUATORS.register(cls.name)(cls)
 
 
 def available_evaluators() -> list[str]:
@@ -25,9 +39,10 @@ def available_evaluators() -> list[str]:
     return EVALUATORS.names()
 
 
-def get_evaluator(name: str) -> type:
+def get_evaluator(name: str) -> type[Evaluator]:
     """The evaluator class registered as ``name`` (ValueError listing the valid names)."""
     return EVALUATORS.get(name)
 
 
-__all__ = ["EVALUATORS", "EVALUATOR_MODULES", "available_evaluators", "get_evaluator"]
+__all__ = ["EVALUATORS", "EVALUATOR_MODULES", "Evaluator", "available_evaluators", "get_evaluator",
+           "register_evaluator"]

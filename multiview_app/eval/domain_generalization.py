@@ -32,7 +32,7 @@ from threadpoolctl import threadpool_limits
 from ..argtypes import nonnegative_int, positive_float, positive_int
 from ..fileio import sha256_file
 from ..train.run_io import atomic_write_json, atomic_write_text, load_run
-from . import EVALUATORS
+from . import Evaluator, register_evaluator
 from .features import combine_views, extract_features, torch_threads
 from .probe import fit_linear_classifier, mean_std
 
@@ -443,13 +443,15 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
     return summary
 
 
-@EVALUATORS.register("domain-generalization")
-class DomainGeneralization:
+@register_evaluator
+class DomainGeneralization(Evaluator):
     """Leave-one-domain-out: 5-vs-1 / 1-vs-1 / oracle linear probes; random-init and ERM references."""
 
-    kind = KIND
-    #: ``--run`` may name an output folder to create (with ``--config``), not only a finished run
-    creates_runs = True
+    name = "domain-generalization"  # kind (the output stem) is derived: KIND
+
+    def creates_run(self, args: argparse.Namespace) -> bool:
+        """With ``--config`` it trains first: ``--run`` is then an output folder to create."""
+        return args.config is not None
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:

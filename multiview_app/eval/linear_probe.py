@@ -11,9 +11,9 @@ from torch.utils.data import Subset
 
 from ..argtypes import positive_float, positive_int
 from ..train.run_io import atomic_write_json, load_run
-from . import EVALUATORS
+from . import Evaluator, register_evaluator
 from .features import Combine, combine_views, extract_features
-from .probe import probe_accuracies
+from .protocols.probe import probe_accuracies
 
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
 
@@ -125,11 +125,11 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-@EVALUATORS.register("linear-probe")
-class LinearProbe:
+@register_evaluator
+class LinearProbe(Evaluator):
     """Logistic regression + kNN on frozen features; trained vs random-init encoder."""
 
-    kind = "linear_probe"
+    name = "linear-probe"
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,8 +8,8 @@ import numpy as np
 
 from ..data.eeg.stages import STAGES
 from .bandpower import bandpower_features
-from .probe import fit_linear_classifier
-from .sleep_staging import balanced_sample, staging_metrics
+from .protocols.probe import fit_linear_classifier
+from .protocols.staging import balanced_sample, staging_metrics
 
 
 def cross_staging(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray], sfreq: float,

@@ -1,13 +1,10 @@
 """``mvapp eval retrieval``: image<->text recall@K on the held-out split and zero-shot classification.
 
 Embeddings are the model's L2-normalized projections (``model.embed``, no predictor), which share
-one width ``d`` across modalities (the encoders' features need not). On the test split:
-
-* image -> text: for each image, all captions of the split ranked by cosine similarity; a hit at K
-  when any of the image's own captions is among the top K;
-* text -> image: for each caption, all images ranked; a hit at K when its image is in the top K;
-* zero-shot (when the adapter has class names): class embedding = normalized mean of the prompt
-  embeddings (``template.format(name=...)`` for every template); prediction = most similar class.
+one width ``d`` across modalities (the encoders' features need not). The maths is the ``retrieval``
+protocol (:mod:`multiview_app.eval.protocols.retrieval`), on the test split: image -> text and
+text -> image recall@K, and zero-shot classification (when the adapter has class names; prompts
+``template.format(name=...)`` for every template).
 
 Rows: the trained model and its random-init reference (``init.safetensors``). Writes
 ``eval/retrieval.json`` and ``eval/retrieval.md`` (a Markdown table).
@@ -20,40 +17,17 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, default_collate
 
 from ..argtypes import positive_int
 from ..train.run_io import atomic_write_json, atomic_write_text, load_run
 from ..data.batch import to_device
-from . import EVALUATORS
+from . import Evaluator, register_evaluator
 from .linear_probe import ENCODER_WEIGHTS
+from .protocols import get_protocol
+from .protocols.retrieval import RECALL_AT, recall_at_k, retrieval_metrics, zero_shot_scores
 
-RECALL_AT: tuple[int, ...] = (1, 5, 10)
 DEFAULT_TEMPLATES: tuple[str, ...] = ("a handwritten digit {name}", "a picture of the number {name}")
-
-
-def recall_at_k(similarity: torch.Tensor, positives: torch.Tensor, ks: Sequence[int] = RECALL_AT,
-                tie_tolerance: float = 1e-6) -> dict[int, float]:
-    """Recall@K of queries against candidates, expected over random tie-breaking.
-
-    ``similarity (q, c)``; ``positives (q, c)`` bool, True where candidate c is a correct match of
-    query q (each query needs at least one). For a query whose best positive has ``g`` negatives
-    scoring higher and ``t`` negatives tied with it (within ``tie_tolerance``), the best positive's
-    rank is uniform on ``g .. g + t``, so the hit probability at K is ``clamp((K - g) / (t + 1), 0, 1)``
-    (identical captions of different images tie exactly; counting them as misses or as hits would
-    bias the recall).
-    """
-    if similarity.shape != positives.shape:
-        raise ValueError(f"similarity {tuple(similarity.shape)} and positives {tuple(positives.shape)} differ")
-    if not bool(positives.any(dim=1).all()):
-        raise ValueError("every query needs at least one positive candidate")
-    similarity = similarity.double()
-    best_positive = similarity.masked_fill(~positives, float("-inf")).amax(dim=1, keepdim=True)
-    negatives = similarity.masked_fill(positives, float("-inf"))
-    greater = (negatives > best_positive + tie_tolerance).sum(dim=1).double()
-    tied = ((negatives - best_positive).abs() <= tie_tolerance).sum(dim=1).double()
-    return {k: float(((k - greater) / (tied + 1)).clamp(0, 1).mean()) for k in ks}
 
 
 @torch.no_grad()
@@ -87,22 +61,16 @@ def embed_split(model: torch.nn.Module, adapter: Any, policy: Any, split: str, b
 def zero_shot_accuracy(model: torch.nn.Module, policy: Any, image_emb: torch.Tensor, labels: torch.Tensor,
                        class_names: Sequence[str], templates: Sequence[str], device: str) -> float:
     """Accuracy of nearest class-prompt embedding; ``image_emb (N, d)``, ``labels (N,)``."""
+    return zero_shot_scores(image_emb, labels, prompt_embeddings(model, policy, class_names, templates, device))
+
+
+@torch.no_grad()
+def prompt_embeddings(model: torch.nn.Module, policy: Any, class_names: Sequence[str], templates: Sequence[str],
+                      device: str) -> torch.Tensor:
+    """``(m, t, d)`` embeddings of ``template.format(name=...)`` for every class name and template."""
     prompts = [t.format(name=name) for name in class_names for t in templates]
     emb = model.embed(policy.text_batch(prompts, device), use_predictor=False)[:, 0].float().cpu()
-    classes = F.normalize(emb.view(len(class_names), len(templates), -1).mean(dim=1), dim=-1)  # (m, d)
-    predicted = (image_emb @ classes.T).argmax(dim=1)
-    keep = labels >= 0
-    return float((predicted[keep] == labels[keep]).float().mean()) if bool(keep.any()) else float("nan")
-
-
-def retrieval_metrics(image_emb: torch.Tensor, text_emb: torch.Tensor, owner: torch.Tensor) -> dict[str, float]:
-    """``i2t_R@K`` and ``t2i_R@K`` for image embeddings ``(N, d)``, caption embeddings ``(C, d)``
-    and the image index of every caption ``owner (C,)``."""
-    similarity = image_emb @ text_emb.T  # (N, C)
-    positives = owner[None, :] == torch.arange(len(image_emb))[:, None]
-    i2t = recall_at_k(similarity, positives)
-    t2i = recall_at_k(similarity.T, positives.T)
-    return {**{f"i2t_R@{k}": v for k, v in i2t.items()}, **{f"t2i_R@{k}": v for k, v in t2i.items()}}
+    return emb.view(len(class_names), len(templates), -1)
 
 
 def run_retrieval(run_dir: str | Path, *, split: str = "test", batch_size: int | None = None,
@@ -127,10 +95,9 @@ def run_retrieval(run_dir: str | Path, *, split: str = "test", batch_size: int |
         _, model = load_run(run_dir, weights)
         model.eval().to(device)
         image_emb, text_emb, captions, owner = embed_split(model, adapter, policy, split, batch_size, device)
-        rows[label] = retrieval_metrics(image_emb, text_emb, owner)
-        if adapter.class_names:
-            rows[label]["zero_shot_acc"] = zero_shot_accuracy(
-                model, policy, image_emb, labels, adapter.class_names, templates, device)
+        prompts = (prompt_embeddings(model, policy, adapter.class_names, templates, device)
+                   if adapter.class_names else None)
+        rows[label] = get_protocol("retrieval")(image_emb, text_emb, owner, labels=labels, prompt_embeddings=prompts)
         sizes = {"images": len(image_emb), "captions": len(captions)}
     result = {
         "evaluator": "retrieval", "run": str(run_dir), "loss": cfg.loss.name, "k": cfg.views.k,
@@ -151,11 +118,11 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@EVALUATORS.register("retrieval")
-class Retrieval:
+@register_evaluator
+class Retrieval(Evaluator):
     """Image<->text recall@1/5/10 and zero-shot accuracy; trained vs random-init model."""
 
-    kind = "retrieval"
+    name = "retrieval"
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,98 +29,45 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from sklearn.metrics import accuracy_score, balanced_accuracy_score, cohen_kappa_score, confusion_matrix, f1_score
-from threadpoolctl import threadpool_limits
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 
 from ..data.eeg.stages import STAGES
 from ..argtypes import open_fraction, positive_float, positive_int
 from ..train.run_io import atomic_write_json, load_run
-from . import EVALUATORS
+from . import Evaluator, register_evaluator
 from .bandpower import bandpower_features, bandpower_time_bins
 from .handcrafted import handcrafted_per_channel, handcrafted_row
-from .features import combine_views, extract_features
-from .probe import fit_linear_classifier, mean_std
+from . import features as feature_path
+from .features import Combine, FeatureKind, combine_views
+from .protocols import get_protocol
+from .protocols.staging import (C_GRID, COMBINED_ROW, LR_GRID, METRICS, TIME_BINS, capped_shots,
+                                classifier_description, combined_features, missing_class_note, paired_differences,
+                                pool_results, pool_rows, row_normalized, split_validation, stage_mask, warning_note)
 
 DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
-METRICS = ("balanced_accuracy", "kappa", "accuracy", "macro_f1")
-"""Headline first: balanced accuracy and kappa do not reward the class prior."""
 FEATURE_BATCH = 16
 """Windows per feature-extraction batch (x every channel): small batches keep the conv activations
 in cache (width-32 encoder on CPU, one thread: 96 channel-windows per batch ran ~3-4x faster than
 1,536; docs/benchmarks.md)."""
-C_GRID = (0.01, 0.1, 1.0, 10.0)
-"""Logistic-regression C values tuned on validation subjects (every row alike)."""
-LR_GRID = (1e-3, 1e-2)
-"""Learning rates of the paper classifier tuned on validation subjects (every row alike)."""
-VALIDATION_FRACTION = 0.2
-"""Share of the classifier-training subjects held out as validation subjects (at least one)."""
-VALIDATION_PER_CLASS = 100
-"""Windows per class of the (class-balanced) validation set drawn from the validation subjects."""
-TIME_BINS = 4
-"""The paper classifier pools encoder outputs into this many time bins."""
 CROSS_DATASET_TEST_FRACTION = 0.2
 """Share of the other dataset's subjects held out in the cross-dataset protocol (Brüsch et al.: 20 %)."""
 HANDCRAFTED_ROW = "handcrafted"
 """Row of the strong hand-crafted features (eval/handcrafted.py: fine log spectrum, ratios, spectral edges,
 Hjorth, moments, percentiles, within-window variation; per channel, for the paper classifier not time-binned)."""
-COMBINED_ROW = "bandpower+trained"
-"""Row of the band-power features concatenated with the trained encoder's (per window, or per
-channel for the paper classifier)."""
 
 
-def balanced_sample(labels: np.ndarray, per_class: int, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, int]]:
-    """Up to ``per_class`` indices of every class present in ``labels (N,)`` (without replacement).
-
-    Returns the sorted indices and the number actually drawn per class name (capped by availability).
-    """
-    chosen, drawn = [], {}
-    for cls in np.unique(labels[labels >= 0]):
-        pool = np.flatnonzero(labels == cls)
-        take = min(per_class, pool.size)
-        chosen.append(rng.choice(pool, size=take, replace=False))
-        drawn[STAGES[int(cls)]] = int(take)
-    return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64), drawn
 
 
-def shot_draw(y_train: np.ndarray, shots: int, seed: int) -> tuple[np.ndarray, dict[str, int]]:
-    """The training windows :func:`few_shot_protocol` fits on for ``shots`` per class and ``seed``:
-    sorted indices into ``y_train (N,)`` and the count drawn per class. Only these windows need features."""
-    return balanced_sample(y_train, shots, np.random.default_rng([seed, shots]))
 
 
-def staging_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, Any]:
-    """Accuracy, balanced accuracy, macro-F1, Cohen's kappa and per-class F1 (classes in the test set)."""
-    present = sorted(set(np.unique(y_true).tolist()))
-    per_class = f1_score(y_true, y_pred, labels=present, average=None, zero_division=0)
-    with warnings.catch_warnings():  # predicted classes absent from the test set: expected, not news
-        warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
-        balanced = balanced_accuracy_score(y_true, y_pred)
-    return {
-        "accuracy": float(accuracy_score(y_true, y_pred)),
-        "balanced_accuracy": float(balanced),
-        "macro_f1": float(f1_score(y_true, y_pred, labels=present, average="macro", zero_division=0)),
-        "kappa": float(cohen_kappa_score(y_true, y_pred)),
-        "per_class_f1": {STAGES[c]: float(f) for c, f in zip(present, per_class)},
-    }
 
 
-def stage_mask(labels: np.ndarray, stages: list[str] | None) -> np.ndarray:
-    """Boolean ``(N,)``: the windows of ``labels (N,)`` whose stage is in ``stages`` (all when ``None``).
-    ``ValueError`` naming an unknown stage."""
-    if stages is None:
-        return np.ones(labels.shape, dtype=bool)
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        raise ValueError(f"--stages: unknown stage(s) {unknown}; expected some of {list(STAGES)}")
-    return np.isin(labels, [STAGES.index(s) for s in stages])
 
 
 def _windows(dataset: Any, batch_size: int) -> np.ndarray:
@@ -129,109 +76,16 @@ def _windows(dataset: Any, batch_size: int) -> np.ndarray:
     return np.concatenate([batch["x"].numpy() for batch in loader])
 
 
-def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-run metric dicts (one per fold x seed, possibly pooled over pretraining runs) ->
-    ``{metric: {mean, std}, per_class_f1: {stage: {mean, std}}, n_runs}``."""
-    summary: dict[str, Any] = {m: mean_std([r[m] for r in runs]) for m in METRICS}
-    classes = sorted({c for r in runs for c in r["per_class_f1"]}, key=STAGES.index)
-    summary["per_class_f1"] = {c: mean_std([r["per_class_f1"].get(c, 0.0) for r in runs]) for c in classes}
-    summary["n_runs"] = len(runs)
-    return summary
 
 
-def few_shot_protocol(
-    features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
-    shots: tuple[int, ...], seeds: int, C: float | None = 1.0, *, y_val: np.ndarray | None = None,
-    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
-) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
-    """Fit/score a classifier per feature set, ``s`` in ``shots`` and seed (same draws for all sets).
-
-    ``features``: name -> {"train": (N_tr, ...), "test": (N_te, ...)[, "val": (N_va, ...)]}
-    (2-D for ``logreg``, ``(N, C, F)`` for ``paper``). ``C=None`` (``lr=None`` for ``paper``)
-    tunes it on the validation windows (``y_val``, a class-balanced draw of up to
-    ``VALIDATION_PER_CLASS`` per class and seed) by balanced accuracy, for every row alike.
-    Returns results ``[name][str(s)]`` = :func:`summarize_runs` plus the per-seed ``runs`` (each
-    with the ``hyperparameter`` used), the windows drawn per class for every seed
-    (``[str(s)][seed]``), and the test predictions of every set at the largest ``s``, seed 0.
-    """
-    with threadpool_limits(1):  # small BLAS problems: multi-threading only oversubscribes (measured 60x slower)
-        return _few_shot_protocol(features, y_train, y_test, shots, seeds, C, y_val, classifier, lr)
 
 
-def _few_shot_protocol(
-    features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
-    shots: tuple[int, ...], seeds: int, C: float | None, y_val: np.ndarray | None,
-    classifier: Literal["logreg", "paper"], lr: float | None,
-) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
-    grid = ((C,) if C is not None else C_GRID) if classifier == "logreg" else ((lr,) if lr is not None else LR_GRID)
-    if (len(grid) > 1 or classifier == "paper") and (y_val is None or y_val.size == 0):
-        raise ValueError("sleep staging: tuning C / lr and the paper classifier need validation windows")
-    results: dict[str, dict[str, Any]] = {name: {} for name in features}
-    drawn_per_shot: dict[str, list[dict[str, int]]] = {}
-    predictions: dict[str, np.ndarray] = {}
-    for s in shots:
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in features}
-        drawn_per_shot[str(s)] = []
-        for seed in range(seeds):
-            index, drawn = shot_draw(y_train, s, seed)
-            drawn_per_shot[str(s)].append(drawn)
-            val_index = (balanced_sample(y_val, VALIDATION_PER_CLASS, np.random.default_rng([seed, s, 7]))[0]
-                         if y_val is not None and y_val.size else None)
-            for name, split_feats in features.items():
-                predicted, chosen = _fit_predict(classifier, grid, split_feats, index, y_train, val_index, y_val, seed)
-                runs[name].append({**staging_metrics(y_test, predicted), "hyperparameter": chosen})
-                if seed == 0 and s == max(shots):
-                    predictions[name] = predicted
-        for name, seed_runs in runs.items():
-            results[name][str(s)] = {**summarize_runs(seed_runs), "runs": seed_runs}
-    return results, drawn_per_shot, predictions
 
 
-def _fit_predict(classifier: str, grid: tuple[float, ...], feats: dict[str, np.ndarray], index: np.ndarray,
-                 y_train: np.ndarray, val_index: np.ndarray | None, y_val: np.ndarray | None,
-                 seed: int) -> tuple[np.ndarray, float]:
-    """Fit one classifier per grid value on the drawn windows; the best on the validation windows
-    (balanced accuracy; the only one without tuning) predicts the test windows."""
-    from .channel_classifier import fit_channel_classifier
-
-    best: tuple[float, Any, float] | None = None
-    x_val = feats["val"][val_index] if val_index is not None else None
-    yv = y_val[val_index] if val_index is not None and y_val is not None else None
-    for value in grid:
-        if classifier == "paper":
-            model = fit_channel_classifier(feats["train"][index], y_train[index], x_val, yv, lr=value, seed=seed)
-        else:
-            model = fit_linear_classifier(feats["train"][index], y_train[index], C=value, seed=seed)
-        if len(grid) == 1:
-            best = (0.0, model, value)
-            break
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
-            score = balanced_accuracy_score(yv, model.predict(np.nan_to_num(x_val)))
-        if best is None or score > best[0]:
-            best = (score, model, value)
-    assert best is not None
-    return best[1].predict(np.nan_to_num(feats["test"])), float(best[2])
 
 
-def capped_shots(drawn: dict[str, list[dict[str, int]]]) -> list[str]:
-    """The ``s`` columns where some class had fewer than ``s`` windows to draw (in any fold/seed)."""
-    return [s for s, per_seed in drawn.items() if any(n < int(s) for d in per_seed for n in d.values())]
 
 
-def missing_class_note(drawn: dict[str, list[dict[str, int]]], test_labels: list[np.ndarray]) -> str | None:
-    """One line naming the classes present in a test set but absent from the classifier's training
-    windows (their F1 is 0), or None."""
-    present = {STAGES[int(c)] for y in test_labels for c in np.unique(y)}
-    fits, missing = 0, Counter()
-    for per_seed in drawn.values():
-        for d in per_seed:
-            fits += 1
-            missing.update(sorted(present - set(d)))
-    if not missing:
-        return None
-    classes = ", ".join(f"{c} ({n} of {fits} fits)" for c, n in missing.items())
-    return f"training subjects have no windows of {classes}; those fits never predict them (F1 0)"
 
 
 def run_sleep_staging(
@@ -273,10 +127,10 @@ def run_sleep_staging(
     meta: dict[str, list[Any]] = {}
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
-        feats, labels, meta = extract_features(model, adapter, policy, "train", batch_size, device, progress,
-                                               kind=feature_kind)
+        per_window, labels, meta = window_features(model, adapter, policy, "train", batch_size, device,
+                                                   combine=combine, kind=feature_kind, progress=progress)
         features[name] = (time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper"
-                          else combine_views(feats, combine))
+                          else per_window)
     subjects = np.asarray(meta["subject"])
     keep = stage_mask(labels, stages)
     excluded = {STAGES[c]: int(((labels == c) & ~keep).sum()) for c in range(len(STAGES))}
@@ -308,7 +162,9 @@ def run_sleep_staging(
     test_labels: list[np.ndarray] = []
     predictions: dict[str, np.ndarray] = {}
     first_test = np.zeros(0, dtype=bool)
+    confusion = np.zeros((len(STAGES), len(STAGES)), dtype=np.int64)
     validation_subjects: list[list[str]] = []
+    staging = get_protocol("few-shot-staging")
     for fold, (train_subjects, test_subjects) in enumerate(plan["folds"]):
         fit_subjects, val_subjects = (split_validation(train_subjects, plan["split_seed"] + fold) if tune
                                       else (list(train_subjects), []))
@@ -319,21 +175,23 @@ def run_sleep_staging(
         split_feats = {name: {"train": f[train], "test": f[test], "val": f[val]} for name, f in features.items()}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            results, fold_drawn, fold_predictions = few_shot_protocol(
-                split_feats, labels[train], labels[test], shots, seeds, C, y_val=labels[val],
-                classifier=classifier, lr=lr)
+            fits = staging(split_feats, labels[train], labels[test], shots, seeds, C, y_val=labels[val],
+                           classifier=classifier, lr=lr)
         collected += caught
-        fold_results.append(results)
+        fold_results.append(fits["results"])
         test_labels.append(labels[test])
-        for s, per_seed in fold_drawn.items():
+        confusion += np.asarray(fits["confusion"]["trained"], dtype=np.int64)
+        for s, per_seed in fits["drawn_per_class"].items():
             drawn.setdefault(s, []).extend(per_seed)
         if fold == 0:
-            predictions, first_test = fold_predictions, test
+            predictions, first_test = fits["predictions"], test
     pooled = pool_rows(fold_results, list(features), shots)
-    notes = [note for note in [missing_class_note(drawn, test_labels), _warning_note(collected)] if note] + skipped_notes
+    notes = [note for note in [missing_class_note(drawn, test_labels), warning_note(collected)] if note] + skipped_notes
     stem = plan["name"]
+    title = (f"{plan['dataset']}, {classifier_label(classifier, C, lr)}: trained encoder, s={max(shots)}, "
+             f"{len(plan['folds']) * seeds} fits")
     plots = _plots(run_dir, stem, labels[first_test], predictions["trained"],
-                   {k: np.asarray(v)[first_test].tolist() for k, v in meta.items()}, max(shots))
+                   {k: np.asarray(v)[first_test].tolist() for k, v in meta.items()}, max(shots), confusion, title)
     result = {
         "evaluator": "sleep-staging",
         "protocol": plan["protocol"],
@@ -370,90 +228,16 @@ def run_sleep_staging(
     return result
 
 
-def combined_features(bandpower: np.ndarray, trained: np.ndarray) -> np.ndarray:
-    """Band powers next to the trained encoder's features: ``(N, a) + (N, b) -> (N, a + b)`` (logreg),
-    or per channel ``(N, C, a) + (N, C, b) -> (N, C, a + b)`` (paper classifier). A stacked run has
-    fewer encoder views than channels: its per-channel rows cannot be paired (ValueError)."""
-    if bandpower.shape[:-1] != trained.shape[:-1]:
-        raise ValueError(f"{COMBINED_ROW}: band powers {bandpower.shape} and encoder features {trained.shape} "
-                         "do not pair up per channel; pass --no-combined")
-    return np.concatenate([bandpower, trained], axis=-1).astype(np.float32)
 
 
-def paired_differences(table: dict[str, dict[str, Any]], row: str = "trained",
-                       metric: str = "balanced_accuracy") -> dict[str, dict[str, dict[str, float]]]:
-    """``row`` minus every other row on the same fits (same fold, seed and draw): ``{other: {str(s):
-    {mean, std, won, fits}}}`` where ``won`` counts the fits where ``row`` scored higher. Pairing removes
-    the spread that both rows share (which test subjects, which draw), so a gain larger than its std is
-    clear even when the rows' own stds overlap."""
-    if row not in table:
-        return {}
-    paired: dict[str, dict[str, dict[str, float]]] = {}
-    for other, per_shot in table.items():
-        if other == row:
-            continue
-        paired[other] = {}
-        for s, cell in per_shot.items():
-            mine = [fit[metric] for fit in table[row][s]["runs"]]
-            theirs = [fit[metric] for fit in cell["runs"]]
-            if len(mine) != len(theirs):
-                raise ValueError(f"paired differences: {row} has {len(mine)} fits at s={s}, {other} {len(theirs)}")
-            diff = np.asarray(mine) - np.asarray(theirs)
-            paired[other][s] = {**mean_std(diff.tolist()), "won": int((diff > 0).sum()), "fits": int(diff.size)}
-    return paired
 
 
-def pool_rows(parts: list[dict[str, Any]], names: list[str], shots: Any) -> dict[str, dict[str, Any]]:
-    """``[{row: {str(s): {"runs": [...]}}}]`` (folds, or whole runs) -> one table whose every cell
-    summarizes all the parts' fits (:func:`summarize_runs`) and keeps them in ``runs``."""
-    table: dict[str, dict[str, Any]] = {}
-    for name in names:
-        table[name] = {}
-        for s in shots:
-            runs = [fit for part in parts for fit in part[name][str(s)]["runs"]]
-            table[name][str(s)] = {**summarize_runs(runs), "runs": runs}
-    return table
 
 
-def pool_results(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pool the per-fit metrics of several runs' results of one protocol (e.g. pretraining seeds, or
-    pretraining folds) into one result: mean +- std over pretraining runs x folds x seeds."""
-    if len({(r["protocol"], r["dataset"], tuple(r["shots"])) for r in results}) != 1:
-        raise ValueError("--pool-runs: the runs' results differ in protocol, dataset or shots: "
-                         + ", ".join(f"{r['run']} ({r['protocol']}, {r['dataset']}, {r['shots']})" for r in results))
-    pooled = dict(results[0])
-    names = [name for name in results[0]["results"] if all(name in r["results"] for r in results)]
-    pooled["results"] = pool_rows([r["results"] for r in results], names, results[0]["shots"])
-    pooled["paired"] = paired_differences(pooled["results"])
-    pooled["pooled_runs"] = [r["run"] for r in results]
-    pooled["drawn_per_class"] = {s: [d for r in results for d in r["drawn_per_class"][s]] for s in results[0]["drawn_per_class"]}
-    pooled["capped_shots"] = capped_shots(pooled["drawn_per_class"])
-    pooled["notes"] = sorted({note for r in results for note in r["notes"]})
-    pooled["windows"] = {"train": sum(r["windows"]["train"] for r in results),
-                         "test": sum(r["windows"]["test"] for r in results)}
-    return pooled
 
 
-def classifier_description(classifier: str, C: float | None, lr: float | None) -> str:
-    """What the table's classifier was, in one phrase (printed in the header, stored in the JSON)."""
-    if classifier == "paper":
-        rate = f"lr {lr}" if lr is not None else f"lr tuned on validation subjects over {list(LR_GRID)}"
-        return (f"paper: learned channel combination + linear classifier on {TIME_BINS} time bins, AdamW "
-                f"({rate}), early stopping on validation subjects")
-    strength = f"C={C}" if C is not None else f"C tuned on validation subjects over {list(C_GRID)}"
-    return f"standardized logistic regression ({strength})"
 
 
-def split_validation(subjects: list[str], seed: int) -> tuple[list[str], list[str]]:
-    """Classifier-training subjects -> (fit subjects, validation subjects): ``VALIDATION_FRACTION``
-    of them (at least one) drawn with ``seed``; ``ValueError`` when fewer than two subjects."""
-    if len(subjects) < 2:
-        raise ValueError(f"sleep staging: tuning C / lr or the paper classifier needs >= 2 classifier-training "
-                         f"subjects (one for validation), got {list(subjects)}; pass --C (logreg) instead")
-    order = np.random.default_rng(seed).permutation(len(subjects))
-    n_val = min(len(subjects) - 1, max(1, int(round(VALIDATION_FRACTION * len(subjects)))))
-    val = sorted(subjects[i] for i in order[:n_val])
-    return sorted(set(subjects) - set(val)), val
 
 
 @torch.no_grad()
@@ -473,12 +257,6 @@ def time_binned_features(model: Any, adapter: Any, policy: Any, batch_size: int,
     return np.concatenate(out).astype(np.float32)
 
 
-def _warning_note(caught: list[warnings.WarningMessage]) -> str | None:
-    """All warnings raised while fitting/scoring, summarized in one line (or None)."""
-    if not caught:
-        return None
-    kinds = Counter(f"{w.category.__name__}: {str(w.message).splitlines()[0][:80]}" for w in caught)
-    return f"{len(caught)} warnings while fitting: " + "; ".join(f"{n}x {k}" for k, n in kinds.most_common(3))
 
 
 def _resolved(path: str | Path) -> Path:
@@ -596,9 +374,53 @@ def _refuse_pretraining(test_subjects: list[str], pretraining_subjects: list[str
                          "staging must be scored on subjects the encoder never saw")
 
 
+def window_features(model: Any, adapter: Any, policy: Any, split: str, batch_size: int, device: str, *,
+                    rows: np.ndarray | list[int] | None = None, combine: Combine = "concat",
+                    kind: FeatureKind = "encoder", progress: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
+    """Per-window features of ``split`` (only the windows ``rows`` when given): the views' features
+    combined (``(N, k * f)`` concatenated, ``(N, f)`` averaged), labels ``(N,)`` and the windows'
+    meta (subject, recording, window). The one feature path of this evaluator and of ``mvapp tune``'s
+    sleep-staging objective."""
+    dataset = None if rows is None else Subset(adapter.split(split), np.asarray(rows).tolist())
+    feats, labels, meta = feature_path.extract_features(model, adapter, policy, split, batch_size, device, progress,
+                                                        dataset=dataset, kind=kind)
+    return combine_views(feats, combine), labels, meta
+
+
+def classifier_label(classifier: str, C: float | None, lr: float | None) -> str:
+    """The classifier in a few words, for plot titles (``logreg, C tuned``; ``paper classifier, lr 0.01``)."""
+    if classifier == "paper":
+        return f"paper classifier, lr {lr}" if lr is not None else "paper classifier, lr tuned"
+    return f"logreg, C={C}" if C is not None else "logreg, C tuned"
+
+
+def confusion_figure(counts: np.ndarray | list[list[int]], title: str) -> Any:
+    """A matplotlib figure of true x predicted ``counts (5, 5)`` (``STAGES`` order), row-normalized:
+    each cell is the share of the true stage's windows predicted as the column's stage."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    normalized = row_normalized(counts)
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    ax.imshow(normalized, cmap="Blues", vmin=0, vmax=1)
+    for i in range(len(STAGES)):
+        for j in range(len(STAGES)):
+            ax.text(j, i, f"{normalized[i, j]:.2f}", ha="center", va="center",
+                    color="black" if normalized[i, j] < 0.6 else "white")
+    ax.set(xticks=range(len(STAGES)), yticks=range(len(STAGES)), xticklabels=STAGES, yticklabels=STAGES,
+           xlabel="predicted", ylabel="true (rows sum to 1)")
+    ax.set_title(title, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def _plots(run_dir: Path, stem: str, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str, list[Any]],
-           shots: int) -> dict[str, str]:
-    """Confusion matrix (row-normalized) and a true-vs-predicted hypnogram of the longest test night."""
+           shots: int, confusion: np.ndarray, title: str) -> dict[str, str]:
+    """The confusion matrix ``confusion (5, 5)`` (counts pooled over fits, shown row-normalized, titled
+    ``title``) and a true-vs-predicted hypnogram of the longest test night (``y_true`` / ``y_pred``:
+    the first fold's test windows, seed 0)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -606,16 +428,7 @@ def _plots(run_dir: Path, stem: str, y_true: np.ndarray, y_pred: np.ndarray, met
 
     out = run_dir / "plots"
     out.mkdir(parents=True, exist_ok=True)
-    cm = confusion_matrix(y_true, y_pred, labels=list(range(len(STAGES))))
-    normalized = cm / np.maximum(cm.sum(axis=1, keepdims=True), 1)
-    fig, ax = plt.subplots(figsize=(4.5, 4))
-    ax.imshow(normalized, cmap="Blues", vmin=0, vmax=1)
-    for i in range(len(STAGES)):
-        for j in range(len(STAGES)):
-            ax.text(j, i, f"{cm[i, j]}", ha="center", va="center", color="black" if normalized[i, j] < 0.6 else "white")
-    ax.set(xticks=range(len(STAGES)), yticks=range(len(STAGES)), xticklabels=STAGES, yticklabels=STAGES,
-           xlabel="predicted", ylabel="true", title=f"trained encoder, s={shots}, seed 0")
-    fig.tight_layout()
+    fig = confusion_figure(confusion, title)
     confusion_path = out / f"{stem}_confusion.png"
     fig.savefig(confusion_path, dpi=110)
     plt.close(fig)
@@ -677,11 +490,11 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@EVALUATORS.register("sleep-staging")
-class SleepStaging:
+@register_evaluator
+class SleepStaging(Evaluator):
     """Few-shot sleep staging on frozen per-channel EEG features (trained vs random-init vs band power)."""
 
-    kind = "sleep_staging"
+    name = "sleep-staging"
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,13 +1,16 @@
 """Objective of a trial: validation metrics computed inside the training run (``tune-report`` callback).
 
+A metric is a protocol of the registry :data:`multiview_app.eval.protocols.PROTOCOLS` plus its options
+and the score read from its result, fed by the evaluators' own feature path (no second one here).
 Metrics (``tune.metric``) and their direction:
 
-- ``linear_probe.logreg_acc`` / ``linear_probe.knn_acc`` (maximize): linear probe / kNN fitted on
-  ``train`` features, scored on the adapter's ``val`` split (``eval.linear_probe.probe_model``);
-  default for image adapters.
-- ``sleep_staging.<accuracy|balanced_accuracy|macro_f1|kappa>`` (maximize): few-shot sleep staging
-  (``tune.shots`` windows per class, seed 0) fitted on train subjects, scored on the validation
-  subjects (``eval.sleep_staging.few_shot_protocol``); ``balanced_accuracy`` is the EEG default.
+- ``linear_probe.logreg_acc`` / ``linear_probe.knn_acc`` (maximize): the ``linear-probe`` / ``knn``
+  protocols on ``train`` features, scored on the adapter's ``val`` split (features and both scores by
+  the linear-probe evaluator's ``eval.linear_probe.probe_model``); default for image adapters.
+- ``sleep_staging.<accuracy|balanced_accuracy|macro_f1|kappa>`` (maximize): the ``few-shot-staging``
+  protocol (``tune.shots`` windows per class, seed 0, C = 1) fitted on train subjects, scored on the
+  validation subjects (features by the sleep-staging evaluator's ``eval.sleep_staging.window_features``);
+  ``balanced_accuracy`` is the EEG default.
 - ``train_time_s`` (minimize): wall time of the training loop (for multi-objective searches).
 
 The test split is never touched. The callback appends ``{"step", "value"}`` rows (first metric) to
@@ -47,10 +50,19 @@ REPORT_SEED = 0
 
 @dataclass(frozen=True)
 class Metric:
-    """A tune objective: ``direction`` and ``compute(model, state) -> float`` (None: from the run's timing)."""
+    """A tune objective: ``direction``, the ``protocol`` (a name of ``eval.protocols.PROTOCOLS``; None:
+    ``train_time_s``, from the run's timing) and the ``score`` read from its result."""
 
     direction: str
-    compute: Callable[[Any, "MetricState"], float] | None
+    protocol: str | None
+    score: str = ""
+
+    @property
+    def compute(self) -> Callable[[Any, "MetricState"], float] | None:
+        """``compute(model, state) -> float`` on the val split (None for ``train_time_s``)."""
+        if self.protocol is None:
+            return None
+        return lambda model, state: SCORERS[self.protocol](self, model, state)
 
 
 def split_labels(dataset: Any) -> np.ndarray:
@@ -130,52 +142,54 @@ def _device(model: Any) -> str:
     return str(next(model.parameters()).device)
 
 
-def _linear_probe(score: str) -> Callable[[Any, MetricState], float]:
-    def compute(model: Any, state: MetricState) -> float:
-        from ..eval.linear_probe import probe_model
+def _probe_score(metric: Metric, model: Any, state: MetricState) -> float:
+    """``linear-probe`` / ``knn``: the linear-probe evaluator's probe of the val split, whose scores come
+    from those protocols (one probe per evaluation serves both)."""
+    from ..eval.linear_probe import probe_model
 
-        if "linear_probe" not in state.results:  # logreg_acc and knn_acc come from one probe
-            ecfg, tcfg = state.cfg.eval, state.cfg.tune
-            state.results["linear_probe"] = probe_model(
-                model, state.adapter, state.policy, eval_split=VAL_SPLIT, batch_size=ecfg.batch_size, knn_k=ecfg.knn_k,
-                combine=ecfg.combine, max_train_items=tcfg.max_train_items, device=_device(model), progress=False,
-                train_items=state.items("train", tcfg.max_train_items), eval_items=state.items(VAL_SPLIT))
-        return float(state.results["linear_probe"]["scores"][score])
-
-    return compute
+    if "linear_probe" not in state.results:
+        ecfg, tcfg = state.cfg.eval, state.cfg.tune
+        state.results["linear_probe"] = probe_model(
+            model, state.adapter, state.policy, eval_split=VAL_SPLIT, batch_size=ecfg.batch_size, knn_k=ecfg.knn_k,
+            combine=ecfg.combine, max_train_items=tcfg.max_train_items, device=_device(model), progress=False,
+            train_items=state.items("train", tcfg.max_train_items), eval_items=state.items(VAL_SPLIT))
+    return float(state.results["linear_probe"]["scores"][metric.score])
 
 
-def _sleep_staging(score: str) -> Callable[[Any, MetricState], float]:
-    def compute(model: Any, state: MetricState) -> float:
-        from torch.utils.data import Subset
+def _staging_score(metric: Metric, model: Any, state: MetricState) -> float:
+    """``few-shot-staging`` with ``tune.shots`` windows per class, seed 0, C = 1, scored on the val windows.
+    Only the windows the protocol fits on are encoded: it draws every one of them again from these
+    labels (:func:`~multiview_app.eval.protocols.staging.shot_draw`), so the fit and the score are
+    those of the whole train split."""
+    from ..data.eeg.views import staging_views
+    from ..eval.protocols import get_protocol
+    from ..eval.protocols.staging import shot_draw
+    from ..eval.sleep_staging import window_features
 
-        from ..data.eeg.views import staging_views
-        from ..eval.features import combine_views, extract_features
-        from ..eval.sleep_staging import few_shot_protocol, shot_draw
+    if "few-shot-staging" not in state.results:  # every sleep_staging.* score comes from one protocol run
+        policy = staging_views(state.cfg.views, state.adapter)
+        shots = state.cfg.tune.shots
+        drawn, _ = shot_draw(state.labels("train"), shots, seed=0)
+        features, labels = {}, {}
+        for part, split, rows in (("train", "train", drawn), ("test", VAL_SPLIT, state.items(VAL_SPLIT))):
+            features[part], labels[part], _ = window_features(
+                model, state.adapter, policy, split, state.cfg.eval.batch_size, _device(model), rows=rows)
+        fits = get_protocol("few-shot-staging")({"trained": features}, labels["train"], labels["test"], (shots,), seeds=1)
+        state.results["few-shot-staging"] = fits["results"]["trained"][str(shots)]
+    return float(state.results["few-shot-staging"][metric.score]["mean"])
 
-        if "sleep_staging" not in state.results:  # every sleep_staging.* score comes from one protocol run
-            policy = staging_views(state.cfg.views, state.adapter)
-            # only the windows the protocol fits on (seed 0) are encoded: it draws every one of them
-            # again from these labels, so the fit and the score are those of the whole train split
-            drawn, _ = shot_draw(state.labels("train"), state.cfg.tune.shots, seed=0)
-            features, labels = {}, {}
-            for part, split, rows in (("train", "train", drawn), ("test", VAL_SPLIT, state.items(VAL_SPLIT))):
-                dataset = state.adapter.split(split)
-                feats, labels[part], _ = extract_features(
-                    model, state.adapter, policy, split, state.cfg.eval.batch_size, _device(model), progress=False,
-                    dataset=None if rows is None else Subset(dataset, rows.tolist()))
-                features[part] = combine_views(feats, "concat")
-            state.results["sleep_staging"], _, _ = few_shot_protocol(
-                {"trained": features}, labels["train"], labels["test"], (state.cfg.tune.shots,), seeds=1)
-        return float(state.results["sleep_staging"]["trained"][str(state.cfg.tune.shots)][score]["mean"])
 
-    return compute
-
+#: How each protocol a metric names is fed and scored on the val split.
+SCORERS: dict[str, Callable[[Metric, Any, MetricState], float]] = {
+    "linear-probe": _probe_score,
+    "knn": _probe_score,
+    "few-shot-staging": _staging_score,
+}
 
 METRICS: dict[str, Metric] = {
-    "linear_probe.logreg_acc": Metric("maximize", _linear_probe("logreg_acc")),
-    "linear_probe.knn_acc": Metric("maximize", _linear_probe("knn_acc")),
-    **{f"sleep_staging.{m}": Metric("maximize", _sleep_staging(m))
+    "linear_probe.logreg_acc": Metric("maximize", "linear-probe", "logreg_acc"),
+    "linear_probe.knn_acc": Metric("maximize", "knn", "knn_acc"),
+    **{f"sleep_staging.{m}": Metric("maximize", "few-shot-staging", m)
        for m in ("accuracy", "balanced_accuracy", "macro_f1", "kappa")},
     "train_time_s": Metric("minimize", None),
 }

@@ -18,7 +18,11 @@ from typing import Any, Callable
 from ...registry import Registry
 
 #: Modules that register protocols (imported on the registry's first lookup); add new ones here.
-PROTOCOL_MODULES: tuple[str, ...] = ()
+PROTOCOL_MODULES: tuple[str, ...] = (
+    "multiview_app.eval.protocols.probe",
+    "multiview_app.eval.protocols.retrieval",
+    "multiview_app.eval.protocols.staging",
+)
 
 Protocol = Callable[..., dict[str, Any]]
 PROTOCOLS: Registry[Protocol] = Registry("protocol", modules=PROTOCOL_MODULES)

@@ -1,0 +1,43 @@
+"""The :class:`Evaluator` base class: what ``mvapp eval <name>`` needs of an evaluator.
+
+An evaluator is thin: run folder -> features -> a protocol of :mod:`multiview_app.eval.protocols` ->
+``eval/<kind>.json`` (+ plots). Its hooks are declared here, so the CLI reads attributes, never
+``getattr(obj, "x", default)``. The name is declared once (``name = "linear-probe"``); the output
+stem ``kind`` (``linear_probe``) is derived from it unless the class sets its own.
+"""
+from __future__ import annotations
+
+import argparse
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class Evaluator(ABC):
+    """Base class of the evaluators registered in ``EVALUATORS`` (with :func:`register_evaluator`)."""
+
+    #: CLI name (``mvapp eval <name>``) and registry key, e.g. ``linear-probe``.
+    name: ClassVar[str]
+    #: Output stem (``eval/<kind>.json``); derived from ``name`` (``-`` -> ``_``) when not set.
+    kind: ClassVar[str]
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and "kind" not in cls.__dict__:
+            cls.kind = cls.name.replace("-", "_")
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """Add the evaluator's options to its ``mvapp eval <name>`` parser (``--run`` is added for it)."""
+
+    def creates_run(self, args: argparse.Namespace) -> bool:
+        """Whether this invocation trains first and creates ``--run`` (then ``--run`` is an output
+        folder that need not hold a ``config.yaml`` yet). Default: never."""
+        return False
+
+    @abstractmethod
+    def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
+        """Evaluate ``run_dir`` with the parsed options; write ``eval/<kind>.json`` (or the file named
+        by the result's ``output``) and return the result."""
+
+
+__all__ = ["Evaluator"]

@@ -1,0 +1,109 @@
+"""Sleep staging across pretraining runs: a run's stored evaluation reused when its settings match,
+pooling over pretraining seeds x folds x draws, paired differences between losses on the same fits,
+and the Markdown table (scripts/reproduce_m3g_eeg.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..eval.protocols.probe import mean_std
+from ..eval.protocols.staging import pool_results
+from ..eval.sleep_staging import run_sleep_staging
+
+TABLE_METRICS = ("balanced_accuracy", "kappa")
+"""Table metrics: the evaluator's headline (neither rewards the class prior)."""
+REFERENCE_LOSS = "m3g"
+"""The loss the paired differences are taken against."""
+
+
+def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list[int], draws: int) -> dict[str, Any]:
+    """The sleep-staging result of one run (in-domain, or cross-dataset on ``cache``): the stored
+    ``eval/sleep_staging[_sleep-edf].json`` when it holds the same shots, draws, folds and cache,
+    else a fresh evaluation (baselines included, C tuned)."""
+    stem = "sleep_staging_sleep-edf" if cache else "sleep_staging"
+    stored = run_dir / "eval" / f"{stem}.json"
+    if stored.is_file():
+        result = json.loads(stored.read_text())
+        if (result["shots"] == list(shots) and result["seeds"] == draws and len(result["folds"]) == folds
+                and (cache is None or Path(result["cache"]) == cache.resolve())):
+            return result
+    return run_sleep_staging(run_dir, cache=str(cache) if cache else None, folds=folds, shots=tuple(shots),
+                             seeds=draws, baselines=True, progress=False)
+
+
+def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) -> dict[str, float]:
+    """Mean over folds x draws of one run's result: ``{str(s): mean}``."""
+    return {str(s): result["results"][row][str(s)][metric]["mean"] for s in shots}
+
+
+def paired_over_runs(per_seed: dict[str, list[dict[str, Any]]], metric: str, shots: list[int],
+                     reference: str = REFERENCE_LOSS) -> dict[str, Any]:
+    """Per loss != ``reference``: the reference minus that loss over the same pretraining seed, fold
+    and draw (the fits line up: same staging split, same draws); mean +- std over those pairs and the
+    number of pairs where the reference is ahead (``m3g_ahead``)."""
+    out: dict[str, Any] = {}
+    for loss, results in per_seed.items():
+        if loss == reference or reference not in per_seed:
+            continue
+        out[loss] = {}
+        for s in shots:
+            diffs = [a[metric] - b[metric]
+                     for ra, rb in zip(per_seed[reference], results)
+                     for a, b in zip(ra["results"]["trained"][str(s)]["runs"], rb["results"]["trained"][str(s)]["runs"])]
+            out[loss][str(s)] = {**mean_std(diffs), "m3g_ahead": sum(d > 0 for d in diffs), "pairs": len(diffs)}
+    return out
+
+
+def pool_losses(per_seed: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Every loss's runs pooled into one result (mean +- std over pretraining runs x folds x draws)."""
+    return {loss: pool_results(runs) for loss, runs in per_seed.items()}
+
+
+def table_lines(protocol: str, pooled: dict[str, dict[str, Any]], per_seed: dict[str, list[dict[str, Any]]],
+                paired: dict[str, dict[str, Any]], shots: list[int]) -> list[str]:
+    """Markdown: pooled mean +- std (seeds x folds x draws) per loss; std of the per-seed means;
+    paired M3G differences."""
+    cells = " | ".join(f"s={s}" for s in shots)
+    lines = [f"### {protocol}", "",
+             "balanced accuracy / kappa, mean ± std over pretraining seeds x folds x draws "
+             "(in brackets: std of the per-pretraining-seed means, balanced accuracy)", "",
+             f"| loss | encoder | seeds | {cells} |", "|---|---|---|" + "---|" * len(shots)]
+    for loss, result in pooled.items():
+        for row in ("trained", "random_init", "bandpower"):
+            if row == "bandpower" and loss != next(iter(pooled)):
+                continue  # the band-power row does not depend on the run
+            cell = []
+            for s in shots:
+                m = {k: result["results"][row][str(s)][k] for k in TABLE_METRICS}
+                spread = mean_std([seed_means(r, row, "balanced_accuracy", [s])[str(s)] for r in per_seed[loss]])["std"]
+                cell.append(f"{m['balanced_accuracy']['mean']:.3f} ± {m['balanced_accuracy']['std']:.3f} "
+                            f"[{spread:.3f}] / {m['kappa']['mean']:.3f}")
+            name = loss if row != "bandpower" else "(any)"
+            lines.append(f"| {name} | {row} | {len(per_seed[loss])} | " + " | ".join(cell) + " |")
+    if paired:
+        lines += ["", "paired differences M3G - baseline (trained encoder, balanced accuracy; same seed, fold and draw): "
+                  "mean ± std, pairs with M3G ahead", "", f"| baseline | {cells} |", "|---|" + "---|" * len(shots)]
+        for loss, per_s in paired.items():
+            lines.append(f"| {loss} | " + " | ".join(
+                f"{per_s[str(s)]['mean']:+.3f} ± {per_s[str(s)]['std']:.3f} ({per_s[str(s)]['m3g_ahead']}/{per_s[str(s)]['pairs']})"
+                for s in shots) + " |")
+    return lines + [""]
+
+
+def protocol_summary(pooled: dict[str, dict[str, Any]], per_seed: dict[str, list[dict[str, Any]]],
+                     paired: dict[str, Any], shots: list[int]) -> dict[str, Any]:
+    """JSON summary of one protocol: pooled cells (without the per-fit ``runs``), per-seed means of the
+    trained row, paired differences, number of folds."""
+    first = next(iter(pooled))
+    return {
+        "pooled": {loss: {row: {s: {k: v for k, v in cell.items() if k != "runs"} for s, cell in rows.items()}
+                          for row, rows in p["results"].items()} for loss, p in pooled.items()},
+        "per_seed_means": {loss: [seed_means(r, "trained", "balanced_accuracy", shots) for r in runs]
+                           for loss, runs in per_seed.items()},
+        "paired_m3g_minus": paired, "folds": len(pooled[first]["folds"]),
+    }
+
+
+__all__ = ["TABLE_METRICS", "paired_over_runs", "pool_losses", "protocol_summary", "seed_means", "staging_result",
+           "table_lines"]
