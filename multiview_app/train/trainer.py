@@ -683,7 +683,13 @@ class Trainer:
             **self._solver_window(parts.loss_fn, at.step),
         }
         self._diagnostics = {}
-        window["steps"], window["start"], window["data_build_s"] = 0, now, 0.0
+        event = StepEvent(at.step, plan.total_steps, None, accelerator.unwrap_model(parts.step_module).model,
+                          self.run_dir, accelerator.is_main_process)
+        probe_start = time.perf_counter()
+        for callback in self.callbacks:  # e.g. the kNN monitor
+            record.update(callback.on_log_step(event) or {})
+        probe_s = time.perf_counter() - probe_start  # not training time: left out of the next items_per_s
+        window["steps"], window["start"], window["data_build_s"] = 0, now + probe_s, 0.0
         accelerator.log(record, step=at.step)
         if metrics is not None:
             metrics.write(record)

@@ -33,6 +33,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config import Config, ConfigError
+from ..eval.subsets import split_labels
+from ..eval.subsets import stratified_subset as report_subset  # the fixed subset of the intermediate reports
 from ..train.callbacks import TRAIN_CALLBACKS, StepEvent, TrainCallback
 from ..train.run_io import atomic_write_json
 
@@ -41,8 +43,6 @@ RESULT_FILE = "tune_result.json"
 VAL_SPLIT = "val"
 #: Environment variable holding the tune worker's pid: trial processes stop when it is gone.
 WORKER_PID_ENV = "MVAPP_TUNE_WORKER_PID"
-#: Seed of the intermediate reports' item subset (fixed: the same items for every trial).
-REPORT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -51,31 +51,6 @@ class Metric:
 
     direction: str
     compute: Callable[[Any, "MetricState"], float] | None
-
-
-def split_labels(dataset: Any) -> np.ndarray:
-    """``(N,)`` int64 labels of a split (its ``labels`` column when it has one, else read item by item)."""
-    labels = getattr(dataset, "labels", None)
-    if labels is None:
-        labels = [int(dataset[i].get("label", -1)) for i in range(len(dataset))]
-    return np.asarray(labels, dtype=np.int64).reshape(-1)
-
-
-def report_subset(labels: np.ndarray, items: int | None, seed: int = REPORT_SEED) -> np.ndarray | None:
-    """Sorted indices of a class-stratified subset of about ``items`` of the ``n`` labelled items of
-    ``labels (N,)``: class c gets ``max(1, round(items * n_c / n))`` of its ``n_c`` (every class stays
-    represented), unlabelled ``-1`` items are left out. ``None`` (= every item) when ``items`` is None
-    or covers every labelled item. Depends only on the labels and ``seed``: the same for every trial."""
-    labelled = np.flatnonzero(labels >= 0)
-    if items is None or items >= labelled.size:
-        return None
-    rng = np.random.default_rng(seed)
-    chosen = []
-    for cls in np.unique(labels[labelled]):
-        members = np.flatnonzero(labels == cls)
-        take = min(members.size, max(1, int(round(items * members.size / labelled.size))))
-        chosen.append(rng.choice(members, size=take, replace=False))
-    return np.sort(np.concatenate(chosen))
 
 
 class MetricState:
