@@ -13,7 +13,7 @@ update them, dropout off; :func:`~multiview_app.eval.features.eval_mode`) and ea
 restored afterwards; the global random generators are forked, so a run with the monitor trains
 exactly like one without it. Main process only.
 
-Options (``train.callbacks: [{knn-monitor: {every: 200, k: 20, items: 512, bank_items: 2048}}]``)
+Options (``train.callbacks: [{knn-monitor: {every: 200, k: 20, items: 512, bank_items: 1024}}]``)
 are checked by :class:`KnnMonitor.Options`.
 """
 from __future__ import annotations
@@ -60,10 +60,10 @@ class KnnMonitor(TrainCallback):
     class Options(BaseModel):
         model_config = ConfigDict(extra="forbid")
 
-        every: int = Field(100, ge=1, description="probe at the first logged step at or after every N steps (and the last)")
+        every: int = Field(200, ge=1, description="probe at the first logged step at or after every N steps (and the last)")
         k: int = Field(20, ge=1, description="neighbours (capped at the bank size)")
         items: int | None = Field(512, ge=1, description="queries: class-stratified items of the split (None: all)")
-        bank_items: int | None = Field(2048, ge=1, description="memory bank: class-stratified train items (None: all)")
+        bank_items: int | None = Field(1024, ge=1, description="memory bank: class-stratified train items (None: all)")
         split: str = Field("val", description="split scored (a validation split; test splits are refused)")
 
         @field_validator("split")

@@ -705,7 +705,7 @@ class Trainer:
         solves, unconverged = tally.pop_window()
         if unconverged and not self._solver_announced:
             self._solver_announced = True
-            self._report(f"{tally.solver}: {unconverged} of {solves} solves up to step {step} did not converge "
+            self._report(f"{tally.solver}: {tally.unconverged} of {tally.solves} solves up to step {step} did not converge "
                          f"({tally.limits}); their gradients are approximate. Counted per logged step in "
                          "metrics.jsonl (solver/unconverged); totals at the end of the run")
         return {"solver/solves": solves, "solver/unconverged": unconverged}
