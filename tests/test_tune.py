@@ -574,3 +574,20 @@ def test_pareto_front_csv_pruning_note_importance_caveat_and_resolution(tmp_path
     val = build_adapter(cfg.data.adapter, cfg.data.options).split("val")
     n_val = len(val)
     assert f"scored on {n_val} labelled val items: one item = {100 / n_val:.2g} points of accuracy" in text
+
+
+def test_a_trial_with_the_knn_monitor_reports_its_values_for_pruning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiview_app.eval.linear_probe as linear_probe
+    from multiview_app.train.callbacks import StepEvent
+    from multiview_app.tune.objective import REPORTS_FILE, TuneReport
+
+    raw = apply_overrides(_tune_raw(tmp_path, report_every=2), ["train.callbacks=[{knn-monitor: {every: 2}}]"])
+    callback = TuneReport(config_from_dict(raw))
+    assert callback.from_monitor and callback.every == 0
+    encoded = _spy_extractions(monkeypatch, linear_probe)
+    for step, record in ((1, {"loss": 1.0}), (2, {"loss": 1.0, "knn/acc": 0.25}), (3, None), (4, {"knn/acc": 0.5})):
+        if step < 4:  # the last step is the objective (full val split): not part of this test
+            callback.on_step_end(StepEvent(step, 4, record, None, tmp_path, True))
+    rows = [json.loads(line) for line in (tmp_path / REPORTS_FILE).read_text().splitlines()]
+    assert rows == [{"step": 2, "value": 0.25}] and encoded == []  # the monitor's value, no evaluation of our own
+    assert not TuneReport(config_from_dict(_tune_raw(tmp_path, report_every=2))).from_monitor

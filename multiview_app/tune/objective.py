@@ -12,7 +12,8 @@ Metrics (``tune.metric``) and their direction:
 
 The test split is never touched. The callback appends ``{"step", "value"}`` rows (first metric) to
 ``<run>/tune_reports.jsonl`` every ``tune.report_every`` steps before the last (intermediate values,
-used only for pruning) and writes ``<run>/tune_result.json`` with every metric at the last step (the
+used only for pruning; a trial with the ``knn-monitor`` callback reports the monitor's ``knn/acc``
+values instead, at the monitor's cadence) and writes ``<run>/tune_result.json`` with every metric at the last step (the
 objective); the tune worker reads both (``tune.runner``).
 
 Intermediate values are scored on a fixed subset (``tune.report_items``, :func:`report_subset`): about
@@ -33,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config import Config, ConfigError
+from ..eval.knn_monitor import ACC_KEY as KNN_ACC_KEY
 from ..eval.subsets import split_labels
 from ..eval.subsets import stratified_subset as report_subset  # the fixed subset of the intermediate reports
 from ..train.callbacks import TRAIN_CALLBACKS, StepEvent, TrainCallback
@@ -206,6 +208,10 @@ class TuneReport(TrainCallback):
         self.cfg = cfg
         self.metrics = objective_metrics(cfg)
         self.every = cfg.tune.report_every if len(self.metrics) == 1 else 0  # no pruning for multi-objective
+        # a trial that runs the kNN monitor reports its knn/acc values instead (no evaluation of our own)
+        self.from_monitor = bool(self.every) and "knn-monitor" in [name for name, _ in cfg.train.named_callbacks]
+        if self.from_monitor:
+            self.every = 0
         self.worker_pid = int(os.environ.get(WORKER_PID_ENV, "0") or 0)
         self.state: MetricState | None = None
         self.started = time.perf_counter()
@@ -225,6 +231,9 @@ class TuneReport(TrainCallback):
         if self.worker_pid and not pid_alive(self.worker_pid):
             raise SystemExit(f"tune worker {self.worker_pid} is gone; stopping trial {event.run_dir}")
         last = event.step == event.total_steps
+        if self.from_monitor and event.is_main_process and not last and KNN_ACC_KEY in (event.record or {}):
+            with open(event.run_dir / REPORTS_FILE, "a") as reports:
+                reports.write(json.dumps({"step": event.step, "value": event.record[KNN_ACC_KEY]}) + "\n")
         if not event.is_main_process or not (last or (self.every and event.step % self.every == 0)):
             return
         began = time.perf_counter()
