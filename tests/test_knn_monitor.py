@@ -127,3 +127,11 @@ def test_knn_accuracy_matches_a_numpy_knn() -> None:
     expected = float((_numpy_knn(bank_x, bank_y, query_x, 7) == query_y).mean())
     assert knn_accuracy(bank_x, bank_y, query_x, query_y, k=7) == pytest.approx(expected)
     assert 0.3 < expected < 1.0  # a problem where neighbours matter, not a trivial one
+
+
+def test_cadence_continues_after_a_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monitor = KnnMonitor(tiny_config(tmp_path, overrides=VAL), every=200)
+    monkeypatch.setattr(monitor, "probe", lambda model: 0.5)
+    probed = [step for step in range(260, 801, 10)  # a run resumed at step 250, logging every 10 steps of 800
+              if monitor.on_log_step(StepEvent(step, 800, None, None, tmp_path, True)) is not None]
+    assert probed == [400, 600, 800]

@@ -77,7 +77,7 @@ class KnnMonitor(TrainCallback):
     def __init__(self, cfg: Config, **options: Any) -> None:
         self.options = self.Options(**options)
         self.cfg = cfg
-        self.next_due = self.options.every
+        self.next_due: int | None = None  # the next multiple of ``every`` (set at the first logged step: resumes)
         self.history: list[dict[str, float]] = []
         self._data: dict[str, Any] | None = None
 
@@ -127,11 +127,13 @@ class KnnMonitor(TrainCallback):
             self._prepare()  # a missing split fails at the first step, not at the first probe
 
     def on_log_step(self, event: StepEvent) -> dict[str, float] | None:
+        every = self.options.every
+        if self.next_due is None:  # a resumed run continues the cadence instead of probing at once
+            self.next_due = -(-event.step // every) * every
         last = event.step == event.total_steps
         if not event.is_main_process or not (last or event.step >= self.next_due):
             return None
-        while self.next_due <= event.step:
-            self.next_due += self.options.every
+        self.next_due = (event.step // every + 1) * every
         began = time.perf_counter()
         accuracy = self.probe(event.model)
         values = {ACC_KEY: accuracy, TIME_KEY: time.perf_counter() - began}
