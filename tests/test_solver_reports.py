@@ -66,3 +66,24 @@ def test_converged_training_says_nothing(tmp_path: Path) -> None:
     result = train(cfg)
     assert not [n for n in result.notes if "M3G" in n]
     assert all(r["solver/unconverged"] == 0 for r in read_metrics(result.run_dir / "metrics.jsonl"))
+
+
+def test_mveb_blockwise_solves_are_counted_and_quiet_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiview_app.losses.mveb as mveb
+
+    real = mveb.conjugate_gradient
+    monkeypatch.setattr(mveb, "NYSTROM_RANK", 1)
+    monkeypatch.setattr(mveb, "conjugate_gradient", lambda op, b, rtol, max_iter, pre: real(op, b, rtol, 1, pre))
+    z = torch.randn(12, 3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    dense = build_loss("mveb", chunked=False)
+    dense(z)
+    assert dense.solver_tally is None  # a direct solve: nothing to count
+    loss = build_loss("mveb", chunked=True)
+    with pytest.warns(RuntimeWarning, match="mveb: blockwise Stein solve stopped after 1 conjugate-gradient steps"):
+        loss(z)
+    loss.quiet_solver = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        loss(z)
+    assert (loss.solver_tally.solves, loss.solver_tally.unconverged) == (6, 6)  # one solve per view and call
+    assert loss.solver_tally.summary().startswith("MVEB blockwise Stein solve: 6 of 6 solves did not converge")
