@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _take_overrides(parser, args, extra)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("mvapp: interrupted", file=sys.stderr)
+        print("mvapp: error: interrupted", file=sys.stderr)  # the wording of an interrupted training too
         return 130
     except SystemExit:
         raise

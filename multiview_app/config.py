@@ -116,9 +116,24 @@ class TrainConfig(_Strict):
     diagnostics: bool = Field(
         True, description="every log_every steps: RankMe, alignment/uniformity, ESS, PVC bound, grad norm (train/diagnostics.py)"
     )
-    callbacks: list[str] = Field(
-        default_factory=list, description="training callbacks by name (train/callbacks.py TRAIN_CALLBACKS)"
+    callbacks: list[str | dict[str, dict[str, Any]]] = Field(
+        default_factory=list, description="training callbacks by name (train/callbacks.py TRAIN_CALLBACKS); "
+        "an entry {name: {option: value}} passes options (e.g. {knn-monitor: {every: 200}})"
     )
+
+    @field_validator("callbacks")
+    @classmethod
+    def _one_name_per_entry(cls, callbacks: list[Any]) -> list[Any]:
+        for entry in callbacks:
+            if isinstance(entry, dict) and len(entry) != 1:
+                raise ValueError(f"an entry with options is one name and its options, e.g. "
+                                 f"{{knn-monitor: {{every: 200}}}}; got {entry}")
+        return callbacks
+
+    @property
+    def named_callbacks(self) -> list[tuple[str, dict[str, Any]]]:
+        """``callbacks`` as ``(name, options)`` pairs (options ``{}`` for a plain name)."""
+        return [(entry, {}) if isinstance(entry, str) else next(iter(entry.items())) for entry in self.callbacks]
 
     @model_validator(mode="after")
     def _has_length(self) -> "TrainConfig":

@@ -104,12 +104,19 @@ def _check_model_options(cfg: Config) -> None:
 def _check_callbacks(cfg: Config) -> None:
     from .plugins import TRAIN_CALLBACKS
 
-    unknown = [name for name in cfg.train.callbacks if name not in TRAIN_CALLBACKS]
+    unknown = [name for name, _ in cfg.train.named_callbacks if name not in TRAIN_CALLBACKS]
     if unknown:
         raise ConfigError(
             f"train.callbacks: unknown callback(s) {', '.join(map(repr, unknown))}; "
             f"available: {', '.join(TRAIN_CALLBACKS.names())}"
         )
+    for name, options in cfg.train.named_callbacks:
+        # a callback class may declare an ``Options`` model; a plain function takes no options
+        options_cls = getattr(TRAIN_CALLBACKS.get(name), "Options", None)
+        if options_cls is not None:
+            validate_options(options_cls, options, f"train.callbacks.{name}", SECTION_KEYS, ConfigError)
+        elif options:
+            raise ConfigError(f"train.callbacks.{name}: this callback takes no options, got {options}")
 
 
 def component_options_model(where: str, name: Any) -> type[BaseModel] | None:

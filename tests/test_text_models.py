@@ -199,6 +199,30 @@ def test_recall_at_k_against_brute_force_ranking() -> None:
     assert tied == pytest.approx({1: 1 / 3, 2: 2 / 3, 3: 1.0})
 
 
+def test_chance_levels_are_the_expected_recall_of_a_random_ranking() -> None:
+    import math
+
+    from multiview_app.eval.retrieval import chance_levels, format_table
+
+    owner = torch.tensor([0, 0, 1, 2, 3, 3, 3, 4, 5, 6, 6, 1])  # 7 images, 12 captions
+    chance = chance_levels(owner, 7, n_classes=4)
+    own = torch.bincount(owner).tolist()
+    for k in (1, 5, 10):  # hypergeometric: no own caption among K of 12 drawn at random
+        i2t = sum(1 - math.comb(12 - c, k) / math.comb(12, k) for c in own) / 7
+        assert chance[f"i2t_R@{k}"] == pytest.approx(i2t) and chance[f"t2i_R@{k}"] == pytest.approx(min(k, 7) / 7)
+    assert chance["zero_shot_acc"] == 0.25
+    # the scorer itself on random similarities averages to the same numbers
+    generator = torch.Generator().manual_seed(0)
+    draws = [retrieval_metrics(*(F.normalize(torch.randn(n, 4, generator=generator), dim=-1) for n in (7, 12)), owner)
+             for _ in range(400)]
+    for key in ("i2t_R@1", "i2t_R@5", "t2i_R@1", "t2i_R@5"):
+        assert sum(d[key] for d in draws) / len(draws) == pytest.approx(chance[key], abs=0.03)
+    table = format_table({"split": "test", "images": 7, "captions": 12, "chance": chance,
+                          "results": {"trained": {**draws[0], "zero_shot_acc": 0.5}}})
+    assert table.startswith("| model | i2t_R@1") and "| chance (random ranking) | 0.143 |" in table
+    assert "test split: 7 images, 12 captions" in table
+
+
 # ----------------------------------------------------------------------------- tiny end-to-end run
 def _pair_config(tmp_path: Path, name: str, folder: Path, **train: object):
     return tiny_config(
@@ -238,6 +262,7 @@ def test_image_text_run_resumes_exactly_and_evaluates_retrieval(tmp_path: Path) 
     for row in result["results"].values():
         assert 0.0 <= row["i2t_R@1"] <= row["i2t_R@5"] <= row["i2t_R@10"] <= 1.0 and 0.0 <= row["zero_shot_acc"] <= 1.0
     assert (full.run_dir / "eval" / "retrieval.md").read_text().startswith("| model | i2t_R@1")
+    assert result["chance"]["t2i_R@1"] == pytest.approx(1 / 19) and result["chance"]["zero_shot_acc"] == pytest.approx(0.1)
 
 
 def test_retrieval_refuses_single_modality_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

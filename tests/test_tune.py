@@ -346,8 +346,8 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path,
     assert (best_run / "model.safetensors").is_file() and (best_run / "curves.png").is_file()
     table = (folder / "trials.csv").read_text().splitlines()
     assert len(table) == 5 and "params_loss.tau" in table[0]
-    assert sorted(p.name for p in (folder / "plots").glob("*.png")) == [
-        "optimization_history.png", "parallel_coordinates.png", "param_importances.png"]
+    assert sorted(p.name for p in (folder / "plots").glob("*.png")) == [  # no parallel coordinates (report.py)
+        "optimization_history.png", "param_importances.png"]
 
 
 def _assert_two_workers(storage: Any, study_name: str, finished: list[int], expect_fail: bool) -> None:
@@ -536,3 +536,58 @@ def test_multi_objective_uses_nsga2_without_pruning_and_reports_the_pareto_front
     assert [b["number"] for b in report["best"]] == [1, 0]  # Pareto front, best accuracy first
     assert load_config(tmp_path / "out" / "best_config.yaml").loss.params["tau"] == pytest.approx(0.1)
     assert (tmp_path / "out" / "pareto_trial_0.yaml").is_file() and "pareto_front" in report["plots"]
+
+
+def test_pareto_front_csv_pruning_note_importance_caveat_and_resolution(tmp_path: Path) -> None:
+    import csv
+
+    from multiview_app.data.adapters import build_adapter
+    from multiview_app.tune.report import IMPORTANCE_MIN_TRIALS, format_report, write_report
+    from multiview_app.tune.space import optuna_distributions
+    from multiview_app.tune.study import pruning_note
+
+    raw = {**_tune_raw(tmp_path), "output": {"runs_dir": str(tmp_path), "name": "m"}}
+    raw["tune"].update(metric=["linear_probe.logreg_acc", "train_time_s"], pruner="median", report_every=5)
+    cfg = config_from_dict(raw)
+    note = pruning_note(cfg)
+    assert note and "Optuna cannot prune multi-objective studies" in note and "tune.pruner=median" in note
+    assert pruning_note(config_from_dict(_tune_raw(tmp_path))) is None  # single objective: pruning works
+    assert pruning_note(config_from_dict(apply_overrides(raw, ["tune.pruner=none", "tune.report_every=0"]))) is None
+    study = open_study(cfg, "pareto")
+    dists = optuna_distributions(resolve_space(cfg))
+    points = [(0.2, 16, 0.80, 10.0), (0.1, 16, 0.90, 20.0), (0.3, 1, 0.70, 30.0), (0.4, 1, 0.95, 40.0)]
+    for tau, features, acc, seconds in points:
+        study.add_trial(optuna.create_trial(params={"loss.tau": tau, "model.encoders.image.num_features": features},
+                                            distributions=dists, values=[acc, seconds]))
+    report = write_report(study, tmp_path / "out")
+    with open(tmp_path / "out" / "pareto_front.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["number"]) for r in rows] == [3, 1, 0]  # trial 2 is dominated; best accuracy first
+    assert {k for k in rows[0]} == {"number", "linear_probe.logreg_acc", "train_time_s", "loss.tau",
+                                    "model.encoders.image.num_features", "run_dir"}
+    assert float(rows[0]["linear_probe.logreg_acc"]) == 0.95 and float(rows[0]["train_time_s"]) == 40.0
+    assert "pareto_front" in report["plots"] and "parallel_coordinates" not in report["plots"]
+    text = format_report(report)
+    assert "Pareto front (3 trials):" in text
+    assert f"note: parameter importances from 4 complete trial(s) are indicative only" in text
+    assert f">= {IMPORTANCE_MIN_TRIALS} trials" in text
+    val = build_adapter(cfg.data.adapter, cfg.data.options).split("val")
+    n_val = len(val)
+    assert f"scored on {n_val} labelled val items: one item = {100 / n_val:.2g} points of accuracy" in text
+
+
+def test_a_trial_with_the_knn_monitor_reports_its_values_for_pruning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiview_app.eval.linear_probe as linear_probe
+    from multiview_app.train.callbacks import StepEvent
+    from multiview_app.tune.objective import REPORTS_FILE, TuneReport
+
+    raw = apply_overrides(_tune_raw(tmp_path, report_every=2), ["train.callbacks=[{knn-monitor: {every: 2}}]"])
+    callback = TuneReport(config_from_dict(raw))
+    assert callback.from_monitor and callback.every == 0
+    encoded = _spy_extractions(monkeypatch, linear_probe)
+    for step, record in ((1, {"loss": 1.0}), (2, {"loss": 1.0, "knn/acc": 0.25}), (3, None), (4, {"knn/acc": 0.5})):
+        if step < 4:  # the last step is the objective (full val split): not part of this test
+            callback.on_step_end(StepEvent(step, 4, record, None, tmp_path, True))
+    rows = [json.loads(line) for line in (tmp_path / REPORTS_FILE).read_text().splitlines()]
+    assert rows == [{"step": 2, "value": 0.25}] and encoded == []  # the monitor's value, no evaluation of our own
+    assert not TuneReport(config_from_dict(_tune_raw(tmp_path, report_every=2))).from_monitor

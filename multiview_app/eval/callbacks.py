@@ -7,6 +7,7 @@ from typing import Any
 
 from ..config import Config
 from ..train.callbacks import TRAIN_CALLBACKS, TrainCallback
+from . import knn_monitor  # noqa: F401 - registers "knn-monitor"
 
 
 @TRAIN_CALLBACKS.register("linear-probe")

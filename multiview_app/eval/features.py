@@ -41,6 +41,20 @@ def torch_threads(count: int | None) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """The block runs with every submodule of ``model`` in eval mode (norm layers use and keep their
+    running statistics, dropout is off); afterwards each submodule gets back its own mode (a
+    submodule that was in eval mode inside a training model stays so, unlike ``model.train()``)."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
 @dataclass
 class FeatureBatch:
     """Features of n items: ``features (n, k, f)`` float32, ``labels (n,)`` int64 (-1 when
@@ -71,7 +85,7 @@ def iter_feature_batches(
 ) -> Iterator[FeatureBatch]:
     """Stream the items of ``dataset`` (in order) through ``policy.eval_views`` and the model (eval mode).
 
-    The model's train/eval mode is restored when the iterator finishes or is closed.
+    Every submodule's train/eval mode is restored when the iterator finishes or is closed (:func:`eval_mode`).
     """
     from tqdm.auto import tqdm
 
@@ -82,9 +96,7 @@ def iter_feature_batches(
                          "split, or read the shards with stream: false")
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=default_collate,
                         num_workers=num_workers)
-    was_training = model.training
-    model.eval().to(device)
-    try:
+    with eval_mode(model.to(device)):
         for raw in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):
             batch = policy.eval_views(to_device(raw, torch.device(device)))
             n = batch.n
@@ -93,8 +105,6 @@ def iter_feature_batches(
                     for key, column in batch.meta.items()}
             yield FeatureBatch(model_outputs(model, batch, kind).float().cpu().numpy(), labels.astype(np.int64),
                                meta, list(batch.view_names), list(batch.modalities))
-    finally:
-        model.train(was_training)
 
 
 def extract_features(

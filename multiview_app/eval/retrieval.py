@@ -73,6 +73,24 @@ def prompt_embeddings(model: torch.nn.Module, policy: Any, class_names: Sequence
     return emb.view(len(class_names), len(templates), -1)
 
 
+def chance_levels(owner: torch.Tensor, n_images: int, n_classes: int = 0, ks: Sequence[int] = RECALL_AT) -> dict[str, float]:
+    """Expected scores of a random ranking (and of a random class), the row every result is read
+    against: image -> text R@K = mean over images of ``1 - prod_{j<K} (C - c_i - j) / (C - j)`` (c_i own
+    captions of C); text -> image R@K = ``min(K, N) / N`` (one own image of N); zero-shot ``1 / classes``."""
+    n_captions = len(owner)
+    own = torch.bincount(owner, minlength=n_images).double()  # (N,) captions per image
+    chance: dict[str, float] = {}
+    for k in ks:
+        miss = torch.ones(n_images, dtype=torch.float64)
+        for j in range(min(k, n_captions)):
+            miss *= ((n_captions - own - j) / (n_captions - j)).clamp_min(0.0)
+        chance[f"i2t_R@{k}"] = float((1.0 - miss).mean())
+    chance.update({f"t2i_R@{k}": min(k, n_images) / n_images for k in ks})
+    if n_classes:
+        chance["zero_shot_acc"] = 1.0 / n_classes
+    return chance
+
+
 def run_retrieval(run_dir: str | Path, *, split: str = "test", batch_size: int | None = None,
                   templates: Sequence[str] = DEFAULT_TEMPLATES, device: str = "cpu") -> dict[str, Any]:
     """Evaluate ``run_dir`` (trained and random-init model); write ``eval/retrieval.{json,md}``."""
@@ -99,10 +117,12 @@ def run_retrieval(run_dir: str | Path, *, split: str = "test", batch_size: int |
                    if adapter.class_names else None)
         rows[label] = get_protocol("retrieval")(image_emb, text_emb, owner, labels=labels, prompt_embeddings=prompts)
         sizes = {"images": len(image_emb), "captions": len(captions)}
+        chance = chance_levels(owner, len(image_emb), len(adapter.class_names or ()))
     result = {
         "evaluator": "retrieval", "run": str(run_dir), "loss": cfg.loss.name, "k": cfg.views.k,
         "text_views": policy.text_views, "split": split, **sizes,
         "truncated_captions": policy.tokenizer.truncated, "templates": list(templates), "results": rows,
+        "chance": chance,
     }
     atomic_write_json(run_dir / "eval" / "retrieval.json", result)
     atomic_write_text(run_dir / "eval" / "retrieval.md", format_table(result) + "\n")
@@ -110,11 +130,18 @@ def run_retrieval(run_dir: str | Path, *, split: str = "test", batch_size: int |
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """Markdown table of a retrieval result (one row per model)."""
+    """Markdown table of a retrieval result (one row per model, then chance), and a line naming the
+    split and its size."""
     metrics = list(next(iter(result["results"].values())))
+    rows = dict(result["results"])
+    if "chance" in result:
+        rows["chance (random ranking)"] = result["chance"]
     lines = ["| model | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
-    for name, scores in result["results"].items():
-        lines.append(f"| {name} | " + " | ".join(f"{scores[m]:.3f}" for m in metrics) + " |")
+    for name, scores in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{scores[m]:.3f}" if m in scores else "" for m in metrics) + " |")
+    if "images" in result:
+        lines.append(f"\n{result['split']} split: {result['images']} images, {result['captions']} captions "
+                     "(every caption of the split ranked for each image, every image for each caption)")
     return "\n".join(lines)
 
 
@@ -142,4 +169,4 @@ class Retrieval(Evaluator):
         return result
 
 
-__all__ = ["RECALL_AT", "Retrieval", "recall_at_k", "retrieval_metrics", "run_retrieval", "zero_shot_accuracy"]
+__all__ = ["RECALL_AT", "Retrieval", "chance_levels", "recall_at_k", "retrieval_metrics", "run_retrieval", "zero_shot_accuracy"]

@@ -9,6 +9,7 @@ as 0-d tensors until then, so a loss call need not read the device).
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -132,6 +133,45 @@ def normalize(z: torch.Tensor) -> torch.Tensor:
     return _Normalize.apply(z, 1e-12 if z.dtype == torch.float64 else 1e-6)
 
 
+@dataclass
+class SolverTally:
+    """Convergence counts of an iterative solver inside a loss (``solver``: what it is, ``limits``:
+    its stopping rule, e.g. ``"max_iter 300, tol 0.001"``) since the last :meth:`pop_window`
+    (``window_*``) and since the tally began (``solves``, ``unconverged``, ``worst_error``: the
+    largest stopping-rule error of an unconverged solve). Plain Python numbers: the solvers that
+    fill it already read their stopping rule on the host."""
+
+    solver: str
+    limits: str
+    solves: int = 0
+    unconverged: int = 0
+    worst_error: float = 0.0
+    window_solves: int = 0
+    window_unconverged: int = 0
+
+    def add(self, converged: bool, error: float) -> None:
+        """Count one solve (``error``: its stopping-rule error)."""
+        self.solves += 1
+        self.window_solves += 1
+        if not converged:
+            self.unconverged += 1
+            self.window_unconverged += 1
+            self.worst_error = max(self.worst_error, float(error))
+
+    def pop_window(self) -> tuple[int, int]:
+        """``(solves, unconverged)`` since the last call, then restart the window."""
+        out = (self.window_solves, self.window_unconverged)
+        self.window_solves = self.window_unconverged = 0
+        return out
+
+    def summary(self) -> str | None:
+        """``"<solver>: 37 of 840 solves did not converge (<limits>; worst error 0.012)"`` (None: all converged)."""
+        if not self.unconverged:
+            return None
+        return (f"{self.solver}: {self.unconverged} of {self.solves} solves did not converge ({self.limits}; "
+                f"worst error {self.worst_error:.3g})")
+
+
 class MultiViewLoss(SignatureOptions, nn.Module):
     """Base of every loss head: ``forward(z (n, k, d)) -> 0-d tensor``.
 
@@ -157,6 +197,11 @@ class MultiViewLoss(SignatureOptions, nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.last_stats: LazyStats = LazyStats()
+        #: convergence counts of the loss's iterative solver (None: the loss has none)
+        self.solver_tally: SolverTally | None = None
+        #: True: solver non-convergence is only counted in ``solver_tally`` (the trainer reports it
+        #: through the run's logger); False: also a ``RuntimeWarning`` (once per module)
+        self.quiet_solver = False
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:  # noqa: D401
         """Loss of embeddings ``z`` of shape ``(n, k, d)``; returns a 0-d tensor."""

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from . import LOSSES
-from .base import LazyStats, MultiViewLoss, check_embeddings, check_positive, nonfinite_count, normalize
+from .base import LazyStats, MultiViewLoss, SolverTally, check_embeddings, check_positive, nonfinite_count, normalize
 from .m3g_fast import fused_three_view
 from .sinkhorn import (
     SOLVER_LOOPS,
@@ -318,8 +318,9 @@ class M3GLoss(MultiViewLoss):
 
     ``epsilon``: entropic regularization; ``cost``: ``"cv"`` (Alg. 2, factorized solver) or
     ``"csd"`` (Eq. 13, dense solver); ``tol``: stop when ``sum_l ||m_l(P) - 1/n||_1 < tol``;
-    ``max_iter``: sweep limit. Non-convergence sets ``last_stats["converged"] = 0`` and warns once
-    per module instance.
+    ``max_iter``: sweep limit. Non-convergence sets ``last_stats["converged"] = 0``, is counted in
+    ``solver_tally`` and warns once per module instance (not when ``quiet_solver``: the trainer
+    reports the counts through the run's logger instead).
 
     ``warm_start``: start MM-Sinkhorn from the potentials of the previous call with the same
     ``(n, k)`` (else from zeros). The stopping rule is unchanged (and also checked before the first
@@ -374,6 +375,7 @@ class M3GLoss(MultiViewLoss):
                 RuntimeWarning,
                 stacklevel=2,
             )
+        self.solver_tally = SolverTally("M3G MM-Sinkhorn", f"max_iter {self.max_iter}, tol {self.tol:g}, epsilon {self.epsilon:g}")
         self._loop_hints: dict[tuple[int, int], LoopHints] = {}  # device loop: block sizes per (n, k)
         self.potentials: torch.Tensor | None = None  # (k, n) log-potentials of the last call (warm start)
         self._warned = False
@@ -440,7 +442,10 @@ class M3GLoss(MultiViewLoss):
         stats["warm_started"] = float(warm_started)
         if self.warm_start and (finite if finite is not None else bool(torch.isfinite(potentials).all())):
             self.potentials = _center(potentials.detach())
-        if not stats["converged"] and not self._warned:
+        converged = bool(stats["converged"])
+        if self.solver_tally is not None:
+            self.solver_tally.add(converged, stats["marginal_error"])
+        if not converged and not self._warned and not self.quiet_solver:
             self._warned = True
             warnings.warn(
                 f"m3g: MM-Sinkhorn did not converge in {self.max_iter} iterations (marginal error "

@@ -37,7 +37,7 @@ from typing import Callable, Iterator
 import torch
 
 from . import LOSSES
-from .base import MultiViewLoss, check_chunked, check_positive
+from .base import MultiViewLoss, SolverTally, check_chunked, check_positive
 from .contrastive import block_rows, use_blockwise
 
 MIN_BANDWIDTH = 0.1
@@ -259,14 +259,16 @@ def conjugate_gradient(apply: Callable[[torch.Tensor], torch.Tensor], rhs: torch
 
 @torch.no_grad()
 def stein_score_blockwise(z: torch.Tensor, eta: float, *, rows: int | None = None, rtol: float = CG_RTOL,
-                          max_iter: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                          max_iter: int | None = None, tally: SolverTally | None = None,
+                          warn: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`stein_score` without ``(n, n)`` matrices: ``z`` ``(..., n, d)`` unit rows ->
     ``(S (..., n, d), bandwidth (...))``, one batch (view) at a time, in float64.
 
     Bandwidth by :func:`blockwise_bandwidth`; ``(K + eta I) S = -G`` by :func:`conjugate_gradient`
     with blockwise products :func:`kernel_matmul`, preconditioned by a rank ``min(n, NYSTROM_RANK)``
     :func:`nystrom_preconditioner` (``rtol`` relative residual per column, at most ``max_iter``
-    products, default ``2 n + 10``; a ``RuntimeWarning`` names the residual if it was not reached).
+    products, default ``2 n + 10``; a ``RuntimeWarning`` names the residual if it was not reached, unless
+    ``warn`` is false; every solve is counted in ``tally`` when given).
     ``rows``: kernel rows per block (default :func:`~multiview_app.losses.contrastive.block_rows`).
     """
     lead, (n, d) = z.shape[:-2], z.shape[-2:]
@@ -281,7 +283,10 @@ def stein_score_blockwise(z: torch.Tensor, eta: float, *, rows: int | None = Non
         precondition = nystrom_preconditioner(apply_kernel, x, min(n, NYSTROM_RANK), eta)
         solution, iterations, residual = conjugate_gradient(
             lambda v: apply_kernel(v).add_(v, alpha=eta), -g, rtol, max_iter or 2 * n + 10, precondition)
-        if not residual <= rtol:  # also NaN
+        converged = bool(residual <= rtol)  # False for NaN too
+        if tally is not None:
+            tally.add(converged, residual)
+        if not converged and warn:
             warnings.warn(f"mveb: blockwise Stein solve stopped after {iterations} conjugate-gradient steps at "
                           f"relative residual {residual:.2e} (target {rtol:.0e}); chunked=false solves densely",
                           RuntimeWarning, stacklevel=2)
@@ -324,8 +329,14 @@ class MVEB(MultiViewLoss):
         pair_sum = 0.5 * (z.sum(dim=1).pow(2).sum(dim=-1) - z.pow(2).sum(dim=(1, 2)))  # (n,)
         alignment = pair_sum.mean() / (k * (k - 1) / 2)
         n = z.shape[0]
-        estimator = stein_score_blockwise if use_blockwise(self.chunked, k * n, n) else stein_score
-        score, bandwidth = estimator(z.transpose(0, 1), self.eta)  # (k, n, d), (k,): one batch per view
+        if use_blockwise(self.chunked, k * n, n):  # an iterative solve: counted (the trainer reports it)
+            if self.solver_tally is None:
+                self.solver_tally = SolverTally("MVEB blockwise Stein solve", f"CG to relative residual {CG_RTOL:.0e}, "
+                                                "at most 2 n + 10 steps")
+            score, bandwidth = stein_score_blockwise(z.transpose(0, 1), self.eta, tally=self.solver_tally,
+                                                     warn=not self.quiet_solver)
+        else:
+            score, bandwidth = stein_score(z.transpose(0, 1), self.eta)  # (k, n, d), (k,): one batch per view
         entropy_surrogate = (score.transpose(0, 1) * z).sum(dim=-1).mean()
         self.last_stats.update(
             alignment=float(alignment.detach()),

@@ -2,7 +2,8 @@
 
 The trainer knows nothing about evaluators. Layers above it (``eval/``, ``tune``) plug in by
 registering a callback factory in :data:`TRAIN_CALLBACKS`; a run names the callbacks it wants in
-``train.callbacks`` (``eval.linear_probe: true`` adds ``"linear-probe"``). Plain functions
+``train.callbacks`` (``eval.linear_probe: true`` adds ``"linear-probe"``; an entry ``{name: {options}}``
+passes keyword options to the factory, checked against its ``Options`` model when it has one). Plain functions
 ``f(step, record)`` are accepted too (``train(cfg, callbacks=[f])``) and called after every step.
 """
 from __future__ import annotations
@@ -50,6 +51,12 @@ class TrainCallback:
     def on_step_end(self, event: StepEvent) -> None:
         """After every optimizer step, on every process."""
 
+    def on_log_step(self, event: StepEvent) -> dict[str, float] | None:
+        """On a logging step, before its metrics row is written (``event.record`` is None): values
+        to add to the row (TensorBoard and ``metrics.jsonl``). The time spent here is left out of
+        the row's ``items_per_s``. Called on every process; only the main process's values are logged."""
+        return None
+
     def on_train_end(self, run_dir: Path, is_main_process: bool) -> dict[str, Any] | None:
         """After the final weights are written, on every process (return a result to report)."""
         return None
@@ -75,10 +82,10 @@ class FunctionCallback(TrainCallback):
 def callbacks_for(cfg: "Config", extra: Sequence[TrainCallback | StepCallback] = ()) -> list[TrainCallback]:
     """The callbacks a run uses: ``train.callbacks`` (+ ``linear-probe`` when ``eval.linear_probe``),
     then ``extra`` (functions are wrapped in :class:`FunctionCallback`)."""
-    names = list(cfg.train.callbacks)
-    if cfg.eval.linear_probe and "linear-probe" not in names:
-        names.append("linear-probe")
-    built = [TRAIN_CALLBACKS.get(name)(cfg) for name in names]
+    named = cfg.train.named_callbacks
+    if cfg.eval.linear_probe and "linear-probe" not in [name for name, _ in named]:
+        named.append(("linear-probe", {}))
+    built = [TRAIN_CALLBACKS.get(name)(cfg, **options) for name, options in named]
     built += [cb if isinstance(cb, TrainCallback) else FunctionCallback(cb) for cb in extra]
     return built
 

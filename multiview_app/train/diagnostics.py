@@ -130,7 +130,7 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, dict[str, floa
     series: dict[str, list[float]] = {}
     for record in records:
         for key, value in record.items():
-            if key.startswith((PREFIX, "stats/")) and isinstance(value, (int, float)):
+            if key.startswith((PREFIX, "stats/", "solver/")) and isinstance(value, (int, float)):
                 series.setdefault(key, []).append(float(value))
     summary: dict[str, dict[str, float]] = {}
     for key, values in sorted(series.items()):

@@ -334,6 +334,7 @@ class Trainer:
         self._diagnostics: dict[str, float] = {}  # diag/* of the step about to be logged
         self._first_nonfinite: torch.Tensor | None = None  # device flag of _flag_nonfinite
         self._stream_positions: dict[int, StreamPosition] = {}  # streamed split: this process's workers
+        self._solver_announced = False  # the first unconverged solve was reported (_solver_window)
 
     # ------------------------------------------------------------------ setup
     def _make_accelerator(self) -> Any:
@@ -467,6 +468,7 @@ class Trainer:
         cfg = self.cfg
         model = build_model(**model_spec(cfg))
         loss_fn = build_loss(cfg.loss.name, **cfg.loss.params).to(accelerator.device)
+        loss_fn.quiet_solver = True  # non-convergence is counted and reported by _log_step / _report_solver
         gathered = loss_fn.gather_across_processes and plan.world > 1
         teacher, teacher_views = None, list(range(cfg.views.k))
         if cfg.model.teacher.enabled:
@@ -635,6 +637,7 @@ class Trainer:
             if metrics is not None:
                 metrics.close()
         self._raise_if_diverged(accelerator)
+        self._report_solver(parts.loss_fn)
         return float("nan") if last_loss is None else float(host_values({"loss": last_loss})["loss"])
 
     def _prefetch_views(self, uses_model: bool) -> bool:
@@ -704,13 +707,52 @@ class Trainer:
             "step_time_s": step_time / max(timed_steps, 1),
             "data_build_s": window["data_build_s"] / window["steps"],
             **self._diagnostics,
+            **self._solver_window(parts.loss_fn, at.step),
         }
         self._diagnostics = {}
-        window["steps"], window["start"], window["data_build_s"] = 0, now, 0.0
+        event = StepEvent(at.step, plan.total_steps, None, accelerator.unwrap_model(parts.step_module).model,
+                          self.run_dir, accelerator.is_main_process)
+        probe_start = time.perf_counter()
+        for callback in self.callbacks:  # e.g. the kNN monitor
+            record.update(callback.on_log_step(event) or {})
+        probe_s = time.perf_counter() - probe_start  # not training time: left out of the next items_per_s
+        window["steps"], window["start"], window["data_build_s"] = 0, now + probe_s, 0.0
         accelerator.log(record, step=at.step)
         if metrics is not None:
             metrics.write(record)
         return record
+
+    def _solver_window(self, loss_fn: nn.Module, step: int) -> dict[str, int]:
+        """``solver/solves`` and ``solver/unconverged`` of the loss's iterative solver since the last
+        logged step (nothing when the loss has no solver); the first unconverged solve of the run is
+        announced once (:meth:`_report`), the totals come at the end (:meth:`_report_solver`)."""
+        tally = getattr(loss_fn, "solver_tally", None)
+        if tally is None:
+            return {}
+        solves, unconverged = tally.pop_window()
+        if unconverged and not self._solver_announced:
+            self._solver_announced = True
+            self._report(f"{tally.solver}: {tally.unconverged} of {tally.solves} solves up to step {step} did not converge "
+                         f"({tally.limits}); their gradients are approximate. Counted per logged step in "
+                         "metrics.jsonl (solver/unconverged); totals at the end of the run")
+        return {"solver/solves": solves, "solver/unconverged": unconverged}
+
+    def _report_solver(self, loss_fn: nn.Module) -> None:
+        """Once, at the end: how many of this process's solves did not converge (nothing if all did)."""
+        tally = getattr(loss_fn, "solver_tally", None)
+        summary = tally.summary() if tally is not None else None
+        if summary:
+            self._report(f"{summary}; their gradients are approximate: raise loss.max_iter or loss.epsilon")
+
+    def _report(self, message: str) -> None:
+        """A note during training: kept in the notes, logged (``multiview_app`` logger) and printed
+        above the progress bar (main process)."""
+        from tqdm.auto import tqdm
+
+        self.notes.append(message)
+        logging.getLogger("multiview_app").info(message)
+        if self._main:
+            tqdm.write(f"note: {message}")
 
     def _maybe_checkpoint(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> None:
         """Every ``train.checkpoint_every`` steps (not after the last): see :meth:`_save_checkpoint`."""

@@ -11,8 +11,10 @@ from ..argtypes import positive_float, positive_int
 REPORT_HELP = """usage: mvapp tune report --study-name S [--storage URL] [--runs-dir DIR] [--no-plots]
 
 Write the outputs of a study (finished or still running) into <runs-dir>/tune/<study>/: best_config.yaml
-(the base config + the best parameters, ready for mvapp train), trials.csv, report.json and plots
-(optimization history, parallel coordinates, parameter importances).
+(the base config + the best parameters, ready for mvapp train), trials.csv, report.json, plots
+(optimization history, parameter importances; Pareto front + pareto_front.csv with several objectives) and
+notes (importances from few trials, the objective's resolution in val items). Browse the study live:
+optuna-dashboard <runs-dir>/tune/<study>/journal.log (or the RDB URL).
 
 options:
   --study-name S   the study to report (required)
@@ -75,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..config import load_config
     from .report import format_report, write_report
     from .runner import ForkServer, fork_supported
-    from .study import Search
+    from .study import Search, pruning_note
 
     if not args.config:
         raise ValueError("mvapp tune: --config FILE is required")
@@ -84,6 +86,9 @@ def _run(args: argparse.Namespace) -> int:
     server = ForkServer() if args.launcher == "fork" and args.gpus == 1 and fork_supported() else None
     try:
         cfg = load_config(args.config, args.rest)
+        note = pruning_note(cfg)
+        if note:
+            print(f"note: {note}", flush=True)
         search = Search(cfg, study_name, args.trials, storage=args.storage, workers=args.workers,
                         timeout=args.timeout, gpus=args.gpus, launcher=args.launcher, fork_server=server)
         summary = search.run()

@@ -6,7 +6,7 @@ starts its own session (so the worker can kill its process group), redirects std
 ``log``, replaces its environment by ``env``, runs ``mvapp <argv>`` and writes its exit code to
 ``exit_file`` before exiting. Children are reaped automatically (SIGCHLD ignored). The server ends
 when its stdin closes or the worker thread that started it dies (PR_SET_PDEATHSIG), and every child
-dies with the server. Nothing torch-related runs before the fork: each trial builds its own
+dies with the server. The server ignores SIGINT (its worker handles Ctrl-C). Nothing torch-related runs before the fork: each trial builds its own
 Accelerate state, as a fresh process would, without paying the imports again (docs/benchmarks.md).
 
 A child that is itself a tune worker (``mvapp tune`` forked from a server, as the tests do) has the
@@ -54,6 +54,7 @@ def _child(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the server ignores it (serve); a trial acts on it
     code = 1
     try:
         from ..cli import main
@@ -101,7 +102,12 @@ def preload() -> None:
 
 
 def serve() -> None:
-    """Import the training stack, then answer fork requests until stdin closes."""
+    """Import the training stack, then answer fork requests until stdin closes.
+
+    Ctrl-C is ignored: the terminal sends it to the whole foreground process group, and the tune
+    worker that owns this server handles it (it closes stdin; the trials, in their own sessions,
+    then end with the server), so the server prints no KeyboardInterrupt traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # auto-reap children
     print(json.dumps({"ready": True}), flush=True)
@@ -114,6 +120,7 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the first moment (see serve)
     from multiview_app.tune.forkserver import serve as package_serve  # the flag above lives in the package module
 
     package_serve()

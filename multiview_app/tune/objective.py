@@ -15,7 +15,8 @@ Metrics (``tune.metric``) and their direction:
 
 The test split is never touched. The callback appends ``{"step", "value"}`` rows (first metric) to
 ``<run>/tune_reports.jsonl`` every ``tune.report_every`` steps before the last (intermediate values,
-used only for pruning) and writes ``<run>/tune_result.json`` with every metric at the last step (the
+used only for pruning; a trial with the ``knn-monitor`` callback reports the monitor's ``knn/acc``
+values instead, at the monitor's cadence) and writes ``<run>/tune_result.json`` with every metric at the last step (the
 objective); the tune worker reads both (``tune.runner``).
 
 Intermediate values are scored on a fixed subset (``tune.report_items``, :func:`report_subset`): about
@@ -36,6 +37,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config import Config, ConfigError
+from ..eval.knn_monitor import ACC_KEY as KNN_ACC_KEY
+from ..eval.subsets import split_labels
+from ..eval.subsets import stratified_subset as report_subset  # the fixed subset of the intermediate reports
 from ..train.callbacks import TRAIN_CALLBACKS, StepEvent, TrainCallback
 from ..train.run_io import atomic_write_json
 
@@ -44,8 +48,6 @@ RESULT_FILE = "tune_result.json"
 VAL_SPLIT = "val"
 #: Environment variable holding the tune worker's pid: trial processes stop when it is gone.
 WORKER_PID_ENV = "MVAPP_TUNE_WORKER_PID"
-#: Seed of the intermediate reports' item subset (fixed: the same items for every trial).
-REPORT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -63,31 +65,6 @@ class Metric:
         if self.protocol is None:
             return None
         return lambda model, state: SCORERS[self.protocol](self, model, state)
-
-
-def split_labels(dataset: Any) -> np.ndarray:
-    """``(N,)`` int64 labels of a split (its ``labels`` column when it has one, else read item by item)."""
-    labels = getattr(dataset, "labels", None)
-    if labels is None:
-        labels = [int(dataset[i].get("label", -1)) for i in range(len(dataset))]
-    return np.asarray(labels, dtype=np.int64).reshape(-1)
-
-
-def report_subset(labels: np.ndarray, items: int | None, seed: int = REPORT_SEED) -> np.ndarray | None:
-    """Sorted indices of a class-stratified subset of about ``items`` of the ``n`` labelled items of
-    ``labels (N,)``: class c gets ``max(1, round(items * n_c / n))`` of its ``n_c`` (every class stays
-    represented), unlabelled ``-1`` items are left out. ``None`` (= every item) when ``items`` is None
-    or covers every labelled item. Depends only on the labels and ``seed``: the same for every trial."""
-    labelled = np.flatnonzero(labels >= 0)
-    if items is None or items >= labelled.size:
-        return None
-    rng = np.random.default_rng(seed)
-    chosen = []
-    for cls in np.unique(labels[labelled]):
-        members = np.flatnonzero(labels == cls)
-        take = min(members.size, max(1, int(round(items * members.size / labelled.size))))
-        chosen.append(rng.choice(members, size=take, replace=False))
-    return np.sort(np.concatenate(chosen))
 
 
 class MetricState:
@@ -245,6 +222,10 @@ class TuneReport(TrainCallback):
         self.cfg = cfg
         self.metrics = objective_metrics(cfg)
         self.every = cfg.tune.report_every if len(self.metrics) == 1 else 0  # no pruning for multi-objective
+        # a trial that runs the kNN monitor reports its knn/acc values instead (no evaluation of our own)
+        self.from_monitor = bool(self.every) and "knn-monitor" in [name for name, _ in cfg.train.named_callbacks]
+        if self.from_monitor:
+            self.every = 0
         self.worker_pid = int(os.environ.get(WORKER_PID_ENV, "0") or 0)
         self.state: MetricState | None = None
         self.started = time.perf_counter()
@@ -264,6 +245,9 @@ class TuneReport(TrainCallback):
         if self.worker_pid and not pid_alive(self.worker_pid):
             raise SystemExit(f"tune worker {self.worker_pid} is gone; stopping trial {event.run_dir}")
         last = event.step == event.total_steps
+        if self.from_monitor and event.is_main_process and not last and KNN_ACC_KEY in (event.record or {}):
+            with open(event.run_dir / REPORTS_FILE, "a") as reports:
+                reports.write(json.dumps({"step": event.step, "value": event.record[KNN_ACC_KEY]}) + "\n")
         if not event.is_main_process or not (last or (self.every and event.step % self.every == 0)):
             return
         began = time.perf_counter()

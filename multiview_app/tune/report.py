@@ -1,10 +1,17 @@
 """Outputs of a study (``mvapp tune report``): best config as a ready-to-train YAML, trials table (CSV),
-optimization history / parallel coordinates / parameter importance plots (PNG) and ``report.json``."""
+the Pareto front of a multi-objective study (CSV + PNG), optimization history / parameter importance
+plots (PNG), ``report.json`` and notes on how far the numbers can be read (parameter importances from
+few trials, the objective's resolution in validation items).
+
+No parallel-coordinates PNG: with a few parameters on different scales (log-uniform learning rates,
+integer k) Optuna's static plot draws overlapping unlabelled lines; optuna-dashboard draws it
+interactively (``optuna-dashboard <runs>/tune/<study>/journal.log``)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from ..config import ConfigError, apply_overrides, config_from_dict, dump_config
@@ -13,6 +20,9 @@ from .space import params_to_overrides
 
 BEST_CONFIG_FILE = "best_config.yaml"
 TRIALS_FILE = "trials.csv"
+PARETO_FILE = "pareto_front.csv"
+#: Below this many complete trials the parameter importances get a caveat (fANOVA on a handful of points).
+IMPORTANCE_MIN_TRIALS = 20
 
 
 def _base_raw(study: Any) -> dict[str, Any]:
@@ -46,8 +56,60 @@ def best_config_text(study: Any, trial: Any, name: str) -> str:
     return header + dump_config(cfg)
 
 
-def _plots(study: Any, folder: Path, metric: str) -> tuple[dict[str, str], dict[str, str]]:
-    """History, parallel coordinates, importance (and Pareto front) PNGs; skipped ones with the reason."""
+def importance_caveat(complete: int) -> str | None:
+    """The caveat of parameter importances computed from ``complete`` trials (None: enough of them)."""
+    if complete >= IMPORTANCE_MIN_TRIALS:
+        return None
+    return (f"parameter importances from {complete} complete trial(s) are indicative only (fANOVA on so few "
+            f"points is mostly noise; read them from >= {IMPORTANCE_MIN_TRIALS} trials)")
+
+
+def objective_resolution(study: Any) -> str | None:
+    """What one validation item is worth in the first objective metric: ``N`` labelled val items ->
+    ``100 / N`` points of accuracy (balanced accuracy: one item of the rarest class, ``100 / (C n_min)``).
+    None when the base config's val split cannot be read here or the metric is not item-scored."""
+    from .study import METRICS_ATTR
+
+    metric = (study.user_attrs.get(METRICS_ATTR) or [""])[0]
+    if not metric.startswith(("linear_probe.", "sleep_staging.")):
+        return None
+    try:
+        from ..data.adapters import build_adapter
+        from ..eval.subsets import split_labels
+
+        cfg = config_from_dict(_base_raw(study))
+        labels = split_labels(build_adapter(cfg.data.adapter, cfg.data.options).split("val"))
+    except Exception as exc:  # noqa: BLE001 - the data may live on another machine: say so, no number
+        return f"objective resolution: val split not readable here ({type(exc).__name__}: {exc})"
+    labels = labels[labels >= 0]
+    if labels.size == 0:
+        return None
+    text = (f"objective resolution: {metric} is scored on {labels.size} labelled val items: one item = "
+            f"{100.0 / labels.size:.2g} points of accuracy")
+    if metric.endswith("balanced_accuracy"):
+        counts = np.unique(labels, return_counts=True)[1]
+        text += (f"; balanced accuracy: one item of the rarest class ({counts.min()} items, {counts.size} classes) "
+                 f"= {100.0 / (counts.size * counts.min()):.2g} points")
+    return text + "; differences of that size between trials are one item"
+
+
+def _pareto_csv(study: Any, best: list[Any], metrics: list[str]) -> str:
+    """The Pareto front: trial number, one column per objective, the params, the run folder."""
+    import csv
+    import io
+
+    params = sorted({name for trial in best for name in trial.params})
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["number", *metrics, *params, "run_dir"])
+    for trial in best:
+        writer.writerow([trial.number, *trial.values, *(trial.params.get(p, "") for p in params),
+                         trial.user_attrs.get("run_dir", "")])
+    return buffer.getvalue()
+
+
+def _plots(study: Any, folder: Path, metric: str, complete: int) -> tuple[dict[str, str], dict[str, str]]:
+    """History, importance (and Pareto front) PNGs; skipped ones with the reason."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -58,7 +120,6 @@ def _plots(study: Any, folder: Path, metric: str) -> tuple[dict[str, str], dict[
     target = None if single else (lambda t: t.values[0])
     makers = {
         "optimization_history": lambda: vis.plot_optimization_history(study, target=target, target_name=metric),
-        "parallel_coordinates": lambda: vis.plot_parallel_coordinate(study, target=target, target_name=metric),
         "param_importances": lambda: vis.plot_param_importances(study, target=target, target_name=metric),
     }
     if not single:
@@ -74,6 +135,8 @@ def _plots(study: Any, folder: Path, metric: str) -> tuple[dict[str, str], dict[
                 warnings.simplefilter("ignore")  # optuna marks its matplotlib backend experimental
                 ax = make()
             figure = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+            if name == "param_importances" and importance_caveat(complete):
+                ax.set_title(f"{ax.get_title()}\n{complete} trials: indicative only", fontsize=9)
             figure.tight_layout()
             path = out / f"{name}.png"
             figure.savefig(path, dpi=100)
@@ -104,8 +167,15 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
         atomic_write_text(folder / file, best_config_text(study, trial, f"{study.study_name}_best" if rank == 0
                                                           else f"{study.study_name}_trial_{trial.number}"))
         best_files.append(str(folder / file))
-    metric = (study.user_attrs.get(METRICS_ATTR) or ["objective"])[0]
-    written, skipped = _plots(study, folder, metric) if plots and best else ({}, {})
+    metrics = study.user_attrs.get(METRICS_ATTR) or [f"objective_{i}" for i in range(len(study.directions))]
+    complete = counts.get("COMPLETE", 0)
+    written, skipped = _plots(study, folder, metrics[0], complete) if plots and best else ({}, {})
+    notes = [note for note in (importance_caveat(complete) if "param_importances" in written else None,
+                               objective_resolution(study)) if note]
+    pareto = None
+    if len(study.directions) > 1 and best:
+        pareto = folder / PARETO_FILE
+        atomic_write_text(pareto, _pareto_csv(study, best, metrics))
     report = {
         "study": study.study_name,
         "metrics": study.user_attrs.get(METRICS_ATTR),
@@ -115,8 +185,10 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
         "best_configs": best_files,
         "failed": {t.number: t.user_attrs.get(FAIL_REASON_ATTR, "") for t in trials if t.state.name == "FAIL"},
         "trials_csv": str(folder / TRIALS_FILE),
+        "pareto_front_csv": None if pareto is None else str(pareto),
         "plots": written,
         "plots_skipped": skipped,
+        "notes": notes,
     }
     atomic_write_json(folder / "report.json", report)
     return report
@@ -132,11 +204,15 @@ def format_report(report: dict[str, Any]) -> str:
     if not report["best"]:
         lines.append("no complete trial yet: no best config")
     lines.append(f"trials table: {report['trials_csv']}")
+    if report.get("pareto_front_csv"):
+        lines.append(f"Pareto front ({len(report['best'])} trials): {report['pareto_front_csv']}")
     if report["plots"]:
         lines.append(f"plots: {', '.join(report['plots'].values())}")
     for name, reason in report["plots_skipped"].items():
         lines.append(f"plot {name} skipped: {reason}")
+    lines += [f"note: {note}" for note in report.get("notes", [])]
     return "\n".join(lines)
 
 
-__all__ = ["BEST_CONFIG_FILE", "TRIALS_FILE", "best_config_text", "best_trials", "format_report", "write_report"]
+__all__ = ["BEST_CONFIG_FILE", "IMPORTANCE_MIN_TRIALS", "PARETO_FILE", "TRIALS_FILE", "best_config_text", "best_trials",
+           "format_report", "importance_caveat", "objective_resolution", "write_report"]

@@ -115,6 +115,16 @@ def make_sampler(cfg: Config, seed: int) -> Any:
     return optuna.samplers.TPESampler(seed=seed)
 
 
+def pruning_note(cfg: Config) -> str | None:
+    """The one note of a multi-objective study that asks for pruning (None otherwise)."""
+    metrics = objective_metrics(cfg)
+    if len(metrics) == 1 or (cfg.tune.pruner == "none" and not cfg.tune.report_every):
+        return None
+    return (f"{len(metrics)} objectives ({', '.join(metrics)}): no pruning (Optuna cannot prune multi-objective "
+            f"studies), so tune.pruner={cfg.tune.pruner} and tune.report_every={cfg.tune.report_every} are not used; "
+            "every trial runs to the end")
+
+
 def make_pruner(cfg: Config) -> Any:
     """``tune.pruner`` with ``tune.pruner_options`` (none for multi-objective studies)."""
     import optuna
@@ -392,5 +402,5 @@ class Search:
         return self.summary
 
 
-__all__ = ["Search", "SearchSummary", "fail_dead_trials", "make_pruner", "make_sampler", "open_storage", "open_study",
+__all__ = ["Search", "SearchSummary", "fail_dead_trials", "make_pruner", "pruning_note", "make_sampler", "open_storage", "open_study",
            "study_folder", "worker_alive", "worker_tag"]
