@@ -165,7 +165,7 @@ def contract_for(manifest: dict[str, Any], channels: list[str], views: list[str]
         derivations=[derivation(c) for c in channels], views=list(views),
         units=f"{facts['units']} before scaling", **{k: facts[k] for k in (
             "sfreq", "window_seconds", "window_samples", "l_freq", "h_freq", "scaling")},
-        channel_mode=mode, channel_vocab=[str(c) for c in vocab or []],
+        channel_mode=mode, channel_vocab=[str(c) for c in vocab or []] if mode == "embedding" else [],
         unknown_rate=float(encoder.get("unknown_rate", 0.0)), in_channels=int(encoder.get("in_channels", 1)),
         source_cache=None if cache_dir is None else str(cache_dir),
     )
