@@ -164,7 +164,7 @@ class ChannelAwareConvEncoder(nn.Module):
 
     def forward_views(self, xs: list[torch.Tensor], view_names: list[str]) -> torch.Tensor:
         """k views ``(n, T)`` (or ``(n, in_channels, T)``) with their names -> ``(n, k, out_dim)`` in one batched pass."""
-        if len({tuple(x.shape) for x in xs}) != 1:
+        if any(x.shape != xs[0].shape for x in xs[1:]):  # no set of shapes: traceable with a symbolic batch (ONNX)
             return torch.stack([self(x, name) for x, name in zip(xs, view_names)], dim=1)
         n = xs[0].shape[0]
         per_view = [self._name_embedding(name) for name in view_names]

@@ -104,10 +104,10 @@ class EEGInputContract:
                 f"{d['name']} ({d['active']} - {d['reference'] or 'recording reference'})" for d in self.derivations),
             f"views of the encoder: {', '.join(self.views)}",
             f"sampling rate: {_hz(self.sfreq)}",
-            f"band-pass: {band} ({self.filter})",
+            f"band-pass: {band}" + (" (not recorded by the cache)" if band == UNKNOWN else f" ({self.filter})"),
             f"units: {self.units}",
             f"window: {self.window_seconds} s = {self.window_samples} samples",
-            f"scaling: {self.scaling} ({SCALING_TEXT.get(self.scaling, 'as recorded by the cache')})",
+            f"scaling: {self.scaling} ({SCALING_TEXT.get(self.scaling, 'not recorded by the cache')})",
             f"channel names: {self.channel_mode}" + (
                 f" (learned embedding of {', '.join(self.channel_vocab)}; other names use the 'unknown' row, "
                 f"trained with unknown_rate {self.unknown_rate:g})" if self.channel_mode == "embedding"
