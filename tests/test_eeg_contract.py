@@ -107,6 +107,13 @@ def test_units_and_window_length_are_checked(tmp_path: Path) -> None:
     assert names == {"units", "window length"}
 
 
+def test_a_band_the_cache_no_longer_holds_cannot_be_restored_by_filtering() -> None:
+    manifest = {"sfreq": 100.0, "window_seconds": 30.0, "options": PrepareOptions(channels=CHANNELS).model_dump()}
+    [band] = compare_input(_contract(l_freq=None, h_freq=None), manifest, CHANNELS)
+    assert (band.contract, band.cache) == ("none", "0.5-30 Hz")
+    assert "the cache has lost 0-0.5 Hz, 30-Nyquist Hz" in band.action and "cannot restore it" in band.action
+
+
 def test_a_matching_cache_passes_and_unrecorded_fields_are_notes(tmp_path: Path) -> None:
     manifest = json.loads((prepared_cache(tmp_path / "same").resolve() / "manifest.json").read_text())
     assert compare_input(_contract(), manifest, CHANNELS) == []
@@ -192,14 +199,11 @@ def test_resume_on_a_re_prepared_cache_is_refused(tmp_path: Path) -> None:
 
 
 def test_exported_eeg_encoder_knows_its_contract_and_its_onnx_graph_equals_pytorch(eeg_run: Path, tmp_path: Path) -> None:
-    from multiview_app.export.encoder import ChannelWindowsEncoder, load_encoder
+    from multiview_app.export.encoder import ChannelWindowsEncoder, load_encoder, missing_onnx_packages
     from multiview_app.train.run_io import load_run
 
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        ort = None
-    assert main(["export-model", "--run", str(eeg_run), "--out", str(tmp_path / "enc"), *(["--onnx"] if ort else [])]) == 0
+    missing = missing_onnx_packages()
+    assert main(["export-model", "--run", str(eeg_run), "--out", str(tmp_path / "enc"), *([] if missing else ["--onnx"])]) == 0
     encoder = load_encoder(tmp_path / "enc")
     run_contract = json.loads((eeg_run / "input_contract.json").read_text())
     assert encoder.input_contract.to_dict() == run_contract
@@ -213,8 +217,10 @@ def test_exported_eeg_encoder_knows_its_contract_and_its_onnx_graph_equals_pytor
     with torch.no_grad():
         expected = model.encoders["eeg"].forward_views([x[:, i] for i in range(4)], CHANNELS)
         torch.testing.assert_close(windows(x), expected, rtol=0, atol=0)
-    if ort is None:
-        pytest.skip("onnxruntime not installed (pip install 'multiview_app[onnx]'): ONNX part not run")
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (pip install 'multiview_app[onnx]'): ONNX part not run")
+    import onnxruntime as ort
+
     session = ort.InferenceSession(str(tmp_path / "enc" / "encoder.onnx"), providers=["CPUExecutionProvider"])
     got = session.run(None, {"x": x.numpy()})[0]
     assert got.shape == (5, 4, 8)

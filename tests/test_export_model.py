@@ -13,7 +13,8 @@ from safetensors.torch import load_file, save_file
 
 from _train_helpers import tiny_config
 from multiview_app.cli import main
-from multiview_app.export.encoder import CONFIG_FILE, WEIGHTS_FILE, EncoderExportError, load_encoder
+from multiview_app.export.encoder import (CONFIG_FILE, WEIGHTS_FILE, EncoderExportError, load_encoder,
+                                          missing_onnx_packages)
 from multiview_app.train.run_io import load_run
 from multiview_app.train.trainer import train
 
@@ -29,12 +30,7 @@ def cnn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cnn_encoder(cnn_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("encoders") / "cnn"
     args = ["export-model", "--run", str(cnn_run), "--out", str(out)]
-    try:
-        import onnxruntime  # noqa: F401
-        args.append("--onnx")
-    except ImportError:
-        pass
-    assert main(args) == 0
+    assert main(args + ([] if missing_onnx_packages() else ["--onnx"])) == 0
     return out
 
 
@@ -108,8 +104,21 @@ def test_export_model_refuses_a_foreign_non_empty_folder(cnn_run: Path, tmp_path
     assert (tmp_path / "notes.txt").read_text() == "keep me"
 
 
+def test_onnx_without_its_packages_is_one_clear_error_before_anything_is_written(
+        cnn_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import multiview_app.export.encoder as encoder_module
+
+    monkeypatch.setattr(encoder_module, "missing_onnx_packages", lambda: ["onnxscript"])
+    assert main(["export-model", "--run", str(cnn_run), "--out", str(tmp_path / "enc"), "--onnx"]) == 2
+    assert "--onnx needs onnxscript: pip install 'multiview_app[onnx]'" in capsys.readouterr().err
+    assert not (tmp_path / "enc").exists()
+
+
 def test_onnx_graph_has_a_dynamic_batch_and_equals_pytorch(cnn_encoder: Path) -> None:
-    ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed (pip install 'multiview_app[onnx]')")
+    if missing_onnx_packages():
+        pytest.skip(f"{', '.join(missing_onnx_packages())} not installed (pip install 'multiview_app[onnx]')")
+    import onnxruntime as ort
+
     encoder = load_encoder(cnn_encoder)
     config = json.loads((cnn_encoder / CONFIG_FILE).read_text())
     assert config["onnx"]["dynamic_axes"] == ["batch"] and config["onnx"]["checked_max_abs_diff"] < 1e-4

@@ -180,6 +180,9 @@ def export_encoder(run_dir: str | Path, out_dir: str | Path, *, weights: str = "
     from ..train.run_io import load_run, resolve_weights
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    missing = missing_onnx_packages() if onnx else []
+    if missing:  # before anything is written
+        raise EncoderExportError(f"--onnx needs {', '.join(missing)}: pip install 'multiview_app[onnx]'")
     cfg, model = load_run(run_dir, weights)
     modality = _choose_modality(dict(model.encoders), modality, run_dir)
     encoder = model.encoders[modality].eval()
@@ -252,14 +255,26 @@ def onnx_module(encoder: nn.Module, config: dict[str, Any]) -> tuple[nn.Module, 
     raise EncoderExportError(f"--onnx: {config['modality']} encoders are not exported to ONNX (image and eeg are)")
 
 
+ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
+"""What ``--onnx`` needs: torch's dynamo exporter (onnx, onnxscript) and the check (onnxruntime)."""
+
+
+def missing_onnx_packages() -> list[str]:
+    """The packages of :data:`ONNX_PACKAGES` that are not installed."""
+    import importlib.util
+
+    return [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+
+
 def write_onnx(encoder: nn.Module, config: dict[str, Any], path: Path) -> dict[str, Any]:
     """Export ``encoder`` (eval mode) to ``path`` with a dynamic batch axis and compare onnxruntime's
     output with PyTorch's on 3 random inputs of batch 3 (an :class:`EncoderExportError` above
     :data:`ONNX_TOLERANCE`); returns what ``config.json`` records about the graph."""
-    try:
-        import onnxruntime
-    except ImportError:
-        raise EncoderExportError("--onnx needs onnx, onnxscript and onnxruntime: pip install 'multiview_app[onnx]'") from None
+    missing = missing_onnx_packages()
+    if missing:
+        raise EncoderExportError(f"--onnx needs {', '.join(missing)}: pip install 'multiview_app[onnx]'")
+    import onnxruntime
+
     module, example, axes = onnx_module(encoder, config)
     module.eval()
     batch = torch.export.Dim("batch", min=1)
@@ -453,5 +468,6 @@ def _build(config: dict[str, Any]) -> nn.Module:
                                  f"encoder_args {args}: {err}") from None
 
 
-__all__ = ["ChannelWindowsEncoder", "EncoderExportError", "export_encoder", "load_encoder", "model_card",
+__all__ = ["ChannelWindowsEncoder", "EncoderExportError", "export_encoder", "load_encoder", "missing_onnx_packages",
+           "model_card",
            "read_encoder_config", "write_onnx"]

@@ -15,13 +15,11 @@ the encoder handles it; a missing channel gets no view (never a zero-filled one)
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 CONTRACT_FORMAT = "multiview_app.eeg_input_contract/1"
-CONTRACT_FILE = "input_contract.json"
 UNKNOWN = "unknown"
 """Value of a field the cache manifest does not record (never equal to a recorded value; compared as a note)."""
 SOURCE_UNITS = "uV"
@@ -203,14 +201,21 @@ def _band_action(contract: EEGInputContract, low: Any, high: Any) -> str:
     """Re-filtering to the contract's band works when the cache kept every frequency of it."""
     wanted = _band_text(contract.l_freq, contract.h_freq)
     lost = []
-    if contract.l_freq is not None and low is not None and low > contract.l_freq:
-        lost.append(f"{contract.l_freq:g}-{low:g} Hz")
+    if low is not None and (contract.l_freq is None or low > contract.l_freq):
+        lost.append(f"{contract.l_freq or 0:g}-{low:g} Hz")
     if high is not None and (contract.h_freq is None or high < contract.h_freq):
         lost.append(f"{high:g}-{'Nyquist' if contract.h_freq is None else f'{contract.h_freq:g}'} Hz")
     if lost:
         return (f"would band-pass to {wanted} from the source recordings: the cache has lost {', '.join(lost)} "
                 "(a filter on the cached windows cannot restore it)")
     return f"would band-pass to {wanted} ({FILTER})"
+
+
+def _differs(ours: Any, theirs: Any) -> bool:
+    """Unequal, with floats equal to 1e-9 (rates and lengths from JSON)."""
+    if isinstance(ours, (int, float)) and isinstance(theirs, (int, float)):
+        return abs(float(ours) - float(theirs)) > 1e-9
+    return ours != theirs
 
 
 def compare_input(contract: EEGInputContract, manifest: dict[str, Any], channels: list[str]) -> list[Difference]:
@@ -224,23 +229,20 @@ def compare_input(contract: EEGInputContract, manifest: dict[str, Any], channels
     facts = cache_facts(manifest)
     found: list[Difference] = []
 
-    def differ(name: str, ours: Any, theirs: Any) -> bool:
-        return ours != theirs and not (isinstance(ours, float) and isinstance(theirs, float) and abs(ours - theirs) < 1e-9)
-
     def unknown_note(name: str, ours: Any, theirs: Any) -> bool:
         if UNKNOWN in (ours, theirs):
             found.append(Difference(name, ours, theirs, "cannot be checked (not recorded); assumed equal", False))
             return True
         return False
 
-    if differ("sfreq", contract.sfreq, facts["sfreq"]) and not unknown_note("sampling rate", contract.sfreq, facts["sfreq"]):
+    if _differs(contract.sfreq, facts["sfreq"]) and not unknown_note("sampling rate", contract.sfreq, facts["sfreq"]):
         found.append(Difference("sampling rate", _hz(contract.sfreq), _hz(facts["sfreq"]),
                                 f"would resample {facts['sfreq']:g} -> {contract.sfreq:g} Hz (polyphase)", True))
-    if differ("window", contract.window_seconds, facts["window_seconds"]) and not unknown_note(
+    if _differs(contract.window_seconds, facts["window_seconds"]) and not unknown_note(
             "window length", contract.window_seconds, facts["window_seconds"]):
         found.append(Difference("window length", f"{contract.window_seconds:g} s", f"{facts['window_seconds']:g} s",
                                 f"would cut {contract.window_seconds:g}-s windows", True))
-    elif differ("samples", contract.window_samples, facts["window_samples"]) and not unknown_note(
+    elif _differs(contract.window_samples, facts["window_samples"]) and not unknown_note(
             "window samples", contract.window_samples, facts["window_samples"]):
         found.append(Difference("window samples", contract.window_samples, facts["window_samples"],
                                 "follows the sampling rate (resample)", True))
@@ -249,10 +251,10 @@ def compare_input(contract: EEGInputContract, manifest: dict[str, Any], channels
         found.append(Difference("band-pass", _band_text(*band_ours), _band_text(*band_theirs),
                                 _band_action(contract, *band_theirs), True))
     units = f"{facts['units']} before scaling"
-    if differ("units", contract.units, units):
+    if _differs(contract.units, units):
         found.append(Difference("units", contract.units, units, f"would convert the source signals to {contract.units}",
                                 True))
-    if differ("scaling", contract.scaling, facts["scaling"]) and not unknown_note("scaling", contract.scaling,
+    if _differs(contract.scaling, facts["scaling"]) and not unknown_note("scaling", contract.scaling,
                                                                                   facts["scaling"]):
         found.append(Difference("scaling", contract.scaling, facts["scaling"],
                                 f"would re-scale: {SCALING_TEXT.get(contract.scaling, contract.scaling)}", True))
@@ -311,24 +313,5 @@ def check_input(contract: EEGInputContract, manifest: dict[str, Any], channels: 
             for d in differences]
 
 
-def write_contract(path: str | Path, contract: EEGInputContract) -> Path:
-    """Write ``contract`` as JSON (atomic)."""
-    from ...fileio import atomic_write_json
-
-    path = Path(path)
-    atomic_write_json(path, contract.to_dict())
-    return path
-
-
-def read_contract(path: str | Path) -> EEGInputContract:
-    """Read a contract written by :func:`write_contract` (``ValueError`` naming the file)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: unreadable input contract ({err})") from None
-    return EEGInputContract.from_dict(data, str(path))
-
-
-__all__ = ["CONTRACT_FILE", "Difference", "EEGInputContract", "InputContractError", "check_input", "compare_input",
-           "contract_for", "derivation", "read_contract", "write_contract"]
+__all__ = ["Difference", "EEGInputContract", "InputContractError", "check_input", "compare_input",
+           "contract_for", "derivation"]
