@@ -260,10 +260,13 @@ ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 
 
 def missing_onnx_packages() -> list[str]:
-    """The packages of :data:`ONNX_PACKAGES` that are not installed."""
+    """The packages of :data:`ONNX_PACKAGES` that are not installed (and torch, when older than the
+    dynamo exporter's ``torch.onnx.export(..., dynamo=True)``: 2.5; tested with 2.14)."""
     import importlib.util
 
-    return [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    missing = [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    return missing + ([f"torch >= 2.5 (found {torch.__version__})"] if (major, minor) < (2, 5) else [])
 
 
 def write_onnx(encoder: nn.Module, config: dict[str, Any], path: Path) -> dict[str, Any]:
