@@ -69,6 +69,21 @@ def test_model_card_lists_the_runs_evaluation_metrics(cnn_run: Path, tmp_path: P
     assert "linear_probe: accuracy = 0.8125, knn.top1_accuracy = 0.75" in (tmp_path / "enc" / "README.md").read_text()
 
 
+def test_other_weights_say_their_steps_and_carry_no_final_metrics(cnn_run: Path, tmp_path: Path) -> None:
+    run = shutil.copytree(cnn_run, tmp_path / "run")
+    (run / "eval").mkdir(exist_ok=True)
+    (run / "eval" / "linear_probe.json").write_text(json.dumps({"accuracy": 0.5}))
+    assert main(["export-model", "--run", str(run), "--out", str(tmp_path / "init"), "--weights", "init"]) == 0
+    config = json.loads((tmp_path / "init" / CONFIG_FILE).read_text())
+    assert (config["source"]["steps"], config["source"]["metrics"], config["source"]["weights_file"]) == (
+        0, {}, "init.safetensors")
+    assert "none for these (init) weights" in (tmp_path / "init" / "README.md").read_text()
+    _, model = load_run(run, "init")
+    with torch.no_grad():
+        torch.testing.assert_close(load_encoder(tmp_path / "init")(_images(2)), model.encoders["image"](_images(2)),
+                                   rtol=0, atol=0)
+
+
 def test_loading_refuses_weights_that_do_not_match_the_config_naming_the_tensor(cnn_encoder: Path,
                                                                                 tmp_path: Path) -> None:
     broken = shutil.copytree(cnn_encoder, tmp_path / "shape")

@@ -65,8 +65,12 @@ class ChannelWindowsEncoder(nn.Module):
 # ----------------------------------------------------------------------------- facts of a run
 
 
-def _run_steps_and_loss(run_dir: Path) -> dict[str, Any]:
-    """Last logged step and loss of ``metrics.jsonl`` (empty when absent)."""
+def _run_steps_and_loss(run_dir: Path, weights: str) -> dict[str, Any]:
+    """Optimizer steps behind ``weights`` (``init``: 0, ``step_N``: N, ``final``: the last logged step) and
+    the loss logged at that step in ``metrics.jsonl`` (None when not logged)."""
+    if weights == "init":
+        return {"steps": 0, "final_loss": None}
+    wanted = int(weights.removeprefix("step_")) if weights.startswith("step_") else None
     path = run_dir / "metrics.jsonl"
     last: dict[str, Any] = {}
     if path.is_file():
@@ -75,8 +79,10 @@ def _run_steps_and_loss(run_dir: Path) -> dict[str, Any]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by a crash
-            if "loss" in record and "step" in record:
+            if "loss" in record and "step" in record and (wanted is None or record["step"] <= wanted):
                 last = record
+    if wanted is not None:
+        return {"steps": wanted, "final_loss": last.get("loss") if last.get("step") == wanted else None}
     return {"steps": last.get("step"), "final_loss": last.get("loss")}
 
 
@@ -197,7 +203,7 @@ def export_encoder(run_dir: str | Path, out_dir: str | Path, *, weights: str = "
     tmp = out_dir / f".{WEIGHTS_FILE}.tmp"
     save_file(state, str(tmp), metadata={"format": ENCODER_FORMAT, "modality": modality, "encoder": name})
     tmp.replace(weights_path)
-    facts = _run_steps_and_loss(run_dir)
+    facts = _run_steps_and_loss(run_dir, weights)
     config: dict[str, Any] = {
         "format": ENCODER_FORMAT,
         "modality": modality,
@@ -215,25 +221,17 @@ def export_encoder(run_dir: str | Path, out_dir: str | Path, *, weights: str = "
             "data": {"adapter": cfg.data.adapter, "options": cfg.data.options},
             "views": {"policy": cfg.views.policy, "k": cfg.views.k, "options": cfg.views.options},
             "steps": facts["steps"], "final_loss": facts["final_loss"],
-            "metrics": run_metrics(run_dir),
+            "metrics": run_metrics(run_dir) if weights == "final" else {},  # eval/*.json score the final weights
         },
     }
     if owner == "timm":
-        config["timm"] = {"model_name": encoder.model_name, "create_model": _timm_create_args(spec),
+        config["timm"] = {"model_name": encoder.model_name, "create_model": dict(encoder.create_kwargs),
                           "small_input_stem": bool(spec.get("small_input_stem", False))}
     if onnx:
         config["onnx"] = write_onnx(encoder, config, out_dir / ONNX_FILE)
     atomic_write_text(out_dir / CARD_FILE, model_card(config))
     atomic_write_json(out_dir / CONFIG_FILE, config)  # last: a folder with config.json is complete
     return config
-
-
-def _timm_create_args(spec: dict[str, Any]) -> dict[str, Any]:
-    """Arguments of ``timm.create_model`` that rebuild the exported timm model (``pretrained=False``)."""
-    args = {k: v for k, v in spec.items() if k not in ("image_size", "small_input_stem")}
-    if spec.get("image_size") is not None:
-        args["img_size"] = spec["image_size"]  # ViTs; TimmImageEncoder drops it for size-agnostic CNNs
-    return {"pretrained": False, "num_classes": 0, **args}
 
 
 # ----------------------------------------------------------------------------- ONNX
@@ -340,7 +338,9 @@ def model_card(config: dict[str, Any]) -> str:
     ]
     metrics = source["metrics"]
     lines += [f"- {stem}: " + ", ".join(f"{k} = {v:.4g}" for k, v in values.items()) for stem, values in metrics.items()]
-    if not metrics:
+    if not metrics and source["weights"] != "final":
+        lines.append(f"- none for these ({source['weights']}) weights: the run's evaluations score its final weights")
+    elif not metrics:
         lines.append("- none: the run was not evaluated before the export (run `mvapp eval ...` and export again)")
     lines += ["", "## Input"]
     description = config["input"]
