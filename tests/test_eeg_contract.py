@@ -78,6 +78,22 @@ def test_run_writes_its_contract_from_the_cache_manifest_and_config(eeg_run: Pat
     assert (contract["channel_mode"], contract["channel_vocab"], contract["unknown_rate"]) == ("embedding", CHANNELS, 0.1)
 
 
+def test_a_prepared_cache_records_every_field_of_the_contract(tmp_path: Path) -> None:
+    from _eeg_helpers import write_dreams_excerpt, write_sha256sums
+    from multiview_app.data.eeg.cache import prepare
+
+    write_dreams_excerpt(tmp_path / "src", "excerpt1", 100.0, [5] * 12 + [2] * 12 + [0] * 12, "C3-A1")
+    write_sha256sums(tmp_path / "src", ["excerpt1.txt"])
+    prepare("dreams", tmp_path / "src", tmp_path / "cache", PrepareOptions(channels=["central"], h_freq=35.0),
+            progress=False)
+    manifest = json.loads((tmp_path / "cache" / "manifest.json").read_text())
+    assert manifest["units"] == "uV" and manifest["options"]["scaling"] == "window"
+    contract = contract_for(manifest, ["central"], ["central"], {"name": "conv", "channel_mode": "agnostic"})
+    assert "\"unknown\"" not in json.dumps(contract.to_dict())  # no field the manifest left unsaid
+    assert (contract.sfreq, contract.window_samples, contract.l_freq, contract.h_freq, contract.scaling,
+            contract.units) == (100.0, 3000, 0.5, 35.0, "window", "uV before scaling")
+
+
 @pytest.mark.parametrize("field, options, named, action", [
     ("sfreq", {"sfreq": 200.0}, "sampling rate: encoder 100 Hz, cache 200 Hz", "would resample 200 -> 100 Hz"),
     ("band", {"l_freq": 0.3, "h_freq": 35.0}, "band-pass: encoder 0.5-30 Hz, cache 0.3-35 Hz",
