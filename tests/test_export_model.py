@@ -149,6 +149,8 @@ def test_onnx_graph_has_a_dynamic_batch_and_equals_pytorch(cnn_encoder: Path) ->
 
 def test_timm_image_encoder_loads_in_timm_alone(tmp_path: Path) -> None:
     timm = pytest.importorskip("timm")
+    if not timm.is_model("test_resnet"):
+        pytest.skip(f"timm {timm.__version__} has no tiny test_resnet model")
     runs = tmp_path / "runs"
     train(tiny_config(runs, "timm", train={"max_steps": 1, "batch_size": 8},
                       model={"encoders": {"image": {"name": "test_resnet"}}, "projector": {"hidden_dim": 16, "out_dim": 8}}))
