@@ -27,6 +27,8 @@ GROUP_MODULES: list[str] = [
     "multiview_app.config_cli",
     "multiview_app.data.cli",
     "multiview_app.export.cli",
+    "multiview_app.export.model_cli",
+    "multiview_app.export.plot_cli",
     "multiview_app.tune.cli",
 ]
 

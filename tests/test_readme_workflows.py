@@ -38,7 +38,7 @@ TINY: dict[str, list[tuple[str, str]]] = {
         ("configs/pairs_m3g.yaml train.max_steps=200", "configs/pairs_m3g.yaml train.max_steps=3"),
     ],
     "tune": [("--trials 8 --workers 2", "--trials 2 --workers 1 train.max_steps=4 tune.report_every=2")],
-    "export": [("train.max_steps=200", "train.max_steps=3")],
+    "export": [("train.max_steps=200", "train.max_steps=3"), ("--max-points 2000", "--max-points 200 --method tsne")],
 }
 
 

@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader, Subset
 
 from ..data.eeg.stages import STAGES
 from ..argtypes import open_fraction, positive_float, positive_int
+from ..train.input_contract import check_run_input
 from ..train.run_io import atomic_write_json, load_run
 from . import Evaluator, register_evaluator
 from .bandpower import bandpower_features, bandpower_time_bins
@@ -95,9 +96,13 @@ def run_sleep_staging(
     baselines: bool = True, device: str = "cpu", progress: bool = True,
     classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
     feature_kind: Literal["encoder", "projector"] = "encoder", combined: bool = True,
-    stages: list[str] | None = None,
+    stages: list[str] | None = None, accept_input_differences: bool = False,
 ) -> dict[str, Any]:
     """Run the protocol above on ``run_dir``; write and return the result dict.
+
+    ``accept_input_differences``: go on when the cache differs from the run's input contract
+    (``input_contract.json``: rate, band, units, window, scaling; refused otherwise, naming each field);
+    every difference, channels included, is listed in ``input_differences``.
 
     ``stages``: stage every window of these classes only (e.g. ``["W", "N1", "N2", "N3"]`` when a cache
     holds too few REM windows); the other windows are removed before any split, and counted per stage in
@@ -120,6 +125,7 @@ def run_sleep_staging(
     cfg, _ = load_run(run_dir, "init")
     plan = plan_evaluation(cfg, run_dir, cache=cache, channels=channels, test_fraction=test_fraction, folds=folds)
     adapter = plan["adapter"]
+    input_differences = check_run_input(run_dir, adapter, accept=accept_input_differences)
     policy = staging_views(cfg.views, adapter)
 
     features: dict[str, np.ndarray] = {}
@@ -221,6 +227,7 @@ def run_sleep_staging(
         "results": pooled,
         "paired": paired_differences(pooled),
         "notes": notes,
+        "input_differences": input_differences,
         "plots": plots,
         "output": str(run_dir / "eval" / f"{stem}.json"),
     }
@@ -537,6 +544,9 @@ class SleepStaging(Evaluator):
                             help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
                                  "windows are excluded and counted in the output (default: every stage)")
         parser.add_argument("--device", default="cpu")
+        parser.add_argument("--accept-input-differences", action="store_true",
+                            help="stage a cache whose rate / band / units / window / scaling differ from the run's "
+                                 "input_contract.json (refused otherwise; every difference is listed in the output)")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
         results = [run_sleep_staging(
@@ -544,7 +554,7 @@ class SleepStaging(Evaluator):
             shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,
             batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
             classifier=args.classifier, lr=args.lr, feature_kind=args.features, combined=not args.no_combined,
-            stages=args.stages,
+            stages=args.stages, accept_input_differences=args.accept_input_differences,
         ) for run in [Path(run_dir), *(args.pool_runs or [])]]
         result = results[0]
         if len(results) > 1:
@@ -555,4 +565,6 @@ class SleepStaging(Evaluator):
         print(f"plots: {', '.join(result['plots'].values())}")
         if result["notes"]:
             print(f"warning: {'; '.join(result['notes'])}", file=sys.stderr)  # one summarized line
+        for line in results[0].get("input_differences", []):
+            print(f"note: {line}", file=sys.stderr)
         return result

@@ -29,6 +29,9 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default=None, help="torch device (default: the launcher's device for this process)")
     parser.add_argument("--max-shard-mb", type=positive_float, default=DEFAULT_MAX_SHARD_MB, help="largest embeddings shard")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing export in --out")
+    parser.add_argument("--accept-input-differences", action="store_true",
+                        help="export data whose rate / band / units / window / scaling differ from the run's "
+                             "input_contract.json (refused otherwise; the differences go into the manifest)")
     parser.set_defaults(func=_run)
 
 
@@ -48,8 +51,10 @@ def _run(args: argparse.Namespace) -> int:
         args.run, args.out, weights=args.weights, split=args.split, features=args.features, views=args.views,
         normalize=args.normalize, file_format=args.file_format, config_file=args.config, overrides=args.overrides,
         batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, max_shard_mb=args.max_shard_mb,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite, accept_input_differences=args.accept_input_differences,
     )
+    for line in (manifest.get("input_differences") or []) if _is_main() else []:
+        print(f"note: {line}")
     if manifest.get("timing") is not None and _is_main():
         timing = manifest["timing"]
         print(f"exported {manifest['rows']} rows x {manifest['dim']} ({manifest['features']}, {manifest['views']}) of "

@@ -32,6 +32,7 @@ from ..config import Config, ConfigError, apply_overrides, config_from_dict, dee
 from ..data.streaming import StreamingDataset
 from ..eval.features import FEATURE_KINDS, FeatureBatch, FeatureKind, combine_views, iter_feature_batches
 from ..fileio import atomic_write_json, sha256_file
+from ..train.input_contract import check_run_input
 from ..train.run_io import load_run, resolve_weights
 from .options import ALL_SPLITS, DEFAULT_MAX_SHARD_MB, VIEW_MODES
 from .writer import EMBEDDING_COLUMN, FILE_FORMATS, TMP_SUFFIX, FileFormat, ShardWriter, merge_parquet, shard_file
@@ -454,9 +455,14 @@ def export_embeddings(
     file_format: FileFormat = "npy", config_file: str | Path | None = None, overrides: Sequence[str] = (),
     batch_size: int | None = None, num_workers: int = 0, device: str | None = None,
     max_shard_mb: float = DEFAULT_MAX_SHARD_MB, overwrite: bool = False, progress: bool = True,
+    accept_input_differences: bool = False,
 ) -> dict[str, Any]:
     """Export the embeddings of run ``run_dir`` (``weights``: final, init or step_N) on ``split`` of the
-    run's data (or the data of ``config_file`` / ``overrides``) to ``out_dir``; returns the manifest."""
+    run's data (or the data of ``config_file`` / ``overrides``) to ``out_dir``; returns the manifest.
+
+    Data that differ from the run's input contract (``input_contract.json``, EEG: rate, band, units,
+    window, scaling) are refused naming each field unless ``accept_input_differences``; every
+    difference (channels included) is recorded in the manifest's ``input_differences``."""
     from ..data.adapters import build_adapter
     from ..data.views import build_view_policy
 
@@ -467,6 +473,7 @@ def export_embeddings(
     cfg = data_config(run_cfg, config_file, overrides)
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
+    input_differences = check_run_input(run_dir, adapter, accept=accept_input_differences)
     provenance = {
         "run": str(run_dir.resolve()),
         "weights": weights,
@@ -478,6 +485,7 @@ def export_embeddings(
         "view_policy": {"policy": cfg.views.policy, "k": cfg.views.k, "options": cfg.views.options},
         "modality": adapter.modality,
         "class_names": list(adapter.class_names),
+        "input_differences": input_differences,
     }
     return export_model(
         model, adapter, policy, out_dir, split=split, features=features, views=views, normalize=normalize,

@@ -236,10 +236,13 @@ class ChannelAwareConvEncoder(Encoder):
 
     def forward_views(self, xs: list[torch.Tensor], view_names: list[str]) -> torch.Tensor:
         """k views ``(n, T)`` (or ``(n, in_channels, T)``) with their names -> ``(n, k, out_dim)`` in one batched pass."""
-        if len({tuple(x.shape) for x in xs}) != 1:
+        if any(x.shape != xs[0].shape for x in xs[1:]):  # no set of shapes: traceable with a symbolic batch (ONNX)
             return torch.stack([self(x, name) for x, name in zip(xs, view_names)], dim=1)
         n = xs[0].shape[0]
         per_view = [self._name_embedding(name) for name in view_names]
-        embeddings = None if per_view[0] is None else torch.stack(per_view).repeat_interleave(n, dim=0)
+        embeddings = None  # (k * n, width): view j's embedding for rows j * n ... (j + 1) * n - 1
+        if per_view[0] is not None:  # expand + reshape (not repeat_interleave): exports to ONNX with a dynamic n
+            stacked = torch.stack(per_view)
+            embeddings = stacked[:, None, :].expand(-1, n, -1).reshape(-1, stacked.shape[-1])
         out = self.encode(torch.cat(xs, dim=0), embeddings)  # (k * n, f)
         return out.view(len(xs), n, -1).transpose(0, 1)

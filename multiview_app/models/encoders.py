@@ -192,6 +192,7 @@ class TimmImageEncoder(Encoder):
         if image_size is not None and "img_size" not in kwargs:
             try:
                 self.model = timm.create_model(model_name, img_size=image_size, **kwargs)
+                kwargs["img_size"] = image_size
             except TypeError as err:
                 if "img_size" not in str(err):
                     raise ValueError(f"bad arguments for timm model '{model_name}': {err}") from None
@@ -201,6 +202,8 @@ class TimmImageEncoder(Encoder):
                 self.model = timm.create_model(model_name, **kwargs)
             except TypeError as err:
                 raise ValueError(f"bad arguments for timm model '{model_name}': {err}") from None
+        #: the ``timm.create_model`` arguments that built ``self.model`` (before ``small_input_stem``)
+        self.create_kwargs: dict[str, Any] = kwargs
         if small_input_stem:
             self._small_input_stem(model_name)
         if pretrained_path:

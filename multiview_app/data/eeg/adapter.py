@@ -11,6 +11,7 @@ from torch.utils.data import Dataset
 
 from ..adapters import ADAPTERS, AdapterOptions, DataAdapter
 from .cache import load_manifest
+from .contract import EEGInputContract, check_input, contract_for
 from .stages import EPOCH_SECONDS, STAGES
 
 
@@ -155,6 +156,20 @@ class EEGWindowsAdapter(DataAdapter):
         order = np.random.default_rng(options.split_seed + 1).permutation(len(pool))
         n_val = min(len(pool) - 1, max(1, int(round(options.val_fraction * len(subjects)))))
         return {pool[i] for i in order[:n_val]}
+
+    def input_contract(self, encoder: dict[str, Any], views: list[str]) -> dict[str, Any]:
+        """The input contract (``data/eeg/contract.py``) of an encoder with config ``encoder`` trained on
+        this adapter's channels seen as ``views``, as a JSON-able dict."""
+        return contract_for(self.manifest, self.channel_names, views, encoder, self.cache_dir).to_dict()
+
+    def check_input_contract(self, contract: dict[str, Any], *, whose: str, accept: bool = False,
+                             accept_hint: str = "") -> list[str]:
+        """Refuse this cache when it differs from ``contract`` in rate, band, units, window or scaling
+        (one ``InputContractError`` naming every field and what would be done) unless ``accept``; returns
+        the lines that report every difference (channels included)."""
+        return check_input(EEGInputContract.from_dict(contract, f"input contract of {whose}"), self.manifest,
+                           self.channel_names, cache=self.cache_dir, whose=whose, accept=accept,
+                           accept_hint=accept_hint)
 
     def _build_split(self, name: str) -> WindowDataset:
         return WindowDataset(self.cache_dir, self._recordings[name], self.channel_index)

@@ -2,7 +2,7 @@
 
 Layout of a cache directory::
 
-    manifest.json            # options, channels, sfreq, stages, recordings (see below), duplicates
+    manifest.json            # options, channels, sfreq, units, stages, recordings (see below), duplicates
     windows/<recording>.npy  # (w, c, T) float32/float16, np.load(..., mmap_mode="r")
 
 Each manifest recording holds ``recording, subject, file, n_windows, labels (w,), epochs (w,),
@@ -26,6 +26,7 @@ import numpy as np
 from ...fileio import atomic_write_bytes
 from ...registry import Registry
 from .dreams import expected_checksums, find_excerpts, inspect_excerpt, read_dreams, verify_checksums
+from .contract import SOURCE_UNITS
 from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
 from ...fileio import sha256_file
@@ -157,6 +158,7 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
                              "use another --out or the same options")
     else:
         manifest = {"format": CACHE_FORMAT, **settings, "channels": options.channels, "sfreq": options.sfreq,
+                    "units": SOURCE_UNITS,  # of the signals before scaling (every reader converts to microvolts)
                     "window_seconds": options.window_samples / options.sfreq, "stages": list(STAGES),
                     "recordings": [], "duplicates": []}
     manifest["complete"] = False  # until the last write below

@@ -1,0 +1,72 @@
+"""A run's input contract (``input_contract.json``): written when a run starts, checked on resume and
+before features are extracted from other data (``mvapp export`` / ``mvapp eval`` on another cache).
+
+The contract itself is the data adapter's (``adapter.input_contract(encoder config, view names)``;
+``eeg_windows``: channels and derivations, rate, band-pass, units, window, scaling; see
+``data/eeg/contract.py``); adapters without one (images, text) have none and nothing is checked.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..config import Config
+from ..fileio import atomic_write_json
+
+CONTRACT_FILE = "input_contract.json"
+ACCEPT_HINT = "pass --accept-input-differences to go on with these differences (recorded in the output)"
+
+
+def eval_view_names(adapter: Any, policy: Any) -> list[str]:
+    """Names of the eval views the encoder sees (channel groups ``A+B`` of a stacked EEG policy)."""
+    groups = getattr(policy, "eval_groups", None)
+    if groups is not None:
+        return ["+".join(group) for group in groups()]
+    return list(getattr(adapter, "channel_names", []))
+
+
+def run_input_contract(cfg: Config, adapter: Any, policy: Any) -> dict[str, Any] | None:
+    """The contract of the encoder of ``adapter``'s modality trained under ``cfg`` (None: the adapter has none)."""
+    make = getattr(adapter, "input_contract", None)
+    encoder = cfg.model.encoders.get(getattr(adapter, "modality", ""))
+    if make is None or encoder is None:
+        return None
+    return make(dict(encoder), eval_view_names(adapter, policy))
+
+
+def write_run_contract(run_dir: str | Path, cfg: Config, adapter: Any, policy: Any) -> Path | None:
+    """Write ``run_dir/input_contract.json`` when the adapter has a contract; returns its path."""
+    contract = run_input_contract(cfg, adapter, policy)
+    if contract is None:
+        return None
+    return atomic_write_json(Path(run_dir) / CONTRACT_FILE, contract)
+
+
+def read_run_contract(run_dir: str | Path) -> dict[str, Any] | None:
+    """``run_dir/input_contract.json`` as a dict (None when the run has none: not EEG, or older than it)."""
+    path = Path(run_dir) / CONTRACT_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: corrupt input contract ({err})") from None
+
+
+def check_run_input(run_dir: str | Path, adapter: Any, *, accept: bool = False, accept_hint: str = ACCEPT_HINT
+                    ) -> list[str]:
+    """Check ``adapter``'s data against the run's recorded contract (see :func:`write_run_contract`).
+
+    Raises the adapter's ``InputContractError`` naming every differing field unless ``accept``; returns
+    the lines reporting every difference (empty when the data match, the run has no contract, or the
+    adapter has no contract check)."""
+    contract = read_run_contract(run_dir)
+    check = getattr(adapter, "check_input_contract", None)
+    if contract is None or check is None:
+        return []
+    return check(contract, whose=f"run {run_dir} ({CONTRACT_FILE})", accept=accept, accept_hint=accept_hint)
+
+
+__all__ = ["ACCEPT_HINT", "CONTRACT_FILE", "check_run_input", "eval_view_names", "read_run_contract",
+           "run_input_contract", "write_run_contract"]
