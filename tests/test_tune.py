@@ -591,3 +591,15 @@ def test_a_trial_with_the_knn_monitor_reports_its_values_for_pruning(tmp_path: P
     rows = [json.loads(line) for line in (tmp_path / REPORTS_FILE).read_text().splitlines()]
     assert rows == [{"step": 2, "value": 0.25}] and encoded == []  # the monitor's value, no evaluation of our own
     assert not TuneReport(config_from_dict(_tune_raw(tmp_path, report_every=2))).from_monitor
+
+
+def test_default_objective_is_declared_by_the_adapter() -> None:
+    """``tune.metric``'s default comes from the adapter class (``DataAdapter.default_tune_metric``), not from
+    a table keyed by adapter name; every adapter's default is a known metric."""
+    from multiview_app.data.adapters import ADAPTERS
+    from multiview_app.tune.objective import METRICS, default_metric
+
+    assert default_metric("eeg_windows") == "sleep_staging.balanced_accuracy"
+    assert default_metric("digits") == "linear_probe.logreg_acc"
+    for name in ADAPTERS.names():
+        assert default_metric(name) in METRICS, name

@@ -37,6 +37,8 @@ class DataAdapter:
 
     modality: ClassVar[str] = ""
     Options: ClassVar[type[AdapterOptions]] = AdapterOptions
+    #: ``mvapp tune``'s objective when ``tune.metric`` is not given (a name of ``tune/objective.METRICS``)
+    default_tune_metric: ClassVar[str] = "linear_probe.logreg_acc"
 
     def __init__(self, options: AdapterOptions) -> None:
         self.options = options

@@ -170,13 +170,17 @@ METRICS: dict[str, Metric] = {
        for m in ("accuracy", "balanced_accuracy", "macro_f1", "kappa")},
     "train_time_s": Metric("minimize", None),
 }
-DEFAULT_METRIC = {"eeg_windows": "sleep_staging.balanced_accuracy"}
-FALLBACK_METRIC = "linear_probe.logreg_acc"
+def default_metric(adapter: str) -> str:
+    """The objective ``tune.metric`` defaults to: the adapter's ``default_tune_metric`` (declared on
+    ``DataAdapter``: the linear probe; EEG windows: few-shot sleep staging)."""
+    from ..data.adapters import ADAPTERS
+
+    return ADAPTERS.get(adapter).default_tune_metric
 
 
 def objective_metrics(cfg: Config) -> list[str]:
     """``tune.metric`` as a checked list (default: the adapter's metric)."""
-    names = cfg.tune.metrics or [DEFAULT_METRIC.get(cfg.data.adapter, FALLBACK_METRIC)]
+    names = cfg.tune.metrics or [default_metric(cfg.data.adapter)]
     for name in names:
         if name not in METRICS:
             raise ConfigError(f"tune.metric: unknown metric {name!r}; available: {', '.join(METRICS)}")

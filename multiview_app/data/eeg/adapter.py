@@ -75,6 +75,7 @@ class EEGWindowsAdapter(DataAdapter):
     """
 
     modality = "eeg"
+    default_tune_metric = "sleep_staging.balanced_accuracy"
 
     class Options(AdapterOptions):
         cache: str
