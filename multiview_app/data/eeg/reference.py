@@ -25,6 +25,28 @@ N2 8,927, S3 + S4 1,700 + 1,374, REM 3,693, as the folder's README). Agrees with
 above within 2.2 points per stage (N1 8.0 vs 6.6 %, W 17.4 vs 19.6 %); those stay the reference (twice
 the nights, the paper's set)."""
 
+SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE = {
+    "shares": {"W": 0.175, "N1": 0.080, "N2": 0.422, "N3": 0.149, "REM": 0.175},
+    "transitions_per_hour": {"mean": 6.04, "sd": 2.1},
+    "rem_latency_minutes": {"mean": 94.5, "sd": 46.0},
+    "n3_minutes_first_third": {"mean": 43.6, "sd": 19.0},
+    "n3_minutes_last_third": {"mean": 9.8, "sd": 14.0},
+    "bouts": {
+        "W": {"median_minutes": 1.0, "mean_minutes": 2.71, "one_epoch_share": 0.48},
+        "N1": {"median_minutes": 1.0, "mean_minutes": 1.42, "one_epoch_share": 0.39},
+        "N2": {"median_minutes": 2.5, "mean_minutes": 5.26, "one_epoch_share": 0.22},
+        "N3": {"median_minutes": 1.0, "mean_minutes": 3.71, "one_epoch_share": 0.47},
+        "REM": {"median_minutes": 5.5, "mean_minutes": 7.51, "one_epoch_share": 0.09},
+    },
+}
+"""Night structure of the same 20 real SC hypnograms, COMPUTED HERE (2026-11-27,
+``scripts/compare_night_structure.py``; one-epoch shares by ``night_structure.runs``): mean stage
+shares over nights (replacing the memory-based proportions as the generator's night-structure
+target), W/NREM/REM transitions per hour of sleep, REM latency from the first sleep epoch and N3 in
+the first / last third of the sleep period (mean, sd over nights), and pooled bouts inside the sleep
+period (median / mean minutes; share of one-epoch bouts). The generator's ``BOUT_MINUTES``,
+``INTERRUPTION``, ``INTERRUPTION_EPOCHS`` and ``N3_MINUTES`` cite these figures."""
+
 BANDS = ("delta", "theta", "alpha", "sigma", "beta")
 
 FPZ_CZ_RELATIVE_POWER_RANGES: dict[str, tuple[tuple[float, float], ...]] = {
