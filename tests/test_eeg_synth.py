@@ -9,7 +9,8 @@ from scipy.signal import butter, sosfiltfilt, welch
 from multiview_app.data.eeg.night_structure import runs, wake_nrem_rem_transitions_per_hour
 from multiview_app.data.eeg.preprocess import wake_crop_mask
 from multiview_app.data.eeg.signal_stats import detect_spindles
-from multiview_app.data.eeg.reference import (BANDS, FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_CONTINUITY,
+from multiview_app.data.eeg.reference import (BANDS, DREAMS_CENTRAL_BAND_RMS_UV, DREAMS_CENTRAL_RELATIVE_POWER_IQR,
+                                               FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_CONTINUITY,
                                                SLEEP_EDF_SC_EPOCHS, SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE, SPINDLE_PER_MIN_N2,
                                                STAGE_TRANSITIONS_PER_HOUR)
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
@@ -147,6 +148,25 @@ def test_per_stage_relative_band_powers_within_ranges(nights):
             assert low <= value <= high, f"{name} {band}: {value:.3f} not in [{low}, {high}]"
     sigma = [np.median(rel[stages == k, 3]) for k in range(5)]
     assert sigma[2] > max(sigma[1], sigma[3], sigma[4])  # spindles: sigma peaks in N2
+
+
+def test_central_derivation_matches_the_real_dreams_central_lead(nights):
+    """C3-M2 per stage (W, N1, N2, N3) against the real DREAMS central epochs (issue 25 item 3): median
+    relative band powers within the real interquartile range widened by half its width, and median
+    in-band rms within 35 % of the real median (3 subjects here, 6 in the compare script) (the figures the generator's amplitudes were set to)."""
+    from multiview_app.data.eeg.bands import band_powers
+
+    stages = np.concatenate([n.stages for n in nights])
+    powers, total = map(np.concatenate, zip(*[band_powers(_epochs(_band(n.signals["C3-M2"], 0.5, 30.0))[:, None], 100.0)
+                                              for n in nights]))
+    relative, rms = (powers / total)[:, 0], powers[:, 0]
+    for k, name in enumerate(["W", "N1", "N2", "N3"]):
+        median = np.median(relative[stages == k], axis=0)
+        for band, value, (low, high) in zip(BANDS, median, DREAMS_CENTRAL_RELATIVE_POWER_IQR[name]):
+            margin = 0.5 * (high - low)
+            assert low - margin <= value <= high + margin, f"{name} {band}: {value:.3f} vs real IQR [{low}, {high}]"
+        band_rms = np.sqrt(np.median(rms[stages == k], axis=0))
+        np.testing.assert_allclose(band_rms, DREAMS_CENTRAL_BAND_RMS_UV[name], rtol=0.35, err_msg=name)
 
 
 def test_stage_signatures_rem_n1_wake(nights):

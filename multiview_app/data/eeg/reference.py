@@ -49,18 +49,46 @@ period (median / mean minutes; share of one-epoch bouts). The generator's ``BOUT
 
 BANDS = ("delta", "theta", "alpha", "sigma", "beta")
 
+DREAMS_CENTRAL_RELATIVE_POWER_IQR: dict[str, tuple[tuple[float, float], ...]] = {
+    "W": ((0.470, 0.797), (0.058, 0.168), (0.039, 0.161), (0.027, 0.059), (0.042, 0.081)),
+    "N1": ((0.527, 0.769), (0.118, 0.224), (0.063, 0.134), (0.036, 0.051), (0.024, 0.048)),
+    "N2": ((0.695, 0.817), (0.095, 0.178), (0.039, 0.068), (0.023, 0.048), (0.008, 0.019)),
+    "N3": ((0.807, 0.891), (0.068, 0.117), (0.025, 0.042), (0.010, 0.024), (0.004, 0.007)),
+}
+"""Interquartile range over epochs of the relative band power (``BANDS``, total over 0.5-30 Hz) of the
+central derivation (C3-A1 in 2, Cz-A1 in 6 of the 8 DREAMS excerpts; 30-s epochs by the DREAMS
+reader's rule; W 54, N1 46, N2 288, N3 87 epochs), MEASURED HERE (2026-11-27,
+``scripts/compare_eeg_signals.py``, ``eeg_signals.json`` ``stats.real``). REM (5 epochs, one excerpt) is
+not given: too few to be a target. The generator's C3-M2 is checked against these (tests/test_eeg_synth.py)."""
+
+DREAMS_CENTRAL_BAND_RMS_UV: dict[str, tuple[float, float, float, float, float]] = {
+    "W": (10.5, 3.5, 3.2, 2.8, 2.7),
+    "N1": (8.5, 4.8, 3.5, 2.3, 2.2),
+    "N2": (15.1, 6.5, 3.9, 3.2, 2.0),
+    "N3": (22.4, 7.4, 4.5, 3.2, 1.8),
+}
+"""Median in-band rms (uV, square root of the median Welch band power; delta, theta, alpha, sigma,
+beta) of the same DREAMS central epochs (``signal_stats.stage_signal_stats`` ``band_rms_uv_median``),
+MEASURED HERE. The generator's W / N1 / N2 / N3 rhythm amplitudes (``synth.RHYTHMS``) were set so that
+C3-M2 matches these; median epoch SD W 12.6, N1 10.9, N2 17.2, N3 24.0 uV."""
+
 FPZ_CZ_RELATIVE_POWER_RANGES: dict[str, tuple[tuple[float, float], ...]] = {
-    "W": ((0.25, 0.55), (0.10, 0.30), (0.03, 0.30), (0.01, 0.10), (0.05, 0.30)),
+    "W": ((0.45, 0.90), (0.04, 0.30), (0.02, 0.30), (0.01, 0.10), (0.02, 0.30)),
     "N1": ((0.40, 0.70), (0.15, 0.35), (0.02, 0.10), (0.01, 0.05), (0.02, 0.10)),
-    "N2": ((0.60, 0.85), (0.08, 0.25), (0.01, 0.06), (0.015, 0.06), (0.01, 0.05)),
+    "N2": ((0.65, 0.90), (0.05, 0.25), (0.01, 0.06), (0.015, 0.06), (0.01, 0.05)),
     "N3": ((0.80, 0.97), (0.02, 0.12), (0.002, 0.03), (0.001, 0.02), (0.002, 0.02)),
     "REM": ((0.40, 0.70), (0.15, 0.35), (0.02, 0.10), (0.005, 0.04), (0.03, 0.12)),
 }
 """Plausible ``(low, high)`` of the median relative band power (``eval.bandpower.BANDS``, total over
-0.5-30 Hz) of Fpz-Cz per stage. UNVERIFIED: written from general knowledge of sleep-EEG spectra
-(delta dominance growing N1 < N2 < N3; a sigma bump from spindles in N2; theta and low delta in N1 and
-REM; alpha and beta highest in wake; cf. Aeschbach & Borbely 1993, J Sleep Res, for the all-night NREM
-spectrum), not transcribed from a published table. Wide on purpose; the orderings are what they encode."""
+0.5-30 Hz) of Fpz-Cz per stage. ASSUMPTION (UNVERIFIED for Fpz-Cz): written from general knowledge of
+sleep-EEG spectra (delta dominance growing N1 < N2 < N3; a sigma bump from spindles in N2; theta and low
+delta in N1 and REM; cf. Aeschbach & Borbely 1993, J Sleep Res, for the all-night NREM spectrum), not
+transcribed from a published table; no real Fpz-Cz recording is at hand (DREAMS is central). Changed
+2026-11-27 where the real central lead contradicted them (``DREAMS_CENTRAL_RELATIVE_POWER_IQR``): W delta
+was 0.25-0.55, theta 0.10-0.30, alpha 0.03-0.30, beta 0.05-0.30 (real central wake: delta 0.47-0.80,
+theta 0.06-0.17, alpha 0.04-0.16, beta 0.04-0.08), N2 delta was 0.60-0.85, theta 0.08-0.25 (real
+central N2 delta 0.70-0.82); the frontal upper bounds sit above the central IQR because Fpz-Cz also
+sees ocular (delta-band) potentials, an assumption. Wide on purpose; the orderings are what they encode."""
 
 SLEEP_EDF_SC_SUBJECTS = {"subjects": 78, "age_range": (25, 101)}
 """Sleep-EDF Expanded, SC study: 153 nights of 78 healthy subjects aged 25-101 (PhysioNet
@@ -104,8 +132,17 @@ K_COMPLEX_AMPLITUDE = {"aasm_min_uv": 75.0}
 amplitude (AASM slow waves: >= 75 uV; K-complexes "stand out from the background", >= 0.5 s; general
 references describe them as "usually > 100 uV"): no published distribution of spontaneous K-complex
 amplitudes was retrievable, so the generator's K-complex amplitude (fitted median ~190-240 uV peak
-to peak on F3-M2 / C3-M2) and its quiet N2 background (a blind 75-uV trough-to-peak detector
-fires < 0.5 / min on F3 without K-complexes) are ASSUMPTIONS chosen so that K-complexes stand out."""
+to peak on F3-M2 / C3-M2) is an ASSUMPTION. Its former quiet N2 background (a blind 75-uV trough-to-peak
+detector fired < 0.5 / min on F3 without K-complexes) was an assumption too, refuted by the real central
+lead (``DREAMS_CENTRAL_N2_BLIND_75UV_PER_MIN``) and dropped (2026-11-27)."""
+
+DREAMS_CENTRAL_N2_BLIND_75UV_PER_MIN = 5.4
+"""A blind slow-wave detector (troughs of the 0.3-4 Hz band at least 1 s apart followed within 1 s by a
+peak >= 75 uV above them; ``tests/test_eeg_synth_events.py::blind_k_complex_detections``) fires 5.4 times
+per minute of N2 away from N3 on the real DREAMS central lead (8 excerpts, 113.5 min), MEASURED HERE
+(2026-11-27): far above the spontaneous K-complex rate (1.21 / min, above), so real N2 background
+slow waves reach 75 uV routinely. This refutes the former ASSUMPTION below that the N2 background
+rarely does; the generator's N2 delta follows the real central amplitude instead."""
 
 ARTIFACT_RATES = {
     "movement burst per epoch (W, N1, N2, N3, REM)": (0.10, 0.05, 0.02, 0.02, 0.03),
