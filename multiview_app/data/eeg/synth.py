@@ -30,7 +30,8 @@ from .stages import EPOCH_SECONDS, EXCLUDED, PHYSIONET2018_EEG, STAGES
 
 W, N1, N2, N3, REM = range(5)
 
-# Region weights (frontal, central, occipital) of each EEG derivation.
+# Region weights (frontal, central, occipital) of each EEG derivation (the bipolar Sleep-EDF ones are
+# generated from their electrodes, ``BIPOLAR_DERIVATIONS``; their entries here name the known channels).
 EEG_TOPOGRAPHY: dict[str, tuple[float, float, float]] = {
     "F3-M2": (1.0, 0.45, 0.1),
     "F4-M1": (1.0, 0.45, 0.1),
@@ -597,7 +598,9 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
 
     The hypnogram is that of a ``hours``-long night; ``compress > 1`` writes a shorter excerpt with
     the full night's stage proportions (:func:`full_night_excerpt`: every ``compress``-th epoch of
-    the span the readers keep), for quick CPU demos. Background rhythms and their per-epoch
+    the span the readers keep), for quick CPU demos. Bipolar derivations (:data:`BIPOLAR_DERIVATIONS`)
+    are the difference of their electrodes' physiological signals (rhythms, transients, ocular
+    leakage, arousals); artifacts and noise are then added per derivation. Background rhythms and their per-epoch
     amplitude jitter are correlated across derivations by :func:`spatial_correlation` (no
     component is shared identically by all channels). Wake epochs are eyes open or closed
     (:func:`eyes_closed_epochs`); brief arousals, movement, electrode pops, sweat drifts and line
