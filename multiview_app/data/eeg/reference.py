@@ -108,8 +108,9 @@ subjects aged 20-35, multichannel all-night EEG, maximal over centro-parietal mi
 Zeitlhofer et al., "Topographic distribution of sleep spindles in young healthy subjects", J Sleep
 Res 6(3):149-155, 1997; abstract retrieved). Published densities are detector outputs (they depend
 on the amplitude threshold), so the generator is compared through a detector too: the generated
-rate is 5 / min x the subject's gain (N2), of which the test's envelope detector finds ~3.7 / min on
-C3 (mean over 6 subjects), inside mean +- SD; the generated rate itself is not a published value."""
+rate is 3.5 / min x the subject's gain (N2; was 5 / min, whose detected ~3.7 / min was above both DREAMS
+experts, 2.0 / 3.0 per min, and whose sigma share was twice the real central one: issue 25 item 3), and the
+test's envelope detector finds it inside mean +- SD; the generated rate itself is not a published value."""
 
 AROUSAL_INDEX_PER_HOUR = {"10-19 y": 13.8, "20-39 y": 14.7, "40-59 y": 17.8, ">=60 y": 27.1}
 """EEG arousals per hour of total sleep time in healthy sound sleepers (ten per age group, after an
@@ -164,8 +165,9 @@ Aging 34(1):309-318, 2013, Table 1 (PMC3469724; retrieved), forced-desynchrony p
 not ordinary nights, and their bout definition was not checked. Not used as a target (not ordinary
 nights); the generator is matched to the SHHS cut-off and the Sleep-EDF SC nights below instead. Its
 full 9-h nights (30 subjects) now have median 12 wake runs, 17.5 NREM runs and 8.5 REM runs
-between sleep onset and the final awakening (were 26, 31, 13), close to the Sleep-EDF SC nights (11, 19, 8; below). Treat the
-generator's ``BOUT_MINUTES`` / ``INTERRUPTION`` as assumptions tuned to those rates."""
+between sleep onset and the final awakening (were 26, 31, 13), close to the Sleep-EDF SC nights (11, 19, 8; below). Since
+generator version 2 the generator's ``BOUT_MINUTES`` / ``INTERRUPTION`` are set against the real SC bouts
+(``SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE``) instead."""
 
 STAGE_TRANSITIONS_PER_HOUR = {"shhs_lowest_quartile_below": 7.76}
 """Overall sleep-stage transition rate (transitions between wake, NREM and REM per hour of sleep) in
