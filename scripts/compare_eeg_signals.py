@@ -11,7 +11,8 @@ spindle density from both experts' scorings, the DREAMS automatic detector and t
 (``signal_stats.detect_spindles``), and that detector's sensitivity / precision against each scoring;
 realism both ways: a band-power classifier fitted on real epochs stages synthetic ones and the reverse
 (``signal_stats.cross_staging``, Cohen's kappa on W/N1/N2/N3). Writes
-``DIR/eeg_signals.md`` and ``DIR/eeg_signals.json`` and prints the table.
+``DIR/eeg_signals.md``, ``DIR/eeg_signals.json`` and ``DIR/eeg_signals_bands.png`` (per stage W-N3: median
+relative band power with interquartile range and median in-band rms, synthetic vs real) and prints the table.
 """
 from __future__ import annotations
 
@@ -106,7 +107,34 @@ def table_rows(stats: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
             rows.append([stage, f"relative {band} power, median (IQR)", cell(synthetic), cell(real)])
         cell = lambda s: f"{s['amplitude_uv']['p5']:.1f} / {s['amplitude_uv']['p95']:.1f} / {s['epoch_sd_uv_median']:.1f}"  # noqa: E731
         rows.append([stage, "uV: 5th / 95th percentile / median epoch SD", cell(synthetic), cell(real)])
+        cell = lambda s: " / ".join(f"{s['band_rms_uv_median'][b]:.1f}" for b in BANDS)  # noqa: E731
+        rows.append([stage, "median in-band rms uV: delta / theta / alpha / sigma / beta", cell(synthetic), cell(real)])
     return ["stage", "statistic", "synthetic C3-M2", "real DREAMS central"], rows
+
+
+def band_figure(stats: dict[str, dict], path: Path) -> None:
+    """``path`` (PNG): top row, per stage W / N1 / N2 / N3, median relative band power (bars) with the
+    interquartile range (whiskers), synthetic vs real; bottom row, the median in-band rms in uV."""
+    from repro_common import new_figure
+
+    stages, bands = STAGES[:4], list(BANDS)
+    fig, axes = new_figure(len(stages), (3.2 * len(stages), 3.0))
+    x = np.arange(len(bands))
+    for ax, stage in zip(axes, stages):
+        for offset, (name, label) in zip((-0.2, 0.2), (("synthetic", "synthetic C3-M2"), ("real", "real DREAMS central"))):
+            s = stats[name][stage]
+            q = np.array([s["relative_power"][b] for b in bands])  # (5, 3): 25th, 50th, 75th percentile
+            ax.bar(x + offset, q[:, 1], width=0.4, yerr=[q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]], label=label, capsize=2)
+            for i, b in enumerate(bands):
+                ax.annotate(f"{s['band_rms_uv_median'][b]:.1f}", (x[i] + offset, q[i, 2]), fontsize=6, ha="center",
+                            va="bottom")
+        ax.set_yscale("log")
+        ax.set_xticks(x, bands, fontsize=7)
+        ax.set_title(f"{stage} (epochs {stats['synthetic'][stage]['epochs']} / {stats['real'][stage]['epochs']})")
+        ax.legend(fontsize=6)
+    axes[0].set_ylabel("relative power (numbers: rms uV)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         f"`{summary['command']}`\n\n{table}\n\n{spindle_table}\n\n{agreement_table}\n\n{realism_table}\n")
     (args.out / "eeg_signals.json").write_text(json.dumps(summary, indent=1))
     print(table, spindle_table, agreement_table, realism_table, sep="\n\n")
+    band_figure(stats, args.out / "eeg_signals_bands.png")
     return 0
 
 

@@ -60,6 +60,59 @@ def test_overlap_guard_is_by_content_not_by_name(tmp_path: Path, capsys: pytest.
     assert main(["eval", "sleep-staging", "--run", str(run), "--cache", str(copy_cache), "--folds", "2",
                  "--shots", "5", "--seeds", "1", "--C", "1", "--no-baselines"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "pretrained on (same sha256)" in err, err
+    assert len(err.splitlines()) == 1 and "pretrained on (same sha256" in err, err
     assert f"subject SC471 ({copy_raw}" in err and f"is subject {pretrained} ({raw}" in err, err
     assert not (run / "eval" / "sleep_staging_copy_cache.json").exists()
+
+
+def _synth_prepare(raw: Path, cache: Path, fmt: str, subjects: int, seed: int) -> dict:
+    assert main(["data", "synth-psg", "--subjects", str(subjects), "--nights", "1", "--format", fmt,
+                 "--hours", "1", "--out", str(raw), "--seed", str(seed)]) == 0
+    assert main(["data", "prepare", fmt, "--source", str(raw), "--out", str(cache)]) == 0
+    return json.loads((cache / "manifest.json").read_text())
+
+
+def test_synthetic_files_carry_the_generators_provenance_and_identify_the_person(tmp_path: Path) -> None:
+    """Issue 26 item 5: every synthetic file records its generator version, seed and person (EDF
+    recording field / WFDB comments, read back into the manifest); the same person written in the other
+    format shares an identity, a different person with the same subject name does not."""
+    from multiview_app.data.eeg.provenance import GENERATOR_VERSION, read_provenance, recording_identities
+
+    physionet = _synth_prepare(tmp_path / "wfdb", tmp_path / "wfdb_cache", "physionet2018", 2, seed=3)
+    edf = _synth_prepare(tmp_path / "edf", tmp_path / "edf_cache", "sleep-edf", 2, seed=3)
+    other = _synth_prepare(tmp_path / "edf4", tmp_path / "edf4_cache", "sleep-edf", 2, seed=4)
+    header = (tmp_path / "edf" / "SC4011E0-PSG.edf").read_bytes()[88:168].decode("latin-1")
+    assert f"mvapp-synth/{GENERATOR_VERSION} seed=3 person=1 night=1" in header
+    assert read_provenance(sorted((tmp_path / "wfdb").glob("tr03-0001.*"))) == \
+        f"mvapp-synth/{GENERATOR_VERSION} seed=3 person=1 night=1"
+    assert sorted(r["provenance"] for r in edf["recordings"]) == [
+        f"mvapp-synth/{GENERATOR_VERSION} seed=3 person={p} night=1" for p in (0, 1)]
+    ids = {name: recording_identities(m, [r["subject"] for r in m["recordings"]])
+           for name, m in (("physionet", physionet), ("edf", edf), ("other", other))}
+    shared = set(ids["physionet"]) & set(ids["edf"])
+    assert shared == {f"synthetic person mvapp-synth/{GENERATOR_VERSION} seed=3 person={p}" for p in (0, 1)}
+    assert {r["subject"] for r in other["recordings"]} == {r["subject"] for r in edf["recordings"]}  # same names
+    assert not set(ids["edf"]) & set(ids["other"]) and not set(ids["physionet"]) & set(ids["other"])
+
+
+@pytest.mark.slow
+def test_overlap_guard_refuses_the_same_synthetic_person_in_another_format(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An encoder pretrained on PhysioNet-format nights of seed 3 is refused Sleep-EDF-format nights of
+    the same seed (the same synthetic people, other files, other bytes), naming both files."""
+    raw, cache, runs = tmp_path / "wfdb", tmp_path / "wfdb_cache", tmp_path / "runs"
+    _synth_prepare(raw, cache, "physionet2018", 3, seed=3)
+    config = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g.yaml"
+    assert main(["train", "--config", str(config), "--name", "tiny", f"data.options.cache={cache}",
+                 f"output.runs_dir={runs}", *TINY_MODEL]) == 0
+    pretraining = build_adapter("eeg_windows", {"cache": str(cache), "test_fraction": 0.34, "split_seed": 0}).split_subjects
+    edf_raw, edf_cache = tmp_path / "edf", tmp_path / "edf_cache"
+    _synth_prepare(edf_raw, edf_cache, "sleep-edf", 3, seed=3)
+    capsys.readouterr()
+    assert main(["eval", "sleep-staging", "--run", str(runs / "tiny"), "--cache", str(edf_cache), "--folds", "2",
+                 "--shots", "5", "--seeds", "1", "--C", "1", "--no-baselines"]) == 2
+    err = capsys.readouterr().err.strip()
+    person = int(pretraining["train"][0][1:])  # "S0001" -> person 1
+    assert len(err.splitlines()) == 1 and "same sha256 or synthetic person" in err, err
+    assert f"subject SC4{person:02d} ({edf_raw}" in err and f"is subject {pretraining['train'][0]} ({raw}" in err, err
+    assert f"seed=3 person={person}" in err, err

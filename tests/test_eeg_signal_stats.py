@@ -138,3 +138,15 @@ def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None
     assert realism["trained on real, stages synthetic"]["train_per_class"] == {"W": 46, "N1": 46, "N2": 46, "N3": 46}
     assert all(-1.0 <= r["kappa"] <= 1.0 and 0.0 <= r["balanced_accuracy"] <= 1.0 for r in realism.values())
     assert "relative sigma power" in (tmp_path / "eeg_signals.md").read_text()
+
+
+def test_band_rms_is_the_amplitude_of_a_rhythm_in_its_band() -> None:
+    """A 20-uV 10-Hz sine plus a 6-uV 2-Hz sine: in-band rms ~ amplitude / sqrt 2 in alpha and delta,
+    ~0 in beta (the absolute counterpart of the relative powers)."""
+    t = np.arange(3 * 3000) / 100.0
+    x = 20 * np.sin(2 * np.pi * 10 * t) + 6 * np.sin(2 * np.pi * 2 * t)
+    stats = stage_signal_stats(x.reshape(3, 3000), np.array([2, 2, 2]), 100.0)
+    rms = stats["N2"]["band_rms_uv_median"]
+    assert rms["alpha"] == pytest.approx(20 / np.sqrt(2), rel=0.05)
+    assert rms["delta"] == pytest.approx(6 / np.sqrt(2), rel=0.05)
+    assert rms["beta"] < 0.5

@@ -14,7 +14,7 @@ from scipy.signal import butter, find_peaks, sosfiltfilt
 
 from multiview_app.data.eeg import synth
 from multiview_app.data.eeg.reference import (AROUSAL_DURATION_SECONDS, AROUSAL_INDEX_PER_HOUR,
-                                               K_COMPLEX_PER_MIN_N2)
+                                               DREAMS_CENTRAL_N2_BLIND_75UV_PER_MIN, K_COMPLEX_PER_MIN_N2)
 from multiview_app.data.eeg.synth import (AROUSALS_PER_HOUR, ARTIFACT_PROB, EPOCHS_PER_POP, EXTRA_AROUSALS_PER_HOUR,
                                           SWEAT_PER_1000_EPOCHS, TRANSIENTS, SubjectTraits, Transient,
                                           default_record_hours, synth_night)
@@ -151,8 +151,11 @@ def test_k_complexes_stand_out_from_the_n2_background_for_a_blind_detector(
         nights, nights_without_k_complexes_and_vertex_waves):
     """AASM: a K-complex is a well-delineated negative-positive wave standing out from the background.
     A blind detector (trough, then a peak >= 75 uV within 1 s, on F3) in N2 away from N3 and artifacts
-    finds mostly K-complexes: >= 3x its count on the same nights with K-complexes removed, and about
-    the configured K-complex rate; the N2 background alone rarely reaches 75 uV."""
+    finds the K-complexes on top of the background's slow waves: removing them removes about the
+    configured K-complex rate of detections. The detector's total rate is the real one: on the real
+    DREAMS central N2 (away from N3) it fires 5.4 / min (``reference.DREAMS_CENTRAL_N2_BLIND_75UV_PER_MIN``),
+    so the former claim "the N2 background alone rarely reaches 75 uV" (an assumption) was refuted by
+    real data (issue 25 item 3) and is no longer asserted."""
     counts, minutes, configured = np.zeros(2), 0.0, 0.0
     for (night, traits), (bare, _) in zip(nights, nights_without_k_complexes_and_vertex_waves):
         keep = _n2_away_from_n3_and_artifacts(night)
@@ -163,9 +166,10 @@ def test_k_complexes_stand_out_from_the_n2_background_for_a_blind_detector(
         minutes += epoch_minutes
         configured += TRANSIENTS["k_complex"].rate_per_min[2] * traits.band_gain["k_complex"] * epoch_minutes
     with_kc, without_kc, configured = counts[0] / minutes, counts[1] / minutes, configured / minutes
-    assert minutes > 60 and counts[0] >= 3 * counts[1], (with_kc, without_kc)
-    assert 0.7 * configured <= with_kc <= 1.5 * configured, (with_kc, configured)
-    assert without_kc < 0.5 * configured, (without_kc, configured)
+    assert minutes > 60, minutes
+    assert 0.5 * configured <= with_kc - without_kc <= 1.5 * configured, (with_kc, without_kc, configured)
+    real = DREAMS_CENTRAL_N2_BLIND_75UV_PER_MIN
+    assert 0.5 * real <= with_kc <= 1.5 * real, (with_kc, real)
 
 
 def test_vertex_waves_sharp_negative_central_in_n1(nights, night_without_k_complexes_and_vertex_waves):
@@ -211,6 +215,8 @@ def test_rem_eye_movements_are_sharp_conjugate_deflections_with_montage_polarity
         onsets, sign = night.meta["events"]["saccade"], night.meta["eye_movement_signs"]["saccade"]
         keep = (night.stages[onsets // SPE] == 4) & _isolated(onsets, every, int(1.0 * FS))
         keep &= (onsets > 10) & (onsets + int(FS) < night.stages.size * SPE)
+        for start, length in night.meta["movements"]:  # a movement burst reaches every derivation in phase
+            keep &= ~((onsets + int(FS) > start) & (onsets - int(FS) < start + length))
         onsets, sign = onsets[keep], sign[keep]
         for c in deflection:  # rapid eye movements: the derivation's step 80 ms after onset
             x = night.signals[c]

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from ..data.eeg.provenance import recording_identities
 from ..data.eeg.stages import STAGES
 from ..argtypes import open_fraction, positive_float, positive_int
 from ..train.input_contract import check_run_input
@@ -356,12 +357,9 @@ def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: lis
 
 
 def recording_digests(manifest: dict[str, Any], subjects: list[str]) -> dict[str, str]:
-    """``{sha256 of a source file: "subject <name> (<file>)"}`` for the recordings of ``subjects`` in a
-    prepared cache's manifest: the identity of a night by content, whatever its subject is called."""
-    wanted = set(subjects)
-    return {source["sha256"]: f"subject {record['subject']} ({source['path']})"
-            for record in manifest["recordings"] if record["subject"] in wanted
-            for source in record.get("sources", [])}
+    """``{sha256 of a source file or synthetic person: "subject <name> (<file>)"}`` for the recordings of
+    ``subjects`` in a prepared cache's manifest (``data.eeg.provenance.recording_identities``)."""
+    return recording_identities(manifest, subjects)  # sha256 of each source, and a synthetic file's person
 
 
 def _refuse_same_recordings(test_files: dict[str, str], pretraining_files: dict[str, str], option: str) -> None:
@@ -370,7 +368,8 @@ def _refuse_same_recordings(test_files: dict[str, str], pretraining_files: dict[
     if same:
         pairs = "; ".join(f"{test_files[d]} is {pretraining_files[d]}" for d in same[:5])
         more = f" (+{len(same) - 5} more)" if len(same) > 5 else ""
-        raise ValueError(f"{option} would test on recordings the encoder was pretrained on (same sha256): "
+        raise ValueError(f"{option} would test on recordings the encoder was pretrained on "
+                         f"(same sha256 or synthetic person): "
                          f"{pairs}{more}; staging must be scored on recordings the encoder never saw")
 
 

@@ -29,6 +29,7 @@ from .dreams import expected_checksums, find_excerpts, inspect_excerpt, read_dre
 from .contract import SOURCE_UNITS
 from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
+from .provenance import read_provenance
 from ...fileio import sha256_file
 from .recording import Recording
 from .sleep_edf import count_st_nights, find_pairs, read_sleep_edf, recording_id
@@ -125,6 +126,13 @@ def _windows_intact(cache_dir: Path, record: dict) -> bool:
         return False
 
 
+def _provenance(files: list[Path]) -> dict[str, str]:
+    """``{"provenance": text}`` when the recording's files carry the synthetic generator's provenance
+    (``provenance.read_provenance``), else ``{}`` (real recordings: no key)."""
+    text = read_provenance(files)
+    return {"provenance": text} if text else {}
+
+
 def save_manifest(cache_dir: Path, manifest: dict) -> None:
     atomic_write_bytes(cache_dir / MANIFEST, lambda h: h.write(json.dumps(manifest, indent=1).encode()))
 
@@ -199,7 +207,7 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
         atomic_write_bytes(out / file, lambda h: np.save(h, windows.astype(dtype)), suffix=".npy")
         record = {"recording": entry.recording, "subject": recording.subject, "file": file,
                   "n_windows": int(len(labels)), "labels": labels.tolist(), "epochs": epochs.tolist(),
-                  "sources": checksums,
+                  "sources": checksums, **_provenance(entry.files),
                   "counts": {**dict(recording.counts),
                              **{(f"dropped_{k}" if k in DROP_REASONS else k): v for k, v in dropped.items()}}}
         if known is not None:

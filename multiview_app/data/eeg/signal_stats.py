@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .bands import BANDS, relative_band_powers
+from .bands import BANDS, band_powers
 from .preprocess import DEFAULT_BAND, bandpass, resample
 from .stages import EPOCH_SECONDS, STAGES
 
@@ -31,15 +31,16 @@ def stage_epochs(signal: np.ndarray, fs: float, labels: np.ndarray, sfreq: float
 
 def stage_signal_stats(epochs: np.ndarray, labels: np.ndarray, sfreq: float) -> dict[str, Any]:
     """Per stage: ``epochs`` count, relative band power (25th / 50th / 75th percentile over epochs,
-    ``eval.bandpower`` bands and total), amplitude percentiles of the samples and the median per-epoch
-    standard deviation in uV. ``epochs (e, T)``, ``labels (e,)``."""
+    ``eval.bandpower`` bands and total), amplitude percentiles of the samples, the median per-epoch
+    standard deviation in uV and the median in-band rms (uV, square root of the median band power). ``epochs (e, T)``, ``labels (e,)``."""
     out: dict[str, Any] = {}
     for code, stage in enumerate(STAGES):
         chosen = epochs[labels == code]
         if not len(chosen):
             out[stage] = {"epochs": 0}
             continue
-        relative = relative_band_powers(chosen[:, None, :], sfreq)[:, 0, :]  # (e, 5)
+        powers, total = band_powers(chosen[:, None, :], sfreq)
+        relative = (powers / np.maximum(total, 1e-12))[:, 0, :]  # (e, 5)
         out[stage] = {
             "epochs": int(len(chosen)),
             "relative_power": {band: [float(v) for v in np.percentile(relative[:, i], [25, 50, 75])]
@@ -47,6 +48,7 @@ def stage_signal_stats(epochs: np.ndarray, labels: np.ndarray, sfreq: float) -> 
             "amplitude_uv": {f"p{p}": float(v) for p, v in zip(AMPLITUDE_PERCENTILES,
                                                                 np.percentile(chosen, AMPLITUDE_PERCENTILES))},
             "epoch_sd_uv_median": float(np.median(chosen.std(axis=1))),
+            "band_rms_uv_median": {band: float(np.sqrt(np.median(powers[:, 0, i]))) for i, band in enumerate(BANDS)},
         }
     return out
 

@@ -24,12 +24,14 @@ from scipy import fft as sp_fft
 from scipy.signal import oaconvolve
 
 from ...fileio import temp_sibling
-from .reference import AROUSAL_DURATION_SECONDS
+from .provenance import provenance_text
+from .reference import AROUSAL_DURATION_SECONDS, AROUSAL_INDEX_PER_HOUR, SLEEP_EDF_SC_SUBJECTS
 from .stages import EPOCH_SECONDS, EXCLUDED, PHYSIONET2018_EEG, STAGES
 
 W, N1, N2, N3, REM = range(5)
 
-# Region weights (frontal, central, occipital) of each EEG derivation.
+# Region weights (frontal, central, occipital) of each EEG derivation (the bipolar Sleep-EDF ones are
+# generated from their electrodes, ``BIPOLAR_DERIVATIONS``; their entries here name the known channels).
 EEG_TOPOGRAPHY: dict[str, tuple[float, float, float]] = {
     "F3-M2": (1.0, 0.45, 0.1),
     "F4-M1": (1.0, 0.45, 0.1),
@@ -47,6 +49,18 @@ EEG_POSITION: dict[str, tuple[float, float]] = {
     "C3-M2": (-0.50, 0.00), "C4-M1": (0.50, 0.00),
     "O1-M2": (-0.30, -0.90), "O2-M1": (0.30, -0.90),
     "EEG Fpz-Cz": (0.00, 0.45), "EEG Pz-Oz": (0.00, -0.70),
+}
+BIPOLAR_DERIVATIONS: dict[str, tuple[str, str]] = {"EEG Fpz-Cz": ("Fpz", "Cz"), "EEG Pz-Oz": ("Pz", "Oz")}
+"""Sleep-EDF's EEG derivations are bipolar (Kemp et al. 2000; PhysioNet Sleep-EDF Expanded description):
+each is generated as the difference of its two electrodes' potentials (issue 26 item 4), so sources
+both electrodes see alike cancel (a central spindle or K-complex is small and inverted on Fpz-Cz) and
+the spatially incoherent part adds; the PhysioNet-format derivations are mastoid-referenced (one
+active site each). The region weights and positions of the electrodes below are assumptions."""
+ELECTRODE_TOPOGRAPHY: dict[str, tuple[float, float, float]] = {
+    "Fpz": (1.0, 0.35, 0.0), "Cz": (0.45, 1.0, 0.3), "Pz": (0.1, 0.75, 0.6), "Oz": (0.0, 0.3, 1.0),
+}
+ELECTRODE_POSITION: dict[str, tuple[float, float]] = {
+    "Fpz": (0.0, 0.95), "Cz": (0.0, 0.0), "Pz": (0.0, -0.45), "Oz": (0.0, -0.95),
 }
 SPATIAL_DECAY = 1.0
 """Length (head radii) over which the correlation of two derivations' background rhythms decays by
@@ -94,19 +108,28 @@ class Transient:
 
 
 # N1, N2 and REM backgrounds are low-amplitude mixed-frequency (AASM), N2's delta low enough that
-# K-complexes stand out for a blind 75-uV detector; amplitudes are assumptions (docs/eeg.md).
+# K-complexes stand out for a blind 75-uV detector. W, N1, N2 and N3 amplitudes are set so that the
+# central derivation (C3-M2) matches the DREAMS excerpts' central lead (C3-A1 / Cz-A1, issue 25 item 3,
+# ``reference.DREAMS_CENTRAL_BAND_RMS_UV``): per stage, the median in-band rms of delta, theta, alpha,
+# sigma and beta within ~15 % (was: W alpha 8.3 vs 3.2 uV, W delta 7.3 vs 10.5, N3 delta 36.5 vs 22.4,
+# N2 delta 11.4 vs 15.1); REM (5 real epochs) and the region weights (topography) stay assumptions.
 RHYTHMS: dict[str, Rhythm] = {
-    "delta": Rhythm((0.5, 3.5), (7.0, 6.5, 6.5, 42.0, 6.5), (1.0, 0.8, 0.55), slope=1.5),
-    "theta": Rhythm((4.0, 7.5), (5.0, 4.0, 4.5, 10.0, 4.0), (0.7, 1.0, 0.6), slope=1.0),
-    "alpha": Rhythm((-1.5, 1.5), (12.0, 3.0, 0.6, 2.5, 1.5), (0.3, 0.55, 1.0)),  # around the subject's alpha peak
-    "beta": Rhythm((16.0, 30.0), (4.5, 1.5, 0.3, 1.8, 1.25), (0.8, 0.8, 0.6), slope=1.0),
+    "delta": Rhythm((0.5, 3.5), (11.5, 7.5, 12.5, 23.5, 6.5), (1.0, 0.8, 0.55), slope=1.5),
+    "theta": Rhythm((4.0, 7.5), (2.4, 3.2, 4.8, 5.3, 4.0), (0.7, 1.0, 0.6), slope=1.0),
+    # around the subject's alpha peak; posterior (assumption: central weight 0.3, was 0.55, so that
+    # central wake alpha is the real 3.2 uV while occipital eyes-closed alpha stays the largest)
+    "alpha": Rhythm((-1.5, 1.5), (6.0, 1.5, 0.3, 0.5, 1.5), (0.15, 0.3, 1.0)),
+    "beta": Rhythm((16.0, 30.0), (1.9, 1.05, 0.3, 0.18, 1.25), (0.8, 0.8, 0.6), slope=1.0),
     "muscle": Rhythm((30.0, 45.0), (3.5, 1.6, 1.0, 0.9, 0.6), (1.0, 0.5, 0.7)),
-    "sigma": Rhythm((12.0, 15.0), (0.0, 0.0, 1.5, 1.0, 0.0), (0.55, 1.0, 0.4)),  # NREM sigma background
+    "sigma": Rhythm((12.0, 15.0), (1.5, 0.8, 2.2, 1.5, 0.0), (0.55, 1.0, 0.4)),  # 12-15 Hz background (real in every stage)
+    # 8-12 Hz power of real central sleep EEG (DREAMS: 3.5 / 3.9 / 4.5 uV rms in N1 / N2 / N3, more than
+    # central wake's 3.2), central rather than posterior, so that the occipital N1 alpha dropout stays
+    "alpha_sleep": Rhythm((8.0, 12.0), (0.0, 2.8, 2.85, 3.6, 0.0), (0.6, 1.0, 0.4)),
 }
-RHYTHM_GAIN_OF = {"sigma": "spindle"}
+RHYTHM_GAIN_OF = {"sigma": "spindle", "alpha_sleep": "alpha"}
 """Rhythms added later take the subject's gain of a related event type (so no trait draw moved)."""
 TRANSIENTS: dict[str, Transient] = {  # spindles and K-complexes mark N2 (AASM): none in W, N1, REM
-    "spindle": Transient((0.0, 0.0, 5.0, 2.5, 0.0), 20.0, (0.55, 1.0, 0.4)),
+    "spindle": Transient((0.0, 0.0, 3.5, 1.5, 0.0), 17.0, (0.55, 1.0, 0.4)),  # DREAMS N2 sigma, experts 2.0-3.0 / min
     "k_complex": Transient((0.0, 0.0, 1.2, 0.6, 0.0), 90.0, (1.0, 0.85, 0.35)),
     "vertex": Transient((0.1, 1.5, 0.4, 0.0, 0.1), 25.0, (0.6, 1.0, 0.3)),
     "sawtooth": Transient((0.0, 0.2, 0.0, 0.0, 1.5), 14.0, (0.6, 1.0, 0.4)),
@@ -148,7 +171,18 @@ AROUSAL_MIN_SECONDS = 3.0
 """Shortest EEG arousal (AASM scoring rule)."""
 AROUSAL_ALPHA_UV = 6.0
 """Amplitude of an arousal's alpha burst (plus 4 uV beta; posterior > frontal): an assumption."""
-PINK_NOISE_UV = 8.0
+RHYTHM_SUBJECT_GAIN_SD = 0.15
+"""Standard deviation of the log of a subject's gain of each background rhythm (transients keep 0.3).
+0.15 (was 0.3, i.e. 0.6 in log power): between the 8 DREAMS subjects, the per-subject median log
+relative power of the central lead varies with SD 0.23-0.27 for alpha and theta in N2 / N3 (synthetic
+at 0.3: 0.55-0.74 for alpha; ``scripts/compare_eeg_signals.py`` data, issue 25 item 3)."""
+RHYTHM_EPOCH_JITTER = 0.2
+"""Standard deviation of the log per-epoch amplitude of each background rhythm (independent per rhythm,
+spatially correlated across derivations). 0.2 (was 0.35): the DREAMS central epochs' log relative band
+powers are tighter per stage (e.g. N3 alpha IQR 0.54 vs synthetic 1.5 at 0.35)."""
+PINK_NOISE_UV = 5.0
+"""1/f background (uV rms, all stages); 5 (was 8): at 8 its 16-30 Hz part alone (2.8 uV) exceeded the real
+central N2 / N3 beta (2.0 / 1.8 uV rms, DREAMS)."""
 WHITE_NOISE_UV = (1.5, 3.0)
 """Range of the subject's white (amplifier / electrode) noise level, uV rms over 0-fs/2."""
 
@@ -175,12 +209,15 @@ class SubjectTraits:
     eyes_closed_prob: float = 0.5  # share of wake spent with eyes closed
     mains_uv: float = 1.0  # line-noise amplitude
     channel_gain: dict[str, float] = field(default_factory=dict)  # electrode/impedance gain per channel
+    awakening_scale: float = 1.0  # times the mean awakening duration (age: more wake after sleep onset)
+    age_years: float | None = None  # set for cohorts with an age structure (``with_cohort``)
+    sex: str | None = None
 
     @classmethod
     def sample(cls, rng: np.random.Generator) -> "SubjectTraits":
         return cls(
             gain=float(rng.lognormal(0.0, 0.25)),
-            band_gain={name: float(rng.lognormal(0.0, 0.3))
+            band_gain={name: float(rng.lognormal(0.0, RHYTHM_SUBJECT_GAIN_SD if name in RHYTHMS else 0.3))
                        for name in [r for r in RHYTHMS if r not in RHYTHM_GAIN_OF] + list(TRANSIENTS)},
             alpha_hz=float(rng.uniform(8.5, 11.5)),
             spindle_hz=float(rng.uniform(11.5, 14.5)),
@@ -206,27 +243,106 @@ class SubjectTraits:
         self.arousal_seconds = float(np.clip(rng.normal(mean, sd), mean - 3 * sd, mean + 3 * sd))
         return self
 
+    def with_cohort(self, cohort: str, rng: np.random.Generator) -> "SubjectTraits":
+        """Traits of a subject of ``cohort`` (:data:`COHORTS`; "young-adult" leaves them unchanged),
+        drawn from ``rng`` (its own stream, so the base traits keep their values). "sleep-edf-sc": an
+        age from the SC range and a sex from its female share, then the age and sex effects of
+        :data:`SC_AGE_EFFECTS` (less N3 and smaller slow waves, longer awakenings, more arousals with
+        age; larger low-frequency amplitude in women) and the SC recorder's noise / artifact profile."""
+        if cohort not in COHORTS:
+            raise ValueError(f"synth: unknown cohort '{cohort}'; available: {', '.join(COHORTS)}")
+        if cohort == "young-adult":
+            return self
+        low, high = SLEEP_EDF_SC_SUBJECTS["age_range"]
+        self.age_years = float(rng.uniform(low, high))
+        self.sex = "F" if rng.random() < SC_FEMALE_SHARE else "M"
+        decades = max(0.0, self.age_years - SC_AGE_EFFECTS["reference_age"]) / 10.0
+        self.n3_scale *= max(SC_AGE_EFFECTS["n3_floor"], 1.0 - SC_AGE_EFFECTS["n3_loss_per_decade"] * decades)
+        amplitude = max(SC_AGE_EFFECTS["n3_floor"], 1.0 - SC_AGE_EFFECTS["delta_loss_per_decade"] * decades)
+        self.delta_scale *= amplitude * SC_AGE_EFFECTS["delta_by_sex"][self.sex]
+        self.awakening_scale *= 1.0 + SC_AGE_EFFECTS["awakening_gain_per_decade"] * decades
+        self.awakening_prob = min(0.98, self.awakening_prob + SC_AGE_EFFECTS["awakening_prob_per_decade"] * decades)
+        self.arousal_scale *= arousal_index_ratio(self.age_years)
+        self.white_noise_uv = float(rng.uniform(*SC_WHITE_NOISE_UV))
+        self.artifact_scale *= SC_ARTIFACT_SCALE
+        return self
+
+
+COHORTS = ("young-adult", "sleep-edf-sc")
+"""Subject populations: the generator's base traits (young-adult-like; the PhysioNet-format nights) and
+the Sleep-EDF SC cohort (issue 26 item 4; the Sleep-EDF-format nights of ``synth_psg``)."""
+SC_FEMALE_SHARE = 40 / 74
+"""Females among the SC study's subjects: 40 females and 34 males aged 26-101 (Mourtazaev, Kemp,
+Zwinderman, Kamphuisen, "Age and gender affect different characteristics of slow waves in the sleep
+EEG", Sleep 18(7):557-564, 1995; abstract retrieved; the study the Sleep-EDF SC recordings come from)."""
+SC_AGE_EFFECTS = {
+    "reference_age": 25.0,
+    "n3_loss_per_decade": 0.12,
+    "delta_loss_per_decade": 0.08,
+    "n3_floor": 0.15,
+    "delta_by_sex": {"F": 1.18, "M": 0.84},
+    "awakening_gain_per_decade": 0.35,
+    "awakening_prob_per_decade": 0.03,
+}
+"""Age and sex effects of the SC cohort, per decade above 25 y. DIRECTIONS are published: in adults
+slow-wave sleep % decreases and wake after sleep onset increases with age (Ohayon, Carskadon,
+Guilleminault, Vitiello, Sleep 27(7):1255-1273, 2004, meta-analysis of 65 studies, 3,577 subjects;
+abstract retrieved); in the SC study itself low-frequency (0.2-2 Hz) amplitude decreased substantially
+with age and was 40 % larger in women than in men (Mourtazaev et al. 1995, above: F / M = 1.18 / 0.84 =
+1.40 here); middle-aged (62 y) vs young (22 y) men: less SWS, more stage 1 and wake after sleep onset,
+most in cycles 3-4 (Landolt, Dijk, Achermann, Borbely, Brain Res 738(2):205-212, 1996; abstract
+retrieved). The MAGNITUDES (-12 % N3 and -8 % slow-wave amplitude per decade, floor 15 %; awakenings
++35 % longer and +3 points likelier per decade) are ASSUMPTIONS: the per-decade slopes were not in the
+retrieved abstracts. Not tuned on any SSL / staging score."""
+SC_WHITE_NOISE_UV = (2.5, 5.0)
+"""Range of an SC subject's white (amplifier / electrode) noise, uV rms over 0-fs/2 (base cohort 1.5-3):
+SC nights were recorded at home on ambulatory cassette recorders in 1987-1991 (PhysioNet Sleep-EDF
+Expanded description; Kemp et al., IEEE-BME 47(9):1185-1194, 2000) rather than on a hospital lab's digital
+polygraph; the level is an ASSUMPTION (no published noise floor of those recorders was found)."""
+SC_ARTIFACT_SCALE = 1.5
+"""Movement-burst / sweat rate multiplier of SC subjects (home ambulatory recordings over a day-night
+period): an ASSUMPTION (no published artifact rate; see ``reference.ARTIFACT_RATES``)."""
+
+
+def arousal_index_ratio(age_years: float) -> float:
+    """Arousal index of ``age_years``' group over the 20-39 y group's (Boselli et al. 1998,
+    ``reference.AROUSAL_INDEX_PER_HOUR``: 14.7 / 17.8 / 27.1 per hour at 20-39 / 40-59 / >= 60 y)."""
+    index = AROUSAL_INDEX_PER_HOUR
+    group = "20-39 y" if age_years < 40 else "40-59 y" if age_years < 60 else ">=60 y"
+    return index[group] / index["20-39 y"]
+
 
 # ----------------------------------------------------------------------------- hypnogram
 
 EPOCHS_PER_MINUTE = 60.0 / EPOCH_SECONDS
-N3_MINUTES = (36.0, 26.0, 12.0, 5.0)
+N3_MINUTES = (38.0, 28.0, 15.0, 9.0)
 """N3 per NREM-REM cycle (minutes, times the subject's ``n3_scale``); none from cycle 5 on: slow-wave
-sleep is concentrated in the first cycles (Carskadon & Dement, "Normal human sleep: an overview")."""
+sleep is concentrated in the first cycles (Carskadon & Dement, "Normal human sleep: an overview").
+Cycles 3-4 raised from 12 / 5 min (issue 25 item 3): the 20 real Sleep-EDF SC nights hold 9.8 ± 14 min
+of N3 in the last third of the sleep period (synthetic was 4.4) and an N3 share of 0.149 (was 0.135;
+``reference.SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE``)."""
 REM_MINUTES = (11.0, 19.0, 25.0, 30.0, 32.0, 34.0)
 """REM per cycle (minutes, times ``rem_scale``): REM periods lengthen across the night."""
-BOUT_MINUTES = {N1: (1.5, 1.5), N2: (8.0, 2.0), N3: (7.0, 2.5), REM: (16.0, 2.0)}
-"""Stage bouts inside a cycle segment: gamma-distributed durations (mean minutes, shape). Shape > 1:
-unlike a first-order Markov chain (geometric bouts, mode at one epoch), long bouts are the rule and
-one-epoch bouts rare; the interruptions between bouts are the brief arousals below."""
+BOUT_MINUTES = {N1: (2.5, 1.0), N2: (8.0, 1.0), N3: (5.0, 0.35), REM: (11.0, 1.0)}
+"""Stage bouts inside a cycle segment: gamma-distributed durations (mean minutes, shape). Measured
+against the 20 real Sleep-EDF SC hypnograms (issue 25 item 3, ``reference.SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE``):
+real bouts are short and skewed (median / mean minutes N2 2.5 / 5.3, N3 1 / 3.7, REM 5.5 / 7.5; 47 % of
+real N3 bouts last one epoch: N3 flickers with N2), so shapes <= 1 replace the former shapes 1.5-2.5
+(means 8 / 7 / 16 min), which gave N3 bouts of median 4.5 min (KS 0.56) and REM of 9.5 min (KS 0.28)."""
 AWAKENING_MINUTES = (12.0, 1.5)
 """Awakenings at the end of a REM period: gamma-distributed duration (mean minutes, shape)."""
 INTERRUPTION = {  # what interrupts a bout of each stage: (stage, probability) of the first interrupting epoch
     N1: ((W, 0.6), (N2, 0.4)),
     N2: ((W, 0.2), (N1, 0.8)),
-    N3: ((N2, 0.85), (W, 0.15)),
+    N3: ((N2, 0.95), (W, 0.05)),
     REM: ((W, 0.25), (N1, 0.75)),
 }
+"""N3 is interrupted by N2 (95 %, was 85 %): in the real nights N3 alternates with N2 (one-epoch N3
+bouts), and a wake interruption adds W/NREM/REM transitions the real nights do not have (6.0 / h)."""
+INTERRUPTION_EPOCHS = {W: (1, 2), N1: (1, 3), N2: (1, 2)}
+"""Length (epochs, inclusive range) of an interruption by each stage: N1 interruptions last 1-3 epochs
+(were 1-2, like the others): real N1 bouts average 1.42 min (synthetic was 0.86) and the real N1 share
+is 0.080 (was 0.059)."""
 
 
 def _gamma_epochs(rng: np.random.Generator, mean_minutes: float, shape: float) -> int:
@@ -244,7 +360,8 @@ def _segment(stage: int, length: int, rng: np.random.Generator) -> list[int]:
             break
         choices, probs = zip(*INTERRUPTION[stage])
         first = int(rng.choice(choices, p=np.asarray(probs) / sum(probs)))
-        out += [first] * int(rng.integers(1, 3))
+        low, high = INTERRUPTION_EPOCHS[first]
+        out += [first] * int(rng.integers(low, high + 1))
         if first == W:  # an awakening is followed by light sleep before the stage resumes
             out += [N1] * int(rng.integers(0, 3))
     return out[:length]
@@ -284,7 +401,7 @@ def synth_hypnogram(n_epochs: int, traits: "SubjectTraits", rng: np.random.Gener
             if epochs > 0:
                 stages += _segment(stage, epochs, rng)
         if rng.random() < traits.awakening_prob:  # awakening at the end of a REM period
-            stages += [W] * _gamma_epochs(rng, *AWAKENING_MINUTES)
+            stages += [W] * _gamma_epochs(rng, AWAKENING_MINUTES[0] * traits.awakening_scale, AWAKENING_MINUTES[1])
         cycle += 1
     labels = np.full(n_epochs, W, dtype=np.int64)
     labels[:sleep_end] = np.asarray(stages[:sleep_end], dtype=np.int64)
@@ -373,7 +490,7 @@ class SyntheticNight:
 
 def spatial_correlation(channels: list[str]) -> np.ndarray:
     """``(c, c)`` correlation ``exp(-distance / SPATIAL_DECAY)`` between EEG derivations."""
-    positions = np.array([EEG_POSITION[c] for c in channels]).reshape(len(channels), 2)
+    positions = np.array([{**EEG_POSITION, **ELECTRODE_POSITION}[c] for c in channels]).reshape(len(channels), 2)
     distance = np.linalg.norm(positions[:, None] - positions[None], axis=-1)
     return np.exp(-distance / SPATIAL_DECAY)
 
@@ -450,6 +567,30 @@ SIDE_STREAMS = {"second_eog": 1, "day_padding": 2, "extra_arousals": 3}
 """Keys of :func:`side_stream` per feature added after the demo's measurements started."""
 
 
+def eeg_sources(derivations: list[str]) -> list[str]:
+    """The generated sources of ``derivations``: a referential derivation itself, a bipolar one's two
+    electrodes (:data:`BIPOLAR_DERIVATIONS`), each once, in order of first use."""
+    sources: list[str] = []
+    for name in derivations:
+        for source in BIPOLAR_DERIVATIONS.get(name, (name,)):
+            if source not in sources:
+                sources.append(source)
+    return sources
+
+
+def derivation_matrix(sources: list[str], derivations: list[str]) -> np.ndarray:
+    """``(c, s)`` float32 map from sources to derivations: 1 for a referential derivation's own row,
+    +1 / -1 for a bipolar derivation's first / second electrode."""
+    matrix = np.zeros((len(derivations), len(sources)), dtype=np.float32)
+    for row, name in enumerate(derivations):
+        if name in BIPOLAR_DERIVATIONS:
+            first, second = BIPOLAR_DERIVATIONS[name]
+            matrix[row, sources.index(first)], matrix[row, sources.index(second)] = 1.0, -1.0
+        else:
+            matrix[row, sources.index(name)] = 1.0
+    return matrix
+
+
 def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTraits,
                 rng: np.random.Generator, compress: int = 1, mains_hz: float = 50.0,
                 stages: np.ndarray | None = None) -> SyntheticNight:
@@ -457,7 +598,9 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
 
     The hypnogram is that of a ``hours``-long night; ``compress > 1`` writes a shorter excerpt with
     the full night's stage proportions (:func:`full_night_excerpt`: every ``compress``-th epoch of
-    the span the readers keep), for quick CPU demos. Background rhythms and their per-epoch
+    the span the readers keep), for quick CPU demos. Bipolar derivations (:data:`BIPOLAR_DERIVATIONS`)
+    are the difference of their electrodes' physiological signals (rhythms, transients, ocular
+    leakage, arousals); artifacts and noise are then added per derivation. Background rhythms and their per-epoch
     amplitude jitter are correlated across derivations by :func:`spatial_correlation` (no
     component is shared identically by all channels). Wake epochs are eyes open or closed
     (:func:`eyes_closed_epochs`); brief arousals, movement, electrode pops, sweat drifts and line
@@ -480,14 +623,15 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
         raise ValueError(f"synth-psg: no synthetic model for channel(s) {unknown}; known: "
                          f"{sorted(EEG_TOPOGRAPHY) + known_eog + list(EMG_CHANNELS)}")
     closed = eyes_closed_epochs(stages, traits, rng)
-    topo = np.array([EEG_TOPOGRAPHY[c] for c in eeg]).reshape(len(eeg), 3)  # (c, 3)
+    derivations, eeg = eeg, eeg_sources(eeg)  # physiology on the sources, artifacts on the derivations
+    topo = np.array([{**EEG_TOPOGRAPHY, **ELECTRODE_TOPOGRAPHY}[c] for c in eeg]).reshape(len(eeg), 3)  # (s, 3)
     mixing = np.linalg.cholesky(spatial_correlation(eeg) + 1e-9 * np.eye(len(eeg))) if eeg else np.zeros((0, 0))
     jitter = lambda: rng.lognormal(0.0, 0.35, size=n_epochs)  # noqa: E731 - per-epoch amplitude jitter (EOG/EMG)
     out = np.zeros((len(eeg), n), dtype=np.float32)
     for name, rhythm in RHYTHMS.items():
         band = rhythm.band if name != "alpha" else (traits.alpha_hz + rhythm.band[0], traits.alpha_hz + rhythm.band[1])
         mixed = _correlated(mixing, _band_noise(n, fs, band, rng, len(eeg), rhythm.slope, soft=True))  # (c, n), spatially decaying correlation
-        channel_jitter = np.exp(0.35 * _correlated(mixing, rng.standard_normal((len(eeg), n_epochs))))  # (c, e)
+        channel_jitter = np.exp(RHYTHM_EPOCH_JITTER * _correlated(mixing, rng.standard_normal((len(eeg), n_epochs))))  # (c, e)
         scale = traits.band_gain[RHYTHM_GAIN_OF.get(name, name)] * (traits.delta_scale if name == "delta" else 1.0)
         amp = _per_epoch(rhythm.amplitude, stages, closed, name)[None] * channel_jitter * scale
         gains = topo @ np.asarray(rhythm.topography) / np.asarray(rhythm.topography).max()
@@ -542,6 +686,8 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     for start, length in extra:
         _add_arousal(out, emg, start, length, posterior, traits, fs, extra_rng)
     arousals = arousals + extra
+    out = derivation_matrix(eeg, derivations) @ out  # (c, s) @ (s, n): bipolar derivations as differences
+    eeg = derivations
 
     # Artifacts: movement bursts (all channels), electrode pops (one channel), sweat, drifts, mains, white noise.
     artifact_epochs = np.flatnonzero(rng.random(n_epochs) < np.asarray(ARTIFACT_PROB)[stages] * traits.artifact_scale)
@@ -622,10 +768,12 @@ DEFAULT_START = dt.datetime(1989, 4, 24, 22, 0, 0)
 
 def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
               annotations: list[tuple[float, float, str]] | None = None, record_seconds: float = 1.0,
-              start: dt.datetime = DEFAULT_START, patient: str = "X") -> None:
+              start: dt.datetime = DEFAULT_START, patient: str = "X", recording_additional: str = "") -> None:
     """Write an EDF(+) file atomically; ``signals``: label -> (uV samples, sampling rate);
     ``record_seconds``: data-record duration (Sleep-EDF PSG files use 30 s); ``start`` and
-    ``patient`` (a code without spaces) go into the header (a PSG and its hypnogram share them)."""
+    ``patient`` (a code without spaces) go into the header (a PSG and its hypnogram share them);
+    ``recording_additional``: space-separated tokens appended to the header's recording field (the
+    generator's provenance, ``provenance.provenance_text``)."""
     import edfio
 
     edf_signals = []
@@ -634,7 +782,8 @@ def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
         pad = max(1.0, 0.05 * (high - low))
         edf_signals.append(edfio.EdfSignal(np.asarray(data, dtype=np.float64), sampling_frequency=fs, label=label,
                                            physical_dimension="uV", physical_range=(low - pad, high + pad)))
-    edf = edfio.Edf(edf_signals, patient=edfio.Patient(code=patient), recording=edfio.Recording(startdate=start.date()),
+    recording = edfio.Recording(startdate=start.date(), additional=tuple(recording_additional.split()))
+    edf = edfio.Edf(edf_signals, patient=edfio.Patient(code=patient), recording=recording,
                     starttime=start.time(), data_record_duration=record_seconds if edf_signals else None,
                     annotations=[edfio.EdfAnnotation(o, d, t) for o, d, t in (annotations or [])])
     tmp = temp_sibling(path, path.suffix)
@@ -705,7 +854,7 @@ def _wake_padding(night: SyntheticNight, epochs: int, traits: SubjectTraits, rng
 
 def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
                           rng: np.random.Generator, compress: int = 1,
-                          record_hours: float | None = None) -> tuple[list[Path], np.ndarray]:
+                          record_hours: float | None = None, provenance: str = "") -> tuple[list[Path], np.ndarray]:
     """SC4ssN E0-PSG.edf (EEG Fpz-Cz, Pz-Oz, EOG at 100 Hz; EMG submental as 1 Hz RMS envelope, as
     in Sleep-EDF SC) + SC4ssN E<scorer>-Hypnogram.edf. Returns the paths and the true stages.
     ``record_hours`` > the night: wake padding (``SC_PADDING_BEFORE`` of it before the night, the
@@ -728,7 +877,7 @@ def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float,
     emg_rms = np.sqrt((emg.reshape(-1, int(fs)) ** 2).mean(axis=1))
     name = f"SC4{subject:02d}{night + 1}"
     start = DEFAULT_START + dt.timedelta(days=3 * subject + night, seconds=-before * EPOCH_SECONDS)
-    header = {"start": start, "patient": f"SC4{subject:02d}"}
+    header = {"start": start, "patient": f"SC4{subject:02d}", "recording_additional": provenance}
     psg = out_dir / f"{name}E0-PSG.edf"
     hyp = out_dir / f"{name}E{'CHJMPRVW'[subject % 8]}-Hypnogram.edf"
     write_edf(psg, {"EEG Fpz-Cz": (signals["EEG Fpz-Cz"], fs),
@@ -791,7 +940,7 @@ def write_arousal_mat(path: Path, per_sample: np.ndarray) -> None:
 
 def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
                               rng: np.random.Generator, compress: int = 1,
-                              record_hours: float | None = None) -> tuple[list[Path], np.ndarray]:
+                              record_hours: float | None = None, provenance: str = "") -> tuple[list[Path], np.ndarray]:
     """WFDB record ``tr<NN>-<SSSS>`` at 200 Hz with the six EEG derivations, E1-M2 and Chin1-Chin2,
     plus ``.arousal`` aux notes W/N1/N2/N3/R at every stage change (and a few arousal notes).
     ``record_hours`` must be None: challenge records cover the night only (lights off to on)."""
@@ -809,11 +958,17 @@ def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: fl
     notes.sort()
     record = f"tr{3 + night:02d}-{subject:04d}"
     paths = write_wfdb_record(out_dir, record, night_data.signals, fs, notes,
-                              comments=[f"subject: S{subject:04d}", f"night: {night + 1}", "synthetic: multiview_app"])
+                              comments=[f"subject: S{subject:04d}", f"night: {night + 1}", "synthetic: multiview_app",
+                                        *([f"generator: {provenance}"] if provenance else [])])
     return paths, stages
 
 
 WRITERS = {"sleep-edf": write_sleep_edf_night, "physionet2018": write_physionet2018_night}
+WRITER_COHORT = {"sleep-edf": "sleep-edf-sc", "physionet2018": "young-adult"}
+"""The subject population of each format's synthetic nights (issue 26 item 4: the Sleep-EDF-format
+population differs from the PhysioNet-format one as the SC cohort, aged 25-101, does)."""
+COHORT_STREAM = 7
+"""Seed-sequence entry of the cohort draws (``default_rng([seed, subject, COHORT_STREAM])``)."""
 
 
 def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: float = 9.0,
@@ -843,9 +998,11 @@ def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: 
     written: list[Path] = []
     jobs = [(s, n) for s in range(subjects) for n in range(nights)]
     for subject, night in tqdm(jobs, desc=f"synth-psg {fmt}", disable=None if progress else True):  # None: off when not a TTY
-        traits = SubjectTraits.sample(np.random.default_rng([seed, subject]))
+        traits = SubjectTraits.sample(np.random.default_rng([seed, subject])).with_cohort(
+            WRITER_COHORT[fmt], np.random.default_rng([seed, subject, COHORT_STREAM]))
         rng = np.random.default_rng([seed, subject, night, 1])
-        paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng, compress, record_hours=record_hours)
+        paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng, compress, record_hours=record_hours,
+                                provenance=provenance_text(seed, subject, night + 1))
         written += paths
     return written
 
