@@ -15,7 +15,7 @@ from ..registry import Registry
 from .base import MultiViewLoss, check_embeddings
 
 LOSSES: Registry[type[MultiViewLoss]] = Registry(
-    "loss", modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb")]
+    "loss", modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb", "supervised")]
 )
 
 

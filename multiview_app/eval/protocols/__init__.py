@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ...registry import Registry
 
 #: Modules that register protocols (imported on the registry's first lookup); add new ones here.
-PROTOCOL_MODULES: tuple[str, ...] = ()
+PROTOCOL_MODULES: tuple[str, ...] = ("multiview_app.eval.protocols.domains",)
 
 Protocol = Callable[..., dict[str, Any]]
 PROTOCOLS: Registry[Protocol] = Registry("protocol", modules=PROTOCOL_MODULES)
