@@ -558,8 +558,9 @@ def run_name(base: Any, holdout: str, seed: int, protocol: str) -> str:
 
 
 def run_config(config: str | Path, out_dir: str | Path, holdout: str, seed: int, protocol: str,
-               overrides: list[str] | tuple[str, ...] = ()) -> Any:
-    """The pretraining config of one (target domain, seed, protocol) run under ``out_dir``."""
+               overrides: list[str] | tuple[str, ...] = (), suffix: str = "") -> Any:
+    """The pretraining config of one (target domain, seed, protocol) run under ``out_dir`` (``suffix``
+    appended to the run name: runs of the same loss that differ by ``overrides``)."""
     from ..config import load_config
 
     if protocol not in PROTOCOL_OPTION:
@@ -568,7 +569,7 @@ def run_config(config: str | Path, out_dir: str | Path, holdout: str, seed: int,
     target = [f"data.options.{key}={holdout if key == PROTOCOL_OPTION[protocol] else 'null'}"
               for key in PROTOCOL_OPTION.values()]
     return load_config(config, [*overrides, *target, f"train.seed={seed}", f"output.runs_dir={out_dir}",
-                                "eval.linear_probe=false"], name=run_name(base, holdout, seed, protocol))
+                                "eval.linear_probe=false"], name=run_name(base, holdout, seed, protocol) + suffix)
 
 
 def ensure_pretrained(cfg: Any) -> tuple[float | None, float | None]:
