@@ -343,9 +343,9 @@ def check_cross_sections(cfg: Config) -> None:
     from .losses import available_losses, build_loss, loss_parameters
 
     # loss name and parameters
-    if cfg.loss.name not in available_losses():
+    if cfg.loss.name not in available_losses(supervised=True):
         raise ConfigError(
-            f"loss.name: unknown loss {cfg.loss.name!r}; available: {', '.join(available_losses())}"
+            f"loss.name: unknown loss {cfg.loss.name!r}; available: {', '.join(available_losses(supervised=True))}"
         )
     valid = loss_parameters(cfg.loss.name)
     for key in cfg.loss.params:
