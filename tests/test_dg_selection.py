@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
+from _domain_cases import tiny_domain_config
 
 from multiview_app.data.domains.synth import synth_domains
 from multiview_app.eval.protocols import PROTOCOLS, get_protocol
@@ -92,19 +92,10 @@ def digit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tiny_config(root: Path, tmp_path: Path) -> Path:
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump({
-        "data": {"adapter": "domainnet",
-                 "options": {"root": str(root), "load_size": 16, "decode_workers": 0,
-                             "domains": ["clean", "inverted", "sketch"], "holdout": "sketch", "val_fraction": 0.2}},
-        "views": {"policy": "domains", "k": 2, "options": {"image_size": 16, "stacks": "test"}},
-        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
-                  "projector": {"hidden_dim": 8, "out_dim": 8}},
-        "loss": {"name": "infonce_pwe", "tau": 0.2},
-        "train": {"max_steps": 6, "batch_size": 8, "log_every": 1, "checkpoint_every": 2, "keep_checkpoints": 5},
-        "eval": {"linear_probe": False, "batch_size": 256},
-    }))
-    return config
+    return tiny_domain_config(root, tmp_path / "tiny.yaml", width=4, num_features=8,
+                              loss={"name": "infonce_pwe", "tau": 0.2},
+                              train={"max_steps": 6, "batch_size": 8, "log_every": 1, "checkpoint_every": 2,
+                                     "keep_checkpoints": 5})
 
 
 def test_evaluator_picks_the_best_checkpoint_not_the_last(digit_root: Path, tmp_path: Path,

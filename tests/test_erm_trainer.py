@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
+from _domain_cases import tiny_domain_config
 from torch import nn
 from torch.utils.data import DataLoader, default_collate
 
@@ -36,20 +36,10 @@ def digit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tiny_config(root: Path, tmp_path: Path, seed: int) -> Path:
-    config = tmp_path / f"tiny_{seed}.yaml"
-    config.write_text(yaml.safe_dump({
-        "data": {"adapter": "domainnet",
-                 "options": {"root": str(root), "load_size": 16, "decode_workers": 0,
-                             "domains": ["clean", "inverted", "sketch"], "holdout": "sketch", "val_fraction": 0.2}},
-        "views": {"policy": "domains", "k": 2, "options": {"image_size": 16, "stacks": "test"}},
-        "model": {"encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
-                  "projector": {"hidden_dim": 8, "out_dim": 8}},
-        "loss": {"name": "m3g", "epsilon": 0.05},
-        "optim": {"lr": 0.003, "warmup_steps": 2, "weight_decay": 0.0001, "grad_clip": 3.0},
-        "train": {"max_steps": 2, "batch_size": 8, "log_every": 5, "seed": seed},
-        "eval": {"linear_probe": False, "batch_size": 128},
-    }))
-    return config
+    return tiny_domain_config(root, tmp_path / f"tiny_{seed}.yaml", width=8, num_features=16,
+                              loss={"name": "m3g", "epsilon": 0.05},
+                              train={"max_steps": 2, "batch_size": 8, "log_every": 5, "seed": seed},
+                              optim={"lr": 0.003, "warmup_steps": 2, "weight_decay": 0.0001, "grad_clip": 3.0})
 
 
 def old_erm_loop(cfg, adapter, policy, steps: int) -> nn.Module:
@@ -116,7 +106,6 @@ def test_trainer_erm_matches_the_old_loop_within_seed_noise(digit_root: Path, tm
         assert summary["steps"] == STEPS and (run_dir / "checkpoints").is_dir()
         new.append(accuracies(load_run(run_dir, "final")[1], adapter, policy))
         init.append(accuracies(load_run(run_dir, "init")[1], adapter, policy))
-    print("old", old, "new", new, "init", init)
     for key in ("in_domain", "held_out"):
         o, n, i = (np.array([r[key] for r in rows]) for rows in (old, new, init))
         noise = max(np.abs(np.diff(o)).max(), np.abs(np.diff(n)).max(), 0.05)  # seed spread (floor: 1 test item = 0.05)
