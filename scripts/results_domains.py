@@ -118,6 +118,9 @@ def main() -> int:
     parser.add_argument("--erm-seeds", default=None,
                         help="seeds whose new evaluations include ERM (default: every seed; ERM costs about two "
                              "pretraining runs per held-out domain and seed)")
+    parser.add_argument("--max-candidates", type=int, default=None,
+                        help="select among at most N evenly spaced checkpoints per encoder (final always kept; "
+                             "default: every saved one)")
     parser.add_argument("--no-train", action="store_true",
                         help="train nothing: evaluate the runs whose pretraining finished, list the missing ones")
     parser.add_argument("--pretrain-only", action="store_true", help="pretrain the planned runs, evaluate nothing")
@@ -177,6 +180,7 @@ def main() -> int:
                                     and (erm_seeds is None or seed in erm_seeds))
                         result = evaluate_run(cfg.run_dir, erm=with_erm,
                                               erm_steps=args.erm_steps, erm_cache=args.runs_dir / "erm",
+                                              max_candidates=args.max_candidates,
                                               threads=args.threads or None)
                         result["pretrain_s"], result["pretrain_cpu_s"] = pretrain_s, pretrain_cpu_s
                         atomic_write_json(done, result)

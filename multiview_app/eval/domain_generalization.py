@@ -105,6 +105,15 @@ def candidates(run_dir: str | Path) -> list[str]:
     return [f"step_{int(p.name.removeprefix('step_'))}" for p in list_checkpoints(run_dir)] + ["final"]
 
 
+def thin_candidates(names: list[str], most: int | None) -> list[str]:
+    """At most ``most`` of ``names`` (oldest first, ``final`` last): every m-th counted back from the
+    final weights, m = ceil(len / most), so the spacing stays even and ``final`` is always kept."""
+    if most is None or len(names) <= most:
+        return list(names)
+    stride = -(-len(names) // most)
+    return names[::-1][::stride][::-1]
+
+
 def candidate_step(run_dir: str | Path, candidate: str) -> int:
     """Optimizer step of a candidate (``final``: the run's last logged step)."""
     if candidate.startswith("step_"):
@@ -129,18 +138,21 @@ def encoder_digest(weights: str | Path) -> str:
 def evaluate_run(
     run_dir: str | Path, *, C: float | None = None, batch_size: int | None = None, erm: bool = True,
     erm_steps: int | None = None, erm_cache: str | Path | None = None, device: str = "cpu", progress: bool = True,
-    threads: int | None = 1,
+    threads: int | None = 1, max_candidates: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate one run (module docstring); write ``eval/domain_generalization.json`` and
     ``plots/one_vs_one.png``; return the result. ``C``: a fixed probe strength instead of selecting
     it from :data:`DEFAULT_CS`; ``erm_steps``: ERM's budget (default :data:`.erm.DEFAULT_STEPS`).
-    ``threads``: torch threads meanwhile (see :func:`.features.torch_threads`; ``None`` = unchanged)."""
+    ``threads``: torch threads meanwhile (see :func:`.features.torch_threads`; ``None`` = unchanged).
+    ``max_candidates``: select among at most that many evenly spaced saved checkpoints per encoder
+    (:func:`thin_candidates`; ``None`` = every one)."""
     with torch_threads(threads):
-        return _evaluate_run(Path(run_dir), C, batch_size, erm, erm_steps, erm_cache, device, progress)
+        return _evaluate_run(Path(run_dir), C, batch_size, erm, erm_steps, erm_cache, device, progress, max_candidates)
 
 
 def _evaluate_run(run_dir: Path, C: float | None, batch_size: int | None, erm: bool, erm_steps: int | None,
-                  erm_cache: str | Path | None, device: str, progress: bool) -> dict[str, Any]:
+                  erm_cache: str | Path | None, device: str, progress: bool,
+                  max_candidates: int | None = None) -> dict[str, Any]:
     from ..data.adapters import build_adapter
     from ..data.views import build_view_policy
     from .erm import DEFAULT_STEPS, train_erm
@@ -172,12 +184,12 @@ def _evaluate_run(run_dir: Path, C: float | None, batch_size: int | None, erm: b
     erm_steps = erm_steps or DEFAULT_STEPS
 
     sources: dict[str, tuple[Path, list[str]]] = {"random_init": (run_dir, ["init"]),
-                                                  "trained": (run_dir, candidates(run_dir))}
+                                                  "trained": (run_dir, thin_candidates(candidates(run_dir), max_candidates))}
     erm_summary = None
     if erm:
         erm_run, erm_summary = train_erm(cfg, adapter, erm_cache or run_dir / "eval", steps=erm_steps,
                                          progress=progress)
-        sources["erm"] = (erm_run, candidates(erm_run))
+        sources["erm"] = (erm_run, thin_candidates(candidates(erm_run), max_candidates))
     erm_s = time.perf_counter() - start
     leave_one_domain_out = get_protocol("leave-one-domain-out")
     results: dict[str, Any] = {}
