@@ -584,10 +584,14 @@ def run_config(config: str | Path, out_dir: str | Path, holdout: str, seed: int,
                                 "eval.linear_probe=false"], name=run_name(base, holdout, seed, protocol) + suffix)
 
 
-def ensure_pretrained(cfg: Any) -> tuple[float | None, float | None]:
+def ensure_pretrained(cfg: Any, progress: bool = True) -> tuple[float | None, float | None]:
     """Train ``cfg`` unless its run folder holds final weights (resuming from its newest checkpoint);
-    returns (wall s, CPU s) of the training, ``None`` when it had been trained before.
+    returns (wall s, CPU s) of the training, ``None`` when it had been trained before; ``progress=False``
+    hides the progress bar (stderr). Pretraining runs and ERM runs both go through it.
     (The experiments layer's ``ensure_trained`` policy should replace this.)"""
+    import contextlib
+    import io
+
     from ..train.checkpoint import latest_checkpoint
     from ..train.trainer import train
 
@@ -598,7 +602,8 @@ def ensure_pretrained(cfg: Any) -> tuple[float | None, float | None]:
     if resume is None and run_dir.exists():
         raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")
     started, cpu_started = time.perf_counter(), time.process_time()
-    train(cfg, resume=resume)
+    with contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO()):
+        train(cfg, resume=resume)
     return time.perf_counter() - started, time.process_time() - cpu_started
 
 
@@ -637,7 +642,7 @@ def train_and_evaluate(
         if evaluate and done.is_file():
             results.append(json.loads(done.read_text()))
             continue
-        pretrain_s, pretrain_cpu_s = ensure_pretrained(cfg)
+        pretrain_s, pretrain_cpu_s = ensure_pretrained(cfg, progress=progress)
         if not evaluate:
             continue
         result = evaluate_run(run_dir, C=C, erm=erm, erm_steps=erm_steps, erm_cache=out_dir / "erm", device=device,

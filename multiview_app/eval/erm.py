@@ -101,23 +101,13 @@ def train_erm(cfg: Config, adapter: Any, cache_dir: str | Path, *, steps: int = 
     """Train (or reuse / resume from the cache) the ERM run of ``cfg`` with the Trainer; returns its run
     folder and a summary (``steps``, ``batch_size``, ``k``, ``final_loss``, ``train_accuracy`` of the
     last logged steps, ``key``)."""
-    from ..train.checkpoint import latest_checkpoint
-    from ..train.trainer import train
+    from .domain_generalization import ensure_pretrained
 
     if steps is None or int(steps) < 1:
         raise ValueError(f"the ERM baseline needs a positive step budget, got {steps}")
     erm_cfg = erm_config(cfg, adapter, cache_dir, steps)
     run_dir = erm_cfg.run_dir
-    if not (run_dir / "model.safetensors").is_file():
-        resume = "latest" if run_dir.exists() and latest_checkpoint(run_dir) else None
-        if resume is None and run_dir.exists():
-            raise FileExistsError(f"{run_dir} holds an unfinished ERM run without checkpoint; remove it to retrain")
-        import contextlib
-        import io
-
-        quiet = contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO())
-        with quiet:
-            train(erm_cfg, resume=resume)
+    ensure_pretrained(erm_cfg, progress=progress)
     return run_dir, {**erm_summary(run_dir), "batch_size": cfg.train.batch_size, "k": cfg.views.k,
                      "key": erm_key(cfg, steps)}
 
