@@ -83,8 +83,8 @@ def write_docs(out: Path, section: str) -> None:
     atomic_write_text(out, text)
 
 
-def planned_runs(losses: list[str], label_free: list[str], adapt_losses: set[str], nn_losses: set[str],
-                 holdouts: list[str], seeds: list[int]) -> list[tuple[str, str, tuple[str, ...], list[str]]]:
+def planned_runs(losses: list[str], label_free: list[str], adapt_losses: set[str],
+                 nn_losses: set[str]) -> list[tuple[str, str, tuple[str, ...], list[str]]]:
     """``(row, config, protocols, extra overrides)`` per planned configuration."""
     plan = []
     for loss in losses:
@@ -153,7 +153,7 @@ def main() -> int:
     seeds = [int(x) for x in split(args.seeds)]
     erm_seeds = None if args.erm_seeds is None else {int(x) for x in split(args.erm_seeds)}
     overrides = [f"data.options.root={args.root}"]
-    plan = planned_runs(losses, label_free, set(split(args.adapt_losses)), set(split(args.nn_losses)), [], seeds)
+    plan = planned_runs(losses, label_free, set(split(args.adapt_losses)), set(split(args.nn_losses)))
     holdouts = all_domains(plan[0][1], overrides) if args.holdouts == "all" else split(args.holdouts)
     start = time.perf_counter()
     results, failures, missing = [], {}, []
