@@ -115,7 +115,9 @@ def thin_candidates(names: list[str], most: int | None) -> list[str]:
 
 
 def candidate_step(run_dir: str | Path, candidate: str) -> int:
-    """Optimizer step of a candidate (``final``: the run's last logged step)."""
+    """Optimizer step of a candidate (``init``: 0; ``final``: the run's last logged step)."""
+    if candidate == "init":
+        return 0
     if candidate.startswith("step_"):
         return int(candidate.removeprefix("step_"))
     rows = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
