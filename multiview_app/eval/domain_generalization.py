@@ -543,8 +543,8 @@ def format_erm(results: list[dict[str, Any]]) -> str:
     text = (f"ERM: {len(erm_runs)} model(s) trained by `mvapp train` (loss supervised_ce: linear head on the encoder "
             f"features) with their own budget of {'/'.join(map(str, budgets))} steps (not the pretraining runs' "
             f"train.max_steps); checkpoint chosen by {TRAINING_DOMAIN} at step(s) {', '.join(map(str, chosen))} "
-            f"(steps to convergence); training accuracy at the end {100 * min(accuracy):.1f}-{100 * max(accuracy):.1f} % "
-            "on the seen domains.")
+            f"(steps to convergence{'; the last step of the budget: not converged, validation still rising' if budgets and chosen and max(chosen) >= max(budgets) else ''}); "
+            f"training accuracy at the end {100 * min(accuracy):.1f}-{100 * max(accuracy):.1f} % on the seen domains.")
     return text + (f" Pretraining budget: {'/'.join(map(str, pretrain))} steps." if pretrain else "")
 
 
