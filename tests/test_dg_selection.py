@@ -166,3 +166,13 @@ def test_one_held_out_domain_figure_is_bars_several_are_matrices_with_a_colour_b
     assert len(colour_bar) == 1
     matrix = fig.axes[0].images[0].get_array()
     assert matrix.shape == (4, 2)  # rows = training domains with values, columns = the 2 unseen domains
+
+
+def test_thin_candidates_keeps_final_and_even_spacing() -> None:
+    from multiview_app.eval.domain_generalization import candidate_step, thin_candidates
+
+    names = ["step_50", "step_100", "step_150", "step_200", "step_250", "final"]
+    assert thin_candidates(names, 3) == ["step_100", "step_200", "final"]
+    assert thin_candidates(names, None) == names and thin_candidates(["final"], 3) == ["final"]
+    assert thin_candidates(names, 1) == ["final"]
+    assert candidate_step(".", "init") == 0 and candidate_step(".", "step_150") == 150
