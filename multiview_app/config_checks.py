@@ -32,8 +32,9 @@ def _check_loss(cfg: Config) -> None:
     from .losses import LOSSES, available_losses, build_loss
 
     name = cfg.loss.name
-    if name not in available_losses():
-        raise ConfigError(f"loss.name: unknown loss {name!r}; available: {', '.join(available_losses())}")
+    if name not in available_losses(supervised=True):
+        raise ConfigError(
+            f"loss.name: unknown loss {name!r}; available: {', '.join(available_losses(supervised=True))}")
     cls = LOSSES.get(name)
     validate_options(cls.Options, cfg.loss.params, "loss", component_wording("parameter", f"loss {name!r}"), ConfigError)
     try:

@@ -1,18 +1,22 @@
-"""Leave-one-domain-out (+ domain adaptation) table on the embedded digit domains (M3G Table 2 / Fig. 2).
+"""Leave-one-domain-out (+ domain adaptation) tables on the embedded digit domains (M3G Table 2 / Fig. 2),
+with DomainBed's model selection (training-domain validation).
 
-    .venv/bin/python scripts/results_domains.py [--losses m3g,infonce_pwe] [--holdouts all|sketch,clean]
-        [--seeds 0,1,2,3] [--adapt-losses m3g,infonce_pwe,pvc_geometric] [--nn-losses m3g] [--steps N]
-        [--nn-set views.k=4] [--no-erm] [--only-finished] [--root data/digit-domains] [--runs-dir runs/results_domains]
+    python scripts/results_domains.py [--losses byol_ave,infonce_ave,m3g] [--label-free-losses m3g]
+        [--adapt-losses byol_ave,infonce_ave,m3g] [--nn-losses ''] [--holdouts all|sketch,clean] [--seeds 0,1,2]
+        [--erm-steps 600] [--no-train] [--pretrain-only] [--only-finished] [--root data/digit-domains]
+        [--runs-dir runs/results_domains] [--out FILE.md] [--figures DIR]
 
-Writes the digit domains first when ``--root`` is missing (``mvapp data synth-domains``); then, for
-every loss (``configs/domains_digits_<loss>.yaml``), held-out domain and seed, one pretraining run
-on the other five domains and the domain-generalization evaluator (5-vs-1, 1-vs-1, oracle; random
-init and ERM references); for ``--adapt-losses`` also the adaptation protocol (the target's train
-images unlabelled in pretraining), as ``<loss>+adapt`` columns and a gain table; for ``--nn-losses`` also
-the nearest-neighbour variant (``data.options.adapt_views=nearest``, ``<loss>+adapt_nn`` columns). Then the combined table (mean +- std over seeds), the Fig.-2-like heatmaps
-and the random-init domain-shift matrix go to ``<runs-dir>`` and into the section between the
-``domains`` markers of ``docs/results.md`` (the rest of that file is left as it is).
-Resumable: finished runs / evaluations are reused.
+Writes the digit domains first when ``--root`` is missing (``mvapp data synth-domains``); then, for every
+loss (``configs/domains_digits_<loss>.yaml``; label-free rows: ``configs/domains_digits_<loss>_labelfree.yaml``),
+held-out domain and seed, one pretraining run on the other five domains and the domain-generalization
+evaluator (checkpoint and probe C chosen by training-domain validation; test-domain "oracle" selection
+and the target-labelled probe as separate tables; random-init and ERM references, ERM with its own
+budget); ``--adapt-losses`` also run the adaptation protocol (``<loss>+adapt`` rows and a gain table).
+Then every table (DomainBed layout: rows = algorithms, columns = held-out domains + Avg; mean +- std
+over distinct runs, n printed), the Fig.-2-like 1-vs-1 figure and the random-init domain-shift matrix go
+to ``<runs-dir>`` and into the section between the ``domains`` markers of ``--out``.
+``--no-train`` evaluates only runs whose pretraining finished and lists the planned runs that are missing;
+``--pretrain-only`` trains without evaluating. Resumable: finished runs / evaluations are reused.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from multiview_app.train.run_io import atomic_write_json, atomic_write_text  # noqa: E402
 
-DEFAULT_LOSSES = ("m3g", "infonce_pwe", "infonce_ave", "byol_ave", "pvc_geometric")
+DEFAULT_LOSSES = ("byol_ave", "infonce_ave", "m3g")  # the M3G paper's Table 2 losses
 START, END = "<!-- domains:start -->", "<!-- domains:end -->"
 
 
@@ -79,26 +83,49 @@ def write_docs(out: Path, section: str) -> None:
     atomic_write_text(out, text)
 
 
+def planned_runs(losses: list[str], label_free: list[str], adapt_losses: set[str],
+                 nn_losses: set[str]) -> list[tuple[str, str, tuple[str, ...], list[str]]]:
+    """``(row, config, protocols, extra overrides)`` per planned configuration."""
+    plan = []
+    for loss in losses:
+        protocols = ("generalization", "adaptation") if loss in adapt_losses else ("generalization",)
+        plan.append((loss, str(ROOT / "configs" / f"domains_digits_{loss}.yaml"), protocols, []))
+        if loss in nn_losses:
+            plan.append((f"{loss}+adapt_nn", str(ROOT / "configs" / f"domains_digits_{loss}.yaml"), ("adaptation",),
+                         ["data.options.adapt_views=nearest", "views.k=4"]))
+    for loss in label_free:
+        plan.append((f"{loss} (label-free)", str(ROOT / "configs" / f"domains_digits_{loss}_labelfree.yaml"),
+                     ("generalization",), []))
+    return plan
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--losses", default=",".join(DEFAULT_LOSSES))
+    parser.add_argument("--label-free-losses", default="m3g",
+                        help="losses that also get a label-free row (configs/domains_digits_<loss>_labelfree.yaml: "
+                             "k augmentation views of one image); '' for none")
     parser.add_argument("--holdouts", default="all", help="'all' or comma-separated domains")
-    parser.add_argument("--seeds", default="0,1,2,3")
-    parser.add_argument("--adapt-losses", default="m3g,infonce_pwe,pvc_geometric",
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--adapt-losses", default=",".join(DEFAULT_LOSSES),
                         help="losses that also run the adaptation protocol (target train images unlabelled in "
                              "pretraining); '' for none")
-    parser.add_argument("--nn-losses", default="m3g",
+    parser.add_argument("--nn-losses", default="",
                         help="losses that also run the nearest-neighbour adaptation variant "
-                             "(data.options.adapt_views=nearest: <loss>+adapt_nn columns); '' for none")
-    parser.add_argument("--nn-set", nargs="*", default=["views.k=4"], metavar="KEY=VALUE",
-                        help="config overrides of the nearest-neighbour runs only (default views.k=4: 4 source views "
-                             "+ the target view, so M3G's n^k solver works at k = 5 as the other runs)")
-    parser.add_argument("--steps", type=int, default=None, help="train.max_steps (default: the configs')")
-    parser.add_argument("--no-erm", action="store_true",
-                        help="skip the supervised ERM baseline in new evaluations (its column then pools the runs "
-                             "that have it)")
+                             "(data.options.adapt_views=nearest, views.k=4: <loss>+adapt_nn rows); '' for none")
+    parser.add_argument("--erm-steps", type=int, default=None, help="ERM's own budget (default: the evaluator's, 600)")
+    parser.add_argument("--no-erm", action="store_true", help="skip the supervised ERM baseline in new evaluations")
+    parser.add_argument("--erm-seeds", default=None,
+                        help="seeds whose new evaluations include ERM (default: every seed; ERM costs about two "
+                             "pretraining runs per held-out domain and seed)")
+    parser.add_argument("--max-candidates", type=int, default=None,
+                        help="select among at most N evenly spaced checkpoints per encoder (final always kept; "
+                             "default: every saved one)")
+    parser.add_argument("--no-train", action="store_true",
+                        help="train nothing: evaluate the runs whose pretraining finished, list the missing ones")
+    parser.add_argument("--pretrain-only", action="store_true", help="pretrain the planned runs, evaluate nothing")
     parser.add_argument("--only-finished", action="store_true",
-                        help="train nothing: table, figures and docs from the evaluations already in --runs-dir")
+                        help="neither train nor evaluate: tables from the evaluations already in --runs-dir")
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_domains")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "results_domains" / "results.md",
@@ -114,44 +141,57 @@ def main() -> int:
         torch.set_num_threads(args.threads)
 
     from multiview_app.data.domains.synth import synth_domains
-    from multiview_app.eval.domain_generalization import train_and_evaluate, write_summary
+    from multiview_app.eval.domain_generalization import (
+        KIND, all_domains, ensure_pretrained, evaluate_run, run_config, write_summary,
+    )
 
     if not args.root.is_dir():
         print(f"writing the digit domains to {args.root}", flush=True)
         synth_domains(args.root)
-    losses = [x for x in args.losses.split(",") if x]
-    adapt_losses = {x for x in args.adapt_losses.split(",") if x}
-    nn_losses = {x for x in args.nn_losses.split(",") if x}
-    nn_overrides = list(args.nn_set)
-    seeds = [int(x) for x in args.seeds.split(",") if x]
-    holdouts = "all" if args.holdouts == "all" else [x for x in args.holdouts.split(",") if x]
-    overrides = [f"data.options.root={args.root}"] + ([f"train.max_steps={args.steps}"] if args.steps else [])
+    split = lambda text: [x for x in text.split(",") if x]  # noqa: E731
+    losses, label_free = split(args.losses), split(args.label_free_losses)
+    seeds = [int(x) for x in split(args.seeds)]
+    erm_seeds = None if args.erm_seeds is None else {int(x) for x in split(args.erm_seeds)}
+    overrides = [f"data.options.root={args.root}"]
+    plan = planned_runs(losses, label_free, set(split(args.adapt_losses)), set(split(args.nn_losses)))
+    holdouts = all_domains(plan[0][1], overrides) if args.holdouts == "all" else split(args.holdouts)
     start = time.perf_counter()
-    results, failures = [], {}
-    if args.only_finished:
-        results = [r for r in (json.loads(f.read_text()) for f in sorted(args.runs_dir.glob("*/eval/domain_generalization.json")))
-                   if r["loss"] in losses]
-        args.holdouts = ",".join(sorted({r["holdout"] for r in results}))
-        args.seeds = ",".join(str(x) for x in sorted({r["seed"] for r in results}))
-        adapted = [r for r in results if r.get("protocol") == "adaptation"]
-        adapt_losses = {r["loss"] for r in adapted if r.get("adapt_views", "augment") == "augment"}
-        nn_losses = {r["loss"] for r in adapted if r.get("adapt_views") == "nearest"}
-    for loss in [] if args.only_finished else losses:
-        print(f"== {loss}", flush=True)
-        try:
-            protocols = ("generalization", "adaptation") if loss in adapt_losses else ("generalization",)
-            config = ROOT / "configs" / f"domains_digits_{loss}.yaml"
-            results += train_and_evaluate(config, args.runs_dir, holdouts, seeds, overrides, protocols=protocols,
-                                          erm=not args.no_erm)
-            if loss in nn_losses:
-                results += train_and_evaluate(config, args.runs_dir, holdouts, seeds,
-                                              [*overrides, "data.options.adapt_views=nearest", *nn_overrides],
-                                              protocols=("adaptation",), erm=not args.no_erm)
-        except Exception as exc:  # noqa: BLE001 - record and go on with the other losses
-            failures[loss] = " ".join(str(exc).split())[:300]
-            print(f"!! {loss} failed: {failures[loss]}", flush=True)
+    results, failures, missing = [], {}, []
+    for row, config, protocols, extra in plan:
+        for holdout in holdouts:
+            for protocol in protocols:
+                for seed in seeds:
+                    cfg = run_config(config, args.runs_dir, holdout, seed, protocol, [*overrides, *extra])
+                    done = cfg.run_dir / "eval" / f"{KIND}.json"
+                    label = f"{row}{'+adapt' if protocol == 'adaptation' and '+adapt' not in row else ''} {holdout} s{seed}"
+                    if done.is_file() and not args.pretrain_only:
+                        results.append(json.loads(done.read_text()))
+                        continue
+                    trained = (cfg.run_dir / "model.safetensors").is_file()
+                    if args.only_finished or (args.no_train and not trained):
+                        missing.append(label + ("" if trained else " (not pretrained)"))
+                        continue
+                    print(f"== {label}", flush=True)
+                    try:
+                        pretrain_s, pretrain_cpu_s = ensure_pretrained(cfg)
+                        if args.pretrain_only:
+                            continue
+                        with_erm = (not args.no_erm and "label-free" not in row
+                                    and (erm_seeds is None or seed in erm_seeds))
+                        result = evaluate_run(cfg.run_dir, erm=with_erm,
+                                              erm_steps=args.erm_steps, erm_cache=args.runs_dir / "erm",
+                                              max_candidates=args.max_candidates,
+                                              threads=args.threads or None)
+                        result["pretrain_s"], result["pretrain_cpu_s"] = pretrain_s, pretrain_cpu_s
+                        atomic_write_json(done, result)
+                        results.append(result)
+                    except Exception as exc:  # noqa: BLE001 - record and go on with the other runs
+                        failures[label] = " ".join(str(exc).split())[:300]
+                        print(f"!! {label} failed: {failures[label]}", flush=True)
+    if args.pretrain_only:
+        return 1 if failures else 0
     if not results:
-        print("no run finished", file=sys.stderr)
+        print("no run evaluated", file=sys.stderr)
         return 1
     summary = write_summary(results, args.runs_dir)
     matrix = shift_matrix(args.root, args.runs_dir)
@@ -163,29 +203,22 @@ def main() -> int:
     per_run = [r for r in results if r.get("pretrain_s")]
     timing = ""
     if per_run:
-        mean_total = sum(r["pretrain_s"] + r["wall_s"] for r in per_run) / len(per_run)
         mean_train = sum(r["pretrain_s"] for r in per_run) / len(per_run)
-        cpu = [r["pretrain_cpu_s"] + r["cpu_s"] for r in per_run if r.get("pretrain_cpu_s") and r.get("cpu_s")]
-        cpu_text = (f"; {sum(cpu) / len(cpu):.0f} s of CPU time of the main process on average over the {len(cpu)} "
-                    "run(s) that recorded it" if cpu else "")
-        timing = (f"One target domain for one loss took {mean_total:.0f} s wall on average (pretraining "
-                  f"{mean_train:.0f} s + evaluation incl. ERM when not cached {mean_total - mean_train:.0f} s; "
-                  f"{len(per_run)} timed run(s){cpu_text}; CPU, 2 cores shared with other jobs).")
+        mean_eval = sum(r["wall_s"] for r in per_run) / len(per_run)
+        timing = (f"Pretraining took {mean_train:.0f} s wall per run on average and its evaluation (incl. ERM when "
+                  f"not cached, features of every checkpoint) {mean_eval:.0f} s ({len(per_run)} timed run(s); CPU, "
+                  "1 torch thread, 2 cores shared with other jobs).")
     command = " ".join(["scripts/results_domains.py", *sys.argv[1:]])
     from multiview_app.config import load_config
 
-    cfg = load_config(ROOT / "configs" / f"domains_digits_{losses[0]}.yaml", overrides)
+    cfg = load_config(plan[0][1], overrides)
     views, encoder = cfg.views.options, cfg.model.encoders["image"]
-    stack = ("`test` stack: no random augmentation" if views.get("stacks") == "test" else
-             f"{views.get('stacks')} stack, crop scale {views.get('crop_scale') or '(0.08, 1)'}, jitter x "
-             f"{views.get('jitter_strength', 1.0)}")
-    setting = (f"k = {cfg.views.k} seen domains as views ({stack}), n = "
-               f"{cfg.train.batch_size}, {cfg.train.max_steps} steps, AdamW lr {cfg.optim.lr}, {encoder['name']} "
-               f"(width {encoder.get('width')}) on {views.get('image_size')} px")
-    table = summary["table"]
-    nn_runs = [r for r in results if r.get("adapt_views") == "nearest"]
-    nn_k = sorted({load_config(Path(r["run"]) / "config.yaml").views.k for r in nn_runs})
-    nn_views = (f"{' / '.join(map(str, nn_k))} source view(s) + the target view" if nn_k else "")
+    setting = (f"k = {cfg.views.k} seen domains as views (`{views.get('stacks')}` stack), n = {cfg.train.batch_size}, "
+               f"{cfg.train.max_steps} steps (checkpoints every {cfg.train.checkpoint_every}), AdamW lr {cfg.optim.lr}, "
+               f"{encoder['name']} (width {encoder.get('width')}) on {views.get('image_size')} px; "
+               f"{100 * cfg.data.options.get('val_fraction', 0):.0f} % of every domain's train split held out as "
+               "training-domain validation")
+
     def figure_ref(name: str) -> str:
         """A figure's path as the Markdown file at ``--out`` links it (relative when possible)."""
         path = (args.figures / name).resolve()
@@ -197,21 +230,25 @@ def main() -> int:
     section = "\n".join([
         "## Unseen-domain generalization and domain adaptation on the digit domains (M3G Table 2 / Fig. 2)",
         "",
-        f"Produced by `.venv/bin/python {command}` (this call, reusing finished runs: "
-        f"{time.perf_counter() - start:.0f} s). Losses: "
-        f"{', '.join(losses)}; held-out domains: {args.holdouts}; seeds: {args.seeds}. Pretraining: {setting}. "
-        "Probes: standardized logistic regression (C = 1) on frozen encoder "
-        "features; `random_init` = the run's initial weights, `erm` = the same backbone trained with "
-        "cross-entropy on the seen domains' labels with the same steps and batches. `<loss>+adapt`: the "
-        f"target's train images (no labels) joined pretraining ({'adaptation for ' + ', '.join(sorted(adapt_losses)) if adapt_losses else 'not run'}; "
-        "k augmentation views of one target image, 25 % of the items); `<loss>+adapt_nn` "
-        f"({', '.join(sorted(nn_losses)) or 'not run'}): instead one extra view per source item, the target train "
-        "image nearest to the item in the current embedding (among 64 drawn per batch)"
-        + (f"; {nn_views}" if nn_views else "") + ". " + timing,
+        f"Produced by `python {command}` (this call: {time.perf_counter() - start:.0f} s, reusing finished runs "
+        f"and evaluations). Rows: {', '.join(losses)}"
+        + (f"; label-free {', '.join(label_free)}" if label_free else "")
+        + f"; held-out domains: {', '.join(holdouts)}; seeds: {', '.join(map(str, seeds))}. Pretraining: {setting}. "
+        "**Model selection: training-domain validation** (DomainBed): per run, the checkpoint (steps "
+        f"{cfg.train.checkpoint_every}, {2 * cfg.train.checkpoint_every}, ... and the final weights) and the probe's C "
+        "(0.01, 0.1, 1, 10) with the best accuracy on the seen domains' validation share; test-domain "
+        "(\"oracle\") selection only in its own, labelled table. Probe: standardized logistic regression on "
+        "frozen encoder features. **The label-conditioned rows build each item's k views from class labels** "
+        "(one image of the item's class from each seen domain, the M3G paper's construction), so that "
+        "pretraining uses the seen domains' labels; the label-free row uses k augmentation views (`mild` "
+        "stack) of one image. `random_init` = the run's initial weights; `erm` = the same backbone trained by "
+        "`mvapp train` with a supervised cross-entropy head on the seen domains' labels, its own step budget, "
+        "its checkpoint chosen by the same training-domain validation. `<loss>+adapt`: the target's train "
+        "images (no labels) joined pretraining as k augmentation views of one image, 25 % of the items. " + timing,
         "",
-        table,
-        f"1-vs-1 (Fig. 2): `{figure_ref('domains_one_vs_one.png')}` (rows: probe training domain; columns: "
-        "unseen domain; mean over seeds)." + (" Adaptation gain per target: "
+        summary["table"],
+        f"1-vs-1 (Fig. 2): `{figure_ref('domains_one_vs_one.png')}` (probe trained on one seen domain, tested on "
+        "the unseen one; mean over runs)." + (" Adaptation gain per target: "
                                                f"`{figure_ref('domains_adaptation_gain.png')}`." if summary.get("gain_plot") else ""),
         "",
         "Domain shift of the data itself (random-init encoder, probe trained on one domain's train split, "
@@ -219,7 +256,8 @@ def main() -> int:
         "",
         format_matrix(matrix),
         "",
-        *(f"Failed: {loss}: {err}" for loss, err in failures.items()),
+        *([f"Not run (planned by this command, missing at the time of writing): {'; '.join(missing)}."] if missing else []),
+        *(f"Failed: {label}: {err}" for label, err in failures.items()),
     ])
     write_docs(args.out, section)
     print(section)

@@ -42,7 +42,7 @@ def tiny_three_domain_config(root: Path, tmp_path: Path, loss: dict, **data_opti
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({
         "data": {"adapter": "domainnet",
-                 "options": options(root, domains=["clean", "inverted", "sketch"], **data_options)},
+                 "options": options(root, domains=["clean", "inverted", "sketch"], val_fraction=0.2, **data_options)},
         "views": {"policy": "domains", "k": 2, "options": {"image_size": 16}},
         "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
                   "projector": {"hidden_dim": 8, "out_dim": 8}},
@@ -293,8 +293,10 @@ def test_heldout_domain_never_opened_during_pretraining(digit_root: Path, tmp_pa
 
 # ------------------------------------------------------------------ evaluator
 def test_probe_domains_detects_shift() -> None:
-    """Target = domain 'a' exactly; domain 'b' has the class structure but a permuted class->cluster map."""
-    from multiview_app.eval.domain_generalization import probe_domains
+    """Target = domain 'a' exactly; domain 'b' has the class structure but a permuted class->cluster map.
+    (The leave-one-domain-out protocol with one candidate and C = 1; ``oracle`` is now the
+    target-labelled probe.)"""
+    from multiview_app.eval.protocols.domains import leave_one_domain_out
 
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(4, 8)) * 5
@@ -304,9 +306,11 @@ def test_probe_domains_detects_shift() -> None:
         return centers[np.asarray(mapping)[y]] + rng.normal(size=(n, 8)) * 0.3, y
 
     features = {"a/train": domain([0, 1, 2, 3]), "b/train": domain([1, 2, 3, 0]), "t/train": domain([0, 1, 2, 3]),
-                "t/test": domain([0, 1, 2, 3])}
-    result = probe_domains(features, ["a", "b"], "t")
-    assert result["one_vs_one"]["a"] == 1.0 and result["oracle"] == 1.0
+                "t/test": domain([0, 1, 2, 3]), "a/val": domain([0, 1, 2, 3]), "b/val": domain([1, 2, 3, 0]),
+                "t/val": domain([0, 1, 2, 3])}
+    result = leave_one_domain_out(features=lambda c, d, s: features[f"{d}/{s}"], candidates=["final"],
+                                  seen=["a", "b"], target="t", Cs=(1.0,))
+    assert result["one_vs_one"]["a"] == 1.0 and result["target_labelled_probe"] == 1.0
     assert result["one_vs_one"]["b"] == 0.0  # every class predicted as its neighbour
     assert 0.2 < result["five_vs_one"] < 1.0
 
@@ -321,7 +325,7 @@ def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path, 
     from multiview_app.cli import main
 
     cmd = ["eval", "domain-generalization", "--run", str(out), "--config", str(config), "--holdout", "all",
-           "--seeds", "0"]
+           "--seeds", "0", "--erm-steps", "4"]
     assert main(cmd) == 0, capsys.readouterr().err[-2000:]
     summary = json.loads((out / "domain_generalization_summary.json").read_text())
     assert len(summary["runs"]) == 3 and summary["domains"] == ["clean", "inverted", "sketch"]
@@ -333,7 +337,9 @@ def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path, 
     five = summary["combined"]["five_vs_one"]
     assert set(five) == {"random_init", "erm", "m3g"} and all(five["m3g"][d]["n"] == 1 for d in summary["domains"])
     table = (out / "domain_generalization_table.md").read_text()
-    assert "| ¬inverted -> inverted |" in table and format_table(summary["combined"], summary["domains"]) in table
+    # DomainBed layout: rows = algorithms, columns = held-out domains + Avg
+    assert "| algorithm | pretraining views | clean | inverted | sketch | Avg |" in table
+    assert format_table(summary["combined"], summary["domains"]) in table
     assert (out / "plots" / "one_vs_one_heatmaps.png").stat().st_size > 1000
     # ERM is shared across runs with the same settings (one model per held-out domain and seed)
     assert len(list((out / "erm").iterdir())) == 3
@@ -349,12 +355,14 @@ def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path, 
 def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
     from multiview_app.eval.domain_generalization import combine_results, format_table
 
-    def run(loss: str, holdout: str, seen: list[str], acc: float) -> dict:
-        scores = {"five_vs_one": acc, "oracle": acc + 0.1, "one_vs_one": {d: acc / 2 for d in seen}}
-        return {"loss": loss, "holdout": holdout, "seen": seen,
+    def run(loss: str, holdout: str, seen: list[str], acc: float, seed: int = 0) -> dict:
+        scores = {"five_vs_one": acc, "target_labelled_probe": acc + 0.1, "oracle_selection": {"five_vs_one": acc},
+                  "one_vs_one": {d: acc / 2 for d in seen}}
+        return {"loss": loss, "holdout": holdout, "seen": seen, "seed": seed,
                 "results": {"trained": scores, "random_init": {**scores, "five_vs_one": 0.1}}}
 
-    results = [run("m3g", "a", ["b", "c"], 0.4), run("m3g", "a", ["b", "c"], 0.6), run("pvc_geometric", "b", ["a", "c"], 0.3)]
+    results = [run("m3g", "a", ["b", "c"], 0.4), run("m3g", "a", ["b", "c"], 0.6, seed=1),
+               run("pvc_geometric", "b", ["a", "c"], 0.3)]
     combined = combine_results(results, ["a", "b", "c"])
     cell = combined["five_vs_one"]["m3g"]["a"]
     assert cell["n"] == 2 and abs(cell["mean"] - 0.5) < 1e-12 and abs(cell["std"] - 0.1) < 1e-12
@@ -362,8 +370,11 @@ def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
     assert combined["one_vs_one"]["m3g"] == {"b": {"a": 0.25}, "c": {"a": 0.25}}
     assert combined["one_vs_one"]["pvc_geometric"]["a"] == {"b": 0.15}
     table = format_table(combined, ["a", "b", "c"])
-    assert "| ¬a -> a | 10.0 ± 0.0 | 50.0 ± 10.0 | - |" in table and "| ¬c" not in table
-    assert "| ¬b -> b | 10.0 (n=1) | - | 30.0 (n=1) |" in table  # one run: no spread shown
+    # DomainBed layout (rows = algorithms, columns = held-out domains + Avg); n printed; one run: no spread
+    assert "| algorithm | pretraining views | a | b | Avg |" in table and "| c |" not in table
+    assert "| m3g | label-conditioned: one image of the item's class per seen domain | 50.0 ± 10.0 (n=2) | - | - |" in table
+    assert "| pvc_geometric | label-conditioned: one image of the item's class per seen domain | - | 30.0 (n=1) | - |" in table
+    assert "| random_init | none (initial weights) | 10.0 ± 0.0 (n=2) | 10.0 (n=1) |" in table
 
 
 def test_reference_columns_count_distinct_models_only() -> None:
@@ -372,8 +383,10 @@ def test_reference_columns_count_distinct_models_only() -> None:
     from multiview_app.eval.domain_generalization import combine_results, format_table
 
     def run(protocol: str, seed: int, trained: float) -> dict:
-        scores = {"five_vs_one": trained, "oracle": 0.9, "one_vs_one": {"b": 0.2}}
-        reference = {"five_vs_one": 0.334, "oracle": 0.5, "one_vs_one": {"b": 0.1}}
+        scores = {"five_vs_one": trained, "target_labelled_probe": 0.9, "oracle_selection": {"five_vs_one": 0.6},
+                  "one_vs_one": {"b": 0.2}}
+        reference = {"five_vs_one": 0.334, "target_labelled_probe": 0.5, "oracle_selection": {"five_vs_one": 0.4},
+                     "one_vs_one": {"b": 0.1}}
         return {"loss": "m3g", "holdout": "a", "seen": ["b"], "seed": seed, "protocol": protocol,
                 "reference_ids": {"random_init": f"init{seed}", "erm": f"erm{seed}"},
                 "results": {"trained": scores, "random_init": reference, "erm": reference}}
@@ -404,6 +417,7 @@ def test_adaptation_gain_paired_by_seed_mean_std() -> None:
     nearest = gain["m3g+adapt_nn"]["a"]
     assert nearest["n"] == 1 and abs(nearest["mean"] + 0.2) < 1e-12
     assert "| a | +10.0 ± 10.0 (n=2) | -20.0 (n=1) |" in format_gain(gain)
+    assert "model selection: training-domain validation" in format_gain(gain)
 
 
 def test_random_init_shift_matrix_shows_a_real_domain_shift(digit_root: Path) -> None:
@@ -563,7 +577,7 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
     assert any("/sketch/" in p for p in opened) and not sketch_test & set(opened)
     out = tmp_path / "nn"
     results = train_and_evaluate(config, out, ["sketch"], [0], ["data.options.adapt_views=nearest"],
-                                 protocols=("generalization", "adaptation"), progress=False)
+                                 protocols=("generalization", "adaptation"), erm_steps=4, progress=False)
     assert [r["protocol"] for r in results] == ["generalization", "adaptation"]
     assert results[1]["adapt_views"] == "nearest" and (out / "m3g_sketch_adaptnn_s0" / "model.safetensors").is_file()
     assert len(list((out / "erm").iterdir())) == 1  # ERM (source views only) shared by both protocols
@@ -576,7 +590,7 @@ def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_pat
     config = tiny_three_domain_config(digit_root, tmp_path, {"name": "pvc_geometric", "tau": 0.2})
     out = tmp_path / "both"
     results = train_and_evaluate(config, out, ["sketch"], [0], protocols=("generalization", "adaptation"),
-                                 progress=False)
+                                 erm_steps=4, progress=False)
     assert [r["protocol"] for r in results] == ["generalization", "adaptation"]
     assert all(r["holdout"] == "sketch" and r["seen"] == ["clean", "inverted"] for r in results)
     assert len(list((out / "erm").iterdir())) == 1  # one ERM model serves both protocols

@@ -11,7 +11,7 @@ import pytest
 from multiview_app.eval import available_evaluators
 from multiview_app.eval.features import combine_views, extract_features
 from multiview_app.eval.linear_probe import run_linear_probe
-from multiview_app.eval.probe import fit_linear_classifier, probe_accuracies
+from multiview_app.eval.protocols.probe import fit_linear_classifier, probe_accuracies
 from multiview_app.train.run_io import load_run
 from multiview_app.train.trainer import train
 

@@ -29,7 +29,7 @@ TINY: dict[str, list[tuple[str, str]]] = {
     ],
     "domains": [
         ("synth-domains --out data/digit-domains", "synth-domains --out data/digit-domains --limit 40"),
-        ("--seeds 0,1", "--seeds 0 --set train.max_steps=3"),
+        ("--seeds 0,1", "--seeds 0 --erm-steps 3 --set train.max_steps=3"),
         ("--seeds 0 --protocol both", "--seeds 0 --protocol both --no-erm --set train.max_steps=3"),
     ],
     "images": [

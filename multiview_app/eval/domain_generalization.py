@@ -1,44 +1,62 @@
-"""``mvapp eval domain-generalization``: leave-one-domain-out evaluation (M3G Sec. 4.2, Table 2, Fig. 2).
+"""``mvapp eval domain-generalization``: leave-one-domain-out evaluation (M3G Sec. 4.2, Table 2, Fig. 2)
+with DomainBed's model selection.
 
-For a run pretrained on the seen domains of the ``domainnet`` adapter (``data.options.holdout``):
+For a run pretrained on the seen domains of the ``domainnet`` adapter (``data.options.holdout``), the
+evaluator extracts frozen encoder features (eval views = resize + center crop) and hands them to the
+``leave-one-domain-out`` protocol (:mod:`.protocols.domains`, which holds the maths):
 
-- **5 vs 1**: one linear classifier on the frozen features of every seen domain's train split,
-  accuracy on the held-out domain's test split;
-- **1 vs 1**: one classifier per seen domain, each tested on the held-out test split (a row of the
-  Fig.-2 matrix: rows = training domain, columns = unseen domain);
-- **oracle**: a classifier on the held-out domain's own train split (upper reference).
+- **model selection: training-domain validation** (reported): the checkpoint (every saved
+  ``checkpoints/step_*`` and the final weights) and the probe's ``C`` with the best accuracy on the
+  seen domains' validation share (``data.options.val_fraction``, held out of pretraining);
+- **5 vs 1** at the chosen pair: one linear classifier on every seen domain's train split, accuracy on
+  the held-out domain's test split; **1 vs 1**: one classifier per seen domain (a row of Fig. 2);
+- **test-domain validation ("oracle")**: the same choice made on the held-out domain's validation share,
+  an upper bound reported separately; the **target-labelled probe** (a classifier trained on the held-out
+  domain's own train labels) is a reference for how readable that domain is, not a selection method.
 
 Encoders (rows of the table): the trained one, its random init (``init.safetensors``) and a supervised
-ERM baseline (:mod:`.erm`, same backbone and budget). The linear classifier is the shared
-standardized multinomial logistic regression (:func:`.probe.fit_linear_classifier`, L2 ``C``; not the
-paper's SGD sweep). Features are the encoder's (before the projector), eval views = resize + center crop.
+ERM baseline (:mod:`.erm`: the same backbone trained by the Trainer with the ``supervised_ce`` head, its
+own step budget, its checkpoint chosen by the same training-domain validation). The linear classifier
+is the shared standardized multinomial logistic regression (:func:`.probe.fit_linear_classifier`).
 
 ``--holdout all`` (with ``--config``) trains one run per held-out domain (each only on the other
-domains) and seed, evaluates each and writes one combined table (mean +- std over seeds), the
-Fig.-2-like heatmaps and a JSON with everything to the ``--run`` folder. Finished runs / evaluations
-are reused, so the command resumes after an interruption.
+domains) and seed, evaluates each and writes one combined table (DomainBed layout: rows = algorithms,
+columns = held-out domains + Avg, mean +- std over distinct runs), the Fig.-2-like heatmaps and a JSON
+with everything to the ``--run`` folder. Finished runs / evaluations are reused, so the command resumes
+after an interruption.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..argtypes import nonnegative_int, positive_float, positive_int
-from ..fileio import sha256_file
 from ..train.run_io import atomic_write_json, atomic_write_text, load_run
 from . import Evaluator, register_evaluator
 from .features import combine_views, extract_features, torch_threads
-from .probe import fit_linear_classifier, mean_std
+from .protocols.probe import fit_linear_classifier, mean_std
+from .protocols import get_protocol
+from .protocols.domains import DEFAULT_CS, TEST_DOMAIN, TRAINING_DOMAIN
 
 KIND = "domain_generalization"
 ENCODERS = ("random_init", "erm", "trained")
-PROTOCOLS = ("five_vs_one", "one_vs_one", "oracle")
+#: pooled scores of a run's encoder: 5 vs 1 under training-domain validation (the result), under
+#: test-domain validation (oracle upper bound), and the target-labelled probe (a reference)
+METRICS = ("five_vs_one", "five_vs_one_oracle", "target_labelled_probe")
+METRIC_TITLES = {
+    "five_vs_one": f"Seen domains -> held-out domain (5 vs 1), model selection: {TRAINING_DOMAIN}",
+    "five_vs_one_oracle": f"Seen domains -> held-out domain (5 vs 1), model selection: {TEST_DOMAIN}",
+    "target_labelled_probe": "Target-labelled probe (a probe trained on the held-out domain's own train labels: "
+                             "how linearly readable that domain is; not a generalization result), checkpoint and "
+                             f"C chosen by {TRAINING_DOMAIN}",
+}
 #: evaluation protocol -> the adapter option that names its target domain
 PROTOCOL_OPTION = {"generalization": "holdout", "adaptation": "adapt"}
 
@@ -54,43 +72,92 @@ def domain_features(model: Any, adapter: Any, policy: Any, domain: str, split: s
     return combine_views(feats, "mean"), labels
 
 
-def accuracy(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, C: float) -> float:
-    """Test accuracy of the shared standardized logistic regression fitted on ``(x_train, y_train)``."""
-    clf = fit_linear_classifier(x_train, y_train, C=C)
-    return float((clf.predict(np.nan_to_num(x_test)) == y_test).mean())
+class CandidateFeatures:
+    """``features(candidate, domain, split) -> (x (N, f), y (N,))`` of one encoder (the protocol's
+    feature source): the candidate's weights are loaded by ``load(candidate)`` on first use, features
+    are extracted once per (candidate, domain, split) and kept."""
+
+    def __init__(self, load: Callable[[str], Any], adapter: Any, policy: Any, batch_size: int, device: str,
+                 progress: bool) -> None:
+        self.load, self.adapter, self.policy = load, adapter, policy
+        self.batch_size, self.device, self.progress = batch_size, device, progress
+        self.models: dict[str, Any] = {}
+        self.cache: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, candidate: str, domain: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+        key = (candidate, domain, split)
+        if key not in self.cache:
+            if candidate not in self.models:
+                self.models[candidate] = self.load(candidate)
+            self.cache[key] = domain_features(self.models[candidate], self.adapter, self.policy, domain, split,
+                                              self.batch_size, self.device, self.progress)
+        return self.cache[key]
+
+    def items(self) -> dict[str, int]:
+        """Items per ``"<domain>/<split>"`` read so far."""
+        return {f"{d}/{s}": int(len(y)) for (_, d, s), (_, y) in self.cache.items()}
 
 
-def probe_domains(
-    features: dict[str, tuple[np.ndarray, np.ndarray]], seen: list[str], target: str, C: float = 1.0,
-) -> dict[str, Any]:
-    """The three protocols on precomputed features ``{"<domain>/<split>": (x (N, f), y (N,))}``."""
-    x_test, y_test = features[f"{target}/test"]
-    with threadpool_limits(1):  # small problems: BLAS threads only oversubscribe the shared CPU
-        x_all = np.concatenate([features[f"{d}/train"][0] for d in seen])
-        y_all = np.concatenate([features[f"{d}/train"][1] for d in seen])
-        return {
-            "five_vs_one": accuracy(x_all, y_all, x_test, y_test, C),
-            "one_vs_one": {d: accuracy(*features[f"{d}/train"], x_test, y_test, C) for d in seen},
-            "oracle": accuracy(*features[f"{target}/train"], x_test, y_test, C),
-        }
+def candidates(run_dir: str | Path) -> list[str]:
+    """Selection candidates of a run: its saved checkpoints (``step_<N>``, oldest first) then ``final``."""
+    from ..train.checkpoint import list_checkpoints
+
+    return [f"step_{int(p.name.removeprefix('step_'))}" for p in list_checkpoints(run_dir)] + ["final"]
+
+
+def thin_candidates(names: list[str], most: int | None) -> list[str]:
+    """At most ``most`` of ``names`` (oldest first, ``final`` last): every m-th counted back from the
+    final weights, m = ceil(len / most), so the spacing stays even and ``final`` is always kept."""
+    if most is None or len(names) <= most:
+        return list(names)
+    stride = -(-len(names) // most)
+    return names[::-1][::stride][::-1]
+
+
+def candidate_step(run_dir: str | Path, candidate: str) -> int:
+    """Optimizer step of a candidate (``init``: 0; ``final``: the run's last logged step)."""
+    if candidate == "init":
+        return 0
+    if candidate.startswith("step_"):
+        return int(candidate.removeprefix("step_"))
+    rows = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return int(json.loads(rows[-1])["step"]) if rows else 0
+
+
+def encoder_digest(weights: str | Path) -> str:
+    """Digest of the encoder tensors of a safetensors file (16 hex digits): equal digests = the same
+    backbone whatever projector / predictor a run adds (references shared by runs are counted once)."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(weights))
+    digest = hashlib.sha256()
+    for name in sorted(k for k in state if k.startswith("encoders.")):
+        digest.update(name.encode())
+        digest.update(state[name].contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def evaluate_run(
-    run_dir: str | Path, *, C: float = 1.0, batch_size: int | None = None, erm: bool = True,
-    erm_cache: str | Path | None = None, device: str = "cpu", progress: bool = True, threads: int | None = 1,
+    run_dir: str | Path, *, C: float | None = None, batch_size: int | None = None, erm: bool = True,
+    erm_steps: int | None = None, erm_cache: str | Path | None = None, device: str = "cpu", progress: bool = True,
+    threads: int | None = 1, max_candidates: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate one run (module docstring); write ``eval/domain_generalization.json`` and
-    ``plots/one_vs_one.png``; return the result. ``threads``: torch threads meanwhile (see
-    :func:`.features.torch_threads`; ``None`` = unchanged)."""
+    ``plots/one_vs_one.png``; return the result. ``C``: a fixed probe strength instead of selecting
+    it from :data:`DEFAULT_CS`; ``erm_steps``: ERM's budget (default :data:`.erm.DEFAULT_STEPS`).
+    ``threads``: torch threads meanwhile (see :func:`.features.torch_threads`; ``None`` = unchanged).
+    ``max_candidates``: select among at most that many evenly spaced saved checkpoints per encoder
+    (:func:`thin_candidates`; ``None`` = every one)."""
     with torch_threads(threads):
-        return _evaluate_run(Path(run_dir), C, batch_size, erm, erm_cache, device, progress)
+        return _evaluate_run(Path(run_dir), C, batch_size, erm, erm_steps, erm_cache, device, progress, max_candidates)
 
 
-def _evaluate_run(run_dir: Path, C: float, batch_size: int | None, erm: bool, erm_cache: str | Path | None,
-                  device: str, progress: bool) -> dict[str, Any]:
+def _evaluate_run(run_dir: Path, C: float | None, batch_size: int | None, erm: bool, erm_steps: int | None,
+                  erm_cache: str | Path | None, device: str, progress: bool,
+                  max_candidates: int | None = None) -> dict[str, Any]:
     from ..data.adapters import build_adapter
     from ..data.views import build_view_policy
-    from .erm import train_erm
+    from .erm import DEFAULT_STEPS, train_erm
 
     start, cpu_start = time.perf_counter(), time.process_time()
     cfg, _ = load_run(run_dir, "init")
@@ -104,42 +171,66 @@ def _evaluate_run(run_dir: Path, C: float, batch_size: int | None, erm: bool, er
     if holdout is not None and adapt is not None:
         raise ValueError(f"{run_dir}: both data.options.holdout ({holdout}) and adapt ({adapt}) are set; "
                          "the evaluator scores one target domain per run")
+    if "val" not in getattr(adapter, "domain_splits", ()):
+        raise ValueError(
+            f"{run_dir}: data.options.val_fraction is not set in its config.yaml, so the run was pretrained on all "
+            "of each seen domain's train split and there is no training-domain validation share to select on; "
+            "pretrain again with data.options.val_fraction=0.2 (configs/base_domains_digits.yaml sets it)"
+        )
     target = holdout or adapt
     protocol = "generalization" if holdout else "adaptation"
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
     seen = list(adapter.seen_domains)
     batch_size = batch_size or cfg.eval.batch_size
-    splits = [(d, "train") for d in seen] + [(target, "train"), (target, "test")]
+    Cs = DEFAULT_CS if C is None else (float(C),)
+    erm_steps = erm_steps or DEFAULT_STEPS
 
-    models: dict[str, Any] = {"random_init": load_run(run_dir, "init")[1], "trained": load_run(run_dir, "final")[1]}
+    sources: dict[str, tuple[Path, list[str]]] = {"random_init": (run_dir, ["init"]),
+                                                  "trained": (run_dir, thin_candidates(candidates(run_dir), max_candidates))}
     erm_summary = None
     if erm:
-        models["erm"], erm_summary = train_erm(cfg, adapter, policy, erm_cache or run_dir / "eval", device=device,
-                                               progress=progress)
+        erm_run, erm_summary = train_erm(cfg, adapter, erm_cache or run_dir / "eval", steps=erm_steps,
+                                         progress=progress)
+        sources["erm"] = (erm_run, thin_candidates(candidates(erm_run), max_candidates))
     erm_s = time.perf_counter() - start
+    leave_one_domain_out = get_protocol("leave-one-domain-out")
     results: dict[str, Any] = {}
     items: dict[str, int] = {}
-    for name, model in models.items():
-        features = {f"{d}/{s}": domain_features(model, adapter, policy, d, s, batch_size, device, progress)
-                    for d, s in splits}
-        items = {key: int(len(y)) for key, (_, y) in features.items()}
-        results[name] = probe_domains(features, seen, target, C)
+    for name, (folder, names) in sources.items():
+        features = CandidateFeatures(lambda c, folder=folder: load_run(folder, c)[1], adapter, policy, batch_size,
+                                     device, progress)
+        scores = leave_one_domain_out(features=features, candidates=names, seen=seen, target=target, Cs=Cs)
+        for chosen in (scores["selected"], scores["oracle_selection"]["selected"]):
+            chosen["step"] = candidate_step(folder, chosen["candidate"])
+        results[name] = scores
+        items.update(features.items())
+    if erm_summary is not None:
+        erm_summary["selected_step"] = results["erm"]["selected"]["step"]
     result = {
         "evaluator": "domain-generalization",
         "run": str(run_dir),
         "loss": cfg.loss.name,
+        "pairing": cfg.data.options.get("pairing", "label"),
         "seed": cfg.train.seed,
+        "pretrain_steps": cfg.train.max_steps,
         "holdout": target,
         "protocol": protocol,
         "adapt_views": cfg.data.options.get("adapt_views", "augment") if protocol == "adaptation" else None,
         "seen": seen,
-        "classifier": f"standardized multinomial logistic regression (lbfgs, L2 C={C}) on frozen encoder features",
+        "model_selection": TRAINING_DOMAIN,
+        "oracle_selection": TEST_DOMAIN,
+        "selection_candidates": {name: names for name, (_, names) in sources.items()},
+        "Cs": list(Cs),
+        "val_fraction": cfg.data.options.get("val_fraction"),
+        "classifier": "standardized multinomial logistic regression (lbfgs, L2 C chosen with the checkpoint) on "
+                      "frozen encoder features",
         "items": items,
         "results": results,
         "erm": erm_summary and {k: v for k, v in erm_summary.items() if k != "key"},
-        # which model each reference column scored: equal ids are the same model (counted once when pooling)
-        "reference_ids": {"random_init": sha256_file(run_dir / "init.safetensors")[:16],
-                          **({"erm": erm_summary["key"]} if erm_summary else {})},
+        # which backbone each reference row scored: equal ids are the same model (counted once when pooling)
+        "reference_ids": {"random_init": encoder_digest(run_dir / "init.safetensors"),
+                          **({"erm": hashlib.sha1(json.dumps(erm_summary["key"], sort_keys=True).encode()).hexdigest()[:16]}
+                             if erm_summary else {})},
         "wall_s": time.perf_counter() - start,
         "cpu_s": time.process_time() - cpu_start,  # this process's CPU time (not DataLoader workers)
         "erm_and_setup_s": erm_s,
@@ -203,37 +294,60 @@ def domain_shift_matrix(model: Any, adapter: Any, policy: Any, *, C: float = 1.0
 
 
 # ------------------------------------------------------------------ several runs: table + heatmaps
-#: table-column suffix of the adaptation protocol per ``data.options.adapt_views``
+#: table-row suffix of the adaptation protocol per ``data.options.adapt_views``
 ADAPT_SUFFIX = {"augment": "+adapt", "nearest": "+adapt_nn"}
+LABEL_FREE = " (label-free)"
 
 
 def column_name(result: dict[str, Any]) -> str:
-    """Table column of a run's trained encoder: the loss, ``<loss>+adapt`` for the adaptation protocol
-    (target items as augmentation views), ``<loss>+adapt_nn`` (target views matched by nearest neighbour)."""
-    if result.get("protocol") != "adaptation":
-        return result["loss"]
-    return result["loss"] + ADAPT_SUFFIX[result.get("adapt_views", "augment")]
+    """Table row of a run's trained encoder: the loss, ``<loss>+adapt`` for the adaptation protocol
+    (target items as augmentation views), ``<loss>+adapt_nn`` (target views matched by nearest
+    neighbour); `` (label-free)`` appended for ``pairing: none`` (k augmentation views of one image)."""
+    name = result["loss"]
+    if result.get("protocol") == "adaptation":
+        name += ADAPT_SUFFIX[result.get("adapt_views", "augment")]
+    return name + (LABEL_FREE if result.get("pairing") == "none" else "")
+
+
+def views_description(column: str) -> str:
+    """How the pretraining views of a table row were built (the tables' second column)."""
+    if column == "random_init":
+        return "none (initial weights)"
+    if column == "erm":
+        return "supervised: labelled images of the seen domains"
+    views = ("label-free: k augmentations of one image" if column.endswith(LABEL_FREE)
+             else "label-conditioned: one image of the item's class per seen domain")
+    if "+adapt_nn" in column:
+        return views + " + the nearest unlabelled target image"
+    return views + (" + unlabelled target images (k augmentations each)" if "+adapt" in column else "")
 
 
 def reference_id(result: dict[str, Any], encoder: str) -> str:
-    """Identity of the model behind a reference column (``random_init``, ``erm``) of one run's result: the
-    init weights' digest / the ERM cache key; results written before ids were recorded fall back to the
-    seed (same config and seed = same initialization and the same cached ERM model)."""
+    """Identity of the model behind a reference row (``random_init``, ``erm``) of one run's result: the
+    init encoder's digest / the ERM run's key digest; results without ids fall back to the seed."""
     if encoder in result.get("reference_ids", {}):
         return str(result["reference_ids"][encoder])
     return f"seed {result['seed']}" if "seed" in result else f"run {result.get('run', id(result))}"
 
 
+def metric_value(scores: dict[str, Any], metric: str) -> float:
+    """One of :data:`METRICS` from an encoder's protocol output."""
+    if metric == "five_vs_one_oracle":
+        return float(scores["oracle_selection"]["five_vs_one"])
+    return float(scores[metric])
+
+
 def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[str, Any]:
     """Aggregate per-run results (any losses, held-out domains, seeds) into mean +- std over distinct
-    runs: a reference model (random init, ERM) that several runs share, e.g. the generalization and
-    adaptation runs of one seed, is counted once (:func:`reference_id`), so ``n`` is the number of models.
+    runs: a reference model (random init, ERM) that several runs share, e.g. the runs of every loss and
+    both protocols of one seed, is counted once (:func:`reference_id`), so ``n`` is the number of models.
 
-    Returns ``{"five_vs_one": {column: {holdout: {mean, std, n}}}, "oracle": ..., "one_vs_one":
-    {column: {train domain: {unseen domain: mean}}}}`` where ``column`` is a loss name for the trained
-    encoder and ``random_init`` / ``erm`` for the references (pooled over the runs of all losses).
+    Returns ``{metric: {column: {holdout: {mean, std, n, by_seed: {seed: value}}}}`` for every metric of
+    :data:`METRICS`, plus ``"one_vs_one": {column: {train domain: {unseen domain: mean}}}``, where
+    ``column`` is :func:`column_name` for the trained encoder and ``random_init`` / ``erm`` for the
+    references (pooled over the runs of all losses).
     """
-    pooled: dict[str, dict[str, dict[str, list[Any]]]] = {p: {} for p in PROTOCOLS}
+    pooled: dict[str, dict[str, dict[str, list[tuple[Any, Any]]]]] = {m: {} for m in (*METRICS, "one_vs_one")}
     counted: set[tuple[str, str, str]] = set()
     for result in results:
         for encoder, scores in result["results"].items():
@@ -243,18 +357,22 @@ def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[s
                 if identity in counted:
                     continue
                 counted.add(identity)
-            for protocol in PROTOCOLS:
-                cell = pooled[protocol].setdefault(column, {}).setdefault(result["holdout"], [])
-                cell.append(scores[protocol])
-    combined: dict[str, Any] = {"five_vs_one": {}, "oracle": {}, "one_vs_one": {}}
-    for protocol in ("five_vs_one", "oracle"):
-        for column, per_domain in pooled[protocol].items():
-            combined[protocol][column] = {d: {**mean_std(v), "n": len(v)} for d, v in per_domain.items()}
+            for metric in METRICS:
+                pooled[metric].setdefault(column, {}).setdefault(result["holdout"], []).append(
+                    (result.get("seed"), metric_value(scores, metric)))
+            pooled["one_vs_one"].setdefault(column, {}).setdefault(result["holdout"], []).append(
+                (result.get("seed"), scores["one_vs_one"]))
+    combined: dict[str, Any] = {metric: {} for metric in (*METRICS, "one_vs_one")}
+    for metric in METRICS:
+        for column, per_domain in pooled[metric].items():
+            combined[metric][column] = {
+                d: {**mean_std([v for _, v in cell]), "n": len(cell), "by_seed": {str(s): v for s, v in cell}}
+                for d, cell in per_domain.items()}
     for column, per_domain in pooled["one_vs_one"].items():
         matrix: dict[str, dict[str, float]] = {}
         for unseen, rows in per_domain.items():
             for train_domain in domains:
-                values = [r[train_domain] for r in rows if train_domain in r]
+                values = [r[train_domain] for _, r in rows if train_domain in r]
                 if values:
                     matrix.setdefault(train_domain, {})[unseen] = float(np.mean(values))
         combined["one_vs_one"][column] = matrix
@@ -262,57 +380,104 @@ def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[s
 
 
 def spread(cell: dict[str, float], sign: bool = False) -> str:
-    """``{mean, std, n}`` (fractions) -> ``"mean ± std"`` in points, or ``"mean (n=1)"`` for a single run
-    (no spread to show); ``sign``: always print the sign of the mean."""
+    """``{mean, std, n}`` (fractions) -> ``"mean ± std (n=N)"`` in points, or ``"mean (n=1)"`` for a single
+    run (no spread to show); ``sign``: always print the sign of the mean."""
     mean = f"{100 * cell['mean']:+.1f}" if sign else f"{100 * cell['mean']:.1f}"
-    return f"{mean} (n=1)" if cell.get("n") == 1 else f"{mean} ± {100 * cell['std']:.1f}"
+    n = cell.get("n")
+    return f"{mean} (n=1)" if n == 1 else f"{mean} ± {100 * cell['std']:.1f}" + (f" (n={n})" if n else "")
 
 
-def format_table(combined: dict[str, Any], domains: list[str], protocol: str = "five_vs_one") -> str:
-    """Markdown table: rows = held-out domain, columns = random init, ERM, the losses (mean +- std over
-    runs; ``(n=1)`` marks a cell with one run)."""
-    columns = [c for c in ("random_init", "erm") if c in combined[protocol]]
-    columns += sorted(c for c in combined[protocol] if c not in ("random_init", "erm"))
-    header = "| seen -> unseen | " + " | ".join(columns) + " |"
-    lines = [header, "|---" * (len(columns) + 1) + "|"]
-    for d in domains:
-        if not any(d in combined[protocol][c] for c in columns):
-            continue
-        cells = []
-        for c in columns:
-            cell = combined[protocol][c].get(d)
-            cells.append("-" if cell is None else spread(cell))
-        lines.append(f"| ¬{d} -> {d} | " + " | ".join(cells) + " |")
+def average_cell(per_domain: dict[str, dict[str, Any]], domains: list[str]) -> dict[str, Any] | None:
+    """DomainBed's Avg column: per seed present for every domain of ``domains``, the mean over domains;
+    then mean +- std over those seeds (``n`` = their number). ``None`` when a domain lacks the row or no
+    seed covers them all."""
+    if not domains or any(d not in per_domain for d in domains):
+        return None
+    seeds = set.intersection(*(set(per_domain[d].get("by_seed", {})) for d in domains))
+    if not seeds:
+        return None
+    per_seed = [float(np.mean([per_domain[d]["by_seed"][s] for d in domains])) for s in sorted(seeds)]
+    return {**mean_std(per_seed), "n": len(per_seed)}
+
+
+def table_columns(combined: dict[str, Any], metric: str) -> list[str]:
+    """Rows of a table in order: random init, ERM, then the trained encoders sorted."""
+    rows = [c for c in ("random_init", "erm") if c in combined[metric]]
+    return rows + sorted(c for c in combined[metric] if c not in ("random_init", "erm"))
+
+
+def format_table(combined: dict[str, Any], domains: list[str], metric: str = "five_vs_one") -> str:
+    """Markdown table in DomainBed's layout: rows = algorithms (random init, ERM, the losses) with how
+    their pretraining views were built, columns = held-out domains then Avg; cells = accuracy % mean +-
+    std over distinct runs with ``(n=...)``; the header names the model selection."""
+    held_out = [d for d in domains if any(d in combined[metric][c] for c in combined[metric])]
+    lines = [f"**{METRIC_TITLES[metric]}** (accuracy %, mean ± std over n distinct runs; n=1: no std)", "",
+             "| algorithm | pretraining views | " + " | ".join(held_out) + " | Avg |",
+             "|---|---|" + "---|" * (len(held_out) + 1)]
+    for column in table_columns(combined, metric):
+        per_domain = combined[metric][column]
+        cells = [spread(per_domain[d]) if d in per_domain else "-" for d in held_out]
+        avg = average_cell(per_domain, held_out)
+        cells.append("-" if avg is None else spread(avg))
+        lines.append(f"| {column} | {views_description(column)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot_heatmaps(combined: dict[str, Any], domains: list[str], out: Path) -> Path:
-    """Fig.-2-like heatmaps (one per column of the table): rows = classifier training domain,
-    columns = unseen domain, value = mean 1-vs-1 accuracy."""
+def one_vs_one_figure(combined: dict[str, Any], domains: list[str]) -> Any:
+    """Fig.-2-like 1-vs-1 figure (matplotlib ``Figure``): rows = classifier training domain, columns =
+    unseen domain, value = mean accuracy. With one unseen domain a grouped bar chart (one group per
+    training domain, one bar per table row); with several, one matrix per table row restricted to the
+    domains that have values, with a colour bar."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     columns = list(combined["one_vs_one"])
-    fig, axes = plt.subplots(1, len(columns), figsize=(3.4 * len(columns), 3.3), squeeze=False)
+    unseen = [d for d in domains if any(d in row for m in combined["one_vs_one"].values() for row in m.values())]
+    trainers = [d for d in domains if any(d in m for m in combined["one_vs_one"].values())]
+    if len(unseen) == 1:
+        target = unseen[0]
+        fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(trainers), 3.4))
+        width = 0.8 / max(1, len(columns))
+        for i, column in enumerate(columns):
+            values = [100 * combined["one_vs_one"][column].get(d, {}).get(target, np.nan) for d in trainers]
+            ax.bar(np.arange(len(trainers)) + i * width, values, width, label=column)
+        ax.set_xticks(np.arange(len(trainers)) + 0.4 - width / 2, trainers)
+        ax.set_xlabel("classifier trained on (one seen domain)")
+        ax.set_ylabel(f"accuracy % on unseen '{target}'")
+        ax.set_title(f"1 vs 1: held-out domain {target}", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        return fig
+    fig, axes = plt.subplots(1, len(columns), figsize=(3.6 * len(columns) + 0.8, 3.4), squeeze=False)
+    image = None
     for ax, column in zip(axes[0], columns):
-        matrix = np.full((len(domains), len(domains)), np.nan)
-        for i, row in enumerate(domains):
-            for j, col in enumerate(domains):
+        matrix = np.full((len(trainers), len(unseen)), np.nan)
+        for i, row in enumerate(trainers):
+            for j, col in enumerate(unseen):
                 matrix[i, j] = combined["one_vs_one"][column].get(row, {}).get(col, np.nan)
-        ax.imshow(matrix, vmin=0.0, vmax=1.0, cmap="viridis")
-        for i in range(len(domains)):
-            for j in range(len(domains)):
+        image = ax.imshow(100 * matrix, vmin=0.0, vmax=100.0, cmap="viridis")
+        for i in range(len(trainers)):
+            for j in range(len(unseen)):
                 if not np.isnan(matrix[i, j]):
                     ax.text(j, i, f"{100 * matrix[i, j]:.0f}", ha="center", va="center", fontsize=7,
                             color="white" if matrix[i, j] < 0.6 else "black")
-        ax.set_xticks(range(len(domains)), domains, rotation=60, fontsize=7)
-        ax.set_yticks(range(len(domains)), domains, fontsize=7)
+        ax.set_xticks(range(len(unseen)), unseen, rotation=60, fontsize=7)
+        ax.set_yticks(range(len(trainers)), trainers, fontsize=7)
         ax.set_title(column, fontsize=9)
         ax.set_xlabel("unseen domain", fontsize=8)
     axes[0][0].set_ylabel("classifier trained on", fontsize=8)
     fig.tight_layout()
+    fig.colorbar(image, ax=list(axes[0]), label="accuracy %", shrink=0.8)
+    return fig
+
+
+def plot_heatmaps(combined: dict[str, Any], domains: list[str], out: Path) -> Path:
+    """:func:`one_vs_one_figure` -> PNG ``out``."""
+    import matplotlib.pyplot as plt
+
+    fig = one_vs_one_figure(combined, domains)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -320,19 +485,22 @@ def plot_heatmaps(combined: dict[str, Any], domains: list[str], out: Path) -> Pa
 
 
 def adaptation_gain(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per-seed 5-vs-1 gain of adaptation over generalization, paired by (loss, target, seed).
+    """Per-seed 5-vs-1 gain (training-domain validation) of adaptation over generalization, paired by
+    (loss, pairing, target, seed).
 
     ``gain[<adaptation column>][target] = {"mean", "std", "n"}`` over the seeds that have both an
     adaptation run (column ``<loss>+adapt`` / ``<loss>+adapt_nn``) and a generalization run of the same
     loss; adaptation runs without that partner are left out (``n`` counts the pairs)."""
-    base = {(r["loss"], r["holdout"], r["seed"]): r["results"]["trained"]["five_vs_one"]
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return r["loss"], r.get("pairing", "label"), r["holdout"], r["seed"]
+
+    base = {key(r): r["results"]["trained"]["five_vs_one"]
             for r in results if r.get("protocol", "generalization") == "generalization"}
     pairs: dict[str, dict[str, list[float]]] = {}
     for r in results:
-        key = (r["loss"], r["holdout"], r["seed"])
-        if r.get("protocol") != "adaptation" or key not in base:
+        if r.get("protocol") != "adaptation" or key(r) not in base:
             continue
-        diff = r["results"]["trained"]["five_vs_one"] - base[key]
+        diff = r["results"]["trained"]["five_vs_one"] - base[key(r)]
         pairs.setdefault(column_name(r), {}).setdefault(r["holdout"], []).append(diff)
     return {column: {d: {**mean_std(v), "n": len(v)} for d, v in per.items()} for column, per in pairs.items()}
 
@@ -342,10 +510,11 @@ def format_gain(gain: dict[str, dict[str, dict[str, float]]]) -> str:
     (mean +- std over the paired seeds, ``(n=<pairs>)``)."""
     losses = sorted(gain)
     domains = sorted({d for per in gain.values() for d in per})
-    lines = ["| target | " + " | ".join(losses) + " |", "|---" * (len(losses) + 1) + "|"]
+    lines = [f"**Gain of adaptation over generalization** (5 vs 1, model selection: {TRAINING_DOMAIN}; accuracy "
+             "points, mean ± std over n seeds paired by seed)", "",
+             "| target | " + " | ".join(losses) + " |", "|---" * (len(losses) + 1) + "|"]
     for d in domains:
-        cells = [spread(gain[l][d], sign=True) + ("" if gain[l][d]["n"] == 1 else f" (n={gain[l][d]['n']})")
-                 if d in gain[l] else "-" for l in losses]
+        cells = [spread(gain[l][d], sign=True) if d in gain[l] else "-" for l in losses]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -362,53 +531,124 @@ def plot_gain(gain: dict[str, dict[str, dict[str, float]]], out: Path) -> Path:
                         zero_line=True, errors=errors)
 
 
+def format_erm(results: list[dict[str, Any]]) -> str:
+    """One paragraph on the ERM runs behind the ``erm`` row: own budget, selected steps, accuracy."""
+    erm_runs = {reference_id(r, "erm"): r["erm"] for r in results if r.get("erm")}
+    if not erm_runs:
+        return ""
+    budgets = sorted({e["steps"] for e in erm_runs.values()})
+    chosen = sorted(e["selected_step"] for e in erm_runs.values() if "selected_step" in e)
+    accuracy = [e["train_accuracy"] for e in erm_runs.values()]
+    pretrain = sorted({int(r["pretrain_steps"]) for r in results if r.get("pretrain_steps")})
+    text = (f"ERM: {len(erm_runs)} model(s) trained by `mvapp train` (loss supervised_ce: linear head on the encoder "
+            f"features) with their own budget of {'/'.join(map(str, budgets))} steps (not the pretraining runs' "
+            f"train.max_steps); checkpoint chosen by {TRAINING_DOMAIN} at step(s) {', '.join(map(str, chosen))} "
+            f"(steps to convergence{'; the last step of the budget: not converged, validation still rising' if budgets and chosen and max(chosen) >= max(budgets) else ''}); "
+            f"training accuracy at the end {100 * min(accuracy):.1f}-{100 * max(accuracy):.1f} % on the seen domains.")
+    return text + (f" Pretraining budget: {'/'.join(map(str, pretrain))} steps." if pretrain else "")
+
+
+def format_selected(results: list[dict[str, Any]]) -> str:
+    """Which checkpoints / C training-domain validation chose, per table row."""
+    chosen: dict[str, list[str]] = {}
+    for r in results:
+        for encoder, scores in r["results"].items():
+            if encoder == "random_init":
+                continue
+            column = column_name(r) if encoder == "trained" else encoder
+            sel = scores["selected"]
+            chosen.setdefault(column, []).append(f"{r['holdout']}/s{r['seed']}: step {sel['step']}, C={sel['C']:g}")
+    lines = [f"Chosen by {TRAINING_DOMAIN} (checkpoint step, probe C) per run:"]
+    lines += [f"- {column}: " + "; ".join(sorted(set(v))) for column, v in sorted(chosen.items())]
+    return "\n".join(lines)
+
+
+def run_name(base: Any, holdout: str, seed: int, protocol: str) -> str:
+    """Run folder name: ``<loss>[_labelfree]_<target>[_adapt|_adaptnn]_s<seed>``."""
+    options = base.data.options
+    free = "_labelfree" if options.get("pairing") == "none" else ""
+    adapt_tag = "_adaptnn" if options.get("adapt_views") == "nearest" else "_adapt"
+    return f"{base.loss.name}{free}_{holdout}{adapt_tag if protocol == 'adaptation' else ''}_s{seed}"
+
+
+def run_config(config: str | Path, out_dir: str | Path, holdout: str, seed: int, protocol: str,
+               overrides: list[str] | tuple[str, ...] = (), suffix: str = "") -> Any:
+    """The pretraining config of one (target domain, seed, protocol) run under ``out_dir`` (``suffix``
+    appended to the run name: runs of the same loss that differ by ``overrides``)."""
+    from ..config import load_config
+
+    if protocol not in PROTOCOL_OPTION:
+        raise ValueError(f"unknown protocol {protocol}; valid: {', '.join(PROTOCOL_OPTION)}")
+    base = load_config(config, list(overrides))
+    target = [f"data.options.{key}={holdout if key == PROTOCOL_OPTION[protocol] else 'null'}"
+              for key in PROTOCOL_OPTION.values()]
+    return load_config(config, [*overrides, *target, f"train.seed={seed}", f"output.runs_dir={out_dir}",
+                                "eval.linear_probe=false"], name=run_name(base, holdout, seed, protocol) + suffix)
+
+
+def ensure_pretrained(cfg: Any, progress: bool = True) -> tuple[float | None, float | None]:
+    """Train ``cfg`` unless its run folder holds final weights (resuming from its newest checkpoint);
+    returns (wall s, CPU s) of the training, ``None`` when it had been trained before; ``progress=False``
+    hides the progress bar (stderr). Pretraining runs and ERM runs both go through it.
+    (The experiments layer's ``ensure_trained`` policy should replace this.)"""
+    import contextlib
+    import io
+
+    from ..train.checkpoint import latest_checkpoint
+    from ..train.trainer import train
+
+    run_dir = cfg.run_dir
+    if (run_dir / "model.safetensors").is_file():
+        return None, None
+    resume = "latest" if run_dir.exists() and latest_checkpoint(run_dir) else None
+    if resume is None and run_dir.exists():
+        raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")
+    started, cpu_started = time.perf_counter(), time.process_time()
+    with contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO()):
+        train(cfg, resume=resume)
+    return time.perf_counter() - started, time.process_time() - cpu_started
+
+
+def all_domains(config: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Every domain of the config's data (``--holdout all``)."""
+    from ..config import load_config
+    from ..data.adapters import build_adapter
+
+    base = load_config(config, list(overrides))
+    options = {k: v for k, v in base.data.options.items() if k not in ("holdout", "adapt")}
+    return list(build_adapter(base.data.adapter, options).domains)
+
+
 def train_and_evaluate(
     config: str | Path, out_dir: str | Path, holdouts: list[str] | str, seeds: list[int],
     overrides: list[str] | tuple[str, ...] = (), *, protocols: tuple[str, ...] = ("generalization",),
-    C: float = 1.0, erm: bool = True, device: str = "cpu", progress: bool = True, threads: int | None = 1,
+    C: float | None = None, erm: bool = True, erm_steps: int | None = None, device: str = "cpu",
+    progress: bool = True, threads: int | None = 1, evaluate: bool = True,
 ) -> list[dict[str, Any]]:
     """One pretraining run per (target domain, seed, protocol) under ``out_dir``, then
     :func:`evaluate_run` on each; finished runs and evaluations are reused. ``generalization``: the
     target is held out (``data.options.holdout``); ``adaptation``: its train images join pretraining
-    unlabelled (``data.options.adapt``). ``holdouts="all"`` = every domain of the data."""
-    from ..config import load_config
-    from ..data.adapters import build_adapter
-    from ..train.trainer import train
-
+    unlabelled (``data.options.adapt``). ``holdouts="all"`` = every domain of the data.
+    ``evaluate=False``: pretrain only (returns no results)."""
     out_dir = Path(out_dir)
-    base = load_config(config, list(overrides))
     if isinstance(holdouts, str) and holdouts == "all":
-        options = {k: v for k, v in base.data.options.items() if k not in ("holdout", "adapt")}
-        holdouts = list(build_adapter(base.data.adapter, options).domains)
-    results = []
+        holdouts = all_domains(config, overrides)
     unknown = [p for p in protocols if p not in PROTOCOL_OPTION]
     if unknown:
         raise ValueError(f"unknown protocol(s) {', '.join(unknown)}; valid: {', '.join(PROTOCOL_OPTION)}")
-    runs = [(h, s, p) for h in holdouts for p in protocols for s in seeds]
-    adapt_tag = "_adaptnn" if base.data.options.get("adapt_views") == "nearest" else "_adapt"
-    for holdout, seed, protocol in runs:
-        name = f"{base.loss.name}_{holdout}{adapt_tag if protocol == 'adaptation' else ''}_s{seed}"
-        target = [f"data.options.{key}={holdout if key == PROTOCOL_OPTION[protocol] else 'null'}"
-                  for key in PROTOCOL_OPTION.values()]
-        cfg = load_config(config, [*overrides, *target, f"train.seed={seed}",
-                                   f"output.runs_dir={out_dir}", "eval.linear_probe=false"], name=name)
+    results = []
+    for holdout, seed, protocol in [(h, s, p) for h in holdouts for p in protocols for s in seeds]:
+        cfg = run_config(config, out_dir, holdout, seed, protocol, overrides)
         run_dir = cfg.run_dir
         done = run_dir / "eval" / f"{KIND}.json"
-        if done.is_file():
+        if evaluate and done.is_file():
             results.append(json.loads(done.read_text()))
             continue
-        pretrain_s = pretrain_cpu_s = None
-        if not (run_dir / "model.safetensors").is_file():
-            from ..train.checkpoint import latest_checkpoint
-
-            resume = "latest" if run_dir.exists() and latest_checkpoint(run_dir) else None
-            if resume is None and run_dir.exists():
-                raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")
-            started, cpu_started = time.perf_counter(), time.process_time()
-            train(cfg, resume=resume)
-            pretrain_s, pretrain_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
-        result = evaluate_run(run_dir, C=C, erm=erm, erm_cache=out_dir / "erm", device=device, progress=progress,
-                              threads=threads)
+        pretrain_s, pretrain_cpu_s = ensure_pretrained(cfg, progress=progress)
+        if not evaluate:
+            continue
+        result = evaluate_run(run_dir, C=C, erm=erm, erm_steps=erm_steps, erm_cache=out_dir / "erm", device=device,
+                              progress=progress, threads=threads)
         result["pretrain_s"] = pretrain_s  # None when the run had been trained before
         result["pretrain_cpu_s"] = pretrain_cpu_s
         atomic_write_json(done, result)
@@ -417,27 +657,26 @@ def train_and_evaluate(
 
 
 def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str = "") -> dict[str, Any]:
-    """Combined table (markdown), heatmaps (PNG) and JSON of ``results`` into ``out_dir``."""
+    """Every table (markdown), heatmaps (PNG) and JSON of ``results`` into ``out_dir``; ``summary["table"]``
+    is the whole markdown text (the console prints it, so it shows every table the .md holds)."""
     out_dir = Path(out_dir)
     domains = sorted({r["holdout"] for r in results} | {d for r in results for d in r["seen"]})
     combined = combine_results(results, domains)
     heatmap = plot_heatmaps(combined, domains, out_dir / "plots" / "one_vs_one_heatmaps.png")
-    table = (f"{title}\n\n" if title else "") + "5 domains vs 1 (accuracy %, mean ± std over seeds)\n\n" + \
-        format_table(combined, domains) + "\n\nOracle (probe trained on the unseen domain's own train split)\n\n" + \
-        format_table(combined, domains, "oracle") + "\n"
-    erm_runs = {reference_id(r, "erm"): r["erm"] for r in results if r.get("erm")}
-    if erm_runs:
-        steps = sorted({e["steps"] for e in erm_runs.values()})
-        accuracy = [e["train_accuracy"] for e in erm_runs.values()]
-        table += (f"\nERM: {len(erm_runs)} model(s), {'/'.join(map(str, steps))} steps each (the pretraining runs' "
-                  f"train.max_steps, overrides included), training accuracy {100 * min(accuracy):.1f}-"
-                  f"{100 * max(accuracy):.1f} % on the seen domains\n")
+    parts = [title] if title else []
+    parts += [format_table(combined, domains, metric) for metric in METRICS]
     gain = adaptation_gain(results)
     gain_plot = plot_gain(gain, out_dir / "plots" / "adaptation_gain.png") if gain else None
     if gain:
-        table += "\nGain of adaptation over generalization (5 vs 1, accuracy points)\n\n" + format_gain(gain) + "\n"
+        parts.append(format_gain(gain))
+    parts.append(format_selected(results))
+    erm_text = format_erm(results)
+    if erm_text:
+        parts.append(erm_text)
+    table = "\n\n".join(parts) + "\n"
     atomic_write_text(out_dir / f"{KIND}_table.md", table)
-    summary = {"domains": domains, "combined": combined, "runs": results, "heatmaps": str(heatmap), "table": table,
+    summary = {"domains": domains, "model_selection": TRAINING_DOMAIN, "oracle_selection": TEST_DOMAIN,
+               "combined": combined, "runs": results, "heatmaps": str(heatmap), "table": table,
                "adaptation_gain": gain, "gain_plot": gain_plot and str(gain_plot)}
     atomic_write_json(out_dir / f"{KIND}_summary.json", summary)
     return summary
@@ -445,7 +684,8 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
 
 @register_evaluator
 class DomainGeneralization(Evaluator):
-    """Leave-one-domain-out: 5-vs-1 / 1-vs-1 / oracle linear probes; random-init and ERM references."""
+    """Leave-one-domain-out with training-domain-validation model selection: 5-vs-1 / 1-vs-1 probes, the
+    test-domain-validation (oracle) bound and the target-labelled probe; random-init and ERM references."""
 
     name = "domain-generalization"  # kind (the output stem) is derived: KIND
 
@@ -464,9 +704,14 @@ class DomainGeneralization(Evaluator):
                             help="with --config: target held out (generalization), its train images in pretraining "
                                  "without labels (adaptation), or both in one table")
         parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for --config")
-        parser.add_argument("--C", type=positive_float, default=1.0, help="inverse L2 strength of the logistic regression")
+        parser.add_argument("--C", type=positive_float, default=None,
+                            help="fixed inverse L2 strength of the probe (default: chosen with the checkpoint by "
+                                 f"training-domain validation from {', '.join(map(str, DEFAULT_CS))})")
         parser.add_argument("--batch-size", type=positive_int, default=None, help="feature-extraction batch (default: eval.batch_size)")
         parser.add_argument("--no-erm", action="store_true", help="skip the supervised ERM baseline")
+        parser.add_argument("--erm-steps", type=positive_int, default=None,
+                            help="ERM's own step budget (default 600; its checkpoint is chosen by training-domain "
+                                 "validation, never the pretraining train.max_steps)")
         parser.add_argument("--device", default="cpu")
         parser.add_argument("--threads", type=nonnegative_int, default=1,
                             help="torch threads for ERM + feature extraction (0 = leave unchanged)")
@@ -475,8 +720,8 @@ class DomainGeneralization(Evaluator):
         if args.config is None:
             if args.holdout is not None:
                 raise ValueError("--holdout needs --config (the held-out domain of an existing run is in its config)")
-            result = evaluate_run(run_dir, C=args.C, batch_size=args.batch_size, erm=not args.no_erm, device=args.device,
-                                  threads=args.threads or None)
+            result = evaluate_run(run_dir, C=args.C, batch_size=args.batch_size, erm=not args.no_erm,
+                                  erm_steps=args.erm_steps, device=args.device, threads=args.threads or None)
             summary = write_summary([result], Path(run_dir) / "eval")
             print(summary["table"])
             return result
@@ -489,14 +734,15 @@ class DomainGeneralization(Evaluator):
         seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
         protocols = ("generalization", "adaptation") if args.protocol == "both" else (args.protocol,)
         results = train_and_evaluate(args.config, run_dir, "all" if holdout == "all" else [holdout], seeds, args.set,
-                                     protocols=protocols, C=args.C, erm=not args.no_erm, device=args.device,
-                                     threads=args.threads or None)
+                                     protocols=protocols, C=args.C, erm=not args.no_erm, erm_steps=args.erm_steps,
+                                     device=args.device, threads=args.threads or None)
         summary = write_summary(results, run_dir)
         print(summary["table"])
         return summary
 
 
 __all__ = [
-    "DomainGeneralization", "combine_results", "domain_shift_matrix", "evaluate_run", "format_table", "plot_heatmaps",
-    "probe_domains", "train_and_evaluate", "write_summary",
+    "CandidateFeatures", "DomainGeneralization", "combine_results", "domain_shift_matrix", "ensure_pretrained",
+    "evaluate_run", "format_table", "one_vs_one_figure", "plot_heatmaps", "run_config", "train_and_evaluate",
+    "write_summary",
 ]

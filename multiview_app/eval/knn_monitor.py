@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..config import Config
 from ..train.callbacks import TRAIN_CALLBACKS, StepEvent, TrainCallback
 from .features import combine_views, eval_mode, extract_features
-from .probe import fit_knn
+from .protocols import get_protocol
 from .subsets import split_labels, stratified_subset
 
 #: Metric names the monitor adds to a logged row.
@@ -38,12 +38,9 @@ TIME_KEY = "knn/probe_s"
 
 
 def knn_accuracy(bank_x: np.ndarray, bank_y: np.ndarray, query_x: np.ndarray, query_y: np.ndarray, k: int) -> float:
-    """Accuracy in [0, 1] of a kNN fitted on the bank ``(B, f)`` / ``(B,)`` on the queries ``(Q, f)`` / ``(Q,)``
-    (the monitor's one call into the kNN maths: standardized cosine kNN of ``eval/probe.py``)."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(1):  # small problem: more BLAS threads only contend with training
-        return float((fit_knn(bank_x, bank_y, k=k).predict(np.nan_to_num(query_x)) == query_y).mean())
+    """Accuracy in [0, 1] of a kNN fitted on the bank ``(B, f)`` / ``(B,)`` on the queries ``(Q, f)`` / ``(Q,)``:
+    the ``knn`` protocol (standardized cosine kNN, one BLAS thread), the same maths as every kNN score."""
+    return float(get_protocol("knn")(bank_x, bank_y, query_x, query_y, k=k)["accuracy"])
 
 
 def is_test_split(name: str) -> bool:

@@ -1,4 +1,5 @@
-"""The multi-view loss head: every loss maps embeddings ``(n, k, d)`` to a 0-d tensor.
+"""The multi-view loss head: every loss maps embeddings ``(n, k, d)`` to a 0-d tensor (the supervised
+``supervised_ce`` head also takes the batch's labels; it is listed by ``available_losses(supervised=True)``).
 
 Public API::
 
@@ -13,13 +14,15 @@ from .base import MultiViewLoss, check_embeddings
 
 #: Losses by name; registering sets the class's ``name``.
 LOSSES: Registry[type[MultiViewLoss]] = Registry(
-    "loss", modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb")], name_attribute="name"
+    "loss", modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb", "supervised")], name_attribute="name"
 )
 
 
-def available_losses() -> list[str]:
-    """Names accepted by :func:`build_loss`, sorted."""
-    return LOSSES.names()
+def available_losses(supervised: bool = False) -> list[str]:
+    """Names of the self-supervised losses (``loss(z)`` on embeddings alone), sorted; ``supervised=True``
+    adds the heads that also take the batch's labels (``uses_labels``, e.g. ``supervised_ce``, the domain
+    evaluators' ERM baseline). Every name is accepted by :func:`build_loss`."""
+    return [name for name in LOSSES.names() if supervised or not getattr(LOSSES.get(name), "uses_labels", False)]
 
 
 def loss_parameters(name: str) -> dict[str, object]:

@@ -186,6 +186,9 @@ class MultiViewLoss(SignatureOptions, nn.Module):
       gradient) from every process before calling the loss (True for contrastive losses whose
       negatives are the other items; False for per-process objectives such as M3G).
 
+    * ``input`` / ``uses_labels``: what the trainer feeds the loss (see below; the supervised
+      ``supervised_ce`` head takes encoder features and labels).
+
     :meth:`temperature` is the softmax temperature the diagnostics use (None: the loss has none).
     """
 
@@ -193,6 +196,12 @@ class MultiViewLoss(SignatureOptions, nn.Module):
     min_views: ClassVar[int] = 2
     needs_teacher: ClassVar[bool] = False
     gather_across_processes: ClassVar[bool] = True
+    #: what the trainer passes as ``z``: ``"embeddings"`` = the projected, L2-normalized ``model.embed``
+    #: ``(n, k, d)`` (every self-supervised loss); ``"features"`` = the encoder's ``model.features``
+    #: ``(n, k, f)`` before the projector (a supervised head on the backbone)
+    input: ClassVar[str] = "embeddings"
+    #: whether ``forward`` takes ``labels`` ``(n,)`` (the batch's class labels) as a keyword
+    uses_labels: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()

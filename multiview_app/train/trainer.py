@@ -228,14 +228,16 @@ class ViewStream:
 
 class EmbedStep(nn.Module):
     """The DDP-wrapped unit: ``forward(batch) -> model.embed(batch)`` ``(n, k, d)`` so that the
-    gradient synchronisation hooks of DDP see the forward pass."""
+    gradient synchronisation hooks of DDP see the forward pass; ``features=True`` (a loss whose
+    ``input`` is ``"features"``, e.g. the supervised head) -> ``model.features(batch)`` ``(n, k, f)``."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, features: bool = False) -> None:
         super().__init__()
         self.model = model
+        self.features = features
 
     def forward(self, batch: ViewBatch) -> torch.Tensor:
-        return self.model.embed(batch)
+        return self.model.features(batch) if self.features else self.model.embed(batch)
 
 
 def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
@@ -478,7 +480,7 @@ class Trainer:
             teacher = EMATeacher(model).to(accelerator.device)
             if cfg.model.teacher.views != "all":
                 teacher_views = list(cfg.model.teacher.views)
-        step_module = EmbedStep(model)
+        step_module = EmbedStep(model, features=getattr(loss_fn, "input", "embeddings") == "features")
         loss_params = [p for p in loss_fn.parameters() if p.requires_grad]  # e.g. a learnable logit scale
         optimizer = torch.optim.AdamW(  # on CUDA the fused kernel: a few launches per step instead of one per op and group
             [{"params": step_module.parameters()}, {"params": loss_params, "weight_decay": 0.0}],
@@ -856,7 +858,8 @@ class Trainer:
                         with torch.no_grad():
                             z_teacher = teacher.embed(batch.select(teacher_views)).detach()
                 timer.mark("forward")
-                loss, stats = self._loss(z, z_teacher, teacher_views, loss_fn, gathered, step, accelerator)
+                labels = batch.labels if getattr(loss_fn, "uses_labels", False) else None
+                loss, stats = self._loss(z, z_teacher, teacher_views, loss_fn, gathered, step, accelerator, labels)
                 timer.mark("loss")
                 accelerator.backward(loss * scale)
                 timer.mark("backward")
@@ -890,16 +893,22 @@ class Trainer:
 
     def _loss(
         self, z: torch.Tensor, z_teacher: torch.Tensor | None, teacher_views: list[int], loss_fn: nn.Module,
-        gathered: bool, step: int, accelerator: Any,
+        gathered: bool, step: int, accelerator: Any, labels: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Loss of student embeddings ``z (n, k, d)``; with a teacher, the mean over teacher views t of
-        the loss with slot t replaced by the teacher's (detached) embedding ``z_teacher[:, j]``."""
+        the loss with slot t replaced by the teacher's (detached) embedding ``z_teacher[:, j]``.
+        ``labels`` ``(n,)``: passed on to a loss that ``uses_labels`` (never gathered)."""
         self._flag_nonfinite(z, step, "embeddings")
         if gathered:
             z = gather_with_grad(z)
             if z_teacher is not None:
                 z_teacher = gather_with_grad(z_teacher)
-        if z_teacher is None:
+        if labels is not None:
+            if gathered or z_teacher is not None:
+                raise ValueError("a loss that uses labels runs on one process without a teacher")
+            loss = self._call_loss(loss_fn, z, accelerator, labels)
+            stats = loss_stats(loss_fn)
+        elif z_teacher is None:
             loss = self._call_loss(loss_fn, z, accelerator)
             stats = loss_stats(loss_fn)
         else:
@@ -914,11 +923,13 @@ class Trainer:
         self._flag_nonfinite(loss, step, "loss")
         return loss, stats
 
-    def _call_loss(self, loss_fn: nn.Module, z: torch.Tensor, accelerator: Any) -> torch.Tensor:
-        """``loss_fn(z)``; a loss that refuses non-finite embeddings (``ValueError``) after the trainer
-        flagged a non-finite value raises :class:`TrainingDivergedError` naming that step instead."""
+    def _call_loss(self, loss_fn: nn.Module, z: torch.Tensor, accelerator: Any,
+                   labels: torch.Tensor | None = None) -> torch.Tensor:
+        """``loss_fn(z)`` (``loss_fn(z, labels=labels)`` with labels); a loss that refuses non-finite
+        embeddings (``ValueError``) after the trainer flagged a non-finite value raises
+        :class:`TrainingDivergedError` naming that step instead."""
         try:
-            return loss_fn(z)
+            return loss_fn(z) if labels is None else loss_fn(z, labels=labels)
         except ValueError:
             self._raise_if_diverged(accelerator, collective=False)
             raise

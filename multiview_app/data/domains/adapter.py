@@ -35,6 +35,16 @@ images join pretraining without labels, as ``adapt_views`` says:
 Its labels stay hidden (reading them raises) until :meth:`DomainNetAdapter.target_labels`; its test
 split is not read before evaluation.
 
+Training-domain validation (DomainBed's model selection): with ``val_fraction`` > 0 every domain's
+train split is cut once more (stratified per class, seed ``split_seed + 1``): ``"<domain>/val"`` holds
+``val_fraction`` of it and never enters pretraining (nor the supervised ERM baseline); ``"<domain>/train"``
+is the rest. The evaluator selects checkpoints and the probe's ``C`` on the seen domains' ``val`` splits.
+
+``pairing`` says how an item's k views are made: ``label`` (default, the M3G paper's construction) =
+one image of the anchor's *class* from every seen domain, so pretraining is label-conditioned;
+``none`` = the anchor image repeated k times (:class:`SingleImageTuples`): k augmentation views of one
+image, no label used (set random ``views.options.stacks``, e.g. ``mild``).
+
 The held-out domain is reached only through :meth:`DomainNetAdapter.domain_split` (the evaluator):
 constructing the adapter and every split above list its folder name and its class-folder names
 (to check class sets) but never read a split file or open an image of it.
@@ -65,6 +75,8 @@ from ..images.adapters import IMAGE_EXTENSIONS, SHOW_FIRST, ImageOptions, report
 
 DOMAINNET_DOMAINS: tuple[str, ...] = tuple(get_card("domainnet").domains)  # from datasets/domainnet.yaml
 SPLITS: tuple[str, ...] = ("train", "test")
+#: the splits of a domain with training-domain validation (``val_fraction`` > 0)
+SPLITS_WITH_VAL: tuple[str, ...] = ("train", "val", "test")
 
 
 def decode_file(path: str, load_size: int) -> torch.Tensor:
@@ -226,6 +238,23 @@ class TargetTuples(Dataset):
                 "domain": self.part.domain}
 
 
+class SingleImageTuples(Dataset):
+    """Label-free pretraining items (``pairing: none``): item ``j`` = image ``j`` of ``images`` repeated
+    ``num_views`` times, ``x`` uint8 ``(K, 3, S, S)``, so the view policy makes K augmentation views of one
+    image; no partner is drawn by class. The label is carried along (no loss reads it)."""
+
+    def __init__(self, images: Dataset, num_views: int) -> None:
+        self.images, self.num_views = images, num_views
+
+    def __len__(self) -> int:
+        return len(self.images)  # type: ignore[arg-type]
+
+    def __getitem__(self, j: int) -> dict[str, Any]:
+        item = self.images[j]
+        return {"x": item["x"].expand(self.num_views, -1, -1, -1).contiguous(), "label": item["label"],
+                "index": int(j), "domain": item["domain"]}
+
+
 class _SafeDecode(Dataset):
     """``(position, image or None, error)`` per path (used to preload in DataLoader workers)."""
 
@@ -297,6 +326,16 @@ class DomainNetAdapter(DataAdapter):
         decode_workers: int = Field(2, ge=0, le=64, description="DataLoader workers that decode when preloading")
         max_bad_fraction: float = Field(0.01, ge=0.0, le=1.0, description="largest tolerated share of unreadable images")
         split_seed: int = Field(0, description="seed of the per-domain stratified split when there are no split files")
+        val_fraction: float = Field(
+            0.0, ge=0.0, lt=1.0,
+            description="training-domain validation: share of every domain's train split held out of pretraining "
+                        "as '<domain>/val' (stratified, seed split_seed + 1); 0 = no validation split",
+        )
+        pairing: Literal["label", "none"] = Field(
+            "label",
+            description="views of a pretraining item: 'label' = one image of the anchor's class per seen domain "
+                        "(label-conditioned, the M3G paper); 'none' = k augmentation views of the anchor image",
+        )
         pair_seed: int = Field(0, description="seed of the partner images of the domain tuples")
 
         @model_validator(mode="after")
@@ -330,7 +369,8 @@ class DomainNetAdapter(DataAdapter):
             raise ValueError(f"no seen domain left in '{self.root}' after holdout / adapt")
         self.class_names = self._shared_classes()
         self.label_of = {name: i for i, name in enumerate(self.class_names)}
-        self.splits = ("train", "test", *(f"{d}/{s}" for d in self.seen_domains for s in SPLITS))
+        self.domain_splits = SPLITS_WITH_VAL if options.val_fraction > 0 else SPLITS
+        self.splits = ("train", "test", *(f"{d}/{s}" for d in self.seen_domains for s in self.domain_splits))
         self._domain_cache: dict[tuple[str, str], DomainImages] = {}
         self._listed: dict[tuple[str, str], dict[str, DomainFiles]] = {}
         self._source_tuples: DomainTuples | None = None
@@ -378,8 +418,18 @@ class DomainNetAdapter(DataAdapter):
         return sorted(common)
 
     def _scan(self, domain: str, split: str) -> DomainFiles:
-        """Paths and labels of one split of ``domain``: its split file when both exist (the other
-        split's file is not read), else a stratified split of the listed class folders."""
+        """Paths and labels of one split of ``domain`` (:meth:`_scan_listed`); with ``val_fraction`` the
+        listed train split is cut into ``train`` and ``val`` (stratified, seed ``split_seed + 1``)."""
+        if split == "test" or self.options.val_fraction == 0:
+            return self._scan_listed(domain, split)
+        full = self._scan_listed(domain, "train")
+        train, val = stratified_split(full.labels, self.options.val_fraction, seed=self.options.split_seed + 1)
+        keep = train if split == "train" else val
+        return DomainFiles(domain, split, [full.paths[i] for i in keep], full.labels[keep])
+
+    def _scan_listed(self, domain: str, split: str) -> DomainFiles:
+        """Paths and labels of the ``train`` / ``test`` split of ``domain``: its split file when both
+        exist (the other split's file is not read), else a stratified split of the listed class folders."""
         files = {s: self.root / f"{domain}_{s}.txt" for s in SPLITS}
         if all(f.is_file() for f in files.values()):
             return self._read_split_file(domain, split, files[split])
@@ -453,8 +503,9 @@ class DomainNetAdapter(DataAdapter):
         The adaptation target's labels are hidden (-1); :meth:`target_labels` reads them."""
         if domain not in self.domains:
             raise ValueError(f"unknown domain '{domain}'; domains: {', '.join(self.domains)}")
-        if split not in SPLITS:
-            raise ValueError(f"unknown split '{split}' of domain '{domain}'; splits: {', '.join(SPLITS)}")
+        if split not in self.domain_splits:
+            hint = " (set data.options.val_fraction for a validation split)" if split == "val" else ""
+            raise ValueError(f"unknown split '{split}' of domain '{domain}'; splits: {', '.join(self.domain_splits)}{hint}")
         key = (domain, split)
         if key not in self._domain_cache:
             files, images = self._scan(domain, split), None
@@ -480,7 +531,12 @@ class DomainNetAdapter(DataAdapter):
 
     def _build_split(self, name: str) -> Dataset:
         if name == "train":
-            source = self.source_tuples()
+            source: Dataset
+            if self.options.pairing == "none":
+                source = SingleImageTuples(JoinedDomains([self.domain_split(d, "train") for d in self.seen_domains]),
+                                           len(self.seen_domains))
+            else:
+                source = self.source_tuples()
             if self.adapt is None or self.options.adapt_views == "nearest":  # nearest: the view policy adds them
                 return source
             share = self.options.adapt_share
@@ -501,6 +557,7 @@ __all__ = [
     "DomainNetAdapter",
     "DomainTuples",
     "JoinedDomains",
+    "SingleImageTuples",
     "TargetTuples",
     "decode_file",
     "preload_images",

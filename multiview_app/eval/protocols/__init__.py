@@ -19,6 +19,7 @@ from ...registry import Registry
 
 #: Modules that register protocols (imported on the registry's first lookup); add new ones here.
 PROTOCOL_MODULES: tuple[str, ...] = (
+    "multiview_app.eval.protocols.domains",
     "multiview_app.eval.protocols.probe",
     "multiview_app.eval.protocols.retrieval",
     "multiview_app.eval.protocols.staging",

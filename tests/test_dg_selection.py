@@ -1,0 +1,178 @@
+"""DomainBed model selection of the domain evaluator: training-domain validation picks the checkpoint
+and C that are best on the seen domains' validation share (not the last checkpoint when an earlier one
+is better), never reads the held-out domain while selecting, names the method in the JSON and every
+table header; the test-domain "oracle" is a separate, labelled bound; the one-domain 1-vs-1 figure."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from _domain_cases import tiny_domain_config
+
+from multiview_app.data.domains.synth import synth_domains
+from multiview_app.eval.protocols import PROTOCOLS, get_protocol
+from multiview_app.eval.protocols.domains import (
+    TEST_DOMAIN, TRAINING_DOMAIN, leave_one_domain_out, select_training_domain, seen_only,
+)
+
+CANDIDATES = ["step_10", "step_20", "step_30", "final"]
+
+
+def synthetic_features(seen_best: str = "step_20", target_best: str = "final"):
+    """``features(candidate, domain, split)``: 4 classes; the seen domains are well separated under
+    ``seen_best`` (noise 0.3) and blurred under the others (noise 3); the target domain is separated
+    only under ``target_best``. Deterministic per key."""
+    centers = np.random.default_rng(0).normal(size=(4, 6)) * 3
+
+    def features(candidate: str, domain: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+        seed = abs(hash((candidate, domain, split))) % 2**32
+        rng = np.random.default_rng(seed)
+        y = np.repeat(np.arange(4), 30)
+        sharp = candidate == (target_best if domain == "t" else seen_best)
+        return centers[y] + rng.normal(size=(len(y), 6)) * (0.3 if sharp else 3.0), y
+
+    return features
+
+
+def test_protocol_registered_and_chooses_the_best_checkpoint_on_seen_validation() -> None:
+    assert "leave-one-domain-out" in PROTOCOLS and get_protocol("leave-one-domain-out") is leave_one_domain_out
+    result = leave_one_domain_out(features=synthetic_features(), candidates=CANDIDATES, seen=["a", "b"], target="t",
+                                  Cs=(0.1, 1.0))
+    assert result["model_selection"] == TRAINING_DOMAIN
+    chosen = result["selected"]
+    assert chosen["candidate"] == "step_20"  # not the last one
+    best = max(row["val_accuracy"] for row in result["grid"])
+    assert chosen["val_accuracy"] == best and len(result["grid"]) == len(CANDIDATES) * 2
+    # the oracle (test-domain validation) picks the candidate that is best on the target: a separate bound
+    oracle = result["oracle_selection"]
+    assert oracle["model_selection"] == TEST_DOMAIN and oracle["selected"]["candidate"] == "final"
+    assert oracle["five_vs_one"] >= result["five_vs_one"]
+    assert set(result["one_vs_one"]) == {"a", "b"} and 0 <= result["target_labelled_probe"] <= 1
+
+
+def test_selection_never_reads_the_held_out_domain() -> None:
+    """Fails if a held-out-domain item is read during selection: training-domain validation runs on a
+    feature source that raises for the target, and in the full protocol every target read comes after
+    the last read of the selection."""
+    source = synthetic_features()
+
+    def refusing(candidate: str, domain: str, split: str):
+        if domain == "t":
+            raise AssertionError(f"held-out domain read during selection: {candidate} {domain}/{split}")
+        return source(candidate, domain, split)
+
+    chosen = select_training_domain(refusing, CANDIDATES, ["a", "b"], (1.0,))
+    assert chosen["candidate"] == "step_20"
+    with pytest.raises(PermissionError, match="not seen"):  # the guard the protocol selects through
+        seen_only(source, ["a", "b"])("final", "t", "val")
+
+    reads: list[tuple[str, str, str]] = []
+
+    def recording(candidate: str, domain: str, split: str):
+        reads.append((candidate, domain, split))
+        return source(candidate, domain, split)
+
+    leave_one_domain_out(features=recording, candidates=CANDIDATES, seen=["a", "b"], target="t", Cs=(1.0,))
+    selection_reads = len(CANDIDATES) * 4  # per candidate: a/train, b/train, a/val, b/val
+    assert all(domain != "t" for _, domain, _ in reads[:selection_reads])
+    assert {(c, d, s) for c, d, s in reads[:selection_reads]} == {
+        (c, d, s) for c in CANDIDATES for d in ("a", "b") for s in ("train", "val")}
+    assert any(domain == "t" for _, domain, _ in reads[selection_reads:])
+
+
+# ------------------------------------------------------------------ the evaluator on a real tiny run
+@pytest.fixture(scope="module")
+def digit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("digit_domains_sel")
+    synth_domains(root, seed=0, limit=100)
+    return root
+
+
+def tiny_config(root: Path, tmp_path: Path) -> Path:
+    return tiny_domain_config(root, tmp_path / "tiny.yaml", width=4, num_features=8,
+                              loss={"name": "infonce_pwe", "tau": 0.2},
+                              train={"max_steps": 6, "batch_size": 8, "log_every": 1, "checkpoint_every": 2,
+                                     "keep_checkpoints": 5})
+
+
+def test_evaluator_picks_the_best_checkpoint_not_the_last(digit_root: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The final weights are replaced by zeros (constant features: a chance-level probe), so the last
+    candidate is the worst on training-domain validation: the evaluator must choose an earlier checkpoint,
+    the one with the best validation accuracy, and its 5-vs-1 score is that checkpoint's."""
+    from safetensors.torch import load_file, save_file
+
+    from multiview_app.config import load_config
+    from multiview_app.data.adapters import build_adapter
+    from multiview_app.data.views import build_view_policy
+    from multiview_app.eval.domain_generalization import (
+        METRICS, domain_features, ensure_pretrained, evaluate_run, run_config, write_summary,
+    )
+    from multiview_app.eval.protocols.probe import fit_linear_classifier
+    from multiview_app.train.run_io import load_run
+
+    config = tiny_config(digit_root, tmp_path)
+    cfg = run_config(config, tmp_path / "runs", "sketch", 0, "generalization")
+    ensure_pretrained(cfg)
+    final = cfg.run_dir / "model.safetensors"
+    save_file({k: torch.zeros_like(v) for k, v in load_file(str(final)).items()}, str(final))
+    result = evaluate_run(cfg.run_dir, erm=False, progress=False)
+    saved = json.loads((cfg.run_dir / "eval" / "domain_generalization.json").read_text())
+    assert saved["model_selection"] == TRAINING_DOMAIN and saved["oracle_selection"] == TEST_DOMAIN
+    trained = result["results"]["trained"]
+    assert saved["selection_candidates"]["trained"] == ["step_2", "step_4", "final"]
+    chosen = trained["selected"]
+    assert chosen["candidate"] != "final" and chosen["step"] in (2, 4)
+    assert chosen["val_accuracy"] == max(row["val_accuracy"] for row in trained["grid"])
+    assert max(r["val_accuracy"] for r in trained["grid"] if r["candidate"] == "final") < chosen["val_accuracy"]
+    # recompute the 5-vs-1 score of the chosen checkpoint independently
+    run_cfg = load_config(cfg.run_dir / "config.yaml")
+    adapter = build_adapter(run_cfg.data.adapter, run_cfg.data.options)
+    policy = build_view_policy(run_cfg.views.policy, run_cfg.views.k, run_cfg.views.options, adapter)
+    model = load_run(cfg.run_dir, chosen["candidate"])[1]
+    parts = [domain_features(model, adapter, policy, d, "train", 256, "cpu", False) for d in ("clean", "inverted")]
+    clf = fit_linear_classifier(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                                C=chosen["C"])
+    x_test, y_test = domain_features(model, adapter, policy, "sketch", "test", 256, "cpu", False)
+    assert trained["five_vs_one"] == pytest.approx(float((clf.predict(x_test) == y_test).mean()))
+    # every table names its selection; the console text is the whole .md
+    summary = write_summary([result], tmp_path / "summary")
+    table = (tmp_path / "summary" / "domain_generalization_table.md").read_text()
+    assert summary["table"] == table and summary["model_selection"] == TRAINING_DOMAIN
+    headers = [line for line in table.splitlines() if line.startswith("**")]
+    assert len(headers) == len(METRICS)
+    assert all(("model selection" in h or "chosen by" in h) for h in headers)
+    assert "oracle" in headers[1] and "Target-labelled probe" in headers[2]
+    assert "| algorithm | pretraining views | sketch | Avg |" in table
+
+
+def test_one_held_out_domain_figure_is_bars_several_are_matrices_with_a_colour_bar() -> None:
+    from multiview_app.eval.domain_generalization import one_vs_one_figure
+
+    domains = ["a", "b", "c", "d"]
+    one = {"one_vs_one": {"m3g": {"a": {"d": 0.4}, "b": {"d": 0.5}, "c": {"d": 0.6}},
+                          "erm": {"a": {"d": 0.3}, "b": {"d": 0.2}, "c": {"d": 0.1}}}}
+    fig = one_vs_one_figure(one, domains)
+    assert len(fig.axes) == 1 and not fig.axes[0].images  # no 1-column matrix
+    assert len(fig.axes[0].patches) == 6  # 3 training domains x 2 rows of the table
+    several = {"one_vs_one": {"m3g": {"a": {"d": 0.4, "c": 0.2}, "b": {"d": 0.5, "c": 0.3}, "c": {"d": 0.6},
+                                      "d": {"c": 0.1}}}}
+    fig = one_vs_one_figure(several, domains)
+    assert len([ax for ax in fig.axes if ax.images]) == 1  # one matrix (one table row)
+    colour_bar = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(colour_bar) == 1
+    matrix = fig.axes[0].images[0].get_array()
+    assert matrix.shape == (4, 2)  # rows = training domains with values, columns = the 2 unseen domains
+
+
+def test_thin_candidates_keeps_final_and_even_spacing() -> None:
+    from multiview_app.eval.domain_generalization import candidate_step, thin_candidates
+
+    names = ["step_50", "step_100", "step_150", "step_200", "step_250", "final"]
+    assert thin_candidates(names, 3) == ["step_100", "step_200", "final"]
+    assert thin_candidates(names, None) == names and thin_candidates(["final"], 3) == ["final"]
+    assert thin_candidates(names, 1) == ["final"]
+    assert candidate_step(".", "init") == 0 and candidate_step(".", "step_150") == 150
