@@ -14,6 +14,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .contract import derivation
+
 #: mne montage names tried in order (colin27_1005 replaces standard_1005 from mne 1.13).
 MONTAGES = ("colin27_1005", "standard_1005")
 
@@ -36,16 +38,14 @@ def electrode_positions() -> dict[str, np.ndarray]:
 
 
 def split_derivation(name: str) -> tuple[str, str | None]:
-    """``"EEG C3-M2"`` -> ``("C3", "M2")``; ``"Cz"`` -> ``("Cz", None)`` (no reference in the name)."""
-    text = name.strip()
-    if text.upper().startswith("EEG "):
-        text = text[4:].strip()
-    parts = [p.strip() for p in text.split("-")]
-    if len(parts) == 1 and parts[0]:
-        return parts[0], None
-    if len(parts) == 2 and all(parts):
-        return parts[0], parts[1]
-    raise ValueError(f"EEG derivation {name!r}: expected 'ACTIVE-REFERENCE' (e.g. 'C3-M2') or one electrode name")
+    """``"EEG C3-M2"`` -> ``("C3", "M2")``; ``"Cz"`` -> ``("Cz", None)`` (no reference in the name). Parsed by
+    the input contract's :func:`~multiview_app.data.eeg.contract.derivation`, then held to one electrode on
+    each side (``ValueError`` otherwise)."""
+    parsed = derivation(name)
+    active, reference = str(parsed["active"]), parsed["reference"]
+    if not active or reference == "" or (reference is not None and "-" in reference):
+        raise ValueError(f"EEG derivation {name!r}: expected 'ACTIVE-REFERENCE' (e.g. 'C3-M2') or one electrode name")
+    return active, reference
 
 
 def derivation_positions(name: str) -> tuple[np.ndarray, np.ndarray | None]:
