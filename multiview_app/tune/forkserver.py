@@ -21,6 +21,8 @@ import signal
 import sys
 import traceback
 
+from .process import die_with_parent
+
 
 _fresh_fork = False  # True in a child until claim_fresh_fork(): the preloaded stack, nothing run yet
 
@@ -37,9 +39,7 @@ def _child(request: dict) -> None:
     global _fresh_fork
     _fresh_fork = True
     os.setsid()
-    from .runner import _die_with_parent
-
-    _die_with_parent()  # the server's death ends the trial
+    die_with_parent()  # the server's death ends the trial
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .objective import REPORTS_FILE, RESULT_FILE, WORKER_PID_ENV
+from .process import die_with_parent
 
 LOG_FILE = "train.log"
 EXIT_FILE = ".exit_code"
@@ -53,24 +54,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _load_prctl() -> Any:
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux: the tune-report callback polls the worker pid
-        return None
-
-
-_PRCTL = _load_prctl()  # loaded in the parent: the pre-exec hook below only calls it (no imports after fork)
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the worker thread that started it dies (Linux)."""
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -102,7 +85,7 @@ class _Spawned:
 
     def __init__(self, command: list[str], log: Any, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+                                     start_new_session=True, preexec_fn=die_with_parent)
         self.pid = self.proc.pid
 
     def poll(self) -> int | None:
@@ -150,7 +133,7 @@ class _ServerFork:
         self.pid = os.fork()
         if self.pid == 0:  # the server: requests and answers through the pipes, errors to our stderr
             try:
-                _die_with_parent()
+                die_with_parent()
                 os.close(to_server[1])
                 os.close(from_server[0])
                 sys.stdin = os.fdopen(to_server[0], "r")
@@ -203,7 +186,7 @@ class ForkServer:
         else:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
             self.proc = subprocess.Popen([sys.executable, "-m", "multiview_app.tune.forkserver"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent)
+                                         stdout=subprocess.PIPE, text=True, env=env, preexec_fn=die_with_parent)
         self._lock = threading.Lock()
         self._ready = False
 
