@@ -141,9 +141,8 @@ def main() -> int:
         torch.set_num_threads(args.threads)
 
     from multiview_app.data.domains.synth import synth_domains
-    from multiview_app.eval.domain_generalization import (
-        KIND, all_domains, ensure_pretrained, evaluate_run, run_config, write_summary,
-    )
+    from multiview_app.eval.domain_generalization import KIND, write_summary
+    from multiview_app.experiments.domains import all_domains, ensure_pretrained, evaluate_with_erm, run_config
 
     if not args.root.is_dir():
         print(f"writing the digit domains to {args.root}", flush=True)
@@ -178,10 +177,10 @@ def main() -> int:
                             continue
                         with_erm = (not args.no_erm and "label-free" not in row
                                     and (erm_seeds is None or seed in erm_seeds))
-                        result = evaluate_run(cfg.run_dir, erm=with_erm,
-                                              erm_steps=args.erm_steps, erm_cache=args.runs_dir / "erm",
-                                              max_candidates=args.max_candidates,
-                                              threads=args.threads or None)
+                        result = evaluate_with_erm(cfg.run_dir, erm=with_erm,
+                                                   erm_steps=args.erm_steps, erm_cache=args.runs_dir / "erm",
+                                                   max_candidates=args.max_candidates,
+                                                   threads=args.threads or None)
                         result["pretrain_s"], result["pretrain_cpu_s"] = pretrain_s, pretrain_cpu_s
                         atomic_write_json(done, result)
                         results.append(result)
