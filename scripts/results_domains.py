@@ -133,12 +133,13 @@ def main() -> int:
     parser.add_argument("--figures", type=Path, default=ROOT / "runs" / "results_domains" / "figures",
                         help="figure folder (docs/figures only when given here)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads for the whole script (1: no OpenMP stalls on a shared CPU; 0 = default)")
+                        help="torch threads of the evaluations (1: no OpenMP stalls on a shared CPU; 0 = the automatic "
+                             "choice; MVAPP_NUM_THREADS wins; training uses train.num_threads)")
     args = parser.parse_args()
-    if args.threads:
-        import torch
+    from multiview_app.experiments.domains import THREADS_OPTION
+    from multiview_app.threads import configure_torch_threads
 
-        torch.set_num_threads(args.threads)
+    configure_torch_threads(args.threads or None, setting_name=THREADS_OPTION)  # re-applied before each evaluation
 
     from multiview_app.data.domains.synth import synth_domains
     from multiview_app.eval.domain_generalization import KIND, write_summary

@@ -50,7 +50,9 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
                              "validation, never the pretraining train.max_steps)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=nonnegative_int, default=1,
-                        help="torch threads for ERM + feature extraction (0 = leave unchanged)")
+                        help="torch threads of the evaluation (feature extraction, probes), the setting of "
+                             "multiview_app.threads: MVAPP_NUM_THREADS wins; 0 = the automatic choice; training "
+                             "runs (pretraining, ERM) use their config's train.num_threads")
 
 
 def run_domain_generalization(args: argparse.Namespace) -> int:
@@ -58,9 +60,10 @@ def run_domain_generalization(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..eval.domain_generalization import KIND, write_summary
     from ..threads import configure_torch_threads
-    from .domains import evaluate_with_erm, train_and_evaluate
+    from .domains import THREADS_OPTION, evaluate_with_erm, train_and_evaluate
 
-    configure_torch_threads()  # MVAPP_NUM_THREADS > OMP_NUM_THREADS > auto; prints the choice
+    # MVAPP_NUM_THREADS > --threads > OMP_NUM_THREADS > auto; prints the choice (re-applied after each training)
+    configure_torch_threads(args.threads or None, setting_name=THREADS_OPTION)
     run_dir = args.run.expanduser().resolve()
     if args.config is None:
         if not (run_dir / "config.yaml").is_file():

@@ -19,13 +19,14 @@ from typing import Any, Iterator
 
 from ..config import Config, load_config
 from ..eval.domain_generalization import KIND, domain_target, evaluate_run
-from ..eval.features import torch_threads
 from ..eval.erm import DEFAULT_STEPS, erm_config, erm_run_summary
 from ..train.run_io import atomic_write_json, load_run_config
 from .training import ensure_trained
 
 #: the training policy of every DG run (pretraining and ERM): reuse finished, resume interrupted, refuse stale
 TRAIN_POLICY = "resume"
+#: the command option whose value sets the evaluation's torch threads (named in the thread header)
+THREADS_OPTION = "--threads"
 #: evaluation protocol -> the adapter option that names its target domain
 PROTOCOL_OPTION = {"generalization": "holdout", "adaptation": "adapt"}
 
@@ -65,17 +66,13 @@ def evaluate_with_erm(run_dir: str | Path, *, erm: bool = True, erm_steps: int |
     """:func:`~multiview_app.eval.domain_generalization.evaluate_run` of a finished run folder, its ERM
     baseline (``erm``; budget ``erm_steps``, default :data:`~multiview_app.eval.erm.DEFAULT_STEPS`) trained
     unless done in ``erm_cache`` (default ``<run>/eval``) first, its training time counted in the result.
-    ``threads``: torch threads meanwhile (see :func:`multiview_app.eval.features.torch_threads`; ``None`` =
-    unchanged)."""
-    with torch_threads(threads):
-        return _evaluate_with_erm(Path(run_dir), erm, erm_steps, erm_cache, C, batch_size, device, progress,
-                                  max_candidates)
-
-
-def _evaluate_with_erm(run_dir: Path, erm: bool, erm_steps: int | None, erm_cache: str | Path | None, C: float | None,
-                       batch_size: int | None, device: str, progress: bool, max_candidates: int | None) -> dict[str, Any]:
+    ``threads``: torch threads of the evaluation, applied after the ERM training (which uses its config's
+    ``train.num_threads``) by :func:`multiview_app.threads.configure_torch_threads` with the precedence of
+    every entry point (``MVAPP_NUM_THREADS`` first); process-wide, not restored; ``None``: unchanged."""
     from ..data.adapters import build_adapter
+    from ..threads import configure_torch_threads
 
+    run_dir = Path(run_dir)
     erm_run, spent = None, (0.0, 0.0)
     if erm:
         began, cpu_began = time.perf_counter(), time.process_time()
@@ -85,6 +82,8 @@ def _evaluate_with_erm(run_dir: Path, erm: bool, erm_steps: int | None, erm_cach
         erm_run, _ = train_erm(cfg, adapter, erm_cache or run_dir / "eval", steps=erm_steps or DEFAULT_STEPS,
                                progress=progress)
         spent = (time.perf_counter() - began, time.process_time() - cpu_began)
+    if threads is not None:
+        configure_torch_threads(threads, report=None, setting_name=THREADS_OPTION)
     return evaluate_run(run_dir, erm_run=erm_run, erm_train_s=spent, C=C, batch_size=batch_size, device=device,
                         progress=progress, max_candidates=max_candidates)
 
@@ -123,7 +122,7 @@ def train_and_evaluate(
     config: str | Path, out_dir: str | Path, holdouts: list[str] | str, seeds: list[int],
     overrides: list[str] | tuple[str, ...] = (), *, protocols: tuple[str, ...] = ("generalization",),
     C: float | None = None, erm: bool = True, erm_steps: int | None = None, device: str = "cpu",
-    progress: bool = True, threads: int | None = 1, evaluate: bool = True,
+    progress: bool = True, threads: int | None = None, evaluate: bool = True,
 ) -> list[dict[str, Any]]:
     """One pretraining run per (target domain, seed, protocol) under ``out_dir`` (:func:`run_config`),
     trained unless done (:func:`ensure_pretrained`), then :func:`evaluate_with_erm` on each (ERM runs
