@@ -76,6 +76,16 @@ def test_experiment_reuses_finished_pretraining_and_erm_runs(tmp_path: Path, mon
     assert again["reference_ids"] == first["reference_ids"] and again["erm"] == first["erm"]
     saved = json.loads((run_dir / "eval" / "domain_generalization.json").read_text())
     assert saved["pretrain_s"] is None
+    # the evaluator checks that an ERM folder handed to it is this run's baseline (another seed's is refused)
+    from multiview_app.eval.erm import erm_run_summary
+    from multiview_app.experiments.domains import run_config
+
+    [erm_run] = list((out / "erm").iterdir())
+    summary = erm_run_summary(run_config(config, out, "sketch", 0, "generalization"), erm_run)
+    assert {k: v for k, v in summary.items() if k != "key"} == {k: v for k, v in first["erm"].items()
+                                                               if k != "selected_step"}
+    with pytest.raises(ValueError, match="not the ERM baseline of this run"):
+        erm_run_summary(run_config(config, out, "sketch", 1, "generalization"), erm_run)
 
 
 def test_old_eval_spelling_forwards_to_the_experiment_command() -> None:
