@@ -10,6 +10,10 @@ To keep ``mvapp --help`` / ``--version`` fast (no torch import), the parser is b
 every group module is only asked for that first call (the rest of its ``add_subparser`` is cut
 short), and only the group named on the command line is then built in full. Group modules must
 therefore not import heavy libraries at module level.
+
+A subcommand that moved to another group keeps its old spelling: ``FORWARDS`` maps ``(old group,
+subcommand)`` to the group that owns it now, and :func:`main` rewrites the command line before parsing
+(``mvapp eval domain-generalization ...`` runs ``mvapp experiment domain-generalization ...``).
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import argparse
 import importlib
 import re
 import sys
-from typing import Any, NoReturn, Sequence
+from typing import Any, Iterable, NoReturn, Sequence
 
 from . import __version__
 
@@ -30,7 +34,10 @@ GROUP_MODULES: list[str] = [
     "multiview_app.export.model_cli",
     "multiview_app.export.plot_cli",
     "multiview_app.tune.cli",
+    "multiview_app.experiments.cli",
 ]
+#: ``(old group, subcommand) -> new group``: old spellings of moved subcommands (rewritten by :func:`forward`)
+FORWARDS: dict[tuple[str, str], str] = {("eval", "domain-generalization"): "experiment"}
 
 
 class HelpfulParser(argparse.ArgumentParser):
@@ -99,6 +106,17 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def forward(argv: Iterable[str]) -> list[str]:
+    """``argv`` with a moved subcommand's old group replaced by its new one (:data:`FORWARDS`); the
+    group and subcommand are the first two arguments that are not options (the top-level options
+    take no value)."""
+    argv = list(argv)
+    words = [i for i, a in enumerate(argv) if not a.startswith("-")][:2]
+    if len(words) == 2 and (argv[words[0]], argv[words[1]]) in FORWARDS:
+        argv[words[0]] = FORWARDS[argv[words[0]], argv[words[1]]]
+    return argv
+
+
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*=")
 
 
@@ -117,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the command line
     try:
-        argv = [a for a in argv if a != "--debug"]
+        argv = forward(a for a in argv if a != "--debug")
         parser = build_parser(_command_of(argv))
         args, extra = parser.parse_known_args(argv)
         _take_overrides(parser, args, extra)

@@ -4,7 +4,8 @@ Every computing entry point (``mvapp train`` and the tune trials it runs, ``mvap
 calls :func:`configure_torch_threads`. The count comes from, first match wins:
 
 1. ``MVAPP_NUM_THREADS`` (environment; an integer >= 1 or ``auto``),
-2. the config key ``train.num_threads`` when it is an integer (``mvapp train``, tune trials),
+2. the config key ``train.num_threads`` when it is an integer (``mvapp train``, tune trials), or a
+   command's own option (``mvapp experiment domain-generalization --threads``, ``setting_name``),
 3. ``OMP_NUM_THREADS`` set by the user (an integer >= 1),
 4. ``auto``: from the CPUs this process may really use, ``min(affinity, ceil(cgroup quota))``:
    **1 thread when at most 2 CPUs are usable**, else all usable CPUs (divided among the processes of a
@@ -17,15 +18,21 @@ at each parallel region's barrier while the foreign process holds a core), where
 most ~2x to the competing process in the worst case and is within a few percent of 2 threads on a quiet
 machine for this project's small per-op work (n <= 128 embeddings, k <= 6 views, small encoders).
 
-This module imports torch only inside :func:`configure_torch_threads` (``mvapp --help`` stays fast).
+Every change of the count goes through :func:`set_torch_threads`, which calls ``torch.set_num_threads``
+only when the count differs: each change of the pool is a chance to hit torch's MKL batched-LU bug after a
+1 -> 2 change in one process (tests/test_mveb.py), so no needless round trips. :func:`torch_threads` runs
+a block at a given count and restores the previous one (tests pinning values computed at 1 thread).
+
+This module imports torch only inside its functions (``mvapp --help`` stays fast).
 """
 from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 ENV_VAR = "MVAPP_NUM_THREADS"
 #: at most this many usable CPUs -> one intra-op thread in ``auto`` (measured, see the module docstring)
@@ -183,11 +190,12 @@ def auto_threads(cpus: CpuBudget, local_processes: int = 1) -> int:
 
 
 def choose_threads(setting: str | int | None = "auto", env: Mapping[str, str] | None = None,
-                   cpus: CpuBudget | None = None) -> ThreadChoice:
-    """The intra-op thread count for ``setting`` (the config's ``train.num_threads``: ``auto``, an int, or
-    None when the command has no config), the environment ``env`` (``os.environ`` when None) and ``cpus``
-    (:func:`usable_cpus` when None). Precedence: ``MVAPP_NUM_THREADS`` > ``train.num_threads`` >
-    ``OMP_NUM_THREADS`` > auto. A bad value raises ``ValueError`` naming the variable or key."""
+                   cpus: CpuBudget | None = None, setting_name: str = "train.num_threads") -> ThreadChoice:
+    """The intra-op thread count for ``setting`` (the config's ``train.num_threads``, or the command option
+    named ``setting_name``: ``auto``, an int, or None when the command has neither), the environment ``env``
+    (``os.environ`` when None) and ``cpus`` (:func:`usable_cpus` when None). Precedence:
+    ``MVAPP_NUM_THREADS`` > ``setting`` > ``OMP_NUM_THREADS`` > auto. A bad value raises ``ValueError``
+    naming the variable, key or option."""
     env = os.environ if env is None else env
     cpus = usable_cpus() if cpus is None else cpus
     if env.get(ENV_VAR, "").strip():
@@ -195,9 +203,9 @@ def choose_threads(setting: str | int | None = "auto", env: Mapping[str, str] | 
         if count is not None:
             return ThreadChoice(count, ENV_VAR, cpus)
     if setting is not None:
-        count = _parse_count(setting, "train.num_threads")
+        count = _parse_count(setting, setting_name)
         if count is not None:
-            return ThreadChoice(count, "train.num_threads", cpus)
+            return ThreadChoice(count, setting_name, cpus)
     if env.get("OMP_NUM_THREADS", "").strip():
         count = _parse_count(env["OMP_NUM_THREADS"].split(",")[0], "OMP_NUM_THREADS")
         if count is not None:
@@ -209,16 +217,40 @@ def choose_threads(setting: str | int | None = "auto", env: Mapping[str, str] | 
 _reported: ThreadChoice | None = None
 
 
-def configure_torch_threads(setting: str | int | None = None, *, report: Callable[[str], None] | None = print,
-                            env: Mapping[str, str] | None = None, cpus: CpuBudget | None = None) -> ThreadChoice:
-    """Choose (:func:`choose_threads`) and apply (``torch.set_num_threads``) the intra-op thread count;
-    ``report`` gets the header line once per process (again only when the choice changes)."""
-    global _reported
+def set_torch_threads(count: int) -> int:
+    """Apply ``count`` intra-op threads (``torch.set_num_threads`` only when the count changes; module
+    docstring); returns the previous count."""
     import torch
 
-    choice = choose_threads(setting, env, cpus)
-    if torch.get_num_threads() != choice.count:
-        torch.set_num_threads(choice.count)
+    previous = torch.get_num_threads()
+    if previous != count:
+        torch.set_num_threads(count)
+    return previous
+
+
+@contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """Run the block with ``count`` intra-op threads (``None``: unchanged), then restore the previous
+    count; both through :func:`set_torch_threads`."""
+    if count is None:
+        yield
+        return
+    previous = set_torch_threads(count)
+    try:
+        yield
+    finally:
+        set_torch_threads(previous)
+
+
+def configure_torch_threads(setting: str | int | None = None, *, report: Callable[[str], None] | None = print,
+                            env: Mapping[str, str] | None = None, cpus: CpuBudget | None = None,
+                            setting_name: str = "train.num_threads") -> ThreadChoice:
+    """Choose (:func:`choose_threads`) and apply (:func:`set_torch_threads`) the intra-op thread count;
+    ``report`` gets the header line once per process (again only when the choice changes)."""
+    global _reported
+
+    choice = choose_threads(setting, env, cpus, setting_name)
+    set_torch_threads(choice.count)
     if report is not None and choice != _reported:
         report(choice.header())
     _reported = choice

@@ -36,9 +36,11 @@ from torch.utils.data import ConcatDataset, Subset
 ROOT = Path(__file__).resolve().parents[1]
 
 from multiview_app.cli import main as mvapp  # noqa: E402
+from multiview_app.config import load_config  # noqa: E402
 from multiview_app.data.adapters import build_adapter  # noqa: E402
 from multiview_app.data.views import build_view_policy  # noqa: E402
 from multiview_app.eval.features import extract_features  # noqa: E402
+from multiview_app.experiments import ensure_trained  # noqa: E402
 from multiview_app.export import export_model  # noqa: E402
 from multiview_app.train.run_io import load_run  # noqa: E402
 
@@ -61,23 +63,23 @@ class RepeatedAdapter:
 
 
 def make_runs(work: Path) -> dict[str, Path]:
-    """One-step runs of the digits and EEG defaults (EEG: 3 synthetic 1-h nights, prepared)."""
+    """One-step runs of the digits and EEG defaults (EEG: 3 synthetic 1-h nights, prepared), trained unless
+    done (``ensure_trained(cfg, "reuse")``)."""
     runs = work / "runs"
-    out = {"digits": runs / "digits", "eeg": runs / "eeg"}
-    if not (out["digits"] / "model.safetensors").is_file():
-        assert mvapp(["train", "--config", str(ROOT / "configs/digits_infonce_pwe.yaml"), "--name", "digits",
-                      f"output.runs_dir={runs}", "train.max_steps=1", "train.checkpoint_every=0",
-                      "eval.linear_probe=false"]) == 0
+    digits = load_config(ROOT / "configs/digits_infonce_pwe.yaml", [
+        f"output.runs_dir={runs}", "train.max_steps=1", "train.checkpoint_every=0", "eval.linear_probe=false"],
+        name="digits")
+    ensure_trained(digits, "reuse")
     cache = work / "eeg_cache"
     if not (cache / "manifest.json").is_file():
         assert mvapp(["data", "synth-psg", "--subjects", "3", "--nights", "1", "--format", "physionet2018",
                       "--hours", "1", "--out", str(work / "eeg_raw"), "--seed", "0"]) == 0
         assert mvapp(["data", "prepare", "physionet2018", "--source", str(work / "eeg_raw"), "--out", str(cache)]) == 0
-    if not (out["eeg"] / "model.safetensors").is_file():
-        assert mvapp(["train", "--config", str(ROOT / "configs/eeg_synthetic_m3g.yaml"), "--name", "eeg",
-                      f"data.options.cache={cache}", "data.options.test_fraction=0.34", f"output.runs_dir={runs}",
-                      "train.max_steps=1", "train.checkpoint_every=0", "train.num_workers=0"]) == 0
-    return out
+    eeg = load_config(ROOT / "configs/eeg_synthetic_m3g.yaml", [
+        f"data.options.cache={cache}", "data.options.test_fraction=0.34", f"output.runs_dir={runs}",
+        "train.max_steps=1", "train.checkpoint_every=0", "train.num_workers=0"], name="eeg")
+    ensure_trained(eeg, "reuse")
+    return {"digits": digits.run_dir, "eeg": eeg.run_dir}
 
 
 def _setup(run: Path, times: int, limit: int | None) -> tuple[Any, Any, Any]:

@@ -133,17 +133,17 @@ def main() -> int:
     parser.add_argument("--figures", type=Path, default=ROOT / "runs" / "results_domains" / "figures",
                         help="figure folder (docs/figures only when given here)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads for the whole script (1: no OpenMP stalls on a shared CPU; 0 = default)")
+                        help="torch threads of the evaluations (1: no OpenMP stalls on a shared CPU; 0 = the automatic "
+                             "choice; MVAPP_NUM_THREADS wins; training uses train.num_threads)")
     args = parser.parse_args()
-    if args.threads:
-        import torch
+    from multiview_app.experiments.domains import THREADS_OPTION
+    from multiview_app.threads import configure_torch_threads
 
-        torch.set_num_threads(args.threads)
+    configure_torch_threads(args.threads or None, setting_name=THREADS_OPTION)  # re-applied before each evaluation
 
     from multiview_app.data.domains.synth import synth_domains
-    from multiview_app.eval.domain_generalization import (
-        KIND, all_domains, ensure_pretrained, evaluate_run, run_config, write_summary,
-    )
+    from multiview_app.eval.domain_generalization import KIND, write_summary
+    from multiview_app.experiments.domains import all_domains, ensure_pretrained, evaluate_with_erm, run_config
 
     if not args.root.is_dir():
         print(f"writing the digit domains to {args.root}", flush=True)
@@ -178,10 +178,10 @@ def main() -> int:
                             continue
                         with_erm = (not args.no_erm and "label-free" not in row
                                     and (erm_seeds is None or seed in erm_seeds))
-                        result = evaluate_run(cfg.run_dir, erm=with_erm,
-                                              erm_steps=args.erm_steps, erm_cache=args.runs_dir / "erm",
-                                              max_candidates=args.max_candidates,
-                                              threads=args.threads or None)
+                        result = evaluate_with_erm(cfg.run_dir, erm=with_erm,
+                                                   erm_steps=args.erm_steps, erm_cache=args.runs_dir / "erm",
+                                                   max_candidates=args.max_candidates,
+                                                   threads=args.threads or None)
                         result["pretrain_s"], result["pretrain_cpu_s"] = pretrain_s, pretrain_cpu_s
                         atomic_write_json(done, result)
                         results.append(result)

@@ -108,9 +108,8 @@ def test_evaluator_picks_the_best_checkpoint_not_the_last(digit_root: Path, tmp_
     from multiview_app.config import load_config
     from multiview_app.data.adapters import build_adapter
     from multiview_app.data.views import build_view_policy
-    from multiview_app.eval.domain_generalization import (
-        METRICS, domain_features, ensure_pretrained, evaluate_run, run_config, write_summary,
-    )
+    from multiview_app.eval.domain_generalization import METRICS, domain_features, evaluate_run, write_summary
+    from multiview_app.experiments.domains import ensure_pretrained, run_config
     from multiview_app.eval.protocols.probe import fit_linear_classifier
     from multiview_app.train.run_io import load_run
 
@@ -119,7 +118,7 @@ def test_evaluator_picks_the_best_checkpoint_not_the_last(digit_root: Path, tmp_
     ensure_pretrained(cfg)
     final = cfg.run_dir / "model.safetensors"
     save_file({k: torch.zeros_like(v) for k, v in load_file(str(final)).items()}, str(final))
-    result = evaluate_run(cfg.run_dir, erm=False, progress=False)
+    result = evaluate_run(cfg.run_dir, progress=False)  # no erm_run: no ERM row
     saved = json.loads((cfg.run_dir / "eval" / "domain_generalization.json").read_text())
     assert saved["model_selection"] == TRAINING_DOMAIN and saved["oracle_selection"] == TEST_DOMAIN
     trained = result["results"]["trained"]

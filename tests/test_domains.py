@@ -522,7 +522,8 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
     from multiview_app.data.batch import ViewBatch
     from multiview_app.data.domains.views import nearest_indices
     from multiview_app.data.images.augment import augment
-    from multiview_app.eval.domain_generalization import column_name, train_and_evaluate
+    from multiview_app.eval.domain_generalization import column_name
+    from multiview_app.experiments.domains import train_and_evaluate
     from multiview_app.models import build_model
     from multiview_app.train.trainer import train
 
@@ -585,7 +586,8 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
 
 
 def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_path: Path) -> None:
-    from multiview_app.eval.domain_generalization import train_and_evaluate, write_summary
+    from multiview_app.eval.domain_generalization import write_summary
+    from multiview_app.experiments.domains import train_and_evaluate
 
     config = tiny_three_domain_config(digit_root, tmp_path, {"name": "pvc_geometric", "tau": 0.2})
     out = tmp_path / "both"

@@ -156,6 +156,21 @@ def test_channel_differences_say_how_each_channel_is_encoded_and_never_zero_fill
     assert [d.field for d in stacked if d.blocking] == ["channels"]
 
 
+def test_differences_are_reported_under_one_heading() -> None:
+    """The run / cache heading is written once, then one line per difference (not one long prefix per
+    channel); printed as one ``note:``."""
+    from multiview_app.train.input_contract import format_input_differences
+
+    manifest = {"sfreq": 100.0, "window_seconds": 30.0, "options": PrepareOptions(channels=CHANNELS).model_dump()}
+    other = ["Fpz-Cz", "C3-M2", "EEG O1-M2"]
+    lines = check_input(_contract(), manifest, other, cache="C", whose="run R")
+    differences = compare_input(_contract(), manifest, other)
+    assert lines == ["input contract of run R vs cache C:", *(d.text() for d in differences)] and len(differences) == 3
+    note = format_input_differences(lines)
+    assert note.count("input contract of") == 1
+    assert note.splitlines()[1:] == [f"  {d.text()}" for d in differences]
+
+
 # ----------------------------------------------------------------------------- enforced on other data
 
 
@@ -187,6 +202,18 @@ def test_export_on_a_matching_cache_passes_and_records_channel_differences(eeg_r
     assert any("channel Fpz-Cz" in line and "'unknown channel' embedding" in line for line in lines)
     assert any("channel F3-M2" in line and "nothing zero-filled" in line for line in lines)
     assert sorted(set(table.column("view").to_pylist())) == sorted(renamed)  # no view for the absent F3-M2
+
+
+def test_export_prints_the_channel_differences_under_one_note(eeg_run: Path, tmp_path: Path, capsys) -> None:
+    renamed = ["Fpz-Cz", "C3-M2", "O1-M2", "O2-M1"]
+    montage = prepared_cache(tmp_path / "montage", channels=renamed)
+    capsys.readouterr()
+    assert main(["export", "--run", str(eeg_run), "--out", str(tmp_path / "b"), f"data.options.cache={montage}",
+                 f"data.options.channels={json.dumps(renamed)}"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("note: ") == 1 and out.count("input contract of") == 1
+    assert f"note: input contract of run {eeg_run} (input_contract.json) vs cache {montage}:\n  channel " in out
+    assert "\n  channel Fpz-Cz: " in out and "\n  channel F3-M2: " in out
 
 
 def test_sleep_staging_on_a_differing_cache_is_refused(eeg_run: Path, tmp_path: Path) -> None:

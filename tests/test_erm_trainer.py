@@ -18,8 +18,9 @@ from multiview_app.data.batch import to_device
 from multiview_app.data.domains.synth import synth_domains
 from multiview_app.data.views import build_view_policy
 from multiview_app.eval.domain_generalization import domain_features
-from multiview_app.eval.erm import erm_config, train_erm
+from multiview_app.eval.erm import erm_config
 from multiview_app.eval.protocols.probe import fit_linear_classifier
+from multiview_app.experiments.domains import train_erm
 from multiview_app.losses import build_loss
 from multiview_app.train.run_io import build_model_from_spec, load_run, model_spec
 from multiview_app.train.trainer import EpochBatchSampler, lr_lambda, set_dataset_epoch

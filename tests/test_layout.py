@@ -125,6 +125,23 @@ def test_protocols_are_pure_maths() -> None:
     assert not {k: v for k, v in offenders.items() if v}, offenders
 
 
+#: the modules that launch training: the trainer (``train``, ``Trainer``), ``mvapp train`` and the
+#: experiments' "train unless done"
+TRAINING_LAUNCHERS = ("multiview_app.train.trainer", "multiview_app.train.cli", "multiview_app.experiments")
+
+
+@pytest.mark.parametrize("layer", ["eval", "export"])
+def test_evaluation_layers_launch_no_training(layer: str) -> None:
+    """eval/ (evaluators, protocols, ERM's config) and export/ score or write run folders that exist: none of
+    their modules imports the trainer or the experiments layer, statically or by name, so training is
+    launched only by ``mvapp train``, tune trials and experiments/ (ensure_trained)."""
+    offenders = {
+        str(path.relative_to(PACKAGE)): sorted(m for m in _imported_modules(path) if m.startswith(TRAINING_LAUNCHERS))
+        for path in (PACKAGE / layer).rglob("*.py")
+    }
+    assert not {k: v for k, v in offenders.items() if v}, offenders
+
+
 def test_plugins_module_is_a_leaf_naming_only_registration_modules() -> None:
     """plugins.py names upper layers (by design) but imports nothing of the package except the
     registry class, so importing it from config.py or train/ loads no upper layer."""

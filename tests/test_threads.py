@@ -112,6 +112,31 @@ def test_configure_applies_and_reports_once() -> None:
     assert torch.get_num_threads() == 2 and lines[-1].startswith("torch threads: 2 (2 usable CPUs, cgroup quota 1.5 CPUs")
 
 
+def test_one_guarded_setter_for_commands_and_scoped_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command option (the domain experiment's ``--threads``) is a setting like ``train.num_threads``
+    (MVAPP_NUM_THREADS still wins, the header names the option); every change goes through
+    ``set_torch_threads``, which leaves torch alone when the count is already right, and ``torch_threads``
+    restores the count after its block (no call at all when nothing changes)."""
+    choice = choose_threads(3, {}, CpuBudget(2, None), setting_name="--threads")
+    assert (choice.count, choice.source) == (3, "--threads")
+    assert choose_threads(3, {"MVAPP_NUM_THREADS": "1"}, CpuBudget(2, None), setting_name="--threads").count == 1
+    with pytest.raises(ValueError, match="--threads"):
+        choose_threads("many", {}, CpuBudget(2, None), setting_name="--threads")
+    torch.set_num_threads(1)
+    calls: list[int] = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n) or real(n))
+    configure_torch_threads(1, report=None, env={}, cpus=CpuBudget(2, None), setting_name="--threads")
+    with threads.torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert calls == []  # already 1: no 1 -> 1 call, no round trip
+    with threads.torch_threads(2):
+        assert torch.get_num_threads() == 2
+    assert calls == [2, 1] and torch.get_num_threads() == 1
+    with threads.torch_threads(None):
+        assert calls == [2, 1]
+
+
 def test_config_key_validates() -> None:
     from multiview_app.config import ConfigError, TrainConfig
 

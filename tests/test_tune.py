@@ -205,7 +205,7 @@ def test_intermediate_reports_score_the_report_subset_and_the_objective_the_full
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import multiview_app.eval.linear_probe as linear_probe
-    from multiview_app.eval.features import torch_threads
+    from multiview_app.threads import torch_threads
     from multiview_app.models.model import build_model
     from multiview_app.train.callbacks import StepEvent
     from multiview_app.train.run_io import model_spec

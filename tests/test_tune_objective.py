@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from multiview_app.config import config_from_dict
-from multiview_app.eval.features import torch_threads
+from multiview_app.threads import torch_threads
 from multiview_app.eval.protocols import PROTOCOLS
 from multiview_app.models.model import build_model
 from multiview_app.train.run_io import model_spec

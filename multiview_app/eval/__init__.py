@@ -6,7 +6,9 @@ with :func:`register_evaluator` under its declared ``name``. Evaluators are thin
 of :mod:`multiview_app.eval.protocols` (the maths) -> JSON + plots.
 ``mvapp eval <name> --run DIR`` is generated from this registry (``eval/cli.py``). Evaluator modules
 listed in ``EVALUATOR_MODULES`` are imported (so that they register) before the registry is used;
-add new evaluators there.
+add new evaluators there. Domain generalization, which trains runs and ERM baselines first, is an
+experiment (``mvapp experiment domain-generalization``, :mod:`multiview_app.experiments.domains`);
+:mod:`.domain_generalization` evaluates its run folders.
 """
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ EVALUATOR_MODULES: tuple[str, ...] = (
     "multiview_app.eval.linear_probe",
     "multiview_app.eval.sleep_staging",
     "multiview_app.eval.retrieval",
-    "multiview_app.eval.domain_generalization",
 )
 EVALUATORS: Registry[type[Evaluator]] = Registry("evaluator", modules=EVALUATOR_MODULES)
 

@@ -1,5 +1,8 @@
-"""``mvapp eval domain-generalization``: leave-one-domain-out evaluation (M3G Sec. 4.2, Table 2, Fig. 2)
-with DomainBed's model selection.
+"""Domain generalization of run folders: leave-one-domain-out evaluation (M3G Sec. 4.2, Table 2, Fig. 2)
+with DomainBed's model selection. This module trains nothing: the runs it scores (pretraining runs and
+their ERM baselines) are trained by :mod:`multiview_app.experiments.domains`, which is also the command
+``mvapp experiment domain-generalization`` (the old spelling ``mvapp eval domain-generalization`` forwards
+to it).
 
 For a run pretrained on the seen domains of the ``domainnet`` adapter (``data.options.holdout``), the
 evaluator extracts frozen encoder features (eval views = resize + center crop) and hands them to the
@@ -14,20 +17,16 @@ evaluator extracts frozen encoder features (eval views = resize + center crop) a
   an upper bound reported separately; the **target-labelled probe** (a classifier trained on the held-out
   domain's own train labels) is a reference for how readable that domain is, not a selection method.
 
-Encoders (rows of the table): the trained one, its random init (``init.safetensors``) and a supervised
-ERM baseline (:mod:`.erm`: the same backbone trained by the Trainer with the ``supervised_ce`` head, its
-own step budget, its checkpoint chosen by the same training-domain validation). The linear classifier
-is the shared standardized multinomial logistic regression (:func:`.probe.fit_linear_classifier`).
-
-``--holdout all`` (with ``--config``) trains one run per held-out domain (each only on the other
-domains) and seed, evaluates each and writes one combined table (DomainBed layout: rows = algorithms,
-columns = held-out domains + Avg, mean +- std over distinct runs), the Fig.-2-like heatmaps and a JSON
-with everything to the ``--run`` folder. Finished runs / evaluations are reused, so the command resumes
-after an interruption.
+Encoders (rows of the table): the trained one, its random init (``init.safetensors``) and, when its run
+folder is given, a supervised ERM baseline (:mod:`.erm`: the same backbone trained by the Trainer with the
+``supervised_ce`` head, its own step budget, its checkpoint chosen by the same training-domain
+validation). The linear classifier is the shared standardized multinomial logistic regression
+(:func:`.probe.fit_linear_classifier`). Several runs' results pool into one table (DomainBed layout: rows =
+algorithms, columns = held-out domains + Avg, mean +- std over distinct runs), Fig.-2-like heatmaps and a
+JSON (:func:`write_summary`).
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import time
@@ -37,10 +36,9 @@ from typing import Any, Callable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ..argtypes import nonnegative_int, positive_float, positive_int
 from ..train.run_io import atomic_write_json, atomic_write_text, load_run
-from . import Evaluator, register_evaluator
-from .features import combine_views, extract_features, torch_threads
+from .erm import erm_run_summary
+from .features import combine_views, extract_features
 from .protocols.probe import fit_linear_classifier, mean_std
 from .protocols import get_protocol
 from .protocols.domains import DEFAULT_CS, TEST_DOMAIN, TRAINING_DOMAIN
@@ -57,8 +55,6 @@ METRIC_TITLES = {
                              "how linearly readable that domain is; not a generalization result), checkpoint and "
                              f"C chosen by {TRAINING_DOMAIN}",
 }
-#: evaluation protocol -> the adapter option that names its target domain
-PROTOCOL_OPTION = {"generalization": "holdout", "adaptation": "adapt"}
 
 
 def domain_features(model: Any, adapter: Any, policy: Any, domain: str, split: str, batch_size: int,
@@ -137,31 +133,10 @@ def encoder_digest(weights: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def evaluate_run(
-    run_dir: str | Path, *, C: float | None = None, batch_size: int | None = None, erm: bool = True,
-    erm_steps: int | None = None, erm_cache: str | Path | None = None, device: str = "cpu", progress: bool = True,
-    threads: int | None = 1, max_candidates: int | None = None,
-) -> dict[str, Any]:
-    """Evaluate one run (module docstring); write ``eval/domain_generalization.json`` and
-    ``plots/one_vs_one.png``; return the result. ``C``: a fixed probe strength instead of selecting
-    it from :data:`DEFAULT_CS`; ``erm_steps``: ERM's budget (default :data:`.erm.DEFAULT_STEPS`).
-    ``threads``: torch threads meanwhile (see :func:`.features.torch_threads`; ``None`` = unchanged).
-    ``max_candidates``: select among at most that many evenly spaced saved checkpoints per encoder
-    (:func:`thin_candidates`; ``None`` = every one)."""
-    with torch_threads(threads):
-        return _evaluate_run(Path(run_dir), C, batch_size, erm, erm_steps, erm_cache, device, progress, max_candidates)
-
-
-def _evaluate_run(run_dir: Path, C: float | None, batch_size: int | None, erm: bool, erm_steps: int | None,
-                  erm_cache: str | Path | None, device: str, progress: bool,
-                  max_candidates: int | None = None) -> dict[str, Any]:
-    from ..data.adapters import build_adapter
-    from ..data.views import build_view_policy
-    from .erm import DEFAULT_STEPS, train_erm
-
-    start, cpu_start = time.perf_counter(), time.process_time()
-    cfg, _ = load_run(run_dir, "init")
-    adapter = build_adapter(cfg.data.adapter, cfg.data.options)
+def domain_target(run_dir: str | Path, adapter: Any) -> tuple[str, str]:
+    """``(target domain, protocol)`` of a run whose data ``adapter`` is built from its config:
+    ``generalization`` (``data.options.holdout``) or ``adaptation`` (``data.options.adapt``); ValueError
+    naming ``run_dir`` when neither or both are set, or when there is no training-domain validation share."""
     holdout, adapt = getattr(adapter, "holdout", None), getattr(adapter, "adapt", None)
     if holdout is None and adapt is None:
         raise ValueError(
@@ -177,20 +152,42 @@ def _evaluate_run(run_dir: Path, C: float | None, batch_size: int | None, erm: b
             "of each seen domain's train split and there is no training-domain validation share to select on; "
             "pretrain again with data.options.val_fraction=0.2 (configs/base_domains_digits.yaml sets it)"
         )
-    target = holdout or adapt
-    protocol = "generalization" if holdout else "adaptation"
+    return (holdout, "generalization") if holdout else (adapt, "adaptation")
+
+
+def evaluate_run(
+    run_dir: str | Path, *, erm_run: str | Path | None = None, erm_train_s: tuple[float, float] = (0.0, 0.0),
+    C: float | None = None, batch_size: int | None = None, device: str = "cpu", progress: bool = True,
+    max_candidates: int | None = None,
+) -> dict[str, Any]:
+    """Evaluate one run folder (module docstring); write ``eval/domain_generalization.json`` and
+    ``plots/one_vs_one.png``; return the result. ``erm_run``: the run's finished ERM baseline
+    (:func:`.erm.erm_dir` of its config; ``None``: no ``erm`` row); ``erm_train_s``: wall and CPU seconds
+    the caller just spent training it (counted in the result's ``wall_s``, ``cpu_s`` and
+    ``erm_and_setup_s``). ``C``: a fixed probe strength instead of selecting it from :data:`DEFAULT_CS`.
+    ``max_candidates``: select among at most that many evenly spaced saved checkpoints per encoder
+    (:func:`thin_candidates`; ``None`` = every one). Torch threads are the caller's
+    (:func:`multiview_app.threads.configure_torch_threads`)."""
+    from ..data.adapters import build_adapter
+    from ..data.views import build_view_policy
+
+    run_dir = Path(run_dir)
+    start = time.perf_counter() - erm_train_s[0]
+    cpu_start = time.process_time() - erm_train_s[1]
+    cfg, _ = load_run(run_dir, "init")
+    adapter = build_adapter(cfg.data.adapter, cfg.data.options)
+    target, protocol = domain_target(run_dir, adapter)
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
     seen = list(adapter.seen_domains)
     batch_size = batch_size or cfg.eval.batch_size
     Cs = DEFAULT_CS if C is None else (float(C),)
-    erm_steps = erm_steps or DEFAULT_STEPS
 
     sources: dict[str, tuple[Path, list[str]]] = {"random_init": (run_dir, ["init"]),
                                                   "trained": (run_dir, thin_candidates(candidates(run_dir), max_candidates))}
     erm_summary = None
-    if erm:
-        erm_run, erm_summary = train_erm(cfg, adapter, erm_cache or run_dir / "eval", steps=erm_steps,
-                                         progress=progress)
+    if erm_run is not None:
+        erm_run = Path(erm_run)
+        erm_summary = erm_run_summary(cfg, erm_run)
         sources["erm"] = (erm_run, thin_candidates(candidates(erm_run), max_candidates))
     erm_s = time.perf_counter() - start
     leave_one_domain_out = get_protocol("leave-one-domain-out")
@@ -563,99 +560,6 @@ def format_selected(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_name(base: Any, holdout: str, seed: int, protocol: str) -> str:
-    """Run folder name: ``<loss>[_labelfree]_<target>[_adapt|_adaptnn]_s<seed>``."""
-    options = base.data.options
-    free = "_labelfree" if options.get("pairing") == "none" else ""
-    adapt_tag = "_adaptnn" if options.get("adapt_views") == "nearest" else "_adapt"
-    return f"{base.loss.name}{free}_{holdout}{adapt_tag if protocol == 'adaptation' else ''}_s{seed}"
-
-
-def run_config(config: str | Path, out_dir: str | Path, holdout: str, seed: int, protocol: str,
-               overrides: list[str] | tuple[str, ...] = (), suffix: str = "") -> Any:
-    """The pretraining config of one (target domain, seed, protocol) run under ``out_dir`` (``suffix``
-    appended to the run name: runs of the same loss that differ by ``overrides``)."""
-    from ..config import load_config
-
-    if protocol not in PROTOCOL_OPTION:
-        raise ValueError(f"unknown protocol {protocol}; valid: {', '.join(PROTOCOL_OPTION)}")
-    base = load_config(config, list(overrides))
-    target = [f"data.options.{key}={holdout if key == PROTOCOL_OPTION[protocol] else 'null'}"
-              for key in PROTOCOL_OPTION.values()]
-    return load_config(config, [*overrides, *target, f"train.seed={seed}", f"output.runs_dir={out_dir}",
-                                "eval.linear_probe=false"], name=run_name(base, holdout, seed, protocol) + suffix)
-
-
-def ensure_pretrained(cfg: Any, progress: bool = True) -> tuple[float | None, float | None]:
-    """Train ``cfg`` unless its run folder holds final weights (resuming from its newest checkpoint);
-    returns (wall s, CPU s) of the training, ``None`` when it had been trained before; ``progress=False``
-    hides the progress bar (stderr). Pretraining runs and ERM runs both go through it.
-    (The experiments layer's ``ensure_trained`` policy should replace this.)"""
-    import contextlib
-    import io
-
-    from ..train.checkpoint import latest_checkpoint
-    from ..train.trainer import train
-
-    run_dir = cfg.run_dir
-    if (run_dir / "model.safetensors").is_file():
-        return None, None
-    resume = "latest" if run_dir.exists() and latest_checkpoint(run_dir) else None
-    if resume is None and run_dir.exists():
-        raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")
-    started, cpu_started = time.perf_counter(), time.process_time()
-    with contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO()):
-        train(cfg, resume=resume)
-    return time.perf_counter() - started, time.process_time() - cpu_started
-
-
-def all_domains(config: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Every domain of the config's data (``--holdout all``)."""
-    from ..config import load_config
-    from ..data.adapters import build_adapter
-
-    base = load_config(config, list(overrides))
-    options = {k: v for k, v in base.data.options.items() if k not in ("holdout", "adapt")}
-    return list(build_adapter(base.data.adapter, options).domains)
-
-
-def train_and_evaluate(
-    config: str | Path, out_dir: str | Path, holdouts: list[str] | str, seeds: list[int],
-    overrides: list[str] | tuple[str, ...] = (), *, protocols: tuple[str, ...] = ("generalization",),
-    C: float | None = None, erm: bool = True, erm_steps: int | None = None, device: str = "cpu",
-    progress: bool = True, threads: int | None = 1, evaluate: bool = True,
-) -> list[dict[str, Any]]:
-    """One pretraining run per (target domain, seed, protocol) under ``out_dir``, then
-    :func:`evaluate_run` on each; finished runs and evaluations are reused. ``generalization``: the
-    target is held out (``data.options.holdout``); ``adaptation``: its train images join pretraining
-    unlabelled (``data.options.adapt``). ``holdouts="all"`` = every domain of the data.
-    ``evaluate=False``: pretrain only (returns no results)."""
-    out_dir = Path(out_dir)
-    if isinstance(holdouts, str) and holdouts == "all":
-        holdouts = all_domains(config, overrides)
-    unknown = [p for p in protocols if p not in PROTOCOL_OPTION]
-    if unknown:
-        raise ValueError(f"unknown protocol(s) {', '.join(unknown)}; valid: {', '.join(PROTOCOL_OPTION)}")
-    results = []
-    for holdout, seed, protocol in [(h, s, p) for h in holdouts for p in protocols for s in seeds]:
-        cfg = run_config(config, out_dir, holdout, seed, protocol, overrides)
-        run_dir = cfg.run_dir
-        done = run_dir / "eval" / f"{KIND}.json"
-        if evaluate and done.is_file():
-            results.append(json.loads(done.read_text()))
-            continue
-        pretrain_s, pretrain_cpu_s = ensure_pretrained(cfg, progress=progress)
-        if not evaluate:
-            continue
-        result = evaluate_run(run_dir, C=C, erm=erm, erm_steps=erm_steps, erm_cache=out_dir / "erm", device=device,
-                              progress=progress, threads=threads)
-        result["pretrain_s"] = pretrain_s  # None when the run had been trained before
-        result["pretrain_cpu_s"] = pretrain_cpu_s
-        atomic_write_json(done, result)
-        results.append(result)
-    return results
-
-
 def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str = "") -> dict[str, Any]:
     """Every table (markdown), heatmaps (PNG) and JSON of ``results`` into ``out_dir``; ``summary["table"]``
     is the whole markdown text (the console prints it, so it shows every table the .md holds)."""
@@ -682,67 +586,7 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
     return summary
 
 
-@register_evaluator
-class DomainGeneralization(Evaluator):
-    """Leave-one-domain-out with training-domain-validation model selection: 5-vs-1 / 1-vs-1 probes, the
-    test-domain-validation (oracle) bound and the target-labelled probe; random-init and ERM references."""
-
-    name = "domain-generalization"  # kind (the output stem) is derived: KIND
-
-    def creates_run(self, args: argparse.Namespace) -> bool:
-        """With ``--config`` it trains first: ``--run`` is then an output folder to create."""
-        return args.config is not None
-
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--config", help="train from this config first (one run per held-out domain and seed); "
-                                             "--run is then the output folder")
-        parser.add_argument("--holdout", default=None,
-                            help="with --config: a domain name or 'all' (default: the config's data.options.holdout)")
-        parser.add_argument("--seeds", default="0", help="with --config: comma-separated seeds")
-        parser.add_argument("--protocol", choices=["generalization", "adaptation", "both"], default="generalization",
-                            help="with --config: target held out (generalization), its train images in pretraining "
-                                 "without labels (adaptation), or both in one table")
-        parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for --config")
-        parser.add_argument("--C", type=positive_float, default=None,
-                            help="fixed inverse L2 strength of the probe (default: chosen with the checkpoint by "
-                                 f"training-domain validation from {', '.join(map(str, DEFAULT_CS))})")
-        parser.add_argument("--batch-size", type=positive_int, default=None, help="feature-extraction batch (default: eval.batch_size)")
-        parser.add_argument("--no-erm", action="store_true", help="skip the supervised ERM baseline")
-        parser.add_argument("--erm-steps", type=positive_int, default=None,
-                            help="ERM's own step budget (default 600; its checkpoint is chosen by training-domain "
-                                 "validation, never the pretraining train.max_steps)")
-        parser.add_argument("--device", default="cpu")
-        parser.add_argument("--threads", type=nonnegative_int, default=1,
-                            help="torch threads for ERM + feature extraction (0 = leave unchanged)")
-
-    def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
-        if args.config is None:
-            if args.holdout is not None:
-                raise ValueError("--holdout needs --config (the held-out domain of an existing run is in its config)")
-            result = evaluate_run(run_dir, C=args.C, batch_size=args.batch_size, erm=not args.no_erm,
-                                  erm_steps=args.erm_steps, device=args.device, threads=args.threads or None)
-            summary = write_summary([result], Path(run_dir) / "eval")
-            print(summary["table"])
-            return result
-        from ..config import load_config
-
-        options = load_config(args.config, args.set).data.options
-        holdout = args.holdout or options.get("holdout") or options.get("adapt")
-        if holdout is None:
-            raise ValueError("--config: set data.options.holdout (or adapt) or pass --holdout DOMAIN|all")
-        seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
-        protocols = ("generalization", "adaptation") if args.protocol == "both" else (args.protocol,)
-        results = train_and_evaluate(args.config, run_dir, "all" if holdout == "all" else [holdout], seeds, args.set,
-                                     protocols=protocols, C=args.C, erm=not args.no_erm, erm_steps=args.erm_steps,
-                                     device=args.device, threads=args.threads or None)
-        summary = write_summary(results, run_dir)
-        print(summary["table"])
-        return summary
-
-
 __all__ = [
-    "CandidateFeatures", "DomainGeneralization", "combine_results", "domain_shift_matrix", "ensure_pretrained",
-    "evaluate_run", "format_table", "one_vs_one_figure", "plot_heatmaps", "run_config", "train_and_evaluate",
-    "write_summary",
+    "CandidateFeatures", "combine_results", "domain_shift_matrix", "domain_target", "evaluate_run", "format_table",
+    "one_vs_one_figure", "plot_heatmaps", "write_summary",
 ]

@@ -14,7 +14,8 @@ every view, labels from the batch). Its config is derived from a pretraining run
   evaluator picks the ERM model by training-domain validation (the chosen step is ERM's "steps to
   convergence").
 
-Runs are cached in ``<cache_dir>/erm_<target>_<hash of erm_key>/`` and resumed when unfinished.
+Runs are cached in ``<cache_dir>/erm_<target>_<hash of erm_key>/``; they are trained (or reused, or
+resumed when unfinished) by :func:`multiview_app.experiments.domains.train_erm`, never here.
 """
 from __future__ import annotations
 
@@ -96,20 +97,18 @@ def erm_config(cfg: Config, adapter: Any, cache_dir: str | Path, steps: int = DE
     return config_from_dict(raw)
 
 
-def train_erm(cfg: Config, adapter: Any, cache_dir: str | Path, *, steps: int = DEFAULT_STEPS,
-              progress: bool = True) -> tuple[Path, dict[str, Any]]:
-    """Train (or reuse / resume from the cache) the ERM run of ``cfg`` with the Trainer; returns its run
-    folder and a summary (``steps``, ``batch_size``, ``k``, ``final_loss``, ``train_accuracy`` of the
-    last logged steps, ``key``)."""
-    from .domain_generalization import ensure_pretrained
+def erm_run_summary(cfg: Config, erm_run: str | Path) -> dict[str, Any]:
+    """What the domain evaluator records of the finished ERM run ``erm_run`` of the pretraining config
+    ``cfg``: :func:`erm_summary` plus ``batch_size``, ``k`` and ``key`` (:func:`erm_key` at the ERM run's
+    own budget). ValueError when ``erm_run`` is not ``cfg``'s ERM baseline (another recipe, data or seed)."""
+    from ..train.run_io import load_run_config
 
-    if steps is None or int(steps) < 1:
-        raise ValueError(f"the ERM baseline needs a positive step budget, got {steps}")
-    erm_cfg = erm_config(cfg, adapter, cache_dir, steps)
-    run_dir = erm_cfg.run_dir
-    ensure_pretrained(erm_cfg, progress=progress)
-    return run_dir, {**erm_summary(run_dir), "batch_size": cfg.train.batch_size, "k": cfg.views.k,
-                     "key": erm_key(cfg, steps)}
+    erm_run = Path(erm_run)
+    steps = load_run_config(erm_run).train.max_steps
+    if steps is None or erm_dir(cfg, erm_run.parent, steps).name != erm_run.name:
+        raise ValueError(f"{erm_run}: not the ERM baseline of this run (expected the folder "
+                         f"{erm_dir(cfg, erm_run.parent, steps or DEFAULT_STEPS).name}; see eval/erm.py erm_dir)")
+    return {**erm_summary(erm_run), "batch_size": cfg.train.batch_size, "k": cfg.views.k, "key": erm_key(cfg, steps)}
 
 
 def erm_summary(run_dir: str | Path, tail: int = 3) -> dict[str, Any]:
@@ -123,4 +122,4 @@ def erm_summary(run_dir: str | Path, tail: int = 3) -> dict[str, Any]:
             "train_accuracy": sum(r["stats/accuracy"] for r in last) / len(last)}
 
 
-__all__ = ["CHECKPOINTS", "DEFAULT_STEPS", "erm_config", "erm_dir", "erm_key", "erm_summary", "train_erm"]
+__all__ = ["CHECKPOINTS", "DEFAULT_STEPS", "erm_config", "erm_dir", "erm_key", "erm_run_summary", "erm_summary"]

@@ -24,24 +24,6 @@ FEATURE_KINDS: tuple[str, ...] = ("encoder", "projector")
 
 
 @contextmanager
-def torch_threads(count: int | None) -> Iterator[None]:
-    """Run the block with ``torch.set_num_threads(count)`` (``None``: unchanged), then restore.
-
-    Small per-op work (32-px views, a small CNN) on a CPU shared with other jobs: one thread avoids
-    OpenMP barrier stalls (measured 30-60x faster for the domain views on 2 cores at load ~25).
-    """
-    if count is None:
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-@contextmanager
 def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """The block runs with every submodule of ``model`` in eval mode (norm layers use and keep their
     running statistics, dropout is off); afterwards each submodule gets back its own mode (a

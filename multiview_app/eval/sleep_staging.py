@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, Subset
 from ..data.eeg.provenance import recording_identities
 from ..data.eeg.stages import STAGES
 from ..argtypes import open_fraction, positive_float, positive_int
-from ..train.input_contract import check_run_input
+from ..train.input_contract import check_run_input, format_input_differences
 from ..train.run_io import atomic_write_json, load_run
 from . import Evaluator, register_evaluator
 from .bandpower import bandpower_features, bandpower_time_bins
@@ -564,6 +564,6 @@ class SleepStaging(Evaluator):
         print(f"plots: {', '.join(result['plots'].values())}")
         if result["notes"]:
             print(f"warning: {'; '.join(result['notes'])}", file=sys.stderr)  # one summarized line
-        for line in results[0].get("input_differences", []):
-            print(f"note: {line}", file=sys.stderr)
+        if results[0].get("input_differences"):
+            print(f"note: {format_input_differences(results[0]['input_differences'])}", file=sys.stderr)
         return result

@@ -6,7 +6,11 @@
 - :mod:`.sweeps`: sweeps over seeds / folds / held-out domains (:func:`~multiview_app.experiments.sweeps.grid`,
   :func:`~multiview_app.experiments.sweeps.sweep`) and saved results rows;
 - :mod:`.staging`: sleep-staging results across pretraining runs: reuse of a stored evaluation,
-  pooling, paired differences between losses, Markdown tables.
+  pooling, paired differences between losses, Markdown tables;
+- :mod:`.domains`: domain generalization: the runs of a leave-one-domain-out sweep and their ERM
+  baselines trained unless done (policy ``resume``), each run folder evaluated by
+  :mod:`multiview_app.eval.domain_generalization` (which trains nothing);
+- :mod:`.cli`: ``mvapp experiment <name>`` (``domain-generalization``).
 
 Experiments may import ``train/`` and ``eval/``; nothing below them imports ``experiments/``
 (tests/test_layout.py). Scripts (``scripts/reproduce_*.py``, ``scripts/results_*.py``) are thin
@@ -14,6 +18,16 @@ wrappers over this package.
 """
 from __future__ import annotations
 
-from .training import POLICIES, RunSummary, TrainPolicy, ensure_trained
+from typing import Any
 
 __all__ = ["POLICIES", "RunSummary", "TrainPolicy", "ensure_trained"]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :mod:`.training`, imported on first use: ``mvapp --help`` imports :mod:`.cli`, hence
+    this package, and must not import torch."""
+    if name in __all__:
+        from . import training
+
+        return getattr(training, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,6 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     import os
 
     from ..threads import configure_torch_threads
+    from ..train.input_contract import format_input_differences
     from .export import export_embeddings
 
     # MVAPP_NUM_THREADS > OMP_NUM_THREADS > auto; the choice printed by the main process of a launch
@@ -53,8 +54,8 @@ def _run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, num_workers=args.num_workers, device=args.device, max_shard_mb=args.max_shard_mb,
         overwrite=args.overwrite, accept_input_differences=args.accept_input_differences,
     )
-    for line in (manifest.get("input_differences") or []) if _is_main() else []:
-        print(f"note: {line}")
+    if manifest.get("input_differences") and _is_main():
+        print(f"note: {format_input_differences(manifest['input_differences'])}")
     if manifest.get("timing") is not None and _is_main():
         timing = manifest["timing"]
         print(f"exported {manifest['rows']} rows x {manifest['dim']} ({manifest['features']}, {manifest['views']}) of "

@@ -59,8 +59,8 @@ def check_run_input(run_dir: str | Path, adapter: Any, *, accept: bool = False, 
     """Check ``adapter``'s data against the run's recorded contract (see :func:`write_run_contract`).
 
     Raises the adapter's ``InputContractError`` naming every differing field unless ``accept``; returns
-    the lines reporting every difference (empty when the data match, the run has no contract, or the
-    adapter has no contract check)."""
+    the lines reporting every difference after one heading line naming the run and the cache (empty when
+    the data match, the run has no contract, or the adapter has no contract check)."""
     contract = read_run_contract(run_dir)
     check = getattr(adapter, "check_input_contract", None)
     if contract is None or check is None:
@@ -68,5 +68,11 @@ def check_run_input(run_dir: str | Path, adapter: Any, *, accept: bool = False, 
     return check(contract, whose=f"run {run_dir} ({CONTRACT_FILE})", accept=accept, accept_hint=accept_hint)
 
 
-__all__ = ["ACCEPT_HINT", "CONTRACT_FILE", "check_run_input", "eval_view_names", "read_run_contract",
-           "run_input_contract", "write_run_contract"]
+def format_input_differences(lines: list[str]) -> str:
+    """One note of :func:`check_run_input`'s lines: the heading, then each difference on its own
+    indented line (the heading is not repeated per difference)."""
+    return "\n  ".join(lines)
+
+
+__all__ = ["ACCEPT_HINT", "CONTRACT_FILE", "check_run_input", "eval_view_names", "format_input_differences",
+           "read_run_contract", "run_input_contract", "write_run_contract"]

@@ -43,7 +43,7 @@ from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
 from .diagnostics import step_diagnostics, write_diagnostics_summary
 from .distributed import gather_with_grad, gradient_scale, world_size
-from .input_contract import check_run_input, write_run_contract
+from .input_contract import check_run_input, format_input_differences, write_run_contract
 from .metrics import MetricsLog, StepTimer, host_values, plot_curves, read_metrics
 from .resume import RunLock, reconcile_resume_config
 from .run_io import atomic_write_json, atomic_write_text, model_spec, save_weights
@@ -500,9 +500,10 @@ class Trainer:
         at = Position()
         if self.resume is not None and not self._restart_from_zero:
             ckpt = resolve_resume(self.run_dir, self.resume)
-            for line in check_run_input(self.run_dir, plan.adapter, accept=self.accept_config_changes,
-                                        accept_hint="pass --accept-config-changes to resume on it anyway"):
-                self._note(line)  # the cache under the run's data.options.cache was re-prepared since
+            differences = check_run_input(self.run_dir, plan.adapter, accept=self.accept_config_changes,
+                                          accept_hint="pass --accept-config-changes to resume on it anyway")
+            if differences:  # the cache under the run's data.options.cache was re-prepared since
+                self._note(format_input_differences(differences))
             state = load_checkpoint(accelerator, ckpt, parts.loss_fn, self._extra_states(parts))
             at = Position(int(state["step"]), int(state["epoch"]), int(state["batch_position"]))
             if at.step > plan.total_steps:

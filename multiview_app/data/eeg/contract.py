@@ -303,7 +303,8 @@ def check_input(contract: EEGInputContract, manifest: dict[str, Any], channels: 
                 whose: str, accept: bool = False, accept_hint: str = "") -> list[str]:
     """Refuse a cache whose blocking fields differ from ``contract`` (:class:`InputContractError` naming
     every differing field, what would be done and the prepare options of a matching cache) unless
-    ``accept``; returns the lines to report (every difference, blocking ones when accepted)."""
+    ``accept``; returns the lines to report: none when nothing differs, else the heading ``input contract
+    of <whose> vs cache <cache>:`` once, then one line per difference (blocking ones marked accepted)."""
     differences = compare_input(contract, manifest, channels)
     blocking = [d for d in differences if d.blocking]
     if blocking and not accept:
@@ -313,8 +314,10 @@ def check_input(contract: EEGInputContract, manifest: dict[str, Any], channels: 
             + (f" (also: {'; '.join(d.text() for d in notes)})" if notes else "")
             + f". Prepare a matching cache from the source recordings: mvapp data prepare {manifest.get('dataset', '<dataset>')} "
             f"--source <source folder> --out <new cache> {_prepare_flags(contract)}" + (f"; {accept_hint}" if accept_hint else ""))
-    return [f"input contract of {whose} vs cache {cache}: {d.text()}" + (" (accepted)" if d.blocking else "")
-            for d in differences]
+    if not differences:
+        return []
+    return [f"input contract of {whose} vs cache {cache}:",
+            *(d.text() + (" (accepted)" if d.blocking else "") for d in differences)]
 
 
 __all__ = ["Difference", "EEGInputContract", "InputContractError", "check_input", "compare_input",

@@ -1,0 +1,89 @@
+"""``mvapp experiment <name>``: experiments that train runs unless done and evaluate them.
+
+``domain-generalization``: with ``--config``, one pretraining run per held-out domain, seed and protocol
+under the ``--run`` folder, each evaluated, one combined table (:func:`.domains.train_and_evaluate`);
+without it, the existing run folder ``--run`` is evaluated (its ERM baseline trained unless done first:
+:func:`.domains.evaluate_with_erm`). The former spelling ``mvapp eval domain-generalization`` is forwarded
+here by the console script (``multiview_app/cli.py``: ``FORWARDS``).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..argtypes import nonnegative_int, positive_float, positive_int
+
+
+def add_subparser(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser("experiment", help="train runs unless done, then evaluate them (domain-generalization)")
+    sub = group.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
+    parser = sub.add_parser("domain-generalization",
+                            help="leave-one-domain-out with training-domain-validation model selection (DomainBed): "
+                                 "pretrain one run per held-out domain and seed (--config) or evaluate --run")
+    add_domain_generalization_arguments(parser)
+    parser.set_defaults(func=run_domain_generalization)
+
+
+def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``mvapp experiment domain-generalization`` (built only when that command is named:
+    the protocol module imported here loads numpy / scikit-learn)."""
+    from ..eval.protocols.domains import DEFAULT_CS
+
+    parser.add_argument("--run", required=True, type=Path,
+                        help="run folder to evaluate; with --config the output folder the runs are trained in")
+    parser.add_argument("--config", help="train from this config first (one run per held-out domain and seed); "
+                                         "--run is then the output folder")
+    parser.add_argument("--holdout", default=None,
+                        help="with --config: a domain name or 'all' (default: the config's data.options.holdout)")
+    parser.add_argument("--seeds", default="0", help="with --config: comma-separated seeds")
+    parser.add_argument("--protocol", choices=["generalization", "adaptation", "both"], default="generalization",
+                        help="with --config: target held out (generalization), its train images in pretraining "
+                             "without labels (adaptation), or both in one table")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for --config")
+    parser.add_argument("--C", type=positive_float, default=None,
+                        help="fixed inverse L2 strength of the probe (default: chosen with the checkpoint by "
+                             f"training-domain validation from {', '.join(map(str, DEFAULT_CS))})")
+    parser.add_argument("--batch-size", type=positive_int, default=None, help="feature-extraction batch (default: eval.batch_size)")
+    parser.add_argument("--no-erm", action="store_true", help="skip the supervised ERM baseline")
+    parser.add_argument("--erm-steps", type=positive_int, default=None,
+                        help="ERM's own step budget (default 600; its checkpoint is chosen by training-domain "
+                             "validation, never the pretraining train.max_steps)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=nonnegative_int, default=1,
+                        help="torch threads of the evaluation (feature extraction, probes), the setting of "
+                             "multiview_app.threads: MVAPP_NUM_THREADS wins; 0 = the automatic choice; training "
+                             "runs (pretraining, ERM) use their config's train.num_threads")
+
+
+def run_domain_generalization(args: argparse.Namespace) -> int:
+    """Train unless done and evaluate (module docstring); print the whole table and what was written."""
+    from ..config import load_config
+    from ..eval.domain_generalization import KIND, write_summary
+    from ..threads import configure_torch_threads
+    from .domains import THREADS_OPTION, evaluate_with_erm, train_and_evaluate
+
+    # MVAPP_NUM_THREADS > --threads > OMP_NUM_THREADS > auto; prints the choice (re-applied after each training)
+    configure_torch_threads(args.threads or None, setting_name=THREADS_OPTION)
+    run_dir = args.run.expanduser().resolve()
+    if args.config is None:
+        if not (run_dir / "config.yaml").is_file():
+            raise FileNotFoundError(f"--run {run_dir}: not a run folder (no config.yaml)")
+        if args.holdout is not None:
+            raise ValueError("--holdout needs --config (the held-out domain of an existing run is in its config)")
+        result = evaluate_with_erm(run_dir, C=args.C, batch_size=args.batch_size, erm=not args.no_erm,
+                                   erm_steps=args.erm_steps, device=args.device, threads=args.threads or None)
+        print(write_summary([result], run_dir / "eval")["table"])
+        print(f"wrote {run_dir / 'eval' / f'{KIND}.json'}")
+        return 0
+    options = load_config(args.config, args.set).data.options
+    holdout = args.holdout or options.get("holdout") or options.get("adapt")
+    if holdout is None:
+        raise ValueError("--config: set data.options.holdout (or adapt) or pass --holdout DOMAIN|all")
+    seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
+    protocols = ("generalization", "adaptation") if args.protocol == "both" else (args.protocol,)
+    results = train_and_evaluate(args.config, run_dir, "all" if holdout == "all" else [holdout], seeds, args.set,
+                                 protocols=protocols, C=args.C, erm=not args.no_erm, erm_steps=args.erm_steps,
+                                 device=args.device, threads=args.threads or None)
+    print(write_summary(results, run_dir)["table"])
+    print(f"wrote {run_dir}")
+    return 0
