@@ -96,6 +96,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, (module, help_text) in group_commands().items():
         if name == command:
             importlib.import_module(module).add_subparser(subparsers)
+            moved = [f"mvapp {name} {sub} (now mvapp {group} {sub}; this spelling is forwarded)"
+                     for (old_group, sub), group in FORWARDS.items() if old_group == name]
+            if moved:
+                subparsers.choices[name].epilog = "moved: " + "; ".join(moved)
         else:
             subparsers.add_parser(name, help=help_text, add_help=False)
     return parser

@@ -98,3 +98,12 @@ def test_old_eval_spelling_forwards_to_the_experiment_command() -> None:
                                                                                   "domain-generalization"]
     args = build_parser("experiment").parse_args(forward(argv))
     assert args.func is run_domain_generalization and args.seeds == "0,1" and args.threads == 1
+
+
+def test_eval_help_names_the_moved_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    from multiview_app.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    help_text = "".join(capsys.readouterr().out.split())  # argparse wraps lines (also at hyphens)
+    assert "mvappevaldomain-generalization(nowmvappexperimentdomain-generalization" in help_text
