@@ -119,12 +119,12 @@ def demo_config(cache: Path, runs: Path, name: str, seed: int, knobs: dict[str, 
     return load_config(REPO / "configs" / "eeg_synthetic_m3g.yaml", overrides, name=name)
 
 
-def pretrain(out: Path, seed: int) -> Path:
+def pretrain(out: Path, seed: int, data: Path | None = None) -> Path:
     """The demo's encoder pretrained with training seed ``seed`` on the demo's synthetic nights (generated once
-    under ``OUT/demo_data``), settings :func:`demo_settings`; a finished run with the same config is reused
+    under ``data``, default ``OUT/demo_data``), settings :func:`demo_settings`; a finished run with the same config is reused
     (``ensure_trained(cfg, "refuse-mismatch")``: one trained with other settings is refused, naming them)."""
     knobs = demo_settings()
-    cache = demo_data(out / "demo_data", knobs)["physionet2018"]
+    cache = demo_data((data or out / "demo_data").resolve(), knobs)["physionet2018"]
     cfg = demo_config(cache, out / "runs", f"{RUN_NAME}_seed{seed}", seed, knobs)
     ensure_trained(cfg, "refuse-mismatch")
     return cfg.run_dir
@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", type=Path, nargs="+", default=None,
                         help="pretrained run(s) to transfer (default: pretrain the demo's encoder)")
     parser.add_argument("--pretrain-seeds", default="0", help="comma-separated training seeds (default: %(default)s)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder of the demo's synthetic data, synthesized once and reused (default: OUT/demo_data)")
     parser.add_argument("--shots", type=positive_int, nargs="+", default=[10, 20, 40])
     parser.add_argument("--seeds", type=positive_int, default=3, help="few-shot draws per fold (default: %(default)s)")
     parser.add_argument("--stages", nargs="+", default=["W", "N1", "N2", "N3"])
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--real-psg DIR (or ${REAL_PSG_ENV}) is required")
     args.out.mkdir(parents=True, exist_ok=True)
     cache = prepare_dreams(Path(args.real_psg), args.out)
-    runs = args.run or [pretrain(args.out, int(s)) for s in args.pretrain_seeds.split(",")]
+    runs = args.run or [pretrain(args.out.resolve(), int(s), args.data) for s in args.pretrain_seeds.split(",")]
     combine = demo_settings()["DEMO_COMBINE"]
     results = [stage_dreams(run, cache, args.shots, args.seeds, args.stages, combine) for run in runs]
     pooled = pool_results(results) if len(results) > 1 else results[0]
