@@ -10,7 +10,9 @@ windows (not z-scored): per stage relative band power and amplitude percentiles 
 spindle density from both experts' scorings, the DREAMS automatic detector and the project's detector
 (``signal_stats.detect_spindles``), and that detector's sensitivity / precision against each scoring;
 realism both ways: a band-power classifier fitted on real epochs stages synthetic ones and the reverse
-(``signal_stats.cross_staging``, Cohen's kappa on W/N1/N2/N3). Writes
+(``eval.realism.cross_staging``, Cohen's kappa on W/N1/N2/N3), and that classifier's ceiling on real data:
+fitted on the other real excerpts, it stages the held-out one (``eval.realism.leave_one_group_out_staging``,
+pooled over the 8 excerpts; draw seeds ``--seed`` .. ``--seed`` + 2, per excerpt for ``--seed``). Writes
 ``DIR/eeg_signals.md``, ``DIR/eeg_signals.json`` and ``DIR/eeg_signals_bands.png`` (per stage W-N3: median
 relative band power with interquartile range and median in-band rms, synthetic vs real) and prints the table.
 """
@@ -26,7 +28,7 @@ import numpy as np
 from multiview_app.bench import command_line, markdown_table
 from multiview_app.data.eeg.dreams import find_excerpts, read_dreams, read_spindle_scoring
 from multiview_app.data.eeg.preprocess import resample
-from multiview_app.eval.realism import cross_staging
+from multiview_app.eval.realism import cross_staging, leave_one_group_out_staging
 from multiview_app.data.eeg.signal_stats import (detect_spindles, events_per_minute_in_stage,
                                                  match_events, stage_epochs, stage_signal_stats)
 from multiview_app.data.eeg.stages import STAGES
@@ -35,18 +37,20 @@ from multiview_app.eval.bandpower import BANDS
 
 REAL_PSG_ENV = "MVAPP_REAL_PSG"
 SFREQ = 100.0
+CEILING_ROW = "trained on the other real excerpts, stages the held-out one (ceiling)"
 SCORINGS = {"expert 1": "Visual_scoring1_{}.txt", "expert 2": "Visual_scoring2_{}.txt",
             "DREAMS automatic detector": "Automatic_detection_{}.txt"}
 
 
-def real_epochs(folder: Path) -> tuple[np.ndarray, np.ndarray, dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """DREAMS central epochs ``(e, 3000)`` uV, labels ``(e,)``, N2 spindles per minute per scoring
+def real_epochs(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, dict[str, float]],
+                                       dict[str, dict[str, float]]]:
+    """DREAMS central epochs ``(e, 3000)`` uV, labels ``(e,)``, the excerpt name of each epoch ``(e,)``, N2 spindles per minute per scoring
     (pooled over the excerpts that scoring covers; "project detector": ``signal_stats.detect_spindles``
     at 100 Hz), and that detector against each scoring (overlap; counts pooled over the excerpts)."""
     excerpts, _ = find_excerpts(folder)
     if not excerpts:
         raise SystemExit(f"{folder}: no DREAMS excerpts (excerptN.txt) found")
-    all_epochs, all_labels = [], []
+    all_epochs, all_labels, all_groups = [], [], []
     spindles = {name: [0, 0.0, 0] for name in [*SCORINGS, "project detector"]}  # count, N2 minutes, excerpts
     agreement = {name: {"reference": 0, "detected": 0, "found": 0, "right": 0}
                  for name in [*(f"project detector vs {n}" for n in SCORINGS), "expert 2 vs expert 1"]}
@@ -55,6 +59,7 @@ def real_epochs(folder: Path) -> tuple[np.ndarray, np.ndarray, dict[str, dict[st
         epochs, labels = stage_epochs(recording.signals[0], recording.sfreqs[0], recording.epoch_labels, SFREQ)
         all_epochs.append(epochs)
         all_labels.append(labels)
+        all_groups.append(np.full(labels.shape, excerpt.name))
         detected = detect_spindles(resample(recording.signals[0], recording.sfreqs[0], SFREQ), SFREQ,
                                    recording.epoch_labels)
         events = {"project detector": detected}
@@ -79,7 +84,14 @@ def real_epochs(folder: Path) -> tuple[np.ndarray, np.ndarray, dict[str, dict[st
     for counts in agreement.values():
         counts["sensitivity"] = counts["found"] / counts["reference"] if counts["reference"] else float("nan")
         counts["precision"] = counts["right"] / counts["detected"] if counts["detected"] else float("nan")
-    return np.concatenate(all_epochs), np.concatenate(all_labels), density, agreement
+    return np.concatenate(all_epochs), np.concatenate(all_labels), np.concatenate(all_groups), density, agreement
+
+
+def ceiling_train_range(result: dict) -> dict[str, str]:
+    """Per class, the balanced training draw of the leave-one-excerpt-out folds as ``"min-max"`` (it
+    depends on which excerpt is held out)."""
+    per_fold = [r["train_per_class"] for r in result["per_group"].values()]
+    return {c: f"{min(f[c] for f in per_fold)}-{max(f[c] for f in per_fold)}" for c in per_fold[0]}
 
 
 def synthetic_epochs(subjects: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -147,12 +159,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.real_psg is None:
         raise SystemExit(f"--real-psg not given and ${REAL_PSG_ENV} not set")
-    epochs, labels, density, agreement = real_epochs(Path(args.real_psg) / "dreams-spindles")
+    epochs, labels, excerpt_of, density, agreement = real_epochs(Path(args.real_psg) / "dreams-spindles")
     syn_epochs, syn_labels = synthetic_epochs(args.subjects, args.seed)
     stats = {"real": stage_signal_stats(epochs, labels, SFREQ), "synthetic": stage_signal_stats(syn_epochs, syn_labels, SFREQ)}
     realism = {"trained on real, stages synthetic": cross_staging((epochs, labels), (syn_epochs, syn_labels), SFREQ, seed=args.seed),
                "trained on synthetic, stages real": cross_staging((syn_epochs, syn_labels), (epochs, labels), SFREQ, seed=args.seed)}
+    ceiling = {"draws": [leave_one_group_out_staging(epochs, labels, excerpt_of, SFREQ, seed=args.seed + d) for d in range(3)]}
+    ceiling["pooled_kappa_per_draw"] = [c["pooled"]["kappa"] for c in ceiling["draws"]]
+    ceiling["pooled_balanced_accuracy_per_draw"] = [c["pooled"]["balanced_accuracy"] for c in ceiling["draws"]]
+    first = ceiling["draws"][0]
+    ceiling["row"] = {"name": CEILING_ROW, **first["pooled"], "test_per_class": first["test_per_class"],
+                      "train_per_class": ceiling_train_range(first)}
     summary = {"stats": stats, "real_n2_spindles": density, "project_detector_vs": agreement, "realism": realism,
+               "real_ceiling": ceiling,
                "command": command_line(),
                "synthetic_subjects": args.subjects, "seed": args.seed}
     headers, rows = table_rows(stats)
@@ -167,12 +186,22 @@ def main(argv: list[str] | None = None) -> int:
         ["band-power classifier (W/N1/N2/N3)", "kappa", "balanced accuracy", "F1 W / N1 / N2 / N3", "train per class", "test epochs"],
         [[name, f"{r['kappa']:.2f}", f"{r['balanced_accuracy']:.2f}",
           " / ".join(f"{r['per_class_f1'].get(s, float('nan')):.2f}" for s in STAGES[:4]),
-          next(iter(r["train_per_class"].values())), sum(r["test_per_class"].values())] for name, r in realism.items()])
+          next(iter(r["train_per_class"].values())), sum(r["test_per_class"].values())]
+         for name, r in {**realism, CEILING_ROW: ceiling["row"]}.items()])
+    ceiling_table = markdown_table(
+        [f"held-out real excerpt (ceiling, draw seed {args.seed})", "kappa", "balanced accuracy",
+         "test epochs W / N1 / N2 / N3"],
+        [[name, f"{r['kappa']:.2f}", f"{r['balanced_accuracy']:.2f}", " / ".join(map(str, r["test_per_class"].values()))]
+         for name, r in first["per_group"].items()])
+    ceiling_line = "ceiling (leave one real excerpt out), pooled kappa / balanced accuracy per draw seed: " + ", ".join(
+        f"{args.seed + d}: {k:.3f} / {b:.3f}" for d, (k, b) in enumerate(zip(ceiling["pooled_kappa_per_draw"],
+                                                                          ceiling["pooled_balanced_accuracy_per_draw"])))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "eeg_signals.md").write_text(
-        f"`{summary['command']}`\n\n{table}\n\n{spindle_table}\n\n{agreement_table}\n\n{realism_table}\n")
+        f"`{summary['command']}`\n\n{table}\n\n{spindle_table}\n\n{agreement_table}\n\n{realism_table}\n\n"
+        f"{ceiling_line}\n\n{ceiling_table}\n")
     (args.out / "eeg_signals.json").write_text(json.dumps(summary, indent=1))
-    print(table, spindle_table, agreement_table, realism_table, sep="\n\n")
+    print(table, spindle_table, agreement_table, realism_table, ceiling_line, ceiling_table, sep="\n\n")
     band_figure(stats, args.out / "eeg_signals_bands.png")
     return 0
 

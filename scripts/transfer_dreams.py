@@ -7,7 +7,8 @@ One command for a user with the DREAMS Sleep Spindles download (issue 25 item 4)
 1. prepares ``DIR/dreams-spindles`` into ``OUT/dreams_cache`` (``mvapp data prepare dreams``; reused when present);
 2. without ``--run``: pretrains the demo's encoder once per seed in ``--pretrain-seeds`` exactly as
    ``scripts/run_eeg_demo.sh`` does (its synthetic PhysioNet-2018-format nights and its training settings,
-   read from that script's defaults, not restated here) under ``OUT/``; a finished run is reused;
+   read from that script's defaults, each overridden by a ``DEMO_X`` environment variable as the script
+   itself does; not restated here) under ``OUT/``; a finished run with the same config is reused;
 3. stages the excerpts few-shot, **leave-one-excerpt-out** (``mvapp eval sleep-staging --cache ... --folds F``
    with F = the number of excerpts: every excerpt is its own subject, so each fold tests one excerpt; the
    classifier and its C are fitted and tuned on the other excerpts only) on ``--stages`` (default W N1 N2 N3:
@@ -25,7 +26,10 @@ import sys
 from pathlib import Path
 
 from multiview_app.argtypes import positive_int
-from multiview_app.eval.sleep_staging import format_table, pool_results, run_sleep_staging
+from multiview_app.config import Config, load_config
+from multiview_app.experiments import ensure_trained
+from multiview_app.eval.sleep_staging import format_table, pool_results
+from multiview_app.experiments.staging import staging_result
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_SCRIPT = REPO / "scripts" / "run_eeg_demo.sh"
@@ -33,15 +37,37 @@ REAL_PSG_ENV = "MVAPP_REAL_PSG"
 RUN_NAME = "eeg_synthetic_m3g_demo"
 
 
+DEMO_KNOBS = ("DEMO_SUBJECTS", "DEMO_EDF_SUBJECTS", "DEMO_HOURS", "DEMO_COMPRESS", "DEMO_STEPS", "DEMO_LR", "DEMO_BATCH",
+              "DEMO_WIDTH", "DEMO_EPSILON", "DEMO_SEEDS", "DEMO_PSG_SEED", "DEMO_EDF_SEED", "DEMO_AUGMENT", "DEMO_COMBINE")
+"""The demo script's knobs that the pretraining data, the training and the evaluation read."""
+
+
 def demo_defaults(script: Path = DEMO_SCRIPT) -> dict[str, str]:
     """``{"DEMO_STEPS": "840", ...}``: the default of every ``${DEMO_X:-default}`` / ``${DEMO_X-default}`` knob of
     the demo script, so this transfer pretrains with exactly the demo's settings."""
-    found = dict(re.findall(r'\$\{(DEMO_[A-Z_]+):?-([^}]*)\}', script.read_text()))
-    needed = {"DEMO_SUBJECTS", "DEMO_HOURS", "DEMO_COMPRESS", "DEMO_STEPS", "DEMO_LR", "DEMO_BATCH", "DEMO_WIDTH",
-              "DEMO_EPSILON", "DEMO_AUGMENT", "DEMO_COMBINE"}
-    if missing := sorted(needed - set(found)):
+    return {name: default for name, _, default in _demo_knobs(script)}
+
+
+def _demo_knobs(script: Path) -> list[tuple[str, str, str]]:
+    """``[(name, ":" or "", default)]`` of the script's ``${DEMO_X:-default}`` / ``${DEMO_X-default}`` knobs;
+    ``ValueError`` naming the script and any knob of :data:`DEMO_KNOBS` it lacks."""
+    found = re.findall(r'\$\{(DEMO_[A-Z_]+)(:?)-([^}]*)\}', script.read_text())
+    if missing := sorted(set(DEMO_KNOBS) - {name for name, _, _ in found}):
         raise ValueError(f"{script}: expected the demo knobs {missing} with defaults (${{DEMO_X:-value}})")
     return found
+
+
+def demo_settings(script: Path = DEMO_SCRIPT, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The demo's settings as the demo script itself resolves them: each knob's default
+    (:func:`demo_defaults`) unless the environment sets ``DEMO_X`` (``${DEMO_X:-d}``: a non-empty value;
+    ``${DEMO_X-d}``, e.g. ``DEMO_AUGMENT``: any value, empty included). One mechanism for the demo,
+    this transfer and ``scripts/compare_channel_modes.py``."""
+    env = dict(os.environ if env is None else env)
+    settings = {}
+    for name, colon, default in _demo_knobs(script):
+        value = env.get(name)
+        settings[name] = default if value is None or (colon and value == "") else value
+    return settings
 
 
 def mvapp(*args: str) -> None:
@@ -60,25 +86,48 @@ def prepare_dreams(real_psg: Path, out: Path) -> Path:
     return cache
 
 
-def pretrain(out: Path, seed: int) -> Path:
+def demo_data(data: Path, knobs: dict[str, str], sleep_edf: bool = False) -> dict[str, Path]:
+    """The demo's synthetic nights, synthesized and prepared under ``data`` as ``scripts/run_eeg_demo.sh``
+    does (existing files reused): ``{"physionet2018": cache}`` (``DEMO_SUBJECTS`` nights, generator seed
+    ``DEMO_PSG_SEED``; pretraining) and, with ``sleep_edf``, ``"sleep-edf"`` (``DEMO_EDF_SUBJECTS`` nights,
+    seed ``DEMO_EDF_SEED``; cross-dataset staging)."""
+    wanted = [("physionet2018", "DEMO_SUBJECTS", "DEMO_PSG_SEED")]
+    wanted += [("sleep-edf", "DEMO_EDF_SUBJECTS", "DEMO_EDF_SEED")] if sleep_edf else []
+    caches = {}
+    for fmt, subjects, seed in wanted:
+        stem = fmt.replace("-", "_")
+        raw, cache = data / f"{stem}_raw", data / f"{stem}_cache"
+        if not raw.is_dir() or not any(raw.glob("*")):
+            mvapp("data", "synth-psg", "--subjects", knobs[subjects], "--nights", "1", "--format", fmt,
+                  "--hours", knobs["DEMO_HOURS"], "--compress", knobs["DEMO_COMPRESS"], "--out", str(raw),
+                  "--seed", knobs[seed])
+        if not (cache / "manifest.json").is_file():
+            mvapp("data", "prepare", fmt, "--source", str(raw), "--out", str(cache))
+        caches[fmt] = cache
+    return caches
+
+
+def demo_config(cache: Path, runs: Path, name: str, seed: int, knobs: dict[str, str], extra: list[str] = ()) -> Config:
+    """The demo's training config (``configs/eeg_synthetic_m3g.yaml`` with the overrides
+    ``scripts/run_eeg_demo.sh`` passes, from ``knobs``) for run ``runs/name`` with ``train.seed`` ``seed``;
+    ``extra`` overrides last (e.g. another ``model.encoders.eeg.channel_mode``)."""
+    overrides = [f"output.runs_dir={runs}", f"train.seed={seed}", f"data.options.cache={cache}",
+                 f"train.max_steps={knobs['DEMO_STEPS']}", f"train.batch_size={knobs['DEMO_BATCH']}",
+                 f"optim.lr={knobs['DEMO_LR']}", f"model.encoders.eeg.width={knobs['DEMO_WIDTH']}",
+                 "model.encoders.eeg.dropout=0.0", "train.checkpoint_every=0", "train.log_every=10",
+                 f"loss.epsilon={knobs['DEMO_EPSILON']}", "loss.max_iter=300", *knobs["DEMO_AUGMENT"].split(), *extra]
+    return load_config(REPO / "configs" / "eeg_synthetic_m3g.yaml", overrides, name=name)
+
+
+def pretrain(out: Path, seed: int, data: Path | None = None) -> Path:
     """The demo's encoder pretrained with training seed ``seed`` on the demo's synthetic nights (generated once
-    under ``OUT/demo_data``); a run with ``model.safetensors`` is reused."""
-    knobs = demo_defaults()
-    raw, cache = out / "demo_data" / "physionet2018_raw", out / "demo_data" / "physionet2018_cache"
-    if not any(raw.glob("*")):
-        mvapp("data", "synth-psg", "--subjects", knobs["DEMO_SUBJECTS"], "--nights", "1", "--format", "physionet2018",
-              "--hours", knobs["DEMO_HOURS"], "--compress", knobs["DEMO_COMPRESS"], "--out", str(raw), "--seed", "0")
-    if not (cache / "manifest.json").is_file():
-        mvapp("data", "prepare", "physionet2018", "--source", str(raw), "--out", str(cache))
-    runs, name = out / "runs", f"{RUN_NAME}_seed{seed}"
-    if not (runs / name / "model.safetensors").is_file():
-        mvapp("train", "--config", str(REPO / "configs" / "eeg_synthetic_m3g.yaml"), "--name", name,
-              f"output.runs_dir={runs}", f"train.seed={seed}", f"data.options.cache={cache}",
-              f"train.max_steps={knobs['DEMO_STEPS']}", f"train.batch_size={knobs['DEMO_BATCH']}",
-              f"optim.lr={knobs['DEMO_LR']}", f"model.encoders.eeg.width={knobs['DEMO_WIDTH']}",
-              "model.encoders.eeg.dropout=0.0", "train.checkpoint_every=0", "train.log_every=10",
-              f"loss.epsilon={knobs['DEMO_EPSILON']}", "loss.max_iter=300", *knobs["DEMO_AUGMENT"].split())
-    return runs / name
+    under ``data``, default ``OUT/demo_data``), settings :func:`demo_settings`; a finished run with the same config is reused
+    (``ensure_trained(cfg, "refuse-mismatch")``: one trained with other settings is refused, naming them)."""
+    knobs = demo_settings()
+    cache = demo_data((data or out / "demo_data").resolve(), knobs)["physionet2018"]
+    cfg = demo_config(cache, out / "runs", f"{RUN_NAME}_seed{seed}", seed, knobs)
+    ensure_trained(cfg, "refuse-mismatch")
+    return cfg.run_dir
 
 
 def check_leave_one_out(result: dict, n_excerpts: int) -> None:
@@ -89,6 +138,17 @@ def check_leave_one_out(result: dict, n_excerpts: int) -> None:
     for fold, val in zip(result["folds"], result["validation_subjects"]):
         if fold["test"][0] in fold["train"] or fold["test"][0] in val:
             raise AssertionError(f"excerpt {fold['test'][0]} both tested and used for the classifier")
+
+
+def stage_dreams(run: Path, cache: Path, shots: list[int], draws: int, stages: list[str], combine: str) -> dict:
+    """``run``'s encoder stages the DREAMS excerpts of ``cache`` leave-one-excerpt-out (folds = excerpts;
+    checked by :func:`check_leave_one_out`); a stored evaluation with the same settings is reused
+    (``experiments.staging.staging_result``)."""
+    n_excerpts = len(json.loads((cache / "manifest.json").read_text())["recordings"])
+    result = staging_result(run, cache=cache.resolve(), folds=n_excerpts, shots=list(shots), draws=draws,
+                            combine=combine, stages=stages)
+    check_leave_one_out(result, n_excerpts)
+    return result
 
 
 def per_class_f1_table(result: dict) -> list[str]:
@@ -126,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", type=Path, nargs="+", default=None,
                         help="pretrained run(s) to transfer (default: pretrain the demo's encoder)")
     parser.add_argument("--pretrain-seeds", default="0", help="comma-separated training seeds (default: %(default)s)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder of the demo's synthetic data, synthesized once and reused (default: OUT/demo_data)")
     parser.add_argument("--shots", type=positive_int, nargs="+", default=[10, 20, 40])
     parser.add_argument("--seeds", type=positive_int, default=3, help="few-shot draws per fold (default: %(default)s)")
     parser.add_argument("--stages", nargs="+", default=["W", "N1", "N2", "N3"])
@@ -134,15 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--real-psg DIR (or ${REAL_PSG_ENV}) is required")
     args.out.mkdir(parents=True, exist_ok=True)
     cache = prepare_dreams(Path(args.real_psg), args.out)
-    n_excerpts = len(json.loads((cache / "manifest.json").read_text())["recordings"])
-    runs = args.run or [pretrain(args.out, int(s)) for s in args.pretrain_seeds.split(",")]
-    knobs = demo_defaults()
-    results = []
-    for run in runs:
-        result = run_sleep_staging(run, cache=str(cache), folds=n_excerpts, shots=tuple(args.shots), seeds=args.seeds,
-                                   combine=knobs["DEMO_COMBINE"], stages=args.stages, progress=False)
-        check_leave_one_out(result, n_excerpts)
-        results.append(result)
+    runs = args.run or [pretrain(args.out.resolve(), int(s), args.data) for s in args.pretrain_seeds.split(",")]
+    combine = demo_settings()["DEMO_COMBINE"]
+    results = [stage_dreams(run, cache, args.shots, args.seeds, args.stages, combine) for run in runs]
     pooled = pool_results(results) if len(results) > 1 else results[0]
     command = "python scripts/transfer_dreams.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = markdown(pooled, runs, cache, command)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from multiview_app.data.eeg.electrodes import MONTAGES, derivation_positions, electrode_positions, split_derivation
+from multiview_app.data.eeg.dreams import known_derivations
+from multiview_app.data.eeg.electrodes import MONTAGES, derivation_members, derivation_positions, electrode_positions, split_derivation
 from multiview_app.models.eeg import HEAD_RADIUS_M, MontageEmbedding
 from multiview_app.models.encoders import build_encoder
 
@@ -76,6 +77,11 @@ def test_montage_mode_embeds_unseen_derivations_from_their_electrodes():
     embedding = encoder.montage_embedding
     group = embedding.position_features("C3-M2+O1-M2")
     torch.testing.assert_close(group, (embedding.position_features("C3-M2") + embedding.position_features("O1-M2")) / 2)
+    # DREAMS' channel "central" (each excerpt's C3-A1 or CZ-A1) is the group of the derivations its card names
+    assert derivation_members("central") == derivation_members("C3-A1+CZ-A1") == ["C3-A1", "CZ-A1"]
+    assert derivation_members("central") == known_derivations()
+    torch.testing.assert_close(embedding.position_features("central"),
+                               (embedding.position_features("C3-A1") + embedding.position_features("Cz-A1")) / 2)
     # a reference-free name has zero reference features and flag 0
     cz = embedding.position_features("Cz")
     assert float(cz[-1]) == 0.0 and torch.count_nonzero(cz[2 * 16:4 * 16]) == 0

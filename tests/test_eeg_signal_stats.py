@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from multiview_app.data.eeg.dreams import read_spindle_scoring
-from multiview_app.eval.realism import cross_staging
+from multiview_app.eval.realism import cross_staging, leave_one_group_out_staging
 from multiview_app.data.eeg.signal_stats import (detect_spindles, events_per_minute_in_stage, match_events, stage_epochs,
                                                  stage_signal_stats)
 from multiview_app.data.eeg.stages import STAGES
@@ -96,6 +96,33 @@ def test_cross_staging_of_two_sources_with_the_same_stages() -> None:
         cross_staging((epochs[labels != 1], labels[labels != 1]), (epochs, labels), 100.0)
 
 
+def test_leave_one_group_out_holds_each_group_out_of_its_own_fit() -> None:
+    """Groups of 5, 10 and 20 epochs per stage (W/N1/N2/N3 as four rhythms) and a fourth group of 8 per stage whose
+    stages are renamed: each fold's balanced training draw is the rarest class of the *other* groups (so the held-out
+    group is never in its fit), the three consistent groups are staged almost perfectly, the renamed one worse than
+    chance, and the pooled counts are every epoch once. A group without an epoch of the classes is skipped."""
+    parts = [_rhythm_epochs(seed, n) for seed, n in ((0, 5), (1, 10), (2, 20), (3, 8))]
+    parts[3] = (parts[3][0], (parts[3][1] + 1) % 4)  # group "d": stages renamed
+    rem = (np.zeros((3, 3000)), np.full(3, 4))  # group "e": REM only, not among the classes
+    epochs = np.concatenate([p[0] for p in parts] + [rem[0]])
+    labels = np.concatenate([p[1] for p in parts] + [rem[1]])
+    groups = np.concatenate([np.full(p[1].size, g) for g, p in zip("abcd", parts)] + [np.full(3, "e")])
+    result = leave_one_group_out_staging(epochs, labels, groups, 100.0)
+    assert list(result["per_group"]) == ["a", "b", "c", "d"] and result["skipped_groups"] == ["e"]
+    others = {"a": 10 + 20 + 8, "b": 5 + 20 + 8, "c": 5 + 10 + 8, "d": 5 + 10 + 20}  # per class, groups not held out
+    for group, n in others.items():
+        assert result["per_group"][group]["train_per_class"] == dict.fromkeys(["W", "N1", "N2", "N3"], n)
+    assert [result["per_group"][g]["test_per_class"]["N2"] for g in "abcd"] == [5, 10, 20, 8]
+    assert all(result["per_group"][g]["kappa"] > 0.9 for g in "abc") and result["per_group"]["d"]["kappa"] < 0.0
+    assert result["test_per_class"] == dict.fromkeys(["W", "N1", "N2", "N3"], 43)
+    assert 0.0 < result["pooled"]["kappa"] < min(result["per_group"][g]["kappa"] for g in "abc")
+    with pytest.raises(ValueError, match="held-out group 'a': realism classifier: a class of .* has no training epoch"):
+        keep = ~((groups != "a") & (labels == 1))  # N1 only in group "a"
+        leave_one_group_out_staging(epochs[keep], labels[keep], groups[keep], 100.0)
+    with pytest.raises(ValueError, match="same first dimension"):
+        leave_one_group_out_staging(epochs, labels, groups[:-1], 100.0)
+
+
 def test_spindle_scoring_reader(tmp_path: Path) -> None:
     path = tmp_path / "Visual_scoring1_excerpt1.txt"
     path.write_text("[vis1_Spindles/C3-A1]\n  282.2400\t    0.7200\n  311.7200\t    1.5400\n")
@@ -137,6 +164,15 @@ def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None
     assert realism["trained on synthetic, stages real"]["test_per_class"] == {"W": 54, "N1": 46, "N2": 288, "N3": 87}
     assert realism["trained on real, stages synthetic"]["train_per_class"] == {"W": 46, "N1": 46, "N2": 46, "N3": 46}
     assert all(-1.0 <= r["kappa"] <= 1.0 and 0.0 <= r["balanced_accuracy"] <= 1.0 for r in realism.values())
+    ceiling = summary["real_ceiling"]  # the classifier's leave-one-real-excerpt-out ceiling, 3 draw seeds
+    assert len(ceiling["draws"]) == 3 and len(ceiling["pooled_kappa_per_draw"]) == 3
+    for draw in ceiling["draws"]:
+        assert sorted(draw["per_group"]) == [f"excerpt{i}" for i in range(1, 9)] and draw["skipped_groups"] == []
+        assert draw["test_per_class"] == {"W": 54, "N1": 46, "N2": 288, "N3": 87}  # every real epoch held out once
+        assert all(-1.0 <= g["kappa"] <= 1.0 and 0.0 <= g["balanced_accuracy"] <= 1.0 for g in draw["per_group"].values())
+        assert -1.0 <= draw["pooled"]["kappa"] <= 1.0
+    assert ceiling["row"]["name"] == "trained on the other real excerpts, stages the held-out one (ceiling)"
+    assert "(ceiling)" in (tmp_path / "eeg_signals.md").read_text()
     assert "relative sigma power" in (tmp_path / "eeg_signals.md").read_text()
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..data.eeg.stages import STAGES
 from ..eval.protocols.probe import mean_std
 from ..eval.protocols.staging import pool_results
 from ..eval.sleep_staging import run_sleep_staging
@@ -17,19 +18,24 @@ REFERENCE_LOSS = "m3g"
 """The loss the paired differences are taken against."""
 
 
-def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list[int], draws: int) -> dict[str, Any]:
-    """The sleep-staging result of one run (in-domain, or cross-dataset on ``cache``): the stored
-    ``eval/sleep_staging[_sleep-edf].json`` when it holds the same shots, draws, folds and cache,
-    else a fresh evaluation (baselines included, C tuned)."""
-    stem = "sleep_staging_sleep-edf" if cache else "sleep_staging"
+def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list[int], draws: int,
+                   combine: str = "concat", stages: list[str] | None = None) -> dict[str, Any]:
+    """The sleep-staging result of one run (in-domain, or on another dataset's ``cache``: cross-dataset,
+    or e.g. the real DREAMS excerpts): the stored ``eval/sleep_staging[_<dataset>].json`` when it holds
+    the same shots, draws, folds, cache, ``combine`` and ``stages``, else a fresh evaluation (baselines
+    included, C tuned)."""
+    from ..data.eeg.cache import load_manifest
+
+    stem = f"sleep_staging_{load_manifest(cache)['dataset']}" if cache else "sleep_staging"
     stored = run_dir / "eval" / f"{stem}.json"
     if stored.is_file():
         result = json.loads(stored.read_text())
         if (result["shots"] == list(shots) and result["seeds"] == draws and len(result["folds"]) == folds
-                and (cache is None or Path(result["cache"]) == cache.resolve())):
+                and result.get("combine") == combine and result.get("stages") == (list(stages) if stages else list(STAGES))
+                and (cache is None or Path(result["cache"]).resolve() == cache.resolve())):
             return result
     return run_sleep_staging(run_dir, cache=str(cache) if cache else None, folds=folds, shots=tuple(shots),
-                             seeds=draws, baselines=True, progress=False)
+                             seeds=draws, baselines=True, progress=False, combine=combine, stages=stages)
 
 
 def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) -> dict[str, float]:

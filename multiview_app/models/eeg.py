@@ -34,7 +34,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ..data.eeg.electrodes import derivation_positions
+from ..data.eeg.electrodes import derivation_members, derivation_positions
 from ..data.eeg.stages import PHYSIONET2018_EEG
 from .encoders import Encoder, load_pretrained, register_encoder
 
@@ -67,7 +67,8 @@ class MontageEmbedding(nn.Module):
     ``(frequencies, 3)`` fixed (seeded normal with std ``scale`` cycles per head radius, saved with the
     weights: the features' inner product approximates a Gaussian kernel of length ``1 / (2 pi scale)``
     head radii, ~0.3 at the default, so neighbouring electrodes get similar features); a reference-free name has zero
-    reference features and ``has_ref = 0``. A group "A+B" averages its members' features. A learned
+    reference features and ``has_ref = 0``. A group "A+B" averages its members' features (so does DREAMS'
+    ``central``: C3-A1 and CZ-A1, ``electrodes.derivation_members``). A learned
     linear layer maps the ``4 * frequencies + 1`` features to ``width``.
     """
 
@@ -84,9 +85,10 @@ class MontageEmbedding(nn.Module):
         self._features: dict[tuple[str, torch.device, torch.dtype], torch.Tensor] = {}
 
     def position_features(self, view_name: str) -> torch.Tensor:
-        """``(4 * frequencies + 1,)`` float64 features of a view name (members of "A+B" averaged)."""
+        """``(4 * frequencies + 1,)`` float64 features of a view name (members of "A+B", and the derivations
+        that DREAMS' ``central`` stands for, averaged: ``electrodes.derivation_members``)."""
         rows = []
-        for part in view_name.split("+"):
+        for part in derivation_members(view_name):
             active, reference = derivation_positions(part)
             feats = [self._fourier(active)]
             if reference is None:

@@ -6,6 +6,10 @@ electrode (``Cz``: reference unknown). Positions are the template head's coordin
 10-05 system plus the mastoids M1/M2 and the ear lobes A1/A2). Used by the EEG encoder's montage-aware
 channel embedding (``models/eeg.py``, ``channel_mode: montage``), so a derivation never seen in
 pretraining still gets an embedding from where its electrodes sit.
+
+A channel name that stands for one of several derivations (the DREAMS reader's ``central``: each excerpt's
+C3-A1 or CZ-A1, named per recording but not per window in a cache) is a group of those derivations
+(:func:`derivation_members`), whose features the montage embedding averages as for ``A+B`` views.
 """
 from __future__ import annotations
 
@@ -48,6 +52,18 @@ def split_derivation(name: str) -> tuple[str, str | None]:
     return active, reference
 
 
+def derivation_members(view_name: str) -> list[str]:
+    """The derivations whose features a view's montage embedding averages: ``"C3-M2"`` -> ``["C3-M2"]``,
+    an averaged group ``"A+B"`` -> ``["A", "B"]``, and the DREAMS channel ``central`` -> its card's
+    aliases (``["C3-A1", "CZ-A1"]``: a cache names one channel for excerpts of either derivation)."""
+    from .dreams import CENTRAL, known_derivations
+
+    members: list[str] = []
+    for part in view_name.split("+"):
+        members += known_derivations() if part.strip().lower() == CENTRAL else [part]
+    return members
+
+
 def derivation_positions(name: str) -> tuple[np.ndarray, np.ndarray | None]:
     """Positions ``(3,)`` of a derivation's active electrode and of its reference (None when the name has
     no reference). ``ValueError`` naming the derivation and the electrode that the montage lacks."""
@@ -68,4 +84,4 @@ def derivation_positions(name: str) -> tuple[np.ndarray, np.ndarray | None]:
     return out[0], out[1]  # type: ignore[return-value]
 
 
-__all__ = ["MONTAGES", "derivation_positions", "electrode_positions", "split_derivation"]
+__all__ = ["MONTAGES", "derivation_members", "derivation_positions", "electrode_positions", "split_derivation"]

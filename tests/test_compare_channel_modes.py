@@ -1,0 +1,72 @@
+"""scripts/compare_channel_modes.py at toy size (cross-dataset protocol only: no real data needed): each mode is
+the demo's run with only ``channel_mode`` changed, the table's cells are the mean ± std over pretraining seeds of
+the stored evaluations, and a second call retrains and re-evaluates nothing. Also the one mechanism that both
+this script and scripts/transfer_dreams.py use for the demo's settings (``DEMO_X`` overrides)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _train_helpers import load_script
+
+TOY_DEMO = {"DEMO_SUBJECTS": "3", "DEMO_EDF_SUBJECTS": "4", "DEMO_HOURS": "1", "DEMO_COMPRESS": "1", "DEMO_STEPS": "2",
+            "DEMO_SEEDS": "2", "DEMO_WIDTH": "8", "DEMO_AUGMENT": ""}
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script("compare_channel_modes")
+
+
+def test_demo_settings_follow_the_demo_script_and_its_environment_overrides(script) -> None:
+    transfer = load_script("transfer_dreams")
+    defaults = transfer.demo_defaults()
+    assert transfer.demo_settings(env={}) == defaults
+    assert set(transfer.DEMO_KNOBS) <= set(defaults)
+    chosen = transfer.demo_settings(env={"DEMO_STEPS": "120", "DEMO_LR": "", "DEMO_AUGMENT": ""})
+    assert chosen["DEMO_STEPS"] == "120"
+    assert chosen["DEMO_LR"] == defaults["DEMO_LR"]  # ${DEMO_LR:-d}: empty means the default
+    assert chosen["DEMO_AUGMENT"] == ""  # ${DEMO_AUGMENT-d}: empty turns the augmentations off, as in the script
+    cfg = transfer.demo_config(Path("/nonexistent/cache"), Path("/tmp/runs"), "x", 3, chosen, script.MODES["montage"])
+    assert (cfg.train.max_steps, cfg.train.seed, cfg.model.encoders["eeg"]["channel_mode"]) == (120, 3, "montage")
+
+
+@pytest.mark.slow
+def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(script, tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in TOY_DEMO.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "out"
+    argv = ["--out", str(out), "--modes", "agnostic,montage", "--pretrain-seeds", "0,1", "--protocols",
+            "cross-dataset", "--cross-shots", "2", "4", "--cross-folds", "2"]
+    assert script.main(argv) == 0
+    summary = json.loads((out / "channel_modes.json").read_text())
+    table = (out / "channel_modes.md").read_text()
+    assert "agnostic (n=2)" in table and "montage (n=2)" in table and "minus handcrafted" in table and "minus band power" in table
+    runs = {mode: [out / "runs" / script.run_name(mode, seed) for seed in (0, 1)] for mode in ("agnostic", "montage")}
+    assert runs["agnostic"][0].name == "eeg_synthetic_m3g_demo_seed0"  # scripts/transfer_dreams.py's run names
+    for mode, folders in runs.items():
+        saved = [(f / "config.yaml").read_text() for f in folders]
+        assert all(f"channel_mode: {mode}" in text and "max_steps: 2" in text for text in saved)
+        evals = [json.loads((f / "eval" / "sleep_staging_sleep-edf.json").read_text()) for f in folders]
+        for s in ("2", "4"):
+            cell = summary["summary"]["cross-dataset"][mode][s]
+            per_seed = [np.mean([fit["balanced_accuracy"] for fit in e["results"]["trained"][s]["runs"]]) for e in evals]
+            assert cell["n_seeds"] == 2 and cell["fits_per_seed"] == 2 * 2  # folds x draws
+            assert cell["trained"]["balanced_accuracy"]["mean"] == pytest.approx(np.mean(per_seed))
+            assert cell["trained"]["balanced_accuracy"]["std"] == pytest.approx(np.std(per_seed))
+            diffs = [[a["balanced_accuracy"] - b["balanced_accuracy"] for a, b in
+                      zip(e["results"]["trained"][s]["runs"], e["results"]["handcrafted"][s]["runs"])] for e in evals]
+            assert cell["minus handcrafted"]["mean"] == pytest.approx(np.mean([np.mean(d) for d in diffs]))
+            assert cell["minus handcrafted"]["won"] == sum(x > 0 for d in diffs for x in d)
+            assert cell["minus handcrafted"]["fits"] == 8
+    stamps = {p: p.stat().st_mtime_ns for folders in runs.values() for f in folders
+              for p in (f / "model.safetensors", f / "eval" / "sleep_staging_sleep-edf.json")}
+    assert script.main(argv) == 0  # resumes: nothing retrained, nothing re-evaluated
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    assert all(t["reused"] for t in json.loads((out / "channel_modes.json").read_text())["timings"])
+    with pytest.raises(SystemExit):
+        script.main([*argv[:2], "--modes", "electrodes"])
