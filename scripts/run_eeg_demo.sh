@@ -55,49 +55,74 @@ EDF_RAW="$DATA/sleep_edf_raw"
 EDF_CACHE="$DATA/sleep_edf_cache"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 start=$SECONDS
+PHASES=()  # "name seconds" of every phase, printed at the end
+phase_done() {  # phase_done NAME SINCE: record and print the wall seconds of a phase that began at SINCE
+  PHASES+=("$1 $((SECONDS - $2)) s")
+  echo "   [$1: $((SECONDS - $2)) s wall]"
+}
 
-synth() {  # synth FORMAT SUBJECTS OUT SEED
+synth() {  # synth FORMAT SUBJECTS OUT SEED WORKERS
   if compgen -G "$3/*" > /dev/null; then
     echo "   (found existing files in $3; delete the folder to regenerate)"
   else
     "$MVAPP" data synth-psg --subjects "$2" --nights 1 --format "$1" --hours "$HOURS" --compress "$COMPRESS" \
-      --out "$3" --seed "$4"
+      --out "$3" --seed "$4" --workers "$5"
   fi
 }
 
 echo "== 1/5 synthesize $SUBJECTS PhysioNet-2018-format nights (WFDB; pretraining) and $EDF_SUBJECTS Sleep-EDF-format"
 echo "       nights (EDF; cross-dataset staging, disjoint seed): ${HOURS}-h nights as ${COMPRESS}x compressed excerpts"
 echo "== 2/5 prepare (read, resample to 100 Hz, band-pass 0.5-30 Hz, 30-s windows), each dataset as soon as it is written"
-# the two datasets in two concurrent processes; the Sleep-EDF side's output is printed after the other's
+# the two datasets concurrently (the PhysioNet side, on the critical path, with two writer processes); the
+# Sleep-EDF side's output is printed after the other's
 mkdir -p "$DATA"
-synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" "$EDF_SEED" > "$DATA/sleep_edf.log" 2>&1 \
-  && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE" >> "$DATA/sleep_edf.log" 2>&1 &
+edf_side() {  # the Sleep-EDF-format nights, synthesized then prepared (its wall time on the last line)
+  local since=$SECONDS
+  synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" "$EDF_SEED" 1 && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE"
+  echo "   [Sleep-EDF-format synthesize + prepare, concurrent: $((SECONDS - since)) s wall]"
+}
+edf_side > "$DATA/sleep_edf.log" 2>&1 &
 edf_job=$!
-synth physionet2018 "$SUBJECTS" "$RAW" "$PSG_SEED"
+t=$SECONDS
+synth physionet2018 "$SUBJECTS" "$RAW" "$PSG_SEED" 2  # two writer processes (the same files): the critical path
+phase_done "synthesize PhysioNet-format" "$t"; t=$SECONDS
 "$MVAPP" data prepare physionet2018 --source "$RAW" --out "$CACHE"
+phase_done "prepare PhysioNet-format" "$t"; t=$SECONDS
 edf_status=0; wait "$edf_job" || edf_status=$?
 cat "$DATA/sleep_edf.log"; rm -f "$DATA/sleep_edf.log"
+phase_done "wait for the Sleep-EDF-format side" "$t"
 [ "$edf_status" -eq 0 ] || { echo "Sleep-EDF-format synthesis/prepare failed (exit $edf_status)" >&2; exit "$edf_status"; }
 
 echo "== 3/5 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, lr $LR, channel-agnostic encoder width $WIDTH"
 echo "       view augmentations: ${AUGMENT:-none}"
 rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
+t=$SECONDS
 MVAPP_NUM_THREADS="${DEMO_TRAIN_THREADS:-${MVAPP_NUM_THREADS:-}}" \
   "$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \
   data.options.cache="$CACHE" train.max_steps="$STEPS" train.batch_size="$BATCH" optim.lr="$LR" \
   model.encoders.eeg.width="$WIDTH" model.encoders.eeg.dropout=0.0 train.checkpoint_every=0 train.log_every=10 \
   loss.epsilon="$EPSILON" loss.max_iter=300 ${AUGMENT_ARGS[@]+"${AUGMENT_ARGS[@]}"}
+phase_done "train" "$t"; t=$SECONDS
 
 # the two evaluations in two concurrent processes (separate output files); tables printed in order
 CROSS_LOG="runs/$RUN_NAME/eval_cross_dataset.log"
-"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots 10 50 100 1000 --seeds "$SEEDS" \
-  --folds 5 --combine "$COMBINE" > "$CROSS_LOG" 2>&1 &
+cross_eval() {
+  local since=$SECONDS
+  "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots 10 50 100 1000 --seeds "$SEEDS" \
+    --folds 5 --combine "$COMBINE"
+  echo "   [cross-dataset evaluation, concurrent with the in-domain one: $((SECONDS - since)) s wall]"
+}
+cross_eval > "$CROSS_LOG" 2>&1 &
 cross_job=$!
 echo "== 4/5 in-domain few-shot sleep staging: the run's 4 held-out subjects in 2 test folds of 2"
 "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds "$SEEDS" --folds 2 --combine "$COMBINE"
+phase_done "in-domain evaluation" "$t"
 cross_status=0; wait "$cross_job" || cross_status=$?
+phase_done "both evaluations" "$t"
 echo "== 5/5 cross-dataset (M3G Sec. 4.3): PhysioNet-format pretraining -> Sleep-EDF-format staging, 5 subject folds"
 cat "$CROSS_LOG"
 [ "$cross_status" -eq 0 ] || { echo "cross-dataset staging failed (exit $cross_status)" >&2; exit "$cross_status"; }
 
+echo "phases (wall seconds; load average now: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)):"
+printf '   %s\n' "${PHASES[@]}"
 echo "demo finished in $((SECONDS - start)) s; outputs in runs/$RUN_NAME (eval/sleep_staging*.json, plots/)"
