@@ -104,18 +104,20 @@ MVAPP_NUM_THREADS="${DEMO_TRAIN_THREADS:-${MVAPP_NUM_THREADS:-}}" \
   loss.epsilon="$EPSILON" loss.max_iter=300 ${AUGMENT_ARGS[@]+"${AUGMENT_ARGS[@]}"}
 phase_done "train" "$t"; t=$SECONDS
 
-# the two evaluations in two concurrent processes (separate output files); tables printed in order
+# the two evaluations in two concurrent processes (separate output files); tables printed in order. Each fits its
+# subject folds in two processes (--workers 2: the same result), so neither core idles once the shorter one ends
 CROSS_LOG="runs/$RUN_NAME/eval_cross_dataset.log"
 cross_eval() {
   local since=$SECONDS
   "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots 10 50 100 1000 --seeds "$SEEDS" \
-    --folds 5 --combine "$COMBINE"
+    --folds 5 --combine "$COMBINE" --workers 2
   echo "   [cross-dataset evaluation, concurrent with the in-domain one: $((SECONDS - since)) s wall]"
 }
 cross_eval > "$CROSS_LOG" 2>&1 &
 cross_job=$!
 echo "== 4/5 in-domain few-shot sleep staging: the run's 4 held-out subjects in 2 test folds of 2"
-"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds "$SEEDS" --folds 2 --combine "$COMBINE"
+"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds "$SEEDS" --folds 2 --combine "$COMBINE" \
+  --workers 2
 phase_done "in-domain evaluation" "$t"
 cross_status=0; wait "$cross_job" || cross_status=$?
 phase_done "both evaluations" "$t"
