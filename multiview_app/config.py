@@ -206,6 +206,9 @@ class TuneConfig(_Strict):
     pruner_options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the Optuna pruner")
     sampler: Literal["tpe", "random", "nsga2"] | None = Field(None, description="None: tpe, nsga2 when multi-objective")
     sampler_seed: int = 0
+    enqueue: list[dict[str, Any]] = Field(
+        default_factory=list, description="points tried first, in this order, before the sampler's: each {dotted key "
+        "of tune.space: value} naming every key of the space (a designed set of trials; Optuna enqueue_trial)")
     max_train_items: int | None = Field(2000, ge=1, description="probe training items of the val metric (seeded subsample)")
     shots: int = Field(100, ge=1, description="windows per class of the sleep-staging val metric")
     max_retries: int = Field(2, ge=0, description="reruns of a trial whose worker was killed")

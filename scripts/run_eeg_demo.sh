@@ -8,17 +8,17 @@
 # balanced accuracy and kappa first. CPU-sized: nights are 6x compressed excerpts of full 9-h nights
 # (same stage proportions), small encoder width, few steps. Environment knobs (defaults):
 #   DEMO_DATA=demo_data  DEMO_SUBJECTS=12  DEMO_EDF_SUBJECTS=10  DEMO_HOURS=9  DEMO_COMPRESS=6
-#   DEMO_STEPS=840  DEMO_LR=0.002  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2  DEMO_SEEDS=3
+#   DEMO_STEPS=400  DEMO_LR=0.002  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2  DEMO_SEEDS=3
 #   DEMO_PSG_SEED=0  DEMO_EDF_SEED=1000  (generator seeds of the two synthetic populations; the development
 #   seeds are 0 / 1000 -- other values give nights never used while the demo's settings were chosen. Use a
 #   fresh DEMO_DATA folder per seed pair: existing files are reused)
-#   (840 steps = the config's 10 epochs (M3G Table 3) of the 8 pretraining subjects' ~1,350 windows (84 batches of 16);
-#   the run stops at whichever of train.max_steps / train.epochs comes first. With peak learning rate 2e-3
-#   instead of 400 steps at 1e-3, over three pretraining seeds: ahead of band power in every cell of both
-#   protocols, beyond the paired std in-domain, won in 35-40 of 45 fits cross-dataset; docs/eeg.md "Levers")
+#   (steps, learning rate, width, epsilon and the view augmentations were chosen on VALIDATION subjects of the
+#   pretraining data, never on the test folds: `mvapp tune --config configs/tune_eeg_demo.yaml`, docs/eeg.md "Demo
+#   settings chosen on validation (issue 26 item 2)". 400 steps = ~5 epochs of the 8 pretraining subjects' ~1,350
+#   windows (84 batches of 16); the run stops at whichever of train.max_steps / train.epochs comes first)
 #   DEMO_AUGMENT="views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1
 #                 views.options.band_stop_hz=2.0"   (training views: independent 20-s crops per channel, random gain,
-#                 white noise, a 2-Hz stop band in half of the views; "" turns them off; docs/eeg.md "Levers")
+#                 white noise, a 2-Hz stop band in half of the views; "" turns them off)
 #   DEMO_COMBINE=concat (per-channel features of the encoder rows concatenated before the classifier; or mean)
 # Speed (docs/eeg.md "Demo"): torch runs with one intra-op thread (OMP_NUM_THREADS=1 unless set:
 # on 2 shared cores the default two threads made a training step ~8x slower; every mvapp process
@@ -33,7 +33,7 @@ SUBJECTS="${DEMO_SUBJECTS:-12}"
 EDF_SUBJECTS="${DEMO_EDF_SUBJECTS:-10}"
 HOURS="${DEMO_HOURS:-9}"
 COMPRESS="${DEMO_COMPRESS:-6}"
-STEPS="${DEMO_STEPS:-840}"
+STEPS="${DEMO_STEPS:-400}"
 LR="${DEMO_LR:-0.002}"  # AdamW peak learning rate (warmup 20 steps, cosine to 0)
 BATCH="${DEMO_BATCH:-16}"
 WIDTH="${DEMO_WIDTH:-32}"
@@ -55,49 +55,76 @@ EDF_RAW="$DATA/sleep_edf_raw"
 EDF_CACHE="$DATA/sleep_edf_cache"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 start=$SECONDS
+PHASES=()  # "name seconds" of every phase, printed at the end
+phase_done() {  # phase_done NAME SINCE: record and print the wall seconds of a phase that began at SINCE
+  PHASES+=("$1 $((SECONDS - $2)) s")
+  echo "   [$1: $((SECONDS - $2)) s wall]"
+}
 
-synth() {  # synth FORMAT SUBJECTS OUT SEED
+synth() {  # synth FORMAT SUBJECTS OUT SEED WORKERS
   if compgen -G "$3/*" > /dev/null; then
     echo "   (found existing files in $3; delete the folder to regenerate)"
   else
     "$MVAPP" data synth-psg --subjects "$2" --nights 1 --format "$1" --hours "$HOURS" --compress "$COMPRESS" \
-      --out "$3" --seed "$4"
+      --out "$3" --seed "$4" --workers "$5"
   fi
 }
 
 echo "== 1/5 synthesize $SUBJECTS PhysioNet-2018-format nights (WFDB; pretraining) and $EDF_SUBJECTS Sleep-EDF-format"
 echo "       nights (EDF; cross-dataset staging, disjoint seed): ${HOURS}-h nights as ${COMPRESS}x compressed excerpts"
 echo "== 2/5 prepare (read, resample to 100 Hz, band-pass 0.5-30 Hz, 30-s windows), each dataset as soon as it is written"
-# the two datasets in two concurrent processes; the Sleep-EDF side's output is printed after the other's
+# the two datasets concurrently (the PhysioNet side, on the critical path, with two writer processes); the
+# Sleep-EDF side's output is printed after the other's
 mkdir -p "$DATA"
-synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" "$EDF_SEED" > "$DATA/sleep_edf.log" 2>&1 \
-  && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE" >> "$DATA/sleep_edf.log" 2>&1 &
+edf_side() {  # the Sleep-EDF-format nights, synthesized then prepared (its wall time on the last line)
+  local since=$SECONDS
+  synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" "$EDF_SEED" 1 && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE"
+  echo "   [Sleep-EDF-format synthesize + prepare, concurrent: $((SECONDS - since)) s wall]"
+}
+edf_side > "$DATA/sleep_edf.log" 2>&1 &
 edf_job=$!
-synth physionet2018 "$SUBJECTS" "$RAW" "$PSG_SEED"
+t=$SECONDS
+synth physionet2018 "$SUBJECTS" "$RAW" "$PSG_SEED" 2  # two writer processes (the same files): the critical path
+phase_done "synthesize PhysioNet-format" "$t"; t=$SECONDS
 "$MVAPP" data prepare physionet2018 --source "$RAW" --out "$CACHE"
+phase_done "prepare PhysioNet-format" "$t"; t=$SECONDS
 edf_status=0; wait "$edf_job" || edf_status=$?
 cat "$DATA/sleep_edf.log"; rm -f "$DATA/sleep_edf.log"
+phase_done "wait for the Sleep-EDF-format side" "$t"
 [ "$edf_status" -eq 0 ] || { echo "Sleep-EDF-format synthesis/prepare failed (exit $edf_status)" >&2; exit "$edf_status"; }
 
 echo "== 3/5 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, lr $LR, channel-agnostic encoder width $WIDTH"
 echo "       view augmentations: ${AUGMENT:-none}"
 rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
+t=$SECONDS
 MVAPP_NUM_THREADS="${DEMO_TRAIN_THREADS:-${MVAPP_NUM_THREADS:-}}" \
   "$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \
   data.options.cache="$CACHE" train.max_steps="$STEPS" train.batch_size="$BATCH" optim.lr="$LR" \
   model.encoders.eeg.width="$WIDTH" model.encoders.eeg.dropout=0.0 train.checkpoint_every=0 train.log_every=10 \
   loss.epsilon="$EPSILON" loss.max_iter=300 ${AUGMENT_ARGS[@]+"${AUGMENT_ARGS[@]}"}
+phase_done "train" "$t"; t=$SECONDS
 
-# the two evaluations in two concurrent processes (separate output files); tables printed in order
+# the two evaluations in two concurrent processes (separate output files); tables printed in order. Each fits its
+# subject folds in two processes (--workers 2: the same result), so neither core idles once the shorter one ends
 CROSS_LOG="runs/$RUN_NAME/eval_cross_dataset.log"
-"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots 10 50 100 1000 --seeds "$SEEDS" \
-  --folds 5 --combine "$COMBINE" > "$CROSS_LOG" 2>&1 &
+cross_eval() {
+  local since=$SECONDS
+  "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots 10 50 100 1000 --seeds "$SEEDS" \
+    --folds 5 --combine "$COMBINE" --workers 2
+  echo "   [cross-dataset evaluation, concurrent with the in-domain one: $((SECONDS - since)) s wall]"
+}
+cross_eval > "$CROSS_LOG" 2>&1 &
 cross_job=$!
 echo "== 4/5 in-domain few-shot sleep staging: the run's 4 held-out subjects in 2 test folds of 2"
-"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds "$SEEDS" --folds 2 --combine "$COMBINE"
+"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots 10 50 100 1000 --seeds "$SEEDS" --folds 2 --combine "$COMBINE" \
+  --workers 2
+phase_done "in-domain evaluation" "$t"
 cross_status=0; wait "$cross_job" || cross_status=$?
+phase_done "both evaluations" "$t"
 echo "== 5/5 cross-dataset (M3G Sec. 4.3): PhysioNet-format pretraining -> Sleep-EDF-format staging, 5 subject folds"
 cat "$CROSS_LOG"
 [ "$cross_status" -eq 0 ] || { echo "cross-dataset staging failed (exit $cross_status)" >&2; exit "$cross_status"; }
 
+echo "phases (wall seconds; load average now: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)):"
+printf '   %s\n' "${PHASES[@]}"
 echo "demo finished in $((SECONDS - start)) s; outputs in runs/$RUN_NAME (eval/sleep_staging*.json, plots/)"

@@ -232,6 +232,25 @@ def test_stacked_run_trains_and_is_staged_on_its_channel_groups(tmp_path):
         assert any("bandpower+trained skipped" in note for note in result["notes"]) == (classifier == "paper")
 
 
+def test_sleep_staging_with_fold_workers_gives_the_same_result(tmp_path):
+    """``workers=2`` (the demo's cross-dataset evaluation) fits the folds in two processes: the same JSON."""
+    from multiview_app.cli import main
+    from multiview_app.eval.sleep_staging import run_sleep_staging
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g.yaml"
+    cache = fake_cache(tmp_path / "cache", subjects=6, windows=20)
+    assert main(["train", "--config", str(config), "--name", "tiny", f"data.options.cache={cache}",
+                 f"data.options.channels={json.dumps(CHANNELS)}", f"output.runs_dir={tmp_path / 'runs'}",
+                 "views.k=4", "train.max_steps=2", "train.batch_size=4", "model.encoders.eeg.width=8", "model.encoders.eeg.out_dim=8",
+                 "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0"]) == 0
+    kwargs = {"shots": (2, 4), "seeds": 2, "folds": 2, "progress": False}
+    one = run_sleep_staging(tmp_path / "runs" / "tiny", **kwargs)
+    two = run_sleep_staging(tmp_path / "runs" / "tiny", workers=2, **kwargs)
+    assert len(one["folds"]) == 2 and set(one["results"]) == {"trained", "random_init", "bandpower", "handcrafted",
+                                                              "bandpower+trained"}
+    assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
+
+
 def test_signal_augmentations_each_do_what_they_say():
     from multiview_app.data.eeg import augment
 

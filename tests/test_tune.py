@@ -29,8 +29,9 @@ from optuna.trial import TrialState
 from multiview_app.config import ConfigError, apply_overrides, config_from_dict, load_config
 from multiview_app.tune.objective import objective_directions, objective_metrics
 from multiview_app.tune.runner import ForkServer
-from multiview_app.tune.space import default_space, params_to_overrides, resolve_space, validate_space
-from multiview_app.tune.study import WORKER_ATTR, fail_dead_trials, open_study, worker_tag
+from multiview_app.tune.space import (default_space, optuna_distributions, params_to_overrides, resolve_space,
+                                      validate_enqueue, validate_space)
+from multiview_app.tune.study import WORKER_ATTR, fail_dead_trials, open_study, study_folder, worker_tag
 
 from _eeg_helpers import CHANNELS, fake_cache
 from _train_helpers import tiny_raw
@@ -131,6 +132,28 @@ def test_space_keys_are_validated_against_the_schema(tmp_path: Path) -> None:
         config_from_dict(apply_overrides(raw, ["tune.space={loss.tau: {type: float, low: 0, high: 1, log: true}}"]))
     with pytest.raises(ConfigError, match=r"tune.space.x.type: Input should be 'float', 'int' or 'categorical'"):
         config_from_dict(apply_overrides(raw, ["tune.space={x: {type: uniform, low: 0, high: 1}}"]))
+
+
+def test_enqueued_points_are_the_first_trials_in_order_and_are_validated(tmp_path: Path) -> None:
+    points = [{"loss.tau": 0.1, "model.encoders.image.num_features": 1},
+              {"loss.tau": 0.3, "model.encoders.image.num_features": 16}]
+    cfg = config_from_dict(_tune_raw(tmp_path, enqueue=points))
+    space = resolve_space(cfg)
+    validate_enqueue(cfg.tune.enqueue, space)
+    study_folder(cfg, "designed").mkdir(parents=True)
+    study = open_study(cfg, "designed")
+    asked = [study.ask(fixed_distributions=optuna_distributions(space)).params for _ in range(3)]
+    assert asked[:2] == points and asked[2] not in points[:1]  # then the sampler's own points
+    assert open_study(cfg, "designed").get_trials(states=(TrialState.WAITING,)) == []  # a reopened study enqueues nothing
+    for point, message in [({"loss.tau": 0.1}, r"tune.enqueue\[0\]: expected the keys of tune.space .*missing: "
+                                                r"model.encoders.image.num_features; not in tune.space: -"),
+                           ({**points[0], "optim.lr": 0.1}, r"not in tune.space: optim.lr"),
+                           ({**points[0], "loss.tau": 0.9}, r"tune.enqueue\[0\].loss.tau: 0.9 is not a value of its "
+                                                             r"distribution \(expected a float in \[0.05, 0.5\]\)"),
+                           ({**points[0], "model.encoders.image.num_features": 8},
+                            r"num_features: 8 is not a value .*expected one of \[16, 1\]")]:
+        with pytest.raises(ConfigError, match=message):
+            validate_enqueue([point], space)
 
 
 def test_default_spaces_per_loss_and_overrides() -> None:
@@ -513,6 +536,26 @@ def test_eeg_objective_is_sleep_staging_on_val_subjects_and_never_reads_test_sub
     reference, _, _ = few_shot_protocol({"trained": {p: combine_views(f, "concat") for p, (f, _, _) in full.items()}},
                                         full["train"][1], full["test"][1], (2,), seeds=1)
     assert score == pytest.approx(reference["trained"]["2"]["balanced_accuracy"]["mean"])
+
+
+def test_demo_tune_config_selects_on_val_subjects_and_holds_out_the_demos_test_subjects(tmp_path: Path) -> None:
+    """configs/tune_eeg_demo.yaml (the demo's settings, issue 26 item 2) on the demo's 12-subject layout: its
+    test subjects are exactly those the demo's in-domain table is scored on, and its val subjects are
+    pretraining subjects of the demo: selection never sees a test subject (the objective never reads the
+    test split: test_eeg_objective_is_sleep_staging_on_val_subjects_and_never_reads_test_subjects)."""
+    from multiview_app.data.adapters import build_adapter
+
+    cache = fake_cache(tmp_path / "cache", subjects=12, windows=2)
+    overrides = [f"data.options.cache={cache}", f"data.options.channels=[{', '.join(CHANNELS)}]"]
+    tune_cfg = load_config(ROOT / "configs" / "tune_eeg_demo.yaml", overrides)
+    demo_cfg = load_config(ROOT / "configs" / "eeg_synthetic_m3g.yaml", overrides)
+    tuned = build_adapter(tune_cfg.data.adapter, tune_cfg.data.options).split_subjects
+    demo = build_adapter(demo_cfg.data.adapter, demo_cfg.data.options).split_subjects
+    assert len(demo["test"]) == 4 and tuned["test"] == demo["test"] and len(tuned["val"]) == 3
+    assert sorted(tuned["train"] + tuned["val"]) == sorted(demo["train"]) and not set(tuned["val"]) & set(tuned["train"])
+    space = resolve_space(tune_cfg)
+    validate_enqueue(tune_cfg.tune.enqueue, space)  # the designed trials are points of the space
+    assert tune_cfg.tune.metric == "sleep_staging.balanced_accuracy" and tune_cfg.tune.pruner == "none"
 
 
 def test_multi_objective_uses_nsga2_without_pruning_and_reports_the_pareto_front(tmp_path: Path) -> None:

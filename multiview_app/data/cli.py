@@ -54,6 +54,8 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
                             "files (the readers crop it); 0 = no padding (default: 20 for full nights of >= 6 h, "
                             "else no padding)")
     synth.add_argument("--seed", type=nonnegative_int, default=0)
+    synth.add_argument("--workers", type=positive_int, default=1,
+                       help="processes writing nights at the same time (the same files; default: %(default)s)")
     synth.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (files of the same name are replaced)")
     synth.set_defaults(func=_synth)
 
@@ -129,7 +131,7 @@ def _synth(args: argparse.Namespace) -> int:
 
     refuse_non_empty_out(args.out, args.overwrite)
     files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed,
-                      compress=args.compress, record_hours=args.record_hours)
+                      compress=args.compress, record_hours=args.record_hours, workers=args.workers)
     print(f"wrote {len(files)} files ({args.subjects} subjects x {args.nights} nights, {args.format}) to {args.out}")
     return 0
 

@@ -97,9 +97,12 @@ def run_sleep_staging(
     baselines: bool = True, device: str = "cpu", progress: bool = True,
     classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
     feature_kind: Literal["encoder", "projector"] = "encoder", combined: bool = True,
-    stages: list[str] | None = None, accept_input_differences: bool = False,
+    stages: list[str] | None = None, accept_input_differences: bool = False, workers: int = 1,
 ) -> dict[str, Any]:
     """Run the protocol above on ``run_dir``; write and return the result dict.
+
+    ``workers`` > 1 (``logreg``): the subject folds' classifier fits run in that many processes (the same
+    fits and draws, so the same result; the features are extracted once, before).
 
     ``accept_input_differences``: go on when the cache differs from the run's input contract
     (``input_contract.json``: rate, band, units, window, scaling; refused otherwise, naming each field);
@@ -171,19 +174,20 @@ def run_sleep_staging(
     first_test = np.zeros(0, dtype=bool)
     confusion = np.zeros((len(STAGES), len(STAGES)), dtype=np.int64)
     validation_subjects: list[list[str]] = []
-    staging = get_protocol("few-shot-staging")
+    fold_masks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (train, val, test) window masks per fold
     for fold, (train_subjects, test_subjects) in enumerate(plan["folds"]):
         fit_subjects, val_subjects = (split_validation(train_subjects, plan["split_seed"] + fold) if tune
                                       else (list(train_subjects), []))
         validation_subjects.append(val_subjects)
-        train = np.isin(subjects, fit_subjects)
-        val = np.isin(subjects, val_subjects)
-        test = np.isin(subjects, test_subjects)
-        split_feats = {name: {"train": f[train], "test": f[test], "val": f[val]} for name, f in features.items()}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            fits = staging(split_feats, labels[train], labels[test], shots, seeds, C, y_val=labels[val],
-                           classifier=classifier, lr=lr)
+        fold_masks.append((np.isin(subjects, fit_subjects), np.isin(subjects, val_subjects), np.isin(subjects, test_subjects)))
+    _FOLD_JOB.update(features=features, labels=labels, masks=fold_masks,
+                     options={"shots": shots, "seeds": seeds, "C": C, "classifier": classifier, "lr": lr})
+    try:  # the paper classifier trains with torch: never in a fork of a process that ran torch threads
+        fold_fits = _map_folds(len(fold_masks), workers if classifier == "logreg" else 1)
+    finally:
+        _FOLD_JOB.clear()
+    for fold, (fits, caught) in enumerate(fold_fits):
+        test = fold_masks[fold][2]
         collected += caught
         fold_results.append(fits["results"])
         test_labels.append(labels[test])
@@ -246,6 +250,38 @@ def run_sleep_staging(
 
 
 
+
+
+_FOLD_JOB: dict[str, Any] = {}
+"""The features ``{row: (N, ...)}``, labels ``(N,)``, per-fold ``(train, val, test)`` masks and protocol options
+of the evaluation whose folds are being fitted (read by :func:`_fit_fold` in this process or in a forked worker)."""
+
+
+def _fit_fold(fold: int) -> tuple[dict[str, Any], list[warnings.WarningMessage]]:
+    """The ``few-shot-staging`` fits of one subject fold of :data:`_FOLD_JOB`, with the warnings they raised."""
+    job = _FOLD_JOB
+    train, val, test = job["masks"][fold]
+    labels, opts = job["labels"], job["options"]
+    split_feats = {name: {"train": f[train], "test": f[test], "val": f[val]} for name, f in job["features"].items()}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fits = get_protocol("few-shot-staging")(split_feats, labels[train], labels[test], opts["shots"], opts["seeds"],
+                                                opts["C"], y_val=labels[val], classifier=opts["classifier"], lr=opts["lr"])
+    # plain fields only: a worker process sends them back pickled
+    return fits, [warnings.WarningMessage(w.message, w.category, w.filename, w.lineno) for w in caught]
+
+
+def _map_folds(folds: int, workers: int) -> list[tuple[dict[str, Any], list[warnings.WarningMessage]]]:
+    """:func:`_fit_fold` of every fold, in fold order: in this process, or in ``workers`` forked processes
+    (Linux; elsewhere in this process) that inherit :data:`_FOLD_JOB` without copying it."""
+    import multiprocessing
+
+    if workers <= 1 or folds <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_fit_fold(fold) for fold in range(folds)]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(workers, folds), mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_fit_fold, range(folds)))
 
 
 @torch.no_grad()
@@ -543,6 +579,9 @@ class SleepStaging(Evaluator):
                             help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
                                  "windows are excluded and counted in the output (default: every stage)")
         parser.add_argument("--device", default="cpu")
+        parser.add_argument("--workers", type=positive_int, default=1,
+                            help="processes fitting the subject folds' logistic regressions at the same time (the same "
+                                 "result; the paper classifier always uses one; default: %(default)s)")
         parser.add_argument("--accept-input-differences", action="store_true",
                             help="stage a cache whose rate / band / units / window / scaling differ from the run's "
                                  "input_contract.json (refused otherwise; every difference is listed in the output)")
@@ -553,7 +592,7 @@ class SleepStaging(Evaluator):
             shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,
             batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
             classifier=args.classifier, lr=args.lr, feature_kind=args.features, combined=not args.no_combined,
-            stages=args.stages, accept_input_differences=args.accept_input_differences,
+            stages=args.stages, accept_input_differences=args.accept_input_differences, workers=args.workers,
         ) for run in [Path(run_dir), *(args.pool_runs or [])]]
         result = results[0]
         if len(results) > 1:

@@ -93,6 +93,27 @@ def validate_space(raw: dict[str, Any], cfg: Config, space: dict[str, Distributi
                 raise ConfigError(f"tune.space.{key}: value {value!r} makes an invalid config: {exc}") from None
 
 
+def validate_enqueue(points: list[dict[str, Any]], space: dict[str, Distribution]) -> None:
+    """Every ``tune.enqueue`` point names exactly the keys of ``space`` with a value the distribution can
+    give (a choice; a number within [low, high], an integer for ``int``): ConfigError naming the point."""
+    for number, point in enumerate(points):
+        where = f"tune.enqueue[{number}]"
+        if set(point) != set(space):
+            missing, extra = sorted(set(space) - set(point)), sorted(set(point) - set(space))
+            raise ConfigError(f"{where}: expected the keys of tune.space ({', '.join(sorted(space))}); "
+                              f"missing: {', '.join(missing) or '-'}; not in tune.space: {', '.join(extra) or '-'}")
+        for key, value in point.items():
+            dist = space[key]
+            if dist.type == "categorical":
+                ok = value in (dist.choices or [])
+            else:
+                numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+                ok = numeric and float(dist.low) <= value <= float(dist.high) and (dist.type == "float" or float(value).is_integer())
+            if not ok:
+                expected = f"one of {dist.choices}" if dist.type == "categorical" else f"a {dist.type} in [{dist.low:g}, {dist.high:g}]"
+                raise ConfigError(f"{where}.{key}: {value!r} is not a value of its distribution (expected {expected})")
+
+
 def override(key: str, value: Any) -> str:
     """``key=value`` with the value in YAML flow form (what ``apply_overrides`` parses back)."""
     text = yaml.safe_dump(value, default_flow_style=True).strip()
@@ -120,4 +141,4 @@ def params_to_overrides(params: dict[str, Any]) -> list[str]:
 
 
 __all__ = ["DEFAULT_PARAMETER_SPACES", "default_space", "optuna_distributions", "override", "params_to_overrides",
-           "resolve_space", "validate_space"]
+           "resolve_space", "validate_enqueue", "validate_space"]

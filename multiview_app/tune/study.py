@@ -34,7 +34,7 @@ from ..config import Config, ConfigError, TuneConfig, apply_overrides, config_fr
 from ..train.run_io import atomic_write_text
 from .objective import objective_directions, objective_metrics, pid_alive, val_split_hint
 from .runner import ForkServer, TrialFailed, fork_supported, run_trial, train_command
-from .space import optuna_distributions, override, params_to_overrides, resolve_space, validate_space
+from .space import optuna_distributions, override, params_to_overrides, resolve_space, validate_enqueue, validate_space
 
 BASE_CONFIG_ATTR = "mvapp_base_config"  # study user attr: the resolved base config (YAML text)
 METRICS_ATTR = "mvapp_metrics"
@@ -154,6 +154,8 @@ def open_study(cfg: Config, study_name: str, storage_url: str | None = None) -> 
     if stored is None:
         study.set_user_attr(BASE_CONFIG_ATTR, dump_config(cfg))
         study.set_user_attr(METRICS_ATTR, objective_metrics(cfg))
+        for point in cfg.tune.enqueue:  # a new study: the designed points run first, in order
+            study.enqueue_trial(point)
     elif _comparable(yaml.safe_load(stored)) != _comparable(cfg.to_dict()):
         raise ConfigError(f"study {study_name!r} was started with another config (sections other than output "
                           "differ); resume it with the same config or choose a new --study-name")
@@ -242,6 +244,7 @@ class Search:
         self.space = resolve_space(cfg)
         self.raw = cfg.to_dict()
         validate_space(self.raw, cfg, self.space)
+        validate_enqueue(cfg.tune.enqueue, self.space)
         self._check_val_split()
         self.folder = study_folder(cfg, study_name)
         self.folder.mkdir(parents=True, exist_ok=True)

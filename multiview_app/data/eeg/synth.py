@@ -971,20 +971,33 @@ COHORT_STREAM = 7
 """Seed-sequence entry of the cohort draws (``default_rng([seed, subject, COHORT_STREAM])``)."""
 
 
+def _synth_recording(job: tuple[Path, int, int, str, float, int, int, float | None]) -> list[Path]:
+    """Write one night (``(out, subject, night, fmt, hours, seed, compress, record_hours)``): every random
+    stream is seeded by ``(seed, subject[, night])``, so a night's bytes do not depend on which process writes it."""
+    out, subject, night, fmt, hours, seed, compress, record_hours = job
+    traits = SubjectTraits.sample(np.random.default_rng([seed, subject])).with_cohort(
+        WRITER_COHORT[fmt], np.random.default_rng([seed, subject, COHORT_STREAM]))
+    rng = np.random.default_rng([seed, subject, night, 1])
+    paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng, compress, record_hours=record_hours,
+                            provenance=provenance_text(seed, subject, night + 1))
+    return list(paths)
+
+
 def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: float = 9.0,
               seed: int = 0, progress: bool = True, compress: int = 1,
-              record_hours: float | None = None) -> list[Path]:
+              record_hours: float | None = None, workers: int = 1) -> list[Path]:
     """Write ``subjects x nights`` synthetic recordings in ``fmt`` ("sleep-edf" | "physionet2018")
     of ``hours``-long nights, or ``compress``-times shorter excerpts with their stage proportions.
     ``record_hours`` (sleep-edf): pad each recording with wake to that length (0: no padding;
-    None: :func:`default_record_hours`, i.e. SC-length 20-h files for full nights)."""
+    None: :func:`default_record_hours`, i.e. SC-length 20-h files for full nights). ``workers`` > 1:
+    nights are written by that many processes (the same files, byte for byte)."""
     from tqdm import tqdm
 
     if fmt not in WRITERS:
         raise ValueError(f"--format: unknown '{fmt}'; available: {', '.join(WRITERS)}")
-    if subjects < 1 or nights < 1 or hours <= 0 or compress < 1:
-        raise ValueError(f"synth-psg: --subjects, --nights, --hours and --compress must be positive "
-                         f"(got {subjects}, {nights}, {hours}, {compress})")
+    if subjects < 1 or nights < 1 or hours <= 0 or compress < 1 or workers < 1:
+        raise ValueError(f"synth-psg: --subjects, --nights, --hours, --compress and --workers must be positive "
+                         f"(got {subjects}, {nights}, {hours}, {compress}, {workers})")
     if fmt == "sleep-edf" and (subjects > 99 or nights > 2):
         raise ValueError("synth-psg: the Sleep-EDF naming SC4ssN allows at most 99 subjects and 2 nights")
     if record_hours is not None and (record_hours < 0 or fmt != "sleep-edf"):
@@ -995,16 +1008,18 @@ def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: 
         record_hours = None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    jobs = [(s, n) for s in range(subjects) for n in range(nights)]
-    for subject, night in tqdm(jobs, desc=f"synth-psg {fmt}", disable=None if progress else True):  # None: off when not a TTY
-        traits = SubjectTraits.sample(np.random.default_rng([seed, subject])).with_cohort(
-            WRITER_COHORT[fmt], np.random.default_rng([seed, subject, COHORT_STREAM]))
-        rng = np.random.default_rng([seed, subject, night, 1])
-        paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng, compress, record_hours=record_hours,
-                                provenance=provenance_text(seed, subject, night + 1))
-        written += paths
-    return written
+    jobs = [(out, s, n, fmt, hours, seed, compress, record_hours) for s in range(subjects) for n in range(nights)]
+    bar = {"desc": f"synth-psg {fmt}", "total": len(jobs), "disable": None if progress else True}  # None: off when not a TTY
+    if workers == 1 or len(jobs) == 1:
+        done = [_synth_recording(job) for job in tqdm(jobs, **bar)]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context(method)) as pool:
+            done = list(tqdm(pool.map(_synth_recording, jobs), **bar))
+    return [path for paths in done for path in paths]
 
 
 __all__ = ["STAGES", "SubjectTraits", "synth_hypnogram", "synth_night", "synth_psg", "write_edf",
