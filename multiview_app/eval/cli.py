@@ -24,12 +24,10 @@ def _run(args: argparse.Namespace) -> int:
     configure_torch_threads()  # MVAPP_NUM_THREADS > OMP_NUM_THREADS > auto; prints the choice
     args.run = args.run.expanduser().resolve()
     evaluator = get_evaluator(args.evaluator_name)()
-    # an evaluator that trains first (e.g. given --config) creates --run: it is then an output folder
-    creating = evaluator.creates_run(args)
-    if not creating and not (args.run / "config.yaml").is_file():
+    if not (args.run / "config.yaml").is_file():  # evaluators only read finished runs (training is experiments/)
         raise FileNotFoundError(f"--run {args.run}: not a run folder (no config.yaml)")
     result = evaluator.run(args.run, args)
     kind = evaluator.kind
     written = result.get("output") if isinstance(result, dict) else None  # evaluators may name their own file
-    print(f"wrote {written or (args.run if creating else args.run / 'eval' / f'{kind}.json')}")
+    print(f"wrote {written or args.run / 'eval' / f'{kind}.json'}")
     return 0

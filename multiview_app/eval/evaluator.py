@@ -29,11 +29,6 @@ class Evaluator(ABC):
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """Add the evaluator's options to its ``mvapp eval <name>`` parser (``--run`` is added for it)."""
 
-    def creates_run(self, args: argparse.Namespace) -> bool:
-        """Whether this invocation trains first and creates ``--run`` (then ``--run`` is an output
-        folder that need not hold a ``config.yaml`` yet). Default: never."""
-        return False
-
     @abstractmethod
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
         """Evaluate ``run_dir`` with the parsed options; write ``eval/<kind>.json`` (or the file named
