@@ -1,6 +1,7 @@
 """Every workflow block of README.md (``<!-- workflow: NAME -->`` + a bash fence) runs as written, in order,
 from a fresh folder holding only the repository's configs/ and scripts/, at a tiny size: the only edits are
-the substitutions below (fewer nights, steps, draws), and each must match the README, so a README change
+the substitutions below (fewer nights, steps, draws; a narrower EEG encoder, whose paper-size width 256 made
+its feature extraction take minutes on CPU), and each must match the README, so a README change
 that no longer fits them fails here instead of going stale."""
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ TINY: dict[str, list[tuple[str, str]]] = {
         ("--subjects 12 ", "--subjects 6 "),
         ("--subjects 10 ", "--subjects 4 "),
         ("--hours 9 ", "--hours 4 "),
-        ("train.max_steps=400", "train.max_steps=3"),
+        ("train.max_steps=400", "train.max_steps=3 model.encoders.eeg.width=16 model.projector.hidden_dim=32"),
         ("--seeds 3", "--seeds 1 --shots 5"),
         ("--folds 5", "--folds 2"),
     ],
