@@ -1,8 +1,8 @@
 """Every workflow block of README.md (``<!-- workflow: NAME -->`` + a bash fence) runs as written, in order,
 from a fresh folder holding only the repository's configs/ and scripts/, at a tiny size: the only edits are
-the substitutions below (fewer nights, steps, draws; a narrower EEG encoder, whose paper-size width 256 made
-its feature extraction take minutes on CPU), and each must match the README, so a README change
-that no longer fits them fails here instead of going stale."""
+the substitutions below (fewer nights, steps, draws; a narrower EEG encoder, whose paper width 256 made its
+feature extraction take minutes on CPU; digit-domain images decoded in this process), and each must match
+the README, so a README change that no longer fits them fails here instead of going stale."""
 from __future__ import annotations
 
 import re
@@ -30,8 +30,11 @@ TINY: dict[str, list[tuple[str, str]]] = {
     ],
     "domains": [
         ("synth-domains --out data/digit-domains", "synth-domains --out data/digit-domains --limit 40"),
-        ("--seeds 0,1", "--seeds 0 --erm-steps 3 --set train.max_steps=3"),
-        ("--seeds 0 --protocol both", "--seeds 0 --protocol both --no-erm --set train.max_steps=3"),
+        # decoding in this process: 2 DataLoader workers per split of 40 images cost more than the decoding
+        # (test_domains.py::test_decode_workers_preload_the_same_images_... covers the workers)
+        ("--seeds 0,1", "--seeds 0 --erm-steps 3 --set train.max_steps=3 data.options.decode_workers=0"),
+        ("--seeds 0 --protocol both",
+         "--seeds 0 --protocol both --no-erm --set train.max_steps=3 data.options.decode_workers=0"),
     ],
     "images": [
         ("train.max_steps=200 loss.epsilon=0.1", "train.max_steps=3 loss.epsilon=0.1"),
