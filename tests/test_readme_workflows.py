@@ -1,8 +1,8 @@
 """Every workflow block of README.md (``<!-- workflow: NAME -->`` + a bash fence) runs as written, in order,
 from a fresh folder holding only the repository's configs/ and scripts/, at a tiny size: the only edits are
-the substitutions below (fewer nights, steps, draws; a narrower EEG encoder, whose paper width 256 made its
-feature extraction take minutes on CPU; digit-domain images decoded in this process), and each must match
-the README, so a README change that no longer fits them fails here instead of going stale."""
+the substitutions below (fewer nights, steps, draws; narrower encoders: the EEG config's paper width 256 made
+its feature extraction take minutes on CPU; digit-domain images decoded in this process), and each must
+match the README, so a README change that no longer fits them fails here instead of going stale."""
 from __future__ import annotations
 
 import re
@@ -18,6 +18,9 @@ from multiview_app.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
+#: the digits configs' small_cnn at width 8 (32 in the configs): the linear probes at the end of training
+#: encode every digit with the trained and the random-init model
+NARROW_DIGITS_CNN = "model.encoders.image.width=8"
 #: workflow -> (README text, tiny replacement); every pair must occur in its block
 TINY: dict[str, list[tuple[str, str]]] = {
     "eeg": [
@@ -37,12 +40,14 @@ TINY: dict[str, list[tuple[str, str]]] = {
          "--seeds 0 --protocol both --no-erm --set train.max_steps=3 data.options.decode_workers=0"),
     ],
     "images": [
-        ("train.max_steps=200 loss.epsilon=0.1", "train.max_steps=3 loss.epsilon=0.1"),
+        ("train.max_steps=200 loss.epsilon=0.1", f"train.max_steps=3 loss.epsilon=0.1 {NARROW_DIGITS_CNN}"),
         ("train.max_steps=300", "train.max_steps=4"),
         ("configs/pairs_m3g.yaml train.max_steps=200", "configs/pairs_m3g.yaml train.max_steps=3"),
     ],
-    "tune": [("--trials 8 --workers 2", "--trials 2 --workers 1 train.max_steps=4 tune.report_every=2")],
-    "export": [("train.max_steps=200", "train.max_steps=3"), ("--max-points 2000", "--max-points 200 --method tsne")],
+    "tune": [("--trials 8 --workers 2",
+              f"--trials 2 --workers 1 train.max_steps=4 tune.report_every=2 {NARROW_DIGITS_CNN}")],
+    "export": [("train.max_steps=200", f"train.max_steps=3 {NARROW_DIGITS_CNN}"),
+               ("--max-points 2000", "--max-points 200 --method tsne")],
 }
 
 
