@@ -1,5 +1,6 @@
-"""Tiny digits configs shared by the trainer / CLI / linear-probe tests (small_cnn, 16 px, few steps),
-and the loader of the scripts/ modules under test."""
+"""Tiny digits configs shared by the trainer / CLI / linear-probe tests (small_cnn, 16 px, few steps,
+no curves.png: rendering it took about a quarter of these tests' time; a test that checks it sets
+``output={"curves": True}``), and the loader of the scripts/ modules under test."""
 from __future__ import annotations
 
 import importlib.util
@@ -25,7 +26,7 @@ def tiny_raw(runs_dir: Path, name: str = "tiny", **sections: dict[str, Any]) -> 
         "optim": {"lr": 0.003, "warmup_steps": 2},
         "train": {"max_steps": 4, "batch_size": 32, "seed": 0, "deterministic": True, "log_every": 1},
         "eval": {"linear_probe": False, "batch_size": 512},
-        "output": {"runs_dir": str(runs_dir), "name": name},
+        "output": {"runs_dir": str(runs_dir), "name": name, "curves": False},
     }
     for section, values in sections.items():  # a new loss replaces the whole section (its params differ)
         raw[section] = dict(values) if section == "loss" else {**raw.get(section, {}), **values}

@@ -11,9 +11,17 @@ import numpy as np
 import pytest
 
 from _train_helpers import load_script
+from multiview_app.cli import main
 
 TOY_DEMO = {"DEMO_SUBJECTS": "3", "DEMO_EDF_SUBJECTS": "4", "DEMO_HOURS": "1", "DEMO_COMPRESS": "1", "DEMO_STEPS": "2",
             "DEMO_SEEDS": "2", "DEMO_WIDTH": "8", "DEMO_AUGMENT": ""}
+
+
+def _mvapp_in_process(*args: str) -> None:
+    """``transfer_dreams.mvapp`` (the demo data's ``mvapp data synth-psg`` / ``prepare``) in this process: a
+    fresh interpreter per call cost more than the commands; the subprocess itself is exercised by
+    test_transfer_dreams.py (``prepare_dreams``)."""
+    assert main(list(args)) == 0, args
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +47,7 @@ def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(s
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in TOY_DEMO.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setitem(script.demo_data.__globals__, "mvapp", _mvapp_in_process)  # transfer_dreams.mvapp
     out = tmp_path / "out"
     argv = ["--out", str(out), "--modes", "agnostic,montage", "--pretrain-seeds", "0,1", "--protocols",
             "cross-dataset", "--cross-shots", "2", "4", "--cross-folds", "2"]

@@ -249,6 +249,30 @@ def test_corrupt_images_skipped_counted_or_error(digit_root: Path, tmp_path: Pat
         ds[bad_index]
 
 
+def test_decode_workers_preload_the_same_images_skip_the_same_files_and_keep_the_global_rng(
+    digit_root: Path, tmp_path: Path,
+) -> None:
+    """Preloading in 2 DataLoader worker processes (the option's default; every other test here decodes in
+    this process) keeps the same files in the same order with the same pixels, and skips and counts the same
+    unreadable ones."""
+    root = copy_root(digit_root, tmp_path)
+    rel = (root / "inverted_train.txt").read_text().split()[0]
+    (root / rel).write_bytes(b"not a jpeg at all")
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    loaded = {}
+    for workers in (0, 2):
+        torch.manual_seed(0)
+        adapter = build_adapter("domainnet", options(root, domains=["clean", "inverted"], decode_workers=workers,
+                                                     max_bad_fraction=0.05))
+        with pytest.warns(UserWarning, match=rf"skipped 1 of 80 unreadable images; first: .*{rel}"):
+            loaded[workers] = adapter.domain_split("inverted", "train")
+        assert torch.equal(torch.rand(3), expected), workers  # decoding drew nothing from the global RNG
+    serial, parallel = loaded[0], loaded[2]
+    assert len(parallel) == 79 and str(root / rel) not in parallel.sources and parallel.sources == serial.sources
+    assert torch.equal(parallel._labels, serial._labels) and torch.equal(parallel.images, serial.images)
+
+
 # ------------------------------------------------------------------ the held-out domain is never opened
 def test_heldout_domain_never_opened_during_pretraining(digit_root: Path, tmp_path: Path, monkeypatch) -> None:
     from multiview_app.config import config_from_dict

@@ -17,12 +17,6 @@ TINY_MODEL = ["train.max_steps=2", "train.batch_size=4", "model.encoders.eeg.wid
               "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0"]
 
 
-def synth_and_prepare(raw: Path, cache: Path, subjects: int, seed: int) -> None:
-    assert main(["data", "synth-psg", "--subjects", str(subjects), "--nights", "1", "--format", "sleep-edf",
-                 "--hours", "1", "--out", str(raw), "--seed", str(seed)]) == 0
-    assert main(["data", "prepare", "sleep-edf", "--source", str(raw), "--out", str(cache)]) == 0
-
-
 def copy_night(src_raw: Path, subject: str, dst_raw: Path, new_subject: str) -> None:
     """Copy one Sleep-EDF night (PSG + hypnogram, bytes unchanged) under another subject's file names."""
     dst_raw.mkdir(exist_ok=True)
@@ -30,10 +24,32 @@ def copy_night(src_raw: Path, subject: str, dst_raw: Path, new_subject: str) -> 
         shutil.copyfile(path, dst_raw / path.name.replace(subject, new_subject))
 
 
+def _synth_prepare(raw: Path, cache: Path, fmt: str, subjects: int, seed: int) -> dict:
+    """``mvapp data synth-psg`` (1-h nights) then ``mvapp data prepare``; returns the cache's manifest."""
+    assert main(["data", "synth-psg", "--subjects", str(subjects), "--nights", "1", "--format", fmt,
+                 "--hours", "1", "--out", str(raw), "--seed", str(seed)]) == 0
+    assert main(["data", "prepare", fmt, "--source", str(raw), "--out", str(cache)]) == 0
+    return json.loads((cache / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def seed3(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path, dict]]:
+    """The same 3 synthetic people (generator seed 3, 1-h nights) in both formats, synthesized and prepared
+    once for the module: ``{format: (raw folder, cache, manifest)}``. Read only (runs and copies go to each
+    test's own folder)."""
+    root = tmp_path_factory.mktemp("seed3")
+    nights = {}
+    for fmt in ("physionet2018", "sleep-edf"):
+        raw, cache = root / f"{fmt}_raw", root / f"{fmt}_cache"
+        nights[fmt] = (raw, cache, _synth_prepare(raw, cache, fmt, 3, seed=3))
+    return nights
+
+
 @pytest.mark.slow
-def test_overlap_guard_is_by_content_not_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    raw, cache, runs = tmp_path / "raw", tmp_path / "cache", tmp_path / "runs"
-    synth_and_prepare(raw, cache, 3, seed=3)
+def test_overlap_guard_is_by_content_not_by_name(seed3: dict, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    raw, cache, _ = seed3["sleep-edf"]
+    runs = tmp_path / "runs"
     assert main(["train", "--config", str(CONFIG), "--name", "tiny", f"data.options.cache={cache}",
                  "data.options.test_fraction=0.34", f"output.runs_dir={runs}", *TINY_MODEL]) == 0
     run = runs / "tiny"
@@ -42,8 +58,7 @@ def test_overlap_guard_is_by_content_not_by_name(tmp_path: Path, capsys: pytest.
 
     # other people (another generator seed) whose subject names are the pretraining subjects' names
     other_raw, other_cache = tmp_path / "other_raw", tmp_path / "other_cache"
-    synth_and_prepare(other_raw, other_cache, 2, seed=99)
-    other = json.loads((other_cache / "manifest.json").read_text())
+    other = _synth_prepare(other_raw, other_cache, "sleep-edf", 2, seed=99)
     assert {r["subject"] for r in other["recordings"]} <= set(pretraining["train"])  # the names clash
     capsys.readouterr()
     assert main(["eval", "sleep-staging", "--run", str(run), "--cache", str(other_cache), "--folds", "2",
@@ -65,49 +80,39 @@ def test_overlap_guard_is_by_content_not_by_name(tmp_path: Path, capsys: pytest.
     assert not (run / "eval" / "sleep_staging_copy_cache.json").exists()
 
 
-def _synth_prepare(raw: Path, cache: Path, fmt: str, subjects: int, seed: int) -> dict:
-    assert main(["data", "synth-psg", "--subjects", str(subjects), "--nights", "1", "--format", fmt,
-                 "--hours", "1", "--out", str(raw), "--seed", str(seed)]) == 0
-    assert main(["data", "prepare", fmt, "--source", str(raw), "--out", str(cache)]) == 0
-    return json.loads((cache / "manifest.json").read_text())
-
-
-def test_synthetic_files_carry_the_generators_provenance_and_identify_the_person(tmp_path: Path) -> None:
+def test_synthetic_files_carry_the_generators_provenance_and_identify_the_person(seed3: dict, tmp_path: Path) -> None:
     """Issue 26 item 5: every synthetic file records its generator version, seed and person (EDF
     recording field / WFDB comments, read back into the manifest); the same person written in the other
     format shares an identity, a different person with the same subject name does not."""
     from multiview_app.data.eeg.provenance import GENERATOR_VERSION, read_provenance, recording_identities
 
-    physionet = _synth_prepare(tmp_path / "wfdb", tmp_path / "wfdb_cache", "physionet2018", 2, seed=3)
-    edf = _synth_prepare(tmp_path / "edf", tmp_path / "edf_cache", "sleep-edf", 2, seed=3)
-    other = _synth_prepare(tmp_path / "edf4", tmp_path / "edf4_cache", "sleep-edf", 2, seed=4)
-    header = (tmp_path / "edf" / "SC4011E0-PSG.edf").read_bytes()[88:168].decode("latin-1")
+    (wfdb, _, physionet), (edf_raw, _, edf) = seed3["physionet2018"], seed3["sleep-edf"]
+    other = _synth_prepare(tmp_path / "edf4", tmp_path / "edf4_cache", "sleep-edf", 3, seed=4)
+    header = (edf_raw / "SC4011E0-PSG.edf").read_bytes()[88:168].decode("latin-1")
     assert f"mvapp-synth/{GENERATOR_VERSION} seed=3 person=1 night=1" in header
-    assert read_provenance(sorted((tmp_path / "wfdb").glob("tr03-0001.*"))) == \
+    assert read_provenance(sorted(wfdb.glob("tr03-0001.*"))) == \
         f"mvapp-synth/{GENERATOR_VERSION} seed=3 person=1 night=1"
     assert sorted(r["provenance"] for r in edf["recordings"]) == [
-        f"mvapp-synth/{GENERATOR_VERSION} seed=3 person={p} night=1" for p in (0, 1)]
+        f"mvapp-synth/{GENERATOR_VERSION} seed=3 person={p} night=1" for p in (0, 1, 2)]
     ids = {name: recording_identities(m, [r["subject"] for r in m["recordings"]])
            for name, m in (("physionet", physionet), ("edf", edf), ("other", other))}
     shared = set(ids["physionet"]) & set(ids["edf"])
-    assert shared == {f"synthetic person mvapp-synth/{GENERATOR_VERSION} seed=3 person={p}" for p in (0, 1)}
+    assert shared == {f"synthetic person mvapp-synth/{GENERATOR_VERSION} seed=3 person={p}" for p in (0, 1, 2)}
     assert {r["subject"] for r in other["recordings"]} == {r["subject"] for r in edf["recordings"]}  # same names
     assert not set(ids["edf"]) & set(ids["other"]) and not set(ids["physionet"]) & set(ids["other"])
 
 
 @pytest.mark.slow
 def test_overlap_guard_refuses_the_same_synthetic_person_in_another_format(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        seed3: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An encoder pretrained on PhysioNet-format nights of seed 3 is refused Sleep-EDF-format nights of
     the same seed (the same synthetic people, other files, other bytes), naming both files."""
-    raw, cache, runs = tmp_path / "wfdb", tmp_path / "wfdb_cache", tmp_path / "runs"
-    _synth_prepare(raw, cache, "physionet2018", 3, seed=3)
+    (raw, cache, _), (edf_raw, edf_cache, _) = seed3["physionet2018"], seed3["sleep-edf"]
+    runs = tmp_path / "runs"
     config = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g.yaml"
     assert main(["train", "--config", str(config), "--name", "tiny", f"data.options.cache={cache}",
                  f"output.runs_dir={runs}", *TINY_MODEL]) == 0
     pretraining = build_adapter("eeg_windows", {"cache": str(cache), "test_fraction": 0.34, "split_seed": 0}).split_subjects
-    edf_raw, edf_cache = tmp_path / "edf", tmp_path / "edf_cache"
-    _synth_prepare(edf_raw, edf_cache, "sleep-edf", 3, seed=3)
     capsys.readouterr()
     assert main(["eval", "sleep-staging", "--run", str(runs / "tiny"), "--cache", str(edf_cache), "--folds", "2",
                  "--shots", "5", "--seeds", "1", "--C", "1", "--no-baselines"]) == 2

@@ -393,7 +393,7 @@ def test_sc_length_recordings_are_cropped_back_to_the_same_windows(tmp_path):
 @pytest.mark.parametrize("fmt", ["physionet2018", "sleep-edf"])
 def test_synth_psg_with_workers_writes_the_same_files(tmp_path: Path, fmt: str) -> None:
     """``workers=2`` (the demo's PhysioNet-format synthesis) writes byte-identical files, listed in the same order."""
-    kwargs = {"subjects": 3, "nights": 1, "fmt": fmt, "hours": 1.0, "seed": 5, "progress": False}
+    kwargs = {"subjects": 3, "nights": 1, "fmt": fmt, "hours": 0.5, "seed": 5, "progress": False}
     one = synth.synth_psg(tmp_path / "one", workers=1, **kwargs)
     two = synth.synth_psg(tmp_path / "two", workers=2, **kwargs)
     assert [p.name for p in one] == [p.name for p in two] and len(one) >= 3

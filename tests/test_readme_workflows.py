@@ -1,7 +1,8 @@
 """Every workflow block of README.md (``<!-- workflow: NAME -->`` + a bash fence) runs as written, in order,
 from a fresh folder holding only the repository's configs/ and scripts/, at a tiny size: the only edits are
-the substitutions below (fewer nights, steps, draws), and each must match the README, so a README change
-that no longer fits them fails here instead of going stale."""
+the substitutions below (fewer nights, steps, draws; narrower encoders: the EEG config's paper width 256 made
+its feature extraction take minutes on CPU; digit-domain images decoded in this process), and each must
+match the README, so a README change that no longer fits them fails here instead of going stale."""
 from __future__ import annotations
 
 import re
@@ -17,28 +18,36 @@ from multiview_app.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
+#: the digits configs' small_cnn at width 8 (32 in the configs): the linear probes at the end of training
+#: encode every digit with the trained and the random-init model
+NARROW_DIGITS_CNN = "model.encoders.image.width=8"
 #: workflow -> (README text, tiny replacement); every pair must occur in its block
 TINY: dict[str, list[tuple[str, str]]] = {
     "eeg": [
         ("--subjects 12 ", "--subjects 6 "),
         ("--subjects 10 ", "--subjects 4 "),
         ("--hours 9 ", "--hours 4 "),
-        ("train.max_steps=400", "train.max_steps=3"),
+        ("train.max_steps=400", "train.max_steps=3 model.encoders.eeg.width=16 model.projector.hidden_dim=32"),
         ("--seeds 3", "--seeds 1 --shots 5"),
         ("--folds 5", "--folds 2"),
     ],
     "domains": [
         ("synth-domains --out data/digit-domains", "synth-domains --out data/digit-domains --limit 40"),
-        ("--seeds 0,1", "--seeds 0 --erm-steps 3 --set train.max_steps=3"),
-        ("--seeds 0 --protocol both", "--seeds 0 --protocol both --no-erm --set train.max_steps=3"),
+        # decoding in this process: 2 DataLoader workers per split of 40 images cost more than the decoding
+        # (test_domains.py::test_decode_workers_preload_the_same_images_... covers the workers)
+        ("--seeds 0,1", "--seeds 0 --erm-steps 3 --set train.max_steps=3 data.options.decode_workers=0"),
+        ("--seeds 0 --protocol both",
+         "--seeds 0 --protocol both --no-erm --set train.max_steps=3 data.options.decode_workers=0"),
     ],
     "images": [
-        ("train.max_steps=200 loss.epsilon=0.1", "train.max_steps=3 loss.epsilon=0.1"),
+        ("train.max_steps=200 loss.epsilon=0.1", f"train.max_steps=3 loss.epsilon=0.1 {NARROW_DIGITS_CNN}"),
         ("train.max_steps=300", "train.max_steps=4"),
         ("configs/pairs_m3g.yaml train.max_steps=200", "configs/pairs_m3g.yaml train.max_steps=3"),
     ],
-    "tune": [("--trials 8 --workers 2", "--trials 2 --workers 1 train.max_steps=4 tune.report_every=2")],
-    "export": [("train.max_steps=200", "train.max_steps=3"), ("--max-points 2000", "--max-points 200 --method tsne")],
+    "tune": [("--trials 8 --workers 2",
+              f"--trials 2 --workers 1 train.max_steps=4 tune.report_every=2 {NARROW_DIGITS_CNN}")],
+    "export": [("train.max_steps=200", f"train.max_steps=3 {NARROW_DIGITS_CNN}"),
+               ("--max-points 2000", "--max-points 200 --method tsne")],
 }
 
 

@@ -64,7 +64,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path: Path) -> None:
 
 
 def test_run_folder_layout_and_init_weights(tmp_path: Path) -> None:
-    result = train(tiny_config(tmp_path, "layout", train={"max_steps": 2}))
+    result = train(tiny_config(tmp_path, "layout", train={"max_steps": 2}, output={"curves": True}))
     run = result.run_dir
     for name in ("config.yaml", "metrics.jsonl", "model.safetensors", "init.safetensors", "model.json", "curves.png"):
         assert (run / name).is_file(), name

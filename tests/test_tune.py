@@ -45,6 +45,7 @@ def _tune_raw(runs: Path, **tune: Any) -> dict[str, Any]:
     raw = tiny_raw(runs, train={"max_steps": 2, "log_every": 1})
     raw["data"]["options"]["val_fraction"] = 0.2
     raw["output"].pop("name")
+    raw["output"]["curves"] = True  # the config's value: trials skip the PNG, the best YAML's run does not
     raw["tune"] = {"space": SPACE, "report_every": 1, "max_train_items": 300, "pruner": "none", **tune}
     return raw
 
