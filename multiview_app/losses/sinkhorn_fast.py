@@ -1,24 +1,23 @@
-"""Fused CPU kernel of the factorized MM-Sinkhorn (:func:`.sinkhorn.mm_sinkhorn_pairwise`) for ``k > 3``.
+"""Compiled sweeps of the factorized MM-Sinkhorn (:func:`.sinkhorn.mm_sinkhorn_pairwise`) for ``k > 3`` on CPU.
 
-At the sizes M3G trains with (the EEG demo: ``n = 16`` items, ``k = 6`` views, ``n^k = 16.7 M``) one
-sweep of the general path is ~40 torch operations over ``n^(k-1)``-entry arrays plus two ``n^k`` GEMMs
-of shape ``(n^(k-2), n) x (n, n)``: dispatch, temporaries and memory traffic, not arithmetic. Here the
-whole solve -- building the exp-domain factors, the sweeps with their stopping rule, Anderson mixing,
-the pair marginals of the final plan -- is one compiled function (numba, compiled on first use and
-cached on disk; :mod:`._pairwise_kernels`) called on numpy copies of the ``(k, k, n, n)`` log-factors.
+At the sizes M3G trains with (the EEG demo: ``n = 16`` items, ``k = 6`` views, ``n^k = 16.7 M``) a
+sweep of the general path is dominated by its ``n^(k-1)`` / ``n^k`` steps run as torch operations:
+the exp-domain factors, GEMM 1 (``(n^(k-2), n) x (n, n)``) and the first link of the right chain,
+the marginal of view ``r - 1``, GEMM 2 (view ``q``'s marginal) and the final pair marginals -- each
+several passes over ``n^(k-1)``-entry temporaries. :class:`FusedPairwiseFactors` runs each of them
+as one compiled loop (numba, :mod:`._pairwise_kernels`, compiled on first use per dtype and cached
+on disk) on numpy views of the same memory; sums over the ``n^(k-2)`` rows are accumulated in float64.
 
-Same algorithm as the general host loop (:func:`.sinkhorn._pairwise_solve`): the same factors and
-shifts, Gauss-Seidel order, underflow checks (threshold ``finfo(float64).tiny n^k / 1e-7``), one
-re-absorption of the potentials per failing sweep, the stopping rule ``sum_l ||m_l(P) - 1/n||_1 <
-tol`` on the incoming plan after every sweep (and before the first on a warm start), Anderson mixing
-(type II, same restart rule and regularization), hence the same sweep counts; everything in float64
-(float32 inputs: the results are cast back, as the ``k = 3`` kernel does). The Danskin backward is
-unchanged (the caller's ``(k, k, n, n)`` pair weights and one GEMM).
+Everything else is the general host loop itself (:func:`.sinkhorn._pairwise_solve` /
+:func:`.sinkhorn._pairwise_sweep` with ``factors=FusedPairwiseFactors``): the Gauss-Seidel order, the
+underflow checks, the stopping rule ``sum_l ||m_l(P) - 1/n||_1 < tol`` on the incoming plan (and
+before the first sweep on a warm start), Anderson mixing, re-absorption, the float64 retry and the
+dense fallback -- so the same sweeps and values up to round-off, in the input's dtype. The Danskin
+backward is unchanged (the caller's pair weights and one GEMM).
 
-:func:`fused_pairwise` returns ``None`` when it does not apply -- numba missing or
-``MVAPP_M3G_FUSED=0``, not a CPU tensor, ``k < 4``, ``n^(k-1)`` above :data:`FUSED_PAIRWISE_MAX_ROWS`,
-dtype not float32 / float64, or a second underflow within one sweep (where the general path would
-continue in float64 / on the dense path) -- and the caller runs the general path from the start.
+:func:`fused_factors` returns ``None`` (general path) when numba is missing or ``MVAPP_M3G_FUSED=0``,
+the tensor is not a CPU float32 / float64 one, ``k < 4``, or ``n^(k-1)`` exceeds
+:data:`FUSED_PAIRWISE_MAX_ENTRIES`.
 """
 from __future__ import annotations
 
@@ -30,17 +29,15 @@ import numpy as np
 import torch
 
 from .m3g_fast import fused_available
-from .sinkhorn import _REL_UNDERFLOW, MMSinkhornResult
+from .sinkhorn import _left_vector, _NumericalTrouble, _PairwiseFactors, _right_chain
 
-# Largest n^(k-1) (rows x columns of the (n^(k-2), n) factors) routed here: three float64 arrays of
-# this size (24 MiB at the cap) stay in a large L3 (docs/benchmarks.md "fused k > 3").
+# Largest n^(k-1) (entries of each (n^(k-2), n) factor) routed here; above it the general path's BLAS
+# GEMMs are measured faster or as fast (docs/benchmarks.md "fused k > 3").
 FUSED_PAIRWISE_MAX_ENTRIES = 1 << 20
-# the Anderson least-squares regularization of :class:`.sinkhorn.AndersonMixer`
-_ANDERSON_REGULARIZATION = 1e-10
 
 
 @functools.lru_cache(maxsize=1)
-def _kernel() -> ModuleType | None:
+def _kernels() -> ModuleType | None:
     """The compiled kernels (:mod:`._pairwise_kernels`), or None when numba is not installed."""
     try:
         from . import _pairwise_kernels
@@ -49,12 +46,13 @@ def _kernel() -> ModuleType | None:
     return _pairwise_kernels
 
 
-def fused_pairwise_applies(log_factors: torch.Tensor) -> bool:
-    """Whether :func:`fused_pairwise` takes ``log_factors`` ``(k, k, n, n)`` (before trying)."""
+def fused_factors(log_factors: torch.Tensor) -> type[_PairwiseFactors] | None:
+    """:class:`FusedPairwiseFactors` when the compiled sweeps take ``log_factors`` ``(k, k, n, n)``,
+    else None (see the module docstring)."""
     if not isinstance(log_factors, torch.Tensor) or log_factors.dim() != 4:
-        return False
+        return None
     k, n = log_factors.shape[0], log_factors.shape[2]
-    return (
+    applies = (
         k >= 4
         and n >= 2
         and n ** (k - 1) <= FUSED_PAIRWISE_MAX_ENTRIES
@@ -62,40 +60,92 @@ def fused_pairwise_applies(log_factors: torch.Tensor) -> bool:
         and log_factors.dtype in (torch.float32, torch.float64)
         and log_factors.layout == torch.strided
         and fused_available()
-        and _kernel() is not None
+        and _kernels() is not None
     )
+    return FusedPairwiseFactors if applies else None
 
 
-def fused_pairwise(
-    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None,
-    anderson: int = 0,
-) -> MMSinkhornResult | None:
-    """:func:`.sinkhorn.mm_sinkhorn_pairwise` (host loop) for ``A = sum_{l<m} log_factors[l, m] - offset``.
+class FusedPairwiseFactors(_PairwiseFactors):
+    """:class:`.sinkhorn._PairwiseFactors` whose heavy steps are compiled kernels (CPU, host loop).
 
-    ``log_factors`` ``(k, k, n, n)`` (``l < m`` blocks read), ``init`` validated starting
-    log-potentials ``(k, n)`` or None, ``anderson`` the mixing depth. Returns the result
-    (``log_potentials`` ``(k, n)`` and ``pair_marginals`` ``(k, k, n, n)`` in the input dtype,
-    ``path = "factorized-fused"``) or None (see the module docstring).
+    Same attributes (``xe`` / ``be`` ``(n^(r-1), n)`` in the input dtype, ``bs``, ``absorbed``,
+    ``last``); the log-domain sums ``log_x`` / ``log_b`` are never materialized (the kernel sums the
+    ``(k, k, n, n)`` log-factors, in float64, while it fills ``xe`` / ``be``).
     """
-    if not fused_pairwise_applies(log_factors):
-        return None
-    kernels = _kernel()
-    k, n = log_factors.shape[0], log_factors.shape[2]
-    factors = log_factors.detach().to(torch.float64).contiguous().numpy()
-    g = np.zeros((k, n)) if init is None else init.detach().to(torch.float64).numpy().copy()
-    pairs = np.zeros((k, k, n, n))
-    tiny = float(np.finfo(np.float64).tiny) * float(n) ** k / _REL_UNDERFLOW
-    status, iterations, error, converged, mass = kernels.solve(
-        factors, float(offset), float(tol), int(max_iter), g, init is not None, int(anderson),
-        _ANDERSON_REGULARIZATION, tiny, pairs,
-    )
-    if status != kernels.DONE or not math.isfinite(float(g.sum())):
-        return None
-    dtype = log_factors.dtype
-    return MMSinkhornResult(
-        torch.from_numpy(g).to(dtype), torch.from_numpy(pairs).to(dtype), float(mass), int(iterations),
-        float(error), bool(converged), "factorized-fused",
-    )
+
+    def __init__(self, log_factors: torch.Tensor, offset: float, *, device_loop: bool = False) -> None:
+        if device_loop or log_factors.device.type != "cpu":
+            raise ValueError("FusedPairwiseFactors: CPU host loop only")
+        k, n = log_factors.shape[0], log_factors.shape[2]
+        self.device_loop = False
+        self.k, self.n, self.r, self.q = k, n, k - 1, k - 1
+        self.offset = offset
+        self.dtype = log_factors.dtype
+        self.kernels = _kernels()
+        self.log_factors64 = log_factors.detach().to(torch.float64).contiguous().numpy()
+        self.last = log_factors[k - 2, k - 1]
+        rows = n ** (k - 2)
+        self.xe = torch.empty(rows, n, dtype=self.dtype)
+        self.be = torch.empty(rows, n, dtype=self.dtype)
+        self._q0 = torch.empty(rows, n, dtype=self.dtype)
+        self._right = np.empty(rows)
+        self.absorbed = torch.zeros(k, n, dtype=self.dtype)
+        self._filled = False  # xe / be / bs are filled on first use: a solve from nonzero potentials
+        # absorbs them first (the general class absorbs zeros, then those potentials: same factors)
+
+    @property
+    def bs(self) -> float:
+        self._fill()
+        return self._bs
+
+    def _fill(self) -> None:
+        if not self._filled:
+            self.absorb(self.absorbed)
+
+    def absorb(self, potentials: torch.Tensor) -> None:
+        """Fold ``potentials`` ``(k, n)`` into ``xe`` / ``be`` (one compiled pass)."""
+        self.absorbed = potentials.clone()
+        self._bs = float(self.kernels.absorb(
+            self.log_factors64, potentials.detach().double().numpy(), self.xe.numpy(), self.be.numpy()
+        ))
+        self._filled = True
+
+    def rest_plan(self, m1: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """GEMM 1 and the right chain's first link in one pass; the chain's rest on ``n^(r-2)`` entries."""
+        self._fill()
+        self.kernels.rest_plan(
+            self.xe.numpy(), self.be.numpy(), m1.contiguous().numpy(), v[-1].double().numpy(), self._q0.numpy(),
+            self._right,
+        )
+        right = _right_chain(torch.from_numpy(self._right).to(self.dtype), v[:-1])
+        right.append(self._q0.reshape(-1))
+        return self._q0, right
+
+    def last_rest_marginals(self, rows: torch.Tensor, q0: torch.Tensor) -> torch.Tensor:
+        out = np.empty((rows.shape[0], self.n))
+        self.kernels.weighted_row_sums(rows.contiguous().numpy(), q0.numpy(), out)
+        return torch.from_numpy(out).to(self.dtype)
+
+    def last_column(self, v: torch.Tensor, m1: torch.Tensor) -> torch.Tensor:
+        self._fill()
+        coupling = (v[-1][:, None] * m1.T).contiguous()  # (n_j, n_q): v_{r-1}[j] M1[iq, j]
+        out = np.empty(self.n)
+        self.kernels.last_column(
+            self.xe.numpy(), self.be.numpy(), _left_vector(v, self.r - 1).numpy(), coupling.numpy(), out
+        )
+        return torch.from_numpy(out).to(self.dtype)
+
+    def pair_marginals(self, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
+        if not abs(log_scale) < 700.0:  # as sinkhorn._times_exp
+            raise _NumericalTrouble
+        self._fill()
+        k, n = self.k, self.n
+        pairs = np.zeros((k, k, n, n))
+        self.kernels.pair_sums(
+            self.xe.numpy(), self.be.numpy(), q0.numpy(), _left_vector(v, self.r - 1).numpy(),
+            v[-1].double().numpy(), m1.T.contiguous().numpy(), pairs,
+        )
+        return torch.from_numpy(pairs * math.exp(log_scale)).to(self.dtype)
 
 
-__all__ = ["FUSED_PAIRWISE_MAX_ENTRIES", "fused_pairwise", "fused_pairwise_applies"]
+__all__ = ["FUSED_PAIRWISE_MAX_ENTRIES", "FusedPairwiseFactors", "fused_factors"]
