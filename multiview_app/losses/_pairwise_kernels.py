@@ -73,13 +73,14 @@ def absorb(log_factors: np.ndarray, absorbed: np.ndarray, xe: np.ndarray, be: np
             digits[pos] = rest % n
             rest //= n
         for side in range(2):
+            for i in range(n):
+                prod[i] = tables[side, r - 1, 0, i]
+            for l in range(r - 1):
+                for i in range(n):
+                    prod[i] *= tables[side, l, digits[l], i]
             top = 0.0
             for i in range(n):
-                val = tables[side, r - 1, 0, i]
-                for l in range(r - 1):
-                    val *= tables[side, l, digits[l], i]
-                prod[i] = val
-                top = max(top, val)
+                top = max(top, prod[i])
             if side == 0:
                 inv = 1.0 / top
                 for i in range(n):
@@ -99,10 +100,12 @@ def absorb(log_factors: np.ndarray, absorbed: np.ndarray, xe: np.ndarray, be: np
             rest //= n
         scale = math.exp(bases[row] - bs)
         for j in range(n):
-            val = tables[1, r - 1, 0, j]
-            for l in range(r - 1):
-                val *= tables[1, l, digits[l], j]
-            be[row, j] = val * scale
+            prod[j] = tables[1, r - 1, 0, j] * scale
+        for l in range(r - 1):
+            for j in range(n):
+                prod[j] *= tables[1, l, digits[l], j]
+        for j in range(n):
+            be[row, j] = prod[j]
     return bs
 
 
@@ -311,3 +314,166 @@ def pair_sums(xe: np.ndarray, be: np.ndarray, q0: np.ndarray, left: np.ndarray, 
     for j in range(n):
         for iq in range(n):
             pairs[r - 1, q, j, iq] *= m1_t[j, iq]
+
+
+@_jit
+def left_vector(v: np.ndarray, count: int, out: np.ndarray) -> None:
+    """``out[:n^count] = prod_{a<count} v[a][i_a]`` (row-major; ``[1.]`` when ``count == 0``)."""
+    n = v.shape[1]
+    out[0] = 1.0
+    size = 1
+    for a in range(count):
+        for pos in range(size - 1, -1, -1):  # in place, back to front
+            head = out[pos]
+            for i in range(n - 1, -1, -1):
+                out[pos * n + i] = head * v[a, i]
+        size *= n
+
+
+@_jit
+def last_column_of(xe: np.ndarray, be: np.ndarray, v: np.ndarray, m1: np.ndarray, left: np.ndarray,
+                   coupling: np.ndarray, out: np.ndarray) -> None:
+    """:func:`last_column` for rest scalings ``v`` ``(r, n)`` (float64) and ``M1`` ``(n_q, n_j)``:
+    ``left`` ``(R,)`` float64 and ``coupling`` ``(n, n)`` (factors' dtype) are work buffers."""
+    r, n = v.shape
+    left_vector(v, r - 1, left)
+    for j in range(n):
+        for iq in range(n):
+            coupling[j, iq] = v[r - 1, j] * m1[iq, j]
+    last_column(xe, be, left, coupling, out)
+
+
+@_jit
+def sweep_rest(
+    xe: np.ndarray, be: np.ndarray, q0: np.ndarray, m1: np.ndarray, m1_shift: np.ndarray, g: np.ndarray,
+    absorbed: np.ndarray, bs: float, offset: float, iterations: int, check_first: bool, tol: float, max_iter: int,
+    tiny: float, h: np.ndarray, h_max: np.ndarray, v: np.ndarray, v_in: np.ndarray, right: np.ndarray,
+    left: np.ndarray, left_in: np.ndarray, coupling: np.ndarray, col: np.ndarray, scalars: np.ndarray,
+) -> int:
+    """The rest views' part of a sweep of :func:`.sinkhorn._pairwise_sweep` (host loop), compiled.
+
+    From potentials ``g`` ``(k, n)`` (float64, rest views updated in place) and ``M1`` / ``m1_shift`` of
+    view ``q``: rest scalings ``h, h_max, v``; GEMM 1 (``q0``) and the right chain; the Gauss-Seidel
+    updates of views ``0..r-1``; before view ``r-1``'s update the stopping rule on the incoming plan
+    (``iterations > 0`` or ``check_first``; on a warm start's first check view ``q``'s marginal too).
+    ``scalars`` receives ``[error, converged, log_scale, log_scale_in]``. Returns 0 (updated: the
+    caller mixes and updates view ``q``), 1 (finished: ``g`` unchanged, the incoming plan is the
+    output, ``v_in`` its scalings) or 2 (underflow / non-finite: the caller's numerical trouble).
+    """
+    k, n = g.shape
+    r = k - 1
+    rows = xe.shape[0]
+    log_n = math.log(n)
+    target = 1.0 / n
+    for l in range(r):
+        top = -np.inf
+        for i in range(n):
+            val = g[l, i] - absorbed[l, i]
+            if l == r - 1:
+                val += m1_shift[i]
+            h[l, i] = val
+            top = max(top, val)
+        h_max[l] = top
+        for i in range(n):
+            v[l, i] = math.exp(h[l, i] - top)
+            v_in[l, i] = v[l, i]
+    log_scale = bs - offset
+    for l in range(r):
+        log_scale += h_max[l]
+    log_scale_in = log_scale
+    scalars[0] = np.inf
+    scalars[1] = 0.0
+    # right chain: right[l] (n^(l+1) entries at offset sum_{a<l} n^(a+1)) = q0 contracted on the axes after l
+    start = 0
+    size = n
+    for l in range(r - 2):
+        start += size
+        size *= n
+    rest_plan(xe, be, m1, v[r - 1], q0, right[start:start + rows])
+    for a in range(r - 2, 0, -1):  # right[a-1] = right[a] @ v[a]
+        src = start
+        start -= n ** a
+        for p in range(n ** a):
+            acc = 0.0
+            for i in range(n):
+                acc += right[src + p * n + i] * v[a, i]
+            right[start + p] = acc
+    incoming = np.empty((r, n))
+    partial = np.empty(n)
+    base = 0
+    error = np.inf
+    converged = False
+    for l in range(r):
+        if l < r - 1:
+            left_vector(v, l, left)
+            for i in range(n):
+                acc = 0.0
+                for p in range(n ** l):
+                    acc += left[p] * right[base + p * n + i]
+                partial[i] = acc
+            if l > 0:
+                left_vector(v_in, l, left_in)
+                for i in range(n):
+                    acc = 0.0
+                    for p in range(n ** l):
+                        acc += left_in[p] * right[base + p * n + i]
+                    incoming[l, i] = acc
+            else:
+                for i in range(n):
+                    incoming[0, i] = partial[i]
+            base += n ** (l + 1)
+        else:  # incoming and updated plan in one pass over q0
+            left_vector(v_in, l, left_in)
+            left_vector(v, l, left)
+            inc = np.zeros(n)
+            for i in range(n):
+                partial[i] = 0.0
+            for row in range(rows):
+                w_in, w_new = left_in[row], left[row]
+                for j in range(n):
+                    inc[j] += w_in * q0[row, j]
+                    partial[j] += w_new * q0[row, j]
+            for j in range(n):
+                incoming[l, j] = inc[j]
+                if not inc[j] >= tiny:  # underflow or NaN
+                    return 2
+            if iterations > 0 or check_first:
+                if not abs(log_scale_in) < 700.0:
+                    return 2
+                scale_in = math.exp(log_scale_in)
+                err = 0.0
+                for a in range(r):
+                    for i in range(n):
+                        err += abs(incoming[a, i] * v_in[a, i] * scale_in - target)
+                if iterations == 0:  # warm start: view q's marginal is not exact yet
+                    last_column_of(xe, be, v_in, m1, left_in, coupling, col)
+                    for i in range(n):
+                        err += abs(col[i] * scale_in - target)
+                error = err
+                if not np.isfinite(error):
+                    return 2
+                converged = error < tol
+            if converged or iterations >= max_iter:
+                scalars[0] = error
+                scalars[1] = 1.0 if converged else 0.0
+                scalars[2] = log_scale
+                scalars[3] = log_scale_in
+                return 1
+        for i in range(n):
+            if not partial[i] >= tiny:
+                return 2
+        top = -np.inf
+        for i in range(n):
+            step = -log_n - (h[l, i] - h_max[l]) - math.log(partial[i]) - log_scale
+            g[l, i] += step
+            h[l, i] += step
+            top = max(top, h[l, i])
+        log_scale += top - h_max[l]
+        h_max[l] = top
+        for i in range(n):
+            v[l, i] = math.exp(h[l, i] - top)
+    scalars[0] = error
+    scalars[1] = 1.0 if converged else 0.0
+    scalars[2] = log_scale
+    scalars[3] = log_scale_in
+    return 0

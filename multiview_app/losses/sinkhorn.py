@@ -262,6 +262,13 @@ class _PairwiseFactors:
         """All pair marginals ``(k, k, n, n)`` (see :func:`_pairwise_marginals`)."""
         return _pairwise_marginals(self, q0, v, m1, log_scale)
 
+    def sweep(
+        self, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float, check_first: bool = False,
+        mixer: AndersonMixer | None = None,
+    ) -> MMSinkhornResult | None:
+        """One host-loop sweep (:func:`_pairwise_sweep`)."""
+        return _pairwise_sweep(self, g, iterations, tol, max_iter, tiny, check_first, mixer)
+
 
 def _right_chain(flat_plan: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
     """``right[l]`` (``l < r``): ``flat_plan`` ``(n^r,)`` contracted with ``v_{l+1}..v_{r-1}`` on its
@@ -535,7 +542,7 @@ def _pairwise_solve(
     while True:
         start = g.clone()
         try:
-            outcome = _pairwise_sweep(fac, g, iterations, tol, max_iter, tiny, check_first, mixer)
+            outcome = fac.sweep(g, iterations, tol, max_iter, tiny, check_first, mixer)
         except _NumericalTrouble:
             g.copy_(start)
             if mixer is not None:

@@ -29,7 +29,20 @@ import numpy as np
 import torch
 
 from .m3g_fast import fused_available
-from .sinkhorn import _left_vector, _NumericalTrouble, _PairwiseFactors, _right_chain
+from .sinkhorn import (
+    AndersonMixer,
+    MMSinkhornResult,
+    _check,
+    _column_factor,
+    _left_vector,
+    _NumericalTrouble,
+    _PairwiseFactors,
+    _rest_scalings,
+    _right_chain,
+)
+
+# :func:`._pairwise_kernels.sweep_rest` outcomes
+_UPDATED, _FINISHED, _TROUBLE = 0, 1, 2
 
 # Largest n^(k-1) (entries of each (n^(k-2), n) factor) routed here; above it the general path's BLAS
 # GEMMs are measured faster or as fast (docs/benchmarks.md "fused k > 3").
@@ -89,6 +102,14 @@ class FusedPairwiseFactors(_PairwiseFactors):
         self.be = torch.empty(rows, n, dtype=self.dtype)
         self._q0 = torch.empty(rows, n, dtype=self.dtype)
         self._right = np.empty(rows)
+        # work buffers of the compiled sweep (float64 unless noted)
+        r = k - 1
+        self._h, self._h_max = np.empty((r, n)), np.empty(r)
+        self._v, self._v_in = np.empty((r, n)), np.empty((r, n))
+        self._chain = np.empty(sum(n ** (l + 1) for l in range(r - 1)))
+        self._left, self._left_in = np.empty(rows), np.empty(rows)
+        self._coupling = np.empty((n, n), dtype=self.xe.numpy().dtype)
+        self._col, self._scalars = np.empty(n), np.empty(4)
         self.absorbed = torch.zeros(k, n, dtype=self.dtype)
         self._filled = False  # xe / be / bs are filled on first use: a solve from nonzero potentials
         # absorbs them first (the general class absorbs zeros, then those potentials: same factors)
@@ -131,7 +152,7 @@ class FusedPairwiseFactors(_PairwiseFactors):
         coupling = (v[-1][:, None] * m1.T).contiguous()  # (n_j, n_q): v_{r-1}[j] M1[iq, j]
         out = np.empty(self.n)
         self.kernels.last_column(
-            self.xe.numpy(), self.be.numpy(), _left_vector(v, self.r - 1).numpy(), coupling.numpy(), out
+            self.xe.numpy(), self.be.numpy(), _left_vector(v.double(), self.r - 1).numpy(), coupling.numpy(), out
         )
         return torch.from_numpy(out).to(self.dtype)
 
@@ -142,10 +163,54 @@ class FusedPairwiseFactors(_PairwiseFactors):
         k, n = self.k, self.n
         pairs = np.zeros((k, k, n, n))
         self.kernels.pair_sums(
-            self.xe.numpy(), self.be.numpy(), q0.numpy(), _left_vector(v, self.r - 1).numpy(),
+            self.xe.numpy(), self.be.numpy(), q0.numpy(), _left_vector(v.double(), self.r - 1).numpy(),
             v[-1].double().numpy(), m1.T.contiguous().numpy(), pairs,
         )
         return torch.from_numpy(pairs * math.exp(log_scale)).to(self.dtype)
+
+    def sweep(
+        self, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float, check_first: bool = False,
+        mixer: AndersonMixer | None = None,
+    ) -> MMSinkhornResult | None:
+        """:func:`.sinkhorn._pairwise_sweep` with the rest views' part compiled
+        (:func:`._pairwise_kernels.sweep_rest`, float64); Anderson mixing and view ``q``'s update as
+        there. Raises :class:`.sinkhorn._NumericalTrouble` where the general sweep would."""
+        self._fill()
+        r, q, n = self.r, self.q, self.n
+        kernels = self.kernels
+        m1_shift, m1 = _column_factor(self, g)
+        m1_np = m1.numpy()
+        rest = g.detach().double().numpy().copy()  # updated in place (rest views)
+        status = kernels.sweep_rest(
+            self.xe.numpy(), self.be.numpy(), self._q0.numpy(), m1_np, m1_shift.double().numpy(), rest,
+            self.absorbed.double().numpy(), self._bs, float(self.offset), iterations, check_first, tol, max_iter,
+            tiny, self._h, self._h_max, self._v, self._v_in, self._chain, self._left, self._left_in, self._coupling,
+            self._col, self._scalars,
+        )
+        if status == _TROUBLE:
+            raise _NumericalTrouble
+        error, converged, log_scale, log_scale_in = self._scalars.tolist()
+        if status == _FINISHED:  # the incoming plan is the output (g unchanged)
+            pairs = self.pair_marginals(self._q0, torch.from_numpy(self._v_in), m1, log_scale_in)
+            mass = float(pairs[0, 1].sum())
+            if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
+                raise _NumericalTrouble
+            return MMSinkhornResult(g, pairs, mass, iterations, error, converged > 0, "factorized")
+        g_in = g[:r].clone()
+        g[:r] = torch.from_numpy(rest[:r]).to(self.dtype)
+        v = self._v
+        if mixer is not None and iterations > 0:  # as the general sweep
+            mixed = mixer.mix(g_in, g[:r], error)
+            if mixed is not None:
+                g[:r] = mixed
+                _, h_max, v_mixed = _rest_scalings(self, g, m1_shift)
+                log_scale = self._bs - self.offset + float(h_max.sum())
+                v = v_mixed.double().numpy()
+        kernels.last_column_of(self.xe.numpy(), self.be.numpy(), v, m1_np, self._left, self._coupling, self._col)
+        col = torch.from_numpy(self._col).to(self.dtype)
+        _check(col, tiny)
+        g[q] += -math.log(n) - col.log() - log_scale
+        return None
 
 
 __all__ = ["FUSED_PAIRWISE_MAX_ENTRIES", "FusedPairwiseFactors", "fused_factors"]
