@@ -17,7 +17,7 @@ import numba
 import numpy as np
 
 # reassociation / FMA contraction only (no finite-math assumptions: NaN / inf propagate as in torch)
-_jit = numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
 
 # product form of :func:`absorb` while the summed log-ranges of a factor's terms stay below this (every

@@ -44,8 +44,9 @@ from .sinkhorn import (
 # :func:`._pairwise_kernels.sweep_rest` outcomes
 _UPDATED, _FINISHED, _TROUBLE = 0, 1, 2
 
-# Largest n^(k-1) (entries of each (n^(k-2), n) factor) routed here; above it the general path's BLAS
-# GEMMs are measured faster or as fast (docs/benchmarks.md "fused k > 3").
+# Largest n^(k-1) (entries of each (n^(k-2), n) factor) routed here: (16, 6), (32, 5), (64, 4) and below.
+# Three such arrays in the input dtype (12-24 MiB at the cap) stay within a large L3; bigger problems keep
+# the general path (its BLAS GEMMs; not measured against the kernels: docs/benchmarks.md "k > 3 on CPU").
 FUSED_PAIRWISE_MAX_ENTRIES = 1 << 20
 
 
@@ -213,4 +214,26 @@ class FusedPairwiseFactors(_PairwiseFactors):
         return None
 
 
-__all__ = ["FUSED_PAIRWISE_MAX_ENTRIES", "FusedPairwiseFactors", "fused_factors"]
+def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> float:
+    """Compile the kernels for ``dtypes`` (or load them from numba's on-disk cache) on a tiny problem
+    (``k = 4``, ``n = 3``: numba specializes on dtypes and layouts, not sizes); returns the seconds spent.
+    ``python -m multiview_app.losses.sinkhorn_fast`` runs it (the EEG demo does, beside its synthesis)."""
+    import time
+
+    from .m3g import m3g_factorized
+
+    start = time.perf_counter()
+    if fused_factors(torch.zeros(4, 4, 3, 3)) is None:
+        return 0.0
+    raw = torch.randn(3, 4, 2, generator=torch.Generator().manual_seed(0))
+    for dtype in dtypes:
+        z = torch.nn.functional.normalize(raw.to(dtype), dim=-1)
+        m3g_factorized(z, 0.5, max_iter=20, anderson=2, init_potentials="diagonal")
+    return time.perf_counter() - start
+
+
+__all__ = ["FUSED_PAIRWISE_MAX_ENTRIES", "FusedPairwiseFactors", "fused_factors", "warm_up"]
+
+
+if __name__ == "__main__":
+    print(f"m3g compiled k > 3 sweeps ready in {warm_up():.1f} s (numba cache: multiview_app/losses/__pycache__)")
