@@ -203,22 +203,6 @@ def rest_plan(xe: np.ndarray, be: np.ndarray, m1: np.ndarray, v_last: np.ndarray
 
 
 @_jit
-def weighted_row_sums(weights: np.ndarray, plan: np.ndarray, out: np.ndarray) -> None:
-    """``out[c, j] = sum_I' weights[c, I'] plan[I', j]`` (``weights`` ``(C, R)``, ``plan`` ``(R, n)``)."""
-    count, rows = weights.shape
-    n = plan.shape[1]
-    acc = np.zeros((count, n), dtype=np.float64)
-    for row in range(rows):
-        for c in range(count):
-            w = np.float64(weights[c, row])
-            for j in range(n):
-                acc[c, j] += w * plan[row, j]
-    for c in range(count):
-        for j in range(n):
-            out[c, j] = acc[c, j]
-
-
-@_jit
 def last_column(xe: np.ndarray, be: np.ndarray, left: np.ndarray, coupling: np.ndarray, out: np.ndarray) -> None:
     """GEMM 2, view ``q``'s marginal: ``out[iq] = sum_{I'} left[I'] xe[I', iq] sum_j be[I', j] coupling[j, iq]``
     (``coupling[j, iq] = v_{r-1}[j] M1[iq, j]``); the inner sums over ``j`` in the factors' dtype, the

@@ -38,7 +38,6 @@ from .sinkhorn import (
     _NumericalTrouble,
     _PairwiseFactors,
     _rest_scalings,
-    _right_chain,
 )
 
 # :func:`._pairwise_kernels.sweep_rest` outcomes
@@ -102,7 +101,6 @@ class FusedPairwiseFactors(_PairwiseFactors):
         self.xe = torch.empty(rows, n, dtype=self.dtype)
         self.be = torch.empty(rows, n, dtype=self.dtype)
         self._q0 = torch.empty(rows, n, dtype=self.dtype)
-        self._right = np.empty(rows)
         # work buffers of the compiled sweep (float64 unless noted)
         r = k - 1
         self._h, self._h_max = np.empty((r, n)), np.empty(r)
@@ -131,31 +129,6 @@ class FusedPairwiseFactors(_PairwiseFactors):
             self.log_factors64, potentials.detach().double().numpy(), self.xe.numpy(), self.be.numpy()
         ))
         self._filled = True
-
-    def rest_plan(self, m1: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """GEMM 1 and the right chain's first link in one pass; the chain's rest on ``n^(r-2)`` entries."""
-        self._fill()
-        self.kernels.rest_plan(
-            self.xe.numpy(), self.be.numpy(), m1.contiguous().numpy(), v[-1].double().numpy(), self._q0.numpy(),
-            self._right,
-        )
-        right = _right_chain(torch.from_numpy(self._right).to(self.dtype), v[:-1])
-        right.append(self._q0.reshape(-1))
-        return self._q0, right
-
-    def last_rest_marginals(self, rows: torch.Tensor, q0: torch.Tensor) -> torch.Tensor:
-        out = np.empty((rows.shape[0], self.n))
-        self.kernels.weighted_row_sums(rows.contiguous().numpy(), q0.numpy(), out)
-        return torch.from_numpy(out).to(self.dtype)
-
-    def last_column(self, v: torch.Tensor, m1: torch.Tensor) -> torch.Tensor:
-        self._fill()
-        coupling = (v[-1][:, None] * m1.T).contiguous()  # (n_j, n_q): v_{r-1}[j] M1[iq, j]
-        out = np.empty(self.n)
-        self.kernels.last_column(
-            self.xe.numpy(), self.be.numpy(), _left_vector(v.double(), self.r - 1).numpy(), coupling.numpy(), out
-        )
-        return torch.from_numpy(out).to(self.dtype)
 
     def pair_marginals(self, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
         if not abs(log_scale) < 700.0:  # as sinkhorn._times_exp
