@@ -20,6 +20,14 @@ import numpy as np
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 
 
+@_jit
+def _row_digits(row: int, n: int, digits: np.ndarray) -> None:
+    """``digits``: the base-``n`` digits of ``row`` (most significant first), i.e. ``(i_0, .., i_{r-2})``."""
+    for pos in range(digits.shape[0] - 1, -1, -1):
+        digits[pos] = row % n
+        row //= n
+
+
 # product form of :func:`absorb` while the summed log-ranges of a factor's terms stay below this (every
 # product >= e^-600, inside float64's normal range; else one exp per entry, as the general path)
 _PRODUCT_SPAN = 600.0
@@ -68,10 +76,7 @@ def absorb(log_factors: np.ndarray, absorbed: np.ndarray, xe: np.ndarray, be: np
     bases = np.empty(rows)  # log of be's row factor (before the global shift)
     bs = -np.inf
     for row in range(rows):
-        rest = row
-        for pos in range(r - 2, -1, -1):
-            digits[pos] = rest % n
-            rest //= n
+        _row_digits(row, n, digits)
         for side in range(2):
             for i in range(n):
                 prod[i] = tables[side, r - 1, 0, i]
@@ -94,10 +99,7 @@ def absorb(log_factors: np.ndarray, absorbed: np.ndarray, xe: np.ndarray, be: np
             else:
                 bs = max(bs, bases[row] + math.log(top))
     for row in range(rows):
-        rest = row
-        for pos in range(r - 2, -1, -1):
-            digits[pos] = rest % n
-            rest //= n
+        _row_digits(row, n, digits)
         scale = math.exp(bases[row] - bs)
         for j in range(n):
             prod[j] = tables[1, r - 1, 0, j] * scale
@@ -121,10 +123,7 @@ def _absorb_exp(log_factors: np.ndarray, absorbed: np.ndarray, xe: np.ndarray, b
     shifts = np.empty(rows)
     bs = -np.inf
     for row in range(rows):
-        rest = row
-        for pos in range(r - 2, -1, -1):
-            digits[pos] = rest % n
-            rest //= n
+        _row_digits(row, n, digits)
         shift = -np.inf
         for iq in range(n):
             total = absorbed[q, iq]
@@ -147,10 +146,7 @@ def _absorb_exp(log_factors: np.ndarray, absorbed: np.ndarray, xe: np.ndarray, b
             bs = max(bs, total)
     # second pass: be = exp(log_b - bs) (log_b recomputed: no (R, n) float64 temporary)
     for row in range(rows):
-        rest = row
-        for pos in range(r - 2, -1, -1):
-            digits[pos] = rest % n
-            rest //= n
+        _row_digits(row, n, digits)
         base = shifts[row] - bs
         for j in range(n):
             total = base + absorbed[r - 1, j]
@@ -158,6 +154,26 @@ def _absorb_exp(log_factors: np.ndarray, absorbed: np.ndarray, xe: np.ndarray, b
                 total += log_factors[l, r - 1, digits[l], j]
             be[row, j] = math.exp(total)
     return bs
+
+
+@_jit
+def _four_rows_times(a: np.ndarray, row: int, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[c, :] = a[row + c, :] @ b`` for ``c < 4`` (``b`` ``(n, n)``, ``out`` ``(4, n)``, the factors' dtype)."""
+    n = b.shape[1]
+    for c in range(4):
+        for j in range(n):
+            out[c, j] = 0.0
+    for i in range(b.shape[0]):
+        x0 = a[row, i]
+        x1 = a[row + 1, i]
+        x2 = a[row + 2, i]
+        x3 = a[row + 3, i]
+        for j in range(n):
+            m = b[i, j]
+            out[0, j] += x0 * m
+            out[1, j] += x1 * m
+            out[2, j] += x2 * m
+            out[3, j] += x3 * m
 
 
 @_jit
@@ -170,20 +186,7 @@ def rest_plan(xe: np.ndarray, be: np.ndarray, m1: np.ndarray, v_last: np.ndarray
     acc = np.zeros((4, n), dtype=xe.dtype)
     full = rows - rows % 4
     for row in range(0, full, 4):
-        for a in range(4):
-            for j in range(n):
-                acc[a, j] = 0.0
-        for iq in range(n):
-            x0 = xe[row, iq]
-            x1 = xe[row + 1, iq]
-            x2 = xe[row + 2, iq]
-            x3 = xe[row + 3, iq]
-            for j in range(n):
-                m = m1[iq, j]
-                acc[0, j] += x0 * m
-                acc[1, j] += x1 * m
-                acc[2, j] += x2 * m
-                acc[3, j] += x3 * m
+        _four_rows_times(xe, row, m1, acc)
         for a in range(4):
             total = 0.0
             for j in range(n):
@@ -212,20 +215,7 @@ def last_column(xe: np.ndarray, be: np.ndarray, left: np.ndarray, coupling: np.n
     acc = np.zeros(n, dtype=np.float64)
     full = rows - rows % 4
     for row in range(0, full, 4):
-        for a in range(4):
-            for iq in range(n):
-                t[a, iq] = 0.0
-        for j in range(n):
-            b0 = be[row, j]
-            b1 = be[row + 1, j]
-            b2 = be[row + 2, j]
-            b3 = be[row + 3, j]
-            for iq in range(n):
-                c = coupling[j, iq]
-                t[0, iq] += b0 * c
-                t[1, iq] += b1 * c
-                t[2, iq] += b2 * c
-                t[3, iq] += b3 * c
+        _four_rows_times(be, row, coupling, t)
         for a in range(4):
             w = np.float64(left[row + a])
             for iq in range(n):
@@ -267,10 +257,7 @@ def pair_sums(xe: np.ndarray, be: np.ndarray, q0: np.ndarray, left: np.ndarray, 
                 for j in range(n):
                     pairs[a, b, i, j] = 0.0
     for row in range(rows):
-        spare = row
-        for pos in range(r - 2, -1, -1):
-            digits[pos] = spare % n
-            spare //= n
+        _row_digits(row, n, digits)
         w = np.float64(left[row])
         row_sum = 0.0
         for j in range(n):
