@@ -76,6 +76,14 @@ echo "== 2/5 prepare (read, resample to 100 Hz, band-pass 0.5-30 Hz, 30-s window
 # the two datasets concurrently (the PhysioNet side, on the critical path, with two writer processes); the
 # Sleep-EDF side's output is printed after the other's
 mkdir -p "$DATA"
+# the compiled k > 3 M3G sweeps (multiview_app/losses/sinkhorn_fast.py) compile on first use (~20-70 s CPU, then
+# cached on disk): warm numba's cache beside the synthesis, so the training does not wait for it (best effort:
+# without it the training compiles them itself; same results either way)
+warm_job=""
+if [ -x "$(dirname "$MVAPP")/python" ]; then
+  "$(dirname "$MVAPP")/python" -m multiview_app.losses.sinkhorn_fast > "$DATA/numba_warmup.log" 2>&1 &
+  warm_job=$!
+fi
 edf_side() {  # the Sleep-EDF-format nights, synthesized then prepared (its wall time on the last line)
   local since=$SECONDS
   synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" "$EDF_SEED" 1 && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE"
@@ -97,6 +105,9 @@ echo "== 3/5 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, lr 
 echo "       view augmentations: ${AUGMENT:-none}"
 rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
 t=$SECONDS
+if [ -n "$warm_job" ]; then
+  wait "$warm_job" && cat "$DATA/numba_warmup.log" || echo "   (numba warm-up failed, see $DATA/numba_warmup.log: the training compiles the kernels)"
+fi
 MVAPP_NUM_THREADS="${DEMO_TRAIN_THREADS:-${MVAPP_NUM_THREADS:-}}" \
   "$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \
   data.options.cache="$CACHE" train.max_steps="$STEPS" train.batch_size="$BATCH" optim.lr="$LR" \

@@ -242,6 +242,44 @@ class _PairwiseFactors:
         self.bs = bs.double() if self.device_loop else float(bs)
         self.be = (log_b - (bs if self.device_loop else self.bs)).exp_().reshape(-1, n)  # (n^(r-1), n)
 
+    # The heavy (n^(k-1) / n^k) steps of a host-loop sweep; :class:`.sinkhorn_fast.FusedPairwiseFactors`
+    # runs them as compiled kernels (same values).
+    def rest_plan(self, m1: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """GEMM 1: the rest plan ``q0 = be * (xe @ M1)`` ``(n^(r-1), n)`` (up to ``(x)v exp(log_scale)``)
+        and its right chain: ``right[l]`` = ``q0`` contracted with ``v_{l+1}..v_{r-1}`` ``(n^(l+1),)``."""
+        q0 = self.be * (self.xe @ m1)
+        return q0, _right_chain(q0.reshape(-1), v)
+
+    def last_rest_marginals(self, rows: torch.Tensor, q0: torch.Tensor) -> torch.Tensor:
+        """``rows @ q0``: ``(c, n)`` marginals of view ``r-1`` for ``c`` left vectors ``rows`` ``(c, n^(r-1))``."""
+        return rows @ q0
+
+    def last_column(self, v: torch.Tensor, m1: torch.Tensor) -> torch.Tensor:
+        """GEMM 2: view ``q``'s marginal ``(n,)`` up to ``exp(log_scale)``."""
+        return _last_pair(self, v, m1).sum(dim=0)
+
+    def pair_marginals(self, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
+        """All pair marginals ``(k, k, n, n)`` (see :func:`_pairwise_marginals`)."""
+        return _pairwise_marginals(self, q0, v, m1, log_scale)
+
+    def sweep(
+        self, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float, check_first: bool = False,
+        mixer: AndersonMixer | None = None,
+    ) -> MMSinkhornResult | None:
+        """One host-loop sweep (:func:`_pairwise_sweep`)."""
+        return _pairwise_sweep(self, g, iterations, tol, max_iter, tiny, check_first, mixer)
+
+
+def _right_chain(flat_plan: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+    """``right[l]`` (``l < r``): ``flat_plan`` ``(n^r,)`` contracted with ``v_{l+1}..v_{r-1}`` on its
+    last axes, flattened ``(n^(l+1),)``; ``right[r-1]`` is ``flat_plan``."""
+    r, n = v.shape
+    right = [flat_plan]
+    for a in range(r - 1, 0, -1):
+        right.append(right[-1].reshape(-1, n) @ v[a])
+    right.reverse()
+    return right
+
 
 def mm_sinkhorn_pairwise(
     log_factors: torch.Tensor,
@@ -300,26 +338,39 @@ def mm_sinkhorn_pairwise(
             return _three_view_solve(log_factors, offset, tol, max_iter, init)
         except _NumericalTrouble:
             pass
+    factors, name = _PairwiseFactors, "factorized"
+    if k > 3:  # small CPU problems: the compiled sweeps (same values; None where they do not apply)
+        from .sinkhorn_fast import fused_factors  # it imports this module
+
+        fused = fused_factors(log_factors)
+        if fused is not None:
+            factors, name = fused, "factorized-fused"
     g = torch.zeros(k, n, dtype=log_factors.dtype, device=log_factors.device)
     if init is not None:
         g.copy_(init)
     try:
-        return _pairwise_solve(log_factors, offset, tol, max_iter, g, 0, check_first=init is not None, anderson=anderson)
+        result = _pairwise_solve(
+            log_factors, offset, tol, max_iter, g, 0, check_first=init is not None, anderson=anderson, factors=factors
+        )
+        result.path = name
+        return result
     except _NumericalTrouble as trouble:
         iterations = trouble.args[0] if trouble.args else 0
-    path = "factorized->dense"
+    path = f"{name}->dense"
     if log_factors.dtype != torch.float64:
-        path = "factorized->float64->dense"  # the float64 retry below ran (and failed) when it ends here
+        path = f"{name}->float64->dense"  # the float64 retry below ran (and failed) when it ends here
         g64 = g.double()
         try:
-            result = _pairwise_solve(log_factors.double(), offset, tol, max_iter, g64, iterations, anderson=anderson)
+            result = _pairwise_solve(
+                log_factors.double(), offset, tol, max_iter, g64, iterations, anderson=anderson, factors=factors
+            )
         except _NumericalTrouble as trouble:
             iterations = trouble.args[0] if trouble.args else iterations
             g = g64.to(g.dtype)
         else:
             result.log_potentials = result.log_potentials.to(g.dtype)
             result.pair_marginals = result.pair_marginals.to(g.dtype)
-            result.path = "factorized->float64"
+            result.path = f"{name}->float64"
             return result
     good = g if bool(torch.isfinite(g).all()) else torch.zeros_like(g)
     log_kernel = pairwise_sum_tensor(log_factors, offset)
@@ -471,17 +522,19 @@ def _pairwise_solve(
     iterations: int,
     check_first: bool = False,
     anderson: int = 0,
+    factors: type[_PairwiseFactors] = _PairwiseFactors,
 ) -> MMSinkhornResult:
     """Factorized sweeps from potentials ``g`` ``(k, n)`` after ``iterations`` sweeps; updates ``g``
     in place (kept valid for a fallback). ``check_first``: apply the stopping rule before the first
-    sweep too (warm start).
+    sweep too (warm start). ``factors``: the class running the sweeps' heavy steps (the general torch
+    one, or the compiled kernels of :mod:`.sinkhorn_fast`).
 
     On an underflow the current potentials are absorbed into the factors and the sweep is redone;
     a second failure in the same sweep raises :class:`_NumericalTrouble` (dense fallback).
     """
     k, n = log_factors.shape[0], log_factors.shape[2]
     tiny = torch.finfo(log_factors.dtype).tiny * float(n) ** k / _REL_UNDERFLOW
-    fac = _PairwiseFactors(log_factors, offset)
+    fac = factors(log_factors, offset)
     if bool(g.abs().amax() > 0):
         fac.absorb(g)
     absorbed_at = -1
@@ -489,7 +542,7 @@ def _pairwise_solve(
     while True:
         start = g.clone()
         try:
-            outcome = _pairwise_sweep(fac, g, iterations, tol, max_iter, tiny, check_first, mixer)
+            outcome = fac.sweep(g, iterations, tol, max_iter, tiny, check_first, mixer)
         except _NumericalTrouble:
             g.copy_(start)
             if mixer is not None:
@@ -520,14 +573,11 @@ def _pairwise_sweep(
     k, n, r, q = fac.k, fac.n, fac.r, fac.q
     log_n, target = math.log(n), 1.0 / n
     g_in = g.clone()
-    m1_shift, m1, q0 = _sweep_gemm1(fac, g)
+    m1_shift, m1 = _column_factor(fac, g)
     h, h_max, v = _rest_scalings(fac, g, m1_shift)
     log_scale = fac.bs - fac.offset + float(h_max.sum())
     v_in, log_scale_in = v.clone(), log_scale
-    right = [q0.reshape(-1)]
-    for a in range(r - 1, 0, -1):
-        right.append(right[-1].reshape(-1, n) @ v[a])
-    right.reverse()  # right[l]: q0 contracted on the axes after l, flattened (n^(l+1),)
+    q0, right = fac.rest_plan(m1, v)  # right[l]: q0 contracted on the axes after l, flattened (n^(l+1),)
     incoming = []  # marginals of the incoming plan (stopping rule)
     finished = converged = False
     error = float("inf")
@@ -539,7 +589,7 @@ def _pairwise_sweep(
             else:
                 incoming.append(partial)
         else:  # incoming and updated plan in one pass over q0
-            both = torch.stack([_left_vector(v_in, l), _left_vector(v, l)]) @ q0
+            both = fac.last_rest_marginals(torch.stack([_left_vector(v_in, l), _left_vector(v, l)]), q0)
             incoming.append(both[0])
             partial = both[1]
             _check(both[0], tiny)
@@ -547,7 +597,7 @@ def _pairwise_sweep(
                 marg = _times_exp(torch.stack(incoming) * v_in, log_scale_in)
                 error = float((marg - target).abs().sum())  # view q is exact after its update
                 if iterations == 0:  # warm start: view q's marginal is not exact yet
-                    col = _times_exp(_last_pair(fac, v_in, m1).sum(dim=0), log_scale_in)
+                    col = _times_exp(fac.last_column(v_in, m1), log_scale_in)
                     error += float((col - target).abs().sum())
                 if not math.isfinite(error):
                     raise _NumericalTrouble
@@ -566,7 +616,7 @@ def _pairwise_sweep(
         v[l] = (h[l] - new_max).exp()
     if finished:  # the incoming plan is the output: undo this sweep's rest updates
         g.copy_(g_in)
-        pairs = _pairwise_marginals(fac, q0, v_in, m1, log_scale_in)
+        pairs = fac.pair_marginals(q0, v_in, m1, log_scale_in)
         mass = float(pairs[0, 1].sum())
         if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
             raise _NumericalTrouble
@@ -578,7 +628,7 @@ def _pairwise_sweep(
             h, h_max, v = _rest_scalings(fac, g, m1_shift)
             log_scale = fac.bs - fac.offset + float(h_max.sum())
     # --- GEMM 2: marginal of view q with the new rest potentials
-    col = _last_pair(fac, v, m1).sum(dim=0)
+    col = fac.last_column(v, m1)
     _check(col, tiny)
     g[q] += -log_n - col.log() - log_scale
     return None
@@ -590,11 +640,17 @@ def _sweep_gemm1(fac: _PairwiseFactors, g: torch.Tensor) -> tuple[torch.Tensor, 
     Returns ``m1_shift`` ``(n_j,)`` (row max of ``last + (g - a)_q``), ``M1`` ``(n_q, n_j)`` and the
     rest plan ``q0 = be * R1`` ``(n^(r-1), n_j)`` (up to ``(x)v * exp(log_scale)``).
     """
+    m1_shift, m1 = _column_factor(fac, g)
+    return m1_shift, m1, fac.be * (fac.xe @ m1)
+
+
+def _column_factor(fac: _PairwiseFactors, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``m1_shift`` ``(n_j,)`` (row max of ``last + (g - a)_q``) and ``M1 = exp(last + (g - a)_q -
+    m1_shift)^T`` ``(n_q, n_j)`` of the potentials ``g`` ``(k, n)``."""
     q = fac.q
     last_g = fac.last + (g[q] - fac.absorbed[q])  # (n_j, n_q)
     m1_shift = last_g.amax(dim=1)
-    m1 = (last_g - m1_shift[:, None]).exp_().T.contiguous()
-    return m1_shift, m1, fac.be * (fac.xe @ m1)
+    return m1_shift, (last_g - m1_shift[:, None]).exp_().T.contiguous()
 
 
 def _rest_scalings(
@@ -985,10 +1041,7 @@ def _pairwise_device(
         h, h_max, v = _rest_scalings(fac, g, m1_shift)
         log_scale = fac.bs - fac.offset + h_max.sum().double()
         v_in, log_scale_in = v.clone(), log_scale
-        right = [q0.reshape(-1)]
-        for a in range(r - 1, 0, -1):
-            right.append(right[-1].reshape(-1, n) @ v[a])
-        right.reverse()
+        right = _right_chain(q0.reshape(-1), v)
         incoming = []
         early_ok = torch.ones((), dtype=torch.bool, device=device)  # checks before the stop decision
         late_ok = early_ok  # checks of the update (skipped by the host loop once it stops)
