@@ -1,11 +1,12 @@
 """Re-choose the digit-domain defaults (``optim.lr``, ``views.options.stacks``) by training-domain validation only.
 
     python scripts/choose_domains_defaults.py --runs-dir DIR --out DIR [--losses m3g,infonce_ave]
-        [--lrs 0.0005,0.002] [--stacks test,mild] [--holdout sketch] [--seed 0] [--spread-from A.json,B.json,...]
-        [--root data/digit-domains] [--threads 1]
+        [--pairs 0.0005:test,0.002:test,0.0005:mild] [--holdout sketch] [--seed 0]
+        [--spread-from A.json,B.json,...] [--root data/digit-domains] [--threads 1]
 
 A designed set, fixed before any trial ran (docs/results.md "Defaults re-chosen by training-domain
-validation"): every (lr, stack) pair for every loss, one seed, one held-out domain; each trial is one
+validation"): every (lr, stack) pair of ``--pairs`` (the current default and one change of each setting)
+for every loss, one seed, one held-out domain; each trial is one
 pretraining run (``configs/domains_digits_<loss>.yaml`` + the pair as overrides; the default pair gets no
 override and no suffix, so it is the very run the results sweep uses under the same ``--runs-dir``).
 A trial's score is DomainBed's training-domain validation accuracy: the best (checkpoint, probe C) on the
@@ -92,8 +93,8 @@ def decide(scores: dict[tuple[float, str], dict[str, float]], default: tuple[flo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--losses", default="m3g,infonce_ave")
-    parser.add_argument("--lrs", default="0.0005,0.002")
-    parser.add_argument("--stacks", default="test,mild")
+    parser.add_argument("--pairs", default="0.0005:test,0.002:test,0.0005:mild",
+                        help="comma-separated lr:stack pairs (one must be the current default)")
     parser.add_argument("--holdout", default="sketch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--spread-from", default="", help="comma-separated eval JSONs of replicate seeds at the defaults")
@@ -108,15 +109,16 @@ def main() -> int:
     from multiview_app.train.run_io import atomic_write_json, atomic_write_text
 
     split = lambda text: [x for x in text.split(",") if x]  # noqa: E731
-    losses, lrs, stacks = split(args.losses), [float(x) for x in split(args.lrs)], split(args.stacks)
+    losses = split(args.losses)
+    pairs = [(float(lr), stack) for lr, _, stack in (x.partition(":") for x in split(args.pairs))]
     base = load_config(ROOT / "configs" / f"domains_digits_{losses[0]}.yaml", [f"data.options.root={args.root}"])
     default = (float(base.optim.lr), str(base.views.options["stacks"]))
-    if default[0] not in lrs or default[1] not in stacks:
+    if default not in pairs:
         raise SystemExit(f"the designed set must contain the current default lr={default[0]:g} stack={default[1]}")
     spread = spread_of([Path(p) for p in split(args.spread_from)])
     delta = max(0.01, spread or 0.0)
     rows, scores = [], {}
-    for loss, lr, stack in itertools.product(losses, lrs, stacks):
+    for loss, (lr, stack) in itertools.product(losses, pairs):
         overrides, suffix = trial_overrides(lr, stack, *default)
         cfg = run_config(ROOT / "configs" / f"domains_digits_{loss}.yaml", args.runs_dir, args.holdout, args.seed,
                          "generalization", [f"data.options.root={args.root}", *overrides], suffix)
@@ -133,7 +135,7 @@ def main() -> int:
     lines = [f"Training-domain validation accuracy % (seen domains' validation shares; held-out {args.holdout} not "
              f"read), seed {args.seed}, best checkpoint and probe C per trial:", "",
              "| lr | stack | " + " | ".join(losses) + " | mean |", "|---|---|" + "---|" * (len(losses) + 1)]
-    for lr, stack in itertools.product(lrs, stacks):
+    for lr, stack in pairs:
         cells = [f"{100 * scores[(lr, stack)][l]:.1f}" for l in losses]
         mark = " (current default)" if (lr, stack) == default else ""
         lines.append(f"| {lr:g}{mark} | {stack} | " + " | ".join(cells) +
