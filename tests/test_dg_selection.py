@@ -217,8 +217,13 @@ def test_reference_scores_cached_by_content_and_reused(digit_root: Path, tmp_pat
 
     from multiview_app.experiments.domains import ensure_pretrained, run_config
 
+    import shutil
+
     cfg = run_config(tiny_config(digit_root, tmp_path), tmp_path / "runs", "sketch", 0, "generalization")
     ensure_pretrained(cfg, progress=False)
+    # the checkpoint a stopped run writes off the checkpoint_every grid (here every 2 steps) is no candidate
+    shutil.copytree(cfg.run_dir / "checkpoints" / "step_00000002", cfg.run_dir / "checkpoints" / "step_00000003")
+    assert dg.candidates(cfg.run_dir) == ["step_2", "step_4", "final"]
     plain = dg.evaluate_run(cfg.run_dir, progress=False)
     calls: list[list[str]] = []
     protocol = dg.get_protocol("leave-one-domain-out")

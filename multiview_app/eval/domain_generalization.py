@@ -95,10 +95,16 @@ class CandidateFeatures:
 
 
 def candidates(run_dir: str | Path) -> list[str]:
-    """Selection candidates of a run: its saved checkpoints (``step_<N>``, oldest first) then ``final``."""
+    """Selection candidates of a run: its saved checkpoints on the ``train.checkpoint_every`` grid
+    (``step_<N>``, oldest first) then ``final``. The checkpoint an interrupted run writes when it is
+    stopped (at whatever step) is not one: a run stopped and resumed has the candidates of an
+    uninterrupted one."""
     from ..train.checkpoint import list_checkpoints
+    from ..train.run_io import load_run_config
 
-    return [f"step_{int(p.name.removeprefix('step_'))}" for p in list_checkpoints(run_dir)] + ["final"]
+    every = int(load_run_config(run_dir).train.checkpoint_every or 0)
+    steps = [int(p.name.removeprefix("step_")) for p in list_checkpoints(run_dir)]
+    return [f"step_{s}" for s in steps if every <= 0 or s % every == 0] + ["final"]
 
 
 def thin_candidates(names: list[str], most: int | None) -> list[str]:
