@@ -1,7 +1,8 @@
 """Benchmark: domain-tuple loader throughput vs the training step's consumption; decode path vs PIL.
 
 Usage: ``python scripts/bench_domains.py [--root data/digit-domains] [--config configs/domains_digits_m3g.yaml]
-[--batches 40] [--steps 15] [--workers 2] [--files 2000]``
+[--batches 40] [--steps 15] [--workers 2] [--files 2000]`` or ``python scripts/bench_domains.py --eval-run RUN
+--erm-run ERM_RUN [--max-candidates N]``
 
 1. Loader: the default config's ``domainnet`` adapter with ``preload: false`` (every image read and
    decoded on access, as for the real DomainNet), ``workers`` DataLoader workers, batches of n = 16
@@ -14,6 +15,13 @@ Usage: ``python scripts/bench_domains.py [--root data/digit-domains] [--config c
    (``Image.open`` + RGB + bilinear resize, the image adapters' ``to_uint8_rgb``), one thread; then
    the same on ``--large-files`` DomainNet-sized JPEGs (the digits up-sampled to ``--large-size`` px).
 Prints a markdown table.
+
+With ``--eval-run RUN --erm-run ERM [--max-candidates N]`` it times the domain evaluator instead, three
+times on the same finished run in one process (CPU seconds, ``time.process_time``, which a loaded machine
+distorts less than wall time; both printed): the former path (every probe refitted where it is used, no
+reference cache), the current path on a cold reference cache (the first run of a target and seed) and on a
+warm one (every later loss / protocol of that target and seed: random init and ERM are read back). All
+three results must be identical (printed; exit 1 if not).
 """
 from __future__ import annotations
 
@@ -112,6 +120,50 @@ def large_decode_rates(paths: list[str], side: int, load_size: int) -> tuple[flo
         return decode_rates(big, load_size)
 
 
+def eval_rates(run: Path, erm_run: Path, max_candidates: int | None) -> int:
+    """The evaluator three ways (module docstring): table of CPU / wall seconds and ratios; 0 when the three
+    results are identical."""
+    import json
+    import tempfile
+
+    import multiview_app.eval.protocols.domains as protocol
+    from multiview_app.bench import machine_line, markdown_table, ratio
+    from multiview_app.eval.domain_generalization import evaluate_run
+    from multiview_app.eval.protocols.probe import fit_linear_classifier
+
+    class Refit(protocol.ProbeFits):
+        """The former path: a probe fitted wherever it is used."""
+
+        def __call__(self, features, candidate, domains, C):  # noqa: ANN001, ANN204
+            return fit_linear_classifier(*protocol.pooled(features, candidate, domains, "train"), C=C)
+
+    def timed(**kwargs) -> tuple[float, float, dict]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = evaluate_run(run, erm_run=erm_run, progress=False, max_candidates=max_candidates, **kwargs)
+        return time.process_time() - cpu, time.perf_counter() - wall, result
+
+    shared = protocol.ProbeFits
+    protocol.ProbeFits = Refit
+    try:
+        reference = timed()
+    finally:
+        protocol.ProbeFits = shared
+    with tempfile.TemporaryDirectory() as cache:
+        cold = timed(reference_cache=cache)
+        warm = timed(reference_cache=cache)
+    same = all(json.dumps(r[2]["results"], sort_keys=True) == json.dumps(reference[2]["results"], sort_keys=True)
+               for r in (cold, warm))
+    candidates = {k: len(v) for k, v in reference[2]["selection_candidates"].items()}
+    print(f"run {run} (candidates per encoder {candidates}), ERM {erm_run}; {machine_line()}")
+    rows = [[name, f"{cpu:.1f}", f"{wall:.1f}", ratio(reference[0], cpu)]
+            for name, (cpu, wall, _) in (("former: probes refitted, no reference cache", reference),
+                                         ("probes fitted once, reference cache cold (first run of a target/seed)", cold),
+                                         ("probes fitted once, reference cache warm (later runs)", warm))]
+    print(markdown_table(["evaluation path", "CPU s", "wall s", "CPU ratio vs former"], rows))
+    print(f"results identical (selection, every score) across the three: {'yes' if same else 'NO'}")
+    return 0 if same else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
@@ -124,7 +176,15 @@ def main() -> int:
     parser.add_argument("--large-files", type=int, default=300, help="files for the DomainNet-sized decode rows")
     parser.add_argument("--large-size", type=int, default=400, help="side of those JPEGs")
     parser.add_argument("--large-load", type=int, default=256, help="load size they are decoded to")
+    parser.add_argument("--eval-run", type=Path, default=None, help="time the domain evaluator on this finished run")
+    parser.add_argument("--erm-run", type=Path, default=None, help="its finished ERM run (with --eval-run)")
+    parser.add_argument("--max-candidates", type=int, default=None, help="with --eval-run: checkpoints per encoder")
     args = parser.parse_args()
+    if args.eval_run is not None:
+        if args.erm_run is None:
+            parser.error("--eval-run needs --erm-run")
+        torch.set_num_threads(args.threads)
+        return eval_rates(args.eval_run, args.erm_run, args.max_candidates)
     if not args.root.is_dir():
         from multiview_app.data.domains.synth import synth_domains
 

@@ -143,7 +143,9 @@ def main() -> int:
 
     from multiview_app.data.domains.synth import synth_domains
     from multiview_app.eval.domain_generalization import KIND, write_summary
-    from multiview_app.experiments.domains import all_domains, ensure_pretrained, evaluate_with_erm, run_config
+    from multiview_app.experiments.domains import (
+        REFERENCE_CACHE, all_domains, ensure_pretrained, evaluate_with_erm, run_config,
+    )
 
     if not args.root.is_dir():
         print(f"writing the digit domains to {args.root}", flush=True)
@@ -181,7 +183,8 @@ def main() -> int:
                         result = evaluate_with_erm(cfg.run_dir, erm=with_erm,
                                                    erm_steps=args.erm_steps, erm_cache=args.runs_dir / "erm",
                                                    max_candidates=args.max_candidates,
-                                                   threads=args.threads or None)
+                                                   threads=args.threads or None,
+                                                   reference_cache=args.runs_dir / REFERENCE_CACHE)
                         result["pretrain_s"], result["pretrain_cpu_s"] = pretrain_s, pretrain_cpu_s
                         atomic_write_json(done, result)
                         results.append(result)

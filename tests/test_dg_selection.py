@@ -175,3 +175,112 @@ def test_thin_candidates_keeps_final_and_even_spacing() -> None:
     assert thin_candidates(names, None) == names and thin_candidates(["final"], 3) == ["final"]
     assert thin_candidates(names, 1) == ["final"]
     assert candidate_step(".", "init") == 0 and candidate_step(".", "step_150") == 150
+
+
+# ------------------------------------------------------------------ the same numbers, computed once
+def test_probe_fits_shared_within_an_evaluation_give_the_refit_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each probe is fitted once per (candidate, train domains, C): the protocol's output is exactly the
+    output when every probe is refitted where it is used (the former code path), with fewer fits."""
+    import multiview_app.eval.protocols.domains as protocol
+    from multiview_app.eval.protocols.probe import fit_linear_classifier
+
+    fits: list[tuple[int, float]] = []
+
+    def counting(x: np.ndarray, y: np.ndarray, C: float = 1.0):
+        fits.append((len(x), C))
+        return fit_linear_classifier(x, y, C=C)
+
+    class Refit(protocol.ProbeFits):
+        def __call__(self, features, candidate, domains, C):  # no memo: a fit per use
+            return counting(*protocol.pooled(features, candidate, domains, "train"), C=C)
+
+    monkeypatch.setattr(protocol, "fit_linear_classifier", counting)
+    kwargs = dict(candidates=CANDIDATES, seen=["a", "b"], target="t", Cs=(0.1, 1.0))
+    shared = leave_one_domain_out(features=synthetic_features(), **kwargs)
+    shared_fits = len(fits)
+    fits.clear()
+    monkeypatch.setattr(protocol, "ProbeFits", Refit)
+    refit = leave_one_domain_out(features=synthetic_features(), **kwargs)
+    assert json.dumps(shared, sort_keys=True) == json.dumps(refit, sort_keys=True)
+    # refit: 2 grids x 4 candidates x 2 C + 5 vs 1 + 2 one-vs-one + target-labelled + oracle 5 vs 1
+    assert len(fits) == 2 * len(CANDIDATES) * 2 + 5
+    assert shared_fits == len(CANDIDATES) * 2 + 3  # one grid; the 5-vs-1 fits are grid fits
+
+
+def test_reference_scores_cached_by_content_and_reused(digit_root: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random-init row's protocol output is kept in ``reference_cache`` and reused by a second
+    evaluation (no second protocol call for it), with the same numbers as without a cache; weights of
+    other content (another key) are evaluated afresh."""
+    import multiview_app.eval.domain_generalization as dg
+    from safetensors.torch import load_file, save_file
+
+    from multiview_app.experiments.domains import ensure_pretrained, run_config
+
+    import shutil
+
+    cfg = run_config(tiny_config(digit_root, tmp_path), tmp_path / "runs", "sketch", 0, "generalization")
+    ensure_pretrained(cfg, progress=False)
+    # the checkpoint a stopped run writes off the checkpoint_every grid (here every 2 steps) is no candidate
+    shutil.copytree(cfg.run_dir / "checkpoints" / "step_00000002", cfg.run_dir / "checkpoints" / "step_00000003")
+    assert dg.candidates(cfg.run_dir) == ["step_2", "step_4", "final"]
+    plain = dg.evaluate_run(cfg.run_dir, progress=False)
+    calls: list[list[str]] = []
+    protocol = dg.get_protocol("leave-one-domain-out")
+
+    def counting(**kwargs):
+        calls.append(list(kwargs["candidates"]))
+        return protocol(**kwargs)
+
+    monkeypatch.setattr(dg, "get_protocol", lambda name: counting)
+    cache = tmp_path / "reference_scores"
+    first = dg.evaluate_run(cfg.run_dir, progress=False, reference_cache=cache)
+    second = dg.evaluate_run(cfg.run_dir, progress=False, reference_cache=cache)
+    assert calls == [["init"], ["step_2", "step_4", "final"], ["step_2", "step_4", "final"]]  # init once
+    assert len(list(cache.glob("random_init_*.json"))) == 1
+    for result in (first, second):
+        assert result["results"] == plain["results"] and result["items"] == plain["items"]
+    # other init weights (same file name): another key, computed afresh
+    init = cfg.run_dir / "init.safetensors"
+    save_file({k: v * 2 if v.is_floating_point() else v for k, v in load_file(str(init)).items()}, str(init))
+    calls.clear()
+    dg.evaluate_run(cfg.run_dir, progress=False, reference_cache=cache)
+    assert ["init"] in calls and len(list(cache.glob("random_init_*.json"))) == 2
+
+
+def test_candidate_digest_reads_checkpoint_and_plain_weights_alike(digit_root: Path, tmp_path: Path) -> None:
+    """A checkpoint's keys carry the trainer's ``model.`` prefix: its encoder digest equals that of the same
+    encoder tensors saved plainly, and differs for other tensors."""
+    from safetensors.torch import save_file
+
+    from multiview_app.eval.domain_generalization import candidate_encoder_digest
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_00000002").mkdir(parents=True)
+    tensors = {"encoders.image.body.0.weight": torch.arange(6.0).view(2, 3), "projectors.image.w": torch.ones(2)}
+    save_file(tensors, str(run / "init.safetensors"))
+    save_file({f"model.{k}": v for k, v in tensors.items()}, str(run / "checkpoints" / "step_00000002" / "model.safetensors"))
+    save_file({**tensors, "projectors.image.w": torch.zeros(2)}, str(run / "model.safetensors"))
+    digests = {c: candidate_encoder_digest(run, c) for c in ("init", "step_2", "final")}
+    assert len(set(digests.values())) == 1  # the projector is not part of the encoder
+    save_file({"encoders.image.body.0.weight": torch.arange(6.0).view(3, 2)}, str(run / "model.safetensors"))
+    assert candidate_encoder_digest(run, "final") != digests["init"]  # same bytes, other shape
+
+
+def test_defaults_tie_rule_keeps_the_default_within_delta() -> None:
+    """scripts/choose_domains_defaults.py: the default pair runs under the sweep's own run name (no suffix,
+    no override); the best pair replaces the default only when its mean over the losses is more than
+    delta above the default's."""
+    from _train_helpers import load_script
+
+    script = load_script("choose_domains_defaults")
+    assert script.trial_overrides(0.0005, "test", 0.0005, "test") == ([], "")
+    assert script.trial_overrides(0.002, "mild", 0.0005, "test") == (
+        ["optim.lr=0.002", "views.options.stacks=mild"], "_lr0.002_mild")
+    default = (0.0005, "test")
+    close = {default: {"m3g": 0.80, "infonce_ave": 0.70}, (0.002, "test"): {"m3g": 0.83, "infonce_ave": 0.70}}
+    kept = script.decide(close, default, delta=0.02)  # +0.015 mean: within delta
+    assert not kept["changed"] and kept["chosen"] == {"lr": 0.0005, "stack": "test"}
+    assert kept["best"]["lr"] == 0.002 and kept["margin"] == pytest.approx(0.015)
+    moved = script.decide(close, default, delta=0.01)
+    assert moved["changed"] and moved["chosen"] == {"lr": 0.002, "stack": "test"}

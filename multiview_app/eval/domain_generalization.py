@@ -95,10 +95,16 @@ class CandidateFeatures:
 
 
 def candidates(run_dir: str | Path) -> list[str]:
-    """Selection candidates of a run: its saved checkpoints (``step_<N>``, oldest first) then ``final``."""
+    """Selection candidates of a run: its saved checkpoints on the ``train.checkpoint_every`` grid
+    (``step_<N>``, oldest first) then ``final``. The checkpoint an interrupted run writes when it is
+    stopped (at whatever step) is not one: a run stopped and resumed has the candidates of an
+    uninterrupted one."""
     from ..train.checkpoint import list_checkpoints
+    from ..train.run_io import load_run_config
 
-    return [f"step_{int(p.name.removeprefix('step_'))}" for p in list_checkpoints(run_dir)] + ["final"]
+    every = int(load_run_config(run_dir).train.checkpoint_every or 0)
+    steps = [int(p.name.removeprefix("step_")) for p in list_checkpoints(run_dir)]
+    return [f"step_{s}" for s in steps if every <= 0 or s % every == 0] + ["final"]
 
 
 def thin_candidates(names: list[str], most: int | None) -> list[str]:
@@ -133,6 +139,67 @@ def encoder_digest(weights: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
+#: bump when the protocol's outputs for the same features change (invalidates cached reference scores)
+REFERENCE_CACHE_VERSION = 1
+
+
+def candidate_encoder_digest(run_dir: str | Path, candidate: str) -> str:
+    """sha256 (16 hex digits) of the encoder tensors (names, shapes, bytes) of one selection candidate's
+    weight file (``init``, ``final`` or a ``step_N`` checkpoint, whose keys carry the trainer's
+    ``model.`` prefix): equal digests = the same encoder, so the same frozen features."""
+    from safetensors.torch import load_file
+
+    from ..train.run_io import CHECKPOINT_PREFIX, resolve_weights
+
+    state = load_file(str(resolve_weights(run_dir, candidate)))
+    state = {k.removeprefix(CHECKPOINT_PREFIX): v for k, v in state.items()}
+    digest = hashlib.sha256()
+    for name in sorted(k for k in state if k.startswith("encoders.")):
+        digest.update(f"{name} {tuple(state[name].shape)} {state[name].dtype}".encode())
+        digest.update(state[name].contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def reference_key(folder: Path, names: list[str], cfg: Any, adapter: Any, target: str, Cs: tuple[float, ...],
+                  batch_size: int) -> dict[str, Any]:
+    """What a reference encoder's protocol output (random init, ERM) depends on: its candidates' encoder
+    digests and architecture, the images (root, domains, splits, load size), the eval views and the
+    probe grid. Not the protocol: under adaptation the target's images and labels are the same as when
+    it is held out, so runs of both protocols, and of every loss, share one result per key."""
+    spec_path = folder / "model.json"
+    spec = json.loads(spec_path.read_text()) if spec_path.is_file() else None
+    options = adapter.options
+    return {
+        "version": REFERENCE_CACHE_VERSION,
+        "candidates": {c: candidate_encoder_digest(folder, c) for c in names},
+        "encoders": (spec or {}).get("encoders", cfg.model.encoders),
+        "data": {"root": str(Path(options.root).resolve()), "seen": list(adapter.seen_domains), "target": target,
+                 "val_fraction": options.val_fraction, "split_seed": options.split_seed,
+                 "test_fraction": options.test_fraction, "load_size": options.load_size,
+                 "classes": list(adapter.class_names)},
+        "eval_views": {"policy": cfg.views.policy, "image_size": cfg.views.options.get("image_size")},
+        "Cs": [float(c) for c in Cs],
+        "batch_size": int(batch_size),
+    }
+
+
+def cached_reference(cache_dir: Path | None, encoder: str, key: dict[str, Any],
+                     compute: Callable[[], tuple[dict[str, Any], dict[str, int]]]) -> tuple[dict[str, Any], dict[str, int]]:
+    """``(scores, items)`` of a reference encoder from ``<cache_dir>/<encoder>_<digest of key>.json`` when
+    that holds the same ``key``, else ``compute()`` (written there when ``cache_dir`` is given)."""
+    if cache_dir is None:
+        return compute()
+    text = json.dumps(key, sort_keys=True)
+    path = Path(cache_dir) / f"{encoder}_{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if json.dumps(stored.get("key"), sort_keys=True) == text:
+            return stored["scores"], stored["items"]
+    scores, items = compute()
+    atomic_write_json(path, {"key": key, "scores": scores, "items": items})
+    return scores, items
+
+
 def domain_target(run_dir: str | Path, adapter: Any) -> tuple[str, str]:
     """``(target domain, protocol)`` of a run whose data ``adapter`` is built from its config:
     ``generalization`` (``data.options.holdout``) or ``adaptation`` (``data.options.adapt``); ValueError
@@ -158,7 +225,7 @@ def domain_target(run_dir: str | Path, adapter: Any) -> tuple[str, str]:
 def evaluate_run(
     run_dir: str | Path, *, erm_run: str | Path | None = None, erm_train_s: tuple[float, float] = (0.0, 0.0),
     C: float | None = None, batch_size: int | None = None, device: str = "cpu", progress: bool = True,
-    max_candidates: int | None = None,
+    max_candidates: int | None = None, reference_cache: str | Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate one run folder (module docstring); write ``eval/domain_generalization.json`` and
     ``plots/one_vs_one.png``; return the result. ``erm_run``: the run's finished ERM baseline
@@ -166,8 +233,10 @@ def evaluate_run(
     the caller just spent training it (counted in the result's ``wall_s``, ``cpu_s`` and
     ``erm_and_setup_s``). ``C``: a fixed probe strength instead of selecting it from :data:`DEFAULT_CS`.
     ``max_candidates``: select among at most that many evenly spaced saved checkpoints per encoder
-    (:func:`thin_candidates`; ``None`` = every one). Torch threads are the caller's
-    (:func:`multiview_app.threads.configure_torch_threads`)."""
+    (:func:`thin_candidates`; ``None`` = every one). ``reference_cache``: a folder where the reference
+    encoders' (random init, ERM) protocol outputs are kept by :func:`reference_key` and reused by the
+    next run that shares them (the other losses and protocols of a target and seed): the same numbers,
+    computed once. Torch threads are the caller's (:func:`multiview_app.threads.configure_torch_threads`)."""
     from ..data.adapters import build_adapter
     from ..data.views import build_view_policy
 
@@ -194,13 +263,20 @@ def evaluate_run(
     results: dict[str, Any] = {}
     items: dict[str, int] = {}
     for name, (folder, names) in sources.items():
-        features = CandidateFeatures(lambda c, folder=folder: load_run(folder, c)[1], adapter, policy, batch_size,
-                                     device, progress)
-        scores = leave_one_domain_out(features=features, candidates=names, seen=seen, target=target, Cs=Cs)
-        for chosen in (scores["selected"], scores["oracle_selection"]["selected"]):
-            chosen["step"] = candidate_step(folder, chosen["candidate"])
-        results[name] = scores
-        items.update(features.items())
+        def compute(folder: Path = folder, names: list[str] = names) -> tuple[dict[str, Any], dict[str, int]]:
+            features = CandidateFeatures(lambda c: load_run(folder, c)[1], adapter, policy, batch_size, device,
+                                         progress)
+            scores = leave_one_domain_out(features=features, candidates=names, seen=seen, target=target, Cs=Cs)
+            for chosen in (scores["selected"], scores["oracle_selection"]["selected"]):
+                chosen["step"] = candidate_step(folder, chosen["candidate"])
+            return scores, features.items()
+
+        if name == "trained" or reference_cache is None:
+            results[name], read = compute()
+        else:
+            key = reference_key(folder, names, cfg, adapter, target, Cs, batch_size)
+            results[name], read = cached_reference(Path(reference_cache), name, key, compute)
+        items.update(read)
     if erm_summary is not None:
         erm_summary["selected_step"] = results["erm"]["selected"]["step"]
     result = {
@@ -587,6 +663,7 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
 
 
 __all__ = [
-    "CandidateFeatures", "combine_results", "domain_shift_matrix", "domain_target", "evaluate_run", "format_table",
-    "one_vs_one_figure", "plot_heatmaps", "write_summary",
+    "CandidateFeatures", "cached_reference", "candidate_encoder_digest", "combine_results", "domain_shift_matrix",
+    "domain_target", "evaluate_run", "format_table", "one_vs_one_figure", "plot_heatmaps", "reference_key",
+    "write_summary",
 ]

@@ -27,6 +27,9 @@ from .training import ensure_trained
 TRAIN_POLICY = "resume"
 #: the command option whose value sets the evaluation's torch threads (named in the thread header)
 THREADS_OPTION = "--threads"
+#: sub-folder of a sweep's output folder where the reference encoders' (random init, ERM) protocol outputs
+#: are kept and shared by the runs of every loss and protocol of one target and seed
+REFERENCE_CACHE = "reference_scores"
 #: evaluation protocol -> the adapter option that names its target domain
 PROTOCOL_OPTION = {"generalization": "holdout", "adaptation": "adapt"}
 
@@ -62,13 +65,14 @@ def train_erm(cfg: Config, adapter: Any, cache_dir: str | Path, *, steps: int = 
 def evaluate_with_erm(run_dir: str | Path, *, erm: bool = True, erm_steps: int | None = None,
                       erm_cache: str | Path | None = None, C: float | None = None, batch_size: int | None = None,
                       device: str = "cpu", progress: bool = True, max_candidates: int | None = None,
-                      threads: int | None = None) -> dict[str, Any]:
+                      threads: int | None = None, reference_cache: str | Path | None = None) -> dict[str, Any]:
     """:func:`~multiview_app.eval.domain_generalization.evaluate_run` of a finished run folder, its ERM
     baseline (``erm``; budget ``erm_steps``, default :data:`~multiview_app.eval.erm.DEFAULT_STEPS`) trained
     unless done in ``erm_cache`` (default ``<run>/eval``) first, its training time counted in the result.
     ``threads``: torch threads of the evaluation, applied after the ERM training (which uses its config's
     ``train.num_threads``) by :func:`multiview_app.threads.configure_torch_threads` with the precedence of
-    every entry point (``MVAPP_NUM_THREADS`` first); process-wide, not restored; ``None``: unchanged."""
+    every entry point (``MVAPP_NUM_THREADS`` first); process-wide, not restored; ``None``: unchanged.
+    ``reference_cache``: folder of the reference encoders' cached protocol outputs (see ``evaluate_run``)."""
     from ..data.adapters import build_adapter
     from ..threads import configure_torch_threads
 
@@ -85,7 +89,7 @@ def evaluate_with_erm(run_dir: str | Path, *, erm: bool = True, erm_steps: int |
     if threads is not None:
         configure_torch_threads(threads, report=None, setting_name=THREADS_OPTION)
     return evaluate_run(run_dir, erm_run=erm_run, erm_train_s=spent, C=C, batch_size=batch_size, device=device,
-                        progress=progress, max_candidates=max_candidates)
+                        progress=progress, max_candidates=max_candidates, reference_cache=reference_cache)
 
 
 def run_name(base: Config, holdout: str, seed: int, protocol: str) -> str:
@@ -148,7 +152,8 @@ def train_and_evaluate(
         if not evaluate:
             continue
         result = evaluate_with_erm(cfg.run_dir, C=C, erm=erm, erm_steps=erm_steps, erm_cache=out_dir / "erm",
-                                   device=device, progress=progress, threads=threads)
+                                   device=device, progress=progress, threads=threads,
+                                   reference_cache=out_dir / REFERENCE_CACHE)
         result["pretrain_s"] = pretrain_s  # None when the run had been trained before
         result["pretrain_cpu_s"] = pretrain_cpu_s
         atomic_write_json(done, result)
@@ -156,5 +161,5 @@ def train_and_evaluate(
     return results
 
 
-__all__ = ["PROTOCOL_OPTION", "TRAIN_POLICY", "all_domains", "ensure_pretrained", "evaluate_with_erm", "run_config",
-           "run_name", "train_and_evaluate", "train_erm"]
+__all__ = ["PROTOCOL_OPTION", "REFERENCE_CACHE", "TRAIN_POLICY", "all_domains", "ensure_pretrained",
+           "evaluate_with_erm", "run_config", "run_name", "train_and_evaluate", "train_erm"]

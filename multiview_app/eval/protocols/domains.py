@@ -58,45 +58,70 @@ def pooled(features: FeatureSource, candidate: str, domains: Sequence[str], spli
     return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
 
 
+def accuracy(classifier: Any, test: tuple[np.ndarray, np.ndarray]) -> float:
+    """Accuracy of a fitted probe on ``test = (x (M, f), y (M,))``."""
+    return float((classifier.predict(np.nan_to_num(test[0])) == test[1]).mean())
+
+
 def probe_accuracy(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray], C: float) -> float:
     """Accuracy on ``test`` of the standardized logistic regression fitted on ``train`` with strength ``C``."""
-    clf = fit_linear_classifier(*train, C=C)
-    return float((clf.predict(np.nan_to_num(test[0])) == test[1]).mean())
+    return accuracy(fit_linear_classifier(*train, C=C), test)
+
+
+class ProbeFits:
+    """The probes of one evaluation, each fitted once: ``fits(features, candidate, domains, C)`` is the
+    standardized logistic regression on the pooled ``train`` splits of ``domains`` under ``candidate``
+    with strength ``C``, memoized by ``(candidate, domains, C)``. The fit is deterministic, so a memoized
+    probe is the probe a refit would give: the training-domain grid, the oracle grid (same train data,
+    other validation data) and the 5-vs-1 score at the chosen pair share their fits."""
+
+    def __init__(self) -> None:
+        self.fitted: dict[tuple[str, tuple[str, ...], float], Any] = {}
+
+    def __call__(self, features: FeatureSource, candidate: str, domains: Sequence[str], C: float) -> Any:
+        key = (candidate, tuple(domains), float(C))
+        if key not in self.fitted:
+            self.fitted[key] = fit_linear_classifier(*pooled(features, candidate, domains, "train"), C=C)
+        return self.fitted[key]
 
 
 def select(features: FeatureSource, candidates: Sequence[str], seen: Sequence[str], val_domains: Sequence[str],
-           Cs: Sequence[float]) -> dict[str, Any]:
+           Cs: Sequence[float], fits: ProbeFits | None = None) -> dict[str, Any]:
     """Grid over (candidate, ``C``): probe on the seen domains' pooled ``train``, scored on the pooled
     ``val`` of ``val_domains``. Returns ``{"candidate", "C", "val_accuracy", "grid": [{candidate, C,
-    val_accuracy}, ...]}`` with the best pair (first best in candidate order, then ``C`` order)."""
+    val_accuracy}, ...]}`` with the best pair (first best in candidate order, then ``C`` order).
+    ``fits``: the evaluation's shared probes (:class:`ProbeFits`; default: fitted here)."""
     if not candidates or not Cs:
         raise ValueError("model selection needs at least one candidate and one C")
+    fits = ProbeFits() if fits is None else fits
     grid = []
     with threadpool_limits(1):  # small problems: BLAS threads only oversubscribe the shared CPU
         for candidate in candidates:
-            train = pooled(features, candidate, seen, "train")
             val = pooled(features, candidate, val_domains, "val")
             for C in Cs:
-                grid.append({"candidate": candidate, "C": float(C), "val_accuracy": probe_accuracy(train, val, C)})
+                grid.append({"candidate": candidate, "C": float(C),
+                             "val_accuracy": accuracy(fits(features, candidate, seen, C), val)})
     best = max(grid, key=lambda row: row["val_accuracy"])  # max keeps the first of equal scores
     return {**best, "grid": grid}
 
 
 def select_training_domain(features: FeatureSource, candidates: Sequence[str], seen: Sequence[str],
-                           Cs: Sequence[float] = DEFAULT_CS) -> dict[str, Any]:
+                           Cs: Sequence[float] = DEFAULT_CS, fits: ProbeFits | None = None) -> dict[str, Any]:
     """Training-domain validation: :func:`select` on the seen domains' ``val`` splits, through
     :func:`seen_only` (reading the target raises)."""
-    return select(seen_only(features, seen), candidates, seen, seen, Cs)
+    return select(seen_only(features, seen), candidates, seen, seen, Cs, fits)
 
 
-def scores_at(features: FeatureSource, candidate: str, C: float, seen: Sequence[str], target: str) -> dict[str, Any]:
+def scores_at(features: FeatureSource, candidate: str, C: float, seen: Sequence[str], target: str,
+              fits: ProbeFits | None = None) -> dict[str, Any]:
     """5-vs-1, 1-vs-1 and target-labelled-probe accuracies on the target's ``test`` split at one pair."""
+    fits = ProbeFits() if fits is None else fits
     test = features(candidate, target, "test")
     with threadpool_limits(1):
         return {
-            "five_vs_one": probe_accuracy(pooled(features, candidate, seen, "train"), test, C),
-            "one_vs_one": {d: probe_accuracy(features(candidate, d, "train"), test, C) for d in seen},
-            "target_labelled_probe": probe_accuracy(features(candidate, target, "train"), test, C),
+            "five_vs_one": accuracy(fits(features, candidate, seen, C), test),
+            "one_vs_one": {d: accuracy(fits(features, candidate, [d], C), test) for d in seen},
+            "target_labelled_probe": accuracy(fits(features, candidate, [target], C), test),
         }
 
 
@@ -108,18 +133,19 @@ def leave_one_domain_out(*, features: FeatureSource, candidates: Sequence[str], 
     ``"oracle_selection": {"model_selection", "selected", "grid", "five_vs_one"}``."""
     if target in seen:
         raise ValueError(f"target domain '{target}' is also a seen domain")
-    chosen = select_training_domain(features, candidates, seen, Cs)
+    fits = ProbeFits()  # every probe below is fitted once (the oracle grid refits none of the first grid's)
+    chosen = select_training_domain(features, candidates, seen, Cs, fits)
     result: dict[str, Any] = {
         "model_selection": TRAINING_DOMAIN,
         "selected": {k: chosen[k] for k in ("candidate", "C", "val_accuracy")},
         "grid": chosen["grid"],
-        **scores_at(features, chosen["candidate"], chosen["C"], seen, target),
+        **scores_at(features, chosen["candidate"], chosen["C"], seen, target, fits),
     }
     if oracle:
-        best = select(features, candidates, seen, [target], Cs)
+        best = select(features, candidates, seen, [target], Cs, fits)
         test = features(best["candidate"], target, "test")
         with threadpool_limits(1):
-            five = probe_accuracy(pooled(features, best["candidate"], seen, "train"), test, best["C"])
+            five = accuracy(fits(features, best["candidate"], seen, best["C"]), test)
         result["oracle_selection"] = {"model_selection": TEST_DOMAIN,
                                       "selected": {k: best[k] for k in ("candidate", "C", "val_accuracy")},
                                       "grid": best["grid"], "five_vs_one": five}
@@ -127,6 +153,7 @@ def leave_one_domain_out(*, features: FeatureSource, candidates: Sequence[str], 
 
 
 __all__ = [
-    "DEFAULT_CS", "FeatureSource", "TEST_DOMAIN", "TRAINING_DOMAIN", "leave_one_domain_out", "pooled", "probe_accuracy",
+    "DEFAULT_CS", "FeatureSource", "ProbeFits", "TEST_DOMAIN", "TRAINING_DOMAIN", "accuracy", "leave_one_domain_out",
+    "pooled", "probe_accuracy",
     "scores_at", "select", "select_training_domain", "seen_only",
 ]
