@@ -81,7 +81,7 @@ mkdir -p "$DATA"
 # without it the training compiles them itself; same results either way)
 warm_job=""
 if [ -x "$(dirname "$MVAPP")/python" ]; then
-  "$(dirname "$MVAPP")/python" -m multiview_app.losses.sinkhorn_fast > "$DATA/numba_warmup.log" 2>&1 &
+  "$(dirname "$MVAPP")/python" -m multiview_app.losses.warmup > "$DATA/numba_warmup.log" 2>&1 &
   warm_job=$!
 fi
 edf_side() {  # the Sleep-EDF-format nights, synthesized then prepared (its wall time on the last line)

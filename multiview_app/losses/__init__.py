@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..options import Wording, option_defaults, validate_options
 from ..registry import Registry
+from . import sinkhorn_fast  # noqa: F401 - registers the compiled k > 3 MM-Sinkhorn sweeps with the solver
 from .base import MultiViewLoss, check_embeddings
 
 #: Losses by name; registering sets the class's ``name``.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -270,6 +270,19 @@ class _PairwiseFactors:
         return _pairwise_sweep(self, g, iterations, tol, max_iter, tiny, check_first, mixer)
 
 
+#: ``log_factors -> factors class or None``: the compiled sweeps for ``k > 3`` (:mod:`.sinkhorn_fast` registers
+#: them when the ``multiview_app.losses`` package is imported; this module never imports that one, which
+#: subclasses :class:`_PairwiseFactors`). ``None``: the general torch path only.
+_FUSED_FACTORS: Callable[[torch.Tensor], type[_PairwiseFactors] | None] | None = None
+
+
+def register_fused_factors(chooser: Callable[[torch.Tensor], type[_PairwiseFactors] | None] | None) -> None:
+    """Route :func:`mm_sinkhorn_pairwise`'s host-loop sweeps (``k > 3``) through ``chooser(log_factors)``'s
+    factor class when it returns one (``None`` unregisters)."""
+    global _FUSED_FACTORS
+    _FUSED_FACTORS = chooser
+
+
 def _right_chain(flat_plan: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
     """``right[l]`` (``l < r``): ``flat_plan`` ``(n^r,)`` contracted with ``v_{l+1}..v_{r-1}`` on its
     last axes, flattened ``(n^(l+1),)``; ``right[r-1]`` is ``flat_plan``."""
@@ -339,10 +352,8 @@ def mm_sinkhorn_pairwise(
         except _NumericalTrouble:
             pass
     factors, name = _PairwiseFactors, "factorized"
-    if k > 3:  # small CPU problems: the compiled sweeps (same values; None where they do not apply)
-        from .sinkhorn_fast import fused_factors  # it imports this module
-
-        fused = fused_factors(log_factors)
+    if k > 3 and _FUSED_FACTORS is not None:  # small CPU problems: the compiled sweeps (same values)
+        fused = _FUSED_FACTORS(log_factors)
         if fused is not None:
             factors, name = fused, "factorized-fused"
     g = torch.zeros(k, n, dtype=log_factors.dtype, device=log_factors.device)

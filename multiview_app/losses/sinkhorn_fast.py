@@ -38,6 +38,7 @@ from .sinkhorn import (
     _NumericalTrouble,
     _PairwiseFactors,
     _rest_scalings,
+    register_fused_factors,
 )
 
 # :func:`._pairwise_kernels.sweep_rest` outcomes
@@ -190,7 +191,7 @@ class FusedPairwiseFactors(_PairwiseFactors):
 def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> float:
     """Compile the kernels for ``dtypes`` (or load them from numba's on-disk cache) on a tiny problem
     (``k = 4``, ``n = 3``: numba specializes on dtypes and layouts, not sizes); returns the seconds spent.
-    ``python -m multiview_app.losses.sinkhorn_fast`` runs it (the EEG demo does, beside its synthesis)."""
+    ``python -m multiview_app.losses.warmup`` runs it (the EEG demo does, beside its synthesis)."""
     import time
 
     from .m3g import m3g_factorized
@@ -205,8 +206,11 @@ def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> float:
     return time.perf_counter() - start
 
 
+def _route(log_factors: torch.Tensor) -> type[_PairwiseFactors] | None:
+    """:func:`fused_factors`, looked up at call time (tests replace it): the hook registered with the solver."""
+    return fused_factors(log_factors)
+
+
+register_fused_factors(_route)
+
 __all__ = ["FUSED_PAIRWISE_MAX_ENTRIES", "FusedPairwiseFactors", "fused_factors", "warm_up"]
-
-
-if __name__ == "__main__":
-    print(f"m3g compiled k > 3 sweeps ready in {warm_up():.1f} s (numba cache: multiview_app/losses/__pycache__)")
