@@ -1,14 +1,16 @@
-"""Re-choose the digit-domain defaults (``optim.lr``, ``views.options.stacks``) by training-domain validation only.
+"""Re-choose the digit-domain defaults (``optim.lr``, ``views.options.stacks``, or any config setting) by
+training-domain validation only.
 
     python scripts/choose_domains_defaults.py --runs-dir DIR --out DIR [--losses m3g,infonce_ave]
-        [--pairs 0.0005:test,0.002:test,0.0005:mild] [--holdout sketch] [--seed 0]
-        [--spread-from A.json,B.json,...] [--root data/digit-domains] [--threads 1]
+        [--pairs 0.0005:test,0.002:test,0.0005:mild | --settings "default;NAME=KEY=VALUE+KEY=VALUE;..."]
+        [--holdout sketch] [--seed 0] [--spread-from A.json,B.json,...] [--root data/digit-domains] [--threads 1]
 
 A designed set, fixed before any trial ran (docs/results.md "Defaults re-chosen by training-domain
-validation"): every (lr, stack) pair of ``--pairs`` (the current default and one change of each setting)
-for every loss, one seed, one held-out domain; each trial is one
-pretraining run (``configs/domains_digits_<loss>.yaml`` + the pair as overrides; the default pair gets no
-override and no suffix, so it is the very run the results sweep uses under the same ``--runs-dir``).
+validation"): every (lr, stack) pair of ``--pairs`` (the current default and one change of each setting),
+or every named override set of ``--settings`` (``default`` = no override), for every loss, one seed, one
+held-out domain; each trial is one pretraining run (``configs/domains_digits_<loss>.yaml`` + the trial's
+overrides; the default gets no override and no suffix, so it is the very run the results sweep uses under
+the same ``--runs-dir``; a named setting's run ends in ``_<NAME>``).
 A trial's score is DomainBed's training-domain validation accuracy: the best (checkpoint, probe C) on the
 seen domains' pooled validation shares (:func:`select_training_domain`, which refuses to read the held-out
 domain; nothing here asks for it).
@@ -70,24 +72,40 @@ def validation_score(run_dir: Path, threads: int | None) -> dict[str, Any]:
     return result
 
 
+def named_settings(text: str) -> list[tuple[str, list[str], str]]:
+    """``--settings``: ``"default;NAME=KEY=VALUE+KEY=VALUE;..."`` -> ``[(label, overrides, run suffix)]``."""
+    trials = []
+    for part in (x.strip() for x in text.split(";") if x.strip()):
+        name, _, overrides = part.partition("=")
+        if name == "default":
+            if overrides:
+                raise SystemExit("--settings: 'default' takes no overrides (it is the config as it stands)")
+            trials.append(("default", [], ""))
+        elif not name.isidentifier() or not overrides:
+            raise SystemExit(f"--settings: '{part}' is not NAME=KEY=VALUE[+KEY=VALUE...] (NAME: letters, digits, _)")
+        else:
+            trials.append((name, overrides.split("+"), f"_{name}"))
+    if [label for label, *_ in trials].count("default") != 1:
+        raise SystemExit("--settings must name 'default' once (the current config, the tie rule's reference)")
+    return trials
+
+
 def spread_of(paths: list[Path]) -> float | None:
     """max - min of the trained encoder's training-domain validation accuracy over evaluation JSONs."""
     values = [json.loads(p.read_text())["results"]["trained"]["selected"]["val_accuracy"] for p in paths]
     return max(values) - min(values) if len(values) >= 2 else None
 
 
-def decide(scores: dict[tuple[float, str], dict[str, float]], default: tuple[float, str], delta: float) -> dict[str, Any]:
-    """The tie rule: mean over losses per pair; the best pair replaces the default only when its mean is
-    more than ``delta`` above the default's."""
-    means = {pair: sum(v.values()) / len(v) for pair, v in scores.items()}
-    best = max(means, key=lambda pair: means[pair])
+def decide(scores: dict[str, dict[str, float]], default: str, delta: float) -> dict[str, Any]:
+    """The tie rule over trials named by their label: mean over losses per trial; the best trial replaces the
+    default only when its mean is more than ``delta`` above the default's."""
+    means = {label: sum(v.values()) / len(v) for label, v in scores.items()}
+    best = max(means, key=lambda label: means[label])
     margin = means[best] - means[default]
     chosen = best if margin > delta else default
-    return {"means": {f"lr={lr:g} stack={stack}": m for (lr, stack), m in means.items()},
-            "best": {"lr": best[0], "stack": best[1], "mean": means[best]},
-            "default": {"lr": default[0], "stack": default[1], "mean": means[default]},
-            "margin": margin, "delta": delta, "chosen": {"lr": chosen[0], "stack": chosen[1]},
-            "changed": chosen != default}
+    return {"means": means, "best": {"trial": best, "mean": means[best]},
+            "default": {"trial": default, "mean": means[default]},
+            "margin": margin, "delta": delta, "chosen": chosen, "changed": chosen != default}
 
 
 def main() -> int:
@@ -95,6 +113,8 @@ def main() -> int:
     parser.add_argument("--losses", default="m3g,infonce_ave")
     parser.add_argument("--pairs", default="0.0005:test,0.002:test,0.0005:mild",
                         help="comma-separated lr:stack pairs (one must be the current default)")
+    parser.add_argument("--settings", default="",
+                        help="instead of --pairs: 'default;NAME=KEY=VALUE+KEY=VALUE;...' (named override sets)")
     parser.add_argument("--holdout", default="sketch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--spread-from", default="", help="comma-separated eval JSONs of replicate seeds at the defaults")
@@ -110,42 +130,45 @@ def main() -> int:
 
     split = lambda text: [x for x in text.split(",") if x]  # noqa: E731
     losses = split(args.losses)
-    pairs = [(float(lr), stack) for lr, _, stack in (x.partition(":") for x in split(args.pairs))]
     base = load_config(ROOT / "configs" / f"domains_digits_{losses[0]}.yaml", [f"data.options.root={args.root}"])
-    default = (float(base.optim.lr), str(base.views.options["stacks"]))
-    if default not in pairs:
-        raise SystemExit(f"the designed set must contain the current default lr={default[0]:g} stack={default[1]}")
+    if args.settings:
+        trials, default = named_settings(args.settings), "default"
+    else:
+        default_pair = (float(base.optim.lr), str(base.views.options["stacks"]))
+        pairs = [(float(lr), stack) for lr, _, stack in (x.partition(":") for x in split(args.pairs))]
+        if default_pair not in pairs:
+            raise SystemExit(f"the designed set must contain the current default lr={default_pair[0]:g} "
+                             f"stack={default_pair[1]}")
+        trials = [(f"lr={lr:g} stack={stack}", *trial_overrides(lr, stack, *default_pair)) for lr, stack in pairs]
+        default = f"lr={default_pair[0]:g} stack={default_pair[1]}"
     spread = spread_of([Path(p) for p in split(args.spread_from)])
     delta = max(0.01, spread or 0.0)
     rows, scores = [], {}
-    for loss, (lr, stack) in itertools.product(losses, pairs):
-        overrides, suffix = trial_overrides(lr, stack, *default)
+    for loss, (label, overrides, suffix) in itertools.product(losses, trials):
         cfg = run_config(ROOT / "configs" / f"domains_digits_{loss}.yaml", args.runs_dir, args.holdout, args.seed,
                          "generalization", [f"data.options.root={args.root}", *overrides], suffix)
-        print(f"== {loss} lr={lr:g} stack={stack}: {cfg.run_dir}", flush=True)
+        print(f"== {loss} {label}: {cfg.run_dir}", flush=True)
         ensure_pretrained(cfg)
         configure_torch_threads(args.threads or None, report=None, setting_name=THREADS_OPTION)
         score = validation_score(cfg.run_dir, args.threads)
-        scores.setdefault((lr, stack), {})[loss] = score["val_accuracy"]
-        rows.append({"loss": loss, "lr": lr, "stack": stack, "run": str(cfg.run_dir), "val_accuracy": score["val_accuracy"],
-                     "candidate": score["candidate"], "C": score["C"]})
+        scores.setdefault(label, {})[loss] = score["val_accuracy"]
+        rows.append({"loss": loss, "trial": label, "overrides": overrides, "run": str(cfg.run_dir),
+                     "val_accuracy": score["val_accuracy"], "candidate": score["candidate"], "C": score["C"]})
         print(f"   training-domain validation {100 * score['val_accuracy']:.1f} % ({score['candidate']}, C={score['C']:g})",
               flush=True)
     decision = decide(scores, default, delta)
     lines = [f"Training-domain validation accuracy % (seen domains' validation shares; held-out {args.holdout} not "
              f"read), seed {args.seed}, best checkpoint and probe C per trial:", "",
-             "| lr | stack | " + " | ".join(losses) + " | mean |", "|---|---|" + "---|" * (len(losses) + 1)]
-    for lr, stack in pairs:
-        cells = [f"{100 * scores[(lr, stack)][l]:.1f}" for l in losses]
-        mark = " (current default)" if (lr, stack) == default else ""
-        lines.append(f"| {lr:g}{mark} | {stack} | " + " | ".join(cells) +
-                     f" | {100 * sum(scores[(lr, stack)].values()) / len(losses):.1f} |")
+             "| trial | overrides | " + " | ".join(losses) + " | mean |", "|---|---|" + "---|" * (len(losses) + 1)]
+    for label, overrides, _ in trials:
+        cells = [f"{100 * scores[label][l]:.1f}" for l in losses]
+        mark = " (current default)" if label == default else ""
+        lines.append(f"| {label}{mark} | {' '.join(f'`{o}`' for o in overrides) or '-'} | " + " | ".join(cells) +
+                     f" | {100 * sum(scores[label].values()) / len(losses):.1f} |")
     lines += ["", f"Tie rule: keep the default unless the best mean beats it by more than delta = max(0.01, spread) = "
                   f"{100 * delta:.1f} points (spread = {'none given' if spread is None else f'{100 * spread:.1f} points'}). "
-                  f"Best: lr={decision['best']['lr']:g} stack={decision['best']['stack']} "
-                  f"({100 * decision['margin']:+.1f} points over the default). Decision: "
-                  + (f"**change to lr={decision['chosen']['lr']:g}, stack={decision['chosen']['stack']}**."
-                     if decision["changed"] else "**keep the default**.")]
+                  f"Best: {decision['best']['trial']} ({100 * decision['margin']:+.1f} points over the default). Decision: "
+                  + (f"**change to {decision['chosen']}**." if decision["changed"] else "**keep the default**.")]
     text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out / "trials.json", {"trials": rows, "decision": decision, "spread": spread,

@@ -277,10 +277,23 @@ def test_defaults_tie_rule_keeps_the_default_within_delta() -> None:
     assert script.trial_overrides(0.0005, "test", 0.0005, "test") == ([], "")
     assert script.trial_overrides(0.002, "mild", 0.0005, "test") == (
         ["optim.lr=0.002", "views.options.stacks=mild"], "_lr0.002_mild")
-    default = (0.0005, "test")
-    close = {default: {"m3g": 0.80, "infonce_ave": 0.70}, (0.002, "test"): {"m3g": 0.83, "infonce_ave": 0.70}}
+    default = "lr=0.0005 stack=test"
+    close = {default: {"m3g": 0.80, "infonce_ave": 0.70}, "lr=0.002 stack=test": {"m3g": 0.83, "infonce_ave": 0.70}}
     kept = script.decide(close, default, delta=0.02)  # +0.015 mean: within delta
-    assert not kept["changed"] and kept["chosen"] == {"lr": 0.0005, "stack": "test"}
-    assert kept["best"]["lr"] == 0.002 and kept["margin"] == pytest.approx(0.015)
+    assert not kept["changed"] and kept["chosen"] == default
+    assert kept["best"]["trial"] == "lr=0.002 stack=test" and kept["margin"] == pytest.approx(0.015)
     moved = script.decide(close, default, delta=0.01)
-    assert moved["changed"] and moved["chosen"] == {"lr": 0.002, "stack": "test"}
+    assert moved["changed"] and moved["chosen"] == "lr=0.002 stack=test"
+
+
+def test_defaults_named_settings_parse_and_refuse() -> None:
+    """``--settings``: named override sets; ``default`` (no override, no run suffix) exactly once."""
+    from _train_helpers import load_script
+
+    script = load_script("choose_domains_defaults")
+    assert script.named_settings("default; bn=model.projector.norm=batch+model.predictor.norm=batch") == [
+        ("default", [], ""), ("bn", ["model.projector.norm=batch", "model.predictor.norm=batch"], "_bn")]
+    for bad in ("bn=model.projector.norm=batch", "default;default", "default=optim.lr=1", "default;bad name=a=1",
+                "default;empty="):
+        with pytest.raises(SystemExit):
+            script.named_settings(bad)
