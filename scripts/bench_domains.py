@@ -2,7 +2,7 @@
 
 Usage: ``python scripts/bench_domains.py [--root data/digit-domains] [--config configs/domains_digits_m3g.yaml]
 [--batches 40] [--steps 15] [--workers 2] [--files 2000]`` or ``python scripts/bench_domains.py --eval-run RUN
---erm-run ERM_RUN [--max-candidates N]``
+--erm-run ERM_RUN [--max-candidates N]`` or ``python scripts/bench_domains.py --preload-sweep N``
 
 1. Loader: the default config's ``domainnet`` adapter with ``preload: false`` (every image read and
    decoded on access, as for the real DomainNet), ``workers`` DataLoader workers, batches of n = 16
@@ -22,6 +22,11 @@ distorts less than wall time; both printed): the former path (every probe refitt
 reference cache), the current path on a cold reference cache (the first run of a target and seed) and on a
 warm one (every later loss / protocol of that target and seed: random init and ERM are read back). All
 three results must be identical (printed; exit 1 if not).
+
+With ``--preload-sweep N`` it times what a sweep (``scripts/results_domains.py``: a pretraining, an ERM and an
+evaluation per run, each building the adapter anew) spends decoding: N adapters of the config, preloaded, each
+reading every split of every domain, without (``MVAPP_DECODE_CACHE_MB=0``) and with the in-process decoded-split
+cache; same pixels required (exit 1 if not).
 """
 from __future__ import annotations
 
@@ -164,6 +169,42 @@ def eval_rates(run: Path, erm_run: Path, max_candidates: int | None) -> int:
     return 0 if same else 1
 
 
+def preload_sweep(root: Path, config: Path, repeats: int) -> int:
+    """Seconds for ``repeats`` adapter builds reading every split, without / with the decoded-split cache."""
+    import os
+
+    from multiview_app.bench import machine_line, markdown_table, ratio
+    from multiview_app.data.domains.adapter import DECODED_SPLITS
+
+    cfg = load_config(config, [f"data.options.root={root}", "data.options.holdout=null"])
+
+    def sweep() -> tuple[float, float, torch.Tensor]:
+        DECODED_SPLITS.clear()
+        start_wall, start_cpu = time.perf_counter(), time.process_time()
+        for _ in range(repeats):
+            adapter = build_adapter(cfg.data.adapter, cfg.data.options)
+            parts = [adapter.domain_split(d, s).images for d in adapter.domains for s in adapter.domain_splits]
+        return time.perf_counter() - start_wall, time.process_time() - start_cpu, torch.cat(parts)
+
+    before = os.environ.get("MVAPP_DECODE_CACHE_MB")
+    os.environ["MVAPP_DECODE_CACHE_MB"] = "0"
+    off = sweep()
+    if before is None:
+        del os.environ["MVAPP_DECODE_CACHE_MB"]
+    else:
+        os.environ["MVAPP_DECODE_CACHE_MB"] = before
+    on = sweep()
+    same = torch.equal(off[2], on[2])
+    print(f"{repeats} adapter builds of {config.name}, every split of every domain ({len(on[2])} images per build, "
+          f"{cfg.data.options.get('load_size')} px, decode_workers {cfg.data.options.get('decode_workers', 2)}); "
+          f"{machine_line()}")
+    rows = [["decode every build (MVAPP_DECODE_CACHE_MB=0)", f"{off[1]:.1f}", f"{off[0]:.1f}", "1.00x"],
+            ["decoded-split cache (default)", f"{on[1]:.1f}", f"{on[0]:.1f}", ratio(off[0], on[0])]]
+    print(markdown_table(["path", "CPU s (main process)", "wall s", "wall ratio"], rows))
+    print(f"same pixels: {'yes' if same else 'NO'}")
+    return 0 if same else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
@@ -179,7 +220,16 @@ def main() -> int:
     parser.add_argument("--eval-run", type=Path, default=None, help="time the domain evaluator on this finished run")
     parser.add_argument("--erm-run", type=Path, default=None, help="its finished ERM run (with --eval-run)")
     parser.add_argument("--max-candidates", type=int, default=None, help="with --eval-run: checkpoints per encoder")
+    parser.add_argument("--preload-sweep", type=int, default=0, metavar="N",
+                        help="time N adapter builds reading every split, without / with the decoded-split cache")
     args = parser.parse_args()
+    if args.preload_sweep:
+        if not args.root.is_dir():
+            from multiview_app.data.domains.synth import synth_domains
+
+            synth_domains(args.root)
+        torch.set_num_threads(args.threads)
+        return preload_sweep(args.root, args.config, args.preload_sweep)
     if args.eval_run is not None:
         if args.erm_run is None:
             parser.error("--eval-run needs --erm-run")

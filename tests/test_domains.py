@@ -2,6 +2,7 @@
 guarantee that the held-out domain is never opened during pretraining."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -250,11 +251,12 @@ def test_corrupt_images_skipped_counted_or_error(digit_root: Path, tmp_path: Pat
 
 
 def test_decode_workers_preload_the_same_images_skip_the_same_files_and_keep_the_global_rng(
-    digit_root: Path, tmp_path: Path,
+    digit_root: Path, tmp_path: Path, monkeypatch,
 ) -> None:
     """Preloading in 2 DataLoader worker processes (the option's default; every other test here decodes in
     this process) keeps the same files in the same order with the same pixels, and skips and counts the same
     unreadable ones."""
+    monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", "0")  # both passes must decode
     root = copy_root(digit_root, tmp_path)
     rel = (root / "inverted_train.txt").read_text().split()[0]
     (root / rel).write_bytes(b"not a jpeg at all")
@@ -271,6 +273,70 @@ def test_decode_workers_preload_the_same_images_skip_the_same_files_and_keep_the
     serial, parallel = loaded[0], loaded[2]
     assert len(parallel) == 79 and str(root / rel) not in parallel.sources and parallel.sources == serial.sources
     assert torch.equal(parallel._labels, serial._labels) and torch.equal(parallel.images, serial.images)
+
+
+def _counting_decode(monkeypatch) -> list[str]:
+    decoded: list[str] = []
+    real = domain_adapter.decode_file
+
+    def counting(path: str, load_size: int) -> torch.Tensor:
+        decoded.append(path)
+        return real(path, load_size)
+
+    monkeypatch.setattr(domain_adapter, "decode_file", counting)
+    return decoded
+
+
+def test_decoded_splits_are_reused_in_process_and_redecoded_when_a_file_changes(
+    digit_root: Path, tmp_path: Path, monkeypatch,
+) -> None:
+    """A second adapter on the same files (a sweep's next run, its ERM, its evaluation) decodes nothing and
+    gets the same pixels; a file whose mtime changed makes its split decode again; an unreadable file is
+    reported (and counted) on every adapter, cache hit or not."""
+    monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", "64")
+    root = copy_root(digit_root, tmp_path)
+    rel_bad, rel_touched = (root / "inverted_train.txt").read_text().split()[0:4:2]
+    (root / rel_bad).write_bytes(b"not a png")
+    decoded = _counting_decode(monkeypatch)
+    splits = []
+    for _ in range(2):
+        adapter = build_adapter("domainnet", options(root, domains=["clean", "inverted"], max_bad_fraction=0.05))
+        with pytest.warns(UserWarning, match=rf"skipped 1 of 80 unreadable images; first: .*{rel_bad}"):
+            splits.append(adapter.domain_split("inverted", "train"))
+    assert len(decoded) == 80 and domain_adapter.DECODED_SPLITS.hits == 1  # decoded once, read twice
+    first, second = splits
+    assert second.images is first.images and second.sources == first.sources and len(second) == 79
+    assert torch.equal(second._labels, first._labels)
+    stat = (root / rel_touched).stat()
+    os.utime(root / rel_touched, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    decoded.clear()
+    adapter = build_adapter("domainnet", options(root, domains=["clean", "inverted"], max_bad_fraction=0.05))
+    with pytest.warns(UserWarning, match="skipped 1 of 80"):
+        again = adapter.domain_split("inverted", "train")
+    assert len(decoded) == 80 and again.images is not first.images and torch.equal(again.images, first.images)
+    assert len(adapter.domain_split("clean", "train")) > 0 and len(decoded) > 80  # another split: its own key
+
+
+def test_decoded_split_cache_budget_switch_and_bad_setting(digit_root: Path, monkeypatch) -> None:
+    """``MVAPP_DECODE_CACHE_MB=0`` decodes every time; a budget below a split keeps nothing; a budget for one
+    split keeps the most recently used one; a non-number names the variable."""
+    decoded = _counting_decode(monkeypatch)
+
+    def read(domain: str) -> None:
+        build_adapter("domainnet", options(digit_root, domains=["clean", "inverted"])).domain_split(domain, "train")
+
+    one_split_mb = 80 * 3 * 16 * 16 / 2**20
+    for setting, reads, expected in (("0", ["clean", "clean"], 160), (f"{0.5 * one_split_mb}", ["clean", "clean"], 160),
+                                     (f"{1.5 * one_split_mb}", ["clean", "inverted", "inverted", "clean"], 240)):
+        monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", setting)
+        domain_adapter.DECODED_SPLITS.clear()
+        decoded.clear()
+        for domain in reads:
+            read(domain)
+        assert len(decoded) == expected, setting  # last case: clean evicted by inverted, decoded again
+    monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", "lots")
+    with pytest.raises(ValueError, match="MVAPP_DECODE_CACHE_MB='lots'"):
+        read("clean")
 
 
 # ------------------------------------------------------------------ the held-out domain is never opened
@@ -290,6 +356,7 @@ def test_heldout_domain_never_opened_during_pretraining(digit_root: Path, tmp_pa
         split_files.append(str(path))
         return real_read(self, domain, split, path)
 
+    monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", "0")  # every read opens the file (what is watched)
     monkeypatch.setattr(domain_adapter, "decode_file", recording_decode)
     monkeypatch.setattr(domain_adapter.DomainNetAdapter, "_read_split_file", recording_read)
     for preload in (True, False):
@@ -470,6 +537,7 @@ def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tm
     opened: list[str] = []
     split_files: list[str] = []
     real_decode, real_read = domain_adapter.decode_file, domain_adapter.DomainNetAdapter._read_split_file
+    monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", "0")  # every read opens the file (what is watched)
     monkeypatch.setattr(domain_adapter, "decode_file", lambda p, s: opened.append(p) or real_decode(p, s))
     monkeypatch.setattr(domain_adapter.DomainNetAdapter, "_read_split_file",
                         lambda self, d, s, p: split_files.append(Path(p).name) or real_read(self, d, s, p))
@@ -594,6 +662,7 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
     # end to end: training (+ ERM, evaluator) never reads the target labels nor its test split
     opened: list[str] = []
     real_decode = domain_adapter.decode_file
+    monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", "0")  # every read opens the file (what is watched)
     monkeypatch.setattr(domain_adapter, "decode_file", lambda p, s: opened.append(p) or real_decode(p, s))
     config = tiny_three_domain_config(digit_root, tmp_path, {"name": "m3g", "epsilon": 0.05})
     train(load_config(config, ["data.options.adapt=sketch", "data.options.adapt_views=nearest",

@@ -53,12 +53,16 @@ Images are read and decoded by :func:`decode_file` (``torchvision.io``: libjpeg-
 resized to ``load_size``; with ``preload`` (default) all images of a split are decoded once in
 ``decode_workers`` DataLoader workers (unreadable files skipped and counted, error above
 ``max_bad_fraction``), else each item is decoded on access in the training DataLoader's workers
-(an unreadable file then raises naming it).
+(an unreadable file then raises naming it). Preloaded splits are kept in this process
+(:data:`DECODED_SPLITS`, ``MVAPP_DECODE_CACHE_MB``), so a sweep that builds the adapter again for every
+pretraining, ERM and evaluation decodes each split once; a file whose size or mtime changed is decoded again.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -275,26 +279,90 @@ def _first_items(batch: list[Any]) -> list[Any]:
     return batch
 
 
+class DecodedSplitCache:
+    """Decoded splits of this process, least recently used first out, within ``MVAPP_DECODE_CACHE_MB``
+    (default 1024; 0 turns it off). Key: the load size and every file's path, size and mtime, so an
+    edited, replaced or re-generated file is decoded again. The cached ``(N, 3, S, S)`` uint8 tensor is
+    shared by every adapter that reads the split: nothing modifies it in place (views, collation and the
+    evaluators' features all copy)."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[str, tuple[list[int], torch.Tensor, list[str]]] = OrderedDict()
+        self.hits = 0
+
+    @staticmethod
+    def budget_bytes() -> int:
+        text = os.environ.get("MVAPP_DECODE_CACHE_MB", "1024")
+        try:
+            megabytes = float(text)
+        except ValueError:
+            raise ValueError(f"MVAPP_DECODE_CACHE_MB={text!r}: expected a number of megabytes (0 = off)") from None
+        return int(max(megabytes, 0.0) * 2**20)
+
+    @staticmethod
+    def key(paths: list[str], load_size: int) -> str:
+        digest = hashlib.sha256(str(load_size).encode())
+        for path in paths:
+            stat = os.stat(path)
+            digest.update(f"\n{path} {stat.st_size} {stat.st_mtime_ns}".encode())
+        return digest.hexdigest()
+
+    def get(self, key: str) -> tuple[list[int], torch.Tensor, list[str]] | None:
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+        return found
+
+    def put(self, key: str, keep: list[int], images: torch.Tensor, skipped: list[str]) -> None:
+        budget = self.budget_bytes()
+        size = images.numel() * images.element_size()
+        if size > budget:
+            return
+        self._entries[key] = (keep, images, skipped)
+        while sum(v[1].numel() * v[1].element_size() for v in self._entries.values()) > budget:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.hits = 0
+
+
+#: the process-wide :class:`DecodedSplitCache` of :func:`preload_images`
+DECODED_SPLITS = DecodedSplitCache()
+
+
 def preload_images(files: DomainFiles, load_size: int, workers: int, max_bad_fraction: float) -> tuple[DomainFiles, torch.Tensor]:
-    """Decode every file of ``files`` (``workers`` DataLoader workers); unreadable ones are skipped
-    and counted (``report_skipped``). Returns the kept files and their images ``(N, 3, S, S)``."""
+    """Decode every file of ``files`` (``workers`` DataLoader workers), or take them from
+    :data:`DECODED_SPLITS`; unreadable ones are skipped and counted (``report_skipped``, on a cache hit
+    too). Returns the kept files and their images uint8 ``(N, 3, S, S)``."""
     from tqdm.auto import tqdm
 
-    # own generator: decoding must not advance the global torch RNG (model init after it stays seed-exact)
-    loader = DataLoader(_SafeDecode(files.paths, load_size), batch_size=64, num_workers=workers,
-                        collate_fn=_first_items, generator=torch.Generator().manual_seed(0))
-    images: list[torch.Tensor | None] = [None] * len(files.paths)
-    skipped: list[str] = []
     what = f"domain '{files.domain}' ({files.split})"
-    for batch in tqdm(loader, desc=f"decoding {what}", leave=False, disable=len(files.paths) < 5000):
-        for i, image, error in batch:
-            if image is None:
-                skipped.append(f"{files.paths[i]} ({error})")
-            images[i] = image
+    use_cache = DecodedSplitCache.budget_bytes() > 0
+    key = DecodedSplitCache.key(files.paths, load_size) if use_cache else ""
+    cached = DECODED_SPLITS.get(key) if use_cache else None
+    if cached is not None:
+        keep, stacked, skipped = cached
+    else:
+        # own generator: decoding must not advance the global torch RNG (model init after it stays seed-exact)
+        loader = DataLoader(_SafeDecode(files.paths, load_size), batch_size=64, num_workers=workers,
+                            collate_fn=_first_items, generator=torch.Generator().manual_seed(0))
+        images: list[torch.Tensor | None] = [None] * len(files.paths)
+        skipped = []
+        for batch in tqdm(loader, desc=f"decoding {what}", leave=False, disable=len(files.paths) < 5000):
+            for i, image, error in batch:
+                if image is None:
+                    skipped.append(f"{files.paths[i]} ({error})")
+                images[i] = image
+        keep = [i for i, image in enumerate(images) if image is not None]
+        stacked = torch.stack([images[i] for i in keep]) if keep else torch.empty(0, 3, load_size, load_size,
+                                                                                  dtype=torch.uint8)
     report_skipped(skipped, len(files.paths), what, max_bad_fraction)
-    keep = [i for i, image in enumerate(images) if image is not None]
+    if use_cache and cached is None:
+        DECODED_SPLITS.put(key, keep, stacked, skipped)
     kept = DomainFiles(files.domain, files.split, [files.paths[i] for i in keep], files.labels[keep])
-    return kept, torch.stack([images[i] for i in keep])
+    return kept, stacked
 
 
 @ADAPTERS.register("domainnet")
@@ -551,7 +619,9 @@ class DomainNetAdapter(DataAdapter):
 
 
 __all__ = [
+    "DECODED_SPLITS",
     "DOMAINNET_DOMAINS",
+    "DecodedSplitCache",
     "DomainFiles",
     "DomainImages",
     "DomainNetAdapter",
