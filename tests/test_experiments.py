@@ -68,6 +68,36 @@ def test_interrupted_and_stale_folders_follow_the_policy(tmp_path: Path, calls: 
     assert calls[-1] == {"run": stale.run_dir, "resume": None, "existed": False}
     with pytest.raises(ValueError, match="unknown training policy 'nope'; available: reuse, refuse-mismatch"):
         ensure_trained(stale, "nope")
+
+
+def test_empty_leftover_folders_are_trained_into_and_held_folders_refused(tmp_path: Path, calls: list[dict]) -> None:
+    """A run killed while starting leaves an empty folder (or one with only its lock file): every policy
+    trains into it, "resume" too (nothing is deleted). A folder whose lock another process holds is neither
+    removed nor trained into, under any policy."""
+    import os
+
+    from multiview_app.train.resume import LOCK_FILE, RunLock
+
+    empty = tiny_config(tmp_path, "empty")
+    empty.run_dir.mkdir(parents=True)
+    ensure_trained(empty, "resume")
+    assert calls[-1] == {"run": empty.run_dir, "resume": None, "existed": True}
+    (empty.run_dir / LOCK_FILE).write_text("pid 1\n")  # a lock file nobody holds
+    ensure_trained(empty, "resume")
+    assert calls[-1] == {"run": empty.run_dir, "resume": None, "existed": True}
+
+    held = tiny_config(tmp_path, "held")
+    (held.run_dir).mkdir(parents=True)
+    (held.run_dir / "config.yaml").write_text("{}")
+    with RunLock(held.run_dir):  # another writer (flock: a second open file conflicts, same process or not)
+        assert RunLock.holder(held.run_dir) == f"pid {os.getpid()}"
+        for policy in ("reuse", "retrain", "resume"):
+            with pytest.raises(RuntimeError, match=rf"{held.run_dir} is in use by another process \(pid {os.getpid()}\)"):
+                ensure_trained(held, policy)
+    assert (held.run_dir / "config.yaml").is_file() and calls[-1]["run"] == empty.run_dir  # untouched, not trained
+    assert RunLock.holder(held.run_dir) is None
+    ensure_trained(held, "reuse")  # released: the stale folder is removed and trained afresh
+    assert calls[-1] == {"run": held.run_dir, "resume": None, "existed": False}
     assert POLICIES["retrain"] == TrainPolicy(finished="retrain", interrupted="restart", stale="remove")
 
 

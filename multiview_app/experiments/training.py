@@ -2,7 +2,8 @@
 chosen policy allows.
 
 A run folder is in one of four states: **finished** (``model.safetensors``), **interrupted** (a
-checkpoint but no final model), **stale** (a folder with neither) or **absent**. A
+checkpoint but no final model), **stale** (a folder with neither) or **absent**. A folder that holds
+nothing (or only a lock file nobody holds: a run killed while starting) counts as absent. A
 :class:`TrainPolicy` says what to do in each; :data:`POLICIES` names the ones in use:
 
 ========================  ==========================  =====================  ========================
@@ -17,7 +18,9 @@ policy                    finished                    interrupted            sta
 ``retrain``               removed, trained afresh     removed, trained       removed, trained afresh
 ========================  ==========================  =====================  ========================
 
-Resuming continues from the latest checkpoint exactly (the trainer's resume contract).
+Resuming continues from the latest checkpoint exactly (the trainer's resume contract). No folder is
+removed, resumed or trained into while another process holds its lock (:class:`.RunLock`): RuntimeError
+naming the holder.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from typing import Literal
 from ..config import Config, read_yaml, resolve_paths
 from ..train.checkpoint import latest_checkpoint
 from ..train.metrics import read_metrics
-from ..train.resume import config_differences, flatten
+from ..train.resume import LOCK_FILE, RunLock, config_differences, flatten
 
 
 @dataclass(frozen=True)
@@ -110,12 +113,18 @@ def ensure_trained(cfg: Config, policy: str | TrainPolicy = "reuse") -> RunSumma
                                  + "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
                                  + "); use another --runs-dir or remove the run")
         return finished_summary(run_dir)
+    holder = RunLock.holder(run_dir)
+    if holder is not None:
+        raise RuntimeError(f"run folder {run_dir} is in use by another process ({holder}); wait for it to finish")
     interrupted = not finished and run_dir.exists() and latest_checkpoint(run_dir) is not None
     resume = "latest" if interrupted and policy.interrupted == "resume" else None
     if resume is None and run_dir.exists():
-        if not finished and not interrupted and policy.stale == "refuse":
+        if {p.name for p in run_dir.iterdir()} <= {LOCK_FILE}:
+            pass  # nothing was written (killed while starting): trained into as if absent
+        elif not finished and not interrupted and policy.stale == "refuse":
             raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")
-        shutil.rmtree(run_dir)
+        else:
+            shutil.rmtree(run_dir)
     began, cpu_began = time.perf_counter(), time.process_time()
     result = train(cfg, resume=resume)
     return RunSummary(result.steps, result.final_loss, time.perf_counter() - began, result.items_per_s, reused=False,

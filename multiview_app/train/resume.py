@@ -169,6 +169,24 @@ class RunLock:
                 except OSError:
                     break
 
+    @staticmethod
+    def holder(run_dir: str | Path) -> str | None:
+        """Who holds ``run_dir``'s lock now (its ``pid ...`` line), or None when nobody does (or there is
+        no lock file). Probes with a non-blocking lock, released at once."""
+        import fcntl
+
+        path = Path(run_dir) / LOCK_FILE
+        if not path.is_file():
+            return None
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.seek(0)
+                return handle.read().strip() or "unknown"
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return None
+
     def __enter__(self) -> "RunLock":
         return self.acquire()
 
