@@ -297,3 +297,28 @@ def test_defaults_named_settings_parse_and_refuse() -> None:
                 "default;empty="):
         with pytest.raises(SystemExit):
             script.named_settings(bad)
+
+
+def test_erm_paragraph_says_how_much_the_last_checkpoint_still_gained() -> None:
+    """An ERM run chosen at its budget's last step reads as a plateau when it gained at most ERM_RISING over
+    the checkpoint before, else as still rising; each ERM run counts once however many results share it."""
+    from multiview_app.eval.domain_generalization import ERM_RISING, format_erm, last_step_gains
+
+    def result(erm_id: str, selected: str, step_480: float, final: float, seed: int) -> dict:
+        grid = [{"candidate": c, "C": C, "val_accuracy": v - (0.05 if C == 0.1 else 0.0)}
+                for c, v in (("step_120", 0.7), ("step_480", step_480), ("final", final)) for C in (0.1, 1.0)]
+        return {"seed": seed, "pretrain_steps": 300, "reference_ids": {"erm": erm_id},
+                "erm": {"steps": 600, "train_accuracy": 0.96, "selected_step": 600 if selected == "final" else 480},
+                "results": {"erm": {"selected": {"candidate": selected}, "grid": grid}}}
+
+    plateau = [result("a", "final", 0.900, 0.903, 0), result("a", "final", 0.900, 0.903, 0),
+               result("b", "step_480", 0.910, 0.905, 1)]
+    assert last_step_gains(plateau) == {"a": pytest.approx(0.003)}
+    text = format_erm(plateau)
+    assert f"1 of 2 chose the budget's last step, +0.3 to +0.3 points" in text
+    assert f"a plateau (at most {100 * ERM_RISING:g} point)" in text and "still rising" not in text
+    rising = [*plateau, result("c", "final", 0.88, 0.90, 2)]
+    text = format_erm(rising)
+    assert "2 of 3 chose the budget's last step, +0.3 to +2.0 points" in text
+    assert "validation still rising: a longer budget may help ERM" in text
+    assert "budget's last step" not in format_erm(plateau[2:])

@@ -604,8 +604,32 @@ def plot_gain(gain: dict[str, dict[str, dict[str, float]]], out: Path) -> Path:
                         zero_line=True, errors=errors)
 
 
+#: validation gain (accuracy, 0-1) of the budget's last checkpoint over the one before above which the ERM
+#: paragraph says "still rising" (a longer budget may help); below it, a plateau
+ERM_RISING = 0.01
+
+
+def last_step_gains(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Per distinct ERM run chosen at its last checkpoint (``final``): its best training-domain validation
+    accuracy there minus the best at the checkpoint before (over the probe's C grid)."""
+    gains: dict[str, float] = {}
+    for r in results:
+        erm = r["results"].get("erm") if r.get("erm") else None
+        if not erm or erm.get("selected", {}).get("candidate") != "final":
+            continue
+        best: dict[str, float] = {}
+        for row in erm.get("grid", []):
+            best[row["candidate"]] = max(best.get(row["candidate"], 0.0), row["val_accuracy"])
+        earlier = [c for c in best if c != "final"]
+        if earlier:
+            previous = max(earlier, key=lambda c: int(c.rsplit("_", 1)[-1]) if c.rsplit("_", 1)[-1].isdigit() else -1)
+            gains[reference_id(r, "erm")] = best["final"] - best[previous]
+    return gains
+
+
 def format_erm(results: list[dict[str, Any]]) -> str:
-    """One paragraph on the ERM runs behind the ``erm`` row: own budget, selected steps, accuracy."""
+    """One paragraph on the ERM runs behind the ``erm`` row: own budget, selected steps, accuracy, and how
+    much the runs chosen at the budget's last step still gained there."""
     erm_runs = {reference_id(r, "erm"): r["erm"] for r in results if r.get("erm")}
     if not erm_runs:
         return ""
@@ -613,10 +637,19 @@ def format_erm(results: list[dict[str, Any]]) -> str:
     chosen = sorted(e["selected_step"] for e in erm_runs.values() if "selected_step" in e)
     accuracy = [e["train_accuracy"] for e in erm_runs.values()]
     pretrain = sorted({int(r["pretrain_steps"]) for r in results if r.get("pretrain_steps")})
+    gains = last_step_gains(results)
+    if gains:
+        low, high = 100 * min(gains.values()), 100 * max(gains.values())
+        verdict = ("validation still rising: a longer budget may help ERM" if max(gains.values()) > ERM_RISING
+                   else f"a plateau (at most {100 * ERM_RISING:g} point)")
+        convergence = (f"; {len(gains)} of {len(erm_runs)} chose the budget's last step, {low:+.1f} to {high:+.1f} "
+                       f"points of validation accuracy over the checkpoint before: {verdict}")
+    else:
+        convergence = ""
     text = (f"ERM: {len(erm_runs)} model(s) trained by `mvapp train` (loss supervised_ce: linear head on the encoder "
             f"features) with their own budget of {'/'.join(map(str, budgets))} steps (not the pretraining runs' "
             f"train.max_steps); checkpoint chosen by {TRAINING_DOMAIN} at step(s) {', '.join(map(str, chosen))} "
-            f"(steps to convergence{'; the last step of the budget: not converged, validation still rising' if budgets and chosen and max(chosen) >= max(budgets) else ''}); "
+            f"(steps to convergence{convergence}); "
             f"training accuracy at the end {100 * min(accuracy):.1f}-{100 * max(accuracy):.1f} % on the seen domains.")
     return text + (f" Pretraining budget: {'/'.join(map(str, pretrain))} steps." if pretrain else "")
 
