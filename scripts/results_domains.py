@@ -4,7 +4,7 @@ with DomainBed's model selection (training-domain validation).
     python scripts/results_domains.py [--losses byol_ave,infonce_ave,m3g] [--label-free-losses m3g]
         [--adapt-losses byol_ave,infonce_ave,m3g] [--nn-losses ''] [--holdouts all|sketch,clean] [--seeds 0,1,2]
         [--erm-steps 600] [--no-train] [--pretrain-only] [--only-finished] [--root data/digit-domains]
-        [--runs-dir runs/results_domains] [--out FILE.md] [--figures DIR]
+        [--runs-dir runs/results_domains] [--out FILE.md] [--figures DIR] [--jobs N]
 
 Writes the digit domains first when ``--root`` is missing (``mvapp data synth-domains``); then, for every
 loss (``configs/domains_digits_<loss>.yaml``; label-free rows: ``configs/domains_digits_<loss>_labelfree.yaml``),
@@ -17,12 +17,18 @@ over distinct runs, n printed), the Fig.-2-like 1-vs-1 figure and the random-ini
 to ``<runs-dir>`` and into the section between the ``domains`` markers of ``--out``.
 ``--no-train`` evaluates only runs whose pretraining finished and lists the planned runs that are missing;
 ``--pretrain-only`` trains without evaluating. Resumable: finished runs / evaluations are reused.
+``--jobs N`` runs the planned (held-out domain, seed) groups in N worker processes of this script (dealt
+seed-major, round robin: a group's runs, its ERM run and its reference scores belong to one worker, so no two
+write the same folder; each worker's torch threads = usable CPUs / N unless ``MVAPP_NUM_THREADS`` is set; logs
+in ``<runs-dir>/jobs/``), then writes the tables from what finished, as ``--only-finished``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -99,6 +105,66 @@ def planned_runs(losses: list[str], label_free: list[str], adapt_losses: set[str
     return plan
 
 
+def job_shares(groups: list[tuple[str, int]], jobs: int) -> list[list[tuple[str, int]]]:
+    """Deal the ``(held-out domain, seed)`` groups (already seed-major) round robin over ``jobs`` workers;
+    workers with nothing to do are dropped."""
+    shares = [groups[i::jobs] for i in range(max(1, jobs))]
+    return [share for share in shares if share]
+
+
+def worker_command(args: argparse.Namespace, share: list[tuple[str, int]], index: int) -> list[str]:
+    """This script's command line for worker ``index`` on ``share``: the same plan and options, its own
+    ``--groups``, its own (throw-away) ``--out`` / ``--figures`` under ``<runs-dir>/jobs/``."""
+    jobs_dir = args.runs_dir / "jobs"
+    command = [sys.executable, str(Path(__file__).resolve()),
+               "--losses", args.losses, "--label-free-losses", args.label_free_losses,
+               "--adapt-losses", args.adapt_losses, "--nn-losses", args.nn_losses,
+               "--holdouts", ",".join(sorted({h for h, _ in share})), "--seeds", ",".join(str(s) for s in sorted({s for _, s in share})),
+               "--groups", ",".join(f"{h}:{s}" for h, s in share),
+               "--root", str(args.root), "--runs-dir", str(args.runs_dir), "--threads", str(args.threads),
+               "--out", str(jobs_dir / f"job_{index}.md"), "--figures", str(jobs_dir / f"figures_{index}"), "--jobs", "1"]
+    command += ["--erm-steps", str(args.erm_steps)] if args.erm_steps is not None else []
+    command += ["--erm-seeds", args.erm_seeds] if args.erm_seeds is not None else []
+    command += ["--max-candidates", str(args.max_candidates)] if args.max_candidates is not None else []
+    command += [flag for flag, on in (("--no-erm", args.no_erm), ("--no-train", args.no_train),
+                                      ("--pretrain-only", args.pretrain_only)) if on]
+    return command
+
+
+def run_workers(args: argparse.Namespace, shares: list[list[tuple[str, int]]]) -> list[int]:
+    """Start one worker per share, wait for all (a progress bar counts finished evaluations), return their
+    exit codes; an interrupt (Ctrl-C) terminates the workers (their runs resume on the next call)."""
+    from tqdm.auto import tqdm
+
+    jobs_dir = args.runs_dir / "jobs"
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    if "MVAPP_NUM_THREADS" not in env:
+        from multiview_app.threads import usable_cpus
+
+        env["MVAPP_NUM_THREADS"] = str(max(1, usable_cpus().usable // len(shares)))
+    workers = []
+    try:
+        for index, share in enumerate(shares):
+            log = open(jobs_dir / f"job_{index}.log", "a")
+            print(f"worker {index}: {len(share)} group(s) {', '.join(f'{h}/s{s}' for h, s in share)}; log {log.name}",
+                  flush=True)
+            workers.append((subprocess.Popen(worker_command(args, share, index), stdout=log, stderr=subprocess.STDOUT,
+                                             env=env), log))
+        with tqdm(desc="workers running", total=len(workers), unit="worker") as bar:
+            while any(w.poll() is None for w, _ in workers):
+                time.sleep(5)
+                bar.n = sum(w.poll() is not None for w, _ in workers)
+                bar.refresh()
+    finally:
+        for worker, log in workers:
+            if worker.poll() is None:
+                worker.terminate()
+            worker.wait()
+            log.close()
+    return [worker.returncode for worker, _ in workers]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--losses", default=",".join(DEFAULT_LOSSES))
@@ -132,6 +198,9 @@ def main() -> int:
                         help="Markdown file whose domains section is (re)written (docs/results.md only when given here)")
     parser.add_argument("--figures", type=Path, default=ROOT / "runs" / "results_domains" / "figures",
                         help="figure folder (docs/figures only when given here)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="worker processes, each taking whole (held-out domain, seed) groups; then the tables")
+    parser.add_argument("--groups", default=None, help=argparse.SUPPRESS)  # a worker's share: domain:seed,...
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of the evaluations (1: no OpenMP stalls on a shared CPU; 0 = the automatic "
                              "choice; MVAPP_NUM_THREADS wins; training uses train.num_threads)")
@@ -157,12 +226,27 @@ def main() -> int:
     overrides = [f"data.options.root={args.root}"]
     plan = planned_runs(losses, label_free, set(split(args.adapt_losses)), set(split(args.nn_losses)))
     holdouts = all_domains(plan[0][1], overrides) if args.holdouts == "all" else split(args.holdouts)
+    groups = [(h, s) for s in seeds for h in holdouts]  # seed-major: every seed covers all domains in turn
+    if args.groups is not None:
+        groups = [(h, int(s)) for h, _, s in (g.partition(":") for g in split(args.groups))]
     start = time.perf_counter()
-    results, failures, missing = [], {}, []
+    worker_failures: dict[str, str] = {}
+    if args.jobs > 1 and not args.only_finished:
+        shift_matrix(args.root, args.runs_dir)  # once, before the workers (each would compute it otherwise)
+        codes = run_workers(args, job_shares(groups, args.jobs))
+        worker_failures = {f"worker {i}": f"exit code {code}; see {args.runs_dir / 'jobs' / f'job_{i}.log'}"
+                           for i, code in enumerate(codes) if code != 0}
+        if args.pretrain_only:
+            return 1 if worker_failures else 0
+        args.only_finished = True  # the tables: from what the workers finished
+    wanted = set(groups)
+    results, failures, missing = [], dict(worker_failures), []
     for row, config, protocols, extra in plan:
         for holdout in holdouts:
             for protocol in protocols:
                 for seed in seeds:
+                    if (holdout, seed) not in wanted:
+                        continue
                     cfg = run_config(config, args.runs_dir, holdout, seed, protocol, [*overrides, *extra])
                     done = cfg.run_dir / "eval" / f"{KIND}.json"
                     label = f"{row}{'+adapt' if protocol == 'adaptation' and '+adapt' not in row else ''} {holdout} s{seed}"
@@ -194,7 +278,8 @@ def main() -> int:
     if args.pretrain_only:
         return 1 if failures else 0
     if not results:
-        print("no run evaluated", file=sys.stderr)
+        print(f"no run evaluated; {len(missing)} planned run(s) missing" + (f": {'; '.join(missing)}" if missing else "")
+              + "".join(f"\nfailed: {label}: {err}" for label, err in failures.items()), file=sys.stderr)
         return 1
     summary = write_summary(results, args.runs_dir)
     matrix = shift_matrix(args.root, args.runs_dir)

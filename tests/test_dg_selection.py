@@ -322,3 +322,42 @@ def test_erm_paragraph_says_how_much_the_last_checkpoint_still_gained() -> None:
     assert "2 of 3 chose the budget's last step, +0.3 to +2.0 points" in text
     assert "validation still rising: a longer budget may help ERM" in text
     assert "budget's last step" not in format_erm(plateau[2:])
+
+
+def test_results_sweep_deals_groups_to_workers_and_each_worker_keeps_to_its_share(tmp_path, monkeypatch, capsys) -> None:
+    """scripts/results_domains.py --jobs: (held-out domain, seed) groups dealt seed-major round robin, so a
+    group's runs / ERM / reference scores belong to one worker; a worker (``--groups``) plans only its share;
+    the workers run with their own logs and a thread budget, and their exit codes come back."""
+    import sys
+
+    from _train_helpers import load_script
+
+    script = load_script("results_domains")
+    groups = [(h, s) for s in (0, 1) for h in ("clean", "sketch", "warped")]
+    shares = script.job_shares(groups, 4)
+    assert shares == [[("clean", 0), ("sketch", 1)], [("sketch", 0), ("warped", 1)], [("warped", 0)], [("clean", 1)]]
+    assert script.job_shares(groups[:1], 3) == [[("clean", 0)]]
+    argv = ["results_domains.py", "--losses", "m3g", "--label-free-losses", "", "--adapt-losses", "",
+            "--holdouts", "clean,sketch", "--seeds", "0,1", "--root", str(tmp_path), "--runs-dir", str(tmp_path / "runs"),
+            "--out", str(tmp_path / "r.md"), "--figures", str(tmp_path / "fig")]
+    monkeypatch.setattr(sys, "argv", [*argv, "--no-train", "--groups", "sketch:1"])
+    assert script.main() == 1  # nothing evaluated; the worker planned its one group only
+    assert "1 planned run(s) missing: m3g sketch s1 (not pretrained)" in capsys.readouterr().err
+    args = script.argparse.Namespace(losses="m3g", label_free_losses="", adapt_losses="", nn_losses="", root=tmp_path,
+                                     runs_dir=tmp_path / "runs", threads=1, erm_steps=40, erm_seeds=None,
+                                     max_candidates=None, no_erm=False, no_train=False, pretrain_only=True)
+    command = script.worker_command(args, [("clean", 1), ("sketch", 0)], 1)
+    assert command[command.index("--groups") + 1] == "clean:1,sketch:0"
+    assert command[command.index("--holdouts") + 1] == "clean,sketch" and command[command.index("--seeds") + 1] == "0,1"
+    assert command[command.index("--out") + 1] == str(tmp_path / "runs" / "jobs" / "job_1.md")
+    assert "--pretrain-only" in command and "--no-erm" not in command and command[command.index("--jobs") + 1] == "1"
+    assert command[command.index("--erm-steps") + 1] == "40"
+    # the workers themselves: a stand-in command per share (prints its thread budget, fails for one share)
+    monkeypatch.delenv("MVAPP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(script, "worker_command", lambda a, share, i: [
+        sys.executable, "-c", f"import os, sys; print('share', {share!r}, os.environ['MVAPP_NUM_THREADS']); sys.exit({i})"])
+    assert script.run_workers(args, [[("clean", 0)], [("sketch", 0)]]) == [0, 1]
+    log = (tmp_path / "runs" / "jobs" / "job_1.log").read_text()
+    from multiview_app.threads import usable_cpus
+
+    assert log.strip() == f"share [('sketch', 0)] {max(1, usable_cpus().usable // 2)}"
