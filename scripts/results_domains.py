@@ -131,9 +131,10 @@ def worker_command(args: argparse.Namespace, share: list[tuple[str, int]], index
     return command
 
 
-def run_workers(args: argparse.Namespace, shares: list[list[tuple[str, int]]]) -> list[int]:
-    """Start one worker per share, wait for all (a progress bar counts finished evaluations), return their
-    exit codes; an interrupt (Ctrl-C) terminates the workers (their runs resume on the next call)."""
+def run_workers(args: argparse.Namespace, shares: list[list[tuple[str, int]]], done_files: list[Path] | None = None) -> list[int]:
+    """Start one worker per share, wait for all (a progress bar counts the planned evaluations in
+    ``done_files`` that exist), return their exit codes; an interrupt (Ctrl-C) terminates the workers (their
+    runs resume on the next call)."""
     from tqdm.auto import tqdm
 
     jobs_dir = args.runs_dir / "jobs"
@@ -151,11 +152,12 @@ def run_workers(args: argparse.Namespace, shares: list[list[tuple[str, int]]]) -
                   flush=True)
             workers.append((subprocess.Popen(worker_command(args, share, index), stdout=log, stderr=subprocess.STDOUT,
                                              env=env), log))
-        with tqdm(desc="workers running", total=len(workers), unit="worker") as bar:
+        done_files = done_files or []
+        with tqdm(desc="runs evaluated", total=len(done_files), unit="run") as bar:
             while any(w.poll() is None for w, _ in workers):
+                bar.n = sum(path.is_file() for path in done_files)
+                bar.set_postfix(workers=sum(w.poll() is None for w, _ in workers))
                 time.sleep(5)
-                bar.n = sum(w.poll() is not None for w, _ in workers)
-                bar.refresh()
     finally:
         for worker, log in workers:
             if worker.poll() is None:
@@ -233,7 +235,9 @@ def main() -> int:
     worker_failures: dict[str, str] = {}
     if args.jobs > 1 and not args.only_finished:
         shift_matrix(args.root, args.runs_dir)  # once, before the workers (each would compute it otherwise)
-        codes = run_workers(args, job_shares(groups, args.jobs))
+        done_files = [run_config(config, args.runs_dir, h, seed, protocol, [*overrides, *extra]).run_dir / "eval" / f"{KIND}.json"
+                      for h, seed in groups for _, config, protocols, extra in plan for protocol in protocols]
+        codes = run_workers(args, job_shares(groups, args.jobs), done_files)
         worker_failures = {f"worker {i}": f"exit code {code}; see {args.runs_dir / 'jobs' / f'job_{i}.log'}"
                            for i, code in enumerate(codes) if code != 0}
         if args.pretrain_only:
