@@ -303,8 +303,11 @@ class DecodedSplitCache:
     def key(paths: list[str], load_size: int) -> str:
         digest = hashlib.sha256(str(load_size).encode())
         for path in paths:
-            stat = os.stat(path)
-            digest.update(f"\n{path} {stat.st_size} {stat.st_mtime_ns}".encode())
+            try:
+                stat = os.stat(path)
+                digest.update(f"\n{path} {stat.st_size} {stat.st_mtime_ns}".encode())
+            except OSError as err:  # a missing / unreadable entry: decoding skips and counts it
+                digest.update(f"\n{path} {type(err).__name__}".encode())
         return digest.hexdigest()
 
     def get(self, key: str) -> tuple[list[int], torch.Tensor, list[str]] | None:
