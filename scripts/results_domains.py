@@ -232,11 +232,20 @@ def main() -> int:
     if args.groups is not None:
         groups = [(h, int(s)) for h, _, s in (g.partition(":") for g in split(args.groups))]
     start = time.perf_counter()
+
+    def planned_evaluations():
+        """``(holdout, seed, row, protocol, cfg, evaluation JSON path)`` of every planned run: groups in order,
+        then rows."""
+        for holdout, seed in groups:
+            for row, config, protocols, extra in plan:
+                for protocol in protocols:
+                    cfg = run_config(config, args.runs_dir, holdout, seed, protocol, [*overrides, *extra])
+                    yield holdout, seed, row, protocol, cfg, cfg.run_dir / "eval" / f"{KIND}.json"
+
     worker_failures: dict[str, str] = {}
     if args.jobs > 1 and not args.only_finished:
         shift_matrix(args.root, args.runs_dir)  # once, before the workers (each would compute it otherwise)
-        done_files = [run_config(config, args.runs_dir, h, seed, protocol, [*overrides, *extra]).run_dir / "eval" / f"{KIND}.json"
-                      for h, seed in groups for _, config, protocols, extra in plan for protocol in protocols]
+        done_files = [done for *_, done in planned_evaluations()]
         codes = run_workers(args, job_shares(groups, args.jobs), done_files)
         worker_failures = {f"worker {i}": f"exit code {code}; see {args.runs_dir / 'jobs' / f'job_{i}.log'}"
                            for i, code in enumerate(codes) if code != 0}
@@ -246,37 +255,33 @@ def main() -> int:
     results, failures, missing = [], dict(worker_failures), []
     # group-major (seed-major over the held-out domains), then every row: an interrupted sweep leaves whole
     # groups (every row of a held-out domain and seed) finished, and every seed covers all domains in turn
-    for holdout, seed in groups:
-        for row, config, protocols, extra in plan:
-            for protocol in protocols:
-                cfg = run_config(config, args.runs_dir, holdout, seed, protocol, [*overrides, *extra])
-                done = cfg.run_dir / "eval" / f"{KIND}.json"
-                label = f"{row}{'+adapt' if protocol == 'adaptation' and '+adapt' not in row else ''} {holdout} s{seed}"
-                if done.is_file() and not args.pretrain_only:
-                    results.append(json.loads(done.read_text()))
-                    continue
-                trained = (cfg.run_dir / "model.safetensors").is_file()
-                if args.only_finished or (args.no_train and not trained):
-                    missing.append(label + ("" if trained else " (not pretrained)"))
-                    continue
-                print(f"== {label}", flush=True)
-                try:
-                    pretrain_s, pretrain_cpu_s = ensure_pretrained(cfg)
-                    if args.pretrain_only:
-                        continue
-                    with_erm = (not args.no_erm and "label-free" not in row
-                                and (erm_seeds is None or seed in erm_seeds))
-                    result = evaluate_with_erm(cfg.run_dir, erm=with_erm,
-                                               erm_steps=args.erm_steps, erm_cache=args.runs_dir / "erm",
-                                               max_candidates=args.max_candidates,
-                                               threads=args.threads or None,
-                                               reference_cache=args.runs_dir / REFERENCE_CACHE)
-                    result["pretrain_s"], result["pretrain_cpu_s"] = pretrain_s, pretrain_cpu_s
-                    atomic_write_json(done, result)
-                    results.append(result)
-                except Exception as exc:  # noqa: BLE001 - record and go on with the other runs
-                    failures[label] = " ".join(str(exc).split())[:300]
-                    print(f"!! {label} failed: {failures[label]}", flush=True)
+    for holdout, seed, row, protocol, cfg, done in planned_evaluations():
+        label = f"{row}{'+adapt' if protocol == 'adaptation' and '+adapt' not in row else ''} {holdout} s{seed}"
+        if done.is_file() and not args.pretrain_only:
+            results.append(json.loads(done.read_text()))
+            continue
+        trained = (cfg.run_dir / "model.safetensors").is_file()
+        if args.only_finished or (args.no_train and not trained):
+            missing.append(label + ("" if trained else " (not pretrained)"))
+            continue
+        print(f"== {label}", flush=True)
+        try:
+            pretrain_s, pretrain_cpu_s = ensure_pretrained(cfg)
+            if args.pretrain_only:
+                continue
+            with_erm = (not args.no_erm and "label-free" not in row
+                        and (erm_seeds is None or seed in erm_seeds))
+            result = evaluate_with_erm(cfg.run_dir, erm=with_erm,
+                                       erm_steps=args.erm_steps, erm_cache=args.runs_dir / "erm",
+                                       max_candidates=args.max_candidates,
+                                       threads=args.threads or None,
+                                       reference_cache=args.runs_dir / REFERENCE_CACHE)
+            result["pretrain_s"], result["pretrain_cpu_s"] = pretrain_s, pretrain_cpu_s
+            atomic_write_json(done, result)
+            results.append(result)
+        except Exception as exc:  # noqa: BLE001 - record and go on with the other runs
+            failures[label] = " ".join(str(exc).split())[:300]
+            print(f"!! {label} failed: {failures[label]}", flush=True)
     if args.pretrain_only:
         return 1 if failures else 0
     if not results:

@@ -33,7 +33,7 @@ from typing import Literal
 from ..config import Config, read_yaml, resolve_paths
 from ..train.checkpoint import latest_checkpoint
 from ..train.metrics import read_metrics
-from ..train.resume import LOCK_FILE, RunLock, config_differences, flatten
+from ..train.resume import RunLock, config_differences, flatten, holds_nothing
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def ensure_trained(cfg: Config, policy: str | TrainPolicy = "reuse") -> RunSumma
     interrupted = not finished and run_dir.exists() and latest_checkpoint(run_dir) is not None
     resume = "latest" if interrupted and policy.interrupted == "resume" else None
     if resume is None and run_dir.exists():
-        if {p.name for p in run_dir.iterdir()} <= {LOCK_FILE}:
+        if holds_nothing(run_dir):
             pass  # nothing was written (killed while starting): trained into as if absent
         elif not finished and not interrupted and policy.stale == "refuse":
             raise FileExistsError(f"{run_dir} holds an unfinished run without checkpoint; remove it to retrain")

@@ -110,6 +110,12 @@ def reconcile_resume_config(
 LOCK_FILE = ".lock"
 
 
+def holds_nothing(run_dir: str | Path) -> bool:
+    """True when the existing folder ``run_dir`` holds no file but (perhaps) its lock file: nothing of a run
+    was written into it."""
+    return {p.name for p in Path(run_dir).iterdir()} <= {LOCK_FILE}
+
+
 class RunLock:
     """An exclusive, non-blocking ``flock`` on ``<run_dir>/.lock`` held while a process writes the run
     folder, so two processes never train into the same run. A folder this lock created and that holds
@@ -161,7 +167,7 @@ class RunLock:
         """Undo the folders this lock created if nothing but the lock file was written into them."""
         if not self._created or not self.run_dir.is_dir():
             return
-        if {p.name for p in self.run_dir.iterdir()} <= {LOCK_FILE}:
+        if holds_nothing(self.run_dir):
             self.path.unlink(missing_ok=True)
             for folder in self._created:
                 try:
@@ -194,5 +200,5 @@ class RunLock:
         self.release()
 
 
-__all__ = ["HISTORY_FILE", "LOCK_FILE", "RunLock", "SAFE_ON_RESUME", "config_differences", "flatten", "is_safe",
+__all__ = ["HISTORY_FILE", "LOCK_FILE", "RunLock", "SAFE_ON_RESUME", "config_differences", "flatten", "holds_nothing", "is_safe",
            "reconcile_resume_config"]
