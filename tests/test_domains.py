@@ -515,6 +515,52 @@ def test_adaptation_gain_paired_by_seed_mean_std() -> None:
     assert "model selection: training-domain validation" in format_gain(gain)
 
 
+def test_paired_differences_m3g_minus_each_row_by_domain_and_seed() -> None:
+    """m3g minus every other row, paired by (held-out domain, seed); unpaired runs left out; Avg over the seeds
+    that cover every domain; wins / losses counted over the pairs; no m3g row -> no table."""
+    from multiview_app.eval.domain_generalization import (
+        combine_results, format_paired, paired_anchors, paired_differences,
+    )
+
+    def run(loss: str, holdout: str, seed: int, acc: float, pairing: str = "label",
+            protocol: str = "generalization") -> dict:
+        scores = {"five_vs_one": acc, "target_labelled_probe": acc, "oracle_selection": {"five_vs_one": acc},
+                  "one_vs_one": {}}
+        return {"loss": loss, "holdout": holdout, "seen": [], "seed": seed, "pairing": pairing, "protocol": protocol,
+                "reference_ids": {"random_init": f"init{seed}"},
+                "results": {"trained": scores, "random_init": {**scores, "five_vs_one": 0.2 + 0.1 * seed}}}
+
+    results = [run("m3g", "a", 0, 0.5), run("m3g", "a", 1, 0.6), run("m3g", "b", 0, 0.4), run("m3g", "b", 1, 0.7),
+               run("infonce_ave", "a", 0, 0.4), run("infonce_ave", "a", 1, 0.7), run("infonce_ave", "b", 0, 0.4),
+               run("infonce_ave", "b", 2, 0.9),  # seed 2 has no m3g partner: left out
+               run("m3g", "a", 0, 0.3, pairing="none"),
+               run("m3g", "a", 0, 0.8, protocol="adaptation"), run("infonce_ave", "a", 0, 0.5, protocol="adaptation")]
+    combined = combine_results(results, ["a", "b"])
+    diffs = paired_differences(combined)
+    # generalization rows and the references; the adaptation rows are compared with m3g+adapt
+    assert set(diffs) == {"random_init", "infonce_ave", "m3g (label-free)"}
+    assert paired_anchors(combined) == ["m3g", "m3g+adapt"]
+    adapted = paired_differences(combined, anchor="m3g+adapt")
+    assert set(adapted) == {"random_init", "infonce_ave+adapt"}
+    assert abs(adapted["infonce_ave+adapt"]["a"]["by_seed"]["0"] - 0.3) < 1e-12
+    cell = diffs["infonce_ave"]["a"]
+    assert cell["n"] == 2 and abs(cell["mean"] - 0.0) < 1e-12 and abs(cell["std"] - 0.1) < 1e-12
+    assert diffs["infonce_ave"]["b"]["by_seed"] == {"0": 0.0}
+    assert abs(diffs["m3g (label-free)"]["a"]["by_seed"]["0"] - 0.2) < 1e-12
+    # random init: seed 0 scores 0.2, seed 1 scores 0.3 on both domains
+    assert abs(diffs["random_init"]["b"]["by_seed"]["1"] - 0.4) < 1e-12
+    table = format_paired(diffs, ["a", "b"])
+    assert "| row | a | b | Avg | m3g ahead / behind (pairs) |" in table
+    # infonce_ave: a +10 / -10 (2 pairs), b 0 (1 pair); Avg: only seed 0 covers both domains, (10 + 0) / 2;
+    # 1 won, 1 lost, 1 tie
+    assert "| infonce_ave | +0.0 ± 10.0 (n=2) | +0.0 (n=1) | +5.0 (n=1) | 1 / 1 (3) |" in table
+    # random init: seed 0 Avg (0.3 + 0.2) / 2 = 0.25, seed 1 (0.3 + 0.4) / 2 = 0.35 -> +30.0 ± 5.0 (n=2), 4 of 4 won
+    assert "| +30.0 ± 5.0 (n=2) | 4 / 0 (4) |" in table
+    assert "| m3g (label-free) | +20.0 (n=1) | - | - | 1 / 0 (1) |" in table
+    no_anchor = combine_results([r for r in results if r["loss"] != "m3g"], ["a", "b"])
+    assert paired_differences(no_anchor) == {}
+
+
 def test_random_init_shift_matrix_shows_a_real_domain_shift(digit_root: Path) -> None:
     from multiview_app.eval.domain_generalization import domain_shift_matrix
     from multiview_app.models import build_model

@@ -496,6 +496,70 @@ def format_table(combined: dict[str, Any], domains: list[str], metric: str = "fi
     return "\n".join(lines)
 
 
+#: the row the paired-differences tables subtract the others from (the M3G paper's method); its adaptation
+#: rows (``m3g+adapt``, ``m3g+adapt_nn``) anchor the tables of their protocol
+PAIRED_ANCHOR = "m3g"
+REFERENCE_ROWS = ("random_init", "erm")
+
+
+def protocol_tag(column: str) -> str:
+    """The adaptation suffix of a table row (``+adapt``, ``+adapt_nn``), ``""`` for generalization rows."""
+    return next((tag for tag in sorted(ADAPT_SUFFIX.values(), key=len, reverse=True) if tag in column), "")
+
+
+def paired_differences(combined: dict[str, Any], metric: str = "five_vs_one",
+                       anchor: str = PAIRED_ANCHOR) -> dict[str, dict[str, dict[str, Any]]]:
+    """``anchor`` minus every other row of its protocol (:func:`protocol_tag`) and the reference rows
+    (random init, ERM) in ``combined[metric]``, paired by (held-out domain, seed): the same target and
+    seed, so the data split and the seed's noise cancel. ``{row: {domain: {mean, std, n, by_seed: {seed:
+    difference}}}}`` over the seeds both rows have there (``n`` = pairs); rows without a common (domain,
+    seed) are left out; ``{}`` when there is no ``anchor`` row. (Adaptation minus generalization of one
+    loss is :func:`adaptation_gain`.)"""
+    rows = combined[metric]
+    if anchor not in rows:
+        return {}
+    differences: dict[str, dict[str, dict[str, Any]]] = {}
+    for column in table_columns(combined, metric):
+        if column == anchor or (column not in REFERENCE_ROWS and protocol_tag(column) != protocol_tag(anchor)):
+            continue
+        per_domain = {}
+        for domain, cell in rows[anchor].items():
+            other = rows[column].get(domain, {}).get("by_seed", {})
+            diffs = {s: cell["by_seed"][s] - other[s] for s in sorted(set(cell["by_seed"]) & set(other))}
+            if diffs:
+                per_domain[domain] = {**mean_std(list(diffs.values())), "n": len(diffs), "by_seed": diffs}
+        if per_domain:
+            differences[column] = per_domain
+    return differences
+
+
+def paired_anchors(combined: dict[str, Any], metric: str = "five_vs_one") -> list[str]:
+    """The anchors present: :data:`PAIRED_ANCHOR` and its adaptation rows."""
+    names = [PAIRED_ANCHOR, *(PAIRED_ANCHOR + tag for tag in ADAPT_SUFFIX.values())]
+    return [name for name in names if name in combined[metric]]
+
+
+def format_paired(differences: dict[str, dict[str, dict[str, Any]]], domains: list[str],
+                  metric: str = "five_vs_one", anchor: str = PAIRED_ANCHOR) -> str:
+    """Markdown in the tables' layout: rows = the compared rows, columns = held-out domains then Avg (per
+    seed the mean over the domains, then mean +- std over seeds), cells = ``anchor`` minus the row in
+    accuracy points; the last column counts the pairs ``anchor`` won / lost (ties neither)."""
+    held_out = [d for d in domains if any(d in per for per in differences.values())]
+    lines = [f"**Paired differences {anchor} - row** ({METRIC_TITLES[metric]}; accuracy points, same held-out "
+             "domain and seed; mean ± std over the n pairs, Avg over the seeds that cover every domain)", "",
+             "| row | " + " | ".join(held_out) + f" | Avg | {anchor} ahead / behind (pairs) |",
+             "|---|" + "---|" * (len(held_out) + 2)]
+    for column, per_domain in differences.items():
+        cells = [spread(per_domain[d], sign=True) if d in per_domain else "-" for d in held_out]
+        avg = average_cell(per_domain, held_out)
+        cells.append("-" if avg is None else spread(avg, sign=True))
+        values = [v for cell in per_domain.values() for v in cell["by_seed"].values()]
+        ahead, behind = sum(v > 0 for v in values), sum(v < 0 for v in values)
+        cells.append(f"{ahead} / {behind} ({len(values)})")
+        lines.append(f"| {column} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def one_vs_one_figure(combined: dict[str, Any], domains: list[str]) -> Any:
     """Fig.-2-like 1-vs-1 figure (matplotlib ``Figure``): rows = classifier training domain, columns =
     unseen domain, value = mean accuracy. With one unseen domain a grouped bar chart (one group per
@@ -678,6 +742,8 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
     heatmap = plot_heatmaps(combined, domains, out_dir / "plots" / "one_vs_one_heatmaps.png")
     parts = [title] if title else []
     parts += [format_table(combined, domains, metric) for metric in METRICS]
+    paired = {anchor: paired_differences(combined, anchor=anchor) for anchor in paired_anchors(combined)}
+    parts += [format_paired(diffs, domains, anchor=anchor) for anchor, diffs in paired.items() if diffs]
     gain = adaptation_gain(results)
     gain_plot = plot_gain(gain, out_dir / "plots" / "adaptation_gain.png") if gain else None
     if gain:
@@ -690,13 +756,14 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
     atomic_write_text(out_dir / f"{KIND}_table.md", table)
     summary = {"domains": domains, "model_selection": TRAINING_DOMAIN, "oracle_selection": TEST_DOMAIN,
                "combined": combined, "runs": results, "heatmaps": str(heatmap), "table": table,
-               "adaptation_gain": gain, "gain_plot": gain_plot and str(gain_plot)}
+               "adaptation_gain": gain, "gain_plot": gain_plot and str(gain_plot),
+               "paired_differences": paired}
     atomic_write_json(out_dir / f"{KIND}_summary.json", summary)
     return summary
 
 
 __all__ = [
     "CandidateFeatures", "cached_reference", "candidate_encoder_digest", "combine_results", "domain_shift_matrix",
-    "domain_target", "evaluate_run", "format_table", "one_vs_one_figure", "plot_heatmaps", "reference_key",
-    "write_summary",
+    "domain_target", "evaluate_run", "format_paired", "format_table", "one_vs_one_figure", "paired_anchors",
+    "paired_differences", "plot_heatmaps", "reference_key", "write_summary",
 ]
