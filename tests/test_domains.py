@@ -512,6 +512,10 @@ def test_adaptation_gain_paired_by_seed_mean_std() -> None:
     nearest = gain["m3g+adapt_nn"]["a"]
     assert nearest["n"] == 1 and abs(nearest["mean"] + 0.2) < 1e-12
     assert "| a | +10.0 ± 10.0 (n=2) | -20.0 (n=1) |" in format_gain(gain)
+    # one target: the Avg row repeats it per seed; the pairs adaptation won / lost (seed 1 of m3g+adapt: a tie)
+    assert "| Avg | +10.0 ± 10.0 (n=2) | -20.0 (n=1) |" in format_gain(gain)
+    assert "| adaptation ahead / behind (pairs) | 1 / 0 (2) | 0 / 1 (1) |" in format_gain(gain)
+    assert cell["by_seed"] == {"0": pytest.approx(0.2), "1": pytest.approx(0.0)}
     assert "model selection: training-domain validation" in format_gain(gain)
 
 

@@ -625,7 +625,7 @@ def adaptation_gain(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[s
     """Per-seed 5-vs-1 gain (training-domain validation) of adaptation over generalization, paired by
     (loss, pairing, target, seed).
 
-    ``gain[<adaptation column>][target] = {"mean", "std", "n"}`` over the seeds that have both an
+    ``gain[<adaptation column>][target] = {"mean", "std", "n", "by_seed"}`` over the seeds that have both an
     adaptation run (column ``<loss>+adapt`` / ``<loss>+adapt_nn``) and a generalization run of the same
     loss; adaptation runs without that partner are left out (``n`` counts the pairs)."""
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -633,18 +633,20 @@ def adaptation_gain(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[s
 
     base = {key(r): r["results"]["trained"]["five_vs_one"]
             for r in results if r.get("protocol", "generalization") == "generalization"}
-    pairs: dict[str, dict[str, list[float]]] = {}
+    pairs: dict[str, dict[str, dict[str, float]]] = {}
     for r in results:
         if r.get("protocol") != "adaptation" or key(r) not in base:
             continue
         diff = r["results"]["trained"]["five_vs_one"] - base[key(r)]
-        pairs.setdefault(column_name(r), {}).setdefault(r["holdout"], []).append(diff)
-    return {column: {d: {**mean_std(v), "n": len(v)} for d, v in per.items()} for column, per in pairs.items()}
+        pairs.setdefault(column_name(r), {}).setdefault(r["holdout"], {})[str(r["seed"])] = diff
+    return {column: {d: {**mean_std(list(v.values())), "n": len(v), "by_seed": v} for d, v in per.items()}
+            for column, per in pairs.items()}
 
 
 def format_gain(gain: dict[str, dict[str, dict[str, float]]]) -> str:
     """Markdown: rows = target domain, columns = adaptation column, cells = gain in accuracy points
-    (mean +- std over the paired seeds, ``(n=<pairs>)``)."""
+    (mean +- std over the paired seeds, ``(n=<pairs>)``); then the Avg row (per seed the mean over the
+    targets, mean +- std over the seeds that cover every target) and the pairs adaptation won / lost."""
     losses = sorted(gain)
     domains = sorted({d for per in gain.values() for d in per})
     lines = [f"**Gain of adaptation over generalization** (5 vs 1, model selection: {TRAINING_DOMAIN}; accuracy "
@@ -653,6 +655,11 @@ def format_gain(gain: dict[str, dict[str, dict[str, float]]]) -> str:
     for d in domains:
         cells = [spread(gain[l][d], sign=True) if d in gain[l] else "-" for l in losses]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    averages = [average_cell(gain[l], domains) for l in losses]
+    lines.append("| Avg | " + " | ".join("-" if a is None else spread(a, sign=True) for a in averages) + " |")
+    signs = [[v for cell in gain[l].values() for v in cell.get("by_seed", {}).values()] for l in losses]
+    lines.append("| adaptation ahead / behind (pairs) | "
+                 + " | ".join(f"{sum(v > 0 for v in vs)} / {sum(v < 0 for v in vs)} ({len(vs)})" for vs in signs) + " |")
     return "\n".join(lines)
 
 
