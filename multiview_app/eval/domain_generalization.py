@@ -473,6 +473,19 @@ def average_cell(per_domain: dict[str, dict[str, Any]], domains: list[str]) -> d
     return {**mean_std(per_seed), "n": len(per_seed)}
 
 
+def average_text(per_domain: dict[str, dict[str, Any]], domains: list[str], sign: bool = False) -> str:
+    """The Avg cell of a table row: :func:`spread` of :func:`average_cell`, ``-`` when there is none."""
+    avg = average_cell(per_domain, domains)
+    return "-" if avg is None else spread(avg, sign=sign)
+
+
+def won_lost(per_domain: dict[str, dict[str, Any]]) -> str:
+    """``"W / L (P)"``: of the P paired differences in the cells' ``by_seed``, how many are above / below
+    zero (ties count as neither)."""
+    values = [v for cell in per_domain.values() for v in cell.get("by_seed", {}).values()]
+    return f"{sum(v > 0 for v in values)} / {sum(v < 0 for v in values)} ({len(values)})"
+
+
 def table_columns(combined: dict[str, Any], metric: str) -> list[str]:
     """Rows of a table in order: random init, ERM, then the trained encoders sorted."""
     rows = [c for c in ("random_init", "erm") if c in combined[metric]]
@@ -490,8 +503,7 @@ def format_table(combined: dict[str, Any], domains: list[str], metric: str = "fi
     for column in table_columns(combined, metric):
         per_domain = combined[metric][column]
         cells = [spread(per_domain[d]) if d in per_domain else "-" for d in held_out]
-        avg = average_cell(per_domain, held_out)
-        cells.append("-" if avg is None else spread(avg))
+        cells.append(average_text(per_domain, held_out))
         lines.append(f"| {column} | {views_description(column)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -551,11 +563,7 @@ def format_paired(differences: dict[str, dict[str, dict[str, Any]]], domains: li
              "|---|" + "---|" * (len(held_out) + 2)]
     for column, per_domain in differences.items():
         cells = [spread(per_domain[d], sign=True) if d in per_domain else "-" for d in held_out]
-        avg = average_cell(per_domain, held_out)
-        cells.append("-" if avg is None else spread(avg, sign=True))
-        values = [v for cell in per_domain.values() for v in cell["by_seed"].values()]
-        ahead, behind = sum(v > 0 for v in values), sum(v < 0 for v in values)
-        cells.append(f"{ahead} / {behind} ({len(values)})")
+        cells += [average_text(per_domain, held_out, sign=True), won_lost(per_domain)]
         lines.append(f"| {column} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -655,11 +663,8 @@ def format_gain(gain: dict[str, dict[str, dict[str, float]]]) -> str:
     for d in domains:
         cells = [spread(gain[l][d], sign=True) if d in gain[l] else "-" for l in losses]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
-    averages = [average_cell(gain[l], domains) for l in losses]
-    lines.append("| Avg | " + " | ".join("-" if a is None else spread(a, sign=True) for a in averages) + " |")
-    signs = [[v for cell in gain[l].values() for v in cell.get("by_seed", {}).values()] for l in losses]
-    lines.append("| adaptation ahead / behind (pairs) | "
-                 + " | ".join(f"{sum(v > 0 for v in vs)} / {sum(v < 0 for v in vs)} ({len(vs)})" for vs in signs) + " |")
+    lines.append("| Avg | " + " | ".join(average_text(gain[l], domains, sign=True) for l in losses) + " |")
+    lines.append("| adaptation ahead / behind (pairs) | " + " | ".join(won_lost(gain[l]) for l in losses) + " |")
     return "\n".join(lines)
 
 

@@ -200,5 +200,5 @@ class RunLock:
         self.release()
 
 
-__all__ = ["HISTORY_FILE", "LOCK_FILE", "RunLock", "SAFE_ON_RESUME", "config_differences", "flatten", "holds_nothing", "is_safe",
-           "reconcile_resume_config"]
+__all__ = ["HISTORY_FILE", "LOCK_FILE", "RunLock", "SAFE_ON_RESUME", "config_differences", "flatten", "holds_nothing",
+           "is_safe", "reconcile_resume_config"]
