@@ -224,3 +224,45 @@ def test_subjects_differ_more_than_nights_of_one_subject():
         between = values.mean(1).var()
         within = ((values - values.mean(1, keepdims=True)) ** 2).mean()
         assert between > 2 * within, values
+
+
+def test_sleep_edf_sc_cohort_traits_follow_the_published_directions() -> None:
+    """Issue 26 item 4: the SC cohort draws an age in the SC range and a sex, then less N3 and smaller slow
+    waves, longer and likelier awakenings and more arousals with age, the SC recorders' noise floor and
+    artifact rate; the young-adult cohort (PhysioNet-format nights) keeps the base traits; an unknown
+    cohort is one error naming it and the valid ones."""
+    from multiview_app.data.eeg import synth
+    from multiview_app.data.eeg.reference import SLEEP_EDF_SC_SUBJECTS
+
+    def base(subject: int) -> SubjectTraits:
+        return SubjectTraits.sample(np.random.default_rng([0, subject]))
+
+    with pytest.raises(ValueError, match="unknown cohort 'elderly'.*young-adult, sleep-edf-sc"):
+        base(0).with_cohort("elderly", np.random.default_rng(0))
+    assert base(0).with_cohort("young-adult", np.random.default_rng(1)) == base(0)
+    low, high = SLEEP_EDF_SC_SUBJECTS["age_range"]
+    ages, n3, delta, awakening, arousal = [], [], [], [], []
+    for subject in range(200):
+        before = base(subject)
+        after = base(subject).with_cohort("sleep-edf-sc", np.random.default_rng([0, subject, synth.COHORT_STREAM]))
+        assert low <= after.age_years <= high and after.sex in ("F", "M")
+        assert synth.SC_WHITE_NOISE_UV[0] <= after.white_noise_uv <= synth.SC_WHITE_NOISE_UV[1]
+        assert after.artifact_scale == pytest.approx(before.artifact_scale * synth.SC_ARTIFACT_SCALE)
+        assert after.alpha_hz == before.alpha_hz and after.cycle_minutes == before.cycle_minutes  # base kept
+        assert after.awakening_prob >= before.awakening_prob
+        ages.append(after.age_years)
+        n3.append(after.n3_scale / before.n3_scale)
+        delta.append(after.delta_scale / before.delta_scale / synth.SC_AGE_EFFECTS["delta_by_sex"][after.sex])
+        awakening.append(after.awakening_scale / before.awakening_scale)
+        arousal.append(after.arousal_scale / before.arousal_scale)
+    order = np.argsort(ages)
+    for name, ratio, sign in (("n3", n3, -1), ("delta", delta, -1), ("awakening", awakening, 1),
+                              ("arousal", arousal, 1)):
+        by_age = np.asarray(ratio)[order]
+        assert np.all(sign * np.diff(by_age) >= -1e-12), name  # monotone in age
+        assert sign * (by_age[-1] - by_age[0]) > 0.2, name  # and a real effect over 25-101 y
+    assert min(n3) >= synth.SC_AGE_EFFECTS["n3_floor"] - 1e-12
+    # the sexes drawn at the SC study's female share (40 of 74, Mourtazaev et al. 1995)
+    sexes = [base(s).with_cohort("sleep-edf-sc", np.random.default_rng([0, s, synth.COHORT_STREAM])).sex
+             for s in range(200)]
+    assert abs(sexes.count("F") / 200 - synth.SC_FEMALE_SHARE) < 0.1
