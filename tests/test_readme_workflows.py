@@ -25,11 +25,10 @@ NARROW_DIGITS_CNN = "model.encoders.image.width=8"
 TINY: dict[str, list[tuple[str, str]]] = {
     "eeg": [
         ("--subjects 12 ", "--subjects 6 "),
-        ("--subjects 10 ", "--subjects 4 "),
         ("--hours 9 ", "--hours 4 "),
-        ("train.max_steps=400", "train.max_steps=3 model.encoders.eeg.width=16 model.projector.hidden_dim=32"),
+        ("train.max_steps=400 model.encoders.eeg.width=32",
+         "train.max_steps=3 model.encoders.eeg.width=16 model.projector.hidden_dim=32"),
         ("--seeds 3", "--seeds 1 --shots 5"),
-        ("--folds 5", "--folds 2"),
     ],
     "domains": [
         ("synth-domains --out data/digit-domains", "synth-domains --out data/digit-domains --limit 40"),
@@ -39,15 +38,10 @@ TINY: dict[str, list[tuple[str, str]]] = {
         ("--seeds 0 --protocol both",
          "--seeds 0 --protocol both --no-erm --set train.max_steps=3 data.options.decode_workers=0"),
     ],
-    "images": [
-        ("train.max_steps=200 loss.epsilon=0.1", f"train.max_steps=3 loss.epsilon=0.1 {NARROW_DIGITS_CNN}"),
-        ("train.max_steps=300", "train.max_steps=4"),
-        ("configs/pairs_m3g.yaml train.max_steps=200", "configs/pairs_m3g.yaml train.max_steps=3"),
-    ],
+    "pairs": [("configs/pairs_m3g.yaml train.max_steps=200", "configs/pairs_m3g.yaml train.max_steps=3")],
     "tune": [("--trials 8 --workers 2",
               f"--trials 2 --workers 1 train.max_steps=4 tune.report_every=2 {NARROW_DIGITS_CNN}")],
-    "export": [("train.max_steps=200", f"train.max_steps=3 {NARROW_DIGITS_CNN}"),
-               ("--max-points 2000", "--max-points 200 --method tsne")],
+    "export": [("train.max_steps=200", f"train.max_steps=3 {NARROW_DIGITS_CNN}")],
 }
 
 
