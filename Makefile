@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-run run test bench clean
+.PHONY: setup setup-run run test bench docs clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,15 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) scripts/bench_losses.py
+
+# the documentation site (mkdocs + Material + mkdocstrings), strict: a broken link or reference fails
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 clean:
 	rm -rf runs demo_data
