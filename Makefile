@@ -29,7 +29,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 bench: $(STAMP)
-	$(PY) scripts/bench_losses.py
+	$(PY) scripts/bench/bench_losses.py
 
 # the documentation site (mkdocs + Material + mkdocstrings), strict: a broken link or reference fails
 DOCS_STAMP := $(VENV)/.installed-docs

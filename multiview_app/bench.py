@@ -1,4 +1,4 @@
-"""Timing and table helpers shared by the benchmark scripts (``scripts/bench_*.py``).
+"""Timing and table helpers shared by the benchmark scripts (``scripts/bench/bench_*.py``).
 
 Every benchmark times its candidates in one process, against a reference run on the same inputs,
 and prints a Markdown table plus a line naming the machine and the command (docs/benchmarks.md

@@ -45,7 +45,7 @@ from multiview_app.experiments.staging import staging_result
 from multiview_app.fileio import atomic_write_text
 from multiview_app.threads import configure_torch_threads
 
-from repro_common import parse_list
+from multiview_app.experiments.reproduce import parse_list
 from transfer_dreams import (REAL_PSG_ENV, RUN_NAME, demo_config, demo_data, demo_settings, prepare_dreams,
                              stage_dreams)
 

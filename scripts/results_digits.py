@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 
-from repro_common import ROOT, RunSummary, linear_probe_results, results_row  # noqa: E402
+from multiview_app.experiments.reproduce import ROOT, RunSummary, linear_probe_results, results_row  # noqa: E402
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.losses import available_losses  # noqa: E402

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 
-from repro_common import ROOT, RunSummary, results_row  # noqa: E402
+from multiview_app.experiments.reproduce import ROOT, RunSummary, results_row  # noqa: E402
 
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.eval.retrieval import run_retrieval  # noqa: E402

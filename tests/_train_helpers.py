@@ -90,20 +90,22 @@ def assert_same_weights(run_a: Path, run_b: Path) -> None:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
 
 
-def load_script(stem: str, register: bool = False) -> ModuleType:
-    """Import ``scripts/<stem>.py`` (not a package) as a module.
+def load_script(relpath: str, register: bool = False) -> ModuleType:
+    """Import ``scripts/<relpath>.py`` (not a package; e.g. ``"bench/bench_gpu"``) as a module named by its stem.
 
-    A script run as ``python scripts/<stem>.py`` finds its sibling modules (``repro_common``) on its own
+    A script run as ``python scripts/<relpath>.py`` finds its sibling modules (``transfer_dreams``) on its own
     folder; here every sibling it imports is loaded the same way first and registered under its name
     (``register``), so no ``sys.path`` edit is needed."""
     import ast
     import sys
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{stem}.py"
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    path = scripts / f"{relpath}.py"
+    stem = path.stem
     for node in ast.walk(ast.parse(path.read_text())):
         sibling = node.module if isinstance(node, ast.ImportFrom) and node.level == 0 else None
         if sibling and sibling not in sys.modules and (path.parent / f"{sibling}.py").is_file():
-            load_script(sibling, register=True)
+            load_script(str((path.parent / sibling).relative_to(scripts)), register=True)
     spec = importlib.util.spec_from_file_location(stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

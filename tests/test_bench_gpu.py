@@ -1,4 +1,4 @@
-"""scripts/bench_gpu.py runs on CPU (its quick mode, tiny sizes): the tables' shape, not times."""
+"""scripts/bench/bench_gpu.py runs on CPU (its quick mode, tiny sizes): the tables' shape, not times."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from _train_helpers import load_script
 
 
 def test_bench_gpu_quick_cpu_tables(tmp_path: Path) -> None:
-    bench = load_script("bench_gpu")
+    bench = load_script("bench/bench_gpu")
     tables = bench.main(["--out", str(tmp_path), "--device", "cpu", "--quick", "--sizes", "6:3,5:4", "--skip", "train"])
     assert set(tables) == {"m3g", "counts", "memory"}
     m3g_rows = tables["m3g"].splitlines()[2:]
@@ -26,7 +26,7 @@ def test_bench_gpu_quick_cpu_tables(tmp_path: Path) -> None:
 def test_fake_eeg_cache_is_a_valid_six_channel_cache(tmp_path: Path) -> None:
     from multiview_app.data.adapters import build_adapter
 
-    bench = load_script("bench_gpu")
+    bench = load_script("bench/bench_gpu")
     cache = bench.fake_eeg_cache(tmp_path / "cache", subjects=2, windows=3)
     adapter = build_adapter("eeg_windows", {"cache": str(cache), "test_fraction": 0})
     assert adapter.channel_names == bench.EEG_CHANNELS

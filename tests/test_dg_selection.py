@@ -268,12 +268,12 @@ def test_candidate_digest_reads_checkpoint_and_plain_weights_alike(digit_root: P
 
 
 def test_defaults_tie_rule_keeps_the_default_within_delta() -> None:
-    """scripts/choose_domains_defaults.py: the default pair runs under the sweep's own run name (no suffix,
+    """scripts/reproduce/m3g/choose_domains_defaults.py: the default pair runs under the sweep's own run name (no suffix,
     no override); the best pair replaces the default only when its mean over the losses is more than
     delta above the default's."""
     from _train_helpers import load_script
 
-    script = load_script("choose_domains_defaults")
+    script = load_script("reproduce/m3g/choose_domains_defaults")
     assert script.trial_overrides(0.0005, "test", 0.0005, "test") == ([], "")
     assert script.trial_overrides(0.002, "mild", 0.0005, "test") == (
         ["optim.lr=0.002", "views.options.stacks=mild"], "_lr0.002_mild")
@@ -290,7 +290,7 @@ def test_defaults_named_settings_parse_and_refuse() -> None:
     """``--settings``: named override sets; ``default`` (no override, no run suffix) exactly once."""
     from _train_helpers import load_script
 
-    script = load_script("choose_domains_defaults")
+    script = load_script("reproduce/m3g/choose_domains_defaults")
     assert script.named_settings("default; bn=model.projector.norm=batch+model.predictor.norm=batch") == [
         ("default", [], ""), ("bn", ["model.projector.norm=batch", "model.predictor.norm=batch"], "_bn")]
     for bad in ("bn=model.projector.norm=batch", "default;default", "default=optim.lr=1", "default;bad name=a=1",
@@ -325,14 +325,14 @@ def test_erm_paragraph_says_how_much_the_last_checkpoint_still_gained() -> None:
 
 
 def test_results_sweep_deals_groups_to_workers_and_each_worker_keeps_to_its_share(tmp_path, monkeypatch, capsys) -> None:
-    """scripts/results_domains.py --jobs: (held-out domain, seed) groups dealt seed-major round robin, so a
+    """scripts/reproduce/m3g/results_domains.py --jobs: (held-out domain, seed) groups dealt seed-major round robin, so a
     group's runs / ERM / reference scores belong to one worker; a worker (``--groups``) plans only its share;
     the workers run with their own logs and a thread budget, and their exit codes come back."""
     import sys
 
     from _train_helpers import load_script
 
-    script = load_script("results_domains")
+    script = load_script("reproduce/m3g/results_domains")
     groups = [(h, s) for s in (0, 1) for h in ("clean", "sketch", "warped")]
     shares = script.job_shares(groups, 4)
     assert shares == [[("clean", 0), ("sketch", 1)], [("sketch", 0), ("warped", 1)], [("warped", 0)], [("clean", 1)]]

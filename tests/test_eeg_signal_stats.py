@@ -1,5 +1,5 @@
 """Per-stage signal statistics (``data/eeg/signal_stats.py``) on signals whose answers are known, the
-DREAMS spindle-scoring reader, and ``scripts/compare_eeg_signals.py`` on the real DREAMS excerpts
+DREAMS spindle-scoring reader, and ``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` on the real DREAMS excerpts
 (skipped, naming the path, when ``$MVAPP_REAL_PSG`` is absent): output shape and ranges, not values."""
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_spindle_scoring_reader(tmp_path: Path) -> None:
 def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None:
     folder = real_psg("dreams-spindles")
     env = {**os.environ, REAL_PSG_ENV: str(folder.parent)}
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_eeg_signals.py"), "--out", str(tmp_path),
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce" / "eeg_generator" / "compare_eeg_signals.py"), "--out", str(tmp_path),
                     "--subjects", "1"], check=True, env=env, capture_output=True, text=True)
     summary = json.loads((tmp_path / "eeg_signals.json").read_text())
     real = summary["stats"]["real"]

@@ -167,7 +167,7 @@ def test_benchmark_paper_loop_reference_matches_geometric() -> None:
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_losses.py"
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "bench_losses.py"
     spec = importlib.util.spec_from_file_location("bench_losses_under_test", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -1,4 +1,4 @@
-"""scripts/reproduce_polyview_gaussian.py: closed form (Eq. 26), bound constants, and the qualitative
+"""scripts/reproduce/polyview/reproduce_polyview_gaussian.py: closed form (Eq. 26), bound constants, and the qualitative
 ordering of poly-view Fig. 2 in a tiny setting (K = 48 items, 150 steps)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from _train_helpers import load_script
 
 @pytest.fixture(scope="module")
 def gaussian():
-    return load_script("reproduce_polyview_gaussian")
+    return load_script("reproduce/polyview/reproduce_polyview_gaussian")
 
 
 @pytest.mark.parametrize("m", [2, 3, 7])

@@ -1,4 +1,4 @@
-"""scripts/reproduce_m3g_eeg.py at toy size: synthetic PhysioNet-format pretraining + Sleep-EDF-format
+"""scripts/reproduce/m3g/reproduce_m3g_eeg.py at toy size: synthetic PhysioNet-format pretraining + Sleep-EDF-format
 staging, M3G + infonce_pwe x 2 pretraining seeds, cross-dataset subject folds; pooled table, paired
 differences, resumability (a second call retrains and re-evaluates nothing)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from _train_helpers import load_script
 
 @pytest.fixture(scope="module")
 def repro():
-    return load_script("reproduce_m3g_eeg")
+    return load_script("reproduce/m3g/reproduce_m3g_eeg")
 
 
 def test_baselines_take_only_their_loss_and_batch(repro) -> None:

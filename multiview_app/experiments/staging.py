@@ -1,6 +1,6 @@
 """Sleep staging across pretraining runs: a run's stored evaluation reused when its settings match,
 pooling over pretraining seeds x folds x draws, paired differences between losses on the same fits,
-and the Markdown table (scripts/reproduce_m3g_eeg.py)."""
+and the Markdown table (scripts/reproduce/m3g/reproduce_m3g_eeg.py)."""
 from __future__ import annotations
 
 import json

@@ -175,7 +175,7 @@ RHYTHM_SUBJECT_GAIN_SD = 0.15
 """Standard deviation of the log of a subject's gain of each background rhythm (transients keep 0.3).
 0.15 (was 0.3, i.e. 0.6 in log power): between the 8 DREAMS subjects, the per-subject median log
 relative power of the central lead varies with SD 0.23-0.27 for alpha and theta in N2 / N3 (synthetic
-at 0.3: 0.55-0.74 for alpha; ``scripts/compare_eeg_signals.py`` data, issue 25 item 3)."""
+at 0.3: 0.55-0.74 for alpha; ``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` data, issue 25 item 3)."""
 RHYTHM_EPOCH_JITTER = 0.2
 """Standard deviation of the log per-epoch amplitude of each background rhythm (independent per rhythm,
 spatially correlated across derivations). 0.2 (was 0.35): the DREAMS central epochs' log relative band

@@ -1,0 +1,105 @@
+"""Run one benchmark suite: every script of the suite in its own process, one after the other; each prints its
+Markdown table and the machine line (``multiview_app/bench.py``).
+
+    python scripts/bench/run.py --list                 # the suites and their scripts
+    python scripts/bench/run.py losses                 # loss head vs paper pseudocode, lightly, open_clip; memory
+    python scripts/bench/run.py m3g --quick            # M3G vs its references (smoke sizes where a script has them)
+    python scripts/bench/run.py data --out runs/bench  # scripts that write files put them under OUT/<script>/
+
+Single scripts keep their own options: ``python scripts/bench/<script>.py --help``. Exit status: 0 when every
+script succeeded, else 1 (the failed scripts are named).
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One script of a suite: its file stem, what it answers, and the options it needs."""
+
+    script: str
+    answers: str
+    needs_out: bool = False  # the script requires --out FOLDER
+    has_quick: bool = False  # the script has a --quick smoke mode
+    args: tuple[str, ...] = field(default=())
+
+
+SUITES: dict[str, list[Bench]] = {
+    "losses": [
+        Bench("bench_losses", "loss head fwd+bwd vs the papers' pseudocode and lightly; the chunked path", has_quick=True),
+        Bench("bench_clip", "image-text InfoNCE vs open_clip's ClipLoss; tokenization cost", has_quick=True),
+        Bench("bench_mveb_memory", "MVEB chunked vs dense: peak memory and time at large n*k"),
+    ],
+    "m3g": [
+        Bench("bench_m3g", "M3G vs the materialized reference (ott-jax with --with-ott)", has_quick=True),
+        Bench("bench_m3g_cpu", "M3G k > 3 on CPU: compiled sweeps vs the general torch path", needs_out=True),
+        Bench("bench_m3g_warm", "MM-Sinkhorn warm start / Anderson / diagonal init inside training"),
+    ],
+    "train": [
+        Bench("bench_train", "training step rate and its data / encoder / loss split"),
+        Bench("bench_knn_monitor", "kNN monitor overhead in the training loop"),
+        Bench("bench_tune", "per-trial overhead of mvapp tune, trials per hour"),
+        Bench("bench_cpu_contention", "torch's default threads vs the project's choice beside a busy process",
+              needs_out=True),
+        Bench("bench_cli_startup", "mvapp --help start-up vs import torch"),
+    ],
+    "data": [
+        Bench("bench_augment", "batched image augmentation vs a per-image torchvision loop"),
+        Bench("bench_eeg", "EEG prepare vs braindecode's pipeline; loader throughput"),
+        Bench("bench_eeg_demo", "where the EEG demo's time goes; torch threads; eval batch size"),
+        Bench("bench_domains", "domain-tuple loader vs the training step"),
+        Bench("bench_export", "mvapp export throughput and peak memory"),
+    ],
+    "gpu": [
+        Bench("bench_gpu", "on a GPU: M3G device vs host loop, launches and syncs, steps/s, peak memory",
+              needs_out=True, has_quick=True),
+    ],
+}
+
+
+def command(bench: Bench, quick: bool, out: Path | None) -> list[str]:
+    """The argv that runs ``bench`` with this interpreter."""
+    argv = [sys.executable, str(HERE / f"{bench.script}.py"), *bench.args]
+    if quick and bench.has_quick:
+        argv.append("--quick")
+    if bench.needs_out:
+        argv += ["--out", str((out or Path("runs") / "bench") / bench.script)]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("suite", nargs="?", choices=[*SUITES, "all"], help="the suite to run")
+    parser.add_argument("--list", action="store_true", help="print the suites and their scripts, run nothing")
+    parser.add_argument("--quick", action="store_true", help="smoke sizes for the scripts that have them")
+    parser.add_argument("--out", type=Path, help="folder for the scripts that write files (default runs/bench)")
+    args = parser.parse_args(argv)
+    if args.list or args.suite is None:
+        for name, benches in SUITES.items():
+            print(f"{name}:")
+            for bench in benches:
+                print(f"  {bench.script:<22} {bench.answers}")
+        return 0 if args.list else 2
+    names = list(SUITES) if args.suite == "all" else [args.suite]
+    failed = []
+    for name in names:
+        for bench in SUITES[name]:
+            argv_run = command(bench, args.quick, args.out)
+            print(f"\n## {name}: {bench.script} — {bench.answers}\n$ {' '.join(argv_run[1:])}", flush=True)
+            if subprocess.run(argv_run).returncode != 0:
+                failed.append(bench.script)
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
