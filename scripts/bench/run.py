@@ -12,6 +12,7 @@ script succeeded, else 1 (the failed scripts are named).
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ SUITES: dict[str, list[Bench]] = {
     "losses": [
         Bench("bench_losses", "loss head fwd+bwd vs the papers' pseudocode and lightly; the chunked path", has_quick=True),
         Bench("bench_clip", "image-text InfoNCE vs open_clip's ClipLoss; tokenization cost", has_quick=True),
-        Bench("bench_mveb_memory", "MVEB chunked vs dense: peak memory and time at large n*k"),
+        Bench("bench_mveb_memory", "MVEB chunked vs dense: peak memory and time at large n*k", needs_out=True),
     ],
     "m3g": [
         Bench("bench_m3g", "M3G vs the materialized reference (ott-jax with --with-ott)", has_quick=True),
@@ -66,7 +67,9 @@ SUITES: dict[str, list[Bench]] = {
 
 def command(bench: Bench, quick: bool, out: Path | None) -> list[str]:
     """The argv that runs ``bench`` with this interpreter."""
-    argv = [sys.executable, str(HERE / f"{bench.script}.py"), *bench.args]
+    script = HERE / f"{bench.script}.py"
+    shown = script.relative_to(Path.cwd()) if script.is_relative_to(Path.cwd()) else script
+    argv = [sys.executable, str(shown), *bench.args]
     if quick and bench.has_quick:
         argv.append("--quick")
     if bench.needs_out:
@@ -92,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for bench in SUITES[name]:
             argv_run = command(bench, args.quick, args.out)
-            print(f"\n## {name}: {bench.script} — {bench.answers}\n$ {' '.join(argv_run[1:])}", flush=True)
+            shown = " ".join(["python", *(shlex.quote(a) for a in argv_run[1:])])
+            print(f"\n## {name}: {bench.script} — {bench.answers}\n$ {shown}", flush=True)
             if subprocess.run(argv_run).returncode != 0:
                 failed.append(bench.script)
     if failed:
