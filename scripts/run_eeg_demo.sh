@@ -7,19 +7,9 @@
 # Rows: trained encoder vs random-init encoder vs band-power baseline vs band power + trained encoder;
 # balanced accuracy and kappa first. CPU-sized: nights are 6x compressed excerpts of full 9-h nights
 # (same stage proportions), small encoder width, few steps. Environment knobs (defaults):
-#   DEMO_DATA=demo_data  DEMO_SUBJECTS=12  DEMO_EDF_SUBJECTS=10  DEMO_HOURS=9  DEMO_COMPRESS=6
-#   DEMO_STEPS=400  DEMO_LR=0.002  DEMO_BATCH=16  DEMO_WIDTH=32  DEMO_EPSILON=0.2  DEMO_SEEDS=3
-#   DEMO_PSG_SEED=0  DEMO_EDF_SEED=1000  (generator seeds of the two synthetic populations; the development
-#   seeds are 0 / 1000 -- other values give nights never used while the demo's settings were chosen. Use a
-#   fresh DEMO_DATA folder per seed pair: existing files are reused)
-#   (steps, learning rate, width, epsilon and the view augmentations were chosen on VALIDATION subjects of the
-#   pretraining data, never on the test folds: `mvapp tune --config configs/tune_eeg_demo.yaml`, docs/eeg.md "Demo
-#   settings chosen on validation (issue 26 item 2)". 400 steps = ~5 epochs of the 8 pretraining subjects' ~1,350
-#   windows (84 batches of 16); the run stops at whichever of train.max_steps / train.epochs comes first)
-#   DEMO_AUGMENT="views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1
-#                 views.options.band_stop_hz=2.0"   (training views: independent 20-s crops per channel, random gain,
-#                 white noise, a 2-Hz stop band in half of the views; "" turns them off)
-#   DEMO_COMBINE=concat (per-channel features of the encoder rows concatenated before the classifier; or mean)
+#   every setting is in configs/demo_eeg.yaml (DEMO_CONFIG=FILE for another file of the same keys); an environment
+#   variable DEMO_<KEY> overrides a key, e.g. DEMO_STEPS=200 (empty: the file's value; DEMO_AUGMENT="" turns the
+#   view augmentations off). Use a fresh DEMO_DATA folder per generator seed pair: existing files are reused.
 # Speed (docs/eeg.md "Demo"): torch runs with one intra-op thread (OMP_NUM_THREADS=1 unless set:
 # on 2 shared cores the default two threads made a training step ~8x slower; every mvapp process
 # prints its choice, "torch threads: ..."), and the two datasets are synthesized/prepared, and the two
@@ -28,25 +18,46 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MVAPP="${MVAPP:-.venv/bin/mvapp}"
-DATA="${DEMO_DATA:-demo_data}"
-SUBJECTS="${DEMO_SUBJECTS:-12}"
-EDF_SUBJECTS="${DEMO_EDF_SUBJECTS:-10}"
-HOURS="${DEMO_HOURS:-9}"
-COMPRESS="${DEMO_COMPRESS:-6}"
-STEPS="${DEMO_STEPS:-400}"
-LR="${DEMO_LR:-0.002}"  # AdamW peak learning rate (warmup 20 steps, cosine to 0)
-BATCH="${DEMO_BATCH:-16}"
-WIDTH="${DEMO_WIDTH:-32}"
-EPSILON="${DEMO_EPSILON:-0.2}"  # M3G entropic regularization (the paper's default)
-SEEDS="${DEMO_SEEDS:-3}"
-PSG_SEED="${DEMO_PSG_SEED:-0}"
-EDF_SEED="${DEMO_EDF_SEED:-1000}"
+DEMO_CONFIG="${DEMO_CONFIG:-configs/demo_eeg.yaml}"
+PY="$(dirname "$MVAPP")/python"; [ -x "$PY" ] || PY=python3
+# the config as key=value lines; one line naming the file and the keys when it does not fit
+settings="$("$PY" - "$DEMO_CONFIG" <<'PYTHON'
+import sys, yaml
+path = sys.argv[1]
+keys = "data subjects edf_subjects hours compress steps lr batch width epsilon seeds psg_seed edf_seed augment combine".split()
+try:
+    cfg = yaml.safe_load(open(path))
+except OSError as error:
+    sys.exit(f"{path}: cannot read the demo config ({error.strerror})")
+if not isinstance(cfg, dict):
+    sys.exit(f"{path}: expected a mapping of the demo settings {keys}, got {cfg!r}")
+if set(cfg) != set(keys):
+    sys.exit(f"{path}: missing keys {sorted(set(keys) - set(cfg))}, unknown keys {sorted(set(cfg) - set(keys))}")
+for key in keys:
+    print(f"{key}={'' if cfg[key] is None else cfg[key]}")
+PYTHON
+)"
+declare -A CFG
+while IFS='=' read -r key value; do CFG[$key]=$value; done <<< "$settings"
+DATA="${DEMO_DATA:-${CFG[data]}}"
+SUBJECTS="${DEMO_SUBJECTS:-${CFG[subjects]}}"
+EDF_SUBJECTS="${DEMO_EDF_SUBJECTS:-${CFG[edf_subjects]}}"
+HOURS="${DEMO_HOURS:-${CFG[hours]}}"
+COMPRESS="${DEMO_COMPRESS:-${CFG[compress]}}"
+STEPS="${DEMO_STEPS:-${CFG[steps]}}"
+LR="${DEMO_LR:-${CFG[lr]}}"
+BATCH="${DEMO_BATCH:-${CFG[batch]}}"
+WIDTH="${DEMO_WIDTH:-${CFG[width]}}"
+EPSILON="${DEMO_EPSILON:-${CFG[epsilon]}}"
+SEEDS="${DEMO_SEEDS:-${CFG[seeds]}}"
+PSG_SEED="${DEMO_PSG_SEED:-${CFG[psg_seed]}}"
+EDF_SEED="${DEMO_EDF_SEED:-${CFG[edf_seed]}}"
 if [ "$PSG_SEED" = "$EDF_SEED" ]; then
   echo "DEMO_PSG_SEED and DEMO_EDF_SEED are both $PSG_SEED: the cross-dataset nights would be the pretraining people" >&2
   exit 2
 fi
-AUGMENT="${DEMO_AUGMENT-views.options.crop_seconds=20 views.options.amplitude_scale=[0.5,2.0] views.options.noise_std=0.1 views.options.band_stop_hz=2.0}"
-COMBINE="${DEMO_COMBINE:-concat}"
+AUGMENT="${DEMO_AUGMENT-${CFG[augment]}}"
+COMBINE="${DEMO_COMBINE:-${CFG[combine]}}"
 read -r -a AUGMENT_ARGS <<< "$AUGMENT"  # word-split without globbing ("[0.5,2.0]" stays literal)
 RUN_NAME="eeg_synthetic_m3g_demo"
 RAW="$DATA/physionet2018_raw"

@@ -7,8 +7,8 @@ One command for a user with the DREAMS Sleep Spindles download (issue 25 item 4)
 1. prepares ``DIR/dreams-spindles`` into ``OUT/dreams_cache`` (``mvapp data prepare dreams``; reused when present);
 2. without ``--run``: pretrains the demo's encoder once per seed in ``--pretrain-seeds`` exactly as
    ``scripts/run_eeg_demo.sh`` does (its synthetic PhysioNet-2018-format nights and its training settings,
-   read from that script's defaults, each overridden by a ``DEMO_X`` environment variable as the script
-   itself does; not restated here) under ``OUT/``; a finished run with the same config is reused;
+   read from ``configs/demo_eeg.yaml`` as that script reads it, each overridden by a ``DEMO_X`` environment
+   variable as the script itself does; not restated here) under ``OUT/``; a finished run with the same config is reused;
 3. stages the excerpts few-shot, **leave-one-excerpt-out** (``mvapp eval sleep-staging --cache ... --folds F``
    with F = the number of excerpts: every excerpt is its own subject, so each fold tests one excerpt; the
    classifier and its C are fitted and tuned on the other excerpts only) on ``--stages`` (default W N1 N2 N3:
@@ -24,6 +24,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 from multiview_app.argtypes import positive_int
 from multiview_app.config import Config, load_config
@@ -43,18 +45,20 @@ DEMO_KNOBS = ("DEMO_SUBJECTS", "DEMO_EDF_SUBJECTS", "DEMO_HOURS", "DEMO_COMPRESS
 
 
 def demo_defaults(script: Path = DEMO_SCRIPT) -> dict[str, str]:
-    """``{"DEMO_STEPS": "840", ...}``: the default of every ``${DEMO_X:-default}`` / ``${DEMO_X-default}`` knob of
-    the demo script, so this transfer pretrains with exactly the demo's settings."""
+    """``{"DEMO_STEPS": "400", ...}``: the default of every knob of the demo script (its demo config's value), so
+    this transfer pretrains with exactly the demo's settings."""
     return {name: default for name, _, default in _demo_knobs(script)}
 
 
 def _demo_knobs(script: Path) -> list[tuple[str, str, str]]:
-    """``[(name, ":" or "", default)]`` of the script's ``${DEMO_X:-default}`` / ``${DEMO_X-default}`` knobs;
-    ``ValueError`` naming the script and any knob of :data:`DEMO_KNOBS` it lacks."""
-    found = re.findall(r'\$\{(DEMO_[A-Z_]+)(:?)-([^}]*)\}', script.read_text())
+    """``[(name, ":" or "", default)]`` of the script's ``${DEMO_X:-${CFG[x]}}`` / ``${DEMO_X-${CFG[x]}}`` knobs,
+    each default the value of key ``x`` in the demo config the script reads (``$DEMO_CONFIG``, else
+    ``configs/demo_eeg.yaml``); ``ValueError`` naming the script and any knob of :data:`DEMO_KNOBS` it lacks."""
+    found = re.findall(r'\$\{(DEMO_[A-Z_]+)(:?)-\$\{CFG\[([a-z_]+)\]\}\}', script.read_text())
     if missing := sorted(set(DEMO_KNOBS) - {name for name, _, _ in found}):
-        raise ValueError(f"{script}: expected the demo knobs {missing} with defaults (${{DEMO_X:-value}})")
-    return found
+        raise ValueError(f"{script}: expected the demo knobs {missing} (${{DEMO_X:-${{CFG[x]}}}})")
+    config = yaml.safe_load((REPO / (os.environ.get("DEMO_CONFIG") or "configs/demo_eeg.yaml")).read_text())
+    return [(name, colon, "" if config[key] is None else str(config[key])) for name, colon, key in found]
 
 
 def demo_settings(script: Path = DEMO_SCRIPT, env: dict[str, str] | None = None) -> dict[str, str]:
