@@ -1,21 +1,33 @@
 # Two entry points (see README): `make run` and `make test`. Both create/reuse .venv in the repo root.
-# `make run` installs what the demo needs (the package alone); `make test` adds the dev and text extras.
+# `make run` installs the package with every extra (so each README block works after it); `make test` adds
+# the dev tools. The install goes through uv (bootstrapped into the venv with pip: ~3x faster than pip for
+# a fresh install here); `make PIP=pip ...` installs with plain pip instead.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+PIP ?= uv
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
+# uv does not read pip's configuration: hand it the machine's pip constraints (e.g. a torch cap) where present
+PIP_CONSTRAINTS := $(wildcard /etc/xdg/pip/constraints.txt)
+ifeq ($(PIP),uv)
+INSTALL = $(VENV)/bin/uv pip install --quiet --python $(PY) $(if $(PIP_CONSTRAINTS),-c $(PIP_CONSTRAINTS))
+BOOTSTRAP = $(PY) -m pip install --quiet uv
+else
+INSTALL = $(PY) -m pip install --quiet
+BOOTSTRAP = $(PY) -m pip install --quiet --upgrade pip
+endif
 
-.PHONY: setup setup-run run test bench docs clean
+.PHONY: setup setup-run run test bench docs lint clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	$(BOOTSTRAP)
+	$(INSTALL) -e '.[all]'
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,text]'
+	$(INSTALL) -e '.[all,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -28,13 +40,17 @@ run: $(RUN_STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 bench: $(STAMP)
 	$(PY) scripts/bench/bench_losses.py
 
 # the documentation site (mkdocs + Material + mkdocstrings), strict: a broken link or reference fails
 DOCS_STAMP := $(VENV)/.installed-docs
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[docs]'
+	$(INSTALL) -e '.[docs]'
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)

@@ -3,7 +3,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+
+
+def _installed_version() -> str:
+    """The version pyproject.toml declares (its one home), as installed; ``0+unknown`` from a bare source tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("multiview_app")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _installed_version()
 
 
 def __getattr__(name: str) -> Any:  # lazy: ``mvapp --help`` / ``--version`` import this package without torch

@@ -152,7 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI's single error boundary
         if debug:
             raise
-        message = " ".join(str(exc).split()) or type(exc).__name__
+        from .extras import missing_extra_message
+
+        message = missing_extra_message(exc) or " ".join(str(exc).split()) or type(exc).__name__
         print(f"mvapp: error: {message}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))  # e.g. 128 + signal for an interrupted training
 

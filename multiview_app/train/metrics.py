@@ -1,6 +1,7 @@
 """Training metrics: step-time split, ``metrics.jsonl`` (append, resume-safe) and ``curves.png``."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from collections import defaultdict
@@ -122,9 +123,10 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def plot_curves(metrics_path: str | Path, out_png: str | Path) -> Path | None:
-    """Loss, learning rate and throughput against step -> PNG (matplotlib Agg). None if no records."""
+    """Loss, learning rate and throughput against step -> PNG (matplotlib Agg). None if no records, or
+    without matplotlib (the ``eval`` extra; metrics.jsonl holds the same numbers)."""
     records = read_metrics(metrics_path)
-    if not records:
+    if not records or importlib.util.find_spec("matplotlib") is None:
         return None
     import matplotlib
 

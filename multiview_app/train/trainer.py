@@ -18,6 +18,7 @@ run folder (``RunLock``).
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import signal
@@ -64,6 +65,10 @@ class TrainingInterrupted(RuntimeError):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+#: TensorBoard logging where the ``eval`` extra installed it (metrics.jsonl is written either way)
+_TRACKER = "tensorboard" if importlib.util.find_spec("tensorboard") is not None else None
 
 
 def ignore_sigint(worker_id: int) -> None:
@@ -347,7 +352,7 @@ class Trainer:
         probe_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         precision, note = resolve_precision(self.cfg.train.precision, probe_device)
         accelerator = Accelerator(
-            mixed_precision=precision, log_with="tensorboard", project_dir=str(self.run_dir),
+            mixed_precision=precision, log_with=_TRACKER, project_dir=str(self.run_dir),
             cpu=probe_device.type == "cpu",
         )
         self._main = accelerator.is_main_process
