@@ -449,3 +449,35 @@ def test_prepare_skip_bad_lists_each_skipped_file(tmp_path, capsys) -> None:
     assert "prepared 1 recordings" in out and "1 unreadable (skipped, listed below)" in out, out
     skipped = [line for line in out.splitlines() if line.startswith("  skipped (unreadable): ")]
     assert len(skipped) == 1 and str(bad) in skipped[0], out
+
+
+def test_microvolts_scaling_keeps_absolute_amplitude_across_recordings():
+    from multiview_app.data.eeg.preprocess import MICROVOLTS_PER_UNIT
+
+    fs, rng = 100.0, np.random.default_rng(1)
+    stages = np.array([0, 2, 3, 3, 2, 0])
+    windows = {}
+    for gain in (1.0, 2.0):  # the same night recorded twice as large
+        signal = np.concatenate([gain * a * rng.normal(0, 1, 3000) for a in (10.0, 10.0, 80.0, 80.0, 10.0, 10.0)])
+        rec = Recording(f"r{gain:g}", "s", [Path("x")], ["A"], [signal], [fs], stages, Counter())
+        for scaling in ("recording", "microvolts"):
+            windows[gain, scaling], *_ = make_windows(
+                rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, scaling=scaling, l_freq=None, h_freq=None))
+    uv = windows[1.0, "microvolts"].std(-1)[:, 0] * MICROVOLTS_PER_UNIT
+    assert uv[2] == pytest.approx(80.0, rel=0.1) and uv[0] == pytest.approx(10.0, rel=0.15)  # microvolts back
+    ratio_uv = windows[2.0, "microvolts"].std(-1) / windows[1.0, "microvolts"].std(-1)
+    ratio_recording = windows[2.0, "recording"].std(-1) / windows[1.0, "recording"].std(-1)
+    np.testing.assert_allclose(ratio_uv, 2.0, rtol=0.05)  # absolute amplitude survives across recordings
+    np.testing.assert_allclose(ratio_recording, 1.0, rtol=0.05)  # the per-recording scale divides it out
+
+
+def test_highpass_on_a_recording_shorter_than_its_settling_names_the_recording():
+    from multiview_app.data.eeg.preprocess import check_highpass_length, highpass_settling_seconds
+
+    assert highpass_settling_seconds(100.0, 0.3) > highpass_settling_seconds(100.0, 0.5) > 1.0
+    check_highpass_length("long", 3000, 100.0, 0.3)  # 30 s is plenty at 0.3 Hz
+    check_highpass_length("any", 10, 100.0, None)  # no high-pass: nothing to settle
+    signal = np.random.default_rng(0).normal(0, 10, 9000)  # 90 s
+    rec = Recording("tr09-short", "s", [Path("x")], ["A"], [signal], [100.0], np.array([0, 2, 0]), Counter())
+    with pytest.raises(ValueError, match=r"^recording tr09-short: 90 s of signal .* 0\.01 Hz high-pass needs to settle"):
+        make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, l_freq=0.01))

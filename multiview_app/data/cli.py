@@ -78,9 +78,10 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     prep.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     prep.add_argument("--include-st", action="store_true",
                       help="sleep-edf: also read the ST (telemetry, temazepam study) nights; default: SC nights only")
-    prep.add_argument("--scaling", choices=["window", "recording"], default="window",
-                      help="per-window z-scoring, or per-recording robust scaling that keeps amplitude "
-                           "differences between windows (default: %(default)s)")
+    prep.add_argument("--scaling", choices=["window", "recording", "microvolts"], default="window",
+                      help="per-window z-scoring; per-recording robust scaling that keeps amplitude differences "
+                           "between windows; or microvolts (median removed, units of 25 uV: absolute amplitude "
+                           "kept across recordings) (default: %(default)s)")
     prep.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings (listed) instead of failing")
     prep.add_argument("--download", nargs="+", type=nonnegative_int, metavar="SUBJECT", default=None,
                       help="sleep-edf only: first fetch these SC subjects (night 1 and 2) into --source via mne "

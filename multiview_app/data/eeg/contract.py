@@ -29,6 +29,7 @@ FILTER = "zero-phase 4th-order Butterworth (scipy sosfiltfilt)"
 SCALING_TEXT = {
     "window": "z-score per window and channel (unitless)",
     "recording": "per recording and channel: minus the median, divided by IQR / 1.349 (unitless)",
+    "microvolts": "per recording and channel: minus the median, in units of 25 uV (absolute amplitude kept)",
 }
 
 

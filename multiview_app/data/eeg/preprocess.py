@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from scipy.signal import butter, resample_poly, sosfiltfilt
+from scipy.signal import butter, resample_poly, sosfilt, sosfiltfilt
 
 from .recording import Recording
 from .stages import EPOCH_SECONDS, UNSCORED
@@ -16,6 +16,10 @@ from .stages import EPOCH_SECONDS, UNSCORED
 DEFAULT_BAND = (0.5, 30.0)
 """Default band-pass (Hz) of prepared windows; the band-power baseline sums power over the same band,
 so encoder and baseline see the same frequencies (the 30-35 Hz muscle band is out for both)."""
+
+MICROVOLTS_PER_UNIT = 25.0
+"""``scaling="microvolts"``: prepared windows are in units of this many microvolts (about the standard
+deviation of adult sleep EEG), so an AASM slow wave (> 75 uV peak to peak) is > 3 units in every recording."""
 
 DROP_REASONS = ("excluded", "unscored", "wake_cropped", "nan", "flat")
 """Why an epoch does not become a cached window (each counted per recording)."""
@@ -33,9 +37,11 @@ class PrepareOptions(BaseModel):
                                  "(0.5-30 Hz: the band the band-power baseline sums over, so both see the same band)")
     crop_wake_minutes: float | None = Field(30.0, ge=0, description="wake kept before first / after last sleep")
     flat_ratio: float = Field(1e-3, gt=0, description="window flat if its std < ratio x the channel's median std")
-    scaling: Literal["window", "recording"] = Field(
+    scaling: Literal["window", "recording", "microvolts"] = Field(
         "window", description="window: per-window per-channel z-score; recording: per-channel median and "
-                              "IQR/1.349 of the recording's kept windows (keeps amplitude differences, e.g. N3 delta)")
+                              "IQR/1.349 of the recording's kept windows (keeps amplitude differences, e.g. N3 delta); "
+                              "microvolts: per-channel median removed, in units of MICROVOLTS_PER_UNIT (25 uV; "
+                              "keeps absolute amplitude across recordings)")
 
     @model_validator(mode="after")
     def _check_band(self) -> "PrepareOptions":
@@ -72,6 +78,31 @@ def bandpass(signals: np.ndarray, sfreq: float, l_freq: float | None, h_freq: fl
     return sosfiltfilt(sos.astype(signals.dtype), signals, axis=-1)
 
 
+def highpass_settling_seconds(sfreq: float, l_freq: float, tol: float = 1e-3) -> float:
+    """Seconds until the 4th-order Butterworth high-pass at ``l_freq`` has settled: the length after
+    which the slow part it removes (impulse minus impulse response) keeps less than ``tol`` of its
+    energy (about 4 s at 0.3 Hz, 2.5 s at 0.5 Hz). A recording shorter than this cannot be high-passed
+    without its whole length being edge effect."""
+    sos = butter(4, l_freq, btype="highpass", fs=sfreq, output="sos")
+    n = int(np.ceil(200.0 / l_freq * sfreq))  # 200 periods: far beyond any settling of a 4th-order filter
+    impulse = np.zeros(n)
+    impulse[0] = 1.0
+    energy = np.cumsum((impulse - sosfilt(sos, impulse)) ** 2)
+    return float(np.searchsorted(energy, (1.0 - tol) * energy[-1]) + 1) / sfreq
+
+
+def check_highpass_length(recording: str, n_samples: int, sfreq: float, l_freq: float | None) -> None:
+    """Raise one ``ValueError`` naming ``recording`` when its ``n_samples`` are fewer than the high-pass
+    at ``l_freq`` needs to settle (:func:`highpass_settling_seconds`)."""
+    if not l_freq:
+        return
+    needed = highpass_settling_seconds(sfreq, l_freq)
+    if n_samples / sfreq < needed:
+        raise ValueError(f"recording {recording}: {n_samples / sfreq:g} s of signal to filter is shorter than the "
+                         f"{l_freq:g} Hz high-pass needs to settle ({needed:.0f} s); use a higher --l-freq, "
+                         "'none', or a longer recording")
+
+
 def robust_scale(windows: np.ndarray) -> np.ndarray:
     """``(w, c, T)`` -> same shape: per channel, minus the median and divided by IQR / 1.349 (the
     std of a Gaussian) of all the recording's samples; one scale per recording and channel, so a
@@ -98,7 +129,8 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     """Cut a recording into standardized windows.
 
     Returns ``windows (w, c, T)`` float32 (per-window per-channel zero mean, unit std; or, with
-    ``scaling="recording"``, per-channel robust scaling over the recording, see :func:`robust_scale`),
+    ``scaling="recording"``, per-channel robust scaling over the recording, see :func:`robust_scale`; with
+    ``scaling="microvolts"``, the recording's per-channel median removed, in units of :data:`MICROVOLTS_PER_UNIT`),
     ``labels (w,)`` int64 in 0..4, ``epochs (w,)`` epoch index from the recording start, and the
     counts of dropped epochs by reason (``excluded``, ``unscored``, ``wake_cropped``, ``nan``, ``flat``).
     """
@@ -129,6 +161,7 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     n_span = span.stop - span.start
     data = np.stack([s[: n_span * window] for s in resampled])  # (c, n)
     if n_span:
+        check_highpass_length(recording.recording, data.shape[-1], options.sfreq, options.l_freq)
         data = bandpass(data, options.sfreq, options.l_freq, options.h_freq)
     windows = data.reshape(data.shape[0], n_span, window).transpose(1, 0, 2)  # (span epochs, c, T)
 
@@ -149,6 +182,9 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     kept = windows[local]
     if options.scaling == "window":
         kept = (kept - kept.mean(axis=-1, keepdims=True)) / std[local][:, :, None]
+    elif options.scaling == "microvolts" and kept.size:
+        median = np.median(kept.transpose(1, 0, 2).reshape(kept.shape[1], -1), axis=1)  # (c,)
+        kept = (kept - median[None, :, None]) / np.float32(MICROVOLTS_PER_UNIT)
     elif kept.size:
         kept = robust_scale(kept)
     epochs = local + span.start
