@@ -34,6 +34,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from ..config import Config, dump_config, resolve_paths
+from ..console import info
 from ..data.batch import ViewBatch, to_device
 from ..data.streaming import STREAM_KEYS, StreamingDataset, StreamPosition
 from ..losses import build_loss
@@ -362,13 +363,13 @@ class Trainer:
         """The thread choice's header line: printed, logged (``multiview_app`` logger), kept in the notes."""
         self.notes.append(header)
         logging.getLogger("multiview_app").info(header)
-        print(header, flush=True)
+        info(header)  # held by the CLI until training starts (a failing command prints only its error)
 
     def _note(self, message: str) -> None:
         """Record a note for the result and print it (main process)."""
         self.notes.append(message)
         if self._main:
-            print(f"note: {message}", flush=True)
+            info(f"note: {message}")
 
     def _check_run_dir(self) -> None:
         """A new run needs a new folder; a resumed one an existing run whose saved config matches
@@ -594,13 +595,13 @@ class Trainer:
     def _run_epochs(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> float:
         """Optimizer steps from ``at`` to ``plan.total_steps`` (``at`` is advanced in place);
         returns the last step's loss."""
-        from tqdm.auto import tqdm
+        from ..console import progress
 
         cfg, tcfg = self.cfg, self.cfg.train
         device, main, rank = accelerator.device, accelerator.is_main_process, accelerator.process_index
         resumed = self.resume is not None and not self._restart_from_zero
         metrics = MetricsLog(self.run_dir / "metrics.jsonl", resume_step=at.step if resumed else None) if main else None
-        bar = tqdm(total=plan.total_steps, initial=at.step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
+        bar = progress(total=plan.total_steps, initial=at.step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
         timer = StepTimer(device)
         window = {"steps": 0, "start": time.perf_counter(), "data_build_s": 0.0}
         last_loss: torch.Tensor | None = None  # on the device; read back on logging steps and at the end
@@ -763,12 +764,12 @@ class Trainer:
     def _report(self, message: str) -> None:
         """A note during training: kept in the notes, logged (``multiview_app`` logger) and printed
         above the progress bar (main process)."""
-        from tqdm.auto import tqdm
+        from ..console import write
 
         self.notes.append(message)
         logging.getLogger("multiview_app").info(message)
         if self._main:
-            tqdm.write(f"note: {message}")
+            write(f"note: {message}")
 
     def _maybe_checkpoint(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> None:
         """Every ``train.checkpoint_every`` steps (not after the last): see :meth:`_save_checkpoint`."""

@@ -149,7 +149,7 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     (prepared, skipped_existing, duplicates, errors, not_selected, windows, dropped counts by reason).
     Sleep-EDF: SC nights only unless ``include_st``. DREAMS: every excerpt is checked before the first
     write (see :func:`dreams_entries`)."""
-    from tqdm import tqdm
+    from ...console import progress as progress_display
 
     source, out = Path(source), Path(out)
     if not source.is_dir():
@@ -178,7 +178,7 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     summary: dict[str, Any] = {"prepared": [], "skipped_existing": [], "duplicates": [], "errors": [],
                                "dropped": Counter(), "reader_counts": Counter(),
                                "not_selected": {k: v for k, v in not_selected.items() if v}}
-    for entry in tqdm(entries, desc=f"prepare {dataset}", disable=None if progress else True):  # None: off when not a TTY
+    for entry in progress_display(entries, desc=f"prepare {dataset}", disable=not progress):
         checksums = [{"path": str(f), "sha256": sha256_file(f)} for f in entry.files]
         signal_sum = checksums[0]["sha256"]
         known = by_id.get(entry.recording)
