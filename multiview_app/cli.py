@@ -148,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser(_command_of(argv))
         args, extra = parser.parse_known_args(argv)
         _take_overrides(parser, args, extra)
+        args.command_line = argv  # what the user ran (e.g. how to resume an interrupted experiment)
         code = int(args.func(args) or 0)
         failed = False
         return code

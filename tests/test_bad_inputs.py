@@ -323,7 +323,7 @@ def _(tmp, shared):
         yaml.safe_dump(config_from_dict(tiny_raw(tmp / "runs", "run", train=TRAIN)).to_dict(), sort_keys=False)
     )
     (run / "model.safetensors").unlink()  # an interrupted run: a finished one is not resumed at all
-    state = run / "checkpoints" / "step_00000002" / "trainer_state.json"
+    state = run / "checkpoints" / "step_00000003" / "trainer_state.json"  # the newest (the final state)
     state.write_text(state.read_text()[:20])
     return ["train", "--config", str(config), "--name", "run", "--resume", "latest"], [f"{state}: corrupt checkpoint state"]
 

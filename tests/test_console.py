@@ -79,3 +79,40 @@ def test_training_off_a_terminal_logs_plain_lines_and_extends_from_the_final_sta
     assert f"resumed from {run / 'checkpoints' / 'step_00000003'} (step 3" in again.stdout
     assert f"the finished model is kept in {run / 'final_step3'}/" in again.stdout
     assert "train run: 5/5 step (100%)" in again.stderr and "\r" not in again.stderr
+
+
+def test_an_interrupted_experiment_says_to_rerun_the_experiment_not_the_sub_run() -> None:
+    import argparse
+    import signal
+
+    from multiview_app.experiments.cli import resumable
+    from multiview_app.train.trainer import TrainingInterrupted
+
+    def run(args: argparse.Namespace) -> int:
+        raise TrainingInterrupted("interrupted (SIGINT) after step 3 of 7; checkpoint runs/dg/m3g_sketch_s1/checkpoints/"
+                                  "step_00000003; resume with: mvapp train --resume runs/dg/m3g_sketch_s1", signal.SIGINT)
+
+    line = ["experiment", "domain-generalization", "--config", "configs/domains_digits_m3g.yaml", "--run", "runs/dg",
+            "--seeds", "0,1"]
+    with pytest.raises(TrainingInterrupted) as info:
+        resumable(run)(argparse.Namespace(command_line=line))
+    message = str(info.value)
+    assert message.startswith("interrupted (SIGINT) after step 3 of 7; checkpoint runs/dg/m3g_sketch_s1/")
+    assert message.endswith("mvapp experiment domain-generalization --config configs/domains_digits_m3g.yaml "
+                            "--run runs/dg --seeds 0,1")
+    assert "mvapp train --resume" not in message and info.value.exit_code == 128 + signal.SIGINT
+
+
+def test_sleep_staging_an_image_run_names_what_to_do_instead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from multiview_app.cli import main
+    from multiview_app.train.trainer import train
+
+    from _train_helpers import tiny_config
+
+    run = train(tiny_config(tmp_path, "digits", train={"max_steps": 1})).run_dir
+    capsys.readouterr()
+    assert main(["eval", "sleep-staging", "--run", str(run)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1
+    assert "has no EEG encoder" in captured.err and "--cache" not in captured.err
+    assert "mvapp eval linear-probe" in captured.err and "configs/eeg_sleepedf_m3g.yaml" in captured.err

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import Config, ConfigError, config_from_dict, read_yaml
-from ..fileio import atomic_write_json, atomic_write_text, default_file_mode, temp_sibling
+from ..fileio import atomic_write_json, atomic_write_text, atomic_write_with
 
 __all__ = ["atomic_write_json", "atomic_write_text", "final_model_step", "keep_previous_final", "load_run",
            "load_run_config", "model_spec", "save_weights"]
@@ -29,17 +29,8 @@ WEIGHT_FILES = {"final": "model.safetensors", "init": "init.safetensors"}
 def save_weights(module: torch.nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
     """Save ``module.state_dict()`` as safetensors, atomically (shared tensors are cloned);
     ``metadata`` (str -> str) goes into the file's header (the final model records its ``step``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
-    tmp = temp_sibling(path)
-    try:
-        save_file(state, str(tmp), metadata=metadata)  # safetensors recreates the file with mode 0600
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return atomic_write_with(path, lambda tmp: save_file(state, str(tmp), metadata=metadata))
 
 
 FINAL_MODEL = WEIGHT_FILES["final"]
