@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any, Iterable, Iterator, TextIO
@@ -19,6 +20,7 @@ from typing import Any, Iterable, Iterator, TextIO
 PLAIN_EVERY_S = 30.0
 PLAIN_EVERY_PCT = 10.0
 
+_PLAIN_LINE = re.compile(r"^[^:]*: [\d.e+]+(/[\d.e+]+)? \S+( \(\d+%\))?(, |$)")
 _held: list[str] | None = None  # None: not holding (notes print at once)
 _stdout: TextIO | None = None  # the stdout that :func:`hold` wrapped
 _proxies: list[Any] = []  # every proxy stays alive: print() borrows sys.stdout while a write swaps it back
@@ -90,6 +92,11 @@ def is_terminal(stream: TextIO | None = None) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+def is_progress_line(line: str) -> bool:
+    """Whether a stderr line is progress (a tqdm bar or a :class:`PlainProgress` line), not a message."""
+    return "%|" in line or bool(_PLAIN_LINE.match(line))
 
 
 class PlainProgress:
@@ -190,5 +197,6 @@ def write(line: str) -> None:
         print(line, flush=True)
 
 
-__all__ = ["PLAIN_EVERY_PCT", "PLAIN_EVERY_S", "PlainProgress", "discard", "hold", "info", "is_terminal", "progress",
+__all__ = ["PLAIN_EVERY_PCT", "PLAIN_EVERY_S", "PlainProgress", "discard", "hold", "info", "is_progress_line",
+           "is_terminal", "progress",
            "release", "write"]

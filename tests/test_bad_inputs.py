@@ -4,7 +4,7 @@ Every case runs the real CLI entry point (``multiview_app.cli.main``, what the `
 script calls) and asserts: exit code != 0; exactly one error line on stderr, starting with
 ``mvapp: error:`` and naming the file / key / value (the expected fragments); no traceback; and
 nothing written or overwritten (every file under the case's folder and the shared fixtures has the
-same bytes and mode before and after). Progress-bar lines (``%|``) are not error lines.
+same bytes and mode before and after). Progress lines (a tqdm bar, or the plain lines written off a terminal) are not error lines.
 
 A few cases need more than one process or a signal and are separate tests at the end: two processes
 writing one run folder, a full disk during a checkpoint, SIGTERM through the console script.
@@ -29,6 +29,7 @@ import yaml
 from PIL import Image
 
 from multiview_app.cli import main
+from multiview_app.console import is_progress_line
 from multiview_app.config import config_from_dict
 
 from _eeg_helpers import write_dreams_excerpt, write_sha256sums
@@ -90,7 +91,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     except SystemExit as exit_:  # argparse errors
         code = exit_.code if isinstance(exit_.code, int) else 1
     err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip() and "%|" not in line]
+    lines = [line for line in err.splitlines() if line.strip() and not is_progress_line(line)]
     assert len(lines) == 1, f"expected one error line, got: {lines}"
     return code, lines[0], err
 
@@ -688,7 +689,7 @@ def test_sigterm_through_the_console_script(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM
-    lines = [line for line in err.splitlines() if line.strip() and "%|" not in line]
+    lines = [line for line in err.splitlines() if line.strip() and not is_progress_line(line)]
     assert len(lines) == 1 and "Traceback" not in err, lines
     assert lines[0].startswith("mvapp: error: interrupted (SIGTERM) after step ")
     assert f"resume with: mvapp train --resume {run}" in lines[0]

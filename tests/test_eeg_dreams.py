@@ -69,7 +69,7 @@ def test_prepare_dreams_writes_the_common_cache_with_the_rule_counts(tmp_path: P
     assert summary["reader_counts"]["dreams_epochs_unanimous"] == 15
     assert summary["reader_counts"]["dreams_epochs_majority"] == 1
     assert summary["dropped"]["excluded"] == 1 and summary["windows"] == 16
-    assert "files_without_checksum" in summary["reader_counts"]  # hypnograms are not in SHA256SUMS: counted
+    assert "files_without_checksum" not in summary["reader_counts"]  # every file listed and checked
 
 
 def test_windows_follow_the_excerpt_signal(tmp_path: Path) -> None:
@@ -105,6 +105,28 @@ def test_without_sha256sums_the_card_checksums_apply(tmp_path: Path) -> None:
     (tmp_path / "src" / "SHA256SUMS").unlink()
     with pytest.raises(ValueError, match=r"excerpt1.txt: sha256 .* the card datasets/dreams_spindles.yaml"):
         prepare("dreams", tmp_path / "src", tmp_path / "cache", PrepareOptions(channels=["central"]), progress=False)
+
+
+def test_hypnograms_missing_from_sha256sums_are_checked_against_the_card(tmp_path: Path) -> None:
+    """The distributed SHA256SUMS lists the signal files only: the card's sums cover the hypnograms
+    (earlier every hypnogram was read unverified and counted as ``files_without_checksum``)."""
+    _two_excerpts(tmp_path / "src")
+    sums = tmp_path / "src" / "SHA256SUMS"
+    sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines() if "Hypnogram" not in line))
+    with pytest.raises(ValueError, match=r"Hypnogram_excerpt1.txt: sha256 .*/SHA256SUMS \(for files it does not list: "
+                                         r"the card datasets/dreams_spindles.yaml\)"):
+        prepare("dreams", tmp_path / "src", tmp_path / "cache", PrepareOptions(channels=["central"]), progress=False)
+
+
+def test_every_file_of_the_real_dreams_folder_has_a_checksum() -> None:
+    from _eeg_helpers import real_psg
+    from multiview_app.data.eeg.dreams import expected_checksums, verify_checksums
+
+    source = real_psg("dreams-spindles")
+    excerpts, _ = find_excerpts(source)
+    sums, where = expected_checksums(source)
+    files = [f for e in excerpts for f in (e.signal_file, e.hypnogram)]
+    assert len(excerpts) == 8 and verify_checksums(files, sums, where) == 0  # none unlisted, none differing
 
 
 def test_central_resolves_per_excerpt_and_a_named_derivation_must_exist(tmp_path: Path) -> None:
