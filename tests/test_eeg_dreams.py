@@ -50,8 +50,10 @@ def _two_excerpts(folder: Path) -> list[list[int]]:
 def test_prepare_dreams_writes_the_common_cache_with_the_rule_counts(tmp_path: Path, capsys) -> None:
     hyps = _two_excerpts(tmp_path / "src")
     assert main(["data", "prepare", "dreams", "--source", str(tmp_path / "src"), "--out", str(tmp_path / "cache")]) == 0
-    line = capsys.readouterr().out
-    assert "prepared 2 recordings" in line and "dreams_epochs_majority 1" in line
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("prepared 2 recordings into") and lines[1].split() == ["W", "N1", "N2", "N3", "REM", "total"]
+    assert lines[2].split()[0] == "windows" and lines[2].split()[-1] == "16" and "dropped: excluded 1" in lines
+    assert len(lines) <= 6 and max(map(len, lines)) < 160  # a short table, not the readers' counters
     manifest = load_manifest(tmp_path / "cache")
     assert manifest["dataset"] == "dreams" and manifest["channels"] == ["central"] and manifest["sfreq"] == 100.0
     by_id = {r["recording"]: r for r in manifest["recordings"]}
@@ -188,9 +190,16 @@ def test_the_eeg_windows_adapter_and_data_info_read_a_dreams_cache(tmp_path: Pat
     assert adapter.split_subjects == {"train": ["excerpt1"], "test": ["excerpt2"]}
     item = adapter.split("test")[0]
     assert tuple(item["x"].shape) == (1, 3000) and item["subject"] == "excerpt2"
-    assert main(["data", "info", str(tmp_path / "cache")]) == 0
+    assert main(["data", "info", str(tmp_path / "cache"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dataset"] == "dreams" and summary["card"]["name"] == "dreams_spindles"
+    assert main(["data", "info", str(tmp_path / "cache")]) == 0  # a short human summary without --json
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"{tmp_path / 'cache'}: dreams, 2 recordings, 2 subjects; channels central at 100 Hz, "
+                        "30 s windows")
+    assert lines[2].split() == ["windows", *map(str, (summary["windows_per_stage"][s] for s in summary["windows_per_stage"])),
+                                str(summary["windows"])]
+    assert lines[-1] == "per subject and the dataset card: mvapp data info --json" and len(lines) <= 6
 
 
 def test_a_physical_range_that_is_not_a_number_reads_as_nan(tmp_path: Path) -> None:
