@@ -24,7 +24,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
                             help="leave-one-domain-out with training-domain-validation model selection (DomainBed): "
                                  "pretrain one run per held-out domain and seed (--config) or evaluate --run")
     add_domain_generalization_arguments(parser)
-    parser.set_defaults(func=resumable(run_domain_generalization))
+    parser.set_defaults(func=run_domain_generalization)
 
 
 def resumable(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -78,6 +78,7 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
                              "runs (pretraining, ERM) use their config's train.num_threads")
 
 
+@resumable
 def run_domain_generalization(args: argparse.Namespace) -> int:
     """Train unless done and evaluate (module docstring); print the whole table and what was written."""
     from ..config import load_config
