@@ -251,7 +251,7 @@ def summary_table(summary: dict) -> str:
     where the full summary (the readers' counts, per recording) is; unreadable files listed below."""
     lines = [f"prepared {len(summary['prepared'])} recordings into {summary['cache']} "
              f"({len(summary['skipped_existing'])} already there, {len(summary['duplicates'])} duplicates, "
-             f"{len(summary['errors'])} unreadable)"]
+             f"{len(summary['errors'])} unreadable{', skipped, listed below' if summary['errors'] else ''})"]
     lines += stage_table({"windows": summary["windows_per_stage"]})
     for label, counts in (("dropped", summary["dropped"]), ("not used", summary["not_selected"])):
         if _pairs(counts):
