@@ -3,7 +3,8 @@
 Subcommand groups live next to their stage; each group module exposes ``add_subparser(subparsers)``
 and sets ``func(args) -> int`` on its parsers. Add a group by appending its module to
 ``GROUP_MODULES``. Errors print one line on stderr and exit with code 2 (``--debug`` shows the
-traceback).
+traceback); informational notes wait for the command's first output and are dropped when it fails
+before any (``multiview_app/console.py``), so a bad input prints exactly that one line.
 
 Contract for ``add_subparser``: its first call is ``subparsers.add_parser(<command>, help=...)``.
 To keep ``mvapp --help`` / ``--version`` fast (no torch import), the parser is built in two passes:
@@ -136,14 +137,21 @@ def _take_overrides(parser: argparse.ArgumentParser, args: argparse.Namespace, e
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from . import console
+
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the command line
+    console.hold()  # notes (torch threads, precision, ...) wait for the first output; an error drops them
+    failed = True
     try:
         argv = forward(a for a in argv if a != "--debug")
         parser = build_parser(_command_of(argv))
         args, extra = parser.parse_known_args(argv)
         _take_overrides(parser, args, extra)
-        return int(args.func(args) or 0)
+        args.command_line = argv  # what the user ran (e.g. how to resume an interrupted experiment)
+        code = int(args.func(args) or 0)
+        failed = False
+        return code
     except KeyboardInterrupt:
         print("mvapp: error: interrupted", file=sys.stderr)  # the wording of an interrupted training too
         return 130
@@ -157,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = missing_extra_message(exc) or " ".join(str(exc).split()) or type(exc).__name__
         print(f"mvapp: error: {message}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))  # e.g. 128 + signal for an interrupted training
+    finally:
+        console.discard() if failed else console.release()
 
 
 if __name__ == "__main__":

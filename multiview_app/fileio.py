@@ -58,6 +58,22 @@ def atomic_write_bytes(path: str | Path, write: Callable[[BinaryIO], Any], suffi
     return path
 
 
+def atomic_write_with(path: str | Path, write_path: Callable[[Path], Any], suffix: str = "") -> Path:
+    """Call ``write_path(tmp)`` for a library that writes a file by name (safetensors, ONNX, h5py, ...; some
+    recreate it with mode 0600), give ``tmp`` the umask's file mode, then ``os.replace`` it into ``path``
+    (a failure leaves the old ``path`` untouched and no temp file behind)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(path, suffix)
+    try:
+        write_path(tmp)
+        os.chmod(tmp, default_file_mode())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     return atomic_write_bytes(path, lambda handle: handle.write(text.encode("utf-8")))
@@ -77,5 +93,5 @@ def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "current_umask", "default_file_mode",
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "atomic_write_with", "current_umask", "default_file_mode",
            "sha256_file", "temp_sibling"]

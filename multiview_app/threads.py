@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
+from .console import info
+
 ENV_VAR = "MVAPP_NUM_THREADS"
 #: at most this many usable CPUs -> one intra-op thread in ``auto`` (measured, see the module docstring)
 SINGLE_THREAD_UP_TO_CPUS = 2
@@ -242,7 +244,7 @@ def torch_threads(count: int | None) -> Iterator[None]:
         set_torch_threads(previous)
 
 
-def configure_torch_threads(setting: str | int | None = None, *, report: Callable[[str], None] | None = print,
+def configure_torch_threads(setting: str | int | None = None, *, report: Callable[[str], None] | None = info,
                             env: Mapping[str, str] | None = None, cpus: CpuBudget | None = None,
                             setting_name: str = "train.num_threads") -> ThreadChoice:
     """Choose (:func:`choose_threads`) and apply (:func:`set_torch_threads`) the intra-op thread count;

@@ -50,9 +50,12 @@ def write_dreams_excerpt(folder: Path, name: str, sfreq: float, labels5: list[in
 
 
 def write_sha256sums(folder: Path, names: list[str]) -> Path:
-    """``SHA256SUMS`` of ``names`` in ``folder`` (``<hex>  <name>`` lines, as sha256sum writes)."""
+    """``SHA256SUMS`` of ``names`` in ``folder`` (``<hex>  <name>`` lines, as sha256sum writes) and of the
+    hypnogram beside each listed excerpt (the card's sums of the real hypnograms would refuse these)."""
     import hashlib
 
+    hypnograms = [f"Hypnogram_{Path(n).stem}.txt" for n in names if Path(n).stem.startswith("excerpt")]
+    names = [*names, *dict.fromkeys(h for h in hypnograms if (folder / h).is_file() and h not in names)]
     lines = [f"{hashlib.sha256((folder / n).read_bytes()).hexdigest()}  {n}\n" for n in names]
     path = folder / "SHA256SUMS"
     path.write_text("".join(lines))

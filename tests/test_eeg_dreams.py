@@ -50,8 +50,10 @@ def _two_excerpts(folder: Path) -> list[list[int]]:
 def test_prepare_dreams_writes_the_common_cache_with_the_rule_counts(tmp_path: Path, capsys) -> None:
     hyps = _two_excerpts(tmp_path / "src")
     assert main(["data", "prepare", "dreams", "--source", str(tmp_path / "src"), "--out", str(tmp_path / "cache")]) == 0
-    line = capsys.readouterr().out
-    assert "prepared 2 recordings" in line and "dreams_epochs_majority 1" in line
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("prepared 2 recordings into") and lines[1].split() == ["W", "N1", "N2", "N3", "REM", "total"]
+    assert lines[2].split()[0] == "windows" and lines[2].split()[-1] == "16" and "dropped: excluded 1" in lines
+    assert len(lines) <= 6 and max(map(len, lines)) < 160  # a short table, not the readers' counters
     manifest = load_manifest(tmp_path / "cache")
     assert manifest["dataset"] == "dreams" and manifest["channels"] == ["central"] and manifest["sfreq"] == 100.0
     by_id = {r["recording"]: r for r in manifest["recordings"]}
@@ -69,7 +71,7 @@ def test_prepare_dreams_writes_the_common_cache_with_the_rule_counts(tmp_path: P
     assert summary["reader_counts"]["dreams_epochs_unanimous"] == 15
     assert summary["reader_counts"]["dreams_epochs_majority"] == 1
     assert summary["dropped"]["excluded"] == 1 and summary["windows"] == 16
-    assert "files_without_checksum" in summary["reader_counts"]  # hypnograms are not in SHA256SUMS: counted
+    assert "files_without_checksum" not in summary["reader_counts"]  # every file listed and checked
 
 
 def test_windows_follow_the_excerpt_signal(tmp_path: Path) -> None:
@@ -105,6 +107,28 @@ def test_without_sha256sums_the_card_checksums_apply(tmp_path: Path) -> None:
     (tmp_path / "src" / "SHA256SUMS").unlink()
     with pytest.raises(ValueError, match=r"excerpt1.txt: sha256 .* the card datasets/dreams_spindles.yaml"):
         prepare("dreams", tmp_path / "src", tmp_path / "cache", PrepareOptions(channels=["central"]), progress=False)
+
+
+def test_hypnograms_missing_from_sha256sums_are_checked_against_the_card(tmp_path: Path) -> None:
+    """The distributed SHA256SUMS lists the signal files only: the card's sums cover the hypnograms
+    (earlier every hypnogram was read unverified and counted as ``files_without_checksum``)."""
+    _two_excerpts(tmp_path / "src")
+    sums = tmp_path / "src" / "SHA256SUMS"
+    sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines() if "Hypnogram" not in line))
+    with pytest.raises(ValueError, match=r"Hypnogram_excerpt1.txt: sha256 .*/SHA256SUMS \(for files it does not list: "
+                                         r"the card datasets/dreams_spindles.yaml\)"):
+        prepare("dreams", tmp_path / "src", tmp_path / "cache", PrepareOptions(channels=["central"]), progress=False)
+
+
+def test_every_file_of_the_real_dreams_folder_has_a_checksum() -> None:
+    from _eeg_helpers import real_psg
+    from multiview_app.data.eeg.dreams import expected_checksums, verify_checksums
+
+    source = real_psg("dreams-spindles")
+    excerpts, _ = find_excerpts(source)
+    sums, where = expected_checksums(source)
+    files = [f for e in excerpts for f in (e.signal_file, e.hypnogram)]
+    assert len(excerpts) == 8 and verify_checksums(files, sums, where) == 0  # none unlisted, none differing
 
 
 def test_central_resolves_per_excerpt_and_a_named_derivation_must_exist(tmp_path: Path) -> None:
@@ -166,9 +190,16 @@ def test_the_eeg_windows_adapter_and_data_info_read_a_dreams_cache(tmp_path: Pat
     assert adapter.split_subjects == {"train": ["excerpt1"], "test": ["excerpt2"]}
     item = adapter.split("test")[0]
     assert tuple(item["x"].shape) == (1, 3000) and item["subject"] == "excerpt2"
-    assert main(["data", "info", str(tmp_path / "cache")]) == 0
+    assert main(["data", "info", str(tmp_path / "cache"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dataset"] == "dreams" and summary["card"]["name"] == "dreams_spindles"
+    assert main(["data", "info", str(tmp_path / "cache")]) == 0  # a short human summary without --json
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"{tmp_path / 'cache'}: dreams, 2 recordings, 2 subjects; channels central at 100 Hz, "
+                        "30 s windows")
+    assert lines[2].split() == ["windows", *map(str, (summary["windows_per_stage"][s] for s in summary["windows_per_stage"])),
+                                str(summary["windows"])]
+    assert lines[-1] == "per subject and the dataset card: mvapp data info --json" and len(lines) <= 6
 
 
 def test_a_physical_range_that_is_not_a_number_reads_as_nan(tmp_path: Path) -> None:

@@ -358,17 +358,21 @@ def test_arousal_mat_is_the_authority_and_disagreements_are_counted(tmp_path):
         read_physionet2018(record, ["F3-M2"])
 
 
-def test_prepare_cli_prints_one_clean_line(sleep_edf_dir, tmp_path, capsys):
+def test_prepare_cli_prints_a_short_table(sleep_edf_dir, tmp_path, capsys):
     from multiview_app.cli import main
+    from multiview_app.console import is_progress_line
 
     assert main(["data", "prepare", "sleep-edf", "--source", str(sleep_edf_dir[0]), "--out", str(tmp_path / "c")]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    assert len(lines) == 1 and captured.out.endswith("\n") and "\r" not in captured.out + captured.err
-    assert captured.err == ""  # no progress bar when stderr is not a terminal
-    assert lines[0].startswith("prepared 2 recordings") and "; reader counts: " in lines[0] and "not selected: none" in lines[0]
+    assert "\r" not in captured.out + captured.err  # off a terminal: plain progress lines on stderr, no bar
+    assert captured.err and all(is_progress_line(line) for line in captured.err.splitlines())
+    assert lines[0].startswith("prepared 2 recordings into") and lines[1].split() == ["W", "N1", "N2", "N3", "REM", "total"]
+    assert lines[-1].startswith("details (reader counts, per recording): ") and len(lines) <= 6
+    assert "reader counts: " not in captured.out.replace("details (reader counts", "")  # the counters stay in the file
     details = json.loads((tmp_path / "c" / "prepare_summary.json").read_text())
     assert details["prepared"] == ["SC4001", "SC4011"] and sum(details["windows_per_stage"].values()) == details["windows"]
+    assert lines[2].split()[-1] == str(details["windows"])
 
 
 def test_sleep_edf_reads_sc_nights_unless_st_is_asked_for(sleep_edf_dir, tmp_path):
@@ -446,7 +450,7 @@ def test_prepare_skip_bad_lists_each_skipped_file(tmp_path, capsys) -> None:
     assert main(["data", "prepare", "sleep-edf", "--source", str(raw), "--out", str(tmp_path / "cache"),
                  "--skip-bad"]) == 0
     out = capsys.readouterr().out
-    assert "prepared 1 recordings" in out and "1 unreadable (skipped, listed below)" in out, out
+    assert "prepared 1 recordings" in out and "1 unreadable, skipped, listed below)" in out, out
     skipped = [line for line in out.splitlines() if line.startswith("  skipped (unreadable): ")]
     assert len(skipped) == 1 and str(bad) in skipped[0], out
 

@@ -56,6 +56,20 @@ def test_encoder_folder_loads_without_the_run_and_gives_the_runs_features(cnn_ru
     for fact in ("infonce_pwe", "optimizer steps: 2", "adapter `digits`", "## Metrics", "load_encoder", "16 px"):
         assert fact in card, fact
     assert {p.suffix for p in moved.iterdir()} <= {".safetensors", ".json", ".md", ".onnx"}  # never a pickle
+    assert "this folder holds the encoder alone, in `encoder.safetensors`" in card
+
+
+def test_every_exported_file_gets_the_umask_mode(cnn_run: Path, tmp_path: Path) -> None:
+    """safetensors recreates its file 0600; the shared atomic write gives every file ``0o666 & ~umask``."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        assert main(["export-model", "--run", str(cnn_run), "--out", str(tmp_path / "enc")]) == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "enc").iterdir()}
+    assert modes and set(modes.values()) == {0o644}, modes
 
 
 def test_model_card_lists_the_runs_evaluation_metrics(cnn_run: Path, tmp_path: Path) -> None:

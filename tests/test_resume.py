@@ -106,7 +106,7 @@ def test_resume_refuses_a_different_config_and_logs_accepted_safe_changes(tmp_pa
     result = train(longer, resume="latest", accept_config_changes=True)
     assert result.steps == 5
     history = [json.loads(line) for line in (cfg.run_dir / HISTORY_FILE).read_text().splitlines()]
-    assert history[0]["changes"] == {"train.max_steps": {"saved": 3, "given": 5}} and history[0]["resumed_at_step"] == 2
+    assert history[0]["changes"] == {"train.max_steps": {"saved": 3, "given": 5}} and history[0]["resumed_at_step"] == 3
     assert "max_steps: 5" in (cfg.run_dir / "config.yaml").read_text()
 
 
@@ -190,6 +190,73 @@ def test_checkpoints_hold_no_pickle_and_teacher_and_schedule_resume_exactly(tmp_
     _assert_same_weights(full.run_dir, resumed.run_dir)
 
     # a checkpoint of the older format (schedule pickled by accelerate) is refused, not half-restored
+    ckpt = list_checkpoints(crashed.run_dir)[0]  # step 4 (the final one, step 5, is kept beside it)
     (ckpt / "state_lr_schedule.pt").rename(ckpt / "custom_checkpoint_0.pkl")
     with pytest.raises(ValueError, match=r"state_lr_schedule\.pt.*custom_checkpoint_0\.pkl.*not loaded"):
         train(crashed, resume=str(ckpt))
+
+
+def test_extending_a_finished_run_continues_from_its_final_state_and_keeps_the_finished_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The final state is a full checkpoint; ``--resume RUN train.max_steps=<more> --accept-config-changes``
+    starts from it (step counter, weights), never from an older periodic checkpoint, and moves the finished
+    model into ``final_step<N>/`` instead of overwriting it."""
+    from safetensors import safe_open
+
+    from multiview_app.train.trainer import Trainer
+
+    common = {"model": BYOL_TEACHER, "loss": {"name": "byol_pwe"}}  # teacher state in the checkpoint too
+    cfg = tiny_config(tmp_path, "run", train={"max_steps": 3, "checkpoint_every": 2}, **common)
+    train(cfg)
+    assert [p.name for p in list_checkpoints(cfg.run_dir)] == ["step_00000002", "step_00000003"]
+    final_ckpt = list_checkpoints(cfg.run_dir)[-1]
+    assert {"model.safetensors", "optimizer.bin", "random_states_0.pkl", "state_lr_schedule.pt",
+            "state_ema_teacher.pt", "trainer_state.json"} <= {p.name for p in final_ckpt.iterdir()}
+    finished = _weights(cfg.run_dir)
+    finished_bytes = (cfg.run_dir / "model.safetensors").read_bytes()
+    with safe_open(str(cfg.run_dir / "model.safetensors"), framework="pt") as handle:
+        assert handle.metadata() == {"step": "3"}
+
+    at_start: dict[str, torch.Tensor] = {}
+    real_run_epochs = Trainer._run_epochs
+
+    def record_start(self, accelerator, plan, parts, at):  # the weights the extension's first step starts from
+        at_start.update({k: v.detach().clone() for k, v in accelerator.unwrap_model(parts.step_module).model.state_dict().items()})
+        at_start["__step"] = torch.tensor(at.step)
+        return real_run_epochs(self, accelerator, plan, parts, at)
+
+    monkeypatch.setattr(Trainer, "_run_epochs", record_start)
+    longer = tiny_config(tmp_path, "run", train={"max_steps": 5, "checkpoint_every": 2}, **common)
+    result = train(longer, resume=str(cfg.run_dir), accept_config_changes=True)
+    assert int(at_start.pop("__step")) == 3 and result.steps == 5
+    assert at_start.keys() == finished.keys()
+    for key in finished:
+        torch.testing.assert_close(at_start[key], finished[key], rtol=0, atol=0, msg=key)
+    assert any(f"resumed from {final_ckpt} (step 3" in note for note in result.notes)
+    kept = cfg.run_dir / "final_step3"
+    assert any(f"the finished model is kept in {kept}/" in note for note in result.notes)
+    assert (kept / "model.safetensors").read_bytes() == finished_bytes and (kept / "model.json").is_file()
+    assert [r["step"] for r in read_metrics(cfg.run_dir / "metrics.jsonl")] == [1, 2, 3, 4, 5]
+    with safe_open(str(cfg.run_dir / "model.safetensors"), framework="pt") as handle:
+        assert handle.metadata() == {"step": "5"}
+    assert [p.name for p in list_checkpoints(cfg.run_dir)] == ["step_00000004", "step_00000005"]
+
+
+def test_extending_a_finished_run_without_a_final_checkpoint_is_refused(tmp_path: Path) -> None:
+    """A run written before the final state became a checkpoint (newest checkpoint older than its model):
+    extending it would silently retrain from the older checkpoint; refused, naming the explicit way."""
+    cfg = tiny_config(tmp_path, "old", train={"max_steps": 3, "checkpoint_every": 2})
+    train(cfg)
+    import shutil
+
+    shutil.rmtree(list_checkpoints(cfg.run_dir)[-1])  # as an older version left it: step 2 only
+    before = (cfg.run_dir / "model.safetensors").read_bytes()
+    longer = tiny_config(tmp_path, "old", train={"max_steps": 5, "checkpoint_every": 2})
+    with pytest.raises(ValueError, match=r"finished at step 3 but its newest checkpoint is .*step_00000002 \(step 2\).*"
+                                         r"name it: mvapp train --resume .*step_00000002"):
+        train(longer, resume="latest", accept_config_changes=True)
+    assert (cfg.run_dir / "model.safetensors").read_bytes() == before and not (cfg.run_dir / HISTORY_FILE).exists()
+    # naming the older checkpoint retrains steps 3-5 on purpose and still keeps the finished model
+    result = train(longer, resume=str(list_checkpoints(cfg.run_dir)[-1]), accept_config_changes=True)
+    assert result.steps == 5 and (cfg.run_dir / "final_step3" / "model.safetensors").read_bytes() == before

@@ -105,8 +105,9 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     captions.add_argument("--samples-per-shard", type=positive_int, default=500)
     captions.set_defaults(func=_caption_domains)
 
-    info = commands.add_parser("info", help="print a JSON summary of a prepared cache")
+    info = commands.add_parser("info", help="summarise a prepared cache (recordings, channels, windows per stage)")
     info.add_argument("cache", type=Path)
+    info.add_argument("--json", action="store_true", help="the full record as JSON (per subject, the dataset card)")
     info.set_defaults(func=_info)
 
 
@@ -166,7 +167,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from ..options import format_validation_error
-    from .eeg.cache import prepare, summary_line
+    from .eeg.cache import prepare, summary_table
     from .eeg.preprocess import PrepareOptions
 
     if args.download:
@@ -184,19 +185,19 @@ def _prepare(args: argparse.Namespace) -> int:
         raise ValueError(f"prepare options: {format_validation_error(err, '', PrepareOptions)}") from None
     summary = prepare(args.dataset, args.source, args.out, options, dtype=args.dtype,
                       on_error="skip" if args.skip_bad else "raise", include_st=args.include_st)
-    print(summary_line(summary))
+    print(summary_table(summary))
     return 0
 
 
 def _info(args: argparse.Namespace) -> int:
     from .catalog import load_catalog, preparable
-    from .eeg.cache import info
+    from .eeg.cache import info, info_table
 
     summary = info(args.cache)
     card = load_catalog().get(summary["dataset"]) or preparable().get(summary["dataset"])  # dreams -> dreams_spindles
     if card is not None:
         summary["card"] = card.summary()
-    print(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1) if args.json else info_table(summary))
     return 0
 
 

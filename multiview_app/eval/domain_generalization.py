@@ -98,13 +98,14 @@ def candidates(run_dir: str | Path) -> list[str]:
     """Selection candidates of a run: its saved checkpoints on the ``train.checkpoint_every`` grid
     (``step_<N>``, oldest first) then ``final``. The checkpoint an interrupted run writes when it is
     stopped (at whatever step) is not one: a run stopped and resumed has the candidates of an
-    uninterrupted one."""
+    uninterrupted one, nor is the final checkpoint (the final weights, candidate ``final``)."""
     from ..train.checkpoint import list_checkpoints
-    from ..train.run_io import load_run_config
+    from ..train.run_io import final_model_step, load_run_config
 
     every = int(load_run_config(run_dir).train.checkpoint_every or 0)
+    final = final_model_step(run_dir)
     steps = [int(p.name.removeprefix("step_")) for p in list_checkpoints(run_dir)]
-    return [f"step_{s}" for s in steps if every <= 0 or s % every == 0] + ["final"]
+    return [f"step_{s}" for s in steps if every > 0 and s % every == 0 and s != final] + ["final"]
 
 
 def thin_candidates(names: list[str], most: int | None) -> list[str]:

@@ -69,7 +69,7 @@ def iter_feature_batches(
 
     Every submodule's train/eval mode is restored when the iterator finishes or is closed (:func:`eval_mode`).
     """
-    from tqdm.auto import tqdm
+    from ..console import progress as progress_display
 
     if kind not in FEATURE_KINDS:
         raise ValueError(f"features: expected one of {', '.join(FEATURE_KINDS)}, got {kind!r}")
@@ -79,7 +79,7 @@ def iter_feature_batches(
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=default_collate,
                         num_workers=num_workers)
     with eval_mode(model.to(device)):
-        for raw in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):
+        for raw in progress_display(loader, desc=desc, unit="batch", disable=not progress, leave=False):
             batch = policy.eval_views(to_device(raw, torch.device(device)))
             n = batch.n
             labels = batch.labels.cpu().numpy() if batch.labels is not None else np.full(n, -1, dtype=np.int64)

@@ -321,6 +321,13 @@ def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: lis
 
     if folds is not None and folds < 2:
         raise ValueError(f"--folds must be >= 2 (got {folds}); omit it for a single split")
+    if "eeg" not in cfg.model.encoders:  # an image / text run: no cache makes it an EEG encoder
+        from . import available_evaluators
+
+        others = ", ".join(f"mvapp eval {name}" for name in available_evaluators() if name != "sleep-staging")
+        raise ValueError(f"run {run_dir} has no EEG encoder (it was trained on '{cfg.data.adapter}' data, encoders: "
+                         f"{', '.join(cfg.model.encoders)}): sleep staging needs a run trained on EEG windows (e.g. "
+                         f"mvapp train --config configs/eeg_sleepedf_m3g.yaml); evaluate this run with {others}")
     if cfg.data.adapter != "eeg_windows" and cache is None:
         raise ValueError(f"run {run_dir} was trained on '{cfg.data.adapter}' data; pass --cache <prepared EEG cache>")
     pretraining_subjects: list[str] = []

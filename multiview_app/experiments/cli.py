@@ -9,7 +9,10 @@ here by the console script (``multiview_app/cli.py``: ``FORWARDS``).
 from __future__ import annotations
 
 import argparse
+import functools
+import shlex
 from pathlib import Path
+from typing import Callable
 
 from ..argtypes import nonnegative_int, positive_float, positive_int
 
@@ -22,6 +25,26 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
                                  "pretrain one run per held-out domain and seed (--config) or evaluate --run")
     add_domain_generalization_arguments(parser)
     parser.set_defaults(func=run_domain_generalization)
+
+
+def resumable(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``run`` whose interrupted training (Ctrl-C / SIGTERM in one of its runs) tells the user to run the
+    same experiment command again (finished runs are reused, the interrupted one resumes from its
+    checkpoint), not to resume the sub-run by hand."""
+    @functools.wraps(run)
+    def wrapped(args: argparse.Namespace) -> int:
+        from ..train.trainer import TrainingInterrupted
+
+        try:
+            return run(args)
+        except TrainingInterrupted as err:
+            what = str(err).split("; resume with:")[0]
+            command = " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment", "..."])
+            raise TrainingInterrupted(
+                f"{what}; resume the experiment with the same command (finished runs are reused, this one continues "
+                f"from its checkpoint): mvapp {command}", err.signum,
+            ) from None
+    return wrapped
 
 
 def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +78,7 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
                              "runs (pretraining, ERM) use their config's train.num_threads")
 
 
+@resumable
 def run_domain_generalization(args: argparse.Namespace) -> int:
     """Train unless done and evaluate (module docstring); print the whole table and what was written."""
     from ..config import load_config

@@ -38,12 +38,13 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     import os
 
+    from ..console import info
     from ..threads import configure_torch_threads
     from ..train.input_contract import format_input_differences
     from .export import export_embeddings
 
     # MVAPP_NUM_THREADS > OMP_NUM_THREADS > auto; the choice printed by the main process of a launch
-    configure_torch_threads(report=print if os.environ.get("RANK", "0") == "0" else None)
+    configure_torch_threads(report=info if os.environ.get("RANK", "0") == "0" else None)
 
     if args.batch_size is not None and args.batch_size < 1 or args.num_workers < 0 or args.max_shard_mb <= 0:
         raise ValueError(f"--batch-size, --max-shard-mb must be positive and --num-workers >= 0 "

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..fileio import atomic_write_json, atomic_write_text, sha256_file
+from ..fileio import atomic_write_json, atomic_write_text, atomic_write_with, sha256_file
 from ..models.encoders import TimmImageEncoder, build_encoder
 
 ENCODER_FORMAT = "multiview_app.encoder/1"
@@ -199,10 +199,8 @@ def export_encoder(run_dir: str | Path, out_dir: str | Path, *, weights: str = "
     input_description = _input_description(cfg, run_dir, modality)
     _prepare_out(out_dir, run_dir, overwrite)
 
-    weights_path = out_dir / WEIGHTS_FILE
-    tmp = out_dir / f".{WEIGHTS_FILE}.tmp"
-    save_file(state, str(tmp), metadata={"format": ENCODER_FORMAT, "modality": modality, "encoder": name})
-    tmp.replace(weights_path)
+    weights_path = atomic_write_with(out_dir / WEIGHTS_FILE, lambda tmp: save_file(
+        state, str(tmp), metadata={"format": ENCODER_FORMAT, "modality": modality, "encoder": name}))  # umask's mode
     facts = _run_steps_and_loss(run_dir, weights)
     config: dict[str, Any] = {
         "format": ENCODER_FORMAT,
@@ -328,7 +326,8 @@ def model_card(config: dict[str, Any]) -> str:
     lines = [
         f"# {config['modality']} encoder `{config['encoder']}` (multiview_app)", "",
         f"Self-supervised {config['modality']} encoder exported by `mvapp export-model` from run `{source['run']}` "
-        f"({source['weights']} weights, `{source['weights_file']}`).", "",
+        f"({source['weights']} weights, the run's `{source['weights_file']}`); this folder holds the encoder alone, "
+        f"in `{WEIGHTS_FILE}`.", "",
         "## Training",
         f"- loss: `{source['loss']['name']}`" + (f" ({loss})" if loss else ""),
         f"- data: adapter `{source['data']['adapter']}`, options `{json.dumps(source['data']['options'])}`",

@@ -317,7 +317,7 @@ def export_model(
     non-main processes, read back after the main process wrote it). ``provenance`` (run, weights,
     config hash, ...) is recorded in the plan and the manifest.
     """
-    from tqdm.auto import tqdm
+    from ..console import progress as progress_display
 
     if features not in FEATURE_KINDS:
         raise ExportError(f"--features: expected one of {', '.join(FEATURE_KINDS)}, got {features!r}")
@@ -362,7 +362,7 @@ def export_model(
     todo = [s for s in mine if not _shard_done(out_dir, s)]
     start = time.perf_counter()
     written = 0
-    bar = tqdm(total=sum(s.rows for s in todo), unit="row", unit_scale=True, desc=f"export {split}",
+    bar = progress_display(total=sum(s.rows for s in todo), unit="row", unit_scale=True, desc=f"export {split}",
                disable=not (progress and procs.is_main), leave=False)
     try:
         for shard in todo:

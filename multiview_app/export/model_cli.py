@@ -24,10 +24,11 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..console import info
     from ..threads import configure_torch_threads
     from .encoder import export_encoder
 
-    configure_torch_threads(report=print)
+    configure_torch_threads(report=info)
     config = export_encoder(args.run, args.out, weights=args.weights, modality=args.modality, onnx=args.onnx,
                             overwrite=args.overwrite)
     onnx = config.get("onnx")

@@ -46,12 +46,13 @@ def _run(args: argparse.Namespace) -> int:
 
     export_dir = args.export
     if args.run is not None:
+        from ..console import info
         from ..threads import configure_torch_threads
         from .export import export_embeddings
 
         if args.out is None:
             raise ValueError("--run needs --out (the export goes to <out>/export, the map to <out>)")
-        configure_torch_threads(report=print)
+        configure_torch_threads(report=info)
         export_dir = args.out / "export"
         export_embeddings(args.run, export_dir, split=args.split, views="mean", overwrite=True, progress=False)
     summary = plot_embeddings(export_dir, args.out, method=args.method, color_by=args.color_by,

@@ -5,6 +5,12 @@ differs from it is refused with every differing key as ``key: saved -> given``. 
 :data:`SAFE_ON_RESUME` (run length, logging / checkpoint cadence, loader workers, end-of-run
 evaluation) may change, but only when the caller says so (``mvapp train --accept-config-changes``);
 each accepted change is appended to ``config_history.jsonl`` and ``config.yaml`` is rewritten.
+
+Extending a finished run (``mvapp train --resume runs/X train.max_steps=<more> --accept-config-changes``)
+continues from its final checkpoint (every run ends with one, ``train/checkpoint.py``), never from an older
+one: :func:`refuse_stale_extension` refuses a finished run whose newest checkpoint is older than its final
+model (written by an older version), and the trainer moves the finished model into ``final_step<N>/``
+(``run_io.keep_previous_final``) before it trains again.
 """
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ from typing import Any
 
 from ..config import Config, ConfigError, read_yaml
 from ..fileio import atomic_write_text
+from .checkpoint import read_trainer_state
+from .run_io import final_model_step
 
 CONFIG_FILE = "config.yaml"
 HISTORY_FILE = "config_history.jsonl"
@@ -104,6 +112,27 @@ def reconcile_resume_config(
     return cfg
 
 
+
+def refuse_stale_extension(run_dir: str | Path, ckpt: Path | None) -> None:
+    """A finished run resumed as a whole to train further must continue from its final state. Raises a
+    ValueError when the run's final model (step N) is newer than its newest checkpoint ``ckpt`` (a run
+    written by an older version, whose last state was not a checkpoint): training from there would
+    silently redo steps. Naming an older checkpoint folder explicitly is the way to do that on purpose."""
+    final_step = final_model_step(run_dir)
+    ckpt_step = int(read_trainer_state(ckpt)["step"]) if ckpt is not None else 0
+    if final_step is None or ckpt_step >= final_step:
+        return
+    where = (f"its newest checkpoint is {ckpt} (step {ckpt_step})" if ckpt is not None
+             else "it has no checkpoint")
+    how = (f"to retrain from that checkpoint on purpose, name it: mvapp train --resume {ckpt} ... "
+           f"--accept-config-changes (steps {ckpt_step + 1}-{final_step} are trained again; the finished model is "
+           f"kept in {run_dir}/final_step{final_step}/)" if ckpt is not None
+           else "train a longer run under a new --name instead")
+    raise ValueError(
+        f"--resume {run_dir}: the run is finished at step {final_step} but {where}: its final state was not "
+        f"saved as a checkpoint (a run written by an older version), so it cannot be extended from its final "
+        f"weights; {how}"
+    )
 
 
 # ----------------------------------------------------------------------------- one writer per run folder
@@ -201,4 +230,4 @@ class RunLock:
 
 
 __all__ = ["HISTORY_FILE", "LOCK_FILE", "RunLock", "SAFE_ON_RESUME", "config_differences", "flatten", "holds_nothing",
-           "is_safe", "reconcile_resume_config"]
+           "is_safe", "reconcile_resume_config", "refuse_stale_extension"]

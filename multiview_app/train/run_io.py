@@ -1,14 +1,16 @@
 """Run-folder I/O: atomic writes, model weights (safetensors, never pickle), ``load_run``.
 
 Layout of ``runs/<name>/`` (docs/architecture.md): ``config.yaml``, ``metrics.jsonl``, ``tb/``,
-``checkpoints/step_XXXXXXXX/``, ``init.safetensors``, ``model.safetensors``, ``model.json``,
-``eval/<kind>.json``, ``plots/``, ``curves.png``.
+``checkpoints/step_XXXXXXXX/`` (the last one holds the final state), ``init.safetensors``,
+``model.safetensors`` (its header records its ``step``), ``model.json``, ``eval/<kind>.json``, ``plots/``,
+``curves.png``; ``final_step<N>/`` keeps a finished model that a longer resumed run replaced.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,26 +18,70 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import Config, ConfigError, config_from_dict, read_yaml
-from ..fileio import atomic_write_json, atomic_write_text, default_file_mode, temp_sibling
+from ..fileio import atomic_write_json, atomic_write_text, atomic_write_with
 
-__all__ = ["atomic_write_json", "atomic_write_text", "load_run", "load_run_config", "model_spec", "save_weights"]
+__all__ = ["atomic_write_json", "atomic_write_text", "final_model_step", "keep_previous_final", "load_run",
+           "load_run_config", "model_spec", "save_weights"]
 
 WEIGHT_FILES = {"final": "model.safetensors", "init": "init.safetensors"}
 
 
-def save_weights(module: torch.nn.Module, path: str | Path) -> Path:
-    """Save ``module.state_dict()`` as safetensors, atomically (shared tensors are cloned)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def save_weights(module: torch.nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
+    """Save ``module.state_dict()`` as safetensors, atomically (shared tensors are cloned);
+    ``metadata`` (str -> str) goes into the file's header (the final model records its ``step``)."""
     state = {k: v.detach().cpu().contiguous().clone() for k, v in module.state_dict().items()}
-    tmp = temp_sibling(path)
+    return atomic_write_with(path, lambda tmp: save_file(state, str(tmp), metadata=metadata))
+
+
+FINAL_MODEL = WEIGHT_FILES["final"]
+KEPT_FINAL_DIR = "final_step{step}"
+
+
+def final_model_step(run_dir: str | Path) -> int | None:
+    """The optimizer step of the run's final ``model.safetensors`` (None when there is none): the
+    ``step`` in its header, else (written by an older version) the last step of ``metrics.jsonl``."""
+    from safetensors import safe_open
+
+    run_dir = Path(run_dir)
+    path = run_dir / FINAL_MODEL
+    if not path.is_file():
+        return None
     try:
-        save_file(state, str(tmp))  # safetensors recreates the file with mode 0600
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+        with safe_open(str(path), framework="pt") as handle:
+            step = (handle.metadata() or {}).get("step")
+        if step is not None:
+            return int(step)
+    except Exception:  # an unreadable file: fall back on the metrics
+        pass
+    metrics = run_dir / "metrics.jsonl"
+    steps = [json.loads(line).get("step") for line in metrics.read_text().splitlines() if line.strip()] \
+        if metrics.is_file() else []
+    steps = [int(s) for s in steps if isinstance(s, int)]
+    return max(steps) if steps else None
+
+
+def keep_previous_final(run_dir: str | Path) -> Path | None:
+    """Before a resumed run trains again, move its finished ``model.safetensors`` (with a copy of
+    ``model.json`` and ``eval/``) into ``final_step<N>/`` so a finished model is never overwritten;
+    returns that folder (None when there is no final model). An existing folder of that name gets a
+    ``-2``, ``-3``, ... suffix."""
+    run_dir = Path(run_dir)
+    if not (run_dir / FINAL_MODEL).is_file():
+        return None
+    step = final_model_step(run_dir)
+    base = run_dir / KEPT_FINAL_DIR.format(step=step if step is not None else "unknown")
+    target, n = base, 1
+    while target.exists():
+        n += 1
+        target = base.with_name(f"{base.name}-{n}")
+    target.mkdir()
+    for name in ("model.json",):
+        if (run_dir / name).is_file():
+            shutil.copy2(run_dir / name, target / name)
+    if (run_dir / "eval").is_dir():
+        shutil.copytree(run_dir / "eval", target / "eval")
+    os.replace(run_dir / FINAL_MODEL, target / FINAL_MODEL)
+    return target
 
 
 def model_spec(cfg: Config) -> dict[str, Any]:

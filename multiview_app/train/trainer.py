@@ -35,6 +35,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from ..config import Config, dump_config, resolve_paths
+from ..console import info
 from ..data.batch import ViewBatch, to_device
 from ..data.streaming import STREAM_KEYS, StreamingDataset, StreamPosition
 from ..losses import build_loss
@@ -46,8 +47,8 @@ from .diagnostics import step_diagnostics, write_diagnostics_summary
 from .distributed import gather_with_grad, gradient_scale, world_size
 from .input_contract import check_run_input, format_input_differences, write_run_contract
 from .metrics import MetricsLog, StepTimer, host_values, plot_curves, read_metrics
-from .resume import RunLock, reconcile_resume_config
-from .run_io import atomic_write_json, atomic_write_text, model_spec, save_weights
+from .resume import RunLock, reconcile_resume_config, refuse_stale_extension
+from .run_io import atomic_write_json, atomic_write_text, keep_previous_final, model_spec, save_weights
 
 #: What the trainer checks for NaN/Inf each step, in the order it checks them.
 NONFINITE_CHECKS: tuple[str, ...] = ("embeddings", "loss")
@@ -367,13 +368,13 @@ class Trainer:
         """The thread choice's header line: printed, logged (``multiview_app`` logger), kept in the notes."""
         self.notes.append(header)
         logging.getLogger("multiview_app").info(header)
-        print(header, flush=True)
+        info(header)  # held by the CLI until training starts (a failing command prints only its error)
 
     def _note(self, message: str) -> None:
         """Record a note for the result and print it (main process)."""
         self.notes.append(message)
         if self._main:
-            print(f"note: {message}", flush=True)
+            info(f"note: {message}")
 
     def _check_run_dir(self) -> None:
         """A new run needs a new folder; a resumed one an existing run whose saved config matches
@@ -400,6 +401,8 @@ class Trainer:
             ckpt = None
         if ckpt is not None:
             read_trainer_state(ckpt)  # a corrupt state file is an error before anything runs
+        if self.accept_config_changes and (explicit is None or explicit.resolve() == self.run_dir.resolve()):
+            refuse_stale_extension(self.run_dir, ckpt)  # extending a finished run: from its final state only
         # refuse a differing config now; accepted changes are recorded once the checkpoint is restored
         self.cfg = reconcile_resume_config(self.run_dir, self.cfg, accept_changes=self.accept_config_changes, write=False)
         if ckpt is None:
@@ -412,8 +415,9 @@ class Trainer:
     def _finished_already(self) -> bool:
         """A run resumed as a whole (``latest`` or its run folder) whose final model is written is finished:
         resuming it trains nothing (its saved config was already compared by :meth:`_check_run_dir`).
-        ``accept_config_changes`` (e.g. a larger ``train.max_steps``) is the way to extend it from its last
-        checkpoint; naming one checkpoint folder explicitly goes back to that checkpoint, as asked."""
+        ``accept_config_changes`` (e.g. a larger ``train.max_steps``) is the way to extend it from its final
+        checkpoint; naming one checkpoint folder explicitly goes back to that checkpoint, as asked (either way
+        the finished model is kept in ``final_step<N>/`` before training again)."""
         if self.resume is None or self.accept_config_changes or not (self.run_dir / "model.safetensors").is_file():
             return False
         return self.resume == "latest" or Path(self.resume).resolve() == self.run_dir.resolve()
@@ -523,6 +527,10 @@ class Trainer:
             if state["loss_state"] == "missing":
                 self._note(f"{ckpt} holds no loss state (older checkpoint): the loss starts from its initial state")
             self._record_config_changes(accelerator, at.step)
+            if at.step < plan.total_steps and accelerator.is_main_process:
+                kept = keep_previous_final(self.run_dir)  # a finished model is never overwritten
+                if kept is not None:
+                    self._note(f"the finished model is kept in {kept}/; training continues to step {plan.total_steps}")
         elif accelerator.is_main_process:
             if self._restart_from_zero:
                 self._record_config_changes(accelerator, 0)
@@ -579,7 +587,8 @@ class Trainer:
             run_start = time.perf_counter()
             last_loss = self._run_epochs(accelerator, plan, parts, at)
             wall = time.perf_counter() - run_start
-            evaluation, reports = self._finish(accelerator, parts)
+            self._save_checkpoint(accelerator, plan, parts, at)  # the final state: extending the run starts here
+            evaluation, reports = self._finish(accelerator, parts, at.step)
         finally:
             if lock is not None:
                 lock.release()
@@ -591,13 +600,13 @@ class Trainer:
     def _run_epochs(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> float:
         """Optimizer steps from ``at`` to ``plan.total_steps`` (``at`` is advanced in place);
         returns the last step's loss."""
-        from tqdm.auto import tqdm
+        from ..console import progress
 
         cfg, tcfg = self.cfg, self.cfg.train
         device, main, rank = accelerator.device, accelerator.is_main_process, accelerator.process_index
         resumed = self.resume is not None and not self._restart_from_zero
         metrics = MetricsLog(self.run_dir / "metrics.jsonl", resume_step=at.step if resumed else None) if main else None
-        bar = tqdm(total=plan.total_steps, initial=at.step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
+        bar = progress(total=plan.total_steps, initial=at.step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
         timer = StepTimer(device)
         window = {"steps": 0, "start": time.perf_counter(), "data_build_s": 0.0}
         last_loss: torch.Tensor | None = None  # on the device; read back on logging steps and at the end
@@ -760,12 +769,12 @@ class Trainer:
     def _report(self, message: str) -> None:
         """A note during training: kept in the notes, logged (``multiview_app`` logger) and printed
         above the progress bar (main process)."""
-        from tqdm.auto import tqdm
+        from ..console import write
 
         self.notes.append(message)
         logging.getLogger("multiview_app").info(message)
         if self._main:
-            tqdm.write(f"note: {message}")
+            write(f"note: {message}")
 
     def _maybe_checkpoint(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> None:
         """Every ``train.checkpoint_every`` steps (not after the last): see :meth:`_save_checkpoint`."""
@@ -811,13 +820,14 @@ class Trainer:
             states["ema_teacher"] = parts.teacher
         return states
 
-    def _finish(self, accelerator: Any, parts: Parts) -> tuple[dict[str, Any] | None, list[str]]:
+    def _finish(self, accelerator: Any, parts: Parts, step: int) -> tuple[dict[str, Any] | None, list[str]]:
         """Final weights, model.json and curves (main process), then the callbacks' end hooks;
         returns their results by callback name (None when there are none) and their console reports."""
         accelerator.wait_for_everyone()
         main = accelerator.is_main_process
         if main:
-            save_weights(accelerator.unwrap_model(parts.step_module).model, self.run_dir / "model.safetensors")
+            save_weights(accelerator.unwrap_model(parts.step_module).model, self.run_dir / "model.safetensors",
+                         metadata={"step": str(step)})
             atomic_write_json(self.run_dir / "model.json", model_spec(self.cfg))
             if self.cfg.output.curves:
                 plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")

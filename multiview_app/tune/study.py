@@ -355,7 +355,7 @@ class Search:
         return row
 
     def _worker(self, bar: Any, deadline: float | None) -> None:
-        from tqdm.auto import tqdm
+        from ..console import write
 
         while True:
             if deadline is not None and time.monotonic() > deadline:
@@ -375,13 +375,13 @@ class Search:
             value_text = (f"{value:.4f}" if isinstance(value, float) else str(value))
             line = (f"trial {row['number']}: {row['state']} value={value_text} ({params}) {row['duration_s']:.1f} s"
                     + (f" - {row['reason']}" if row.get("reason") else ""))
-            tqdm.write(line) if self.progress else print(line, flush=True)
+            write(line) if self.progress else print(line, flush=True)
             bar.n = min(self.done(), self.trials)
             bar.refresh()
 
     def run(self) -> SearchSummary:
         """Run workers until the study holds ``trials`` finished (COMPLETE/PRUNED) trials or time runs out."""
-        from tqdm.auto import tqdm
+        from ..console import progress
 
         deadline = time.monotonic() + self.timeout if self.timeout else None
         own_server = self.use_fork and self.fork_server is None
@@ -390,7 +390,7 @@ class Search:
         try:
             if self.fork_server is not None:
                 self.fork_server.wait_ready()
-            with tqdm(total=self.trials, initial=min(self.done(), self.trials), desc=f"study {self.study_name}",
+            with progress(total=self.trials, initial=min(self.done(), self.trials), desc=f"study {self.study_name}",
                       unit="trial", disable=not self.progress) as bar:
                 threads = [threading.Thread(target=self._worker, args=(bar, deadline), daemon=True)
                            for _ in range(self.workers)]

@@ -1,6 +1,7 @@
 """Start-up time of ``mvapp --help`` / ``--version`` (no torch import) against references measured the
 same way in fresh processes: the bare interpreter, ``import torch`` and ``mvapp config show`` (which
-needs the registries, hence torch).
+needs the registries, hence torch), and ``config show`` with torchvision imported eagerly (what every
+``mvapp`` process paid before torchvision was imported only where an image transform needs it).
 
 Usage: ``python scripts/bench/bench_cli_startup.py --repeats 7``. Prints a markdown table (median wall
 seconds of fresh ``python`` processes, interleaved) and the ratios to the ``import torch`` row.
@@ -23,6 +24,11 @@ COMMANDS = {
     "python -c 'import torch'": ["-c", "import torch"],
     "mvapp config show (imports torch)": ["-m", "multiview_app.cli", "config", "show", "--config",
                                           str(ROOT / "configs" / "digits_m3g.yaml")],
+    # the same command with torchvision imported first, as every mvapp process did before the image
+    # augmentations imported it lazily (torchvision.ops pulls in torch._dynamo)
+    "mvapp config show + eager torchvision (before)": [
+        "-c", "import sys, torchvision.transforms.v2.functional, torchvision.ops; from multiview_app.cli import main; "
+              f"sys.exit(main(['config', 'show', '--config', {str(ROOT / 'configs' / 'digits_m3g.yaml')!r}]))"],
 }
 
 
@@ -50,6 +56,9 @@ def main() -> None:
     for name, values in times.items():
         median = statistics.median(values)
         print(f"| {name} | {median:.3f} | {min(values):.3f} | {median / torch_median:.2f} |")
+    before = statistics.median(times["mvapp config show + eager torchvision (before)"])
+    after = statistics.median(times["mvapp config show (imports torch)"])
+    print(f"config show: eager torchvision / lazy = {before / after:.2f} ({before - after:.2f} s saved per process)")
 
 
 if __name__ == "__main__":

@@ -339,7 +339,7 @@ def preload_images(files: DomainFiles, load_size: int, workers: int, max_bad_fra
     """Decode every file of ``files`` (``workers`` DataLoader workers), or take them from
     :data:`DECODED_SPLITS`; unreadable ones are skipped and counted (``report_skipped``, on a cache hit
     too). Returns the kept files and their images uint8 ``(N, 3, S, S)``."""
-    from tqdm.auto import tqdm
+    from ...console import progress
 
     what = f"domain '{files.domain}' ({files.split})"
     use_cache = DecodedSplitCache.budget_bytes() > 0
@@ -353,7 +353,7 @@ def preload_images(files: DomainFiles, load_size: int, workers: int, max_bad_fra
                             collate_fn=_first_items, generator=torch.Generator().manual_seed(0))
         images: list[torch.Tensor | None] = [None] * len(files.paths)
         skipped = []
-        for batch in tqdm(loader, desc=f"decoding {what}", leave=False, disable=len(files.paths) < 5000):
+        for batch in progress(loader, desc=f"decoding {what}", leave=False, disable=len(files.paths) < 5000):
             for i, image, error in batch:
                 if image is None:
                     skipped.append(f"{files.paths[i]} ({error})")

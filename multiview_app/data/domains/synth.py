@@ -127,7 +127,7 @@ def synth_domains(
     """
     from PIL import Image
     from sklearn.datasets import load_digits
-    from tqdm.auto import tqdm
+    from ...console import progress
 
     from ...fileio import atomic_write_text
 
@@ -146,7 +146,7 @@ def synth_domains(
     domain_ids = {name: j for j, name in enumerate(RENDERERS)}  # stable whatever subset is written
     for domain in domains:
         lines: dict[str, list[str]] = {"train": [], "test": []}
-        for i in tqdm(range(len(labels)), desc=f"synth {domain}", leave=False):
+        for i in progress(range(len(labels)), desc=f"synth {domain}", leave=False):
             label = int(labels[i])
             rel = f"{domain}/{label}/{domain}_{i:04d}.jpg"
             path = out / rel

@@ -149,7 +149,7 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     (prepared, skipped_existing, duplicates, errors, not_selected, windows, dropped counts by reason).
     Sleep-EDF: SC nights only unless ``include_st``. DREAMS: every excerpt is checked before the first
     write (see :func:`dreams_entries`)."""
-    from tqdm import tqdm
+    from ...console import progress as progress_display
 
     source, out = Path(source), Path(out)
     if not source.is_dir():
@@ -178,7 +178,7 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     summary: dict[str, Any] = {"prepared": [], "skipped_existing": [], "duplicates": [], "errors": [],
                                "dropped": Counter(), "reader_counts": Counter(),
                                "not_selected": {k: v for k, v in not_selected.items() if v}}
-    for entry in tqdm(entries, desc=f"prepare {dataset}", disable=None if progress else True):  # None: off when not a TTY
+    for entry in progress_display(entries, desc=f"prepare {dataset}", disable=not progress):
         checksums = [{"path": str(f), "sha256": sha256_file(f)} for f in entry.files]
         signal_sum = checksums[0]["sha256"]
         known = by_id.get(entry.recording)
@@ -232,20 +232,47 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     return summary
 
 
-def summary_line(summary: dict) -> str:
-    """One line for the terminal: what was prepared, windows per stage, what was dropped or noticed
-    by the readers (non-zero counts), and where the full summary is."""
-    def pairs(counts: dict) -> str:
-        return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
+def stage_table(rows: dict[str, dict[str, int]]) -> list[str]:
+    """Aligned lines: a header ``stage W N1 N2 N3 REM total`` then one row per ``{label: {stage: n}}``."""
+    header = ["", *STAGES, "total"]
+    body = [[label, *(str(counts.get(s, 0)) for s in STAGES), str(sum(counts.get(s, 0) for s in STAGES))]
+            for label, counts in rows.items()]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+            for r in [header, *body]]
 
-    return (f"prepared {len(summary['prepared'])} recordings (skipped {len(summary['skipped_existing'])} already "
-            f"prepared, {len(summary['duplicates'])} duplicates, {len(summary['errors'])} unreadable"
-            f"{' (skipped, listed below)' if summary['errors'] else ''}); "
-            f"cache {summary['cache']} holds {summary['windows']} windows ({pairs(summary['windows_per_stage'])}); "
-            f"not selected: {pairs(summary['not_selected'])}; "
-            f"dropped: {pairs(summary['dropped'])}; reader counts: {pairs(summary['reader_counts'])}; "
-            f"details: {summary['summary_file']}"
-            + "".join(f"\n  skipped (unreadable): {error}" for error in summary["errors"]))
+
+def _pairs(counts: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+
+
+def summary_table(summary: dict) -> str:
+    """What ``mvapp data prepare`` prints: recordings, windows per stage, what was dropped / not used and
+    where the full summary (the readers' counts, per recording) is; unreadable files listed below."""
+    lines = [f"prepared {len(summary['prepared'])} recordings into {summary['cache']} "
+             f"({len(summary['skipped_existing'])} already there, {len(summary['duplicates'])} duplicates, "
+             f"{len(summary['errors'])} unreadable{', skipped, listed below' if summary['errors'] else ''})"]
+    lines += stage_table({"windows": summary["windows_per_stage"]})
+    for label, counts in (("dropped", summary["dropped"]), ("not used", summary["not_selected"])):
+        if _pairs(counts):
+            lines.append(f"{label}: {_pairs(counts)}")
+    lines.append(f"details (reader counts, per recording): {summary['summary_file']}")
+    lines += [f"  skipped (unreadable): {error}" for error in summary["errors"]]
+    return "\n".join(lines)
+
+
+def info_table(summary: dict) -> str:
+    """What ``mvapp data info`` prints (``--json``: the full :func:`info` record)."""
+    rate = f"{summary['sfreq']:g} Hz"
+    lines = [f"{summary['cache']}: {summary['dataset']}, {summary['recordings']} recordings, {summary['subjects']} "
+             f"subjects; channels {', '.join(summary['channels'])} at {rate}, {summary['window_seconds']:g} s windows"]
+    lines += stage_table({"windows": summary["windows_per_stage"]})
+    if _pairs(summary["dropped_windows"]):
+        lines.append(f"dropped windows: {_pairs(summary['dropped_windows'])}")
+    if summary["duplicates"]:
+        lines.append(f"duplicates skipped: {len(summary['duplicates'])}")
+    lines.append("per subject and the dataset card: mvapp data info --json")
+    return "\n".join(lines)
 
 
 def info(cache_dir: str | Path) -> dict:

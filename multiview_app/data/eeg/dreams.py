@@ -101,10 +101,13 @@ def find_excerpts(source: Path) -> tuple[list[Excerpt], dict[str, int]]:
 
 def expected_checksums(source: Path) -> tuple[dict[str, str], str]:
     """File name -> sha256 from ``source/SHA256SUMS`` when present (lines ``<hex>  <path>``; the file
-    name is the key), else from the card; and where they came from (for messages)."""
+    name is the key), the card's sums filling in the files it does not list (the distributed SHA256SUMS
+    lists the signal files only, not the hypnograms); else from the card; and where they came from."""
     sums_file = source / SHA256SUMS
+    card = dict(card_facts().checksums.files)
+    where_card = f"the card datasets/{CARD}.yaml"
     if not sums_file.exists():
-        return dict(card_facts().checksums.files), f"the card datasets/{CARD}.yaml"
+        return card, where_card
     sums: dict[str, str] = {}
     for number, line in enumerate(sums_file.read_text().splitlines(), start=1):
         if not line.strip():
@@ -113,7 +116,7 @@ def expected_checksums(source: Path) -> tuple[dict[str, str], str]:
         if len(parts) != 2 or not re.fullmatch(r"[0-9a-fA-F]{64}", parts[0]):
             raise ValueError(f"{sums_file}: line {number}: expected '<64 hex digits>  <file>', found '{line.strip()}'")
         sums[Path(parts[1].strip().lstrip("*")).name] = parts[0].lower()
-    return sums, str(sums_file)
+    return {**card, **sums}, f"{sums_file} (for files it does not list: {where_card})"
 
 
 def verify_checksums(files: list[Path], sums: dict[str, str], where: str) -> int:

@@ -991,7 +991,7 @@ def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: 
     ``record_hours`` (sleep-edf): pad each recording with wake to that length (0: no padding;
     None: :func:`default_record_hours`, i.e. SC-length 20-h files for full nights). ``workers`` > 1:
     nights are written by that many processes (the same files, byte for byte)."""
-    from tqdm import tqdm
+    from ...console import progress as progress_display
 
     if fmt not in WRITERS:
         raise ValueError(f"--format: unknown '{fmt}'; available: {', '.join(WRITERS)}")
@@ -1009,16 +1009,16 @@ def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(out, s, n, fmt, hours, seed, compress, record_hours) for s in range(subjects) for n in range(nights)]
-    bar = {"desc": f"synth-psg {fmt}", "total": len(jobs), "disable": None if progress else True}  # None: off when not a TTY
+    bar = {"desc": f"synth-psg {fmt}", "total": len(jobs), "disable": not progress}  # plain lines off a terminal
     if workers == 1 or len(jobs) == 1:
-        done = [_synth_recording(job) for job in tqdm(jobs, **bar)]
+        done = [_synth_recording(job) for job in progress_display(jobs, **bar)]
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context(method)) as pool:
-            done = list(tqdm(pool.map(_synth_recording, jobs), **bar))
+            done = list(progress_display(pool.map(_synth_recording, jobs), **bar))
     return [path for paths in done for path in paths]
 
 

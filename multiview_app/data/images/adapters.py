@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 from pydantic import Field
 from torch.utils.data import Dataset
-from tqdm.auto import tqdm
+from ...console import progress
 
 from ..adapters import ADAPTERS, AdapterOptions, DataAdapter
 from ..hf_local import load_local_splits
@@ -155,7 +155,7 @@ def decode_images(
     """
     report = DecodeReport([], [], [], [])
     verb = "decoding" if preload else "checking"
-    for source, label, open_fn in tqdm(entries, total=total, desc=f"{verb} {what}", leave=False, disable=total < 2000):
+    for source, label, open_fn in progress(entries, total=total, desc=f"{verb} {what}", leave=False, disable=total < 2000):
         try:
             with open_fn() as img:
                 if preload:

@@ -37,8 +37,6 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
-import torchvision.transforms.v2.functional as TF
-from torchvision.ops import roi_align
 
 from ...registry import Registry
 
@@ -322,6 +320,8 @@ def resized_crop(x: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tenso
     )
     if height <= size and width <= size:
         return out
+    from torchvision.ops import roi_align  # torchvision (and torch._dynamo with it) is imported when needed only
+
     shrink = ((boxes[:, 2] - boxes[:, 0]) > size) | ((boxes[:, 3] - boxes[:, 1]) > size)
     if gathers_rows(x.device):
         rows = torch.nonzero(shrink).flatten()
@@ -407,6 +407,8 @@ def apply_params(x: torch.Tensor, spec: StackSpec, params: AugmentParams, image_
 
 def test_transform(images: torch.Tensor, image_size: int, normalize_output: bool = True) -> torch.Tensor:
     """Deterministic eval view: resize to ``image_size / 0.875``, center crop, normalize."""
+    import torchvision.transforms.v2.functional as TF  # imported when needed: seconds per process otherwise
+
     x = to_float(images)
     resize_to = int(round(image_size / TEST_CROP_FRACTION))
     x = TF.resize(x, [resize_to, resize_to], antialias=True)

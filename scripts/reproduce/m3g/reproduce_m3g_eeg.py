@@ -53,7 +53,7 @@ def prepare_data(data: Path, args: argparse.Namespace) -> dict[str, Path]:
     """Synthetic PhysioNet-2018-format (pretraining) and Sleep-EDF-format (staging) nights -> their
     prepared caches; each step is skipped when its output exists. Returns ``{dataset: cache}``."""
     from multiview_app.data.cli import default_channels
-    from multiview_app.data.eeg.cache import prepare, summary_line
+    from multiview_app.data.eeg.cache import prepare, summary_table
     from multiview_app.data.eeg.preprocess import PrepareOptions
     from multiview_app.data.eeg.synth import synth_psg
 
@@ -67,7 +67,7 @@ def prepare_data(data: Path, args: argparse.Namespace) -> dict[str, Path]:
             synth_psg(raw, subjects, 1, dataset, hours=args.hours, seed=seed, compress=args.compress, progress=False)
         if not (cache / "manifest.json").is_file() or not json.loads((cache / "manifest.json").read_text()).get("complete"):
             summary = prepare(dataset, raw, cache, PrepareOptions(channels=default_channels()[dataset]), progress=False)
-            print(summary_line(summary))
+            print(summary_table(summary))
         caches[dataset] = cache
     return caches
 

@@ -135,7 +135,7 @@ def run_workers(args: argparse.Namespace, shares: list[list[tuple[str, int]]], d
     """Start one worker per share, wait for all (a progress bar counts the planned evaluations in
     ``done_files`` that exist), return their exit codes; an interrupt (Ctrl-C) terminates the workers (their
     runs resume on the next call)."""
-    from tqdm.auto import tqdm
+    from multiview_app.console import progress as tqdm
 
     jobs_dir = args.runs_dir / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)

@@ -95,7 +95,7 @@ def run_one(method: str, m: int, seed: int, *, items: int, steps: int, tau: floa
 
 def run_grid(multiplicities: list[int], seeds: int, cache: Path | None = None, **settings: Any) -> list[dict[str, Any]]:
     """Every (method, M, seed); finished runs found in ``cache`` (jsonl, same settings) are reused."""
-    from tqdm.auto import tqdm
+    from multiview_app.console import progress as tqdm
 
     done: dict[tuple, dict[str, Any]] = {}
     if cache is not None and cache.is_file():
