@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/results_digits.py [--steps 400] [--losses m3g,mveb] [--runs-dir runs/results_digits]
 
-Resumable (``repro_common.train_unless_done``): a loss whose run has its results row is taken as it
+Resumable (``multiview_app.experiments.reproduce.train_unless_done``): a loss whose run has its results row is taken as it
 is; a finished model (model.safetensors) is reused, never retrained (its linear probe runs again when
 eval/linear_probe.json is missing); an interrupted attempt resumes from its latest checkpoint (use
 --fresh to retrain); the table is rewritten (atomically) after every loss.

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/results_pairs.py [--steps 400] [--configs pairs_m3g,pairs_clip_k2]
         [--runs-dir runs/results_pairs] [--out runs/results_pairs/table.md]
 
-Resumable (``repro_common.train_unless_done``): a config whose run has its results row is taken as
+Resumable (``multiview_app.experiments.reproduce.train_unless_done``): a config whose run has its results row is taken as
 it is; a finished model (model.safetensors) is reused, never retrained, and only evaluated; an
 interrupted attempt resumes from its latest checkpoint (``--fresh`` retrains); the Markdown table is
 rewritten (atomically) after every config.
