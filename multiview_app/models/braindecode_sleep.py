@@ -39,7 +39,7 @@ def braindecode_models(encoder: str) -> Any:
     try:
         import braindecode.models as models
     except ImportError as err:
-        raise ImportError(f"EEG encoder '{encoder}' needs braindecode ({err}): {EXTRA_HINT}") from None
+        raise ImportError(f"encoder eeg/{encoder} needs braindecode ({err}): {EXTRA_HINT}") from None
     return models
 
 
