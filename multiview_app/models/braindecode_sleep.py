@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -64,9 +63,7 @@ class BraindecodeSleepEncoder(Encoder):
         self.n_times = int(round(self.sfreq * self.window_seconds))
         models = braindecode_models(self.key)
         try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*designed originally for.*")  # AttnSleep off 30 s / 100 Hz
-                self.net = self.build_net(models, **net_kwargs)
+            self.net = self.build_net(models, **net_kwargs)
         except (ValueError, RuntimeError, AssertionError) as err:
             raise ValueError(f"encoder eeg/{self.key} cannot be built for {self.window_seconds:g}-s windows at "
                              f"{self.sfreq:g} Hz ({self.n_times} samples): {err}") from None
