@@ -29,7 +29,7 @@ from ..registry import Registry
 
 #: Encoders by ``"<modality>/<name>"``; the listed modules register more on first lookup.
 ENCODERS: Registry[Callable[..., nn.Module]] = Registry(
-    "encoder", modules=("multiview_app.models.eeg", "multiview_app.models.clip")
+    "encoder", modules=("multiview_app.models.eeg", "multiview_app.models.braindecode_sleep", "multiview_app.models.clip")
 )
 
 

@@ -32,7 +32,20 @@ def run_input_contract(cfg: Config, adapter: Any, policy: Any) -> dict[str, Any]
     encoder = cfg.model.encoders.get(getattr(adapter, "modality", ""))
     if make is None or encoder is None:
         return None
-    return make(dict(encoder), eval_view_names(adapter, policy))
+    contract = make(dict(encoder), eval_view_names(adapter, policy))
+    check_encoder_input(getattr(adapter, "modality", ""), dict(encoder), contract)
+    return contract
+
+
+def check_encoder_input(modality: str, encoder: dict[str, Any], contract: dict[str, Any]) -> None:
+    """An encoder class built for one input (e.g. braindecode's: a rate and a window) refuses a contract it
+    cannot read through its classmethod ``check_input_contract(options, contract)`` (one ``ValueError``)."""
+    from ..models.encoders import ENCODERS
+
+    key = f"{modality}/{encoder.get('name')}"
+    check = getattr(ENCODERS.get(key), "check_input_contract", None) if key in ENCODERS else None
+    if check is not None:
+        check({k: v for k, v in encoder.items() if k != "name"}, contract)
 
 
 def write_run_contract(run_dir: str | Path, cfg: Config, adapter: Any, policy: Any) -> Path | None:

@@ -54,6 +54,7 @@ SUITES: dict[str, list[Bench]] = {
     "data": [
         Bench("bench_augment", "batched image augmentation vs a per-image torchvision loop"),
         Bench("bench_eeg", "EEG prepare vs braindecode's pipeline; loader throughput"),
+        Bench("bench_eeg_encoders", "parameters and training steps/s of every EEG encoder, ratio vs conv"),
         Bench("bench_eeg_demo", "where the EEG demo's time goes; torch threads; eval batch size"),
         Bench("bench_domains", "domain-tuple loader vs the training step"),
         Bench("bench_export", "mvapp export throughput and peak memory"),
