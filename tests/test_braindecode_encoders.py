@@ -150,3 +150,32 @@ def test_training_refuses_data_at_another_rate(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "encoder eeg/chambon2018 is built for 30-s windows at 100 Hz (3000 samples)" in err
     assert "30-s windows at 200 Hz (6000 samples)" in err and "--sfreq 100" in err
+
+
+def test_native_chambon_equals_braindecode_chambon2018_and_needs_no_braindecode(monkeypatch):
+    from multiview_app.models.braindecode_sleep import ChambonEncoder
+
+    real_import = builtins.__import__
+
+    def no_braindecode(name, *args, **kwargs):
+        if name == "braindecode" or name.startswith("braindecode."):
+            raise ModuleNotFoundError(f"No module named '{name}'")
+        return real_import(name, *args, **kwargs)
+
+    with monkeypatch.context() as blocked:
+        blocked.setattr(builtins, "__import__", no_braindecode)
+        torch.manual_seed(0)
+        native = build_encoder("eeg", "chambon", out_dim=8)  # builds and runs without braindecode
+        assert native(torch.randn(3, 3000)).shape == (3, 8)
+    pytest.importorskip("braindecode", reason=MISSING)
+    reference = _encoder("chambon2018")
+    assert sum(p.numel() for p in native.parameters()) == sum(p.numel() for p in reference.parameters())
+    convs = [m for m in reference.net.feature_extractor if isinstance(m, torch.nn.Conv2d)]
+    with torch.no_grad():
+        for mine, theirs in zip([m for m in native.net if isinstance(m, torch.nn.Conv1d)], convs, strict=True):
+            mine.weight.copy_(theirs.weight.squeeze(2))
+            mine.bias.copy_(theirs.bias)
+        native.project.load_state_dict(reference.project.state_dict())
+    for samples in (3000, 2000):  # a full window and a 20-s training crop
+        x = torch.randn(4, samples)
+        torch.testing.assert_close(native(x), reference(x), rtol=0, atol=1e-6)

@@ -1,4 +1,11 @@
-"""braindecode's sleep stagers as EEG encoders (optional extra ``eeg-models``): ``eeg/chambon2018``, ``eeg/attnsleep``.
+"""Sleep-stager networks as EEG encoders: ``eeg/chambon`` (built in) and braindecode's ``eeg/chambon2018``,
+``eeg/attnsleep`` (optional extra ``eeg-models``).
+
+``eeg/chambon`` is the network of Chambon et al. (2018), "A deep learning architecture for temporal sleep
+stage classification using multivariate and multimodal time series" (IEEE TNSRE), for one channel, written
+here in plain torch: the same layers, shapes and (in distribution) initialization as braindecode's
+``SleepStagerChambon2018`` feature extractor (a test copies the weights across and compares outputs), so the
+demo needs no braindecode.
 
 Each wraps a braindecode model built for one channel (``n_chans = 1``) as a feature extractor: its
 classification layer is never built (``return_feats = True``) and a linear layer maps its flattened
@@ -61,9 +68,8 @@ class BraindecodeSleepEncoder(Encoder):
         self.sfreq = float(sfreq)
         self.window_seconds = float(window_seconds)
         self.n_times = int(round(self.sfreq * self.window_seconds))
-        models = braindecode_models(self.key)
         try:
-            self.net = self.build_net(models, **net_kwargs)
+            self.net = self.build_net(**net_kwargs)
         except (ValueError, RuntimeError, AssertionError) as err:
             raise ValueError(f"encoder eeg/{self.key} cannot be built for {self.window_seconds:g}-s windows at "
                              f"{self.sfreq:g} Hz ({self.n_times} samples): {err}") from None
@@ -75,8 +81,8 @@ class BraindecodeSleepEncoder(Encoder):
         if pretrained_path:
             load_pretrained(self, pretrained_path)
 
-    def build_net(self, models: Any, **net_kwargs: Any) -> nn.Module:
-        """The braindecode model for one channel of ``n_times`` samples, without its classifier."""
+    def build_net(self, **net_kwargs: Any) -> nn.Module:
+        """The network for one channel of ``n_times`` samples, without its classifier."""
         raise NotImplementedError
 
     def time_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -129,6 +135,57 @@ class BraindecodeSleepEncoder(Encoder):
         return self.project(h.flatten(1))
 
 
+@register_encoder("eeg", "chambon")
+class ChambonEncoder(BraindecodeSleepEncoder):
+    """Chambon et al. (2018) for one channel, in plain torch (no braindecode): two temporal convolutions
+    (kernel ``time_conv_size_s``, zero padding ``pad_size_s``) each followed by ReLU and max-pooling
+    (``max_pool_size_s``), flattened ``(n_conv_chs, L)`` features, a linear map to ``out_dim``.
+
+    ``forward(x (n, T) | (n, 1, T)) -> (n, out_dim)``; k channel views share the weights -> ``(n, k, out_dim)``.
+    Views shorter than ``window_seconds`` (training crops) have their feature map stretched in time to a
+    full window's ``L`` before the flatten.
+
+    Args:
+        out_dim: output features.
+        sfreq: sampling rate of the prepared windows (Hz).
+        window_seconds: window length the network is built for (30: the scoring epoch).
+        n_conv_chs: kernels of both convolutions (paper: 8).
+        time_conv_size_s, max_pool_size_s, pad_size_s: convolution kernel, max-pool and padding (seconds).
+        batch_norm: BatchNorm after each convolution.
+        pretrained_path: local weights of this encoder (.safetensors / torch state dict).
+
+    Examples:
+        >>> import torch
+        >>> encoder = ChambonEncoder(out_dim=16)
+        >>> encoder(torch.randn(4, 3000)).shape
+        torch.Size([4, 16])
+    """
+
+    key = "chambon"
+
+    def __init__(self, out_dim: int = 64, sfreq: float = 100.0, window_seconds: float = 30.0, n_conv_chs: int = 8,
+                 time_conv_size_s: float = 0.5, max_pool_size_s: float = 0.125, pad_size_s: float = 0.25,
+                 batch_norm: bool = False, pretrained_path: str | None = None) -> None:
+        super().__init__(out_dim, sfreq, window_seconds, pretrained_path, n_conv_chs=n_conv_chs,
+                         time_conv_size_s=time_conv_size_s, max_pool_size_s=max_pool_size_s, pad_size_s=pad_size_s,
+                         batch_norm=batch_norm)
+
+    def build_net(self, *, n_conv_chs: int, time_conv_size_s: float, max_pool_size_s: float, pad_size_s: float,
+                  batch_norm: bool) -> nn.Module:
+        kernel, pool, pad = (math.ceil(seconds * self.sfreq) for seconds in  # sizes in samples, rounded up
+                             (time_conv_size_s, max_pool_size_s, pad_size_s))
+        if min(kernel, pool) < 1:
+            raise ValueError(f"kernel {time_conv_size_s} s and pool {max_pool_size_s} s are under one sample")
+        layers: list[nn.Module] = []
+        for in_chs in (1, n_conv_chs):
+            layers += [nn.Conv1d(in_chs, n_conv_chs, kernel, padding=pad),
+                       nn.BatchNorm1d(n_conv_chs) if batch_norm else nn.Identity(), nn.ReLU(), nn.MaxPool1d(pool)]
+        return nn.Sequential(*layers)
+
+    def time_features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
 @register_encoder("eeg", "chambon2018")
 class Chambon2018Encoder(BraindecodeSleepEncoder):
     """Chambon et al. (2018) via braindecode's ``SleepStagerChambon2018`` (one channel; no classifier).
@@ -152,8 +209,8 @@ class Chambon2018Encoder(BraindecodeSleepEncoder):
                          time_conv_size_s=time_conv_size_s, max_pool_size_s=max_pool_size_s, pad_size_s=pad_size_s,
                          apply_batch_norm=batch_norm)
 
-    def build_net(self, models: Any, **net_kwargs: Any) -> nn.Module:
-        return models.SleepStagerChambon2018(n_chans=1, sfreq=self.sfreq, n_times=self.n_times, n_outputs=5,
+    def build_net(self, **net_kwargs: Any) -> nn.Module:
+        return braindecode_models(self.key).SleepStagerChambon2018(n_chans=1, sfreq=self.sfreq, n_times=self.n_times, n_outputs=5,
                                               return_feats=True, **net_kwargs)
 
     def time_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -187,9 +244,9 @@ class AttnSleepEncoder(BraindecodeSleepEncoder):
         super().__init__(out_dim, sfreq, window_seconds, pretrained_path, n_tce=n_tce, d_model=d_model, d_ff=d_ff,
                          n_attn_heads=n_attn_heads, after_reduced_cnn_size=after_reduced_cnn_size, drop_prob=dropout)
 
-    def build_net(self, models: Any, **net_kwargs: Any) -> nn.Module:
+    def build_net(self, **net_kwargs: Any) -> nn.Module:
         self.d_model = int(net_kwargs["d_model"])
-        return models.AttnSleep(n_chans=1, sfreq=self.sfreq, n_times=self.n_times, n_outputs=5, return_feats=True,
+        return braindecode_models(self.key).AttnSleep(n_chans=1, sfreq=self.sfreq, n_times=self.n_times, n_outputs=5, return_feats=True,
                                 **net_kwargs)
 
     def time_features(self, x: torch.Tensor) -> torch.Tensor:
