@@ -457,7 +457,8 @@ class InfoNCEPairwiseLoss(LearnableTemperatureLoss):
     torch.Size([])
     >>> u = torch.nn.functional.normalize(z, dim=-1)  # k = 2: the symmetric CLIP loss
     >>> logits, items = u[:, 0] @ u[:, 1].T / 0.5, torch.arange(8)
-    >>> clip = (torch.nn.functional.cross_entropy(logits, items) + torch.nn.functional.cross_entropy(logits.T, items)) / 2
+    >>> cross_entropy = torch.nn.functional.cross_entropy
+    >>> clip = (cross_entropy(logits, items) + cross_entropy(logits.T, items)) / 2
     >>> torch.allclose(loss, clip)
     True
     """
@@ -609,8 +610,8 @@ class PolyViewGeometricLoss(_PolyViewLoss):
     {s(i beta, j gamma) : j != i})`` and ``L = -mean_{i, alpha, beta != alpha} log l(i, alpha, beta)``, with
     ``s(a, b) = <z_a, z_b> / tau``. ``last_stats["mi_lower_bound"] = log(n k - k + 1) - L``.
 
-    Deviations from the paper: none in the value. The negatives of ``log l(i, alpha, beta)`` are those of ``(i, beta)`` (every view of every other item,
-    ``(n - 1) k`` of them), as Eq. 14 writes it.
+    Deviations from the paper: none in the value. The negatives of ``log l(i, alpha, beta)`` are those of
+    ``(i, beta)`` (every view of every other item, ``(n - 1) k`` of them), as Eq. 14 writes it.
 
     Parameters
     ----------
@@ -663,10 +664,12 @@ class PolyViewArithmeticLoss(_PolyViewLoss):
     (see :class:`PolyViewGeometricLoss` for ``l``). With ``k = 2`` it equals the geometric loss.
     ``last_stats["mi_lower_bound"] = log(n k - k + 1) - L``.
 
-    Deviations from the paper: the equations are followed, not the pseudocode: its line
-    ``logsumexp(losses) - log(k)`` would average over ``k`` terms where Eq. 12 has ``k - 1``; here the
-    mean is over the ``k - 1`` other views (``- log(k - 1)``). The negatives of ``log l(i, alpha, beta)`` are those of ``(i, beta)`` (every view of every other item,
-    ``(n - 1) k`` of them), as Eq. 14 writes it.
+    Deviations from the paper: Eq. 12 is followed, not the appendix pseudocode, whose line
+    ``logsumexp(losses) - log(k)`` takes the log-sum-exp of the cross-entropies ``-log l`` and subtracts
+    the log of the batch size (the pseudocode's ``k``); Eq. 12 (paper notation: ``M`` views, ``K`` items)
+    is ``-log`` of the mean of ``l`` over the ``M - 1`` other views, computed here as
+    ``-(logsumexp_beta log l - log(k - 1))``. The negatives of ``log l(i, alpha, beta)`` are those of
+    ``(i, beta)`` (every view of every other item, ``(n - 1) k`` of them), as Eq. 14 writes it.
 
     Parameters
     ----------

@@ -40,7 +40,7 @@ def batch_ess(z: torch.Tensor, tau: float) -> float:
 class FlatNCELoss(TemperatureLoss):
     """FlatNCE over all ordered view pairs, with optional ESS scheduling of ``tau`` (registry name ``flatnce``).
 
-    Chen, Gan, Li, Guo, Chen, Gao, Chung, Xu, Zeng, Lu, Li, Carin, Tao. *Simpler, Faster, Stronger:
+    Chen, Gan, Li, Guo, Chen, Gao, Lu, Chung, Xu, Zeng, Li, Carin, Tao. *Simpler, Faster, Stronger:
     Breaking the log-K Curse on Contrastive Learners with FlatNCE*. arXiv:2107.01152.
 
     Alg. 1 / Eq. 6 for every anchor ``(i, alpha)`` and positive ``(i, beta)``, ``beta != alpha``:
