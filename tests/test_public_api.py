@@ -58,6 +58,6 @@ def test_public_examples_run(qualified: str, obj: object):
     for test in tests:
         runner.run(test)
     result = runner.summarize(verbose=False)
-    assert result.failed == 0, f"{qualified}: {result.failed} of {result.attempted} doctest examples failed (output above)"
+    assert result.failed == 0, f"{qualified}: {result.failed} of {result.attempted} doctest examples failed (above)"
     if qualified not in EXAMPLES_PENDING:
         assert result.attempted > 0, f"{qualified}: no doctest example ran"

@@ -29,7 +29,9 @@ from .base import MultiViewLoss, check_embeddings
 
 #: Losses by name; registering sets the class's ``name``.
 LOSSES: Registry[type[MultiViewLoss]] = Registry(
-    "loss", modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb", "supervised")], name_attribute="name"
+    "loss",
+    modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb", "supervised")],
+    name_attribute="name",
 )
 
 # the loss modules register themselves in LOSSES (defined above) on import
