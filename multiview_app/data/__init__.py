@@ -1,0 +1,11 @@
+"""Data adapters: a registry of datasets (images, EEG windows, image-text pairs, domains) by name.
+
+``build_adapter(name, options)`` validates the options and returns a :class:`~multiview_app.data.adapters.DataAdapter`
+whose ``split(name)`` is a torch ``Dataset``; the modality packages register their adapters on first lookup
+(nothing heavy is imported with this package).
+"""
+from __future__ import annotations
+
+from .adapters import ADAPTERS, available_adapters, build_adapter
+
+__all__ = ["ADAPTERS", "available_adapters", "build_adapter"]

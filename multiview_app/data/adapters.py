@@ -75,7 +75,14 @@ ADAPTERS: Registry[type[DataAdapter]] = Registry("data adapter", modules=MODALIT
 
 
 def available_adapters() -> list[str]:
-    """Names accepted by :func:`build_adapter`, sorted."""
+    """Names accepted by :func:`build_adapter`, sorted.
+
+    Examples
+    --------
+    >>> from multiview_app.data import available_adapters
+    >>> {"digits", "eeg_windows", "image_folder"} <= set(available_adapters())
+    True
+    """
     return ADAPTERS.names()
 
 
@@ -89,6 +96,14 @@ def build_adapter(name: str, options: dict[str, Any] | None = None) -> DataAdapt
 
     Raises ``ValueError`` for an unknown adapter (listing the available ones) or invalid options
     (naming ``data.options.<key>``, the value and what is allowed).
+
+    Examples
+    --------
+    >>> from multiview_app.data import build_adapter
+    >>> build_adapter("digits", {"bogus": 1})
+    Traceback (most recent call last):
+    ...
+    ValueError: invalid options for data adapter 'digits': data.options.bogus: unknown option; allowed: ...
     """
     cls = ADAPTERS.get(name)
     parsed = validate_options(cls.Options, options, "data.options", prefix=f"invalid options for data adapter '{name}': ")

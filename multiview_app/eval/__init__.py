@@ -36,14 +36,33 @@ def register_evaluator(cls: E) -> E:
 
 
 def available_evaluators() -> list[str]:
-    """Names accepted by ``mvapp eval``, sorted."""
+    """Names accepted by ``mvapp eval``, sorted.
+
+    Examples
+    --------
+    >>> from multiview_app.eval import available_evaluators
+    >>> available_evaluators()
+    ['linear-probe', 'retrieval', 'sleep-staging']
+    """
     return EVALUATORS.names()
 
 
 def get_evaluator(name: str) -> type[Evaluator]:
-    """The evaluator class registered as ``name`` (ValueError listing the valid names)."""
+    """The evaluator class registered as ``name`` (ValueError listing the valid names); its
+    ``run(run_dir, args)`` evaluates a finished run and writes ``eval/<name>.json``.
+
+    Examples
+    --------
+    >>> from multiview_app.eval import get_evaluator
+    >>> get_evaluator("linear-probe").name
+    'linear-probe'
+    >>> get_evaluator("knn")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown evaluator 'knn'; available: linear-probe, retrieval, sleep-staging
+    """
     return EVALUATORS.get(name)
 
 
-__all__ = ["EVALUATORS", "EVALUATOR_MODULES", "Evaluator", "available_evaluators", "get_evaluator",
-           "register_evaluator"]
+# the public face (Evaluator, register_evaluator and EVALUATOR_MODULES stay importable for extensions)
+__all__ = ["EVALUATORS", "available_evaluators", "get_evaluator"]

@@ -26,6 +26,17 @@ def check_embeddings(
     float16 / bfloat16 (and integer) inputs are promoted to float32; float32 and float64 stay.
     Raises ``ValueError`` naming the problem. ``check_finite=False`` leaves the NaN / Inf check (a
     host read) to the caller (:func:`nonfinite_count`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import check_embeddings
+    >>> check_embeddings(torch.zeros(4, 2, 8, dtype=torch.float16)).dtype
+    torch.float32
+    >>> check_embeddings(torch.zeros(4, 8))
+    Traceback (most recent call last):
+    ...
+    ValueError: expected embeddings of shape (n, k, d) (3-D), got shape (4, 8)
     """
     if not isinstance(z, torch.Tensor):
         raise ValueError(f"expected a torch.Tensor of shape (n, k, d), got {type(z).__name__}")
@@ -190,6 +201,18 @@ class MultiViewLoss(SignatureOptions, nn.Module):
       ``supervised_ce`` head takes encoder features and labels).
 
     :meth:`temperature` is the softmax temperature the diagnostics use (None: the loss has none).
+
+    Examples
+    --------
+    A new loss implements :meth:`compute` (register it with ``@LOSSES.register("name")`` to use it by name):
+
+    >>> import torch
+    >>> from multiview_app.losses import MultiViewLoss
+    >>> class MeanCosine(MultiViewLoss):
+    ...     def compute(self, z):  # z: (n, k, d), already L2-normalized
+    ...         return -(z[:, 0] * z[:, 1]).sum(-1).mean()
+    >>> MeanCosine()(torch.randn(4, 2, 3)).shape
+    torch.Size([])
     """
 
     name: ClassVar[str] = "base"

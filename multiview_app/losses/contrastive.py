@@ -408,13 +408,59 @@ class LearnableTemperatureLoss(TemperatureLoss):
 
 # --------------------------------------------------------------------------- InfoNCE baselines
 @LOSSES.register("infonce_pwe")
-class InfoNCEPairwise(LearnableTemperatureLoss):
-    """M3G Eq. 1 averaged over ordered view pairs (Eq. 3).
+class InfoNCEPairwiseLoss(LearnableTemperatureLoss):
+    """InfoNCE averaged over ordered view pairs (registry name ``infonce_pwe``).
 
-    ``L(alpha -> beta) = mean_i[-s(i alpha, i beta) + logsumexp_j s(i alpha, j beta)]``; the loss is
-    the mean over ``alpha != beta``. Each unordered pair's ``(n, n)`` block is computed once: its
-    row softmax gives ``alpha -> beta`` and its column softmax ``beta -> alpha``.
-    last_stats: ``mi_lower_bound = log(n) - L`` (InfoNCE bound with n candidates).
+    The pairwise baseline of the M3G paper (Eq. 1 summed over pairs, Eq. 3); InfoNCE itself is van den Oord,
+    Li, Vinyals, *Representation Learning with Contrastive Predictive Coding*, arXiv:1807.03748.
+
+    Piran, Klein, Thornton, Cuturi. *Contrasting Multiple Representations with the Multi-Marginal
+    Matching Gap*. ICML 2024, arXiv:2405.19532.
+
+    ``L(alpha -> beta) = mean_i[-s(i alpha, i beta) + logsumexp_j s(i alpha, j beta)]`` with
+    ``s(a, b) = <z_a, z_b> / tau``; the loss is the mean over the ``k (k - 1)`` ordered pairs
+    ``alpha != beta``. Each unordered pair's ``(n, n)`` block is computed once (its row softmax gives
+    ``alpha -> beta``, its column softmax ``beta -> alpha``). With ``k = 2`` it is the symmetric CLIP loss.
+    ``last_stats["mi_lower_bound"] = log(n) - L``.
+
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Softmax temperature, > 0.
+    chunked : bool or None, default None
+        ``None``: dense logit matrices up to ``DENSE_MAX_LOGITS`` entries, blockwise log-sum-exp above
+        (memory ``O(block)``); ``True`` / ``False`` force the blockwise / dense path (same values and
+        gradients).
+    learnable_temperature : bool, default False
+        Learn ``1 / tau`` as a CLIP-style logit scale (dense path only).
+    max_logit_scale : float, default 100.0
+        Clamp of the learned ``1 / tau``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``loss(z)`` for embeddings ``z`` of shape ``(n, k, d)`` (L2-normalized inside) is a 0-d tensor.
+
+    Raises
+    ------
+    ValueError
+        At construction, for a non-positive or non-numeric parameter; at call, for ``z`` that is not
+        ``(n, k, d)`` with ``n >= 2`` items and ``k >= 2`` views, or that holds NaN / Inf.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import InfoNCEPairwiseLoss
+    >>> z = torch.randn(8, 2, 16, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    >>> loss = InfoNCEPairwiseLoss(tau=0.5)(z)
+    >>> loss.shape
+    torch.Size([])
+    >>> u = torch.nn.functional.normalize(z, dim=-1)  # k = 2: the symmetric CLIP loss
+    >>> logits, items = u[:, 0] @ u[:, 1].T / 0.5, torch.arange(8)
+    >>> cross_entropy = torch.nn.functional.cross_entropy
+    >>> clip = (cross_entropy(logits, items) + cross_entropy(logits.T, items)) / 2
+    >>> torch.allclose(loss, clip)
+    True
     """
 
 
@@ -441,11 +487,53 @@ class InfoNCEPairwise(LearnableTemperatureLoss):
 
 
 @LOSSES.register("infonce_ave")
-class InfoNCEAverage(LearnableTemperatureLoss):
-    """M3G Eq. 4: view ``alpha`` against ``xbar_i = normalize(mean_{beta != alpha} z_i beta)``.
+class InfoNCEAverageLoss(LearnableTemperatureLoss):
+    """InfoNCE of each view against the average of the others (registry name ``infonce_ave``).
 
-    ``L(alpha) = mean_i[-s(z_i alpha, xbar_i) + logsumexp_j s(z_i alpha, xbar_j)]``, averaged over alpha.
-    last_stats: ``mi_lower_bound = log(n) - L``.
+    The one-vs-average-of-rest baseline of the M3G paper (Eq. 4).
+
+    Piran, Klein, Thornton, Cuturi. *Contrasting Multiple Representations with the Multi-Marginal
+    Matching Gap*. ICML 2024, arXiv:2405.19532.
+
+    ``xbar_i alpha = normalize(mean_{beta != alpha} z_i beta)``;
+    ``L(alpha) = mean_i[-s(z_i alpha, xbar_i alpha) + logsumexp_j s(z_i alpha, xbar_j alpha)]``, averaged over
+    ``alpha``. With ``k = 2`` it equals :class:`InfoNCEPairwiseLoss`. ``last_stats["mi_lower_bound"] = log(n) - L``.
+
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Softmax temperature, > 0.
+    chunked : bool or None, default None
+        ``None``: dense logit matrices up to ``DENSE_MAX_LOGITS`` entries, blockwise log-sum-exp above
+        (memory ``O(block)``); ``True`` / ``False`` force the blockwise / dense path (same values and
+        gradients).
+    learnable_temperature : bool, default False
+        Learn ``1 / tau`` as a CLIP-style logit scale (dense path only).
+    max_logit_scale : float, default 100.0
+        Clamp of the learned ``1 / tau``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``loss(z)`` for embeddings ``z`` of shape ``(n, k, d)`` (L2-normalized inside) is a 0-d tensor.
+
+    Raises
+    ------
+    ValueError
+        At construction, for a non-positive or non-numeric parameter; at call, for ``z`` that is not
+        ``(n, k, d)`` with ``n >= 2`` items and ``k >= 2`` views, or that holds NaN / Inf.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import InfoNCEAverageLoss
+    >>> z = torch.randn(8, 3, 16, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    >>> loss = InfoNCEAverageLoss(tau=0.5)(z)
+    >>> loss.shape
+    torch.Size([])
+    >>> from multiview_app.losses import InfoNCEPairwiseLoss
+    >>> torch.allclose(InfoNCEAverageLoss(tau=0.5)(z[:, :2]), InfoNCEPairwiseLoss(tau=0.5)(z[:, :2]))
+    True
     """
 
 
@@ -512,8 +600,51 @@ class _PolyViewLoss(TemperatureLoss):
 
 
 @LOSSES.register("pvc_geometric")
-class PolyViewGeometric(_PolyViewLoss):
-    """Geometric PVC (poly-view Eq. 13-14): ``L = -mean_{i, alpha, beta != alpha} log l(i, alpha, beta)``."""
+class PolyViewGeometricLoss(_PolyViewLoss):
+    """Geometric poly-view contrastive loss (registry name ``pvc_geometric``).
+
+    Shidani, Hjelm, Ramapuram, Webb, Dhekane, Busbridge. *Poly-View Contrastive Learning*. ICLR 2024,
+    arXiv:2403.05490.
+
+    Eq. 13-14: ``log l(i, alpha, beta) = s(i alpha, i beta) - logsumexp({s(i alpha, i beta)} U
+    {s(i beta, j gamma) : j != i})`` and ``L = -mean_{i, alpha, beta != alpha} log l(i, alpha, beta)``, with
+    ``s(a, b) = <z_a, z_b> / tau``. ``last_stats["mi_lower_bound"] = log(n k - k + 1) - L``.
+
+    Deviations from the paper: none in the value. The negatives of ``log l(i, alpha, beta)`` are those of
+    ``(i, beta)`` (every view of every other item, ``(n - 1) k`` of them), as Eq. 14 writes it.
+
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Softmax temperature, > 0.
+    chunked : bool or None, default None
+        ``None``: dense logit matrices up to ``DENSE_MAX_LOGITS`` entries, blockwise log-sum-exp above
+        (memory ``O(block)``); ``True`` / ``False`` force the blockwise / dense path (same values and
+        gradients).
+
+    Returns
+    -------
+    torch.Tensor
+        ``loss(z)`` for embeddings ``z`` of shape ``(n, k, d)`` (L2-normalized inside) is a 0-d tensor.
+
+    Raises
+    ------
+    ValueError
+        At construction, for a non-positive or non-numeric parameter; at call, for ``z`` that is not
+        ``(n, k, d)`` with ``n >= 2`` items and ``k >= 2`` views, or that holds NaN / Inf.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import PolyViewGeometricLoss
+    >>> z = torch.randn(8, 4, 16, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    >>> loss = PolyViewGeometricLoss(tau=0.5)(z)
+    >>> loss.shape
+    torch.Size([])
+    >>> loss.backward()
+    >>> z.grad.shape
+    torch.Size([8, 4, 16])
+    """
 
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
@@ -523,11 +654,54 @@ class PolyViewGeometric(_PolyViewLoss):
 
 
 @LOSSES.register("pvc_arithmetic")
-class PolyViewArithmetic(_PolyViewLoss):
-    """Arithmetic PVC (poly-view Eq. 12, 14):
-    ``L = -mean_{i, alpha} log((1 / (k - 1)) sum_{beta != alpha} l(i, alpha, beta))``.
+class PolyViewArithmeticLoss(_PolyViewLoss):
+    """Arithmetic poly-view contrastive loss (registry name ``pvc_arithmetic``).
 
-    (The paper's pseudocode line ``logsumexp(losses) - log(k)`` is not followed.)
+    Shidani, Hjelm, Ramapuram, Webb, Dhekane, Busbridge. *Poly-View Contrastive Learning*. ICLR 2024,
+    arXiv:2403.05490.
+
+    Eq. 12 with ``l`` of Eq. 14: ``L = -mean_{i, alpha} log((1 / (k - 1)) sum_{beta != alpha} l(i, alpha, beta))``
+    (see :class:`PolyViewGeometricLoss` for ``l``). With ``k = 2`` it equals the geometric loss.
+    ``last_stats["mi_lower_bound"] = log(n k - k + 1) - L``.
+
+    Deviations from the paper: Eq. 12 is followed, not the appendix pseudocode, whose line
+    ``logsumexp(losses) - log(k)`` takes the log-sum-exp of the cross-entropies ``-log l`` and subtracts
+    the log of the batch size (the pseudocode's ``k``); Eq. 12 (paper notation: ``M`` views, ``K`` items)
+    is ``-log`` of the mean of ``l`` over the ``M - 1`` other views, computed here as
+    ``-(logsumexp_beta log l - log(k - 1))``. The negatives of ``log l(i, alpha, beta)`` are those of
+    ``(i, beta)`` (every view of every other item, ``(n - 1) k`` of them), as Eq. 14 writes it.
+
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Softmax temperature, > 0.
+    chunked : bool or None, default None
+        ``None``: dense logit matrices up to ``DENSE_MAX_LOGITS`` entries, blockwise log-sum-exp above
+        (memory ``O(block)``); ``True`` / ``False`` force the blockwise / dense path (same values and
+        gradients).
+
+    Returns
+    -------
+    torch.Tensor
+        ``loss(z)`` for embeddings ``z`` of shape ``(n, k, d)`` (L2-normalized inside) is a 0-d tensor.
+
+    Raises
+    ------
+    ValueError
+        At construction, for a non-positive or non-numeric parameter; at call, for ``z`` that is not
+        ``(n, k, d)`` with ``n >= 2`` items and ``k >= 2`` views, or that holds NaN / Inf.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import PolyViewArithmeticLoss
+    >>> z = torch.randn(8, 4, 16, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    >>> loss = PolyViewArithmeticLoss(tau=0.5)(z)
+    >>> loss.shape
+    torch.Size([])
+    >>> from multiview_app.losses import PolyViewGeometricLoss  # k = 2: both averages are over one term
+    >>> torch.allclose(PolyViewArithmeticLoss(tau=0.5)(z[:, :2]), PolyViewGeometricLoss(tau=0.5)(z[:, :2]))
+    True
     """
 
 
@@ -539,12 +713,50 @@ class PolyViewArithmetic(_PolyViewLoss):
 
 
 @LOSSES.register("pvc_sufficient")
-class PolyViewSufficient(_PolyViewLoss):
-    """Sufficient-statistics loss (poly-view Eq. 22, Q from Eq. 24).
+class SufficientStatisticsLoss(_PolyViewLoss):
+    """Sufficient-statistics poly-view contrastive loss (registry name ``pvc_sufficient``).
 
-    ``Q_i alpha = normalize(mean_{beta != alpha} z_i beta)``;
+    Shidani, Hjelm, Ramapuram, Webb, Dhekane, Busbridge. *Poly-View Contrastive Learning*. ICLR 2024,
+    arXiv:2403.05490.
+
+    Eq. 22 with the statistic ``Q`` of Eq. 24: ``Q_i alpha = normalize(mean_{beta != alpha} z_i beta)``;
     ``log l~(i, alpha) = <z_i alpha, Q_i alpha>/tau - logsumexp({that} U {<z_i alpha, Q_j gamma>/tau : j != i})``;
-    ``L = -mean_{i, alpha} log l~``.
+    ``L = -mean_{i, alpha} log l~``. ``last_stats["mi_lower_bound"] = log(n k - k + 1) - L``.
+
+    Deviations from the paper: ``Q`` is the L2-normalized mean of the other views (Eq. 24's mean,
+    normalized so that the logits of unit vectors stay in ``[-1/tau, 1/tau]``).
+
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Softmax temperature, > 0.
+    chunked : bool or None, default None
+        ``None``: dense logit matrices up to ``DENSE_MAX_LOGITS`` entries, blockwise log-sum-exp above
+        (memory ``O(block)``); ``True`` / ``False`` force the blockwise / dense path (same values and
+        gradients).
+
+    Returns
+    -------
+    torch.Tensor
+        ``loss(z)`` for embeddings ``z`` of shape ``(n, k, d)`` (L2-normalized inside) is a 0-d tensor.
+
+    Raises
+    ------
+    ValueError
+        At construction, for a non-positive or non-numeric parameter; at call, for ``z`` that is not
+        ``(n, k, d)`` with ``n >= 2`` items and ``k >= 2`` views, or that holds NaN / Inf.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import SufficientStatisticsLoss
+    >>> z = torch.randn(8, 4, 16, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    >>> loss = SufficientStatisticsLoss(tau=0.5)(z)
+    >>> loss.shape
+    torch.Size([])
+    >>> from multiview_app.losses import PolyViewGeometricLoss  # k = 2: Q is the other view
+    >>> torch.allclose(SufficientStatisticsLoss(tau=0.5)(z[:, :2]), PolyViewGeometricLoss(tau=0.5)(z[:, :2]))
+    True
     """
 
 
@@ -557,10 +769,51 @@ class PolyViewSufficient(_PolyViewLoss):
 
 
 @LOSSES.register("aggnce")
-class AggNCE(TemperatureLoss):
-    """AggNCE (Eq. 10) with ``B = k - 1`` positives aggregated as ``p_i alpha = mean_{beta != alpha} z_i beta``
-    (not re-normalized):
-    ``L = mean_{i, alpha}[-<z_i alpha, p_i alpha>/tau + logsumexp({<z_i alpha, p_i alpha>/tau} U {s(i alpha, j gamma) : j != i})]``.
+class AggNCELoss(TemperatureLoss):
+    """Aggregated InfoNCE over ``k`` views (registry name ``aggnce``).
+
+    Cui, Huang, Wang, Wang. *AggNCE: Asymptotically Identifiable Contrastive Learning*.
+
+    Eq. 10 with ``B = k - 1`` positives per anchor, aggregated as ``p_i alpha = mean_{beta != alpha} z_i beta``
+    (the paper's ``f-bar(x+)``, not re-normalized):
+    ``L = mean_{i, alpha}[-<z_i alpha, p_i alpha>/tau + logsumexp({<z_i alpha, p_i alpha>/tau} U
+    {s(i alpha, j gamma) : j != i})]``, ``s(a, b) = <z_a, z_b> / tau``. With ``k = 2`` (``B = 1``) it is
+    InfoNCE, equal to :class:`PolyViewGeometricLoss`.
+
+    Deviations from the paper: the ``M`` negatives of anchor ``(i, alpha)`` are every view of every other
+    item of the batch (``(n - 1) k``); every view is an anchor in turn (the paper writes one anchor ``x``).
+
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Softmax temperature, > 0.
+    chunked : bool or None, default None
+        ``None``: dense logit matrices up to ``DENSE_MAX_LOGITS`` entries, blockwise log-sum-exp above
+        (memory ``O(block)``); ``True`` / ``False`` force the blockwise / dense path (same values and
+        gradients).
+
+    Returns
+    -------
+    torch.Tensor
+        ``loss(z)`` for embeddings ``z`` of shape ``(n, k, d)`` (L2-normalized inside) is a 0-d tensor.
+
+    Raises
+    ------
+    ValueError
+        At construction, for a non-positive or non-numeric parameter; at call, for ``z`` that is not
+        ``(n, k, d)`` with ``n >= 2`` items and ``k >= 2`` views, or that holds NaN / Inf.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import AggNCELoss
+    >>> z = torch.randn(8, 4, 16, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    >>> loss = AggNCELoss(tau=0.5)(z)
+    >>> loss.shape
+    torch.Size([])
+    >>> from multiview_app.losses import PolyViewGeometricLoss  # B = 1: InfoNCE
+    >>> torch.allclose(AggNCELoss(tau=0.5)(z[:, :2]), PolyViewGeometricLoss(tau=0.5)(z[:, :2]))
+    True
     """
 
 

@@ -37,19 +37,64 @@ def batch_ess(z: torch.Tensor, tau: float) -> float:
 
 
 @LOSSES.register("flatnce")
-class FlatNCE(TemperatureLoss):
-    """FlatNCE over all ordered view pairs (see module docstring).
+class FlatNCELoss(TemperatureLoss):
+    """FlatNCE over all ordered view pairs, with optional ESS scheduling of ``tau`` (registry name ``flatnce``).
 
-    Parameters: ``tau`` (initial temperature, > 0); ``ess_target`` (``None``: fixed tau; a value in
-    ``(0, 1]``: after each training-mode forward, tau is multiplied by ``1 - ess_rate`` when the batch
-    ESS is above the target (sharper weights, lower ESS) and by ``1 + ess_rate`` otherwise -- Alg. S1
-    applied so that the ESS is driven towards the target; Alg. S1 as printed updates the *inverse*
-    temperature in that direction, which would move the ESS away from the target); ``ess_rate``
-    (adaptation rate gamma in ``(0, 1)``, 0.01 in the paper); ``chunked`` as in
-    :class:`~.contrastive.TemperatureLoss`.
+    Chen, Gan, Li, Guo, Chen, Gao, Lu, Chung, Xu, Zeng, Li, Carin, Tao. *Simpler, Faster, Stronger:
+    Breaking the log-K Curse on Contrastive Learners with FlatNCE*. arXiv:2107.01152.
 
-    last_stats: ``loss`` (= ``infonce``), ``infonce``, ``ess``, ``tau`` (used in this call),
+    Alg. 1 / Eq. 6 for every anchor ``(i, alpha)`` and positive ``(i, beta)``, ``beta != alpha``:
+    ``c = logsumexp_{j != i, gamma}(s(i alpha, j gamma) - s(i alpha, i beta))`` over the ``K = (n - 1) k``
+    negatives; the gradient is that of ``mean(exp(c - detach(c)))``. Effective sample size: Eq. 10.
+    ``last_stats``: ``loss`` (= ``infonce``), ``infonce``, ``ess``, ``tau`` (used in this call),
     ``mi_lower_bound`` (``log(n k - k + 1) - infonce``).
+
+    Deviations from the paper:
+
+    * the returned value is FlatCLR's ``surrogate - 1 + detach(InfoNCE)`` with ``InfoNCE = mean softplus(c)``:
+      it reads as the matching InfoNCE (the same anchors, positives and negatives; equal to
+      :class:`PolyViewGeometricLoss`), while its gradient is FlatNCE's;
+    * ESS scheduling (``ess_target``) reverses Alg. S1's direction: ``tau`` is multiplied by ``1 - ess_rate``
+      when the batch ESS is above the target and by ``1 + ess_rate`` otherwise, which drives the ESS towards
+      the target; Alg. S1 as printed updates the *inverse* temperature that way, which moves it away.
+
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Initial temperature, > 0 (kept in ``state_dict`` when scheduled).
+    ess_target : float or None, default None
+        ``None``: fixed ``tau``; a value in ``(0, 1]``: adapt ``tau`` after each training-mode call.
+    ess_rate : float, default 0.01
+        Adaptation rate gamma in ``(0, 1)`` (0.01 in the paper).
+    chunked : bool or None, default None
+        As in :class:`PolyViewGeometricLoss`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``loss(z)`` for embeddings ``z`` of shape ``(n, k, d)`` (L2-normalized inside) is a 0-d tensor.
+
+    Raises
+    ------
+    ValueError
+        For ``tau <= 0``, ``ess_target`` outside ``(0, 1]``, ``ess_rate`` outside ``(0, 1)``; at call, for
+        ``z`` that is not ``(n, k, d)`` with ``n >= 2``, ``k >= 2``, or that holds NaN / Inf.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import FlatNCELoss
+    >>> z = torch.randn(8, 3, 16, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    >>> loss = FlatNCELoss(tau=0.5)(z)
+    >>> loss.shape
+    torch.Size([])
+    >>> from multiview_app.losses import PolyViewGeometricLoss  # the value reads as the matching InfoNCE
+    >>> torch.allclose(loss, PolyViewGeometricLoss(tau=0.5)(z))
+    True
+    >>> scheduled = FlatNCELoss(tau=0.5, ess_target=1e-3)  # ESS above target: tau shrinks
+    >>> _ = scheduled(z)
+    >>> scheduled.tau < 0.5
+    True
     """
 
 

@@ -20,11 +20,44 @@ from .base import LazyStats, MultiViewLoss, check_embeddings
 
 
 @LOSSES.register("supervised_ce")
-class SupervisedCrossEntropy(MultiViewLoss):
-    """Linear head ``f -> num_classes`` + cross-entropy over every view of every item.
+class SupervisedCELoss(MultiViewLoss):
+    """Linear head ``f -> num_classes`` + cross-entropy over every view of every item (registry name
+    ``supervised_ce``; the supervised ERM baseline, no paper).
 
-    ``last_stats``: ``loss`` and ``accuracy`` (training accuracy of the batch's ``n * k`` images), kept
-    as device tensors (read on logging steps only)."""
+    Takes encoder features ``(n, k, f)`` (before the projector, unnormalized) and the batch's labels
+    ``(n,)``; every view of item ``i`` is one image labelled ``labels[i]``. The head's weights live in the
+    loss module. ``last_stats``: ``loss`` and ``accuracy`` (of the batch's ``n * k`` images), device tensors.
+
+    Parameters
+    ----------
+    num_classes : int, default 10
+        Number of classes, >= 2.
+    in_dim : int, default 128
+        Feature dimension ``f``, >= 1.
+
+    Returns
+    -------
+    torch.Tensor
+        ``loss(z, labels=labels)`` is a 0-d tensor.
+
+    Raises
+    ------
+    ValueError
+        For ``num_classes < 2`` or ``in_dim < 1``; at call, for missing labels, labels not of shape ``(n,)``,
+        or features whose last dimension is not ``in_dim``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import SupervisedCELoss
+    >>> _ = torch.manual_seed(0)
+    >>> head = SupervisedCELoss(num_classes=3, in_dim=16)
+    >>> loss = head(torch.randn(8, 2, 16), labels=torch.randint(0, 3, (8,)))
+    >>> loss.shape
+    torch.Size([])
+    >>> sorted(head.last_stats)
+    ['accuracy', 'loss']
+    """
 
     name: ClassVar[str] = "supervised_ce"
     min_views: ClassVar[int] = 1
@@ -57,4 +90,4 @@ class SupervisedCrossEntropy(MultiViewLoss):
         return loss
 
 
-__all__ = ["SupervisedCrossEntropy"]
+__all__ = ["SupervisedCELoss"]

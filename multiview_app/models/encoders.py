@@ -76,7 +76,14 @@ def register_encoder(modality: str, name: str) -> Callable[[Callable[..., nn.Mod
 
 
 def available_encoders(modality: str | None = None) -> list[str]:
-    """Registered ``"<modality>/<name>"`` keys (image also accepts any timm model name)."""
+    """Registered ``"<modality>/<name>"`` keys, sorted (image also accepts any timm model name).
+
+    Examples
+    --------
+    >>> from multiview_app.models import available_encoders
+    >>> "image/small_cnn" in available_encoders("image"), available_encoders("eeg")
+    (True, ['eeg/conv'])
+    """
     return [k for k in ENCODERS.names() if modality is None or k.startswith(f"{modality}/")]
 
 
@@ -90,7 +97,19 @@ def encoder_options_model(key: str) -> type[ComponentOptions]:
 
 
 def build_encoder(modality: str, name: str, **kwargs: Any) -> nn.Module:
-    """Build encoder ``name`` for ``modality``; ``image`` falls back to timm for unregistered names."""
+    """Build encoder ``name`` for ``modality``; ``image`` falls back to timm for unregistered names.
+
+    The encoder maps one view ``(n, ...)`` to features ``(n, num_features)``. Raises ``ValueError`` for an
+    unknown name (listing the registered ones) or a bad keyword argument.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.models import build_encoder
+    >>> encoder = build_encoder("image", "small_cnn")
+    >>> encoder(torch.randn(2, 3, 32, 32)).shape == (2, encoder.num_features)
+    True
+    """
     key = f"{modality}/{name}"
     if key in ENCODERS:
         factory = ENCODERS.get(key)

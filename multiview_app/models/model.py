@@ -111,6 +111,13 @@ def build_model(
         projector: :class:`Projector` kwargs except ``in_dim`` (``hidden_dim``, ``out_dim``, ``norm``);
             one projector per modality, input width = that encoder's ``num_features``.
         predictor: :class:`Predictor` kwargs except ``in_dim`` (``hidden_dim``, ``norm``), or None.
+
+    Examples
+    --------
+    >>> from multiview_app.models import build_model
+    >>> model = build_model({"image": {"name": "small_cnn"}}, {"hidden_dim": 32, "out_dim": 8})
+    >>> model.modalities, model.has_predictor
+    (['image'], False)
     """
     if not encoders:
         raise ValueError("model.encoders is empty: give at least one {modality: {name: ...}}")

@@ -35,7 +35,7 @@ from torch import nn
 
 from ..fileio import atomic_write_json
 from ..losses.base import MultiViewLoss, normalize
-from ..losses.contrastive import PolyViewGeometric
+from ..losses.contrastive import PolyViewGeometricLoss
 from ..losses.flatnce import batch_ess
 from .metrics import read_metrics
 
@@ -77,7 +77,7 @@ def uniformity(u: torch.Tensor, t: float = 2.0) -> float:
 def pvc_mi_lower_bound(u: torch.Tensor, tau: float) -> float:
     """Poly-view One-vs-Rest bound ``log(n k - k + 1) - L_geometric(u; tau)`` of unit vectors ``u`` ``(n, k, d)``."""
     n, k, _ = u.shape
-    return math.log(n * k - k + 1) - float(PolyViewGeometric(tau).compute(u))
+    return math.log(n * k - k + 1) - float(PolyViewGeometricLoss(tau).compute(u))
 
 
 def grad_norm(parameters: Iterable[nn.Parameter]) -> float:
