@@ -81,8 +81,8 @@ def available_encoders(modality: str | None = None) -> list[str]:
     Examples
     --------
     >>> from multiview_app.models import available_encoders
-    >>> "image/small_cnn" in available_encoders("image"), available_encoders("eeg")
-    (True, ['eeg/conv'])
+    >>> "image/small_cnn" in available_encoders("image"), "eeg/conv" in available_encoders("eeg")
+    (True, True)
     """
     return [k for k in ENCODERS.names() if modality is None or k.startswith(f"{modality}/")]
 
