@@ -11,6 +11,7 @@ from ..data.eeg.stages import STAGES
 from ..eval.protocols.probe import mean_std
 from ..eval.protocols.staging import pool_results
 from ..eval.sleep_staging import run_sleep_staging
+from ..eval.stats import ci_text
 
 TABLE_METRICS = ("balanced_accuracy", "kappa")
 """Table metrics: the evaluator's headline (neither rewards the class prior)."""
@@ -36,6 +37,51 @@ def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list
             return result
     return run_sleep_staging(run_dir, cache=str(cache) if cache else None, folds=folds, shots=tuple(shots),
                              seeds=draws, baselines=True, progress=False, combine=combine, stages=stages)
+
+
+def train_supervised_ceiling(run_dir: str | Path, *, steps: int | None = None, progress: bool = True,
+                             batch_size: int = 16) -> dict[str, Any]:
+    """The supervised ceiling of the pretraining run ``run_dir`` (``eval.supervised_ceiling``), trained
+    unless done: the selection run (validation subjects held out, ``steps`` budget, default the run's
+    ``train.max_steps``, :data:`~multiview_app.eval.supervised_ceiling.CANDIDATES` checkpoints scored on the
+    validation subjects), then the final run on every pretraining subject for the chosen steps. Writes and
+    returns the record ``<run>/ceiling/supervised_ceiling.json``. Only the run's ``train`` split (the
+    pretraining nights) is read; a second process waits for the first one's lock and reuses its runs."""
+    import fcntl
+
+    from ..data.adapters import build_adapter
+    from ..eval import supervised_ceiling as ceiling
+    from ..train.run_io import atomic_write_json, load_run_config
+    from .domains import ensure_pretrained
+
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    budget = int(steps or cfg.train.max_steps or 0)
+    if budget < ceiling.CANDIDATES:
+        raise ValueError(f"supervised ceiling of {run_dir}: need a step budget >= {ceiling.CANDIDATES} (--steps), "
+                         f"got {budget} (train.max_steps {cfg.train.max_steps})")
+    out = run_dir / ceiling.CEILING_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the in-domain and cross-dataset evaluations may ask at once
+        pretraining = build_adapter(cfg.data.adapter, cfg.data.options).split_subjects["train"]
+        val_subjects = ceiling.validation_subjects(pretraining, cfg.train.seed)
+        record = ceiling.ceiling_record(run_dir)
+        select_cfg = ceiling.ceiling_config(cfg, out, budget, val_subjects=val_subjects, checkpoints=ceiling.CANDIDATES)
+        if record and record.get("selection_run") == str(select_cfg.run_dir) and Path(record["run"]).is_dir():
+            return record
+        ensure_pretrained(select_cfg, progress=progress)
+        scores = {step: ceiling.validation_score(select_cfg.run_dir, weights, batch_size=batch_size)
+                  for step, weights in ceiling.candidate_weights(select_cfg.run_dir, budget)}
+        chosen = max(scores, key=lambda step: (scores[step], -step))  # ties: the fewer steps
+        final_cfg = ceiling.ceiling_config(cfg, out, chosen)
+        ensure_pretrained(final_cfg, progress=progress)
+        record = {"run": str(final_cfg.run_dir), "selection_run": str(select_cfg.run_dir), "budget": budget,
+                  "chosen_steps": chosen, "validation_balanced_accuracy": {str(k): v for k, v in scores.items()},
+                  "validation_subjects": val_subjects, "pretraining_subjects": pretraining,
+                  "recipe": ceiling.RECIPE, "encoder": cfg.model.encoders}
+        atomic_write_json(out / ceiling.CEILING_FILE, record)
+        return record
 
 
 def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) -> dict[str, float]:
