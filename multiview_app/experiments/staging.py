@@ -11,7 +11,7 @@ from ..data.eeg.stages import STAGES
 from ..eval.protocols.probe import mean_std
 from ..eval.protocols.staging import pool_results
 from ..eval.sleep_staging import run_sleep_staging
-from ..eval.stats import ci_text
+from ..eval.stats import ci_text, paired_summary, unit_means
 
 TABLE_METRICS = ("balanced_accuracy", "kappa")
 """Table metrics: the evaluator's headline (neither rewards the class prior)."""
@@ -23,7 +23,7 @@ def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list
                    combine: str = "concat", stages: list[str] | None = None) -> dict[str, Any]:
     """The sleep-staging result of one run (in-domain, or on another dataset's ``cache``: cross-dataset,
     or e.g. the real DREAMS excerpts): the stored ``eval/sleep_staging[_<dataset>].json`` when it holds
-    the same shots, draws, folds, cache, ``combine`` and ``stages``, else a fresh evaluation (baselines
+    the same shots, draws, folds, cache, ``combine`` and ``stages`` and per-subject scores in its fits, else a fresh evaluation (baselines
     included, C tuned)."""
     from ..data.eeg.cache import load_manifest
 
@@ -32,6 +32,7 @@ def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list
     if stored.is_file():
         result = json.loads(stored.read_text())
         if (result["shots"] == list(shots) and result["seeds"] == draws and len(result["folds"]) == folds
+                and _per_subject_fits(result)
                 and result.get("combine") == combine and result.get("stages") == (list(stages) if stages else list(STAGES))
                 and (cache is None or Path(result["cache"]).resolve() == cache.resolve())):
             return result
@@ -84,6 +85,12 @@ def train_supervised_ceiling(run_dir: str | Path, *, steps: int | None = None, p
         return record
 
 
+def _per_subject_fits(result: dict[str, Any]) -> bool:
+    """Whether every fit of a stored result holds per-subject scores (an older version's result has none)."""
+    return all("per_subject" in fit for rows in result["results"].values() for cell in rows.values()
+               for fit in cell["runs"])
+
+
 def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) -> dict[str, float]:
     """Mean over folds x draws of one run's result: ``{str(s): mean}``."""
     return {str(s): result["results"][row][str(s)][metric]["mean"] for s in shots}
@@ -91,19 +98,24 @@ def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) 
 
 def paired_over_runs(per_seed: dict[str, list[dict[str, Any]]], metric: str, shots: list[int],
                      reference: str = REFERENCE_LOSS) -> dict[str, Any]:
-    """Per loss != ``reference``: the reference minus that loss over the same pretraining seed, fold
-    and draw (the fits line up: same staging split, same draws); mean +- std over those pairs and the
-    number of pairs where the reference is ahead (``m3g_ahead``)."""
+    """Per loss != ``reference``: the reference minus that loss by test subject (``eval.stats``). The fits line
+    up (same pretraining seed, staging split and draws); each fit's difference is taken per test subject,
+    averaged per subject over the seeds and draws that share it, and summarized over subjects (mean, 95 %
+    bootstrap CI, subjects ahead, n subjects). Only ``balanced_accuracy`` is kept per subject."""
+    if metric != "balanced_accuracy":
+        raise ValueError(f"paired differences by test subject: only balanced_accuracy is kept per subject, got {metric}")
     out: dict[str, Any] = {}
     for loss, results in per_seed.items():
         if loss == reference or reference not in per_seed:
             continue
         out[loss] = {}
         for s in shots:
-            diffs = [a[metric] - b[metric]
-                     for ra, rb in zip(per_seed[reference], results)
-                     for a, b in zip(ra["results"]["trained"][str(s)]["runs"], rb["results"]["trained"][str(s)]["runs"])]
-            out[loss][str(s)] = {**mean_std(diffs), "m3g_ahead": sum(d > 0 for d in diffs), "pairs": len(diffs)}
+            per_subject = unit_means(
+                (subject, score - b["per_subject"][subject])
+                for ra, rb in zip(per_seed[reference], results)
+                for a, b in zip(ra["results"]["trained"][str(s)]["runs"], rb["results"]["trained"][str(s)]["runs"])
+                for subject, score in a["per_subject"].items())
+            out[loss][str(s)] = paired_summary(per_subject)
     return out
 
 
@@ -134,12 +146,12 @@ def table_lines(protocol: str, pooled: dict[str, dict[str, Any]], per_seed: dict
             name = loss if row != "bandpower" else "(any)"
             lines.append(f"| {name} | {row} | {len(per_seed[loss])} | " + " | ".join(cell) + " |")
     if paired:
-        lines += ["", "paired differences M3G - baseline (trained encoder, balanced accuracy; same seed, fold and draw): "
-                  "mean ± std, pairs with M3G ahead", "", f"| baseline | {cells} |", "|---|" + "---|" * len(shots)]
+        n = max(cell["n"] for per_s in paired.values() for cell in per_s.values())
+        lines += ["", "paired differences M3G - baseline (trained encoder, balanced accuracy) by test subject, the "
+                  "seeds and draws sharing a subject averaged first: mean [95 % bootstrap CI over subjects], "
+                  f"subjects with M3G ahead (n = {n})", "", f"| baseline | {cells} |", "|---|" + "---|" * len(shots)]
         for loss, per_s in paired.items():
-            lines.append(f"| {loss} | " + " | ".join(
-                f"{per_s[str(s)]['mean']:+.3f} ± {per_s[str(s)]['std']:.3f} ({per_s[str(s)]['m3g_ahead']}/{per_s[str(s)]['pairs']})"
-                for s in shots) + " |")
+            lines.append(f"| {loss} | " + " | ".join(ci_text(per_s[str(s)]) for s in shots) + " |")
     return lines + [""]
 
 
