@@ -25,7 +25,8 @@ runs here): ``demo_data/`` (synthesized and prepared once), ``dreams_cache/``, `
 their stored evaluations are reused: rerunning the command resumes), ``channel_modes.md`` / ``.json``.
 Table: per protocol, mode and s, the trained encoder's balanced accuracy and kappa as mean ± std over the
 pretraining seeds (each seed: mean over folds x draws; population std; n printed), and the pretrained minus
-handcrafted / minus band power differences on the same fits (mean ± std over seeds; fits won of all).
+handcrafted / minus band power differences by test subject (each seed: mean over subjects of the per-subject
+differences; ± std over seeds; subjects ahead of n after averaging each subject over seeds and draws).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from typing import Any
 from multiview_app.argtypes import positive_int
 from multiview_app.bench import command_line, machine_line, markdown_table
 from multiview_app.eval.protocols.probe import mean_std
+from multiview_app.eval.stats import unit_means
 from multiview_app.experiments import ensure_trained
 from multiview_app.experiments.staging import staging_result
 from multiview_app.fileio import atomic_write_text
@@ -68,7 +70,7 @@ def run_name(mode: str, seed: int) -> str:
 
 def seed_summary(result: dict[str, Any], shots: list[int]) -> dict[str, Any]:
     """One run's result -> per s: the trained row's mean balanced accuracy / kappa over its fits, the
-    baselines' means, and trained minus each baseline on the same fits (mean, fits won, fits)."""
+    baselines' means, and trained minus each baseline by test subject (mean over subjects, per-subject values)."""
     out: dict[str, Any] = {}
     for s in map(str, shots):
         cell = {"trained": {m: result["results"]["trained"][s][m]["mean"] for m in ("balanced_accuracy", "kappa")},
@@ -76,7 +78,7 @@ def seed_summary(result: dict[str, Any], shots: list[int]) -> dict[str, Any]:
         for name, row in BASELINES.items():
             cell[name] = {m: result["results"][row][s][m]["mean"] for m in ("balanced_accuracy", "kappa")}
             paired = result["paired"][row][s]
-            cell[f"minus {name}"] = {"mean": paired["mean"], "won": paired["won"], "fits": paired["fits"]}
+            cell[f"minus {name}"] = {"mean": paired["mean"], "units": paired["units"]}
         out[s] = cell
     return out
 
@@ -90,15 +92,15 @@ def over_seeds(per_seed: list[dict[str, Any]], shots: list[int]) -> dict[str, An
                   "trained": {m: mean_std([c["trained"][m] for c in cells]) for m in ("balanced_accuracy", "kappa")}}
         for name in BASELINES:
             out[s][name] = {m: mean_std([c[name][m] for c in cells]) for m in ("balanced_accuracy", "kappa")}
+            per_subject = unit_means((u, v) for c in cells for u, v in c[f"minus {name}"]["units"].items())
             out[s][f"minus {name}"] = {**mean_std([c[f"minus {name}"]["mean"] for c in cells]),
-                                       "won": sum(c[f"minus {name}"]["won"] for c in cells),
-                                       "fits": sum(c[f"minus {name}"]["fits"] for c in cells)}
+                                       "ahead": sum(v > 0 for v in per_subject.values()), "n": len(per_subject)}
     return out
 
 
 def protocol_table(protocol: str, summaries: dict[str, dict[str, Any]], shots: list[int]) -> str:
     """Markdown: per mode the trained encoder (balanced accuracy ± std over seeds / kappa), its differences
-    to handcrafted and band power (± std over seeds, fits won), then the two baselines once."""
+    to handcrafted and band power (± std over seeds, subjects ahead / n), then the two baselines once."""
     rows = []
     for mode, summary in summaries.items():
         n = summary[str(shots[0])]["n_seeds"]
@@ -108,7 +110,7 @@ def protocol_table(protocol: str, summaries: dict[str, dict[str, Any]], shots: l
         for name in BASELINES:
             rows.append([f"{mode} (n={n})", f"minus {name}"] + [
                 f"{c[f'minus {name}']['mean']:+.3f} ± {c[f'minus {name}']['std']:.3f} "
-                f"({c[f'minus {name}']['won']}/{c[f'minus {name}']['fits']})" for c in (summary[str(s)] for s in shots)])
+                f"({c[f'minus {name}']['ahead']}/{c[f'minus {name}']['n']} subjects ahead)" for c in (summary[str(s)] for s in shots)])
     first = next(iter(summaries.values()))
     for name in BASELINES:
         rows.append(["(any)", name] + [f"{first[str(s)][name]['balanced_accuracy']['mean']:.3f} / "
@@ -173,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     header = [f"command: `{command_line()}`", "", f"machine: {machine_line()}", "",
               f"demo settings: {json.dumps(settings)}", "", f"pretraining seeds: {seeds}", "",
               "balanced accuracy ± std over pretraining seeds / kappa (each seed: mean over folds x draws); "
-              "differences on the same fits, ± std over seeds (fits won / fits)", ""]
+              "differences by test subject, ± std over seeds (subjects ahead / n, each subject averaged over seeds "
+              "and draws)", ""]
     text = "\n".join(header) + "\n" + "\n\n".join(protocol_table(p, summaries[p], shots[p]) for p in protocols) + "\n"
     atomic_write_text(out / "channel_modes.md", text)
     atomic_write_text(out / "channel_modes.json", json.dumps(

@@ -1,5 +1,9 @@
 """Train every configs/digits_<loss>.yaml and write the linear-probe table to ``--out`` (default runs/results_digits/results.md).
 
+Besides the self-supervised losses, the table has the supervised ceiling (``supervised_ce``,
+configs/digits_supervised_ce.yaml): the same encoder trained with cross-entropy on the training labels, frozen and
+probed the same way (``--no-supervised`` skips it).
+
     .venv/bin/python scripts/results_digits.py [--steps 400] [--losses m3g,mveb] [--runs-dir runs/results_digits]
 
 Resumable (``multiview_app.experiments.reproduce.train_unless_done``): a loss whose run has its results row is taken as it
@@ -20,6 +24,10 @@ from multiview_app.config import load_config  # noqa: E402
 from multiview_app.losses import available_losses  # noqa: E402
 from multiview_app.train.metrics import read_metrics  # noqa: E402
 from multiview_app.train.run_io import atomic_write_text  # noqa: E402
+
+
+SUPERVISED = "supervised_ce"
+"""The supervised ceiling's row (configs/digits_supervised_ce.yaml)."""
 
 
 def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool) -> dict:
@@ -55,7 +63,8 @@ def write_table(rows: list[dict], failures: dict[str, str], steps: int, out: Pat
         "(1,437 train / 360 test, fixed split); encoder small_cnn (~0.1 M params); frozen features "
         "(128-d, before the projector) -> standardize -> logistic regression / cosine kNN (k=20). "
         "`random init` is the same encoder at its initial weights (`init.safetensors`). Wall time includes "
-        "the evaluation.",
+        "the evaluation. `supervised_ce` is the supervised ceiling: the same encoder, views and budget trained with "
+        "cross-entropy on the training labels (a linear head on each view's features), frozen and probed the same way.",
         "",
         "| loss | steps | batch x k | teacher | wall time (s) | items/s | logreg acc | random-init logreg | kNN acc | random-init kNN | logreg gain |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -63,7 +72,7 @@ def write_table(rows: list[dict], failures: dict[str, str], steps: int, out: Pat
     for r in rows:
         t, ri = r["trained"], r["random_init"]
         lines.append(
-            f"| {r['loss']} | {r['steps']} | {r['batch_size']} x {r['k']} | {'EMA' if r['teacher'] else '-'} | "
+            f"| {r['loss'] + (' (supervised ceiling)' if r['loss'] == SUPERVISED else '')} | {r['steps']} | {r['batch_size']} x {r['k']} | {'EMA' if r['teacher'] else '-'} | "
             f"{r['wall_s']:.0f} | {r['items_per_s']:.0f} | {t['logreg_acc']:.3f} | {ri['logreg_acc']:.3f} | "
             f"{t['knn_acc']:.3f} | {ri['knn_acc']:.3f} | {t['logreg_acc'] - ri['logreg_acc']:+.3f} |"
         )
@@ -80,8 +89,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "results_digits" / "results.md",
                         help="Markdown table (docs/results.md only when given here)")
     parser.add_argument("--fresh", action="store_true", help="retrain even if a finished run exists")
+    parser.add_argument("--no-supervised", action="store_true",
+                        help=f"skip the supervised ceiling ({SUPERVISED}: cross-entropy on the training labels)")
     args = parser.parse_args()
     losses = args.losses.split(",") if args.losses else available_losses()
+    if not args.no_supervised and SUPERVISED not in losses:
+        losses.append(SUPERVISED)
     rows, failures = [], {}
     for loss in losses:
         print(f"== {loss}", flush=True)

@@ -4,7 +4,8 @@
 #   (a) in-domain: held-out subjects of the pretraining data (the run's own split), and
 #   (b) cross-dataset, the paper's protocol: Sleep-EDF-format nights (Fpz-Cz, Pz-Oz) from a disjoint
 #       generator seed, split on their own (subject folds).
-# Rows: trained encoder vs random-init encoder vs band-power baseline vs band power + trained encoder;
+# Rows: trained encoder vs random-init encoder vs the supervised ceiling (the same encoder trained on the pretraining
+# nights' stage labels) vs band-power and handcrafted baselines vs band power + trained encoder;
 # balanced accuracy and kappa first. CPU-sized: nights are 6x compressed excerpts of full 9-h nights
 # (same stage proportions), small encoder width, few steps. Environment knobs (defaults):
 #   every setting is in configs/demo_eeg.yaml (DEMO_CONFIG=FILE for another file of the same keys); an environment
@@ -125,6 +126,10 @@ MVAPP_NUM_THREADS="${DEMO_TRAIN_THREADS:-${MVAPP_NUM_THREADS:-}}" \
   model.encoders.eeg.width="$WIDTH" model.encoders.eeg.dropout=0.0 train.checkpoint_every=0 train.log_every=10 \
   loss.epsilon="$EPSILON" loss.max_iter=300 ${AUGMENT_ARGS[@]+"${AUGMENT_ARGS[@]}"}
 phase_done "train" "$t"; t=$SECONDS
+echo "       supervised ceiling: the same encoder trained end to end on the pretraining nights' stages (cross-entropy,"
+echo "       steps chosen on validation subjects of the pretraining data), probed like the pretrained encoder"
+"$MVAPP" experiment supervised-ceiling --run "runs/$RUN_NAME"
+phase_done "supervised ceiling" "$t"; t=$SECONDS
 
 # the two evaluations in two concurrent processes (separate output files); tables printed in order. Each fits its
 # subject folds in two processes (--workers 2: the same result), so neither core idles once the shorter one ends

@@ -12,7 +12,9 @@ One command for a user with the DREAMS Sleep Spindles download (issue 25 item 4)
 3. stages the excerpts few-shot, **leave-one-excerpt-out** (``mvapp eval sleep-staging --cache ... --folds F``
    with F = the number of excerpts: every excerpt is its own subject, so each fold tests one excerpt; the
    classifier and its C are fitted and tuned on the other excerpts only) on ``--stages`` (default W N1 N2 N3:
-   DREAMS holds 5 REM windows, which are excluded and counted), pooled over pretraining runs x folds x seeds;
+   DREAMS holds 5 REM windows, which are excluded and counted), pooled over pretraining runs x folds x seeds,
+   with the supervised-ceiling row (each run's encoder trained on its pretraining nights' stages; ``--no-ceiling``
+   skips it) and the paired differences by excerpt (mean, 95 % bootstrap CI over excerpts, excerpts ahead);
 4. writes ``OUT/transfer_dreams.md`` and ``OUT/transfer_dreams.json`` and prints the table.
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ from multiview_app.argtypes import positive_int
 from multiview_app.config import Config, load_config
 from multiview_app.experiments import ensure_trained
 from multiview_app.eval.sleep_staging import format_table, pool_results
-from multiview_app.experiments.staging import staging_result
+from multiview_app.experiments.staging import staging_result, train_supervised_ceiling
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_SCRIPT = REPO / "scripts" / "run_eeg_demo.sh"
@@ -144,10 +146,15 @@ def check_leave_one_out(result: dict, n_excerpts: int) -> None:
             raise AssertionError(f"excerpt {fold['test'][0]} both tested and used for the classifier")
 
 
-def stage_dreams(run: Path, cache: Path, shots: list[int], draws: int, stages: list[str], combine: str) -> dict:
+def stage_dreams(run: Path, cache: Path, shots: list[int], draws: int, stages: list[str], combine: str,
+                 ceiling: bool = True) -> dict:
     """``run``'s encoder stages the DREAMS excerpts of ``cache`` leave-one-excerpt-out (folds = excerpts;
     checked by :func:`check_leave_one_out`); a stored evaluation with the same settings is reused
-    (``experiments.staging.staging_result``)."""
+    (``experiments.staging.staging_result``). ``ceiling``: the run's supervised ceiling (its encoder trained
+    on the pretraining nights' stages, steps chosen on their validation subjects) is trained unless done
+    first, so the table has its row."""
+    if ceiling:
+        train_supervised_ceiling(run, progress=False)
     n_excerpts = len(json.loads((cache / "manifest.json").read_text())["recordings"])
     result = staging_result(run, cache=cache.resolve(), folds=n_excerpts, shots=list(shots), draws=draws,
                             combine=combine, stages=stages)
@@ -195,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shots", type=positive_int, nargs="+", default=[10, 20, 40])
     parser.add_argument("--seeds", type=positive_int, default=3, help="few-shot draws per fold (default: %(default)s)")
     parser.add_argument("--stages", nargs="+", default=["W", "N1", "N2", "N3"])
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="skip the supervised-ceiling row (the encoder trained on the pretraining nights' stages)")
     args = parser.parse_args(argv)
     if args.real_psg is None:
         parser.error(f"--real-psg DIR (or ${REAL_PSG_ENV}) is required")
@@ -202,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     cache = prepare_dreams(Path(args.real_psg), args.out)
     runs = args.run or [pretrain(args.out.resolve(), int(s), args.data) for s in args.pretrain_seeds.split(",")]
     combine = demo_settings()["DEMO_COMBINE"]
-    results = [stage_dreams(run, cache, args.shots, args.seeds, args.stages, combine) for run in runs]
+    results = [stage_dreams(run, cache, args.shots, args.seeds, args.stages, combine, not args.no_ceiling)
+               for run in runs]
     pooled = pool_results(results) if len(results) > 1 else results[0]
     command = "python scripts/transfer_dreams.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = markdown(pooled, runs, cache, command)

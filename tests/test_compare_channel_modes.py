@@ -67,11 +67,20 @@ def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(s
             assert cell["n_seeds"] == 2 and cell["fits_per_seed"] == 2 * 2  # folds x draws
             assert cell["trained"]["balanced_accuracy"]["mean"] == pytest.approx(np.mean(per_seed))
             assert cell["trained"]["balanced_accuracy"]["std"] == pytest.approx(np.std(per_seed))
-            diffs = [[a["balanced_accuracy"] - b["balanced_accuracy"] for a, b in
-                      zip(e["results"]["trained"][s]["runs"], e["results"]["handcrafted"][s]["runs"])] for e in evals]
-            assert cell["minus handcrafted"]["mean"] == pytest.approx(np.mean([np.mean(d) for d in diffs]))
-            assert cell["minus handcrafted"]["won"] == sum(x > 0 for d in diffs for x in d)
-            assert cell["minus handcrafted"]["fits"] == 8
+            # by test subject: each seed's mean over subjects (draws averaged per subject first)
+            per_seed_subjects = []
+            for e in evals:
+                by_subject: dict[str, list[float]] = {}
+                for a, b in zip(e["results"]["trained"][s]["runs"], e["results"]["handcrafted"][s]["runs"]):
+                    for subject, score in a["per_subject"].items():
+                        by_subject.setdefault(subject, []).append(score - b["per_subject"][subject])
+                per_seed_subjects.append({k: np.mean(v) for k, v in by_subject.items()})
+            assert cell["minus handcrafted"]["mean"] == pytest.approx(np.mean([np.mean(list(d.values()))
+                                                                               for d in per_seed_subjects]))
+            subjects = {k for d in per_seed_subjects for k in d}
+            over_seeds = {k: np.mean([d[k] for d in per_seed_subjects if k in d]) for k in subjects}
+            assert cell["minus handcrafted"]["n"] == len(subjects) == 4  # the Sleep-EDF-format people, not fits
+            assert cell["minus handcrafted"]["ahead"] == sum(v > 0 for v in over_seeds.values())
     stamps = {p: p.stat().st_mtime_ns for folders in runs.values() for f in folders
               for p in (f / "model.safetensors", f / "eval" / "sleep_staging_sleep-edf.json")}
     assert script.main(argv) == 0  # resumes: nothing retrained, nothing re-evaluated

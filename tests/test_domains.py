@@ -554,13 +554,19 @@ def test_paired_differences_m3g_minus_each_row_by_domain_and_seed() -> None:
     # random init: seed 0 scores 0.2, seed 1 scores 0.3 on both domains
     assert abs(diffs["random_init"]["b"]["by_seed"]["1"] - 0.4) < 1e-12
     table = format_paired(diffs, ["a", "b"])
-    assert "| row | a | b | Avg | m3g ahead / behind (pairs) |" in table
+    assert "| row | a | b | Avg | mean [95 % CI] over pairs | m3g ahead / behind (pairs) |" in table
     # infonce_ave: a +10 / -10 (2 pairs), b 0 (1 pair); Avg: only seed 0 covers both domains, (10 + 0) / 2;
     # 1 won, 1 lost, 1 tie
-    assert "| infonce_ave | +0.0 ± 10.0 (n=2) | +0.0 (n=1) | +5.0 (n=1) | 1 / 1 (3) |" in table
+    # the CI column: the 3 held-out domain x seed pairs (+10, -10, 0) by the one bootstrap helper
+    from multiview_app.eval.stats import bootstrap_ci
+
+    low, high = bootstrap_ci([10.0, -10.0, 0.0])
+    assert (f"| infonce_ave | +0.0 ± 10.0 (n=2) | +0.0 (n=1) | +5.0 (n=1) | +0.0 [{low:+.1f}, {high:+.1f}] | 1 / 1 (3) |"
+            in table)
     # random init: seed 0 Avg (0.3 + 0.2) / 2 = 0.25, seed 1 (0.3 + 0.4) / 2 = 0.35 -> +30.0 ± 5.0 (n=2), 4 of 4 won
-    assert "| +30.0 ± 5.0 (n=2) | 4 / 0 (4) |" in table
-    assert "| m3g (label-free) | +20.0 (n=1) | - | - | 1 / 0 (1) |" in table
+    low, high = bootstrap_ci([30.0, 20.0, 30.0, 40.0])
+    assert f"| +30.0 ± 5.0 (n=2) | +30.0 [{low:+.1f}, {high:+.1f}] | 4 / 0 (4) |" in table
+    assert "| m3g (label-free) | +20.0 (n=1) | - | - | +20.0 [+20.0, +20.0] | 1 / 0 (1) |" in table
     no_anchor = combine_results([r for r in results if r["loss"] != "m3g"], ["a", "b"])
     assert paired_differences(no_anchor) == {}
 

@@ -138,19 +138,49 @@ def test_combined_row_concatenates_band_powers_and_encoder_features():
         combined_features(np.zeros((2, 4, 5)), np.ones((2, 2, 7)))
 
 
-def test_paired_differences_are_per_fit_and_count_wins():
+def test_paired_differences_are_per_subject_with_fits_sharing_a_subject_averaged_first():
     from multiview_app.eval.protocols.staging import paired_differences
+    from multiview_app.eval.stats import bootstrap_ci
 
-    fits = lambda values: {"runs": [{"balanced_accuracy": v} for v in values]}  # noqa: E731
-    table = {"trained": {"10": fits([0.6, 0.7, 0.5])}, "bandpower": {"10": fits([0.5, 0.65, 0.55])}}
-    paired = paired_differences(table)
-    cell = paired["bandpower"]["10"]
-    assert cell["won"] == 2 and cell["fits"] == 3 and "trained" not in paired
-    np.testing.assert_allclose(cell["mean"], np.mean([0.1, 0.05, -0.05]))
-    np.testing.assert_allclose(cell["std"], np.std([0.1, 0.05, -0.05]))
+    def fits(per_fit: list[dict[str, float]]) -> dict:
+        return {"runs": [{"balanced_accuracy": float(np.mean(list(p.values()))), "per_subject": p} for p in per_fit]}
+
+    # fold 1 tests A and B (two draws), fold 2 tests C (two draws): 4 fits, 3 subjects
+    trained = fits([{"A": 0.7, "B": 0.6}, {"A": 0.8, "B": 0.5}, {"C": 0.6}, {"C": 0.7}])
+    band = fits([{"A": 0.6, "B": 0.65}, {"A": 0.6, "B": 0.55}, {"C": 0.5}, {"C": 0.5}])
+    cell = paired_differences({"trained": {"10": trained}, "bandpower": {"10": band}})["bandpower"]["10"]
+    per_subject = {"A": np.mean([0.1, 0.2]), "B": np.mean([-0.05, -0.05]), "C": np.mean([0.1, 0.2])}
+    assert cell["n"] == 3 and cell["ahead"] == 2 and cell["behind"] == 1  # subjects, not the 4 fits
+    np.testing.assert_allclose([cell["units"][k] for k in "ABC"], [per_subject[k] for k in "ABC"])
+    np.testing.assert_allclose(cell["mean"], np.mean(list(per_subject.values())))
+    np.testing.assert_allclose((cell["ci_low"], cell["ci_high"]), bootstrap_ci(list(per_subject.values())))
+    table = {"trained": {"10": trained}, "bandpower": {"10": band}}
     assert paired_differences({"bandpower": table["bandpower"]}) == {}
     with pytest.raises(ValueError, match="fits"):
-        paired_differences({"trained": table["trained"], "bandpower": {"10": fits([0.5])}})
+        paired_differences({"trained": trained and {"10": trained}, "bandpower": {"10": fits([{"A": 0.5}])}})
+    # results without per-subject scores (an older version's) give no paired cell rather than a per-fit one
+    older = {"runs": [{"balanced_accuracy": 0.5}] * 4}
+    assert paired_differences({"trained": {"10": older}, "bandpower": {"10": older}}) == {}
+
+
+def test_fits_hold_per_subject_balanced_accuracy_of_their_test_windows():
+    from multiview_app.eval.protocols.staging import few_shot_staging
+
+    rng = np.random.default_rng(0)
+    y = np.tile(np.arange(5), 40)
+    feats = {"trained": {"train": np.eye(5)[y] + rng.normal(0, 0.3, (200, 5)),
+                         "test": np.eye(5)[y] + rng.normal(0, 0.8, (200, 5))}}
+    subjects = np.repeat(["S1", "S2"], 100)
+    out = few_shot_staging(feats, y, y, (5,), 1, 1.0, test_subjects=subjects)
+    fit = out["results"]["trained"]["5"]["runs"][0]
+    predicted = out["predictions"]["trained"]
+    from sklearn.metrics import balanced_accuracy_score
+
+    for name in ("S1", "S2"):
+        mask = subjects == name
+        assert fit["per_subject"][name] == pytest.approx(balanced_accuracy_score(y[mask], predicted[mask]))
+    with pytest.raises(ValueError, match="test_subjects"):
+        few_shot_staging(feats, y, y, (5,), 1, 1.0, test_subjects=subjects[:10])
 
 
 def test_staging_confusion_plot_is_row_normalized_and_titled_with_dataset_and_classifier():

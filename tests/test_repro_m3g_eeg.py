@@ -56,12 +56,17 @@ def test_toy_run_pools_seeds_folds_draws_and_resumes(repro, tmp_path: Path) -> N
         assert len(fits) == 8
         assert cross["pooled"][loss]["trained"]["4"]["balanced_accuracy"]["mean"] == pytest.approx(sum(fits) / 8)
     # paired differences, brute force over the stored fits of the same seed / fold / draw
-    diffs = [a["balanced_accuracy"] - b["balanced_accuracy"]
-             for ea, eb in zip(evals["m3g"], evals["infonce_pwe"])
-             for a, b in zip(ea["results"]["trained"]["2"]["runs"], eb["results"]["trained"]["2"]["runs"])]
+    # by test subject: every seed x draw difference of a subject averaged first, then the mean over subjects
+    by_subject: dict[str, list[float]] = {}
+    for ea, eb in zip(evals["m3g"], evals["infonce_pwe"]):
+        for a, b in zip(ea["results"]["trained"]["2"]["runs"], eb["results"]["trained"]["2"]["runs"]):
+            for subject, score in a["per_subject"].items():
+                by_subject.setdefault(subject, []).append(score - b["per_subject"][subject])
+    means = [sum(v) / len(v) for v in by_subject.values()]
     paired = cross["paired_m3g_minus"]["infonce_pwe"]["2"]
-    assert paired["pairs"] == 8 and paired["mean"] == pytest.approx(sum(diffs) / 8)
-    assert paired["m3g_ahead"] == sum(d > 0 for d in diffs)
+    assert paired["n"] == len(by_subject) == len({s for e in evals["m3g"] for f in e["folds"] for s in f["test"]})
+    assert paired["mean"] == pytest.approx(sum(means) / len(means))
+    assert paired["ahead"] == sum(m > 0 for m in means)
     # resumable: nothing retrained, nothing re-evaluated
     stamps = {p: p.stat().st_mtime_ns for rs in runs.values() for r in rs
               for p in [r / "model.safetensors", r / "eval" / "sleep_staging_sleep-edf.json"]}

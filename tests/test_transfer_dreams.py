@@ -66,7 +66,8 @@ def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
     cache_counts = json.loads((out / "dreams_cache" / "manifest.json").read_text())["recordings"]
     assert sum(r["n_windows"] for r in cache_counts) == (result["windows"]["test"]
                                                           + sum(result["excluded_windows_per_stage"].values()))
-    for row in ("trained", "random_init", "bandpower", "handcrafted", "bandpower+trained"):
+    assert "supervised_ceiling" in result["paired"] and result["paired"]["bandpower"]["5"]["n"] == 3  # excerpts
+    for row in ("trained", "random_init", "supervised_ceiling", "bandpower", "handcrafted", "bandpower+trained"):
         for s in ("5", "10"):
             cell = result["results"][row][s]
             assert cell["n_runs"] == 3 * 2

@@ -42,6 +42,7 @@ from .features import combine_views, extract_features
 from .protocols.probe import fit_linear_classifier, mean_std
 from .protocols import get_protocol
 from .protocols.domains import DEFAULT_CS, TEST_DOMAIN, TRAINING_DOMAIN
+from .stats import paired_summary
 
 KIND = "domain_generalization"
 ENCODERS = ("random_init", "erm", "trained")
@@ -480,6 +481,17 @@ def average_text(per_domain: dict[str, dict[str, Any]], domains: list[str], sign
     return "-" if avg is None else spread(avg, sign=sign)
 
 
+def pairs_ci_text(per_domain: dict[str, dict[str, Any]]) -> str:
+    """The mean over every held-out domain x seed pair of the cells' ``by_seed`` differences and its 95 %
+    bootstrap CI over those pairs (``eval.stats``, the units of a DG claim), in accuracy points: ``+5.0 [-10.0,
+    +10.0]``; ``-`` without pairs."""
+    units = {(d, s): 100.0 * v for d, cell in per_domain.items() for s, v in cell.get("by_seed", {}).items()}
+    if not units:
+        return "-"
+    cell = paired_summary(units)
+    return f"{cell['mean']:+.1f} [{cell['ci_low']:+.1f}, {cell['ci_high']:+.1f}]"
+
+
 def won_lost(per_domain: dict[str, dict[str, Any]]) -> str:
     """``"W / L (P)"``: of the P paired differences in the cells' ``by_seed``, how many are above / below
     zero (ties count as neither)."""
@@ -556,15 +568,16 @@ def format_paired(differences: dict[str, dict[str, dict[str, Any]]], domains: li
                   metric: str = "five_vs_one", anchor: str = PAIRED_ANCHOR) -> str:
     """Markdown in the tables' layout: rows = the compared rows, columns = held-out domains then Avg (per
     seed the mean over the domains, then mean +- std over seeds), cells = ``anchor`` minus the row in
-    accuracy points; the last column counts the pairs ``anchor`` won / lost (ties neither)."""
+    accuracy points; then the mean over the held-out domain x seed pairs with its 95 % bootstrap CI over the
+    pairs (:func:`pairs_ci_text`, ``eval.stats``); the last column counts the pairs ``anchor`` won / lost."""
     held_out = [d for d in domains if any(d in per for per in differences.values())]
     lines = [f"**Paired differences {anchor} - row** ({METRIC_TITLES[metric]}; accuracy points, same held-out "
              "domain and seed; mean ± std over the n pairs, Avg over the seeds that cover every domain)", "",
-             "| row | " + " | ".join(held_out) + f" | Avg | {anchor} ahead / behind (pairs) |",
-             "|---|" + "---|" * (len(held_out) + 2)]
+             "| row | " + " | ".join(held_out) + f" | Avg | mean [95 % CI] over pairs | {anchor} ahead / behind (pairs) |",
+             "|---|" + "---|" * (len(held_out) + 3)]
     for column, per_domain in differences.items():
         cells = [spread(per_domain[d], sign=True) if d in per_domain else "-" for d in held_out]
-        cells += [average_text(per_domain, held_out, sign=True), won_lost(per_domain)]
+        cells += [average_text(per_domain, held_out, sign=True), pairs_ci_text(per_domain), won_lost(per_domain)]
         lines.append(f"| {column} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

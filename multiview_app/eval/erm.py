@@ -44,8 +44,9 @@ def _source_data(cfg: Config) -> dict[str, Any]:
     return {"adapter": cfg.data.adapter, "options": options}
 
 
-def _erm_model(cfg: Config) -> dict[str, Any]:
-    """The run's backbone without predictor / teacher (ERM's head is the loss module's)."""
+def supervised_model(cfg: Config) -> dict[str, Any]:
+    """The run's backbone without predictor / teacher (the supervised head is the loss module's): ERM's
+    model and the EEG supervised ceiling's."""
     return {"encoders": cfg.model.encoders, "projector": cfg.model.projector, "predictor": None,
             "teacher": {"enabled": False}}
 
@@ -58,7 +59,7 @@ def erm_key(cfg: Config, steps: int = DEFAULT_STEPS) -> dict[str, Any]:
         "recipe": RECIPE,
         "data": _source_data(cfg),
         "views": views,
-        "model": _erm_model(cfg),
+        "model": supervised_model(cfg),
         "optim": cfg.optim.model_dump(mode="json"),
         "steps": int(steps),
         "batch_size": cfg.train.batch_size,
@@ -78,12 +79,7 @@ def erm_config(cfg: Config, adapter: Any, cache_dir: str | Path, steps: int = DE
     checkpoints every ``steps // CHECKPOINTS`` steps, all kept, in :func:`erm_dir`."""
     key = erm_key(cfg, steps)
     out = erm_dir(cfg, cache_dir, steps)
-    encoder = next(iter(cfg.model.encoders.values()))
-    in_dim = encoder.get("num_features")
-    if in_dim is None:
-        from ..models import build_model
-
-        in_dim = int(next(iter(build_model(**model_spec(cfg)).encoders.values())).num_features)
+    in_dim = encoder_feature_dim(cfg)
     raw = cfg.to_dict()
     raw.update(
         data=key["data"], views=key["views"], model=key["model"],
@@ -95,6 +91,17 @@ def erm_config(cfg: Config, adapter: Any, cache_dir: str | Path, steps: int = DE
                     "checkpoint_every": max(1, int(steps) // CHECKPOINTS), "keep_checkpoints": CHECKPOINTS + 1,
                     "callbacks": []}
     return config_from_dict(raw)
+
+
+def encoder_feature_dim(cfg: Config) -> int:
+    """Features per view of ``cfg``'s (first) encoder: its ``num_features`` setting, else the built model's."""
+    encoder = next(iter(cfg.model.encoders.values()))
+    in_dim = encoder.get("num_features")
+    if in_dim is None:
+        from ..models import build_model
+
+        in_dim = next(iter(build_model(**model_spec(cfg)).encoders.values())).num_features
+    return int(in_dim)
 
 
 def erm_run_summary(cfg: Config, erm_run: str | Path) -> dict[str, Any]:
@@ -122,4 +129,4 @@ def erm_summary(run_dir: str | Path, tail: int = 3) -> dict[str, Any]:
             "train_accuracy": sum(r["stats/accuracy"] for r in last) / len(last)}
 
 
-__all__ = ["CHECKPOINTS", "DEFAULT_STEPS", "erm_config", "erm_dir", "erm_key", "erm_run_summary", "erm_summary"]
+__all__ = ["CHECKPOINTS", "DEFAULT_STEPS", "encoder_feature_dim", "erm_config", "erm_dir", "erm_key", "erm_run_summary", "erm_summary", "supervised_model"]

@@ -18,11 +18,15 @@ Per-channel encoder features are combined (concatenated in channel order, or ave
 ``s`` in ``--shots`` and every seed, ``s`` windows per class are drawn from the classifier's
 training subjects (class-balanced; capped by what exists: the counts drawn for every fold and seed
 are reported and a capped column is flagged), a standardized logistic regression is fitted and
-scored on every test window. Rows: trained encoder, random-init encoder (``init.safetensors``),
+scored on every test window. Rows: trained encoder, random-init encoder (``init.safetensors``), the supervised ceiling
+(``supervised_ceiling``: the same encoder architecture trained end to end on the pretraining nights' stage
+labels, :mod:`multiview_app.eval.supervised_ceiling`, when ``<run>/ceiling`` holds it),
 relative band powers (5 bands, the weak baseline), the strong hand-crafted features of
 :mod:`multiview_app.eval.handcrafted` (``handcrafted``), and band powers concatenated with the trained
 encoder's features (``bandpower+trained``: does SSL add to the hand-made features?). Metrics: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1,
-per-class F1, as mean +- std over folds x seeds.
+per-class F1, as mean +- std over folds x seeds. Paired differences (trained minus every other row) are taken
+per test subject, the fits sharing a subject averaged first, with a 95 % bootstrap CI over subjects
+(:mod:`multiview_app.eval.stats`).
 """
 from __future__ import annotations
 
@@ -44,7 +48,9 @@ from ..train.run_io import atomic_write_json, load_run
 from . import Evaluator, register_evaluator
 from .bandpower import bandpower_features, bandpower_time_bins
 from .handcrafted import handcrafted_per_channel, handcrafted_row
+from .supervised_ceiling import CEILING_DIR, CEILING_FILE, CEILING_ROW, ceiling_record
 from . import features as feature_path
+from . import stats
 from .features import Combine, FeatureKind, combine_views
 from .protocols import get_protocol
 from .protocols.staging import (C_GRID, COMBINED_ROW, LR_GRID, METRICS, TIME_BINS, capped_shots,
@@ -70,6 +76,20 @@ Hjorth, moments, percentiles, within-window variation; per channel, for the pape
 
 
 
+
+
+def _ceiling_run(run_dir: Path, pretraining_subjects: list[str], notes: list[str]) -> Path | None:
+    """The final run of ``run_dir``'s supervised ceiling, or None with a note saying how to train it. A
+    record whose training subjects are not the run's pretraining subjects is refused (ValueError)."""
+    record = ceiling_record(run_dir)
+    if record is None or not (Path(record["run"]) / "model.safetensors").is_file():
+        notes.append(f"no {CEILING_ROW} row: train it with `mvapp experiment supervised-ceiling --run {run_dir}`")
+        return None
+    if sorted(record["pretraining_subjects"]) != sorted(pretraining_subjects):
+        raise ValueError(f"{run_dir}/{CEILING_DIR}/{CEILING_FILE}: the ceiling trained on subjects "
+                         f"{record['pretraining_subjects']}, the run pretrained on {pretraining_subjects}; "
+                         f"train it again (mvapp experiment supervised-ceiling --run {run_dir})")
+    return Path(record["run"])
 
 
 def _windows(dataset: Any, batch_size: int) -> np.ndarray:
@@ -98,8 +118,13 @@ def run_sleep_staging(
     classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
     feature_kind: Literal["encoder", "projector"] = "encoder", combined: bool = True,
     stages: list[str] | None = None, accept_input_differences: bool = False, workers: int = 1,
+    ceiling: bool = True,
 ) -> dict[str, Any]:
     """Run the protocol above on ``run_dir``; write and return the result dict.
+
+    ``ceiling`` (with ``baselines``): add the ``supervised_ceiling`` row, the run's encoder architecture
+    trained end to end on the pretraining nights' stages (``<run>/ceiling``, trained by ``mvapp experiment
+    supervised-ceiling``; without it a note says how), frozen and probed like the trained encoder.
 
     ``workers`` > 1 (``logreg``): the subject folds' classifier fits run in that many processes (the same
     fits and draws, so the same result; the features are extracted once, before).
@@ -141,10 +166,18 @@ def run_sleep_staging(
                                                    combine=combine, kind=feature_kind, progress=progress)
         features[name] = (time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper"
                           else per_window)
+    skipped_notes: list[str] = []
+    if baselines and ceiling:
+        ceiling_run = _ceiling_run(run_dir, plan["pretraining_subjects"], skipped_notes)
+        if ceiling_run is not None:
+            _, model = load_run(ceiling_run, "final")
+            features[CEILING_ROW] = (time_binned_features(model, adapter, policy, batch_size, device)
+                                     if classifier == "paper" else
+                                     window_features(model, adapter, policy, "train", batch_size, device,
+                                                     combine=combine, kind=feature_kind)[0])
     subjects = np.asarray(meta["subject"])
     keep = stage_mask(labels, stages)
     excluded = {STAGES[c]: int(((labels == c) & ~keep).sum()) for c in range(len(STAGES))}
-    skipped_notes: list[str] = []
     if baselines:
         windows = _windows(adapter.split("train"), batch_size)
         features["bandpower"] = (bandpower_time_bins(windows, adapter.sfreq, TIME_BINS) if classifier == "paper"
@@ -180,7 +213,7 @@ def run_sleep_staging(
                                       else (list(train_subjects), []))
         validation_subjects.append(val_subjects)
         fold_masks.append((np.isin(subjects, fit_subjects), np.isin(subjects, val_subjects), np.isin(subjects, test_subjects)))
-    _FOLD_JOB.update(features=features, labels=labels, masks=fold_masks,
+    _FOLD_JOB.update(features=features, labels=labels, subjects=subjects, masks=fold_masks,
                      options={"shots": shots, "seeds": seeds, "C": C, "classifier": classifier, "lr": lr})
     try:  # the paper classifier trains with torch: never in a fork of a process that ran torch threads
         fold_fits = _map_folds(len(fold_masks), workers if classifier == "logreg" else 1)
@@ -266,7 +299,8 @@ def _fit_fold(fold: int) -> tuple[dict[str, Any], list[warnings.WarningMessage]]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fits = get_protocol("few-shot-staging")(split_feats, labels[train], labels[test], opts["shots"], opts["seeds"],
-                                                opts["C"], y_val=labels[val], classifier=opts["classifier"], lr=opts["lr"])
+                                                opts["C"], y_val=labels[val], classifier=opts["classifier"], lr=opts["lr"],
+                                                test_subjects=job["subjects"][test])
     # plain fields only: a worker process sends them back pickled
     return fits, [warnings.WarningMessage(w.message, w.category, w.filename, w.lineno) for w in caught]
 
@@ -522,12 +556,7 @@ def format_table(result: dict[str, Any]) -> str:
             lines.append(f"{name:<{width}}" + "".join(
                 f"{per_shot[s][metric]['mean']:>10.3f} ± {per_shot[s][metric]['std']:.3f}" for s in shots))
     if result.get("paired"):
-        lines += ["", "balanced_accuracy, trained minus each row on the same fits (mean ± std, fits won)",
-                  f"{'trained minus':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>25}" for s in shots)]
-        for name, per_shot in result["paired"].items():
-            lines.append(f"{name:<{width}}" + "".join(
-                f"{per_shot[s]['mean']:>+10.3f} ± {per_shot[s]['std']:.3f}{per_shot[s]['won']:>3}/{per_shot[s]['fits']:<3}"
-                for s in shots))
+        lines += paired_lines(result["paired"], shots, capped, width)
     for s in shots:
         if s in capped:
             draws = sorted({tuple(sorted(d.items(), key=lambda kv: STAGES.index(kv[0])))
@@ -537,6 +566,19 @@ def format_table(result: dict[str, Any]) -> str:
     for note in result.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def paired_lines(paired: dict[str, dict[str, Any]], shots: list[str], capped: set[str], width: int) -> list[str]:
+    """The paired block of :func:`format_table`: trained minus each row by test subject, mean [95 % bootstrap
+    CI] over subjects and the subjects ahead of n (``eval.stats``)."""
+    n = max(cell["n"] for cells in paired.values() for cell in cells.values())
+    lines = ["", f"balanced_accuracy, trained minus each row per test subject (fits sharing a subject averaged first): "
+                 f"mean [95 % bootstrap CI over subjects, {stats.RESAMPLES} resamples], subjects ahead / n (n = {n})",
+             f"{'trained minus':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>45}" for s in shots)]
+    for name, per_shot in paired.items():
+        lines.append(f"{name:<{width}}" + "".join(
+            f"{stats.ci_text(per_shot[s]):>45}" if s in per_shot else f"{'-':>45}" for s in shots))
+    return lines
 
 
 @register_evaluator
@@ -577,6 +619,9 @@ class SleepStaging(Evaluator):
                             help="windows per feature-extraction batch (default: %(default)s)")
         parser.add_argument("--no-baselines", action="store_true",
                             help=f"skip the non-learned baselines (band power, {HANDCRAFTED_ROW}) and the {COMBINED_ROW} row")
+        parser.add_argument("--no-ceiling", action="store_true",
+                            help=f"skip the {CEILING_ROW} row (the run's encoder trained end to end on the pretraining "
+                                 "nights' stages; `mvapp experiment supervised-ceiling --run RUN` trains it)")
         parser.add_argument("--no-combined", action="store_true",
                             help=f"skip the {COMBINED_ROW} row (band powers concatenated with the trained features)")
         parser.add_argument("--features", choices=["encoder", "projector"], default="encoder",
@@ -600,6 +645,7 @@ class SleepStaging(Evaluator):
             batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
             classifier=args.classifier, lr=args.lr, feature_kind=args.features, combined=not args.no_combined,
             stages=args.stages, accept_input_differences=args.accept_input_differences, workers=args.workers,
+            ceiling=not args.no_ceiling,
         ) for run in [Path(run_dir), *(args.pool_runs or [])]]
         result = results[0]
         if len(results) > 1:

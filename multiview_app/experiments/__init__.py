@@ -6,11 +6,13 @@
 - :mod:`.sweeps`: sweeps over seeds / folds / held-out domains (:func:`~multiview_app.experiments.sweeps.grid`,
   :func:`~multiview_app.experiments.sweeps.sweep`) and saved results rows;
 - :mod:`.staging`: sleep-staging results across pretraining runs: reuse of a stored evaluation,
-  pooling, paired differences between losses, Markdown tables;
+  pooling, paired differences between losses by test subject, Markdown tables; the EEG supervised ceiling
+  (:func:`~multiview_app.experiments.staging.train_supervised_ceiling`, config in
+  :mod:`multiview_app.eval.supervised_ceiling`) trained unless done;
 - :mod:`.domains`: domain generalization: the runs of a leave-one-domain-out sweep and their ERM
   baselines trained unless done (policy ``resume``), each run folder evaluated by
   :mod:`multiview_app.eval.domain_generalization` (which trains nothing);
-- :mod:`.cli`: ``mvapp experiment <name>`` (``domain-generalization``).
+- :mod:`.cli`: ``mvapp experiment <name>`` (``domain-generalization``, ``supervised-ceiling``).
 
 Experiments may import ``train/`` and ``eval/``; nothing below them imports ``experiments/``
 (tests/test_layout.py). Scripts (``scripts/reproduce_*.py``, ``scripts/results_*.py``) are thin

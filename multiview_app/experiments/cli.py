@@ -18,13 +18,33 @@ from ..argtypes import nonnegative_int, positive_float, positive_int
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
-    group = subparsers.add_parser("experiment", help="train runs unless done, then evaluate them (domain-generalization)")
+    group = subparsers.add_parser("experiment", help="train runs unless done, then evaluate them (domain-generalization, "
+                                                           "supervised-ceiling)")
     sub = group.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
     parser = sub.add_parser("domain-generalization",
                             help="leave-one-domain-out with training-domain-validation model selection (DomainBed): "
                                  "pretrain one run per held-out domain and seed (--config) or evaluate --run")
     add_domain_generalization_arguments(parser)
     parser.set_defaults(func=run_domain_generalization)
+    ceiling = sub.add_parser("supervised-ceiling",
+                             help="train the supervised ceiling of an EEG run unless done: its encoder trained end to "
+                                  "end on the pretraining nights' stages, steps chosen on validation subjects "
+                                  "(the sleep-staging evaluator's supervised_ceiling row)")
+    ceiling.add_argument("--run", required=True, type=Path, help="the pretraining run folder (EEG windows)")
+    ceiling.add_argument("--steps", type=positive_int, default=None,
+                         help="step budget of the selection run (default: the run's train.max_steps)")
+    ceiling.set_defaults(func=run_supervised_ceiling)
+
+
+def run_supervised_ceiling(args: argparse.Namespace) -> int:
+    """Train the ceiling unless done; print the chosen steps and the candidates' validation scores."""
+    from .staging import train_supervised_ceiling
+
+    record = train_supervised_ceiling(args.run.expanduser().resolve(), steps=args.steps)
+    scores = ", ".join(f"{s}: {v:.3f}" for s, v in record["validation_balanced_accuracy"].items())
+    print(f"supervised ceiling: {record['chosen_steps']} steps chosen on validation subjects "
+          f"{', '.join(record['validation_subjects'])} (balanced accuracy by step: {scores}); run {record['run']}")
+    return 0
 
 
 def resumable(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -11,6 +11,7 @@ from ..data.eeg.stages import STAGES
 from ..eval.protocols.probe import mean_std
 from ..eval.protocols.staging import pool_results
 from ..eval.sleep_staging import run_sleep_staging
+from ..eval.stats import ci_text, paired_summary, unit_means
 
 TABLE_METRICS = ("balanced_accuracy", "kappa")
 """Table metrics: the evaluator's headline (neither rewards the class prior)."""
@@ -22,7 +23,7 @@ def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list
                    combine: str = "concat", stages: list[str] | None = None) -> dict[str, Any]:
     """The sleep-staging result of one run (in-domain, or on another dataset's ``cache``: cross-dataset,
     or e.g. the real DREAMS excerpts): the stored ``eval/sleep_staging[_<dataset>].json`` when it holds
-    the same shots, draws, folds, cache, ``combine`` and ``stages``, else a fresh evaluation (baselines
+    the same shots, draws, folds, cache, ``combine`` and ``stages`` and per-subject scores in its fits, else a fresh evaluation (baselines
     included, C tuned)."""
     from ..data.eeg.cache import load_manifest
 
@@ -31,11 +32,63 @@ def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list
     if stored.is_file():
         result = json.loads(stored.read_text())
         if (result["shots"] == list(shots) and result["seeds"] == draws and len(result["folds"]) == folds
+                and _per_subject_fits(result)
                 and result.get("combine") == combine and result.get("stages") == (list(stages) if stages else list(STAGES))
                 and (cache is None or Path(result["cache"]).resolve() == cache.resolve())):
             return result
     return run_sleep_staging(run_dir, cache=str(cache) if cache else None, folds=folds, shots=tuple(shots),
                              seeds=draws, baselines=True, progress=False, combine=combine, stages=stages)
+
+
+def train_supervised_ceiling(run_dir: str | Path, *, steps: int | None = None, progress: bool = True,
+                             batch_size: int = 16) -> dict[str, Any]:
+    """The supervised ceiling of the pretraining run ``run_dir`` (``eval.supervised_ceiling``), trained
+    unless done: the selection run (validation subjects held out, ``steps`` budget, default the run's
+    ``train.max_steps``, :data:`~multiview_app.eval.supervised_ceiling.CANDIDATES` checkpoints scored on the
+    validation subjects; fewer when the budget has fewer steps), then the final run on every pretraining subject for the chosen steps. Writes and
+    returns the record ``<run>/ceiling/supervised_ceiling.json``. Only the run's ``train`` split (the
+    pretraining nights) is read; a second process waits for the first one's lock and reuses its runs."""
+    import fcntl
+
+    from ..data.adapters import build_adapter
+    from ..eval import supervised_ceiling as ceiling
+    from ..train.run_io import atomic_write_json, load_run_config
+    from .domains import ensure_pretrained
+
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    budget = int(steps or cfg.train.max_steps or 0)
+    if budget < 1:
+        raise ValueError(f"supervised ceiling of {run_dir}: need a positive step budget (--steps); the run has "
+                         f"train.max_steps {cfg.train.max_steps}")
+    out = run_dir / ceiling.CEILING_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the in-domain and cross-dataset evaluations may ask at once
+        pretraining = build_adapter(cfg.data.adapter, cfg.data.options).split_subjects["train"]
+        val_subjects = ceiling.validation_subjects(pretraining, cfg.train.seed)
+        record = ceiling.ceiling_record(run_dir)
+        select_cfg = ceiling.ceiling_config(cfg, out, budget, val_subjects=val_subjects, checkpoints=ceiling.CANDIDATES)
+        if record and record.get("selection_run") == str(select_cfg.run_dir) and Path(record["run"]).is_dir():
+            return record
+        ensure_pretrained(select_cfg, progress=progress)
+        scores = {step: ceiling.validation_score(select_cfg.run_dir, weights, batch_size=batch_size)
+                  for step, weights in ceiling.candidate_weights(select_cfg.run_dir, budget)}
+        chosen = max(scores, key=lambda step: (scores[step], -step))  # ties: the fewer steps
+        final_cfg = ceiling.ceiling_config(cfg, out, chosen)
+        ensure_pretrained(final_cfg, progress=progress)
+        record = {"run": str(final_cfg.run_dir), "selection_run": str(select_cfg.run_dir), "budget": budget,
+                  "chosen_steps": chosen, "validation_balanced_accuracy": {str(k): v for k, v in scores.items()},
+                  "validation_subjects": val_subjects, "pretraining_subjects": pretraining,
+                  "recipe": ceiling.RECIPE, "encoder": cfg.model.encoders}
+        atomic_write_json(out / ceiling.CEILING_FILE, record)
+        return record
+
+
+def _per_subject_fits(result: dict[str, Any]) -> bool:
+    """Whether every fit of a stored result holds per-subject scores (an older version's result has none)."""
+    return all("per_subject" in fit for rows in result["results"].values() for cell in rows.values()
+               for fit in cell["runs"])
 
 
 def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) -> dict[str, float]:
@@ -45,19 +98,24 @@ def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) 
 
 def paired_over_runs(per_seed: dict[str, list[dict[str, Any]]], metric: str, shots: list[int],
                      reference: str = REFERENCE_LOSS) -> dict[str, Any]:
-    """Per loss != ``reference``: the reference minus that loss over the same pretraining seed, fold
-    and draw (the fits line up: same staging split, same draws); mean +- std over those pairs and the
-    number of pairs where the reference is ahead (``m3g_ahead``)."""
+    """Per loss != ``reference``: the reference minus that loss by test subject (``eval.stats``). The fits line
+    up (same pretraining seed, staging split and draws); each fit's difference is taken per test subject,
+    averaged per subject over the seeds and draws that share it, and summarized over subjects (mean, 95 %
+    bootstrap CI, subjects ahead, n subjects). Only ``balanced_accuracy`` is kept per subject."""
+    if metric != "balanced_accuracy":
+        raise ValueError(f"paired differences by test subject: only balanced_accuracy is kept per subject, got {metric}")
     out: dict[str, Any] = {}
     for loss, results in per_seed.items():
         if loss == reference or reference not in per_seed:
             continue
         out[loss] = {}
         for s in shots:
-            diffs = [a[metric] - b[metric]
-                     for ra, rb in zip(per_seed[reference], results)
-                     for a, b in zip(ra["results"]["trained"][str(s)]["runs"], rb["results"]["trained"][str(s)]["runs"])]
-            out[loss][str(s)] = {**mean_std(diffs), "m3g_ahead": sum(d > 0 for d in diffs), "pairs": len(diffs)}
+            per_subject = unit_means(
+                (subject, score - b["per_subject"][subject])
+                for ra, rb in zip(per_seed[reference], results)
+                for a, b in zip(ra["results"]["trained"][str(s)]["runs"], rb["results"]["trained"][str(s)]["runs"])
+                for subject, score in a["per_subject"].items())
+            out[loss][str(s)] = paired_summary(per_subject)
     return out
 
 
@@ -88,12 +146,12 @@ def table_lines(protocol: str, pooled: dict[str, dict[str, Any]], per_seed: dict
             name = loss if row != "bandpower" else "(any)"
             lines.append(f"| {name} | {row} | {len(per_seed[loss])} | " + " | ".join(cell) + " |")
     if paired:
-        lines += ["", "paired differences M3G - baseline (trained encoder, balanced accuracy; same seed, fold and draw): "
-                  "mean ± std, pairs with M3G ahead", "", f"| baseline | {cells} |", "|---|" + "---|" * len(shots)]
+        n = max(cell["n"] for per_s in paired.values() for cell in per_s.values())
+        lines += ["", "paired differences M3G - baseline (trained encoder, balanced accuracy) by test subject, the "
+                  "seeds and draws sharing a subject averaged first: mean [95 % bootstrap CI over subjects], "
+                  f"subjects with M3G ahead (n = {n})", "", f"| baseline | {cells} |", "|---|" + "---|" * len(shots)]
         for loss, per_s in paired.items():
-            lines.append(f"| {loss} | " + " | ".join(
-                f"{per_s[str(s)]['mean']:+.3f} ± {per_s[str(s)]['std']:.3f} ({per_s[str(s)]['m3g_ahead']}/{per_s[str(s)]['pairs']})"
-                for s in shots) + " |")
+            lines.append(f"| {loss} | " + " | ".join(ci_text(per_s[str(s)]) for s in shots) + " |")
     return lines + [""]
 
 

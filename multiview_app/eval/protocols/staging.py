@@ -24,6 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from ...data.eeg.stages import STAGES
 from . import PROTOCOLS
+from ..stats import paired_summary, unit_means
 from .probe import fit_linear_classifier, mean_std
 
 METRICS = ("balanced_accuracy", "kappa", "accuracy", "macro_f1")
@@ -108,7 +109,7 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def few_shot_protocol(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
     shots: tuple[int, ...], seeds: int, C: float | None = 1.0, *, y_val: np.ndarray | None = None,
-    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
+    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None, test_subjects: np.ndarray | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
     """Fit/score a classifier per feature set, ``s`` in ``shots`` and seed (same draws for all sets).
 
@@ -121,7 +122,8 @@ def few_shot_protocol(
     (``[str(s)][seed]``), and the test predictions of every set at the largest ``s``, seed 0.
     (:func:`few_shot_staging`, the registered protocol, also returns confusion counts.)
     """
-    out = few_shot_staging(features, y_train, y_test, shots, seeds, C, y_val=y_val, classifier=classifier, lr=lr)
+    out = few_shot_staging(features, y_train, y_test, shots, seeds, C, y_val=y_val, classifier=classifier, lr=lr,
+                           test_subjects=test_subjects)
     return out["results"], out["drawn_per_class"], out["predictions"]
 
 
@@ -129,9 +131,13 @@ def few_shot_protocol(
 def few_shot_staging(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
     shots: tuple[int, ...], seeds: int, C: float | None = 1.0, *, y_val: np.ndarray | None = None,
-    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
+    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None, test_subjects: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The ``few-shot-staging`` protocol: :func:`few_shot_protocol`'s fits as one dict.
+
+    ``test_subjects`` ``(N_te,)``: the subject (or excerpt) of every test window; every fit then also holds
+    ``per_subject``: ``{subject: balanced accuracy on that subject's windows}`` (the unit of
+    :func:`paired_differences`).
 
     Returns ``results`` and ``drawn_per_class`` (JSON-ready, as :func:`few_shot_protocol`),
     ``confusion``: ``[name]`` = true x predicted counts ``(5, 5)`` (rows and columns in ``STAGES``
@@ -139,14 +145,17 @@ def few_shot_staging(
     set's test predictions ``(N_te,)`` at the largest ``s``, seed 0 (an array, for plots).
     """
     with threadpool_limits(1):  # small BLAS problems: multi-threading only oversubscribes (measured 60x slower)
-        return _few_shot_staging(features, y_train, y_test, shots, seeds, C, y_val, classifier, lr)
+        return _few_shot_staging(features, y_train, y_test, shots, seeds, C, y_val, classifier, lr, test_subjects)
 
 
 def _few_shot_staging(
     features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
     shots: tuple[int, ...], seeds: int, C: float | None, y_val: np.ndarray | None,
-    classifier: Literal["logreg", "paper"], lr: float | None,
+    classifier: Literal["logreg", "paper"], lr: float | None, test_subjects: np.ndarray | None,
 ) -> dict[str, Any]:
+    if test_subjects is not None and np.shape(test_subjects) != np.shape(y_test):
+        raise ValueError(f"sleep staging: test_subjects {np.shape(test_subjects)} does not match the test labels "
+                         f"{np.shape(y_test)}")
     grid = ((C,) if C is not None else C_GRID) if classifier == "logreg" else ((lr,) if lr is not None else LR_GRID)
     if (len(grid) > 1 or classifier == "paper") and (y_val is None or y_val.size == 0):
         raise ValueError("sleep staging: tuning C / lr and the paper classifier need validation windows")
@@ -164,7 +173,10 @@ def _few_shot_staging(
                          if y_val is not None and y_val.size else None)
             for name, split_feats in features.items():
                 predicted, chosen = _fit_predict(classifier, grid, split_feats, index, y_train, val_index, y_val, seed)
-                runs[name].append({**staging_metrics(y_test, predicted), "hyperparameter": chosen})
+                fit = {**staging_metrics(y_test, predicted), "hyperparameter": chosen}
+                if test_subjects is not None:
+                    fit["per_subject"] = per_subject_balanced_accuracy(y_test, predicted, test_subjects)
+                runs[name].append(fit)
                 if s == max(shots):
                     confusion[name] += confusion_matrix(y_test, predicted, labels=list(range(len(STAGES))))
                     if seed == 0:
@@ -173,6 +185,18 @@ def _few_shot_staging(
             results[name][str(s)] = {**summarize_runs(seed_runs), "runs": seed_runs}
     return {"results": results, "drawn_per_class": drawn_per_shot, "predictions": predictions,
             "confusion": {name: counts.tolist() for name, counts in confusion.items()}}
+
+
+def per_subject_balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray, subjects: np.ndarray) -> dict[str, float]:
+    """``{subject: balanced accuracy of its windows}`` for labels / predictions / subjects ``(N,)`` (a
+    subject's balanced accuracy averages the recall of the stages it has)."""
+    out: dict[str, float] = {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+        for subject in np.unique(subjects):
+            mask = subjects == subject
+            out[str(subject)] = float(balanced_accuracy_score(y_true[mask], y_pred[mask]))
+    return out
 
 
 def row_normalized(counts: np.ndarray | list[list[int]]) -> np.ndarray:
@@ -240,25 +264,33 @@ def combined_features(bandpower: np.ndarray, trained: np.ndarray) -> np.ndarray:
 
 
 def paired_differences(table: dict[str, dict[str, Any]], row: str = "trained",
-                       metric: str = "balanced_accuracy") -> dict[str, dict[str, dict[str, float]]]:
-    """``row`` minus every other row on the same fits (same fold, seed and draw): ``{other: {str(s):
-    {mean, std, won, fits}}}`` where ``won`` counts the fits where ``row`` scored higher. Pairing removes
-    the spread that both rows share (which test subjects, which draw), so a gain larger than its std is
-    clear even when the rows' own stds overlap."""
-    if row not in table:
+                       metric: str = "balanced_accuracy") -> dict[str, dict[str, dict[str, Any]]]:
+    """``row`` minus every other row by test subject: ``{other: {str(s): eval.stats.paired_summary}}``.
+
+    The fits of both rows line up (same fold, seed, draw, pretraining run); within each fit the
+    difference is taken per test subject (``per_subject`` balanced accuracy), the fits that share a
+    subject (draws, pretraining runs) are averaged per subject first, and the mean over subjects gets its
+    bootstrap CI; ``ahead`` counts the subjects where ``row`` is higher, ``n`` the subjects. Fits without
+    ``per_subject`` (results of an older version) give no paired cells. Only ``balanced_accuracy`` is kept
+    per subject."""
+    if row not in table or metric != "balanced_accuracy":
         return {}
-    paired: dict[str, dict[str, dict[str, float]]] = {}
+    paired: dict[str, dict[str, dict[str, Any]]] = {}
     for other, per_shot in table.items():
         if other == row:
             continue
-        paired[other] = {}
+        cells: dict[str, dict[str, Any]] = {}
         for s, cell in per_shot.items():
-            mine = [fit[metric] for fit in table[row][s]["runs"]]
-            theirs = [fit[metric] for fit in cell["runs"]]
+            mine, theirs = table[row][s]["runs"], cell["runs"]
             if len(mine) != len(theirs):
                 raise ValueError(f"paired differences: {row} has {len(mine)} fits at s={s}, {other} {len(theirs)}")
-            diff = np.asarray(mine) - np.asarray(theirs)
-            paired[other][s] = {**mean_std(diff.tolist()), "won": int((diff > 0).sum()), "fits": int(diff.size)}
+            if not mine or not all("per_subject" in fit for fit in [*mine, *theirs]):
+                continue
+            per_subject = unit_means((subject, score - b["per_subject"][subject])
+                                     for a, b in zip(mine, theirs) for subject, score in a["per_subject"].items())
+            cells[s] = paired_summary(per_subject)
+        if cells:
+            paired[other] = cells
     return paired
 
 
