@@ -57,6 +57,9 @@ MODES: dict[str, list[str]] = {
     "montage": ["model.encoders.eeg.channel_mode=montage"],
 }
 """Overrides of the demo's training config per channel mode (nothing else changes)."""
+CONV_ENCODER = ("{name: conv, width: 32, out_dim: 64, dropout: 0.0, channel_mode: agnostic, unknown_rate: 0.0, "
+                "channel_vocab: [F3-M2, F4-M1, C3-M2, C4-M1, O1-M2, O2-M1]}")
+"""The encoder whose channel modes are compared (``eeg/conv``; ``DEMO_ENCODER`` overrides it)."""
 PROTOCOLS = ("cross-dataset", "dreams")
 DREAMS_STAGES = ["W", "N1", "N2", "N3"]
 BASELINES = {"handcrafted": "handcrafted", "band power": "bandpower"}
@@ -143,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     knobs = demo_settings()
+    knobs["DEMO_ENCODER"] = os.environ.get("DEMO_ENCODER") or CONV_ENCODER  # channel modes are eeg/conv's
     caches = demo_data((args.data or out / "demo_data").resolve(), knobs, sleep_edf="cross-dataset" in protocols)
     if "dreams" in protocols:
         caches["dreams"] = prepare_dreams(Path(args.real_psg), out).resolve()

@@ -7,7 +7,7 @@
 # Rows: trained encoder vs random-init encoder vs the supervised ceiling (the same encoder trained on the pretraining
 # nights' stage labels) vs band-power and handcrafted baselines vs band power + trained encoder;
 # balanced accuracy and kappa first. CPU-sized: nights are 6x compressed excerpts of full 9-h nights
-# (same stage proportions), small encoder width, few steps. Environment knobs (defaults):
+# (same stage proportions), a small encoder, few steps. Environment knobs (defaults):
 #   every setting is in configs/demo_eeg.yaml (DEMO_CONFIG=FILE for another file of the same keys); an environment
 #   variable DEMO_<KEY> overrides a key, e.g. DEMO_STEPS=200 (empty: the file's value; DEMO_AUGMENT="" turns the
 #   view augmentations off). Use a fresh DEMO_DATA folder per generator seed pair: existing files are reused.
@@ -25,7 +25,7 @@ PY="$(dirname "$MVAPP")/python"; [ -x "$PY" ] || PY=python3
 settings="$("$PY" - "$DEMO_CONFIG" <<'PYTHON'
 import sys, yaml
 path = sys.argv[1]
-keys = "data subjects edf_subjects hours compress steps lr batch width epsilon seeds psg_seed edf_seed augment combine".split()
+keys = "data subjects edf_subjects hours compress steps lr batch encoder epsilon seeds psg_seed edf_seed augment combine".split()
 try:
     cfg = yaml.safe_load(open(path))
 except OSError as error:
@@ -48,7 +48,7 @@ COMPRESS="${DEMO_COMPRESS:-${CFG[compress]}}"
 STEPS="${DEMO_STEPS:-${CFG[steps]}}"
 LR="${DEMO_LR:-${CFG[lr]}}"
 BATCH="${DEMO_BATCH:-${CFG[batch]}}"
-WIDTH="${DEMO_WIDTH:-${CFG[width]}}"
+ENCODER="${DEMO_ENCODER:-${CFG[encoder]}}"
 EPSILON="${DEMO_EPSILON:-${CFG[epsilon]}}"
 SEEDS="${DEMO_SEEDS:-${CFG[seeds]}}"
 PSG_SEED="${DEMO_PSG_SEED:-${CFG[psg_seed]}}"
@@ -113,7 +113,7 @@ cat "$DATA/sleep_edf.log"; rm -f "$DATA/sleep_edf.log"
 phase_done "wait for the Sleep-EDF-format side" "$t"
 [ "$edf_status" -eq 0 ] || { echo "Sleep-EDF-format synthesis/prepare failed (exit $edf_status)" >&2; exit "$edf_status"; }
 
-echo "== 3/5 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, lr $LR, channel-agnostic encoder width $WIDTH"
+echo "== 3/5 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, lr $LR, encoder $ENCODER (one set of weights for every channel)"
 echo "       view augmentations: ${AUGMENT:-none}"
 rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
 t=$SECONDS
@@ -123,7 +123,7 @@ fi
 MVAPP_NUM_THREADS="${DEMO_TRAIN_THREADS:-${MVAPP_NUM_THREADS:-}}" \
   "$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \
   data.options.cache="$CACHE" train.max_steps="$STEPS" train.batch_size="$BATCH" optim.lr="$LR" \
-  model.encoders.eeg.width="$WIDTH" model.encoders.eeg.dropout=0.0 train.checkpoint_every=0 train.log_every=10 \
+  model.encoders.eeg="$ENCODER" train.checkpoint_every=0 train.log_every=10 \
   loss.epsilon="$EPSILON" loss.max_iter=300 ${AUGMENT_ARGS[@]+"${AUGMENT_ARGS[@]}"}
 phase_done "train" "$t"; t=$SECONDS
 echo "       supervised ceiling: the same encoder trained end to end on the pretraining nights' stages (cross-entropy,"

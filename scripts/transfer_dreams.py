@@ -42,7 +42,7 @@ RUN_NAME = "eeg_synthetic_m3g_demo"
 
 
 DEMO_KNOBS = ("DEMO_SUBJECTS", "DEMO_EDF_SUBJECTS", "DEMO_HOURS", "DEMO_COMPRESS", "DEMO_STEPS", "DEMO_LR", "DEMO_BATCH",
-              "DEMO_WIDTH", "DEMO_EPSILON", "DEMO_SEEDS", "DEMO_PSG_SEED", "DEMO_EDF_SEED", "DEMO_AUGMENT", "DEMO_COMBINE")
+              "DEMO_ENCODER", "DEMO_EPSILON", "DEMO_SEEDS", "DEMO_PSG_SEED", "DEMO_EDF_SEED", "DEMO_AUGMENT", "DEMO_COMBINE")
 """The demo script's knobs that the pretraining data, the training and the evaluation read."""
 
 
@@ -119,8 +119,8 @@ def demo_config(cache: Path, runs: Path, name: str, seed: int, knobs: dict[str, 
     ``extra`` overrides last (e.g. another ``model.encoders.eeg.channel_mode``)."""
     overrides = [f"output.runs_dir={runs}", f"train.seed={seed}", f"data.options.cache={cache}",
                  f"train.max_steps={knobs['DEMO_STEPS']}", f"train.batch_size={knobs['DEMO_BATCH']}",
-                 f"optim.lr={knobs['DEMO_LR']}", f"model.encoders.eeg.width={knobs['DEMO_WIDTH']}",
-                 "model.encoders.eeg.dropout=0.0", "train.checkpoint_every=0", "train.log_every=10",
+                 f"optim.lr={knobs['DEMO_LR']}", f"model.encoders.eeg={knobs['DEMO_ENCODER']}",
+                 "train.checkpoint_every=0", "train.log_every=10",
                  f"loss.epsilon={knobs['DEMO_EPSILON']}", "loss.max_iter=300", *knobs["DEMO_AUGMENT"].split(), *extra]
     return load_config(REPO / "configs" / "eeg_synthetic_m3g.yaml", overrides, name=name)
 

@@ -14,7 +14,7 @@ from _train_helpers import load_script
 from multiview_app.cli import main
 
 TOY_DEMO = {"DEMO_SUBJECTS": "3", "DEMO_EDF_SUBJECTS": "4", "DEMO_HOURS": "1", "DEMO_COMPRESS": "1", "DEMO_STEPS": "2",
-            "DEMO_SEEDS": "2", "DEMO_WIDTH": "8", "DEMO_AUGMENT": ""}
+            "DEMO_SEEDS": "2", "DEMO_ENCODER": "{name: conv, width: 8, out_dim: 8, dropout: 0.0, channel_mode: agnostic, unknown_rate: 0.0, channel_vocab: [F3-M2, F4-M1, C3-M2, C4-M1, O1-M2, O2-M1]}", "DEMO_AUGMENT": ""}
 
 
 def _mvapp_in_process(*args: str) -> None:
@@ -38,7 +38,8 @@ def test_demo_settings_follow_the_demo_script_and_its_environment_overrides(scri
     assert chosen["DEMO_STEPS"] == "120"
     assert chosen["DEMO_LR"] == defaults["DEMO_LR"]  # ${DEMO_LR:-d}: empty means the default
     assert chosen["DEMO_AUGMENT"] == ""  # ${DEMO_AUGMENT-d}: empty turns the augmentations off, as in the script
-    cfg = transfer.demo_config(Path("/nonexistent/cache"), Path("/tmp/runs"), "x", 3, chosen, script.MODES["montage"])
+    conv = {**chosen, "DEMO_ENCODER": script.CONV_ENCODER}  # the channel modes are eeg/conv's
+    cfg = transfer.demo_config(Path("/nonexistent/cache"), Path("/tmp/runs"), "x", 3, conv, script.MODES["montage"])
     assert (cfg.train.max_steps, cfg.train.seed, cfg.model.encoders["eeg"]["channel_mode"]) == (120, 3, "montage")
 
 
