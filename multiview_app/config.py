@@ -211,6 +211,13 @@ class TuneConfig(_Strict):
         "of tune.space: value} naming every key of the space (a designed set of trials; Optuna enqueue_trial)")
     max_train_items: int | None = Field(2000, ge=1, description="probe training items of the val metric (seeded subsample)")
     shots: int = Field(100, ge=1, description="windows per class of the sleep-staging val metric")
+    val_cache: str | None = Field(
+        None, description="sleep-staging val metric on the nights of this other prepared cache (cross-dataset "
+        "validation: other people, e.g. a validation generator seed): half its subjects fit the few-shot "
+        "classifier, the others score; None: the val subjects of data.options.cache")
+    test_cache: str | None = Field(
+        None, description="the cache whose nights are the reported test set: tune.val_cache must share no "
+        "recording with it (sha256 of a source file or synthetic person), nor with the pretraining cache")
     max_retries: int = Field(2, ge=0, description="reruns of a trial whose worker was killed")
     heartbeat_interval: int = Field(20, ge=1, description="seconds between heartbeats (RDB storages)")
     grace_period: int = Field(60, ge=2, description="seconds without heartbeat before a trial counts as dead (RDB)")

@@ -77,10 +77,14 @@ class MetricState:
         from ..data.views import build_view_policy
 
         self.cfg = cfg
-        self.adapter = build_adapter(cfg.data.adapter, cfg.data.options)
-        if VAL_SPLIT not in self.adapter.splits:
-            raise ValueError(val_split_hint(cfg.data.adapter, self.adapter.splits))
-        self.policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, self.adapter)
+        if cfg.tune.val_cache is not None:
+            self.adapter = cross_dataset_val_adapter(cfg)
+            self.policy = None  # the sleep-staging metric builds its own views (staging_views)
+        else:
+            self.adapter = build_adapter(cfg.data.adapter, cfg.data.options)
+            if VAL_SPLIT not in self.adapter.splits:
+                raise ValueError(val_split_hint(cfg.data.adapter, self.adapter.splits))
+            self.policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, self.adapter)
         self.results: dict[str, Any] = {}
         self.partial = False
         self._labels: dict[str, np.ndarray] = {}
@@ -106,6 +110,51 @@ class MetricState:
         if (split, size) not in self._subsets:
             self._subsets[split, size] = report_subset(self.labels(split), size)
         return self._subsets[split, size]
+
+
+def cross_dataset_val_adapter(cfg: Config) -> Any:
+    """The ``eeg_windows`` adapter of ``tune.val_cache``: its subjects split (``data.options.split_seed``) into
+    ``train`` (half: the few-shot classifier's windows) and ``val`` (the others: scored). Refused (one error
+    naming both recordings) when it shares a recording with ``tune.test_cache`` or with the pretraining cache
+    (:func:`refuse_shared_recordings`), and for any metric other than ``sleep_staging.*``."""
+    from ..data.adapters import build_adapter
+    from ..data.eeg.cache import load_manifest
+    from ..data.eeg.provenance import recording_identities
+
+    tcfg = cfg.tune
+    if cfg.data.adapter != "eeg_windows":
+        raise ConfigError(f"tune.val_cache needs data.adapter eeg_windows, got {cfg.data.adapter!r}")
+    other = [m for m in tcfg.metrics if not m.startswith("sleep_staging.")]
+    if other:
+        raise ConfigError(f"tune.val_cache scores only sleep_staging.* metrics, got {', '.join(other)}")
+    seed = int(cfg.data.options.get("split_seed", 0))
+    adapter = build_adapter("eeg_windows", {"cache": tcfg.val_cache, "test_fraction": 0.0, "val_fraction": 0.5,
+                                            "split_seed": seed})
+    everyone = sorted(s for split in adapter.split_subjects.values() for s in split)
+    validation = recording_identities(adapter.manifest, everyone)
+    pretraining = load_manifest(cfg.data.options["cache"])
+    refuse_shared_recordings(validation, recording_identities(pretraining, _subjects(pretraining)),
+                             f"tune.val_cache {tcfg.val_cache}", f"the pretraining cache {cfg.data.options['cache']}")
+    if tcfg.test_cache is not None:
+        test = load_manifest(tcfg.test_cache)
+        refuse_shared_recordings(validation, recording_identities(test, _subjects(test)),
+                                 f"tune.val_cache {tcfg.val_cache}", f"tune.test_cache {tcfg.test_cache}")
+    return adapter
+
+
+def _subjects(manifest: dict[str, Any]) -> list[str]:
+    return sorted({r["subject"] for r in manifest["recordings"]})
+
+
+def refuse_shared_recordings(ours: dict[str, str], theirs: dict[str, str], what: str, against: str) -> None:
+    """``ValueError`` naming both files when two ``recording_identities`` maps share an identity (the same
+    source bytes under any name, or the same synthetic person)."""
+    same = sorted(set(ours) & set(theirs))
+    if same:
+        pairs = "; ".join(f"{ours[d]} is {theirs[d]}" for d in same[:5])
+        more = f" (+{len(same) - 5} more)" if len(same) > 5 else ""
+        raise ValueError(f"{what} shares recordings with {against} (same sha256 or synthetic person): {pairs}{more}; "
+                         "validation nights must be other people's")
 
 
 def val_split_hint(adapter: str, splits: tuple[str, ...]) -> str:
@@ -282,4 +331,5 @@ class TuneReport(TrainCallback):
 
 
 __all__ = ["METRICS", "Metric", "MetricState", "pid_alive", "REPORTS_FILE", "RESULT_FILE", "TuneReport",
-           "objective_directions", "objective_metrics", "report_subset", "split_labels", "val_split_hint"]
+           "objective_directions", "objective_metrics", "refuse_shared_recordings", "report_subset", "split_labels",
+           "val_split_hint", "cross_dataset_val_adapter"]

@@ -32,7 +32,8 @@ import yaml
 
 from ..config import Config, ConfigError, TuneConfig, apply_overrides, config_from_dict, dump_config
 from ..train.run_io import atomic_write_text
-from .objective import objective_directions, objective_metrics, pid_alive, val_split_hint
+from .objective import (cross_dataset_val_adapter, objective_directions, objective_metrics, pid_alive,
+                        val_split_hint)
 from .runner import ForkServer, TrialFailed, fork_supported, run_trial, train_command
 from .space import optuna_distributions, override, params_to_overrides, resolve_space, validate_enqueue, validate_space
 
@@ -260,6 +261,9 @@ class Search:
     def _check_val_split(self) -> None:
         from ..data.adapters import build_adapter
 
+        if self.cfg.tune.val_cache is not None:  # cross-dataset validation nights: checked (and guarded) before any trial
+            cross_dataset_val_adapter(self.cfg)
+            return
         adapter = build_adapter(self.cfg.data.adapter, self.cfg.data.options)
         if "val" not in adapter.splits:
             raise ConfigError(val_split_hint(self.cfg.data.adapter, adapter.splits))

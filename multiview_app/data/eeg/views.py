@@ -13,6 +13,7 @@ from ..adapters import DataAdapter
 from ..batch import ViewBatch
 from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, draw_device, host_generator, labels_and_meta
 from . import augment
+from .rereference import bipolar_derivations, check_bipolar_pair
 
 GROUP_SEPARATOR = "+"
 """View name of a channel group: channel names joined by "+" (the encoder understands it)."""
@@ -44,6 +45,11 @@ class ChannelViews(ViewPolicy):
       (circular shift up to ± that), ``noise_std`` (additive white noise, in units of the z-scored
       window), ``band_stop_hz`` (zero a band that wide, centre uniform in ``band_stop_range``, with
       probability ``band_stop_p``).
+    - ``bipolar: {F3-C3: [F3-M2, C3-M2], ...}``: derivations computed from two referential channels
+      of the data with one shared reference (the reference cancels), added after ``channels`` as
+      further channels named by the derivation (train and eval views alike): with k below the
+      channel count, each batch's k views are a random mix of referential and bipolar channels of
+      the same epochs (the montage shift as an augmentation).
     Eval views: every channel, full length, in the adapter's order (k_eval = C); with ``stacked``:
     the channels in order cut into k contiguous groups of g (:meth:`eval_groups`), ``(n, g, T)`` each.
     """
@@ -61,9 +67,12 @@ class ChannelViews(ViewPolicy):
         band_stop_hz: float | None = Field(None, gt=0)
         band_stop_p: float = Field(0.5, ge=0, le=1)
         band_stop_range: tuple[float, float] = (0.5, 30.0)
+        bipolar: dict[str, list[str]] | None = None
 
         @model_validator(mode="after")
         def _ranges(self) -> "ChannelViews.Options":
+            for name, pair in (self.bipolar or {}).items():
+                check_bipolar_pair(name, pair)
             if self.amplitude_scale is not None and not 0 < self.amplitude_scale[0] <= self.amplitude_scale[1]:
                 raise ValueError(f"views.options.amplitude_scale: expected [low, high] with 0 < low <= high, "
                                  f"got {list(self.amplitude_scale)}")
@@ -82,6 +91,16 @@ class ChannelViews(ViewPolicy):
             raise ValueError(f"views.options.channels: {missing} not provided by the data; available: {', '.join(available)}")
         self.channel_index = [available.index(c) for c in self.channel_names]
         self._index_on: dict[torch.device, torch.Tensor] = {}
+        self.bipolar_pairs: list[tuple[int, int]] = []  # (minuend, subtrahend) indices into the data's channels
+        for name, pair in (options.bipolar or {}).items():
+            absent = [c for c in pair if c not in available]
+            if absent:
+                raise ValueError(f"views.options.bipolar.{name}: channel(s) {absent} not provided by the data; "
+                                 f"available: {', '.join(available)}")
+            if name in self.channel_names:
+                raise ValueError(f"views.options.bipolar.{name}: already a channel of the data; pick another name")
+            self.bipolar_pairs.append((available.index(pair[0]), available.index(pair[1])))
+            self.channel_names.append(name)
         c = len(self.channel_names)
         if k > c:
             raise ValueError(f"views.k = {k} but only {c} channels ({', '.join(self.channel_names)}) are available")
@@ -105,6 +124,13 @@ class ChannelViews(ViewPolicy):
     def _channels(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 3:
             raise ValueError(f"channels view policy expects raw x of shape (n, C, T), got {tuple(x.shape)}")
+        picked = self._picked(x)
+        if not self.bipolar_pairs:
+            return picked
+        return torch.cat([picked, bipolar_derivations(x, self.bipolar_pairs)], dim=1)
+
+    def _picked(self, x: torch.Tensor) -> torch.Tensor:
+        """The configured referential ``channels`` of raw ``x (n, C, T)``, in their order."""
         if self.channel_index == list(range(x.shape[1])):
             return x
         index = self._index_on.get(x.device)
