@@ -167,7 +167,7 @@ def _(tmp, shared):
 @case("unknown encoder for a modality")
 def _(tmp, shared):
     return (["config", "show", "--config", str(EEG_CONFIG), "model.encoders.eeg.name=transformer"],
-            ["model.encoders.eeg.name: unknown encoder 'transformer'", "available: eeg/conv"])
+            ["model.encoders.eeg.name: unknown encoder 'transformer'", "available: eeg/attnsleep, eeg/chambon, eeg/chambon2018, eeg/conv"])
 
 
 @case("unknown view-policy option")
