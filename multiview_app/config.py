@@ -42,8 +42,10 @@ class ViewsConfig(_Strict):
 
 
 class TeacherConfig(_Strict):
-    """EMA teacher (M3G Sec. 2.1): the teacher embeds the listed views (detached) and the loss is
-    averaged over them, each time replacing the student's embedding of that view."""
+    """EMA teacher (``train/methods.py``). With a BYOL loss (``byol_pwe`` / ``byol_ave``) it is BYOL's
+    target branch (EMA encoder + projector, no gradient) on every view (``views: all``), compared with
+    the online predictions; with any other loss (M3G Sec. 2.1) it embeds the listed views (detached)
+    and the loss is averaged over them, each time replacing the student's embedding of that view."""
 
     enabled: bool = False
     momentum_base: float = Field(0.99, gt=0.0, lt=1.0)

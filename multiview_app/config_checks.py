@@ -51,6 +51,11 @@ def _check_loss(cfg: Config) -> None:
             f"model.teacher.enabled: loss {name!r} has no negatives and collapses without its EMA "
             "teacher; set model.teacher.enabled=true (and usually a model.predictor)"
         )
+    if getattr(loss, "takes_target", False) and teacher.enabled and teacher.views != "all":
+        raise ConfigError(
+            f"model.teacher.views: loss {name!r} compares each view's online prediction with the target "
+            f"projections of all other views; got {teacher.views}, expected 'all'"
+        )
     if teacher.enabled and teacher.views != "all":
         bad = [v for v in teacher.views if not 0 <= v < cfg.views.k]
         if bad or not teacher.views:

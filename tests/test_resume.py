@@ -168,7 +168,7 @@ def test_accepted_change_is_not_recorded_when_the_resume_fails(tmp_path: Path) -
 BYOL_TEACHER = {
     "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
     "projector": {"hidden_dim": 32, "out_dim": 16}, "predictor": {"hidden_dim": 32},
-    "teacher": {"enabled": True, "momentum_base": 0.9, "views": [0]},
+    "teacher": {"enabled": True, "momentum_base": 0.9, "views": "all"},
 }
 
 

@@ -111,7 +111,7 @@ def test_ema_teacher_with_predictor(tmp_path: Path) -> None:
         model={
             "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
             "projector": {"hidden_dim": 32, "out_dim": 16}, "predictor": {"hidden_dim": 32},
-            "teacher": {"enabled": True, "momentum_base": 0.9, "views": [0]},
+            "teacher": {"enabled": True, "momentum_base": 0.9, "views": "all"},
         },
         train={"max_steps": 3},
     )
@@ -119,23 +119,32 @@ def test_ema_teacher_with_predictor(tmp_path: Path) -> None:
     records = read_metrics(result.run_dir / "metrics.jsonl")
     momenta = [r["stats/teacher_momentum"] for r in records]
     assert momenta[0] == pytest.approx(0.9) and momenta == sorted(momenta) and momenta[-1] < 1.0
+    # collapse monitoring on every logged row: embedding std of the online projections and RankMe
+    assert all(r["stats/collapse/embedding_std"] > 0 and r["stats/collapse/rankme"] >= 1 for r in records)
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in records)
     _, model = load_run(result.run_dir)
     assert model.has_predictor
 
 
 def test_teacher_loss_replaces_one_slot_per_teacher_view() -> None:
+    from multiview_app.models import build_model
+    from multiview_app.train.methods import EMATeacherMethod, StepOutputs, build_method
+    from multiview_app.train.run_io import model_spec
+
     seen: list[torch.Tensor] = []
 
     def recording_loss(z: torch.Tensor) -> torch.Tensor:
         seen.append(z.detach().clone())
         return z.sum()
 
-    cfg = tiny_config(Path("/nonexistent"), "x", views={"k": 3})
-    trainer = trainer_mod.Trainer(cfg)
+    cfg = tiny_config(Path("/nonexistent"), "x", views={"k": 3}, loss={"name": "infonce_pwe"},
+                      model={"teacher": {"enabled": True, "views": [0, 2]}})
+    method = build_method(cfg, build_model(**model_spec(cfg)), trainer_mod.build_loss("infonce_pwe"), torch.device("cpu"))
+    assert isinstance(method, EMATeacherMethod) and method.name == "ema_teacher"
     z = torch.zeros(4, 3, 2, requires_grad=True)
     z_teacher = torch.ones(4, 2, 2)
-    loss, _ = trainer._loss(z, z_teacher, [0, 2], recording_loss, False, 0, None)
+    loss, _ = method.loss(StepOutputs(z, target=z_teacher), recording_loss, lambda fn, *t, labels=None: fn(*t),
+                          lambda t: t, False)
     assert len(seen) == 2
     assert seen[0][:, 0].eq(1).all() and seen[0][:, 1:].eq(0).all()
     assert seen[1][:, 2].eq(1).all() and seen[1][:, :2].eq(0).all()

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from . import LOSSES
-from .base import MultiViewLoss, check_chunked, check_positive, normalize
+from .base import LazyStats, MultiViewLoss, check_chunked, check_embeddings, check_positive, normalize
 from .temperature import LogitScale
 
 
@@ -552,33 +552,102 @@ class InfoNCEAverageLoss(LearnableTemperatureLoss):
 
 
 # --------------------------------------------------------------------------- BYOL-style
-@LOSSES.register("byol_pwe")
-class BYOLPairwise(MultiViewLoss):
-    """M3G Eq. 2 over ordered view pairs: ``2 - 2 mean_i mean_{alpha != beta} <z_i alpha, z_i beta>``.
+class BYOLLoss(MultiViewLoss):
+    """Multi-view BYOL: the online branch's predictions against the target branch's projections.
 
-    Uses ``sum_{alpha != beta} <z_alpha, z_beta> = ||sum_alpha z_alpha||^2 - k`` (unit vectors),
-    so the cost is O(n k d).
+    Paper: Grill et al., "Bootstrap your own latent: A new approach to self-supervised learning",
+    arXiv:2006.07733 (Sec. 3.1, Eq. 2); its multi-view forms are M3G Eq. 2 (pairwise / average).
+
+    Equations, with ``p = normalize(q(g(f(v))))`` the online predictions and
+    ``t = normalize(g'(f'(v)))`` the target projections (EMA weights, no gradient), both ``(n, k, d)``,
+    and ``c(a, b) = 2 - 2 <a, b>`` the normalized MSE ``||a - b||^2`` of unit vectors:
+
+    * ``byol_pwe`` (:class:`BYOLPairwise`): ``L = mean_i mean_{alpha != beta} c(p_i alpha, t_i beta)``;
+    * ``byol_ave`` (:class:`BYOLAverage`):
+      ``L = mean_i mean_alpha c(p_i alpha, normalize(mean_{beta != alpha} t_i beta))``.
+
+    Every term pairs an online prediction with a target projection: there is no online-online term.
+    At ``k = 2`` both equal ``(c(p_1, t_2) + c(p_2, t_1)) / 2``, half the paper's symmetrized loss
+    ``L + L~`` (Eq. 2 and the text after it), averaged over the batch.
+
+    Shapes: ``forward(online (n, k, d), target (n, k, d)) -> 0-d tensor``; both are L2-normalized
+    here; the target is detached (a stop-gradient, as in the paper). With ``target`` omitted the loss
+    is the single-branch form of M3G Eq. 2 on ``online`` itself (``target = online``, gradient on both
+    sides); the trainer's ``byol`` method always passes the EMA target.
+
+    Parameters: none (:class:`BYOLPairwise` / :class:`BYOLAverage` take no options).
+
+    Raises:
+        ValueError: ``online`` / ``target`` not ``(n, k, d)`` with ``k >= 2``, ``n >= 2``, finite, or
+            of different shapes.
+
+    Deviations from the paper: the mean (not the sum) over the ordered view pairs; ``k >= 2`` views
+    (the paper has two); the EMA update, predictor and BatchNorm heads live in the model / trainer
+    (``model.predictor``, ``model.projector.norm`` / ``model.predictor.norm``, ``model.teacher``),
+    not in this module.
+
+    Examples:
+        >>> import torch
+        >>> from multiview_app.losses.contrastive import BYOLPairwise
+        >>> online = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [1.0, 0.0]]])
+        >>> target = torch.tensor([[[0.0, 1.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]]])
+        >>> # item 0: both predictions match the other view's target (cost 0); item 1: p_1 . t_2 = 0,
+        >>> # p_2 . t_1 = 1 -> costs 2 and 0; mean over items and the two ordered pairs = 0.5
+        >>> float(BYOLPairwise()(online, target))
+        0.5
     """
 
     gather_across_processes: ClassVar[bool] = False
-    needs_teacher: ClassVar[bool] = True  # positives only: collapses without the EMA teacher
+    needs_teacher: ClassVar[bool] = True  # positives only: collapses without the EMA target
+    #: the trainer runs these losses with the ``byol`` method (online predictions vs. EMA targets)
+    takes_target: ClassVar[bool] = True
+
+    def forward(self, online: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:  # noqa: D401
+        """Loss of online predictions ``(n, k, d)`` against target projections ``(n, k, d)``."""
+        online = normalize(check_embeddings(online, min_views=self.min_views))
+        if target is None:
+            target = online
+        else:
+            target = check_embeddings(target.detach(), min_views=self.min_views)
+            if target.shape != online.shape:
+                raise ValueError(f"loss '{self.name}': online {tuple(online.shape)} and target "
+                                 f"{tuple(target.shape)} must have the same shape (n, k, d)")
+            target = normalize(target.to(online.dtype))
+        self.last_stats = LazyStats()
+        loss = self.compute_pair(online, target)
+        self._record_loss(loss)
+        return loss
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
-        k = z.shape[1]
-        norms = (z * z).sum(dim=-1)  # (n, k), 1 up to rounding
-        pair_sum = z.sum(dim=1).pow(2).sum(dim=-1) - norms.sum(dim=1)  # (n,)
+        return self.compute_pair(z, z)
+
+    def compute_pair(self, online: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Loss of normalized ``online`` and ``target`` ``(n, k, d)``."""
+        raise NotImplementedError
+
+
+@LOSSES.register("byol_pwe")
+class BYOLPairwise(BYOLLoss):
+    """BYOL over ordered view pairs: ``2 - 2 mean_i mean_{alpha != beta} <p_i alpha, t_i beta>``.
+
+    Uses ``sum_{alpha != beta} <p_alpha, t_beta> = <sum p, sum t> - sum_alpha <p_alpha, t_alpha>``,
+    so the cost is O(n k d). See :class:`BYOLLoss`.
+    """
+
+    def compute_pair(self, online: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        k = online.shape[1]
+        same_view = (online * target).sum(dim=(1, 2))  # (n,)
+        pair_sum = (online.sum(dim=1) * target.sum(dim=1)).sum(dim=-1) - same_view  # (n,)
         return 2.0 - 2.0 * (pair_sum / (k * (k - 1))).mean()
 
 
 @LOSSES.register("byol_ave")
-class BYOLAverage(MultiViewLoss):
-    """M3G Eq. 2 against the rest: ``2 - 2 mean_{i, alpha} <z_i alpha, normalize(mean_{beta != alpha} z_i beta)>``."""
+class BYOLAverage(BYOLLoss):
+    """BYOL against the rest: ``2 - 2 mean_{i, alpha} <p_i alpha, normalize(mean_{beta != alpha} t_i beta)>``.
+    See :class:`BYOLLoss`."""
 
-    gather_across_processes: ClassVar[bool] = False
-    needs_teacher: ClassVar[bool] = True  # positives only: collapses without the EMA teacher
-
-    def compute(self, z: torch.Tensor) -> torch.Tensor:
-        return 2.0 - 2.0 * (z * normalize(rest_mean(z))).sum(dim=-1).mean()
+    def compute_pair(self, online: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return 2.0 - 2.0 * (online * normalize(rest_mean(target))).sum(dim=-1).mean()
 
 
 # --------------------------------------------------------------------------- poly-view family

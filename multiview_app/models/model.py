@@ -95,6 +95,21 @@ class MultiViewModel(nn.Module):
 
         return F.normalize(self._per_view(batch, project), dim=-1)
 
+    def embed_online(self, batch: ViewBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """BYOL's online branch in one pass: ``(predictions, projections)``, each L2-normalized
+        ``(n, k, d)`` (predictions = projections when the model has no predictor)."""
+
+        def project_and_predict(modality: str, views: list[torch.Tensor], names: list[str]) -> torch.Tensor:
+            feats = self._encode(modality, views, names)  # (n, k_m, f)
+            n, k_m, f = feats.shape
+            projections = self.projectors[modality](feats.transpose(0, 1).reshape(k_m * n, f))
+            predictor = self.predictors[modality] if modality in self.predictors else nn.Identity()
+            both = torch.cat([predictor(projections), projections], dim=-1)  # (k_m * n, 2 d)
+            return both.view(k_m, n, -1).transpose(0, 1)
+
+        predictions, projections = self._per_view(batch, project_and_predict).chunk(2, dim=-1)
+        return F.normalize(predictions, dim=-1), F.normalize(projections, dim=-1)
+
     def forward(self, batch: ViewBatch) -> torch.Tensor:
         return self.embed(batch)
 

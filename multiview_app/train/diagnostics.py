@@ -46,11 +46,17 @@ RANKME_EPS = 1e-7
 PREFIX = "diag/"
 
 
-def effective_rank(features: torch.Tensor, eps: float = RANKME_EPS) -> float:
-    """RankMe of ``features`` ``(N, d)``: ``exp(entropy(sigma / ||sigma||_1 + eps))``."""
+def effective_rank_tensor(features: torch.Tensor, eps: float = RANKME_EPS) -> torch.Tensor:
+    """RankMe of ``features`` ``(N, d)`` as a 0-d tensor on their device:
+    ``exp(entropy(sigma / ||sigma||_1 + eps))``."""
     sigma = torch.linalg.svdvals(features.float() if features.dtype != torch.float64 else features)
     p = sigma / sigma.sum().clamp_min(torch.finfo(sigma.dtype).tiny) + eps
-    return float(torch.exp(-(p * p.log()).sum()))
+    return torch.exp(-(p * p.log()).sum())
+
+
+def effective_rank(features: torch.Tensor, eps: float = RANKME_EPS) -> float:
+    """RankMe of ``features`` ``(N, d)`` (:func:`effective_rank_tensor` read back as a float)."""
+    return float(effective_rank_tensor(features, eps))
 
 
 def alignment(u: torch.Tensor) -> float:
@@ -163,6 +169,6 @@ def write_diagnostics_summary(run_dir: str | Path) -> dict[str, dict[str, float]
 
 
 __all__ = [
-    "DEFAULT_TAU", "SUMMARY_FILE", "alignment", "effective_rank", "embedding_diagnostics", "grad_norm", "loss_temperature",
+    "DEFAULT_TAU", "SUMMARY_FILE", "alignment", "effective_rank", "effective_rank_tensor", "embedding_diagnostics", "grad_norm", "loss_temperature",
     "pvc_mi_lower_bound", "step_diagnostics", "summarize_metrics", "uniformity", "write_diagnostics_summary",
 ]

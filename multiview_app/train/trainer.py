@@ -3,7 +3,7 @@
 Per optimizer step (``train.grad_accum`` micro-batches per step, per process)::
 
     raw batch --policy.train_views--> ViewBatch --student.embed--> z (n, k, d)
-      [teacher: z_t (n, |T|, d) detached; one loss per teacher view t, student slot t replaced]
+      [the training method (methods.py): plain; EMA teacher slot replacement; BYOL online vs. EMA target]
       [gather across processes with gradient when loss.gather_across_processes]
       --loss head--> 0-d loss --backward (x world when gathered)--> clip --AdamW--> LR schedule --EMA
 
@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -39,13 +39,13 @@ from ..console import info
 from ..data.batch import ViewBatch, to_device
 from ..data.streaming import STREAM_KEYS, StreamingDataset, StreamPosition
 from ..losses import build_loss
-from ..losses.base import LazyStats, MultiViewLoss
 from ..threads import configure_torch_threads
 from .callbacks import StepCallback, StepEvent, TrainCallback, callbacks_for
 from .checkpoint import latest_checkpoint, load_checkpoint, read_trainer_state, resolve_resume, save_checkpoint
 from .diagnostics import step_diagnostics, write_diagnostics_summary
 from .distributed import gather_with_grad, gradient_scale, world_size
 from .input_contract import check_run_input, format_input_differences, write_run_contract
+from .methods import StepOutputs, TrainMethod, as_float64, build_method
 from .metrics import MetricsLog, StepTimer, host_values, plot_curves, read_metrics
 from .resume import RunLock, reconcile_resume_config, refuse_stale_extension
 from .run_io import atomic_write_json, atomic_write_text, keep_previous_final, model_spec, save_weights
@@ -151,14 +151,6 @@ class EpochBatchSampler(Sampler[list[int]]):
         return max(0, self.num_batches - self.start)
 
 
-def loss_stats(loss_fn: MultiViewLoss | Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
-    """A loss's ``last_stats`` as stored (floats or 0-d device tensors): a ``LazyStats`` is read with
-    :meth:`~multiview_app.losses.base.LazyStats.raw` so that no step reads a device value back; the
-    logging steps convert them (``metrics.host_values``). A plain callable used as the loss has none."""
-    stats = loss_fn.last_stats if isinstance(loss_fn, MultiViewLoss) else {}
-    return stats.raw() if isinstance(stats, LazyStats) else dict(stats)
-
-
 def set_dataset_epoch(dataset: Any, epoch: int) -> None:
     """``dataset.set_epoch(epoch)`` when the train split draws per epoch (e.g. the partner images of
     domain tuples); called before each epoch's DataLoader is built, so workers see it."""
@@ -233,17 +225,22 @@ class ViewStream:
 
 
 class EmbedStep(nn.Module):
-    """The DDP-wrapped unit: ``forward(batch) -> model.embed(batch)`` ``(n, k, d)`` so that the
-    gradient synchronisation hooks of DDP see the forward pass; ``features=True`` (a loss whose
-    ``input`` is ``"features"``, e.g. the supervised head) -> ``model.features(batch)`` ``(n, k, f)``."""
+    """The DDP-wrapped unit, so that the gradient synchronisation hooks of DDP see the forward pass:
+    ``forward(batch)`` -> ``model.embed(batch)`` ``(n, k, d)`` (``output="embed"``), the encoder's
+    ``model.features(batch)`` ``(n, k, f)`` (``"features"``, e.g. the supervised head) or BYOL's online
+    ``model.embed_online(batch)`` = (predictions, projections) ``(n, k, d)`` each (``"online"``)."""
 
-    def __init__(self, model: nn.Module, features: bool = False) -> None:
+    OUTPUTS: ClassVar[dict[str, str]] = {"embed": "embed", "features": "features", "online": "embed_online"}
+
+    def __init__(self, model: nn.Module, output: str = "embed") -> None:
         super().__init__()
+        if output not in self.OUTPUTS:
+            raise ValueError(f"EmbedStep output must be one of {', '.join(self.OUTPUTS)}, got {output!r}")
         self.model = model
-        self.features = features
+        self.output = output
 
-    def forward(self, batch: ViewBatch) -> torch.Tensor:
-        return self.model.features(batch) if self.features else self.model.embed(batch)
+    def forward(self, batch: ViewBatch) -> Any:
+        return getattr(self.model, self.OUTPUTS[self.output])(batch)
 
 
 def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
@@ -300,12 +297,12 @@ class DataPlan:
 
 @dataclass
 class Parts:
-    """What the loop trains: the DDP-wrapped ``step_module`` (around the model), loss, teacher, optimizer."""
+    """What the loop trains: the DDP-wrapped ``step_module`` (around the model), loss, the training
+    method (plain / EMA teacher / BYOL: ``methods.py``), optimizer."""
 
     step_module: nn.Module
     loss_fn: nn.Module
-    teacher: Any
-    teacher_views: list[int]
+    method: TrainMethod
     optimizer: Any
     scheduler: Any
     gathered: bool
@@ -474,7 +471,7 @@ class Trainer:
         return DataPlan(adapter, policy, stream, -1, items, total_micro, tcfg.max_steps, world, tcfg.grad_accum, streaming=True)
 
     def _build_parts(self, accelerator: Any, plan: DataPlan) -> Parts:
-        """Model (+ EMA teacher), loss, AdamW and the LR schedule, prepared by Accelerate."""
+        """Model, loss, training method (+ EMA teacher), AdamW and the LR schedule, prepared by Accelerate."""
         from ..models import build_model
 
         cfg = self.cfg
@@ -482,14 +479,8 @@ class Trainer:
         loss_fn = build_loss(cfg.loss.name, **cfg.loss.params).to(accelerator.device)
         loss_fn.quiet_solver = True  # non-convergence is counted and reported by _log_step / _report_solver
         gathered = loss_fn.gather_across_processes and plan.world > 1
-        teacher, teacher_views = None, list(range(cfg.views.k))
-        if cfg.model.teacher.enabled:
-            from ..models.teacher import EMATeacher
-
-            teacher = EMATeacher(model).to(accelerator.device)
-            if cfg.model.teacher.views != "all":
-                teacher_views = list(cfg.model.teacher.views)
-        step_module = EmbedStep(model, features=getattr(loss_fn, "input", "embeddings") == "features")
+        method = build_method(cfg, model, loss_fn, accelerator.device)
+        step_module = EmbedStep(model, method.step_output)
         loss_params = [p for p in loss_fn.parameters() if p.requires_grad]  # e.g. a learnable logit scale
         optimizer = torch.optim.AdamW(  # on CUDA the fused kernel: a few launches per step instead of one per op and group
             [{"params": step_module.parameters()}, {"params": loss_params, "weight_decay": 0.0}],
@@ -502,7 +493,7 @@ class Trainer:
         step_module, optimizer = accelerator.prepare(step_module, optimizer)
         # scheduler / teacher go into the checkpoint as weights-only files (checkpoint.py), the loss
         # module (learnable temperature, warm-start potentials) as loss_state_<rank>.pt
-        return Parts(step_module, loss_fn, teacher, teacher_views, optimizer, scheduler, gathered)
+        return Parts(step_module, loss_fn, method, optimizer, scheduler, gathered)
 
     def _start_or_resume(self, accelerator: Any, parts: Parts, plan: DataPlan) -> Position:
         """Restore the newest checkpoint (``--resume``) or write the new run folder's first files."""
@@ -627,14 +618,11 @@ class Trainer:
             while at.step < plan.total_steps:
                 loader = self._train_loader(plan, at, rank, device, loader_gen)
                 batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum,
-                                     self._prefetch_views(uses_model),
-                                     self._stream_positions)
+                                     self._prefetch_views(uses_model), self._stream_positions)
                 try:
                     while at.step < plan.total_steps and at.position < plan.micro_per_epoch:
-                        last_loss, stats = self._optimizer_step(
-                            batches, at.step, accelerator, parts.step_module, parts.teacher, parts.teacher_views,
-                            parts.loss_fn, parts.optimizer, parts.scheduler, parts.gathered, timer, plan.total_steps,
-                        )
+                        last_loss, stats = self._optimizer_step(batches, at.step, accelerator, parts, timer,
+                                                                plan.total_steps)
                         at.step += 1
                         at.position += tcfg.grad_accum
                         self._stream_positions = dict(batches.positions)
@@ -645,9 +633,7 @@ class Trainer:
                         if record is not None:
                             bar.set_postfix(loss=f"{record['loss']:.4f}")
                         self._maybe_checkpoint(accelerator, plan, parts, at)
-                        event = StepEvent(at.step, plan.total_steps, record, model, self.run_dir, main)
-                        for callback in self.callbacks:
-                            callback.on_step_end(event)
+                        self._notify_step_end(StepEvent(at.step, plan.total_steps, record, model, self.run_dir, main))
                         self._stop_if_requested(accelerator, plan, parts, at, stop)
                 finally:
                     batches.close()
@@ -661,6 +647,11 @@ class Trainer:
         self._raise_if_diverged(accelerator)
         self._report_solver(parts.loss_fn)
         return float("nan") if last_loss is None else float(host_values({"loss": last_loss})["loss"])
+
+    def _notify_step_end(self, event: StepEvent) -> None:
+        """Every callback's ``on_step_end`` after an optimizer step."""
+        for callback in self.callbacks:
+            callback.on_step_end(event)
 
     def _prefetch_views(self, uses_model: bool) -> bool:
         """Build views one micro-batch ahead in a thread? Not when the policy reads the model (views
@@ -815,10 +806,7 @@ class Trainer:
     @staticmethod
     def _extra_states(parts: Parts) -> dict[str, Any]:
         """Stateful training objects besides model / optimizer / loss, by checkpoint file name."""
-        states: dict[str, Any] = {"lr_schedule": parts.scheduler}
-        if parts.teacher is not None:
-            states["ema_teacher"] = parts.teacher
-        return states
+        return {"lr_schedule": parts.scheduler, **parts.method.states()}
 
     def _finish(self, accelerator: Any, parts: Parts, step: int) -> tuple[dict[str, Any] | None, list[str]]:
         """Final weights, model.json and curves (main process), then the callbacks' end hooks;
@@ -847,16 +835,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ one optimizer step
     def _optimizer_step(
-        self, batches: ViewStream, step: int, accelerator: Any, step_module: nn.Module,
-        teacher: Any, teacher_views: list[int], loss_fn: nn.Module, optimizer: Any, scheduler: Any,
-        gathered: bool, timer: StepTimer, total_steps: int,
+        self, batches: ViewStream, step: int, accelerator: Any, parts: Parts, timer: StepTimer, total_steps: int,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """``grad_accum`` micro-batches -> one AdamW step; returns (loss, averaged last_stats), kept as
-        float64 device tensors (Python floats stay floats): nothing is read back to the host here except
-        on a logging step (divergence check, diagnostics, the timer's synchronizations on CUDA)."""
-        cfg = self.cfg
+        """``grad_accum`` micro-batches -> one AdamW step -> the method's update (EMA); returns (loss,
+        averaged stats), kept as float64 device tensors (Python floats stay floats): nothing is read back to
+        the host here except on a logging step (divergence check, diagnostics, the timer's synchronizations)."""
+        cfg, step_module = self.cfg, parts.step_module
         accum = cfg.train.grad_accum
-        scale = gradient_scale(gathered) / accum
+        scale = gradient_scale(parts.gathered) / accum
         log_step = self._is_log_step(step + 1, total_steps)
         loss_sum: torch.Tensor | None = None
         stats_sum: dict[str, Any] = {}
@@ -864,18 +850,12 @@ class Trainer:
         for micro in range(accum):
             batch = next(batches)
             timer.mark("data")
-            sync = micro == accum - 1
-            ctx = accelerator.no_sync(step_module) if not sync else nullcontext()
+            ctx = accelerator.no_sync(step_module) if micro < accum - 1 else nullcontext()
             with ctx:
                 with accelerator.autocast():
-                    z = step_module(batch)
-                    z_teacher = None
-                    if teacher is not None:
-                        with torch.no_grad():
-                            z_teacher = teacher.embed(batch.select(teacher_views)).detach()
+                    out = parts.method.forward(step_module, batch)
                 timer.mark("forward")
-                labels = batch.labels if getattr(loss_fn, "uses_labels", False) else None
-                loss, stats = self._loss(z, z_teacher, teacher_views, loss_fn, gathered, step, accelerator, labels)
+                loss, stats = self._loss(out, parts, step, accelerator, log_step)
                 timer.mark("loss")
                 accelerator.backward(loss * scale)
                 timer.mark("backward")
@@ -883,69 +863,46 @@ class Trainer:
             loss_sum = loss64 if loss_sum is None else loss_sum + loss64
             for key, value in stats.items():
                 stats_sum[key] = stats_sum.get(key, 0.0) + as_float64(value) / accum
-        sync_loss_gradients(loss_fn, gathered)
+        sync_loss_gradients(parts.loss_fn, parts.gathered)
         if log_step:
             self._raise_if_diverged(accelerator)  # before the diagnostics read the embeddings
             if cfg.train.diagnostics:
-                self._diagnostics = step_diagnostics(z, loss_fn, step_module.parameters())
+                self._diagnostics = step_diagnostics(out.online, parts.loss_fn, step_module.parameters())
                 timer.skip()  # reported as diag/time_s, not charged to a phase
         if cfg.optim.grad_clip is not None:
             norm = accelerator.clip_grad_norm_(step_module.parameters(), cfg.optim.grad_clip)
             stats_sum["grad_norm"] = as_float64(norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if teacher is not None:
-            from ..models.teacher import cosine_momentum
-
-            teacher.update(
-                accelerator.unwrap_model(step_module).model,
-                cosine_momentum(step, total_steps, cfg.model.teacher.momentum_base),
-            )
-            stats_sum["teacher_momentum"] = float(cosine_momentum(step, total_steps, cfg.model.teacher.momentum_base))
+        parts.optimizer.step()
+        parts.scheduler.step()
+        parts.optimizer.zero_grad(set_to_none=True)
+        stats_sum.update(parts.method.after_step(accelerator.unwrap_model(step_module).model, step, total_steps))
         timer.mark("optim")
         assert loss_sum is not None  # accum >= 1
         return loss_sum / accum, stats_sum
 
-    def _loss(
-        self, z: torch.Tensor, z_teacher: torch.Tensor | None, teacher_views: list[int], loss_fn: nn.Module,
-        gathered: bool, step: int, accelerator: Any, labels: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Loss of student embeddings ``z (n, k, d)``; with a teacher, the mean over teacher views t of
-        the loss with slot t replaced by the teacher's (detached) embedding ``z_teacher[:, j]``.
-        ``labels`` ``(n,)``: passed on to a loss that ``uses_labels`` (never gathered)."""
-        self._flag_nonfinite(z, step, "embeddings")
-        if gathered:
-            z = gather_with_grad(z)
-            if z_teacher is not None:
-                z_teacher = gather_with_grad(z_teacher)
-        if labels is not None:
-            if gathered or z_teacher is not None:
-                raise ValueError("a loss that uses labels runs on one process without a teacher")
-            loss = self._call_loss(loss_fn, z, accelerator, labels)
-            stats = loss_stats(loss_fn)
-        elif z_teacher is None:
-            loss = self._call_loss(loss_fn, z, accelerator)
-            stats = loss_stats(loss_fn)
-        else:
-            terms, stats = [], {}
-            for j, t in enumerate(teacher_views):
-                slots = list(z.unbind(dim=1))
-                slots[t] = z_teacher[:, j].to(z.dtype)
-                terms.append(self._call_loss(loss_fn, torch.stack(slots, dim=1), accelerator))
-                for key, value in loss_stats(loss_fn).items():
-                    stats[key] = stats.get(key, 0.0) + as_float64(value) / len(teacher_views)
-            loss = torch.stack(terms).mean()
+    def _loss(self, out: StepOutputs, parts: Parts, step: int, accelerator: Any,
+              log_step: bool = False) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The method's loss of one micro-batch's outputs (gathered across processes with gradient when
+        the loss asks for it); the online embeddings and the loss are flagged when not finite."""
+        self._flag_nonfinite(out.online, step, "embeddings")
+        if out.labels is not None and parts.gathered:
+            raise ValueError("a loss that uses labels runs on one process")
+        gather = gather_with_grad if parts.gathered else (lambda z: z)
+
+        def call(loss_fn: nn.Module, *tensors: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+            return self._call_loss(loss_fn, accelerator, *tensors, labels=labels)
+
+        loss, stats = parts.method.loss(out, parts.loss_fn, call, gather, log_step)
         self._flag_nonfinite(loss, step, "loss")
         return loss, stats
 
-    def _call_loss(self, loss_fn: nn.Module, z: torch.Tensor, accelerator: Any,
+    def _call_loss(self, loss_fn: nn.Module, accelerator: Any, *tensors: torch.Tensor,
                    labels: torch.Tensor | None = None) -> torch.Tensor:
-        """``loss_fn(z)`` (``loss_fn(z, labels=labels)`` with labels); a loss that refuses non-finite
-        embeddings (``ValueError``) after the trainer flagged a non-finite value raises
+        """``loss_fn(*tensors)`` (``loss_fn(*tensors, labels=labels)`` with labels); a loss that refuses
+        non-finite embeddings (``ValueError``) after the trainer flagged a non-finite value raises
         :class:`TrainingDivergedError` naming that step instead."""
         try:
-            return loss_fn(z) if labels is None else loss_fn(z, labels=labels)
+            return loss_fn(*tensors) if labels is None else loss_fn(*tensors, labels=labels)
         except ValueError:
             self._raise_if_diverged(accelerator, collective=False)
             raise
@@ -983,11 +940,6 @@ class Trainer:
                 f"{last if last else 'none (set train.checkpoint_every)'}; lower optim.lr or enable "
                 "optim.grad_clip, then resume with --resume latest"
             )
-
-
-def as_float64(value: Any) -> Any:
-    """A step value for averaging: a tensor -> detached float64 tensor (stays on its device), else ``float``."""
-    return value.detach().to(torch.float64) if isinstance(value, torch.Tensor) else float(value)
 
 
 def train(
