@@ -632,6 +632,14 @@ class BYOLPairwise(BYOLLoss):
 
     Uses ``sum_{alpha != beta} <p_alpha, t_beta> = <sum p, sum t> - sum_alpha <p_alpha, t_alpha>``,
     so the cost is O(n k d). See :class:`BYOLLoss`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import BYOLPairwise
+    >>> online = torch.nn.functional.normalize(torch.randn(8, 3, 16), dim=-1)
+    >>> float(BYOLPairwise()(online, online.roll(1, dims=1))) >= 0.0  # target = the other views
+    True
     """
 
     def compute_pair(self, online: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -644,7 +652,16 @@ class BYOLPairwise(BYOLLoss):
 @LOSSES.register("byol_ave")
 class BYOLAverage(BYOLLoss):
     """BYOL against the rest: ``2 - 2 mean_{i, alpha} <p_i alpha, normalize(mean_{beta != alpha} t_i beta)>``.
-    See :class:`BYOLLoss`."""
+    See :class:`BYOLLoss`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import BYOLAverage
+    >>> agree = torch.ones(8, 3, 16)  # every view of every item the same: the rest-mean is that view
+    >>> round(float(BYOLAverage()(agree, agree)), 6)
+    0.0
+    """
 
     def compute_pair(self, online: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return 2.0 - 2.0 * (online * normalize(rest_mean(target))).sum(dim=-1).mean()
