@@ -41,7 +41,7 @@ from typing import Any
 from multiview_app.argtypes import positive_int
 from multiview_app.bench import command_line, machine_line, markdown_table
 from multiview_app.eval.protocols.probe import mean_std
-from multiview_app.eval.stats import unit_means
+from multiview_app.eval.protocols.stats import unit_means
 from multiview_app.experiments import ensure_trained
 from multiview_app.experiments.staging import staging_result
 from multiview_app.fileio import atomic_write_text

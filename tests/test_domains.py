@@ -558,7 +558,7 @@ def test_paired_differences_m3g_minus_each_row_by_domain_and_seed() -> None:
     # infonce_ave: a +10 / -10 (2 pairs), b 0 (1 pair); Avg: only seed 0 covers both domains, (10 + 0) / 2;
     # 1 won, 1 lost, 1 tie
     # the CI column: the 3 held-out domain x seed pairs (+10, -10, 0) by the one bootstrap helper
-    from multiview_app.eval.stats import bootstrap_ci
+    from multiview_app.eval.protocols.stats import bootstrap_ci
 
     low, high = bootstrap_ci([10.0, -10.0, 0.0])
     assert (f"| infonce_ave | +0.0 ± 10.0 (n=2) | +0.0 (n=1) | +5.0 (n=1) | +0.0 [{low:+.1f}, {high:+.1f}] | 1 / 1 (3) |"

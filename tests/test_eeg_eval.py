@@ -140,7 +140,7 @@ def test_combined_row_concatenates_band_powers_and_encoder_features():
 
 def test_paired_differences_are_per_subject_with_fits_sharing_a_subject_averaged_first():
     from multiview_app.eval.protocols.staging import paired_differences
-    from multiview_app.eval.stats import bootstrap_ci
+    from multiview_app.eval.protocols.stats import bootstrap_ci
 
     def fits(per_fit: list[dict[str, float]]) -> dict:
         return {"runs": [{"balanced_accuracy": float(np.mean(list(p.values()))), "per_subject": p} for p in per_fit]}

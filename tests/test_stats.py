@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from multiview_app.eval.stats import bootstrap_ci, ci_text, paired_summary, unit_means
+from multiview_app.eval.protocols.stats import bootstrap_ci, ci_text, paired_summary, unit_means
 
 
 def test_bootstrap_ci_matches_the_exact_bootstrap_distribution_of_a_tiny_sample() -> None:

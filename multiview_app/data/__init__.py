@@ -6,6 +6,17 @@ whose ``split(name)`` is a torch ``Dataset``; the modality packages register the
 """
 from __future__ import annotations
 
-from .adapters import ADAPTERS, available_adapters, build_adapter
+from typing import Any
+
+_LAZY = {"ADAPTERS", "available_adapters", "build_adapter"}
+
+
+def __getattr__(name: str) -> Any:  # lazy: ``mvapp --help`` imports data.cli without torch
+    if name in _LAZY:
+        from . import adapters
+
+        return getattr(adapters, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["ADAPTERS", "available_adapters", "build_adapter"]

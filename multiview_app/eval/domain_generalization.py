@@ -42,7 +42,7 @@ from .features import combine_views, extract_features
 from .protocols.probe import fit_linear_classifier, mean_std
 from .protocols import get_protocol
 from .protocols.domains import DEFAULT_CS, TEST_DOMAIN, TRAINING_DOMAIN
-from .stats import paired_summary
+from .protocols.stats import paired_summary
 
 KIND = "domain_generalization"
 ENCODERS = ("random_init", "erm", "trained")
@@ -483,7 +483,7 @@ def average_text(per_domain: dict[str, dict[str, Any]], domains: list[str], sign
 
 def pairs_ci_text(per_domain: dict[str, dict[str, Any]]) -> str:
     """The mean over every held-out domain x seed pair of the cells' ``by_seed`` differences and its 95 %
-    bootstrap CI over those pairs (``eval.stats``, the units of a DG claim), in accuracy points: ``+5.0 [-10.0,
+    bootstrap CI over those pairs (``eval.protocols.stats``, the units of a DG claim), in accuracy points: ``+5.0 [-10.0,
     +10.0]``; ``-`` without pairs."""
     units = {(d, s): 100.0 * v for d, cell in per_domain.items() for s, v in cell.get("by_seed", {}).items()}
     if not units:
@@ -569,7 +569,7 @@ def format_paired(differences: dict[str, dict[str, dict[str, Any]]], domains: li
     """Markdown in the tables' layout: rows = the compared rows, columns = held-out domains then Avg (per
     seed the mean over the domains, then mean +- std over seeds), cells = ``anchor`` minus the row in
     accuracy points; then the mean over the held-out domain x seed pairs with its 95 % bootstrap CI over the
-    pairs (:func:`pairs_ci_text`, ``eval.stats``); the last column counts the pairs ``anchor`` won / lost."""
+    pairs (:func:`pairs_ci_text`, ``eval.protocols.stats``); the last column counts the pairs ``anchor`` won / lost."""
     held_out = [d for d in domains if any(d in per for per in differences.values())]
     lines = [f"**Paired differences {anchor} - row** ({METRIC_TITLES[metric]}; accuracy points, same held-out "
              "domain and seed; mean ± std over the n pairs, Avg over the seeds that cover every domain)", "",

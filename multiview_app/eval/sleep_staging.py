@@ -26,7 +26,7 @@ relative band powers (5 bands, the weak baseline), the strong hand-crafted featu
 encoder's features (``bandpower+trained``: does SSL add to the hand-made features?). Metrics: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1,
 per-class F1, as mean +- std over folds x seeds. Paired differences (trained minus every other row) are taken
 per test subject, the fits sharing a subject averaged first, with a 95 % bootstrap CI over subjects
-(:mod:`multiview_app.eval.stats`).
+(:mod:`multiview_app.eval.protocols.stats`).
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ from .bandpower import bandpower_features, bandpower_time_bins
 from .handcrafted import handcrafted_per_channel, handcrafted_row
 from .supervised_ceiling import CEILING_DIR, CEILING_FILE, CEILING_ROW, ceiling_record
 from . import features as feature_path
-from . import stats
+from .protocols import stats
 from .features import Combine, FeatureKind, combine_views
 from .protocols import get_protocol
 from .protocols.staging import (C_GRID, COMBINED_ROW, LR_GRID, METRICS, TIME_BINS, capped_shots,
@@ -570,7 +570,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 def paired_lines(paired: dict[str, dict[str, Any]], shots: list[str], capped: set[str], width: int) -> list[str]:
     """The paired block of :func:`format_table`: trained minus each row by test subject, mean [95 % bootstrap
-    CI] over subjects and the subjects ahead of n (``eval.stats``)."""
+    CI] over subjects and the subjects ahead of n (``eval.protocols.stats``)."""
     n = max(cell["n"] for cells in paired.values() for cell in cells.values())
     lines = ["", f"balanced_accuracy, trained minus each row per test subject (fits sharing a subject averaged first): "
                  f"mean [95 % bootstrap CI over subjects, {stats.RESAMPLES} resamples], subjects ahead / n (n = {n})",

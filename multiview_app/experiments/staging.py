@@ -11,7 +11,7 @@ from ..data.eeg.stages import STAGES
 from ..eval.protocols.probe import mean_std
 from ..eval.protocols.staging import pool_results
 from ..eval.sleep_staging import run_sleep_staging
-from ..eval.stats import ci_text, paired_summary, unit_means
+from ..eval.protocols.stats import ci_text, paired_summary, unit_means
 
 TABLE_METRICS = ("balanced_accuracy", "kappa")
 """Table metrics: the evaluator's headline (neither rewards the class prior)."""
@@ -98,7 +98,7 @@ def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) 
 
 def paired_over_runs(per_seed: dict[str, list[dict[str, Any]]], metric: str, shots: list[int],
                      reference: str = REFERENCE_LOSS) -> dict[str, Any]:
-    """Per loss != ``reference``: the reference minus that loss by test subject (``eval.stats``). The fits line
+    """Per loss != ``reference``: the reference minus that loss by test subject (``eval.protocols.stats``). The fits line
     up (same pretraining seed, staging split and draws); each fit's difference is taken per test subject,
     averaged per subject over the seeds and draws that share it, and summarized over subjects (mean, 95 %
     bootstrap CI, subjects ahead, n subjects). Only ``balanced_accuracy`` is kept per subject."""

@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from ...data.eeg.stages import STAGES
 from . import PROTOCOLS
-from ..stats import paired_summary, unit_means
+from .stats import paired_summary, unit_means
 from .probe import fit_linear_classifier, mean_std
 
 METRICS = ("balanced_accuracy", "kappa", "accuracy", "macro_f1")
@@ -265,7 +265,7 @@ def combined_features(bandpower: np.ndarray, trained: np.ndarray) -> np.ndarray:
 
 def paired_differences(table: dict[str, dict[str, Any]], row: str = "trained",
                        metric: str = "balanced_accuracy") -> dict[str, dict[str, dict[str, Any]]]:
-    """``row`` minus every other row by test subject: ``{other: {str(s): eval.stats.paired_summary}}``.
+    """``row`` minus every other row by test subject: ``{other: {str(s): eval.protocols.stats.paired_summary}}``.
 
     The fits of both rows line up (same fold, seed, draw, pretraining run); within each fit the
     difference is taken per test subject (``per_subject`` balanced accuracy), the fits that share a
