@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .options import SECTION_KEYS, ConfigError, accepts_any_key, component_wording, options_from_signature, validate_options
+from .options import (
+    SECTION_KEYS,
+    ConfigError,
+    accepts_any_key,
+    component_wording,
+    options_from_signature,
+    validate_options,
+)
 
 if TYPE_CHECKING:
     from .config import Config

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Generic, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Generic, TypeVar
 
 from .extras import extra_for, install_hint
 

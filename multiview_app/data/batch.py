@@ -76,7 +76,7 @@ class ViewBatch:
         """Number of views."""
         return len(self.views)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "ViewBatch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> ViewBatch:
         """Move views and labels to ``device`` (meta stays on the host)."""
         return ViewBatch(
             views=[v.to(device, non_blocking=non_blocking) for v in self.views],
@@ -86,7 +86,7 @@ class ViewBatch:
             meta=self.meta,
         )
 
-    def select(self, indices: "list[int] | tuple[int, ...]") -> "ViewBatch":
+    def select(self, indices: list[int] | tuple[int, ...]) -> ViewBatch:
         """The sub-batch with views ``indices`` (same n items)."""
         return ViewBatch(
             views=[self.views[i] for i in indices],

@@ -45,7 +45,7 @@ class Evaluator(ABC):
             cls.kind = cls.name.replace("-", "_")
 
     @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
+    def add_arguments(parser: argparse.ArgumentParser) -> None:  # noqa: B027 - optional hook, no options by default
         """Add the evaluator's options to its ``mvapp eval <name>`` parser (``--run`` is added for it)."""
 
     @abstractmethod
