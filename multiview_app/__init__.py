@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Any
 
 
-
 def _installed_version() -> str:
     """The version pyproject.toml declares (its one home), as installed; ``0+unknown`` from a bare source tree."""
     from importlib.metadata import PackageNotFoundError, version

@@ -52,8 +52,11 @@ class HelpfulParser(argparse.ArgumentParser):
             action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
         return action
 
+    #: appended to this parser's errors (e.g. which extra brings the subcommands a registry skipped)
+    error_hint: str = ""
+
     def error(self, message: str) -> NoReturn:  # one line, no usage block (the CLI's error format)
-        self.exit(2, f"mvapp: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"mvapp: error: {self.prog}: {message}{self.error_hint} (see {self.prog} --help)\n")
 
 
 class _Announced(Exception):

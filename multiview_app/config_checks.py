@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .options import SECTION_KEYS, ConfigError, accepts_any_key, component_wording, options_from_signature, validate_options
+from .options import (
+    SECTION_KEYS,
+    ConfigError,
+    accepts_any_key,
+    component_wording,
+    options_from_signature,
+    validate_options,
+)
 
 if TYPE_CHECKING:
     from .config import Config
@@ -78,7 +85,7 @@ def _check_data(cfg: Config) -> None:
     if cfg.views.policy not in available_view_policies():
         raise ConfigError(
             f"views.policy: unknown view policy {cfg.views.policy!r}; "
-            f"available: {', '.join(available_view_policies())}"
+            f"available: {', '.join(available_view_policies())}{VIEW_POLICIES.missing_hint()}"
         )
     validate_options(VIEW_POLICIES.get(cfg.views.policy).Options, cfg.views.options, "views.options", SECTION_KEYS,
                      ConfigError)
@@ -114,7 +121,7 @@ def _check_callbacks(cfg: Config) -> None:
     if unknown:
         raise ConfigError(
             f"train.callbacks: unknown callback(s) {', '.join(map(repr, unknown))}; "
-            f"available: {', '.join(TRAIN_CALLBACKS.names())}"
+            f"available: {', '.join(TRAIN_CALLBACKS.names())}{TRAIN_CALLBACKS.missing_hint()}"
         )
     for name, options in cfg.train.named_callbacks:
         # a callback class may declare an ``Options`` model; a plain function takes no options

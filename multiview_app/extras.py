@@ -21,7 +21,7 @@ from types import ModuleType
 
 #: top-level import name -> the smallest extra that installs it (pyproject.toml [project.optional-dependencies])
 EXTRA_OF_MODULE: dict[str, str] = {
-    "sklearn": "eval", "matplotlib": "eval", "pyarrow": "eval", "tensorboard": "eval",
+    "sklearn": "eval", "threadpoolctl": "eval", "matplotlib": "eval", "pyarrow": "eval", "tensorboard": "eval",
     "numba": "fast", "opt_einsum": "fast",
     "mne": "eeg", "edfio": "eeg", "wfdb": "eeg", "h5py": "eeg",
     "braindecode": "eeg-models",

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Generic, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Generic, TypeVar
+
+from .extras import extra_for, install_hint
 
 T = TypeVar("T")
 
@@ -14,7 +17,10 @@ class Registry(Generic[T]):
     ``ValueError("unknown loss 'foo'; available: a, b")``.
 
     ``modules`` names the modules whose import registers the entries; they are imported once,
-    lazily, on the first lookup (so importing the registry stays cheap and cycle-free).
+    lazily, on the first lookup (so importing the registry stays cheap and cycle-free). A module that
+    needs an optional package which is not installed (:mod:`multiview_app.extras`) is skipped: its
+    entries are missing, and looking up a missing name says which ``pip install 'multiview_app[<extra>]'``
+    brings the skipped modules. Any other import error propagates.
 
     ``name_attribute`` (e.g. ``"name"``): :meth:`register` sets that attribute of the registered
     class to its registry name, so the name is written once (in the decorator).
@@ -26,6 +32,8 @@ class Registry(Generic[T]):
         self.name_attribute = name_attribute
         self._entries: dict[str, T] = {}
         self._loaded = False
+        #: modules skipped for a missing optional package: module -> (package, extra)
+        self.skipped: dict[str, tuple[str, str]] = {}
 
     def _load(self) -> None:
         """Import ``self.modules`` once so that they register their entries."""
@@ -33,7 +41,25 @@ class Registry(Generic[T]):
             return
         self._loaded = True
         for module in self.modules:
-            importlib.import_module(module)
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                extra = extra_for(exc.name or "")
+                if extra is None:  # not an optional package: a real error
+                    raise
+                self.skipped[module] = ((exc.name or "").split(".")[0], extra)
+
+    def missing_hint(self) -> str:
+        """``""``, or ``"; not loaded: <module>, <module> (optional package 'PIL' missing: pip install
+        'multiview_app[images]'); ..."`` for the modules skipped for a missing optional package."""
+        if not self.skipped:
+            return ""
+        by_cause: dict[tuple[str, str], list[str]] = {}
+        for module, cause in self.skipped.items():
+            by_cause.setdefault(cause, []).append(module)
+        parts = [f"{', '.join(modules)} (optional package {package!r} missing: {install_hint(extra)})"
+                 for (package, extra), modules in by_cause.items()]
+        return "; not loaded: " + "; ".join(parts)
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: ``@REG.register("name")`` on a class or function."""
@@ -54,7 +80,7 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             raise ValueError(
-                f"unknown {self.kind} '{name}'; available: {', '.join(self.names())}"
+                f"unknown {self.kind} '{name}'; available: {', '.join(self.names())}{self.missing_hint()}"
             ) from None
 
     def names(self) -> list[str]:

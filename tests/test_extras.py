@@ -72,3 +72,42 @@ def test_require_and_message() -> None:
     assert missing_extra_message(ModuleNotFoundError("x", name="mne.io")) == (
         "the optional package 'mne' is not installed: pip install 'multiview_app[eeg]'")
     assert missing_extra_message(ValueError("mne")) is None
+
+
+def test_registry_skips_a_module_whose_optional_package_is_missing(tmp_path, monkeypatch) -> None:
+    """A registry module that needs a missing optional package is skipped (the other entries still work);
+    a lookup of a missing name says which extra brings the skipped module; any other import error propagates."""
+    from multiview_app.registry import Registry
+
+    (tmp_path / "mv_reg_fine.py").write_text("from mv_reg_host import REG\nREG.register('fine')(int)\n")
+    (tmp_path / "mv_reg_optional.py").write_text("import optuna_not_here_either\n")
+    (tmp_path / "mv_reg_broken.py").write_text("import mv_reg_no_such_internal_module\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(EXTRA_OF_MODULE, "optuna_not_here_either", "tune")
+    registry = Registry("widget", modules=["mv_reg_fine", "mv_reg_optional"])
+    (tmp_path / "mv_reg_host.py").write_text("")
+    import mv_reg_host
+
+    monkeypatch.setattr(mv_reg_host, "REG", registry, raising=False)
+    assert registry.get("fine") is int
+    assert registry.skipped == {"mv_reg_optional": ("optuna_not_here_either", "tune")}
+    with pytest.raises(ValueError) as info:
+        registry.get("tuned")
+    assert str(info.value) == ("unknown widget 'tuned'; available: fine; not loaded: mv_reg_optional (optional package "
+                               "'optuna_not_here_either' missing: pip install 'multiview_app[tune]')")
+    with pytest.raises(ModuleNotFoundError, match="mv_reg_no_such_internal_module"):
+        Registry("widget", modules=["mv_reg_broken"]).names()
+
+
+def test_a_registry_entry_behind_a_missing_extra_is_named_in_one_line() -> None:
+    """With the optional packages missing: an image config names [images], an evaluator names [eval]."""
+    result = _run_blocked("""
+        from multiview_app.cli import main
+        code = main(["config", "show", "--config", "configs/digits_m3g.yaml"])
+        code += main(["eval", "sleep-staging", "--run", "runs/none"])
+    """)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith("mvapp: error: data.adapter: unknown data adapter 'digits'"), lines[0]
+    assert "pip install 'multiview_app[images]'" in lines[0]
+    assert "invalid choice: 'sleep-staging'" in lines[1] and "pip install 'multiview_app[eval]'" in lines[1]

@@ -32,7 +32,33 @@ class DataAdapter:
 
     Subclasses set ``modality`` (class attribute), and in ``__init__`` fill ``class_names``
     (list of str; empty when unlabelled) and ``splits`` (tuple of split names, at least
-    ``"train"``), then implement :meth:`_build_split`.
+    ``"train"``), then implement :meth:`_build_split`. Register one with ``@ADAPTERS.register("<name>")``
+    (with a nested ``Options`` model, a subclass of ``AdapterOptions``) to use it as ``data.adapter``.
+
+    Raises
+    ------
+    ValueError
+        :meth:`split` of a name not in ``splits`` (listing them).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.utils.data import TensorDataset
+    >>> from multiview_app.data.adapters import AdapterOptions, DataAdapter
+    >>> class Noise(DataAdapter):
+    ...     modality = "eeg"
+    ...     def __init__(self, options):
+    ...         super().__init__(options)
+    ...         self.class_names, self.splits = ["W", "N2"], ("train", "test")
+    ...     def _build_split(self, name):
+    ...         return TensorDataset(torch.randn(6, 100))
+    >>> adapter = Noise(AdapterOptions())
+    >>> len(adapter.split("train")), adapter.num_classes
+    (6, 2)
+    >>> adapter.split("val")
+    Traceback (most recent call last):
+    ...
+    ValueError: Noise has no split 'val'; available: train, test
     """
 
     modality: ClassVar[str] = ""

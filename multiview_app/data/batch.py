@@ -9,15 +9,39 @@ import torch
 
 @dataclass
 class ViewBatch:
-    """k views of n items.
+    """k views of n items: what a data loader yields and :class:`~multiview_app.models.MultiViewModel` reads.
 
-    Attributes:
-        views: k tensors, each ``(n, ...)`` in its modality's shape (EEG ``(n, T)``,
-            image ``(n, C, H, W)``, text ``(n, L)`` token ids).
-        modalities: k modality names ("eeg", "image", "text").
-        view_names: k view names (channel "C3-M2", stack "simclr", domain "sketch", "caption").
-        labels: ``(n,)`` int64 class labels, or None.
-        meta: per-item columns, each a list (or 1-D tensor) of length n (ids, subject, ...).
+    Attributes
+    ----------
+    views : list of torch.Tensor
+        k tensors, each ``(n, ...)`` in its modality's shape (EEG ``(n, T)``, image ``(n, C, H, W)``,
+        text ``(n, L)`` token ids).
+    modalities : list of str
+        k modality names ("eeg", "image", "text").
+    view_names : list of str
+        k view names (channel "C3-M2", stack "simclr", domain "sketch", "caption").
+    labels : torch.Tensor or None
+        ``(n,)`` int64 class labels.
+    meta : dict
+        Per-item columns, each a list (or 1-D tensor) of length n (ids, subject, ...).
+
+    Raises
+    ------
+    ValueError
+        No views, list lengths that differ, or views / labels with different item counts.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.data import ViewBatch
+    >>> batch = ViewBatch(views=[torch.randn(4, 3000), torch.randn(4, 3000)], modalities=["eeg", "eeg"],
+    ...                   view_names=["C3-M2", "C4-M1"], labels=torch.tensor([0, 2, 2, 1]))
+    >>> batch.n, batch.k
+    (4, 2)
+    >>> ViewBatch(views=[torch.randn(4, 10), torch.randn(3, 10)], modalities=["eeg"] * 2, view_names=["a", "b"])
+    Traceback (most recent call last):
+    ...
+    ValueError: ViewBatch: view 'b' has 3 items, expected 4
     """
 
     views: list[torch.Tensor]
@@ -52,7 +76,7 @@ class ViewBatch:
         """Number of views."""
         return len(self.views)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "ViewBatch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> ViewBatch:
         """Move views and labels to ``device`` (meta stays on the host)."""
         return ViewBatch(
             views=[v.to(device, non_blocking=non_blocking) for v in self.views],
@@ -62,7 +86,7 @@ class ViewBatch:
             meta=self.meta,
         )
 
-    def select(self, indices: "list[int] | tuple[int, ...]") -> "ViewBatch":
+    def select(self, indices: list[int] | tuple[int, ...]) -> ViewBatch:
         """The sub-batch with views ``indices`` (same n items)."""
         return ViewBatch(
             views=[self.views[i] for i in indices],

@@ -64,5 +64,5 @@ def get_evaluator(name: str) -> type[Evaluator]:
     return EVALUATORS.get(name)
 
 
-# the public face (Evaluator, register_evaluator and EVALUATOR_MODULES stay importable for extensions)
-__all__ = ["EVALUATORS", "available_evaluators", "get_evaluator"]
+# the public face (register_evaluator and EVALUATOR_MODULES stay importable for extensions)
+__all__ = ["EVALUATORS", "Evaluator", "available_evaluators", "get_evaluator"]

@@ -4,13 +4,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import available_evaluators, get_evaluator
+from . import EVALUATORS, available_evaluators, get_evaluator
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser("eval", help="evaluate a trained run")
     sub = group.add_subparsers(dest="evaluator", required=True, metavar="EVALUATOR")
-    for name in available_evaluators():
+    names = available_evaluators()
+    group.error_hint = EVALUATORS.missing_hint()  # evaluators skipped for a missing extra: which one
+    for name in names:
         cls = get_evaluator(name)
         parser = sub.add_parser(name, help=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else None)
         parser.add_argument("--run", required=True, type=Path, help="run folder (runs/<name>)")

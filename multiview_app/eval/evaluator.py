@@ -14,7 +14,26 @@ from typing import Any, ClassVar
 
 
 class Evaluator(ABC):
-    """Base class of the evaluators registered in ``EVALUATORS`` (with :func:`register_evaluator`)."""
+    """Base class of the evaluators registered in ``EVALUATORS`` (with :func:`register_evaluator`).
+
+    A subclass declares ``name`` (the ``mvapp eval <name>`` subcommand; ``kind``, the output stem, is
+    derived from it), adds its options in :meth:`add_arguments` and implements :meth:`run`, which reads a
+    finished run folder and writes ``eval/<kind>.json``. Decorated with :func:`register_evaluator` (and
+    its module listed in ``EVALUATOR_MODULES``) it becomes a subcommand of ``mvapp eval``.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from multiview_app.eval import Evaluator
+    >>> class StepCount(Evaluator):
+    ...     name = "step-count"
+    ...     def run(self, run_dir, args):
+    ...         return {"run": str(run_dir), "steps": args.steps}
+    >>> StepCount.kind
+    'step_count'
+    >>> StepCount().run("runs/digits_m3g", argparse.Namespace(steps=200))
+    {'run': 'runs/digits_m3g', 'steps': 200}
+    """
 
     #: CLI name (``mvapp eval <name>``) and registry key, e.g. ``linear-probe``.
     name: ClassVar[str]
@@ -26,7 +45,7 @@ class Evaluator(ABC):
             cls.kind = cls.name.replace("-", "_")
 
     @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
+    def add_arguments(parser: argparse.ArgumentParser) -> None:  # noqa: B027 - optional hook, no options by default
         """Add the evaluator's options to its ``mvapp eval <name>`` parser (``--run`` is added for it)."""
 
     @abstractmethod

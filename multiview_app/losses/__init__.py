@@ -16,8 +16,8 @@ Classes, their registry names and papers:
 * :class:`FlatNCELoss` (``flatnce``): Chen et al., arXiv:2107.01152
 * :class:`InfoNCEPairwiseLoss` (``infonce_pwe``): van den Oord et al., arXiv:1807.03748; M3G paper Eq. 3
 * :class:`InfoNCEAverageLoss` (``infonce_ave``): M3G paper Eq. 4
-* :class:`BYOLPairwise` (``byol_pwe``): M3G paper Eq. 2
-* :class:`BYOLAverage` (``byol_ave``): M3G paper Eq. 2
+* :class:`BYOLPairwise` (``byol_pwe``), :class:`BYOLAverage` (``byol_ave``), their base :class:`BYOLLoss`:
+  Grill et al., arXiv:2006.07733; M3G paper Eq. 2
 * :class:`SupervisedCELoss` (``supervised_ce``): the supervised ERM baseline
 """
 from __future__ import annotations
@@ -38,6 +38,7 @@ LOSSES: Registry[type[MultiViewLoss]] = Registry(
 from .contrastive import (  # noqa: E402
     AggNCELoss,
     BYOLAverage,
+    BYOLLoss,
     BYOLPairwise,
     InfoNCEAverageLoss,
     InfoNCEPairwiseLoss,
@@ -111,6 +112,7 @@ __all__ = [
     "LOSSES",
     "AggNCELoss",
     "BYOLAverage",
+    "BYOLLoss",
     "BYOLPairwise",
     "FlatNCELoss",
     "InfoNCEAverageLoss",

@@ -575,26 +575,34 @@ class BYOLLoss(MultiViewLoss):
     is the single-branch form of M3G Eq. 2 on ``online`` itself (``target = online``, gradient on both
     sides); the trainer's ``byol`` method always passes the EMA target.
 
-    Parameters: none (:class:`BYOLPairwise` / :class:`BYOLAverage` take no options).
-
-    Raises:
-        ValueError: ``online`` / ``target`` not ``(n, k, d)`` with ``k >= 2``, ``n >= 2``, finite, or
-            of different shapes.
-
     Deviations from the paper: the mean (not the sum) over the ordered view pairs; ``k >= 2`` views
     (the paper has two); the EMA update, predictor and BatchNorm heads live in the model / trainer
     (``model.predictor``, ``model.projector.norm`` / ``model.predictor.norm``, ``model.teacher``),
     not in this module.
 
-    Examples:
-        >>> import torch
-        >>> from multiview_app.losses.contrastive import BYOLPairwise
-        >>> online = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [1.0, 0.0]]])
-        >>> target = torch.tensor([[[0.0, 1.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]]])
-        >>> # item 0: both predictions match the other view's target (cost 0); item 1: p_1 . t_2 = 0,
-        >>> # p_2 . t_1 = 1 -> costs 2 and 0; mean over items and the two ordered pairs = 0.5
-        >>> float(BYOLPairwise()(online, target))
-        0.5
+    :class:`BYOLPairwise` / :class:`BYOLAverage` take no parameters.
+
+    Returns
+    -------
+    torch.Tensor
+        ``loss(online, target)`` is a 0-d tensor.
+
+    Raises
+    ------
+    ValueError
+        ``online`` / ``target`` not ``(n, k, d)`` with ``k >= 2``, ``n >= 2``, finite, or of different
+        shapes.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.losses import BYOLPairwise
+    >>> online = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [1.0, 0.0]]])
+    >>> target = torch.tensor([[[0.0, 1.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]]])
+    >>> # item 0: both predictions match the other view's target (cost 0); item 1: p_1 . t_2 = 0,
+    >>> # p_2 . t_1 = 1 -> costs 2 and 0; mean over items and the two ordered pairs = 0.5
+    >>> float(BYOLPairwise()(online, target))
+    0.5
     """
 
     gather_across_processes: ClassVar[bool] = False

@@ -47,7 +47,27 @@ def _default_forward_views(encoder: nn.Module, by_name: bool, xs: list[torch.Ten
 class Encoder(SignatureOptions, nn.Module):
     """Base of the encoders: ``forward(x (n, ...), view_name: str | None = None) -> (n, num_features)``;
     subclasses set ``num_features`` in ``__init__``. Hooks (see the module docstring): ``uses_view_name``,
-    :meth:`forward_views`; ``Options``: the options model derived from ``__init__``."""
+    :meth:`forward_views`; ``Options``: the options model derived from ``__init__``.
+
+    Register a subclass with ``@register_encoder("<modality>", "<name>")`` to use it by name in a config
+    (``model.encoders.<modality>.name``); its ``__init__`` keywords become the config's options.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.models.encoders import Encoder
+    >>> class MeanPool(Encoder):  # (n, channels, T) -> (n, channels)
+    ...     def __init__(self, channels: int = 3) -> None:
+    ...         super().__init__()
+    ...         self.num_features = channels
+    ...     def forward(self, x, view_name=None):
+    ...         return x.mean(dim=-1)
+    >>> encoder = MeanPool(channels=3)
+    >>> encoder.forward_views([torch.randn(5, 3, 10), torch.randn(5, 3, 10)], ["a", "b"]).shape
+    torch.Size([5, 2, 3])
+    >>> sorted(encoder.Options.model_fields)
+    ['channels']
+    """
 
     num_features: int
     uses_view_name: ClassVar[bool] = False

@@ -24,7 +24,40 @@ from .heads import Predictor, Projector
 
 
 class MultiViewModel(nn.Module):
-    """Encoders, projectors and (optional) predictors, each a ``ModuleDict`` keyed by modality."""
+    """Encoders, projectors and (optional) predictors, each a ``ModuleDict`` keyed by modality.
+
+    A :class:`~multiview_app.data.batch.ViewBatch` of ``k`` views of ``n`` items goes to
+    :meth:`features` ``(n, k, f)`` (encoder outputs, what the evaluators read) and :meth:`embed`
+    ``(n, k, d)`` (projected, L2-normalized: what a loss takes). The views of one modality share its
+    encoder and projector. Usually built from plain dicts with :func:`build_model`.
+
+    Parameters
+    ----------
+    encoders : dict of str to nn.Module
+        One encoder per modality; each maps a view ``(n, ...)`` to ``(n, f)`` and has ``num_features``.
+    projectors : dict of str to nn.Module
+        One projector per modality (the same keys), ``(m, f) -> (m, d)``.
+    predictors : dict of str to nn.Module, optional
+        BYOL-style predictors ``(m, d) -> (m, d)``, applied by :meth:`embed` when present.
+
+    Raises
+    ------
+    ValueError
+        Encoders and projectors for different modalities; at call, a view of a modality without an
+        encoder, or modalities whose widths differ.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from multiview_app.data import ViewBatch
+    >>> from multiview_app.models import MultiViewModel, build_encoder
+    >>> encoder = build_encoder("image", "small_cnn")
+    >>> model = MultiViewModel({"image": encoder}, {"image": torch.nn.Linear(encoder.num_features, 8)})
+    >>> batch = ViewBatch(views=[torch.randn(4, 3, 32, 32), torch.randn(4, 3, 32, 32)],
+    ...                   modalities=["image", "image"], view_names=["crop1", "crop2"])
+    >>> model.features(batch).shape == (4, 2, encoder.num_features), model.embed(batch).shape
+    (True, torch.Size([4, 2, 8]))
+    """
 
     def __init__(
         self,
