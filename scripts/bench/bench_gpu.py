@@ -12,8 +12,8 @@
 2. Per M3G call from ``torch.profiler``: CUDA kernels, kernel-launch calls, **host syncs** (runtime
    ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize`` / ``cudaEventSynchronize`` calls and blocking
    ``cudaMemcpy`` device-to-host copies: one ``.item()`` is one sync) and device-to-host copies, plus
-   tensor-to-Python reads counted in Python. On CPU: aten compute ops per call (leaf ops; views and
-   allocations left out) as the stand-in for kernels, labelled so, and "n/a (CPU)" for syncs.
+   tensor-to-Python reads counted in Python. On CPU: aten ops per call (every dispatcher level, views
+   included) as the stand-in for kernels, labelled so, and "n/a (CPU)" for syncs.
 3. Training steps/s of the EEG demo's training (configs/eeg_synthetic_m3g.yaml with the settings of
    configs/demo_eeg.yaml: k = 6, n = 16, width 32, its view augmentations) on a synthesized 6-channel
    window cache, and of configs/digits_m3g.yaml (not with ``--quick``), with the data share of a step.
@@ -60,12 +60,6 @@ EEG_CHANNELS = ["F3-M2", "F4-M1", "C3-M2", "C4-M1", "O1-M2", "O2-M1"]
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 BLOCKING_COPY = "cudaMemcpy"  # the synchronous copy; cudaMemcpyAsync is followed by a cudaStreamSynchronize
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
-# aten ops that launch no kernel on a GPU (views, allocations, metadata): left out of the CPU stand-in count
-NO_KERNEL_OPS = frozenset(f"aten::{op}" for op in (
-    "empty", "empty_strided", "empty_like", "as_strided", "view", "_unsafe_view", "reshape", "_reshape_alias",
-    "alias", "detach", "expand", "expand_as", "squeeze", "unsqueeze", "t", "transpose", "permute", "select",
-    "slice", "narrow", "split", "unbind", "chunk", "resolve_conj", "resolve_neg", "lift_fresh", "result_type",
-))
 CALL_MARK = "bench_gpu::call"  # record_function range around the profiled call
 NOT_ON_CPU = "n/a (CPU)"
 
@@ -201,25 +195,24 @@ def ott_call(pool: EmbeddingPool, jax_device: Any, eps: float = 0.2, tol: float 
 @dataclass(frozen=True)
 class ProfEvent:
     """What the counts need of one profiler event: its name, whether it ran on the GPU (a kernel or a
-    copy) or on the host (an aten op, a CUDA runtime call), the CUPTI correlation id that pairs a runtime
-    call with its GPU activity, and whether an aten op has no aten op below it."""
+    copy) or on the host (an aten op, a CUDA runtime call), and the CUPTI correlation id that pairs a
+    runtime call with its GPU activity."""
 
     name: str
     on_gpu: bool = False
     correlation: int = 0
-    leaf: bool = True
 
 
 @dataclass(frozen=True)
 class CallCounts:
-    """Per call: GPU kernels, launch calls, host syncs, device-to-host copies, and the CPU stand-in for
-    kernels: leaf aten ops that would launch one (no aten op below them; views and allocations left out)."""
+    """Per call: GPU kernels, launch calls, host syncs, device-to-host copies, and aten ops (every
+    dispatcher level, views included: the CPU stand-in for kernels, as counted in the solver audit)."""
 
     kernels: int
     launches: int
     syncs: int
     dtoh: int
-    compute_ops: int
+    aten_ops: int
 
 
 def count_events(events: Iterable[ProfEvent]) -> CallCounts:
@@ -235,7 +228,7 @@ def count_events(events: Iterable[ProfEvent]) -> CallCounts:
         launches=sum(e.name in LAUNCH_CALLS for e in host),
         syncs=sum(e.name in SYNC_CALLS or (e.name == BLOCKING_COPY and e.correlation in dtoh_ids) for e in host),
         dtoh=sum(e.on_gpu and e.name.startswith("Memcpy DtoH") for e in events),
-        compute_ops=sum(e.name.startswith("aten::") and e.leaf and e.name not in NO_KERNEL_OPS for e in host),
+        aten_ops=sum(e.name.startswith("aten::") for e in host),
     )
 
 
@@ -258,8 +251,7 @@ def profiled_events(fn: Callable[[], None], device: torch.device) -> list[ProfEv
         on_gpu = e.device_type == DeviceType.CUDA
         if e.name == CALL_MARK or (not on_gpu and not start <= e.time_range.start <= end):
             continue
-        leaf = not any(child.name.startswith("aten::") for child in e.cpu_children)
-        out.append(ProfEvent(e.name, on_gpu, int(e.id), leaf))
+        out.append(ProfEvent(e.name, on_gpu, int(e.id)))
     return out
 
 
@@ -288,14 +280,14 @@ def host_reads(fn: Callable[[], None]) -> int:
 
 
 def count_row(n: int, k: int, loop: str, counts: CallCounts, reads: int, device: torch.device) -> list[Any]:
-    """A row of the counts table; on CPU the kernel column holds the compute aten ops and syncs are n/a."""
+    """A row of the counts table; on CPU the kernel column holds aten ops and syncs are n/a."""
     if device.type == "cuda":
         return [n, k, loop, counts.kernels, counts.launches, counts.syncs, counts.dtoh, reads]
-    return [n, k, loop, counts.compute_ops, NOT_ON_CPU, NOT_ON_CPU, NOT_ON_CPU, reads]
+    return [n, k, loop, counts.aten_ops, NOT_ON_CPU, NOT_ON_CPU, NOT_ON_CPU, reads]
 
 
 def counts_headers(device: torch.device) -> list[str]:
-    kernels = "CUDA kernels" if device.type == "cuda" else "aten compute ops (CPU stand-in for kernels)"
+    kernels = "CUDA kernels" if device.type == "cuda" else "aten ops (CPU stand-in for kernels)"
     return ["n", "k", "loop", kernels, "launch calls", "host syncs", "DtoH copies", "tensor->Python reads"]
 
 
