@@ -125,7 +125,8 @@ def test_m3g_call_takes_the_next_batch_each_call(bench, monkeypatch: pytest.Monk
         call()
     pointers = [b.data_ptr() for b in pool.batches]
     assert [pointers.index(x.data_ptr()) for x in inputs] == [0, 1, 2, 3, 0]
-    assert all(x.requires_grad and x.grad is None for x in inputs)  # leaves of their own, gradient not kept
+    assert all(x.requires_grad and x.grad is not None for x in inputs)  # each call a leaf of its own
+    assert all(not b.requires_grad and b.grad is None for b in pool.batches)  # no gradient piles up in the pool
 
 
 def fake_jax(backend: str) -> SimpleNamespace:
