@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from _train_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]

@@ -38,16 +38,24 @@ import json  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable, Iterable, Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import ModuleType  # noqa: E402
-from typing import Any, Callable, Iterable, Sequence  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from multiview_app.bench import (  # noqa: E402
-    Timing, command_line, machine_line, markdown_table, peak_rss_growth, ratio, synchronize, time_call,
+    Timing,
+    command_line,
+    machine_line,
+    markdown_table,
+    peak_rss_growth,
+    ratio,
+    synchronize,
+    time_call,
 )
 from multiview_app.losses import build_loss  # noqa: E402
 from multiview_app.losses.m3g import SOLVER_LOOPS  # noqa: E402
@@ -435,7 +443,7 @@ def peak_memory(device: torch.device, quick: bool) -> str:
                     peak = (torch.cuda.max_memory_allocated(device) - base) / 2**30
                     rows.append([name, n, k, d, f"{peak:.2f} GiB (CUDA allocated)", f"{took:.2f}"])
                 else:
-                    grown, took, _ = peak_rss_growth(lambda: loss(z).backward())
+                    grown, took, _ = peak_rss_growth(lambda z=z, loss=loss: loss(z).backward())
                     rows.append([name, n, k, d, f"{grown / 1024:.2f} GiB (peak RSS growth)", f"{took:.2f}"])
             except torch.cuda.OutOfMemoryError:
                 rows.append([name, n, k, d, "out of memory", "-"])
