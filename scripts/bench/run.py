@@ -60,7 +60,8 @@ SUITES: dict[str, list[Bench]] = {
         Bench("bench_export", "mvapp export throughput and peak memory"),
     ],
     "gpu": [
-        Bench("bench_gpu", "on a GPU: M3G device vs host loop, launches and syncs, steps/s, peak memory",
+        Bench("bench_gpu", "on a GPU: M3G per solver loop vs ott-jax on fresh embeddings, kernels and host syncs "
+                           "per call, EEG demo steps/s, peak memory",
               needs_out=True, has_quick=True),
     ],
 }
