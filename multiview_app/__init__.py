@@ -1,4 +1,5 @@
 """multiview_app: multi-view and multimodal representation learning."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,9 +1,10 @@
 """argparse ``type=`` converters that refuse out-of-range values (never replaced by defaults):
 ``--knn-k 0`` fails as ``argument --knn-k: expected an integer >= 1, got '0'``."""
+
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from collections.abc import Callable
 
 
 def _int_at_least(text: str, minimum: int) -> int:

@@ -5,6 +5,7 @@ and prints a Markdown table plus a line naming the machine and the command (docs
 records both). Timings are wall-clock medians after warm-up; on CUDA every call is bracketed by a
 device synchronization so asynchronous kernels are counted.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,9 @@ import shlex
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -86,7 +88,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 def machine_line() -> str:
     """One line naming the machine a table was measured on: CPUs, load, torch threads, GPU."""
     try:
-        load = "load %.1f/%.1f/%.1f" % os.getloadavg()
+        load = "load {:.1f}/{:.1f}/{:.1f}".format(*os.getloadavg())
     except OSError:
         load = "load n/a"
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -16,13 +16,15 @@ A subcommand that moved to another group keeps its old spelling: ``FORWARDS`` ma
 subcommand)`` to the group that owns it now, and :func:`main` rewrites the command line before parsing
 (``mvapp eval domain-generalization ...`` runs ``mvapp experiment domain-generalization ...``).
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import re
 import sys
-from typing import Any, Iterable, NoReturn, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
 
 from . import __version__
 
@@ -100,8 +102,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, (module, help_text) in group_commands().items():
         if name == command:
             importlib.import_module(module).add_subparser(subparsers)
-            moved = [f"mvapp {name} {sub} (now mvapp {group} {sub}; this spelling is forwarded)"
-                     for (old_group, sub), group in FORWARDS.items() if old_group == name]
+            moved = [
+                f"mvapp {name} {sub} (now mvapp {group} {sub}; this spelling is forwarded)"
+                for (old_group, sub), group in FORWARDS.items()
+                if old_group == name
+            ]
             if moved:
                 subparsers.choices[name].epilog = "moved: " + "; ".join(moved)
         else:

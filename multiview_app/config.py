@@ -8,6 +8,7 @@ value and what is allowed (:func:`multiview_app.options.format_validation_error`
 schema and its loading; the checks that ask the registries (loss, adapter, view policy, encoders,
 callbacks) are in :mod:`multiview_app.config_checks`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -110,17 +111,20 @@ class TrainConfig(_Strict):
     )
     num_workers: int = Field(0, ge=0)
     num_threads: Literal["auto"] | Annotated[int, Field(ge=1)] = Field(
-        "auto", description="torch intra-op threads: auto (1 on <= 2 usable CPUs, else the usable CPUs) or an "
-        "integer >= 1; MVAPP_NUM_THREADS overrides it, it overrides OMP_NUM_THREADS (multiview_app/threads.py)"
+        "auto",
+        description="torch intra-op threads: auto (1 on <= 2 usable CPUs, else the usable CPUs) or an "
+        "integer >= 1; MVAPP_NUM_THREADS overrides it, it overrides OMP_NUM_THREADS (multiview_app/threads.py)",
     )
     prefetch_views: bool = True  # build the next micro-batch's views in a background thread
     log_every: int = Field(10, ge=1)
     diagnostics: bool = Field(
-        True, description="every log_every steps: RankMe, alignment/uniformity, ESS, PVC bound, grad norm (train/diagnostics.py)"
+        True,
+        description="every log_every steps: RankMe, alignment/uniformity, ESS, PVC bound, grad norm (train/diagnostics.py)",
     )
     callbacks: list[str | dict[str, dict[str, Any]]] = Field(
-        default_factory=list, description="training callbacks by name (train/callbacks.py TRAIN_CALLBACKS); "
-        "an entry {name: {option: value}} passes options (e.g. {knn-monitor: {every: 200}})"
+        default_factory=list,
+        description="training callbacks by name (train/callbacks.py TRAIN_CALLBACKS); "
+        "an entry {name: {option: value}} passes options (e.g. {knn-monitor: {every: 200}})",
     )
 
     @field_validator("callbacks")
@@ -128,8 +132,10 @@ class TrainConfig(_Strict):
     def _one_name_per_entry(cls, callbacks: list[Any]) -> list[Any]:
         for entry in callbacks:
             if isinstance(entry, dict) and len(entry) != 1:
-                raise ValueError(f"an entry with options is one name and its options, e.g. "
-                                 f"{{knn-monitor: {{every: 200}}}}; got {entry}")
+                raise ValueError(
+                    f"an entry with options is one name and its options, e.g. "
+                    f"{{knn-monitor: {{every: 200}}}}; got {entry}"
+                )
         return callbacks
 
     @property
@@ -138,7 +144,7 @@ class TrainConfig(_Strict):
         return [(entry, {}) if isinstance(entry, str) else next(iter(entry.items())) for entry in self.callbacks]
 
     @model_validator(mode="after")
-    def _has_length(self) -> "TrainConfig":
+    def _has_length(self) -> TrainConfig:
         if self.max_steps is None and self.epochs is None:
             raise ValueError("set train.max_steps and/or train.epochs")
         return self
@@ -166,7 +172,7 @@ class Distribution(_Strict):
     choices: list[Any] | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Distribution":
+    def _consistent(self) -> Distribution:
         if self.type == "categorical":
             if not self.choices:
                 raise ValueError("a categorical distribution needs a non-empty 'choices' list")
@@ -202,24 +208,36 @@ class TuneConfig(_Strict):
     direction: Literal["maximize", "minimize"] | list[Literal["maximize", "minimize"]] | None = None
     report_every: int = Field(20, ge=0, description="intermediate val metric every N steps (0: only at the end)")
     report_items: int | None = Field(
-        128, ge=1, strict=True, description="intermediate reports (pruning only) score a fixed class-stratified subset of about "
-        "this many items per split (None: every item); the objective itself always uses the full val split")
+        128,
+        ge=1,
+        strict=True,
+        description="intermediate reports (pruning only) score a fixed class-stratified subset of about "
+        "this many items per split (None: every item); the objective itself always uses the full val split",
+    )
     pruner: Literal["median", "hyperband", "none"] = "median"
     pruner_options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the Optuna pruner")
     sampler: Literal["tpe", "random", "nsga2"] | None = Field(None, description="None: tpe, nsga2 when multi-objective")
     sampler_seed: int = 0
     enqueue: list[dict[str, Any]] = Field(
-        default_factory=list, description="points tried first, in this order, before the sampler's: each {dotted key "
-        "of tune.space: value} naming every key of the space (a designed set of trials; Optuna enqueue_trial)")
-    max_train_items: int | None = Field(2000, ge=1, description="probe training items of the val metric (seeded subsample)")
+        default_factory=list,
+        description="points tried first, in this order, before the sampler's: each {dotted key "
+        "of tune.space: value} naming every key of the space (a designed set of trials; Optuna enqueue_trial)",
+    )
+    max_train_items: int | None = Field(
+        2000, ge=1, description="probe training items of the val metric (seeded subsample)"
+    )
     shots: int = Field(100, ge=1, description="windows per class of the sleep-staging val metric")
     val_cache: str | None = Field(
-        None, description="sleep-staging val metric on the nights of this other prepared cache (cross-dataset "
+        None,
+        description="sleep-staging val metric on the nights of this other prepared cache (cross-dataset "
         "validation: other people, e.g. a validation generator seed): half its subjects fit the few-shot "
-        "classifier, the others score; None: the val subjects of data.options.cache")
+        "classifier, the others score; None: the val subjects of data.options.cache",
+    )
     test_cache: str | None = Field(
-        None, description="the cache whose nights are the reported test set: tune.val_cache must share no "
-        "recording with it (sha256 of a source file or synthetic person), nor with the pretraining cache")
+        None,
+        description="the cache whose nights are the reported test set: tune.val_cache must share no "
+        "recording with it (sha256 of a source file or synthetic person), nor with the pretraining cache",
+    )
     max_retries: int = Field(2, ge=0, description="reruns of a trial whose worker was killed")
     heartbeat_interval: int = Field(20, ge=1, description="seconds between heartbeats (RDB storages)")
     grace_period: int = Field(60, ge=2, description="seconds without heartbeat before a trial counts as dead (RDB)")
@@ -247,8 +265,7 @@ class OutputConfig(_Strict):
             not name.strip() or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
         ):
             raise ValueError(
-                "run name must be one folder name (no '/', not '.' or '..'); choose where runs go with "
-                "output.runs_dir"
+                "run name must be one folder name (no '/', not '.' or '..'); choose where runs go with output.runs_dir"
             )
         return name
 
@@ -310,9 +327,7 @@ def resolve_paths(cfg: Config, base: str | Path | None = None) -> Config:
     run's ``config.yaml`` means the same files from any working directory."""
     base = Path(base or Path.cwd()).resolve()
     raw = cfg.to_dict()
-    raw["data"]["options"] = {
-        k: _absolute(v, base) if is_path_key(k) else v for k, v in raw["data"]["options"].items()
-    }
+    raw["data"]["options"] = {k: _absolute(v, base) if is_path_key(k) else v for k, v in raw["data"]["options"].items()}
     for spec in raw["model"]["encoders"].values():
         for key in [k for k in spec if is_path_key(k)]:
             spec[key] = _absolute(spec[key], base)
@@ -357,8 +372,10 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if parent is not None:
         parent_path = path.parent / str(parent)
         if not parent_path.is_file():
-            raise ConfigError(f"{path}: extends: {parent} -> {parent_path.resolve()} is not a config file "
-                              "(the path is relative to the file that extends it)")
+            raise ConfigError(
+                f"{path}: extends: {parent} -> {parent_path.resolve()} is not a config file "
+                "(the path is relative to the file that extends it)"
+            )
         base = read_yaml(parent_path, (*_seen, path.resolve()))
         raw = deep_merge(base, raw)
     return raw
@@ -415,7 +432,9 @@ def _component_sections(raw: dict[str, Any]) -> dict[str, tuple[Any, dict[str, A
     return out
 
 
-def switch_components(base: dict[str, Any], raw: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
+def switch_components(
+    base: dict[str, Any], raw: dict[str, Any], overrides: list[str]
+) -> tuple[dict[str, Any], list[str]]:
     """Make ``key=value`` overrides that switch a registry name usable: when an override changes ``loss.name``,
     ``data.adapter``, ``views.policy`` or ``model.encoders.<m>.name``, the options the new component does not
     take are dropped (one note lists them); a ``key=null`` override inside a component's options removes the
@@ -440,9 +459,12 @@ def switch_components(base: dict[str, Any], raw: dict[str, Any], overrides: list
             del options[key]
         if dropped:
             label = {"loss": "loss.name", "data.options": "data.adapter", "views.options": "views.policy"}.get(
-                where, f"{where}.name")
-            notes.append(f"{label} {old_name} -> {name}: dropped {', '.join(f'{where}.{k}' for k in dropped)} "
-                         f"(not options of {name})")
+                where, f"{where}.name"
+            )
+            notes.append(
+                f"{label} {old_name} -> {name}: dropped {', '.join(f'{where}.{k}' for k in dropped)} "
+                f"(not options of {name})"
+            )
     return raw, notes
 
 

@@ -7,6 +7,7 @@ errors are one :class:`~multiview_app.options.ConfigError` naming the dotted key
 Registries are imported lazily, so importing the config schema stays cheap. This module may ask the
 losses, data, models registries and :mod:`multiview_app.plugins`, never a layer above them.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -41,9 +42,12 @@ def _check_loss(cfg: Config) -> None:
     name = cfg.loss.name
     if name not in available_losses(supervised=True):
         raise ConfigError(
-            f"loss.name: unknown loss {name!r}; available: {', '.join(available_losses(supervised=True))}")
+            f"loss.name: unknown loss {name!r}; available: {', '.join(available_losses(supervised=True))}"
+        )
     cls = LOSSES.get(name)
-    validate_options(cls.Options, cfg.loss.params, "loss", component_wording("parameter", f"loss {name!r}"), ConfigError)
+    validate_options(
+        cls.Options, cfg.loss.params, "loss", component_wording("parameter", f"loss {name!r}"), ConfigError
+    )
     try:
         loss = build_loss(name, **cfg.loss.params)
     except (ValueError, TypeError) as exc:
@@ -87,8 +91,9 @@ def _check_data(cfg: Config) -> None:
             f"views.policy: unknown view policy {cfg.views.policy!r}; "
             f"available: {', '.join(available_view_policies())}{VIEW_POLICIES.missing_hint()}"
         )
-    validate_options(VIEW_POLICIES.get(cfg.views.policy).Options, cfg.views.options, "views.options", SECTION_KEYS,
-                     ConfigError)
+    validate_options(
+        VIEW_POLICIES.get(cfg.views.policy).Options, cfg.views.options, "views.options", SECTION_KEYS, ConfigError
+    )
 
 
 def _check_model_options(cfg: Config) -> None:
@@ -100,18 +105,30 @@ def _check_model_options(cfg: Config) -> None:
         key = f"{modality}/{spec['name']}"
         if key in ENCODERS:
             options = {k: v for k, v in spec.items() if k != "name"}
-            validate_options(encoder_options_model(key), options, f"model.encoders.{modality}",
-                             component_wording("option", f"encoder {key!r}"), ConfigError)
+            validate_options(
+                encoder_options_model(key),
+                options,
+                f"model.encoders.{modality}",
+                component_wording("option", f"encoder {key!r}"),
+                ConfigError,
+            )
         elif modality != "image":  # image names fall back to timm (any timm keyword)
             raise ConfigError(
                 f"model.encoders.{modality}.name: unknown encoder {spec['name']!r} for modality {modality!r}; "
                 f"available: {', '.join(available_encoders(modality)) or '(none)'}"
             )
-    for section, head, options in (("projector", Projector, cfg.model.projector),
-                                   ("predictor", Predictor, cfg.model.predictor)):
+    for section, head, options in (
+        ("projector", Projector, cfg.model.projector),
+        ("predictor", Predictor, cfg.model.predictor),
+    ):
         if options is not None:
-            validate_options(options_from_signature(head, ("in_dim",)), options, f"model.{section}",
-                             component_wording("option", f"the {section}"), ConfigError)
+            validate_options(
+                options_from_signature(head, ("in_dim",)),
+                options,
+                f"model.{section}",
+                component_wording("option", f"the {section}"),
+                ConfigError,
+            )
 
 
 def _check_callbacks(cfg: Config) -> None:

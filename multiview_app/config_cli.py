@@ -3,6 +3,7 @@
 Kept apart from :mod:`multiview_app.config` so that building the ``mvapp`` parser (``--help``) does
 not import pydantic.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -10,12 +10,14 @@
   :data:`PLAIN_EVERY_S` seconds or :data:`PLAIN_EVERY_PCT` percent, and one at the end (no carriage
   returns).
 """
+
 from __future__ import annotations
 
 import re
 import sys
 import time
-from typing import Any, Iterable, Iterator, TextIO
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
 
 PLAIN_EVERY_S = 30.0
 PLAIN_EVERY_PCT = 10.0
@@ -103,8 +105,16 @@ class PlainProgress:
     """The tqdm subset used here (``update``, ``set_postfix``, ``close``, iteration, context manager)
     printing plain periodic lines instead of a redrawn bar."""
 
-    def __init__(self, iterable: Iterable[Any] | None = None, total: float | None = None, desc: str = "",
-                 unit: str = "it", initial: float = 0, file: TextIO | None = None, **_: Any) -> None:
+    def __init__(
+        self,
+        iterable: Iterable[Any] | None = None,
+        total: float | None = None,
+        desc: str = "",
+        unit: str = "it",
+        initial: float = 0,
+        file: TextIO | None = None,
+        **_: Any,
+    ) -> None:
         self.iterable = iterable
         if total is None and iterable is not None and hasattr(iterable, "__len__"):
             total = len(iterable)  # type: ignore[arg-type]
@@ -122,7 +132,11 @@ class PlainProgress:
         done = f"{self.n:g}/{self.total:g}" if self.total else f"{self.n:g}"
         pct = f" ({self._pct():.0f}%)" if self.total else ""
         elapsed = time.monotonic() - self._start
-        rate = f", {(self.n - self._start_n) / elapsed:.3g} {self.unit}/s" if elapsed > 0 and self.n > self._start_n else ""
+        rate = (
+            f", {(self.n - self._start_n) / elapsed:.3g} {self.unit}/s"
+            if elapsed > 0 and self.n > self._start_n
+            else ""
+        )
         postfix = f", {self.postfix}" if self.postfix else ""
         return f"{self.desc + ': ' if self.desc else ''}{done} {self.unit}{pct}{rate}{postfix}"
 
@@ -133,8 +147,9 @@ class PlainProgress:
     def update(self, n: float = 1) -> None:
         self.n += n
         now = time.monotonic()
-        if now - self._last_time >= PLAIN_EVERY_S or (self.total and self._pct() - self._last_pct >= PLAIN_EVERY_PCT
-                                                      and self.n < self.total):
+        if now - self._last_time >= PLAIN_EVERY_S or (
+            self.total and self._pct() - self._last_pct >= PLAIN_EVERY_PCT and self.n < self.total
+        ):
             self._emit()
 
     def refresh(self) -> None:
@@ -158,7 +173,7 @@ class PlainProgress:
         finally:
             self.close()
 
-    def __enter__(self) -> "PlainProgress":
+    def __enter__(self) -> PlainProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -197,6 +212,16 @@ def write(line: str) -> None:
         print(line, flush=True)
 
 
-__all__ = ["PLAIN_EVERY_PCT", "PLAIN_EVERY_S", "PlainProgress", "discard", "hold", "info", "is_progress_line",
-           "is_terminal", "progress",
-           "release", "write"]
+__all__ = [
+    "PLAIN_EVERY_PCT",
+    "PLAIN_EVERY_S",
+    "PlainProgress",
+    "discard",
+    "hold",
+    "info",
+    "is_progress_line",
+    "is_terminal",
+    "progress",
+    "release",
+    "write",
+]

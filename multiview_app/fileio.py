@@ -5,14 +5,16 @@ mode a plain ``open(path, "w")`` would have (``0o666 & ~umask``), so run folders
 readable by whoever the user's umask allows. Shared by ``train/`` (run folders) and ``data/``
 (prepared caches, synthetic recordings).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 
 def current_umask() -> int:
@@ -93,5 +95,13 @@ def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "atomic_write_with", "current_umask", "default_file_mode",
-           "sha256_file", "temp_sibling"]
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "atomic_write_with",
+    "current_umask",
+    "default_file_mode",
+    "sha256_file",
+    "temp_sibling",
+]

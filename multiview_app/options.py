@@ -11,12 +11,14 @@ component's options is turned into one message by :func:`format_validation_error
 
 This module imports nothing of the package (every layer may use it).
 """
+
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticUndefined
@@ -127,8 +129,9 @@ def _accepted(model: type[BaseModel] | None, wording: Wording) -> str | None:
     return ", ".join(sorted(names) if wording.sort else names) or "(none)"
 
 
-def format_validation_error(err: ValidationError, where: str, model: type[BaseModel] | None,
-                            wording: Wording = Wording()) -> str:
+def format_validation_error(
+    err: ValidationError, where: str, model: type[BaseModel] | None, wording: Wording = Wording()
+) -> str:
     """One part per problem of ``err`` (raised by ``model``, validated at dotted ``where``), joined by
     ``"; "``: ``<where>.<key>: unknown <noun>...; <label>: <keys>`` for an unknown key, else
     ``<where>.<key>: <what was expected> (got <value>)`` (no value when it is a whole mapping)."""
@@ -149,8 +152,14 @@ def format_validation_error(err: ValidationError, where: str, model: type[BaseMo
     return "; ".join(lines)
 
 
-def validate_options(model: type[BaseModel], options: dict[str, Any] | None, where: str,
-                     wording: Wording = Wording(), error: type[ValueError] = ValueError, prefix: str = "") -> BaseModel:
+def validate_options(
+    model: type[BaseModel],
+    options: dict[str, Any] | None,
+    where: str,
+    wording: Wording = Wording(),
+    error: type[ValueError] = ValueError,
+    prefix: str = "",
+) -> BaseModel:
     """``model.model_validate(options)``; a ``ValidationError`` becomes one ``error`` (``prefix`` +
     :func:`format_validation_error`)."""
     try:

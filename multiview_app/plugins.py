@@ -8,9 +8,11 @@ to validate ``train.callbacks``, or from ``train/callbacks.py``) loads no upper 
 tests/test_layout.py checks that layer folders and ``config.py`` name no upper layer, by import or
 by a module-path string.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .registry import Registry
 

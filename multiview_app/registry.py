@@ -1,4 +1,5 @@
 """A tiny name -> factory registry shared by losses, adapters, view policies and encoders."""
+
 from __future__ import annotations
 
 import importlib
@@ -57,8 +58,10 @@ class Registry(Generic[T]):
         by_cause: dict[tuple[str, str], list[str]] = {}
         for module, cause in self.skipped.items():
             by_cause.setdefault(cause, []).append(module)
-        parts = [f"{', '.join(modules)} (optional package {package!r} missing: {install_hint(extra)})"
-                 for (package, extra), modules in by_cause.items()]
+        parts = [
+            f"{', '.join(modules)} (optional package {package!r} missing: {install_hint(extra)})"
+            for (package, extra), modules in by_cause.items()
+        ]
         return "; not loaded: " + "; ".join(parts)
 
     def register(self, name: str) -> Callable[[T], T]:

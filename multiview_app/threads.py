@@ -25,14 +25,15 @@ a block at a given count and restores the previous one (tests pinning values com
 
 This module imports torch only inside its functions (``mvapp --help`` stays fast).
 """
+
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
 
 from .console import info
 
@@ -158,8 +159,7 @@ def _affinity_count() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def usable_cpus(affinity: int | None = None, quota: float | None | str = "read",
-                root: Path = CGROUP_ROOT) -> CpuBudget:
+def usable_cpus(affinity: int | None = None, quota: float | None | str = "read", root: Path = CGROUP_ROOT) -> CpuBudget:
     """The :class:`CpuBudget` of this process (``affinity`` / ``quota`` given: used as they are, for tests)."""
     return CpuBudget(
         affinity=_affinity_count() if affinity is None else affinity,
@@ -191,8 +191,12 @@ def auto_threads(cpus: CpuBudget, local_processes: int = 1) -> int:
     return 1 if share <= SINGLE_THREAD_UP_TO_CPUS else share
 
 
-def choose_threads(setting: str | int | None = "auto", env: Mapping[str, str] | None = None,
-                   cpus: CpuBudget | None = None, setting_name: str = "train.num_threads") -> ThreadChoice:
+def choose_threads(
+    setting: str | int | None = "auto",
+    env: Mapping[str, str] | None = None,
+    cpus: CpuBudget | None = None,
+    setting_name: str = "train.num_threads",
+) -> ThreadChoice:
     """The intra-op thread count for ``setting`` (the config's ``train.num_threads``, or the command option
     named ``setting_name``: ``auto``, an int, or None when the command has neither), the environment ``env``
     (``os.environ`` when None) and ``cpus`` (:func:`usable_cpus` when None). Precedence:
@@ -244,9 +248,14 @@ def torch_threads(count: int | None) -> Iterator[None]:
         set_torch_threads(previous)
 
 
-def configure_torch_threads(setting: str | int | None = None, *, report: Callable[[str], None] | None = info,
-                            env: Mapping[str, str] | None = None, cpus: CpuBudget | None = None,
-                            setting_name: str = "train.num_threads") -> ThreadChoice:
+def configure_torch_threads(
+    setting: str | int | None = None,
+    *,
+    report: Callable[[str], None] | None = info,
+    env: Mapping[str, str] | None = None,
+    cpus: CpuBudget | None = None,
+    setting_name: str = "train.num_threads",
+) -> ThreadChoice:
     """Choose (:func:`choose_threads`) and apply (:func:`set_torch_threads`) the intra-op thread count;
     ``report`` gets the header line once per process (again only when the choice changes)."""
     global _reported

@@ -28,6 +28,7 @@ pretraining seeds (each seed: mean over folds x draws; population std; n printed
 handcrafted / minus band power differences by test subject (each seed: mean over subjects of the per-subject
 differences; ± std over seeds; subjects ahead of n after averaging each subject over seeds and draws).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,18 +39,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from transfer_dreams import REAL_PSG_ENV, RUN_NAME, demo_config, demo_data, demo_settings, prepare_dreams, stage_dreams
+
 from multiview_app.argtypes import positive_int
 from multiview_app.bench import command_line, machine_line, markdown_table
 from multiview_app.eval.protocols.probe import mean_std
 from multiview_app.eval.protocols.stats import unit_means
 from multiview_app.experiments import ensure_trained
+from multiview_app.experiments.reproduce import parse_list
 from multiview_app.experiments.staging import staging_result
 from multiview_app.fileio import atomic_write_text
 from multiview_app.threads import configure_torch_threads
-
-from multiview_app.experiments.reproduce import parse_list
-from transfer_dreams import (REAL_PSG_ENV, RUN_NAME, demo_config, demo_data, demo_settings, prepare_dreams,
-                             stage_dreams)
 
 MODES: dict[str, list[str]] = {
     "agnostic": [],  # the demo config's own setting
@@ -57,8 +57,10 @@ MODES: dict[str, list[str]] = {
     "montage": ["model.encoders.eeg.channel_mode=montage"],
 }
 """Overrides of the demo's training config per channel mode (nothing else changes)."""
-CONV_ENCODER = ("{name: conv, width: 32, out_dim: 64, dropout: 0.0, channel_mode: agnostic, unknown_rate: 0.0, "
-                "channel_vocab: [F3-M2, F4-M1, C3-M2, C4-M1, O1-M2, O2-M1]}")
+CONV_ENCODER = (
+    "{name: conv, width: 32, out_dim: 64, dropout: 0.0, channel_mode: agnostic, unknown_rate: 0.0, "
+    "channel_vocab: [F3-M2, F4-M1, C3-M2, C4-M1, O1-M2, O2-M1]}"
+)
 """The encoder whose channel modes are compared (``eeg/conv``; ``DEMO_ENCODER`` overrides it)."""
 PROTOCOLS = ("cross-dataset", "dreams")
 DREAMS_STAGES = ["W", "N1", "N2", "N3"]
@@ -76,8 +78,10 @@ def seed_summary(result: dict[str, Any], shots: list[int]) -> dict[str, Any]:
     baselines' means, and trained minus each baseline by test subject (mean over subjects, per-subject values)."""
     out: dict[str, Any] = {}
     for s in map(str, shots):
-        cell = {"trained": {m: result["results"]["trained"][s][m]["mean"] for m in ("balanced_accuracy", "kappa")},
-                "fits": result["results"]["trained"][s]["n_runs"]}
+        cell = {
+            "trained": {m: result["results"]["trained"][s][m]["mean"] for m in ("balanced_accuracy", "kappa")},
+            "fits": result["results"]["trained"][s]["n_runs"],
+        }
         for name, row in BASELINES.items():
             cell[name] = {m: result["results"][row][s][m]["mean"] for m in ("balanced_accuracy", "kappa")}
             paired = result["paired"][row][s]
@@ -91,13 +95,19 @@ def over_seeds(per_seed: list[dict[str, Any]], shots: list[int]) -> dict[str, An
     out: dict[str, Any] = {}
     for s in map(str, shots):
         cells = [p[s] for p in per_seed]
-        out[s] = {"n_seeds": len(cells), "fits_per_seed": cells[0]["fits"],
-                  "trained": {m: mean_std([c["trained"][m] for c in cells]) for m in ("balanced_accuracy", "kappa")}}
+        out[s] = {
+            "n_seeds": len(cells),
+            "fits_per_seed": cells[0]["fits"],
+            "trained": {m: mean_std([c["trained"][m] for c in cells]) for m in ("balanced_accuracy", "kappa")},
+        }
         for name in BASELINES:
             out[s][name] = {m: mean_std([c[name][m] for c in cells]) for m in ("balanced_accuracy", "kappa")}
             per_subject = unit_means((u, v) for c in cells for u, v in c[f"minus {name}"]["units"].items())
-            out[s][f"minus {name}"] = {**mean_std([c[f"minus {name}"]["mean"] for c in cells]),
-                                       "ahead": sum(v > 0 for v in per_subject.values()), "n": len(per_subject)}
+            out[s][f"minus {name}"] = {
+                **mean_std([c[f"minus {name}"]["mean"] for c in cells]),
+                "ahead": sum(v > 0 for v in per_subject.values()),
+                "n": len(per_subject),
+            }
     return out
 
 
@@ -107,27 +117,50 @@ def protocol_table(protocol: str, summaries: dict[str, dict[str, Any]], shots: l
     rows = []
     for mode, summary in summaries.items():
         n = summary[str(shots[0])]["n_seeds"]
-        rows.append([f"{mode} (n={n})", "pretrained"] + [
-            f"{c['trained']['balanced_accuracy']['mean']:.3f} ± {c['trained']['balanced_accuracy']['std']:.3f}"
-            f" / {c['trained']['kappa']['mean']:.3f}" for c in (summary[str(s)] for s in shots)])
+        rows.append(
+            [f"{mode} (n={n})", "pretrained"]
+            + [
+                f"{c['trained']['balanced_accuracy']['mean']:.3f} ± {c['trained']['balanced_accuracy']['std']:.3f}"
+                f" / {c['trained']['kappa']['mean']:.3f}"
+                for c in (summary[str(s)] for s in shots)
+            ]
+        )
         for name in BASELINES:
-            rows.append([f"{mode} (n={n})", f"minus {name}"] + [
-                f"{c[f'minus {name}']['mean']:+.3f} ± {c[f'minus {name}']['std']:.3f} "
-                f"({c[f'minus {name}']['ahead']}/{c[f'minus {name}']['n']} subjects ahead)" for c in (summary[str(s)] for s in shots)])
+            rows.append(
+                [f"{mode} (n={n})", f"minus {name}"]
+                + [
+                    f"{c[f'minus {name}']['mean']:+.3f} ± {c[f'minus {name}']['std']:.3f} "
+                    f"({c[f'minus {name}']['ahead']}/{c[f'minus {name}']['n']} subjects ahead)"
+                    for c in (summary[str(s)] for s in shots)
+                ]
+            )
     first = next(iter(summaries.values()))
     for name in BASELINES:
-        rows.append(["(any)", name] + [f"{first[str(s)][name]['balanced_accuracy']['mean']:.3f} / "
-                                       f"{first[str(s)][name]['kappa']['mean']:.3f}" for s in shots])
+        rows.append(
+            ["(any)", name]
+            + [
+                f"{first[str(s)][name]['balanced_accuracy']['mean']:.3f} / {first[str(s)][name]['kappa']['mean']:.3f}"
+                for s in shots
+            ]
+        )
     return f"### {protocol}\n\n" + markdown_table(["mode (pretraining seeds)", "row", *(f"s={s}" for s in shots)], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder (data, runs, table, JSON)")
-    parser.add_argument("--data", type=Path, default=None,
-                        help="folder of the demo's synthetic data, synthesized once and reused (default: OUT/demo_data)")
-    parser.add_argument("--real-psg", type=Path, default=os.environ.get(REAL_PSG_ENV),
-                        help=f"folder holding dreams-spindles/ (default: ${REAL_PSG_ENV}; needed for --protocols dreams)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="folder of the demo's synthetic data, synthesized once and reused (default: OUT/demo_data)",
+    )
+    parser.add_argument(
+        "--real-psg",
+        type=Path,
+        default=os.environ.get(REAL_PSG_ENV),
+        help=f"folder holding dreams-spindles/ (default: ${REAL_PSG_ENV}; needed for --protocols dreams)",
+    )
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of %(default)s")
     parser.add_argument("--pretrain-seeds", default="0,1,2", help="train.seed of the runs (default: %(default)s)")
     parser.add_argument("--protocols", default=",".join(PROTOCOLS), help="comma-separated, of %(default)s")
@@ -159,33 +192,73 @@ def main(argv: list[str] | None = None) -> int:
             cfg = demo_config(caches["physionet2018"], out / "runs", run_name(mode, seed), seed, knobs, MODES[mode])
             began = time.perf_counter()
             trained = ensure_trained(cfg, "refuse-mismatch")
-            timing = {"mode": mode, "seed": seed, "run": str(cfg.run_dir), "train_s": round(time.perf_counter() - began, 1),
-                      "reused": trained.reused, "load_after_training": os.getloadavg()[0]}
+            timing = {
+                "mode": mode,
+                "seed": seed,
+                "run": str(cfg.run_dir),
+                "train_s": round(time.perf_counter() - began, 1),
+                "reused": trained.reused,
+                "load_after_training": os.getloadavg()[0],
+            }
             for protocol in protocols:
                 began = time.perf_counter()
                 if protocol == "dreams":
-                    result = stage_dreams(cfg.run_dir, caches["dreams"], shots["dreams"], args.dreams_draws,
-                                          DREAMS_STAGES, knobs["DEMO_COMBINE"])
+                    result = stage_dreams(
+                        cfg.run_dir,
+                        caches["dreams"],
+                        shots["dreams"],
+                        args.dreams_draws,
+                        DREAMS_STAGES,
+                        knobs["DEMO_COMBINE"],
+                    )
                 else:
-                    result = staging_result(cfg.run_dir, cache=caches["sleep-edf"], folds=args.cross_folds,
-                                            shots=shots[protocol], draws=int(knobs["DEMO_SEEDS"]),
-                                            combine=knobs["DEMO_COMBINE"])
+                    result = staging_result(
+                        cfg.run_dir,
+                        cache=caches["sleep-edf"],
+                        folds=args.cross_folds,
+                        shots=shots[protocol],
+                        draws=int(knobs["DEMO_SEEDS"]),
+                        combine=knobs["DEMO_COMBINE"],
+                    )
                 timing[f"{protocol}_s"] = round(time.perf_counter() - began, 1)
                 per_seed[protocol][mode].append(seed_summary(result, shots[protocol]))
             timings.append(timing)
             print(f"{mode} seed {seed}: {json.dumps(timing)}", flush=True)
     summaries = {p: {m: over_seeds(per_seed[p][m], shots[p]) for m in modes} for p in protocols}
     settings = {k: knobs[k] for k in sorted(knobs) if not k.startswith("DEMO_TRAIN_THREADS")}
-    header = [f"command: `{command_line()}`", "", f"machine: {machine_line()}", "",
-              f"demo settings: {json.dumps(settings)}", "", f"pretraining seeds: {seeds}", "",
-              "balanced accuracy ± std over pretraining seeds / kappa (each seed: mean over folds x draws); "
-              "differences by test subject, ± std over seeds (subjects ahead / n, each subject averaged over seeds "
-              "and draws)", ""]
+    header = [
+        f"command: `{command_line()}`",
+        "",
+        f"machine: {machine_line()}",
+        "",
+        f"demo settings: {json.dumps(settings)}",
+        "",
+        f"pretraining seeds: {seeds}",
+        "",
+        "balanced accuracy ± std over pretraining seeds / kappa (each seed: mean over folds x draws); "
+        "differences by test subject, ± std over seeds (subjects ahead / n, each subject averaged over seeds "
+        "and draws)",
+        "",
+    ]
     text = "\n".join(header) + "\n" + "\n\n".join(protocol_table(p, summaries[p], shots[p]) for p in protocols) + "\n"
     atomic_write_text(out / "channel_modes.md", text)
-    atomic_write_text(out / "channel_modes.json", json.dumps(
-        {"command": command_line(), "settings": settings, "seeds": seeds, "modes": modes, "protocols": protocols,
-         "shots": shots, "summary": summaries, "per_seed": per_seed, "timings": timings}, indent=1))
+    atomic_write_text(
+        out / "channel_modes.json",
+        json.dumps(
+            {
+                "command": command_line(),
+                "settings": settings,
+                "seeds": seeds,
+                "modes": modes,
+                "protocols": protocols,
+                "shots": shots,
+                "summary": summaries,
+                "per_seed": per_seed,
+                "timings": timings,
+            },
+            indent=1,
+        ),
+    )
     print(text)
     return 0
 

@@ -12,6 +12,7 @@ random initialization. Needs the extra ``eeg-models`` for the braindecode encode
     OMP_NUM_THREADS=1 python scripts/compare_eeg_encoders.py --cache demo_data/physionet2018_cache \\
         --seeds 0 1 --out runs/compare_eeg_encoders
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,18 @@ ENCODERS: dict[str, str] = {
     "chambon2018": "{name: chambon2018, out_dim: 64}",
     "attnsleep": "{name: attnsleep, out_dim: 64, dropout: 0.0}",
 }
-DEMO = ["train.max_steps=400", "train.batch_size=16", "optim.lr=0.002", "loss.epsilon=0.2", "loss.max_iter=300",
-        "train.checkpoint_every=0", "views.options.crop_seconds=20", "views.options.amplitude_scale=[0.5,2.0]",
-        "views.options.noise_std=0.1", "views.options.band_stop_hz=2.0"]
+DEMO = [
+    "train.max_steps=400",
+    "train.batch_size=16",
+    "optim.lr=0.002",
+    "loss.epsilon=0.2",
+    "loss.max_iter=300",
+    "train.checkpoint_every=0",
+    "views.options.crop_seconds=20",
+    "views.options.amplitude_scale=[0.5,2.0]",
+    "views.options.noise_std=0.1",
+    "views.options.band_stop_hz=2.0",
+]
 CONFIG = "configs/tune_eeg_demo.yaml"
 
 
@@ -41,9 +51,21 @@ def train(name: str, seed: int, cache: str, out: Path) -> Path:
     run_dir = out / f"{name}_seed{seed}"
     if (run_dir / "model.safetensors").is_file():
         return run_dir
-    cmd = [sys.executable, "-m", "multiview_app.cli", "train", "--config", CONFIG, "--name", run_dir.name,
-           f"output.runs_dir={out}", f"data.options.cache={cache}", f"model.encoders.eeg={ENCODERS[name]}",
-           f"train.seed={seed}", *DEMO]
+    cmd = [
+        sys.executable,
+        "-m",
+        "multiview_app.cli",
+        "train",
+        "--config",
+        CONFIG,
+        "--name",
+        run_dir.name,
+        f"output.runs_dir={out}",
+        f"data.options.cache={cache}",
+        f"model.encoders.eeg={ENCODERS[name]}",
+        f"train.seed={seed}",
+        *DEMO,
+    ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return run_dir
 
@@ -65,13 +87,16 @@ def validation_scores(run_dir: Path, weights: str) -> dict[str, Any]:
     drawn, _ = shot_draw(state.labels("train"), shots, seed=0)
     train_x, train_y, _ = window_features(model, state.adapter, policy, "train", cfg.eval.batch_size, "cpu", rows=drawn)
     val_x, val_y, meta = window_features(model, state.adapter, policy, VAL_SPLIT, cfg.eval.batch_size, "cpu")
-    fits = get_protocol("few-shot-staging")({"trained": {"train": train_x, "test": val_x}}, train_y, val_y, (shots,),
-                                            seeds=1)
+    fits = get_protocol("few-shot-staging")(
+        {"trained": {"train": train_x, "test": val_x}}, train_y, val_y, (shots,), seeds=1
+    )
     predicted = np.asarray(fits["predictions"]["trained"])
     subjects = np.asarray(meta["subject"])
     pooled = staging_metrics(val_y, predicted)
-    per_subject = {str(s): staging_metrics(val_y[subjects == s], predicted[subjects == s])["balanced_accuracy"]
-                   for s in sorted(set(subjects.tolist()))}
+    per_subject = {
+        str(s): staging_metrics(val_y[subjects == s], predicted[subjects == s])["balanced_accuracy"]
+        for s in sorted(set(subjects.tolist()))
+    }
     return {"balanced_accuracy": pooled["balanced_accuracy"], "kappa": pooled["kappa"], "per_subject": per_subject}
 
 
@@ -93,8 +118,11 @@ def main() -> None:
                 score = validation_scores(run_dir, weights)
                 rows.append({"encoder": name, "seed": seed, "weights": weights, **score})
                 per = " ".join(f"{s}={v:.3f}" for s, v in score["per_subject"].items())
-                print(f"{name:12s} seed {seed} {weights:5s} val bal.acc {score['balanced_accuracy']:.3f} "
-                      f"kappa {score['kappa']:.3f} | per subject {per}", flush=True)
+                print(
+                    f"{name:12s} seed {seed} {weights:5s} val bal.acc {score['balanced_accuracy']:.3f} "
+                    f"kappa {score['kappa']:.3f} | per subject {per}",
+                    flush=True,
+                )
             (out / "results.json").write_text(json.dumps(rows, indent=1))
     print(f"wrote {out / 'results.json'}")
 

@@ -11,20 +11,18 @@ is; a finished model (model.safetensors) is reused, never retrained (its linear 
 eval/linear_probe.json is missing); an interrupted attempt resumes from its latest checkpoint (use
 --fresh to retrain); the table is rewritten (atomically) after every loss.
 """
+
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
 
-
-from multiview_app.experiments.reproduce import ROOT, RunSummary, linear_probe_results, results_row  # noqa: E402
-
 from multiview_app.config import load_config  # noqa: E402
+from multiview_app.experiments.reproduce import ROOT, RunSummary, linear_probe_results, results_row  # noqa: E402
 from multiview_app.losses import available_losses  # noqa: E402
 from multiview_app.train.metrics import read_metrics  # noqa: E402
 from multiview_app.train.run_io import atomic_write_text  # noqa: E402
-
 
 SUPERVISED = "supervised_ce"
 """The supervised ceiling's row (configs/digits_supervised_ce.yaml)."""
@@ -43,10 +41,17 @@ def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool) -> dict:
         probe = linear_probe_results(cfg.run_dir)
         records = read_metrics(cfg.run_dir / "metrics.jsonl")
         return {
-            "loss": loss, "steps": run.steps, "wall_s": run.train_s + time.perf_counter() - start,
-            "items_per_s": run.items_per_s, "final_loss": run.final_loss, "reused_model": run.reused,
-            "batch_size": cfg.train.batch_size, "k": cfg.views.k, "teacher": cfg.model.teacher.enabled,
-            "trained": probe["trained"], "random_init": probe["random_init"],
+            "loss": loss,
+            "steps": run.steps,
+            "wall_s": run.train_s + time.perf_counter() - start,
+            "items_per_s": run.items_per_s,
+            "final_loss": run.final_loss,
+            "reused_model": run.reused,
+            "batch_size": cfg.train.batch_size,
+            "k": cfg.views.k,
+            "teacher": cfg.model.teacher.enabled,
+            "trained": probe["trained"],
+            "random_init": probe["random_init"],
             "data_share": sum(r.get("time/data", 0) for r in records) / max(1, len(records)),
         }
 
@@ -86,11 +91,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--losses", default=None, help="comma-separated subset (default: all)")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "results_digits")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "results_digits" / "results.md",
-                        help="Markdown table (docs/results.md only when given here)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "runs" / "results_digits" / "results.md",
+        help="Markdown table (docs/results.md only when given here)",
+    )
     parser.add_argument("--fresh", action="store_true", help="retrain even if a finished run exists")
-    parser.add_argument("--no-supervised", action="store_true",
-                        help=f"skip the supervised ceiling ({SUPERVISED}: cross-entropy on the training labels)")
+    parser.add_argument(
+        "--no-supervised",
+        action="store_true",
+        help=f"skip the supervised ceiling ({SUPERVISED}: cross-entropy on the training labels)",
+    )
     args = parser.parse_args()
     losses = args.losses.split(",") if args.losses else available_losses()
     if not args.no_supervised and SUPERVISED not in losses:

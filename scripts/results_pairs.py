@@ -8,17 +8,16 @@ it is; a finished model (model.safetensors) is reused, never retrained, and only
 interrupted attempt resumes from its latest checkpoint (``--fresh`` retrains); the Markdown table is
 rewritten (atomically) after every config.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-
-from multiview_app.experiments.reproduce import ROOT, RunSummary, results_row  # noqa: E402
-
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.eval.retrieval import run_retrieval  # noqa: E402
+from multiview_app.experiments.reproduce import ROOT, RunSummary, results_row  # noqa: E402
 from multiview_app.train.run_io import atomic_write_text  # noqa: E402
 
 CONFIGS = ("pairs_clip_k2", "pairs_infonce_pwe", "pairs_pvc_geometric", "pairs_m3g")
@@ -27,14 +26,29 @@ METRICS = ("i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "
 
 def run_one(name: str, steps: int, runs_dir: Path, fresh: bool, overrides: list[str]) -> dict:
     """Train (unless done), evaluate retrieval, return the table row."""
-    cfg = load_config(ROOT / "configs" / f"{name}.yaml", [f"train.max_steps={steps}", f"output.runs_dir={runs_dir}", *overrides], name=name)
+    cfg = load_config(
+        ROOT / "configs" / f"{name}.yaml",
+        [f"train.max_steps={steps}", f"output.runs_dir={runs_dir}", *overrides],
+        name=name,
+    )
 
     def make_row(run: RunSummary) -> dict:
         ev = run_retrieval(cfg.run_dir)
-        return {"config": name, "loss": cfg.loss.name, "k": cfg.views.k, "text_views": ev["text_views"],
-                "steps": run.steps, "batch_size": cfg.train.batch_size, "train_s": run.train_s,
-                "final_loss": run.final_loss, "reused_model": run.reused, "trained": ev["results"]["trained"],
-                "random_init": ev["results"]["random_init"], "images": ev["images"], "captions": ev["captions"]}
+        return {
+            "config": name,
+            "loss": cfg.loss.name,
+            "k": cfg.views.k,
+            "text_views": ev["text_views"],
+            "steps": run.steps,
+            "batch_size": cfg.train.batch_size,
+            "train_s": run.train_s,
+            "final_loss": run.final_loss,
+            "reused_model": run.reused,
+            "trained": ev["results"]["trained"],
+            "random_init": ev["results"]["random_init"],
+            "images": ev["images"],
+            "captions": ev["captions"],
+        }
 
     return results_row(cfg, fresh, make_row)
 
@@ -44,11 +58,16 @@ def write_table(rows: list[dict], failures: dict[str, str], command: str, out: P
     lines = [f"Command: `{command}`", "", head, "|---|---|---|---|---|" + "---:|" * len(METRICS)]
     for r in rows:
         views = f"{r['k'] - r['text_views']} + {r['text_views']}"
-        lines.append(f"| {r['config']} | {r['loss']} | {views} | {r['steps']} | {r['train_s']:.0f} | "
-                     + " | ".join(f"{r['trained'][m]:.3f}" for m in METRICS) + " |")
+        lines.append(
+            f"| {r['config']} | {r['loss']} | {views} | {r['steps']} | {r['train_s']:.0f} | "
+            + " | ".join(f"{r['trained'][m]:.3f}" for m in METRICS)
+            + " |"
+        )
     if rows:
         ri = rows[0]["random_init"]
-        lines.append("| random init (reference) | - | - | 0 | - | " + " | ".join(f"{ri[m]:.3f}" for m in METRICS) + " |")
+        lines.append(
+            "| random init (reference) | - | - | 0 | - | " + " | ".join(f"{ri[m]:.3f}" for m in METRICS) + " |"
+        )
     for name, err in failures.items():
         lines.append(f"| {name} | failed: {err} |" + " |" * (4 + len(METRICS)))
     text = "\n".join(lines) + "\n"

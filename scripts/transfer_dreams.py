@@ -17,6 +17,7 @@ One command for a user with the DREAMS Sleep Spindles download (issue 25 item 4)
    skips it) and the paired differences by excerpt (mean, 95 % bootstrap CI over excerpts, excerpts ahead);
 4. writes ``OUT/transfer_dreams.md`` and ``OUT/transfer_dreams.json`` and prints the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,8 @@ import yaml
 
 from multiview_app.argtypes import positive_int
 from multiview_app.config import Config, load_config
-from multiview_app.experiments import ensure_trained
 from multiview_app.eval.sleep_staging import format_table, pool_results
+from multiview_app.experiments import ensure_trained
 from multiview_app.experiments.staging import staging_result, train_supervised_ceiling
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,8 +42,22 @@ REAL_PSG_ENV = "MVAPP_REAL_PSG"
 RUN_NAME = "eeg_synthetic_m3g_demo"
 
 
-DEMO_KNOBS = ("DEMO_SUBJECTS", "DEMO_EDF_SUBJECTS", "DEMO_HOURS", "DEMO_COMPRESS", "DEMO_STEPS", "DEMO_LR", "DEMO_BATCH",
-              "DEMO_ENCODER", "DEMO_EPSILON", "DEMO_SEEDS", "DEMO_PSG_SEED", "DEMO_EDF_SEED", "DEMO_AUGMENT", "DEMO_COMBINE")
+DEMO_KNOBS = (
+    "DEMO_SUBJECTS",
+    "DEMO_EDF_SUBJECTS",
+    "DEMO_HOURS",
+    "DEMO_COMPRESS",
+    "DEMO_STEPS",
+    "DEMO_LR",
+    "DEMO_BATCH",
+    "DEMO_ENCODER",
+    "DEMO_EPSILON",
+    "DEMO_SEEDS",
+    "DEMO_PSG_SEED",
+    "DEMO_EDF_SEED",
+    "DEMO_AUGMENT",
+    "DEMO_COMBINE",
+)
 """The demo script's knobs that the pretraining data, the training and the evaluation read."""
 
 
@@ -56,7 +71,7 @@ def _demo_knobs(script: Path) -> list[tuple[str, str, str]]:
     """``[(name, ":" or "", default)]`` of the script's ``${DEMO_X:-${CFG[x]}}`` / ``${DEMO_X-${CFG[x]}}`` knobs,
     each default the value of key ``x`` in the demo config the script reads (``$DEMO_CONFIG``, else
     ``configs/demo_eeg.yaml``); ``ValueError`` naming the script and any knob of :data:`DEMO_KNOBS` it lacks."""
-    found = re.findall(r'\$\{(DEMO_[A-Z_]+)(:?)-\$\{CFG\[([a-z_]+)\]\}\}', script.read_text())
+    found = re.findall(r"\$\{(DEMO_[A-Z_]+)(:?)-\$\{CFG\[([a-z_]+)\]\}\}", script.read_text())
     if missing := sorted(set(DEMO_KNOBS) - {name for name, _, _ in found}):
         raise ValueError(f"{script}: expected the demo knobs {missing} (${{DEMO_X:-${{CFG[x]}}}})")
     config = yaml.safe_load((REPO / (os.environ.get("DEMO_CONFIG") or "configs/demo_eeg.yaml")).read_text())
@@ -86,7 +101,9 @@ def prepare_dreams(real_psg: Path, out: Path) -> Path:
     """``OUT/dreams_cache`` prepared from ``REAL_PSG/dreams-spindles`` (reused when its manifest exists)."""
     source, cache = real_psg / "dreams-spindles", out / "dreams_cache"
     if not source.is_dir():
-        raise FileNotFoundError(f"{source}: expected the DREAMS Sleep Spindles folder (see datasets/dreams_spindles.yaml)")
+        raise FileNotFoundError(
+            f"{source}: expected the DREAMS Sleep Spindles folder (see datasets/dreams_spindles.yaml)"
+        )
     if not (cache / "manifest.json").is_file():
         mvapp("data", "prepare", "dreams", "--source", str(source), "--out", str(cache))
     return cache
@@ -104,9 +121,24 @@ def demo_data(data: Path, knobs: dict[str, str], sleep_edf: bool = False) -> dic
         stem = fmt.replace("-", "_")
         raw, cache = data / f"{stem}_raw", data / f"{stem}_cache"
         if not raw.is_dir() or not any(raw.glob("*")):
-            mvapp("data", "synth-psg", "--subjects", knobs[subjects], "--nights", "1", "--format", fmt,
-                  "--hours", knobs["DEMO_HOURS"], "--compress", knobs["DEMO_COMPRESS"], "--out", str(raw),
-                  "--seed", knobs[seed])
+            mvapp(
+                "data",
+                "synth-psg",
+                "--subjects",
+                knobs[subjects],
+                "--nights",
+                "1",
+                "--format",
+                fmt,
+                "--hours",
+                knobs["DEMO_HOURS"],
+                "--compress",
+                knobs["DEMO_COMPRESS"],
+                "--out",
+                str(raw),
+                "--seed",
+                knobs[seed],
+            )
         if not (cache / "manifest.json").is_file():
             mvapp("data", "prepare", fmt, "--source", str(raw), "--out", str(cache))
         caches[fmt] = cache
@@ -117,11 +149,21 @@ def demo_config(cache: Path, runs: Path, name: str, seed: int, knobs: dict[str, 
     """The demo's training config (``configs/eeg_synthetic_m3g.yaml`` with the overrides
     ``scripts/run_eeg_demo.sh`` passes, from ``knobs``) for run ``runs/name`` with ``train.seed`` ``seed``;
     ``extra`` overrides last (e.g. another ``model.encoders.eeg.channel_mode``)."""
-    overrides = [f"output.runs_dir={runs}", f"train.seed={seed}", f"data.options.cache={cache}",
-                 f"train.max_steps={knobs['DEMO_STEPS']}", f"train.batch_size={knobs['DEMO_BATCH']}",
-                 f"optim.lr={knobs['DEMO_LR']}", f"model.encoders.eeg={knobs['DEMO_ENCODER']}",
-                 "train.checkpoint_every=0", "train.log_every=10",
-                 f"loss.epsilon={knobs['DEMO_EPSILON']}", "loss.max_iter=300", *knobs["DEMO_AUGMENT"].split(), *extra]
+    overrides = [
+        f"output.runs_dir={runs}",
+        f"train.seed={seed}",
+        f"data.options.cache={cache}",
+        f"train.max_steps={knobs['DEMO_STEPS']}",
+        f"train.batch_size={knobs['DEMO_BATCH']}",
+        f"optim.lr={knobs['DEMO_LR']}",
+        f"model.encoders.eeg={knobs['DEMO_ENCODER']}",
+        "train.checkpoint_every=0",
+        "train.log_every=10",
+        f"loss.epsilon={knobs['DEMO_EPSILON']}",
+        "loss.max_iter=300",
+        *knobs["DEMO_AUGMENT"].split(),
+        *extra,
+    ]
     return load_config(REPO / "configs" / "eeg_synthetic_m3g.yaml", overrides, name=name)
 
 
@@ -146,8 +188,9 @@ def check_leave_one_out(result: dict, n_excerpts: int) -> None:
             raise AssertionError(f"excerpt {fold['test'][0]} both tested and used for the classifier")
 
 
-def stage_dreams(run: Path, cache: Path, shots: list[int], draws: int, stages: list[str], combine: str,
-                 ceiling: bool = True) -> dict:
+def stage_dreams(
+    run: Path, cache: Path, shots: list[int], draws: int, stages: list[str], combine: str, ceiling: bool = True
+) -> dict:
     """``run``'s encoder stages the DREAMS excerpts of ``cache`` leave-one-excerpt-out (folds = excerpts;
     checked by :func:`check_leave_one_out`); a stored evaluation with the same settings is reused
     (``experiments.staging.staging_result``). ``ceiling``: the run's supervised ceiling (its encoder trained
@@ -156,8 +199,9 @@ def stage_dreams(run: Path, cache: Path, shots: list[int], draws: int, stages: l
     if ceiling:
         train_supervised_ceiling(run, progress=False)
     n_excerpts = len(json.loads((cache / "manifest.json").read_text())["recordings"])
-    result = staging_result(run, cache=cache.resolve(), folds=n_excerpts, shots=list(shots), draws=draws,
-                            combine=combine, stages=stages)
+    result = staging_result(
+        run, cache=cache.resolve(), folds=n_excerpts, shots=list(shots), draws=draws, combine=combine, stages=stages
+    )
     check_leave_one_out(result, n_excerpts)
     return result
 
@@ -169,8 +213,11 @@ def per_class_f1_table(result: dict) -> list[str]:
     for name, per_shot in result["results"].items():
         for s, cell in per_shot.items():
             f1 = cell["per_class_f1"]
-            lines.append(f"| {name} | {s} | " + " | ".join(
-                f"{f1[c]['mean']:.2f} ± {f1[c]['std']:.2f}" if c in f1 else "-" for c in stages) + " |")
+            lines.append(
+                f"| {name} | {s} | "
+                + " | ".join(f"{f1[c]['mean']:.2f} ± {f1[c]['std']:.2f}" if c in f1 else "-" for c in stages)
+                + " |"
+            )
     return lines
 
 
@@ -179,31 +226,60 @@ def markdown(result: dict, runs: list[Path], cache: Path, command: str) -> str:
     manifest = json.loads((cache / "manifest.json").read_text())
     excluded = {k: n for k, n in result["excluded_windows_per_stage"].items() if n}
     per_stage = ", ".join(f"{k} {n}" for k, n in result["test_windows_per_stage"].items() if n)
-    return "\n".join([
-        "# Synthetic-to-real transfer (DREAMS)", "",
-        f"command: `{command}`", "",
-        f"pretraining runs: {', '.join(str(r) for r in runs)}", "",
-        f"real excerpts: {len(manifest['recordings'])} (one subject each), leave-one-excerpt-out; "
-        f"staged windows per class: {per_stage}; excluded: {excluded or 'none'}", "",
-        "```", format_table(result), "```", "", "per-class F1 (mean ± std over fits):", "",
-        *per_class_f1_table(result), ""])
+    return "\n".join(
+        [
+            "# Synthetic-to-real transfer (DREAMS)",
+            "",
+            f"command: `{command}`",
+            "",
+            f"pretraining runs: {', '.join(str(r) for r in runs)}",
+            "",
+            f"real excerpts: {len(manifest['recordings'])} (one subject each), leave-one-excerpt-out; "
+            f"staged windows per class: {per_stage}; excluded: {excluded or 'none'}",
+            "",
+            "```",
+            format_table(result),
+            "```",
+            "",
+            "per-class F1 (mean ± std over fits):",
+            "",
+            *per_class_f1_table(result),
+            "",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--real-psg", type=Path, default=os.environ.get(REAL_PSG_ENV),
-                        help=f"folder holding dreams-spindles/ (default: ${REAL_PSG_ENV})")
+    parser.add_argument(
+        "--real-psg",
+        type=Path,
+        default=os.environ.get(REAL_PSG_ENV),
+        help=f"folder holding dreams-spindles/ (default: ${REAL_PSG_ENV})",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output folder (cache, runs, table, JSON)")
-    parser.add_argument("--run", type=Path, nargs="+", default=None,
-                        help="pretrained run(s) to transfer (default: pretrain the demo's encoder)")
+    parser.add_argument(
+        "--run",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="pretrained run(s) to transfer (default: pretrain the demo's encoder)",
+    )
     parser.add_argument("--pretrain-seeds", default="0", help="comma-separated training seeds (default: %(default)s)")
-    parser.add_argument("--data", type=Path, default=None,
-                        help="folder of the demo's synthetic data, synthesized once and reused (default: OUT/demo_data)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="folder of the demo's synthetic data, synthesized once and reused (default: OUT/demo_data)",
+    )
     parser.add_argument("--shots", type=positive_int, nargs="+", default=[10, 20, 40])
     parser.add_argument("--seeds", type=positive_int, default=3, help="few-shot draws per fold (default: %(default)s)")
     parser.add_argument("--stages", nargs="+", default=["W", "N1", "N2", "N3"])
-    parser.add_argument("--no-ceiling", action="store_true",
-                        help="skip the supervised-ceiling row (the encoder trained on the pretraining nights' stages)")
+    parser.add_argument(
+        "--no-ceiling",
+        action="store_true",
+        help="skip the supervised-ceiling row (the encoder trained on the pretraining nights' stages)",
+    )
     args = parser.parse_args(argv)
     if args.real_psg is None:
         parser.error(f"--real-psg DIR (or ${REAL_PSG_ENV}) is required")
@@ -211,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     cache = prepare_dreams(Path(args.real_psg), args.out)
     runs = args.run or [pretrain(args.out.resolve(), int(s), args.data) for s in args.pretrain_seeds.split(",")]
     combine = demo_settings()["DEMO_COMBINE"]
-    results = [stage_dreams(run, cache, args.shots, args.seeds, args.stages, combine, not args.no_ceiling)
-               for run in runs]
+    results = [
+        stage_dreams(run, cache, args.shots, args.seeds, args.stages, combine, not args.no_ceiling) for run in runs
+    ]
     pooled = pool_results(results) if len(results) > 1 else results[0]
     command = "python scripts/transfer_dreams.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = markdown(pooled, runs, cache, command)

@@ -1,21 +1,22 @@
 """Device-parametrized checks shared by the CPU tests (tests/test_device_cases.py) and the CUDA tests
 (tests/test_cuda.py): one raw batch per registered view policy, one tiny training run per modality,
 resume against an uninterrupted run. The CPU tests run the very code the CUDA tests run, on the CPU."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
-from torch.utils.data import default_collate
-
-from multiview_app.data.views import build_view_policy
-
 from _eeg_helpers import CHANNELS, fake_cache
 from _text_helpers import TINY_TEXT, write_pair_folder
 from _train_helpers import assert_same_weights, crash_then_resume, tiny_config
+from torch.utils.data import default_collate
+
+from multiview_app.data.views import build_view_policy
 
 #: (k, options, raw batch, adapter) of a view policy's case
 Case = tuple[int, dict[str, Any], dict[str, Any], Any]
@@ -36,8 +37,14 @@ def eeg_case(workdir: Path) -> Case:
     """Channel groups averaged, with every signal augmentation (crop, gain, shift, noise, band-stop)."""
     adapter = SimpleNamespace(modality="eeg", channel_names=["Fpz-Cz", "Pz-Oz", "C3-M2"], sfreq=100.0)
     x = torch.randn(6, 3, 3000, generator=torch.Generator().manual_seed(0))
-    options = {"channel_split": "average", "crop_seconds": 10.0, "amplitude_scale": [0.5, 2.0],
-               "time_shift_seconds": 1.0, "noise_std": 0.1, "band_stop_hz": 2.0}
+    options = {
+        "channel_split": "average",
+        "crop_seconds": 10.0,
+        "amplitude_scale": [0.5, 2.0],
+        "time_shift_seconds": 1.0,
+        "noise_std": 0.1,
+        "band_stop_hz": 2.0,
+    }
     return 2, options, {"x": x, "label": torch.arange(6)}, adapter
 
 
@@ -133,19 +140,28 @@ def modality_config(workdir: Path, modality: str, name: str, **train: Any) -> An
         if not cache.is_dir():
             fake_cache(cache, subjects=4, windows=8)
         return tiny_config(
-            workdir, name,
+            workdir,
+            name,
             data={"adapter": "eeg_windows", "options": {"cache": str(cache), "test_fraction": 0.25}},
-            views={"policy": "channels", "k": len(CHANNELS), "options": {
-                "crop_seconds": 20.0, "amplitude_scale": [0.5, 2.0], "noise_std": 0.1, "band_stop_hz": 2.0}},
-            model={"encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 16, "channel_vocab": CHANNELS,
-                                        "unknown_rate": 0.1}},
-                   "projector": {"hidden_dim": 16, "out_dim": 8}},
+            views={
+                "policy": "channels",
+                "k": len(CHANNELS),
+                "options": {"crop_seconds": 20.0, "amplitude_scale": [0.5, 2.0], "noise_std": 0.1, "band_stop_hz": 2.0},
+            },
+            model={
+                "encoders": {
+                    "eeg": {"name": "conv", "width": 8, "out_dim": 16, "channel_vocab": CHANNELS, "unknown_rate": 0.1}
+                },
+                "projector": {"hidden_dim": 16, "out_dim": 8},
+            },
             train=train,
         )
     if modality == "domains":
         options = {"root": str(domain_root(workdir)), "load_size": 16, "decode_workers": 0, "domains": DOMAINS}
         return tiny_config(
-            workdir, name, data={"adapter": "domainnet", "options": options},
+            workdir,
+            name,
+            data={"adapter": "domainnet", "options": options},
             views={"policy": "domains", "k": 2, "options": {"image_size": 16}},
             model={"encoders": {"image": small_cnn}, "projector": {"hidden_dim": 16, "out_dim": 8}},
             train=train,
@@ -155,9 +171,17 @@ def modality_config(workdir: Path, modality: str, name: str, **train: Any) -> An
         if not (folder / "pairs.tsv").is_file():
             write_pair_folder(folder, 40)
         return tiny_config(
-            workdir, name,
-            data={"adapter": "pairs_csv", "options": {"csv": str(folder / "pairs.tsv"), "label_key": "label",
-                                                      "load_size": 16, "test_fraction": 0.3}},
+            workdir,
+            name,
+            data={
+                "adapter": "pairs_csv",
+                "options": {
+                    "csv": str(folder / "pairs.tsv"),
+                    "label_key": "label",
+                    "load_size": 16,
+                    "test_fraction": 0.3,
+                },
+            },
             views={"policy": "pairs", "k": 3, "options": {"text_views": 1, "image_size": 16, "context_length": 12}},
             model={"encoders": {"image": small_cnn, "text": TINY_TEXT}, "projector": {"hidden_dim": 16, "out_dim": 8}},
             loss={"name": "infonce_pwe", "tau": 0.1, "learnable_temperature": True},

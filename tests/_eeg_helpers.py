@@ -1,4 +1,5 @@
 """A small prepared EEG window cache written directly (no readers), shared by the EEG and tune tests."""
+
 from __future__ import annotations
 
 import json
@@ -21,17 +22,43 @@ def fake_cache(folder: Path, subjects: int = 4, windows: int = 6) -> Path:
         data[:, :, 0] = s  # marks the subject in the first sample of every channel
         np.save(folder / "windows" / f"r{s}.npy", data)
         labels = [i % 5 for i in range(windows)]
-        recordings.append({"recording": f"r{s}", "subject": f"S{s}", "file": f"windows/r{s}.npy", "n_windows": windows,
-                           "labels": labels, "epochs": list(range(windows)), "sources": [], "counts": {}})
-    manifest = {"format": CACHE_FORMAT, "dataset": "physionet2018", "options": {}, "dtype": "float32",
-                "channels": CHANNELS, "sfreq": 100.0, "window_seconds": 30.0, "stages": ["W", "N1", "N2", "N3", "REM"],
-                "recordings": recordings, "duplicates": []}
+        recordings.append(
+            {
+                "recording": f"r{s}",
+                "subject": f"S{s}",
+                "file": f"windows/r{s}.npy",
+                "n_windows": windows,
+                "labels": labels,
+                "epochs": list(range(windows)),
+                "sources": [],
+                "counts": {},
+            }
+        )
+    manifest = {
+        "format": CACHE_FORMAT,
+        "dataset": "physionet2018",
+        "options": {},
+        "dtype": "float32",
+        "channels": CHANNELS,
+        "sfreq": 100.0,
+        "window_seconds": 30.0,
+        "stages": ["W", "N1", "N2", "N3", "REM"],
+        "recordings": recordings,
+        "duplicates": [],
+    }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
 
 
-def write_dreams_excerpt(folder: Path, name: str, sfreq: float, labels5: list[int], derivation: str = "C3-A1",
-                         extra_samples: int = 0, seed: int = 0) -> tuple[Path, Path]:
+def write_dreams_excerpt(
+    folder: Path,
+    name: str,
+    sfreq: float,
+    labels5: list[int],
+    derivation: str = "C3-A1",
+    extra_samples: int = 0,
+    seed: int = 0,
+) -> tuple[Path, Path]:
     """A DREAMS-format excerpt (``<name>.txt``: ``[derivation]`` then one microvolt sample per line, 5 s
     per label of ``labels5`` plus ``extra_samples``; ``Hypnogram_<name>.txt``) with a 10-Hz rhythm whose
     amplitude follows the label (so windows differ). Returns (signal file, hypnogram)."""

@@ -1,5 +1,6 @@
 """Counting tensor-to-Python conversions on the CPU: each one is a host synchronization on a GPU
 (used by tests/test_train_host_reads.py and tests/test_augment.py)."""
+
 from __future__ import annotations
 
 import threading

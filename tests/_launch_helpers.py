@@ -1,4 +1,5 @@
 """Start ``python -m multiview_app.cli`` in several CPU (gloo) processes with torchrun or ``accelerate launch``."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,13 @@ def free_port() -> int:
 
 def cpu_env() -> dict[str, str]:
     """This checkout first on the path, one BLAS thread, gloo on loopback, no GPU."""
-    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-            "CUDA_VISIBLE_DEVICES": ""}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
 
 
 def launch_command(launcher: str, nproc: int, port: int, cli_args: list[str]) -> list[str]:
@@ -34,14 +40,46 @@ def launch_command(launcher: str, nproc: int, port: int, cli_args: list[str]) ->
     torchrun needs ``--`` after the module (its parser would take ``--run`` for ``--run-path``);
     accelerate's multi-process CPU launcher is ``--multi_gpu`` (``--cpu`` starts one process)."""
     if launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--nnodes", "1",
-                "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "multiview_app.cli", "--", *cli_args]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(nproc),
+            "--nnodes",
+            "1",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            "-m",
+            "multiview_app.cli",
+            "--",
+            *cli_args,
+        ]
     if launcher == "accelerate":
         accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
         assert accelerate, "accelerate's console script is installed with the package"
-        return [accelerate, "launch", "--multi_gpu", "--num_processes", str(nproc), "--num_machines", "1",
-                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1",
-                "--main_process_port", str(port), "-m", "multiview_app.cli", *cli_args]
+        return [
+            accelerate,
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            str(nproc),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--main_process_ip",
+            "127.0.0.1",
+            "--main_process_port",
+            str(port),
+            "-m",
+            "multiview_app.cli",
+            *cli_args,
+        ]
     raise ValueError(f"launcher: expected one of {LAUNCHERS}, got {launcher!r}")
 
 

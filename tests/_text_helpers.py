@@ -1,4 +1,5 @@
 """Small image-text fixtures: a TSV + image folder and tar shards of the first rendered digits."""
+
 from __future__ import annotations
 
 import csv
@@ -13,7 +14,11 @@ from multiview_app.data.text.shards import ShardSample, write_shards
 
 _RENDERED: tuple[np.ndarray, np.ndarray, list[list[str]]] | None = None
 #: the open_clip text tower at test size
-TINY_TEXT = {"name": "open_clip", "embed_dim": 24, "text_cfg": {"context_length": 12, "width": 32, "heads": 2, "layers": 1}}
+TINY_TEXT = {
+    "name": "open_clip",
+    "embed_dim": 24,
+    "text_cfg": {"context_length": 12, "width": 32, "heads": 2, "layers": 1},
+}
 
 
 def rendered() -> tuple[np.ndarray, np.ndarray, list[list[str]]]:
@@ -47,7 +52,9 @@ def write_pair_folder(root: Path, count: int = 60, separator: str = "\t") -> Pat
 
 def shard_samples(count: int = 60, start: int = 0) -> list[ShardSample]:
     images, labels, captions = rendered()
-    return [ShardSample(f"d{i:04d}", png_bytes(images[i]), captions[i], int(labels[i])) for i in range(start, start + count)]
+    return [
+        ShardSample(f"d{i:04d}", png_bytes(images[i]), captions[i], int(labels[i])) for i in range(start, start + count)
+    ]
 
 
 def write_pair_shards(folder: Path, count: int = 60, per_shard: int = 20) -> list[Path]:

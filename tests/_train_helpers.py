@@ -1,6 +1,7 @@
 """Tiny digits configs shared by the trainer / CLI / linear-probe tests (small_cnn, 16 px, few steps,
 no curves.png: rendering it took about a quarter of these tests' time; a test that checks it sets
 ``output={"curves": True}``), and the loader of the scripts/ modules under test."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,7 +18,12 @@ def tiny_raw(runs_dir: Path, name: str = "tiny", **sections: dict[str, Any]) -> 
     """A nested config dict; ``sections`` (e.g. ``train={"max_steps": 3}``) update the defaults."""
     raw: dict[str, Any] = {
         "data": {"adapter": "digits", "options": {"load_size": 16, "test_fraction": 0.5}},
-        "views": {"policy": "augment", "k": 2, "batch_mode": "growing", "options": {"stacks": "simclr", "image_size": 16}},
+        "views": {
+            "policy": "augment",
+            "k": 2,
+            "batch_mode": "growing",
+            "options": {"stacks": "simclr", "image_size": 16},
+        },
         "model": {
             "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
             "projector": {"hidden_dim": 32, "out_dim": 16},
@@ -33,7 +39,9 @@ def tiny_raw(runs_dir: Path, name: str = "tiny", **sections: dict[str, Any]) -> 
     return raw
 
 
-def tiny_config(runs_dir: Path, name: str = "tiny", overrides: tuple[str, ...] = (), **sections: dict[str, Any]) -> Config:
+def tiny_config(
+    runs_dir: Path, name: str = "tiny", overrides: tuple[str, ...] = (), **sections: dict[str, Any]
+) -> Config:
     """Validated :class:`Config` of :func:`tiny_raw` plus dotted ``overrides``."""
     return config_from_dict(apply_overrides(tiny_raw(runs_dir, name, **sections), list(overrides)))
 

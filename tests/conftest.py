@@ -1,4 +1,5 @@
 """Suite-wide fixtures."""
+
 from __future__ import annotations
 
 import sys

@@ -5,6 +5,7 @@ vectorized code in ``multiview_app.losses``. Inputs are ``(n, k, d)`` tensors; e
 normalizes them itself and returns a Python float (or tensors for the Stein pieces).
 Only meant for small n, k, d.
 """
+
 from __future__ import annotations
 
 import math
@@ -87,7 +88,9 @@ def byol_ave(z: torch.Tensor) -> float:
     return sum(terms) / k
 
 
-def _negatives(z: torch.Tensor, anchor: torch.Tensor, i: int, tau: float, targets: torch.Tensor | None = None) -> list[float]:
+def _negatives(
+    z: torch.Tensor, anchor: torch.Tensor, i: int, tau: float, targets: torch.Tensor | None = None
+) -> list[float]:
     """Logits of ``anchor`` against every view of every item ``j != i`` of ``targets`` (default z)."""
     targets = z if targets is None else targets
     n, k, _ = targets.shape

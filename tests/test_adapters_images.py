@@ -1,4 +1,5 @@
 """Image adapters: digits counts and split, image_folder (skip + count, errors), hf_imagefolder, option errors."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -152,7 +153,6 @@ def test_hf_imagefolder_offline(tmp_path, monkeypatch):
     assert len(flat.split("train")) == 6 and sorted(flat.split("test").labels.tolist()) == [0, 1]
     with pytest.raises(ValueError, match="data_dir '.*missing' does not exist"):
         build_adapter("hf_imagefolder", {"data_dir": str(tmp_path / "missing")})
-
 
 
 def test_image_folder_lazy_decode_error_names_the_file(tmp_path):

@@ -1,4 +1,5 @@
 """Batched per-sample augmentation: op equivalence with torchvision v2, randomness, determinism, views."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,8 +7,8 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torch.utils.data import default_collate
 
-from multiview_app.data.images import augment as A
 from multiview_app.data.adapters import build_adapter
+from multiview_app.data.images import augment as A
 from multiview_app.data.views import build_view_policy, items_per_batch
 
 N = 6
@@ -51,7 +52,10 @@ def test_hsv_round_trip(images):
 
 def test_grayscale_solarize_blur_match_torchvision(images):
     torch.testing.assert_close(
-        A.grayscale(images).expand_as(images), torch.stack([TF.rgb_to_grayscale(x, 3) for x in images]), atol=1e-6, rtol=0
+        A.grayscale(images).expand_as(images),
+        torch.stack([TF.rgb_to_grayscale(x, 3) for x in images]),
+        atol=1e-6,
+        rtol=0,
     )
     torch.testing.assert_close(A.solarize(images, 0.5), torch.stack([TF.solarize(x, 0.5) for x in images]))
     sigma = torch.tensor([0.1, 0.4, 0.8, 1.2, 1.6, 2.0])
@@ -71,7 +75,9 @@ def test_resized_crop_matches_torchvision(images):
     def reference(size: int, antialias: bool) -> torch.Tensor:
         return torch.stack(
             [
-                TF.resized_crop(x, int(b[1]), int(b[0]), int(b[3] - b[1]), int(b[2] - b[0]), [size, size], antialias=antialias)
+                TF.resized_crop(
+                    x, int(b[1]), int(b[0]), int(b[3] - b[1]), int(b[2] - b[0]), [size, size], antialias=antialias
+                )
                 for x, b in zip(images, boxes)
             ]
         )
@@ -187,7 +193,9 @@ def test_augment_policy_views(digits):
     poly = build_view_policy("augment", 6, {}, digits)
     assert poly.stacks == ["simclr"] * 6
     assert poly.specs[0] == A.STACKS.get("simclr")
-    gentle = build_view_policy("augment", 2, {"stacks": "simclr", "crop_scale": [0.5, 1.0], "jitter_strength": 0.5}, digits)
+    gentle = build_view_policy(
+        "augment", 2, {"stacks": "simclr", "crop_scale": [0.5, 1.0], "jitter_strength": 0.5}, digits
+    )
     assert gentle.specs[0].crop_scale == (0.5, 1.0)
     assert (gentle.specs[0].brightness, gentle.specs[0].hue) == (0.4, 0.1)
     vb = gentle.train_views(raw, torch.Generator().manual_seed(0))
@@ -201,7 +209,10 @@ def test_view_policy_errors(digits):
         build_view_policy("augment", 2, {"stacks": ["simclr", "simclrr"]}, digits)
     with pytest.raises(ValueError, match="lists 1 stacks but views.k = 2"):
         build_view_policy("augment", 2, {"stacks": ["simclr"]}, digits)
-    with pytest.raises(ValueError, match=r"views\.options\.img_size: unknown option; allowed: stacks, image_size, crop_scale, jitter_strength"):
+    with pytest.raises(
+        ValueError,
+        match=r"views\.options\.img_size: unknown option; allowed: stacks, image_size, crop_scale, jitter_strength",
+    ):
         build_view_policy("augment", 2, {"img_size": 32}, digits)
     with pytest.raises(ValueError, match=r"views\.options\.crop_scale: .*expected 0 < low <= high <= 1"):
         build_view_policy("augment", 2, {"crop_scale": [0.9, 0.2]}, digits)

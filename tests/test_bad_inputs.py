@@ -9,6 +9,7 @@ same bytes and mode before and after). Progress lines (a tqdm bar, or the plain 
 A few cases need more than one process or a signal and are separate tests at the end: two processes
 writing one run folder, a full disk during a checkpoint, SIGTERM through the console script.
 """
+
 from __future__ import annotations
 
 import errno
@@ -20,20 +21,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import yaml
+from _eeg_helpers import write_dreams_excerpt, write_sha256sums
+from _train_helpers import tiny_raw, write_sleep_edf_nights, write_tiny_yaml
 from PIL import Image
 
 from multiview_app.cli import main
-from multiview_app.console import is_progress_line
 from multiview_app.config import config_from_dict
-
-from _eeg_helpers import write_dreams_excerpt, write_sha256sums
-from _train_helpers import tiny_raw, write_sleep_edf_nights, write_tiny_yaml
+from multiview_app.console import is_progress_line
 
 ROOT = Path(__file__).resolve().parents[1]
 EEG_CONFIG = ROOT / "configs" / "eeg_sleepedf_m3g.yaml"
@@ -137,37 +137,53 @@ def _(tmp, shared):
 
 @case("unknown loss parameter")
 def _(tmp, shared):
-    return ["config", "show", "--config", str(shared.config), "loss.taau=1"], ["loss.taau: unknown parameter for loss 'infonce_pwe'", "valid: tau"]
+    return ["config", "show", "--config", str(shared.config), "loss.taau=1"], [
+        "loss.taau: unknown parameter for loss 'infonce_pwe'",
+        "valid: tau",
+    ]
 
 
 @case("loss parameter out of range")
 def _(tmp, shared):
-    return (["train", "--config", _yaml(tmp, shared, loss={"name": "m3g", "epsilon": -1.0})],
-            ["loss (m3g", "epsilon", "-1.0"])
+    return (
+        ["train", "--config", _yaml(tmp, shared, loss={"name": "m3g", "epsilon": -1.0})],
+        ["loss (m3g", "epsilon", "-1.0"],
+    )
 
 
 @case("unknown encoder option")
 def _(tmp, shared):
-    return (["config", "show", "--config", str(shared.config), "model.encoders.image.widht=8"],
-            ["model.encoders.image.widht: unknown option for encoder 'image/small_cnn'", "valid: "])
+    return (
+        ["config", "show", "--config", str(shared.config), "model.encoders.image.widht=8"],
+        ["model.encoders.image.widht: unknown option for encoder 'image/small_cnn'", "valid: "],
+    )
 
 
 @case("unknown projector option")
 def _(tmp, shared):
-    return (["config", "show", "--config", str(shared.config), "model.projector.hiden_dim=8"],
-            ["model.projector.hiden_dim: unknown option for the projector", "hidden_dim"])
+    return (
+        ["config", "show", "--config", str(shared.config), "model.projector.hiden_dim=8"],
+        ["model.projector.hiden_dim: unknown option for the projector", "hidden_dim"],
+    )
 
 
 @case("unknown predictor option")
 def _(tmp, shared):
-    return (["config", "show", "--config", str(shared.config), "model.predictor={depth: 2}"],
-            ["model.predictor.depth: unknown option for the predictor"])
+    return (
+        ["config", "show", "--config", str(shared.config), "model.predictor={depth: 2}"],
+        ["model.predictor.depth: unknown option for the predictor"],
+    )
 
 
 @case("unknown encoder for a modality")
 def _(tmp, shared):
-    return (["config", "show", "--config", str(EEG_CONFIG), "model.encoders.eeg.name=transformer"],
-            ["model.encoders.eeg.name: unknown encoder 'transformer'", "available: eeg/attnsleep, eeg/chambon, eeg/chambon2018, eeg/conv"])
+    return (
+        ["config", "show", "--config", str(EEG_CONFIG), "model.encoders.eeg.name=transformer"],
+        [
+            "model.encoders.eeg.name: unknown encoder 'transformer'",
+            "available: eeg/attnsleep, eeg/chambon, eeg/chambon2018, eeg/conv",
+        ],
+    )
 
 
 @case("unknown view-policy option")
@@ -182,7 +198,11 @@ def _(tmp, shared):
 
 @case("unknown adapter")
 def _(tmp, shared):
-    return ["config", "show", "--config", str(shared.config), "data.adapter=mnist"], ["data.adapter", "'mnist'", "available:"]
+    return ["config", "show", "--config", str(shared.config), "data.adapter=mnist"], [
+        "data.adapter",
+        "'mnist'",
+        "available:",
+    ]
 
 
 @case("unknown loss")
@@ -197,14 +217,18 @@ def _(tmp, shared):
 
 @case("BYOL without its EMA teacher")
 def _(tmp, shared):
-    return (["train", "--config", _yaml(tmp, shared, loss={"name": "byol_pwe"})],
-            ["model.teacher.enabled", "byol_pwe", "set model.teacher.enabled=true"])
+    return (
+        ["train", "--config", _yaml(tmp, shared, loss={"name": "byol_pwe"})],
+        ["model.teacher.enabled", "byol_pwe", "set model.teacher.enabled=true"],
+    )
 
 
 @case("teacher view index out of range")
 def _(tmp, shared):
-    return (["config", "show", "--config", str(shared.config), "model.teacher={enabled: true, views: [5]}"],
-            ["model.teacher.views: got [5]", "0..1"])
+    return (
+        ["config", "show", "--config", str(shared.config), "model.teacher={enabled: true, views: [5]}"],
+        ["model.teacher.views: got [5]", "0..1"],
+    )
 
 
 @case("wrong value type")
@@ -224,12 +248,19 @@ def _(tmp, shared):
 
 @case("override without '='")
 def _(tmp, shared):
-    return ["train", "--config", _yaml(tmp, shared), "train.max_steps"], ["override 'train.max_steps'", "dotted.key=value"]
+    return ["train", "--config", _yaml(tmp, shared), "train.max_steps"], [
+        "override 'train.max_steps'",
+        "dotted.key=value",
+    ]
 
 
 @case("run name with a parent folder")
 def _(tmp, shared):
-    return ["train", "--config", _yaml(tmp, shared), "--name", "../escape"], ["output.name", "one folder name", "'../escape'"]
+    return ["train", "--config", _yaml(tmp, shared), "--name", "../escape"], [
+        "output.name",
+        "one folder name",
+        "'../escape'",
+    ]
 
 
 @case("run name that is an absolute path")
@@ -245,7 +276,9 @@ def _(tmp, shared):
 @case("config path is a folder")
 def _(tmp, shared):
     (tmp / "folder.yaml").mkdir()
-    return ["config", "show", "--config", str(tmp / "folder.yaml")], [f"{tmp / 'folder.yaml'}: expected a YAML config file"]
+    return ["config", "show", "--config", str(tmp / "folder.yaml")], [
+        f"{tmp / 'folder.yaml'}: expected a YAML config file"
+    ]
 
 
 @case("truncated YAML config")
@@ -264,7 +297,10 @@ def _(tmp, shared):
 @case("config is a list, not sections")
 def _(tmp, shared):
     (tmp / "list.yaml").write_text("- data\n- train\n")
-    return ["config", "show", "--config", str(tmp / "list.yaml")], ["list.yaml: expected a mapping of sections", "got list"]
+    return ["config", "show", "--config", str(tmp / "list.yaml")], [
+        "list.yaml: expected a mapping of sections",
+        "got list",
+    ]
 
 
 @case("extends cycle")
@@ -287,26 +323,34 @@ def _(tmp, shared):
 
 @case("resume a run that does not exist")
 def _(tmp, shared):
-    return (["train", "--config", str(shared.config), "--name", "never", "--resume", "latest"],
-            [f"no run at {shared.runs / 'never'}"])
+    return (
+        ["train", "--config", str(shared.config), "--name", "never", "--resume", "latest"],
+        [f"no run at {shared.runs / 'never'}"],
+    )
 
 
 @case("resume with a changed loss parameter")
 def _(tmp, shared):
-    return (["train", "--config", str(shared.config), "--name", "run", "--resume", "latest", "loss.tau=0.5"],
-            ["loss.tau: 0.2 -> 0.5", str(shared.run / "config.yaml")])
+    return (
+        ["train", "--config", str(shared.config), "--name", "run", "--resume", "latest", "loss.tau=0.5"],
+        ["loss.tau: 0.2 -> 0.5", str(shared.run / "config.yaml")],
+    )
 
 
 @case("resume with a longer run but no --accept-config-changes")
 def _(tmp, shared):
-    return (["train", "--config", str(shared.config), "--name", "run", "--resume", "latest", "train.max_steps=6"],
-            ["train.max_steps: 3 -> 6", "--accept-config-changes"])
+    return (
+        ["train", "--config", str(shared.config), "--name", "run", "--resume", "latest", "train.max_steps=6"],
+        ["train.max_steps: 3 -> 6", "--accept-config-changes"],
+    )
 
 
 @case("--accept-config-changes without --resume")
 def _(tmp, shared):
-    return (["train", "--config", _yaml(tmp, shared), "--accept-config-changes"],
-            ["--accept-config-changes only applies with --resume"])
+    return (
+        ["train", "--config", _yaml(tmp, shared), "--accept-config-changes"],
+        ["--accept-config-changes only applies with --resume"],
+    )
 
 
 @case("resume from a checkpoint folder that does not exist")
@@ -326,15 +370,20 @@ def _(tmp, shared):
     (run / "model.safetensors").unlink()  # an interrupted run: a finished one is not resumed at all
     state = run / "checkpoints" / "step_00000003" / "trainer_state.json"  # the newest (the final state)
     state.write_text(state.read_text()[:20])
-    return ["train", "--config", str(config), "--name", "run", "--resume", "latest"], [f"{state}: corrupt checkpoint state"]
+    return ["train", "--config", str(config), "--name", "run", "--resume", "latest"], [
+        f"{state}: corrupt checkpoint state"
+    ]
 
 
 # --- data
 def _folder_yaml(tmp: Path, root: Path) -> str:
-    return str(write_tiny_yaml(
-        tmp / "folder.yaml", tmp / "runs",
-        data={"adapter": "image_folder", "options": {"root": str(root), "load_size": 16, "max_bad_fraction": 0.2}},
-    ))
+    return str(
+        write_tiny_yaml(
+            tmp / "folder.yaml",
+            tmp / "runs",
+            data={"adapter": "image_folder", "options": {"root": str(root), "load_size": 16, "max_bad_fraction": 0.2}},
+        )
+    )
 
 
 @case("image folder missing")
@@ -371,9 +420,18 @@ def _(tmp, shared):
 
 @case("EEG crop given in samples instead of seconds")
 def _(tmp, shared):
-    return (["train", "--config", str(EEG_CONFIG), f"data.options.cache={shared.cache}", "data.options.test_fraction=0",
-             f"output.runs_dir={tmp / 'runs'}", "views.options.crop_seconds=3000"],
-            ["views.options.crop_seconds: 3000 s is longer than", "30-s windows", "seconds, not samples"])
+    return (
+        [
+            "train",
+            "--config",
+            str(EEG_CONFIG),
+            f"data.options.cache={shared.cache}",
+            "data.options.test_fraction=0",
+            f"output.runs_dir={tmp / 'runs'}",
+            "views.options.crop_seconds=3000",
+        ],
+        ["views.options.crop_seconds: 3000 s is longer than", "30-s windows", "seconds, not samples"],
+    )
 
 
 @case("train on a partial EEG cache")
@@ -383,8 +441,10 @@ def _(tmp, shared):
     manifest = json.loads((cache / "manifest.json").read_text())
     manifest["complete"] = False
     (cache / "manifest.json").write_text(json.dumps(manifest))
-    return (["train", "--config", str(EEG_CONFIG), f"data.options.cache={cache}", f"output.runs_dir={tmp / 'runs'}"],
-            [f"{cache}: partial cache", "mvapp data prepare sleep-edf"])
+    return (
+        ["train", "--config", str(EEG_CONFIG), f"data.options.cache={cache}", f"output.runs_dir={tmp / 'runs'}"],
+        [f"{cache}: partial cache", "mvapp data prepare sleep-edf"],
+    )
 
 
 @case("data info on an empty folder")
@@ -403,15 +463,19 @@ def _(tmp, shared):
 
 @case("prepare from a missing source")
 def _(tmp, shared):
-    return (["data", "prepare", "sleep-edf", "--source", str(tmp / "nope"), "--out", str(tmp / "cache")],
-            [f"--source {tmp / 'nope'}: not a folder"])
+    return (
+        ["data", "prepare", "sleep-edf", "--source", str(tmp / "nope"), "--out", str(tmp / "cache")],
+        [f"--source {tmp / 'nope'}: not a folder"],
+    )
 
 
 @case("prepare from an empty source folder")
 def _(tmp, shared):
     (tmp / "src").mkdir()
-    return (["data", "prepare", "sleep-edf", "--source", str(tmp / "src"), "--out", str(tmp / "cache")],
-            [f"--source {tmp / 'src'}: no sleep-edf recordings found"])
+    return (
+        ["data", "prepare", "sleep-edf", "--source", str(tmp / "src"), "--out", str(tmp / "cache")],
+        [f"--source {tmp / 'src'}: no sleep-edf recordings found"],
+    )
 
 
 @case("prepare a truncated EDF")
@@ -422,8 +486,10 @@ def _(tmp, shared):
         (tmp / "src" / path.name).write_bytes(data[: len(data) // 3] if path.name.endswith("PSG.edf") else data)
     out = tmp / "cache"
     out.mkdir()  # an existing empty folder: must stay empty
-    return (["data", "prepare", "sleep-edf", "--source", str(tmp / "src"), "--out", str(out)],
-            ["SC4001E0-PSG.edf: truncated EDF file"])
+    return (
+        ["data", "prepare", "sleep-edf", "--source", str(tmp / "src"), "--out", str(out)],
+        ["SC4001E0-PSG.edf: truncated EDF file"],
+    )
 
 
 def _dreams_source(tmp: Path) -> Path:
@@ -441,8 +507,10 @@ def _(tmp, shared):
     lines = (src / "excerpt2.txt").read_text().splitlines(keepends=True)
     (src / "excerpt2.txt").write_text("".join(lines[: len(lines) // 2]))
     write_sha256sums(src, ["excerpt1.txt", "excerpt2.txt"])  # a consistent folder: the length check refuses it
-    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
-            [f"{src / 'excerpt2.txt'}: truncated", "expected at least 24000 samples at 200 Hz, found 11999"])
+    return (
+        ["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+        [f"{src / 'excerpt2.txt'}: truncated", "expected at least 24000 samples at 200 Hz, found 11999"],
+    )
 
 
 @case("prepare a DREAMS hypnogram shorter than its signal")
@@ -450,18 +518,22 @@ def _(tmp, shared):
     src = _dreams_source(tmp)
     (src / "Hypnogram_excerpt2.txt").write_text("[Hypnogram]\n" + "2\n" * 18)
     write_sha256sums(src, ["excerpt1.txt", "excerpt2.txt"])  # a consistent folder: the length check refuses it
-    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
-            [f"{src / 'Hypnogram_excerpt2.txt'}: hypnogram shorter than its signal", "expected 24 labels"])
+    return (
+        ["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+        [f"{src / 'Hypnogram_excerpt2.txt'}: hypnogram shorter than its signal", "expected 24 labels"],
+    )
 
 
 @case("prepare a DREAMS excerpt whose derivation is unknown")
 def _(tmp, shared):
     src = _dreams_source(tmp)
     text = (src / "excerpt2.txt").read_text()
-    (src / "excerpt2.txt").write_text("[C4-A2]" + text[text.index("\n"):])
+    (src / "excerpt2.txt").write_text("[C4-A2]" + text[text.index("\n") :])
     write_sha256sums(src, ["excerpt1.txt", "excerpt2.txt"])
-    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
-            [f"{src / 'excerpt2.txt'}: first line '[C4-A2]' is not a known DREAMS derivation", "[C3-A1], [CZ-A1]"])
+    return (
+        ["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+        [f"{src / 'excerpt2.txt'}: first line '[C4-A2]' is not a known DREAMS derivation", "[C3-A1], [CZ-A1]"],
+    )
 
 
 @case("prepare a DREAMS EDF whose rate does not divide 30 s")
@@ -471,12 +543,19 @@ def _(tmp, shared):
 
     src = _dreams_source(tmp)
     rate = 10 / 7  # 10 samples per 7-s data record
-    signal = edfio.EdfSignal(np.zeros(180), sampling_frequency=rate, label="C3-A1",  # 18 records, 126 s
-                             physical_dimension="uV", physical_range=(-250.0, 250.0))
+    signal = edfio.EdfSignal(
+        np.zeros(180),
+        sampling_frequency=rate,
+        label="C3-A1",  # 18 records, 126 s
+        physical_dimension="uV",
+        physical_range=(-250.0, 250.0),
+    )
     edfio.Edf([signal], data_record_duration=7.0).write(src / "excerpt1.edf")
     write_sha256sums(src, ["excerpt1.txt", "excerpt2.txt", "excerpt1.edf"])
-    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
-            [f"{src / 'excerpt1.edf'}: sampling rate 1.42857 Hz does not give a whole number of samples per 30-s epoch"])
+    return (
+        ["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+        [f"{src / 'excerpt1.edf'}: sampling rate 1.42857 Hz does not give a whole number of samples per 30-s epoch"],
+    )
 
 
 @case("prepare a modified DREAMS excerpt (checksum)")
@@ -484,47 +563,104 @@ def _(tmp, shared):
     src = _dreams_source(tmp)
     with open(src / "excerpt1.txt", "a") as handle:
         handle.write("    0.5000\n")
-    return (["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
-            [f"{src / 'excerpt1.txt'}: sha256", f"in {src / 'SHA256SUMS'}"])
+    return (
+        ["data", "prepare", "dreams", "--source", str(src), "--out", str(tmp / "cache")],
+        [f"{src / 'excerpt1.txt'}: sha256", f"in {src / 'SHA256SUMS'}"],
+    )
 
 
 @case("prepare into a cache made with other options")
 def _(tmp, shared):
-    return (["data", "prepare", "sleep-edf", "--source", str(shared.raw_eeg), "--out", str(shared.cache), "--sfreq", "50",
-             "--h-freq", "20"],
-            [f"{shared.cache}: cache was prepared with", "'sfreq': 100.0"])
+    return (
+        [
+            "data",
+            "prepare",
+            "sleep-edf",
+            "--source",
+            str(shared.raw_eeg),
+            "--out",
+            str(shared.cache),
+            "--sfreq",
+            "50",
+            "--h-freq",
+            "20",
+        ],
+        [f"{shared.cache}: cache was prepared with", "'sfreq': 100.0"],
+    )
 
 
 @case("prepare with a band edge above Nyquist (wrong units)")
 def _(tmp, shared):
-    return (["data", "prepare", "sleep-edf", "--source", str(shared.raw_eeg), "--out", str(tmp / "c"), "--h-freq", "3500"],
-            ["prepare options", "h_freq=3500.0 must be below the Nyquist frequency 50.0"])
+    return (
+        ["data", "prepare", "sleep-edf", "--source", str(shared.raw_eeg), "--out", str(tmp / "c"), "--h-freq", "3500"],
+        ["prepare options", "h_freq=3500.0 must be below the Nyquist frequency 50.0"],
+    )
 
 
 @case("prepare with an inverted band")
 def _(tmp, shared):
-    return (["data", "prepare", "sleep-edf", "--source", str(shared.raw_eeg), "--out", str(tmp / "c"), "--l-freq", "30",
-             "--h-freq", "10"],
-            ["l_freq=30.0 must be below h_freq=10.0"])
+    return (
+        [
+            "data",
+            "prepare",
+            "sleep-edf",
+            "--source",
+            str(shared.raw_eeg),
+            "--out",
+            str(tmp / "c"),
+            "--l-freq",
+            "30",
+            "--h-freq",
+            "10",
+        ],
+        ["l_freq=30.0 must be below h_freq=10.0"],
+    )
 
 
 @case("synth-psg into a non-empty folder")
 def _(tmp, shared):
-    return (["data", "synth-psg", "--subjects", "1", "--format", "sleep-edf", "--hours", "0.1", "--out", str(shared.raw_eeg)],
-            [f"--out {shared.raw_eeg}: folder is not empty", "--overwrite"])
+    return (
+        [
+            "data",
+            "synth-psg",
+            "--subjects",
+            "1",
+            "--format",
+            "sleep-edf",
+            "--hours",
+            "0.1",
+            "--out",
+            str(shared.raw_eeg),
+        ],
+        [f"--out {shared.raw_eeg}: folder is not empty", "--overwrite"],
+    )
 
 
 @case("synth-psg with zero subjects")
 def _(tmp, shared):
-    return (["data", "synth-psg", "--subjects", "0", "--format", "sleep-edf", "--out", str(tmp / "out")],
-            ["--subjects", "expected an integer >= 1", "0"])
+    return (
+        ["data", "synth-psg", "--subjects", "0", "--format", "sleep-edf", "--out", str(tmp / "out")],
+        ["--subjects", "expected an integer >= 1", "0"],
+    )
 
 
 @case("synth-psg --record-hours for the PhysioNet format")
 def _(tmp, shared):
-    return (["data", "synth-psg", "--subjects", "1", "--format", "physionet2018", "--record-hours", "20",
-             "--out", str(tmp / "out")],
-            ["--record-hours 20.0", "--format sleep-edf"])
+    return (
+        [
+            "data",
+            "synth-psg",
+            "--subjects",
+            "1",
+            "--format",
+            "physionet2018",
+            "--record-hours",
+            "20",
+            "--out",
+            str(tmp / "out"),
+        ],
+        ["--record-hours 20.0", "--format sleep-edf"],
+    )
 
 
 # --- evaluation
@@ -535,7 +671,9 @@ def _(tmp, shared):
 
 @case("eval with --knn-k 0")
 def _(tmp, shared):
-    return ["eval", "linear-probe", "--run", str(shared.run), "--knn-k", "0"], ["--knn-k: expected an integer >= 1, got '0'"]
+    return ["eval", "linear-probe", "--run", str(shared.run), "--knn-k", "0"], [
+        "--knn-k: expected an integer >= 1, got '0'"
+    ]
 
 
 @case("eval with a negative batch size")
@@ -595,8 +733,10 @@ def _(tmp, shared):
     shutil.copy(shared.raw_eeg / "SC4001E0-PSG.edf", tmp / "src")
     other = next(shared.raw_eeg.glob("SC4011*-Hypnogram.edf"))
     shutil.copy(other, tmp / "src" / "SC4001EC-Hypnogram.edf")
-    return (["data", "prepare", "sleep-edf", "--source", str(tmp / "src"), "--out", str(tmp / "cache")],
-            [f"{tmp / 'src' / 'SC4001EC-Hypnogram.edf'}: patient field", f"its PSG {tmp / 'src' / 'SC4001E0-PSG.edf'}"])
+    return (
+        ["data", "prepare", "sleep-edf", "--source", str(tmp / "src"), "--out", str(tmp / "cache")],
+        [f"{tmp / 'src' / 'SC4001EC-Hypnogram.edf'}: patient field", f"its PSG {tmp / 'src' / 'SC4001E0-PSG.edf'}"],
+    )
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -617,7 +757,9 @@ _HOLD_LOCK = (
 )
 
 
-def test_two_processes_writing_one_run_folder(shared: Shared, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_two_processes_writing_one_run_folder(
+    shared: Shared, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Another process (holding the run's lock as a training process does) owns the run folder: a
     second ``mvapp train --resume`` into it is refused, naming the folder and the lock holder."""
     runs = tmp_path / "runs"
@@ -627,13 +769,20 @@ def test_two_processes_writing_one_run_folder(shared: Shared, tmp_path: Path, ca
         yaml.safe_dump(config_from_dict(tiny_raw(runs, "run", train=TRAIN)).to_dict(), sort_keys=False)
     )
     (runs / "run" / "model.safetensors").unlink()  # an interrupted run: a finished one is not resumed at all
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(runs / "run")], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(runs / "run")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         before = snapshot(tmp_path)
-        line = assert_refused(["train", "--config", str(config), "--name", "run", "--resume", "latest"],
-                              [f"run folder {runs / 'run'} is in use by another process", f"pid {holder.pid}"], capsys)
+        line = assert_refused(
+            ["train", "--config", str(config), "--name", "run", "--resume", "latest"],
+            [f"run folder {runs / 'run'} is in use by another process", f"pid {holder.pid}"],
+            capsys,
+        )
         assert "--name" in line
         assert snapshot(tmp_path) == before
     finally:
@@ -661,9 +810,16 @@ def test_full_disk_during_a_checkpoint_keeps_the_older_one(
     monkeypatch.setattr(Accelerator, "save_state", save_state)
     config = write_tiny_yaml(tmp_path / "cfg.yaml", tmp_path / "runs", train={"max_steps": 5, "checkpoint_every": 1})
     run = tmp_path / "runs" / "disk"
-    assert_refused(["train", "--config", str(config), "--name", "disk"],
-                   [f"{run / 'checkpoints' / 'step_00000002'}: could not write the checkpoint",
-                    "No space left on device", "older checkpoints are intact", "step_00000001"], capsys)
+    assert_refused(
+        ["train", "--config", str(config), "--name", "disk"],
+        [
+            f"{run / 'checkpoints' / 'step_00000002'}: could not write the checkpoint",
+            "No space left on device",
+            "older checkpoints are intact",
+            "step_00000001",
+        ],
+        capsys,
+    )
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000001"]
     monkeypatch.setattr(Accelerator, "save_state", real_save)
     assert main(["train", "--config", str(config), "--name", "disk", "--resume", "latest"]) == 0
@@ -673,12 +829,17 @@ def test_full_disk_during_a_checkpoint_keeps_the_older_one(
 @pytest.mark.slow
 def test_sigterm_through_the_console_script(tmp_path: Path) -> None:
     """SIGTERM: the step finishes, a checkpoint is written, exit 143 with one line naming the resume command."""
-    config = write_tiny_yaml(tmp_path / "cfg.yaml", tmp_path / "runs",
-                             train={"max_steps": 100000, "checkpoint_every": 0, "log_every": 1})
+    config = write_tiny_yaml(
+        tmp_path / "cfg.yaml", tmp_path / "runs", train={"max_steps": 100000, "checkpoint_every": 0, "log_every": 1}
+    )
     run = tmp_path / "runs" / "term"
-    proc = subprocess.Popen([sys.executable, "-m", "multiview_app.cli", "train", "--config", str(config), "--name", "term"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "multiview_app.cli", "train", "--config", str(config), "--name", "term"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         deadline = time.monotonic() + 240
         while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
@@ -703,7 +864,11 @@ def test_unreadable_files_simulated(
 ) -> None:
     """Permission denied (EACCES) on a config, on a run's weights and on a cache manifest, simulated at
     the open call so that it also runs as root: one line naming the file, nothing written."""
-    denied = {str(tmp_path / "cfg.yaml"), str(tmp_path / "run" / "model.safetensors"), str(tmp_path / "cache" / "manifest.json")}
+    denied = {
+        str(tmp_path / "cfg.yaml"),
+        str(tmp_path / "run" / "model.safetensors"),
+        str(tmp_path / "cache" / "manifest.json"),
+    }
     real_open = open
 
     def guarded_open(file, *args, **kwargs):
@@ -730,11 +895,20 @@ def test_unreadable_files_simulated(
     monkeypatch.setattr(builtins, "open", guarded_open)
     monkeypatch.setattr(io, "open", guarded_open)  # pathlib opens through io.open
     monkeypatch.setattr("multiview_app.train.run_io.load_file", guarded_load_file)
-    assert_refused(["config", "show", "--config", str(tmp_path / "cfg.yaml")],
-                   [f"{tmp_path / 'cfg.yaml'}: cannot read (Permission denied)"], capsys)
-    assert_refused(["eval", "linear-probe", "--run", str(tmp_path / "run")],
-                   [f"{tmp_path / 'run' / 'model.safetensors'}: unreadable weights file", "Permission denied"], capsys)
-    assert_refused(["data", "info", str(tmp_path / "cache")],
-                   ["Permission denied", str(tmp_path / "cache" / "manifest.json")], capsys)
+    assert_refused(
+        ["config", "show", "--config", str(tmp_path / "cfg.yaml")],
+        [f"{tmp_path / 'cfg.yaml'}: cannot read (Permission denied)"],
+        capsys,
+    )
+    assert_refused(
+        ["eval", "linear-probe", "--run", str(tmp_path / "run")],
+        [f"{tmp_path / 'run' / 'model.safetensors'}: unreadable weights file", "Permission denied"],
+        capsys,
+    )
+    assert_refused(
+        ["data", "info", str(tmp_path / "cache")],
+        ["Permission denied", str(tmp_path / "cache" / "manifest.json")],
+        capsys,
+    )
     monkeypatch.undo()
     assert snapshot(tmp_path, shared.root) == before

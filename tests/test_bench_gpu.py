@@ -1,6 +1,7 @@
 """scripts/bench/bench_gpu.py and scripts/gpu_check.sh on the CPU: the tables' shape (not times), the sync
 counter on hand-made profiler events, fresh embeddings each call, the refusal of a CPU jax on a CUDA run, and
 XLA preallocation switched off before jax is imported."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,22 @@ def bench():
 
 
 def test_bench_gpu_quick_cpu_tables(bench, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tables = bench.main(["--out", str(tmp_path), "--device", "cpu", "--quick", "--sizes", "6:3,5:3",
-                         "--skip", "train", "--no-ott", "--pool", "3"])
+    tables = bench.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--quick",
+            "--sizes",
+            "6:3,5:3",
+            "--skip",
+            "train",
+            "--no-ott",
+            "--pool",
+            "3",
+        ]
+    )
     assert set(tables) == {"m3g", "counts", "memory"}
     loops = bench.solver_loops()
     assert loops[0] == "device" and "auto" not in loops
@@ -54,7 +69,8 @@ def item_events(correlation: int) -> list:
     from_bench = load_script("bench/bench_gpu", register=True)
     event = from_bench.ProfEvent
     return [
-        event("aten::item"), event("aten::_local_scalar_dense"),
+        event("aten::item"),
+        event("aten::_local_scalar_dense"),
         event("cudaMemcpyAsync", correlation=correlation),
         event("Memcpy DtoH (Device -> Pageable)", on_gpu=True, correlation=correlation),
         event("cudaStreamSynchronize", correlation=correlation + 1),
@@ -70,16 +86,21 @@ def test_one_item_is_one_sync(bench) -> None:
 def test_sync_counter_on_kernels_and_copies(bench) -> None:
     event = bench.ProfEvent
     events = [
-        event("aten::mul"), event("cudaLaunchKernel", correlation=1),
+        event("aten::mul"),
+        event("cudaLaunchKernel", correlation=1),
         event("void at::native::vectorized_elementwise_kernel<4>", on_gpu=True, correlation=1),
         event("cudaGraphLaunch", correlation=2),
         event("triton_poi_fused_mul_0", on_gpu=True, correlation=2),
         event("triton_red_fused_sum_1", on_gpu=True, correlation=2),
         # a blocking copy to the host is a sync; one to the device, a memset and an async copy are not
-        event("cudaMemcpy", correlation=3), event("Memcpy DtoH (Device -> Pinned)", on_gpu=True, correlation=3),
-        event("cudaMemcpy", correlation=4), event("Memcpy HtoD (Pageable -> Device)", on_gpu=True, correlation=4),
-        event("cudaMemsetAsync", correlation=5), event("Memset (Device)", on_gpu=True, correlation=5),
-        event("cudaMemcpyAsync", correlation=6), event("Memcpy DtoD (Device -> Device)", on_gpu=True, correlation=6),
+        event("cudaMemcpy", correlation=3),
+        event("Memcpy DtoH (Device -> Pinned)", on_gpu=True, correlation=3),
+        event("cudaMemcpy", correlation=4),
+        event("Memcpy HtoD (Pageable -> Device)", on_gpu=True, correlation=4),
+        event("cudaMemsetAsync", correlation=5),
+        event("Memset (Device)", on_gpu=True, correlation=5),
+        event("cudaMemcpyAsync", correlation=6),
+        event("Memcpy DtoD (Device -> Device)", on_gpu=True, correlation=6),
         event("cudaDeviceSynchronize", correlation=8),
     ]
     counts = bench.count_events(events)
@@ -130,8 +151,7 @@ def test_m3g_call_takes_the_next_batch_each_call(bench, monkeypatch: pytest.Monk
 
 def fake_jax(backend: str) -> SimpleNamespace:
     devices = {"cpu": ["TFRT_CPU_0"], "gpu": ["cuda(id=0)"]}
-    return SimpleNamespace(default_backend=lambda: backend,
-                           devices=lambda kind=None: devices[kind or backend])
+    return SimpleNamespace(default_backend=lambda: backend, devices=lambda kind=None: devices[kind or backend])
 
 
 def test_a_cpu_jax_is_refused_on_a_cuda_run(bench) -> None:
@@ -169,8 +189,11 @@ def test_preallocation_is_off_before_jax_is_imported(tmp_path: Path) -> None:
         assert "jax" not in sys.modules, "bench_gpu imported jax at load time"
         assert module.import_jax() is sys.modules["jax"]
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(REPO)]),
-           "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(REPO)]),
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
+    }
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path, timeout=120)
     assert record.read_text().splitlines() == ["false"]
     source = SCRIPT.read_text()  # the assignment precedes every import but `os`
@@ -201,8 +224,14 @@ def test_gpu_check_cpu_smoke_runs_every_part(tmp_path: Path) -> None:
     """``scripts/gpu_check.sh --cpu-smoke``: every part runs (tiny sizes), each with its log, and the summary."""
     out = tmp_path / "check"
     env = {**os.environ, "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--cpu-smoke", "--out", str(out)],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=170)
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--cpu-smoke", "--out", str(out)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = (out / "summary.md").read_text()
     for part in ("gpu_model", "pytest_cuda", "bench_m3g", "bench_train", "bench_memory"):
@@ -213,6 +242,11 @@ def test_gpu_check_cpu_smoke_runs_every_part(tmp_path: Path) -> None:
 
 
 def test_gpu_check_rejects_an_unknown_argument(tmp_path: Path) -> None:
-    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--bogus"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--bogus"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 2 and "unknown argument '--bogus'" in done.stderr

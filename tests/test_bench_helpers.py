@@ -1,4 +1,5 @@
 """multiview_app.bench: the timing / table helpers behind scripts/bench/bench_*.py."""
+
 from __future__ import annotations
 
 import pytest

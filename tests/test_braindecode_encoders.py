@@ -1,6 +1,7 @@
 """braindecode's sleep stagers as EEG encoders (``eeg/chambon2018``, ``eeg/attnsleep``): the channel-as-view
 interface of ``eeg/conv`` (one channel per view, ``(n, k, d)``), braindecode's own feature extractor
 underneath, rate / window checks, the missing-extra message, and a tiny training run."""
+
 from __future__ import annotations
 
 import builtins
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _eeg_helpers import CHANNELS, fake_cache
+
 from multiview_app.cli import main
 from multiview_app.models.braindecode_sleep import EXTRA_HINT, AttnSleepEncoder, Chambon2018Encoder
 from multiview_app.models.encoders import available_encoders, build_encoder
@@ -97,8 +98,11 @@ def test_gradients_reach_every_weight(name):
     # braindecode's AttnSleep attention convolves key and value only (convs[1], convs[2]; the query is used
     # as is, as in the authors' code): convs[0] never enters the graph
     unused = {f"net.feature_extractor.1.layers.{i}.self_attn.convs.0.{w}" for i in range(2) for w in ("weight", "bias")}
-    missing = [n for n, p in encoder.named_parameters()
-               if n not in unused and (p.grad is None or not torch.isfinite(p.grad).all())]
+    missing = [
+        n
+        for n, p in encoder.named_parameters()
+        if n not in unused and (p.grad is None or not torch.isfinite(p.grad).all())
+    ]
     assert not missing, f"no (finite) gradient for {missing}"
     assert encoder.project.weight.grad.abs().sum() > 0
     first_name, first = next(iter(encoder.net.named_parameters()))  # the input convolution: the far end of the graph
@@ -117,18 +121,35 @@ def test_rate_and_window_checked_against_the_data():
     assert str(err.value) == (
         "encoder eeg/attnsleep is built for 30-s windows at 100 Hz (3000 samples) but c holds 30-s windows at "
         "200 Hz (6000 samples): set model.encoders.eeg.sfreq / window_seconds to the data's, or prepare the data "
-        "with --sfreq 100")
-    with pytest.warns(UserWarning, match="designed originally for"), \
-            pytest.raises(ValueError, match=r"eeg/attnsleep cannot be built for 20-s windows at 100 Hz.*d_model"):
+        "with --sfreq 100"
+    )
+    with (
+        pytest.warns(UserWarning, match="designed originally for"),
+        pytest.raises(ValueError, match=r"eeg/attnsleep cannot be built for 20-s windows at 100 Hz.*d_model"),
+    ):
         build_encoder("eeg", "attnsleep", window_seconds=20.0)  # braindecode's own check, named with the window
 
 
 def _train_args(cache, runs, name: str, encoder: str) -> list[str]:
-    return ["train", "--config", str(CONFIG), "--name", name, f"data.options.cache={cache}",
-            f"data.options.channels={json.dumps(CHANNELS)}", "views.k=4", "data.options.test_fraction=0.25",
-            f"output.runs_dir={runs}", "train.max_steps=2", "train.batch_size=4", f"model.encoders.eeg={encoder}",
-            "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0",
-            "views.options.crop_seconds=20"]
+    return [
+        "train",
+        "--config",
+        str(CONFIG),
+        "--name",
+        name,
+        f"data.options.cache={cache}",
+        f"data.options.channels={json.dumps(CHANNELS)}",
+        "views.k=4",
+        "data.options.test_fraction=0.25",
+        f"output.runs_dir={runs}",
+        "train.max_steps=2",
+        "train.batch_size=4",
+        f"model.encoders.eeg={encoder}",
+        "model.projector.hidden_dim=16",
+        "model.projector.out_dim=8",
+        "train.checkpoint_every=0",
+        "views.options.crop_seconds=20",
+    ]
 
 
 @pytest.mark.parametrize("name", ENCODERS)
@@ -153,7 +174,6 @@ def test_training_refuses_data_at_another_rate(tmp_path, capsys):
 
 
 def test_native_chambon_equals_braindecode_chambon2018_and_needs_no_braindecode(monkeypatch):
-    from multiview_app.models.braindecode_sleep import ChambonEncoder
 
     real_import = builtins.__import__
 

@@ -1,5 +1,6 @@
 """BYOL (Grill et al. 2020, arXiv:2006.07733) for k views: the loss against float64 references, its
 gradient, and the ``byol`` training method (online predictions vs. stop-gradient EMA target projections)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +12,7 @@ from multiview_app.config import ConfigError
 from multiview_app.losses import build_loss
 from multiview_app.losses.contrastive import BYOLAverage, BYOLLoss, BYOLPairwise
 from multiview_app.models import build_model
-from multiview_app.train.methods import BYOLMethod, StepOutputs, build_method
+from multiview_app.train.methods import BYOLMethod, build_method
 from multiview_app.train.run_io import model_spec
 from tests._train_helpers import tiny_config
 
@@ -51,8 +52,10 @@ def brute_force(name: str, online: torch.Tensor, target: torch.Tensor) -> float:
 
 def _pair(n: int, k: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(n, k, d, generator=g, dtype=torch.float64),
-            torch.randn(n, k, d, generator=g, dtype=torch.float64))
+    return (
+        torch.randn(n, k, d, generator=g, dtype=torch.float64),
+        torch.randn(n, k, d, generator=g, dtype=torch.float64),
+    )
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -132,11 +135,16 @@ def test_loss_is_zero_when_predictions_match_targets_and_checks_shapes() -> None
 
 def _byol_config(tmp_path: Path, name: str = "byol_ave", k: int = 3, **teacher: object):
     return tiny_config(
-        tmp_path, "byol", views={"k": k}, loss={"name": name},
-        model={"encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
-               "projector": {"hidden_dim": 32, "out_dim": 16, "norm": "batch"},
-               "predictor": {"hidden_dim": 32, "norm": "batch"},
-               "teacher": {"enabled": True, "momentum_base": 0.9, "views": "all", **teacher}},
+        tmp_path,
+        "byol",
+        views={"k": k},
+        loss={"name": name},
+        model={
+            "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
+            "projector": {"hidden_dim": 32, "out_dim": 16, "norm": "batch"},
+            "predictor": {"hidden_dim": 32, "norm": "batch"},
+            "teacher": {"enabled": True, "momentum_base": 0.9, "views": "all", **teacher},
+        },
     )
 
 
@@ -145,8 +153,7 @@ def _tiny_batch(cfg, n: int = 6):
 
     g = torch.Generator().manual_seed(0)
     views = [torch.randn(n, 3, 32, 32, generator=g) for _ in range(cfg.views.k)]
-    return ViewBatch(views=views, view_names=[f"v{i}" for i in range(cfg.views.k)],
-                     modalities=["image"] * cfg.views.k)
+    return ViewBatch(views=views, view_names=[f"v{i}" for i in range(cfg.views.k)], modalities=["image"] * cfg.views.k)
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -1,5 +1,6 @@
 """The datasets/ catalog: every card validates, every adapter has a card, the code reads its facts
 from the cards, bad cards are refused with the file and key, and `mvapp data list` prints them."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,17 @@ def test_catalog_is_the_top_level_datasets_folder_and_not_a_package() -> None:
 
 def test_every_card_validates_and_names_its_file() -> None:
     cards = load_catalog()
-    assert {"sleep-edf", "physionet2018", "dreams_spindles", "synthetic-psg", "digits", "domainnet", "digit-domains",
-            "image-text-pairs", "digit-captions"} <= set(cards)
+    assert {
+        "sleep-edf",
+        "physionet2018",
+        "dreams_spindles",
+        "synthetic-psg",
+        "digits",
+        "domainnet",
+        "digit-domains",
+        "image-text-pairs",
+        "digit-captions",
+    } <= set(cards)
     for path in sorted((ROOT / "datasets").glob("*.yaml")):
         assert read_card(path).name == path.stem
 

@@ -1,4 +1,5 @@
 """``mvapp``: config show, train -> eval end to end, and one clear error line (exit 2) per bad input."""
+
 from __future__ import annotations
 
 import json
@@ -7,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from _train_helpers import write_tiny_yaml
 from PIL import Image
 
 from multiview_app.cli import main
-
-from _train_helpers import write_tiny_yaml
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -26,14 +26,19 @@ def _error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 
 
 def test_config_show_prints_resolved_yaml(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["config", "show", "--config", str(CONFIGS / "digits_m3g.yaml"), "loss.epsilon=0.1", "train.max_steps=50"]) == 0
+    assert (
+        main(["config", "show", "--config", str(CONFIGS / "digits_m3g.yaml"), "loss.epsilon=0.1", "train.max_steps=50"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "name: m3g" in out and "epsilon: 0.1" in out and "max_steps: 50" in out and "name: digits_m3g" in out
 
 
 @pytest.mark.slow
 def test_train_then_eval_linear_probe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = write_tiny_yaml(tmp_path / "tiny.yaml", tmp_path / "runs", train={"max_steps": 3}, eval={"linear_probe": True})
+    config = write_tiny_yaml(
+        tmp_path / "tiny.yaml", tmp_path / "runs", train={"max_steps": 3}, eval={"linear_probe": True}
+    )
     assert main(["train", "--config", str(config), "--name", "cli_run", "train.precision=bf16"]) == 0
     out = capsys.readouterr().out
     run = tmp_path / "runs" / "cli_run"
@@ -53,7 +58,9 @@ def test_train_then_eval_linear_probe(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = str(CONFIGS / "digits_infonce_pwe.yaml")
-    assert "train.max_stpes: unknown key" in _error_line(capsys, ["config", "show", "--config", cfg, "train.max_stpes=3"])
+    assert "train.max_stpes: unknown key" in _error_line(
+        capsys, ["config", "show", "--config", cfg, "train.max_stpes=3"]
+    )
     assert "loss.taau: unknown parameter for loss 'infonce_pwe'; valid: tau" in _error_line(
         capsys, ["train", "--config", cfg, "loss.taau=1"]
     )
@@ -65,7 +72,8 @@ def test_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def _folder_config(tmp_path: Path, root: Path) -> str:
     return str(
         write_tiny_yaml(
-            tmp_path / "folder.yaml", tmp_path / "runs",
+            tmp_path / "folder.yaml",
+            tmp_path / "runs",
             data={"adapter": "image_folder", "options": {"root": str(root), "load_size": 16, "max_bad_fraction": 0.2}},
         )
     )
@@ -91,8 +99,19 @@ def test_bad_data_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_console_script_exit_code_and_no_traceback(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "multiview_app.cli", "config", "show", "--config", str(CONFIGS / "digits_m3g.yaml"), "loss.epsiln=1"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "multiview_app.cli",
+            "config",
+            "show",
+            "--config",
+            str(CONFIGS / "digits_m3g.yaml"),
+            "loss.epsiln=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -101,14 +120,17 @@ def test_console_script_exit_code_and_no_traceback(tmp_path: Path) -> None:
     ]
 
 
-def test_newcomer_messages_point_at_what_was_given(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_newcomer_messages_point_at_what_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 27's findings: --resume names the folder given; a missing extends target names the file that
     extends it; `mvapp train --help` lists the shipped configs and examples; `mvapp tune report --help` is the
     report's help, not the search's."""
     monkeypatch.chdir(tmp_path)
     line = _error_line(capsys, ["train", "--resume", "runs/nonexistent"])
-    assert f"no such checkpoint or run folder ({tmp_path / 'runs' / 'nonexistent'})" in line and "config.yaml" not in line
+    assert (
+        f"no such checkpoint or run folder ({tmp_path / 'runs' / 'nonexistent'})" in line and "config.yaml" not in line
+    )
     (tmp_path / "empty").mkdir()
     assert f"{tmp_path / 'empty'} is not a run folder" in _error_line(capsys, ["train", "--resume", "empty"])
     (tmp_path / "foreign").mkdir()

@@ -1,10 +1,11 @@
 """Every numeric option of every ``mvapp`` subcommand parses through :mod:`multiview_app.argtypes`
 (range-checked, never a bare ``type=int`` / ``type=float``), and every help text shows its default once."""
+
 from __future__ import annotations
 
 import argparse
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -49,9 +50,15 @@ def test_the_walk_sees_every_command_group() -> None:
 def test_numeric_options_use_argtypes() -> None:
     bare = [_label(path, action) for path, _, action in ACTIONS if action.type in (int, float)]
     assert not bare, f"numeric options with a bare int/float type (use multiview_app.argtypes): {bare}"
-    untyped = [_label(path, action) for path, _, action in ACTIONS
-               if action.type is None and isinstance(action.default, (int, float)) and not isinstance(action.default, bool)
-               and action.option_strings and action.nargs != 0]
+    untyped = [
+        _label(path, action)
+        for path, _, action in ACTIONS
+        if action.type is None
+        and isinstance(action.default, (int, float))
+        and not isinstance(action.default, bool)
+        and action.option_strings
+        and action.nargs != 0
+    ]
     assert not untyped, f"options with a numeric default but no type (parsed as text): {untyped}"
 
 
@@ -66,8 +73,15 @@ def test_help_shows_each_default_once() -> None:
     assert not twice, "help texts naming their default twice:\n" + "\n".join(twice)
 
 
-@pytest.mark.parametrize("converter, text", [(argtypes.nonnegative_int, "-1"), (argtypes.nonnegative_int, "1.5"),
-                                             (argtypes.positive_int, "0"), (argtypes.positive_float, "nan")])
+@pytest.mark.parametrize(
+    "converter, text",
+    [
+        (argtypes.nonnegative_int, "-1"),
+        (argtypes.nonnegative_int, "1.5"),
+        (argtypes.positive_int, "0"),
+        (argtypes.positive_float, "nan"),
+    ],
+)
 def test_converters_refuse_out_of_range(converter, text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=f"expected .*got '{re.escape(text)}'"):
         converter(text)

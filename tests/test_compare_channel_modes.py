@@ -2,6 +2,7 @@
 the demo's run with only ``channel_mode`` changed, the table's cells are the mean ± std over pretraining seeds of
 the stored evaluations, and a second call retrains and re-evaluates nothing. Also the one mechanism that both
 this script and scripts/transfer_dreams.py use for the demo's settings (``DEMO_X`` overrides)."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from _train_helpers import load_script
+
 from multiview_app.cli import main
 
-TOY_DEMO = {"DEMO_SUBJECTS": "3", "DEMO_EDF_SUBJECTS": "4", "DEMO_HOURS": "1", "DEMO_COMPRESS": "1", "DEMO_STEPS": "2",
-            "DEMO_SEEDS": "2", "DEMO_ENCODER": "{name: conv, width: 8, out_dim: 8, dropout: 0.0, channel_mode: agnostic, unknown_rate: 0.0, channel_vocab: [F3-M2, F4-M1, C3-M2, C4-M1, O1-M2, O2-M1]}", "DEMO_AUGMENT": ""}
+TOY_DEMO = {
+    "DEMO_SUBJECTS": "3",
+    "DEMO_EDF_SUBJECTS": "4",
+    "DEMO_HOURS": "1",
+    "DEMO_COMPRESS": "1",
+    "DEMO_STEPS": "2",
+    "DEMO_SEEDS": "2",
+    "DEMO_ENCODER": "{name: conv, width: 8, out_dim: 8, dropout: 0.0, channel_mode: agnostic, unknown_rate: 0.0, channel_vocab: [F3-M2, F4-M1, C3-M2, C4-M1, O1-M2, O2-M1]}",
+    "DEMO_AUGMENT": "",
+}
 
 
 def _mvapp_in_process(*args: str) -> None:
@@ -44,18 +53,37 @@ def test_demo_settings_follow_the_demo_script_and_its_environment_overrides(scri
 
 
 @pytest.mark.slow
-def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(script, tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(
+    script, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key, value in TOY_DEMO.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setitem(script.demo_data.__globals__, "mvapp", _mvapp_in_process)  # transfer_dreams.mvapp
     out = tmp_path / "out"
-    argv = ["--out", str(out), "--modes", "agnostic,montage", "--pretrain-seeds", "0,1", "--protocols",
-            "cross-dataset", "--cross-shots", "2", "4", "--cross-folds", "2"]
+    argv = [
+        "--out",
+        str(out),
+        "--modes",
+        "agnostic,montage",
+        "--pretrain-seeds",
+        "0,1",
+        "--protocols",
+        "cross-dataset",
+        "--cross-shots",
+        "2",
+        "4",
+        "--cross-folds",
+        "2",
+    ]
     assert script.main(argv) == 0
     summary = json.loads((out / "channel_modes.json").read_text())
     table = (out / "channel_modes.md").read_text()
-    assert "agnostic (n=2)" in table and "montage (n=2)" in table and "minus handcrafted" in table and "minus band power" in table
+    assert (
+        "agnostic (n=2)" in table
+        and "montage (n=2)" in table
+        and "minus handcrafted" in table
+        and "minus band power" in table
+    )
     runs = {mode: [out / "runs" / script.run_name(mode, seed) for seed in (0, 1)] for mode in ("agnostic", "montage")}
     assert runs["agnostic"][0].name == "eeg_synthetic_m3g_demo_seed0"  # scripts/transfer_dreams.py's run names
     for mode, folders in runs.items():
@@ -64,7 +92,9 @@ def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(s
         evals = [json.loads((f / "eval" / "sleep_staging_sleep-edf.json").read_text()) for f in folders]
         for s in ("2", "4"):
             cell = summary["summary"]["cross-dataset"][mode][s]
-            per_seed = [np.mean([fit["balanced_accuracy"] for fit in e["results"]["trained"][s]["runs"]]) for e in evals]
+            per_seed = [
+                np.mean([fit["balanced_accuracy"] for fit in e["results"]["trained"][s]["runs"]]) for e in evals
+            ]
             assert cell["n_seeds"] == 2 and cell["fits_per_seed"] == 2 * 2  # folds x draws
             assert cell["trained"]["balanced_accuracy"]["mean"] == pytest.approx(np.mean(per_seed))
             assert cell["trained"]["balanced_accuracy"]["std"] == pytest.approx(np.std(per_seed))
@@ -76,14 +106,19 @@ def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(s
                     for subject, score in a["per_subject"].items():
                         by_subject.setdefault(subject, []).append(score - b["per_subject"][subject])
                 per_seed_subjects.append({k: np.mean(v) for k, v in by_subject.items()})
-            assert cell["minus handcrafted"]["mean"] == pytest.approx(np.mean([np.mean(list(d.values()))
-                                                                               for d in per_seed_subjects]))
+            assert cell["minus handcrafted"]["mean"] == pytest.approx(
+                np.mean([np.mean(list(d.values())) for d in per_seed_subjects])
+            )
             subjects = {k for d in per_seed_subjects for k in d}
             over_seeds = {k: np.mean([d[k] for d in per_seed_subjects if k in d]) for k in subjects}
             assert cell["minus handcrafted"]["n"] == len(subjects) == 4  # the Sleep-EDF-format people, not fits
             assert cell["minus handcrafted"]["ahead"] == sum(v > 0 for v in over_seeds.values())
-    stamps = {p: p.stat().st_mtime_ns for folders in runs.values() for f in folders
-              for p in (f / "model.safetensors", f / "eval" / "sleep_staging_sleep-edf.json")}
+    stamps = {
+        p: p.stat().st_mtime_ns
+        for folders in runs.values()
+        for f in folders
+        for p in (f / "model.safetensors", f / "eval" / "sleep_staging_sleep-edf.json")
+    }
     assert script.main(argv) == 0  # resumes: nothing retrained, nothing re-evaluated
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
     assert all(t["reused"] for t in json.loads((out / "channel_modes.json").read_text())["timings"])

@@ -1,4 +1,5 @@
 """Config: YAML + extends, dotted overrides, and errors that name the key, value and what is allowed."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,7 +29,9 @@ def test_extends_and_overrides(tmp_path: Path) -> None:
     child.write_text("extends: base.yaml\ntrain: {batch_size: 16}\n")
     raw = read_yaml(child)
     assert raw["train"] == {"max_steps": 10, "batch_size": 16}
-    cfg = load_config(child, ["loss.tau=0.05", "train.max_steps=3", "optim.betas=[0.8, 0.9]", "output.name=x"], check=False)
+    cfg = load_config(
+        child, ["loss.tau=0.05", "train.max_steps=3", "optim.betas=[0.8, 0.9]", "output.name=x"], check=False
+    )
     assert cfg.loss.params == {"tau": 0.05} and cfg.train.max_steps == 3 and cfg.optim.betas == (0.8, 0.9)
     assert cfg.output.name == "x"
     assert apply_overrides({"a": {"b": 1}}, ["a.c=true"]) == {"a": {"b": 1, "c": True}}
@@ -86,14 +89,18 @@ def test_switching_a_component_by_override_drops_what_the_new_one_does_not_take(
     user names explicitly is kept (and still refused if the new loss does not take it); `key=null` removes a key."""
     cfg = load_config(CONFIGS / "digits_m3g.yaml", ["loss.name=pvc_geometric"])
     assert cfg.loss.name == "pvc_geometric" and "epsilon" not in cfg.loss.params
-    assert cfg.load_notes == ["loss.name m3g -> pvc_geometric: dropped loss.epsilon, loss.cost (not options of "
-                              "pvc_geometric)"]
+    assert cfg.load_notes == [
+        "loss.name m3g -> pvc_geometric: dropped loss.epsilon, loss.cost (not options of pvc_geometric)"
+    ]
     with pytest.raises(ConfigError, match=r"loss\.epsilon: unknown parameter for loss 'pvc_geometric'"):
         load_config(CONFIGS / "digits_m3g.yaml", ["loss.name=pvc_geometric", "loss.epsilon=0.1"])
     default = load_config(CONFIGS / "digits_m3g.yaml", ["loss.epsilon=null"])
     assert "epsilon" not in default.loss.params and default.load_notes == []
     assert load_config(CONFIGS / "digits_m3g.yaml").load_notes == []
-    eeg = load_config(CONFIGS / "eeg_synthetic_m3g.yaml", ["views.policy=augment", "data.adapter=digits", "views.k=2",
-                                                            "model.encoders={image: {name: small_cnn}}"], check=False)
+    eeg = load_config(
+        CONFIGS / "eeg_synthetic_m3g.yaml",
+        ["views.policy=augment", "data.adapter=digits", "views.k=2", "model.encoders={image: {name: small_cnn}}"],
+        check=False,
+    )
     assert eeg.views.options == {} and "cache" not in eeg.data.options and "channels" not in eeg.data.options
     assert any(n.startswith("data.adapter eeg_windows -> digits: dropped data.options.cache") for n in eeg.load_notes)

@@ -10,18 +10,18 @@ such as which channels or domains form the views, on a CPU generator seeded from
 and the views of a seed are the same on CPU and CUDA generators' devices only up to the RNG (so here:
 same seed -> same views on CUDA, all on CUDA).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import torch
+from _device_cases import MODALITIES, POLICY_CASES, check_policy_on, check_resume_is_exact, train_one_step
+from _train_helpers import tiny_config
 
 from multiview_app.data.views import available_view_policies
 from multiview_app.losses import available_losses, build_loss
-
-from _device_cases import MODALITIES, POLICY_CASES, check_policy_on, check_resume_is_exact, train_one_step
-from _train_helpers import tiny_config
 
 pytestmark = [
     pytest.mark.cuda,
@@ -74,7 +74,9 @@ def _m3g_batch(n: int, k: int, dtype: torch.dtype = torch.float32) -> torch.Tens
     return (torch.randn(n, 1, 32, generator=g) + torch.randn(n, k, 32, generator=g)).to("cuda", dtype)
 
 
-@pytest.mark.parametrize(("n", "k", "params"), [(16, 6, {}), (32, 3, {}), (16, 6, {"anderson": 16, "init_potentials": "diagonal"})])
+@pytest.mark.parametrize(
+    ("n", "k", "params"), [(16, 6, {}), (32, 3, {}), (16, 6, {"anderson": 16, "init_potentials": "diagonal"})]
+)
 def test_m3g_device_loop_makes_no_sync_beyond_its_readback(n: int, k: int, params: dict) -> None:
     # after a warm-up call (the block size comes from it) the call reads the GPU once: the
     # solver's readback; torch's sync debug mode counts it, so the mode is "warn" and warnings are counted

@@ -1,16 +1,16 @@
 """The CUDA tests' code paths on the CPU (tests/test_cuda.py runs the same helpers on a GPU): every
 registered view policy has a case and builds reproducible views on the data's device, one training step
 per modality, resume equal to an uninterrupted run bit for bit."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import torch
+from _device_cases import MODALITIES, POLICY_CASES, check_policy_on, check_resume_is_exact, train_one_step
 
 from multiview_app.data.views import VIEW_POLICIES
-
-from _device_cases import MODALITIES, POLICY_CASES, check_policy_on, check_resume_is_exact, train_one_step
 
 CPU = torch.device("cpu")
 

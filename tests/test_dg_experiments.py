@@ -1,18 +1,18 @@
 """Domain generalization's "train unless done" (pretraining and ERM runs): a finished run is reused as it
 is (nothing trained, no timing), an interrupted one resumes from its latest checkpoint, a folder with
 neither is refused (never deleted), and a finished run whose saved config differs is reused as it is."""
+
 from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from _train_helpers import tiny_config
 
 import multiview_app.train.trainer as trainer
 from multiview_app.experiments.domains import ensure_pretrained
 from multiview_app.train.checkpoint import STATE_FILE
-
-from _train_helpers import tiny_config
 
 
 def test_finished_run_is_reused_and_an_interrupted_one_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,9 +27,14 @@ def test_finished_run_is_reused_and_an_interrupted_one_resumes(tmp_path: Path, m
     assert model.stat().st_mtime_ns == stamp
 
     calls: list[dict] = []
-    monkeypatch.setattr(trainer, "train", lambda c, resume=None: calls.append(
-        {"run": c.run_dir, "resume": resume, "existed": c.run_dir.exists()}) or SimpleNamespace(
-        steps=2, final_loss=0.5, items_per_s=1.0))
+    monkeypatch.setattr(
+        trainer,
+        "train",
+        lambda c, resume=None: (
+            calls.append({"run": c.run_dir, "resume": resume, "existed": c.run_dir.exists()})
+            or SimpleNamespace(steps=2, final_loss=0.5, items_per_s=1.0)
+        ),
+    )
     interrupted = tiny_config(tmp_path, "interrupted")
     (interrupted.run_dir / "checkpoints" / "step_00000002").mkdir(parents=True)
     (interrupted.run_dir / "checkpoints" / "step_00000002" / STATE_FILE).write_text("{}")
@@ -56,9 +61,14 @@ def test_experiment_reuses_finished_pretraining_and_erm_runs(tmp_path: Path, mon
 
     root = tmp_path / "digits"
     synth_domains(root, seed=0, limit=40)
-    config = tiny_domain_config(root, tmp_path / "tiny.yaml", width=4, num_features=8,
-                                loss={"name": "infonce_pwe", "tau": 0.2},
-                                train={"max_steps": 2, "batch_size": 8, "log_every": 1, "checkpoint_every": 1})
+    config = tiny_domain_config(
+        root,
+        tmp_path / "tiny.yaml",
+        width=4,
+        num_features=8,
+        loss={"name": "infonce_pwe", "tau": 0.2},
+        train={"max_steps": 2, "batch_size": 8, "log_every": 1, "checkpoint_every": 1},
+    )
     out = tmp_path / "dg"
     [first] = train_and_evaluate(config, out, ["sketch"], [0], erm_steps=2, progress=False)
     assert first["pretrain_s"] is not None and first["erm"]["steps"] == 2
@@ -82,8 +92,9 @@ def test_experiment_reuses_finished_pretraining_and_erm_runs(tmp_path: Path, mon
 
     [erm_run] = list((out / "erm").iterdir())
     summary = erm_run_summary(run_config(config, out, "sketch", 0, "generalization"), erm_run)
-    assert {k: v for k, v in summary.items() if k != "key"} == {k: v for k, v in first["erm"].items()
-                                                               if k != "selected_step"}
+    assert {k: v for k, v in summary.items() if k != "key"} == {
+        k: v for k, v in first["erm"].items() if k != "selected_step"
+    }
     with pytest.raises(ValueError, match="not the ERM baseline of this run"):
         erm_run_summary(run_config(config, out, "sketch", 1, "generalization"), erm_run)
 
@@ -94,8 +105,12 @@ def test_old_eval_spelling_forwards_to_the_experiment_command() -> None:
 
     argv = ["eval", "domain-generalization", "--run", "out", "--config", "c.yaml", "--seeds", "0,1"]
     assert forward(argv) == ["experiment", *argv[1:]]
-    assert forward(["eval", "linear-probe", "--run", "domain-generalization"]) == ["eval", "linear-probe", "--run",
-                                                                                  "domain-generalization"]
+    assert forward(["eval", "linear-probe", "--run", "domain-generalization"]) == [
+        "eval",
+        "linear-probe",
+        "--run",
+        "domain-generalization",
+    ]
     args = build_parser("experiment").parse_args(forward(argv))
     assert args.func is run_domain_generalization and args.seeds == "0,1" and args.threads == 1
 

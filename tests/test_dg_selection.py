@@ -2,6 +2,7 @@
 and C that are best on the seen domains' validation share (not the last checkpoint when an earlier one
 is better), never reads the held-out domain while selecting, names the method in the JSON and every
 table header; the test-domain "oracle" is a separate, labelled bound; the one-domain 1-vs-1 figure."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,11 @@ from _domain_cases import tiny_domain_config
 from multiview_app.data.domains.synth import synth_domains
 from multiview_app.eval.protocols import PROTOCOLS, get_protocol
 from multiview_app.eval.protocols.domains import (
-    TEST_DOMAIN, TRAINING_DOMAIN, leave_one_domain_out, select_training_domain, seen_only,
+    TEST_DOMAIN,
+    TRAINING_DOMAIN,
+    leave_one_domain_out,
+    seen_only,
+    select_training_domain,
 )
 
 CANDIDATES = ["step_10", "step_20", "step_30", "final"]
@@ -39,8 +44,9 @@ def synthetic_features(seen_best: str = "step_20", target_best: str = "final"):
 
 def test_protocol_registered_and_chooses_the_best_checkpoint_on_seen_validation() -> None:
     assert "leave-one-domain-out" in PROTOCOLS and get_protocol("leave-one-domain-out") is leave_one_domain_out
-    result = leave_one_domain_out(features=synthetic_features(), candidates=CANDIDATES, seen=["a", "b"], target="t",
-                                  Cs=(0.1, 1.0))
+    result = leave_one_domain_out(
+        features=synthetic_features(), candidates=CANDIDATES, seen=["a", "b"], target="t", Cs=(0.1, 1.0)
+    )
     assert result["model_selection"] == TRAINING_DOMAIN
     chosen = result["selected"]
     assert chosen["candidate"] == "step_20"  # not the last one
@@ -79,7 +85,8 @@ def test_selection_never_reads_the_held_out_domain() -> None:
     selection_reads = len(CANDIDATES) * 4  # per candidate: a/train, b/train, a/val, b/val
     assert all(domain != "t" for _, domain, _ in reads[:selection_reads])
     assert {(c, d, s) for c, d, s in reads[:selection_reads]} == {
-        (c, d, s) for c in CANDIDATES for d in ("a", "b") for s in ("train", "val")}
+        (c, d, s) for c in CANDIDATES for d in ("a", "b") for s in ("train", "val")
+    }
     assert any(domain == "t" for _, domain, _ in reads[selection_reads:])
 
 
@@ -92,14 +99,19 @@ def digit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tiny_config(root: Path, tmp_path: Path) -> Path:
-    return tiny_domain_config(root, tmp_path / "tiny.yaml", width=4, num_features=8,
-                              loss={"name": "infonce_pwe", "tau": 0.2},
-                              train={"max_steps": 6, "batch_size": 8, "log_every": 1, "checkpoint_every": 2,
-                                     "keep_checkpoints": 5})
+    return tiny_domain_config(
+        root,
+        tmp_path / "tiny.yaml",
+        width=4,
+        num_features=8,
+        loss={"name": "infonce_pwe", "tau": 0.2},
+        train={"max_steps": 6, "batch_size": 8, "log_every": 1, "checkpoint_every": 2, "keep_checkpoints": 5},
+    )
 
 
-def test_evaluator_picks_the_best_checkpoint_not_the_last(digit_root: Path, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_evaluator_picks_the_best_checkpoint_not_the_last(
+    digit_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The final weights are replaced by zeros (constant features: a chance-level probe), so the last
     candidate is the worst on training-domain validation: the evaluator must choose an earlier checkpoint,
     the one with the best validation accuracy, and its 5-vs-1 score is that checkpoint's."""
@@ -109,8 +121,8 @@ def test_evaluator_picks_the_best_checkpoint_not_the_last(digit_root: Path, tmp_
     from multiview_app.data.adapters import build_adapter
     from multiview_app.data.views import build_view_policy
     from multiview_app.eval.domain_generalization import METRICS, domain_features, evaluate_run, write_summary
-    from multiview_app.experiments.domains import ensure_pretrained, run_config
     from multiview_app.eval.protocols.probe import fit_linear_classifier
+    from multiview_app.experiments.domains import ensure_pretrained, run_config
     from multiview_app.train.run_io import load_run
 
     config = tiny_config(digit_root, tmp_path)
@@ -133,8 +145,9 @@ def test_evaluator_picks_the_best_checkpoint_not_the_last(digit_root: Path, tmp_
     policy = build_view_policy(run_cfg.views.policy, run_cfg.views.k, run_cfg.views.options, adapter)
     model = load_run(cfg.run_dir, chosen["candidate"])[1]
     parts = [domain_features(model, adapter, policy, d, "train", 256, "cpu", False) for d in ("clean", "inverted")]
-    clf = fit_linear_classifier(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                                C=chosen["C"])
+    clf = fit_linear_classifier(
+        np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), C=chosen["C"]
+    )
     x_test, y_test = domain_features(model, adapter, policy, "sketch", "test", 256, "cpu", False)
     assert trained["five_vs_one"] == pytest.approx(float((clf.predict(x_test) == y_test).mean()))
     # every table names its selection; the console text is the whole .md
@@ -152,13 +165,18 @@ def test_one_held_out_domain_figure_is_bars_several_are_matrices_with_a_colour_b
     from multiview_app.eval.domain_generalization import one_vs_one_figure
 
     domains = ["a", "b", "c", "d"]
-    one = {"one_vs_one": {"m3g": {"a": {"d": 0.4}, "b": {"d": 0.5}, "c": {"d": 0.6}},
-                          "erm": {"a": {"d": 0.3}, "b": {"d": 0.2}, "c": {"d": 0.1}}}}
+    one = {
+        "one_vs_one": {
+            "m3g": {"a": {"d": 0.4}, "b": {"d": 0.5}, "c": {"d": 0.6}},
+            "erm": {"a": {"d": 0.3}, "b": {"d": 0.2}, "c": {"d": 0.1}},
+        }
+    }
     fig = one_vs_one_figure(one, domains)
     assert len(fig.axes) == 1 and not fig.axes[0].images  # no 1-column matrix
     assert len(fig.axes[0].patches) == 6  # 3 training domains x 2 rows of the table
-    several = {"one_vs_one": {"m3g": {"a": {"d": 0.4, "c": 0.2}, "b": {"d": 0.5, "c": 0.3}, "c": {"d": 0.6},
-                                      "d": {"c": 0.1}}}}
+    several = {
+        "one_vs_one": {"m3g": {"a": {"d": 0.4, "c": 0.2}, "b": {"d": 0.5, "c": 0.3}, "c": {"d": 0.6}, "d": {"c": 0.1}}}
+    }
     fig = one_vs_one_figure(several, domains)
     assert len([ax for ax in fig.axes if ax.images]) == 1  # one matrix (one table row)
     colour_bar = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
@@ -207,17 +225,18 @@ def test_probe_fits_shared_within_an_evaluation_give_the_refit_results(monkeypat
     assert shared_fits == len(CANDIDATES) * 2 + 3  # one grid; the 5-vs-1 fits are grid fits
 
 
-def test_reference_scores_cached_by_content_and_reused(digit_root: Path, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reference_scores_cached_by_content_and_reused(
+    digit_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The random-init row's protocol output is kept in ``reference_cache`` and reused by a second
     evaluation (no second protocol call for it), with the same numbers as without a cache; weights of
     other content (another key) are evaluated afresh."""
-    import multiview_app.eval.domain_generalization as dg
+    import shutil
+
     from safetensors.torch import load_file, save_file
 
+    import multiview_app.eval.domain_generalization as dg
     from multiview_app.experiments.domains import ensure_pretrained, run_config
-
-    import shutil
 
     cfg = run_config(tiny_config(digit_root, tmp_path), tmp_path / "runs", "sketch", 0, "generalization")
     ensure_pretrained(cfg, progress=False)
@@ -259,7 +278,9 @@ def test_candidate_digest_reads_checkpoint_and_plain_weights_alike(digit_root: P
     (run / "checkpoints" / "step_00000002").mkdir(parents=True)
     tensors = {"encoders.image.body.0.weight": torch.arange(6.0).view(2, 3), "projectors.image.w": torch.ones(2)}
     save_file(tensors, str(run / "init.safetensors"))
-    save_file({f"model.{k}": v for k, v in tensors.items()}, str(run / "checkpoints" / "step_00000002" / "model.safetensors"))
+    save_file(
+        {f"model.{k}": v for k, v in tensors.items()}, str(run / "checkpoints" / "step_00000002" / "model.safetensors")
+    )
     save_file({**tensors, "projectors.image.w": torch.zeros(2)}, str(run / "model.safetensors"))
     digests = {c: candidate_encoder_digest(run, c) for c in ("init", "step_2", "final")}
     assert len(set(digests.values())) == 1  # the projector is not part of the encoder
@@ -276,7 +297,9 @@ def test_defaults_tie_rule_keeps_the_default_within_delta() -> None:
     script = load_script("reproduce/m3g/choose_domains_defaults")
     assert script.trial_overrides(0.0005, "test", 0.0005, "test") == ([], "")
     assert script.trial_overrides(0.002, "mild", 0.0005, "test") == (
-        ["optim.lr=0.002", "views.options.stacks=mild"], "_lr0.002_mild")
+        ["optim.lr=0.002", "views.options.stacks=mild"],
+        "_lr0.002_mild",
+    )
     default = "lr=0.0005 stack=test"
     close = {default: {"m3g": 0.80, "infonce_ave": 0.70}, "lr=0.002 stack=test": {"m3g": 0.83, "infonce_ave": 0.70}}
     kept = script.decide(close, default, delta=0.02)  # +0.015 mean: within delta
@@ -292,9 +315,16 @@ def test_defaults_named_settings_parse_and_refuse() -> None:
 
     script = load_script("reproduce/m3g/choose_domains_defaults")
     assert script.named_settings("default; bn=model.projector.norm=batch+model.predictor.norm=batch") == [
-        ("default", [], ""), ("bn", ["model.projector.norm=batch", "model.predictor.norm=batch"], "_bn")]
-    for bad in ("bn=model.projector.norm=batch", "default;default", "default=optim.lr=1", "default;bad name=a=1",
-                "default;empty="):
+        ("default", [], ""),
+        ("bn", ["model.projector.norm=batch", "model.predictor.norm=batch"], "_bn"),
+    ]
+    for bad in (
+        "bn=model.projector.norm=batch",
+        "default;default",
+        "default=optim.lr=1",
+        "default;bad name=a=1",
+        "default;empty=",
+    ):
         with pytest.raises(SystemExit):
             script.named_settings(bad)
 
@@ -305,17 +335,27 @@ def test_erm_paragraph_says_how_much_the_last_checkpoint_still_gained() -> None:
     from multiview_app.eval.domain_generalization import ERM_RISING, format_erm, last_step_gains
 
     def result(erm_id: str, selected: str, step_480: float, final: float, seed: int) -> dict:
-        grid = [{"candidate": c, "C": C, "val_accuracy": v - (0.05 if C == 0.1 else 0.0)}
-                for c, v in (("step_120", 0.7), ("step_480", step_480), ("final", final)) for C in (0.1, 1.0)]
-        return {"seed": seed, "pretrain_steps": 300, "reference_ids": {"erm": erm_id},
-                "erm": {"steps": 600, "train_accuracy": 0.96, "selected_step": 600 if selected == "final" else 480},
-                "results": {"erm": {"selected": {"candidate": selected}, "grid": grid}}}
+        grid = [
+            {"candidate": c, "C": C, "val_accuracy": v - (0.05 if C == 0.1 else 0.0)}
+            for c, v in (("step_120", 0.7), ("step_480", step_480), ("final", final))
+            for C in (0.1, 1.0)
+        ]
+        return {
+            "seed": seed,
+            "pretrain_steps": 300,
+            "reference_ids": {"erm": erm_id},
+            "erm": {"steps": 600, "train_accuracy": 0.96, "selected_step": 600 if selected == "final" else 480},
+            "results": {"erm": {"selected": {"candidate": selected}, "grid": grid}},
+        }
 
-    plateau = [result("a", "final", 0.900, 0.903, 0), result("a", "final", 0.900, 0.903, 0),
-               result("b", "step_480", 0.910, 0.905, 1)]
+    plateau = [
+        result("a", "final", 0.900, 0.903, 0),
+        result("a", "final", 0.900, 0.903, 0),
+        result("b", "step_480", 0.910, 0.905, 1),
+    ]
     assert last_step_gains(plateau) == {"a": pytest.approx(0.003)}
     text = format_erm(plateau)
-    assert f"1 of 2 chose the budget's last step, +0.3 to +0.3 points" in text
+    assert "1 of 2 chose the budget's last step, +0.3 to +0.3 points" in text
     assert f"a plateau (at most {100 * ERM_RISING:g} point)" in text and "still rising" not in text
     rising = [*plateau, result("c", "final", 0.88, 0.90, 2)]
     text = format_erm(rising)
@@ -324,7 +364,9 @@ def test_erm_paragraph_says_how_much_the_last_checkpoint_still_gained() -> None:
     assert "budget's last step" not in format_erm(plateau[2:])
 
 
-def test_results_sweep_deals_groups_to_workers_and_each_worker_keeps_to_its_share(tmp_path, monkeypatch, capsys) -> None:
+def test_results_sweep_deals_groups_to_workers_and_each_worker_keeps_to_its_share(
+    tmp_path, monkeypatch, capsys
+) -> None:
     """scripts/reproduce/m3g/results_domains.py --jobs: (held-out domain, seed) groups dealt seed-major round robin, so a
     group's runs / ERM / reference scores belong to one worker; a worker (``--groups``) plans only its share;
     the workers run with their own logs and a thread budget, and their exit codes come back."""
@@ -337,15 +379,45 @@ def test_results_sweep_deals_groups_to_workers_and_each_worker_keeps_to_its_shar
     shares = script.job_shares(groups, 4)
     assert shares == [[("clean", 0), ("sketch", 1)], [("sketch", 0), ("warped", 1)], [("warped", 0)], [("clean", 1)]]
     assert script.job_shares(groups[:1], 3) == [[("clean", 0)]]
-    argv = ["results_domains.py", "--losses", "m3g", "--label-free-losses", "", "--adapt-losses", "",
-            "--holdouts", "clean,sketch", "--seeds", "0,1", "--root", str(tmp_path), "--runs-dir", str(tmp_path / "runs"),
-            "--out", str(tmp_path / "r.md"), "--figures", str(tmp_path / "fig")]
+    argv = [
+        "results_domains.py",
+        "--losses",
+        "m3g",
+        "--label-free-losses",
+        "",
+        "--adapt-losses",
+        "",
+        "--holdouts",
+        "clean,sketch",
+        "--seeds",
+        "0,1",
+        "--root",
+        str(tmp_path),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "r.md"),
+        "--figures",
+        str(tmp_path / "fig"),
+    ]
     monkeypatch.setattr(sys, "argv", [*argv, "--no-train", "--groups", "sketch:1"])
     assert script.main() == 1  # nothing evaluated; the worker planned its one group only
     assert "1 planned run(s) missing: m3g sketch s1 (not pretrained)" in capsys.readouterr().err
-    args = script.argparse.Namespace(losses="m3g", label_free_losses="", adapt_losses="", nn_losses="", root=tmp_path,
-                                     runs_dir=tmp_path / "runs", threads=1, erm_steps=40, erm_seeds=None,
-                                     max_candidates=None, no_erm=False, no_train=False, pretrain_only=True)
+    args = script.argparse.Namespace(
+        losses="m3g",
+        label_free_losses="",
+        adapt_losses="",
+        nn_losses="",
+        root=tmp_path,
+        runs_dir=tmp_path / "runs",
+        threads=1,
+        erm_steps=40,
+        erm_seeds=None,
+        max_candidates=None,
+        no_erm=False,
+        no_train=False,
+        pretrain_only=True,
+    )
     command = script.worker_command(args, [("clean", 1), ("sketch", 0)], 1)
     assert command[command.index("--groups") + 1] == "clean:1,sketch:0"
     assert command[command.index("--holdouts") + 1] == "clean,sketch" and command[command.index("--seeds") + 1] == "0,1"
@@ -354,8 +426,15 @@ def test_results_sweep_deals_groups_to_workers_and_each_worker_keeps_to_its_shar
     assert command[command.index("--erm-steps") + 1] == "40"
     # the workers themselves: a stand-in command per share (prints its thread budget, fails for one share)
     monkeypatch.delenv("MVAPP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(script, "worker_command", lambda a, share, i: [
-        sys.executable, "-c", f"import os, sys; print('share', {share!r}, os.environ['MVAPP_NUM_THREADS']); sys.exit({i})"])
+    monkeypatch.setattr(
+        script,
+        "worker_command",
+        lambda a, share, i: [
+            sys.executable,
+            "-c",
+            f"import os, sys; print('share', {share!r}, os.environ['MVAPP_NUM_THREADS']); sys.exit({i})",
+        ],
+    )
     assert script.run_workers(args, [[("clean", 0)], [("sketch", 0)]]) == [0, 1]
     log = (tmp_path / "runs" / "jobs" / "job_1.log").read_text()
     from multiview_app.threads import usable_cpus

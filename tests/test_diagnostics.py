@@ -1,5 +1,6 @@
 """Training diagnostics (train/diagnostics.py): each formula against a brute-force float64 loop,
 and the trainer's metrics.jsonl / diagnostics.json carrying them."""
+
 from __future__ import annotations
 
 import itertools
@@ -10,16 +11,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _train_helpers import tiny_config
 
 from multiview_app.losses import build_loss
-from multiview_app.train.diagnostics import (
-    alignment, effective_rank, embedding_diagnostics, grad_norm, pvc_mi_lower_bound, summarize_metrics, uniformity,
-)
 from multiview_app.losses.flatnce import batch_ess
+from multiview_app.train.diagnostics import (
+    alignment,
+    effective_rank,
+    embedding_diagnostics,
+    grad_norm,
+    pvc_mi_lower_bound,
+    summarize_metrics,
+    uniformity,
+)
 from multiview_app.train.metrics import read_metrics
 from multiview_app.train.trainer import train
-
-from _train_helpers import tiny_config
 
 
 def _unit(n: int, k: int, d: int, seed: int = 0) -> torch.Tensor:
@@ -59,8 +65,9 @@ def test_ess_matches_a_loop_over_anchors(tau: float) -> None:
     n, k, _ = u.shape
     values = []
     for i, a in itertools.product(range(n), range(k)):
-        logits = torch.tensor([float(u[i, a] @ u[j, c]) / tau for j in range(n) for c in range(k) if j != i],
-                              dtype=torch.float64)
+        logits = torch.tensor(
+            [float(u[i, a] @ u[j, c]) / tau for j in range(n) for c in range(k) if j != i], dtype=torch.float64
+        )
         w = torch.softmax(logits, dim=0)
         values.append(1.0 / (len(w) * float((w * w).sum())))
     assert batch_ess(u, tau) == pytest.approx(sum(values) / len(values), rel=1e-10)
@@ -97,11 +104,21 @@ def test_grad_norm_and_embedding_diagnostics_in_float32() -> None:
 
 
 def test_summary_counts_nonfinite_values() -> None:
-    records = [{"step": 1, "diag/rankme": 3.0, "loss": 1.0}, {"step": 2, "diag/rankme": float("nan")},
-               {"step": 3, "diag/rankme": 2.0, "stats/ess": 0.5}]
+    records = [
+        {"step": 1, "diag/rankme": 3.0, "loss": 1.0},
+        {"step": 2, "diag/rankme": float("nan")},
+        {"step": 3, "diag/rankme": 2.0, "stats/ess": 0.5},
+    ]
     summary = summarize_metrics(records)
-    assert summary["diag/rankme"] == {"count": 2, "nonfinite": 1, "first": 3.0, "last": 2.0, "min": 2.0, "max": 3.0,
-                                      "mean": 2.5}
+    assert summary["diag/rankme"] == {
+        "count": 2,
+        "nonfinite": 1,
+        "first": 3.0,
+        "last": 2.0,
+        "min": 2.0,
+        "max": 3.0,
+        "mean": 2.5,
+    }
     assert "loss" not in summary and summary["stats/ess"]["count"] == 1
 
 

@@ -15,6 +15,7 @@ Why the two-process fixture once errored (1 of 12 full runs) and what makes it r
   A gloo transport failure (connection closed / reset / refused, rendezvous timeout) now gets one fresh
   attempt and is reported as a pytest warning with the ranks' message; any other error fails at once.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -24,7 +25,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -60,7 +60,10 @@ def _worker(rank: int, tmp: str, loss_name: str) -> None:
     """One process: the gathered and the per-process variant; writes ``<gather>_<rank>.npy`` files
     (loss, world size, gathered shape, weight gradient) into ``tmp``."""
     dist.init_process_group(
-        "gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=rank, world_size=WORLD,
+        "gloo",
+        init_method=f"file://{os.path.join(tmp, 'store')}",
+        rank=rank,
+        world_size=WORLD,
         timeout=datetime.timedelta(seconds=120),
     )
     try:
@@ -113,8 +116,9 @@ def two_process_results() -> dict:
                 except mp.ProcessRaisedException as err:
                     if attempt == 1 or not any(word in str(err).lower() for word in TRANSIENT_GLOO):
                         raise
-                    warnings.warn(f"two-process fixture: gloo transport failure, retried once: {str(err)[-2000:]}",
-                                  stacklevel=1)
+                    warnings.warn(
+                        f"two-process fixture: gloo transport failure, retried once: {str(err)[-2000:]}", stacklevel=1
+                    )
         raise AssertionError("unreachable")
     finally:
         if saved is None:
@@ -165,7 +169,9 @@ def test_accelerate_launch_runs_two_cpu_processes(tmp_path: Path) -> None:
     from _launch_helpers import launch
     from _train_helpers import write_tiny_yaml
 
-    config = write_tiny_yaml(tmp_path / "tiny.yaml", tmp_path / "runs", train={"max_steps": 3, "checkpoint_every": 2, "batch_size": 16})
+    config = write_tiny_yaml(
+        tmp_path / "tiny.yaml", tmp_path / "runs", train={"max_steps": 3, "checkpoint_every": 2, "batch_size": 16}
+    )
     proc = launch("accelerate", ["train", "--config", str(config), "--name", "acc"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     ckpt = tmp_path / "runs" / "acc" / "checkpoints" / "step_00000002"

@@ -2,6 +2,7 @@
 its Python example runs as written, and neither it nor a docs page carries lab-notebook residue (issue
 references, run timestamps, load averages, work-branch names). The site itself is built with
 ``mkdocs build --strict`` by ``make docs`` (CI), which fails on a broken link or a missing API reference."""
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,14 @@ RESIDUE = {
 def test_readme_is_a_front_page() -> None:
     lines = README.read_text().splitlines()
     assert len(lines) <= 150, f"README.md has {len(lines)} lines (front page: at most 150)"
-    for heading in ("## The two commands", "## Install", "## Quickstart per workflow", "## Results",
-                    "## How to cite", "## License"):
+    for heading in (
+        "## The two commands",
+        "## Install",
+        "## Quickstart per workflow",
+        "## Results",
+        "## How to cite",
+        "## License",
+    ):
         assert heading in lines, f"README.md lost its section {heading!r}"
 
 
@@ -42,7 +49,9 @@ def test_readme_python_example_runs() -> None:
     """The README's "loss head in your own training loop" block, executed as written (one step)."""
     losses = pytest.importorskip("multiview_app.losses")
     if not hasattr(losses, "M3GLoss"):
-        pytest.skip("multiview_app.losses does not export M3GLoss yet (the public loss classes land with the library work)")
+        pytest.skip(
+            "multiview_app.losses does not export M3GLoss yet (the public loss classes land with the library work)"
+        )
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     assert blocks, "README.md has no python block"
     namespace: dict[str, object] = {}

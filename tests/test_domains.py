@@ -1,5 +1,6 @@
 """Image domains: digit-domains generator, domainnet adapter, domains view policy, bad input, and the
 guarantee that the held-out domain is never opened during pretraining."""
+
 from __future__ import annotations
 
 import os
@@ -41,16 +42,24 @@ def tiny_three_domain_config(root: Path, tmp_path: Path, loss: dict, **data_opti
     import yaml
 
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump({
-        "data": {"adapter": "domainnet",
-                 "options": options(root, domains=["clean", "inverted", "sketch"], val_fraction=0.2, **data_options)},
-        "views": {"policy": "domains", "k": 2, "options": {"image_size": 16}},
-        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
-                  "projector": {"hidden_dim": 8, "out_dim": 8}},
-        "loss": loss,
-        "train": {"max_steps": 2, "batch_size": 8, "log_every": 1},
-        "eval": {"linear_probe": False, "batch_size": 128},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data": {
+                    "adapter": "domainnet",
+                    "options": options(root, domains=["clean", "inverted", "sketch"], val_fraction=0.2, **data_options),
+                },
+                "views": {"policy": "domains", "k": 2, "options": {"image_size": 16}},
+                "model": {
+                    "encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                    "projector": {"hidden_dim": 8, "out_dim": 8},
+                },
+                "loss": loss,
+                "train": {"max_steps": 2, "batch_size": 8, "log_every": 1},
+                "eval": {"linear_probe": False, "batch_size": 128},
+            }
+        )
+    )
     return config
 
 
@@ -227,7 +236,9 @@ def test_bad_input_errors(digit_root: Path, tmp_path: Path) -> None:
     assert inter.dropped == {"clean/train": 8}
 
     (root / "clean" / "3" / "clean_0003.jpg").unlink()
-    with pytest.raises(ValueError, match=r"clean_(train|test)\.txt names 1 image\(s\) that do not exist; first: .*clean_0003"):
+    with pytest.raises(
+        ValueError, match=r"clean_(train|test)\.txt names 1 image\(s\) that do not exist; first: .*clean_0003"
+    ):
         fresh = build_adapter("domainnet", options(root, intersect_classes=True, domains=["clean", "color"]))
         fresh.split("clean/train"), fresh.split("clean/test")
 
@@ -251,7 +262,9 @@ def test_corrupt_images_skipped_counted_or_error(digit_root: Path, tmp_path: Pat
 
 
 def test_decode_workers_preload_the_same_images_skip_the_same_files_and_keep_the_global_rng(
-    digit_root: Path, tmp_path: Path, monkeypatch,
+    digit_root: Path,
+    tmp_path: Path,
+    monkeypatch,
 ) -> None:
     """Preloading in 2 DataLoader worker processes (the option's default; every other test here decodes in
     this process) keeps the same files in the same order with the same pixels, and skips and counts the same
@@ -265,8 +278,9 @@ def test_decode_workers_preload_the_same_images_skip_the_same_files_and_keep_the
     loaded = {}
     for workers in (0, 2):
         torch.manual_seed(0)
-        adapter = build_adapter("domainnet", options(root, domains=["clean", "inverted"], decode_workers=workers,
-                                                     max_bad_fraction=0.05))
+        adapter = build_adapter(
+            "domainnet", options(root, domains=["clean", "inverted"], decode_workers=workers, max_bad_fraction=0.05)
+        )
         with pytest.warns(UserWarning, match=rf"skipped 1 of 80 unreadable images; first: .*{rel}"):
             loaded[workers] = adapter.domain_split("inverted", "train")
         assert torch.equal(torch.rand(3), expected), workers  # decoding drew nothing from the global RNG
@@ -288,7 +302,9 @@ def _counting_decode(monkeypatch) -> list[str]:
 
 
 def test_decoded_splits_are_reused_in_process_and_redecoded_when_a_file_changes(
-    digit_root: Path, tmp_path: Path, monkeypatch,
+    digit_root: Path,
+    tmp_path: Path,
+    monkeypatch,
 ) -> None:
     """A second adapter on the same files (a sweep's next run, its ERM, its evaluation) decodes nothing and
     gets the same pixels; a file whose mtime changed makes its split decode again; an unreadable file is
@@ -330,8 +346,11 @@ def test_decoded_split_cache_budget_switch_and_bad_setting(digit_root: Path, mon
         build_adapter("domainnet", options(digit_root, domains=["clean", "inverted"])).domain_split(domain, "train")
 
     one_split_mb = 80 * 3 * 16 * 16 / 2**20
-    for setting, reads, expected in (("0", ["clean", "clean"], 160), (f"{0.5 * one_split_mb}", ["clean", "clean"], 160),
-                                     (f"{1.5 * one_split_mb}", ["clean", "inverted", "inverted", "clean"], 240)):
+    for setting, reads, expected in (
+        ("0", ["clean", "clean"], 160),
+        (f"{0.5 * one_split_mb}", ["clean", "clean"], 160),
+        (f"{1.5 * one_split_mb}", ["clean", "inverted", "inverted", "clean"], 240),
+    ):
         monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", setting)
         domain_adapter.DECODED_SPLITS.clear()
         decoded.clear()
@@ -365,17 +384,21 @@ def test_heldout_domain_never_opened_during_pretraining(digit_root: Path, tmp_pa
     monkeypatch.setattr(domain_adapter.DomainNetAdapter, "_read_split_file", recording_read)
     for preload in (True, False):
         opened.clear(), split_files.clear()
-        cfg = config_from_dict({
-            "data": {"adapter": "domainnet", "options": options(digit_root, holdout="sketch", preload=preload)},
-            "views": {"policy": "domains", "k": 5, "options": {"image_size": 16}},
-            "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
-                      "projector": {"hidden_dim": 8, "out_dim": 8}},
-            "loss": {"name": "infonce_pwe"},
-            "train": {"max_steps": 1, "batch_size": 8, "log_every": 1},
-            # the generic end-of-training probe (seen domains only) runs too, once
-            "eval": {"linear_probe": not preload, "batch_size": 256},
-            "output": {"runs_dir": str(tmp_path), "name": f"held_{preload}"},
-        })
+        cfg = config_from_dict(
+            {
+                "data": {"adapter": "domainnet", "options": options(digit_root, holdout="sketch", preload=preload)},
+                "views": {"policy": "domains", "k": 5, "options": {"image_size": 16}},
+                "model": {
+                    "encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                    "projector": {"hidden_dim": 8, "out_dim": 8},
+                },
+                "loss": {"name": "infonce_pwe"},
+                "train": {"max_steps": 1, "batch_size": 8, "log_every": 1},
+                # the generic end-of-training probe (seen domains only) runs too, once
+                "eval": {"linear_probe": not preload, "batch_size": 256},
+                "output": {"runs_dir": str(tmp_path), "name": f"held_{preload}"},
+            }
+        )
         train(cfg)
         assert opened and all("/sketch/" not in p for p in opened)
         assert split_files and all("sketch" not in Path(p).name for p in split_files)
@@ -400,17 +423,26 @@ def test_probe_domains_detects_shift() -> None:
         y = rng.integers(0, 4, n)
         return centers[np.asarray(mapping)[y]] + rng.normal(size=(n, 8)) * 0.3, y
 
-    features = {"a/train": domain([0, 1, 2, 3]), "b/train": domain([1, 2, 3, 0]), "t/train": domain([0, 1, 2, 3]),
-                "t/test": domain([0, 1, 2, 3]), "a/val": domain([0, 1, 2, 3]), "b/val": domain([1, 2, 3, 0]),
-                "t/val": domain([0, 1, 2, 3])}
-    result = leave_one_domain_out(features=lambda c, d, s: features[f"{d}/{s}"], candidates=["final"],
-                                  seen=["a", "b"], target="t", Cs=(1.0,))
+    features = {
+        "a/train": domain([0, 1, 2, 3]),
+        "b/train": domain([1, 2, 3, 0]),
+        "t/train": domain([0, 1, 2, 3]),
+        "t/test": domain([0, 1, 2, 3]),
+        "a/val": domain([0, 1, 2, 3]),
+        "b/val": domain([1, 2, 3, 0]),
+        "t/val": domain([0, 1, 2, 3]),
+    }
+    result = leave_one_domain_out(
+        features=lambda c, d, s: features[f"{d}/{s}"], candidates=["final"], seen=["a", "b"], target="t", Cs=(1.0,)
+    )
     assert result["one_vs_one"]["a"] == 1.0 and result["target_labelled_probe"] == 1.0
     assert result["one_vs_one"]["b"] == 0.0  # every class predicted as its neighbour
     assert 0.2 < result["five_vs_one"] < 1.0
 
 
-def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_evaluator_end_to_end_and_holdout_all(
+    digit_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import json
 
     from multiview_app.eval.domain_generalization import format_table
@@ -419,8 +451,20 @@ def test_evaluator_end_to_end_and_holdout_all(digit_root: Path, tmp_path: Path, 
     out = tmp_path / "dg"
     from multiview_app.cli import main
 
-    cmd = ["eval", "domain-generalization", "--run", str(out), "--config", str(config), "--holdout", "all",
-           "--seeds", "0", "--erm-steps", "4"]
+    cmd = [
+        "eval",
+        "domain-generalization",
+        "--run",
+        str(out),
+        "--config",
+        str(config),
+        "--holdout",
+        "all",
+        "--seeds",
+        "0",
+        "--erm-steps",
+        "4",
+    ]
     assert main(cmd) == 0, capsys.readouterr().err[-2000:]
     summary = json.loads((out / "domain_generalization_summary.json").read_text())
     assert len(summary["runs"]) == 3 and summary["domains"] == ["clean", "inverted", "sketch"]
@@ -451,13 +495,25 @@ def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
     from multiview_app.eval.domain_generalization import combine_results, format_table
 
     def run(loss: str, holdout: str, seen: list[str], acc: float, seed: int = 0) -> dict:
-        scores = {"five_vs_one": acc, "target_labelled_probe": acc + 0.1, "oracle_selection": {"five_vs_one": acc},
-                  "one_vs_one": {d: acc / 2 for d in seen}}
-        return {"loss": loss, "holdout": holdout, "seen": seen, "seed": seed,
-                "results": {"trained": scores, "random_init": {**scores, "five_vs_one": 0.1}}}
+        scores = {
+            "five_vs_one": acc,
+            "target_labelled_probe": acc + 0.1,
+            "oracle_selection": {"five_vs_one": acc},
+            "one_vs_one": {d: acc / 2 for d in seen},
+        }
+        return {
+            "loss": loss,
+            "holdout": holdout,
+            "seen": seen,
+            "seed": seed,
+            "results": {"trained": scores, "random_init": {**scores, "five_vs_one": 0.1}},
+        }
 
-    results = [run("m3g", "a", ["b", "c"], 0.4), run("m3g", "a", ["b", "c"], 0.6, seed=1),
-               run("pvc_geometric", "b", ["a", "c"], 0.3)]
+    results = [
+        run("m3g", "a", ["b", "c"], 0.4),
+        run("m3g", "a", ["b", "c"], 0.6, seed=1),
+        run("pvc_geometric", "b", ["a", "c"], 0.3),
+    ]
     combined = combine_results(results, ["a", "b", "c"])
     cell = combined["five_vs_one"]["m3g"]["a"]
     assert cell["n"] == 2 and abs(cell["mean"] - 0.5) < 1e-12 and abs(cell["std"] - 0.1) < 1e-12
@@ -467,8 +523,14 @@ def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
     table = format_table(combined, ["a", "b", "c"])
     # DomainBed layout (rows = algorithms, columns = held-out domains + Avg); n printed; one run: no spread
     assert "| algorithm | pretraining views | a | b | Avg |" in table and "| c |" not in table
-    assert "| m3g | label-conditioned: one image of the item's class per seen domain | 50.0 ± 10.0 (n=2) | - | - |" in table
-    assert "| pvc_geometric | label-conditioned: one image of the item's class per seen domain | - | 30.0 (n=1) | - |" in table
+    assert (
+        "| m3g | label-conditioned: one image of the item's class per seen domain | 50.0 ± 10.0 (n=2) | - | - |"
+        in table
+    )
+    assert (
+        "| pvc_geometric | label-conditioned: one image of the item's class per seen domain | - | 30.0 (n=1) | - |"
+        in table
+    )
     assert "| random_init | none (initial weights) | 10.0 ± 0.0 (n=2) | 10.0 (n=1) |" in table
 
 
@@ -478,13 +540,27 @@ def test_reference_columns_count_distinct_models_only() -> None:
     from multiview_app.eval.domain_generalization import combine_results, format_table
 
     def run(protocol: str, seed: int, trained: float) -> dict:
-        scores = {"five_vs_one": trained, "target_labelled_probe": 0.9, "oracle_selection": {"five_vs_one": 0.6},
-                  "one_vs_one": {"b": 0.2}}
-        reference = {"five_vs_one": 0.334, "target_labelled_probe": 0.5, "oracle_selection": {"five_vs_one": 0.4},
-                     "one_vs_one": {"b": 0.1}}
-        return {"loss": "m3g", "holdout": "a", "seen": ["b"], "seed": seed, "protocol": protocol,
-                "reference_ids": {"random_init": f"init{seed}", "erm": f"erm{seed}"},
-                "results": {"trained": scores, "random_init": reference, "erm": reference}}
+        scores = {
+            "five_vs_one": trained,
+            "target_labelled_probe": 0.9,
+            "oracle_selection": {"five_vs_one": 0.6},
+            "one_vs_one": {"b": 0.2},
+        }
+        reference = {
+            "five_vs_one": 0.334,
+            "target_labelled_probe": 0.5,
+            "oracle_selection": {"five_vs_one": 0.4},
+            "one_vs_one": {"b": 0.1},
+        }
+        return {
+            "loss": "m3g",
+            "holdout": "a",
+            "seen": ["b"],
+            "seed": seed,
+            "protocol": protocol,
+            "reference_ids": {"random_init": f"init{seed}", "erm": f"erm{seed}"},
+            "results": {"trained": scores, "random_init": reference, "erm": reference},
+        }
 
     combined = combine_results([run("generalization", 0, 0.5), run("adaptation", 0, 0.6)], ["a", "b"])
     for column in ("random_init", "erm"):
@@ -499,13 +575,23 @@ def test_adaptation_gain_paired_by_seed_mean_std() -> None:
     from multiview_app.eval.domain_generalization import adaptation_gain, format_gain
 
     def run(protocol: str, seed: int, acc: float, adapt_views: str | None = None) -> dict:
-        return {"loss": "m3g", "holdout": "a", "seed": seed, "protocol": protocol, "adapt_views": adapt_views,
-                "results": {"trained": {"five_vs_one": acc}}}
+        return {
+            "loss": "m3g",
+            "holdout": "a",
+            "seed": seed,
+            "protocol": protocol,
+            "adapt_views": adapt_views,
+            "results": {"trained": {"five_vs_one": acc}},
+        }
 
-    results = [run("generalization", 0, 0.5), run("generalization", 1, 0.6),
-               run("adaptation", 0, 0.7, "augment"), run("adaptation", 1, 0.6, "augment"),
-               run("adaptation", 2, 0.9, "augment"),  # no generalization partner for seed 2: left out
-               run("adaptation", 1, 0.4, "nearest")]
+    results = [
+        run("generalization", 0, 0.5),
+        run("generalization", 1, 0.6),
+        run("adaptation", 0, 0.7, "augment"),
+        run("adaptation", 1, 0.6, "augment"),
+        run("adaptation", 2, 0.9, "augment"),  # no generalization partner for seed 2: left out
+        run("adaptation", 1, 0.4, "nearest"),
+    ]
     gain = adaptation_gain(results)
     cell = gain["m3g+adapt"]["a"]
     assert cell["n"] == 2 and abs(cell["mean"] - 0.1) < 1e-12 and abs(cell["std"] - 0.1) < 1e-12
@@ -523,22 +609,45 @@ def test_paired_differences_m3g_minus_each_row_by_domain_and_seed() -> None:
     """m3g minus every other row, paired by (held-out domain, seed); unpaired runs left out; Avg over the seeds
     that cover every domain; wins / losses counted over the pairs; no m3g row -> no table."""
     from multiview_app.eval.domain_generalization import (
-        combine_results, format_paired, paired_anchors, paired_differences,
+        combine_results,
+        format_paired,
+        paired_anchors,
+        paired_differences,
     )
 
-    def run(loss: str, holdout: str, seed: int, acc: float, pairing: str = "label",
-            protocol: str = "generalization") -> dict:
-        scores = {"five_vs_one": acc, "target_labelled_probe": acc, "oracle_selection": {"five_vs_one": acc},
-                  "one_vs_one": {}}
-        return {"loss": loss, "holdout": holdout, "seen": [], "seed": seed, "pairing": pairing, "protocol": protocol,
-                "reference_ids": {"random_init": f"init{seed}"},
-                "results": {"trained": scores, "random_init": {**scores, "five_vs_one": 0.2 + 0.1 * seed}}}
+    def run(
+        loss: str, holdout: str, seed: int, acc: float, pairing: str = "label", protocol: str = "generalization"
+    ) -> dict:
+        scores = {
+            "five_vs_one": acc,
+            "target_labelled_probe": acc,
+            "oracle_selection": {"five_vs_one": acc},
+            "one_vs_one": {},
+        }
+        return {
+            "loss": loss,
+            "holdout": holdout,
+            "seen": [],
+            "seed": seed,
+            "pairing": pairing,
+            "protocol": protocol,
+            "reference_ids": {"random_init": f"init{seed}"},
+            "results": {"trained": scores, "random_init": {**scores, "five_vs_one": 0.2 + 0.1 * seed}},
+        }
 
-    results = [run("m3g", "a", 0, 0.5), run("m3g", "a", 1, 0.6), run("m3g", "b", 0, 0.4), run("m3g", "b", 1, 0.7),
-               run("infonce_ave", "a", 0, 0.4), run("infonce_ave", "a", 1, 0.7), run("infonce_ave", "b", 0, 0.4),
-               run("infonce_ave", "b", 2, 0.9),  # seed 2 has no m3g partner: left out
-               run("m3g", "a", 0, 0.3, pairing="none"),
-               run("m3g", "a", 0, 0.8, protocol="adaptation"), run("infonce_ave", "a", 0, 0.5, protocol="adaptation")]
+    results = [
+        run("m3g", "a", 0, 0.5),
+        run("m3g", "a", 1, 0.6),
+        run("m3g", "b", 0, 0.4),
+        run("m3g", "b", 1, 0.7),
+        run("infonce_ave", "a", 0, 0.4),
+        run("infonce_ave", "a", 1, 0.7),
+        run("infonce_ave", "b", 0, 0.4),
+        run("infonce_ave", "b", 2, 0.9),  # seed 2 has no m3g partner: left out
+        run("m3g", "a", 0, 0.3, pairing="none"),
+        run("m3g", "a", 0, 0.8, protocol="adaptation"),
+        run("infonce_ave", "a", 0, 0.5, protocol="adaptation"),
+    ]
     combined = combine_results(results, ["a", "b"])
     diffs = paired_differences(combined)
     # generalization rows and the references; the adaptation rows are compared with m3g+adapt
@@ -561,8 +670,10 @@ def test_paired_differences_m3g_minus_each_row_by_domain_and_seed() -> None:
     from multiview_app.eval.protocols.stats import bootstrap_ci
 
     low, high = bootstrap_ci([10.0, -10.0, 0.0])
-    assert (f"| infonce_ave | +0.0 ± 10.0 (n=2) | +0.0 (n=1) | +5.0 (n=1) | +0.0 [{low:+.1f}, {high:+.1f}] | 1 / 1 (3) |"
-            in table)
+    assert (
+        f"| infonce_ave | +0.0 ± 10.0 (n=2) | +0.0 (n=1) | +5.0 (n=1) | +0.0 [{low:+.1f}, {high:+.1f}] | 1 / 1 (3) |"
+        in table
+    )
     # random init: seed 0 Avg (0.3 + 0.2) / 2 = 0.25, seed 1 (0.3 + 0.4) / 2 = 0.35 -> +30.0 ± 5.0 (n=2), 4 of 4 won
     low, high = bootstrap_ci([30.0, 20.0, 30.0, 40.0])
     assert f"| +30.0 ± 5.0 (n=2) | +30.0 [{low:+.1f}, {high:+.1f}] | 4 / 0 (4) |" in table
@@ -578,7 +689,9 @@ def test_random_init_shift_matrix_shows_a_real_domain_shift(digit_root: Path) ->
     adapter = build_adapter("domainnet", options(digit_root))
     policy = build_view_policy("domains", 2, {"image_size": 16}, adapter)
     torch.manual_seed(0)
-    model = build_model({"image": {"name": "small_cnn", "width": 8, "num_features": 32}}, {"hidden_dim": 8, "out_dim": 8})
+    model = build_model(
+        {"image": {"name": "small_cnn", "width": 8, "num_features": 32}}, {"hidden_dim": 8, "out_dim": 8}
+    )
     matrix = domain_shift_matrix(model, adapter, policy, batch_size=256)
     domains = adapter.domains
     assert list(matrix) == domains and all(list(row) == domains for row in matrix.values())
@@ -599,8 +712,11 @@ def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tm
     real_decode, real_read = domain_adapter.decode_file, domain_adapter.DomainNetAdapter._read_split_file
     monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", "0")  # every read opens the file (what is watched)
     monkeypatch.setattr(domain_adapter, "decode_file", lambda p, s: opened.append(p) or real_decode(p, s))
-    monkeypatch.setattr(domain_adapter.DomainNetAdapter, "_read_split_file",
-                        lambda self, d, s, p: split_files.append(Path(p).name) or real_read(self, d, s, p))
+    monkeypatch.setattr(
+        domain_adapter.DomainNetAdapter,
+        "_read_split_file",
+        lambda self, d, s, p: split_files.append(Path(p).name) or real_read(self, d, s, p),
+    )
     opts = options(digit_root, adapt="sketch", adapt_share=0.25)
     adapter = build_adapter("domainnet", opts)
     assert "sketch" not in adapter.seen_domains
@@ -611,7 +727,7 @@ def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tm
     x = target_items[0]["x"]
     assert x.shape == (5, 3, 16, 16) and all(torch.equal(x[0], x[d]) for d in range(5))  # views of one image
     with pytest.raises(PermissionError, match="labels of domain 'sketch' .* hidden"):
-        adapter.domain_split("sketch", "train").labels
+        _ = adapter.domain_split("sketch", "train").labels
     # the target image's k views differ (target stack 'mild') even when the source views are deterministic
     from torch.utils.data import default_collate
 
@@ -624,20 +740,26 @@ def test_adaptation_target_unlabelled_and_test_split_unread(digit_root: Path, tm
     assert not torch.equal(views[0][2], views[1][2]) and not torch.equal(views[0][3], views[1][3])
     with pytest.raises(ValueError, match="unknown stack nope"):
         build_view_policy("domains", 5, {"target_stack": "nope"}, adapter)
-    cfg = config_from_dict({
-        "data": {"adapter": "domainnet", "options": opts},
-        "views": {"policy": "domains", "k": 5, "options": {"image_size": 16}},
-        "model": {"encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
-                  "projector": {"hidden_dim": 8, "out_dim": 8}},
-        "loss": {"name": "infonce_pwe"},
-        "train": {"max_steps": 3, "batch_size": 32, "log_every": 1},
-        "eval": {"linear_probe": False},
-        "output": {"runs_dir": str(tmp_path), "name": "adapt"},
-    })
+    cfg = config_from_dict(
+        {
+            "data": {"adapter": "domainnet", "options": opts},
+            "views": {"policy": "domains", "k": 5, "options": {"image_size": 16}},
+            "model": {
+                "encoders": {"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
+                "projector": {"hidden_dim": 8, "out_dim": 8},
+            },
+            "loss": {"name": "infonce_pwe"},
+            "train": {"max_steps": 3, "batch_size": 32, "log_every": 1},
+            "eval": {"linear_probe": False},
+            "output": {"runs_dir": str(tmp_path), "name": "adapt"},
+        }
+    )
     opened.clear(), split_files.clear()
     train(cfg)  # a code path reading the target's labels would raise PermissionError here
     assert any("/sketch/" in p for p in opened)  # target train images are used ...
-    sketch_test = {str(digit_root / line.split()[0]) for line in (digit_root / "sketch_test.txt").read_text().splitlines()}
+    sketch_test = {
+        str(digit_root / line.split()[0]) for line in (digit_root / "sketch_test.txt").read_text().splitlines()
+    }
     assert len(sketch_test) == 20 and not sketch_test & set(opened)  # ... but never its test split
     assert "sketch_train.txt" in split_files and "sketch_test.txt" not in split_files
     assert adapter.target_labels("train").shape == (80,)  # evaluation reads them explicitly
@@ -654,8 +776,13 @@ def test_adaptation_rows_augmented_once(digit_root: Path, monkeypatch) -> None:
     raw = default_collate([train_split[i] for i in (0, 1, 2, 400, 401)])  # 3 source + 2 target items
     calls: list[tuple[int, object]] = []
     real_augment = domain_views.augment
-    monkeypatch.setattr(domain_views, "augment", lambda images, stack, size, generator=None:
-                        calls.append((images.shape[0], stack)) or real_augment(images, stack, size, generator))
+    monkeypatch.setattr(
+        domain_views,
+        "augment",
+        lambda images, stack, size, generator=None: (
+            calls.append((images.shape[0], stack)) or real_augment(images, stack, size, generator)
+        ),
+    )
     views = policy.train_views(raw, torch.Generator().manual_seed(0)).views
     assert [v.shape[0] for v in views] == [5] * 5
     assert sum(rows for rows, _ in calls) == 5 * 5  # each row of each view augmented once
@@ -694,7 +821,9 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
     with pytest.raises(ValueError, match="needs the model"):
         policy.train_views(raw, torch.Generator().manual_seed(0))
     torch.manual_seed(0)
-    model = build_model({"image": {"name": "small_cnn", "width": 4, "num_features": 8}}, {"hidden_dim": 8, "out_dim": 8})
+    model = build_model(
+        {"image": {"name": "small_cnn", "width": 4, "num_features": 8}}, {"hidden_dim": 8, "out_dim": 8}
+    )
     model.train()
     policy.bind_model(model)
     batch = policy.train_views(raw, torch.Generator().manual_seed(0))
@@ -702,8 +831,9 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
     # brute force (float64): the pool is the whole target train split (target_pool >= 80)
     target = adapter.domain_split("sketch", "train")
     with torch.no_grad():
-        double = build_model({"image": {"name": "small_cnn", "width": 4, "num_features": 8}},
-                             {"hidden_dim": 8, "out_dim": 8})
+        double = build_model(
+            {"image": {"name": "small_cnn", "width": 4, "num_features": 8}}, {"hidden_dim": 8, "out_dim": 8}
+        )
         double.load_state_dict(model.state_dict())
         double.double().eval()
 
@@ -717,7 +847,7 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
         expected = target.images[cos.argmax(dim=1)]
     assert torch.allclose(batch.views[2], augment(expected, "test", 16))
     with pytest.raises(PermissionError):
-        target.labels
+        _ = target.labels
 
     # end to end: training (+ ERM, evaluator) never reads the target labels nor its test split
     opened: list[str] = []
@@ -725,13 +855,28 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
     monkeypatch.setenv("MVAPP_DECODE_CACHE_MB", "0")  # every read opens the file (what is watched)
     monkeypatch.setattr(domain_adapter, "decode_file", lambda p, s: opened.append(p) or real_decode(p, s))
     config = tiny_three_domain_config(digit_root, tmp_path, {"name": "m3g", "epsilon": 0.05})
-    train(load_config(config, ["data.options.adapt=sketch", "data.options.adapt_views=nearest",
-                               f"output.runs_dir={tmp_path}"], name="nn_only"))
-    sketch_test = {str(digit_root / line.split()[0]) for line in (digit_root / "sketch_test.txt").read_text().splitlines()}
+    train(
+        load_config(
+            config,
+            ["data.options.adapt=sketch", "data.options.adapt_views=nearest", f"output.runs_dir={tmp_path}"],
+            name="nn_only",
+        )
+    )
+    sketch_test = {
+        str(digit_root / line.split()[0]) for line in (digit_root / "sketch_test.txt").read_text().splitlines()
+    }
     assert any("/sketch/" in p for p in opened) and not sketch_test & set(opened)
     out = tmp_path / "nn"
-    results = train_and_evaluate(config, out, ["sketch"], [0], ["data.options.adapt_views=nearest"],
-                                 protocols=("generalization", "adaptation"), erm_steps=4, progress=False)
+    results = train_and_evaluate(
+        config,
+        out,
+        ["sketch"],
+        [0],
+        ["data.options.adapt_views=nearest"],
+        protocols=("generalization", "adaptation"),
+        erm_steps=4,
+        progress=False,
+    )
     assert [r["protocol"] for r in results] == ["generalization", "adaptation"]
     assert results[1]["adapt_views"] == "nearest" and (out / "m3g_sketch_adaptnn_s0" / "model.safetensors").is_file()
     assert len(list((out / "erm").iterdir())) == 1  # ERM (source views only) shared by both protocols
@@ -744,8 +889,9 @@ def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_pat
 
     config = tiny_three_domain_config(digit_root, tmp_path, {"name": "pvc_geometric", "tau": 0.2})
     out = tmp_path / "both"
-    results = train_and_evaluate(config, out, ["sketch"], [0], protocols=("generalization", "adaptation"),
-                                 erm_steps=4, progress=False)
+    results = train_and_evaluate(
+        config, out, ["sketch"], [0], protocols=("generalization", "adaptation"), erm_steps=4, progress=False
+    )
     assert [r["protocol"] for r in results] == ["generalization", "adaptation"]
     assert all(r["holdout"] == "sketch" and r["seen"] == ["clean", "inverted"] for r in results)
     assert len(list((out / "erm").iterdir())) == 1  # one ERM model serves both protocols

@@ -1,6 +1,7 @@
 """The DREAMS reader on small files written in the DREAMS format (no real data needed): the 5-s -> 30-s
 rule, prepare into the common cache, checksum refusal, the EDF unit check, and bad input refused
 before anything is written. The same reader on the real excerpts: tests/test_eeg_real.py."""
+
 from __future__ import annotations
 
 import json
@@ -8,39 +9,53 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _eeg_helpers import write_dreams_excerpt, write_sha256sums
 
 from multiview_app.cli import main
 from multiview_app.data.eeg.cache import load_manifest, load_windows, prepare
-from multiview_app.data.eeg.dreams import (Excerpt, edf_microvolts, find_excerpts, inspect_excerpt, read_dreams,
-                                           rk_epochs)
+from multiview_app.data.eeg.dreams import (
+    Excerpt,
+    edf_microvolts,
+    find_excerpts,
+    inspect_excerpt,
+    read_dreams,
+    rk_epochs,
+)
 from multiview_app.data.eeg.preprocess import PrepareOptions
 from multiview_app.data.eeg.stages import EXCLUDED
-
-from _eeg_helpers import write_dreams_excerpt, write_sha256sums
 
 W, REM, S1, S2, S3, S4, MT = 5, 4, 3, 2, 1, 0, -1
 N1, N2, N3 = 1, 2, 3
 
 
 def test_rule_five_second_labels_to_thirty_second_epochs() -> None:
-    labels5 = np.array([W] * 6                      # unanimous W
-                       + [S3, S4, S3, S4, S4, S3]     # unanimous N3 (S3 + S4)
-                       + [S2, S2, S2, S2, S1, S1]     # majority N2 (4 of 6)
-                       + [S2, S2, S2, S1, S1, S1]     # 3 / 3: no majority -> excluded
-                       + [MT, MT, MT, MT, W, W]       # movement -> excluded
-                       + [REM, REM, REM, REM, REM, MT]  # majority REM (5 of 6, one movement)
-                       + [S2, S2])                    # incomplete trailing epoch: not scored
+    labels5 = np.array(
+        [W] * 6  # unanimous W
+        + [S3, S4, S3, S4, S4, S3]  # unanimous N3 (S3 + S4)
+        + [S2, S2, S2, S2, S1, S1]  # majority N2 (4 of 6)
+        + [S2, S2, S2, S1, S1, S1]  # 3 / 3: no majority -> excluded
+        + [MT, MT, MT, MT, W, W]  # movement -> excluded
+        + [REM, REM, REM, REM, REM, MT]  # majority REM (5 of 6, one movement)
+        + [S2, S2]
+    )  # incomplete trailing epoch: not scored
     labels, counts = rk_epochs(labels5)
     np.testing.assert_array_equal(labels, [0, N3, N2, EXCLUDED, EXCLUDED, 4])
-    assert counts == {"dreams_epochs_unanimous": 2, "dreams_epochs_majority": 2, "dreams_epochs_no_majority": 1,
-                      "dreams_epochs_movement": 1, "dreams_labels_after_last_epoch": 2}
+    assert counts == {
+        "dreams_epochs_unanimous": 2,
+        "dreams_epochs_majority": 2,
+        "dreams_epochs_no_majority": 1,
+        "dreams_epochs_movement": 1,
+        "dreams_labels_after_last_epoch": 2,
+    }
 
 
 def _two_excerpts(folder: Path) -> list[list[int]]:
     """excerpt1 (C3-A1, 100 Hz) and excerpt2 (CZ-A1, 200 Hz, 140 samples past its hypnogram, as the real
     excerpt 6), 8 epochs each, with a SHA256SUMS."""
-    hyps = [[W] * 12 + [S1] * 6 + [S2] * 12 + [S2, S2, S2, S2, S3, S3] + [S3, S4] * 9,
-            [S2] * 6 + [S2, S2, S2, S1, S1, S1] + [S3] * 12 + [REM] * 12 + [W] * 6 + [S1] * 6]
+    hyps = [
+        [W] * 12 + [S1] * 6 + [S2] * 12 + [S2, S2, S2, S2, S3, S3] + [S3, S4] * 9,
+        [S2] * 6 + [S2, S2, S2, S1, S1, S1] + [S3] * 12 + [REM] * 12 + [W] * 6 + [S1] * 6,
+    ]
     write_dreams_excerpt(folder, "excerpt1", 100.0, hyps[0], "C3-A1")
     write_dreams_excerpt(folder, "excerpt2", 200.0, hyps[1], "CZ-A1", extra_samples=140, seed=1)
     write_sha256sums(folder, ["excerpt1.txt", "excerpt2.txt"])
@@ -51,7 +66,14 @@ def test_prepare_dreams_writes_the_common_cache_with_the_rule_counts(tmp_path: P
     hyps = _two_excerpts(tmp_path / "src")
     assert main(["data", "prepare", "dreams", "--source", str(tmp_path / "src"), "--out", str(tmp_path / "cache")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("prepared 2 recordings into") and lines[1].split() == ["W", "N1", "N2", "N3", "REM", "total"]
+    assert lines[0].startswith("prepared 2 recordings into") and lines[1].split() == [
+        "W",
+        "N1",
+        "N2",
+        "N3",
+        "REM",
+        "total",
+    ]
     assert lines[2].split()[0] == "windows" and lines[2].split()[-1] == "16" and "dropped: excluded 1" in lines
     assert len(lines) <= 6 and max(map(len, lines)) < 160  # a short table, not the readers' counters
     manifest = load_manifest(tmp_path / "cache")
@@ -78,9 +100,13 @@ def test_windows_follow_the_excerpt_signal(tmp_path: Path) -> None:
     """The cached window of an epoch is the excerpt's 30 s resampled to 100 Hz (the rhythm's amplitude
     follows the label, so a label/window shift would show)."""
     _two_excerpts(tmp_path / "src")
-    prepare("dreams", tmp_path / "src", tmp_path / "cache", PrepareOptions(channels=["central"], l_freq=None,
-                                                                           h_freq=None, scaling="recording"),
-            progress=False)
+    prepare(
+        "dreams",
+        tmp_path / "src",
+        tmp_path / "cache",
+        PrepareOptions(channels=["central"], l_freq=None, h_freq=None, scaling="recording"),
+        progress=False,
+    )
     manifest = load_manifest(tmp_path / "cache")
     record = next(r for r in manifest["recordings"] if r["recording"] == "excerpt2")
     windows = load_windows(tmp_path / "cache", record)
@@ -115,13 +141,17 @@ def test_hypnograms_missing_from_sha256sums_are_checked_against_the_card(tmp_pat
     _two_excerpts(tmp_path / "src")
     sums = tmp_path / "src" / "SHA256SUMS"
     sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines() if "Hypnogram" not in line))
-    with pytest.raises(ValueError, match=r"Hypnogram_excerpt1.txt: sha256 .*/SHA256SUMS \(for files it does not list: "
-                                         r"the card datasets/dreams_spindles.yaml\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Hypnogram_excerpt1.txt: sha256 .*/SHA256SUMS \(for files it does not list: "
+        r"the card datasets/dreams_spindles.yaml\)",
+    ):
         prepare("dreams", tmp_path / "src", tmp_path / "cache", PrepareOptions(channels=["central"]), progress=False)
 
 
 def test_every_file_of_the_real_dreams_folder_has_a_checksum() -> None:
     from _eeg_helpers import real_psg
+
     from multiview_app.data.eeg.dreams import expected_checksums, verify_checksums
 
     source = real_psg("dreams-spindles")
@@ -144,8 +174,9 @@ def _uv_upper_case_edf(path: Path, microvolts: np.ndarray, fs: float) -> None:
     """An EDF whose EEG physical dimension is written 'UV' (as DREAMS excerpt3.edf), via edfio."""
     import edfio
 
-    signal = edfio.EdfSignal(microvolts, sampling_frequency=fs, label="C3-A1", physical_dimension="UV",
-                             physical_range=(-250.0, 250.0))
+    signal = edfio.EdfSignal(
+        microvolts, sampling_frequency=fs, label="C3-A1", physical_dimension="UV", physical_range=(-250.0, 250.0)
+    )
     edfio.Edf([signal], data_record_duration=2.0).write(path)
 
 
@@ -195,10 +226,14 @@ def test_the_eeg_windows_adapter_and_data_info_read_a_dreams_cache(tmp_path: Pat
     assert summary["dataset"] == "dreams" and summary["card"]["name"] == "dreams_spindles"
     assert main(["data", "info", str(tmp_path / "cache")]) == 0  # a short human summary without --json
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == (f"{tmp_path / 'cache'}: dreams, 2 recordings, 2 subjects; channels central at 100 Hz, "
-                        "30 s windows")
-    assert lines[2].split() == ["windows", *map(str, (summary["windows_per_stage"][s] for s in summary["windows_per_stage"])),
-                                str(summary["windows"])]
+    assert lines[0] == (
+        f"{tmp_path / 'cache'}: dreams, 2 recordings, 2 subjects; channels central at 100 Hz, 30 s windows"
+    )
+    assert lines[2].split() == [
+        "windows",
+        *map(str, (summary["windows_per_stage"][s] for s in summary["windows_per_stage"])),
+        str(summary["windows"]),
+    ]
     assert lines[-1] == "per subject and the dataset card: mvapp data info --json" and len(lines) <= 6
 
 
@@ -211,7 +246,7 @@ def test_a_physical_range_that_is_not_a_number_reads_as_nan(tmp_path: Path) -> N
 
     _uv_upper_case_edf(tmp_path / "x.edf", np.zeros(200), 50.0)
     data = bytearray((tmp_path / "x.edf").read_bytes())
-    data[256 + 104: 256 + 112] = b"n/a     "  # signal 0's physical minimum (one signal: offset 104)
+    data[256 + 104 : 256 + 112] = b"n/a     "  # signal 0's physical minimum (one signal: offset 104)
     (tmp_path / "x.edf").write_bytes(bytes(data))
     header = read_edf_header(tmp_path / "x.edf")
     assert math.isnan(header.physical_ranges[0][0]) and header.physical_ranges[0][1] == 250.0

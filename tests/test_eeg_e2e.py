@@ -1,4 +1,5 @@
 """End to end through the CLI: synth-psg -> prepare -> info -> 3 training steps -> sleep-staging."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,27 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eeg_sleepedf_m3g.yam
 @pytest.mark.slow
 def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     raw, cache, runs = tmp_path / "raw", tmp_path / "cache", tmp_path / "runs"
-    assert main(["data", "synth-psg", "--subjects", "3", "--nights", "1", "--format", "sleep-edf",
-                 "--hours", "1", "--out", str(raw), "--seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synth-psg",
+                "--subjects",
+                "3",
+                "--nights",
+                "1",
+                "--format",
+                "sleep-edf",
+                "--hours",
+                "1",
+                "--out",
+                str(raw),
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert len(list(raw.glob("SC4*E0-PSG.edf"))) == 3 and len(list(raw.glob("SC4*-Hypnogram.edf"))) == 3
     assert main(["data", "prepare", "sleep-edf", "--source", str(raw), "--out", str(cache)]) == 0
     assert main(["data", "info", str(cache)]) == 0
@@ -23,10 +43,28 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     summary = json.loads((cache / "manifest.json").read_text())
     assert [r["subject"] for r in summary["recordings"]] == ["SC400", "SC401", "SC402"]
 
-    assert main(["train", "--config", str(CONFIG), "--name", "tiny", f"data.options.cache={cache}",
-                 "data.options.test_fraction=0.34", f"output.runs_dir={runs}", "train.max_steps=3",
-                 "train.batch_size=4", "model.encoders.eeg.width=8", "model.encoders.eeg.out_dim=8",
-                 "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(CONFIG),
+                "--name",
+                "tiny",
+                f"data.options.cache={cache}",
+                "data.options.test_fraction=0.34",
+                f"output.runs_dir={runs}",
+                "train.max_steps=3",
+                "train.batch_size=4",
+                "model.encoders.eeg.width=8",
+                "model.encoders.eeg.out_dim=8",
+                "model.projector.hidden_dim=16",
+                "model.projector.out_dim=8",
+                "train.checkpoint_every=0",
+            ]
+        )
+        == 0
+    )
     run = runs / "tiny"
     assert (run / "model.safetensors").is_file() and (run / "init.safetensors").is_file()
 
@@ -44,18 +82,40 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     assert "C tuned on validation subjects" in result["classifier"] and len(result["validation_subjects"][0]) == 1
     assert len(result["drawn_per_class"]["5"]) == 2  # every seed's draw is kept
     assert all(v <= 5 for drawn in result["drawn_per_class"]["5"] for v in drawn.values())
-    assert out.index("\nbalanced_accuracy\n") < out.index("\nkappa\n") < out.index("\naccuracy\n") and "in-domain" in out
+    assert (
+        out.index("\nbalanced_accuracy\n") < out.index("\nkappa\n") < out.index("\naccuracy\n") and "in-domain" in out
+    )
     assert sum(result["test_windows_per_stage"].values()) == result["windows"]["test"]
     assert Path(result["plots"]["confusion"]).is_file() and Path(result["plots"]["hypnogram"]).is_file()
 
     assert result["features"] == "encoder" and "bandpower+trained" in out
     # the projector output instead of the backbone (same protocol); --no-combined drops the combined row
-    assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "--seeds", "1", "--features", "projector",
-                 "--no-combined"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "sleep-staging",
+                "--run",
+                str(run),
+                "--shots",
+                "5",
+                "--seeds",
+                "1",
+                "--features",
+                "projector",
+                "--no-combined",
+            ]
+        )
+        == 0
+    )
     assert "projector outputs" in capsys.readouterr().out
     projected = json.loads((run / "eval" / "sleep_staging.json").read_text())
-    assert projected["features"] == "projector" and set(projected["results"]) == {"trained", "random_init", "bandpower",
-                                                                                  "handcrafted"}
+    assert projected["features"] == "projector" and set(projected["results"]) == {
+        "trained",
+        "random_init",
+        "bandpower",
+        "handcrafted",
+    }
     assert projected["results"]["bandpower"]["5"]["runs"] == result["results"]["bandpower"]["5"]["runs"][:1]
     assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "--seeds", "1"]) == 0  # restore
     capsys.readouterr()
@@ -67,13 +127,62 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     assert "would put pretraining subjects into the test set: SC40" in err and len(err.strip().splitlines()) == 1
     # cross-dataset: another dataset's cache, its own 20 % split, its own result file
     other_raw, other_cache = tmp_path / "pn_raw", tmp_path / "pn_cache"
-    assert main(["data", "synth-psg", "--subjects", "2", "--format", "physionet2018", "--hours", "0.6",
-                 "--out", str(other_raw), "--seed", "11"]) == 0
-    assert main(["data", "prepare", "physionet2018", "--source", str(other_raw), "--out", str(other_cache),
-                 "--channels", "F3-M2", "O1-M2"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synth-psg",
+                "--subjects",
+                "2",
+                "--format",
+                "physionet2018",
+                "--hours",
+                "0.6",
+                "--out",
+                str(other_raw),
+                "--seed",
+                "11",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "physionet2018",
+                "--source",
+                str(other_raw),
+                "--out",
+                str(other_cache),
+                "--channels",
+                "F3-M2",
+                "O1-M2",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["eval", "sleep-staging", "--run", str(run), "--cache", str(other_cache), "--shots", "5",
-                 "--seeds", "1", "--C", "1"]) == 0  # one classifier-training subject: no validation subject to tune on
+    assert (
+        main(
+            [
+                "eval",
+                "sleep-staging",
+                "--run",
+                str(run),
+                "--cache",
+                str(other_cache),
+                "--shots",
+                "5",
+                "--seeds",
+                "1",
+                "--C",
+                "1",
+            ]
+        )
+        == 0
+    )  # one classifier-training subject: no validation subject to tune on
     out = capsys.readouterr().out
     assert "cross-dataset" in out and "sleep_staging_physionet2018.json" in out
     cross = json.loads((run / "eval" / "sleep_staging_physionet2018.json").read_text())
@@ -83,8 +192,12 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     assert Path(cross["plots"]["confusion"]).name == "sleep_staging_physionet2018_confusion.png"
     assert cross["classifier"] == "standardized logistic regression (C=1.0)"
     # the papers' classifier, lr tuned on a validation subject carved from the classifier-training subjects
-    assert main(["eval", "sleep-staging", "--run", str(run), "--classifier", "paper", "--shots", "5", "--seeds", "1"]) == 0
+    assert (
+        main(["eval", "sleep-staging", "--run", str(run), "--classifier", "paper", "--shots", "5", "--seeds", "1"]) == 0
+    )
     paper = json.loads((run / "eval" / "sleep_staging.json").read_text())
     assert paper["classifier"].startswith("paper: learned channel combination") and "lr tuned" in paper["classifier"]
-    assert len(paper["validation_subjects"][0]) == 1 and paper["validation_subjects"][0][0] in result["subjects"]["train"]
+    assert (
+        len(paper["validation_subjects"][0]) == 1 and paper["validation_subjects"][0][0] in result["subjects"]["train"]
+    )
     assert paper["results"]["bandpower"]["5"]["runs"][0]["hyperparameter"] in (1e-3, 1e-2)

@@ -1,12 +1,18 @@
 """Sleep-staging protocol pieces: class-balanced few-shot draws, metrics, band powers."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from multiview_app.eval.bandpower import BANDS, bandpower_features, relative_band_powers
-from multiview_app.eval.protocols.staging import (balanced_sample, capped_shots, few_shot_protocol,
-                                                     missing_class_note, staging_metrics)
+from multiview_app.eval.protocols.staging import (
+    balanced_sample,
+    capped_shots,
+    few_shot_protocol,
+    missing_class_note,
+    staging_metrics,
+)
 
 
 def test_balanced_sample_is_class_balanced_and_capped():
@@ -45,8 +51,10 @@ def test_few_shot_protocol_separates_informative_from_random_features():
     y_train, y_test = rng.integers(0, 5, 400), rng.integers(0, 5, 200)
     centres = rng.normal(0, 3, (5, 4))
     features = {
-        "informative": {"train": centres[y_train] + rng.normal(0, 1, (400, 4)),
-                        "test": centres[y_test] + rng.normal(0, 1, (200, 4))},
+        "informative": {
+            "train": centres[y_train] + rng.normal(0, 1, (400, 4)),
+            "test": centres[y_test] + rng.normal(0, 1, (200, 4)),
+        },
         "noise": {"train": rng.normal(0, 1, (400, 4)), "test": rng.normal(0, 1, (200, 4))},
     }
     results, drawn, predictions = few_shot_protocol(features, y_train, y_test, (5, 1000), seeds=2)
@@ -79,11 +87,25 @@ def test_pool_results_is_mean_std_over_runs_x_folds_x_seeds():
     results = []
     for run in range(2):  # two "pretraining runs" whose features differ in quality
         noise = 1.0 + 3 * run
-        feats = {"trained": {"train": centres[y] + rng.normal(0, noise, (300, 4)),
-                             "test": centres[y] + rng.normal(0, noise, (300, 4))}}
+        feats = {
+            "trained": {
+                "train": centres[y] + rng.normal(0, noise, (300, 4)),
+                "test": centres[y] + rng.normal(0, noise, (300, 4)),
+            }
+        }
         res, drawn, _ = few_shot_protocol(feats, y, y, (5,), seeds=3)
-        results.append({"run": f"r{run}", "protocol": "in-domain", "dataset": "d", "shots": [5], "results": res,
-                        "drawn_per_class": drawn, "notes": [], "windows": {"train": 300, "test": 300}})
+        results.append(
+            {
+                "run": f"r{run}",
+                "protocol": "in-domain",
+                "dataset": "d",
+                "shots": [5],
+                "results": res,
+                "drawn_per_class": drawn,
+                "notes": [],
+                "windows": {"train": 300, "test": 300},
+            }
+        )
     pooled = pool_results(results)
     scores = [fit["kappa"] for r in results for fit in r["results"]["trained"]["5"]["runs"]]
     assert pooled["results"]["trained"]["5"]["n_runs"] == 6
@@ -117,8 +139,13 @@ def test_tuning_uses_validation_windows_for_every_row():
     rng = np.random.default_rng(5)
     y_train, y_val, y_test = rng.integers(0, 5, 300), rng.integers(0, 5, 150), rng.integers(0, 5, 150)
     centres = rng.normal(0, 1, (5, 20))
-    feats = {name: {split: centres[y] + rng.normal(0, 2, (y.size, 20)) for split, y in
-                    (("train", y_train), ("val", y_val), ("test", y_test))} for name in ("a", "b")}
+    feats = {
+        name: {
+            split: centres[y] + rng.normal(0, 2, (y.size, 20))
+            for split, y in (("train", y_train), ("val", y_val), ("test", y_test))
+        }
+        for name in ("a", "b")
+    }
     results, _, _ = few_shot_protocol(feats, y_train, y_test, (10,), seeds=2, C=None, y_val=y_val)
     chosen = {r["hyperparameter"] for name in results for r in results[name]["10"]["runs"]}
     assert chosen <= {0.01, 0.1, 1.0, 10.0}
@@ -168,8 +195,12 @@ def test_fits_hold_per_subject_balanced_accuracy_of_their_test_windows():
 
     rng = np.random.default_rng(0)
     y = np.tile(np.arange(5), 40)
-    feats = {"trained": {"train": np.eye(5)[y] + rng.normal(0, 0.3, (200, 5)),
-                         "test": np.eye(5)[y] + rng.normal(0, 0.8, (200, 5))}}
+    feats = {
+        "trained": {
+            "train": np.eye(5)[y] + rng.normal(0, 0.3, (200, 5)),
+            "test": np.eye(5)[y] + rng.normal(0, 0.8, (200, 5)),
+        }
+    }
     subjects = np.repeat(["S1", "S2"], 100)
     out = few_shot_staging(feats, y, y, (5,), 1, 1.0, test_subjects=subjects)
     fit = out["results"]["trained"]["5"]["runs"][0]
@@ -194,6 +225,8 @@ def test_staging_confusion_plot_is_row_normalized_and_titled_with_dataset_and_cl
     ax = fig.axes[0]
     assert ax.get_title() == "sleep-edf, logreg, C tuned: trained encoder, s=100, 10 fits"
     cells = [float(t.get_text()) for t in ax.texts]
-    np.testing.assert_allclose(np.reshape(cells, (5, 5)), np.round(counts / np.maximum(counts.sum(1, keepdims=True), 1), 2))
+    np.testing.assert_allclose(
+        np.reshape(cells, (5, 5)), np.round(counts / np.maximum(counts.sum(1, keepdims=True), 1), 2)
+    )
     np.testing.assert_allclose(ax.images[0].get_array().data.sum(axis=1), [1, 1, 0, 1, 1])
     assert classifier_label("paper", None, 0.01) == "paper classifier, lr 0.01"

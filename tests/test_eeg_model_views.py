@@ -1,4 +1,5 @@
 """Channel-aware EEG encoder, channels view policy and the eeg_windows adapter (subject-wise split)."""
+
 from __future__ import annotations
 
 import json
@@ -6,12 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from _eeg_helpers import CHANNELS, fake_cache
 
 from multiview_app.data.adapters import build_adapter
 from multiview_app.data.views import build_view_policy
 from multiview_app.models.encoders import build_encoder
-
-from _eeg_helpers import CHANNELS, fake_cache
 
 
 def _tiny_encoder(**kwargs) -> torch.nn.Module:
@@ -96,7 +96,7 @@ def test_channel_views_policy(tmp_path):
     members = [CHANNELS.index(c) for c in groups[0]]
     mean = raw["x"][:, members].mean(dim=1)
     crop = views.views[0][0]  # the crop is a contiguous piece of the group average
-    starts = [s for s in range(2001) if torch.allclose(mean[0, s:s + 1000], crop)]
+    starts = [s for s in range(2001) if torch.allclose(mean[0, s : s + 1000], crop)]
     assert len(starts) == 1
 
     evaluation = split.eval_views(raw)
@@ -155,7 +155,9 @@ def test_adapter_val_split_is_subject_wise_and_reproducible(tmp_path):
     no_val = build_adapter("eeg_windows", {**options, "val_fraction": 0.0})
     assert no_val.split_subjects["test"] == subjects["test"]  # adding val never moves test subjects
     assert build_adapter("eeg_windows", options).split_subjects == subjects
-    explicit = build_adapter("eeg_windows", {"cache": str(cache), "test_subjects": ["S7"], "val_subjects": ["S0", "S1"]})
+    explicit = build_adapter(
+        "eeg_windows", {"cache": str(cache), "test_subjects": ["S7"], "val_subjects": ["S0", "S1"]}
+    )
     assert explicit.split_subjects == {"train": ["S2", "S3", "S4", "S5", "S6"], "test": ["S7"], "val": ["S0", "S1"]}
     with pytest.raises(ValueError, match="both in val_subjects and test_subjects"):
         build_adapter("eeg_windows", {"cache": str(cache), "test_subjects": ["S7"], "val_subjects": ["S7"]})
@@ -185,9 +187,9 @@ def test_stacked_channel_split_views_shapes_groups_and_seed(tmp_path):
     view = cropped.train_views(raw, torch.Generator().manual_seed(3))
     members = [CHANNELS.index(c) for c in view.view_names[0].split("+")]
     assert view.views[0].shape == (5, 2, 1000)
-    start = [s for s in range(2001) if torch.equal(raw["x"][0, members[0], s:s + 1000], view.views[0][0, 0])]
+    start = [s for s in range(2001) if torch.equal(raw["x"][0, members[0], s : s + 1000], view.views[0][0, 0])]
     assert len(start) == 1  # both channels of a view share one crop
-    assert torch.equal(raw["x"][0, members[1], start[0]:start[0] + 1000], view.views[0][0, 1])
+    assert torch.equal(raw["x"][0, members[1], start[0] : start[0] + 1000], view.views[0][0, 1])
 
     evaluation = policy.eval_views(raw)  # fixed contiguous groups
     assert evaluation.view_names == ["F3-M2+C3-M2", "O1-M2+O2-M1"] and evaluation.views[1].shape == (5, 2, 3000)
@@ -218,14 +220,34 @@ def test_stacked_run_trains_and_is_staged_on_its_channel_groups(tmp_path):
 
     config = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g_split_stacked.yaml"
     cache = fake_cache(tmp_path / "cache", subjects=5, windows=10)
-    assert main(["train", "--config", str(config), "--name", "stacked", f"data.options.cache={cache}",
-                 f"data.options.channels={json.dumps(CHANNELS)}", "model.encoders.eeg.in_channels=2",
-                 "data.options.test_fraction=0.2", f"output.runs_dir={tmp_path / 'runs'}", "train.max_steps=2",
-                 "train.batch_size=4", "model.encoders.eeg.width=8", "model.encoders.eeg.out_dim=8",
-                 "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(config),
+                "--name",
+                "stacked",
+                f"data.options.cache={cache}",
+                f"data.options.channels={json.dumps(CHANNELS)}",
+                "model.encoders.eeg.in_channels=2",
+                "data.options.test_fraction=0.2",
+                f"output.runs_dir={tmp_path / 'runs'}",
+                "train.max_steps=2",
+                "train.batch_size=4",
+                "model.encoders.eeg.width=8",
+                "model.encoders.eeg.out_dim=8",
+                "model.projector.hidden_dim=16",
+                "model.projector.out_dim=8",
+                "train.checkpoint_every=0",
+            ]
+        )
+        == 0
+    )
     for classifier in ("logreg", "paper"):
-        result = run_sleep_staging(tmp_path / "runs" / "stacked", shots=(2,), seeds=1, progress=False,
-                                   classifier=classifier)
+        result = run_sleep_staging(
+            tmp_path / "runs" / "stacked", shots=(2,), seeds=1, progress=False, classifier=classifier
+        )
         assert result["results"]["trained"]["2"]["runs"] and result["channels"] == CHANNELS
         # logreg pairs whole windows; the paper classifier pairs per channel, which 2 groups of 2 cannot
         assert ("bandpower+trained" in result["results"]) == (classifier == "logreg")
@@ -239,15 +261,39 @@ def test_sleep_staging_with_fold_workers_gives_the_same_result(tmp_path):
 
     config = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g.yaml"
     cache = fake_cache(tmp_path / "cache", subjects=6, windows=20)
-    assert main(["train", "--config", str(config), "--name", "tiny", f"data.options.cache={cache}",
-                 f"data.options.channels={json.dumps(CHANNELS)}", f"output.runs_dir={tmp_path / 'runs'}",
-                 "views.k=4", "train.max_steps=2", "train.batch_size=4", "model.encoders.eeg.width=8", "model.encoders.eeg.out_dim=8",
-                 "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(config),
+                "--name",
+                "tiny",
+                f"data.options.cache={cache}",
+                f"data.options.channels={json.dumps(CHANNELS)}",
+                f"output.runs_dir={tmp_path / 'runs'}",
+                "views.k=4",
+                "train.max_steps=2",
+                "train.batch_size=4",
+                "model.encoders.eeg.width=8",
+                "model.encoders.eeg.out_dim=8",
+                "model.projector.hidden_dim=16",
+                "model.projector.out_dim=8",
+                "train.checkpoint_every=0",
+            ]
+        )
+        == 0
+    )
     kwargs = {"shots": (2, 4), "seeds": 2, "folds": 2, "progress": False}
     one = run_sleep_staging(tmp_path / "runs" / "tiny", **kwargs)
     two = run_sleep_staging(tmp_path / "runs" / "tiny", workers=2, **kwargs)
-    assert len(one["folds"]) == 2 and set(one["results"]) == {"trained", "random_init", "bandpower", "handcrafted",
-                                                              "bandpower+trained"}
+    assert len(one["folds"]) == 2 and set(one["results"]) == {
+        "trained",
+        "random_init",
+        "bandpower",
+        "handcrafted",
+        "bandpower+trained",
+    }
     assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
 
 
@@ -279,7 +325,9 @@ def test_signal_augmentations_each_do_what_they_say():
     freqs = torch.fft.rfftfreq(3000, 1 / sfreq)
     power = {f: spectrum[:, int((freqs - f).abs().argmin())] for f in (2.0, 10.0, 20.0)}
     removed = sum((p < 1e-3 * 1500).float() for p in power.values())  # a kept tone has |X| = T / 2
-    assert bool((removed <= 1).all()) and float((removed == 1).float().mean()) > 0.25  # a 4-Hz stop band takes <= 1 tone
+    assert (
+        bool((removed <= 1).all()) and float((removed == 1).float().mean()) > 0.25
+    )  # a 4-Hz stop band takes <= 1 tone
     kept = augment.band_stop(tones, sfreq, 4.0, 0.0, 0.5, 30.0, gen())
     torch.testing.assert_close(kept, tones)
 
@@ -287,8 +335,14 @@ def test_signal_augmentations_each_do_what_they_say():
 def test_channel_views_apply_configured_augmentations_reproducibly(tmp_path):
     adapter = build_adapter("eeg_windows", {"cache": str(fake_cache(tmp_path / "cache")), "test_fraction": 0})
     raw = torch.utils.data.default_collate([adapter.split("train")[i] for i in range(5)])
-    options = {"crop_seconds": 20, "amplitude_scale": [0.8, 1.25], "time_shift_seconds": 1.0, "noise_std": 0.1,
-               "band_stop_hz": 2.0, "band_stop_p": 0.5}
+    options = {
+        "crop_seconds": 20,
+        "amplitude_scale": [0.8, 1.25],
+        "time_shift_seconds": 1.0,
+        "noise_std": 0.1,
+        "band_stop_hz": 2.0,
+        "band_stop_p": 0.5,
+    }
     policy = build_view_policy("channels", 4, options, adapter)
     a = policy.train_views(raw, torch.Generator().manual_seed(0))
     b = policy.train_views(raw, torch.Generator().manual_seed(0))
@@ -296,7 +350,9 @@ def test_channel_views_apply_configured_augmentations_reproducibly(tmp_path):
     assert a.views[0].shape == (5, 2000)
     assert all(torch.equal(u, v) for u, v in zip(a.views, b.views))
     assert not torch.equal(a.views[0], c.views[0])
-    plain = build_view_policy("channels", 4, {"crop_seconds": 20}, adapter).train_views(raw, torch.Generator().manual_seed(0))
+    plain = build_view_policy("channels", 4, {"crop_seconds": 20}, adapter).train_views(
+        raw, torch.Generator().manual_seed(0)
+    )
     assert not torch.allclose(a.views[0], plain.views[0])
     evaluation = policy.eval_views(raw)  # eval views are never augmented
     torch.testing.assert_close(evaluation.views[1], raw["x"][:, 1])

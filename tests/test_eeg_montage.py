@@ -1,4 +1,5 @@
 """Montage-aware channel embeddings (issue 27 item 5): electrode lookup and the encoder's ``montage`` mode."""
+
 from __future__ import annotations
 
 import math
@@ -8,7 +9,13 @@ import pytest
 import torch
 
 from multiview_app.data.eeg.dreams import known_derivations
-from multiview_app.data.eeg.electrodes import MONTAGES, derivation_members, derivation_positions, electrode_positions, split_derivation
+from multiview_app.data.eeg.electrodes import (
+    MONTAGES,
+    derivation_members,
+    derivation_positions,
+    electrode_positions,
+    split_derivation,
+)
 from multiview_app.models.eeg import HEAD_RADIUS_M, MontageEmbedding
 from multiview_app.models.encoders import build_encoder
 
@@ -35,11 +42,14 @@ def test_derivation_names_are_split_and_looked_up_in_the_template_montage():
     assert 0.15 < float(np.linalg.norm(electrode_positions()["m1"] - electrode_positions()["m2"])) < 0.2
 
 
-@pytest.mark.parametrize("name, match", [
-    ("C3-X9", "electrode 'X9' is not in the 10-05 montage"),
-    ("C3-M2-Fz", "expected 'ACTIVE-REFERENCE'"),
-    ("EOG horizontal", "electrode 'EOG horizontal' is not in the 10-05 montage"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("C3-X9", "electrode 'X9' is not in the 10-05 montage"),
+        ("C3-M2-Fz", "expected 'ACTIVE-REFERENCE'"),
+        ("EOG horizontal", "electrode 'EOG horizontal' is not in the 10-05 montage"),
+    ],
+)
 def test_bad_derivations_name_the_channel_and_the_electrode(name: str, match: str):
     with pytest.raises(ValueError, match=match) as info:
         derivation_positions(name)
@@ -70,7 +80,7 @@ def test_montage_mode_embeds_unseen_derivations_from_their_electrodes():
     # every derivation, seen in pretraining or not, gets its own embedding (no shared "unknown" row)
     names = list(out)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not torch.allclose(out[a], out[b]), (a, b)
     torch.testing.assert_close(encoder(x, "EEG Cz-A1"), encoder(x, "cz-a1"))
     # a group "A+B" uses the mean of its members' position features
@@ -80,11 +90,13 @@ def test_montage_mode_embeds_unseen_derivations_from_their_electrodes():
     # DREAMS' channel "central" (each excerpt's C3-A1 or CZ-A1) is the group of the derivations its card names
     assert derivation_members("central") == derivation_members("C3-A1+CZ-A1") == ["C3-A1", "CZ-A1"]
     assert derivation_members("central") == known_derivations()
-    torch.testing.assert_close(embedding.position_features("central"),
-                               (embedding.position_features("C3-A1") + embedding.position_features("Cz-A1")) / 2)
+    torch.testing.assert_close(
+        embedding.position_features("central"),
+        (embedding.position_features("C3-A1") + embedding.position_features("Cz-A1")) / 2,
+    )
     # a reference-free name has zero reference features and flag 0
     cz = embedding.position_features("Cz")
-    assert float(cz[-1]) == 0.0 and torch.count_nonzero(cz[2 * 16:4 * 16]) == 0
+    assert float(cz[-1]) == 0.0 and torch.count_nonzero(cz[2 * 16 : 4 * 16]) == 0
     with pytest.raises(ValueError, match="needs each view's derivation name"):
         encoder(x, None)
     with pytest.raises(ValueError, match="unknown_rate only applies"):

@@ -1,4 +1,5 @@
 """EEG readers, preprocessing and cache on tiny synthetic files in the real formats."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,8 +17,14 @@ from multiview_app.data.eeg.preprocess import PrepareOptions, make_windows
 from multiview_app.data.eeg.recording import Recording
 from multiview_app.data.eeg.sleep_edf import find_pairs, read_sleep_edf
 from multiview_app.data.eeg.stages import EXCLUDED, PHYSIONET2018_EEG, UNSCORED
-from multiview_app.data.eeg.synth import (DEFAULT_START, SubjectTraits, hypnogram_annotations, write_edf,
-                                          write_physionet2018_night, write_sleep_edf_night)
+from multiview_app.data.eeg.synth import (
+    DEFAULT_START,
+    SubjectTraits,
+    hypnogram_annotations,
+    write_edf,
+    write_physionet2018_night,
+    write_sleep_edf_night,
+)
 
 HOURS = 0.5  # 60 epochs
 
@@ -120,16 +127,28 @@ def test_truncated_wfdb_and_missing_annotations(physionet_dir, tmp_path):
         read_physionet2018(tmp_path / "tr03-0000", ["F3-M2"])
 
 
-def _edf_pair(folder: Path, name: str, epochs: int, annotations: list[tuple[float, float, str]],
-              rates: tuple[float, float] = (100.0, 100.0), hyp_start: dt.datetime = DEFAULT_START,
-              hyp_patient: str = "X", psg_patient: str = "X") -> tuple[Path, Path]:
+def _edf_pair(
+    folder: Path,
+    name: str,
+    epochs: int,
+    annotations: list[tuple[float, float, str]],
+    rates: tuple[float, float] = (100.0, 100.0),
+    hyp_start: dt.datetime = DEFAULT_START,
+    hyp_patient: str = "X",
+    psg_patient: str = "X",
+) -> tuple[Path, Path]:
     t = np.arange(int(epochs * 30 * rates[0])) / rates[0]
     u = np.arange(int(epochs * 30 * rates[1])) / rates[1]
     rng = np.random.default_rng(0)
     psg, hyp = folder / f"{name}E0-PSG.edf", folder / f"{name}EC-Hypnogram.edf"
-    write_edf(psg, {"EEG Fpz-Cz": (30 * np.sin(2 * np.pi * 10 * t) + rng.normal(0, 5, t.size), rates[0]),
-                    "EEG Pz-Oz": (30 * np.sin(2 * np.pi * 3 * u) + rng.normal(0, 5, u.size), rates[1])},
-              patient=psg_patient)
+    write_edf(
+        psg,
+        {
+            "EEG Fpz-Cz": (30 * np.sin(2 * np.pi * 10 * t) + rng.normal(0, 5, t.size), rates[0]),
+            "EEG Pz-Oz": (30 * np.sin(2 * np.pi * 3 * u) + rng.normal(0, 5, u.size), rates[1]),
+        },
+        patient=psg_patient,
+    )
     write_edf(hyp, {}, annotations, start=hyp_start, patient=hyp_patient)
     return psg, hyp
 
@@ -149,12 +168,18 @@ def test_hypnogram_of_another_night_or_patient_names_both_files(tmp_path):
     annotations = hypnogram_annotations(np.array([0, 1, 2, 2]), np.random.default_rng(0))
     next_night = DEFAULT_START + dt.timedelta(days=1)
     psg, hyp = _edf_pair(tmp_path, "SC4106", 4, annotations, hyp_start=next_night)
-    with pytest.raises(ValueError, match=r"SC4106EC-Hypnogram.edf: its scored stages .* do not overlap its PSG "
-                                         r".*SC4106E0-PSG.edf"):
+    with pytest.raises(
+        ValueError,
+        match=r"SC4106EC-Hypnogram.edf: its scored stages .* do not overlap its PSG "
+        r".*SC4106E0-PSG.edf",
+    ):
         read_sleep_edf(psg, hyp, ["Fpz-Cz"])
     psg, hyp = _edf_pair(tmp_path, "SC4107", 4, annotations, psg_patient="SC407", hyp_patient="SC499")
-    with pytest.raises(ValueError, match=r"SC4107EC-Hypnogram.edf: patient field 'SC499 X X X' does not match "
-                                         r"'SC407 X X X' of its PSG .*SC4107E0-PSG.edf"):
+    with pytest.raises(
+        ValueError,
+        match=r"SC4107EC-Hypnogram.edf: patient field 'SC499 X X X' does not match "
+        r"'SC407 X X X' of its PSG .*SC4107E0-PSG.edf",
+    ):
         read_sleep_edf(psg, hyp, ["Fpz-Cz"])
     psg, hyp = _edf_pair(tmp_path, "SC4109", 4, annotations, hyp_patient="SC499")  # PSG anonymous: nothing to compare
     assert read_sleep_edf(psg, hyp, ["Fpz-Cz"]).epoch_labels.tolist() == [0, 1, 2, 2]
@@ -188,7 +213,7 @@ def test_hypnogram_longer_than_signal_is_truncated_and_reported(tmp_path):
 def test_missing_hypnogram_is_an_error_naming_the_file(tmp_path):
     psg, hyp = _edf_pair(tmp_path, "SC4103", 4, [(0.0, 120.0, "Sleep stage W")])
     hyp.unlink()
-    (psg_found, hyp_found), = find_pairs(tmp_path)[0]
+    ((psg_found, hyp_found),) = find_pairs(tmp_path)[0]
     assert hyp_found is None
     with pytest.raises(ValueError, match=r"SC4103E0-PSG.edf: no hypnogram found"):
         read_sleep_edf(psg_found, hyp_found, ["Fpz-Cz"])
@@ -198,8 +223,9 @@ def test_missing_hypnogram_is_an_error_naming_the_file(tmp_path):
 
 def test_mixed_sampling_rates_are_resampled(tmp_path):
     stages = np.array([0, 1, 2, 2, 3, 3])
-    psg, hyp = _edf_pair(tmp_path, "SC4104", 6, hypnogram_annotations(stages, np.random.default_rng(0)),
-                         rates=(200.0, 100.0))
+    psg, hyp = _edf_pair(
+        tmp_path, "SC4104", 6, hypnogram_annotations(stages, np.random.default_rng(0)), rates=(200.0, 100.0)
+    )
     rec = read_sleep_edf(psg, hyp, ["Fpz-Cz", "Pz-Oz"])
     assert rec.counts["mixed_rate_channels"] == 2
     windows, labels, _, _ = make_windows(rec, PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"], crop_wake_minutes=None))
@@ -214,11 +240,12 @@ def test_flat_and_nan_windows_are_dropped_and_counted():
     fs, epochs = 100.0, 8
     rng = np.random.default_rng(0)
     signals = [rng.normal(0, 20, int(epochs * 30 * fs)) for _ in range(2)]
-    signals[0][3 * 3000 + 100: 3 * 3000 + 200] = np.nan  # epoch 3: NaN in one channel
-    signals[1][5 * 3000: 6 * 3000] = 0.0  # epoch 5: flat channel
+    signals[0][3 * 3000 + 100 : 3 * 3000 + 200] = np.nan  # epoch 3: NaN in one channel
+    signals[1][5 * 3000 : 6 * 3000] = 0.0  # epoch 5: flat channel
     rec = Recording("r", "s", [Path("x")], ["A", "B"], signals, [fs, fs], np.array([0, 1, 2, 2, 3, 3, 4, 0]), Counter())
-    windows, labels, epochs_kept, counts = make_windows(rec, PrepareOptions(channels=["A", "B"], l_freq=None, h_freq=None,
-                                                                            crop_wake_minutes=None))
+    windows, labels, epochs_kept, counts = make_windows(
+        rec, PrepareOptions(channels=["A", "B"], l_freq=None, h_freq=None, crop_wake_minutes=None)
+    )
     assert counts["nan"] == 1 and counts["flat"] == 1
     assert epochs_kept.tolist() == [0, 1, 2, 4, 6, 7] and np.isfinite(windows).all()
 
@@ -292,8 +319,9 @@ def test_download_offline_gives_one_clear_error(monkeypatch, tmp_path):
         download_sleep_physionet([0], [1], tmp_path)
 
 
-def _wfdb_epoch_ramp(folder: Path, record: str, notes: list[tuple[int, str]], n_epochs: int, offset: int,
-                     fs: float = 100.0) -> Path:
+def _wfdb_epoch_ramp(
+    folder: Path, record: str, notes: list[tuple[int, str]], n_epochs: int, offset: int, fs: float = 100.0
+) -> Path:
     """A 1-channel record whose signal is a 5 Hz sine of amplitude ``10 * (grid epoch + 1)`` on the
     30-s grid starting at sample ``offset`` (so a window tells which epoch it was cut from)."""
     from multiview_app.data.eeg.synth import write_wfdb_record
@@ -319,7 +347,7 @@ def test_physionet_grid_starts_at_the_first_stage_note(tmp_path):
     raw_windows = []
     for epoch in range(len(codes)):  # each window's raw amplitude names the grid epoch it came from
         start = offset + epoch * spe
-        raw_windows.append(np.abs(rec.signals[0][start:start + spe]).max())
+        raw_windows.append(np.abs(rec.signals[0][start : start + spe]).max())
     np.testing.assert_allclose(raw_windows, 10.0 * (np.arange(len(codes)) + 1), rtol=0.01)
     windows, labels, epochs, _ = make_windows(rec, options)
     assert labels.tolist() == [0, 1, 2, 2, 3, 4] and epochs.tolist() == list(range(6))
@@ -350,8 +378,13 @@ def test_arousal_mat_is_the_authority_and_disagreements_are_counted(tmp_path):
     assert rec.counts["stage_notes_disagreeing_with_mat_epochs"] == 1
     assert rec.counts["epochs_scored_by_notes_undefined_in_mat"] == 2
     assert rec.sources[-1].name == "tr05-0003-arousal.mat"
-    summary = prepare("physionet2018", tmp_path, tmp_path / "cache",
-                      PrepareOptions(channels=["F3-M2"], crop_wake_minutes=None), progress=False)
+    summary = prepare(
+        "physionet2018",
+        tmp_path,
+        tmp_path / "cache",
+        PrepareOptions(channels=["F3-M2"], crop_wake_minutes=None),
+        progress=False,
+    )
     assert summary["reader_counts"]["stage_notes_disagreeing_with_mat_epochs"] == 1
     (tmp_path / "tr05-0003-arousal.mat").write_bytes(b"garbage")
     with pytest.raises(ValueError, match=r"tr05-0003-arousal.mat: cannot read data/sleep_stages"):
@@ -367,11 +400,20 @@ def test_prepare_cli_prints_a_short_table(sleep_edf_dir, tmp_path, capsys):
     lines = captured.out.splitlines()
     assert "\r" not in captured.out + captured.err  # off a terminal: plain progress lines on stderr, no bar
     assert captured.err and all(is_progress_line(line) for line in captured.err.splitlines())
-    assert lines[0].startswith("prepared 2 recordings into") and lines[1].split() == ["W", "N1", "N2", "N3", "REM", "total"]
+    assert lines[0].startswith("prepared 2 recordings into") and lines[1].split() == [
+        "W",
+        "N1",
+        "N2",
+        "N3",
+        "REM",
+        "total",
+    ]
     assert lines[-1].startswith("details (reader counts, per recording): ") and len(lines) <= 6
     assert "reader counts: " not in captured.out.replace("details (reader counts", "")  # the counters stay in the file
     details = json.loads((tmp_path / "c" / "prepare_summary.json").read_text())
-    assert details["prepared"] == ["SC4001", "SC4011"] and sum(details["windows_per_stage"].values()) == details["windows"]
+    assert (
+        details["prepared"] == ["SC4001", "SC4011"] and sum(details["windows_per_stage"].values()) == details["windows"]
+    )
     assert lines[2].split()[-1] == str(details["windows"])
 
 
@@ -384,7 +426,9 @@ def test_sleep_edf_reads_sc_nights_unless_st_is_asked_for(sleep_edf_dir, tmp_pat
     assert [p.name[:6] for p, _ in find_pairs(source, include_st=True)[0]] == ["SC4001", "SC4011", "ST7011"]
     options = PrepareOptions(channels=["Fpz-Cz"])
     summary = prepare("sleep-edf", source, tmp_path / "c", options, progress=False)
-    assert summary["prepared"] == ["SC4001", "SC4011"] and summary["not_selected"] == {"st_nights (--include-st to use)": 1}
+    assert summary["prepared"] == ["SC4001", "SC4011"] and summary["not_selected"] == {
+        "st_nights (--include-st to use)": 1
+    }
     summary = prepare("sleep-edf", source, tmp_path / "c2", options, progress=False, include_st=True)
     assert summary["duplicates"][0]["recording"] == "ST7011"  # read (and found to be a copy)
 
@@ -393,8 +437,9 @@ def test_physionet_units_become_microvolts(tmp_path):
     from multiview_app.data.eeg.synth import write_wfdb_record
 
     t = np.arange(3000 * 2) / 100.0
-    write_wfdb_record(tmp_path, "tr06-0001", {"F3-M2": 0.05 * np.sin(2 * np.pi * 5 * t)}, 100.0, [(0, "W")],
-                      units="mV")  # 50 uV written in millivolts
+    write_wfdb_record(
+        tmp_path, "tr06-0001", {"F3-M2": 0.05 * np.sin(2 * np.pi * 5 * t)}, 100.0, [(0, "W")], units="mV"
+    )  # 50 uV written in millivolts
     rec = read_physionet2018(tmp_path / "tr06-0001", ["F3-M2"])
     assert np.abs(rec.signals[0]).max() == pytest.approx(50.0, rel=0.01)
     write_wfdb_record(tmp_path, "tr06-0002", {"F3-M2": np.sin(t)}, 100.0, [(0, "W")], units="degC")
@@ -408,21 +453,26 @@ def test_recording_scaling_keeps_amplitude_differences():
     signal = np.concatenate([a * rng.normal(0, 1, 3000) for a in amplitude])
     rec = Recording("r", "s", [Path("x")], ["A"], [signal], [fs], np.array([0, 2, 3, 3, 2, 0]), Counter())
     window_scaled, *_ = make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None))
-    recording_scaled, *_ = make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, scaling="recording"))
+    recording_scaled, *_ = make_windows(
+        rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, scaling="recording")
+    )
     np.testing.assert_allclose(window_scaled.std(-1)[:, 0], 1.0, atol=1e-3)  # z-scoring erases amplitude
     stds = recording_scaled.std(-1)[:, 0]
     assert stds[2] / stds[0] == pytest.approx(8.0, rel=0.1)  # one scale per recording keeps the ratio
 
 
 def test_encoder_and_band_power_see_the_same_band():
+    from multiview_app.data.cli import PREPARE_BAND
     from multiview_app.data.eeg.preprocess import DEFAULT_BAND
     from multiview_app.eval.bandpower import BANDS
 
-    from multiview_app.data.cli import PREPARE_BAND
-
     options = PrepareOptions(channels=["A"])
-    assert (options.l_freq, options.h_freq) == DEFAULT_BAND == PREPARE_BAND == (min(b[0] for b in BANDS.values()),
-                                                                                max(b[1] for b in BANDS.values()))
+    assert (
+        (options.l_freq, options.h_freq)
+        == DEFAULT_BAND
+        == PREPARE_BAND
+        == (min(b[0] for b in BANDS.values()), max(b[1] for b in BANDS.values()))
+    )
 
 
 def test_edf_header_is_parsed_without_private_mne_api(tmp_path):
@@ -442,13 +492,36 @@ def test_prepare_skip_bad_lists_each_skipped_file(tmp_path, capsys) -> None:
     from multiview_app.cli import main
 
     raw = tmp_path / "raw"
-    assert main(["data", "synth-psg", "--subjects", "2", "--nights", "1", "--format", "sleep-edf", "--hours", "1",
-                 "--record-hours", "0", "--out", str(raw), "--seed", "5"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synth-psg",
+                "--subjects",
+                "2",
+                "--nights",
+                "1",
+                "--format",
+                "sleep-edf",
+                "--hours",
+                "1",
+                "--record-hours",
+                "0",
+                "--out",
+                str(raw),
+                "--seed",
+                "5",
+            ]
+        )
+        == 0
+    )
     bad = sorted(raw.glob("*-PSG.edf"))[1]
     bad.write_bytes(bad.read_bytes()[:300])  # header cut short
     capsys.readouterr()
-    assert main(["data", "prepare", "sleep-edf", "--source", str(raw), "--out", str(tmp_path / "cache"),
-                 "--skip-bad"]) == 0
+    assert (
+        main(["data", "prepare", "sleep-edf", "--source", str(raw), "--out", str(tmp_path / "cache"), "--skip-bad"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "prepared 1 recordings" in out and "1 unreadable, skipped, listed below)" in out, out
     skipped = [line for line in out.splitlines() if line.startswith("  skipped (unreadable): ")]
@@ -466,7 +539,8 @@ def test_microvolts_scaling_keeps_absolute_amplitude_across_recordings():
         rec = Recording(f"r{gain:g}", "s", [Path("x")], ["A"], [signal], [fs], stages, Counter())
         for scaling in ("recording", "microvolts"):
             windows[gain, scaling], *_ = make_windows(
-                rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, scaling=scaling, l_freq=None, h_freq=None))
+                rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, scaling=scaling, l_freq=None, h_freq=None)
+            )
     uv = windows[1.0, "microvolts"].std(-1)[:, 0] * MICROVOLTS_PER_UNIT
     assert uv[2] == pytest.approx(80.0, rel=0.1) and uv[0] == pytest.approx(10.0, rel=0.15)  # microvolts back
     ratio_uv = windows[2.0, "microvolts"].std(-1) / windows[1.0, "microvolts"].std(-1)
@@ -483,5 +557,7 @@ def test_highpass_on_a_recording_shorter_than_its_settling_names_the_recording()
     check_highpass_length("any", 10, 100.0, None)  # no high-pass: nothing to settle
     signal = np.random.default_rng(0).normal(0, 10, 9000)  # 90 s
     rec = Recording("tr09-short", "s", [Path("x")], ["A"], [signal], [100.0], np.array([0, 2, 0]), Counter())
-    with pytest.raises(ValueError, match=r"^recording tr09-short: 90 s of signal .* 0\.01 Hz high-pass needs to settle"):
+    with pytest.raises(
+        ValueError, match=r"^recording tr09-short: 90 s of signal .* 0\.01 Hz high-pass needs to settle"
+    ):
         make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, l_freq=0.01))

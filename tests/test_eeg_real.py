@@ -7,6 +7,7 @@ never copied into the repository; every test skips, naming the path, when it is 
   the hypnogram's, through the Sleep-EDF reader and the 30-min wake crop: stage counts against counts
   taken from the annotation bytes by the independent parser below.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _eeg_helpers import real_psg
 
 from multiview_app.cli import main
 from multiview_app.data.eeg.dreams import Excerpt, read_dreams, read_rk_hypnogram
 from multiview_app.data.eeg.preprocess import PrepareOptions, make_windows
 from multiview_app.data.eeg.sleep_edf import read_edf_header, read_sleep_edf
 from multiview_app.data.eeg.synth import write_edf
-
-from _eeg_helpers import real_psg
 
 # ----------------------------------------------------------------------------- DREAMS
 
@@ -55,14 +55,18 @@ def test_dreams_excerpts_prepare_with_the_rule_counts(dreams_cache) -> None:
     assert counts["dreams_epochs_majority"] == int(((top >= 4) & (top < 6)).sum())
     assert summary["dropped"]["excluded"] == int((top < 4).sum())
     kept = votes[top >= 4].argmax(axis=1)
-    assert summary["windows_per_stage"] == {s: int((kept == i).sum()) for i, s in enumerate(["W", "N1", "N2", "N3", "REM"])}
+    assert summary["windows_per_stage"] == {
+        s: int((kept == i).sum()) for i, s in enumerate(["W", "N1", "N2", "N3", "REM"])
+    }
     assert summary["windows"] == 480  # 8 x 60 epochs, none dropped (no ties, no movement, no flat window)
     assert counts["derivation_C3-A1"] == 2 and counts["derivation_CZ-A1"] == 6
     assert counts["samples_after_hypnogram"] == 140  # excerpt 6
     assert counts["unit_corrected_channels"] == 1  # excerpt 3 is read from its EDF
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["complete"] and manifest["channels"] == ["central"]
-    sums = {line.split()[1].split("/")[-1]: line.split()[0] for line in (source / "SHA256SUMS").read_text().splitlines()}
+    sums = {
+        line.split()[1].split("/")[-1]: line.split()[0] for line in (source / "SHA256SUMS").read_text().splitlines()
+    }
     for record in manifest["recordings"]:
         signal = record["sources"][0]
         assert signal["sha256"] == sums[Path(signal["path"]).name]
@@ -105,8 +109,16 @@ def test_excerpt3_edf_c3_equals_its_text_file_after_the_unit_fix() -> None:
 
 # ----------------------------------------------------------------------------- Sleep-EDF hypnograms
 
-STAGE_OF_TEXT = {"Sleep stage W": 0, "Sleep stage 1": 1, "Sleep stage 2": 2, "Sleep stage 3": 3, "Sleep stage 4": 3,
-                 "Sleep stage R": 4, "Sleep stage ?": -1, "Movement time": -1}
+STAGE_OF_TEXT = {
+    "Sleep stage W": 0,
+    "Sleep stage 1": 1,
+    "Sleep stage 2": 2,
+    "Sleep stage 3": 3,
+    "Sleep stage 4": 3,
+    "Sleep stage R": 4,
+    "Sleep stage ?": -1,
+    "Movement time": -1,
+}
 """docs/eeg.md (Sleep-EDF row): W, 1, 2, 3 + 4 -> N3, R; "?" and "Movement time" excluded (-1)."""
 
 
@@ -114,7 +126,7 @@ def annotations_from_bytes(path: Path) -> list[tuple[float, float, str]]:
     """(onset s, duration s, text) of an EDF+ annotation file, parsed from its bytes: the header size at
     offset 184, then time-stamped annotation lists ``+onset 0x15 duration 0x14 text 0x14 ... 0x00``."""
     data = path.read_bytes()
-    body = data[int(data[184:192]):]
+    body = data[int(data[184:192]) :]
     annotations = []
     for tal in body.split(b"\x00"):
         fields = tal.split(b"\x14")
@@ -133,7 +145,7 @@ def expected_epochs(annotations: list[tuple[float, float, str]]) -> np.ndarray:
     labels = np.full(int(np.ceil(end / 30)), -2, dtype=np.int64)
     for onset, duration, text in annotations:
         assert onset % 30 == 0 and duration % 30 == 0, (onset, duration, text)
-        labels[int(onset // 30): int((onset + duration) // 30)] = STAGE_OF_TEXT[text]
+        labels[int(onset // 30) : int((onset + duration) // 30)] = STAGE_OF_TEXT[text]
     return labels
 
 
@@ -150,8 +162,12 @@ def test_sleep_edf_reader_on_the_20_real_hypnograms(tmp_path: Path) -> None:
         expected = expected_epochs(annotations)
         # the shortest synthetic PSG covering the hypnogram, at 1 Hz, starting when the hypnogram starts
         psg = tmp_path / f"{hypnogram.name[:7]}0-PSG.edf"
-        write_edf(psg, {"EEG Fpz-Cz": (rng.standard_normal(expected.size * 30), 1.0)}, record_seconds=30.0,
-                  start=read_edf_header(hypnogram).start)
+        write_edf(
+            psg,
+            {"EEG Fpz-Cz": (rng.standard_normal(expected.size * 30), 1.0)},
+            record_seconds=30.0,
+            start=read_edf_header(hypnogram).start,
+        )
         recording = read_sleep_edf(psg, hypnogram, ["Fpz-Cz"])
         np.testing.assert_array_equal(recording.epoch_labels, expected, err_msg=hypnogram.name)
         for code in range(5):
@@ -162,7 +178,7 @@ def test_sleep_edf_reader_on_the_20_real_hypnograms(tmp_path: Path) -> None:
         # the 30-min wake crop: scored epochs from 60 before the first sleep epoch to 60 after the last
         sleep = np.flatnonzero(np.isin(expected, [1, 2, 3, 4]))
         inside = np.zeros(expected.size, dtype=bool)
-        inside[max(sleep[0] - 60, 0): sleep[-1] + 61] = True
+        inside[max(sleep[0] - 60, 0) : sleep[-1] + 61] = True
         windows, labels, epochs, dropped = make_windows(recording, options)
         np.testing.assert_array_equal(epochs, np.flatnonzero(inside & (expected >= 0)), err_msg=hypnogram.name)
         np.testing.assert_array_equal(labels, expected[epochs])

@@ -1,6 +1,7 @@
 """Bipolar re-referencing in the ``channels`` view policy: derivations are the exact subtraction of the cached
 referential windows, views keep the trainer's layout, a tiny training run works with the option on, and a pair
 without one shared reference (or a misnamed derivation) is one clear error at config validation."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from _eeg_helpers import CHANNELS, fake_cache
+
 from multiview_app.cli import main
 from multiview_app.data.adapters import build_adapter
 from multiview_app.data.batch import ViewBatch
@@ -66,12 +67,15 @@ def test_a_train_view_named_by_a_derivation_holds_that_derivation(cache: Path) -
     assert torch.equal(derived, x[:, CHANNELS.index("F3-M2")] - x[:, CHANNELS.index("C3-M2")])
 
 
-@pytest.mark.parametrize("name, pair, message", [
-    ("F3-O2", ["F3-M2", "O2-M1"], "different references (M2 vs M1)"),
-    ("C3-O1", ["F3-M2", "C3-M2"], "name it 'F3-C3'"),
-    ("F3-C3", ["F3", "C3-M2"], "channel 'F3' names no reference"),
-    ("F3-C3", ["F3-M2"], "expected two referential channels"),
-])
+@pytest.mark.parametrize(
+    "name, pair, message",
+    [
+        ("F3-O2", ["F3-M2", "O2-M1"], "different references (M2 vs M1)"),
+        ("C3-O1", ["F3-M2", "C3-M2"], "name it 'F3-C3'"),
+        ("F3-C3", ["F3", "C3-M2"], "channel 'F3' names no reference"),
+        ("F3-C3", ["F3-M2"], "expected two referential channels"),
+    ],
+)
 def test_a_bad_pair_is_one_error_naming_the_channel(cache: Path, name: str, pair: list[str], message: str) -> None:
     adapter = build_adapter("eeg_windows", {"cache": str(cache), "test_fraction": 0.25})
     with pytest.raises(ValueError) as error:
@@ -81,15 +85,37 @@ def test_a_bad_pair_is_one_error_naming_the_channel(cache: Path, name: str, pair
 
 def test_a_pair_the_data_lacks_names_the_channel(cache: Path) -> None:
     adapter = build_adapter("eeg_windows", {"cache": str(cache), "test_fraction": 0.25})
-    with pytest.raises(ValueError, match=r"views.options.bipolar.F4-C4: channel\(s\) \['F4-M1', 'C4-M1'\] not provided"):
+    with pytest.raises(
+        ValueError, match=r"views.options.bipolar.F4-C4: channel\(s\) \['F4-M1', 'C4-M1'\] not provided"
+    ):
         build_view_policy("channels", 2, {"bipolar": {"F4-C4": ["F4-M1", "C4-M1"]}}, adapter)
 
 
 def test_tiny_training_run_with_bipolar_views(cache: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    assert main(["train", "--config", str(CONFIG), "--name", "bip", f"data.options.cache={cache}",
-                 f"data.options.channels={json.dumps(CHANNELS)}", f"views.options.bipolar={json.dumps(BIPOLAR)}",
-                 "views.k=3", f"output.runs_dir={runs}", "train.max_steps=2", "train.batch_size=4",
-                 "train.checkpoint_every=0", "train.num_workers=0", "model.encoders.eeg.width=8",
-                 "model.encoders.eeg.out_dim=8", "model.projector.hidden_dim=16", "model.projector.out_dim=8"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(CONFIG),
+                "--name",
+                "bip",
+                f"data.options.cache={cache}",
+                f"data.options.channels={json.dumps(CHANNELS)}",
+                f"views.options.bipolar={json.dumps(BIPOLAR)}",
+                "views.k=3",
+                f"output.runs_dir={runs}",
+                "train.max_steps=2",
+                "train.batch_size=4",
+                "train.checkpoint_every=0",
+                "train.num_workers=0",
+                "model.encoders.eeg.width=8",
+                "model.encoders.eeg.out_dim=8",
+                "model.projector.hidden_dim=16",
+                "model.projector.out_dim=8",
+            ]
+        )
+        == 0
+    )
     assert (runs / "bip" / "model.safetensors").is_file()

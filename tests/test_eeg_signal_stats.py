@@ -1,6 +1,7 @@
 """Per-stage signal statistics (``data/eeg/signal_stats.py``) on signals whose answers are known, the
 DREAMS spindle-scoring reader, and ``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` on the real DREAMS excerpts
 (skipped, naming the path, when ``$MVAPP_REAL_PSG`` is absent): output shape and ranges, not values."""
+
 from __future__ import annotations
 
 import json
@@ -11,15 +12,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _eeg_helpers import REAL_PSG_ENV, real_psg
 
 from multiview_app.data.eeg.dreams import read_spindle_scoring
-from multiview_app.eval.realism import cross_staging, leave_one_group_out_staging
-from multiview_app.data.eeg.signal_stats import (detect_spindles, events_per_minute_in_stage, match_events, stage_epochs,
-                                                 stage_signal_stats)
+from multiview_app.data.eeg.signal_stats import (
+    detect_spindles,
+    events_per_minute_in_stage,
+    match_events,
+    stage_epochs,
+    stage_signal_stats,
+)
 from multiview_app.data.eeg.stages import STAGES
 from multiview_app.eval.bandpower import BANDS
-
-from _eeg_helpers import REAL_PSG_ENV, real_psg
+from multiview_app.eval.realism import cross_staging, leave_one_group_out_staging
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,8 +63,8 @@ def test_spindle_detector_finds_bursts_where_they_are() -> None:
     truth = [10.0, 31.5, 57.0, 80.2]
     for onset in truth:
         t = np.arange(int(fs)) / fs
-        x[int(onset * fs):int(onset * fs) + int(fs)] += 30 * np.sin(2 * np.pi * 13 * t) * np.hanning(int(fs)) ** 0.25
-    x[int(100 * fs):int(104 * fs)] += 30 * np.sin(2 * np.pi * 13 * np.arange(int(4 * fs)) / fs)
+        x[int(onset * fs) : int(onset * fs) + int(fs)] += 30 * np.sin(2 * np.pi * 13 * t) * np.hanning(int(fs)) ** 0.25
+    x[int(100 * fs) : int(104 * fs)] += 30 * np.sin(2 * np.pi * 13 * np.arange(int(4 * fs)) / fs)
     onsets, durations = detect_spindles(x, fs, np.array([2, 2, 2, 2]))
     np.testing.assert_allclose(onsets, truth, atol=0.2)
     np.testing.assert_allclose(durations, 1.0, atol=0.2)
@@ -70,8 +75,14 @@ def test_spindle_detector_finds_bursts_where_they_are() -> None:
 def test_match_events_by_overlap() -> None:
     detected = (np.array([1.0, 5.0, 9.0]), np.array([1.0, 1.0, 1.0]))  # [1, 2], [5, 6], [9, 10]
     reference = (np.array([1.5, 6.5, 9.5, 20.0]), np.array([1.0, 1.0, 0.2, 1.0]))  # [1.5, 2.5], [6.5, 7.5], ...
-    assert match_events(detected, reference) == {"reference": 4, "detected": 3, "found": 2, "right": 2,
-                                                 "sensitivity": 0.5, "precision": 2 / 3}
+    assert match_events(detected, reference) == {
+        "reference": 4,
+        "detected": 3,
+        "found": 2,
+        "right": 2,
+        "sensitivity": 0.5,
+        "precision": 2 / 3,
+    }
 
 
 def _rhythm_epochs(seed: int, per_class: int) -> tuple[np.ndarray, np.ndarray]:
@@ -129,15 +140,29 @@ def test_spindle_scoring_reader(tmp_path: Path) -> None:
     onsets, durations = read_spindle_scoring(path)
     assert onsets.tolist() == [282.24, 311.72] and durations.tolist() == [0.72, 1.54]
     path.write_text("[vis1_Spindles/C3-A1]\n  282.2400\n")
-    with pytest.raises(ValueError, match=r"Visual_scoring1_excerpt1.txt: line 2: '282.2400', expected '<onset s> <duration s>'"):
+    with pytest.raises(
+        ValueError, match=r"Visual_scoring1_excerpt1.txt: line 2: '282.2400', expected '<onset s> <duration s>'"
+    ):
         read_spindle_scoring(path)
 
 
 def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None:
     folder = real_psg("dreams-spindles")
     env = {**os.environ, REAL_PSG_ENV: str(folder.parent)}
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce" / "eeg_generator" / "compare_eeg_signals.py"), "--out", str(tmp_path),
-                    "--subjects", "1"], check=True, env=env, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "reproduce" / "eeg_generator" / "compare_eeg_signals.py"),
+            "--out",
+            str(tmp_path),
+            "--subjects",
+            "1",
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     summary = json.loads((tmp_path / "eeg_signals.json").read_text())
     real = summary["stats"]["real"]
     assert {s: real[s]["epochs"] for s in STAGES} == {"W": 54, "N1": 46, "N2": 288, "N3": 87, "REM": 5}  # the cache's
@@ -145,7 +170,9 @@ def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None
         for stage in ("N2", "N3"):
             stats = summary["stats"][name][stage]
             medians = [stats["relative_power"][band][1] for band in BANDS]
-            assert all(0.0 <= m <= 1.0 for m in medians) and 0.8 < sum(medians) < 1.1  # medians of shares: near 1, not exactly
+            assert (
+                all(0.0 <= m <= 1.0 for m in medians) and 0.8 < sum(medians) < 1.1
+            )  # medians of shares: near 1, not exactly
             low, mid, high = stats["relative_power"]["delta"]
             assert low <= mid <= high
             assert 1.0 < stats["epoch_sd_uv_median"] < 200.0  # microvolts, not volts
@@ -154,8 +181,12 @@ def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None
     assert spindles["expert 1"]["excerpts"] == 8 and spindles["expert 2"]["excerpts"] == 6
     assert all(0.2 < d["per_minute"] < 10.0 for d in spindles.values())
     agreement = summary["project_detector_vs"]
-    assert set(agreement) == {"project detector vs expert 1", "project detector vs expert 2",
-                              "project detector vs DREAMS automatic detector", "expert 2 vs expert 1"}
+    assert set(agreement) == {
+        "project detector vs expert 1",
+        "project detector vs expert 2",
+        "project detector vs DREAMS automatic detector",
+        "expert 2 vs expert 1",
+    }
     for counts in agreement.values():
         assert 0 <= counts["found"] <= counts["reference"] and 0 <= counts["right"] <= counts["detected"]
         assert 0.0 <= counts["sensitivity"] <= 1.0 and 0.0 <= counts["precision"] <= 1.0
@@ -169,7 +200,9 @@ def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None
     for draw in ceiling["draws"]:
         assert sorted(draw["per_group"]) == [f"excerpt{i}" for i in range(1, 9)] and draw["skipped_groups"] == []
         assert draw["test_per_class"] == {"W": 54, "N1": 46, "N2": 288, "N3": 87}  # every real epoch held out once
-        assert all(-1.0 <= g["kappa"] <= 1.0 and 0.0 <= g["balanced_accuracy"] <= 1.0 for g in draw["per_group"].values())
+        assert all(
+            -1.0 <= g["kappa"] <= 1.0 and 0.0 <= g["balanced_accuracy"] <= 1.0 for g in draw["per_group"].values()
+        )
         assert -1.0 <= draw["pooled"]["kappa"] <= 1.0
     assert ceiling["row"]["name"] == "trained on the other real excerpts, stages the held-out one (ceiling)"
     assert "(ceiling)" in (tmp_path / "eeg_signals.md").read_text()

@@ -1,5 +1,6 @@
 """Generator honesty: published stage proportions, spatially decaying channel correlations, night
 structure, per-stage spectra and signatures, subject-level variation (reference values: reference.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,14 +9,26 @@ from scipy.signal import butter, sosfiltfilt, welch
 
 from multiview_app.data.eeg.night_structure import runs, wake_nrem_rem_transitions_per_hour
 from multiview_app.data.eeg.preprocess import wake_crop_mask
+from multiview_app.data.eeg.reference import (
+    BANDS,
+    DREAMS_CENTRAL_BAND_RMS_UV,
+    DREAMS_CENTRAL_RELATIVE_POWER_IQR,
+    FPZ_CZ_RELATIVE_POWER_RANGES,
+    SLEEP_EDF_SC_CONTINUITY,
+    SLEEP_EDF_SC_EPOCHS,
+    SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE,
+    SPINDLE_PER_MIN_N2,
+    STAGE_TRANSITIONS_PER_HOUR,
+)
 from multiview_app.data.eeg.signal_stats import detect_spindles
-from multiview_app.data.eeg.reference import (BANDS, DREAMS_CENTRAL_BAND_RMS_UV, DREAMS_CENTRAL_RELATIVE_POWER_IQR,
-                                               FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_CONTINUITY,
-                                               SLEEP_EDF_SC_EPOCHS, SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE, SPINDLE_PER_MIN_N2,
-                                               STAGE_TRANSITIONS_PER_HOUR)
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
-from multiview_app.data.eeg.synth import (SubjectTraits, full_night_excerpt, spatial_correlation, synth_hypnogram,
-                                          synth_night)
+from multiview_app.data.eeg.synth import (
+    SubjectTraits,
+    full_night_excerpt,
+    spatial_correlation,
+    synth_hypnogram,
+    synth_night,
+)
 
 PUBLISHED_SC_EPOCHS = np.array(list(SLEEP_EDF_SC_EPOCHS.values()))
 
@@ -53,10 +66,15 @@ def test_channel_correlations_decay_with_distance_and_nothing_is_shared_identica
     ratio = np.log(power[index["F3-M2"]] / power[index["O2-M1"]])
     assert ratio.std() > 0.15
     model = spatial_correlation(list(PHYSIONET2018_EEG))
-    assert model[index["F3-M2"], index["C3-M2"]] > model[index["F3-M2"], index["F4-M1"]] > model[index["F3-M2"], index["O2-M1"]]
+    assert (
+        model[index["F3-M2"], index["C3-M2"]]
+        > model[index["F3-M2"], index["F4-M1"]]
+        > model[index["F3-M2"], index["O2-M1"]]
+    )
 
 
 # ----------------------------------------------------------------------------- night structure
+
 
 def _rem_periods(stages: np.ndarray, gap_epochs: int = 30) -> list[tuple[int, int]]:
     """REM periods: REM epochs separated by < 15 min of other stages belong to one period (the usual
@@ -71,8 +89,10 @@ def _rem_periods(stages: np.ndarray, gap_epochs: int = 30) -> list[tuple[int, in
 
 
 def test_semi_markov_night_structure():
-    nights = [synth_hypnogram(9 * 120, SubjectTraits.sample(np.random.default_rng([0, s])),
-                              np.random.default_rng([0, s, 1])) for s in range(20)]
+    nights = [
+        synth_hypnogram(9 * 120, SubjectTraits.sample(np.random.default_rng([0, s])), np.random.default_rng([0, s, 1]))
+        for s in range(20)
+    ]
     first_rem, last_rem, n3_thirds = [], [], np.zeros(3)
     bouts: dict[int, list[int]] = {k: [] for k in range(5)}
     brief_awakenings, sleep_hours, transition_rates = 0, 0.0, []
@@ -84,8 +104,8 @@ def test_semi_markov_night_structure():
         first_rem.append(periods[0][1] - periods[0][0] + 1)
         last_rem.append(np.mean([b - a + 1 for a, b in periods[-2:]]))
         third = (sleep[-1] - sleep[0]) // 3
-        n3_thirds += [(stages[sleep[0] + i * third:sleep[0] + (i + 1) * third] == 3).sum() for i in range(3)]
-        stage, length, start = runs(stages[sleep[0]:sleep[-1] + 1])
+        n3_thirds += [(stages[sleep[0] + i * third : sleep[0] + (i + 1) * third] == 3).sum() for i in range(3)]
+        stage, length, start = runs(stages[sleep[0] : sleep[-1] + 1])
         for k in range(5):
             bouts[k] += length[stage == k].tolist()
         brief_awakenings += int(((stage == 0) & (length <= 2)).sum())
@@ -140,8 +160,9 @@ def test_per_stage_relative_band_powers_within_ranges(nights):
     from multiview_app.eval.bandpower import relative_band_powers
 
     stages = np.concatenate([n.stages for n in nights])
-    rel = np.concatenate([relative_band_powers(_epochs(_band(n.signals["EEG Fpz-Cz"], 0.5, 30.0))[:, None], 100.0)[:, 0]
-                          for n in nights])  # (e, 5)
+    rel = np.concatenate(
+        [relative_band_powers(_epochs(_band(n.signals["EEG Fpz-Cz"], 0.5, 30.0))[:, None], 100.0)[:, 0] for n in nights]
+    )  # (e, 5)
     for k, name in enumerate(["W", "N1", "N2", "N3", "REM"]):
         median = np.median(rel[stages == k], axis=0)
         for band, value, (low, high) in zip(BANDS, median, FPZ_CZ_RELATIVE_POWER_RANGES[name]):
@@ -157,8 +178,10 @@ def test_central_derivation_matches_the_real_dreams_central_lead(nights):
     from multiview_app.data.eeg.bands import band_powers
 
     stages = np.concatenate([n.stages for n in nights])
-    powers, total = map(np.concatenate, zip(*[band_powers(_epochs(_band(n.signals["C3-M2"], 0.5, 30.0))[:, None], 100.0)
-                                              for n in nights]))
+    powers, total = map(
+        np.concatenate,
+        zip(*[band_powers(_epochs(_band(n.signals["C3-M2"], 0.5, 30.0))[:, None], 100.0) for n in nights]),
+    )
     relative, rms = (powers / total)[:, 0], powers[:, 0]
     for k, name in enumerate(["W", "N1", "N2", "N3"]):
         median = np.median(relative[stages == k], axis=0)
@@ -179,16 +202,23 @@ def test_stage_signatures_rem_n1_wake(nights):
     assert median(emg, stages == 4) < median(emg, stages == 2) < median(emg, stages == 0)  # REM atonia, wake tone
     # eye movements: fast deflections (rapid eye movements, saccades) in REM; slow rolling ones in N1
     eog = [n.signals["EOG horizontal"] for n in nights]
-    fast = np.concatenate([(np.abs(np.diff(_band(e, 0.3, 15.0), append=0.0)) * 100 > 1200).reshape(-1, 3000).sum(1)
-                           for e in eog])
+    fast = np.concatenate(
+        [(np.abs(np.diff(_band(e, 0.3, 15.0), append=0.0)) * 100 > 1200).reshape(-1, 3000).sum(1) for e in eog]
+    )
     slow = np.concatenate([_epochs(_band(e, 0.2, 1.0)).std(1) for e in eog])
     assert fast[stages == 4].mean() > 3 * fast[stages == 2].mean()
     phasic = np.concatenate([n.meta["phasic_rem"] for n in nights])
     assert fast[phasic].mean() > 3 * fast[(stages == 4) & ~phasic].mean()  # bursts: phasic vs tonic REM
-    assert median(slow, stages == 1) > 1.5 * median(slow, stages == 2) and median(slow, stages == 1) > median(slow, stages == 0)
+    assert median(slow, stages == 1) > 1.5 * median(slow, stages == 2) and median(slow, stages == 1) > median(
+        slow, stages == 0
+    )
     # posterior alpha: eyes closed >> eyes open; N1 alpha dropout
-    alpha = np.concatenate([relative_band_powers(_epochs(_band(n.signals["EEG Pz-Oz"], 0.5, 30.0))[:, None], 100.0)[:, 0, 2]
-                            for n in nights])
+    alpha = np.concatenate(
+        [
+            relative_band_powers(_epochs(_band(n.signals["EEG Pz-Oz"], 0.5, 30.0))[:, None], 100.0)[:, 0, 2]
+            for n in nights
+        ]
+    )
     wake = stages == 0
     assert median(alpha, wake & closed) > 2.5 * median(alpha, wake & ~closed)
     assert median(alpha, stages == 1) < 0.5 * median(alpha, wake & closed)
@@ -211,8 +241,9 @@ def test_subjects_differ_more_than_nights_of_one_subject():
     for s in range(4):
         traits = SubjectTraits.sample(np.random.default_rng([5, s]))
         for night in range(2):
-            data = synth_night(["EEG Fpz-Cz", "EEG Pz-Oz"], 4, 100.0, traits, np.random.default_rng([5, s, night]),
-                               compress=4)
+            data = synth_night(
+                ["EEG Fpz-Cz", "EEG Pz-Oz"], 4, 100.0, traits, np.random.default_rng([5, s, night]), compress=4
+            )
             x = _epochs(_band(data.signals["EEG Fpz-Cz"], 0.5, 4.0))
             delta[s, night] = np.log(np.median(x[np.isin(data.stages, [2, 3])].var(1)))
             wake = _epochs(data.signals["EEG Pz-Oz"])[data.stages == 0]
@@ -256,13 +287,18 @@ def test_sleep_edf_sc_cohort_traits_follow_the_published_directions() -> None:
         awakening.append(after.awakening_scale / before.awakening_scale)
         arousal.append(after.arousal_scale / before.arousal_scale)
     order = np.argsort(ages)
-    for name, ratio, sign in (("n3", n3, -1), ("delta", delta, -1), ("awakening", awakening, 1),
-                              ("arousal", arousal, 1)):
+    for name, ratio, sign in (
+        ("n3", n3, -1),
+        ("delta", delta, -1),
+        ("awakening", awakening, 1),
+        ("arousal", arousal, 1),
+    ):
         by_age = np.asarray(ratio)[order]
         assert np.all(sign * np.diff(by_age) >= -1e-12), name  # monotone in age
         assert sign * (by_age[-1] - by_age[0]) > 0.2, name  # and a real effect over 25-101 y
     assert min(n3) >= synth.SC_AGE_EFFECTS["n3_floor"] - 1e-12
     # the sexes drawn at the SC study's female share (40 of 74, Mourtazaev et al. 1995)
-    sexes = [base(s).with_cohort("sleep-edf-sc", np.random.default_rng([0, s, synth.COHORT_STREAM])).sex
-             for s in range(200)]
+    sexes = [
+        base(s).with_cohort("sleep-edf-sc", np.random.default_rng([0, s, synth.COHORT_STREAM])).sex for s in range(200)
+    ]
     assert abs(sexes.count("F") / 200 - synth.SC_FEMALE_SHARE) < 0.1

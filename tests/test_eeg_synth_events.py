@@ -1,6 +1,7 @@
 """Synthetic PSG events found in the generated signals (K-complexes, vertex waves, conjugate eye
 movements, artifacts at their configured rates and annotated places), SC-length Sleep-EDF files,
 and the demo's EEG windows pinned (generator changes must not move them unnoticed)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,11 +14,24 @@ import pytest
 from scipy.signal import butter, find_peaks, sosfiltfilt
 
 from multiview_app.data.eeg import synth
-from multiview_app.data.eeg.reference import (AROUSAL_DURATION_SECONDS, AROUSAL_INDEX_PER_HOUR,
-                                               DREAMS_CENTRAL_N2_BLIND_75UV_PER_MIN, K_COMPLEX_PER_MIN_N2)
-from multiview_app.data.eeg.synth import (AROUSALS_PER_HOUR, ARTIFACT_PROB, EPOCHS_PER_POP, EXTRA_AROUSALS_PER_HOUR,
-                                          SWEAT_PER_1000_EPOCHS, TRANSIENTS, SubjectTraits, Transient,
-                                          default_record_hours, synth_night)
+from multiview_app.data.eeg.reference import (
+    AROUSAL_DURATION_SECONDS,
+    AROUSAL_INDEX_PER_HOUR,
+    DREAMS_CENTRAL_N2_BLIND_75UV_PER_MIN,
+    K_COMPLEX_PER_MIN_N2,
+)
+from multiview_app.data.eeg.synth import (
+    AROUSALS_PER_HOUR,
+    ARTIFACT_PROB,
+    EPOCHS_PER_POP,
+    EXTRA_AROUSALS_PER_HOUR,
+    SWEAT_PER_1000_EPOCHS,
+    TRANSIENTS,
+    SubjectTraits,
+    Transient,
+    default_record_hours,
+    synth_night,
+)
 
 FS = 100.0
 SPE = int(30 * FS)  # samples per epoch
@@ -25,11 +39,18 @@ CHANNELS = ["F3-M2", "C3-M2", "O1-M2", "E1-M2", "E2-M1", "EOG horizontal", "Chin
 SUBJECTS = (0, 2)
 
 
-def _night(subject: int, channels: list[str] = CHANNELS, fs: float = FS, hours: float = 9, compress: int = 4,
-           mains_hz: float = 50.0) -> tuple[synth.SyntheticNight, SubjectTraits]:
+def _night(
+    subject: int,
+    channels: list[str] = CHANNELS,
+    fs: float = FS,
+    hours: float = 9,
+    compress: int = 4,
+    mains_hz: float = 50.0,
+) -> tuple[synth.SyntheticNight, SubjectTraits]:
     traits = SubjectTraits.sample(np.random.default_rng([0, subject]))
-    night = synth_night(channels, hours, fs, traits, np.random.default_rng([0, subject, 0, 1]), compress=compress,
-                        mains_hz=mains_hz)
+    night = synth_night(
+        channels, hours, fs, traits, np.random.default_rng([0, subject, 0, 1]), compress=compress, mains_hz=mains_hz
+    )
     return night, traits
 
 
@@ -64,7 +85,7 @@ def _band(x: np.ndarray, low: float, high: float, fs: float = FS) -> np.ndarray:
 
 def _segments(x: np.ndarray, onsets: np.ndarray, length: int) -> np.ndarray:
     """``(events, length)`` segments starting at ``onsets``, each minus its mean."""
-    segs = np.stack([x[o:o + length] for o in onsets])
+    segs = np.stack([x[o : o + length] for o in onsets])
     return segs - segs.mean(axis=1, keepdims=True)
 
 
@@ -87,8 +108,10 @@ def _poisson_close(observed: float, expected: float) -> bool:
 
 # ----------------------------------------------------------------------------- K-complexes, vertex waves
 
+
 def test_k_complexes_biphasic_high_amplitude_in_n2_n3_at_the_configured_density(
-        nights, night_without_k_complexes_and_vertex_waves):
+    nights, night_without_k_complexes_and_vertex_waves
+):
     per_channel: dict[str, list[np.ndarray]] = {c: [] for c in ("F3-M2", "C3-M2", "O1-M2")}
     erp = []
     for night, traits in nights:
@@ -127,7 +150,7 @@ def blind_k_complex_detections(x: np.ndarray, fs: float = FS, threshold_uv: floa
     slow = _band(x, 0.3, 4.0, fs)
     troughs, _ = find_peaks(-slow, distance=int(fs))
     troughs = troughs[troughs + int(fs) <= slow.size]
-    rise = np.array([slow[t:t + int(fs)].max() - slow[t] for t in troughs])
+    rise = np.array([slow[t : t + int(fs)].max() - slow[t] for t in troughs])
     return troughs[rise >= threshold_uv] if troughs.size else troughs
 
 
@@ -143,12 +166,13 @@ def _n2_away_from_n3_and_artifacts(night: synth.SyntheticNight) -> np.ndarray:
     for _, start, _ in night.meta["pops"]:
         keep[start // SPE] = False
     for start, length in night.meta["sweat_episodes"]:
-        keep[start // SPE:(start + length) // SPE + 1] = False
+        keep[start // SPE : (start + length) // SPE + 1] = False
     return keep
 
 
 def test_k_complexes_stand_out_from_the_n2_background_for_a_blind_detector(
-        nights, nights_without_k_complexes_and_vertex_waves):
+    nights, nights_without_k_complexes_and_vertex_waves
+):
     """AASM: a K-complex is a well-delineated negative-positive wave standing out from the background.
     A blind detector (trough, then a peak >= 75 uV within 1 s, on F3) in N2 away from N3 and artifacts
     finds the K-complexes on top of the background's slow waves: removing them removes about the
@@ -199,6 +223,7 @@ def test_vertex_waves_sharp_negative_central_in_n1(nights, night_without_k_compl
 
 # ----------------------------------------------------------------------------- conjugate eye movements
 
+
 def _isolated(onsets: np.ndarray, others: np.ndarray, gap: int) -> np.ndarray:
     """Mask of ``onsets`` with no other eye-movement onset within ``gap`` samples."""
     others = np.sort(others)
@@ -239,12 +264,14 @@ def test_rem_eye_movements_are_sharp_conjugate_deflections_with_montage_polarity
     assert np.corrcoef(d["E1-M2"], d["E2-M1"])[0, 1] < -0.8
     assert 1.6 < np.median(np.abs(d["EOG horizontal"])) / np.median(np.abs(d["E2-M1"])) < 2.4
     assert np.median(np.abs(d["E1-M2"])) > 40.0
+
     # sharp: 10 -> 90 % of the (sign-aligned, averaged) deflection in < 100 ms; slow rolling eye
     # movements of N1 take > 500 ms
     def rise_seconds(trace: np.ndarray, start: int) -> float:
         trace = trace - trace[:start].mean()
         top = trace.max()
         return (np.argmax(trace >= 0.9 * top) - np.argmax(trace >= 0.1 * top)) / FS
+
     assert rise_seconds(np.mean(rise, axis=0), 10) < 0.1
     assert rise_seconds(np.mean(slow_rise, axis=0), 1) > 0.5
     # EEG reaches both EOG derivations in phase: without eye movements (N2) they correlate positively
@@ -261,6 +288,7 @@ def test_writers_keep_one_eog_derivation_as_the_real_formats():
 
 # ----------------------------------------------------------------------------- artifacts
 
+
 def test_movement_artifacts_land_in_their_annotated_places(nights):
     loud_annotated = []  # pooled over the nights (a 2-h excerpt may hold a single, quiet movement)
     for night, _ in nights:
@@ -269,7 +297,7 @@ def test_movement_artifacts_land_in_their_annotated_places(nights):
         stage_median = np.array([np.median(epoch_rms[night.stages == k]) for k in range(5)])
         moved = np.zeros(night.stages.size, dtype=bool)
         for start, length in night.meta["movements"]:
-            window = np.sqrt((emg[start:start + length] ** 2).mean())
+            window = np.sqrt((emg[start : start + length] ** 2).mean())
             assert window > 3 * stage_median[night.stages[start // SPE]]
             moved[start // SPE] = True
         loud = epoch_rms > 4 * stage_median[night.stages]  # blind: epochs with very loud chin EMG
@@ -292,11 +320,18 @@ def test_artifact_rates_are_realized():
         stages, n_epochs = night.stages, night.stages.size
         hours += n_epochs / 120
         sleep_hours = (stages != 0).sum() / 120
-        observed += [len(night.meta["movements"]), len(night.meta["pops"]), len(night.meta["sweat_episodes"]),
-                     len(night.meta["arousals"])]
-        expected += [np.minimum(np.asarray(ARTIFACT_PROB)[stages] * traits.artifact_scale, 1.0).sum(),
-                     n_epochs / EPOCHS_PER_POP, SWEAT_PER_1000_EPOCHS * traits.artifact_scale * n_epochs / 1000.0,
-                     (AROUSALS_PER_HOUR + EXTRA_AROUSALS_PER_HOUR) * traits.arousal_scale * sleep_hours]
+        observed += [
+            len(night.meta["movements"]),
+            len(night.meta["pops"]),
+            len(night.meta["sweat_episodes"]),
+            len(night.meta["arousals"]),
+        ]
+        expected += [
+            np.minimum(np.asarray(ARTIFACT_PROB)[stages] * traits.artifact_scale, 1.0).sum(),
+            n_epochs / EPOCHS_PER_POP,
+            SWEAT_PER_1000_EPOCHS * traits.artifact_scale * n_epochs / 1000.0,
+            (AROUSALS_PER_HOUR + EXTRA_AROUSALS_PER_HOUR) * traits.arousal_scale * sleep_hours,
+        ]
         arousal_index.append(len(night.meta["arousals"]) / sleep_hours / traits.arousal_scale)
         seconds = np.array([length for _, length in night.meta["arousals"]]) / fs
         assert seconds.min() >= 3.0 and seconds.max() < 30.0  # AASM minimum; inside one epoch
@@ -329,16 +364,16 @@ def test_pops_and_sweat_land_in_their_annotated_places(monkeypatch):
             x, other = night.signals[channel], night.signals[channels[1 - channels.index(channel)]]
             jump = (x[start] - x[start - 1]) / traits.channel_gain[channel]
             errors.append(abs(jump - step) / abs(step))
-            nearby = np.abs(np.diff(x[start - 50:start + 50]))
+            nearby = np.abs(np.diff(x[start - 50 : start + 50]))
             largest.append(np.argmax(nearby) == 49 and abs(other[start] - other[start - 1]) < 0.5 * abs(jump))
     assert len(errors) >= 10 and np.median(errors) < 0.25 and np.mean(largest) >= 0.9, (errors, largest)
     slow = _band(night.signals["F3-M2"], 0.1, 0.5)
     assert len(night.meta["sweat_episodes"]) >= 2
     anywhere = np.zeros(slow.size, dtype=bool)
     for start, length in night.meta["sweat_episodes"]:
-        anywhere[start:start + length] = True
+        anywhere[start : start + length] = True
     quiet = slow[~anywhere].std()  # no sweat episode there
-    ratios = np.array([slow[start:start + length].std() / quiet for start, length in night.meta["sweat_episodes"]])
+    ratios = np.array([slow[start : start + length].std() / quiet for start, length in night.meta["sweat_episodes"]])
     assert np.median(ratios) > 2.0 and np.mean(ratios > 1.2) >= 0.75, ratios
 
 
@@ -355,6 +390,7 @@ def test_line_noise_amplitude_is_the_subjects_mains_amplitude():
 
 
 # ----------------------------------------------------------------------------- SC-length files, pinned windows
+
 
 def _prepared(tmp_path, fmt: str, **synth_kwargs) -> tuple[list[dict], list[np.ndarray]]:
     from multiview_app.data.eeg.cache import prepare
@@ -451,8 +487,8 @@ def window_fingerprint(records: list[dict], windows: list[np.ndarray]) -> list[d
         n, c, _ = x.shape
         per_window = {
             "line_length": np.abs(np.diff(x, axis=2)).mean(axis=2),
-            "skew": (x ** 3).mean(axis=2),
-            "kurtosis": (x ** 4).mean(axis=2),
+            "skew": (x**3).mean(axis=2),
+            "kurtosis": (x**4).mean(axis=2),
             "corr": (x * np.roll(x, -1, axis=1)).mean(axis=2),
         }  # each (n, c)
         segments = range(0, n, PIN_SEGMENT)
@@ -461,15 +497,19 @@ def window_fingerprint(records: list[dict], windows: list[np.ndarray]) -> list[d
         for ch in range(c):
             entry = {"quantiles": round9(np.quantile(x[:, ch], [0.01, 0.1, 0.5, 0.9, 0.99]))}
             for name, values in per_window.items():
-                entry[name] = round9([values[s:s + PIN_SEGMENT, ch].mean() for s in segments])
+                entry[name] = round9([values[s : s + PIN_SEGMENT, ch].mean() for s in segments])
             channels.append(entry)
-        out.append({
-            "recording": record["recording"],
-            "shape": list(w.shape),
-            "dtype": str(w.dtype),
-            "labels_sha256": hashlib.sha256(np.asarray(record["labels"], dtype=np.int64).tobytes()).hexdigest()[:16],
-            "channels": channels,
-        })
+        out.append(
+            {
+                "recording": record["recording"],
+                "shape": list(w.shape),
+                "dtype": str(w.dtype),
+                "labels_sha256": hashlib.sha256(np.asarray(record["labels"], dtype=np.int64).tobytes()).hexdigest()[
+                    :16
+                ],
+                "channels": channels,
+            }
+        )
     return out
 
 
@@ -485,7 +525,9 @@ def assert_fingerprints_match(actual: list[dict], pinned: list[dict]) -> None:
             assert g.keys() == p.keys(), f"{name}, channel {ch}: fingerprint fields differ"
             for key in p:
                 tol = PIN_TOLERANCE[key]
-                np.testing.assert_allclose(g[key], p[key], rtol=tol, atol=tol, err_msg=f"{name}, channel {ch}: {key} moved")
+                np.testing.assert_allclose(
+                    g[key], p[key], rtol=tol, atol=tol, err_msg=f"{name}, channel {ch}: {key} moved"
+                )
 
 
 @pytest.mark.parametrize("key", PINNED_KEYS)

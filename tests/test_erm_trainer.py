@@ -1,6 +1,7 @@
 """The ERM baseline trained through the Trainer (loss ``supervised_ce``) against the old hand-written
 loop (kept here only as the reference): same accuracies within seed noise over 2 seeds; the loss's
 labels / features plumbing and its errors."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,10 +38,15 @@ def digit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tiny_config(root: Path, tmp_path: Path, seed: int) -> Path:
-    return tiny_domain_config(root, tmp_path / f"tiny_{seed}.yaml", width=8, num_features=16,
-                              loss={"name": "m3g", "epsilon": 0.05},
-                              train={"max_steps": 2, "batch_size": 8, "log_every": 5, "seed": seed},
-                              optim={"lr": 0.003, "warmup_steps": 2, "weight_decay": 0.0001, "grad_clip": 3.0})
+    return tiny_domain_config(
+        root,
+        tmp_path / f"tiny_{seed}.yaml",
+        width=8,
+        num_features=16,
+        loss={"name": "m3g", "epsilon": 0.05},
+        train={"max_steps": 2, "batch_size": 8, "log_every": 5, "seed": seed},
+        optim={"lr": 0.003, "warmup_steps": 2, "weight_decay": 0.0001, "grad_clip": 3.0},
+    )
 
 
 def old_erm_loop(cfg, adapter, policy, steps: int) -> nn.Module:
@@ -52,14 +58,19 @@ def old_erm_loop(cfg, adapter, policy, steps: int) -> nn.Module:
     head = nn.Linear(int(next(iter(model.encoders.values())).num_features), adapter.num_classes)
     params = list(model.encoders.parameters()) + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.optim.warmup_steps, steps, cfg.optim.min_lr_ratio))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(cfg.optim.warmup_steps, steps, cfg.optim.min_lr_ratio)
+    )
     dataset = adapter.source_tuples()
     per_epoch = len(dataset) // n
     step, epoch = 0, 0
     while step < steps:
         set_dataset_epoch(dataset, epoch)
-        for raw in DataLoader(dataset, batch_sampler=EpochBatchSampler(len(dataset), n, per_epoch, seed, epoch),
-                              collate_fn=default_collate):
+        for raw in DataLoader(
+            dataset,
+            batch_sampler=EpochBatchSampler(len(dataset), n, per_epoch, seed, epoch),
+            collate_fn=default_collate,
+        ):
             if step >= steps:
                 break
             generator = torch.Generator().manual_seed((seed * 1_000_003 + step) * 4_096 + 1)
@@ -123,8 +134,10 @@ def test_erm_config_own_budget_and_shared_across_losses(digit_root: Path, tmp_pa
     assert erm.train.max_steps == 50 and erm.train.checkpoint_every == 10  # never the pretraining max_steps
     assert erm.loss.name == "supervised_ce" and erm.loss.params == {"num_classes": 10, "in_dim": 16}
     assert erm.model.predictor is None and not erm.model.teacher.enabled
-    other = load_config(tiny_config(digit_root, tmp_path, 0), ["loss.name=infonce_pwe", "loss.tau=0.2",
-                                                                "data.options.holdout=null", "data.options.adapt=sketch"])
+    other = load_config(
+        tiny_config(digit_root, tmp_path, 0),
+        ["loss.name=infonce_pwe", "loss.tau=0.2", "data.options.holdout=null", "data.options.adapt=sketch"],
+    )
     assert erm_config(other, adapter, tmp_path / "erm", steps=50).run_dir == erm.run_dir  # one ERM per target + seed
 
 

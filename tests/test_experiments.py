@@ -1,17 +1,17 @@
 """experiments/: ensure_trained's policies (reuse, refuse-mismatch, resume, retrain) and the sweep grid."""
+
 from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from _train_helpers import tiny_config
 
 import multiview_app.train.trainer as trainer
 from multiview_app.experiments import POLICIES, TrainPolicy, ensure_trained
 from multiview_app.experiments.sweeps import grid, sweep
 from multiview_app.train.checkpoint import STATE_FILE, latest_checkpoint
-
-from _train_helpers import tiny_config
 
 
 @pytest.fixture
@@ -92,7 +92,9 @@ def test_empty_leftover_folders_are_trained_into_and_held_folders_refused(tmp_pa
     with RunLock(held.run_dir):  # another writer (flock: a second open file conflicts, same process or not)
         assert RunLock.holder(held.run_dir) == f"pid {os.getpid()}"
         for policy in ("reuse", "retrain", "resume"):
-            with pytest.raises(RuntimeError, match=rf"{held.run_dir} is in use by another process \(pid {os.getpid()}\)"):
+            with pytest.raises(
+                RuntimeError, match=rf"{held.run_dir} is in use by another process \(pid {os.getpid()}\)"
+            ):
                 ensure_trained(held, policy)
     assert (held.run_dir / "config.yaml").is_file() and calls[-1]["run"] == empty.run_dir  # untouched, not trained
     assert RunLock.holder(held.run_dir) is None
@@ -111,9 +113,15 @@ def test_finished_run_is_retrained_under_retrain(tmp_path: Path, calls: list[dic
 
 def test_grid_is_first_axis_major_and_sweep_trains_in_order(tmp_path: Path, calls: list[dict]) -> None:
     points = grid(seed=[0, 1], loss=["a", "b"])
-    assert points == [{"seed": 0, "loss": "a"}, {"seed": 0, "loss": "b"}, {"seed": 1, "loss": "a"},
-                      {"seed": 1, "loss": "b"}]
-    done = [(p, cfg.run_dir.name) for p, cfg, _ in
-            sweep(points, lambda p: tiny_config(tmp_path, f"{p['loss']}_s{p['seed']}"), "reuse")]
+    assert points == [
+        {"seed": 0, "loss": "a"},
+        {"seed": 0, "loss": "b"},
+        {"seed": 1, "loss": "a"},
+        {"seed": 1, "loss": "b"},
+    ]
+    done = [
+        (p, cfg.run_dir.name)
+        for p, cfg, _ in sweep(points, lambda p: tiny_config(tmp_path, f"{p['loss']}_s{p['seed']}"), "reuse")
+    ]
     assert [name for _, name in done] == ["a_s0", "b_s0", "a_s1", "b_s1"]
     assert [c["run"].name for c in calls] == ["a_s0", "b_s0", "a_s1", "b_s1"]

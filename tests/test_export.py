@@ -1,5 +1,6 @@
 """``mvapp export``: same features as the evaluators, output folder contract, atomicity / resume,
 bad input, parquet format, sharding and 2-process export (gloo; torchrun and accelerate launch)."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-
 from _launch_helpers import LAUNCHERS, launch
 from _train_helpers import tiny_config
+
 from multiview_app.cli import main
 from multiview_app.data.adapters import build_adapter
 from multiview_app.data.views import build_view_policy
@@ -77,14 +78,17 @@ def test_export_equals_evaluator_features_with_metadata(digits_run: Path, tmp_pa
     assert manifest["weights_file"] == "model.safetensors" and len(manifest["weights_sha256"]) == 64
     assert set(manifest["versions"]) >= {"python", "torch", "numpy", "pyarrow", "multiview_app"}
     assert not manifest["normalized"] and manifest["dim"] == 16 and manifest["shards"][0]["rows"] == 1797
-    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["embeddings.npy", "manifest.json", "metadata.parquet"]
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == [
+        "embeddings.npy",
+        "manifest.json",
+        "metadata.parquet",
+    ]
 
 
 def test_projector_features_step_weights_and_normalize(digits_run: Path, tmp_path: Path) -> None:
     model, adapter, policy = _model_adapter_policy(digits_run, "step_2")
     final, _, _ = _model_adapter_policy(digits_run, "final")
-    rows, table, manifest = _export(digits_run, tmp_path / "proj", split="test", features="projector",
-                                    weights="step_2")
+    rows, table, manifest = _export(digits_run, tmp_path / "proj", split="test", features="projector", weights="step_2")
     raw = torch.utils.data.default_collate([adapter.split("test")[i] for i in range(len(adapter.split("test")))])
     with torch.no_grad():
         z = model.embed(policy.eval_views(raw), use_predictor=False)[:, 0].numpy()
@@ -149,8 +153,12 @@ def test_failure_midway_leaves_no_manifest_and_rerun_resumes(digits_run: Path, t
 
     monkeypatch.setattr(ShardWriter, "commit", lambda self: (original(self), commits.append(self.embeddings.name)))
     export_embeddings(digits_run, out, split="all", max_shard_mb=0.03, progress=False)
-    assert commits == ["embeddings-00000-of-00004.npy", "embeddings-00001-of-00004.npy",
-                       "embeddings-00002-of-00004.npy", "embeddings-00003-of-00004.npy"]  # 0, 1 not redone
+    assert commits == [
+        "embeddings-00000-of-00004.npy",
+        "embeddings-00001-of-00004.npy",
+        "embeddings-00002-of-00004.npy",
+        "embeddings-00003-of-00004.npy",
+    ]  # 0, 1 not redone
     rows, table, manifest = load_embeddings(out)
     assert manifest["resumed"] and not [p for p in out.iterdir() if p.name.startswith(".")]
     clean, clean_table, _ = _export(digits_run, tmp_path / "clean", split="all")
@@ -187,8 +195,9 @@ def test_disk_full_midway_removes_temporary_files(digits_run: Path, tmp_path: Pa
         f"sys.exit(main(['export', '--run', {str(digits_run)!r}, '--out', {str(out)!r}, '--split', 'all',"
         " '--batch-size', '100']))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_python_env(),
-                          timeout=SUBPROCESS_TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_python_env(), timeout=SUBPROCESS_TIMEOUT_S
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("mvapp: error: ") and "embeddings.npy" in last and "Traceback" not in proc.stderr
@@ -234,9 +243,19 @@ def test_bad_input_gives_one_clear_error(digits_run: Path, tmp_path: Path, capsy
 
 
 def test_data_of_another_modality_is_refused(digits_run: Path, eeg_setup: dict, tmp_path: Path, capsys) -> None:
-    err = _cli_error(capsys, ["export", "--run", str(digits_run), "--out", str(tmp_path / "out"),
-                              "data.adapter=eeg_windows", f"data.options.cache={eeg_setup['cache']}",
-                              "views.policy=channels"])
+    err = _cli_error(
+        capsys,
+        [
+            "export",
+            "--run",
+            str(digits_run),
+            "--out",
+            str(tmp_path / "out"),
+            "data.adapter=eeg_windows",
+            f"data.options.cache={eeg_setup['cache']}",
+            "views.policy=channels",
+        ],
+    )
     assert "'eeg_windows' gives 'eeg' views" in err and "encoders for image only" in err
 
 
@@ -248,21 +267,59 @@ def eeg_setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """3 synthetic 1-h Sleep-EDF nights -> prepared cache -> 2 M3G steps of a tiny EEG encoder."""
     tmp = tmp_path_factory.mktemp("eeg")
     raw, cache, runs = tmp / "raw", tmp / "cache", tmp / "runs"
-    assert main(["data", "synth-psg", "--subjects", "3", "--nights", "1", "--format", "sleep-edf",
-                 "--hours", "1", "--out", str(raw), "--seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synth-psg",
+                "--subjects",
+                "3",
+                "--nights",
+                "1",
+                "--format",
+                "sleep-edf",
+                "--hours",
+                "1",
+                "--out",
+                str(raw),
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert main(["data", "prepare", "sleep-edf", "--source", str(raw), "--out", str(cache)]) == 0
-    assert main(["train", "--config", str(ROOT / "configs" / "eeg_sleepedf_m3g.yaml"), "--name", "eeg",
-                 f"data.options.cache={cache}", "data.options.test_fraction=0.34", f"output.runs_dir={runs}",
-                 "train.max_steps=2", "train.batch_size=4", "model.encoders.eeg.width=8",
-                 "model.encoders.eeg.out_dim=8", "model.projector.hidden_dim=16", "model.projector.out_dim=8",
-                 "train.checkpoint_every=0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(ROOT / "configs" / "eeg_sleepedf_m3g.yaml"),
+                "--name",
+                "eeg",
+                f"data.options.cache={cache}",
+                "data.options.test_fraction=0.34",
+                f"output.runs_dir={runs}",
+                "train.max_steps=2",
+                "train.batch_size=4",
+                "model.encoders.eeg.width=8",
+                "model.encoders.eeg.out_dim=8",
+                "model.projector.hidden_dim=16",
+                "model.projector.out_dim=8",
+                "train.checkpoint_every=0",
+            ]
+        )
+        == 0
+    )
     return {"cache": cache, "run": runs / "eeg"}
 
 
 def _downstream():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("downstream_from_export", ROOT / "scripts" / "downstream_from_export.py")
+    spec = importlib.util.spec_from_file_location(
+        "downstream_from_export", ROOT / "scripts" / "downstream_from_export.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -296,7 +353,9 @@ def test_eeg_per_view_rows_and_downstream_reproduces_sleep_staging(eeg_setup: di
         result = json.loads((tmp_path / "r.json").read_text())
         for s in ("5", "20"):
             for metric in ("accuracy", "kappa", "macro_f1"):
-                assert result["results"][s][metric] == pytest.approx(evaluator["results"]["trained"][s][metric], abs=1e-12)
+                assert result["results"][s][metric] == pytest.approx(
+                    evaluator["results"]["trained"][s][metric], abs=1e-12
+                )
     assert "s=20: accuracy" in capsys.readouterr().out
 
 
@@ -326,8 +385,22 @@ def test_two_process_export_equals_single_process(launcher: str, eeg_setup: dict
     single, single_table, _ = _export(run, tmp_path / "single", split="all", batch_size=16)
     item_bytes = 2 * single.shape[1] * 4
     shard_mb = (len(single) // 2 * item_bytes) / 3 / 2**20 * 1.01  # -> 3 shards
-    proc = launch(launcher, ["export", "--run", str(run), "--out", str(tmp_path / "multi"), "--split", "all",
-                      "--batch-size", "7", "--max-shard-mb", f"{shard_mb:.6f}"])
+    proc = launch(
+        launcher,
+        [
+            "export",
+            "--run",
+            str(run),
+            "--out",
+            str(tmp_path / "multi"),
+            "--split",
+            "all",
+            "--batch-size",
+            "7",
+            "--max-shard-mb",
+            f"{shard_mb:.6f}",
+        ],
+    )
     assert proc.returncode == 0, f"{launcher} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
     assert proc.stdout.count("exported") == 1  # only the main process reports
     rows, table, manifest = load_embeddings(tmp_path / "multi")
@@ -340,8 +413,13 @@ def test_two_process_export_equals_single_process(launcher: str, eeg_setup: dict
 def test_other_data_from_config_file_and_overrides(digits_run: Path, tmp_path: Path) -> None:
     data_yaml = tmp_path / "data.yaml"
     data_yaml.write_text("data:\n  options: {test_fraction: 0.25}\n")
-    _, table, manifest = _export(digits_run, tmp_path / "a", split="test", config_file=data_yaml,
-                                 overrides=["data.options.load_size=12", "views.options.image_size=12"])
+    _, table, manifest = _export(
+        digits_run,
+        tmp_path / "a",
+        split="test",
+        config_file=data_yaml,
+        overrides=["data.options.load_size=12", "views.options.image_size=12"],
+    )
     assert manifest["data"]["options"] == {"load_size": 12, "test_fraction": 0.25}  # merged into the run's options
     assert manifest["view_policy"]["options"]["image_size"] == 12
     expected = len(build_adapter("digits", {"load_size": 12, "test_fraction": 0.25}).split("test"))

@@ -1,6 +1,7 @@
 """``mvapp export-model`` / ``multiview_app.load_encoder``: safetensors + config + model card without the run
 folder, timm image encoders loadable by timm alone, ONNX outputs equal to PyTorch's under onnxruntime,
 and loading refuses weights that do not match the config, naming the tensor."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from _train_helpers import tiny_config
 from safetensors.torch import load_file, save_file
 
-from _train_helpers import tiny_config
 from multiview_app.cli import main
-from multiview_app.export.encoder import (CONFIG_FILE, WEIGHTS_FILE, EncoderExportError, load_encoder,
-                                          missing_onnx_packages)
+from multiview_app.export.encoder import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    EncoderExportError,
+    load_encoder,
+    missing_onnx_packages,
+)
 from multiview_app.train.run_io import load_run
 from multiview_app.train.trainer import train
 
@@ -38,8 +44,9 @@ def _images(n: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(n, 3, 16, 16, generator=torch.Generator().manual_seed(seed))
 
 
-def test_encoder_folder_loads_without_the_run_and_gives_the_runs_features(cnn_run: Path, cnn_encoder: Path,
-                                                                          tmp_path: Path) -> None:
+def test_encoder_folder_loads_without_the_run_and_gives_the_runs_features(
+    cnn_run: Path, cnn_encoder: Path, tmp_path: Path
+) -> None:
     moved = shutil.copytree(cnn_encoder, tmp_path / "elsewhere")  # nothing points back to the run folder
     encoder = load_encoder(moved)
     _, model = load_run(cnn_run)
@@ -75,8 +82,9 @@ def test_every_exported_file_gets_the_umask_mode(cnn_run: Path, tmp_path: Path) 
 def test_model_card_lists_the_runs_evaluation_metrics(cnn_run: Path, tmp_path: Path) -> None:
     run = shutil.copytree(cnn_run, tmp_path / "run")
     (run / "eval").mkdir(exist_ok=True)
-    (run / "eval" / "linear_probe.json").write_text(json.dumps({"evaluator": "linear-probe", "accuracy": 0.8125,
-                                                                "knn": {"top1_accuracy": 0.75}, "n": 100}))
+    (run / "eval" / "linear_probe.json").write_text(
+        json.dumps({"evaluator": "linear-probe", "accuracy": 0.8125, "knn": {"top1_accuracy": 0.75}, "n": 100})
+    )
     assert main(["export-model", "--run", str(run), "--out", str(tmp_path / "enc")]) == 0
     config = json.loads((tmp_path / "enc" / CONFIG_FILE).read_text())
     assert config["source"]["metrics"] == {"linear_probe": {"accuracy": 0.8125, "knn.top1_accuracy": 0.75}}
@@ -90,21 +98,29 @@ def test_other_weights_say_their_steps_and_carry_no_final_metrics(cnn_run: Path,
     assert main(["export-model", "--run", str(run), "--out", str(tmp_path / "init"), "--weights", "init"]) == 0
     config = json.loads((tmp_path / "init" / CONFIG_FILE).read_text())
     assert (config["source"]["steps"], config["source"]["metrics"], config["source"]["weights_file"]) == (
-        0, {}, "init.safetensors")
+        0,
+        {},
+        "init.safetensors",
+    )
     assert "none for these (init) weights" in (tmp_path / "init" / "README.md").read_text()
     _, model = load_run(run, "init")
     with torch.no_grad():
-        torch.testing.assert_close(load_encoder(tmp_path / "init")(_images(2)), model.encoders["image"](_images(2)),
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            load_encoder(tmp_path / "init")(_images(2)), model.encoders["image"](_images(2)), rtol=0, atol=0
+        )
 
 
-def test_loading_refuses_weights_that_do_not_match_the_config_naming_the_tensor(cnn_encoder: Path,
-                                                                                tmp_path: Path) -> None:
+def test_loading_refuses_weights_that_do_not_match_the_config_naming_the_tensor(
+    cnn_encoder: Path, tmp_path: Path
+) -> None:
     broken = shutil.copytree(cnn_encoder, tmp_path / "shape")
     state = load_file(str(broken / WEIGHTS_FILE))
     state["body.3.weight"] = torch.zeros(5)  # the second convolution's kernel, of the wrong shape
     save_file(state, str(broken / WEIGHTS_FILE))
-    with pytest.raises(EncoderExportError, match=r"tensor 'body.3.weight' has shape \[5\], config.json's tensor list says \[16, 8, 3, 3\]"):
+    with pytest.raises(
+        EncoderExportError,
+        match=r"tensor 'body.3.weight' has shape \[5\], config.json's tensor list says \[16, 8, 3, 3\]",
+    ):
         load_encoder(broken)
 
     missing = shutil.copytree(cnn_encoder, tmp_path / "missing")
@@ -118,8 +134,11 @@ def test_loading_refuses_weights_that_do_not_match_the_config_naming_the_tensor(
     config = json.loads((other / CONFIG_FILE).read_text())
     config["encoder_args"]["width"] = 4
     (other / CONFIG_FILE).write_text(json.dumps(config))
-    with pytest.raises(EncoderExportError, match=r"tensor 'body.0.weight' has shape \[8, 3, 3, 3\], the image/small_cnn "
-                                                 r"encoder built from config.json says \[4, 3, 3, 3\]"):
+    with pytest.raises(
+        EncoderExportError,
+        match=r"tensor 'body.0.weight' has shape \[8, 3, 3, 3\], the image/small_cnn "
+        r"encoder built from config.json says \[4, 3, 3, 3\]",
+    ):
         load_encoder(other)
 
     with pytest.raises(EncoderExportError, match="not an encoder folder"):
@@ -134,7 +153,8 @@ def test_export_model_refuses_a_foreign_non_empty_folder(cnn_run: Path, tmp_path
 
 
 def test_onnx_without_its_packages_is_one_clear_error_before_anything_is_written(
-        cnn_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    cnn_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     import multiview_app.export.encoder as encoder_module
 
     monkeypatch.setattr(encoder_module, "missing_onnx_packages", lambda: ["onnxscript"])
@@ -166,8 +186,14 @@ def test_timm_image_encoder_loads_in_timm_alone(tmp_path: Path) -> None:
     if not timm.is_model("test_resnet"):
         pytest.skip(f"timm {timm.__version__} has no tiny test_resnet model")
     runs = tmp_path / "runs"
-    train(tiny_config(runs, "timm", train={"max_steps": 1, "batch_size": 8},
-                      model={"encoders": {"image": {"name": "test_resnet"}}, "projector": {"hidden_dim": 16, "out_dim": 8}}))
+    train(
+        tiny_config(
+            runs,
+            "timm",
+            train={"max_steps": 1, "batch_size": 8},
+            model={"encoders": {"image": {"name": "test_resnet"}}, "projector": {"hidden_dim": 16, "out_dim": 8}},
+        )
+    )
     assert main(["export-model", "--run", str(runs / "timm"), "--out", str(tmp_path / "enc")]) == 0
     config = json.loads((tmp_path / "enc" / CONFIG_FILE).read_text())
     assert config["weights_of"] == "timm" and config["timm"]["model_name"] == "test_resnet"
@@ -179,4 +205,7 @@ def test_timm_image_encoder_loads_in_timm_alone(tmp_path: Path) -> None:
         expected = run_model.encoders["image"](x)
         torch.testing.assert_close(model.eval()(x), expected, rtol=0, atol=0)
         torch.testing.assert_close(load_encoder(tmp_path / "enc")(x), expected, rtol=0, atol=0)
-    assert "timm.create_model('test_resnet', pretrained=False, num_classes=0)" in (tmp_path / "enc" / "README.md").read_text()
+    assert (
+        "timm.create_model('test_resnet', pretrained=False, num_classes=0)"
+        in (tmp_path / "enc" / "README.md").read_text()
+    )

@@ -1,4 +1,5 @@
 """The core install runs the loss head; a missing optional package is one line naming its extra."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,8 +27,9 @@ _BLOCK = textwrap.dedent(f"""
 
 
 def _run_blocked(snippet: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", _BLOCK + textwrap.dedent(snippet)], cwd=ROOT, text=True,
-                          capture_output=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCK + textwrap.dedent(snippet)], cwd=ROOT, text=True, capture_output=True, timeout=300
+    )
 
 
 def test_extras_in_pyproject_cover_every_mapped_extra() -> None:
@@ -70,7 +72,8 @@ def test_require_and_message() -> None:
     with pytest.raises(MissingExtraError, match=r"pip install 'multiview_app\[eeg\]'"):
         require("multiview_app_no_such_module", extra="eeg")
     assert missing_extra_message(ModuleNotFoundError("x", name="mne.io")) == (
-        "the optional package 'mne' is not installed: pip install 'multiview_app[eeg]'")
+        "the optional package 'mne' is not installed: pip install 'multiview_app[eeg]'"
+    )
     assert missing_extra_message(ValueError("mne")) is None
 
 
@@ -93,8 +96,10 @@ def test_registry_skips_a_module_whose_optional_package_is_missing(tmp_path, mon
     assert registry.skipped == {"mv_reg_optional": ("optuna_not_here_either", "tune")}
     with pytest.raises(ValueError) as info:
         registry.get("tuned")
-    assert str(info.value) == ("unknown widget 'tuned'; available: fine; not loaded: mv_reg_optional (optional package "
-                               "'optuna_not_here_either' missing: pip install 'multiview_app[tune]')")
+    assert str(info.value) == (
+        "unknown widget 'tuned'; available: fine; not loaded: mv_reg_optional (optional package "
+        "'optuna_not_here_either' missing: pip install 'multiview_app[tune]')"
+    )
     with pytest.raises(ModuleNotFoundError, match="mv_reg_no_such_internal_module"):
         Registry("widget", modules=["mv_reg_broken"]).names()
 

@@ -1,10 +1,11 @@
 """FlatNCE: value == matching InfoNCE, gradient == that of mean(exp(c - detach c)), ESS, tau scheduling."""
+
 from __future__ import annotations
 
 import pytest
+import reference_losses as ref
 import torch
 
-import reference_losses as ref
 from multiview_app.losses import build_loss
 
 
@@ -102,8 +103,13 @@ def test_without_target_tau_is_fixed() -> None:
 
 @pytest.mark.parametrize(
     "params, word",
-    [({"ess_target": 0.0}, "ess_target"), ({"ess_target": 1.5}, "ess_target"),
-     ({"ess_rate": 1.0}, "ess_rate"), ({"ess_rate": -0.1}, "ess_rate"), ({"tau": 0.0}, "tau")],
+    [
+        ({"ess_target": 0.0}, "ess_target"),
+        ({"ess_target": 1.5}, "ess_target"),
+        ({"ess_rate": 1.0}, "ess_rate"),
+        ({"ess_rate": -0.1}, "ess_rate"),
+        ({"tau": 0.0}, "tau"),
+    ],
 )
 def test_bad_parameters(params: dict, word: str) -> None:
     with pytest.raises(ValueError, match=f"flatnce.*{word}"):

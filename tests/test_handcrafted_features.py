@@ -1,5 +1,6 @@
 """The strong hand-crafted EEG row (eval/handcrafted.py): shapes, finiteness, the invariances it claims,
 and each feature family against an independent computation on signals whose answer is known."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,12 +26,14 @@ def sine(freq: float, amplitude: float = 1.0, phase: float = 0.3) -> np.ndarray:
 
 def test_shapes_names_and_finite_on_degenerate_windows() -> None:
     rng = np.random.default_rng(0)
-    windows = np.stack([
-        rng.standard_normal((3, T)),
-        np.zeros((3, T)),  # flat channel (e.g. a disconnected electrode)
-        1e-9 * rng.standard_normal((3, T)),
-        np.stack([sine(2.0), sine(11.0), sine(25.0)]),
-    ]).astype(np.float32)
+    windows = np.stack(
+        [
+            rng.standard_normal((3, T)),
+            np.zeros((3, T)),  # flat channel (e.g. a disconnected electrode)
+            1e-9 * rng.standard_normal((3, T)),
+            np.stack([sine(2.0), sine(11.0), sine(25.0)]),
+        ]
+    ).astype(np.float32)
     feats = handcrafted_features(windows, SFREQ)
     assert feats.shape == (4, 3, len(FEATURE_NAMES)) and len(set(FEATURE_NAMES)) == len(FEATURE_NAMES) == 50
     assert np.isfinite(feats).all()
@@ -51,8 +54,9 @@ def test_amplitude_scale_changes_only_the_log_power_by_2_log_a() -> None:
 
 
 def test_spectral_features_find_a_sine() -> None:
-    feats = handcrafted_features(np.stack([sine(10.0)])[None] + 1e-3 * np.random.default_rng(2).standard_normal((1, 1, T)),
-                                 SFREQ)[0, 0]
+    feats = handcrafted_features(
+        np.stack([sine(10.0)])[None] + 1e-3 * np.random.default_rng(2).standard_normal((1, 1, T)), SFREQ
+    )[0, 0]
     spectrum = feats[: COL["log_delta_beta"]]
     assert FEATURE_NAMES[int(np.argmax(spectrum))] == "logrel_9.5-10.5Hz"
     assert abs(feats[COL["sef50_hz"]] - 10.0) <= 0.25 and abs(feats[COL["sef95_hz"]] - 10.0) <= 0.5
@@ -76,8 +80,8 @@ def test_time_domain_features_against_closed_forms_and_numpy() -> None:
     y = np.random.default_rng(4).gamma(2.0, size=T)
     got = handcrafted_features(y[None, None], SFREQ)[0, 0]
     z = (y - y.mean()) / y.std()
-    assert got[COL["skewness"]] == pytest.approx(np.mean(z ** 3), rel=1e-9)
-    assert got[COL["excess_kurtosis"]] == pytest.approx(np.mean(z ** 4) - 3, rel=1e-9)
+    assert got[COL["skewness"]] == pytest.approx(np.mean(z**3), rel=1e-9)
+    assert got[COL["excess_kurtosis"]] == pytest.approx(np.mean(z**4) - 3, rel=1e-9)
     assert got[COL["p95_std_units"]] == pytest.approx(np.percentile(z, 95), rel=1e-9)
     assert got[COL["line_length_per_std"]] == pytest.approx(np.abs(np.diff(y)).mean() / y.std(), rel=1e-9)
     # a burst in one 5-s sub-window makes the window non-stationary

@@ -1,6 +1,7 @@
 """The kNN monitor callback: options checked by the config, validation split only, cadence, values in
 metrics.jsonl and TensorBoard, eval mode during the probe with every module's mode and the BatchNorm
 statistics unchanged afterwards, training unchanged by it, kNN maths against a plain numpy kNN."""
+
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _train_helpers import tiny_config
 
 from multiview_app.config import ConfigError
 from multiview_app.eval.knn_monitor import ACC_KEY, TIME_KEY, KnnMonitor, knn_accuracy
@@ -17,8 +19,6 @@ from multiview_app.train.callbacks import StepEvent
 from multiview_app.train.metrics import read_metrics
 from multiview_app.train.run_io import model_spec
 from multiview_app.train.trainer import train
-
-from _train_helpers import tiny_config
 
 VAL = ("data.options.val_fraction=0.2",)
 
@@ -29,11 +29,14 @@ def _monitor(**options: object) -> str:
 
 def test_options_are_checked_and_a_test_split_is_refused(tmp_path: Path) -> None:
     assert tiny_config(tmp_path, overrides=(*VAL, "train.callbacks=[knn-monitor]")).train.named_callbacks == [
-        ("knn-monitor", {})]
-    for options, message in [({"evry": 3}, r"train.callbacks.knn-monitor.evry"),
-                             ({"split": "test"}, r"train.callbacks.knn-monitor.split.*validation split, got 'test'"),
-                             ({"split": "test_sketch"}, r"got 'test_sketch'"),
-                             ({"every": 0}, r"train.callbacks.knn-monitor.every")]:
+        ("knn-monitor", {})
+    ]
+    for options, message in [
+        ({"evry": 3}, r"train.callbacks.knn-monitor.evry"),
+        ({"split": "test"}, r"train.callbacks.knn-monitor.split.*validation split, got 'test'"),
+        ({"split": "test_sketch"}, r"got 'test_sketch'"),
+        ({"every": 0}, r"train.callbacks.knn-monitor.every"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             tiny_config(tmp_path, overrides=(*VAL, _monitor(**options)))
     with pytest.raises(ConfigError, match="linear-probe: this callback takes no options"):
@@ -54,8 +57,12 @@ def test_missing_val_split_fails_at_the_first_step_naming_the_fix(tmp_path: Path
 def test_probes_at_the_cadence_log_to_metrics_and_tensorboard_and_leave_training_unchanged(tmp_path: Path) -> None:
     base = tiny_config(tmp_path, "plain", VAL, train={"max_steps": 8, "log_every": 2})
     plain = train(base)
-    cfg = tiny_config(tmp_path, "monitored", (*VAL, _monitor(every=3, items=60, bank_items=120, k=5)),
-                      train={"max_steps": 8, "log_every": 2})
+    cfg = tiny_config(
+        tmp_path,
+        "monitored",
+        (*VAL, _monitor(every=3, items=60, bank_items=120, k=5)),
+        train={"max_steps": 8, "log_every": 2},
+    )
     result = train(cfg)
     rows = read_metrics(result.run_dir / "metrics.jsonl")
     # log steps 2, 4, 6, 8: due at 3 -> 4, due at 6 -> 6, due at 9 -> the last step 8
@@ -132,6 +139,9 @@ def test_knn_accuracy_matches_a_numpy_knn() -> None:
 def test_cadence_continues_after_a_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monitor = KnnMonitor(tiny_config(tmp_path, overrides=VAL), every=200)
     monkeypatch.setattr(monitor, "probe", lambda model: 0.5)
-    probed = [step for step in range(260, 801, 10)  # a run resumed at step 250, logging every 10 steps of 800
-              if monitor.on_log_step(StepEvent(step, 800, None, None, tmp_path, True)) is not None]
+    probed = [
+        step
+        for step in range(260, 801, 10)  # a run resumed at step 250, logging every 10 steps of 800
+        if monitor.on_log_step(StepEvent(step, 800, None, None, tmp_path, True)) is not None
+    ]
     assert probed == [400, 600, 800]

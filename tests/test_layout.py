@@ -2,14 +2,16 @@
 eval/ (neither by an import statement nor by naming the module in a string for a registry or
 importlib), config.py imports no layer above the registries, training callbacks plug in by name,
 ``--resume latest --name RUN`` finds its run."""
+
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+from _train_helpers import tiny_config, write_tiny_yaml
 
 from multiview_app.cli import main
 from multiview_app.config import ConfigError
@@ -17,8 +19,6 @@ from multiview_app.data.adapters import ADAPTERS, MODALITY_PACKAGES
 from multiview_app.data.views import VIEW_POLICIES
 from multiview_app.train.callbacks import TRAIN_CALLBACKS, StepEvent, TrainCallback
 from multiview_app.train.trainer import train
-
-from _train_helpers import tiny_config, write_tiny_yaml
 
 PACKAGE = Path(__file__).resolve().parents[1] / "multiview_app"
 
@@ -37,9 +37,12 @@ def _is_package_module(name: str) -> bool:
 def _named_modules(tree: ast.AST) -> set[str]:
     """Package modules named by string constants in ``tree`` (string-named imports)."""
     return {
-        node.value for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-        and _MODULE_STRING.fullmatch(node.value) and _is_package_module(node.value)
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _MODULE_STRING.fullmatch(node.value)
+        and _is_package_module(node.value)
     }
 
 
@@ -65,23 +68,44 @@ def _imported_modules(path: Path, with_strings: bool = True) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("lower, upper", [("train", "eval"), ("data", "train"), ("data", "eval"), ("models", "train"), ("losses", "train"),
-     ("train", "tune"), ("eval", "tune"), ("data", "tune"), ("models", "tune"),
-     ("data", "experiments"), ("models", "experiments"), ("losses", "experiments"), ("train", "experiments"),
-     ("eval", "experiments"), ("tune", "experiments"), ("export", "experiments")])
+@pytest.mark.parametrize(
+    "lower, upper",
+    [
+        ("train", "eval"),
+        ("data", "train"),
+        ("data", "eval"),
+        ("models", "train"),
+        ("losses", "train"),
+        ("train", "tune"),
+        ("eval", "tune"),
+        ("data", "tune"),
+        ("models", "tune"),
+        ("data", "experiments"),
+        ("models", "experiments"),
+        ("losses", "experiments"),
+        ("train", "experiments"),
+        ("eval", "experiments"),
+        ("tune", "experiments"),
+        ("export", "experiments"),
+    ],
+)
 def test_dependencies_point_down(lower: str, upper: str) -> None:
     offenders = [
         str(path.relative_to(PACKAGE))
         for path in (PACKAGE / lower).rglob("*.py")
-        if any(m == f"multiview_app.{upper}" or m.startswith(f"multiview_app.{upper}.") for m in _imported_modules(path))
+        if any(
+            m == f"multiview_app.{upper}" or m.startswith(f"multiview_app.{upper}.") for m in _imported_modules(path)
+        )
     ]
     assert not offenders, f"{lower}/ imports {upper}/: {offenders}"
 
 
 def test_string_named_imports_are_seen() -> None:
     """The detector finds module paths in strings (so a registration list cannot hide an upward arrow)."""
-    tree = ast.parse('REG = Registry("x", modules=("multiview_app.eval.callbacks", "multiview_app.nope"))\n'
-                     'importlib.import_module("multiview_app.tune.objective"); FORMAT = "multiview_app.export/1"')
+    tree = ast.parse(
+        'REG = Registry("x", modules=("multiview_app.eval.callbacks", "multiview_app.nope"))\n'
+        'importlib.import_module("multiview_app.tune.objective"); FORMAT = "multiview_app.export/1"'
+    )
     assert _named_modules(tree) == {"multiview_app.eval.callbacks", "multiview_app.tune.objective"}
 
 
@@ -93,8 +117,12 @@ ABOVE_CONFIG = ("train", "eval", "tune", "export", "experiments", "cli", "config
 
 def test_config_imports_no_layer_above_it() -> None:
     imported = _imported_modules(PACKAGE / "config.py")
-    climbing = sorted(m for m in imported for upper in ABOVE_CONFIG
-                      if m == f"multiview_app.{upper}" or m.startswith(f"multiview_app.{upper}."))
+    climbing = sorted(
+        m
+        for m in imported
+        for upper in ABOVE_CONFIG
+        if m == f"multiview_app.{upper}" or m.startswith(f"multiview_app.{upper}.")
+    )
     assert not climbing, f"config.py imports layers above it: {climbing}"
 
 
@@ -103,8 +131,12 @@ def test_config_checks_and_options_import_no_layer_above_them(module: str) -> No
     """The registry checks of a config (config_checks.py) ask only the losses / data / models registries and
     plugins.py; options.py (options models, the one error formatter) imports nothing of the package."""
     imported = {m for m in _imported_modules(PACKAGE / module) if m.startswith("multiview_app")}
-    climbing = sorted(m for m in imported for upper in ABOVE_CONFIG
-                      if m == f"multiview_app.{upper}" or m.startswith(f"multiview_app.{upper}."))
+    climbing = sorted(
+        m
+        for m in imported
+        for upper in ABOVE_CONFIG
+        if m == f"multiview_app.{upper}" or m.startswith(f"multiview_app.{upper}.")
+    )
     assert not climbing, f"{module} imports layers above it: {climbing}"
     if module == "options.py":
         assert not imported
@@ -114,12 +146,21 @@ def test_protocols_are_pure_maths() -> None:
     """eval/protocols/ takes arrays and returns dicts: it imports no run folders (train/), models, losses,
     adapters or view policies, and none of the evaluators above it."""
     allowed_eval = "multiview_app.eval.protocols"
-    forbidden = ("multiview_app.train", "multiview_app.models", "multiview_app.losses", "multiview_app.data.adapters",
-                 "multiview_app.data.views", "multiview_app.tune", "multiview_app.experiments")
+    forbidden = (
+        "multiview_app.train",
+        "multiview_app.models",
+        "multiview_app.losses",
+        "multiview_app.data.adapters",
+        "multiview_app.data.views",
+        "multiview_app.tune",
+        "multiview_app.experiments",
+    )
     offenders = {
-        str(path.relative_to(PACKAGE)): sorted(m for m in _imported_modules(path)
-                                               if m.startswith(forbidden) or (m.startswith("multiview_app.eval")
-                                                                              and not m.startswith(allowed_eval)))
+        str(path.relative_to(PACKAGE)): sorted(
+            m
+            for m in _imported_modules(path)
+            if m.startswith(forbidden) or (m.startswith("multiview_app.eval") and not m.startswith(allowed_eval))
+        )
         for path in (PACKAGE / "eval" / "protocols").rglob("*.py")
     }
     assert not {k: v for k, v in offenders.items() if v}, offenders
@@ -203,7 +244,9 @@ def test_unknown_callback_is_a_config_error(tmp_path: Path) -> None:
         tiny_config(tmp_path, "cb", train={"max_steps": 3, "callbacks": ["nope"]})
 
 
-def test_resume_latest_with_only_a_run_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_latest_with_only_a_run_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)  # default output.runs_dir is ./runs
     config = write_tiny_yaml(tmp_path / "tiny.yaml", Path("runs"), train={"max_steps": 2, "checkpoint_every": 1})
     assert main(["train", "--config", str(config), "--name", "named", "train.max_steps=2"]) == 0

@@ -1,5 +1,6 @@
 """Linear probe: probe utilities on synthetic features, view combination, feature extraction and the
 evaluator on a tiny trained run (trained and random-init rows, eval/linear_probe.json)."""
+
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _train_helpers import tiny_config
 
 from multiview_app.eval import available_evaluators
 from multiview_app.eval.features import combine_views, extract_features
@@ -14,8 +16,6 @@ from multiview_app.eval.linear_probe import run_linear_probe
 from multiview_app.eval.protocols.probe import fit_linear_classifier, probe_accuracies
 from multiview_app.train.run_io import load_run
 from multiview_app.train.trainer import train
-
-from _train_helpers import tiny_config
 
 
 def _blobs(n: int, seed: int, shift: float) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,5 @@
 """The loss-head API contract: names, bad-input errors, dtypes, last_stats (issue 2)."""
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,12 @@ def test_defaults_are_part_of_the_contract() -> None:
     for name in ["pvc_geometric", "pvc_arithmetic", "pvc_sufficient", "aggnce"]:
         assert loss_parameters(name) == {"tau": 0.1, "chunked": None}
     for name in ["infonce_pwe", "infonce_ave"]:  # + CLIP-style learnable temperature
-        assert loss_parameters(name) == {"tau": 0.1, "chunked": None, "learnable_temperature": False, "max_logit_scale": 100.0}
+        assert loss_parameters(name) == {
+            "tau": 0.1,
+            "chunked": None,
+            "learnable_temperature": False,
+            "max_logit_scale": 100.0,
+        }
     assert loss_parameters("byol_pwe") == {} and loss_parameters("byol_ave") == {}
     assert loss_parameters("flatnce")["tau"] == 0.1
     assert loss_parameters("flatnce")["ess_target"] is None and loss_parameters("flatnce")["chunked"] is None
@@ -53,8 +59,9 @@ def test_unknown_parameter_lists_valid_ones() -> None:
         build_loss("mveb", tau=0.1)
 
 
-@pytest.mark.parametrize("name", ["infonce_pwe", "infonce_ave", "pvc_geometric", "pvc_arithmetic",
-                                  "pvc_sufficient", "aggnce", "flatnce"])
+@pytest.mark.parametrize(
+    "name", ["infonce_pwe", "infonce_ave", "pvc_geometric", "pvc_arithmetic", "pvc_sufficient", "aggnce", "flatnce"]
+)
 @pytest.mark.parametrize("tau", [0.0, -1.0, math.inf, math.nan, "warm"])
 def test_bad_temperature(name: str, tau: object) -> None:
     with pytest.raises(ValueError, match=f"loss '{name}': parameter tau"):

@@ -1,12 +1,13 @@
 """Contrastive / BYOL / poly-view losses against brute-force float64 references (issue 2, losses 1-6)."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
+import reference_losses as ref
 import torch
 
-import reference_losses as ref
 from multiview_app.losses import build_loss
 
 REFERENCES = {
@@ -265,7 +266,9 @@ def test_infonce_pwe_fast_path_values_and_gradients(k: int, learnable: bool) -> 
     z = embeddings(7, k, 5, seed=20 + k).requires_grad_()
     loss = build_loss("infonce_pwe", tau=0.25, learnable_temperature=learnable).double()
     value = loss(z)
-    log_scale = (loss.scale.logit_scale.detach().clone() if learnable else torch.tensor(math.log(4.0), dtype=torch.float64))
+    log_scale = (
+        loss.scale.logit_scale.detach().clone() if learnable else torch.tensor(math.log(4.0), dtype=torch.float64)
+    )
     log_scale.requires_grad_()
     expected = _dense_infonce_pwe(z, log_scale.exp())
     torch.testing.assert_close(value, expected, rtol=1e-12, atol=1e-12)

@@ -1,5 +1,6 @@
 """M3G: factorized solver vs the materialized reference vs a brute-force loop; POT at k=2;
 finite differences of the Danskin gradient; invariances; float32 robustness; warnings; bad params."""
+
 from __future__ import annotations
 
 import itertools
@@ -68,7 +69,8 @@ def test_materialized_matches_brute_force(cost: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("k", "eps", "tol"), [(2, 1.0, 1e-7), (3, 0.2, 1e-7), (3, 0.05, 1e-3), (4, 0.2, 1e-7), (4, 0.02, 1e-3), (5, 0.1, 1e-7)]
+    ("k", "eps", "tol"),
+    [(2, 1.0, 1e-7), (3, 0.2, 1e-7), (3, 0.05, 1e-3), (4, 0.2, 1e-7), (4, 0.02, 1e-3), (5, 0.1, 1e-7)],
 )
 def test_factorized_matches_materialized(k: int, eps: float, tol: float) -> None:
     z = embeddings(6, k, seed=10 * k).requires_grad_()
@@ -247,7 +249,9 @@ def test_bad_parameters_raise(params: dict) -> None:
 
 
 # --------------------------------------------------------------------------- k = 3 closed form, warm start
-@pytest.mark.parametrize(("n", "eps", "dtype"), [(5, 0.2, torch.float64), (40, 0.2, torch.float32), (60, 0.1, torch.float32)])
+@pytest.mark.parametrize(
+    ("n", "eps", "dtype"), [(5, 0.2, torch.float64), (40, 0.2, torch.float32), (60, 0.1, torch.float32)]
+)
 def test_three_view_path_matches_general_factorized_path(n: int, eps: float, dtype: torch.dtype) -> None:
     from multiview_app.losses.m3g import _cv_scale, _pair_grams
     from multiview_app.losses.sinkhorn import _pairwise_solve, mm_sinkhorn_pairwise
@@ -260,11 +264,15 @@ def test_three_view_path_matches_general_factorized_path(n: int, eps: float, dty
     assert fast.iterations == general.iterations
     init = fast.log_potentials.clone()
     again = mm_sinkhorn_pairwise(factors, 6 / eps, 1e-5, 2000, init=init)
-    assert again.iterations <= 1 and torch.equal(init, fast.log_potentials)  # converged start (float32: +1 sweep of round-off); init not modified
+    assert again.iterations <= 1 and torch.equal(
+        init, fast.log_potentials
+    )  # converged start (float32: +1 sweep of round-off); init not modified
     atol = 1e-12 if dtype == torch.float64 else 2e-6
     assert torch.allclose(fast.pair_marginals.double(), general.pair_marginals, atol=atol / n)
     # potentials up to the gauge (a constant moved between views): compare the plan's log-scalings sum
-    assert float(fast.log_potentials.double().sum()) == pytest.approx(float(general.log_potentials.sum()), abs=1e-3 if dtype == torch.float32 else 1e-9)
+    assert float(fast.log_potentials.double().sum()) == pytest.approx(
+        float(general.log_potentials.sum()), abs=1e-3 if dtype == torch.float32 else 1e-9
+    )
 
 
 @pytest.mark.parametrize(("k", "cost"), [(3, "cv"), (4, "cv"), (3, "csd")])
@@ -330,7 +338,12 @@ def _value_grad_stats(raw: torch.Tensor, monkeypatch, fused: bool, **params) -> 
 
 @pytest.mark.parametrize(
     ("n", "d", "eps", "dtype"),
-    [(3, 4, 0.3, torch.float64), (17, 16, 0.05, torch.float64), (32, 128, 0.2, torch.float32), (40, 32, 0.05, torch.float32)],
+    [
+        (3, 4, 0.3, torch.float64),
+        (17, 16, 0.05, torch.float64),
+        (32, 128, 0.2, torch.float32),
+        (40, 32, 0.05, torch.float32),
+    ],
 )
 def test_fused_three_view_equals_general_path(n: int, d: int, eps: float, dtype: torch.dtype, monkeypatch) -> None:
     pytest.importorskip("numba")
@@ -354,7 +367,9 @@ def test_fused_three_view_matches_brute_force_and_finite_differences() -> None:
     x = raw.clone().requires_grad_()
     value = loss(x)
     assert _fused_ran(value)
-    assert value.item() == pytest.approx(brute_force_m3g(normalize(raw), 0.3, "cv", int(loss.last_stats["iterations"])), abs=1e-10)
+    assert value.item() == pytest.approx(
+        brute_force_m3g(normalize(raw), 0.3, "cv", int(loss.last_stats["iterations"])), abs=1e-10
+    )
     (grad,) = torch.autograd.grad(value, x)
     direction = torch.randn(raw.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     h = 1e-5
@@ -397,12 +412,15 @@ def test_fused_three_view_warm_start_and_declined_inputs(monkeypatch) -> None:
 
 
 # --------------------------------------------------------------------------- Anderson acceleration, diagonal start
-@pytest.mark.parametrize(("k", "n", "params", "dtype"), [
-    (4, 6, {"anderson": 5}, torch.float64),
-    (5, 4, {"anderson": 16, "init_potentials": "diagonal"}, torch.float64),
-    (4, 6, {"init_potentials": "diagonal"}, torch.float64),
-    (4, 6, {"anderson": 5}, torch.float32),  # training's dtype (the mixer keeps float64 copies)
-])
+@pytest.mark.parametrize(
+    ("k", "n", "params", "dtype"),
+    [
+        (4, 6, {"anderson": 5}, torch.float64),
+        (5, 4, {"anderson": 16, "init_potentials": "diagonal"}, torch.float64),
+        (4, 6, {"init_potentials": "diagonal"}, torch.float64),
+        (4, 6, {"anderson": 5}, torch.float32),  # training's dtype (the mixer keeps float64 copies)
+    ],
+)
 def test_anderson_and_diagonal_start_are_exact_at_convergence(k: int, n: int, params: dict, dtype: torch.dtype) -> None:
     z = embeddings(n, k, seed=k, noise=1.0, dtype=dtype)  # partly aligned views: plain Alg. 1 needs 300-400 sweeps
     tol, atol = (1e-8, 1e-10) if dtype == torch.float64 else (1e-4, 1e-5)
@@ -435,7 +453,9 @@ def test_diagonal_split_gives_aligned_views_the_diagonal_plan() -> None:
     assert torch.allclose(diagonal, torch.full((n,), 1 / n, dtype=torch.float64), atol=1e-12)
 
 
-@pytest.mark.parametrize("params", [{"anderson": -1}, {"anderson": 2.5}, {"anderson": True}, {"init_potentials": "ones"}])
+@pytest.mark.parametrize(
+    "params", [{"anderson": -1}, {"anderson": 2.5}, {"anderson": True}, {"init_potentials": "ones"}]
+)
 def test_bad_acceleration_parameters_raise(params: dict) -> None:
     with pytest.raises(ValueError, match="anderson|init_potentials"):
         build_loss("m3g", **params)

@@ -1,6 +1,7 @@
 """M3G's device-resident MM-Sinkhorn loop (``solver_loop="device"``, issue 28 item 1): same values,
 Danskin gradient, sweep counts and escalations as the host loop, and at most 2 tensor-to-Python
 conversions per forward+backward (the CPU-side pin of the GPU's host-synchronization count)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -9,12 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from test_m3g import embeddings
 
 from multiview_app.losses import build_loss
 from multiview_app.losses.m3g import _cv_scale, _pair_grams
 from multiview_app.losses.sinkhorn import LoopHints, mm_sinkhorn_pairwise
-
-from test_m3g import embeddings
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +23,9 @@ def _host_loop_without_numba(monkeypatch) -> None:
     monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
 
 
-def _run(z: torch.Tensor, loop: str, calls: int = 1, **params) -> tuple[list[float], torch.Tensor, dict, torch.nn.Module]:
+def _run(
+    z: torch.Tensor, loop: str, calls: int = 1, **params
+) -> tuple[list[float], torch.Tensor, dict, torch.nn.Module]:
     """Values of ``calls`` consecutive calls on ``z`` (the last one's gradient and stats)."""
     loss = build_loss("m3g", solver_loop=loop, **params)
     values = []
@@ -54,7 +56,10 @@ def test_device_loop_equals_host_loop(k: int, n: int, params: dict) -> None:
     # a nearby second batch: the warm-started call starts from the first call's potentials
     batches = [z, torch.nn.functional.normalize(z + 0.05 * embeddings(n, k, seed=99), dim=-1)]
     common = dict(epsilon=0.2, tol=1e-8, max_iter=5000, **params)
-    host_loss, device_loss = build_loss("m3g", solver_loop="host", **common), build_loss("m3g", solver_loop="device", **common)
+    host_loss, device_loss = (
+        build_loss("m3g", solver_loop="host", **common),
+        build_loss("m3g", solver_loop="device", **common),
+    )
     for batch in batches:
         results = []
         for loss in (host_loss, device_loss):

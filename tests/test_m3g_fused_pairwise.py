@@ -1,5 +1,6 @@
 """Compiled k > 3 MM-Sinkhorn sweeps (losses/sinkhorn_fast.py) vs the general torch path: values, gradients,
 sweep counts, warm start, Anderson / diagonal start, the escalations, and every case where they must not run."""
+
 from __future__ import annotations
 
 import math
@@ -253,7 +254,10 @@ def test_warmup_entry_point_reports_its_time():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "multiview_app.losses.warmup"], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "multiview_app.losses.warmup"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("m3g compiled k > 3 sweeps ready in ") and done.stdout.rstrip().endswith("multiview_app/losses/__pycache__)")
+    assert done.stdout.startswith("m3g compiled k > 3 sweeps ready in ") and done.stdout.rstrip().endswith(
+        "multiview_app/losses/__pycache__)"
+    )

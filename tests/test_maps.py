@@ -1,5 +1,6 @@
 """``mvapp plot embeddings``: a seeded sample of an export mapped to 2-D (t-SNE; UMAP where umap-learn is
 installed), coloured by a metadata column, TensorBoard projector files with metadata, the sample size reported."""
+
 from __future__ import annotations
 
 import json
@@ -7,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from _train_helpers import tiny_config
+
 from multiview_app.cli import main
-from multiview_app.export import export_embeddings, load_embeddings
-from multiview_app.export import maps, plot_cli
+from multiview_app.export import export_embeddings, load_embeddings, maps, plot_cli
 from multiview_app.train.trainer import train
 
 
@@ -38,8 +38,9 @@ def test_sample_is_seeded_sorted_and_without_repeats() -> None:
 
 def test_map_png_and_projector_files_of_a_sample(digits_export: Path, tmp_path: Path) -> None:
     rows = load_embeddings(digits_export)[2]["rows"]
-    summary = maps.plot_embeddings(digits_export, tmp_path / "map", method="tsne", max_points=120, seed=1,
-                                   tensorboard=tmp_path / "tb")
+    summary = maps.plot_embeddings(
+        digits_export, tmp_path / "map", method="tsne", max_points=120, seed=1, tensorboard=tmp_path / "tb"
+    )
     assert (summary.rows, summary.sampled, summary.column, summary.categories) == (rows, 120, "label_name", 10)
     assert Path(summary.png).stat().st_size > 10_000 and Path(summary.png).name == "embeddings_tsne.png"
     written = json.loads((tmp_path / "map" / "map.json").read_text())
@@ -55,8 +56,11 @@ def test_map_png_and_projector_files_of_a_sample(digits_export: Path, tmp_path: 
 
 
 def test_color_by_names_what_the_export_holds(digits_export: Path, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"--color-by subject: the export has no such column; its metadata columns: "
-                                         r"item_id, split, index, view"):
+    with pytest.raises(
+        ValueError,
+        match=r"--color-by subject: the export has no such column; its metadata columns: "
+        r"item_id, split, index, view",
+    ):
         maps.plot_embeddings(digits_export, tmp_path, method="tsne", color_by="subject", max_points=50)
     summary = maps.plot_embeddings(digits_export, tmp_path, method="tsne", color_by="modality", max_points=50)
     assert summary.column == "modality" and summary.categories == 1
@@ -64,11 +68,32 @@ def test_color_by_names_what_the_export_holds(digits_export: Path, tmp_path: Pat
 
 def test_cli_maps_a_run_after_exporting_it(digits_export: Path, tmp_path: Path, capsys) -> None:
     run = Path(json.loads((digits_export / "manifest.json").read_text())["run"])
-    assert main(["plot", "embeddings", "--run", str(run), "--split", "test", "--out", str(tmp_path / "m"),
-                 "--method", "tsne", "--max-points", "80", "--seed", "2"]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                "embeddings",
+                "--run",
+                str(run),
+                "--split",
+                "test",
+                "--out",
+                str(tmp_path / "m"),
+                "--method",
+                "tsne",
+                "--max-points",
+                "80",
+                "--seed",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "mapped 80 of" in out and "seed 2" in out and "coloured by label_name" in out
-    assert (tmp_path / "m" / "embeddings_tsne.png").is_file() and (tmp_path / "m" / "export" / "manifest.json").is_file()
+    assert (tmp_path / "m" / "embeddings_tsne.png").is_file() and (
+        tmp_path / "m" / "export" / "manifest.json"
+    ).is_file()
     assert main(["plot", "embeddings", "--run", str(run)]) == 2  # --run needs --out
 
 

@@ -1,4 +1,5 @@
 """Encoders (registry, timm, small_cnn, pretrained_path), heads, MultiViewModel, EMA teacher."""
+
 from __future__ import annotations
 
 import math
@@ -117,7 +118,9 @@ def test_heads():
 
 
 def test_model_embed_and_features():
-    model = build_model({"image": {"name": "small_cnn", "width": 8}}, {"hidden_dim": 32, "out_dim": 16}, {"hidden_dim": 8})
+    model = build_model(
+        {"image": {"name": "small_cnn", "width": 8}}, {"hidden_dim": 32, "out_dim": 16}, {"hidden_dim": 8}
+    )
     batch = _batch(n=4, k=3)
     feats = model.features(batch)
     z = model.embed(batch)
@@ -194,7 +197,9 @@ def test_forward_views_hook_gets_all_views_in_one_call():
 
 
 def test_ema_teacher_update_math():
-    student = build_model({"image": {"name": "small_cnn", "width": 4}}, {"hidden_dim": 8, "out_dim": 4}, {"hidden_dim": 8})
+    student = build_model(
+        {"image": {"name": "small_cnn", "width": 4}}, {"hidden_dim": 8, "out_dim": 4}, {"hidden_dim": 8}
+    )
     teacher = EMATeacher(student)
     assert all(not p.requires_grad for p in teacher.parameters())
     before = {k: v.clone() for k, v in teacher.model.state_dict().items()}

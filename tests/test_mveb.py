@@ -1,10 +1,11 @@
 """MVEB: value vs brute force, Stein linear system, bandwidth rule, beta = 0, gradient only through z."""
+
 from __future__ import annotations
 
 import pytest
+import reference_losses as ref
 import torch
 
-import reference_losses as ref
 from multiview_app.losses import build_loss
 from multiview_app.losses.mveb import blockwise_bandwidth, stein_score, stein_score_blockwise, vmf_bandwidth
 
@@ -142,7 +143,9 @@ def test_chunked_path_equals_dense_path(n: int, k: int, d: int, spread: float, m
     monkeypatch.setattr(mveb, "NYSTROM_RANK", 8)
     monkeypatch.setattr(contrastive, "_BLOCK_LOGITS", 12 * n)
     g = torch.Generator().manual_seed(n)
-    z = torch.randn(n, 1, d, generator=g, dtype=torch.float64) + spread * torch.randn(n, k, d, generator=g, dtype=torch.float64)
+    z = torch.randn(n, 1, d, generator=g, dtype=torch.float64) + spread * torch.randn(
+        n, k, d, generator=g, dtype=torch.float64
+    )
     x_dense, x_chunked = z.clone().requires_grad_(), z.clone().requires_grad_()
     dense, chunked = build_loss("mveb", beta=0.3, chunked=False), build_loss("mveb", beta=0.3, chunked=True)
     value_dense, value_chunked = dense(x_dense), chunked(x_chunked)
@@ -167,7 +170,10 @@ def test_blockwise_bandwidth_is_the_exact_median(n: int, spread: float, monkeypa
 
     monkeypatch.setattr(mveb, "_MEDIAN_BINS", 3)
     g = torch.Generator().manual_seed(n)
-    x = unit(torch.randn(1, 5, generator=g, dtype=torch.float64) + spread * torch.randn(n, 5, generator=g, dtype=torch.float64))
+    x = unit(
+        torch.randn(1, 5, generator=g, dtype=torch.float64)
+        + spread * torch.randn(n, 5, generator=g, dtype=torch.float64)
+    )
     expected = vmf_bandwidth(x).item()
     for rows in (1, 4, n):
         for gather_max in (1, 2, 1 << 20):
@@ -218,8 +224,9 @@ def test_stein_score_survives_a_thread_count_change() -> None:
     score solve (Cholesky of the positive definite K + eta I) must not depend on it."""
     from multiview_app.losses.mveb import stein_score
 
-    z = torch.nn.functional.normalize(torch.randn(4, 256, 32, dtype=torch.float64,
-                                                  generator=torch.Generator().manual_seed(0)), dim=-1)
+    z = torch.nn.functional.normalize(
+        torch.randn(4, 256, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(0)), dim=-1
+    )
     before = torch.get_num_threads()
     expected, _ = stein_score(z, 0.1)
     try:

@@ -1,6 +1,7 @@
 """Night-structure statistics (``data/eeg/night_structure.py``) on a night whose numbers are worked out
 by hand, and ``scripts/reproduce/eeg_generator/compare_night_structure.py`` on the 20 real Sleep-EDF hypnograms (skipped, naming
 the path, when ``$MVAPP_REAL_PSG`` is absent): output shape and ranges, not values."""
+
 from __future__ import annotations
 
 import json
@@ -11,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _eeg_helpers import REAL_PSG_ENV, real_psg
 
 from multiview_app.data.eeg.night_structure import compare_nights, comparison_rows, night_metrics
 from multiview_app.data.eeg.stages import STAGES
-
-from _eeg_helpers import REAL_PSG_ENV, real_psg
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,8 +57,20 @@ def test_identical_sets_compare_equal() -> None:
 def test_compare_night_structure_script_on_the_real_hypnograms(tmp_path: Path) -> None:
     folder = real_psg("sleep-edf-hypnograms")
     env = {**os.environ, REAL_PSG_ENV: str(folder.parent)}
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce" / "eeg_generator" / "compare_night_structure.py"), "--out", str(tmp_path),
-                    "--nights", "4"], check=True, env=env, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "reproduce" / "eeg_generator" / "compare_night_structure.py"),
+            "--out",
+            str(tmp_path),
+            "--nights",
+            "4",
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     summary = json.loads((tmp_path / "night_structure.json").read_text())
     assert summary["nights"] == {"synthetic": 4, "real": 20} and len(summary["real_files"]) == 20
     for name in ("synthetic", "real"):

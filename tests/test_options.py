@@ -2,11 +2,13 @@
 policy has a pydantic options model, a bad option of each is refused in one message format that names the
 key and what is accepted, names are written once (the registry sets them), and the hooks the config checks,
 the trainer and the model read are declared on the base classes with their defaults."""
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -37,9 +39,12 @@ def _refusal(call: Callable[[], Any], error: type[Exception], where: str) -> lis
 
 
 def _components() -> list[tuple[str, str]]:
-    return ([("loss", n) for n in LOSSES.names()] + [("data.options", n) for n in ADAPTERS.names()]
-            + [("views.options", n) for n in VIEW_POLICIES.names()]
-            + [(f"model.encoders.{key.split('/')[0]}", key.split("/")[1]) for key in ENCODERS.names()])
+    return (
+        [("loss", n) for n in LOSSES.names()]
+        + [("data.options", n) for n in ADAPTERS.names()]
+        + [("views.options", n) for n in VIEW_POLICIES.names()]
+        + [(f"model.encoders.{key.split('/')[0]}", key.split("/")[1]) for key in ENCODERS.names()]
+    )
 
 
 @pytest.mark.parametrize("where, name", _components())
@@ -176,8 +181,11 @@ def test_one_formatter_for_schema_sections_and_whole_model_checks() -> None:
 
     from multiview_app.options import format_validation_error
 
-    with pytest.raises(ConfigError, match=r"^model\.teacher\.bogus_key: unknown key; allowed: enabled, momentum_base, "
-                                          r"views$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^model\.teacher\.bogus_key: unknown key; allowed: enabled, momentum_base, "
+        r"views$",
+    ):
         config_from_dict({"train": {"max_steps": 1}, "model": {"teacher": {BAD: 1}}})
 
     class Pair(BaseModel):
@@ -185,7 +193,7 @@ def test_one_formatter_for_schema_sections_and_whole_model_checks() -> None:
         high: float = 1.0
 
         @model_validator(mode="after")
-        def _ordered(self) -> "Pair":
+        def _ordered(self) -> Pair:
             if self.low > self.high:
                 raise ValueError(f"low={self.low} must not exceed high={self.high}")
             return self

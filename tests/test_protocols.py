@@ -1,4 +1,5 @@
 """The protocol registry (eval/protocols): pure functions, arrays + options in, JSON-ready dicts out."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,10 @@ def test_probe_protocols_refuse_mismatched_shapes() -> None:
 def _staging_features(seed: int) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     y_train, y_test = rng.integers(0, 5, 300), rng.integers(0, 5, 120)
-    informative = {"train": np.eye(5)[y_train] * 2 + rng.normal(size=(300, 5)),
-                   "test": np.eye(5)[y_test] * 2 + rng.normal(size=(120, 5))}
+    informative = {
+        "train": np.eye(5)[y_train] * 2 + rng.normal(size=(300, 5)),
+        "test": np.eye(5)[y_test] * 2 + rng.normal(size=(120, 5)),
+    }
     return {"trained": informative}, y_train, y_test
 
 

@@ -1,5 +1,6 @@
 """The public faces of the library (each package's ``__all__``): every class and function has a docstring
 with an ``Examples`` section, and those examples run (doctest)."""
+
 from __future__ import annotations
 
 import doctest
@@ -34,8 +35,12 @@ def test_public_names_are_listed():
     """The loss head's classes are importable by name from the package."""
     from multiview_app.losses import AggNCELoss, FlatNCELoss, M3GLoss, MVEBLoss  # noqa: F401
 
-    assert {"multiview_app.losses.M3GLoss", "multiview_app.models.build_encoder", "multiview_app.data.build_adapter",
-            "multiview_app.eval.get_evaluator"} <= {name for name, _ in PUBLIC}
+    assert {
+        "multiview_app.losses.M3GLoss",
+        "multiview_app.models.build_encoder",
+        "multiview_app.data.build_adapter",
+        "multiview_app.eval.get_evaluator",
+    } <= {name for name, _ in PUBLIC}
 
 
 @pytest.mark.parametrize("qualified, obj", PUBLIC, ids=[name for name, _ in PUBLIC])

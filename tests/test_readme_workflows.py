@@ -3,6 +3,7 @@ from a fresh folder holding only the repository's configs/ and scripts/, at a ti
 the substitutions below (fewer nights, steps, draws; narrower encoders: the EEG config's paper width 256 made
 its feature extraction take minutes on CPU; digit-domain images decoded in this process), and each must
 match the README, so a README change that no longer fits them fails here instead of going stale."""
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,10 @@ TINY: dict[str, list[tuple[str, str]]] = {
     "eeg": [
         ("--subjects 12 ", "--subjects 6 "),
         ("--hours 9 ", "--hours 4 "),
-        ("train.max_steps=400 model.encoders.eeg.width=32",
-         "train.max_steps=3 model.encoders.eeg.width=16 model.projector.hidden_dim=32"),
+        (
+            "train.max_steps=400 model.encoders.eeg.width=32",
+            "train.max_steps=3 model.encoders.eeg.width=16 model.projector.hidden_dim=32",
+        ),
         ("--seeds 3", "--seeds 1 --shots 5"),
     ],
     "domains": [
@@ -35,12 +38,15 @@ TINY: dict[str, list[tuple[str, str]]] = {
         # decoding in this process: 2 DataLoader workers per split of 40 images cost more than the decoding
         # (test_domains.py::test_decode_workers_preload_the_same_images_... covers the workers)
         ("--seeds 0,1", "--seeds 0 --erm-steps 3 --set train.max_steps=3 data.options.decode_workers=0"),
-        ("--seeds 0 --protocol both",
-         "--seeds 0 --protocol both --no-erm --set train.max_steps=3 data.options.decode_workers=0"),
+        (
+            "--seeds 0 --protocol both",
+            "--seeds 0 --protocol both --no-erm --set train.max_steps=3 data.options.decode_workers=0",
+        ),
     ],
     "pairs": [("configs/pairs_m3g.yaml train.max_steps=200", "configs/pairs_m3g.yaml train.max_steps=3")],
-    "tune": [("--trials 8 --workers 2",
-              f"--trials 2 --workers 1 train.max_steps=4 tune.report_every=2 {NARROW_DIGITS_CNN}")],
+    "tune": [
+        ("--trials 8 --workers 2", f"--trials 2 --workers 1 train.max_steps=4 tune.report_every=2 {NARROW_DIGITS_CNN}")
+    ],
     "export": [("train.max_steps=200", f"train.max_steps=3 {NARROW_DIGITS_CNN}")],
 }
 

@@ -1,4 +1,5 @@
 """Registry: lookups, errors that list the valid names, lazy registration by module import."""
+
 import sys
 
 import pytest
@@ -19,9 +20,7 @@ def test_unknown_name_lists_available_and_duplicates_are_refused():
 
 def test_modules_are_imported_once_on_first_lookup(tmp_path, monkeypatch):
     reg: Registry[int] = Registry("gadget", modules=["_mvapp_registry_probe"])
-    (tmp_path / "_mvapp_registry_probe.py").write_text(
-        "import builtins\nbuiltins._mvapp_probe_reg.register('x')(7)\n"
-    )
+    (tmp_path / "_mvapp_registry_probe.py").write_text("import builtins\nbuiltins._mvapp_probe_reg.register('x')(7)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import builtins
 

@@ -1,5 +1,6 @@
 """Small reliability contracts (issue 16 §7): fast ``--help`` / ``--version`` without torch, help texts
 with defaults, files written with the user's umask, the M3G ``float64_retry`` / ``fallback`` stats."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,13 @@ def test_help_and_version_do_not_import_torch(flag: str) -> None:
         "heavy = [m for m in ('torch', 'accelerate', 'numpy', 'sklearn', 'pydantic') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr
     if flag == "--version":
         assert proc.stdout.startswith("mvapp 0.")
@@ -71,7 +77,9 @@ def test_atomic_writes_follow_the_umask(tmp_path: Path) -> None:
 
 def _near_antipodal(dtype: torch.dtype) -> torch.Tensor:
     g = torch.Generator().manual_seed(2)
-    z = torch.randn(4, 1, 8, generator=g, dtype=torch.float64) + 3.0 * torch.randn(4, 3, 8, generator=g, dtype=torch.float64)
+    z = torch.randn(4, 1, 8, generator=g, dtype=torch.float64) + 3.0 * torch.randn(
+        4, 3, 8, generator=g, dtype=torch.float64
+    )
     return torch.nn.functional.normalize(z, dim=-1).to(dtype)
 
 
@@ -101,22 +109,27 @@ def test_float64_retry_counts_only_a_real_float64_retry() -> None:
 def test_relative_paths_are_stored_absolute_and_eval_works_from_elsewhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from PIL import Image
-
     from _train_helpers import write_tiny_yaml
+    from PIL import Image
 
     for c in ("a", "b"):
         (tmp_path / "work" / "imgs" / c).mkdir(parents=True)
         for i in range(20):
-            Image.new("RGB", (8, 8), (i * 10, 100 if c == "a" else 0, 0)).save(tmp_path / "work" / "imgs" / c / f"{i}.png")
+            Image.new("RGB", (8, 8), (i * 10, 100 if c == "a" else 0, 0)).save(
+                tmp_path / "work" / "imgs" / c / f"{i}.png"
+            )
     config = write_tiny_yaml(
-        tmp_path / "work" / "cfg.yaml", Path("runs"),
+        tmp_path / "work" / "cfg.yaml",
+        Path("runs"),
         data={"adapter": "image_folder", "options": {"root": "imgs", "load_size": 16, "test_fraction": 0.5}},
         train={"max_steps": 1, "batch_size": 8},
     )
     monkeypatch.chdir(tmp_path / "work")
     # dotted overrides before, between and after options
-    assert main(["train", "train.log_every=1", "--config", "cfg.yaml", "optim.lr=0.002", "--name", "rel", "train.seed=3"]) == 0
+    assert (
+        main(["train", "train.log_every=1", "--config", "cfg.yaml", "optim.lr=0.002", "--name", "rel", "train.seed=3"])
+        == 0
+    )
     run = tmp_path / "work" / "runs" / "rel"
     saved = yaml_load(run / "config.yaml")
     assert saved["data"]["options"]["root"] == str(tmp_path / "work" / "imgs")
@@ -138,13 +151,14 @@ def yaml_load(path: Path) -> dict:
 # ----------------------------------------------------------------------------- prepare never leaves a cache that reads as complete (§4)
 
 
-def test_interrupted_prepare_reads_as_partial_and_is_finished_by_rerunning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupted_prepare_reads_as_partial_and_is_finished_by_rerunning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import numpy as np
+    from _train_helpers import write_sleep_edf_nights
 
     from multiview_app.data.eeg import cache as cache_mod
     from multiview_app.data.eeg.preprocess import PrepareOptions
-
-    from _train_helpers import write_sleep_edf_nights
 
     raw = write_sleep_edf_nights(tmp_path / "raw", 3, 0.2)
     options = PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"])

@@ -1,12 +1,12 @@
 """scripts/reproduce/polyview/reproduce_polyview_gaussian.py: closed form (Eq. 26), bound constants, and the qualitative
 ordering of poly-view Fig. 2 in a tiny setting (K = 48 items, 150 steps)."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
-
 from _train_helpers import load_script
 
 
@@ -41,8 +41,10 @@ def one_thread():
 
 def test_qualitative_ordering_in_a_tiny_setting(gaussian, one_thread) -> None:
     settings = dict(items=48, steps=150, tau=0.1, sigma0=1.0, sigma=0.5, eval_batches=4)
-    runs = {(method, m): gaussian.run_one(method, m, 0, **settings)
-            for method, m in (("multi_crop", 2), ("multi_crop", 8), ("arithmetic", 8), ("geometric", 8))}
+    runs = {
+        (method, m): gaussian.run_one(method, m, 0, **settings)
+        for method, m in (("multi_crop", 2), ("multi_crop", 8), ("arithmetic", 8), ("geometric", 8))
+    }
     gap = {key: row["gap"] for key, row in runs.items()}
     # multi-crop's bound does not grow with M (Prop. 2.1) while the true MI does: its gap widens
     assert gap["multi_crop", 8] > gap["multi_crop", 2] + 0.1

@@ -1,13 +1,13 @@
 """scripts/reproduce/m3g/reproduce_m3g_eeg.py at toy size: synthetic PhysioNet-format pretraining + Sleep-EDF-format
 staging, M3G + infonce_pwe x 2 pretraining seeds, cross-dataset subject folds; pooled table, paired
 differences, resumability (a second call retrains and re-evaluates nothing)."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-
 from _train_helpers import load_script
 
 
@@ -29,11 +29,39 @@ def test_baselines_take_only_their_loss_and_batch(repro) -> None:
 
 def test_toy_run_pools_seeds_folds_draws_and_resumes(repro, tmp_path: Path) -> None:
     losses = ("m3g", "infonce_pwe")
-    argv = ["--losses", ",".join(losses), "--pretrain-seeds", "0,1", "--folds", "2", "--draws", "2", "--shots", "2,4", "--epochs", "1",
-            "--pretrain-subjects", "3", "--staging-subjects", "4", "--hours", "1", "--compress", "1",
-            "--data", str(tmp_path / "data"), "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
-            "--set", "train.max_steps=2", "model.encoders.eeg.width=8", "model.projector.hidden_dim=16",
-            "train.checkpoint_every=0"]
+    argv = [
+        "--losses",
+        ",".join(losses),
+        "--pretrain-seeds",
+        "0,1",
+        "--folds",
+        "2",
+        "--draws",
+        "2",
+        "--shots",
+        "2,4",
+        "--epochs",
+        "1",
+        "--pretrain-subjects",
+        "3",
+        "--staging-subjects",
+        "4",
+        "--hours",
+        "1",
+        "--compress",
+        "1",
+        "--data",
+        str(tmp_path / "data"),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "out"),
+        "--set",
+        "train.max_steps=2",
+        "model.encoders.eeg.width=8",
+        "model.projector.hidden_dim=16",
+        "train.checkpoint_every=0",
+    ]
     assert repro.main(argv) == 0
     summary = json.loads((tmp_path / "out.json").read_text())
     assert (tmp_path / "out.png").stat().st_size > 0
@@ -49,8 +77,10 @@ def test_toy_run_pools_seeds_folds_draws_and_resumes(repro, tmp_path: Path) -> N
     assert "name: infonce_pwe" in saved["infonce_pwe"] and "batch_size: 64" in saved["infonce_pwe"]
     assert "name: m3g" in saved["m3g"] and "batch_size: 16" in saved["m3g"]
     # pooled cells = 2 seeds x 2 folds x 2 draws fits; the pooled mean is the mean of the stored fits
-    evals = {loss: [json.loads((r / "eval" / "sleep_staging_sleep-edf.json").read_text()) for r in rs]
-             for loss, rs in runs.items()}
+    evals = {
+        loss: [json.loads((r / "eval" / "sleep_staging_sleep-edf.json").read_text()) for r in rs]
+        for loss, rs in runs.items()
+    }
     for loss in losses:
         fits = [f["balanced_accuracy"] for e in evals[loss] for f in e["results"]["trained"]["4"]["runs"]]
         assert len(fits) == 8
@@ -68,8 +98,12 @@ def test_toy_run_pools_seeds_folds_draws_and_resumes(repro, tmp_path: Path) -> N
     assert paired["mean"] == pytest.approx(sum(means) / len(means))
     assert paired["ahead"] == sum(m > 0 for m in means)
     # resumable: nothing retrained, nothing re-evaluated
-    stamps = {p: p.stat().st_mtime_ns for rs in runs.values() for r in rs
-              for p in [r / "model.safetensors", r / "eval" / "sleep_staging_sleep-edf.json"]}
+    stamps = {
+        p: p.stat().st_mtime_ns
+        for rs in runs.values()
+        for r in rs
+        for p in [r / "model.safetensors", r / "eval" / "sleep_staging_sleep-edf.json"]
+    }
     assert repro.main(argv) == 0
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
     assert all(run["reused"] for run in json.loads((tmp_path / "out.json").read_text())["training"].values())

@@ -1,6 +1,7 @@
 """Resume keeps the run's own config (issue 16 §1): config differences refused or logged, a run
 stopped before its first checkpoint restarts from step 0, SIGTERM checkpoints and names the resume
 command, and the loss state (FlatNCE's scheduled tau) survives a resume bit-exactly."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _train_helpers import tiny_config
 from safetensors.torch import load_file
 
 from multiview_app.config import ConfigError
@@ -17,8 +19,6 @@ from multiview_app.train.checkpoint import list_checkpoints
 from multiview_app.train.metrics import read_metrics
 from multiview_app.train.resume import HISTORY_FILE, config_differences
 from multiview_app.train.trainer import TrainingInterrupted, train
-
-from _train_helpers import tiny_config
 
 SMALL_EPOCH = {"options": {"load_size": 16, "test_fraction": 0.9}}  # 5 steps per epoch
 # FlatNCE whose tau follows the ESS schedule: every training forward moves tau by 1 +- 1 %
@@ -31,9 +31,11 @@ class Crash(RuntimeError):
 
 def crash_at(crash_step: int):
     """A training callback that raises :class:`Crash` when step ``crash_step`` ends."""
+
     def crash(step: int, record: dict | None) -> None:
         if step == crash_step:
             raise Crash("simulated crash")
+
     return crash
 
 
@@ -52,7 +54,9 @@ def test_config_differences_are_listed_by_dotted_key() -> None:
     saved = {"loss": {"name": "m3g", "epsilon": 0.2}, "train": {"max_steps": 200}}
     given = {"loss": {"name": "m3g", "epsilon": 0.1}, "train": {"max_steps": 400, "extra": 1}}
     assert config_differences(saved, given) == {
-        "loss.epsilon": (0.2, 0.1), "train.extra": ("(unset)", 1), "train.max_steps": (200, 400)
+        "loss.epsilon": (0.2, 0.1),
+        "train.extra": ("(unset)", 1),
+        "train.max_steps": (200, 400),
     }
 
 
@@ -95,8 +99,9 @@ def test_resume_refuses_a_different_config_and_logs_accepted_safe_changes(tmp_pa
     cfg = tiny_config(tmp_path, "run", train={"max_steps": 3, "checkpoint_every": 2})
     train(cfg)
     saved_text = (cfg.run_dir / "config.yaml").read_text()
-    changed = tiny_config(tmp_path, "run", overrides=("loss.tau=0.3", "optim.lr=0.01"),
-                          train={"max_steps": 3, "checkpoint_every": 2})
+    changed = tiny_config(
+        tmp_path, "run", overrides=("loss.tau=0.3", "optim.lr=0.01"), train={"max_steps": 3, "checkpoint_every": 2}
+    )
     with pytest.raises(ConfigError, match=r"loss\.tau: 0\.2 -> 0\.3; optim\.lr: 0\.003 -> 0\.01"):
         train(changed, resume="latest")
     longer = tiny_config(tmp_path, "run", train={"max_steps": 5, "checkpoint_every": 2})
@@ -167,7 +172,8 @@ def test_accepted_change_is_not_recorded_when_the_resume_fails(tmp_path: Path) -
 
 BYOL_TEACHER = {
     "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
-    "projector": {"hidden_dim": 32, "out_dim": 16}, "predictor": {"hidden_dim": 32},
+    "projector": {"hidden_dim": 32, "out_dim": 16},
+    "predictor": {"hidden_dim": 32},
     "teacher": {"enabled": True, "momentum_base": 0.9, "views": "all"},
 }
 
@@ -211,8 +217,14 @@ def test_extending_a_finished_run_continues_from_its_final_state_and_keeps_the_f
     train(cfg)
     assert [p.name for p in list_checkpoints(cfg.run_dir)] == ["step_00000002", "step_00000003"]
     final_ckpt = list_checkpoints(cfg.run_dir)[-1]
-    assert {"model.safetensors", "optimizer.bin", "random_states_0.pkl", "state_lr_schedule.pt",
-            "state_ema_teacher.pt", "trainer_state.json"} <= {p.name for p in final_ckpt.iterdir()}
+    assert {
+        "model.safetensors",
+        "optimizer.bin",
+        "random_states_0.pkl",
+        "state_lr_schedule.pt",
+        "state_ema_teacher.pt",
+        "trainer_state.json",
+    } <= {p.name for p in final_ckpt.iterdir()}
     finished = _weights(cfg.run_dir)
     finished_bytes = (cfg.run_dir / "model.safetensors").read_bytes()
     with safe_open(str(cfg.run_dir / "model.safetensors"), framework="pt") as handle:
@@ -222,7 +234,9 @@ def test_extending_a_finished_run_continues_from_its_final_state_and_keeps_the_f
     real_run_epochs = Trainer._run_epochs
 
     def record_start(self, accelerator, plan, parts, at):  # the weights the extension's first step starts from
-        at_start.update({k: v.detach().clone() for k, v in accelerator.unwrap_model(parts.step_module).model.state_dict().items()})
+        at_start.update(
+            {k: v.detach().clone() for k, v in accelerator.unwrap_model(parts.step_module).model.state_dict().items()}
+        )
         at_start["__step"] = torch.tensor(at.step)
         return real_run_epochs(self, accelerator, plan, parts, at)
 
@@ -253,8 +267,11 @@ def test_extending_a_finished_run_without_a_final_checkpoint_is_refused(tmp_path
     shutil.rmtree(list_checkpoints(cfg.run_dir)[-1])  # as an older version left it: step 2 only
     before = (cfg.run_dir / "model.safetensors").read_bytes()
     longer = tiny_config(tmp_path, "old", train={"max_steps": 5, "checkpoint_every": 2})
-    with pytest.raises(ValueError, match=r"finished at step 3 but its newest checkpoint is .*step_00000002 \(step 2\).*"
-                                         r"name it: mvapp train --resume .*step_00000002"):
+    with pytest.raises(
+        ValueError,
+        match=r"finished at step 3 but its newest checkpoint is .*step_00000002 \(step 2\).*"
+        r"name it: mvapp train --resume .*step_00000002",
+    ):
         train(longer, resume="latest", accept_config_changes=True)
     assert (cfg.run_dir / "model.safetensors").read_bytes() == before and not (cfg.run_dir / HISTORY_FILE).exists()
     # naming the older checkpoint retrains steps 3-5 on purpose and still keeps the finished model

@@ -2,13 +2,13 @@
 of scripts/reproduce/ has a README, the benchmark runner's suites cover every bench script exactly once, no script
 edits sys.path (the package is installed), and none writes into docs/ unless the command line asks for it
 (defaults of output options)."""
+
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 import pytest
-
 from _train_helpers import load_script
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -37,8 +37,9 @@ def test_bench_suites_cover_every_bench_script_once() -> None:
     assert sorted(in_suites) == on_disk
 
 
-@pytest.mark.parametrize("path", [p for p in SCRIPT_FILES if p.suffix == ".py"],
-                         ids=lambda p: p.relative_to(SCRIPTS).as_posix())
+@pytest.mark.parametrize(
+    "path", [p for p in SCRIPT_FILES if p.suffix == ".py"], ids=lambda p: p.relative_to(SCRIPTS).as_posix()
+)
 def test_script_does_not_edit_sys_path_or_default_to_docs(path: Path) -> None:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):

@@ -1,6 +1,7 @@
 """Solver non-convergence inside training: counted per logged step (``solver/*`` in metrics.jsonl and
 diagnostics.json), announced once and totalled once through the run's notes / logger, never a raw
 ``RuntimeWarning``; a standalone loss still warns."""
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from _train_helpers import tiny_config
 
 from multiview_app.losses import build_loss
 from multiview_app.losses.base import SolverTally
 from multiview_app.train.metrics import read_metrics
 from multiview_app.train.trainer import train
-
-from _train_helpers import tiny_config
 
 
 def test_tally_counts_windows_and_totals() -> None:
@@ -42,8 +42,9 @@ def test_standalone_m3g_counts_and_still_warns() -> None:
 def test_training_reports_unconverged_solves_once_with_counts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = tiny_config(tmp_path, loss={"name": "m3g", "epsilon": 0.05, "max_iter": 1},
-                      train={"max_steps": 4, "log_every": 2})
+    cfg = tiny_config(
+        tmp_path, loss={"name": "m3g", "epsilon": 0.05, "max_iter": 1}, train={"max_steps": 4, "log_every": 2}
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a raw RuntimeWarning fails the test
         with caplog.at_level(logging.INFO, logger="multiview_app"):

@@ -1,5 +1,6 @@
 """The one bootstrap helper (eval/stats.py): per-unit means, the percentile CI against a brute-force
 enumeration, n = units."""
+
 from __future__ import annotations
 
 import itertools

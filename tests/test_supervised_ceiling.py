@@ -1,19 +1,18 @@
 """The supervised ceiling row: the run's encoder trained end to end on the pretraining nights' stages
 (never a test subject's window), its steps chosen on validation subjects, probed like the trained encoder."""
+
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _eeg_helpers import CHANNELS, fake_cache
 
 from multiview_app.cli import main
 from multiview_app.data.eeg import adapter as eeg_adapter
 from multiview_app.train.run_io import load_run_config
-
-from _eeg_helpers import CHANNELS, fake_cache
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g.yaml"
 
@@ -21,12 +20,32 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g.ya
 def _tiny_run(tmp_path: Path) -> Path:
     cache = fake_cache(tmp_path / "cache", subjects=6, windows=15)
     runs = tmp_path / "runs"
-    assert main(["train", "--config", str(CONFIG), "--name", "tiny", f"data.options.cache={cache}",
-                 f"data.options.channels=[{','.join(CHANNELS)}]", f"model.encoders.eeg.channel_vocab=[{','.join(CHANNELS)}]",
-                 "views.k=4", "data.options.test_fraction=0.34", f"output.runs_dir={runs}", "train.max_steps=2",
-                 "train.batch_size=4", "model.encoders.eeg.width=8", "model.encoders.eeg.out_dim=8",
-                 "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0",
-                 "loss.max_iter=20"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(CONFIG),
+                "--name",
+                "tiny",
+                f"data.options.cache={cache}",
+                f"data.options.channels=[{','.join(CHANNELS)}]",
+                f"model.encoders.eeg.channel_vocab=[{','.join(CHANNELS)}]",
+                "views.k=4",
+                "data.options.test_fraction=0.34",
+                f"output.runs_dir={runs}",
+                "train.max_steps=2",
+                "train.batch_size=4",
+                "model.encoders.eeg.width=8",
+                "model.encoders.eeg.out_dim=8",
+                "model.projector.hidden_dim=16",
+                "model.projector.out_dim=8",
+                "train.checkpoint_every=0",
+                "loss.max_iter=20",
+            ]
+        )
+        == 0
+    )
     return runs / "tiny"
 
 
@@ -44,8 +63,9 @@ def _spy_subjects(monkeypatch: pytest.MonkeyPatch) -> set[str]:
 
 
 @pytest.mark.slow
-def test_ceiling_trains_on_pretraining_nights_only_and_appears_as_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_ceiling_trains_on_pretraining_nights_only_and_appears_as_a_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from multiview_app.eval.sleep_staging import format_table, run_sleep_staging
     from multiview_app.eval.supervised_ceiling import CANDIDATES, CEILING_ROW
     from multiview_app.experiments.staging import train_supervised_ceiling
@@ -85,7 +105,9 @@ def test_a_ceiling_trained_on_other_subjects_is_refused(tmp_path: Path) -> None:
     final = tmp_path / "ceiling" / "final_x"
     final.mkdir(parents=True)
     (final / "model.safetensors").write_bytes(b"")
-    (tmp_path / CEILING_DIR / CEILING_FILE).write_text(json.dumps({"run": str(final), "pretraining_subjects": ["S0", "S5"]}))
+    (tmp_path / CEILING_DIR / CEILING_FILE).write_text(
+        json.dumps({"run": str(final), "pretraining_subjects": ["S0", "S5"]})
+    )
     notes: list[str] = []
     assert _ceiling_run(tmp_path, ["S0", "S5"], notes) == final and not notes
     with pytest.raises(ValueError, match="the ceiling trained on subjects"):

@@ -1,5 +1,6 @@
 """Image-text data: tokenizers, pair adapters (CSV / HF / tar shards) and their bad input, the
 embedded digit-caption default, the ``pairs`` view policy."""
+
 from __future__ import annotations
 
 import io
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _text_helpers import png_bytes, rendered, write_pair_folder, write_pair_shards
 from PIL import Image
 from torch.utils.data import default_collate
 
@@ -19,8 +21,6 @@ from multiview_app.data.text.shards import ShardPairStream, ShardReport, iter_sh
 from multiview_app.data.text.tokenize import build_tokenizer
 from multiview_app.data.text.views import choose_captions
 from multiview_app.data.views import build_view_policy
-
-from _text_helpers import png_bytes, rendered, shard_samples, write_pair_folder, write_pair_shards
 
 
 # ----------------------------------------------------------------------------- tokenizers
@@ -62,12 +62,20 @@ def test_unknown_tokenizer_is_rejected(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- pairs_csv
 def test_csv_groups_captions_per_image_and_splits_by_label(tmp_path: Path) -> None:
     path = write_pair_folder(tmp_path, 40)
-    adapter = build_adapter("pairs_csv", {"csv": str(path), "label_key": "label", "load_size": 16, "test_fraction": 0.25})
+    adapter = build_adapter(
+        "pairs_csv", {"csv": str(path), "label_key": "label", "load_size": 16, "test_fraction": 0.25}
+    )
     assert adapter.modality == "image_text"
     train, test = adapter.split("train"), adapter.split("test")
     assert len(train) + len(test) == 40
-    assert adapter.report["train"] | {} == {"rows": 120, "empty_captions": 0, "images_without_caption": 0,
-                                            "unreadable_images": 0, "images": 40, "captions": 120}
+    assert adapter.report["train"] | {} == {
+        "rows": 120,
+        "empty_captions": 0,
+        "images_without_caption": 0,
+        "unreadable_images": 0,
+        "images": 40,
+        "captions": 120,
+    }
     _, labels, captions = rendered()
     item = train[0]
     i = int(Path(item["source"]).stem[1:])
@@ -119,8 +127,9 @@ def test_csv_non_utf8_is_one_error_naming_the_line(tmp_path: Path) -> None:
 def test_shards_round_trip_and_per_process_split(tmp_path: Path) -> None:
     shards = write_pair_shards(tmp_path / "shards", 60, 20)
     assert [p.name for p in shards] == ["t-000000.tar", "t-000001.tar", "t-000002.tar"]
-    adapter = build_adapter("pairs_wds", {"shards": str(tmp_path / "shards" / "*.tar"), "load_size": 16,
-                                          "class_names": list(DIGIT_WORDS)})
+    adapter = build_adapter(
+        "pairs_wds", {"shards": str(tmp_path / "shards" / "*.tar"), "load_size": 16, "class_names": list(DIGIT_WORDS)}
+    )
     assert len(adapter.split("train")) + len(adapter.split("test")) == 60
     assert adapter.report["train"]["captions"] == 180 and adapter.class_names[0] == "zero"
 
@@ -146,8 +155,13 @@ def test_shards_ending_mid_sample_and_bad_samples_are_counted(tmp_path: Path) ->
     # an extra shard: a sample without caption, a non-UTF-8 caption, one good sample
     extra = folder / "t-000002.tar"
     with tarfile.open(extra, "w") as tar:
-        for name, payload in [("x0.png", png_bytes(rendered()[0][0])), ("x1.png", png_bytes(rendered()[0][1])),
-                              ("x1.txt", b"caf\xe9 sept"), ("x2.png", png_bytes(rendered()[0][2])), ("x2.txt", b"a two")]:
+        for name, payload in [
+            ("x0.png", png_bytes(rendered()[0][0])),
+            ("x1.png", png_bytes(rendered()[0][1])),
+            ("x1.txt", b"caf\xe9 sept"),
+            ("x2.png", png_bytes(rendered()[0][2])),
+            ("x2.txt", b"a two"),
+        ]:
             info = tarfile.TarInfo(name)
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
@@ -172,11 +186,22 @@ def test_missing_shard_is_named(tmp_path: Path) -> None:
 def test_hf_saved_dataset_with_caption_lists(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
     images, labels, captions = rendered()
-    rows = {"image": [Image.fromarray(images[i]) for i in range(20)], "text": [captions[i] for i in range(20)],
-            "digit": [int(labels[i]) for i in range(20)]}
+    rows = {
+        "image": [Image.fromarray(images[i]) for i in range(20)],
+        "text": [captions[i] for i in range(20)],
+        "digit": [int(labels[i]) for i in range(20)],
+    }
     rows["text"][3] = ["", "  "]  # no usable caption
-    ds = datasets.Dataset.from_dict(rows, features=datasets.Features({
-        "image": datasets.Image(), "text": datasets.Sequence(datasets.Value("string")), "digit": datasets.Value("int64")}))
+    ds = datasets.Dataset.from_dict(
+        rows,
+        features=datasets.Features(
+            {
+                "image": datasets.Image(),
+                "text": datasets.Sequence(datasets.Value("string")),
+                "digit": datasets.Value("int64"),
+            }
+        ),
+    )
     ds.save_to_disk(str(tmp_path / "saved"))
     with pytest.warns(UserWarning, match="2 empty captions, 1 images without caption"):
         adapter = build_adapter("pairs_hf", {"path": str(tmp_path / "saved"), "label_column": "digit", "load_size": 16})
@@ -195,7 +220,7 @@ def test_hf_imagefolder_with_metadata_captions(tmp_path: Path, monkeypatch: pyte
     lines = []
     for i in range(12):
         Image.fromarray(images[i]).save(folder / f"im{i}.png")
-        lines.append('{"file_name": "im%d.png", "text": "%s"}' % (i, captions[i][0]))
+        lines.append(f'{{"file_name": "im{i}.png", "text": "{captions[i][0]}"}}')
     (folder / "metadata.jsonl").write_text("\n".join(lines) + "\n")
     adapter = build_adapter("pairs_hf", {"path": str(folder), "load_size": 16, "cache_dir": str(tmp_path / "cache")})
     items = [adapter.split("train")[j] for j in range(len(adapter.split("train")))]
@@ -267,7 +292,9 @@ def test_pairs_policy_reports_truncated_captions(tmp_path: Path) -> None:
     raw = default_collate([adapter.split("train")[j] for j in range(4)])
     with pytest.warns(UserWarning, match=r"caption\(s\) so far are longer than the open_clip context of 5 ids"):
         policy.eval_views(raw)
-    firsts = {c.split("\n")[0] for c in raw["captions"]}  # "a <stroke> handwritten <digit>...": >= 6 ids with start and end
+    firsts = {
+        c.split("\n")[0] for c in raw["captions"]
+    }  # "a <stroke> handwritten <digit>...": >= 6 ids with start and end
     assert policy.tokenizer.truncated == len(firsts) >= 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -292,8 +319,12 @@ def test_digit_domain_captions_written_as_csv_and_shards_and_read_by_both_reader
     domains_dir = tmp_path / "domains"
     synth_domains(domains_dir, domains=("clean", "inverted", "sketch"), limit=60, size=16)
     (domains_dir / "sketch" / "3" / "sketch_0003.jpg").unlink()  # listed but missing: skipped + counted
-    options = {"cache_dir": str(tmp_path / "cache"), "load_size": 16, "domains_dir": str(domains_dir),
-               "domains": ["inverted", "sketch"]}
+    options = {
+        "cache_dir": str(tmp_path / "cache"),
+        "load_size": 16,
+        "domains_dir": str(domains_dir),
+        "domains": ["inverted", "sketch"],
+    }
     with pytest.warns(UserWarning, match="skipped 1 listed image"):
         csv_adapter = build_adapter("digit_captions", options)
     wds_adapter = build_adapter("digit_captions", options | {"format": "wds"})
@@ -305,8 +336,12 @@ def test_digit_domain_captions_written_as_csv_and_shards_and_read_by_both_reader
 
     digits = load_digits()
     strokes = stroke_words(digits.images, digits.target)
-    listed = {s: [ln.split() for d in ("inverted", "sketch") for ln in (domains_dir / f"{d}_{s}.txt").read_text().splitlines()]
-              for s in ("train", "test")}
+    listed = {
+        s: [
+            ln.split() for d in ("inverted", "sketch") for ln in (domains_dir / f"{d}_{s}.txt").read_text().splitlines()
+        ]
+        for s in ("train", "test")
+    }
     train_digits = {int(rel.rsplit("_", 1)[1][:4]) for rel, _ in listed["train"]}
     for split in ("train", "test"):
         a, b = csv_adapter.split(split), wds_adapter.split(split)
@@ -321,7 +356,9 @@ def test_digit_domain_captions_written_as_csv_and_shards_and_read_by_both_reader
             domain, index = name.split("_")[0], int(name.split("_")[1][:4])
             assert item["label"] == int(digits.target[index])
             first = item["captions"].split("\n")[0]
-            assert first == f"a {strokes[index]} handwritten {DIGIT_WORDS[item['label']]}, {DOMAIN_RENDERINGS[domain][0]}"
+            assert (
+                first == f"a {strokes[index]} handwritten {DIGIT_WORDS[item['label']]}, {DOMAIN_RENDERINGS[domain][0]}"
+            )
             if split == "test":
                 assert index not in train_digits  # split by digit, as the domain folder's
     assert csv_adapter.class_names == wds_adapter.class_names == list(DIGIT_WORDS)
@@ -332,8 +369,14 @@ def test_digit_domain_captions_written_as_csv_and_shards_and_read_by_both_reader
     from multiview_app.cli import main
 
     out = tmp_path / "pairs_cli"
-    assert main(["data", "caption-domains", "--domains-dir", str(domains_dir), "--out", str(out), "--domains", "clean"]) == 0
+    assert (
+        main(["data", "caption-domains", "--domains-dir", str(domains_dir), "--out", str(out), "--domains", "clean"])
+        == 0
+    )
     assert (out / "train.tsv").is_file() and (out / "shards" / "test-000000.tar").is_file()
-    assert main(["data", "caption-domains", "--domains-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o2")]) != 0
+    assert (
+        main(["data", "caption-domains", "--domains-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o2")])
+        != 0
+    )
     with pytest.raises(ValueError, match="does not exist"):
         build_adapter("digit_captions", options | {"domains_dir": str(tmp_path / "nowhere")})

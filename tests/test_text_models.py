@@ -1,6 +1,7 @@
 """Text / image towers (open_clip, MiniLM from its wheel), mixed-modality embedding, learnable
 temperature (float64 reference + gradient check), retrieval metrics, and a tiny image-text run
 (resume-exact with the learnable logit scale, then `mvapp eval retrieval`)."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from _text_helpers import TINY_TEXT, write_pair_folder
+from _train_helpers import assert_same_weights, crash_then_resume, tiny_config
 from safetensors.torch import load_file
 
 from multiview_app.data.batch import ViewBatch
@@ -18,10 +21,6 @@ from multiview_app.eval.retrieval import recall_at_k, retrieval_metrics
 from multiview_app.losses import build_loss
 from multiview_app.losses.temperature import LogitScale
 from multiview_app.models import build_encoder, build_model
-
-from _text_helpers import TINY_TEXT, write_pair_folder
-from _train_helpers import assert_same_weights, crash_then_resume, tiny_config
-
 
 
 # ----------------------------------------------------------------------------- towers
@@ -38,8 +37,13 @@ def test_open_clip_text_tower_checks_its_tokenizer() -> None:
 
 
 def test_open_clip_image_tower_and_frozen_option() -> None:
-    tower = build_encoder("image", "open_clip", embed_dim=16, vision_cfg={"image_size": 16, "patch_size": 4, "width": 32,
-                                                                          "layers": 1, "head_width": 16}, freeze=True)
+    tower = build_encoder(
+        "image",
+        "open_clip",
+        embed_dim=16,
+        vision_cfg={"image_size": 16, "patch_size": 4, "width": 32, "layers": 1, "head_width": 16},
+        freeze=True,
+    )
     assert tower(torch.randn(3, 3, 16, 16)).shape == (3, 16)
     assert not any(p.requires_grad for p in tower.parameters())
 
@@ -47,8 +51,11 @@ def test_open_clip_image_tower_and_frozen_option() -> None:
 def test_open_clip_pretrained_from_local_file_and_offline_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import open_clip
 
-    config = {"embed_dim": 16, "vision_cfg": {"image_size": 16, "layers": 1, "width": 32, "patch_size": 8, "head_width": 16},
-              "text_cfg": {"context_length": 12, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
+    config = {
+        "embed_dim": 16,
+        "vision_cfg": {"image_size": 16, "layers": 1, "width": 32, "patch_size": 8, "head_width": 16},
+        "text_cfg": {"context_length": 12, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+    }
     (tmp_path / "mvapp-test-tiny.json").write_text(json.dumps(config))
     open_clip.add_model_config(str(tmp_path / "mvapp-test-tiny.json"))
     reference = open_clip.create_model("mvapp-test-tiny")
@@ -92,10 +99,14 @@ def test_minilm_tower_loads_the_wheel_weights_offline(monkeypatch: pytest.Monkey
 
 
 def test_embed_mixes_modalities_of_different_feature_widths() -> None:
-    model = build_model({"image": {"name": "small_cnn", "width": 8, "num_features": 16}, "text": TINY_TEXT},
-                        {"hidden_dim": 32, "out_dim": 8})
+    model = build_model(
+        {"image": {"name": "small_cnn", "width": 8, "num_features": 16}, "text": TINY_TEXT},
+        {"hidden_dim": 32, "out_dim": 8},
+    )
     ids = build_tokenizer("open_clip", 12)(["a thin one"] * 4)
-    batch = ViewBatch([torch.randn(4, 3, 16, 16), ids, torch.randn(4, 3, 16, 16)], ["image", "text", "image"], ["a", "caption", "b"])
+    batch = ViewBatch(
+        [torch.randn(4, 3, 16, 16), ids, torch.randn(4, 3, 16, 16)], ["image", "text", "image"], ["a", "caption", "b"]
+    )
     z = model.embed(batch)
     assert z.shape == (4, 3, 8)
     torch.testing.assert_close(z.norm(dim=-1), torch.ones(4, 3))
@@ -109,12 +120,17 @@ def test_every_loss_of_the_head_trains_both_towers_on_mixed_views() -> None:
     from multiview_app.losses import available_losses
 
     torch.manual_seed(0)
-    model = build_model({"image": {"name": "small_cnn", "width": 8, "num_features": 16}, "text": TINY_TEXT},
-                        {"hidden_dim": 32, "out_dim": 8})
+    model = build_model(
+        {"image": {"name": "small_cnn", "width": 8, "num_features": 16}, "text": TINY_TEXT},
+        {"hidden_dim": 32, "out_dim": 8},
+    )
     tok = build_tokenizer("open_clip", 12)
     captions = [f"a thin handwritten {w}" for w in ("zero", "one", "two", "three", "four", "five")]
-    batch = ViewBatch([torch.randn(6, 3, 16, 16), torch.randn(6, 3, 16, 16), tok(captions)],
-                      ["image", "image", "text"], ["a", "b", "caption"])
+    batch = ViewBatch(
+        [torch.randn(6, 3, 16, 16), torch.randn(6, 3, 16, 16), tok(captions)],
+        ["image", "image", "text"],
+        ["a", "b", "caption"],
+    )
     for name in available_losses():
         model.zero_grad()
         loss = build_loss(name)(model.embed(batch))  # (n, k, d) = (6, 3, 8) across two modalities
@@ -190,8 +206,13 @@ def test_recall_at_k_against_brute_force_ranking() -> None:
     metrics = retrieval_metrics(image, text, owner)
     sim = image @ text.T
     for k in (1, 5, 10):
-        i2t = sum(bool(set(sim[i].argsort(descending=True)[:k].tolist()) & set((owner == i).nonzero()[:, 0].tolist()))
-                  for i in range(7)) / 7
+        i2t = (
+            sum(
+                bool(set(sim[i].argsort(descending=True)[:k].tolist()) & set((owner == i).nonzero()[:, 0].tolist()))
+                for i in range(7)
+            )
+            / 7
+        )
         t2i = sum(int(owner[c]) in sim[:, c].argsort(descending=True)[:k].tolist() for c in range(12)) / 12
         assert metrics[f"i2t_R@{k}"] == pytest.approx(i2t) and metrics[f"t2i_R@{k}"] == pytest.approx(t2i)
     # exact ties: the expected recall of random tie-breaking (3 identical candidates, one positive)
@@ -213,12 +234,21 @@ def test_chance_levels_are_the_expected_recall_of_a_random_ranking() -> None:
     assert chance["zero_shot_acc"] == 0.25
     # the scorer itself on random similarities averages to the same numbers
     generator = torch.Generator().manual_seed(0)
-    draws = [retrieval_metrics(*(F.normalize(torch.randn(n, 4, generator=generator), dim=-1) for n in (7, 12)), owner)
-             for _ in range(400)]
+    draws = [
+        retrieval_metrics(*(F.normalize(torch.randn(n, 4, generator=generator), dim=-1) for n in (7, 12)), owner)
+        for _ in range(400)
+    ]
     for key in ("i2t_R@1", "i2t_R@5", "t2i_R@1", "t2i_R@5"):
         assert sum(d[key] for d in draws) / len(draws) == pytest.approx(chance[key], abs=0.03)
-    table = format_table({"split": "test", "images": 7, "captions": 12, "chance": chance,
-                          "results": {"trained": {**draws[0], "zero_shot_acc": 0.5}}})
+    table = format_table(
+        {
+            "split": "test",
+            "images": 7,
+            "captions": 12,
+            "chance": chance,
+            "results": {"trained": {**draws[0], "zero_shot_acc": 0.5}},
+        }
+    )
     assert table.startswith("| model | i2t_R@1") and "| chance (random ranking) | 0.143 |" in table
     assert "test split: 7 images, 12 captions" in table
 
@@ -226,12 +256,21 @@ def test_chance_levels_are_the_expected_recall_of_a_random_ranking() -> None:
 # ----------------------------------------------------------------------------- tiny end-to-end run
 def _pair_config(tmp_path: Path, name: str, folder: Path, **train: object):
     return tiny_config(
-        tmp_path, name,
-        data={"adapter": "pairs_csv", "options": {"csv": str(folder / "pairs.tsv"), "label_key": "label", "load_size": 16,
-                                                  "test_fraction": 0.3}},
-        views={"policy": "pairs", "k": 3, "options": {"text_views": 1, "image_size": 16, "context_length": 12, "stacks": "simclr"}},
-        model={"encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}, "text": TINY_TEXT},
-               "projector": {"hidden_dim": 32, "out_dim": 16}},
+        tmp_path,
+        name,
+        data={
+            "adapter": "pairs_csv",
+            "options": {"csv": str(folder / "pairs.tsv"), "label_key": "label", "load_size": 16, "test_fraction": 0.3},
+        },
+        views={
+            "policy": "pairs",
+            "k": 3,
+            "options": {"text_views": 1, "image_size": 16, "context_length": 12, "stacks": "simclr"},
+        },
+        model={
+            "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}, "text": TINY_TEXT},
+            "projector": {"hidden_dim": 32, "out_dim": 16},
+        },
         loss={"name": "infonce_pwe", "tau": 0.1, "learnable_temperature": True},
         train={"max_steps": 5, "batch_size": 16, "checkpoint_every": 2, **train},
     )
@@ -253,7 +292,9 @@ def test_image_text_run_resumes_exactly_and_evaluates_retrieval(tmp_path: Path) 
     cfg = _pair_config(tmp_path, "crashed", folder)
     resumed = crash_then_resume(cfg, 3)
     assert_same_weights(full.run_dir, resumed.run_dir)
-    assert [r["stats/logit_scale"] for r in read_metrics(resumed.run_dir / "metrics.jsonl")] == pytest.approx(scales, rel=1e-6)
+    assert [r["stats/logit_scale"] for r in read_metrics(resumed.run_dir / "metrics.jsonl")] == pytest.approx(
+        scales, rel=1e-6
+    )
 
     assert main(["eval", "retrieval", "--run", str(full.run_dir), "--template", "digit {name}"]) == 0
     result = json.loads((full.run_dir / "eval" / "retrieval.json").read_text())
@@ -262,7 +303,9 @@ def test_image_text_run_resumes_exactly_and_evaluates_retrieval(tmp_path: Path) 
     for row in result["results"].values():
         assert 0.0 <= row["i2t_R@1"] <= row["i2t_R@5"] <= row["i2t_R@10"] <= 1.0 and 0.0 <= row["zero_shot_acc"] <= 1.0
     assert (full.run_dir / "eval" / "retrieval.md").read_text().startswith("| model | i2t_R@1")
-    assert result["chance"]["t2i_R@1"] == pytest.approx(1 / 19) and result["chance"]["zero_shot_acc"] == pytest.approx(0.1)
+    assert result["chance"]["t2i_R@1"] == pytest.approx(1 / 19) and result["chance"]["zero_shot_acc"] == pytest.approx(
+        0.1
+    )
 
 
 def test_retrieval_refuses_single_modality_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -1,6 +1,7 @@
 """Streaming tar shards into training: per-process / per-worker shard split (2 gloo processes),
 shuffle buffer, exact resume of the stream position, and a short streamed training run that resumes
 exactly (``pairs_wds`` with ``stream: true``)."""
+
 from __future__ import annotations
 
 import datetime
@@ -13,13 +14,12 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from _text_helpers import write_pair_shards
+from _train_helpers import assert_same_weights, crash_then_resume
 from torch.utils.data import DataLoader, default_collate
 
 from multiview_app.data.streaming import StreamPosition
 from multiview_app.data.text.shards import ShardPairStream
-
-from _text_helpers import write_pair_shards
-from _train_helpers import assert_same_weights, crash_then_resume
 
 SAMPLES, PER_SHARD, WORLD = 60, 10, 2
 
@@ -69,21 +69,32 @@ def test_stream_covers_each_sample_once_per_worker_epoch_and_resumes_exactly(tmp
 
     with pytest.raises(ValueError, match="stream: true needs test_shards"):
         build_adapter("pairs_wds", {"shards": paths, "stream": True, "load_size": 16})
-    adapter = build_adapter("pairs_wds", {"shards": paths[:5], "test_shards": paths[5], "stream": True, "load_size": 16})
+    adapter = build_adapter(
+        "pairs_wds", {"shards": paths[:5], "test_shards": paths[5], "stream": True, "load_size": 16}
+    )
     assert isinstance(adapter.split("train"), ShardPairStream) and len(adapter.split("test")) == PER_SHARD
 
 
 def _worker(rank: int, tmp: str, paths: list[str]) -> None:
     """One gloo process: two epochs of its stream through 2 DataLoader workers -> ``seen_<rank>.json``."""
-    dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{os.path.join(tmp, 'store')}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=datetime.timedelta(seconds=120),
+    )
     try:
         dist.barrier()
-        stream = ShardPairStream(paths, 16, seed=5, shuffle_shards=True, shuffle_buffer=4, epochs=2)  # rank from the group
+        stream = ShardPairStream(
+            paths, 16, seed=5, shuffle_shards=True, shuffle_buffer=4, epochs=2
+        )  # rank from the group
         seen = {"rank": stream.rank, "world": stream.world, "items": [], "shards": {}}
         # fork: a process started by mp.spawn would otherwise spawn its DataLoader workers too (each
         # re-importing torch and this module, ~25 s more on a loaded 2-core machine)
-        for batch in DataLoader(stream, batch_size=5, num_workers=2, collate_fn=default_collate, multiprocessing_context="fork"):
+        for batch in DataLoader(
+            stream, batch_size=5, num_workers=2, collate_fn=default_collate, multiprocessing_context="fork"
+        ):
             seen["items"] += [[e, k] for e, k in zip(batch["stream_epoch"].tolist(), _keys(batch))]
         for epoch in range(2):
             seen["shards"][str(epoch)] = [p for w in range(2) for p in stream.epoch_shards(epoch, w, 2)]
@@ -122,12 +133,27 @@ def _stream_config(tmp_path: Path, name: str, shards: Path, **train: object):
     from test_text_models import TINY_TEXT
 
     return tiny_config(
-        tmp_path, name,
-        data={"adapter": "pairs_wds", "options": {"shards": str(shards / "t-00000[0-4].tar"), "test_shards": str(shards / "t-000005.tar"),
-                                                  "stream": True, "shuffle_buffer": 8, "load_size": 16}},
-        views={"policy": "pairs", "k": 2, "options": {"text_views": 1, "image_size": 16, "context_length": 12, "stacks": "simclr"}},
-        model={"encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}, "text": TINY_TEXT},
-               "projector": {"hidden_dim": 32, "out_dim": 16}},
+        tmp_path,
+        name,
+        data={
+            "adapter": "pairs_wds",
+            "options": {
+                "shards": str(shards / "t-00000[0-4].tar"),
+                "test_shards": str(shards / "t-000005.tar"),
+                "stream": True,
+                "shuffle_buffer": 8,
+                "load_size": 16,
+            },
+        },
+        views={
+            "policy": "pairs",
+            "k": 2,
+            "options": {"text_views": 1, "image_size": 16, "context_length": 12, "stacks": "simclr"},
+        },
+        model={
+            "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}, "text": TINY_TEXT},
+            "projector": {"hidden_dim": 32, "out_dim": 16},
+        },
         loss={"name": "infonce_pwe", "tau": 0.1},
         train={"max_steps": 6, "batch_size": 8, "checkpoint_every": 3, "num_workers": 2, **train},
     )
@@ -142,7 +168,9 @@ def test_streamed_training_runs_end_to_end_and_resumes_exactly(tmp_path: Path) -
     write_pair_shards(shards, SAMPLES, PER_SHARD)  # 5 train shards (50 samples) + 1 test shard
     full = train(_stream_config(tmp_path, "full", shards))  # 6 steps x 8 items: worker epochs of 20 / 30 items pass
     state = read_trainer_state(full.run_dir / "checkpoints" / "step_00000003")
-    assert state["stream"]["world"] == 1 and state["stream"]["num_workers"] == 2 and state["stream"]["micro_batches"] == 3
+    assert (
+        state["stream"]["world"] == 1 and state["stream"]["num_workers"] == 2 and state["stream"]["micro_batches"] == 3
+    )
     assert state["stream"]["positions"] == [[[0, 16], [0, 8]]]  # worker 0: batches 0, 2 (+ 4 ...); worker 1: batch 1
 
     cfg = _stream_config(tmp_path, "crashed", shards)
@@ -155,4 +183,8 @@ def test_streamed_training_runs_end_to_end_and_resumes_exactly(tmp_path: Path) -
     with pytest.raises(ValueError, match="set train.max_steps"):
         train(_stream_config(tmp_path, "epochs", shards, max_steps=None, epochs=1))
     with pytest.raises(ValueError, match="recorded with"):
-        train(_stream_config(tmp_path, "crashed", shards, num_workers=1, max_steps=8), resume="latest", accept_config_changes=True)
+        train(
+            _stream_config(tmp_path, "crashed", shards, num_workers=1, max_steps=8),
+            resume="latest",
+            accept_config_changes=True,
+        )

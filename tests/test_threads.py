@@ -1,18 +1,18 @@
 """The torch intra-op thread choice (multiview_app/threads.py): usable CPUs from faked affinity and cgroup
 quota files, the override precedence, bad values, and that ``mvapp train`` / ``mvapp eval`` report it."""
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import torch
+from _train_helpers import write_tiny_yaml
 
 from multiview_app import threads
 from multiview_app.cli import main
 from multiview_app.threads import CpuBudget, cgroup_cpu_quota, choose_threads, configure_torch_threads, usable_cpus
-
-from _train_helpers import write_tiny_yaml
 
 
 @pytest.fixture(autouse=True)
@@ -29,9 +29,18 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-@pytest.mark.parametrize(("affinity", "quota", "usable"), [
-    (2, None, 2), (8, None, 8), (8, 1.5, 2), (8, 0.5, 1), (2, 4.0, 2), (16, 3.0, 3), (1, None, 1),
-])
+@pytest.mark.parametrize(
+    ("affinity", "quota", "usable"),
+    [
+        (2, None, 2),
+        (8, None, 8),
+        (8, 1.5, 2),
+        (8, 0.5, 1),
+        (2, 4.0, 2),
+        (16, 3.0, 3),
+        (1, None, 1),
+    ],
+)
 def test_usable_cpus_is_min_of_affinity_and_ceil_quota(affinity: int, quota: float | None, usable: int) -> None:
     assert CpuBudget(affinity, quota).usable == usable
 
@@ -79,7 +88,10 @@ def test_auto_shares_cpus_among_local_processes() -> None:
 def test_override_precedence() -> None:
     cpus = CpuBudget(8, None)
     everything = {"MVAPP_NUM_THREADS": "3", "OMP_NUM_THREADS": "5"}
-    assert (choose_threads(2, everything, cpus).count, choose_threads(2, everything, cpus).source) == (3, "MVAPP_NUM_THREADS")
+    assert (choose_threads(2, everything, cpus).count, choose_threads(2, everything, cpus).source) == (
+        3,
+        "MVAPP_NUM_THREADS",
+    )
     assert choose_threads(2, {"OMP_NUM_THREADS": "5"}, cpus).count == 2  # the config key beats OMP_NUM_THREADS
     assert choose_threads("auto", {"OMP_NUM_THREADS": "5"}, cpus).source == "OMP_NUM_THREADS"
     assert choose_threads(None, {"OMP_NUM_THREADS": "5"}, cpus).count == 5
@@ -88,12 +100,15 @@ def test_override_precedence() -> None:
     assert choose_threads("4", {}, cpus).count == 4  # a string from an override is read as an integer
 
 
-@pytest.mark.parametrize(("setting", "env", "named"), [
-    ("auto", {"MVAPP_NUM_THREADS": "two"}, "MVAPP_NUM_THREADS"),
-    ("auto", {"MVAPP_NUM_THREADS": "0"}, "MVAPP_NUM_THREADS"),
-    ("auto", {"OMP_NUM_THREADS": "-1"}, "OMP_NUM_THREADS"),
-    ("many", {}, "train.num_threads"),
-])
+@pytest.mark.parametrize(
+    ("setting", "env", "named"),
+    [
+        ("auto", {"MVAPP_NUM_THREADS": "two"}, "MVAPP_NUM_THREADS"),
+        ("auto", {"MVAPP_NUM_THREADS": "0"}, "MVAPP_NUM_THREADS"),
+        ("auto", {"OMP_NUM_THREADS": "-1"}, "OMP_NUM_THREADS"),
+        ("many", {}, "train.num_threads"),
+    ],
+)
 def test_bad_values_name_their_source(setting: str, env: dict[str, str], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         choose_threads(setting, env, CpuBudget(2, None))
@@ -104,12 +119,16 @@ def test_configure_applies_and_reports_once() -> None:
     threads._reported = None
     choice = configure_torch_threads("auto", report=lines.append, env={}, cpus=CpuBudget(2, None))
     assert choice.count == 1 and torch.get_num_threads() == 1
-    assert lines == ["torch threads: 1 (2 usable CPUs, cgroup quota none; auto; override with MVAPP_NUM_THREADS=N "
-                     "or train.num_threads=N)"]
+    assert lines == [
+        "torch threads: 1 (2 usable CPUs, cgroup quota none; auto; override with MVAPP_NUM_THREADS=N "
+        "or train.num_threads=N)"
+    ]
     configure_torch_threads("auto", report=lines.append, env={}, cpus=CpuBudget(2, None))
     assert len(lines) == 1  # the same choice is reported once per process
     configure_torch_threads(2, report=lines.append, env={}, cpus=CpuBudget(2, 1.5))
-    assert torch.get_num_threads() == 2 and lines[-1].startswith("torch threads: 2 (2 usable CPUs, cgroup quota 1.5 CPUs")
+    assert torch.get_num_threads() == 2 and lines[-1].startswith(
+        "torch threads: 2 (2 usable CPUs, cgroup quota 1.5 CPUs"
+    )
 
 
 def test_one_guarded_setter_for_commands_and_scoped_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,12 +165,15 @@ def test_config_key_validates() -> None:
         TrainConfig(max_steps=1, num_threads=0)
 
 
-def test_mvapp_train_and_eval_report_the_choice(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mvapp_train_and_eval_report_the_choice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("MVAPP_NUM_THREADS", "1")
     threads._reported = None
-    config = write_tiny_yaml(tmp_path / "tiny.yaml", tmp_path / "runs", train={"max_steps": 2}, eval={"linear_probe": True})
+    config = write_tiny_yaml(
+        tmp_path / "tiny.yaml", tmp_path / "runs", train={"max_steps": 2}, eval={"linear_probe": True}
+    )
     assert main(["train", "--config", str(config), "--name", "threads_run", "train.num_threads=2"]) == 0
     out = capsys.readouterr().out
     assert "torch threads: 1 (" in out and "; MVAPP_NUM_THREADS;" in out and torch.get_num_threads() == 1

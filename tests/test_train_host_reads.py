@@ -16,6 +16,7 @@ the non-logging optimizer steps make none. Left out of the count (each named whe
 Conversions in the view-building thread (``train.prefetch_views``) are counted: views are built on the
 data's device and must not read it back either.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,15 +24,15 @@ from typing import Any
 
 import pytest
 import torch
-
-from multiview_app.train import trainer as trainer_mod
-
 from _device_cases import modality_config
 from _host_reads import HostReads
 
+from multiview_app.train import trainer as trainer_mod
 
-def conversions_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str = "images",
-                         **train: Any) -> tuple[dict[int, list[str]], set[int]]:
+
+def conversions_per_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str = "images", **train: Any
+) -> tuple[dict[int, list[str]], set[int]]:
     """Train a tiny run of ``modality`` (infonce_pwe, 8 steps, log every 4; tests/_device_cases.py) with
     conversions counted; returns the conversions made during each optimizer step (from the end of the
     previous step's callbacks to the end of its own) and the set of logging steps."""
@@ -56,26 +57,36 @@ def conversions_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modali
         if record is not None:
             logged.add(step)
 
-    cfg = modality_config(tmp_path, modality, "host_reads", **{
-        "max_steps": 8, "log_every": 4, "checkpoint_every": 0, "num_workers": 1, **train})
+    cfg = modality_config(
+        tmp_path,
+        modality,
+        "host_reads",
+        **{"max_steps": 8, "log_every": 4, "checkpoint_every": 0, "num_workers": 1, **train},
+    )
     reads.patch(monkeypatch)
     trainer_mod.train(cfg, callbacks=[after_step])
     return per_step, logged
 
 
-@pytest.mark.parametrize(("modality", "prefetch"), [("images", True), ("images", False), ("eeg", True)],
-                         ids=["images-prefetch", "images-in-step", "eeg-prefetch"])
-def test_non_logging_steps_read_nothing_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str,
-                                             prefetch: bool) -> None:
+@pytest.mark.parametrize(
+    ("modality", "prefetch"),
+    [("images", True), ("images", False), ("eeg", True)],
+    ids=["images-prefetch", "images-in-step", "eeg-prefetch"],
+)
+def test_non_logging_steps_read_nothing_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str, prefetch: bool
+) -> None:
     """Images: the digits ``simclr`` stack; EEG: channels as views with crop, gain, noise and band-stop,
     and the channel-embedding encoder with ``unknown_rate`` (tests/_device_cases.py)."""
     per_step, logged = conversions_per_step(
-        tmp_path, monkeypatch, modality, prefetch_views=prefetch, deterministic=not prefetch, diagnostics=True)
+        tmp_path, monkeypatch, modality, prefetch_views=prefetch, deterministic=not prefetch, diagnostics=True
+    )
     assert logged == {4, 8} and sorted(per_step) == list(range(1, 9))
     # step 1 builds the loader and the first views (one-time work); every later non-logging step must read nothing
     offending = {step: seen for step, seen in per_step.items() if step > 1 and step not in logged and seen}
     assert not offending, "host reads in non-logging steps:\n" + "\n".join(
-        f"step {step}: " + "\n    ".join(seen) for step, seen in offending.items())
+        f"step {step}: " + "\n    ".join(seen) for step, seen in offending.items()
+    )
 
 
 def test_host_read_counter_sees_conversions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,15 +96,21 @@ def test_host_read_counter_sees_conversions(tmp_path: Path, monkeypatch: pytest.
     value = torch.ones(3)
     float(value.sum()), value.tolist(), bool(value.all()), value.sum().item(), int(value[0])
     assert [s.split(": ")[1].split(" at")[0] for s in reads.seen] == [
-        "Tensor.__float__", "Tensor.tolist", "Tensor.__bool__", "Tensor.item", "Tensor.__int__"]
+        "Tensor.__float__",
+        "Tensor.tolist",
+        "Tensor.__bool__",
+        "Tensor.item",
+        "Tensor.__int__",
+    ]
     with reads.excluded():
         value.tolist()
     assert len(reads.seen) == 5
 
 
 @pytest.mark.parametrize("loss_refuses_nan", [True, False], ids=["loss-raises", "loss-runs-on"])
-def test_divergence_found_later_still_names_its_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     loss_refuses_nan: bool) -> None:
+def test_divergence_found_later_still_names_its_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loss_refuses_nan: bool
+) -> None:
     """The NaN check is deferred to logging / checkpoint steps but still names the first bad step and
     writes no checkpoint after it: the loss of step 3 is NaN, logging every 4 steps, checkpoints every 2.
     ``loss-raises``: the loss refuses the NaN embeddings of step 4 (``ValueError``), which the trainer turns
@@ -126,8 +143,13 @@ def test_divergence_found_later_still_names_its_step(tmp_path: Path, monkeypatch
 def test_host_values_reads_tensors_once_and_keeps_floats() -> None:
     from multiview_app.train.metrics import host_values
 
-    values = {"loss": torch.tensor(1.5, dtype=torch.float64), "iterations": torch.tensor(7), "tau": 0.1,
-              "grad": torch.tensor([2.25], requires_grad=True), "half": torch.tensor(0.5, dtype=torch.bfloat16)}
+    values = {
+        "loss": torch.tensor(1.5, dtype=torch.float64),
+        "iterations": torch.tensor(7),
+        "tau": 0.1,
+        "grad": torch.tensor([2.25], requires_grad=True),
+        "half": torch.tensor(0.5, dtype=torch.bfloat16),
+    }
     out = host_values(values)
     assert out == {"loss": 1.5, "iterations": 7.0, "tau": 0.1, "grad": 2.25, "half": 0.5}
     assert all(type(v) is float for v in out.values())

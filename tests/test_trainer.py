@@ -1,5 +1,6 @@
 """Trainer: resume after a crash gives the same weights, NaN stops with the last good checkpoint,
 EMA teacher path, LR schedule, sampler partitioning. Tiny CPU runs (small_cnn, 16 px, few steps)."""
+
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _train_helpers import tiny_config
 from safetensors.torch import load_file
 
 from multiview_app.train import trainer as trainer_mod
@@ -14,8 +16,6 @@ from multiview_app.train.checkpoint import list_checkpoints
 from multiview_app.train.metrics import read_metrics
 from multiview_app.train.run_io import load_run
 from multiview_app.train.trainer import EpochBatchSampler, TrainingDivergedError, lr_lambda, train
-
-from _train_helpers import tiny_config
 
 # 180 train items (test_fraction 0.9) / 32 per batch = 5 steps per epoch: 7 steps cross an epoch.
 SMALL_EPOCH = {"options": {"load_size": 16, "test_fraction": 0.9}}
@@ -70,18 +70,31 @@ def test_run_folder_layout_and_init_weights(tmp_path: Path) -> None:
         assert (run / name).is_file(), name
     assert any((run / "tb").rglob("events.out.tfevents*"))
     record = read_metrics(run / "metrics.jsonl")[-1]
-    for key in ("loss", "lr", "items_per_s", "time/data", "time/forward", "time/loss", "time/backward", "stats/grad_norm"):
+    for key in (
+        "loss",
+        "lr",
+        "items_per_s",
+        "time/data",
+        "time/forward",
+        "time/loss",
+        "time/backward",
+        "stats/grad_norm",
+    ):
         assert key in record, key
     assert sum(record[f"time/{p}"] for p in ("data", "forward", "loss", "backward", "optim")) == pytest.approx(1.0)
     _, init_model = load_run(run, "init")
     _, final_model = load_run(run, "final")
-    changed = [not torch.equal(a, b) for a, b in zip(init_model.state_dict().values(), final_model.state_dict().values())]
+    changed = [
+        not torch.equal(a, b) for a, b in zip(init_model.state_dict().values(), final_model.state_dict().values())
+    ]
     assert any(changed)
     with pytest.raises(FileExistsError, match="already exists"):
         train(tiny_config(tmp_path, "layout", train={"max_steps": 2}))
 
 
-def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_build_loss = trainer_mod.build_loss
 
     def build_poisoned_loss(name: str, **params):
@@ -107,10 +120,13 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path: Path,
 
 def test_ema_teacher_with_predictor(tmp_path: Path) -> None:
     cfg = tiny_config(
-        tmp_path, "byol", loss={"name": "byol_pwe"},
+        tmp_path,
+        "byol",
+        loss={"name": "byol_pwe"},
         model={
             "encoders": {"image": {"name": "small_cnn", "width": 8, "num_features": 16}},
-            "projector": {"hidden_dim": 32, "out_dim": 16}, "predictor": {"hidden_dim": 32},
+            "projector": {"hidden_dim": 32, "out_dim": 16},
+            "predictor": {"hidden_dim": 32},
             "teacher": {"enabled": True, "momentum_base": 0.9, "views": "all"},
         },
         train={"max_steps": 3},
@@ -137,14 +153,22 @@ def test_teacher_loss_replaces_one_slot_per_teacher_view() -> None:
         seen.append(z.detach().clone())
         return z.sum()
 
-    cfg = tiny_config(Path("/nonexistent"), "x", views={"k": 3}, loss={"name": "infonce_pwe"},
-                      model={"teacher": {"enabled": True, "views": [0, 2]}})
-    method = build_method(cfg, build_model(**model_spec(cfg)), trainer_mod.build_loss("infonce_pwe"), torch.device("cpu"))
+    cfg = tiny_config(
+        Path("/nonexistent"),
+        "x",
+        views={"k": 3},
+        loss={"name": "infonce_pwe"},
+        model={"teacher": {"enabled": True, "views": [0, 2]}},
+    )
+    method = build_method(
+        cfg, build_model(**model_spec(cfg)), trainer_mod.build_loss("infonce_pwe"), torch.device("cpu")
+    )
     assert isinstance(method, EMATeacherMethod) and method.name == "ema_teacher"
     z = torch.zeros(4, 3, 2, requires_grad=True)
     z_teacher = torch.ones(4, 2, 2)
-    loss, _ = method.loss(StepOutputs(z, target=z_teacher), recording_loss, lambda fn, *t, labels=None: fn(*t),
-                          lambda t: t, False)
+    loss, _ = method.loss(
+        StepOutputs(z, target=z_teacher), recording_loss, lambda fn, *t, labels=None: fn(*t), lambda t: t, False
+    )
     assert len(seen) == 2
     assert seen[0][:, 0].eq(1).all() and seen[0][:, 1:].eq(0).all()
     assert seen[1][:, 2].eq(1).all() and seen[1][:, :2].eq(0).all()
@@ -195,8 +219,9 @@ def test_view_stream_prefetch_gives_the_same_views() -> None:
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_deterministic_runs_build_views_in_the_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     deterministic: bool) -> None:
+def test_deterministic_runs_build_views_in_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deterministic: bool
+) -> None:
     """train.deterministic turns the view-prefetch thread off (it shares the intra-op threads with the step)."""
     seen: list[bool] = []
     real = trainer_mod.ViewStream
@@ -221,7 +246,9 @@ def test_grad_accum_and_epochs_bookkeeping(tmp_path: Path) -> None:
         states[step] = json.loads((ckpt / "trainer_state.json").read_text())
 
     cfg = tiny_config(
-        tmp_path, "accum", data=SMALL_EPOCH,
+        tmp_path,
+        "accum",
+        data=SMALL_EPOCH,
         train={"max_steps": None, "epochs": 2, "grad_accum": 2, "checkpoint_every": 1, "keep_checkpoints": 5},
     )
     result = train(cfg, callbacks=[record_state])

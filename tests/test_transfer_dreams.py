@@ -1,5 +1,6 @@
 """``mvapp eval sleep-staging --stages`` (windows of other stages excluded and counted) and
 ``scripts/transfer_dreams.py`` at toy size on three real DREAMS excerpts (skipped when absent)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,11 +29,29 @@ def test_stage_mask_keeps_the_named_stages_and_refuses_unknown_ones():
 def _tiny_run(tmp_path: Path) -> Path:
     """A 3-step channel-agnostic M3G run (width 8) on a fake 4-subject PhysioNet-format cache."""
     cache = fake_cache(tmp_path / "fake_cache", subjects=4, windows=10)
-    assert main(["train", "--config", str(ROOT / "configs" / "eeg_synthetic_m3g.yaml"), "--name", "tiny",
-                 f"data.options.cache={cache}", f"output.runs_dir={tmp_path / 'runs'}", "train.max_steps=3",
-                 "train.batch_size=4", "model.encoders.eeg.width=8", "model.encoders.eeg.out_dim=8",
-                 "model.projector.hidden_dim=16", "model.projector.out_dim=8", "train.checkpoint_every=0",
-                 "data.options.channels=[F3-M2,C3-M2,O1-M2,O2-M1]", "views.k=4"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(ROOT / "configs" / "eeg_synthetic_m3g.yaml"),
+                "--name",
+                "tiny",
+                f"data.options.cache={cache}",
+                f"output.runs_dir={tmp_path / 'runs'}",
+                "train.max_steps=3",
+                "train.batch_size=4",
+                "model.encoders.eeg.width=8",
+                "model.encoders.eeg.out_dim=8",
+                "model.projector.hidden_dim=16",
+                "model.projector.out_dim=8",
+                "train.checkpoint_every=0",
+                "data.options.channels=[F3-M2,C3-M2,O1-M2,O2-M1]",
+                "views.k=4",
+            ]
+        )
+        == 0
+    )
     return tmp_path / "runs" / "tiny"
 
 
@@ -50,8 +69,24 @@ def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     out = tmp_path / "out"
-    assert script.main(["--real-psg", str(tmp_path / "real"), "--out", str(out), "--run", str(run),
-                        "--shots", "5", "10", "--seeds", "2"]) == 0
+    assert (
+        script.main(
+            [
+                "--real-psg",
+                str(tmp_path / "real"),
+                "--out",
+                str(out),
+                "--run",
+                str(run),
+                "--shots",
+                "5",
+                "10",
+                "--seeds",
+                "2",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     result = json.loads((out / "transfer_dreams.json").read_text())
     assert (out / "transfer_dreams.md").read_text().strip() in printed
@@ -61,11 +96,15 @@ def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
     for fold, val in zip(result["folds"], result["validation_subjects"]):
         assert len(fold["test"]) == 1 and fold["test"][0] not in fold["train"] + val
     assert result["stages"] == ["W", "N1", "N2", "N3"]
-    assert set(result["test_windows_per_stage"]) >= {"W", "N1", "N2", "N3"} and result["test_windows_per_stage"]["REM"] == 0
+    assert (
+        set(result["test_windows_per_stage"]) >= {"W", "N1", "N2", "N3"}
+        and result["test_windows_per_stage"]["REM"] == 0
+    )
     assert result["windows"]["test"] == sum(result["test_windows_per_stage"].values())
     cache_counts = json.loads((out / "dreams_cache" / "manifest.json").read_text())["recordings"]
-    assert sum(r["n_windows"] for r in cache_counts) == (result["windows"]["test"]
-                                                          + sum(result["excluded_windows_per_stage"].values()))
+    assert sum(r["n_windows"] for r in cache_counts) == (
+        result["windows"]["test"] + sum(result["excluded_windows_per_stage"].values())
+    )
     assert "supervised_ceiling" in result["paired"] and result["paired"]["bandpower"]["5"]["n"] == 3  # excerpts
     for row in ("trained", "random_init", "supervised_ceiling", "bandpower", "handcrafted", "bandpower+trained"):
         for s in ("5", "10"):

@@ -8,6 +8,7 @@ of in-process searches fork from it, and so do the separate ``mvapp tune`` worke
 process each, running the CLI, whose own fork server is a fork of itself: nothing is imported again;
 the spawn launcher still starts a fresh python per trial). Trials use one torch thread.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,21 +25,28 @@ import optuna
 import pytest
 import torch
 import yaml
+from _eeg_helpers import CHANNELS, fake_cache
+from _train_helpers import tiny_raw
 from optuna.trial import TrialState
 
 from multiview_app.config import ConfigError, apply_overrides, config_from_dict, load_config
 from multiview_app.tune.objective import objective_directions, objective_metrics
 from multiview_app.tune.runner import ForkServer
-from multiview_app.tune.space import (default_space, optuna_distributions, params_to_overrides, resolve_space,
-                                      validate_enqueue, validate_space)
+from multiview_app.tune.space import (
+    default_space,
+    optuna_distributions,
+    params_to_overrides,
+    resolve_space,
+    validate_enqueue,
+    validate_space,
+)
 from multiview_app.tune.study import WORKER_ATTR, fail_dead_trials, open_study, study_folder, worker_tag
 
-from _eeg_helpers import CHANNELS, fake_cache
-from _train_helpers import tiny_raw
-
 ROOT = Path(__file__).resolve().parents[1]
-SPACE = {"loss.tau": {"type": "float", "low": 0.05, "high": 0.5, "log": True},
-         "model.encoders.image.num_features": {"type": "categorical", "choices": [16, 1]}}
+SPACE = {
+    "loss.tau": {"type": "float", "low": 0.05, "high": 0.5, "log": True},
+    "model.encoders.image.num_features": {"type": "categorical", "choices": [16, 1]},
+}
 
 
 def _tune_raw(runs: Path, **tune: Any) -> dict[str, Any]:
@@ -117,10 +125,12 @@ def test_space_keys_are_validated_against_the_schema(tmp_path: Path) -> None:
     raw = _tune_raw(tmp_path)
     cfg = config_from_dict(raw)
     validate_space(raw, cfg, resolve_space(cfg))  # the test space itself is valid
-    for key, message in [("optim.lrr", r"tune.space.optim.lrr: not a config key; did you mean optim.lr"),
-                         ("loss.epsilon", r"tune.space.loss.epsilon: not a config key"),  # not a param of infonce
-                         ("model.projector", r"tune.space.model.projector: is a section"),
-                         ("data.options.val_fracton", r"did you mean data.options.val_fraction")]:
+    for key, message in [
+        ("optim.lrr", r"tune.space.optim.lrr: not a config key; did you mean optim.lr"),
+        ("loss.epsilon", r"tune.space.loss.epsilon: not a config key"),  # not a param of infonce
+        ("model.projector", r"tune.space.model.projector: is a section"),
+        ("data.options.val_fracton", r"did you mean data.options.val_fraction"),
+    ]:
         bad = apply_overrides(raw, [f"tune.space={{{key}: {{type: float, low: 0.1, high: 0.2}}}}"])
         with pytest.raises(ConfigError, match=message):
             cfg_bad = config_from_dict(bad)
@@ -136,8 +146,10 @@ def test_space_keys_are_validated_against_the_schema(tmp_path: Path) -> None:
 
 
 def test_enqueued_points_are_the_first_trials_in_order_and_are_validated(tmp_path: Path) -> None:
-    points = [{"loss.tau": 0.1, "model.encoders.image.num_features": 1},
-              {"loss.tau": 0.3, "model.encoders.image.num_features": 16}]
+    points = [
+        {"loss.tau": 0.1, "model.encoders.image.num_features": 1},
+        {"loss.tau": 0.3, "model.encoders.image.num_features": 16},
+    ]
     cfg = config_from_dict(_tune_raw(tmp_path, enqueue=points))
     space = resolve_space(cfg)
     validate_enqueue(cfg.tune.enqueue, space)
@@ -145,14 +157,26 @@ def test_enqueued_points_are_the_first_trials_in_order_and_are_validated(tmp_pat
     study = open_study(cfg, "designed")
     asked = [study.ask(fixed_distributions=optuna_distributions(space)).params for _ in range(3)]
     assert asked[:2] == points and asked[2] not in points[:1]  # then the sampler's own points
-    assert open_study(cfg, "designed").get_trials(states=(TrialState.WAITING,)) == []  # a reopened study enqueues nothing
-    for point, message in [({"loss.tau": 0.1}, r"tune.enqueue\[0\]: expected the keys of tune.space .*missing: "
-                                                r"model.encoders.image.num_features; not in tune.space: -"),
-                           ({**points[0], "optim.lr": 0.1}, r"not in tune.space: optim.lr"),
-                           ({**points[0], "loss.tau": 0.9}, r"tune.enqueue\[0\].loss.tau: 0.9 is not a value of its "
-                                                             r"distribution \(expected a float in \[0.05, 0.5\]\)"),
-                           ({**points[0], "model.encoders.image.num_features": 8},
-                            r"num_features: 8 is not a value .*expected one of \[16, 1\]")]:
+    assert (
+        open_study(cfg, "designed").get_trials(states=(TrialState.WAITING,)) == []
+    )  # a reopened study enqueues nothing
+    for point, message in [
+        (
+            {"loss.tau": 0.1},
+            r"tune.enqueue\[0\]: expected the keys of tune.space .*missing: "
+            r"model.encoders.image.num_features; not in tune.space: -",
+        ),
+        ({**points[0], "optim.lr": 0.1}, r"not in tune.space: optim.lr"),
+        (
+            {**points[0], "loss.tau": 0.9},
+            r"tune.enqueue\[0\].loss.tau: 0.9 is not a value of its "
+            r"distribution \(expected a float in \[0.05, 0.5\]\)",
+        ),
+        (
+            {**points[0], "model.encoders.image.num_features": 8},
+            r"num_features: 8 is not a value .*expected one of \[16, 1\]",
+        ),
+    ]:
         with pytest.raises(ConfigError, match=message):
             validate_enqueue([point], space)
 
@@ -166,8 +190,11 @@ def test_default_spaces_per_loss_and_overrides() -> None:
         default_space("byol_pwe")
     overrides = params_to_overrides({"loss.tau": 0.125, "views.options.stacks": "simclr", "x.y": [1, 2]})
     assert overrides == ["loss.tau=0.125", "views.options.stacks=simclr", "x.y=[1, 2]"]
-    assert apply_overrides({}, overrides) == {"loss": {"tau": 0.125}, "views": {"options": {"stacks": "simclr"}},
-                                              "x": {"y": [1, 2]}}
+    assert apply_overrides({}, overrides) == {
+        "loss": {"tau": 0.125},
+        "views": {"options": {"stacks": "simclr"}},
+        "x": {"y": [1, 2]},
+    }
 
 
 def test_metric_defaults_directions_and_val_split_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,8 +206,11 @@ def test_metric_defaults_directions_and_val_split_required(tmp_path: Path, capsy
     assert objective_directions(multi) == ["maximize", "minimize"]
     with pytest.raises(ConfigError, match="tune.metric: unknown metric 'acc'"):
         objective_metrics(config_from_dict(_tune_raw(tmp_path, metric="acc")))
-    for key, value, message in [("report_items", 0, "greater than or equal to 1"), ("report_items", True, "valid integer"),
-                                ("report_items", "all", "valid integer")]:
+    for key, value, message in [
+        ("report_items", 0, "greater than or equal to 1"),
+        ("report_items", True, "valid integer"),
+        ("report_items", "all", "valid integer"),
+    ]:
         with pytest.raises(ConfigError, match=f"tune.{key}: Input should be .*{message}"):
             config_from_dict(_tune_raw(tmp_path, **{key: value}))
     assert config_from_dict(_tune_raw(tmp_path, report_items=None)).tune.report_items is None
@@ -226,11 +256,12 @@ def _spy_extractions(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tuple
 
 
 def test_intermediate_reports_score_the_report_subset_and_the_objective_the_full_val_split(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import multiview_app.eval.linear_probe as linear_probe
-    from multiview_app.threads import torch_threads
     from multiview_app.models.model import build_model
+    from multiview_app.threads import torch_threads
     from multiview_app.train.callbacks import StepEvent
     from multiview_app.train.run_io import model_spec
     from multiview_app.tune.objective import REPORTS_FILE, RESULT_FILE, TuneReport, report_subset, split_labels
@@ -247,8 +278,12 @@ def test_intermediate_reports_score_the_report_subset_and_the_objective_the_full
     labels = {split: split_labels(state.adapter.split(split)) for split in ("train", "val")}
     subset = {split: report_subset(labels[split], 40) for split in ("train", "val")}
     pick = np.random.default_rng(0).choice(len(labels["train"]), 150, replace=False).tolist()  # the objective's draw
-    assert encoded == [("train", subset["train"].tolist()), ("val", subset["val"].tolist()), ("train", pick),
-                       ("val", None)]
+    assert encoded == [
+        ("train", subset["train"].tolist()),
+        ("val", subset["val"].tolist()),
+        ("train", pick),
+        ("val", None),
+    ]
     for split, rows in subset.items():  # class-stratified: about 40 items, every class in proportion
         counts = np.bincount(labels[split][rows], minlength=10)
         expected = np.maximum(1, np.round(40 * np.bincount(labels[split], minlength=10) / len(labels[split])))
@@ -259,8 +294,9 @@ def test_intermediate_reports_score_the_report_subset_and_the_objective_the_full
     result = json.loads((tmp_path / RESULT_FILE).read_text())
     probe = dict(eval_split="val", batch_size=512, max_train_items=150, progress=False)
     with torch_threads(1):
-        partial = linear_probe.probe_model(model, state.adapter, state.policy, train_items=subset["train"],
-                                           eval_items=subset["val"], **probe)
+        partial = linear_probe.probe_model(
+            model, state.adapter, state.policy, train_items=subset["train"], eval_items=subset["val"], **probe
+        )
         full = linear_probe.probe_model(model, state.adapter, state.policy, **probe)
     assert full["items"] == {"train": 150, "val": len(labels["val"])} and partial["items"]["val"] == len(subset["val"])
     assert [r["step"] for r in reported] == [2] and [e["final"] for e in result["evaluations"]] == [False, True]
@@ -269,7 +305,9 @@ def test_intermediate_reports_score_the_report_subset_and_the_objective_the_full
     assert report_subset(labels["val"], None) is None and report_subset(labels["val"], 10_000) is None
 
 
-def test_sleep_staging_objective_encodes_only_its_few_shot_draw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sleep_staging_objective_encodes_only_its_few_shot_draw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import multiview_app.eval.features as features
     from multiview_app.eval.protocols.staging import shot_draw
     from multiview_app.models.model import build_model
@@ -277,13 +315,20 @@ def test_sleep_staging_objective_encodes_only_its_few_shot_draw(tmp_path: Path, 
     from multiview_app.tune.objective import METRICS, MetricState, report_subset
 
     cache = fake_cache(tmp_path / "cache", subjects=5, windows=10)
-    raw = {"data": {"adapter": "eeg_windows", "options": {"cache": str(cache), "test_subjects": ["S4"],
-                                                          "val_subjects": ["S3"]}},
-           "views": {"policy": "channels", "k": 2},
-           "model": {"encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4,
-                                          "channel_vocab": CHANNELS}}, "projector": {"hidden_dim": 16, "out_dim": 8}},
-           "loss": {"name": "m3g", "epsilon": 0.2}, "eval": {"batch_size": 64},
-           "tune": {"shots": 2, "report_items": 5}}
+    raw = {
+        "data": {
+            "adapter": "eeg_windows",
+            "options": {"cache": str(cache), "test_subjects": ["S4"], "val_subjects": ["S3"]},
+        },
+        "views": {"policy": "channels", "k": 2},
+        "model": {
+            "encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4, "channel_vocab": CHANNELS}},
+            "projector": {"hidden_dim": 16, "out_dim": 8},
+        },
+        "loss": {"name": "m3g", "epsilon": 0.2},
+        "eval": {"batch_size": 64},
+        "tune": {"shots": 2, "report_items": 5},
+    }
     cfg = config_from_dict(raw)
     encoded = _spy_extractions(monkeypatch, features)
     torch.manual_seed(0)
@@ -295,8 +340,12 @@ def test_sleep_staging_objective_encodes_only_its_few_shot_draw(tmp_path: Path, 
         metric(model, state)
     y_train = np.arange(30) % 5  # 3 train subjects x labels 0..4 twice
     drawn = shot_draw(y_train, 2, seed=0)[0].tolist()
-    assert len(drawn) == 10 and encoded == [("train", drawn), ("val", report_subset(np.arange(10) % 5, 5).tolist()),
-                                            ("train", drawn), ("val", None)]
+    assert len(drawn) == 10 and encoded == [
+        ("train", drawn),
+        ("val", report_subset(np.arange(10) % 5, 5).tolist()),
+        ("train", drawn),
+        ("val", None),
+    ]
 
 
 def test_trial_of_a_dead_worker_is_failed_and_requeued(tmp_path: Path) -> None:
@@ -337,9 +386,15 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path,
     raw = _tune_raw(tmp_path / "runs", pruner="median", pruner_options={"n_startup_trials": 1, "n_warmup_steps": 0})
     config = _write(tmp_path / "search.yaml", raw)
     folder = tmp_path / "runs" / "tune" / "s"
-    _enqueue(config, "s", [{"loss.tau": 0.2, "model.encoders.image.num_features": 16},
-                           {"loss.tau": 0.1, "model.encoders.image.num_features": 16},
-                           {"loss.tau": 0.2, "model.encoders.image.num_features": 1}])  # 1 feature: a bad trial
+    _enqueue(
+        config,
+        "s",
+        [
+            {"loss.tau": 0.2, "model.encoders.image.num_features": 16},
+            {"loss.tau": 0.1, "model.encoders.image.num_features": 16},
+            {"loss.tau": 0.2, "model.encoders.image.num_features": 1},
+        ],
+    )  # 1 feature: a bad trial
     first = Worker(fork_server, config, "s", "--trials", "3", "--no-plots")  # default launcher: its own fork server
     _wait_for((folder / "trial_0" / "config.yaml").is_file, first, "trial 0 to start")  # written by the trial
     os.kill(first.handle.pid, signal.SIGSTOP)  # the worker cannot record the end of trial 0 any more
@@ -363,7 +418,9 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path,
     best = load_config(folder / "best_config.yaml", ["train.max_steps=1"])
     best_trial = max((trials[1], trials[3]), key=lambda t: t.value)
     assert best.loss.params["tau"] == pytest.approx(best_trial.params["loss.tau"])
-    assert best.output.name == "s_best" and best.eval.linear_probe is False and "tune-report" not in best.train.callbacks
+    assert (
+        best.output.name == "s_best" and best.eval.linear_probe is False and "tune-report" not in best.train.callbacks
+    )
     assert best.output.curves and not (folder / "trial_1" / "curves.png").exists()  # trials skip the PNG, runs do not
     best.output.runs_dir = str(tmp_path / "runs")
     best_run = train(best).run_dir
@@ -371,7 +428,9 @@ def test_resume_after_kill_prunes_bad_trial_and_best_yaml_trains(tmp_path: Path,
     table = (folder / "trials.csv").read_text().splitlines()
     assert len(table) == 5 and "params_loss.tau" in table[0]
     assert sorted(p.name for p in (folder / "plots").glob("*.png")) == [  # no parallel coordinates (report.py)
-        "optimization_history.png", "param_importances.png"]
+        "optimization_history.png",
+        "param_importances.png",
+    ]
 
 
 def _assert_two_workers(storage: Any, study_name: str, finished: list[int], expect_fail: bool) -> None:
@@ -396,9 +455,15 @@ def test_two_workers_on_one_journal_and_a_failing_trial(tmp_path: Path, fork_ser
     space = {**SPACE, "model.encoders.image.width": {"type": "categorical", "choices": [8, 0]}}
     raw = _tune_raw(tmp_path / "runs", space=space)
     config = _write(tmp_path / "two.yaml", raw)
-    _enqueue(config, "two", [{"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 0},
-                             {"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8},
-                             {"loss.tau": 0.1, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8}])
+    _enqueue(
+        config,
+        "two",
+        [
+            {"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 0},
+            {"loss.tau": 0.2, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8},
+            {"loss.tau": 0.1, "model.encoders.image.num_features": 16, "model.encoders.image.width": 8},
+        ],
+    )
     folder = tmp_path / "runs" / "tune" / "two"
     # a worker process that spawns a fresh python per trial takes the first (failing) trial; meanwhile a
     # worker in this process, whose trials fork from the fork server, asks on the same journal
@@ -408,8 +473,11 @@ def test_two_workers_on_one_journal_and_a_failing_trial(tmp_path: Path, fork_ser
     summary = search.run()
     out = spawner.finish()
     _assert_two_workers(_journal(folder), "two", [_finished_lines(out), len(summary.finished)], expect_fail=True)
-    failed = [t for t in optuna.load_study(study_name="two", storage=_journal(folder)).get_trials()
-              if t.state == TrialState.FAIL]
+    failed = [
+        t
+        for t in optuna.load_study(study_name="two", storage=_journal(folder)).get_trials()
+        if t.state == TrialState.FAIL
+    ]
     assert failed[0].params["model.encoders.image.width"] == 0 and "exit" in failed[0].user_attrs["fail_reason"]
 
 
@@ -441,17 +509,27 @@ def postgres_url(tmp_path: Path) -> Any:
         prefix = [runuser, "-u", "postgres", "--"]
         for path in (base, sock):
             shutil.chown(path, "postgres")
-    init = subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "tune", "--no-sync"],
-                          capture_output=True, text=True)
+    init = subprocess.run(
+        [*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "tune", "--no-sync"],
+        capture_output=True,
+        text=True,
+    )
     assert init.returncode == 0, init.stderr[-2000:]
-    server = subprocess.Popen([*prefix, str(bindir / "postgres"), "-D", str(data), "-k", str(sock), "-h", "",
-                               "-c", "fsync=off"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [*prefix, str(bindir / "postgres"), "-D", str(data), "-k", str(sock), "-h", "", "-c", "fsync=off"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
-        while subprocess.run([str(bindir / "pg_isready"), "-h", str(sock), "-U", "tune"], capture_output=True).returncode:
+        while subprocess.run(
+            [str(bindir / "pg_isready"), "-h", str(sock), "-U", "tune"], capture_output=True
+        ).returncode:
             assert server.poll() is None and time.monotonic() < deadline, "postgres did not start"
             time.sleep(0.2)
-        subprocess.run([str(bindir / "createdb"), "-h", str(sock), "-U", "tune", "optuna"], check=True, capture_output=True)
+        subprocess.run(
+            [str(bindir / "createdb"), "-h", str(sock), "-U", "tune", "optuna"], check=True, capture_output=True
+        )
         yield f"postgresql+psycopg2://tune@/optuna?host={sock}"
     finally:
         pid_file = data / "postmaster.pid"  # fast shutdown (SIGINT): clients still connected are cut off
@@ -469,8 +547,9 @@ def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str, fork_serve
     config = _write(tmp_path / "pg.yaml", raw)
     search = _search(config, "pg", 2, fork_server, storage=postgres_url)  # ready before the other one starts
     other = Worker(fork_server, config, "pg", "--trials", "2", "--no-plots", "--storage", postgres_url)
-    _wait_for((tmp_path / "runs" / "tune" / "pg" / "trial_0" / "train.log").is_file, other,
-              "the worker process's first trial")
+    _wait_for(
+        (tmp_path / "runs" / "tune" / "pg" / "trial_0" / "train.log").is_file, other, "the worker process's first trial"
+    )
     os.kill(other.handle.pid, signal.SIGSTOP)  # trial 0 stays RUNNING until this worker has run trial 1
     try:
         summary = search.run()  # trial 1, then the budget (1 COMPLETE + 1 RUNNING) is full
@@ -481,7 +560,8 @@ def test_two_workers_on_postgresql(tmp_path: Path, postgres_url: str, fork_serve
 
 @pytest.mark.slow
 def test_eeg_objective_is_sleep_staging_on_val_subjects_and_never_reads_test_subjects(
-    tmp_path: Path, fork_server: ForkServer,
+    tmp_path: Path,
+    fork_server: ForkServer,
 ) -> None:
     from multiview_app.data.adapters import build_adapter
     from multiview_app.train.run_io import load_run
@@ -500,17 +580,20 @@ def test_eeg_objective_is_sleep_staging_on_val_subjects_and_never_reads_test_sub
     assert adapter.split_subjects == {"train": ["S0", "S1", "S2"], "val": ["S3"], "test": ["S4"]}
     with pytest.raises(FileNotFoundError):  # reading the test split fails: the run below never does
         adapter.split("test")[0]
-    raw = {"data": {"adapter": "eeg_windows", "options": options},
-           "views": {"policy": "channels", "k": 2, "batch_mode": "growing"},
-           "model": {"encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4,
-                                          "channel_vocab": CHANNELS}},
-                     "projector": {"hidden_dim": 16, "out_dim": 8}},
-           "loss": {"name": "m3g", "epsilon": 0.2},  # no tune.space: the loss's default space (epsilon)
-           "optim": {"lr": 0.001, "warmup_steps": 1},
-           "train": {"max_steps": 2, "batch_size": 8, "seed": 0, "log_every": 1},
-           "eval": {"linear_probe": False, "batch_size": 64},
-           "output": {"runs_dir": str(tmp_path / "runs")},
-           "tune": {"shots": 2, "report_every": 1, "pruner": "none"}}
+    raw = {
+        "data": {"adapter": "eeg_windows", "options": options},
+        "views": {"policy": "channels", "k": 2, "batch_mode": "growing"},
+        "model": {
+            "encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4, "channel_vocab": CHANNELS}},
+            "projector": {"hidden_dim": 16, "out_dim": 8},
+        },
+        "loss": {"name": "m3g", "epsilon": 0.2},  # no tune.space: the loss's default space (epsilon)
+        "optim": {"lr": 0.001, "warmup_steps": 1},
+        "train": {"max_steps": 2, "batch_size": 8, "seed": 0, "log_every": 1},
+        "eval": {"linear_probe": False, "batch_size": 64},
+        "output": {"runs_dir": str(tmp_path / "runs")},
+        "tune": {"shots": 2, "report_every": 1, "pruner": "none"},
+    }
     config = _write(tmp_path / "eeg.yaml", raw)
     summary = _search(config, "eeg", 1, fork_server).run()
     assert [(r["state"], list(r["params"])) for r in summary.finished] == [("COMPLETE", ["loss.epsilon"])], summary
@@ -532,10 +615,17 @@ def test_eeg_objective_is_sleep_staging_on_val_subjects_and_never_reads_test_sub
     from multiview_app.eval.protocols.staging import few_shot_protocol
 
     policy = staging_views(cfg.views, adapter)
-    full = {part: extract_features(model, adapter, policy, split, 64, progress=False)
-            for part, split in (("train", "train"), ("test", "val"))}
-    reference, _, _ = few_shot_protocol({"trained": {p: combine_views(f, "concat") for p, (f, _, _) in full.items()}},
-                                        full["train"][1], full["test"][1], (2,), seeds=1)
+    full = {
+        part: extract_features(model, adapter, policy, split, 64, progress=False)
+        for part, split in (("train", "train"), ("test", "val"))
+    }
+    reference, _, _ = few_shot_protocol(
+        {"trained": {p: combine_views(f, "concat") for p, (f, _, _) in full.items()}},
+        full["train"][1],
+        full["test"][1],
+        (2,),
+        seeds=1,
+    )
     assert score == pytest.approx(reference["trained"]["2"]["balanced_accuracy"]["mean"])
 
 
@@ -553,7 +643,9 @@ def test_demo_tune_config_selects_on_val_subjects_and_holds_out_the_demos_test_s
     tuned = build_adapter(tune_cfg.data.adapter, tune_cfg.data.options).split_subjects
     demo = build_adapter(demo_cfg.data.adapter, demo_cfg.data.options).split_subjects
     assert len(demo["test"]) == 4 and tuned["test"] == demo["test"] and len(tuned["val"]) == 3
-    assert sorted(tuned["train"] + tuned["val"]) == sorted(demo["train"]) and not set(tuned["val"]) & set(tuned["train"])
+    assert sorted(tuned["train"] + tuned["val"]) == sorted(demo["train"]) and not set(tuned["val"]) & set(
+        tuned["train"]
+    )
     space = resolve_space(tune_cfg)
     validate_enqueue(tune_cfg.tune.enqueue, space)  # the designed trials are points of the space
     assert tune_cfg.tune.metric == "sleep_staging.balanced_accuracy" and tune_cfg.tune.pruner == "none"
@@ -574,8 +666,13 @@ def test_multi_objective_uses_nsga2_without_pruning_and_reports_the_pareto_front
     dists = optuna_distributions(resolve_space(cfg))
     points = [(0.2, 16, 0.80, 10.0), (0.1, 16, 0.90, 20.0), (0.3, 1, 0.70, 30.0)]  # the last one is dominated
     for tau, features, acc, seconds in points:
-        study.add_trial(optuna.create_trial(params={"loss.tau": tau, "model.encoders.image.num_features": features},
-                                            distributions=dists, values=[acc, seconds]))
+        study.add_trial(
+            optuna.create_trial(
+                params={"loss.tau": tau, "model.encoders.image.num_features": features},
+                distributions=dists,
+                values=[acc, seconds],
+            )
+        )
     report = write_report(study, tmp_path / "out")
     assert [b["number"] for b in report["best"]] == [1, 0]  # Pareto front, best accuracy first
     assert load_config(tmp_path / "out" / "best_config.yaml").loss.params["tau"] == pytest.approx(0.1)
@@ -601,26 +698,39 @@ def test_pareto_front_csv_pruning_note_importance_caveat_and_resolution(tmp_path
     dists = optuna_distributions(resolve_space(cfg))
     points = [(0.2, 16, 0.80, 10.0), (0.1, 16, 0.90, 20.0), (0.3, 1, 0.70, 30.0), (0.4, 1, 0.95, 40.0)]
     for tau, features, acc, seconds in points:
-        study.add_trial(optuna.create_trial(params={"loss.tau": tau, "model.encoders.image.num_features": features},
-                                            distributions=dists, values=[acc, seconds]))
+        study.add_trial(
+            optuna.create_trial(
+                params={"loss.tau": tau, "model.encoders.image.num_features": features},
+                distributions=dists,
+                values=[acc, seconds],
+            )
+        )
     report = write_report(study, tmp_path / "out")
     with open(tmp_path / "out" / "pareto_front.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [int(r["number"]) for r in rows] == [3, 1, 0]  # trial 2 is dominated; best accuracy first
-    assert {k for k in rows[0]} == {"number", "linear_probe.logreg_acc", "train_time_s", "loss.tau",
-                                    "model.encoders.image.num_features", "run_dir"}
+    assert {k for k in rows[0]} == {
+        "number",
+        "linear_probe.logreg_acc",
+        "train_time_s",
+        "loss.tau",
+        "model.encoders.image.num_features",
+        "run_dir",
+    }
     assert float(rows[0]["linear_probe.logreg_acc"]) == 0.95 and float(rows[0]["train_time_s"]) == 40.0
     assert "pareto_front" in report["plots"] and "parallel_coordinates" not in report["plots"]
     text = format_report(report)
     assert "Pareto front (3 trials):" in text
-    assert f"note: parameter importances from 4 complete trial(s) are indicative only" in text
+    assert "note: parameter importances from 4 complete trial(s) are indicative only" in text
     assert f">= {IMPORTANCE_MIN_TRIALS} trials" in text
     val = build_adapter(cfg.data.adapter, cfg.data.options).split("val")
     n_val = len(val)
     assert f"scored on {n_val} labelled val items: one item = {100 / n_val:.2g} points of accuracy" in text
 
 
-def test_a_trial_with_the_knn_monitor_reports_its_values_for_pruning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trial_with_the_knn_monitor_reports_its_values_for_pruning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import multiview_app.eval.linear_probe as linear_probe
     from multiview_app.train.callbacks import StepEvent
     from multiview_app.tune.objective import REPORTS_FILE, TuneReport

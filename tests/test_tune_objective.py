@@ -4,6 +4,7 @@ metric functions and sleep-staging feature path, before eval/protocols existed) 
 an untrained model (torch seed 0) on the tiny digits config and on a fake 6-subject EEG cache whose
 windows carry a sine of a per-stage frequency (so that the scores depend on the fit: C, the draw);
 intermediate report (the report subset) and final objective (the whole val split)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,16 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-
-from multiview_app.config import config_from_dict
-from multiview_app.threads import torch_threads
-from multiview_app.eval.protocols import PROTOCOLS
-from multiview_app.models.model import build_model
-from multiview_app.train.run_io import model_spec
-from multiview_app.tune.objective import METRICS, MetricState
-
 from _eeg_helpers import CHANNELS, fake_cache
 from _train_helpers import tiny_raw
+
+from multiview_app.config import config_from_dict
+from multiview_app.eval.protocols import PROTOCOLS
+from multiview_app.models.model import build_model
+from multiview_app.threads import torch_threads
+from multiview_app.train.run_io import model_spec
+from multiview_app.tune.objective import METRICS, MetricState
 
 # computed by the c092083 tree's tune.objective.METRICS on the inputs of _configs (same seeds, same threads)
 BEFORE = {
@@ -55,23 +55,33 @@ def _configs(tmp: Path) -> dict[str, dict[str, Any]]:
         for w in range(len(data)):
             data[w, :, 1:] += 2.0 * np.sin(2 * np.pi * (1.0 + 2.0 * (w % 5)) * seconds[1:])
         np.save(path, data)
-    eeg = {"data": {"adapter": "eeg_windows", "options": {"cache": str(cache), "test_subjects": ["S5"],
-                                                          "val_subjects": ["S3", "S4"]}},
-           "views": {"policy": "channels", "k": 2},
-           "model": {"encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4, "channel_vocab": CHANNELS}},
-                     "projector": {"hidden_dim": 16, "out_dim": 8}},
-           "loss": {"name": "m3g", "epsilon": 0.2}, "eval": {"batch_size": 64}, "tune": {"shots": 3, "report_items": 8},
-           "output": {"runs_dir": str(tmp / "runs"), "name": "eeg"}}
+    eeg = {
+        "data": {
+            "adapter": "eeg_windows",
+            "options": {"cache": str(cache), "test_subjects": ["S5"], "val_subjects": ["S3", "S4"]},
+        },
+        "views": {"policy": "channels", "k": 2},
+        "model": {
+            "encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4, "channel_vocab": CHANNELS}},
+            "projector": {"hidden_dim": 16, "out_dim": 8},
+        },
+        "loss": {"name": "m3g", "epsilon": 0.2},
+        "eval": {"batch_size": 64},
+        "tune": {"shots": 3, "report_items": 8},
+        "output": {"runs_dir": str(tmp / "runs"), "name": "eeg"},
+    }
     return {"digits": digits, "eeg": eeg}
 
 
-def test_tune_scores_the_same_values_through_the_protocol_registry(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tune_scores_the_same_values_through_the_protocol_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     called: list[str] = []
     for name in ("linear-probe", "knn", "few-shot-staging"):  # count the registry's calls
         real = PROTOCOLS.get(name)
-        monkeypatch.setitem(PROTOCOLS._entries, name,
-                            lambda *a, _real=real, _name=name, **k: called.append(_name) or _real(*a, **k))
+        monkeypatch.setitem(
+            PROTOCOLS._entries, name, lambda *a, _real=real, _name=name, **k: called.append(_name) or _real(*a, **k)
+        )
     assert {m.protocol for m in METRICS.values()} == {"linear-probe", "knn", "few-shot-staging", None}
     values: dict[str, float] = {}
     for label, raw in _configs(tmp_path).items():

@@ -1,6 +1,7 @@
 """Cross-dataset validation for ``mvapp tune``: ``tune.val_cache`` scores the sleep-staging objective on another
 cache's nights (half its subjects fit the few-shot classifier, the others score) and is refused, naming both
 files, when it shares a recording (source sha256) with ``tune.test_cache`` or with the pretraining cache."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _eeg_helpers import fake_cache
 
-from _eeg_helpers import CHANNELS, fake_cache
 from multiview_app.config import config_from_dict
 from multiview_app.models.model import build_model
 from multiview_app.train.run_io import model_spec
@@ -28,14 +29,18 @@ def cache_with_sources(folder: Path, tag: str, subjects: int = 4, shared: dict[i
 
 
 def tune_cfg(pretraining: Path, val: Path, test: Path | None = None, **tune: Any):
-    raw = {"data": {"adapter": "eeg_windows", "options": {"cache": str(pretraining), "test_fraction": 0.25}},
-           "views": {"policy": "channels", "k": 2, "batch_mode": "growing"},
-           "model": {"encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4,
-                                          "channel_mode": "agnostic"}},
-                     "projector": {"hidden_dim": 16, "out_dim": 8}},
-           "loss": {"name": "m3g", "epsilon": 0.2},
-           "train": {"max_steps": 1, "batch_size": 8}, "eval": {"linear_probe": False},
-           "tune": {"shots": 2, "val_cache": str(val), **({"test_cache": str(test)} if test else {}), **tune}}
+    raw = {
+        "data": {"adapter": "eeg_windows", "options": {"cache": str(pretraining), "test_fraction": 0.25}},
+        "views": {"policy": "channels", "k": 2, "batch_mode": "growing"},
+        "model": {
+            "encoders": {"eeg": {"name": "conv", "width": 8, "out_dim": 8, "groups": 4, "channel_mode": "agnostic"}},
+            "projector": {"hidden_dim": 16, "out_dim": 8},
+        },
+        "loss": {"name": "m3g", "epsilon": 0.2},
+        "train": {"max_steps": 1, "batch_size": 8},
+        "eval": {"linear_probe": False},
+        "tune": {"shots": 2, "val_cache": str(val), **({"test_cache": str(test)} if test else {}), **tune},
+    }
     return config_from_dict(raw)
 
 
@@ -46,7 +51,12 @@ def test_val_cache_scores_other_nights(tmp_path: Path) -> None:
     cfg = tune_cfg(pretraining, val, test)
     state = MetricState(cfg)
     assert state.adapter.cache_dir == val and set(state.adapter.splits) == {"train", "val"}
-    assert sorted(state.adapter.split_subjects["train"] + state.adapter.split_subjects["val"]) == ["S0", "S1", "S2", "S3"]
+    assert sorted(state.adapter.split_subjects["train"] + state.adapter.split_subjects["val"]) == [
+        "S0",
+        "S1",
+        "S2",
+        "S3",
+    ]
     assert len(state.adapter.split_subjects["val"]) == 2
     model = build_model(**model_spec(cfg))
     score = METRICS["sleep_staging.balanced_accuracy"].compute(model, state)
@@ -73,5 +83,7 @@ def test_val_cache_sharing_a_recording_is_refused_naming_both(tmp_path: Path, ag
 def test_val_cache_only_for_sleep_staging_metrics(tmp_path: Path) -> None:
     pretraining = cache_with_sources(tmp_path / "pre", "pre")
     val = cache_with_sources(tmp_path / "val", "val")
-    with pytest.raises(ValueError, match="tune.val_cache scores only sleep_staging.. metrics, got linear_probe.knn_acc"):
+    with pytest.raises(
+        ValueError, match="tune.val_cache scores only sleep_staging.. metrics, got linear_probe.knn_acc"
+    ):
         MetricState(tune_cfg(pretraining, val, metric="linear_probe.knn_acc"))

@@ -5,12 +5,18 @@ whose ``split(name)`` is a torch ``Dataset``; the modality packages register the
 (nothing heavy is imported with this package). A batch of ``k`` views of ``n`` items is a :class:`ViewBatch`;
 :class:`DataAdapter` is the base of a new adapter.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-_LAZY = {"ADAPTERS": "adapters", "DataAdapter": "adapters", "available_adapters": "adapters", "build_adapter": "adapters",
-         "ViewBatch": "batch"}
+_LAZY = {
+    "ADAPTERS": "adapters",
+    "DataAdapter": "adapters",
+    "available_adapters": "adapters",
+    "build_adapter": "adapters",
+    "ViewBatch": "batch",
+}
 
 
 def __getattr__(name: str) -> Any:  # lazy: ``mvapp --help`` imports data.cli without torch

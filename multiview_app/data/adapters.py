@@ -13,6 +13,7 @@ pydantic ``Options`` model (``extra="forbid"``); :func:`build_adapter` validates
 turns a pydantic error into one ``ValueError`` naming ``data.options.<key>``
 (:func:`multiview_app.options.format_validation_error`).
 """
+
 from __future__ import annotations
 
 from typing import Any, ClassVar
@@ -75,9 +76,7 @@ class DataAdapter:
     def split(self, name: str) -> Dataset:
         """The torch ``Dataset`` of split ``name`` (built once, then cached)."""
         if name not in self.splits:
-            raise ValueError(
-                f"{type(self).__name__} has no split '{name}'; available: {', '.join(self.splits)}"
-            )
+            raise ValueError(f"{type(self).__name__} has no split '{name}'; available: {', '.join(self.splits)}")
         if name not in self._split_cache:
             self._split_cache[name] = self._build_split(name)
         return self._split_cache[name]
@@ -93,7 +92,10 @@ class DataAdapter:
 #: One package per modality (``data/<modality>/``); importing one registers its adapters and view
 #: policies. A new modality is its folder plus one line here.
 MODALITY_PACKAGES: tuple[str, ...] = (
-    "multiview_app.data.images", "multiview_app.data.eeg", "multiview_app.data.text", "multiview_app.data.domains",
+    "multiview_app.data.images",
+    "multiview_app.data.eeg",
+    "multiview_app.data.text",
+    "multiview_app.data.domains",
 )
 
 #: Adapters by name; the modality packages register themselves on first lookup.
@@ -132,7 +134,9 @@ def build_adapter(name: str, options: dict[str, Any] | None = None) -> DataAdapt
     ValueError: invalid options for data adapter 'digits': data.options.bogus: unknown option; allowed: ...
     """
     cls = ADAPTERS.get(name)
-    parsed = validate_options(cls.Options, options, "data.options", prefix=f"invalid options for data adapter '{name}': ")
+    parsed = validate_options(
+        cls.Options, options, "data.options", prefix=f"invalid options for data adapter '{name}': "
+    )
     return cls(parsed)
 
 

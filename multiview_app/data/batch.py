@@ -1,4 +1,5 @@
 """ViewBatch: the one contract between data and everything downstream."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -56,8 +57,7 @@ class ViewBatch:
             raise ValueError("ViewBatch needs at least one view")
         if len(self.modalities) != k or len(self.view_names) != k:
             raise ValueError(
-                f"ViewBatch: {k} views but {len(self.modalities)} modalities and "
-                f"{len(self.view_names)} view names"
+                f"ViewBatch: {k} views but {len(self.modalities)} modalities and {len(self.view_names)} view names"
             )
         n = self.views[0].shape[0]
         for name, v in zip(self.view_names, self.views):

@@ -11,10 +11,11 @@ rule, checksums, how to obtain it) live in its card; readers, ``mvapp data prepa
 Cards are found in ``$MVAPP_DATASETS_DIR`` when set, else in ``datasets/`` next to the package (a
 source checkout or an editable install, as the README installs it).
 """
+
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,12 +50,14 @@ class Labels(_Card):
     epoch_seconds: float | None = None
     mapping: dict[str, str] = Field(default_factory=dict)
     scored_seconds: float | None = Field(
-        None, description="length of one scored label in the files when it differs from epoch_seconds "
-                          "(DREAMS: 5-s R&K labels, combined into epoch_seconds epochs by ``rule``)")
+        None,
+        description="length of one scored label in the files when it differs from epoch_seconds "
+        "(DREAMS: 5-s R&K labels, combined into epoch_seconds epochs by ``rule``)",
+    )
     rule: str | None = None
 
     @model_validator(mode="after")
-    def _targets_known(self) -> "Labels":
+    def _targets_known(self) -> Labels:
         bad = {k: v for k, v in self.mapping.items() if v != EXCLUDE and v not in self.classes}
         if bad:
             raise ValueError(f"labels.mapping targets {bad} are neither a class of {self.classes} nor '{EXCLUDE}'")
@@ -107,7 +110,7 @@ class DatasetCard(_Card):
     obtain: Obtain
 
     @model_validator(mode="after")
-    def _defaults_are_channels(self) -> "DatasetCard":
+    def _defaults_are_channels(self) -> DatasetCard:
         names = {c.name for c in self.channels}
         missing = [c for c in self.default_channels if c not in names]
         if self.channels and missing:
@@ -126,9 +129,15 @@ class DatasetCard(_Card):
     def summary(self) -> dict[str, Any]:
         """The card's key facts as a flat dict (for ``mvapp data list`` / ``info``)."""
         return {
-            "name": self.name, "title": self.title, "kind": self.kind, "modality": self.modality,
-            "adapters": self.adapters, "license": self.source.license, "url": self.source.url,
-            "classes": self.labels.classes, "default_channels": self.default_channels,
+            "name": self.name,
+            "title": self.title,
+            "kind": self.kind,
+            "modality": self.modality,
+            "adapters": self.adapters,
+            "license": self.source.license,
+            "url": self.source.url,
+            "classes": self.labels.classes,
+            "default_channels": self.default_channels,
             "obtain": self.obtain.download or self.obtain.generate or self.obtain.notes,
         }
 
@@ -159,7 +168,7 @@ def read_card(path: str | Path) -> DatasetCard:
     return card
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_catalog(folder: str | None = None) -> dict[str, DatasetCard]:
     """Every card of ``folder`` (default :func:`catalog_dir`) by name."""
     root = Path(folder) if folder else catalog_dir()
@@ -187,6 +196,12 @@ def preparable() -> dict[str, DatasetCard]:
 
 
 __all__ = [
-    "DatasetCard", "EXCLUDE", "cards_for_adapter", "catalog_dir", "get_card", "load_catalog", "preparable",
+    "DatasetCard",
+    "EXCLUDE",
+    "cards_for_adapter",
+    "catalog_dir",
+    "get_card",
+    "load_catalog",
+    "preparable",
     "read_card",
 ]

@@ -3,6 +3,7 @@ synthetic PSG, prepared EEG caches, cache summary, digit image domains in the Do
 their captioned image-text pairs. Dataset facts
 (default channels, licenses, how to obtain) come from the cards in ``datasets/``
 (:mod:`multiview_app.data.catalog`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,6 @@ import json
 from pathlib import Path
 
 from ..argtypes import nonnegative_float, nonnegative_int, positive_float, positive_int
-
 
 PREPARE_BAND = (0.5, 30.0)
 """Default band-pass of ``data prepare`` = ``eeg.preprocess.DEFAULT_BAND`` (a literal here so that
@@ -39,61 +39,117 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--json", action="store_true", help="one JSON object per dataset instead of a table")
     listing.set_defaults(func=_list)
 
-    synth = commands.add_parser("synth-psg", help="write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format")
+    synth = commands.add_parser(
+        "synth-psg", help="write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format"
+    )
     synth.add_argument("--subjects", type=positive_int, required=True)
     synth.add_argument("--nights", type=positive_int, default=1)
     synth.add_argument("--format", choices=SYNTH_FORMATS, required=True)
     synth.add_argument("--out", type=Path, required=True)
-    synth.add_argument("--hours", type=positive_float, default=9.0,
-                       help="length of each full night, wake around sleep included (default: %(default)s)")
-    synth.add_argument("--compress", type=positive_int, default=1,
-                       help="write K-times shorter excerpts keeping the full night's stage proportions "
-                            "(every K-th epoch; default: %(default)s = full nights)")
-    synth.add_argument("--record-hours", type=nonnegative_float, default=None,
-                       help="sleep-edf: pad each recording with wake to this length, as the ~20-h SC day-night "
-                            "files (the readers crop it); 0 = no padding (default: 20 for full nights of >= 6 h, "
-                            "else no padding)")
+    synth.add_argument(
+        "--hours",
+        type=positive_float,
+        default=9.0,
+        help="length of each full night, wake around sleep included (default: %(default)s)",
+    )
+    synth.add_argument(
+        "--compress",
+        type=positive_int,
+        default=1,
+        help="write K-times shorter excerpts keeping the full night's stage proportions "
+        "(every K-th epoch; default: %(default)s = full nights)",
+    )
+    synth.add_argument(
+        "--record-hours",
+        type=nonnegative_float,
+        default=None,
+        help="sleep-edf: pad each recording with wake to this length, as the ~20-h SC day-night "
+        "files (the readers crop it); 0 = no padding (default: 20 for full nights of >= 6 h, "
+        "else no padding)",
+    )
     synth.add_argument("--seed", type=nonnegative_int, default=0)
-    synth.add_argument("--workers", type=positive_int, default=1,
-                       help="processes writing nights at the same time (the same files; default: %(default)s)")
-    synth.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (files of the same name are replaced)")
+    synth.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="processes writing nights at the same time (the same files; default: %(default)s)",
+    )
+    synth.add_argument(
+        "--overwrite", action="store_true", help="write into a non-empty --out (files of the same name are replaced)"
+    )
     synth.set_defaults(func=_synth)
 
     prep = commands.add_parser("prepare", help="read recordings into a memory-mapped window cache")
     prep.add_argument("dataset", choices=formats)
-    prep.add_argument("--source", type=Path, required=True,
-                      help="folder with the downloaded/synthesized files (dreams: the extracted DatabaseSpindles)")
+    prep.add_argument(
+        "--source",
+        type=Path,
+        required=True,
+        help="folder with the downloaded/synthesized files (dreams: the extracted DatabaseSpindles)",
+    )
     prep.add_argument("--out", type=Path, required=True, help="cache folder (created; prepared recordings are skipped)")
-    prep.add_argument("--channels", nargs="+", default=None,
-                      help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations; "
-                           "DREAMS 'central', each excerpt's C3-A1 or CZ-A1)")
+    prep.add_argument(
+        "--channels",
+        nargs="+",
+        default=None,
+        help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations; "
+        "DREAMS 'central', each excerpt's C3-A1 or CZ-A1)",
+    )
     prep.add_argument("--sfreq", type=positive_float, default=100.0, help="target sampling rate (Hz)")
-    prep.add_argument("--l-freq", type=_optional_float, default=PREPARE_BAND[0],
-                      help="band-pass low edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)")
-    prep.add_argument("--h-freq", type=_optional_float, default=PREPARE_BAND[1],
-                      help="band-pass high edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)")
-    prep.add_argument("--crop-wake-minutes", type=_optional_float, default=30.0,
-                      help="wake kept before the first / after the last sleep epoch, or 'none' to keep all "
-                           "(default: %(default)s)")
+    prep.add_argument(
+        "--l-freq",
+        type=_optional_float,
+        default=PREPARE_BAND[0],
+        help="band-pass low edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)",
+    )
+    prep.add_argument(
+        "--h-freq",
+        type=_optional_float,
+        default=PREPARE_BAND[1],
+        help="band-pass high edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)",
+    )
+    prep.add_argument(
+        "--crop-wake-minutes",
+        type=_optional_float,
+        default=30.0,
+        help="wake kept before the first / after the last sleep epoch, or 'none' to keep all (default: %(default)s)",
+    )
     prep.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    prep.add_argument("--include-st", action="store_true",
-                      help="sleep-edf: also read the ST (telemetry, temazepam study) nights; default: SC nights only")
-    prep.add_argument("--scaling", choices=["window", "recording", "microvolts"], default="window",
-                      help="per-window z-scoring; per-recording robust scaling that keeps amplitude differences "
-                           "between windows; or microvolts (median removed, units of 25 uV: absolute amplitude "
-                           "kept across recordings) (default: %(default)s)")
+    prep.add_argument(
+        "--include-st",
+        action="store_true",
+        help="sleep-edf: also read the ST (telemetry, temazepam study) nights; default: SC nights only",
+    )
+    prep.add_argument(
+        "--scaling",
+        choices=["window", "recording", "microvolts"],
+        default="window",
+        help="per-window z-scoring; per-recording robust scaling that keeps amplitude differences "
+        "between windows; or microvolts (median removed, units of 25 uV: absolute amplitude "
+        "kept across recordings) (default: %(default)s)",
+    )
     prep.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings (listed) instead of failing")
-    prep.add_argument("--download", nargs="+", type=nonnegative_int, metavar="SUBJECT", default=None,
-                      help="sleep-edf only: first fetch these SC subjects (night 1 and 2) into --source via mne "
-                           "(needs internet)")
+    prep.add_argument(
+        "--download",
+        nargs="+",
+        type=nonnegative_int,
+        metavar="SUBJECT",
+        default=None,
+        help="sleep-edf only: first fetch these SC subjects (night 1 and 2) into --source via mne (needs internet)",
+    )
     prep.set_defaults(func=_prepare)
 
     domains = commands.add_parser(
-        "synth-domains", help="write six digit image domains (scikit-learn's handwritten digits) in the DomainNet layout"
+        "synth-domains",
+        help="write six digit image domains (scikit-learn's handwritten digits) in the DomainNet layout",
     )
-    domains.add_argument("--out", type=Path, required=True, help="folder to write <domain>/<class>/<image> + split files")
+    domains.add_argument(
+        "--out", type=Path, required=True, help="folder to write <domain>/<class>/<image> + split files"
+    )
     domains.add_argument("--seed", type=nonnegative_int, default=0)
-    domains.add_argument("--limit", type=positive_int, default=None, help="only the first N digits (tiny test fixtures)")
+    domains.add_argument(
+        "--limit", type=positive_int, default=None, help="only the first N digits (tiny test fixtures)"
+    )
     domains.set_defaults(func=_synth_domains)
 
     captions = commands.add_parser(
@@ -132,8 +188,17 @@ def _synth(args: argparse.Namespace) -> int:
     from .eeg.synth import synth_psg
 
     refuse_non_empty_out(args.out, args.overwrite)
-    files = synth_psg(args.out, args.subjects, args.nights, args.format, hours=args.hours, seed=args.seed,
-                      compress=args.compress, record_hours=args.record_hours, workers=args.workers)
+    files = synth_psg(
+        args.out,
+        args.subjects,
+        args.nights,
+        args.format,
+        hours=args.hours,
+        seed=args.seed,
+        compress=args.compress,
+        record_hours=args.record_hours,
+        workers=args.workers,
+    )
     print(f"wrote {len(files)} files ({args.subjects} subjects x {args.nights} nights, {args.format}) to {args.out}")
     return 0
 
@@ -144,7 +209,9 @@ def _synth_domains(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 20:
         raise ValueError(f"--limit {args.limit}: need at least 20 digits (2 per class)")
     counts = synth_domains(args.out, seed=args.seed, limit=args.limit)
-    print(f"wrote {sum(counts.values())} images in {len(counts)} domains ({', '.join(counts)}) with split files to {args.out}")
+    print(
+        f"wrote {sum(counts.values())} images in {len(counts)} domains ({', '.join(counts)}) with split files to {args.out}"
+    )
     return 0
 
 
@@ -158,8 +225,10 @@ def _caption_domains(args: argparse.Namespace) -> int:
     out = write_domain_digit_pairs(args.domains_dir, args.out, domains, args.samples_per_shard)
     manifest = json.loads((out / "manifest.json").read_text())
     images = {split: sum(per.values()) for split, per in manifest["images"].items()}
-    print(f"captioned {images['train']} train + {images['test']} test images of {', '.join(manifest['domains'])} "
-          f"into {out} (train.tsv, test.tsv, images/, shards/)")
+    print(
+        f"captioned {images['train']} train + {images['test']} test images of {', '.join(manifest['domains'])} "
+        f"into {out} (train.tsv, test.tsv, images/, shards/)"
+    )
     return 0
 
 
@@ -178,13 +247,25 @@ def _prepare(args: argparse.Namespace) -> int:
         args.source.mkdir(parents=True, exist_ok=True)
         download_sleep_physionet(args.download, [1, 2], args.source)
     try:
-        options = PrepareOptions(channels=args.channels or default_channels()[args.dataset], sfreq=args.sfreq,
-                                 l_freq=args.l_freq, h_freq=args.h_freq, crop_wake_minutes=args.crop_wake_minutes,
-                                 scaling=args.scaling)
+        options = PrepareOptions(
+            channels=args.channels or default_channels()[args.dataset],
+            sfreq=args.sfreq,
+            l_freq=args.l_freq,
+            h_freq=args.h_freq,
+            crop_wake_minutes=args.crop_wake_minutes,
+            scaling=args.scaling,
+        )
     except ValidationError as err:
         raise ValueError(f"prepare options: {format_validation_error(err, '', PrepareOptions)}") from None
-    summary = prepare(args.dataset, args.source, args.out, options, dtype=args.dtype,
-                      on_error="skip" if args.skip_bad else "raise", include_st=args.include_st)
+    summary = prepare(
+        args.dataset,
+        args.source,
+        args.out,
+        options,
+        dtype=args.dtype,
+        on_error="skip" if args.skip_bad else "raise",
+        include_st=args.include_st,
+    )
     print(summary_table(summary))
     return 0
 
@@ -209,12 +290,14 @@ def _list(args: argparse.Namespace) -> int:
         for card in cards.values():
             print(json.dumps(card.summary()))
         return 0
-    rows = [("dataset", "kind", "modality", "adapters", "license"), *(
-        (c.name, c.kind, c.modality, ",".join(c.adapters), c.source.license) for c in cards.values()
-    )]
+    rows = [
+        ("dataset", "kind", "modality", "adapters", "license"),
+        *((c.name, c.kind, c.modality, ",".join(c.adapters), c.source.license) for c in cards.values()),
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    print(f"{len(cards)} datasets (cards in {catalog_dir()}); `mvapp data list --json` for sources and "
-          "how to obtain each")
+    print(
+        f"{len(cards)} datasets (cards in {catalog_dir()}); `mvapp data list --json` for sources and how to obtain each"
+    )
     return 0

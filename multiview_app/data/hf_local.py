@@ -7,6 +7,7 @@ failure into one error naming the adapter and the folder, requires a ``train`` s
 image columns undecoded (``bytes`` / ``path``) so the adapters decode with their own
 skip-and-count routine.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,13 @@ from typing import Any
 
 
 def load_local_splits(
-    path: Path, *, adapter: str, image_column: str = "image", cache_dir: str | None = None,
-    save_to_disk: bool = False, expected: str = "an imagefolder layout",
+    path: Path,
+    *,
+    adapter: str,
+    image_column: str = "image",
+    cache_dir: str | None = None,
+    save_to_disk: bool = False,
+    expected: str = "an imagefolder layout",
 ) -> dict[str, Any]:
     """Split name -> ``datasets.Dataset`` of the local folder ``path``.
 
@@ -35,8 +41,7 @@ def load_local_splits(
             loaded = datasets.load_dataset("imagefolder", data_dir=str(path), cache_dir=cache_dir)
     except Exception as err:  # datasets raises many types; one clear error
         raise ValueError(
-            f"{adapter} could not load '{path}' ({type(err).__name__}: {err}); expected {expected} "
-            "(no network is used)"
+            f"{adapter} could not load '{path}' ({type(err).__name__}: {err}); expected {expected} (no network is used)"
         ) from err
     if "train" not in loaded:
         raise ValueError(f"{adapter} '{path}': no 'train' split (got {', '.join(loaded)})")

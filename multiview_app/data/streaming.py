@@ -8,6 +8,7 @@ worker's epoch, the item's offset in that epoch). The trainer batches each worke
 checkpoints and hands them back, with the number of micro-batches consumed, through
 :meth:`StreamingDataset.resume_from`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

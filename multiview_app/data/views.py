@@ -9,6 +9,7 @@ Contract (docs/architecture.md, "View policies")::
 ``raw`` is ``torch.utils.data.default_collate`` of adapter items, already on the device.
 Batch modes (poly-view Sec. 3.2) are computed by :func:`items_per_batch`.
 """
+
 from __future__ import annotations
 
 from typing import Any, ClassVar
@@ -19,7 +20,6 @@ from ..options import ComponentOptions, validate_options
 from ..registry import Registry
 from .adapters import MODALITY_PACKAGES, DataAdapter
 from .batch import ViewBatch
-
 
 BATCH_MODES: tuple[str, ...] = ("growing", "fixed")
 
@@ -75,7 +75,9 @@ def build_view_policy(name: str, k: int, options: dict[str, Any] | None, adapter
             f"view policy '{name}' works on '{cls.modality}' data but data adapter "
             f"{type(adapter).__name__} provides '{adapter.modality}'"
         )
-    parsed = validate_options(cls.Options, options, "views.options", prefix=f"invalid options for view policy '{name}': ")
+    parsed = validate_options(
+        cls.Options, options, "views.options", prefix=f"invalid options for view policy '{name}': "
+    )
     return cls(k, parsed, adapter)
 
 

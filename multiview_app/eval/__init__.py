@@ -10,6 +10,7 @@ add new evaluators there. Domain generalization, which trains runs and ERM basel
 experiment (``mvapp experiment domain-generalization``, :mod:`multiview_app.experiments.domains`);
 :mod:`.domain_generalization` evaluates its run folders.
 """
+
 from __future__ import annotations
 
 from typing import TypeVar

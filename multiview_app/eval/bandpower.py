@@ -1,4 +1,5 @@
 """Spectral baseline: relative band powers (delta, theta, alpha, sigma, beta) per channel."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """Evaluations the trainer runs through its callback hook (``train.callbacks`` /
 ``eval.linear_probe``); registered here so that ``train/`` never imports ``eval/``."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """``mvapp eval <evaluator> --run DIR [...]``, one subcommand per entry of ``EVALUATORS``."""
+
 from __future__ import annotations
 
 import argparse

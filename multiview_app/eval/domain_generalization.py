@@ -25,13 +25,15 @@ validation). The linear classifier is the shared standardized multinomial logist
 algorithms, columns = held-out domains + Avg, mean +- std over distinct runs), Fig.-2-like heatmaps and a
 JSON (:func:`write_summary`).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -39,9 +41,9 @@ from threadpoolctl import threadpool_limits
 from ..train.run_io import atomic_write_json, atomic_write_text, load_run
 from .erm import erm_run_summary
 from .features import combine_views, extract_features
-from .protocols.probe import fit_linear_classifier, mean_std
 from .protocols import get_protocol
 from .protocols.domains import DEFAULT_CS, TEST_DOMAIN, TRAINING_DOMAIN
+from .protocols.probe import fit_linear_classifier, mean_std
 from .protocols.stats import paired_summary
 
 KIND = "domain_generalization"
@@ -53,17 +55,19 @@ METRIC_TITLES = {
     "five_vs_one": f"Seen domains -> held-out domain (5 vs 1), model selection: {TRAINING_DOMAIN}",
     "five_vs_one_oracle": f"Seen domains -> held-out domain (5 vs 1), model selection: {TEST_DOMAIN}",
     "target_labelled_probe": "Target-labelled probe (a probe trained on the held-out domain's own train labels: "
-                             "how linearly readable that domain is; not a generalization result), checkpoint and "
-                             f"C chosen by {TRAINING_DOMAIN}",
+    "how linearly readable that domain is; not a generalization result), checkpoint and "
+    f"C chosen by {TRAINING_DOMAIN}",
 }
 
 
-def domain_features(model: Any, adapter: Any, policy: Any, domain: str, split: str, batch_size: int,
-                    device: str, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+def domain_features(
+    model: Any, adapter: Any, policy: Any, domain: str, split: str, batch_size: int, device: str, progress: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Frozen features ``(N, f)`` (mean over eval views) and labels ``(N,)`` of one domain split."""
     dataset = adapter.domain_split(domain, split)
-    feats, labels, _ = extract_features(model, adapter, policy, f"{domain}/{split}", batch_size, device, progress,
-                                        dataset=dataset)
+    feats, labels, _ = extract_features(
+        model, adapter, policy, f"{domain}/{split}", batch_size, device, progress, dataset=dataset
+    )
     if domain == getattr(adapter, "adapt", None):  # evaluation: the only place the target's labels are read
         labels = adapter.target_labels(split).numpy()
     return combine_views(feats, "mean"), labels
@@ -74,8 +78,9 @@ class CandidateFeatures:
     feature source): the candidate's weights are loaded by ``load(candidate)`` on first use, features
     are extracted once per (candidate, domain, split) and kept."""
 
-    def __init__(self, load: Callable[[str], Any], adapter: Any, policy: Any, batch_size: int, device: str,
-                 progress: bool) -> None:
+    def __init__(
+        self, load: Callable[[str], Any], adapter: Any, policy: Any, batch_size: int, device: str, progress: bool
+    ) -> None:
         self.load, self.adapter, self.policy = load, adapter, policy
         self.batch_size, self.device, self.progress = batch_size, device, progress
         self.models: dict[str, Any] = {}
@@ -86,8 +91,16 @@ class CandidateFeatures:
         if key not in self.cache:
             if candidate not in self.models:
                 self.models[candidate] = self.load(candidate)
-            self.cache[key] = domain_features(self.models[candidate], self.adapter, self.policy, domain, split,
-                                              self.batch_size, self.device, self.progress)
+            self.cache[key] = domain_features(
+                self.models[candidate],
+                self.adapter,
+                self.policy,
+                domain,
+                split,
+                self.batch_size,
+                self.device,
+                self.progress,
+            )
         return self.cache[key]
 
     def items(self) -> dict[str, int]:
@@ -162,8 +175,9 @@ def candidate_encoder_digest(run_dir: str | Path, candidate: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def reference_key(folder: Path, names: list[str], cfg: Any, adapter: Any, target: str, Cs: tuple[float, ...],
-                  batch_size: int) -> dict[str, Any]:
+def reference_key(
+    folder: Path, names: list[str], cfg: Any, adapter: Any, target: str, Cs: tuple[float, ...], batch_size: int
+) -> dict[str, Any]:
     """What a reference encoder's protocol output (random init, ERM) depends on: its candidates' encoder
     digests and architecture, the images (root, domains, splits, load size), the eval views and the
     probe grid. Not the protocol: under adaptation the target's images and labels are the same as when
@@ -175,18 +189,28 @@ def reference_key(folder: Path, names: list[str], cfg: Any, adapter: Any, target
         "version": REFERENCE_CACHE_VERSION,
         "candidates": {c: candidate_encoder_digest(folder, c) for c in names},
         "encoders": (spec or {}).get("encoders", cfg.model.encoders),
-        "data": {"root": str(Path(options.root).resolve()), "seen": list(adapter.seen_domains), "target": target,
-                 "val_fraction": options.val_fraction, "split_seed": options.split_seed,
-                 "test_fraction": options.test_fraction, "load_size": options.load_size,
-                 "classes": list(adapter.class_names)},
+        "data": {
+            "root": str(Path(options.root).resolve()),
+            "seen": list(adapter.seen_domains),
+            "target": target,
+            "val_fraction": options.val_fraction,
+            "split_seed": options.split_seed,
+            "test_fraction": options.test_fraction,
+            "load_size": options.load_size,
+            "classes": list(adapter.class_names),
+        },
         "eval_views": {"policy": cfg.views.policy, "image_size": cfg.views.options.get("image_size")},
         "Cs": [float(c) for c in Cs],
         "batch_size": int(batch_size),
     }
 
 
-def cached_reference(cache_dir: Path | None, encoder: str, key: dict[str, Any],
-                     compute: Callable[[], tuple[dict[str, Any], dict[str, int]]]) -> tuple[dict[str, Any], dict[str, int]]:
+def cached_reference(
+    cache_dir: Path | None,
+    encoder: str,
+    key: dict[str, Any],
+    compute: Callable[[], tuple[dict[str, Any], dict[str, int]]],
+) -> tuple[dict[str, Any], dict[str, int]]:
     """``(scores, items)`` of a reference encoder from ``<cache_dir>/<encoder>_<digest of key>.json`` when
     that holds the same ``key``, else ``compute()`` (written there when ``cache_dir`` is given)."""
     if cache_dir is None:
@@ -213,8 +237,10 @@ def domain_target(run_dir: str | Path, adapter: Any) -> tuple[str, str]:
             "run pretrained with one domain held out (generalization) or unlabelled (adaptation)"
         )
     if holdout is not None and adapt is not None:
-        raise ValueError(f"{run_dir}: both data.options.holdout ({holdout}) and adapt ({adapt}) are set; "
-                         "the evaluator scores one target domain per run")
+        raise ValueError(
+            f"{run_dir}: both data.options.holdout ({holdout}) and adapt ({adapt}) are set; "
+            "the evaluator scores one target domain per run"
+        )
     if "val" not in getattr(adapter, "domain_splits", ()):
         raise ValueError(
             f"{run_dir}: data.options.val_fraction is not set in its config.yaml, so the run was pretrained on all "
@@ -225,9 +251,16 @@ def domain_target(run_dir: str | Path, adapter: Any) -> tuple[str, str]:
 
 
 def evaluate_run(
-    run_dir: str | Path, *, erm_run: str | Path | None = None, erm_train_s: tuple[float, float] = (0.0, 0.0),
-    C: float | None = None, batch_size: int | None = None, device: str = "cpu", progress: bool = True,
-    max_candidates: int | None = None, reference_cache: str | Path | None = None,
+    run_dir: str | Path,
+    *,
+    erm_run: str | Path | None = None,
+    erm_train_s: tuple[float, float] = (0.0, 0.0),
+    C: float | None = None,
+    batch_size: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    max_candidates: int | None = None,
+    reference_cache: str | Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate one run folder (module docstring); write ``eval/domain_generalization.json`` and
     ``plots/one_vs_one.png``; return the result. ``erm_run``: the run's finished ERM baseline
@@ -253,8 +286,10 @@ def evaluate_run(
     batch_size = batch_size or cfg.eval.batch_size
     Cs = DEFAULT_CS if C is None else (float(C),)
 
-    sources: dict[str, tuple[Path, list[str]]] = {"random_init": (run_dir, ["init"]),
-                                                  "trained": (run_dir, thin_candidates(candidates(run_dir), max_candidates))}
+    sources: dict[str, tuple[Path, list[str]]] = {
+        "random_init": (run_dir, ["init"]),
+        "trained": (run_dir, thin_candidates(candidates(run_dir), max_candidates)),
+    }
     erm_summary = None
     if erm_run is not None:
         erm_run = Path(erm_run)
@@ -265,9 +300,11 @@ def evaluate_run(
     results: dict[str, Any] = {}
     items: dict[str, int] = {}
     for name, (folder, names) in sources.items():
+
         def compute(folder: Path = folder, names: list[str] = names) -> tuple[dict[str, Any], dict[str, int]]:
-            features = CandidateFeatures(lambda c: load_run(folder, c)[1], adapter, policy, batch_size, device,
-                                         progress)
+            features = CandidateFeatures(
+                lambda c: load_run(folder, c)[1], adapter, policy, batch_size, device, progress
+            )
             scores = leave_one_domain_out(features=features, candidates=names, seen=seen, target=target, Cs=Cs)
             for chosen in (scores["selected"], scores["oracle_selection"]["selected"]):
                 chosen["step"] = candidate_step(folder, chosen["candidate"])
@@ -298,14 +335,19 @@ def evaluate_run(
         "Cs": list(Cs),
         "val_fraction": cfg.data.options.get("val_fraction"),
         "classifier": "standardized multinomial logistic regression (lbfgs, L2 C chosen with the checkpoint) on "
-                      "frozen encoder features",
+        "frozen encoder features",
         "items": items,
         "results": results,
         "erm": erm_summary and {k: v for k, v in erm_summary.items() if k != "key"},
         # which backbone each reference row scored: equal ids are the same model (counted once when pooling)
-        "reference_ids": {"random_init": encoder_digest(run_dir / "init.safetensors"),
-                          **({"erm": hashlib.sha1(json.dumps(erm_summary["key"], sort_keys=True).encode()).hexdigest()[:16]}
-                             if erm_summary else {})},
+        "reference_ids": {
+            "random_init": encoder_digest(run_dir / "init.safetensors"),
+            **(
+                {"erm": hashlib.sha1(json.dumps(erm_summary["key"], sort_keys=True).encode()).hexdigest()[:16]}
+                if erm_summary
+                else {}
+            ),
+        },
         "wall_s": time.perf_counter() - start,
         "cpu_s": time.process_time() - cpu_start,  # this process's CPU time (not DataLoader workers)
         "erm_and_setup_s": erm_s,
@@ -315,8 +357,15 @@ def evaluate_run(
     return result
 
 
-def grouped_bars(groups: list[str], series: dict[str, list[float]], xlabel: str, ylabel: str, out: Path,
-                 zero_line: bool = False, errors: dict[str, list[float]] | None = None) -> Path:
+def grouped_bars(
+    groups: list[str],
+    series: dict[str, list[float]],
+    xlabel: str,
+    ylabel: str,
+    out: Path,
+    zero_line: bool = False,
+    errors: dict[str, list[float]] | None = None,
+) -> Path:
     """Bar chart: one group of bars per entry of ``groups``, one bar per ``series`` name -> PNG
     (``errors``: optional error-bar half-lengths per series, same layout)."""
     import matplotlib
@@ -327,8 +376,14 @@ def grouped_bars(groups: list[str], series: dict[str, list[float]], xlabel: str,
     fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(groups), 3.2))
     width = 0.8 / max(1, len(series))
     for i, (name, values) in enumerate(series.items()):
-        ax.bar(np.arange(len(groups)) + i * width, values, width, label=name,
-               yerr=None if errors is None else errors.get(name), capsize=2 if errors else 0)
+        ax.bar(
+            np.arange(len(groups)) + i * width,
+            values,
+            width,
+            label=name,
+            yerr=None if errors is None else errors.get(name),
+            capsize=2 if errors else 0,
+        )
     if zero_line:
         ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups)
@@ -349,14 +404,25 @@ def _plot_row(result: dict[str, Any], out: Path) -> None:
     grouped_bars(seen, series, "classifier trained on", f"accuracy on target '{result['holdout']}'", out)
 
 
-def domain_shift_matrix(model: Any, adapter: Any, policy: Any, *, C: float = 1.0, batch_size: int = 512,
-                        device: str = "cpu", progress: bool = False) -> dict[str, dict[str, float]]:
+def domain_shift_matrix(
+    model: Any,
+    adapter: Any,
+    policy: Any,
+    *,
+    C: float = 1.0,
+    batch_size: int = 512,
+    device: str = "cpu",
+    progress: bool = False,
+) -> dict[str, dict[str, float]]:
     """``matrix[train domain][test domain]``: accuracy of a probe fitted on one domain's train split and
     tested on another's test split (diagonal: in-domain), for every domain of ``adapter``. With a
     random-init encoder it shows how large the domain shift of the data itself is."""
     domains = list(adapter.domains)
-    features = {f"{d}/{s}": domain_features(model, adapter, policy, d, s, batch_size, device, progress)
-                for d in domains for s in ("train", "test")}
+    features = {
+        f"{d}/{s}": domain_features(model, adapter, policy, d, s, batch_size, device, progress)
+        for d in domains
+        for s in ("train", "test")
+    }
     matrix: dict[str, dict[str, float]] = {}
     with threadpool_limits(1):
         for source in domains:
@@ -390,8 +456,11 @@ def views_description(column: str) -> str:
         return "none (initial weights)"
     if column == "erm":
         return "supervised: labelled images of the seen domains"
-    views = ("label-free: k augmentations of one image" if column.endswith(LABEL_FREE)
-             else "label-conditioned: one image of the item's class per seen domain")
+    views = (
+        "label-free: k augmentations of one image"
+        if column.endswith(LABEL_FREE)
+        else "label-conditioned: one image of the item's class per seen domain"
+    )
     if "+adapt_nn" in column:
         return views + " + the nearest unlabelled target image"
     return views + (" + unlabelled target images (k augmentations each)" if "+adapt" in column else "")
@@ -434,15 +503,18 @@ def combine_results(results: list[dict[str, Any]], domains: list[str]) -> dict[s
                 counted.add(identity)
             for metric in METRICS:
                 pooled[metric].setdefault(column, {}).setdefault(result["holdout"], []).append(
-                    (result.get("seed"), metric_value(scores, metric)))
+                    (result.get("seed"), metric_value(scores, metric))
+                )
             pooled["one_vs_one"].setdefault(column, {}).setdefault(result["holdout"], []).append(
-                (result.get("seed"), scores["one_vs_one"]))
+                (result.get("seed"), scores["one_vs_one"])
+            )
     combined: dict[str, Any] = {metric: {} for metric in (*METRICS, "one_vs_one")}
     for metric in METRICS:
         for column, per_domain in pooled[metric].items():
             combined[metric][column] = {
                 d: {**mean_std([v for _, v in cell]), "n": len(cell), "by_seed": {str(s): v for s, v in cell}}
-                for d, cell in per_domain.items()}
+                for d, cell in per_domain.items()
+            }
     for column, per_domain in pooled["one_vs_one"].items():
         matrix: dict[str, dict[str, float]] = {}
         for unseen, rows in per_domain.items():
@@ -510,9 +582,12 @@ def format_table(combined: dict[str, Any], domains: list[str], metric: str = "fi
     their pretraining views were built, columns = held-out domains then Avg; cells = accuracy % mean +-
     std over distinct runs with ``(n=...)``; the header names the model selection."""
     held_out = [d for d in domains if any(d in combined[metric][c] for c in combined[metric])]
-    lines = [f"**{METRIC_TITLES[metric]}** (accuracy %, mean ± std over n distinct runs; n=1: no std)", "",
-             "| algorithm | pretraining views | " + " | ".join(held_out) + " | Avg |",
-             "|---|---|" + "---|" * (len(held_out) + 1)]
+    lines = [
+        f"**{METRIC_TITLES[metric]}** (accuracy %, mean ± std over n distinct runs; n=1: no std)",
+        "",
+        "| algorithm | pretraining views | " + " | ".join(held_out) + " | Avg |",
+        "|---|---|" + "---|" * (len(held_out) + 1),
+    ]
     for column in table_columns(combined, metric):
         per_domain = combined[metric][column]
         cells = [spread(per_domain[d]) if d in per_domain else "-" for d in held_out]
@@ -532,8 +607,9 @@ def protocol_tag(column: str) -> str:
     return next((tag for tag in sorted(ADAPT_SUFFIX.values(), key=len, reverse=True) if tag in column), "")
 
 
-def paired_differences(combined: dict[str, Any], metric: str = "five_vs_one",
-                       anchor: str = PAIRED_ANCHOR) -> dict[str, dict[str, dict[str, Any]]]:
+def paired_differences(
+    combined: dict[str, Any], metric: str = "five_vs_one", anchor: str = PAIRED_ANCHOR
+) -> dict[str, dict[str, dict[str, Any]]]:
     """``anchor`` minus every other row of its protocol (:func:`protocol_tag`) and the reference rows
     (random init, ERM) in ``combined[metric]``, paired by (held-out domain, seed): the same target and
     seed, so the data split and the seed's noise cancel. ``{row: {domain: {mean, std, n, by_seed: {seed:
@@ -564,17 +640,24 @@ def paired_anchors(combined: dict[str, Any], metric: str = "five_vs_one") -> lis
     return [name for name in names if name in combined[metric]]
 
 
-def format_paired(differences: dict[str, dict[str, dict[str, Any]]], domains: list[str],
-                  metric: str = "five_vs_one", anchor: str = PAIRED_ANCHOR) -> str:
+def format_paired(
+    differences: dict[str, dict[str, dict[str, Any]]],
+    domains: list[str],
+    metric: str = "five_vs_one",
+    anchor: str = PAIRED_ANCHOR,
+) -> str:
     """Markdown in the tables' layout: rows = the compared rows, columns = held-out domains then Avg (per
     seed the mean over the domains, then mean +- std over seeds), cells = ``anchor`` minus the row in
     accuracy points; then the mean over the held-out domain x seed pairs with its 95 % bootstrap CI over the
     pairs (:func:`pairs_ci_text`, ``eval.protocols.stats``); the last column counts the pairs ``anchor`` won / lost."""
     held_out = [d for d in domains if any(d in per for per in differences.values())]
-    lines = [f"**Paired differences {anchor} - row** ({METRIC_TITLES[metric]}; accuracy points, same held-out "
-             "domain and seed; mean ± std over the n pairs, Avg over the seeds that cover every domain)", "",
-             "| row | " + " | ".join(held_out) + f" | Avg | mean [95 % CI] over pairs | {anchor} ahead / behind (pairs) |",
-             "|---|" + "---|" * (len(held_out) + 3)]
+    lines = [
+        f"**Paired differences {anchor} - row** ({METRIC_TITLES[metric]}; accuracy points, same held-out "
+        "domain and seed; mean ± std over the n pairs, Avg over the seeds that cover every domain)",
+        "",
+        "| row | " + " | ".join(held_out) + f" | Avg | mean [95 % CI] over pairs | {anchor} ahead / behind (pairs) |",
+        "|---|" + "---|" * (len(held_out) + 3),
+    ]
     for column, per_domain in differences.items():
         cells = [spread(per_domain[d], sign=True) if d in per_domain else "-" for d in held_out]
         cells += [average_text(per_domain, held_out, sign=True), pairs_ci_text(per_domain), won_lost(per_domain)]
@@ -620,8 +703,15 @@ def one_vs_one_figure(combined: dict[str, Any], domains: list[str]) -> Any:
         for i in range(len(trainers)):
             for j in range(len(unseen)):
                 if not np.isnan(matrix[i, j]):
-                    ax.text(j, i, f"{100 * matrix[i, j]:.0f}", ha="center", va="center", fontsize=7,
-                            color="white" if matrix[i, j] < 0.6 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{100 * matrix[i, j]:.0f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if matrix[i, j] < 0.6 else "black",
+                    )
         ax.set_xticks(range(len(unseen)), unseen, rotation=60, fontsize=7)
         ax.set_yticks(range(len(trainers)), trainers, fontsize=7)
         ax.set_title(column, fontsize=9)
@@ -650,19 +740,25 @@ def adaptation_gain(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[s
     ``gain[<adaptation column>][target] = {"mean", "std", "n", "by_seed"}`` over the seeds that have both an
     adaptation run (column ``<loss>+adapt`` / ``<loss>+adapt_nn``) and a generalization run of the same
     loss; adaptation runs without that partner are left out (``n`` counts the pairs)."""
+
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         return r["loss"], r.get("pairing", "label"), r["holdout"], r["seed"]
 
-    base = {key(r): r["results"]["trained"]["five_vs_one"]
-            for r in results if r.get("protocol", "generalization") == "generalization"}
+    base = {
+        key(r): r["results"]["trained"]["five_vs_one"]
+        for r in results
+        if r.get("protocol", "generalization") == "generalization"
+    }
     pairs: dict[str, dict[str, dict[str, float]]] = {}
     for r in results:
         if r.get("protocol") != "adaptation" or key(r) not in base:
             continue
         diff = r["results"]["trained"]["five_vs_one"] - base[key(r)]
         pairs.setdefault(column_name(r), {}).setdefault(r["holdout"], {})[str(r["seed"])] = diff
-    return {column: {d: {**mean_std(list(v.values())), "n": len(v), "by_seed": v} for d, v in per.items()}
-            for column, per in pairs.items()}
+    return {
+        column: {d: {**mean_std(list(v.values())), "n": len(v), "by_seed": v} for d, v in per.items()}
+        for column, per in pairs.items()
+    }
 
 
 def format_gain(gain: dict[str, dict[str, dict[str, float]]]) -> str:
@@ -671,9 +767,13 @@ def format_gain(gain: dict[str, dict[str, dict[str, float]]]) -> str:
     targets, mean +- std over the seeds that cover every target) and the pairs adaptation won / lost."""
     losses = sorted(gain)
     domains = sorted({d for per in gain.values() for d in per})
-    lines = [f"**Gain of adaptation over generalization** (5 vs 1, model selection: {TRAINING_DOMAIN}; accuracy "
-             "points, mean ± std over n seeds paired by seed)", "",
-             "| target | " + " | ".join(losses) + " |", "|---" * (len(losses) + 1) + "|"]
+    lines = [
+        f"**Gain of adaptation over generalization** (5 vs 1, model selection: {TRAINING_DOMAIN}; accuracy "
+        "points, mean ± std over n seeds paired by seed)",
+        "",
+        "| target | " + " | ".join(losses) + " |",
+        "|---" * (len(losses) + 1) + "|",
+    ]
     for d in domains:
         cells = [spread(gain[l][d], sign=True) if d in gain[l] else "-" for l in losses]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
@@ -686,12 +786,15 @@ def plot_gain(gain: dict[str, dict[str, dict[str, float]]], out: Path) -> Path:
     """Bars: per target domain, the 5-vs-1 gain of adaptation over generalization (mean over paired
     seeds, error bar = std), one bar per adaptation column."""
     domains = sorted({d for per in gain.values() for d in per})
-    series = {loss: [100 * gain[loss][d]["mean"] if d in gain[loss] else np.nan for d in domains]
-              for loss in sorted(gain)}
-    errors = {loss: [100 * gain[loss][d]["std"] if d in gain[loss] else np.nan for d in domains]
-              for loss in sorted(gain)}
-    return grouped_bars(domains, series, "target domain", "adaptation - generalization (points)", out,
-                        zero_line=True, errors=errors)
+    series = {
+        loss: [100 * gain[loss][d]["mean"] if d in gain[loss] else np.nan for d in domains] for loss in sorted(gain)
+    }
+    errors = {
+        loss: [100 * gain[loss][d]["std"] if d in gain[loss] else np.nan for d in domains] for loss in sorted(gain)
+    }
+    return grouped_bars(
+        domains, series, "target domain", "adaptation - generalization (points)", out, zero_line=True, errors=errors
+    )
 
 
 #: validation gain (accuracy, 0-1) of the budget's last checkpoint over the one before above which the ERM
@@ -730,17 +833,24 @@ def format_erm(results: list[dict[str, Any]]) -> str:
     gains = last_step_gains(results)
     if gains:
         low, high = 100 * min(gains.values()), 100 * max(gains.values())
-        verdict = ("validation still rising: a longer budget may help ERM" if max(gains.values()) > ERM_RISING
-                   else f"a plateau (at most {100 * ERM_RISING:g} point)")
-        convergence = (f"; {len(gains)} of {len(erm_runs)} chose the budget's last step, {low:+.1f} to {high:+.1f} "
-                       f"points of validation accuracy over the checkpoint before: {verdict}")
+        verdict = (
+            "validation still rising: a longer budget may help ERM"
+            if max(gains.values()) > ERM_RISING
+            else f"a plateau (at most {100 * ERM_RISING:g} point)"
+        )
+        convergence = (
+            f"; {len(gains)} of {len(erm_runs)} chose the budget's last step, {low:+.1f} to {high:+.1f} "
+            f"points of validation accuracy over the checkpoint before: {verdict}"
+        )
     else:
         convergence = ""
-    text = (f"ERM: {len(erm_runs)} model(s) trained by `mvapp train` (loss supervised_ce: linear head on the encoder "
-            f"features) with their own budget of {'/'.join(map(str, budgets))} steps (not the pretraining runs' "
-            f"train.max_steps); checkpoint chosen by {TRAINING_DOMAIN} at step(s) {', '.join(map(str, chosen))} "
-            f"(steps to convergence{convergence}); "
-            f"training accuracy at the end {100 * min(accuracy):.1f}-{100 * max(accuracy):.1f} % on the seen domains.")
+    text = (
+        f"ERM: {len(erm_runs)} model(s) trained by `mvapp train` (loss supervised_ce: linear head on the encoder "
+        f"features) with their own budget of {'/'.join(map(str, budgets))} steps (not the pretraining runs' "
+        f"train.max_steps); checkpoint chosen by {TRAINING_DOMAIN} at step(s) {', '.join(map(str, chosen))} "
+        f"(steps to convergence{convergence}); "
+        f"training accuracy at the end {100 * min(accuracy):.1f}-{100 * max(accuracy):.1f} % on the seen domains."
+    )
     return text + (f" Pretraining budget: {'/'.join(map(str, pretrain))} steps." if pretrain else "")
 
 
@@ -780,16 +890,36 @@ def write_summary(results: list[dict[str, Any]], out_dir: str | Path, title: str
         parts.append(erm_text)
     table = "\n\n".join(parts) + "\n"
     atomic_write_text(out_dir / f"{KIND}_table.md", table)
-    summary = {"domains": domains, "model_selection": TRAINING_DOMAIN, "oracle_selection": TEST_DOMAIN,
-               "combined": combined, "runs": results, "heatmaps": str(heatmap), "table": table,
-               "adaptation_gain": gain, "gain_plot": gain_plot and str(gain_plot),
-               "paired_differences": paired}
+    summary = {
+        "domains": domains,
+        "model_selection": TRAINING_DOMAIN,
+        "oracle_selection": TEST_DOMAIN,
+        "combined": combined,
+        "runs": results,
+        "heatmaps": str(heatmap),
+        "table": table,
+        "adaptation_gain": gain,
+        "gain_plot": gain_plot and str(gain_plot),
+        "paired_differences": paired,
+    }
     atomic_write_json(out_dir / f"{KIND}_summary.json", summary)
     return summary
 
 
 __all__ = [
-    "CandidateFeatures", "cached_reference", "candidate_encoder_digest", "combine_results", "domain_shift_matrix",
-    "domain_target", "evaluate_run", "format_paired", "format_table", "one_vs_one_figure", "paired_anchors",
-    "paired_differences", "plot_heatmaps", "reference_key", "write_summary",
+    "CandidateFeatures",
+    "cached_reference",
+    "candidate_encoder_digest",
+    "combine_results",
+    "domain_shift_matrix",
+    "domain_target",
+    "evaluate_run",
+    "format_paired",
+    "format_table",
+    "one_vs_one_figure",
+    "paired_anchors",
+    "paired_differences",
+    "plot_heatmaps",
+    "reference_key",
+    "write_summary",
 ]

@@ -17,6 +17,7 @@ every view, labels from the batch). Its config is derived from a pretraining run
 Runs are cached in ``<cache_dir>/erm_<target>_<hash of erm_key>/``; they are trained (or reused, or
 resumed when unfinished) by :func:`multiview_app.experiments.domains.train_erm`, never here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,8 +48,12 @@ def _source_data(cfg: Config) -> dict[str, Any]:
 def supervised_model(cfg: Config) -> dict[str, Any]:
     """The run's backbone without predictor / teacher (the supervised head is the loss module's): ERM's
     model and the EEG supervised ceiling's."""
-    return {"encoders": cfg.model.encoders, "projector": cfg.model.projector, "predictor": None,
-            "teacher": {"enabled": False}}
+    return {
+        "encoders": cfg.model.encoders,
+        "projector": cfg.model.projector,
+        "predictor": None,
+        "teacher": {"enabled": False},
+    }
 
 
 def erm_key(cfg: Config, steps: int = DEFAULT_STEPS) -> dict[str, Any]:
@@ -82,14 +87,21 @@ def erm_config(cfg: Config, adapter: Any, cache_dir: str | Path, steps: int = DE
     in_dim = encoder_feature_dim(cfg)
     raw = cfg.to_dict()
     raw.update(
-        data=key["data"], views=key["views"], model=key["model"],
+        data=key["data"],
+        views=key["views"],
+        model=key["model"],
         loss={"name": "supervised_ce", "num_classes": int(adapter.num_classes), "in_dim": int(in_dim)},
         output={**raw["output"], "runs_dir": str(out.parent), "name": out.name},
         eval={**raw["eval"], "linear_probe": False},
     )
-    raw["train"] = {**raw["train"], "max_steps": int(steps), "epochs": None,
-                    "checkpoint_every": max(1, int(steps) // CHECKPOINTS), "keep_checkpoints": CHECKPOINTS + 1,
-                    "callbacks": []}
+    raw["train"] = {
+        **raw["train"],
+        "max_steps": int(steps),
+        "epochs": None,
+        "checkpoint_every": max(1, int(steps) // CHECKPOINTS),
+        "keep_checkpoints": CHECKPOINTS + 1,
+        "callbacks": [],
+    }
     return config_from_dict(raw)
 
 
@@ -113,8 +125,10 @@ def erm_run_summary(cfg: Config, erm_run: str | Path) -> dict[str, Any]:
     erm_run = Path(erm_run)
     steps = load_run_config(erm_run).train.max_steps
     if steps is None or erm_dir(cfg, erm_run.parent, steps).name != erm_run.name:
-        raise ValueError(f"{erm_run}: not the ERM baseline of this run (expected the folder "
-                         f"{erm_dir(cfg, erm_run.parent, steps or DEFAULT_STEPS).name}; see eval/erm.py erm_dir)")
+        raise ValueError(
+            f"{erm_run}: not the ERM baseline of this run (expected the folder "
+            f"{erm_dir(cfg, erm_run.parent, steps or DEFAULT_STEPS).name}; see eval/erm.py erm_dir)"
+        )
     return {**erm_summary(erm_run), "batch_size": cfg.train.batch_size, "k": cfg.views.k, "key": erm_key(cfg, steps)}
 
 
@@ -125,8 +139,21 @@ def erm_summary(run_dir: str | Path, tail: int = 3) -> dict[str, Any]:
     if not rows:
         raise ValueError(f"{run_dir}/metrics.jsonl: no logged step")
     last = rows[-tail:]
-    return {"steps": int(rows[-1]["step"]), "final_loss": sum(r["loss"] for r in last) / len(last),
-            "train_accuracy": sum(r["stats/accuracy"] for r in last) / len(last)}
+    return {
+        "steps": int(rows[-1]["step"]),
+        "final_loss": sum(r["loss"] for r in last) / len(last),
+        "train_accuracy": sum(r["stats/accuracy"] for r in last) / len(last),
+    }
 
 
-__all__ = ["CHECKPOINTS", "DEFAULT_STEPS", "encoder_feature_dim", "erm_config", "erm_dir", "erm_key", "erm_run_summary", "erm_summary", "supervised_model"]
+__all__ = [
+    "CHECKPOINTS",
+    "DEFAULT_STEPS",
+    "encoder_feature_dim",
+    "erm_config",
+    "erm_dir",
+    "erm_key",
+    "erm_run_summary",
+    "erm_summary",
+    "supervised_model",
+]

@@ -5,6 +5,7 @@ An evaluator is thin: run folder -> features -> a protocol of :mod:`multiview_ap
 ``getattr(obj, "x", default)``. The name is declared once (``name = "linear-probe"``); the output
 stem ``kind`` (``linear_probe``) is derived from it unless the class sets its own.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,13 +40,14 @@ class Evaluator(ABC):
     name: ClassVar[str]
     #: Output stem (``eval/<kind>.json``); derived from ``name`` (``-`` -> ``_``) when not set.
     kind: ClassVar[str]
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__ and "kind" not in cls.__dict__:
             cls.kind = cls.name.replace("-", "_")
 
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:  # noqa: B027 - optional hook, no options by default
+    @staticmethod  # noqa: B027 - optional hook, no options by default
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
         """Add the evaluator's options to its ``mvapp eval <name>`` parser (``--run`` is added for it)."""
 
     @abstractmethod

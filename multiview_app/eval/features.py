@@ -3,11 +3,13 @@
 :func:`iter_feature_batches` streams one :class:`FeatureBatch` per loader batch (bounded memory);
 :func:`extract_features` concatenates them for a whole split (what the evaluators use).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -61,9 +63,15 @@ def model_outputs(model: torch.nn.Module, batch: Any, kind: FeatureKind) -> torc
 
 @torch.no_grad()
 def iter_feature_batches(
-    model: torch.nn.Module, dataset: Dataset, policy: Any, batch_size: int = 256,
-    device: torch.device | str = "cpu", kind: FeatureKind = "encoder", num_workers: int = 0,
-    progress: bool = False, desc: str = "features",
+    model: torch.nn.Module,
+    dataset: Dataset,
+    policy: Any,
+    batch_size: int = 256,
+    device: torch.device | str = "cpu",
+    kind: FeatureKind = "encoder",
+    num_workers: int = 0,
+    progress: bool = False,
+    desc: str = "features",
 ) -> Iterator[FeatureBatch]:
     """Stream the items of ``dataset`` (in order) through ``policy.eval_views`` and the model (eval mode).
 
@@ -74,24 +82,41 @@ def iter_feature_batches(
     if kind not in FEATURE_KINDS:
         raise ValueError(f"features: expected one of {', '.join(FEATURE_KINDS)}, got {kind!r}")
     if isinstance(dataset, StreamingDataset):  # endless: would never finish
-        raise ValueError("features: this split is streamed (data.options.stream: true) and has no end; use the test "
-                         "split, or read the shards with stream: false")
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=default_collate,
-                        num_workers=num_workers)
+        raise ValueError(
+            "features: this split is streamed (data.options.stream: true) and has no end; use the test "
+            "split, or read the shards with stream: false"
+        )
+    loader = DataLoader(
+        dataset, batch_size=batch_size, shuffle=False, collate_fn=default_collate, num_workers=num_workers
+    )
     with eval_mode(model.to(device)):
         for raw in progress_display(loader, desc=desc, unit="batch", disable=not progress, leave=False):
             batch = policy.eval_views(to_device(raw, torch.device(device)))
             n = batch.n
             labels = batch.labels.cpu().numpy() if batch.labels is not None else np.full(n, -1, dtype=np.int64)
-            meta = {key: column.tolist() if isinstance(column, torch.Tensor) else list(column)
-                    for key, column in batch.meta.items()}
-            yield FeatureBatch(model_outputs(model, batch, kind).float().cpu().numpy(), labels.astype(np.int64),
-                               meta, list(batch.view_names), list(batch.modalities))
+            meta = {
+                key: column.tolist() if isinstance(column, torch.Tensor) else list(column)
+                for key, column in batch.meta.items()
+            }
+            yield FeatureBatch(
+                model_outputs(model, batch, kind).float().cpu().numpy(),
+                labels.astype(np.int64),
+                meta,
+                list(batch.view_names),
+                list(batch.modalities),
+            )
 
 
 def extract_features(
-    model: torch.nn.Module, adapter: Any, policy: Any, split: str, batch_size: int = 256,
-    device: torch.device | str = "cpu", progress: bool = True, dataset: Any = None, kind: FeatureKind = "encoder",
+    model: torch.nn.Module,
+    adapter: Any,
+    policy: Any,
+    split: str,
+    batch_size: int = 256,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    dataset: Any = None,
+    kind: FeatureKind = "encoder",
 ) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
     """Encoder features (``kind="projector"``: normalized projector embeddings) of every item of
     ``adapter.split(split)`` (or of ``dataset`` when given, ``split`` then only names it) through
@@ -104,8 +129,9 @@ def extract_features(
     labels: list[np.ndarray] = []
     meta: dict[str, list[Any]] = {}
     dataset = adapter.split(split) if dataset is None else dataset
-    for part in iter_feature_batches(model, dataset, policy, batch_size, device, kind=kind,
-                                     progress=progress, desc=f"features {split}"):
+    for part in iter_feature_batches(
+        model, dataset, policy, batch_size, device, kind=kind, progress=progress, desc=f"features {split}"
+    ):
         feats.append(part.features)
         labels.append(part.labels)
         for key, values in part.meta.items():

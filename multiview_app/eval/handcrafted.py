@@ -25,6 +25,7 @@ standardized logistic regression of the sleep-staging protocol. Everything excep
 invariant to the amplitude scale of a window (:data:`SCALE_INVARIANT`); the log powers shift by
 ``2 log a`` under ``x -> a x`` (tested).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,11 +34,15 @@ from scipy.signal import welch
 from ..data.eeg.preprocess import DEFAULT_BAND
 
 #: 1-Hz bin edges over the prepared band (the last bin is [29.5, 30) Hz)
-SPECTRUM_EDGES: tuple[float, ...] = tuple(float(x) for x in np.append(np.arange(DEFAULT_BAND[0], DEFAULT_BAND[1], 1.0),
-                                                                      DEFAULT_BAND[1]))
+SPECTRUM_EDGES: tuple[float, ...] = tuple(
+    float(x) for x in np.append(np.arange(DEFAULT_BAND[0], DEFAULT_BAND[1], 1.0), DEFAULT_BAND[1])
+)
 #: classic bands of the ratios (Hz, lower inclusive, upper exclusive)
 RATIO_BANDS: dict[str, tuple[float, float]] = {
-    "delta": (0.5, 4.0), "theta": (4.0, 8.0), "alpha": (8.0, 12.0), "beta": (16.0, 30.0),
+    "delta": (0.5, 4.0),
+    "theta": (4.0, 8.0),
+    "alpha": (8.0, 12.0),
+    "beta": (16.0, 30.0),
 }
 PERCENTILES: tuple[int, ...] = (5, 25, 50, 75, 95)
 SEGMENT_SECONDS = 4.0
@@ -46,11 +51,22 @@ _EPS = 1e-12
 
 FEATURE_NAMES: tuple[str, ...] = (
     *(f"logrel_{lo:g}-{hi:g}Hz" for lo, hi in zip(SPECTRUM_EDGES[:-1], SPECTRUM_EDGES[1:])),
-    "log_delta_beta", "log_theta_alpha", "log_slow_fast",
-    "sef50_hz", "sef95_hz", "spectral_entropy", "log_band_power",
-    "hjorth_mobility", "hjorth_complexity", "line_length_per_std", "skewness", "excess_kurtosis",
+    "log_delta_beta",
+    "log_theta_alpha",
+    "log_slow_fast",
+    "sef50_hz",
+    "sef95_hz",
+    "spectral_entropy",
+    "log_band_power",
+    "hjorth_mobility",
+    "hjorth_complexity",
+    "line_length_per_std",
+    "skewness",
+    "excess_kurtosis",
     *(f"p{q}_std_units" for q in PERCENTILES),
-    "zero_crossings_per_s", "subwindow_logvar_std", "subwindow_logvar_range",
+    "zero_crossings_per_s",
+    "subwindow_logvar_std",
+    "subwindow_logvar_range",
 )
 """Names of the per-channel features, in column order."""
 
@@ -67,8 +83,10 @@ def _spectral(windows: np.ndarray, sfreq: float) -> np.ndarray:
     band_freqs, band_psd = freqs[in_band], psd[..., in_band]
     total = np.maximum(band_psd.sum(axis=-1), _EPS)  # (N, C)
     edges = np.asarray(SPECTRUM_EDGES)
-    bins = np.stack([band_psd[..., (band_freqs >= lo) & (band_freqs < hi)].sum(axis=-1)
-                     for lo, hi in zip(edges[:-1], edges[1:])], axis=-1)
+    bins = np.stack(
+        [band_psd[..., (band_freqs >= lo) & (band_freqs < hi)].sum(axis=-1) for lo, hi in zip(edges[:-1], edges[1:])],
+        axis=-1,
+    )
     log_rel = np.log(np.maximum(bins / total[..., None], _EPS))
 
     def band(name: str) -> np.ndarray:
@@ -79,8 +97,9 @@ def _spectral(windows: np.ndarray, sfreq: float) -> np.ndarray:
     ratios = np.stack([np.log(delta / beta), np.log(theta / alpha), np.log((delta + theta) / (alpha + beta))], axis=-1)
     share = band_psd / total[..., None]
     cumulative = np.cumsum(share, axis=-1)
-    sef = np.stack([band_freqs[np.minimum((cumulative < q).sum(axis=-1), len(band_freqs) - 1)] for q in (0.5, 0.95)],
-                   axis=-1)
+    sef = np.stack(
+        [band_freqs[np.minimum((cumulative < q).sum(axis=-1), len(band_freqs) - 1)] for q in (0.5, 0.95)], axis=-1
+    )
     entropy = -(share * np.log(np.maximum(share, _EPS))).sum(axis=-1) / np.log(len(band_freqs))
     return np.concatenate([log_rel, ratios, sef, entropy[..., None], np.log(total)[..., None]], axis=-1)
 
@@ -98,8 +117,8 @@ def _temporal(windows: np.ndarray, sfreq: float) -> np.ndarray:
     complexity = np.sqrt(np.maximum(ddx.var(axis=-1), _EPS) / var_dx) / mobility
     line_length = np.abs(dx).mean(axis=-1) / std
     z = x / std[..., None]
-    skewness = (z ** 3).mean(axis=-1)
-    kurtosis = (z ** 4).mean(axis=-1) - 3.0
+    skewness = (z**3).mean(axis=-1)
+    kurtosis = (z**4).mean(axis=-1) - 3.0
     percentiles = np.moveaxis(np.percentile(z, PERCENTILES, axis=-1), 0, -1)
     signs = np.signbit(x)
     crossings = (signs[..., 1:] != signs[..., :-1]).sum(axis=-1) * sfreq / x.shape[-1]
@@ -116,8 +135,10 @@ def handcrafted_features(windows: np.ndarray, sfreq: float) -> np.ndarray:
     if windows.ndim != 3:
         raise ValueError(f"handcrafted features: expected windows (N, C, T), got shape {windows.shape}")
     if windows.shape[-1] < int(round(SEGMENT_SECONDS * sfreq)):
-        raise ValueError(f"handcrafted features: windows of {windows.shape[-1]} samples at {sfreq:g} Hz are shorter "
-                         f"than one {SEGMENT_SECONDS:g}-s Welch segment")
+        raise ValueError(
+            f"handcrafted features: windows of {windows.shape[-1]} samples at {sfreq:g} Hz are shorter "
+            f"than one {SEGMENT_SECONDS:g}-s Welch segment"
+        )
     if not np.isfinite(windows).all():
         raise ValueError("handcrafted features: windows hold non-finite samples")
     features = np.concatenate([_spectral(windows, sfreq), _temporal(windows, sfreq)], axis=-1)
@@ -132,7 +153,7 @@ def handcrafted_per_channel(windows: np.ndarray, sfreq: float, block: int = 256)
         raise ValueError(f"handcrafted features: expected windows (N, C, T), got shape {windows.shape}")
     out = np.empty((len(windows), windows.shape[1], len(FEATURE_NAMES)), dtype=np.float32)
     for start in range(0, len(windows), block):
-        out[start:start + block] = handcrafted_features(windows[start:start + block], sfreq)
+        out[start : start + block] = handcrafted_features(windows[start : start + block], sfreq)
     return out
 
 

@@ -16,6 +16,7 @@ exactly like one without it. Main process only.
 Options (``train.callbacks: [{knn-monitor: {every: 200, k: 20, items: 512, bank_items: 1024}}]``)
 are checked by :class:`KnnMonitor.Options`.
 """
+
 from __future__ import annotations
 
 import time
@@ -57,7 +58,9 @@ class KnnMonitor(TrainCallback):
     class Options(BaseModel):
         model_config = ConfigDict(extra="forbid")
 
-        every: int = Field(200, ge=1, description="probe at the first logged step at or after every N steps (and the last)")
+        every: int = Field(
+            200, ge=1, description="probe at the first logged step at or after every N steps (and the last)"
+        )
         k: int = Field(20, ge=1, description="neighbours (capped at the bank size)")
         items: int | None = Field(512, ge=1, description="queries: class-stratified items of the split (None: all)")
         bank_items: int | None = Field(1024, ge=1, description="memory bank: class-stratified train items (None: all)")
@@ -67,8 +70,10 @@ class KnnMonitor(TrainCallback):
         @classmethod
         def _not_test(cls, split: str) -> str:
             if is_test_split(split) or split == "train":
-                raise ValueError(f"the kNN monitor scores a validation split, got {split!r} (the test split is for the "
-                                 "final evaluation only, the train split is the memory bank)")
+                raise ValueError(
+                    f"the kNN monitor scores a validation split, got {split!r} (the test split is for the "
+                    "final evaluation only, the train split is the memory bank)"
+                )
             return split
 
     def __init__(self, cfg: Config, **options: Any) -> None:
@@ -90,8 +95,10 @@ class KnnMonitor(TrainCallback):
             adapter = build_adapter(cfg.data.adapter, cfg.data.options)
             if split not in adapter.splits:
                 hint = " (set data.options.val_fraction, e.g. 0.1)" if split == "val" else ""
-                raise ValueError(f"train.callbacks.knn-monitor: data adapter '{cfg.data.adapter}' has no {split!r} split "
-                                 f"(splits: {', '.join(adapter.splits)}){hint}")
+                raise ValueError(
+                    f"train.callbacks.knn-monitor: data adapter '{cfg.data.adapter}' has no {split!r} split "
+                    f"(splits: {', '.join(adapter.splits)}){hint}"
+                )
             parts = {}
             for part, name, size in (("bank", "train", self.options.bank_items), ("query", split, self.options.items)):
                 dataset = adapter.split(name)
@@ -114,8 +121,16 @@ class KnnMonitor(TrainCallback):
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), eval_mode(model):
             for part in ("bank", "query"):
                 split, subset = data[part]
-                feats, labels, _ = extract_features(model, data["adapter"], data["policy"], split, ecfg.batch_size,
-                                                    device, progress=False, dataset=subset)
+                feats, labels, _ = extract_features(
+                    model,
+                    data["adapter"],
+                    data["policy"],
+                    split,
+                    ecfg.batch_size,
+                    device,
+                    progress=False,
+                    dataset=subset,
+                )
                 xy[part] = (combine_views(feats, ecfg.combine), labels)
         return knn_accuracy(*xy["bank"], *xy["query"], k=self.options.k)
 
@@ -141,13 +156,20 @@ class KnnMonitor(TrainCallback):
         if not is_main_process or not self.history:
             return None
         data = self._prepare()
-        return {"split": self.options.split, "k": self.options.k, "items": len(data["query"][1]),
-                "bank_items": len(data["bank"][1]), "history": self.history}
+        return {
+            "split": self.options.split,
+            "k": self.options.k,
+            "items": len(data["query"][1]),
+            "bank_items": len(data["bank"][1]),
+            "history": self.history,
+        }
 
     def report(self, result: dict[str, Any]) -> str | None:
         steps = ", ".join(f"{row[ACC_KEY]:.3f} (step {row['step']})" for row in result["history"][-3:])
-        return (f"kNN monitor ({result['split']}: {result['items']} queries, train bank {result['bank_items']}, "
-                f"k {result['k']}): {steps}")
+        return (
+            f"kNN monitor ({result['split']}: {result['items']} queries, train bank {result['bank_items']}, "
+            f"k {result['k']}): {steps}"
+        )
 
 
 __all__ = ["ACC_KEY", "KnnMonitor", "TIME_KEY", "is_test_split", "knn_accuracy"]

@@ -1,10 +1,12 @@
 """``mvapp eval linear-probe``: frozen encoder features of the train/test split -> logistic
 regression + kNN accuracy, for the trained encoder and its random-init reference in one table."""
+
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from torch.utils.data import Subset
@@ -25,9 +27,20 @@ def _labelled(x: np.ndarray, y: np.ndarray, split: str, skipped: dict[str, int])
 
 
 def probe_model(
-    model: Any, adapter: Any, policy: Any, *, eval_split: str = "test", batch_size: int = 256, knn_k: int = 20,
-    C: float = 1.0, combine: Combine = "mean", max_train_items: int | None = None, device: str = "cpu",
-    progress: bool = True, train_items: Sequence[int] | None = None, eval_items: Sequence[int] | None = None,
+    model: Any,
+    adapter: Any,
+    policy: Any,
+    *,
+    eval_split: str = "test",
+    batch_size: int = 256,
+    knn_k: int = 20,
+    C: float = 1.0,
+    combine: Combine = "mean",
+    max_train_items: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    train_items: Sequence[int] | None = None,
+    eval_items: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Linear probe + kNN of one model: fit on ``train`` features, score on ``eval_split``.
 
@@ -37,13 +50,16 @@ def probe_model(
     Returns ``{"scores": {"logreg_acc", "knn_acc"}, "items", "skipped_unlabelled", "feature_dim"}``.
     """
     if eval_split not in adapter.splits:
-        raise ValueError(f"data adapter {type(adapter).__name__} has no '{eval_split}' split "
-                         f"(splits: {', '.join(adapter.splits)})")
+        raise ValueError(
+            f"data adapter {type(adapter).__name__} has no '{eval_split}' split (splits: {', '.join(adapter.splits)})"
+        )
     skipped: dict[str, int] = {}
     split_xy = {}
     n_train = len(adapter.split("train"))
     pick = None if train_items is None else list(train_items)
-    if pick is None and max_train_items and n_train > max_train_items:  # drawn before extraction: only those are encoded
+    if (
+        pick is None and max_train_items and n_train > max_train_items
+    ):  # drawn before extraction: only those are encoded
         pick = np.random.default_rng(0).choice(n_train, max_train_items, replace=False).tolist()
     for split, rows in (("train", pick), (eval_split, None if eval_items is None else list(eval_items))):
         subset = None if rows is None else Subset(adapter.split(split), rows)
@@ -60,8 +76,15 @@ def probe_model(
 
 
 def run_linear_probe(
-    run_dir: str | Path, *, batch_size: int | None = None, knn_k: int | None = None, C: float = 1.0,
-    combine: Combine | None = None, max_train_items: int | None = None, device: str = "cpu", progress: bool = True,
+    run_dir: str | Path,
+    *,
+    batch_size: int | None = None,
+    knn_k: int | None = None,
+    C: float = 1.0,
+    combine: Combine | None = None,
+    max_train_items: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
     split: str = "test",
 ) -> dict[str, Any]:
     """Evaluate ``run_dir`` (trained and random-init encoder) on ``split`` (``test``; ``val`` for
@@ -84,7 +107,9 @@ def run_linear_probe(
         raise ValueError(f"linear probe: C must be > 0, got {C!r}")
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     if split not in adapter.splits:
-        raise ValueError(f"data adapter '{cfg.data.adapter}' has no '{split}' split (splits: {', '.join(adapter.splits)})")
+        raise ValueError(
+            f"data adapter '{cfg.data.adapter}' has no '{split}' split (splits: {', '.join(adapter.splits)})"
+        )
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
 
     results: dict[str, dict[str, float]] = {}
@@ -92,8 +117,17 @@ def run_linear_probe(
     for label, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
         probed = probe_model(
-            model, adapter, policy, eval_split=split, batch_size=batch_size, knn_k=knn_k, C=C, combine=combine,
-            max_train_items=max_train_items, device=device, progress=progress,
+            model,
+            adapter,
+            policy,
+            eval_split=split,
+            batch_size=batch_size,
+            knn_k=knn_k,
+            C=C,
+            combine=combine,
+            max_train_items=max_train_items,
+            device=device,
+            progress=progress,
         )
         results[label] = probed["scores"]
     result = {
@@ -133,18 +167,32 @@ class LinearProbe(Evaluator):
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--batch-size", type=positive_int, default=None, help="feature-extraction batch (default: eval.batch_size)")
+        parser.add_argument(
+            "--batch-size", type=positive_int, default=None, help="feature-extraction batch (default: eval.batch_size)"
+        )
         parser.add_argument("--knn-k", type=positive_int, default=None, help="neighbours for kNN (default: eval.knn_k)")
-        parser.add_argument("--C", type=positive_float, default=1.0, help="inverse L2 strength of the logistic regression")
-        parser.add_argument("--combine", choices=["mean", "concat", "first"], default=None, help="how eval views are combined")
-        parser.add_argument("--max-train-items", type=positive_int, default=None, help="subsample the train split (seed 0)")
+        parser.add_argument(
+            "--C", type=positive_float, default=1.0, help="inverse L2 strength of the logistic regression"
+        )
+        parser.add_argument(
+            "--combine", choices=["mean", "concat", "first"], default=None, help="how eval views are combined"
+        )
+        parser.add_argument(
+            "--max-train-items", type=positive_int, default=None, help="subsample the train split (seed 0)"
+        )
         parser.add_argument("--device", default="cpu", help="torch device for feature extraction")
         parser.add_argument("--split", default="test", help="split scored (test; val: the held-out part of train)")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
         result = run_linear_probe(
-            run_dir, batch_size=args.batch_size, knn_k=args.knn_k, C=args.C, combine=args.combine,
-            max_train_items=args.max_train_items, device=args.device, split=args.split,
+            run_dir,
+            batch_size=args.batch_size,
+            knn_k=args.knn_k,
+            C=args.C,
+            combine=args.combine,
+            max_train_items=args.max_train_items,
+            device=args.device,
+            split=args.split,
         )
         print(format_table(result))
         return result

@@ -1,6 +1,7 @@
 """Realism of synthetic EEG, both ways: a classifier fitted on one source's epochs (e.g. real DREAMS)
 stages another's (synthetic), and the reverse (issue 25, item 3); and the same classifier's ceiling on
 real data alone: fitted on all recordings but one, it stages the held-out one (leave one group out)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,8 +14,9 @@ from .protocols.probe import fit_linear_classifier
 from .protocols.staging import balanced_sample, staging_metrics
 
 
-def _features(epochs: np.ndarray, labels: np.ndarray, sfreq: float, classes: tuple[int, ...]
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _features(
+    epochs: np.ndarray, labels: np.ndarray, sfreq: float, classes: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Band-power features ``(e', 5)`` and labels ``(e',)`` of the epochs ``(e, T)`` whose label is in
     ``classes``, and the boolean mask ``(e,)`` that picked them."""
     keep = np.isin(labels, classes)
@@ -32,8 +34,13 @@ def _fit_balanced(x: np.ndarray, y: np.ndarray, classes: tuple[int, ...], seed: 
     return fit_linear_classifier(x[index], y[index], seed=seed), drawn
 
 
-def cross_staging(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray], sfreq: float,
-                  classes: tuple[int, ...] = (0, 1, 2, 3), seed: int = 0) -> dict[str, Any]:
+def cross_staging(
+    train: tuple[np.ndarray, np.ndarray],
+    test: tuple[np.ndarray, np.ndarray],
+    sfreq: float,
+    classes: tuple[int, ...] = (0, 1, 2, 3),
+    seed: int = 0,
+) -> dict[str, Any]:
     """Realism check: a classifier fitted on one source's epochs stages another's. ``train`` / ``test``:
     ``(epochs (e, T) uV, labels (e,))``; features: log relative band powers (``eval.bandpower``);
     classifier: standardized multinomial logistic regression (C = 1, no tuning) on a class-balanced draw
@@ -43,12 +50,21 @@ def cross_staging(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, 
     x_train, y_train, _ = _features(*train, sfreq, classes)
     x_test, y_test, _ = _features(*test, sfreq, classes)
     model, drawn = _fit_balanced(x_train, y_train, classes, seed)
-    return {**staging_metrics(y_test, model.predict(x_test)), "train_per_class": drawn,
-            "test_per_class": {STAGES[c]: int((y_test == c).sum()) for c in classes}}
+    return {
+        **staging_metrics(y_test, model.predict(x_test)),
+        "train_per_class": drawn,
+        "test_per_class": {STAGES[c]: int((y_test == c).sum()) for c in classes},
+    }
 
 
-def leave_one_group_out_staging(epochs: np.ndarray, labels: np.ndarray, groups: np.ndarray, sfreq: float,
-                                classes: tuple[int, ...] = (0, 1, 2, 3), seed: int = 0) -> dict[str, Any]:
+def leave_one_group_out_staging(
+    epochs: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    sfreq: float,
+    classes: tuple[int, ...] = (0, 1, 2, 3),
+    seed: int = 0,
+) -> dict[str, Any]:
     """The ceiling of :func:`cross_staging`'s classifier on one source: for each group (e.g. each real
     recording) the same classifier, fitted on a class-balanced draw of the other groups' epochs, stages
     that group's epochs. ``epochs (e, T)`` uV, ``labels (e,)``, ``groups (e,)`` (any hashable values).
@@ -59,8 +75,10 @@ def leave_one_group_out_staging(epochs: np.ndarray, labels: np.ndarray, groups: 
     of the pooled predictions. A fold whose other groups lack a class raises ``ValueError`` naming it."""
     epochs, labels, groups = np.asarray(epochs), np.asarray(labels), np.asarray(groups)
     if not epochs.shape[0] == labels.shape[0] == groups.shape[0]:
-        raise ValueError(f"leave_one_group_out_staging: epochs {epochs.shape}, labels {labels.shape} and groups "
-                         f"{groups.shape} must have the same first dimension")
+        raise ValueError(
+            f"leave_one_group_out_staging: epochs {epochs.shape}, labels {labels.shape} and groups "
+            f"{groups.shape} must have the same first dimension"
+        )
     x, y, keep = _features(epochs, labels, sfreq, classes)
     g = groups[keep]
     y_true, y_pred, per_group, skipped = [], [], {}, []
@@ -76,11 +94,18 @@ def leave_one_group_out_staging(epochs: np.ndarray, labels: np.ndarray, groups: 
         predicted = model.predict(x[test])
         y_true.append(y[test])
         y_pred.append(predicted)
-        per_group[str(group)] = {**staging_metrics(y[test], predicted), "train_per_class": drawn,
-                                 "test_per_class": {STAGES[c]: int((y[test] == c).sum()) for c in classes}}
+        per_group[str(group)] = {
+            **staging_metrics(y[test], predicted),
+            "train_per_class": drawn,
+            "test_per_class": {STAGES[c]: int((y[test] == c).sum()) for c in classes},
+        }
     if not per_group:
         raise ValueError(f"leave_one_group_out_staging: no group holds an epoch of {[STAGES[c] for c in classes]}")
     pooled_true = np.concatenate(y_true)
-    return {"pooled": staging_metrics(pooled_true, np.concatenate(y_pred)), "per_group": per_group,
-            "skipped_groups": skipped, "seed": seed,
-            "test_per_class": {STAGES[c]: int((pooled_true == c).sum()) for c in classes}}
+    return {
+        "pooled": staging_metrics(pooled_true, np.concatenate(y_pred)),
+        "per_group": per_group,
+        "skipped_groups": skipped,
+        "seed": seed,
+        "test_per_class": {STAGES[c]: int((pooled_true == c).sum()) for c in classes},
+    }

@@ -9,19 +9,20 @@ text -> image recall@K, and zero-shot classification (when the adapter has class
 Rows: the trained model and its random-init reference (``init.safetensors``). Writes
 ``eval/retrieval.json`` and ``eval/retrieval.md`` (a Markdown table).
 """
+
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, default_collate
 
 from ..argtypes import positive_int
-from ..train.run_io import atomic_write_json, atomic_write_text, load_run
 from ..data.batch import to_device
+from ..train.run_io import atomic_write_json, atomic_write_text, load_run
 from . import Evaluator, register_evaluator
 from .linear_probe import ENCODER_WEIGHTS
 from .protocols import get_protocol
@@ -31,8 +32,9 @@ DEFAULT_TEMPLATES: tuple[str, ...] = ("a handwritten digit {name}", "a picture o
 
 
 @torch.no_grad()
-def embed_split(model: torch.nn.Module, adapter: Any, policy: Any, split: str, batch_size: int,
-                device: str) -> tuple[torch.Tensor, torch.Tensor, list[str], torch.Tensor]:
+def embed_split(
+    model: torch.nn.Module, adapter: Any, policy: Any, split: str, batch_size: int, device: str
+) -> tuple[torch.Tensor, torch.Tensor, list[str], torch.Tensor]:
     """Image embeddings ``(N, d)``, every caption's embedding ``(C, d)``, the captions, and the
     image index of each caption ``(C,)``."""
     from ..data.text.pairs import split_captions
@@ -52,28 +54,40 @@ def embed_split(model: torch.nn.Module, adapter: Any, policy: Any, split: str, b
         n_images += len(raw["captions"])
     if not images:
         raise ValueError(f"split '{split}' of {type(adapter).__name__} is empty; nothing to evaluate")
-    text = [model.embed(policy.text_batch(captions[s : s + batch_size], device), use_predictor=False)[:, 0].float().cpu()
-            for s in range(0, len(captions), batch_size)]
+    text = [
+        model.embed(policy.text_batch(captions[s : s + batch_size], device), use_predictor=False)[:, 0].float().cpu()
+        for s in range(0, len(captions), batch_size)
+    ]
     return torch.cat(images), torch.cat(text), captions, torch.tensor(owner)
 
 
 @torch.no_grad()
-def zero_shot_accuracy(model: torch.nn.Module, policy: Any, image_emb: torch.Tensor, labels: torch.Tensor,
-                       class_names: Sequence[str], templates: Sequence[str], device: str) -> float:
+def zero_shot_accuracy(
+    model: torch.nn.Module,
+    policy: Any,
+    image_emb: torch.Tensor,
+    labels: torch.Tensor,
+    class_names: Sequence[str],
+    templates: Sequence[str],
+    device: str,
+) -> float:
     """Accuracy of nearest class-prompt embedding; ``image_emb (N, d)``, ``labels (N,)``."""
     return zero_shot_scores(image_emb, labels, prompt_embeddings(model, policy, class_names, templates, device))
 
 
 @torch.no_grad()
-def prompt_embeddings(model: torch.nn.Module, policy: Any, class_names: Sequence[str], templates: Sequence[str],
-                      device: str) -> torch.Tensor:
+def prompt_embeddings(
+    model: torch.nn.Module, policy: Any, class_names: Sequence[str], templates: Sequence[str], device: str
+) -> torch.Tensor:
     """``(m, t, d)`` embeddings of ``template.format(name=...)`` for every class name and template."""
     prompts = [t.format(name=name) for name in class_names for t in templates]
     emb = model.embed(policy.text_batch(prompts, device), use_predictor=False)[:, 0].float().cpu()
     return emb.view(len(class_names), len(templates), -1)
 
 
-def chance_levels(owner: torch.Tensor, n_images: int, n_classes: int = 0, ks: Sequence[int] = RECALL_AT) -> dict[str, float]:
+def chance_levels(
+    owner: torch.Tensor, n_images: int, n_classes: int = 0, ks: Sequence[int] = RECALL_AT
+) -> dict[str, float]:
     """Expected scores of a random ranking (and of a random class), the row every result is read
     against: image -> text R@K = mean over images of ``1 - prod_{j<K} (C - c_i - j) / (C - j)`` (c_i own
     captions of C); text -> image R@K = ``min(K, N) / N`` (one own image of N); zero-shot ``1 / classes``."""
@@ -91,8 +105,14 @@ def chance_levels(owner: torch.Tensor, n_images: int, n_classes: int = 0, ks: Se
     return chance
 
 
-def run_retrieval(run_dir: str | Path, *, split: str = "test", batch_size: int | None = None,
-                  templates: Sequence[str] = DEFAULT_TEMPLATES, device: str = "cpu") -> dict[str, Any]:
+def run_retrieval(
+    run_dir: str | Path,
+    *,
+    split: str = "test",
+    batch_size: int | None = None,
+    templates: Sequence[str] = DEFAULT_TEMPLATES,
+    device: str = "cpu",
+) -> dict[str, Any]:
     """Evaluate ``run_dir`` (trained and random-init model); write ``eval/retrieval.{json,md}``."""
     from ..data.adapters import build_adapter
     from ..data.views import build_view_policy
@@ -103,7 +123,9 @@ def run_retrieval(run_dir: str | Path, *, split: str = "test", batch_size: int |
         raise ValueError(f"retrieval needs image-text runs (views.policy: pairs), {run_dir} uses '{cfg.views.policy}'")
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     if split not in adapter.splits:
-        raise ValueError(f"data adapter '{cfg.data.adapter}' has no split '{split}' (splits: {', '.join(adapter.splits)})")
+        raise ValueError(
+            f"data adapter '{cfg.data.adapter}' has no split '{split}' (splits: {', '.join(adapter.splits)})"
+        )
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
     batch_size = batch_size or cfg.eval.batch_size
     labels = adapter.split(split).labels
@@ -113,15 +135,23 @@ def run_retrieval(run_dir: str | Path, *, split: str = "test", batch_size: int |
         _, model = load_run(run_dir, weights)
         model.eval().to(device)
         image_emb, text_emb, captions, owner = embed_split(model, adapter, policy, split, batch_size, device)
-        prompts = (prompt_embeddings(model, policy, adapter.class_names, templates, device)
-                   if adapter.class_names else None)
+        prompts = (
+            prompt_embeddings(model, policy, adapter.class_names, templates, device) if adapter.class_names else None
+        )
         rows[label] = get_protocol("retrieval")(image_emb, text_emb, owner, labels=labels, prompt_embeddings=prompts)
         sizes = {"images": len(image_emb), "captions": len(captions)}
         chance = chance_levels(owner, len(image_emb), len(adapter.class_names or ()))
     result = {
-        "evaluator": "retrieval", "run": str(run_dir), "loss": cfg.loss.name, "k": cfg.views.k,
-        "text_views": policy.text_views, "split": split, **sizes,
-        "truncated_captions": policy.tokenizer.truncated, "templates": list(templates), "results": rows,
+        "evaluator": "retrieval",
+        "run": str(run_dir),
+        "loss": cfg.loss.name,
+        "k": cfg.views.k,
+        "text_views": policy.text_views,
+        "split": split,
+        **sizes,
+        "truncated_captions": policy.tokenizer.truncated,
+        "templates": list(templates),
+        "results": rows,
         "chance": chance,
     }
     atomic_write_json(run_dir / "eval" / "retrieval.json", result)
@@ -140,8 +170,10 @@ def format_table(result: dict[str, Any]) -> str:
     for name, scores in rows.items():
         lines.append(f"| {name} | " + " | ".join(f"{scores[m]:.3f}" if m in scores else "" for m in metrics) + " |")
     if "images" in result:
-        lines.append(f"\n{result['split']} split: {result['images']} images, {result['captions']} captions "
-                     "(every caption of the split ranked for each image, every image for each caption)")
+        lines.append(
+            f"\n{result['split']} split: {result['images']} images, {result['captions']} captions "
+            "(every caption of the split ranked for each image, every image for each caption)"
+        )
     return "\n".join(lines)
 
 
@@ -154,9 +186,16 @@ class Retrieval(Evaluator):
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--split", default="test", help="held-out split")
-        parser.add_argument("--batch-size", type=positive_int, default=None, help="embedding batch (default: eval.batch_size)")
-        parser.add_argument("--template", action="append", default=None, dest="templates",
-                            help="zero-shot prompt with {name} (repeatable; default: two digit prompts)")
+        parser.add_argument(
+            "--batch-size", type=positive_int, default=None, help="embedding batch (default: eval.batch_size)"
+        )
+        parser.add_argument(
+            "--template",
+            action="append",
+            default=None,
+            dest="templates",
+            help="zero-shot prompt with {name} (repeatable; default: two digit prompts)",
+        )
         parser.add_argument("--device", default="cpu", help="torch device")
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -164,9 +203,19 @@ class Retrieval(Evaluator):
         bad = [t for t in templates if "{name}" not in t]
         if bad:
             raise ValueError(f"--template must contain '{{name}}', got {bad[0]!r}")
-        result = run_retrieval(run_dir, split=args.split, batch_size=args.batch_size, templates=templates, device=args.device)
+        result = run_retrieval(
+            run_dir, split=args.split, batch_size=args.batch_size, templates=templates, device=args.device
+        )
         print(format_table(result))
         return result
 
 
-__all__ = ["RECALL_AT", "Retrieval", "chance_levels", "recall_at_k", "retrieval_metrics", "run_retrieval", "zero_shot_accuracy"]
+__all__ = [
+    "RECALL_AT",
+    "Retrieval",
+    "chance_levels",
+    "recall_at_k",
+    "retrieval_metrics",
+    "run_retrieval",
+    "zero_shot_accuracy",
+]

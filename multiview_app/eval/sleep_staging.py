@@ -28,6 +28,7 @@ per-class F1, as mean +- std over folds x seeds. Paired differences (trained min
 per test subject, the fits sharing a subject averaged first, with a 95 % bootstrap CI over subjects
 (:mod:`multiview_app.eval.protocols.stats`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,22 +41,36 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from ..argtypes import open_fraction, positive_float, positive_int
 from ..data.eeg.provenance import recording_identities
 from ..data.eeg.stages import STAGES
-from ..argtypes import open_fraction, positive_float, positive_int
 from ..train.input_contract import check_run_input, format_input_differences
 from ..train.run_io import atomic_write_json, load_run
 from . import Evaluator, register_evaluator
-from .bandpower import bandpower_features, bandpower_time_bins
-from .handcrafted import handcrafted_per_channel, handcrafted_row
-from .supervised_ceiling import CEILING_DIR, CEILING_FILE, CEILING_ROW, ceiling_record
 from . import features as feature_path
-from .protocols import stats
+from .bandpower import bandpower_features, bandpower_time_bins
 from .features import Combine, FeatureKind, combine_views
-from .protocols import get_protocol
-from .protocols.staging import (C_GRID, COMBINED_ROW, LR_GRID, METRICS, TIME_BINS, capped_shots,
-                                classifier_description, combined_features, missing_class_note, paired_differences,
-                                pool_results, pool_rows, row_normalized, split_validation, stage_mask, warning_note)
+from .handcrafted import handcrafted_per_channel, handcrafted_row
+from .protocols import get_protocol, stats
+from .protocols.staging import (
+    C_GRID,
+    COMBINED_ROW,
+    LR_GRID,
+    METRICS,
+    TIME_BINS,
+    capped_shots,
+    classifier_description,
+    combined_features,
+    missing_class_note,
+    paired_differences,
+    pool_results,
+    pool_rows,
+    row_normalized,
+    split_validation,
+    stage_mask,
+    warning_note,
+)
+from .supervised_ceiling import CEILING_DIR, CEILING_FILE, CEILING_ROW, ceiling_record
 
 DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
@@ -70,14 +85,6 @@ HANDCRAFTED_ROW = "handcrafted"
 Hjorth, moments, percentiles, within-window variation; per channel, for the paper classifier not time-binned)."""
 
 
-
-
-
-
-
-
-
-
 def _ceiling_run(run_dir: Path, pretraining_subjects: list[str], notes: list[str]) -> Path | None:
     """The final run of ``run_dir``'s supervised ceiling, or None with a note saying how to train it. A
     record whose training subjects are not the run's pretraining subjects is refused (ValueError)."""
@@ -86,9 +93,11 @@ def _ceiling_run(run_dir: Path, pretraining_subjects: list[str], notes: list[str
         notes.append(f"no {CEILING_ROW} row: train it with `mvapp experiment supervised-ceiling --run {run_dir}`")
         return None
     if sorted(record["pretraining_subjects"]) != sorted(pretraining_subjects):
-        raise ValueError(f"{run_dir}/{CEILING_DIR}/{CEILING_FILE}: the ceiling trained on subjects "
-                         f"{record['pretraining_subjects']}, the run pretrained on {pretraining_subjects}; "
-                         f"train it again (mvapp experiment supervised-ceiling --run {run_dir})")
+        raise ValueError(
+            f"{run_dir}/{CEILING_DIR}/{CEILING_FILE}: the ceiling trained on subjects "
+            f"{record['pretraining_subjects']}, the run pretrained on {pretraining_subjects}; "
+            f"train it again (mvapp experiment supervised-ceiling --run {run_dir})"
+        )
     return Path(record["run"])
 
 
@@ -98,26 +107,28 @@ def _windows(dataset: Any, batch_size: int) -> np.ndarray:
     return np.concatenate([batch["x"].numpy() for batch in loader])
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def run_sleep_staging(
-    run_dir: str | Path, *, cache: str | None = None, channels: list[str] | None = None,
-    test_fraction: float | None = None, folds: int | None = None, shots: tuple[int, ...] = DEFAULT_SHOTS,
-    seeds: int = 5, combine: Literal["concat", "mean"] = "concat", C: float | None = None, batch_size: int = FEATURE_BATCH,
-    baselines: bool = True, device: str = "cpu", progress: bool = True,
-    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None,
-    feature_kind: Literal["encoder", "projector"] = "encoder", combined: bool = True,
-    stages: list[str] | None = None, accept_input_differences: bool = False, workers: int = 1,
+    run_dir: str | Path,
+    *,
+    cache: str | None = None,
+    channels: list[str] | None = None,
+    test_fraction: float | None = None,
+    folds: int | None = None,
+    shots: tuple[int, ...] = DEFAULT_SHOTS,
+    seeds: int = 5,
+    combine: Literal["concat", "mean"] = "concat",
+    C: float | None = None,
+    batch_size: int = FEATURE_BATCH,
+    baselines: bool = True,
+    device: str = "cpu",
+    progress: bool = True,
+    classifier: Literal["logreg", "paper"] = "logreg",
+    lr: float | None = None,
+    feature_kind: Literal["encoder", "projector"] = "encoder",
+    combined: bool = True,
+    stages: list[str] | None = None,
+    accept_input_differences: bool = False,
+    workers: int = 1,
     ceiling: bool = True,
 ) -> dict[str, Any]:
     """Run the protocol above on ``run_dir``; write and return the result dict.
@@ -150,7 +161,9 @@ def run_sleep_staging(
 
     run_dir = Path(run_dir)
     if feature_kind != "encoder" and classifier == "paper":
-        raise ValueError(f"--features {feature_kind}: the paper classifier needs the encoder's time bins (--features encoder)")
+        raise ValueError(
+            f"--features {feature_kind}: the paper classifier needs the encoder's time bins (--features encoder)"
+        )
     cfg, _ = load_run(run_dir, "init")
     plan = plan_evaluation(cfg, run_dir, cache=cache, channels=channels, test_fraction=test_fraction, folds=folds)
     adapter = plan["adapter"]
@@ -162,41 +175,57 @@ def run_sleep_staging(
     meta: dict[str, list[Any]] = {}
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
-        per_window, labels, meta = window_features(model, adapter, policy, "train", batch_size, device,
-                                                   combine=combine, kind=feature_kind, progress=progress)
-        features[name] = (time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper"
-                          else per_window)
+        per_window, labels, meta = window_features(
+            model, adapter, policy, "train", batch_size, device, combine=combine, kind=feature_kind, progress=progress
+        )
+        features[name] = (
+            time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper" else per_window
+        )
     skipped_notes: list[str] = []
     if baselines and ceiling:
         ceiling_run = _ceiling_run(run_dir, plan["pretraining_subjects"], skipped_notes)
         if ceiling_run is not None:
             _, model = load_run(ceiling_run, "final")
-            features[CEILING_ROW] = (time_binned_features(model, adapter, policy, batch_size, device)
-                                     if classifier == "paper" else
-                                     window_features(model, adapter, policy, "train", batch_size, device,
-                                                     combine=combine, kind=feature_kind)[0])
+            features[CEILING_ROW] = (
+                time_binned_features(model, adapter, policy, batch_size, device)
+                if classifier == "paper"
+                else window_features(
+                    model, adapter, policy, "train", batch_size, device, combine=combine, kind=feature_kind
+                )[0]
+            )
     subjects = np.asarray(meta["subject"])
     keep = stage_mask(labels, stages)
     excluded = {STAGES[c]: int(((labels == c) & ~keep).sum()) for c in range(len(STAGES))}
     if baselines:
         windows = _windows(adapter.split("train"), batch_size)
-        features["bandpower"] = (bandpower_time_bins(windows, adapter.sfreq, TIME_BINS) if classifier == "paper"
-                                 else bandpower_features(windows, adapter.sfreq))
-        features[HANDCRAFTED_ROW] = (handcrafted_per_channel(windows, adapter.sfreq) if classifier == "paper"
-                                     else handcrafted_row(windows, adapter.sfreq))
+        features["bandpower"] = (
+            bandpower_time_bins(windows, adapter.sfreq, TIME_BINS)
+            if classifier == "paper"
+            else bandpower_features(windows, adapter.sfreq)
+        )
+        features[HANDCRAFTED_ROW] = (
+            handcrafted_per_channel(windows, adapter.sfreq)
+            if classifier == "paper"
+            else handcrafted_row(windows, adapter.sfreq)
+        )
         if combined:
             try:
                 features[COMBINED_ROW] = combined_features(features["bandpower"], features["trained"])
             except ValueError:  # a stacked run under the paper classifier: fewer encoder views than channels
-                skipped_notes.append(f"{COMBINED_ROW} skipped: the paper classifier pairs features per channel and "
-                                     f"this run's {features['trained'].shape[1]} encoder views are not the "
-                                     f"{features['bandpower'].shape[1]} channels")
+                skipped_notes.append(
+                    f"{COMBINED_ROW} skipped: the paper classifier pairs features per channel and "
+                    f"this run's {features['trained'].shape[1]} encoder views are not the "
+                    f"{features['bandpower'].shape[1]} channels"
+                )
     features = {name: f[keep] for name, f in features.items()}
     labels, subjects = labels[keep], subjects[keep]
     meta = {k: np.asarray(v)[keep].tolist() for k, v in meta.items()}
     if not keep.all():
-        skipped_notes.append(f"--stages {' '.join(stages or [])}: excluded {int((~keep).sum())} windows ("
-                             + ", ".join(f"{k} {n}" for k, n in excluded.items() if n) + ")")
+        skipped_notes.append(
+            f"--stages {' '.join(stages or [])}: excluded {int((~keep).sum())} windows ("
+            + ", ".join(f"{k} {n}" for k, n in excluded.items() if n)
+            + ")"
+        )
     tune = classifier == "paper" or (C is None)
 
     fold_results: list[dict[str, Any]] = []
@@ -209,12 +238,20 @@ def run_sleep_staging(
     validation_subjects: list[list[str]] = []
     fold_masks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (train, val, test) window masks per fold
     for fold, (train_subjects, test_subjects) in enumerate(plan["folds"]):
-        fit_subjects, val_subjects = (split_validation(train_subjects, plan["split_seed"] + fold) if tune
-                                      else (list(train_subjects), []))
+        fit_subjects, val_subjects = (
+            split_validation(train_subjects, plan["split_seed"] + fold) if tune else (list(train_subjects), [])
+        )
         validation_subjects.append(val_subjects)
-        fold_masks.append((np.isin(subjects, fit_subjects), np.isin(subjects, val_subjects), np.isin(subjects, test_subjects)))
-    _FOLD_JOB.update(features=features, labels=labels, subjects=subjects, masks=fold_masks,
-                     options={"shots": shots, "seeds": seeds, "C": C, "classifier": classifier, "lr": lr})
+        fold_masks.append(
+            (np.isin(subjects, fit_subjects), np.isin(subjects, val_subjects), np.isin(subjects, test_subjects))
+        )
+    _FOLD_JOB.update(
+        features=features,
+        labels=labels,
+        subjects=subjects,
+        masks=fold_masks,
+        options={"shots": shots, "seeds": seeds, "C": C, "classifier": classifier, "lr": lr},
+    )
     try:  # the paper classifier trains with torch: never in a fork of a process that ran torch threads
         fold_fits = _map_folds(len(fold_masks), workers if classifier == "logreg" else 1)
     finally:
@@ -232,10 +269,20 @@ def run_sleep_staging(
     pooled = pool_rows(fold_results, list(features), shots)
     notes = [note for note in [missing_class_note(drawn, test_labels), warning_note(collected)] if note] + skipped_notes
     stem = plan["name"]
-    title = (f"{plan['dataset']}, {classifier_label(classifier, C, lr)}: trained encoder, s={max(shots)}, "
-             f"{len(plan['folds']) * seeds} fits")
-    plots = _plots(run_dir, stem, labels[first_test], predictions["trained"],
-                   {k: np.asarray(v)[first_test].tolist() for k, v in meta.items()}, max(shots), confusion, title)
+    title = (
+        f"{plan['dataset']}, {classifier_label(classifier, C, lr)}: trained encoder, s={max(shots)}, "
+        f"{len(plan['folds']) * seeds} fits"
+    )
+    plots = _plots(
+        run_dir,
+        stem,
+        labels[first_test],
+        predictions["trained"],
+        {k: np.asarray(v)[first_test].tolist() for k, v in meta.items()},
+        max(shots),
+        confusion,
+        title,
+    )
     result = {
         "evaluator": "sleep-staging",
         "protocol": plan["protocol"],
@@ -251,9 +298,13 @@ def run_sleep_staging(
         "pretraining_subjects": plan["pretraining_subjects"],
         "subjects": {"train": sorted(set(plan["folds"][0][0])), "test": sorted(set(plan["folds"][0][1]))},
         "folds": [{"train": sorted(tr), "test": sorted(te)} for tr, te in plan["folds"]],
-        "windows": {"train": int(np.isin(subjects, plan["folds"][0][0]).sum()),
-                    "test": int(sum(y.size for y in test_labels))},
-        "test_windows_per_stage": {STAGES[c]: int(sum((y == c).sum() for y in test_labels)) for c in range(len(STAGES))},
+        "windows": {
+            "train": int(np.isin(subjects, plan["folds"][0][0]).sum()),
+            "test": int(sum(y.size for y in test_labels)),
+        },
+        "test_windows_per_stage": {
+            STAGES[c]: int(sum((y == c).sum() for y in test_labels)) for c in range(len(STAGES))
+        },
         "stages": list(stages) if stages else list(STAGES),
         "excluded_windows_per_stage": excluded,
         "shots": list(shots),
@@ -273,18 +324,6 @@ def run_sleep_staging(
     return result
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 _FOLD_JOB: dict[str, Any] = {}
 """The features ``{row: (N, ...)}``, labels ``(N,)``, per-fold ``(train, val, test)`` masks and protocol options
 of the evaluation whose folds are being fitted (read by :func:`_fit_fold` in this process or in a forked worker)."""
@@ -298,9 +337,18 @@ def _fit_fold(fold: int) -> tuple[dict[str, Any], list[warnings.WarningMessage]]
     split_feats = {name: {"train": f[train], "test": f[test], "val": f[val]} for name, f in job["features"].items()}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fits = get_protocol("few-shot-staging")(split_feats, labels[train], labels[test], opts["shots"], opts["seeds"],
-                                                opts["C"], y_val=labels[val], classifier=opts["classifier"], lr=opts["lr"],
-                                                test_subjects=job["subjects"][test])
+        fits = get_protocol("few-shot-staging")(
+            split_feats,
+            labels[train],
+            labels[test],
+            opts["shots"],
+            opts["seeds"],
+            opts["C"],
+            y_val=labels[val],
+            classifier=opts["classifier"],
+            lr=opts["lr"],
+            test_subjects=job["subjects"][test],
+        )
     # plain fields only: a worker process sends them back pickled
     return fits, [warnings.WarningMessage(w.message, w.category, w.filename, w.lineno) for w in caught]
 
@@ -335,14 +383,19 @@ def time_binned_features(model: Any, adapter: Any, policy: Any, batch_size: int,
     return np.concatenate(out).astype(np.float32)
 
 
-
-
 def _resolved(path: str | Path) -> Path:
     return Path(path).expanduser().resolve()
 
 
-def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: list[str] | None,
-                    test_fraction: float | None, folds: int | None) -> dict[str, Any]:
+def plan_evaluation(
+    cfg: Any,
+    run_dir: Path,
+    *,
+    cache: str | None,
+    channels: list[str] | None,
+    test_fraction: float | None,
+    folds: int | None,
+) -> dict[str, Any]:
     """Which windows, which subjects train the classifier and which are tested, under which name.
 
     Returns ``adapter`` (every subject of the evaluation cache in its ``train`` split), ``folds``
@@ -359,9 +412,11 @@ def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: lis
         from . import available_evaluators
 
         others = ", ".join(f"mvapp eval {name}" for name in available_evaluators() if name != "sleep-staging")
-        raise ValueError(f"run {run_dir} has no EEG encoder (it was trained on '{cfg.data.adapter}' data, encoders: "
-                         f"{', '.join(cfg.model.encoders)}): sleep staging needs a run trained on EEG windows (e.g. "
-                         f"mvapp train --config configs/eeg_sleepedf_m3g.yaml); evaluate this run with {others}")
+        raise ValueError(
+            f"run {run_dir} has no EEG encoder (it was trained on '{cfg.data.adapter}' data, encoders: "
+            f"{', '.join(cfg.model.encoders)}): sleep staging needs a run trained on EEG windows (e.g. "
+            f"mvapp train --config configs/eeg_sleepedf_m3g.yaml); evaluate this run with {others}"
+        )
     if cfg.data.adapter != "eeg_windows" and cache is None:
         raise ValueError(f"run {run_dir} was trained on '{cfg.data.adapter}' data; pass --cache <prepared EEG cache>")
     pretraining_subjects: list[str] = []
@@ -380,41 +435,59 @@ def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: lis
     base = {k: v for k, v in run_options.items() if k not in ("cache", "channels", "test_subjects", "test_fraction")}
     if not in_domain:
         base = {"split_seed": run_options.get("split_seed", 0)}
-    everyone = build_adapter("eeg_windows", {**base, "cache": eval_cache, "test_fraction": 0.0,
-                                             **({"channels": channels} if channels else
-                                                {"channels": run_options.get("channels")} if in_domain else {})})
+    everyone = build_adapter(
+        "eeg_windows",
+        {
+            **base,
+            "cache": eval_cache,
+            "test_fraction": 0.0,
+            **({"channels": channels} if channels else {"channels": run_options.get("channels")} if in_domain else {}),
+        },
+    )
     all_subjects = everyone.split_subjects["train"]
     rng_seed = int(base.get("split_seed", 0))
     if in_domain:
         held_out = [s for s in all_subjects if s not in set(pretraining_subjects)]
         if test_fraction is not None:
-            proposed = build_adapter("eeg_windows", {**run_options, "test_fraction": test_fraction,
-                                                     "test_subjects": None}).split_subjects["test"]
+            proposed = build_adapter(
+                "eeg_windows", {**run_options, "test_fraction": test_fraction, "test_subjects": None}
+            ).split_subjects["test"]
             _refuse_pretraining(proposed, pretraining_subjects, f"--test-fraction {test_fraction}")
             held_out = proposed
         if not held_out:
-            raise ValueError(f"run {run_dir} pretrained on every subject of {eval_cache}: nothing is held out for "
-                             "in-domain staging; evaluate on another cache (--cache)")
+            raise ValueError(
+                f"run {run_dir} pretrained on every subject of {eval_cache}: nothing is held out for "
+                "in-domain staging; evaluate on another cache (--cache)"
+            )
         candidates, classifier_pool = held_out, pretraining_subjects
     else:
         candidates = all_subjects
         classifier_pool = []
     if folds is not None:
         if folds > len(candidates):
-            raise ValueError(f"--folds {folds}: only {len(candidates)} candidate test subjects "
-                             f"({', '.join(candidates)})")
+            raise ValueError(
+                f"--folds {folds}: only {len(candidates)} candidate test subjects ({', '.join(candidates)})"
+            )
         order = np.random.default_rng(rng_seed).permutation(len(candidates))
         test_sets = [[candidates[i] for i in part] for part in np.array_split(order, folds)]
     elif in_domain:
         test_sets = [candidates]
     else:
         fraction = CROSS_DATASET_TEST_FRACTION if test_fraction is None else test_fraction
-        split = build_adapter("eeg_windows", {"cache": eval_cache, "test_fraction": fraction, "split_seed": rng_seed,
-                                              **({"channels": channels} if channels else {})})
+        split = build_adapter(
+            "eeg_windows",
+            {
+                "cache": eval_cache,
+                "test_fraction": fraction,
+                "split_seed": rng_seed,
+                **({"channels": channels} if channels else {}),
+            },
+        )
         test_sets = [split.split_subjects["test"]]
     option = f"--cache {cache}" if cache else "the run's split"
-    pretraining_files = (recording_digests(run_adapter.manifest, pretraining_subjects)
-                         if cfg.data.adapter == "eeg_windows" else {})
+    pretraining_files = (
+        recording_digests(run_adapter.manifest, pretraining_subjects) if cfg.data.adapter == "eeg_windows" else {}
+    )
     for test_set in test_sets:
         if in_domain:  # one cache, one naming: a subject name is a person
             _refuse_pretraining(test_set, pretraining_subjects, option)
@@ -428,9 +501,16 @@ def plan_evaluation(cfg: Any, run_dir: Path, *, cache: str | None, channels: lis
     else:
         protocol = "cross-dataset" if dataset != run_dataset else "in-domain (other cache)"
         name = f"sleep_staging_{dataset}" if dataset != run_dataset else f"sleep_staging_{_resolved(eval_cache).name}"
-    return {"adapter": everyone, "folds": plan_folds, "protocol": protocol, "name": name, "dataset": dataset,
-            "split_seed": rng_seed,
-            "pretraining_subjects": pretraining_subjects, "pretraining_cache": pretraining_cache}
+    return {
+        "adapter": everyone,
+        "folds": plan_folds,
+        "protocol": protocol,
+        "name": name,
+        "dataset": dataset,
+        "split_seed": rng_seed,
+        "pretraining_subjects": pretraining_subjects,
+        "pretraining_cache": pretraining_cache,
+    }
 
 
 def recording_digests(manifest: dict[str, Any], subjects: list[str]) -> dict[str, str]:
@@ -445,28 +525,43 @@ def _refuse_same_recordings(test_files: dict[str, str], pretraining_files: dict[
     if same:
         pairs = "; ".join(f"{test_files[d]} is {pretraining_files[d]}" for d in same[:5])
         more = f" (+{len(same) - 5} more)" if len(same) > 5 else ""
-        raise ValueError(f"{option} would test on recordings the encoder was pretrained on "
-                         f"(same sha256 or synthetic person): "
-                         f"{pairs}{more}; staging must be scored on recordings the encoder never saw")
+        raise ValueError(
+            f"{option} would test on recordings the encoder was pretrained on "
+            f"(same sha256 or synthetic person): "
+            f"{pairs}{more}; staging must be scored on recordings the encoder never saw"
+        )
 
 
 def _refuse_pretraining(test_subjects: list[str], pretraining_subjects: list[str], option: str) -> None:
     overlap = sorted(set(test_subjects) & set(pretraining_subjects))
     if overlap:
-        raise ValueError(f"{option} would put pretraining subjects into the test set: {', '.join(overlap)}; "
-                         "staging must be scored on subjects the encoder never saw")
+        raise ValueError(
+            f"{option} would put pretraining subjects into the test set: {', '.join(overlap)}; "
+            "staging must be scored on subjects the encoder never saw"
+        )
 
 
-def window_features(model: Any, adapter: Any, policy: Any, split: str, batch_size: int, device: str, *,
-                    rows: np.ndarray | list[int] | None = None, combine: Combine = "concat",
-                    kind: FeatureKind = "encoder", progress: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
+def window_features(
+    model: Any,
+    adapter: Any,
+    policy: Any,
+    split: str,
+    batch_size: int,
+    device: str,
+    *,
+    rows: np.ndarray | list[int] | None = None,
+    combine: Combine = "concat",
+    kind: FeatureKind = "encoder",
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
     """Per-window features of ``split`` (only the windows ``rows`` when given): the views' features
     combined (``(N, k * f)`` concatenated, ``(N, f)`` averaged), labels ``(N,)`` and the windows'
     meta (subject, recording, window). The one feature path of this evaluator and of ``mvapp tune``'s
     sleep-staging objective."""
     dataset = None if rows is None else Subset(adapter.split(split), np.asarray(rows).tolist())
-    feats, labels, meta = feature_path.extract_features(model, adapter, policy, split, batch_size, device, progress,
-                                                        dataset=dataset, kind=kind)
+    feats, labels, meta = feature_path.extract_features(
+        model, adapter, policy, split, batch_size, device, progress, dataset=dataset, kind=kind
+    )
     return combine_views(feats, combine), labels, meta
 
 
@@ -490,17 +585,37 @@ def confusion_figure(counts: np.ndarray | list[list[int]], title: str) -> Any:
     ax.imshow(normalized, cmap="Blues", vmin=0, vmax=1)
     for i in range(len(STAGES)):
         for j in range(len(STAGES)):
-            ax.text(j, i, f"{normalized[i, j]:.2f}", ha="center", va="center",
-                    color="black" if normalized[i, j] < 0.6 else "white")
-    ax.set(xticks=range(len(STAGES)), yticks=range(len(STAGES)), xticklabels=STAGES, yticklabels=STAGES,
-           xlabel="predicted", ylabel="true (rows sum to 1)")
+            ax.text(
+                j,
+                i,
+                f"{normalized[i, j]:.2f}",
+                ha="center",
+                va="center",
+                color="black" if normalized[i, j] < 0.6 else "white",
+            )
+    ax.set(
+        xticks=range(len(STAGES)),
+        yticks=range(len(STAGES)),
+        xticklabels=STAGES,
+        yticklabels=STAGES,
+        xlabel="predicted",
+        ylabel="true (rows sum to 1)",
+    )
     ax.set_title(title, fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def _plots(run_dir: Path, stem: str, y_true: np.ndarray, y_pred: np.ndarray, meta: dict[str, list[Any]],
-           shots: int, confusion: np.ndarray, title: str) -> dict[str, str]:
+def _plots(
+    run_dir: Path,
+    stem: str,
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    meta: dict[str, list[Any]],
+    shots: int,
+    confusion: np.ndarray,
+    title: str,
+) -> dict[str, str]:
     """The confusion matrix ``confusion (5, 5)`` (counts pooled over fits, shown row-normalized, titled
     ``title``) and a true-vs-predicted hypnogram of the longest test night (``y_true`` / ``y_pred``:
     the first fold's test windows, seed 0)."""
@@ -541,26 +656,33 @@ def format_table(result: dict[str, Any]) -> str:
     shots = [str(s) for s in result["shots"]]
     capped = set(result.get("capped_shots", []))
     n_runs = next(iter(next(iter(result["results"].values())).values()))["n_runs"]
-    source = f"pretrained on {result['pretraining_cache']}" if result.get("pretraining_cache") else "pretrained elsewhere"
+    source = (
+        f"pretrained on {result['pretraining_cache']}" if result.get("pretraining_cache") else "pretrained elsewhere"
+    )
     if result.get("pooled_runs"):
         source += f", pooled over {len(result['pooled_runs'])} pretraining runs"
-    lines = [f"sleep staging, {result['protocol']} ({result['dataset']}, {source}): {len(result['folds'])} fold(s), "
-             f"{len(result['subjects']['test'])} test subjects in fold 1, {result['windows']['test']} test windows, "
-             f"mean ± std over {n_runs} fits (folds x seeds); classifier: {result['classifier']}"
-             + (f"; {result['features']} outputs" if result.get("features", "encoder") != "encoder" else "")]
+    lines = [
+        f"sleep staging, {result['protocol']} ({result['dataset']}, {source}): {len(result['folds'])} fold(s), "
+        f"{len(result['subjects']['test'])} test subjects in fold 1, {result['windows']['test']} test windows, "
+        f"mean ± std over {n_runs} fits (folds x seeds); classifier: {result['classifier']}"
+        + (f"; {result['features']} outputs" if result.get("features", "encoder") != "encoder" else "")
+    ]
     width = max(12, *(len(name) + 1 for name in result["results"]))
     header = f"{'features':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>17}" for s in shots)
     for metric in METRICS:
         lines += ["", f"{metric}", header]
         for name, per_shot in result["results"].items():
-            lines.append(f"{name:<{width}}" + "".join(
-                f"{per_shot[s][metric]['mean']:>10.3f} ± {per_shot[s][metric]['std']:.3f}" for s in shots))
+            lines.append(
+                f"{name:<{width}}"
+                + "".join(f"{per_shot[s][metric]['mean']:>10.3f} ± {per_shot[s][metric]['std']:.3f}" for s in shots)
+            )
     if result.get("paired"):
         lines += paired_lines(result["paired"], shots, capped, width)
     for s in shots:
         if s in capped:
-            draws = sorted({tuple(sorted(d.items(), key=lambda kv: STAGES.index(kv[0])))
-                            for d in result["drawn_per_class"][s]})
+            draws = sorted(
+                {tuple(sorted(d.items(), key=lambda kv: STAGES.index(kv[0]))) for d in result["drawn_per_class"][s]}
+            )
             listed = " | ".join(", ".join(f"{c} {n}" for c, n in d) for d in draws)
             lines.append(f"* s={s} is capped by the windows that exist (imbalanced draw; drawn per class: {listed})")
     for note in result.get("notes", []):
@@ -572,12 +694,17 @@ def paired_lines(paired: dict[str, dict[str, Any]], shots: list[str], capped: se
     """The paired block of :func:`format_table`: trained minus each row by test subject, mean [95 % bootstrap
     CI] over subjects and the subjects ahead of n (``eval.protocols.stats``)."""
     n = max(cell["n"] for cells in paired.values() for cell in cells.values())
-    lines = ["", f"balanced_accuracy, trained minus each row per test subject (fits sharing a subject averaged first): "
-                 f"mean [95 % bootstrap CI over subjects, {stats.RESAMPLES} resamples], subjects ahead / n (n = {n})",
-             f"{'trained minus':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>45}" for s in shots)]
+    lines = [
+        "",
+        f"balanced_accuracy, trained minus each row per test subject (fits sharing a subject averaged first): "
+        f"mean [95 % bootstrap CI over subjects, {stats.RESAMPLES} resamples], subjects ahead / n (n = {n})",
+        f"{'trained minus':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>45}" for s in shots),
+    ]
     for name, per_shot in paired.items():
-        lines.append(f"{name:<{width}}" + "".join(
-            f"{stats.ci_text(per_shot[s]):>45}" if s in per_shot else f"{'-':>45}" for s in shots))
+        lines.append(
+            f"{name:<{width}}"
+            + "".join(f"{stats.ci_text(per_shot[s]):>45}" if s in per_shot else f"{'-':>45}" for s in shots)
+        )
     return lines
 
 
@@ -589,64 +716,148 @@ class SleepStaging(Evaluator):
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--cache", default=None,
-                            help="stage another prepared cache (cross-dataset, e.g. Sleep-EDF; default: the run's own)")
+        parser.add_argument(
+            "--cache",
+            default=None,
+            help="stage another prepared cache (cross-dataset, e.g. Sleep-EDF; default: the run's own)",
+        )
         parser.add_argument("--channels", nargs="+", default=None, help="channels of the cache to use (default: all)")
-        parser.add_argument("--test-fraction", type=open_fraction, default=None,
-                            help="share of subjects held out (default: the run's split in-domain, "
-                                 f"{CROSS_DATASET_TEST_FRACTION} cross-dataset)")
-        parser.add_argument("--folds", type=positive_int, default=None,
-                            help="subject-wise folds of the test subjects (mean ± std over folds x seeds)")
-        parser.add_argument("--shots", type=positive_int, nargs="+", default=list(DEFAULT_SHOTS),
-                            help="windows per class (default: %(default)s)")
-        parser.add_argument("--seeds", type=positive_int, default=5,
-                            help="repetitions (different few-shot draws; default: %(default)s)")
-        parser.add_argument("--combine", choices=["concat", "mean"], default="concat",
-                            help="per-channel features (default: %(default)s)")
-        parser.add_argument("--classifier", choices=["logreg", "paper"], default="logreg",
-                            help="logreg: standardized logistic regression on the channel features; paper: learned "
-                                 "channel combination + linear classifier on 4 time bins, AdamW, early stopping "
-                                 "(default: %(default)s)")
-        parser.add_argument("--C", type=positive_float, default=None,
-                            help=f"fixed inverse L2 strength of the logistic regression (default: tuned over {list(C_GRID)} "
-                                 "on validation subjects, for every row alike)")
-        parser.add_argument("--lr", type=positive_float, default=None,
-                            help=f"fixed learning rate of the paper classifier (default: tuned over {list(LR_GRID)})")
-        parser.add_argument("--pool-runs", nargs="+", type=Path, default=None, metavar="RUN",
-                            help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
-                                 "report mean ± std over runs x folds x seeds (eval/<name>_pooled.json in --run)")
-        parser.add_argument("--batch-size", type=positive_int, default=FEATURE_BATCH,
-                            help="windows per feature-extraction batch (default: %(default)s)")
-        parser.add_argument("--no-baselines", action="store_true",
-                            help=f"skip the non-learned baselines (band power, {HANDCRAFTED_ROW}) and the {COMBINED_ROW} row")
-        parser.add_argument("--no-ceiling", action="store_true",
-                            help=f"skip the {CEILING_ROW} row (the run's encoder trained end to end on the pretraining "
-                                 "nights' stages; `mvapp experiment supervised-ceiling --run RUN` trains it)")
-        parser.add_argument("--no-combined", action="store_true",
-                            help=f"skip the {COMBINED_ROW} row (band powers concatenated with the trained features)")
-        parser.add_argument("--features", choices=["encoder", "projector"], default="encoder",
-                            help="encoder backbone features or the normalized projector output (logreg only; "
-                                 "default: %(default)s)")
-        parser.add_argument("--stages", nargs="+", choices=list(STAGES), default=None,
-                            help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
-                                 "windows are excluded and counted in the output (default: every stage)")
+        parser.add_argument(
+            "--test-fraction",
+            type=open_fraction,
+            default=None,
+            help="share of subjects held out (default: the run's split in-domain, "
+            f"{CROSS_DATASET_TEST_FRACTION} cross-dataset)",
+        )
+        parser.add_argument(
+            "--folds",
+            type=positive_int,
+            default=None,
+            help="subject-wise folds of the test subjects (mean ± std over folds x seeds)",
+        )
+        parser.add_argument(
+            "--shots",
+            type=positive_int,
+            nargs="+",
+            default=list(DEFAULT_SHOTS),
+            help="windows per class (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--seeds", type=positive_int, default=5, help="repetitions (different few-shot draws; default: %(default)s)"
+        )
+        parser.add_argument(
+            "--combine",
+            choices=["concat", "mean"],
+            default="concat",
+            help="per-channel features (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--classifier",
+            choices=["logreg", "paper"],
+            default="logreg",
+            help="logreg: standardized logistic regression on the channel features; paper: learned "
+            "channel combination + linear classifier on 4 time bins, AdamW, early stopping "
+            "(default: %(default)s)",
+        )
+        parser.add_argument(
+            "--C",
+            type=positive_float,
+            default=None,
+            help=f"fixed inverse L2 strength of the logistic regression (default: tuned over {list(C_GRID)} "
+            "on validation subjects, for every row alike)",
+        )
+        parser.add_argument(
+            "--lr",
+            type=positive_float,
+            default=None,
+            help=f"fixed learning rate of the paper classifier (default: tuned over {list(LR_GRID)})",
+        )
+        parser.add_argument(
+            "--pool-runs",
+            nargs="+",
+            type=Path,
+            default=None,
+            metavar="RUN",
+            help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
+            "report mean ± std over runs x folds x seeds (eval/<name>_pooled.json in --run)",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=FEATURE_BATCH,
+            help="windows per feature-extraction batch (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--no-baselines",
+            action="store_true",
+            help=f"skip the non-learned baselines (band power, {HANDCRAFTED_ROW}) and the {COMBINED_ROW} row",
+        )
+        parser.add_argument(
+            "--no-ceiling",
+            action="store_true",
+            help=f"skip the {CEILING_ROW} row (the run's encoder trained end to end on the pretraining "
+            "nights' stages; `mvapp experiment supervised-ceiling --run RUN` trains it)",
+        )
+        parser.add_argument(
+            "--no-combined",
+            action="store_true",
+            help=f"skip the {COMBINED_ROW} row (band powers concatenated with the trained features)",
+        )
+        parser.add_argument(
+            "--features",
+            choices=["encoder", "projector"],
+            default="encoder",
+            help="encoder backbone features or the normalized projector output (logreg only; default: %(default)s)",
+        )
+        parser.add_argument(
+            "--stages",
+            nargs="+",
+            choices=list(STAGES),
+            default=None,
+            help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
+            "windows are excluded and counted in the output (default: every stage)",
+        )
         parser.add_argument("--device", default="cpu")
-        parser.add_argument("--workers", type=positive_int, default=1,
-                            help="processes fitting the subject folds' logistic regressions at the same time (the same "
-                                 "result; the paper classifier always uses one; default: %(default)s)")
-        parser.add_argument("--accept-input-differences", action="store_true",
-                            help="stage a cache whose rate / band / units / window / scaling differ from the run's "
-                                 "input_contract.json (refused otherwise; every difference is listed in the output)")
+        parser.add_argument(
+            "--workers",
+            type=positive_int,
+            default=1,
+            help="processes fitting the subject folds' logistic regressions at the same time (the same "
+            "result; the paper classifier always uses one; default: %(default)s)",
+        )
+        parser.add_argument(
+            "--accept-input-differences",
+            action="store_true",
+            help="stage a cache whose rate / band / units / window / scaling differ from the run's "
+            "input_contract.json (refused otherwise; every difference is listed in the output)",
+        )
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:
-        results = [run_sleep_staging(
-            run, cache=args.cache, channels=args.channels, test_fraction=args.test_fraction, folds=args.folds,
-            shots=tuple(args.shots), seeds=args.seeds, combine=args.combine, C=args.C,
-            batch_size=args.batch_size, baselines=not args.no_baselines, device=args.device,
-            classifier=args.classifier, lr=args.lr, feature_kind=args.features, combined=not args.no_combined,
-            stages=args.stages, accept_input_differences=args.accept_input_differences, workers=args.workers,
-            ceiling=not args.no_ceiling,
-        ) for run in [Path(run_dir), *(args.pool_runs or [])]]
+        results = [
+            run_sleep_staging(
+                run,
+                cache=args.cache,
+                channels=args.channels,
+                test_fraction=args.test_fraction,
+                folds=args.folds,
+                shots=tuple(args.shots),
+                seeds=args.seeds,
+                combine=args.combine,
+                C=args.C,
+                batch_size=args.batch_size,
+                baselines=not args.no_baselines,
+                device=args.device,
+                classifier=args.classifier,
+                lr=args.lr,
+                feature_kind=args.features,
+                combined=not args.no_combined,
+                stages=args.stages,
+                accept_input_differences=args.accept_input_differences,
+                workers=args.workers,
+                ceiling=not args.no_ceiling,
+            )
+            for run in [Path(run_dir), *(args.pool_runs or [])]
+        ]
         result = results[0]
         if len(results) > 1:
             result = pool_results(results)

@@ -1,5 +1,6 @@
 """Labels of a split and fixed class-stratified subsets of it (the tune objective's intermediate
 reports and the kNN monitor score every trial / every probe on the same items)."""
+
 from __future__ import annotations
 
 from typing import Any

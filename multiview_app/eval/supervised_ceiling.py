@@ -21,6 +21,7 @@ excluded by the same ``data.options``), in two steps, both trained by
 The final run's frozen encoder is then probed exactly like the pretrained encoder (the sleep-staging
 evaluator's ``supervised_ceiling`` row). :data:`CEILING_FILE` in ``<run>/ceiling/`` records both runs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,9 +52,16 @@ NUM_STAGES = 5
 
 def ceiling_key(cfg: Config, steps: int, val_subjects: list[str] | None) -> dict[str, Any]:
     """Everything that defines one ceiling run of the pretraining config ``cfg``."""
-    return {"recipe": RECIPE, "data": ceiling_data(cfg, val_subjects), "views": cfg.views.model_dump(mode="json"),
-            "model": supervised_model(cfg), "optim": cfg.optim.model_dump(mode="json"), "steps": int(steps),
-            "batch_size": cfg.train.batch_size, "seed": cfg.train.seed}
+    return {
+        "recipe": RECIPE,
+        "data": ceiling_data(cfg, val_subjects),
+        "views": cfg.views.model_dump(mode="json"),
+        "model": supervised_model(cfg),
+        "optim": cfg.optim.model_dump(mode="json"),
+        "steps": int(steps),
+        "batch_size": cfg.train.batch_size,
+        "seed": cfg.train.seed,
+    }
 
 
 def ceiling_data(cfg: Config, val_subjects: list[str] | None) -> dict[str, Any]:
@@ -66,33 +74,47 @@ def ceiling_data(cfg: Config, val_subjects: list[str] | None) -> dict[str, Any]:
     return {"adapter": cfg.data.adapter, "options": options}
 
 
-def ceiling_config(cfg: Config, out_dir: str | Path, steps: int, *, val_subjects: list[str] | None = None,
-                   checkpoints: int = 0) -> Config:
+def ceiling_config(
+    cfg: Config, out_dir: str | Path, steps: int, *, val_subjects: list[str] | None = None, checkpoints: int = 0
+) -> Config:
     """The config of a ceiling run of ``steps`` steps in ``out_dir/<select|final>_<hash>`` (module
     docstring); ``checkpoints`` > 0 saves that many equally spaced checkpoints, all kept."""
     if cfg.data.adapter != "eeg_windows":
-        raise ValueError(f"supervised ceiling: needs a run pretrained on EEG windows, got data.adapter {cfg.data.adapter!r}")
+        raise ValueError(
+            f"supervised ceiling: needs a run pretrained on EEG windows, got data.adapter {cfg.data.adapter!r}"
+        )
     if int(steps) < 1:
         raise ValueError(f"supervised ceiling: need a positive step budget, got {steps}")
     key = ceiling_key(cfg, steps, val_subjects)
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     name = f"{'select' if val_subjects else 'final'}_{digest}"
     raw = cfg.to_dict()
-    raw.update(data=key["data"], model=key["model"],
-               loss={"name": "supervised_ce", "num_classes": NUM_STAGES, "in_dim": encoder_feature_dim(cfg)},
-               output={**raw["output"], "runs_dir": str(out_dir), "name": name},
-               eval={**raw["eval"], "linear_probe": False})
+    raw.update(
+        data=key["data"],
+        model=key["model"],
+        loss={"name": "supervised_ce", "num_classes": NUM_STAGES, "in_dim": encoder_feature_dim(cfg)},
+        output={**raw["output"], "runs_dir": str(out_dir), "name": name},
+        eval={**raw["eval"], "linear_probe": False},
+    )
     every = max(1, int(steps) // checkpoints) if checkpoints else 0
-    raw["train"] = {**raw["train"], "max_steps": int(steps), "epochs": None, "checkpoint_every": every,
-                    "keep_checkpoints": checkpoints + 1, "callbacks": []}
+    raw["train"] = {
+        **raw["train"],
+        "max_steps": int(steps),
+        "epochs": None,
+        "checkpoint_every": every,
+        "keep_checkpoints": checkpoints + 1,
+        "callbacks": [],
+    }
     return config_from_dict(raw)
 
 
 def validation_subjects(subjects: list[str], seed: int) -> list[str]:
     """:data:`VALIDATION_FRACTION` of the pretraining ``subjects`` (at least one, never all), drawn with ``seed``."""
     if len(subjects) < 2:
-        raise ValueError(f"supervised ceiling: choosing its steps needs >= 2 pretraining subjects (one for "
-                         f"validation), got {list(subjects)}")
+        raise ValueError(
+            f"supervised ceiling: choosing its steps needs >= 2 pretraining subjects (one for "
+            f"validation), got {list(subjects)}"
+        )
     order = np.random.default_rng([seed, 17]).permutation(len(subjects))
     n_val = min(len(subjects) - 1, max(1, int(round(VALIDATION_FRACTION * len(subjects)))))
     return sorted(subjects[i] for i in order[:n_val])
@@ -133,6 +155,18 @@ def ceiling_record(run_dir: str | Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-__all__ = ["CANDIDATES", "CEILING_DIR", "CEILING_FILE", "CEILING_ROW", "SELECTION_SHOTS", "VALIDATION_FRACTION",
-           "candidate_weights", "ceiling_config", "ceiling_data", "ceiling_key", "ceiling_record",
-           "validation_score", "validation_subjects"]
+__all__ = [
+    "CANDIDATES",
+    "CEILING_DIR",
+    "CEILING_FILE",
+    "CEILING_ROW",
+    "SELECTION_SHOTS",
+    "VALIDATION_FRACTION",
+    "candidate_weights",
+    "ceiling_config",
+    "ceiling_data",
+    "ceiling_key",
+    "ceiling_record",
+    "validation_score",
+    "validation_subjects",
+]

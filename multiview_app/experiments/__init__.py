@@ -18,6 +18,7 @@ Experiments may import ``train/`` and ``eval/``; nothing below them imports ``ex
 (tests/test_layout.py). Scripts (``scripts/reproduce_*.py``, ``scripts/results_*.py``) are thin
 wrappers over this package.
 """
+
 from __future__ import annotations
 
 from typing import Any

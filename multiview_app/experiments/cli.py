@@ -6,33 +6,43 @@ without it, the existing run folder ``--run`` is evaluated (its ERM baseline tra
 :func:`.domains.evaluate_with_erm`). The former spelling ``mvapp eval domain-generalization`` is forwarded
 here by the console script (``multiview_app/cli.py``: ``FORWARDS``).
 """
+
 from __future__ import annotations
 
 import argparse
 import functools
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..argtypes import nonnegative_int, positive_float, positive_int
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
-    group = subparsers.add_parser("experiment", help="train runs unless done, then evaluate them (domain-generalization, "
-                                                           "supervised-ceiling)")
+    group = subparsers.add_parser(
+        "experiment", help="train runs unless done, then evaluate them (domain-generalization, supervised-ceiling)"
+    )
     sub = group.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
-    parser = sub.add_parser("domain-generalization",
-                            help="leave-one-domain-out with training-domain-validation model selection (DomainBed): "
-                                 "pretrain one run per held-out domain and seed (--config) or evaluate --run")
+    parser = sub.add_parser(
+        "domain-generalization",
+        help="leave-one-domain-out with training-domain-validation model selection (DomainBed): "
+        "pretrain one run per held-out domain and seed (--config) or evaluate --run",
+    )
     add_domain_generalization_arguments(parser)
     parser.set_defaults(func=run_domain_generalization)
-    ceiling = sub.add_parser("supervised-ceiling",
-                             help="train the supervised ceiling of an EEG run unless done: its encoder trained end to "
-                                  "end on the pretraining nights' stages, steps chosen on validation subjects "
-                                  "(the sleep-staging evaluator's supervised_ceiling row)")
+    ceiling = sub.add_parser(
+        "supervised-ceiling",
+        help="train the supervised ceiling of an EEG run unless done: its encoder trained end to "
+        "end on the pretraining nights' stages, steps chosen on validation subjects "
+        "(the sleep-staging evaluator's supervised_ceiling row)",
+    )
     ceiling.add_argument("--run", required=True, type=Path, help="the pretraining run folder (EEG windows)")
-    ceiling.add_argument("--steps", type=positive_int, default=None,
-                         help="step budget of the selection run (default: the run's train.max_steps)")
+    ceiling.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="step budget of the selection run (default: the run's train.max_steps)",
+    )
     ceiling.set_defaults(func=run_supervised_ceiling)
 
 
@@ -42,8 +52,10 @@ def run_supervised_ceiling(args: argparse.Namespace) -> int:
 
     record = train_supervised_ceiling(args.run.expanduser().resolve(), steps=args.steps)
     scores = ", ".join(f"{s}: {v:.3f}" for s, v in record["validation_balanced_accuracy"].items())
-    print(f"supervised ceiling: {record['chosen_steps']} steps chosen on validation subjects "
-          f"{', '.join(record['validation_subjects'])} (balanced accuracy by step: {scores}); run {record['run']}")
+    print(
+        f"supervised ceiling: {record['chosen_steps']} steps chosen on validation subjects "
+        f"{', '.join(record['validation_subjects'])} (balanced accuracy by step: {scores}); run {record['run']}"
+    )
     return 0
 
 
@@ -51,6 +63,7 @@ def resumable(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     """``run`` whose interrupted training (Ctrl-C / SIGTERM in one of its runs) tells the user to run the
     same experiment command again (finished runs are reused, the interrupted one resumes from its
     checkpoint), not to resume the sub-run by hand."""
+
     @functools.wraps(run)
     def wrapped(args: argparse.Namespace) -> int:
         from ..train.trainer import TrainingInterrupted
@@ -62,8 +75,10 @@ def resumable(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             command = " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment", "..."])
             raise TrainingInterrupted(
                 f"{what}; resume the experiment with the same command (finished runs are reused, this one continues "
-                f"from its checkpoint): mvapp {command}", err.signum,
+                f"from its checkpoint): mvapp {command}",
+                err.signum,
             ) from None
+
     return wrapped
 
 
@@ -72,30 +87,57 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
     the protocol module imported here loads numpy / scikit-learn)."""
     from ..eval.protocols.domains import DEFAULT_CS
 
-    parser.add_argument("--run", required=True, type=Path,
-                        help="run folder to evaluate; with --config the output folder the runs are trained in")
-    parser.add_argument("--config", help="train from this config first (one run per held-out domain and seed); "
-                                         "--run is then the output folder")
-    parser.add_argument("--holdout", default=None,
-                        help="with --config: a domain name or 'all' (default: the config's data.options.holdout)")
+    parser.add_argument(
+        "--run",
+        required=True,
+        type=Path,
+        help="run folder to evaluate; with --config the output folder the runs are trained in",
+    )
+    parser.add_argument(
+        "--config",
+        help="train from this config first (one run per held-out domain and seed); --run is then the output folder",
+    )
+    parser.add_argument(
+        "--holdout",
+        default=None,
+        help="with --config: a domain name or 'all' (default: the config's data.options.holdout)",
+    )
     parser.add_argument("--seeds", default="0", help="with --config: comma-separated seeds")
-    parser.add_argument("--protocol", choices=["generalization", "adaptation", "both"], default="generalization",
-                        help="with --config: target held out (generalization), its train images in pretraining "
-                             "without labels (adaptation), or both in one table")
+    parser.add_argument(
+        "--protocol",
+        choices=["generalization", "adaptation", "both"],
+        default="generalization",
+        help="with --config: target held out (generalization), its train images in pretraining "
+        "without labels (adaptation), or both in one table",
+    )
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for --config")
-    parser.add_argument("--C", type=positive_float, default=None,
-                        help="fixed inverse L2 strength of the probe (default: chosen with the checkpoint by "
-                             f"training-domain validation from {', '.join(map(str, DEFAULT_CS))})")
-    parser.add_argument("--batch-size", type=positive_int, default=None, help="feature-extraction batch (default: eval.batch_size)")
+    parser.add_argument(
+        "--C",
+        type=positive_float,
+        default=None,
+        help="fixed inverse L2 strength of the probe (default: chosen with the checkpoint by "
+        f"training-domain validation from {', '.join(map(str, DEFAULT_CS))})",
+    )
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=None, help="feature-extraction batch (default: eval.batch_size)"
+    )
     parser.add_argument("--no-erm", action="store_true", help="skip the supervised ERM baseline")
-    parser.add_argument("--erm-steps", type=positive_int, default=None,
-                        help="ERM's own step budget (default 600; its checkpoint is chosen by training-domain "
-                             "validation, never the pretraining train.max_steps)")
+    parser.add_argument(
+        "--erm-steps",
+        type=positive_int,
+        default=None,
+        help="ERM's own step budget (default 600; its checkpoint is chosen by training-domain "
+        "validation, never the pretraining train.max_steps)",
+    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=nonnegative_int, default=1,
-                        help="torch threads of the evaluation (feature extraction, probes), the setting of "
-                             "multiview_app.threads: MVAPP_NUM_THREADS wins; 0 = the automatic choice; training "
-                             "runs (pretraining, ERM) use their config's train.num_threads")
+    parser.add_argument(
+        "--threads",
+        type=nonnegative_int,
+        default=1,
+        help="torch threads of the evaluation (feature extraction, probes), the setting of "
+        "multiview_app.threads: MVAPP_NUM_THREADS wins; 0 = the automatic choice; training "
+        "runs (pretraining, ERM) use their config's train.num_threads",
+    )
 
 
 @resumable
@@ -114,8 +156,15 @@ def run_domain_generalization(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"--run {run_dir}: not a run folder (no config.yaml)")
         if args.holdout is not None:
             raise ValueError("--holdout needs --config (the held-out domain of an existing run is in its config)")
-        result = evaluate_with_erm(run_dir, C=args.C, batch_size=args.batch_size, erm=not args.no_erm,
-                                   erm_steps=args.erm_steps, device=args.device, threads=args.threads or None)
+        result = evaluate_with_erm(
+            run_dir,
+            C=args.C,
+            batch_size=args.batch_size,
+            erm=not args.no_erm,
+            erm_steps=args.erm_steps,
+            device=args.device,
+            threads=args.threads or None,
+        )
         print(write_summary([result], run_dir / "eval")["table"])
         print(f"wrote {run_dir / 'eval' / f'{KIND}.json'}")
         return 0
@@ -125,9 +174,19 @@ def run_domain_generalization(args: argparse.Namespace) -> int:
         raise ValueError("--config: set data.options.holdout (or adapt) or pass --holdout DOMAIN|all")
     seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
     protocols = ("generalization", "adaptation") if args.protocol == "both" else (args.protocol,)
-    results = train_and_evaluate(args.config, run_dir, "all" if holdout == "all" else [holdout], seeds, args.set,
-                                 protocols=protocols, C=args.C, erm=not args.no_erm, erm_steps=args.erm_steps,
-                                 device=args.device, threads=args.threads or None)
+    results = train_and_evaluate(
+        args.config,
+        run_dir,
+        "all" if holdout == "all" else [holdout],
+        seeds,
+        args.set,
+        protocols=protocols,
+        C=args.C,
+        erm=not args.no_erm,
+        erm_steps=args.erm_steps,
+        device=args.device,
+        threads=args.threads or None,
+    )
     print(write_summary(results, run_dir)["table"])
     print(f"wrote {run_dir}")
     return 0

@@ -8,14 +8,16 @@ an interrupted one resumes from its latest checkpoint (the trainer refuses a cha
 folder with neither is refused, never deleted. Evaluations already written are reused, so a sweep resumes
 after an interruption. ``mvapp experiment domain-generalization`` (:mod:`.cli`) is the command.
 """
+
 from __future__ import annotations
 
 import contextlib
 import io
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..config import Config, load_config
 from ..eval.domain_generalization import KIND, domain_target, evaluate_run
@@ -50,8 +52,9 @@ def ensure_pretrained(cfg: Config, progress: bool = True) -> tuple[float | None,
     return (None, None) if summary.reused else (summary.train_s, summary.cpu_s)
 
 
-def train_erm(cfg: Config, adapter: Any, cache_dir: str | Path, *, steps: int = DEFAULT_STEPS,
-              progress: bool = True) -> tuple[Path, dict[str, Any]]:
+def train_erm(
+    cfg: Config, adapter: Any, cache_dir: str | Path, *, steps: int = DEFAULT_STEPS, progress: bool = True
+) -> tuple[Path, dict[str, Any]]:
     """The ERM baseline of the pretraining config ``cfg`` (:func:`multiview_app.eval.erm.erm_config`: a
     ``supervised_ce`` run in ``cache_dir``) trained unless done; returns its run folder and its summary
     (``steps``, ``final_loss``, ``train_accuracy`` of the last logged steps, ``batch_size``, ``k``, ``key``)."""
@@ -62,10 +65,20 @@ def train_erm(cfg: Config, adapter: Any, cache_dir: str | Path, *, steps: int = 
     return erm_cfg.run_dir, erm_run_summary(cfg, erm_cfg.run_dir)
 
 
-def evaluate_with_erm(run_dir: str | Path, *, erm: bool = True, erm_steps: int | None = None,
-                      erm_cache: str | Path | None = None, C: float | None = None, batch_size: int | None = None,
-                      device: str = "cpu", progress: bool = True, max_candidates: int | None = None,
-                      threads: int | None = None, reference_cache: str | Path | None = None) -> dict[str, Any]:
+def evaluate_with_erm(
+    run_dir: str | Path,
+    *,
+    erm: bool = True,
+    erm_steps: int | None = None,
+    erm_cache: str | Path | None = None,
+    C: float | None = None,
+    batch_size: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    max_candidates: int | None = None,
+    threads: int | None = None,
+    reference_cache: str | Path | None = None,
+) -> dict[str, Any]:
     """:func:`~multiview_app.eval.domain_generalization.evaluate_run` of a finished run folder, its ERM
     baseline (``erm``; budget ``erm_steps``, default :data:`~multiview_app.eval.erm.DEFAULT_STEPS`) trained
     unless done in ``erm_cache`` (default ``<run>/eval``) first, its training time counted in the result.
@@ -83,13 +96,23 @@ def evaluate_with_erm(run_dir: str | Path, *, erm: bool = True, erm_steps: int |
         cfg = load_run_config(run_dir)
         adapter = build_adapter(cfg.data.adapter, cfg.data.options)
         domain_target(run_dir, adapter)  # a run the evaluator refuses trains no ERM baseline first
-        erm_run, _ = train_erm(cfg, adapter, erm_cache or run_dir / "eval", steps=erm_steps or DEFAULT_STEPS,
-                               progress=progress)
+        erm_run, _ = train_erm(
+            cfg, adapter, erm_cache or run_dir / "eval", steps=erm_steps or DEFAULT_STEPS, progress=progress
+        )
         spent = (time.perf_counter() - began, time.process_time() - cpu_began)
     if threads is not None:
         configure_torch_threads(threads, report=None, setting_name=THREADS_OPTION)
-    return evaluate_run(run_dir, erm_run=erm_run, erm_train_s=spent, C=C, batch_size=batch_size, device=device,
-                        progress=progress, max_candidates=max_candidates, reference_cache=reference_cache)
+    return evaluate_run(
+        run_dir,
+        erm_run=erm_run,
+        erm_train_s=spent,
+        C=C,
+        batch_size=batch_size,
+        device=device,
+        progress=progress,
+        max_candidates=max_candidates,
+        reference_cache=reference_cache,
+    )
 
 
 def run_name(base: Config, holdout: str, seed: int, protocol: str) -> str:
@@ -100,17 +123,29 @@ def run_name(base: Config, holdout: str, seed: int, protocol: str) -> str:
     return f"{base.loss.name}{free}_{holdout}{adapt_tag if protocol == 'adaptation' else ''}_s{seed}"
 
 
-def run_config(config: str | Path, out_dir: str | Path, holdout: str, seed: int, protocol: str,
-               overrides: list[str] | tuple[str, ...] = (), suffix: str = "") -> Config:
+def run_config(
+    config: str | Path,
+    out_dir: str | Path,
+    holdout: str,
+    seed: int,
+    protocol: str,
+    overrides: list[str] | tuple[str, ...] = (),
+    suffix: str = "",
+) -> Config:
     """The pretraining config of one (target domain, seed, protocol) run under ``out_dir`` (``suffix``
     appended to the run name: runs of the same loss that differ by ``overrides``)."""
     if protocol not in PROTOCOL_OPTION:
         raise ValueError(f"unknown protocol {protocol}; valid: {', '.join(PROTOCOL_OPTION)}")
     base = load_config(config, list(overrides))
-    target = [f"data.options.{key}={holdout if key == PROTOCOL_OPTION[protocol] else 'null'}"
-              for key in PROTOCOL_OPTION.values()]
-    return load_config(config, [*overrides, *target, f"train.seed={seed}", f"output.runs_dir={out_dir}",
-                                "eval.linear_probe=false"], name=run_name(base, holdout, seed, protocol) + suffix)
+    target = [
+        f"data.options.{key}={holdout if key == PROTOCOL_OPTION[protocol] else 'null'}"
+        for key in PROTOCOL_OPTION.values()
+    ]
+    return load_config(
+        config,
+        [*overrides, *target, f"train.seed={seed}", f"output.runs_dir={out_dir}", "eval.linear_probe=false"],
+        name=run_name(base, holdout, seed, protocol) + suffix,
+    )
 
 
 def all_domains(config: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -123,10 +158,20 @@ def all_domains(config: str | Path, overrides: list[str] | tuple[str, ...] = ())
 
 
 def train_and_evaluate(
-    config: str | Path, out_dir: str | Path, holdouts: list[str] | str, seeds: list[int],
-    overrides: list[str] | tuple[str, ...] = (), *, protocols: tuple[str, ...] = ("generalization",),
-    C: float | None = None, erm: bool = True, erm_steps: int | None = None, device: str = "cpu",
-    progress: bool = True, threads: int | None = None, evaluate: bool = True,
+    config: str | Path,
+    out_dir: str | Path,
+    holdouts: list[str] | str,
+    seeds: list[int],
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    protocols: tuple[str, ...] = ("generalization",),
+    C: float | None = None,
+    erm: bool = True,
+    erm_steps: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    threads: int | None = None,
+    evaluate: bool = True,
 ) -> list[dict[str, Any]]:
     """One pretraining run per (target domain, seed, protocol) under ``out_dir`` (:func:`run_config`),
     trained unless done (:func:`ensure_pretrained`), then :func:`evaluate_with_erm` on each (ERM runs
@@ -151,9 +196,17 @@ def train_and_evaluate(
         pretrain_s, pretrain_cpu_s = ensure_pretrained(cfg, progress=progress)
         if not evaluate:
             continue
-        result = evaluate_with_erm(cfg.run_dir, C=C, erm=erm, erm_steps=erm_steps, erm_cache=out_dir / "erm",
-                                   device=device, progress=progress, threads=threads,
-                                   reference_cache=out_dir / REFERENCE_CACHE)
+        result = evaluate_with_erm(
+            cfg.run_dir,
+            C=C,
+            erm=erm,
+            erm_steps=erm_steps,
+            erm_cache=out_dir / "erm",
+            device=device,
+            progress=progress,
+            threads=threads,
+            reference_cache=out_dir / REFERENCE_CACHE,
+        )
         result["pretrain_s"] = pretrain_s  # None when the run had been trained before
         result["pretrain_cpu_s"] = pretrain_cpu_s
         atomic_write_json(done, result)
@@ -161,5 +214,15 @@ def train_and_evaluate(
     return results
 
 
-__all__ = ["PROTOCOL_OPTION", "REFERENCE_CACHE", "TRAIN_POLICY", "all_domains", "ensure_pretrained",
-           "evaluate_with_erm", "run_config", "run_name", "train_and_evaluate", "train_erm"]
+__all__ = [
+    "PROTOCOL_OPTION",
+    "REFERENCE_CACHE",
+    "TRAIN_POLICY",
+    "all_domains",
+    "ensure_pretrained",
+    "evaluate_with_erm",
+    "run_config",
+    "run_name",
+    "train_and_evaluate",
+    "train_erm",
+]

@@ -4,11 +4,13 @@ finished run, and read back its metrics and linear-probe accuracies), comma-sepa
 table + figure outputs. Training unless done, saved results rows and sweeps are :mod:`multiview_app.experiments`
 (``train_unless_done`` = ``ensure_trained(cfg, "reuse")``). The scripts run from a clone: :data:`ROOT` is the
 repository root (its ``configs/``; outputs default under its ``runs/``)."""
+
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +33,9 @@ def train_unless_done(cfg: Config) -> RunSummary:
     return ensure_trained(cfg, "reuse")
 
 
-def train_digits(loss: str, name: str, overrides: list[str], runs_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def train_digits(
+    loss: str, name: str, overrides: list[str], runs_dir: str | Path
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Train unless done (:func:`train_unless_done`) and return (metrics.jsonl records,
     linear_probe.json ``results``: trained and random_init)."""
     base = ["train.checkpoint_every=0", "eval.linear_probe=true", f"output.runs_dir={runs_dir}"]
@@ -80,5 +84,16 @@ def write_outputs(out: str | Path, table_lines: list[str], fig: Any) -> Path:
     return png
 
 
-__all__ = ["ROOT", "ROW_FILE", "RunSummary", "SMALL", "linear_probe_results", "new_figure", "parse_list", "results_row",
-           "train_digits", "train_unless_done", "write_outputs"]
+__all__ = [
+    "ROOT",
+    "ROW_FILE",
+    "RunSummary",
+    "SMALL",
+    "linear_probe_results",
+    "new_figure",
+    "parse_list",
+    "results_row",
+    "train_digits",
+    "train_unless_done",
+    "write_outputs",
+]

@@ -1,6 +1,7 @@
 """Sleep staging across pretraining runs: a run's stored evaluation reused when its settings match,
 pooling over pretraining seeds x folds x draws, paired differences between losses on the same fits,
 and the Markdown table (scripts/reproduce/m3g/reproduce_m3g_eeg.py)."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ from typing import Any
 from ..data.eeg.stages import STAGES
 from ..eval.protocols.probe import mean_std
 from ..eval.protocols.staging import pool_results
-from ..eval.sleep_staging import run_sleep_staging
 from ..eval.protocols.stats import ci_text, paired_summary, unit_means
+from ..eval.sleep_staging import run_sleep_staging
 
 TABLE_METRICS = ("balanced_accuracy", "kappa")
 """Table metrics: the evaluator's headline (neither rewards the class prior)."""
@@ -19,8 +20,16 @@ REFERENCE_LOSS = "m3g"
 """The loss the paired differences are taken against."""
 
 
-def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list[int], draws: int,
-                   combine: str = "concat", stages: list[str] | None = None) -> dict[str, Any]:
+def staging_result(
+    run_dir: Path,
+    *,
+    cache: Path | None,
+    folds: int,
+    shots: list[int],
+    draws: int,
+    combine: str = "concat",
+    stages: list[str] | None = None,
+) -> dict[str, Any]:
     """The sleep-staging result of one run (in-domain, or on another dataset's ``cache``: cross-dataset,
     or e.g. the real DREAMS excerpts): the stored ``eval/sleep_staging[_<dataset>].json`` when it holds
     the same shots, draws, folds, cache, ``combine`` and ``stages`` and per-subject scores in its fits, else a fresh evaluation (baselines
@@ -31,17 +40,32 @@ def staging_result(run_dir: Path, *, cache: Path | None, folds: int, shots: list
     stored = run_dir / "eval" / f"{stem}.json"
     if stored.is_file():
         result = json.loads(stored.read_text())
-        if (result["shots"] == list(shots) and result["seeds"] == draws and len(result["folds"]) == folds
-                and _per_subject_fits(result)
-                and result.get("combine") == combine and result.get("stages") == (list(stages) if stages else list(STAGES))
-                and (cache is None or Path(result["cache"]).resolve() == cache.resolve())):
+        if (
+            result["shots"] == list(shots)
+            and result["seeds"] == draws
+            and len(result["folds"]) == folds
+            and _per_subject_fits(result)
+            and result.get("combine") == combine
+            and result.get("stages") == (list(stages) if stages else list(STAGES))
+            and (cache is None or Path(result["cache"]).resolve() == cache.resolve())
+        ):
             return result
-    return run_sleep_staging(run_dir, cache=str(cache) if cache else None, folds=folds, shots=tuple(shots),
-                             seeds=draws, baselines=True, progress=False, combine=combine, stages=stages)
+    return run_sleep_staging(
+        run_dir,
+        cache=str(cache) if cache else None,
+        folds=folds,
+        shots=tuple(shots),
+        seeds=draws,
+        baselines=True,
+        progress=False,
+        combine=combine,
+        stages=stages,
+    )
 
 
-def train_supervised_ceiling(run_dir: str | Path, *, steps: int | None = None, progress: bool = True,
-                             batch_size: int = 16) -> dict[str, Any]:
+def train_supervised_ceiling(
+    run_dir: str | Path, *, steps: int | None = None, progress: bool = True, batch_size: int = 16
+) -> dict[str, Any]:
     """The supervised ceiling of the pretraining run ``run_dir`` (``eval.supervised_ceiling``), trained
     unless done: the selection run (validation subjects held out, ``steps`` budget, default the run's
     ``train.max_steps``, :data:`~multiview_app.eval.supervised_ceiling.CANDIDATES` checkpoints scored on the
@@ -59,8 +83,10 @@ def train_supervised_ceiling(run_dir: str | Path, *, steps: int | None = None, p
     cfg = load_run_config(run_dir)
     budget = int(steps or cfg.train.max_steps or 0)
     if budget < 1:
-        raise ValueError(f"supervised ceiling of {run_dir}: need a positive step budget (--steps); the run has "
-                         f"train.max_steps {cfg.train.max_steps}")
+        raise ValueError(
+            f"supervised ceiling of {run_dir}: need a positive step budget (--steps); the run has "
+            f"train.max_steps {cfg.train.max_steps}"
+        )
     out = run_dir / ceiling.CEILING_DIR
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".lock", "w") as lock:
@@ -72,23 +98,33 @@ def train_supervised_ceiling(run_dir: str | Path, *, steps: int | None = None, p
         if record and record.get("selection_run") == str(select_cfg.run_dir) and Path(record["run"]).is_dir():
             return record
         ensure_pretrained(select_cfg, progress=progress)
-        scores = {step: ceiling.validation_score(select_cfg.run_dir, weights, batch_size=batch_size)
-                  for step, weights in ceiling.candidate_weights(select_cfg.run_dir, budget)}
+        scores = {
+            step: ceiling.validation_score(select_cfg.run_dir, weights, batch_size=batch_size)
+            for step, weights in ceiling.candidate_weights(select_cfg.run_dir, budget)
+        }
         chosen = max(scores, key=lambda step: (scores[step], -step))  # ties: the fewer steps
         final_cfg = ceiling.ceiling_config(cfg, out, chosen)
         ensure_pretrained(final_cfg, progress=progress)
-        record = {"run": str(final_cfg.run_dir), "selection_run": str(select_cfg.run_dir), "budget": budget,
-                  "chosen_steps": chosen, "validation_balanced_accuracy": {str(k): v for k, v in scores.items()},
-                  "validation_subjects": val_subjects, "pretraining_subjects": pretraining,
-                  "recipe": ceiling.RECIPE, "encoder": cfg.model.encoders}
+        record = {
+            "run": str(final_cfg.run_dir),
+            "selection_run": str(select_cfg.run_dir),
+            "budget": budget,
+            "chosen_steps": chosen,
+            "validation_balanced_accuracy": {str(k): v for k, v in scores.items()},
+            "validation_subjects": val_subjects,
+            "pretraining_subjects": pretraining,
+            "recipe": ceiling.RECIPE,
+            "encoder": cfg.model.encoders,
+        }
         atomic_write_json(out / ceiling.CEILING_FILE, record)
         return record
 
 
 def _per_subject_fits(result: dict[str, Any]) -> bool:
     """Whether every fit of a stored result holds per-subject scores (an older version's result has none)."""
-    return all("per_subject" in fit for rows in result["results"].values() for cell in rows.values()
-               for fit in cell["runs"])
+    return all(
+        "per_subject" in fit for rows in result["results"].values() for cell in rows.values() for fit in cell["runs"]
+    )
 
 
 def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) -> dict[str, float]:
@@ -96,14 +132,17 @@ def seed_means(result: dict[str, Any], row: str, metric: str, shots: list[int]) 
     return {str(s): result["results"][row][str(s)][metric]["mean"] for s in shots}
 
 
-def paired_over_runs(per_seed: dict[str, list[dict[str, Any]]], metric: str, shots: list[int],
-                     reference: str = REFERENCE_LOSS) -> dict[str, Any]:
+def paired_over_runs(
+    per_seed: dict[str, list[dict[str, Any]]], metric: str, shots: list[int], reference: str = REFERENCE_LOSS
+) -> dict[str, Any]:
     """Per loss != ``reference``: the reference minus that loss by test subject (``eval.protocols.stats``). The fits line
     up (same pretraining seed, staging split and draws); each fit's difference is taken per test subject,
     averaged per subject over the seeds and draws that share it, and summarized over subjects (mean, 95 %
     bootstrap CI, subjects ahead, n subjects). Only ``balanced_accuracy`` is kept per subject."""
     if metric != "balanced_accuracy":
-        raise ValueError(f"paired differences by test subject: only balanced_accuracy is kept per subject, got {metric}")
+        raise ValueError(
+            f"paired differences by test subject: only balanced_accuracy is kept per subject, got {metric}"
+        )
     out: dict[str, Any] = {}
     for loss, results in per_seed.items():
         if loss == reference or reference not in per_seed:
@@ -114,7 +153,8 @@ def paired_over_runs(per_seed: dict[str, list[dict[str, Any]]], metric: str, sho
                 (subject, score - b["per_subject"][subject])
                 for ra, rb in zip(per_seed[reference], results)
                 for a, b in zip(ra["results"]["trained"][str(s)]["runs"], rb["results"]["trained"][str(s)]["runs"])
-                for subject, score in a["per_subject"].items())
+                for subject, score in a["per_subject"].items()
+            )
             out[loss][str(s)] = paired_summary(per_subject)
     return out
 
@@ -124,15 +164,25 @@ def pool_losses(per_seed: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str
     return {loss: pool_results(runs) for loss, runs in per_seed.items()}
 
 
-def table_lines(protocol: str, pooled: dict[str, dict[str, Any]], per_seed: dict[str, list[dict[str, Any]]],
-                paired: dict[str, dict[str, Any]], shots: list[int]) -> list[str]:
+def table_lines(
+    protocol: str,
+    pooled: dict[str, dict[str, Any]],
+    per_seed: dict[str, list[dict[str, Any]]],
+    paired: dict[str, dict[str, Any]],
+    shots: list[int],
+) -> list[str]:
     """Markdown: pooled mean +- std (seeds x folds x draws) per loss; std of the per-seed means;
     paired M3G differences."""
     cells = " | ".join(f"s={s}" for s in shots)
-    lines = [f"### {protocol}", "",
-             "balanced accuracy / kappa, mean ± std over pretraining seeds x folds x draws "
-             "(in brackets: std of the per-pretraining-seed means, balanced accuracy)", "",
-             f"| loss | encoder | seeds | {cells} |", "|---|---|---|" + "---|" * len(shots)]
+    lines = [
+        f"### {protocol}",
+        "",
+        "balanced accuracy / kappa, mean ± std over pretraining seeds x folds x draws "
+        "(in brackets: std of the per-pretraining-seed means, balanced accuracy)",
+        "",
+        f"| loss | encoder | seeds | {cells} |",
+        "|---|---|---|" + "---|" * len(shots),
+    ]
     for loss, result in pooled.items():
         for row in ("trained", "random_init", "bandpower"):
             if row == "bandpower" and loss != next(iter(pooled)):
@@ -141,33 +191,60 @@ def table_lines(protocol: str, pooled: dict[str, dict[str, Any]], per_seed: dict
             for s in shots:
                 m = {k: result["results"][row][str(s)][k] for k in TABLE_METRICS}
                 spread = mean_std([seed_means(r, row, "balanced_accuracy", [s])[str(s)] for r in per_seed[loss]])["std"]
-                cell.append(f"{m['balanced_accuracy']['mean']:.3f} ± {m['balanced_accuracy']['std']:.3f} "
-                            f"[{spread:.3f}] / {m['kappa']['mean']:.3f}")
+                cell.append(
+                    f"{m['balanced_accuracy']['mean']:.3f} ± {m['balanced_accuracy']['std']:.3f} "
+                    f"[{spread:.3f}] / {m['kappa']['mean']:.3f}"
+                )
             name = loss if row != "bandpower" else "(any)"
             lines.append(f"| {name} | {row} | {len(per_seed[loss])} | " + " | ".join(cell) + " |")
     if paired:
         n = max(cell["n"] for per_s in paired.values() for cell in per_s.values())
-        lines += ["", "paired differences M3G - baseline (trained encoder, balanced accuracy) by test subject, the "
-                  "seeds and draws sharing a subject averaged first: mean [95 % bootstrap CI over subjects], "
-                  f"subjects with M3G ahead (n = {n})", "", f"| baseline | {cells} |", "|---|" + "---|" * len(shots)]
+        lines += [
+            "",
+            "paired differences M3G - baseline (trained encoder, balanced accuracy) by test subject, the "
+            "seeds and draws sharing a subject averaged first: mean [95 % bootstrap CI over subjects], "
+            f"subjects with M3G ahead (n = {n})",
+            "",
+            f"| baseline | {cells} |",
+            "|---|" + "---|" * len(shots),
+        ]
         for loss, per_s in paired.items():
             lines.append(f"| {loss} | " + " | ".join(ci_text(per_s[str(s)]) for s in shots) + " |")
     return lines + [""]
 
 
-def protocol_summary(pooled: dict[str, dict[str, Any]], per_seed: dict[str, list[dict[str, Any]]],
-                     paired: dict[str, Any], shots: list[int]) -> dict[str, Any]:
+def protocol_summary(
+    pooled: dict[str, dict[str, Any]],
+    per_seed: dict[str, list[dict[str, Any]]],
+    paired: dict[str, Any],
+    shots: list[int],
+) -> dict[str, Any]:
     """JSON summary of one protocol: pooled cells (without the per-fit ``runs``), per-seed means of the
     trained row, paired differences, number of folds."""
     first = next(iter(pooled))
     return {
-        "pooled": {loss: {row: {s: {k: v for k, v in cell.items() if k != "runs"} for s, cell in rows.items()}
-                          for row, rows in p["results"].items()} for loss, p in pooled.items()},
-        "per_seed_means": {loss: [seed_means(r, "trained", "balanced_accuracy", shots) for r in runs]
-                           for loss, runs in per_seed.items()},
-        "paired_m3g_minus": paired, "folds": len(pooled[first]["folds"]),
+        "pooled": {
+            loss: {
+                row: {s: {k: v for k, v in cell.items() if k != "runs"} for s, cell in rows.items()}
+                for row, rows in p["results"].items()
+            }
+            for loss, p in pooled.items()
+        },
+        "per_seed_means": {
+            loss: [seed_means(r, "trained", "balanced_accuracy", shots) for r in runs]
+            for loss, runs in per_seed.items()
+        },
+        "paired_m3g_minus": paired,
+        "folds": len(pooled[first]["folds"]),
     }
 
 
-__all__ = ["TABLE_METRICS", "paired_over_runs", "pool_losses", "protocol_summary", "seed_means", "staging_result",
-           "table_lines"]
+__all__ = [
+    "TABLE_METRICS",
+    "paired_over_runs",
+    "pool_losses",
+    "protocol_summary",
+    "seed_means",
+    "staging_result",
+    "table_lines",
+]

@@ -4,13 +4,15 @@ A sweep trains every point of a grid under one :class:`~multiview_app.experiment
 (:func:`sweep`) in the grid's order: the first axis outermost, so an early stop of a seed-major sweep
 still leaves every loss with the same seeds.
 """
+
 from __future__ import annotations
 
 import itertools
 import json
 import shutil
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from ..config import Config
 from ..train.run_io import atomic_write_json
@@ -29,8 +31,9 @@ def grid(**axes: Iterable[Any]) -> list[dict[str, Any]]:
     return [dict(zip(names, values)) for values in itertools.product(*(list(v) for v in axes.values()))]
 
 
-def sweep(points: Iterable[P], make_config: Callable[[P], Config],
-          policy: str | TrainPolicy = "reuse") -> Iterator[tuple[P, Config, RunSummary]]:
+def sweep(
+    points: Iterable[P], make_config: Callable[[P], Config], policy: str | TrainPolicy = "reuse"
+) -> Iterator[tuple[P, Config, RunSummary]]:
     """For every point in order: its config (``make_config(point)``), trained by
     :func:`~multiview_app.experiments.training.ensure_trained` under ``policy``; yields
     ``(point, cfg, summary)`` so the caller evaluates each run as soon as it is trained."""
@@ -39,8 +42,9 @@ def sweep(points: Iterable[P], make_config: Callable[[P], Config],
         yield point, cfg, ensure_trained(cfg, policy)
 
 
-def results_row(cfg: Config, fresh: bool, make_row: Callable[[RunSummary], dict[str, Any]],
-                policy: str | TrainPolicy = "reuse") -> dict[str, Any]:
+def results_row(
+    cfg: Config, fresh: bool, make_row: Callable[[RunSummary], dict[str, Any]], policy: str | TrainPolicy = "reuse"
+) -> dict[str, Any]:
     """The run's row of a results table: the saved ``eval/results_row.json`` when present, else
     :func:`ensure_trained` then ``make_row(summary)`` (evaluates the run folder), saved atomically.
     ``fresh`` removes the whole run folder first (retrain)."""

@@ -22,6 +22,7 @@ Resuming continues from the latest checkpoint exactly (the trainer's resume cont
 removed, resumed or trained into while another process holds its lock (:class:`.RunLock`): RuntimeError
 naming the holder.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -90,8 +91,9 @@ def config_mismatch(cfg: Config) -> dict[str, tuple[object, object]]:
     ``cfg`` (keys the saved file lacks are schema fields added since, at their defaults: ignored)."""
     saved = read_yaml(cfg.run_dir / "config.yaml")
     present = flatten(saved)
-    return {key: values for key, values in config_differences(saved, resolve_paths(cfg).to_dict()).items()
-            if key in present}
+    return {
+        key: values for key, values in config_differences(saved, resolve_paths(cfg).to_dict()).items() if key in present
+    }
 
 
 def ensure_trained(cfg: Config, policy: str | TrainPolicy = "reuse") -> RunSummary:
@@ -109,9 +111,11 @@ def ensure_trained(cfg: Config, policy: str | TrainPolicy = "reuse") -> RunSumma
         if policy.finished == "check":
             changed = config_mismatch(cfg)
             if changed:
-                raise ValueError(f"{run_dir}: finished with another config ("
-                                 + "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
-                                 + "); use another --runs-dir or remove the run")
+                raise ValueError(
+                    f"{run_dir}: finished with another config ("
+                    + "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+                    + "); use another --runs-dir or remove the run"
+                )
         return finished_summary(run_dir)
     holder = RunLock.holder(run_dir)
     if holder is not None:
@@ -127,8 +131,14 @@ def ensure_trained(cfg: Config, policy: str | TrainPolicy = "reuse") -> RunSumma
             shutil.rmtree(run_dir)
     began, cpu_began = time.perf_counter(), time.process_time()
     result = train(cfg, resume=resume)
-    return RunSummary(result.steps, result.final_loss, time.perf_counter() - began, result.items_per_s, reused=False,
-                      cpu_s=time.process_time() - cpu_began)
+    return RunSummary(
+        result.steps,
+        result.final_loss,
+        time.perf_counter() - began,
+        result.items_per_s,
+        reused=False,
+        cpu_s=time.process_time() - cpu_began,
+    )
 
 
 __all__ = ["POLICIES", "RunSummary", "TrainPolicy", "config_mismatch", "ensure_trained", "finished_summary"]

@@ -5,12 +5,23 @@
 returns ``(embeddings (rows, dim), metadata table, manifest)`` memory-mapped. See
 docs/architecture.md, "Export".
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-_LAZY = {"ALL_SPLITS", "VIEW_MODES", "ExportError", "ShardedRows", "data_config", "export_embeddings",
-         "export_model", "feature_rows", "load_embeddings", "plan_shards"}
+_LAZY = {
+    "ALL_SPLITS",
+    "VIEW_MODES",
+    "ExportError",
+    "ShardedRows",
+    "data_config",
+    "export_embeddings",
+    "export_model",
+    "feature_rows",
+    "load_embeddings",
+    "plan_shards",
+}
 
 
 def __getattr__(name: str) -> Any:  # lazy: ``mvapp --help`` imports export.cli without torch / pyarrow

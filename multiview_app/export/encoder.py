@@ -13,6 +13,7 @@ An encoder folder holds:
 
 Nothing is pickled: weights are safetensors, the rest JSON / text.
 """
+
 from __future__ import annotations
 
 import json
@@ -96,7 +97,11 @@ def _headline_numbers(result: Any, prefix: str = "", depth: int = 0) -> dict[str
         return found
     for key, value in result.items():
         path = f"{prefix}{key}"
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and any(h in str(key) for h in HEADLINE_KEYS):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and any(h in str(key) for h in HEADLINE_KEYS)
+        ):
             found[path] = float(value)
         elif isinstance(value, dict):
             found.update(_headline_numbers(value, f"{path}.", depth + 1))
@@ -131,13 +136,20 @@ def _input_description(cfg: Any, run_dir: Path, modality: str) -> dict[str, Any]
             contract = run_input_contract(cfg, adapter, policy)
             origin = f"the run's config and the cache now at {cfg.data.options.get('cache')} (the run has no input_contract.json)"
             if contract is None:
-                raise EncoderExportError(f"run {run_dir}: data adapter {cfg.data.adapter!r} gives no EEG input contract")
+                raise EncoderExportError(
+                    f"run {run_dir}: data adapter {cfg.data.adapter!r} gives no EEG input contract"
+                )
         return {"kind": "eeg_windows", "contract": contract, "contract_origin": origin}
     if modality == "image":
         size = int((cfg.views.options or {}).get("image_size", 32))
-        return {"kind": "image", "shape": ["n", 3, size, size], "image_size": size, "dtype": "float32",
-                "preprocessing": f"RGB in [0, 1], resized to round({size} / 0.875) px, center-cropped to {size} px, "
-                                 "normalized with ImageNet mean (0.485, 0.456, 0.406) and std (0.229, 0.224, 0.225)"}
+        return {
+            "kind": "image",
+            "shape": ["n", 3, size, size],
+            "image_size": size,
+            "dtype": "float32",
+            "preprocessing": f"RGB in [0, 1], resized to round({size} / 0.875) px, center-cropped to {size} px, "
+            "normalized with ImageNet mean (0.485, 0.456, 0.406) and std (0.229, 0.224, 0.225)",
+        }
     return {"kind": modality, "note": "token ids from the encoder's tokenizer (see its name)"}
 
 
@@ -163,8 +175,9 @@ def _prepare_out(out_dir: Path, run_dir: Path, overwrite: bool) -> None:
         if not overwrite:
             raise EncoderExportError(f"--out {out_dir}: not empty (pass --overwrite to replace an encoder folder)")
         if not (out_dir / CONFIG_FILE).is_file():
-            raise EncoderExportError(f"--out {out_dir}: not empty and not an encoder folder (no {CONFIG_FILE}); "
-                                     "refusing to overwrite it")
+            raise EncoderExportError(
+                f"--out {out_dir}: not empty and not an encoder folder (no {CONFIG_FILE}); refusing to overwrite it"
+            )
         for name in (WEIGHTS_FILE, CONFIG_FILE, CARD_FILE, ONNX_FILE):
             (out_dir / name).unlink(missing_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -177,8 +190,15 @@ def _weights_of(encoder: nn.Module) -> tuple[dict[str, torch.Tensor], str]:
     return state, owner
 
 
-def export_encoder(run_dir: str | Path, out_dir: str | Path, *, weights: str = "final", modality: str | None = None,
-                   onnx: bool = False, overwrite: bool = False) -> dict[str, Any]:
+def export_encoder(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    weights: str = "final",
+    modality: str | None = None,
+    onnx: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
     """Write the encoder of ``modality`` of run ``run_dir`` (``weights``: final, init or step_N) to
     ``out_dir`` (see the module docstring); returns the written config."""
     from safetensors.torch import save_file
@@ -199,8 +219,12 @@ def export_encoder(run_dir: str | Path, out_dir: str | Path, *, weights: str = "
     input_description = _input_description(cfg, run_dir, modality)
     _prepare_out(out_dir, run_dir, overwrite)
 
-    weights_path = atomic_write_with(out_dir / WEIGHTS_FILE, lambda tmp: save_file(
-        state, str(tmp), metadata={"format": ENCODER_FORMAT, "modality": modality, "encoder": name}))  # umask's mode
+    weights_path = atomic_write_with(
+        out_dir / WEIGHTS_FILE,
+        lambda tmp: save_file(
+            state, str(tmp), metadata={"format": ENCODER_FORMAT, "modality": modality, "encoder": name}
+        ),
+    )  # umask's mode
     facts = _run_steps_and_loss(run_dir, weights)
     config: dict[str, Any] = {
         "format": ENCODER_FORMAT,
@@ -211,20 +235,28 @@ def export_encoder(run_dir: str | Path, out_dir: str | Path, *, weights: str = "
         "weights_file": WEIGHTS_FILE,
         "weights_of": owner,
         "weights_sha256": sha256_file(weights_path),
-        "tensors": {k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")} for k, v in state.items()},
+        "tensors": {
+            k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")} for k, v in state.items()
+        },
         "input": input_description,
         "source": {
-            "run": str(run_dir.resolve()), "weights": weights, "weights_file": str(resolve_weights(run_dir, weights).name),
+            "run": str(run_dir.resolve()),
+            "weights": weights,
+            "weights_file": str(resolve_weights(run_dir, weights).name),
             "loss": {"name": cfg.loss.name, **cfg.loss.params},
             "data": {"adapter": cfg.data.adapter, "options": cfg.data.options},
             "views": {"policy": cfg.views.policy, "k": cfg.views.k, "options": cfg.views.options},
-            "steps": facts["steps"], "final_loss": facts["final_loss"],
+            "steps": facts["steps"],
+            "final_loss": facts["final_loss"],
             "metrics": run_metrics(run_dir) if weights == "final" else {},  # eval/*.json score the final weights
         },
     }
     if owner == "timm":
-        config["timm"] = {"model_name": encoder.model_name, "create_model": dict(encoder.create_kwargs),
-                          "small_input_stem": bool(spec.get("small_input_stem", False))}
+        config["timm"] = {
+            "model_name": encoder.model_name,
+            "create_model": dict(encoder.create_kwargs),
+            "small_input_stem": bool(spec.get("small_input_stem", False)),
+        }
     if onnx:
         config["onnx"] = write_onnx(encoder, config, out_dir / ONNX_FILE)
     atomic_write_text(out_dir / CARD_FILE, model_card(config))
@@ -280,8 +312,15 @@ def write_onnx(encoder: nn.Module, config: dict[str, Any], path: Path) -> dict[s
     try:
         with torch.no_grad():
             module(example)  # fills lazy per-view caches (EEG channel ids) before tracing
-            program = torch.onnx.export(module, (example,), input_names=["x"], output_names=["features"],
-                                        dynamic_shapes={"x": {0: batch}}, dynamo=True, verbose=False)
+            program = torch.onnx.export(
+                module,
+                (example,),
+                input_names=["x"],
+                output_names=["features"],
+                dynamic_shapes={"x": {0: batch}},
+                dynamo=True,
+                verbose=False,
+            )
         program.save(str(path))
         worst = _onnx_difference(path, module, example)
     except Exception:
@@ -289,12 +328,19 @@ def write_onnx(encoder: nn.Module, config: dict[str, Any], path: Path) -> dict[s
         raise
     if not math.isfinite(worst) or worst > ONNX_TOLERANCE:
         path.unlink(missing_ok=True)
-        raise EncoderExportError(f"{path}: onnxruntime's outputs differ from PyTorch's by {worst:.3g} "
-                                 f"(> {ONNX_TOLERANCE}); graph removed")
+        raise EncoderExportError(
+            f"{path}: onnxruntime's outputs differ from PyTorch's by {worst:.3g} (> {ONNX_TOLERANCE}); graph removed"
+        )
     output = ["batch", "view", "feature"] if config["modality"] == "eeg" else ["batch", "feature"]
-    return {"file": path.name, "input": {"name": "x", "axes": axes, "shape": ["batch", *example.shape[1:]]},
-            "output": {"name": "features", "axes": output}, "dynamic_axes": ["batch"],
-            "checked_max_abs_diff": worst, "checked_batch": 3, "onnxruntime": onnxruntime.__version__}
+    return {
+        "file": path.name,
+        "input": {"name": "x", "axes": axes, "shape": ["batch", *example.shape[1:]]},
+        "output": {"name": "features", "axes": output},
+        "dynamic_axes": ["batch"],
+        "checked_max_abs_diff": worst,
+        "checked_batch": 3,
+        "onnxruntime": onnxruntime.__version__,
+    }
 
 
 def _onnx_difference(path: Path, module: nn.Module, example: torch.Tensor, batch: int = 3, draws: int = 3) -> float:
@@ -324,19 +370,24 @@ def model_card(config: dict[str, Any]) -> str:
     source = config["source"]
     loss = ", ".join(f"{k}={v}" for k, v in source["loss"].items() if k != "name")
     lines = [
-        f"# {config['modality']} encoder `{config['encoder']}` (multiview_app)", "",
+        f"# {config['modality']} encoder `{config['encoder']}` (multiview_app)",
+        "",
         f"Self-supervised {config['modality']} encoder exported by `mvapp export-model` from run `{source['run']}` "
         f"({source['weights']} weights, the run's `{source['weights_file']}`); this folder holds the encoder alone, "
-        f"in `{WEIGHTS_FILE}`.", "",
+        f"in `{WEIGHTS_FILE}`.",
+        "",
         "## Training",
         f"- loss: `{source['loss']['name']}`" + (f" ({loss})" if loss else ""),
         f"- data: adapter `{source['data']['adapter']}`, options `{json.dumps(source['data']['options'])}`",
         f"- views: policy `{source['views']['policy']}`, k = {source['views']['k']}",
-        f"- optimizer steps: {source['steps']}; last logged loss: {source['final_loss']}", "",
+        f"- optimizer steps: {source['steps']}; last logged loss: {source['final_loss']}",
+        "",
         "## Metrics (the run's eval/*.json)",
     ]
     metrics = source["metrics"]
-    lines += [f"- {stem}: " + ", ".join(f"{k} = {v:.4g}" for k, v in values.items()) for stem, values in metrics.items()]
+    lines += [
+        f"- {stem}: " + ", ".join(f"{k} = {v:.4g}" for k, v in values.items()) for stem, values in metrics.items()
+    ]
     if not metrics and source["weights"] != "final":
         lines.append(f"- none for these ({source['weights']}) weights: the run's evaluations score its final weights")
     elif not metrics:
@@ -347,34 +398,56 @@ def model_card(config: dict[str, Any]) -> str:
         from ..data.eeg.contract import EEGInputContract
 
         contract = EEGInputContract.from_dict(description["contract"], "config.json input.contract")
-        lines += [f"EEG input contract (from {description['contract_origin']}); windows prepared by "
-                  "`mvapp data prepare` with these settings, float32 `(n, channels, samples)`:"]
+        lines += [
+            f"EEG input contract (from {description['contract_origin']}); windows prepared by "
+            "`mvapp data prepare` with these settings, float32 `(n, channels, samples)`:"
+        ]
         lines += [f"- {row}" for row in contract.describe()]
-        lines += ["", "Feature extraction through multiview_app on another cache refuses a different rate, band, "
-                  "units, window or scaling, naming each field; channels outside the list are encoded as "
-                  "the channel names row says, absent ones get no view (nothing is zero-filled)."]
+        lines += [
+            "",
+            "Feature extraction through multiview_app on another cache refuses a different rate, band, "
+            "units, window or scaling, naming each field; channels outside the list are encoded as "
+            "the channel names row says, absent ones get no view (nothing is zero-filled).",
+        ]
     elif description["kind"] == "image":
         lines += [f"- tensor `{description['shape']}` {description['dtype']}", f"- {description['preprocessing']}"]
     else:
         lines += [f"- {description.get('note', '')}"]
     lines += ["", f"Output: `{config['num_features']}` features per input (the backbone, before the projector)."]
-    lines += ["", "## Load", "```python", "from multiview_app import load_encoder", "",
-              "encoder = load_encoder(\"<this folder>\")  # eval mode; encoder.input_contract: the EEG contract",
-              "```"]
+    lines += [
+        "",
+        "## Load",
+        "```python",
+        "from multiview_app import load_encoder",
+        "",
+        'encoder = load_encoder("<this folder>")  # eval mode; encoder.input_contract: the EEG contract',
+        "```",
+    ]
     if "timm" in config:
         timm_args = ", ".join(f"{k}={v!r}" for k, v in config["timm"]["create_model"].items())
-        lines += ["", "In timm alone (the weights are the timm model's own state dict):", "```python", "import timm",
-                  "from safetensors.torch import load_file", "",
-                  f"model = timm.create_model({config['timm']['model_name']!r}, {timm_args})"]
+        lines += [
+            "",
+            "In timm alone (the weights are the timm model's own state dict):",
+            "```python",
+            "import timm",
+            "from safetensors.torch import load_file",
+            "",
+            f"model = timm.create_model({config['timm']['model_name']!r}, {timm_args})",
+        ]
         if config["timm"]["small_input_stem"]:
-            lines += ["model.conv1 = torch.nn.Conv2d(3, model.conv1.out_channels, 3, 1, 1, bias=False)  # small-input stem",
-                      "model.maxpool = torch.nn.Identity()"]
-        lines += [f"model.load_state_dict(load_file(\"{WEIGHTS_FILE}\"))", "```"]
+            lines += [
+                "model.conv1 = torch.nn.Conv2d(3, model.conv1.out_channels, 3, 1, 1, bias=False)  # small-input stem",
+                "model.maxpool = torch.nn.Identity()",
+            ]
+        lines += [f'model.load_state_dict(load_file("{WEIGHTS_FILE}"))', "```"]
     if "onnx" in config:
         onnx = config["onnx"]
-        lines += ["", f"ONNX: `{onnx['file']}`, input `x` {onnx['input']['shape']} (axes {onnx['input']['axes']}), output "
-                      f"`features` (axes {onnx['output']['axes']}); dynamic batch; outputs equal PyTorch's within "
-                      f"{onnx['checked_max_abs_diff']:.2g} under onnxruntime {onnx['onnxruntime']} when written."]
+        lines += [
+            "",
+            f"ONNX: `{onnx['file']}`, input `x` {onnx['input']['shape']} (axes {onnx['input']['axes']}), output "
+            f"`features` (axes {onnx['output']['axes']}); dynamic batch; outputs equal PyTorch's within "
+            f"{onnx['checked_max_abs_diff']:.2g} under onnxruntime {onnx['onnxruntime']} when written.",
+        ]
     lines += ["", f"Files: `{WEIGHTS_FILE}` (safetensors, sha256 `{config['weights_sha256']}`), `{CONFIG_FILE}`.", ""]
     return "\n".join(lines)
 
@@ -402,7 +475,9 @@ def read_encoder_config(folder: str | Path) -> dict[str, Any]:
     """``config.json`` of an encoder folder (``EncoderExportError`` naming the file when absent or foreign)."""
     path = Path(folder) / CONFIG_FILE
     if not path.is_file():
-        raise EncoderExportError(f"{folder}: not an encoder folder (no {CONFIG_FILE}; write one with mvapp export-model)")
+        raise EncoderExportError(
+            f"{folder}: not an encoder folder (no {CONFIG_FILE}; write one with mvapp export-model)"
+        )
     try:
         config = json.loads(path.read_text())
     except json.JSONDecodeError as err:
@@ -432,16 +507,22 @@ def load_encoder(folder: str | Path, device: str | torch.device = "cpu") -> nn.M
         raise EncoderExportError(f"{weights}: missing (the encoder folder is incomplete)")
     try:
         with safe_open(str(weights), framework="pt") as handle:
-            found = {key: (list(handle.get_slice(key).get_shape()),
-                           _dtype_name(handle.get_slice(key).get_dtype())) for key in handle.keys()}
+            found = {
+                key: (list(handle.get_slice(key).get_shape()), _dtype_name(handle.get_slice(key).get_dtype()))
+                for key in handle.keys()
+            }
     except Exception as err:  # safetensors raises its own types for truncated / foreign files
         raise EncoderExportError(f"{weights}: unreadable safetensors file ({err})") from None
     _check_tensors(found, config["tensors"], str(weights), f"{CONFIG_FILE}'s tensor list")
     encoder = _build(config)
     target = encoder.model if config.get("weights_of") == "timm" else encoder
     built = {k: (list(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in target.state_dict().items()}
-    _check_tensors(found, {k: {"shape": s, "dtype": d} for k, (s, d) in built.items()}, str(weights),
-                   f"the {config['modality']}/{config['encoder']} encoder built from {CONFIG_FILE}")
+    _check_tensors(
+        found,
+        {k: {"shape": s, "dtype": d} for k, (s, d) in built.items()},
+        str(weights),
+        f"the {config['modality']}/{config['encoder']} encoder built from {CONFIG_FILE}",
+    )
     target.load_state_dict(load_file(str(weights)), strict=True)
     encoder.eval().to(device)
     encoder.export_config = config
@@ -449,12 +530,24 @@ def load_encoder(folder: str | Path, device: str | torch.device = "cpu") -> nn.M
     if config["input"].get("kind") == "eeg_windows":
         from ..data.eeg.contract import EEGInputContract
 
-        encoder.input_contract = EEGInputContract.from_dict(config["input"]["contract"], f"{folder / CONFIG_FILE} input")
+        encoder.input_contract = EEGInputContract.from_dict(
+            config["input"]["contract"], f"{folder / CONFIG_FILE} input"
+        )
     return encoder
 
 
-_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+_SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
 
 
 def _dtype_name(code: str) -> str:
@@ -466,10 +559,18 @@ def _build(config: dict[str, Any]) -> nn.Module:
     try:
         return build_encoder(config["modality"], config["encoder"], **args)
     except (ValueError, TypeError) as err:
-        raise EncoderExportError(f"{CONFIG_FILE}: cannot build {config['modality']}/{config['encoder']} from "
-                                 f"encoder_args {args}: {err}") from None
+        raise EncoderExportError(
+            f"{CONFIG_FILE}: cannot build {config['modality']}/{config['encoder']} from encoder_args {args}: {err}"
+        ) from None
 
 
-__all__ = ["ChannelWindowsEncoder", "EncoderExportError", "export_encoder", "load_encoder", "missing_onnx_packages",
-           "model_card",
-           "read_encoder_config", "write_onnx"]
+__all__ = [
+    "ChannelWindowsEncoder",
+    "EncoderExportError",
+    "export_encoder",
+    "load_encoder",
+    "missing_onnx_packages",
+    "model_card",
+    "read_encoder_config",
+    "write_onnx",
+]

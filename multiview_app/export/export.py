@@ -8,6 +8,7 @@ contiguous item ranges -> every process streams its shards through
 ``manifest.json`` last. Processes never pad: each takes whole shards of disjoint item ranges, so the
 merged export has every item exactly once, in split order then item index.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,11 +17,12 @@ import math
 import os
 import platform
 import time
+from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -45,8 +47,14 @@ Views = Literal["per-view", "mean", "concat"]
 #: Metadata columns the export itself writes, with their types (adapter columns with the same name
 #: get a ``meta_`` prefix; their types are inferred).
 OWN_COLUMN_TYPES: dict[str, pa.DataType] = {
-    "item_id": pa.string(), "split": pa.string(), "index": pa.int64(), "view": pa.string(),
-    "view_index": pa.int64(), "modality": pa.string(), "label": pa.int64(), "label_name": pa.string(),
+    "item_id": pa.string(),
+    "split": pa.string(),
+    "index": pa.int64(),
+    "view": pa.string(),
+    "view_index": pa.int64(),
+    "modality": pa.string(),
+    "label": pa.int64(),
+    "label_name": pa.string(),
 }
 OWN_COLUMNS = tuple(OWN_COLUMN_TYPES)
 
@@ -81,7 +89,11 @@ class Shard:
 
 
 def plan_shards(
-    split_sizes: dict[str, int], rows_per_item: int, dim: int, world: int, max_shard_bytes: float,
+    split_sizes: dict[str, int],
+    rows_per_item: int,
+    dim: int,
+    world: int,
+    max_shard_bytes: float,
     file_format: FileFormat,
 ) -> list[Shard]:
     """Cut the items of ``split_sizes`` (in order) into ``max(world, ceil(bytes / max_shard_bytes))``
@@ -95,11 +107,15 @@ def plan_shards(
     shards = []
     for s in range(count):
         lo, hi = s * total // count, (s + 1) * total // count
-        segments = [Segment(name, int(max(lo, a) - a), int(min(hi, b) - a))
-                    for name, a, b in zip(split_sizes, starts[:-1], starts[1:]) if max(lo, a) < min(hi, b)]
+        segments = [
+            Segment(name, int(max(lo, a) - a), int(min(hi, b) - a))
+            for name, a, b in zip(split_sizes, starts[:-1], starts[1:])
+            if max(lo, a) < min(hi, b)
+        ]
         meta = f"metadata-{s:05d}-of-{count:05d}.parquet" if file_format == "npy" else None
-        shards.append(Shard(s, lo, hi, (hi - lo) * rows_per_item, shard_file("embeddings", s, count, file_format),
-                            meta, segments))
+        shards.append(
+            Shard(s, lo, hi, (hi - lo) * rows_per_item, shard_file("embeddings", s, count, file_format), meta, segments)
+        )
     return shards
 
 
@@ -172,7 +188,9 @@ def _check_out(run_dir: Path, out_dir: Path) -> None:
     out, run = out_dir.resolve(), run_dir.resolve()
     checkpoints = run / "checkpoints"
     if out == run or out == checkpoints or checkpoints in out.parents:
-        raise ExportError(f"--out {out_dir}: inside the run's folder {run_dir} / its checkpoints; choose another folder")
+        raise ExportError(
+            f"--out {out_dir}: inside the run's folder {run_dir} / its checkpoints; choose another folder"
+        )
 
 
 def check_modality(model: torch.nn.Module, policy: Any, dataset: Any, adapter_name: str, whose: str = "") -> None:
@@ -182,19 +200,25 @@ def check_modality(model: torch.nn.Module, policy: Any, dataset: Any, adapter_na
     views = policy.eval_views(default_collate([dataset[0]]))
     missing = sorted(set(views.modalities) - set(encoders))
     if encoders and missing:
-        raise ExportError(f"data adapter '{adapter_name}' gives '{', '.join(missing)}' views but the model{whose} has "
-                          f"encoders for {', '.join(encoders)} only")
+        raise ExportError(
+            f"data adapter '{adapter_name}' gives '{', '.join(missing)}' views but the model{whose} has "
+            f"encoders for {', '.join(encoders)} only"
+        )
 
 
 def _split_sizes(adapter: Any, split: str, adapter_name: str) -> dict[str, int]:
     available = [*adapter.splits, ALL_SPLITS]
     if split not in available:
-        raise ExportError(f"--split {split!r}: unknown for data adapter '{adapter_name}'; available: {', '.join(available)}")
+        raise ExportError(
+            f"--split {split!r}: unknown for data adapter '{adapter_name}'; available: {', '.join(available)}"
+        )
     names = list(adapter.splits) if split == ALL_SPLITS else [split]
     streamed = [name for name in names if isinstance(adapter.split(name), StreamingDataset)]
     if streamed:
-        raise ExportError(f"--split {split!r}: split {', '.join(streamed)} of data adapter '{adapter_name}' is streamed "
-                          "(data.options.stream: true) and has no end; export another split or read it with stream: false")
+        raise ExportError(
+            f"--split {split!r}: split {', '.join(streamed)} of data adapter '{adapter_name}' is streamed "
+            "(data.options.stream: true) and has no end; export another split or read it with stream: false"
+        )
     return {name: len(adapter.split(name)) for name in names}
 
 
@@ -212,7 +236,12 @@ def _versions() -> dict[str, str]:
 
 
 def feature_rows(
-    part: FeatureBatch, split: str, first_index: int, views: Views, normalize: bool, class_names: list[str],
+    part: FeatureBatch,
+    split: str,
+    first_index: int,
+    views: Views,
+    normalize: bool,
+    class_names: list[str],
 ) -> tuple[np.ndarray, dict[str, list[Any]]]:
     """Rows ``(n * k, f)`` (per-view, item-major), ``(n, f)`` (mean) or ``(n, k * f)`` (concat) of a
     feature batch and their metadata columns (own columns first, then the adapter's)."""
@@ -220,7 +249,9 @@ def feature_rows(
     index = list(range(first_index, first_index + n))
     labels = part.labels.tolist()
     columns: dict[str, list[Any]] = {
-        "item_id": [f"{split}/{i}" for i in index], "split": [split] * n, "index": index,
+        "item_id": [f"{split}/{i}" for i in index],
+        "split": [split] * n,
+        "index": index,
     }
     item_columns: dict[str, list[Any]] = {
         "label": labels,
@@ -249,8 +280,11 @@ def feature_rows(
 
 
 def _is_export_file(name: str) -> bool:
-    return (name in (MANIFEST, PLAN, METADATA) or name.endswith(TMP_SUFFIX)
-            or (name.startswith(("embeddings", "metadata-")) and name.endswith((".npy", ".parquet"))))
+    return (
+        name in (MANIFEST, PLAN, METADATA)
+        or name.endswith(TMP_SUFFIX)
+        or (name.startswith(("embeddings", "metadata-")) and name.endswith((".npy", ".parquet")))
+    )
 
 
 def _remove_tmp(out_dir: Path) -> None:
@@ -274,8 +308,10 @@ def prepare_out(out_dir: Path, plan: dict[str, Any], overwrite: bool) -> str:
         if overwrite:
             foreign = [name for name in entries if not _is_export_file(name)]
             if foreign:
-                raise ExportError(f"--out {out_dir}: --overwrite deletes export files only, but the folder also "
-                                  f"holds {', '.join(foreign[:5])}; choose an empty folder")
+                raise ExportError(
+                    f"--out {out_dir}: --overwrite deletes export files only, but the folder also "
+                    f"holds {', '.join(foreign[:5])}; choose an empty folder"
+                )
             for name in entries:
                 (out_dir / name).unlink()
             mode = "overwrite"
@@ -286,11 +322,14 @@ def prepare_out(out_dir: Path, plan: dict[str, Any], overwrite: bool) -> str:
             return "resume"
         elif previous is not None:
             changed = sorted(k for k in set(plan) | set(previous) if plan.get(k) != previous.get(k))
-            raise ExportError(f"--out {out_dir}: holds an unfinished export of a different request (differs in "
-                              f"{', '.join(changed)}); rerun that command to resume it or pass --overwrite")
+            raise ExportError(
+                f"--out {out_dir}: holds an unfinished export of a different request (differs in "
+                f"{', '.join(changed)}); rerun that command to resume it or pass --overwrite"
+            )
         else:
-            raise ExportError(f"--out {out_dir}: not empty ({', '.join(entries[:5])}); pass --overwrite or choose "
-                              "an empty folder")
+            raise ExportError(
+                f"--out {out_dir}: not empty ({', '.join(entries[:5])}); pass --overwrite or choose an empty folder"
+            )
     atomic_write_json(out_dir / PLAN, plan)
     return mode
 
@@ -305,11 +344,25 @@ def _shard_done(out_dir: Path, shard: Shard) -> bool:
 
 
 def export_model(
-    model: torch.nn.Module, adapter: Any, policy: Any, out_dir: str | Path, *, split: str = ALL_SPLITS,
-    features: FeatureKind = "encoder", views: Views = "per-view", normalize: bool = False,
-    file_format: FileFormat = "npy", batch_size: int = 256, num_workers: int = 0, device: str | None = None,
-    max_shard_mb: float = DEFAULT_MAX_SHARD_MB, overwrite: bool = False, progress: bool = True,
-    provenance: dict[str, Any] | None = None, adapter_name: str | None = None, whose: str = "",
+    model: torch.nn.Module,
+    adapter: Any,
+    policy: Any,
+    out_dir: str | Path,
+    *,
+    split: str = ALL_SPLITS,
+    features: FeatureKind = "encoder",
+    views: Views = "per-view",
+    normalize: bool = False,
+    file_format: FileFormat = "npy",
+    batch_size: int = 256,
+    num_workers: int = 0,
+    device: str | None = None,
+    max_shard_mb: float = DEFAULT_MAX_SHARD_MB,
+    overwrite: bool = False,
+    progress: bool = True,
+    provenance: dict[str, Any] | None = None,
+    adapter_name: str | None = None,
+    whose: str = "",
 ) -> dict[str, Any]:
     """Stream the embeddings of ``split`` (a split of ``adapter`` or ``all``) into ``out_dir``.
 
@@ -335,7 +388,9 @@ def export_model(
     if first_split is None:
         raise ExportError(f"--split {split}: no items in {', '.join(sizes)}")
     check_modality(model, policy, adapter.split(first_split), adapter_name, whose)
-    with closing(iter_feature_batches(model, Subset(adapter.split(first_split), [0]), policy, 1, device, features)) as it:
+    with closing(
+        iter_feature_batches(model, Subset(adapter.split(first_split), [0]), policy, 1, device, features)
+    ) as it:
         probe = next(it)  # one item: eval views, widths, view names
     k, f = probe.features.shape[1:]
     rows_per_item = k if views == "per-view" else 1
@@ -343,9 +398,18 @@ def export_model(
     shards = plan_shards(sizes, rows_per_item, dim, procs.world, max_shard_mb * 2**20, file_format)
     normalized = normalize or (features == "projector" and views == "per-view")
     plan = {
-        "format": EXPORT_FORMAT, **(provenance or {}), "split": split, "splits": sizes, "features": features,
-        "views": views, "view_names": probe.view_names, "modalities": probe.modalities, "normalize": normalize,
-        "file_format": file_format, "dim": int(dim), "rows_per_item": rows_per_item,
+        "format": EXPORT_FORMAT,
+        **(provenance or {}),
+        "split": split,
+        "splits": sizes,
+        "features": features,
+        "views": views,
+        "view_names": probe.view_names,
+        "modalities": probe.modalities,
+        "normalize": normalize,
+        "file_format": file_format,
+        "dim": int(dim),
+        "rows_per_item": rows_per_item,
         "shards": [[s.item_start, s.item_stop] for s in shards],
     }
 
@@ -362,13 +426,20 @@ def export_model(
     todo = [s for s in mine if not _shard_done(out_dir, s)]
     start = time.perf_counter()
     written = 0
-    bar = progress_display(total=sum(s.rows for s in todo), unit="row", unit_scale=True, desc=f"export {split}",
-               disable=not (progress and procs.is_main), leave=False)
+    bar = progress_display(
+        total=sum(s.rows for s in todo),
+        unit="row",
+        unit_scale=True,
+        desc=f"export {split}",
+        disable=not (progress and procs.is_main),
+        leave=False,
+    )
     try:
         for shard in todo:
             meta_path = None if shard.metadata is None else out_dir / shard.metadata
-            with ShardWriter(out_dir / shard.embeddings, meta_path, shard.rows, file_format,
-                             column_types=OWN_COLUMN_TYPES) as writer:
+            with ShardWriter(
+                out_dir / shard.embeddings, meta_path, shard.rows, file_format, column_types=OWN_COLUMN_TYPES
+            ) as writer:
                 for seg in shard.segments:
                     position = seg.start
                     dataset = Subset(adapter.split(seg.split), range(seg.start, seg.stop))
@@ -377,7 +448,9 @@ def export_model(
                         try:
                             writer.append(rows, columns)
                         except OSError as exc:
-                            raise OSError(exc.errno, f"writing {out_dir / shard.embeddings}: {exc.strerror or exc}") from None
+                            raise OSError(
+                                exc.errno, f"writing {out_dir / shard.embeddings}: {exc.strerror or exc}"
+                            ) from None
                         position += part.features.shape[0]
                         written += len(rows)
                         bar.update(len(rows))
@@ -393,8 +466,11 @@ def export_model(
     if procs.is_main:
         try:
             manifest = _finalize(out_dir, plan, shards, normalized, procs.world, mode)
-            manifest["timing"] = {"rows_written_by_main": written, "seconds": round(elapsed, 3),
-                                  "rows_per_s_main": round(written / elapsed, 1) if elapsed > 0 else None}
+            manifest["timing"] = {
+                "rows_written_by_main": written,
+                "seconds": round(elapsed, 3),
+                "rows_per_s_main": round(written / elapsed, 1) if elapsed > 0 else None,
+            }
             atomic_write_json(out_dir / MANIFEST, manifest)
             (out_dir / PLAN).unlink(missing_ok=True)
         except BaseException as exc:  # noqa: BLE001
@@ -405,8 +481,9 @@ def export_model(
     return manifest
 
 
-def _finalize(out_dir: Path, plan: dict[str, Any], shards: list[Shard], normalized: bool, world: int,
-              mode: str) -> dict[str, Any]:
+def _finalize(
+    out_dir: Path, plan: dict[str, Any], shards: list[Shard], normalized: bool, world: int, mode: str
+) -> dict[str, Any]:
     """Check every shard, merge the metadata parts (npy format) and build the manifest."""
     for shard in shards:
         path = out_dir / shard.embeddings
@@ -416,12 +493,18 @@ def _finalize(out_dir: Path, plan: dict[str, Any], shards: list[Shard], normaliz
         else:
             shape = (pq.ParquetFile(path).metadata.num_rows, plan["dim"])
         if tuple(shape) != (shard.rows, plan["dim"]):
-            raise ExportError(f"{path}: holds {tuple(shape)} rows x dim, the plan says {(shard.rows, plan['dim'])}; "
-                              "rerun with --overwrite")
+            raise ExportError(
+                f"{path}: holds {tuple(shape)} rows x dim, the plan says {(shard.rows, plan['dim'])}; "
+                "rerun with --overwrite"
+            )
     if plan["file_format"] == "npy":
         parts = [out_dir / s.metadata for s in shards if s.metadata]
         if all(p.is_file() for p in parts):
-            merged = merge_parquet(parts, out_dir / METADATA) if len(parts) > 1 else pq.ParquetFile(parts[0]).metadata.num_rows
+            merged = (
+                merge_parquet(parts, out_dir / METADATA)
+                if len(parts) > 1
+                else pq.ParquetFile(parts[0]).metadata.num_rows
+            )
             if len(parts) == 1:
                 os.replace(parts[0], out_dir / METADATA)
             if merged != sum(s.rows for s in shards):
@@ -429,32 +512,48 @@ def _finalize(out_dir: Path, plan: dict[str, Any], shards: list[Shard], normaliz
             for part in parts:
                 part.unlink(missing_ok=True)
         elif not (out_dir / METADATA).is_file():
-            raise ExportError(f"{out_dir}: metadata parts missing ({', '.join(p.name for p in parts if not p.is_file())})")
+            raise ExportError(
+                f"{out_dir}: metadata parts missing ({', '.join(p.name for p in parts if not p.is_file())})"
+            )
     schema_file = out_dir / (METADATA if plan["file_format"] == "npy" else shards[0].embeddings)
     columns = [c for c in pq.read_schema(schema_file).names if c != EMBEDDING_COLUMN]
     manifest = {key: value for key, value in plan.items() if key != "shards"}
-    manifest.update({
-        "normalized": normalized,
-        "dtype": "float32",
-        "rows": sum(s.rows for s in shards),
-        "items": sum(plan["splits"].values()),
-        "shards": [{"file": s.embeddings, "rows": s.rows, "items": [s.item_start, s.item_stop]} for s in shards],
-        "metadata_file": METADATA if plan["file_format"] == "npy" else None,
-        "metadata_columns": columns,
-        "processes": world,
-        "resumed": mode == "resume",
-        "versions": _versions(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })
+    manifest.update(
+        {
+            "normalized": normalized,
+            "dtype": "float32",
+            "rows": sum(s.rows for s in shards),
+            "items": sum(plan["splits"].values()),
+            "shards": [{"file": s.embeddings, "rows": s.rows, "items": [s.item_start, s.item_stop]} for s in shards],
+            "metadata_file": METADATA if plan["file_format"] == "npy" else None,
+            "metadata_columns": columns,
+            "processes": world,
+            "resumed": mode == "resume",
+            "versions": _versions(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    )
     return manifest
 
 
 def export_embeddings(
-    run_dir: str | Path, out_dir: str | Path, *, weights: str = "final", split: str = ALL_SPLITS,
-    features: FeatureKind = "encoder", views: Views = "per-view", normalize: bool = False,
-    file_format: FileFormat = "npy", config_file: str | Path | None = None, overrides: Sequence[str] = (),
-    batch_size: int | None = None, num_workers: int = 0, device: str | None = None,
-    max_shard_mb: float = DEFAULT_MAX_SHARD_MB, overwrite: bool = False, progress: bool = True,
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    weights: str = "final",
+    split: str = ALL_SPLITS,
+    features: FeatureKind = "encoder",
+    views: Views = "per-view",
+    normalize: bool = False,
+    file_format: FileFormat = "npy",
+    config_file: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    batch_size: int | None = None,
+    num_workers: int = 0,
+    device: str | None = None,
+    max_shard_mb: float = DEFAULT_MAX_SHARD_MB,
+    overwrite: bool = False,
+    progress: bool = True,
     accept_input_differences: bool = False,
 ) -> dict[str, Any]:
     """Export the embeddings of run ``run_dir`` (``weights``: final, init or step_N) on ``split`` of the
@@ -488,10 +587,24 @@ def export_embeddings(
         "input_differences": input_differences,
     }
     return export_model(
-        model, adapter, policy, out_dir, split=split, features=features, views=views, normalize=normalize,
-        file_format=file_format, batch_size=batch_size or cfg.eval.batch_size, num_workers=num_workers,
-        device=device, max_shard_mb=max_shard_mb, overwrite=overwrite, progress=progress,
-        provenance=provenance, adapter_name=cfg.data.adapter, whose=f" of run {run_dir}",
+        model,
+        adapter,
+        policy,
+        out_dir,
+        split=split,
+        features=features,
+        views=views,
+        normalize=normalize,
+        file_format=file_format,
+        batch_size=batch_size or cfg.eval.batch_size,
+        num_workers=num_workers,
+        device=device,
+        max_shard_mb=max_shard_mb,
+        overwrite=overwrite,
+        progress=progress,
+        provenance=provenance,
+        adapter_name=cfg.data.adapter,
+        whose=f" of run {run_dir}",
     )
 
 
@@ -572,4 +685,3 @@ def load_embeddings(out_dir: str | Path) -> tuple[np.ndarray | ShardedRows, pa.T
     if table.num_rows != manifest["rows"]:
         raise ExportError(f"{out_dir}: metadata has {table.num_rows} rows, the manifest says {manifest['rows']}")
     return embeddings, table, manifest
-

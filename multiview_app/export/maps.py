@@ -5,11 +5,13 @@ Exports larger than ``max_points`` rows are sampled uniformly without replacemen
 generator (the same seed gives the same rows); the count sampled is reported and written to
 ``map.json``. UMAP needs umap-learn (``pip install 'multiview_app[maps]'``), t-SNE scikit-learn.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +57,7 @@ def color_column(columns: Sequence[str], table: Any, color_by: str) -> str | Non
     """The metadata column behind ``color_by`` (``label`` -> ``label_name``; an adapter column may carry
     a ``meta_`` prefix); ``auto``: the first of :data:`AUTO_ORDER` with more than one value. ValueError
     naming the available columns when asked for one the export lacks."""
+
     def resolve(name: str) -> str | None:
         candidates = ["label_name", "label"] if name == "label" else [name, f"meta_{name}"]
         return next((c for c in candidates if c in columns), None)
@@ -62,8 +65,9 @@ def color_column(columns: Sequence[str], table: Any, color_by: str) -> str | Non
     if color_by != "auto":
         column = resolve(color_by)
         if column is None:
-            raise ValueError(f"--color-by {color_by}: the export has no such column; its metadata columns: "
-                             f"{', '.join(columns)}")
+            raise ValueError(
+                f"--color-by {color_by}: the export has no such column; its metadata columns: {', '.join(columns)}"
+            )
         if column.startswith("label") and set(table.column("label").to_pylist()) <= {-1}:
             raise ValueError(f"--color-by {color_by}: the export's rows are unlabelled (label -1)")
         return column
@@ -88,7 +92,9 @@ def project_2d(points: np.ndarray, method: str, seed: int) -> np.ndarray:
         try:
             import umap
         except ImportError:
-            raise ValueError("--method umap needs umap-learn: pip install 'multiview_app[maps]' (or use --method tsne)") from None
+            raise ValueError(
+                "--method umap needs umap-learn: pip install 'multiview_app[maps]' (or use --method tsne)"
+            ) from None
         reducer = umap.UMAP(n_components=2, n_neighbors=min(15, m - 1), random_state=seed, n_jobs=1)
         return np.asarray(reducer.fit_transform(points), dtype=np.float64)
     if method == "tsne":
@@ -118,8 +124,10 @@ def _draw(coords: np.ndarray, values: list[Any] | None, title: str, path: Path, 
         colors = cmap(codes % 20 if categories <= 20 else codes / max(categories - 1, 1))
         ax.scatter(coords[:, 0], coords[:, 1], s=6, alpha=0.7, c=colors, linewidths=0)
         if categories <= MAX_LEGEND:
-            handles = [plt.Line2D([], [], marker="o", linestyle="", color=cmap(i % 20 if categories <= 20 else 0),
-                                  label=name) for i, name in enumerate(names)]
+            handles = [
+                plt.Line2D([], [], marker="o", linestyle="", color=cmap(i % 20 if categories <= 20 else 0), label=name)
+                for i, name in enumerate(names)
+            ]
             ax.legend(handles=handles, title=column, fontsize=7, markerscale=1.2, loc="best", frameon=False)
     ax.set_title(title, fontsize=9)
     ax.set_xticks([])
@@ -141,19 +149,28 @@ def write_projector(log_dir: Path, points: np.ndarray, table: Any, columns: list
     writer = SummaryWriter(log_dir=str(log_dir))
     try:
         if len(columns) == 1:
-            writer.add_embedding(torch.from_numpy(np.ascontiguousarray(points)), metadata=[m[0] for m in metadata],
-                                 tag=tag)
+            writer.add_embedding(
+                torch.from_numpy(np.ascontiguousarray(points)), metadata=[m[0] for m in metadata], tag=tag
+            )
         else:
-            writer.add_embedding(torch.from_numpy(np.ascontiguousarray(points)), metadata=metadata,
-                                 metadata_header=columns, tag=tag)
+            writer.add_embedding(
+                torch.from_numpy(np.ascontiguousarray(points)), metadata=metadata, metadata_header=columns, tag=tag
+            )
     finally:
         writer.close()
     return log_dir
 
 
-def plot_embeddings(export_dir: str | Path, out_dir: str | Path | None = None, *, method: str = "umap",
-                    color_by: str = "auto", max_points: int = DEFAULT_MAX_POINTS, seed: int = 0,
-                    tensorboard: str | Path | None = None) -> MapSummary:
+def plot_embeddings(
+    export_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    method: str = "umap",
+    color_by: str = "auto",
+    max_points: int = DEFAULT_MAX_POINTS,
+    seed: int = 0,
+    tensorboard: str | Path | None = None,
+) -> MapSummary:
     """Map the rows of export ``export_dir``: ``<out_dir>/embeddings_<method>.png`` (+ ``map.json``) and,
     with ``tensorboard``, projector files there. ``out_dir`` defaults to ``<export_dir>/maps``."""
     from .export import load_embeddings
@@ -173,15 +190,19 @@ def plot_embeddings(export_dir: str | Path, out_dir: str | Path | None = None, *
     column = color_column(columns, table, color_by)
     notes = []
     if column is None:
-        notes.append("no metadata column with more than one value to colour by (label, domain, subject, modality, view)")
+        notes.append(
+            "no metadata column with more than one value to colour by (label, domain, subject, modality, view)"
+        )
     if len(index) < rows:
         notes.append(f"sampled {len(index)} of {rows} rows (seed {seed}, uniform without replacement)")
     if not np.isfinite(points).all():
         raise ValueError(f"{export_dir}: the sampled embeddings hold non-finite values")
     coords = project_2d(points, method, seed)
     values = sampled.column(column).to_pylist() if column else None
-    title = (f"{method.upper()} of {manifest.get('features', '?')} embeddings, {len(index)} of {rows} rows "
-             f"({manifest.get('views', '?')}, split {manifest.get('split', '?')})\n{manifest.get('run', export_dir)}")
+    title = (
+        f"{method.upper()} of {manifest.get('features', '?')} embeddings, {len(index)} of {rows} rows "
+        f"({manifest.get('views', '?')}, split {manifest.get('split', '?')})\n{manifest.get('run', export_dir)}"
+    )
     png_path = out / f"embeddings_{method}.png"
     categories = _draw(coords, values, title, png_path, column)
     if categories > MAX_LEGEND:
@@ -191,11 +212,20 @@ def plot_embeddings(export_dir: str | Path, out_dir: str | Path | None = None, *
         meta_columns = [c for c in ("label_name", "split", "view", "modality", "item_id") if c in columns]
         meta_columns += [c for c in columns if c not in meta_columns and c not in ("index", "view_index", "label")]
         board = str(write_projector(Path(tensorboard), points, sampled, meta_columns, tag=export_dir.name or "export"))
-    summary = MapSummary(str(export_dir), method, color_by, column, rows, int(len(index)), seed, categories,
-                         str(png_path), board, notes)
+    summary = MapSummary(
+        str(export_dir), method, color_by, column, rows, int(len(index)), seed, categories, str(png_path), board, notes
+    )
     atomic_write_json(out / "map.json", asdict(summary))
     return summary
 
 
-__all__ = ["COLOR_CHOICES", "METHODS", "MapSummary", "color_column", "plot_embeddings", "project_2d", "sample_rows",
-           "write_projector"]
+__all__ = [
+    "COLOR_CHOICES",
+    "METHODS",
+    "MapSummary",
+    "color_column",
+    "plot_embeddings",
+    "project_2d",
+    "sample_rows",
+    "write_projector",
+]

@@ -1,4 +1,5 @@
 """Choices of ``mvapp export`` (no heavy imports: the CLI reads them when building ``--help``)."""
+
 from __future__ import annotations
 
 ALL_SPLITS = "all"

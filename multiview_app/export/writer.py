@@ -15,6 +15,7 @@ File formats:
 - ``parquet``: ``embeddings[-SSSSS-of-NNNNN].parquet`` holding the metadata columns plus an
   ``embedding`` column ``list<float32>`` (readable by ``datasets.load_dataset("parquet", ...)``).
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,15 @@ class ShardWriter:
     format) or None (``parquet`` format: metadata columns live next to the ``embedding`` column).
     """
 
-    def __init__(self, embeddings: Path, metadata: Path | None, rows: int, file_format: FileFormat,
-                 flush_rows: int = 8192, column_types: dict[str, pa.DataType] | None = None) -> None:
+    def __init__(
+        self,
+        embeddings: Path,
+        metadata: Path | None,
+        rows: int,
+        file_format: FileFormat,
+        flush_rows: int = 8192,
+        column_types: dict[str, pa.DataType] | None = None,
+    ) -> None:
         if file_format not in FILE_FORMATS:
             raise ValueError(f"format: expected one of {', '.join(FILE_FORMATS)}, got {file_format!r}")
         if (metadata is None) != (file_format == "parquet"):
@@ -94,8 +102,9 @@ class ShardWriter:
             raise ValueError(f"{self.embeddings.name}: {self.written + m} rows written, planned {self.rows}")
         rows = np.ascontiguousarray(rows, dtype=DTYPE)
         if self._columns and set(columns) != set(self._columns):
-            raise ValueError(f"metadata columns changed within {self.embeddings.name}: "
-                             f"{sorted(self._columns)} -> {sorted(columns)}")
+            raise ValueError(
+                f"metadata columns changed within {self.embeddings.name}: {sorted(self._columns)} -> {sorted(columns)}"
+            )
         for key, values in columns.items():
             self._columns.setdefault(key, []).extend(values)
         if self.file_format == "npy":
@@ -110,16 +119,20 @@ class ShardWriter:
     def _write_npy(self, rows: np.ndarray) -> None:
         if self._npy is None:
             self._npy = open(tmp_path(self.embeddings), "wb")
-            header = {"descr": np.lib.format.dtype_to_descr(DTYPE), "fortran_order": False,
-                      "shape": (self.rows, self.dim)}
+            header = {
+                "descr": np.lib.format.dtype_to_descr(DTYPE),
+                "fortran_order": False,
+                "shape": (self.rows, self.dim),
+            }
             np.lib.format.write_array_header_1_0(self._npy, header)
         self._npy.write(rows.tobytes())
 
     def _flush(self) -> None:
         if not self._buffered:
             return
-        table = pa.table({key: pa.array(values, type=self.column_types.get(key))
-                          for key, values in self._columns.items()})
+        table = pa.table(
+            {key: pa.array(values, type=self.column_types.get(key)) for key, values in self._columns.items()}
+        )
         if self.file_format == "parquet":
             flat = np.concatenate(self._rows).reshape(-1)
             offsets = np.arange(0, flat.size + 1, self.dim, dtype=np.int32)
@@ -132,8 +145,10 @@ class ShardWriter:
         try:
             table = table.cast(self._schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as err:
-            raise ValueError(f"{target.name}: metadata column types changed between row blocks "
-                             f"({self._schema} -> {table.schema}): {err}") from None
+            raise ValueError(
+                f"{target.name}: metadata column types changed between row blocks "
+                f"({self._schema} -> {table.schema}): {err}"
+            ) from None
         self._parquet.write_table(table)
 
     def commit(self) -> None:
@@ -165,7 +180,7 @@ class ShardWriter:
             for path in self.tmp_files:
                 path.unlink(missing_ok=True)
 
-    def __enter__(self) -> "ShardWriter":
+    def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -20,6 +20,7 @@ Classes, their registry names and papers:
   Grill et al., arXiv:2006.07733; M3G paper Eq. 2
 * :class:`SupervisedCELoss` (``supervised_ce``): the supervised ERM baseline
 """
+
 from __future__ import annotations
 
 from ..options import Wording, option_defaults, validate_options

@@ -9,6 +9,7 @@ out; a row ``I' = (i_0, .., i_{r-2})`` (row-major, ``i_0`` most significant) of 
 ``xe`` / ``be`` / ``q0`` ``(R, n)`` in the solve's dtype (float32 or float64). Sums over rows are
 accumulated in float64.
 """
+
 from __future__ import annotations
 
 import math
@@ -177,8 +178,9 @@ def _four_rows_times(a: np.ndarray, row: int, b: np.ndarray, out: np.ndarray) ->
 
 
 @_jit
-def rest_plan(xe: np.ndarray, be: np.ndarray, m1: np.ndarray, v_last: np.ndarray, q0: np.ndarray,
-              right: np.ndarray) -> None:
+def rest_plan(
+    xe: np.ndarray, be: np.ndarray, m1: np.ndarray, v_last: np.ndarray, q0: np.ndarray, right: np.ndarray
+) -> None:
     """GEMM 1: ``q0[I', j] = be[I', j] sum_iq xe[I', iq] m1[iq, j]`` ``(R, n)`` (in the factors' dtype,
     as the general path's GEMM) and the first link of the right chain, ``right[I'] = sum_j q0[I', j]
     v_last[j]`` ``(R,)`` (float64). Four rows at a time."""
@@ -232,8 +234,15 @@ def last_column(xe: np.ndarray, be: np.ndarray, left: np.ndarray, coupling: np.n
 
 
 @_jit
-def pair_sums(xe: np.ndarray, be: np.ndarray, q0: np.ndarray, left: np.ndarray, v_last: np.ndarray,
-              m1_t: np.ndarray, pairs: np.ndarray) -> None:
+def pair_sums(
+    xe: np.ndarray,
+    be: np.ndarray,
+    q0: np.ndarray,
+    left: np.ndarray,
+    v_last: np.ndarray,
+    m1_t: np.ndarray,
+    pairs: np.ndarray,
+) -> None:
     """Pair marginals ``pairs[l, m]`` ``(n, n)``, ``l < m`` (float64, zeros elsewhere), of the plan with
     rest scalings ``left[I'] v_last[j]``, up to the factor ``exp(log_scale)``:
 
@@ -302,8 +311,15 @@ def left_vector(v: np.ndarray, count: int, out: np.ndarray) -> None:
 
 
 @_jit
-def last_column_of(xe: np.ndarray, be: np.ndarray, v: np.ndarray, m1: np.ndarray, left: np.ndarray,
-                   coupling: np.ndarray, out: np.ndarray) -> None:
+def last_column_of(
+    xe: np.ndarray,
+    be: np.ndarray,
+    v: np.ndarray,
+    m1: np.ndarray,
+    left: np.ndarray,
+    coupling: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """:func:`last_column` for rest scalings ``v`` ``(r, n)`` (float64) and ``M1`` ``(n_q, n_j)``:
     ``left`` ``(R,)`` float64 and ``coupling`` ``(n, n)`` (factors' dtype) are work buffers."""
     r, n = v.shape
@@ -316,10 +332,30 @@ def last_column_of(xe: np.ndarray, be: np.ndarray, v: np.ndarray, m1: np.ndarray
 
 @_jit
 def sweep_rest(
-    xe: np.ndarray, be: np.ndarray, q0: np.ndarray, m1: np.ndarray, m1_shift: np.ndarray, g: np.ndarray,
-    absorbed: np.ndarray, bs: float, offset: float, iterations: int, check_first: bool, tol: float, max_iter: int,
-    tiny: float, h: np.ndarray, h_max: np.ndarray, v: np.ndarray, v_in: np.ndarray, right: np.ndarray,
-    left: np.ndarray, left_in: np.ndarray, coupling: np.ndarray, col: np.ndarray, scalars: np.ndarray,
+    xe: np.ndarray,
+    be: np.ndarray,
+    q0: np.ndarray,
+    m1: np.ndarray,
+    m1_shift: np.ndarray,
+    g: np.ndarray,
+    absorbed: np.ndarray,
+    bs: float,
+    offset: float,
+    iterations: int,
+    check_first: bool,
+    tol: float,
+    max_iter: int,
+    tiny: float,
+    h: np.ndarray,
+    h_max: np.ndarray,
+    v: np.ndarray,
+    v_in: np.ndarray,
+    right: np.ndarray,
+    left: np.ndarray,
+    left_in: np.ndarray,
+    coupling: np.ndarray,
+    col: np.ndarray,
+    scalars: np.ndarray,
 ) -> int:
     """The rest views' part of a sweep of :func:`.sinkhorn._pairwise_sweep` (host loop), compiled.
 
@@ -357,14 +393,14 @@ def sweep_rest(
     # right chain: right[l] (n^(l+1) entries at offset sum_{a<l} n^(a+1)) = q0 contracted on the axes after l
     start = 0
     size = n
-    for l in range(r - 2):
+    for _ in range(r - 2):
         start += size
         size *= n
-    rest_plan(xe, be, m1, v[r - 1], q0, right[start:start + rows])
+    rest_plan(xe, be, m1, v[r - 1], q0, right[start : start + rows])
     for a in range(r - 2, 0, -1):  # right[a-1] = right[a] @ v[a]
         src = start
-        start -= n ** a
-        for p in range(n ** a):
+        start -= n**a
+        for p in range(n**a):
             acc = 0.0
             for i in range(n):
                 acc += right[src + p * n + i] * v[a, i]
@@ -379,14 +415,14 @@ def sweep_rest(
             left_vector(v, l, left)
             for i in range(n):
                 acc = 0.0
-                for p in range(n ** l):
+                for p in range(n**l):
                     acc += left[p] * right[base + p * n + i]
                 partial[i] = acc
             if l > 0:
                 left_vector(v_in, l, left_in)
                 for i in range(n):
                     acc = 0.0
-                    for p in range(n ** l):
+                    for p in range(n**l):
                         acc += left_in[p] * right[base + p * n + i]
                     incoming[l, i] = acc
             else:

@@ -6,6 +6,7 @@ L2-normalizes along ``d`` and returns a 0-d tensor. Diagnostics of the last call
 are in ``module.last_stats`` (a :class:`LazyStats` mapping: plain floats on access; values kept
 as 0-d tensors until then, so a loss call need not read the device).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
@@ -179,8 +180,10 @@ class SolverTally:
         """``"<solver>: 37 of 840 solves did not converge (<limits>; worst error 0.012)"`` (None: all converged)."""
         if not self.unconverged:
             return None
-        return (f"{self.solver}: {self.unconverged} of {self.solves} solves did not converge ({self.limits}; "
-                f"worst error {self.worst_error:.3g})")
+        return (
+            f"{self.solver}: {self.unconverged} of {self.solves} solves did not converge ({self.limits}; "
+            f"worst error {self.worst_error:.3g})"
+        )
 
 
 class MultiViewLoss(SignatureOptions, nn.Module):

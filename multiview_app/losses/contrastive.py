@@ -13,6 +13,7 @@ log-sum-exps. The shared building blocks are
 * :func:`rest_mean` -- the mean of the other ``k - 1`` views of each item;
 * :func:`pair_logsumexp_ce` -- InfoNCE cross-entropy of one view against another.
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,7 +26,6 @@ import torch.nn.functional as F
 from . import LOSSES
 from .base import LazyStats, MultiViewLoss, check_chunked, check_embeddings, check_positive, normalize
 from .temperature import LogitScale
-
 
 # --------------------------------------------------------------------------- shared helpers
 # Largest 2 / tau for which the fixed shift 1 / tau is safe: logits of unit vectors lie in
@@ -42,8 +42,9 @@ class _OtherItemLogSumExp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, anchors: torch.Tensor, targets: torch.Tensor, tau: float,
-                with_weight_sq: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx, anchors: torch.Tensor, targets: torch.Tensor, tau: float, with_weight_sq: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n, a, d = anchors.shape
         k = targets.shape[1]
         flat_a, flat_t = anchors.reshape(n * a, d), targets.reshape(n * k, d)
@@ -122,8 +123,9 @@ def _view_pairs(k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tenso
     return torch.cat([diagonal, upper[0]]), torch.cat([diagonal, upper[1]])
 
 
-def _fold_rows_and_cols(row_blocks: torch.Tensor, col_blocks: torch.Tensor, first: torch.Tensor,
-                        second: torch.Tensor, k: int) -> torch.Tensor:
+def _fold_rows_and_cols(
+    row_blocks: torch.Tensor, col_blocks: torch.Tensor, first: torch.Tensor, second: torch.Tensor, k: int
+) -> torch.Tensor:
     """Per-view totals ``(k, ...)`` from per-block values (pairs of :func:`_view_pairs`):
     ``row_blocks[b]`` ``(P, ...)`` goes to view ``first[b]``, ``col_blocks[b]`` ``(P - k, ...)`` of
     the off-diagonal block ``k + b`` to view ``second[k + b]``. Small GEMMs with one-hot matrices."""
@@ -223,8 +225,16 @@ def use_blockwise(chunked: bool | None, anchors: int, targets: int) -> bool:
     return anchors * targets > DENSE_MAX_LOGITS if chunked is None else chunked
 
 
-def _block_logits(anchors: torch.Tensor, targets: torch.Tensor, start: int, stop: int, tau: float,
-                  per_item: int, views: int, exclude_own: bool) -> torch.Tensor:
+def _block_logits(
+    anchors: torch.Tensor,
+    targets: torch.Tensor,
+    start: int,
+    stop: int,
+    tau: float,
+    per_item: int,
+    views: int,
+    exclude_own: bool,
+) -> torch.Tensor:
     """Logits ``(stop - start, M)`` of anchor rows ``start:stop`` against all targets (``(M, d)``),
     own item (anchor row ``r`` is item ``r // per_item``, its targets ``item * views + 0..views-1``)
     set to ``-inf`` when ``exclude_own``."""
@@ -246,8 +256,16 @@ class _BlockwiseLogSumExp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, anchors: torch.Tensor, targets: torch.Tensor, tau: float, per_item: int, views: int,
-                exclude_own: bool, with_weight_sq: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx,
+        anchors: torch.Tensor,
+        targets: torch.Tensor,
+        tau: float,
+        per_item: int,
+        views: int,
+        exclude_own: bool,
+        with_weight_sq: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n_rows, n_cols = anchors.shape[0], targets.shape[0]
         rows = block_rows(n_rows, n_cols)
         lse = anchors.new_empty(n_rows)
@@ -285,8 +303,14 @@ class _BlockwiseLogSumExp(torch.autograd.Function):
         return grad_a, grad_t, None, None, None, None, None
 
 
-def blockwise_logsumexp(anchors: torch.Tensor, targets: torch.Tensor, tau: float, *, exclude_own: bool = False,
-                        return_weight_sq: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+def blockwise_logsumexp(
+    anchors: torch.Tensor,
+    targets: torch.Tensor,
+    tau: float,
+    *,
+    exclude_own: bool = False,
+    return_weight_sq: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Blockwise ``logsumexp_{j, gamma} <anchors[i, alpha], targets[j, gamma]> / tau`` ``(n, a)``.
 
     ``anchors`` ``(n, a, d)``, ``targets`` ``(m, k, d)``; ``exclude_own`` (needs ``m == n``) drops
@@ -295,14 +319,19 @@ def blockwise_logsumexp(anchors: torch.Tensor, targets: torch.Tensor, tau: float
     """
     n, a, d = anchors.shape
     k = targets.shape[1]
-    lse, weight_sq = _BlockwiseLogSumExp.apply(anchors.reshape(n * a, d), targets.reshape(-1, d), tau, a, k,
-                                               exclude_own, return_weight_sq)
+    lse, weight_sq = _BlockwiseLogSumExp.apply(
+        anchors.reshape(n * a, d), targets.reshape(-1, d), tau, a, k, exclude_own, return_weight_sq
+    )
     return (lse.view(n, a), weight_sq.view(n, a)) if return_weight_sq else lse.view(n, a)
 
 
-def other_item_logsumexp(anchors: torch.Tensor, targets: torch.Tensor, tau: float,
-                         return_weight_sq: bool = False,
-                         chunked: bool | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+def other_item_logsumexp(
+    anchors: torch.Tensor,
+    targets: torch.Tensor,
+    tau: float,
+    return_weight_sq: bool = False,
+    chunked: bool | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``logsumexp`` of each anchor's logits against every view of every *other* item.
 
     ``anchors`` ``(n, a, d)``, ``targets`` ``(n, k, d)`` (unit vectors) -> ``(n, a)`` with entry
@@ -384,12 +413,17 @@ class LearnableTemperatureLoss(TemperatureLoss):
     ``max_logit_scale``; see ``losses/temperature.py``). last_stats: ``logit_scale`` (= 1 / tau)."""
 
     def __init__(
-        self, tau: float = 0.1, chunked: bool | None = None, learnable_temperature: bool = False,
+        self,
+        tau: float = 0.1,
+        chunked: bool | None = None,
+        learnable_temperature: bool = False,
         max_logit_scale: float = 100.0,
     ) -> None:
         super().__init__(tau, chunked)
         if learnable_temperature and chunked:
-            raise ValueError(f"loss '{self.name}': chunked=true does not support learnable_temperature (dense path only)")
+            raise ValueError(
+                f"loss '{self.name}': chunked=true does not support learnable_temperature (dense path only)"
+            )
         self.scale = LogitScale(self.tau, learnable_temperature, max_logit_scale, loss=self.name)
 
     def temperature(self) -> float | None:
@@ -463,7 +497,6 @@ class InfoNCEPairwiseLoss(LearnableTemperatureLoss):
     True
     """
 
-
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
         if self.blockwise(n):
@@ -472,8 +505,9 @@ class InfoNCEPairwiseLoss(LearnableTemperatureLoss):
             anchors = torch.cat([first, second]).tolist()
             candidates = torch.cat([second, first]).tolist()
             positive = torch.stack([(z[:, a] * z[:, b]).sum(-1) for a, b in zip(anchors, candidates)]) / self.tau
-            lse = torch.stack([blockwise_logsumexp(z[:, a, None], z[:, b, None], self.tau)[:, 0]
-                               for a, b in zip(anchors, candidates)])
+            lse = torch.stack(
+                [blockwise_logsumexp(z[:, a, None], z[:, b, None], self.tau)[:, 0] for a, b in zip(anchors, candidates)]
+            )
             loss = (lse - positive).mean()
         else:
             loss = pair_blocks_infonce(z, self.scale.multiplier(z))
@@ -536,13 +570,14 @@ class InfoNCEAverageLoss(LearnableTemperatureLoss):
     True
     """
 
-
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
         xbar = normalize(rest_mean(z))
         if self.blockwise(n):
             positive = (z * xbar).sum(-1) / self.tau  # (n, k)
-            lse = torch.stack([blockwise_logsumexp(z[:, a, None], xbar[:, a, None], self.tau)[:, 0] for a in range(k)], 1)
+            lse = torch.stack(
+                [blockwise_logsumexp(z[:, a, None], xbar[:, a, None], self.tau)[:, 0] for a in range(k)], 1
+            )
             loss = (lse - positive).mean()
         else:
             logits = self.scale(torch.bmm(z.transpose(0, 1), xbar.permute(1, 2, 0)))  # (k, n, n)
@@ -618,8 +653,10 @@ class BYOLLoss(MultiViewLoss):
         else:
             target = check_embeddings(target.detach(), min_views=self.min_views)
             if target.shape != online.shape:
-                raise ValueError(f"loss '{self.name}': online {tuple(online.shape)} and target "
-                                 f"{tuple(target.shape)} must have the same shape (n, k, d)")
+                raise ValueError(
+                    f"loss '{self.name}': online {tuple(online.shape)} and target "
+                    f"{tuple(target.shape)} must have the same shape (n, k, d)"
+                )
             target = normalize(target.to(online.dtype))
         self.last_stats = LazyStats()
         loss = self.compute_pair(online, target)
@@ -740,7 +777,6 @@ class PolyViewGeometricLoss(_PolyViewLoss):
     torch.Size([8, 4, 16])
     """
 
-
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         loss = -self.log_ratios(z).mean()
         self._record_bound(z, loss)
@@ -798,7 +834,6 @@ class PolyViewArithmeticLoss(_PolyViewLoss):
     True
     """
 
-
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         k = z.shape[1]
         loss = -(torch.logsumexp(self.log_ratios(z), dim=-1) - math.log(k - 1)).mean()
@@ -852,7 +887,6 @@ class SufficientStatisticsLoss(_PolyViewLoss):
     >>> torch.allclose(SufficientStatisticsLoss(tau=0.5)(z[:, :2]), PolyViewGeometricLoss(tau=0.5)(z[:, :2]))
     True
     """
-
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         q = normalize(rest_mean(z))
@@ -909,7 +943,6 @@ class AggNCELoss(TemperatureLoss):
     >>> torch.allclose(AggNCELoss(tau=0.5)(z[:, :2]), PolyViewGeometricLoss(tau=0.5)(z[:, :2]))
     True
     """
-
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         positive = (z * rest_mean(z)).sum(dim=-1) / self.tau  # (n, k)

@@ -9,6 +9,7 @@ The gradient is that of ``mean(exp(c - detach(c)))``; the returned value is Flat
 ``surrogate - 1 + detach(InfoNCE)`` with ``InfoNCE = mean softplus(c)``, i.e. it reads as the matching
 InfoNCE (the same anchors, positives and negatives; equal to ``pvc_geometric``).
 """
+
 from __future__ import annotations
 
 import math
@@ -97,7 +98,6 @@ class FlatNCELoss(TemperatureLoss):
     True
     """
 
-
     def __init__(
         self, tau: float = 0.1, ess_target: float | None = None, ess_rate: float = 0.01, chunked: bool | None = None
     ) -> None:
@@ -115,7 +115,9 @@ class FlatNCELoss(TemperatureLoss):
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
         # logsumexp over the K = (n - 1) k negatives of (i, alpha) and sum_j w_j^2 of their softmax
-        negatives, weight_sq = other_item_logsumexp(z, z, self.tau, return_weight_sq=True, chunked=self.chunked)  # (n, k) each
+        negatives, weight_sq = other_item_logsumexp(
+            z, z, self.tau, return_weight_sq=True, chunked=self.chunked
+        )  # (n, k) each
         positive = off_diagonal(positive_logits(z, self.tau))  # (n, k, k - 1) [i, alpha, beta]
         c = negatives[:, :, None] - positive  # (n, k, k - 1)
         surrogate = torch.exp(c - c.detach()).mean()

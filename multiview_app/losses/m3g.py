@@ -16,6 +16,7 @@ back-propagation through the iterations.
 ``cv`` uses the factorized solver (never ``n^k``, see :mod:`.sinkhorn`); ``csd`` and
 :func:`m3g_materialized` (the reference) use the dense log-domain solver.
 """
+
 from __future__ import annotations
 
 import functools
@@ -109,7 +110,10 @@ def _check_params(epsilon: float, cost: str, tol: float, max_iter: int) -> tuple
 
 
 def _assemble(
-    z: torch.Tensor, diag_cost: float | torch.Tensor, pair_weights: torch.Tensor, result: MMSinkhornResult,
+    z: torch.Tensor,
+    diag_cost: float | torch.Tensor,
+    pair_weights: torch.Tensor,
+    result: MMSinkhornResult,
     epsilon: float,
 ) -> tuple[torch.Tensor, LazyStats]:
     """Exact M3G value with the Danskin gradient attached, and the stats.
@@ -134,16 +138,18 @@ def _value_and_stats(diag_cost: float | torch.Tensor, result: MMSinkhornResult, 
     # an optimality gap: >= 0 exactly (the dual objective never exceeds OT); clip round-off
     gap = diag_cost - epsilon * (math.log(n) + 1.0) - ot
     value = gap.clamp_min(0.0) if on_device else max(gap, 0.0)
-    return LazyStats({
-        "iterations": float(result.iterations),
-        "marginal_error": float(result.marginal_error),
-        "converged": float(result.converged),
-        "ot": ot,
-        "mass": float(result.mass),
-        "fallback": float(result.path.endswith("->dense")),  # the factorized solve ended on the dense path
-        "float64_retry": float("->float64" in result.path),  # a float32 solve was re-run in float64
-        "loss": value,
-    })
+    return LazyStats(
+        {
+            "iterations": float(result.iterations),
+            "marginal_error": float(result.marginal_error),
+            "converged": float(result.converged),
+            "ot": ot,
+            "mass": float(result.mass),
+            "fallback": float(result.path.endswith("->dense")),  # the factorized solve ended on the dense path
+            "float64_retry": float("->float64" in result.path),  # a float32 solve was re-run in float64
+            "loss": value,
+        }
+    )
 
 
 def _diagonal(grams: torch.Tensor) -> torch.Tensor:
@@ -220,9 +226,7 @@ def m3g_factorized(
     """
     anderson = _check_count("anderson", anderson, 0)
     loop = _resolve_loop(_check_loop(solver_loop), z)
-    loss, stats, _, _ = _factorized(
-        z, epsilon, tol, max_iter, init, anderson, _check_init(init_potentials), loop=loop
-    )
+    loss, stats, _, _ = _factorized(z, epsilon, tol, max_iter, init, anderson, _check_init(init_potentials), loop=loop)
     return loss, stats
 
 
@@ -289,8 +293,16 @@ def _factorized(
         if init is None and init_potentials == "diagonal":
             init = _diagonal_split(grams, scale, offset)
         result = mm_sinkhorn_pairwise(
-            grams * scale, offset, tol, max_iter, init=init, anderson=anderson, loop=loop, hints=hints,
-            block=block, deferred=deferred,
+            grams * scale,
+            offset,
+            tol,
+            max_iter,
+            init=init,
+            anderson=anderson,
+            loop=loop,
+            hints=hints,
+            block=block,
+            deferred=deferred,
         )
         # (1/n) sum_i sum_{l<m} G_lm[i, i]: half of all block diagonals minus the self blocks
         block_diagonals = grams.diagonal(dim1=-2, dim2=-1)  # (k, k, n)
@@ -431,7 +443,9 @@ class M3GLoss(MultiViewLoss):
                 RuntimeWarning,
                 stacklevel=2,
             )
-        self.solver_tally = SolverTally("M3G MM-Sinkhorn", f"max_iter {self.max_iter}, tol {self.tol:g}, epsilon {self.epsilon:g}")
+        self.solver_tally = SolverTally(
+            "M3G MM-Sinkhorn", f"max_iter {self.max_iter}, tol {self.tol:g}, epsilon {self.epsilon:g}"
+        )
         self._loop_hints: dict[tuple[int, int], LoopHints] = {}  # device loop: block sizes per (n, k)
         self.potentials: torch.Tensor | None = None  # (k, n) log-potentials of the last call (warm start)
         self._warned = False
@@ -474,8 +488,17 @@ class M3GLoss(MultiViewLoss):
         if self.cost == "cv":
             hints = self._loop_hints.setdefault((z.shape[0], z.shape[1]), LoopHints())
             loss, stats, potentials, result = _factorized(
-                z, self.epsilon, self.tol, self.max_iter, init, self.anderson, self.init_potentials,
-                loop=loop, hints=hints, block=self.solver_block, deferred=deferred,
+                z,
+                self.epsilon,
+                self.tol,
+                self.max_iter,
+                init,
+                self.anderson,
+                self.init_potentials,
+                loop=loop,
+                hints=hints,
+                block=self.solver_block,
+                deferred=deferred,
             )
             finite = result.potentials_finite
         else:
@@ -519,7 +542,9 @@ class M3GLoss(MultiViewLoss):
     def set_extra_state(self, state: dict[str, Any]) -> None:
         potentials = state.get("potentials") if isinstance(state, dict) else None
         if potentials is not None and (
-            not isinstance(potentials, torch.Tensor) or potentials.dim() != 2 or not bool(torch.isfinite(potentials).all())
+            not isinstance(potentials, torch.Tensor)
+            or potentials.dim() != 2
+            or not bool(torch.isfinite(potentials).all())
         ):
             raise ValueError(f"loss 'm3g': extra state 'potentials' must be a finite (k, n) tensor, got {potentials!r}")
         self.potentials = potentials

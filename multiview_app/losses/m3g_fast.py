@@ -21,12 +21,14 @@ float64, or an underflowing marginal); the caller then runs the general path, wh
 of those. Anderson acceleration / the diagonal start (``anderson``, ``init_potentials``) do not
 apply here (3-5 sweeps at epsilon 0.2).
 """
+
 from __future__ import annotations
 
 import functools
 import math
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,8 +46,16 @@ _OK, _NOT_FINITE, _SPAN, _UNDERFLOW = 0, 1, 2, 3
 
 # --------------------------------------------------------------------------- kernels (numba-compiled)
 def _forward_kernel(
-    x: np.ndarray, eps_norm: float, coef: float, offset: float, tol: float, max_iter: int,
-    init: np.ndarray, warm: bool, span_max: float, rel_underflow: float,
+    x: np.ndarray,
+    eps_norm: float,
+    coef: float,
+    offset: float,
+    tol: float,
+    max_iter: int,
+    init: np.ndarray,
+    warm: bool,
+    span_max: float,
+    rel_underflow: float,
 ) -> tuple:
     """Normalization, Gram blocks and the k = 3 sweeps for raw embeddings ``x`` ``(n, 3, d)``.
 
@@ -274,14 +284,27 @@ def fused_three_view(
     init_np = init.detach().to(torch.float64).numpy() if warm else np.zeros((3, n))
     x_np = x.detach().contiguous().numpy()
     status, z, norms, pairs, log_pot, iterations, error, converged, pair_diag = forward_kernel(
-        x_np, eps_norm, 2.0 * s / epsilon, 6.0 * s / epsilon, tol, max_iter, init_np, warm,
-        _THREE_VIEW_SPAN_F64, _REL_UNDERFLOW,
+        x_np,
+        eps_norm,
+        2.0 * s / epsilon,
+        6.0 * s / epsilon,
+        tol,
+        max_iter,
+        init_np,
+        warm,
+        _THREE_VIEW_SPAN_F64,
+        _REL_UNDERFLOW,
     )
     if status != _OK or not (math.isfinite(float(pairs.sum())) and math.isfinite(float(log_pot.sum()))):
         return None
     result = MMSinkhornResult(
-        torch.from_numpy(log_pot), torch.from_numpy(pairs), float(pairs[0, 1].sum()),
-        int(iterations), float(error), bool(converged), "fused-k3",
+        torch.from_numpy(log_pot),
+        torch.from_numpy(pairs),
+        float(pairs[0, 1].sum()),
+        int(iterations),
+        float(error),
+        bool(converged),
+        "fused-k3",
     )
     diag_cost = s * (6.0 - 2.0 * pair_diag)
     return FusedForward(x, (backward_kernel, z, norms, eps_norm, pairs, 2.0 * s)), diag_cost, result

@@ -28,11 +28,12 @@ sees ``-A + beta mean <S, z>`` (``O(n k d)``); the memory lies in the estimator.
 :data:`~multiview_app.losses.contrastive.DENSE_MAX_LOGITS` kernel entries (``k n^2``) and the
 blockwise path above; both give the same values and gradients to float64 tolerance (tests).
 """
+
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -114,8 +115,9 @@ def _pair_distances(x: torch.Tensor, rows: int) -> Iterator[torch.Tensor]:
         yield 1.0 - block[upper]
 
 
-def blockwise_bandwidth(x: torch.Tensor, floor: float = MIN_BANDWIDTH, *, rows: int | None = None,
-                        gather_max: int = _MEDIAN_GATHER_MAX) -> torch.Tensor:
+def blockwise_bandwidth(
+    x: torch.Tensor, floor: float = MIN_BANDWIDTH, *, rows: int | None = None, gather_max: int = _MEDIAN_GATHER_MAX
+) -> torch.Tensor:
     """:func:`vmf_bandwidth` of unit rows ``x`` ``(n, d)`` without the ``(n, n)`` Gram matrix: ``-> ()``.
 
     Exact selection of the two middle order statistics of the pair distances over blockwise passes:
@@ -157,8 +159,9 @@ def blockwise_bandwidth(x: torch.Tensor, floor: float = MIN_BANDWIDTH, *, rows: 
     return x.new_tensor(max(0.5 * (low + high), floor))
 
 
-def _gather_middle(x: torch.Tensor, rows: int, lo: float, hi: float, inside: int, low_index: int,
-                   high_index: int) -> tuple[float, float]:
+def _gather_middle(
+    x: torch.Tensor, rows: int, lo: float, hi: float, inside: int, low_index: int, high_index: int
+) -> tuple[float, float]:
     """Order statistics ``low_index`` and ``high_index`` (``<= low_index + 1``) of the pair
     distances counted from ``lo``, given that ``inside`` of them lie in ``[lo, hi]``: those values
     sorted (only counted when ``lo == hi``), or, past their end, the smallest value above ``hi``."""
@@ -192,8 +195,9 @@ def kernel_matmul(x: torch.Tensor, delta: float, v: torch.Tensor, rows: int | No
     return out
 
 
-def nystrom_preconditioner(apply_kernel: Callable[[torch.Tensor], torch.Tensor], like: torch.Tensor, rank: int,
-                           eta: float, seed: int = 0) -> Callable[[torch.Tensor], torch.Tensor]:
+def nystrom_preconditioner(
+    apply_kernel: Callable[[torch.Tensor], torch.Tensor], like: torch.Tensor, rank: int, eta: float, seed: int = 0
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """Randomized Nystrom preconditioner of ``K + eta I`` (``K`` PSD ``(n, n)``, ``apply_kernel(V) = K V``).
 
     Sketch ``Y = K Omega`` with an orthonormal Gaussian ``Omega`` ``(n, rank)`` (own generator seeded
@@ -222,9 +226,13 @@ def nystrom_preconditioner(apply_kernel: Callable[[torch.Tensor], torch.Tensor],
     return apply_inverse
 
 
-def conjugate_gradient(apply: Callable[[torch.Tensor], torch.Tensor], rhs: torch.Tensor, rtol: float,
-                       max_iter: int, precondition: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                       ) -> tuple[torch.Tensor, int, float]:
+def conjugate_gradient(
+    apply: Callable[[torch.Tensor], torch.Tensor],
+    rhs: torch.Tensor,
+    rtol: float,
+    max_iter: int,
+    precondition: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, int, float]:
     """Solve ``A X = rhs`` (``A`` symmetric positive definite, given as ``apply(V) = A V``) for every
     column of ``rhs`` ``(n, c)`` at once (one preconditioned CG recurrence per column, shared
     products; ``precondition(V) = M^{-1} V``, symmetric positive definite, or None).
@@ -258,9 +266,16 @@ def conjugate_gradient(apply: Callable[[torch.Tensor], torch.Tensor], rhs: torch
 
 
 @torch.no_grad()
-def stein_score_blockwise(z: torch.Tensor, eta: float, *, rows: int | None = None, rtol: float = CG_RTOL,
-                          max_iter: int | None = None, tally: SolverTally | None = None,
-                          warn: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def stein_score_blockwise(
+    z: torch.Tensor,
+    eta: float,
+    *,
+    rows: int | None = None,
+    rtol: float = CG_RTOL,
+    max_iter: int | None = None,
+    tally: SolverTally | None = None,
+    warn: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`stein_score` without ``(n, n)`` matrices: ``z`` ``(..., n, d)`` unit rows ->
     ``(S (..., n, d), bandwidth (...))``, one batch (view) at a time, in float64.
 
@@ -279,17 +294,21 @@ def stein_score_blockwise(z: torch.Tensor, eta: float, *, rows: int | None = Non
         delta = float(blockwise_bandwidth(x, rows=rows))
         row_sums = kernel_matmul(x, delta, x.new_ones(n, 1), rows)  # (n, 1): sum_m K_im
         g = x / delta * row_sums
-        apply_kernel = lambda v: kernel_matmul(x, delta, v, rows)  # noqa: E731
+        apply_kernel = lambda v, x=x, delta=delta: kernel_matmul(x, delta, v, rows)  # noqa: E731
         precondition = nystrom_preconditioner(apply_kernel, x, min(n, NYSTROM_RANK), eta)
         solution, iterations, residual = conjugate_gradient(
-            lambda v: apply_kernel(v).add_(v, alpha=eta), -g, rtol, max_iter or 2 * n + 10, precondition)
+            lambda v, a=apply_kernel: a(v).add_(v, alpha=eta), -g, rtol, max_iter or 2 * n + 10, precondition
+        )
         converged = bool(residual <= rtol)  # False for NaN too
         if tally is not None:
             tally.add(converged, residual)
         if not converged and warn:
-            warnings.warn(f"mveb: blockwise Stein solve stopped after {iterations} conjugate-gradient steps at "
-                          f"relative residual {residual:.2e} (target {rtol:.0e}); chunked=false solves densely",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"mveb: blockwise Stein solve stopped after {iterations} conjugate-gradient steps at "
+                f"relative residual {residual:.2e} (target {rtol:.0e}); chunked=false solves densely",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         scores[b], bandwidths[b] = solution, delta
     return scores.view(*lead, n, d).to(z.dtype), bandwidths.view(lead).to(z.dtype)
 
@@ -347,7 +366,6 @@ class MVEBLoss(MultiViewLoss):
     True
     """
 
-
     def __init__(self, beta: float = 0.01, eta: float = 0.01, chunked: bool | None = None) -> None:
         super().__init__()
         try:
@@ -371,10 +389,12 @@ class MVEBLoss(MultiViewLoss):
         n = z.shape[0]
         if use_blockwise(self.chunked, k * n, n):  # an iterative solve: counted (the trainer reports it)
             if self.solver_tally is None:
-                self.solver_tally = SolverTally("MVEB blockwise Stein solve", f"CG to relative residual {CG_RTOL:.0e}, "
-                                                "at most 2 n + 10 steps")
-            score, bandwidth = stein_score_blockwise(z.transpose(0, 1), self.eta, tally=self.solver_tally,
-                                                     warn=not self.quiet_solver)
+                self.solver_tally = SolverTally(
+                    "MVEB blockwise Stein solve", f"CG to relative residual {CG_RTOL:.0e}, at most 2 n + 10 steps"
+                )
+            score, bandwidth = stein_score_blockwise(
+                z.transpose(0, 1), self.eta, tally=self.solver_tally, warn=not self.quiet_solver
+            )
         else:
             score, bandwidth = stein_score(z.transpose(0, 1), self.eta)  # (k, n, d), (k,): one batch per view
         entropy_surrogate = (score.transpose(0, 1) * z).sum(dim=-1).mean()

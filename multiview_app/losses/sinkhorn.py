@@ -20,12 +20,14 @@ uniform marginals ``1/n``. Updates follow Alg. 1 (Gauss-Seidel: ``g_1``, then ``
 Both return a :class:`MMSinkhornResult` with the pairwise marginals ``P_lm`` (``l < m``) that the
 Danskin gradient of M3G needs.
 """
+
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -263,7 +265,13 @@ class _PairwiseFactors:
         return _pairwise_marginals(self, q0, v, m1, log_scale)
 
     def sweep(
-        self, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float, check_first: bool = False,
+        self,
+        g: torch.Tensor,
+        iterations: int,
+        tol: float,
+        max_iter: int,
+        tiny: float,
+        check_first: bool = False,
         mixer: AndersonMixer | None = None,
     ) -> MMSinkhornResult | None:
         """One host-loop sweep (:func:`_pairwise_sweep`)."""
@@ -448,8 +456,10 @@ def _three_view_solve(
     host = logs.device.type == "cpu" and n <= _THREE_VIEW_HOST_MAX_N
     ops = _NUMPY_OPS if host else _TORCH_OPS
     tiny = torch.finfo(dtype).tiny * float(n) ** 3 / _REL_UNDERFLOW
-    k01, k02, k12 = (kernels.numpy() if host else kernels)
-    out = _three_view_sweeps(k01, k02, k12, ops.exp(g.numpy() if host else g), tol, max_iter, init is not None, tiny, ops)
+    k01, k02, k12 = kernels.numpy() if host else kernels
+    out = _three_view_sweeps(
+        k01, k02, k12, ops.exp(g.numpy() if host else g), tol, max_iter, init is not None, tiny, ops
+    )
     (p01, p02, p12, potentials), iterations, error, converged = out
     to_torch = torch.from_numpy if host else (lambda x: x)
     pairs = torch.zeros(3, 3, n, n, dtype=dtype, device=logs.device)
@@ -569,8 +579,14 @@ def _pairwise_solve(
 
 
 def _pairwise_sweep(
-    fac: _PairwiseFactors, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float,
-    check_first: bool = False, mixer: AndersonMixer | None = None,
+    fac: _PairwiseFactors,
+    g: torch.Tensor,
+    iterations: int,
+    tol: float,
+    max_iter: int,
+    tiny: float,
+    check_first: bool = False,
+    mixer: AndersonMixer | None = None,
 ) -> MMSinkhornResult | None:
     """One sweep of Alg. 1 on the factors (``g`` updated in place), or the final result.
 
@@ -581,7 +597,7 @@ def _pairwise_sweep(
     before the first sweep) share one two-row GEMM over ``q0``. GEMM 2 gives view ``q``'s marginal.
     Returns the result once converged or after ``max_iter`` sweeps, else None.
     """
-    k, n, r, q = fac.k, fac.n, fac.r, fac.q
+    n, r, q = fac.n, fac.r, fac.q
     log_n, target = math.log(n), 1.0 / n
     g_in = g.clone()
     m1_shift, m1 = _column_factor(fac, g)
@@ -852,8 +868,14 @@ def _block_sizes(hints: LoopHints, block: int) -> Any:
 
 
 def _run_blocks(
-    state: _LoopState, sweep: Any, outputs: Any, max_iter: int, hints: LoopHints, block: int,
-    deferred: list[DeferredCheck], on_readback: Any = None,
+    state: _LoopState,
+    sweep: Any,
+    outputs: Any,
+    max_iter: int,
+    hints: LoopHints,
+    block: int,
+    deferred: list[DeferredCheck],
+    on_readback: Any = None,
 ) -> tuple[Any, list[float]] | None:
     """Drive ``sweep(position)`` in blocks until the state is done or in trouble.
 
@@ -881,13 +903,19 @@ def _run_blocks(
             return None
         if values[0] > 0:
             hints.positions, hints.readbacks = int(values[2]) + 1, readbacks
-            return result, values[:5] + values[5 + len(deferred):]
+            return result, values[:5] + values[5 + len(deferred) :]
     raise AssertionError("unreachable: position max_iter always stops")
 
 
 def _three_view_device(
-    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None,
-    hints: LoopHints, block: int, deferred: list[DeferredCheck],
+    log_factors: torch.Tensor,
+    offset: float,
+    tol: float,
+    max_iter: int,
+    init: torch.Tensor | None,
+    hints: LoopHints,
+    block: int,
+    deferred: list[DeferredCheck],
 ) -> MMSinkhornResult | None:
     """:func:`_three_view_solve` on the device loop (same sweeps, dtype rule, checks), or None
     (the host path must run: numerical trouble or a kernel range beyond float64).
@@ -977,8 +1005,14 @@ def _three_view_device(
         return None
     out_dtype = log_factors.dtype
     return MMSinkhornResult(
-        potentials.to(out_dtype), pairs.to(out_dtype), mass, int(iterations), error, converged > 0,
-        "factorized-k3", potentials_finite=True,
+        potentials.to(out_dtype),
+        pairs.to(out_dtype),
+        mass,
+        int(iterations),
+        error,
+        converged > 0,
+        "factorized-k3",
+        potentials_finite=True,
     )
 
 
@@ -1027,8 +1061,15 @@ class _DeviceAnderson:
 
 
 def _pairwise_device(
-    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None,
-    anderson: int, hints: LoopHints, block: int, deferred: list[DeferredCheck],
+    log_factors: torch.Tensor,
+    offset: float,
+    tol: float,
+    max_iter: int,
+    init: torch.Tensor | None,
+    anderson: int,
+    hints: LoopHints,
+    block: int,
+    deferred: list[DeferredCheck],
 ) -> MMSinkhornResult | None:
     """:func:`_pairwise_solve` (from ``init``, no sweep done yet) on the device loop: the sweeps of
     :func:`_pairwise_sweep` with the state frozen once stopped, or None on numerical trouble."""

@@ -19,6 +19,7 @@ backward is unchanged (the caller's pair weights and one GEMM).
 the tensor is not a CPU float32 / float64 one, ``k < 4``, or ``n^(k-1)`` exceeds
 :data:`FUSED_PAIRWISE_MAX_ENTRIES`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -126,9 +127,11 @@ class FusedPairwiseFactors(_PairwiseFactors):
     def absorb(self, potentials: torch.Tensor) -> None:
         """Fold ``potentials`` ``(k, n)`` into ``xe`` / ``be`` (one compiled pass)."""
         self.absorbed = potentials.clone()
-        self._bs = float(self.kernels.absorb(
-            self.log_factors64, potentials.detach().double().numpy(), self.xe.numpy(), self.be.numpy()
-        ))
+        self._bs = float(
+            self.kernels.absorb(
+                self.log_factors64, potentials.detach().double().numpy(), self.xe.numpy(), self.be.numpy()
+            )
+        )
         self._filled = True
 
     def pair_marginals(self, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
@@ -138,13 +141,24 @@ class FusedPairwiseFactors(_PairwiseFactors):
         k, n = self.k, self.n
         pairs = np.zeros((k, k, n, n))
         self.kernels.pair_sums(
-            self.xe.numpy(), self.be.numpy(), q0.numpy(), _left_vector(v.double(), self.r - 1).numpy(),
-            v[-1].double().numpy(), m1.T.contiguous().numpy(), pairs,
+            self.xe.numpy(),
+            self.be.numpy(),
+            q0.numpy(),
+            _left_vector(v.double(), self.r - 1).numpy(),
+            v[-1].double().numpy(),
+            m1.T.contiguous().numpy(),
+            pairs,
         )
         return torch.from_numpy(pairs * math.exp(log_scale)).to(self.dtype)
 
     def sweep(
-        self, g: torch.Tensor, iterations: int, tol: float, max_iter: int, tiny: float, check_first: bool = False,
+        self,
+        g: torch.Tensor,
+        iterations: int,
+        tol: float,
+        max_iter: int,
+        tiny: float,
+        check_first: bool = False,
         mixer: AndersonMixer | None = None,
     ) -> MMSinkhornResult | None:
         """:func:`.sinkhorn._pairwise_sweep` with the rest views' part compiled
@@ -157,10 +171,30 @@ class FusedPairwiseFactors(_PairwiseFactors):
         m1_np = m1.numpy()
         rest = g.detach().double().numpy().copy()  # updated in place (rest views)
         status = kernels.sweep_rest(
-            self.xe.numpy(), self.be.numpy(), self._q0.numpy(), m1_np, m1_shift.double().numpy(), rest,
-            self.absorbed.double().numpy(), self._bs, float(self.offset), iterations, check_first, tol, max_iter,
-            tiny, self._h, self._h_max, self._v, self._v_in, self._chain, self._left, self._left_in, self._coupling,
-            self._col, self._scalars,
+            self.xe.numpy(),
+            self.be.numpy(),
+            self._q0.numpy(),
+            m1_np,
+            m1_shift.double().numpy(),
+            rest,
+            self.absorbed.double().numpy(),
+            self._bs,
+            float(self.offset),
+            iterations,
+            check_first,
+            tol,
+            max_iter,
+            tiny,
+            self._h,
+            self._h_max,
+            self._v,
+            self._v_in,
+            self._chain,
+            self._left,
+            self._left_in,
+            self._coupling,
+            self._col,
+            self._scalars,
         )
         if status == _TROUBLE:
             raise _NumericalTrouble

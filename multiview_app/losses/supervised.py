@@ -7,6 +7,7 @@ and the batch's class labels ``(n,)`` (``uses_labels``); every view of an item i
 the head sees ``n * k`` images per micro-batch. The head's weights live in the loss module (optimized with
 the model, saved in the checkpoint's loss state).
 """
+
 from __future__ import annotations
 
 from typing import ClassVar
@@ -68,7 +69,9 @@ class SupervisedCELoss(MultiViewLoss):
     def __init__(self, num_classes: int = 10, in_dim: int = 128) -> None:
         super().__init__()
         if int(num_classes) < 2 or int(in_dim) < 1:
-            raise ValueError(f"loss 'supervised_ce': need num_classes >= 2 and in_dim >= 1, got {num_classes}, {in_dim}")
+            raise ValueError(
+                f"loss 'supervised_ce': need num_classes >= 2 and in_dim >= 1, got {num_classes}, {in_dim}"
+            )
         self.head = nn.Linear(int(in_dim), int(num_classes))
 
     def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]
@@ -79,14 +82,17 @@ class SupervisedCELoss(MultiViewLoss):
         z = check_embeddings(z, min_views=1, min_items=1, check_finite=False)  # the trainer flags NaN / Inf
         n, k, f = z.shape
         if f != self.head.in_features:
-            raise ValueError(f"loss 'supervised_ce': features have {f} dims, the head expects in_dim={self.head.in_features}")
+            raise ValueError(
+                f"loss 'supervised_ce': features have {f} dims, the head expects in_dim={self.head.in_features}"
+            )
         if labels.shape != (n,):
             raise ValueError(f"loss 'supervised_ce': labels of shape {tuple(labels.shape)}, expected ({n},)")
         logits = self.head(z.reshape(n * k, f))
         targets = labels.to(z.device).repeat_interleave(k)
         loss = F.cross_entropy(logits, targets)
-        self.last_stats = LazyStats({"loss": loss.detach(),
-                                     "accuracy": (logits.argmax(1) == targets).float().mean().detach()})
+        self.last_stats = LazyStats(
+            {"loss": loss.detach(), "accuracy": (logits.argmax(1) == targets).float().mean().detach()}
+        )
         return loss
 
 

@@ -5,6 +5,7 @@
 ``learnable_temperature`` the loss divides by the fixed ``tau`` exactly as before.
 The trainer optimizes loss parameters (without weight decay) and checkpoints them.
 """
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@ load them from numba's on-disk cache) before a training needs them; prints the s
 (``scripts/run_eeg_demo.sh``) runs it beside its synthesis. The work is
 :func:`multiview_app.losses.sinkhorn_fast.warm_up` (a module of its own, so that one is not run as ``__main__``
 after the package has imported it)."""
+
 from __future__ import annotations
 
 from .sinkhorn_fast import warm_up

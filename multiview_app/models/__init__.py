@@ -5,6 +5,7 @@ The public face: :func:`build_encoder` / :func:`available_encoders` (the ``ENCOD
 projectors + optional predictors as one :class:`MultiViewModel`); :class:`Encoder` is the base of a new
 encoder (register it with ``register_encoder``).
 """
+
 from __future__ import annotations
 
 from .encoders import ENCODERS, Encoder, available_encoders, build_encoder, register_encoder  # noqa: F401 - importable for new encoders

@@ -26,6 +26,7 @@ full window before the flatten: at ``n_times`` samples the encoder is exactly br
 extractor. Longer windows are an error. When a run starts, :meth:`BraindecodeSleepEncoder.check_input_contract`
 compares ``sfreq`` and the window with the prepared cache and refuses a mismatch in one line.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -58,8 +59,9 @@ class BraindecodeSleepEncoder(Encoder):
 
     key: ClassVar[str]
 
-    def __init__(self, out_dim: int, sfreq: float, window_seconds: float, pretrained_path: str | None,
-                 **net_kwargs: Any) -> None:
+    def __init__(
+        self, out_dim: int, sfreq: float, window_seconds: float, pretrained_path: str | None, **net_kwargs: Any
+    ) -> None:
         super().__init__()
         if out_dim < 1:
             raise ValueError(f"out_dim must be >= 1, got {out_dim}")
@@ -71,8 +73,10 @@ class BraindecodeSleepEncoder(Encoder):
         try:
             self.net = self.build_net(**net_kwargs)
         except (ValueError, RuntimeError, AssertionError) as err:
-            raise ValueError(f"encoder eeg/{self.key} cannot be built for {self.window_seconds:g}-s windows at "
-                             f"{self.sfreq:g} Hz ({self.n_times} samples): {err}") from None
+            raise ValueError(
+                f"encoder eeg/{self.key} cannot be built for {self.window_seconds:g}-s windows at "
+                f"{self.sfreq:g} Hz ({self.n_times} samples): {err}"
+            ) from None
         with torch.no_grad():
             feats = self._probe(torch.zeros(2, 1, self.n_times))
         self.feature_channels, self.feature_length = int(feats.shape[1]), int(feats.shape[2])
@@ -117,18 +121,23 @@ class BraindecodeSleepEncoder(Encoder):
                 f"encoder eeg/{cls.key} is built for {window_seconds:g}-s windows at {sfreq:g} Hz ({n_times} samples) "
                 f"but {where} holds {data_samples / data_sfreq:g}-s windows at {data_sfreq:g} Hz ({data_samples} "
                 f"samples): set model.encoders.eeg.sfreq / window_seconds to the data's, or prepare the data with "
-                f"--sfreq {sfreq:g}")
+                f"--sfreq {sfreq:g}"
+            )
 
     def forward(self, x: torch.Tensor, view_name: str | None = None) -> torch.Tensor:
         if x.dim() == 2:
             x = x[:, None, :]
         if x.dim() != 3 or x.shape[1] != 1:
-            raise ValueError(f"encoder eeg/{self.key} encodes one channel per view: expected (n, T) or (n, 1, T), "
-                             f"got {tuple(x.shape)}")
+            raise ValueError(
+                f"encoder eeg/{self.key} encodes one channel per view: expected (n, T) or (n, 1, T), "
+                f"got {tuple(x.shape)}"
+            )
         if x.shape[-1] > self.n_times:
-            raise ValueError(f"encoder eeg/{self.key} is built for {self.window_seconds:g}-s windows at "
-                             f"{self.sfreq:g} Hz ({self.n_times} samples), got {x.shape[-1]} samples: set "
-                             f"model.encoders.eeg.sfreq / window_seconds to the prepared data's")
+            raise ValueError(
+                f"encoder eeg/{self.key} is built for {self.window_seconds:g}-s windows at "
+                f"{self.sfreq:g} Hz ({self.n_times} samples), got {x.shape[-1]} samples: set "
+                f"model.encoders.eeg.sfreq / window_seconds to the prepared data's"
+            )
         h = self.time_features(x)
         if h.shape[-1] != self.feature_length:  # a cropped view: stretch its feature map to a full window's
             h = nn.functional.adaptive_avg_pool1d(h, self.feature_length)
@@ -163,23 +172,47 @@ class ChambonEncoder(BraindecodeSleepEncoder):
 
     key = "chambon"
 
-    def __init__(self, out_dim: int = 64, sfreq: float = 100.0, window_seconds: float = 30.0, n_conv_chs: int = 8,
-                 time_conv_size_s: float = 0.5, max_pool_size_s: float = 0.125, pad_size_s: float = 0.25,
-                 batch_norm: bool = False, pretrained_path: str | None = None) -> None:
-        super().__init__(out_dim, sfreq, window_seconds, pretrained_path, n_conv_chs=n_conv_chs,
-                         time_conv_size_s=time_conv_size_s, max_pool_size_s=max_pool_size_s, pad_size_s=pad_size_s,
-                         batch_norm=batch_norm)
+    def __init__(
+        self,
+        out_dim: int = 64,
+        sfreq: float = 100.0,
+        window_seconds: float = 30.0,
+        n_conv_chs: int = 8,
+        time_conv_size_s: float = 0.5,
+        max_pool_size_s: float = 0.125,
+        pad_size_s: float = 0.25,
+        batch_norm: bool = False,
+        pretrained_path: str | None = None,
+    ) -> None:
+        super().__init__(
+            out_dim,
+            sfreq,
+            window_seconds,
+            pretrained_path,
+            n_conv_chs=n_conv_chs,
+            time_conv_size_s=time_conv_size_s,
+            max_pool_size_s=max_pool_size_s,
+            pad_size_s=pad_size_s,
+            batch_norm=batch_norm,
+        )
 
-    def build_net(self, *, n_conv_chs: int, time_conv_size_s: float, max_pool_size_s: float, pad_size_s: float,
-                  batch_norm: bool) -> nn.Module:
-        kernel, pool, pad = (math.ceil(seconds * self.sfreq) for seconds in  # sizes in samples, rounded up
-                             (time_conv_size_s, max_pool_size_s, pad_size_s))
+    def build_net(
+        self, *, n_conv_chs: int, time_conv_size_s: float, max_pool_size_s: float, pad_size_s: float, batch_norm: bool
+    ) -> nn.Module:
+        kernel, pool, pad = (
+            math.ceil(seconds * self.sfreq)
+            for seconds in (time_conv_size_s, max_pool_size_s, pad_size_s)  # sizes in samples, rounded up
+        )
         if min(kernel, pool) < 1:
             raise ValueError(f"kernel {time_conv_size_s} s and pool {max_pool_size_s} s are under one sample")
         layers: list[nn.Module] = []
         for in_chs in (1, n_conv_chs):
-            layers += [nn.Conv1d(in_chs, n_conv_chs, kernel, padding=pad),
-                       nn.BatchNorm1d(n_conv_chs) if batch_norm else nn.Identity(), nn.ReLU(), nn.MaxPool1d(pool)]
+            layers += [
+                nn.Conv1d(in_chs, n_conv_chs, kernel, padding=pad),
+                nn.BatchNorm1d(n_conv_chs) if batch_norm else nn.Identity(),
+                nn.ReLU(),
+                nn.MaxPool1d(pool),
+            ]
         return nn.Sequential(*layers)
 
     def time_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,16 +235,34 @@ class Chambon2018Encoder(BraindecodeSleepEncoder):
 
     key = "chambon2018"
 
-    def __init__(self, out_dim: int = 64, sfreq: float = 100.0, window_seconds: float = 30.0, n_conv_chs: int = 8,
-                 time_conv_size_s: float = 0.5, max_pool_size_s: float = 0.125, pad_size_s: float = 0.25,
-                 batch_norm: bool = False, pretrained_path: str | None = None) -> None:
-        super().__init__(out_dim, sfreq, window_seconds, pretrained_path, n_conv_chs=n_conv_chs,
-                         time_conv_size_s=time_conv_size_s, max_pool_size_s=max_pool_size_s, pad_size_s=pad_size_s,
-                         apply_batch_norm=batch_norm)
+    def __init__(
+        self,
+        out_dim: int = 64,
+        sfreq: float = 100.0,
+        window_seconds: float = 30.0,
+        n_conv_chs: int = 8,
+        time_conv_size_s: float = 0.5,
+        max_pool_size_s: float = 0.125,
+        pad_size_s: float = 0.25,
+        batch_norm: bool = False,
+        pretrained_path: str | None = None,
+    ) -> None:
+        super().__init__(
+            out_dim,
+            sfreq,
+            window_seconds,
+            pretrained_path,
+            n_conv_chs=n_conv_chs,
+            time_conv_size_s=time_conv_size_s,
+            max_pool_size_s=max_pool_size_s,
+            pad_size_s=pad_size_s,
+            apply_batch_norm=batch_norm,
+        )
 
     def build_net(self, **net_kwargs: Any) -> nn.Module:
-        return braindecode_models(self.key).SleepStagerChambon2018(n_chans=1, sfreq=self.sfreq, n_times=self.n_times, n_outputs=5,
-                                              return_feats=True, **net_kwargs)
+        return braindecode_models(self.key).SleepStagerChambon2018(
+            n_chans=1, sfreq=self.sfreq, n_times=self.n_times, n_outputs=5, return_feats=True, **net_kwargs
+        )
 
     def time_features(self, x: torch.Tensor) -> torch.Tensor:
         return self.net.feature_extractor(x[:, :, None, :]).flatten(1, 2)  # (m, C, 1, L) -> (m, C, L)
@@ -238,16 +289,37 @@ class AttnSleepEncoder(BraindecodeSleepEncoder):
 
     key = "attnsleep"
 
-    def __init__(self, out_dim: int = 64, sfreq: float = 100.0, window_seconds: float = 30.0, n_tce: int = 2,
-                 d_model: int = 80, d_ff: int = 120, n_attn_heads: int = 5, after_reduced_cnn_size: int = 30,
-                 dropout: float = 0.1, pretrained_path: str | None = None) -> None:
-        super().__init__(out_dim, sfreq, window_seconds, pretrained_path, n_tce=n_tce, d_model=d_model, d_ff=d_ff,
-                         n_attn_heads=n_attn_heads, after_reduced_cnn_size=after_reduced_cnn_size, drop_prob=dropout)
+    def __init__(
+        self,
+        out_dim: int = 64,
+        sfreq: float = 100.0,
+        window_seconds: float = 30.0,
+        n_tce: int = 2,
+        d_model: int = 80,
+        d_ff: int = 120,
+        n_attn_heads: int = 5,
+        after_reduced_cnn_size: int = 30,
+        dropout: float = 0.1,
+        pretrained_path: str | None = None,
+    ) -> None:
+        super().__init__(
+            out_dim,
+            sfreq,
+            window_seconds,
+            pretrained_path,
+            n_tce=n_tce,
+            d_model=d_model,
+            d_ff=d_ff,
+            n_attn_heads=n_attn_heads,
+            after_reduced_cnn_size=after_reduced_cnn_size,
+            drop_prob=dropout,
+        )
 
     def build_net(self, **net_kwargs: Any) -> nn.Module:
         self.d_model = int(net_kwargs["d_model"])
-        return braindecode_models(self.key).AttnSleep(n_chans=1, sfreq=self.sfreq, n_times=self.n_times, n_outputs=5, return_feats=True,
-                                **net_kwargs)
+        return braindecode_models(self.key).AttnSleep(
+            n_chans=1, sfreq=self.sfreq, n_times=self.n_times, n_outputs=5, return_feats=True, **net_kwargs
+        )
 
     def time_features(self, x: torch.Tensor) -> torch.Tensor:
         cnn, context = self.net.feature_extractor

@@ -10,6 +10,7 @@ pretrained tag (e.g. ``laion2b_s34b_b79k``) which needs the hub and therefore ne
 ``HF_HUB_OFFLINE=1`` or no network it is one clear error). ``freeze: true`` keeps a tower's weights
 fixed (``requires_grad=False``); MiniLM can unfreeze only its last ``unlocked_layers`` layers.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,11 +57,14 @@ def load_open_clip(model: str, pretrained: str) -> nn.Module:
         return open_clip.create_model(model, pretrained=str(Path(pretrained).expanduser()) if is_file else pretrained)
     except Exception as err:  # network errors, bad files: one clear message
         where = "local file" if is_file else "hub tag (needs network access)"
-        raise ValueError(f"cannot load open_clip '{model}' weights from {where} '{pretrained}': {type(err).__name__}: {err}") from None
+        raise ValueError(
+            f"cannot load open_clip '{model}' weights from {where} '{pretrained}': {type(err).__name__}: {err}"
+        ) from None
 
 
-def tower_config(model: str | None, section: str, tiny: dict[str, Any], overrides: dict[str, Any] | None,
-                 embed_dim: int | None) -> tuple[dict[str, Any], int]:
+def tower_config(
+    model: str | None, section: str, tiny: dict[str, Any], overrides: dict[str, Any] | None, embed_dim: int | None
+) -> tuple[dict[str, Any], int]:
     """Tower config ``section`` (``text_cfg`` / ``vision_cfg``) of open_clip model ``model`` (or the
     tiny CPU config when None) with ``overrides``, and the output width (``embed_dim`` or the model's)."""
     import open_clip
@@ -126,8 +130,14 @@ class OpenClipTextTower(TokenTower):
 
     tokenizer = "open_clip"
 
-    def __init__(self, model: str | None = None, text_cfg: dict[str, Any] | None = None, embed_dim: int | None = None,
-                 pretrained: str | None = None, freeze: bool = False) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        text_cfg: dict[str, Any] | None = None,
+        embed_dim: int | None = None,
+        pretrained: str | None = None,
+        freeze: bool = False,
+    ) -> None:
         super().__init__()
         from open_clip.model import _build_text_tower
 
@@ -139,8 +149,11 @@ class OpenClipTextTower(TokenTower):
             self.clip, self.text = full, None
             self.context_length = int(full.context_length)
             self.vocab_size = int(full.vocab_size)
-            self.num_features = int(full.text_projection.shape[1] if isinstance(full.text_projection, nn.Parameter)
-                                    else full.text_projection.out_features)
+            self.num_features = int(
+                full.text_projection.shape[1]
+                if isinstance(full.text_projection, nn.Parameter)
+                else full.text_projection.out_features
+            )
         else:
             cfg, width = tower_config(model, "text_cfg", TINY_TEXT_CFG, text_cfg, embed_dim)
             self.text = build_tower(_build_text_tower, width, cfg, "text/open_clip")
@@ -161,8 +174,14 @@ class OpenClipImageTower(Encoder):
     """open_clip vision tower: ``(n, 3, S, S)`` -> ``(n, embed_dim)``; arguments as the text tower
     (``vision_cfg`` instead of ``text_cfg``; ``None`` model = :data:`TINY_VISION_CFG`, a 32-px ViT)."""
 
-    def __init__(self, model: str | None = None, vision_cfg: dict[str, Any] | None = None, embed_dim: int | None = None,
-                 pretrained: str | None = None, freeze: bool = False) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        vision_cfg: dict[str, Any] | None = None,
+        embed_dim: int | None = None,
+        pretrained: str | None = None,
+        freeze: bool = False,
+    ) -> None:
         super().__init__()
         from open_clip.model import _build_vision_tower
 
@@ -212,7 +231,7 @@ class MiniLMTextTower(TokenTower):
             layers = list(self.text.transformer.encoder.layer)
             if not 0 <= unlocked_layers <= len(layers):
                 raise ValueError(f"text/minilm: unlocked_layers must be in 0..{len(layers)}, got {unlocked_layers}")
-            for layer in layers[len(layers) - unlocked_layers:]:
+            for layer in layers[len(layers) - unlocked_layers :]:
                 for p in layer.parameters():
                     p.requires_grad_(True)
 
@@ -226,4 +245,11 @@ class MiniLMTextTower(TokenTower):
         return self.text(x)
 
 
-__all__ = ["MiniLMTextTower", "OpenClipImageTower", "OpenClipTextTower", "TINY_TEXT_CFG", "TINY_VISION_CFG", "load_open_clip"]
+__all__ = [
+    "MiniLMTextTower",
+    "OpenClipImageTower",
+    "OpenClipTextTower",
+    "TINY_TEXT_CFG",
+    "TINY_VISION_CFG",
+    "load_open_clip",
+]

@@ -27,6 +27,7 @@ network") encodes every channel; the channels are combined afterwards (by the ev
   pretraining (Fpz-Cz, Pz-Oz, Cz-A1) gets an embedding near those of its neighbours instead of an
   "unknown" row. A derivation whose electrode the montage lacks is an error naming it.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -55,8 +56,12 @@ class ConvBlock(nn.Sequential):
     """Conv1d(kernel = stride) -> Dropout -> GroupNorm -> GELU: ``(n, c_in, L) -> (n, c_out, L // k)``."""
 
     def __init__(self, c_in: int, c_out: int, kernel: int, dropout: float, groups: int) -> None:
-        super().__init__(nn.Conv1d(c_in, c_out, kernel, stride=kernel), nn.Dropout(dropout),
-                         nn.GroupNorm(groups if c_out % groups == 0 else 1, c_out), nn.GELU())
+        super().__init__(
+            nn.Conv1d(c_in, c_out, kernel, stride=kernel),
+            nn.Dropout(dropout),
+            nn.GroupNorm(groups if c_out % groups == 0 else 1, c_out),
+            nn.GELU(),
+        )
 
 
 class MontageEmbedding(nn.Module):
@@ -92,7 +97,10 @@ class MontageEmbedding(nn.Module):
             active, reference = derivation_positions(part)
             feats = [self._fourier(active)]
             if reference is None:
-                feats += [torch.zeros(2 * self.frequencies.shape[0], dtype=torch.float64), torch.zeros(1, dtype=torch.float64)]
+                feats += [
+                    torch.zeros(2 * self.frequencies.shape[0], dtype=torch.float64),
+                    torch.zeros(1, dtype=torch.float64),
+                ]
             else:
                 feats += [self._fourier(reference), torch.ones(1, dtype=torch.float64)]
             rows.append(torch.cat(feats))
@@ -141,11 +149,21 @@ class ChannelAwareConvEncoder(Encoder):
 
     uses_view_name = True
 
-    def __init__(self, width: int = 256, out_dim: int = 64, kernels: tuple[int, ...] | list[int] = (3, 2, 2, 2, 2, 2),
-                 dropout: float = 0.0, groups: int = 8, channel_vocab: list[str] | tuple[str, ...] = PHYSIONET2018_EEG,
-                 channel_mode: Literal["embedding", "agnostic", "montage"] = "embedding", unknown_rate: float = 0.0,
-                 in_channels: int = 1, montage_frequencies: int = 16, montage_scale: float = 0.5,
-                 pretrained_path: str | None = None) -> None:
+    def __init__(
+        self,
+        width: int = 256,
+        out_dim: int = 64,
+        kernels: tuple[int, ...] | list[int] = (3, 2, 2, 2, 2, 2),
+        dropout: float = 0.0,
+        groups: int = 8,
+        channel_vocab: list[str] | tuple[str, ...] = PHYSIONET2018_EEG,
+        channel_mode: Literal["embedding", "agnostic", "montage"] = "embedding",
+        unknown_rate: float = 0.0,
+        in_channels: int = 1,
+        montage_frequencies: int = 16,
+        montage_scale: float = 0.5,
+        pretrained_path: str | None = None,
+    ) -> None:
         super().__init__()
         if len(kernels) < 1 or any(k < 1 for k in kernels):
             raise ValueError(f"kernels must be positive integers, got {list(kernels)}")
@@ -154,14 +172,18 @@ class ChannelAwareConvEncoder(Encoder):
         if not 0.0 <= unknown_rate <= 1.0:
             raise ValueError(f"unknown_rate: expected a probability in [0, 1], got {unknown_rate}")
         if channel_mode != "embedding" and unknown_rate > 0:
-            raise ValueError(f"unknown_rate only applies to channel_mode 'embedding' ({channel_mode} has no channel ids)")
+            raise ValueError(
+                f"unknown_rate only applies to channel_mode 'embedding' ({channel_mode} has no channel ids)"
+            )
         if in_channels < 1:
             raise ValueError(f"in_channels must be >= 1, got {in_channels}")
         self.channel_mode = channel_mode
         self.unknown_rate = float(unknown_rate)
         self.in_channels = int(in_channels)
         sizes = [self.in_channels] + [width] * (len(kernels) - 1) + [out_dim]
-        self.blocks = nn.ModuleList(ConvBlock(sizes[i], sizes[i + 1], k, dropout, groups) for i, k in enumerate(kernels))
+        self.blocks = nn.ModuleList(
+            ConvBlock(sizes[i], sizes[i + 1], k, dropout, groups) for i, k in enumerate(kernels)
+        )
         self.readout = nn.Conv1d(out_dim, out_dim, kernel_size=1)
         self.channel_vocab = [str(c) for c in channel_vocab]
         self._index = {normalize_channel(c): i + 1 for i, c in enumerate(self.channel_vocab)}
@@ -172,7 +194,9 @@ class ChannelAwareConvEncoder(Encoder):
         if channel_mode == "embedding":
             self.channel_embedding = nn.Embedding(len(self.channel_vocab) + 1, sizes[1])
             nn.init.normal_(self.channel_embedding.weight, std=0.1)
-        self.montage_embedding = MontageEmbedding(sizes[1], montage_frequencies, montage_scale) if channel_mode == "montage" else None
+        self.montage_embedding = (
+            MontageEmbedding(sizes[1], montage_frequencies, montage_scale) if channel_mode == "montage" else None
+        )
         self.min_length = 1
         for k in kernels:
             self.min_length *= k
@@ -222,7 +246,8 @@ class ChannelAwareConvEncoder(Encoder):
             expected = "(n, T) or (n, 1, T)" if self.in_channels == 1 else f"(n, {self.in_channels}, T)"
             raise ValueError(
                 f"EEG encoder built with in_channels = {self.in_channels} expects {expected}, got {tuple(x.shape)}; "
-                f"views.options.channel_split = stacked needs model.encoders.eeg.in_channels = channels per view")
+                f"views.options.channel_split = stacked needs model.encoders.eeg.in_channels = channels per view"
+            )
         if x.shape[-1] < self.min_length:
             raise ValueError(f"EEG encoder needs >= {self.min_length} samples per window, got {x.shape[-1]}")
         h = self.blocks[0](x)

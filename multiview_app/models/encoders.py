@@ -15,11 +15,13 @@ with its name when ``uses_view_name``, else one call on the concatenated views; 
 override it with a batched, name-aware path). An encoder's options are its ``Options`` model,
 derived from its ``__init__`` signature (:func:`encoder_options_model`).
 """
+
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -29,12 +31,14 @@ from ..registry import Registry
 
 #: Encoders by ``"<modality>/<name>"``; the listed modules register more on first lookup.
 ENCODERS: Registry[Callable[..., nn.Module]] = Registry(
-    "encoder", modules=("multiview_app.models.eeg", "multiview_app.models.braindecode_sleep", "multiview_app.models.clip")
+    "encoder",
+    modules=("multiview_app.models.eeg", "multiview_app.models.braindecode_sleep", "multiview_app.models.clip"),
 )
 
 
-def _default_forward_views(encoder: nn.Module, by_name: bool, xs: list[torch.Tensor],
-                           view_names: list[str]) -> torch.Tensor:
+def _default_forward_views(
+    encoder: nn.Module, by_name: bool, xs: list[torch.Tensor], view_names: list[str]
+) -> torch.Tensor:
     """k views ``(n, ...)`` -> ``(n, k, f)``: one call per view with its name when ``by_name``, else one call
     on the ``(k * n, ...)`` concatenation (BatchNorm statistics then span all views)."""
     if by_name:
@@ -86,8 +90,9 @@ def encode_views(encoder: nn.Module, xs: list[torch.Tensor], view_names: list[st
     own = getattr(encoder, "forward_views", None)
     if own is not None:
         return own(xs, view_names)
-    return _default_forward_views(encoder, bool(getattr(encoder, "uses_view_name", Encoder.uses_view_name)),
-                                  xs, view_names)
+    return _default_forward_views(
+        encoder, bool(getattr(encoder, "uses_view_name", Encoder.uses_view_name)), xs, view_names
+    )
 
 
 def register_encoder(modality: str, name: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
@@ -141,8 +146,13 @@ def build_encoder(modality: str, name: str, **kwargs: Any) -> nn.Module:
             f"{', '.join(available_encoders(modality)) or '(none)'}"
         )
     prefix = f"bad arguments for encoder '{key}': "
-    validate_options(encoder_options_model(key), kwargs, f"model.encoders.{modality}",
-                     component_wording("option", f"encoder {key!r}"), prefix=prefix)
+    validate_options(
+        encoder_options_model(key),
+        kwargs,
+        f"model.encoders.{modality}",
+        component_wording("option", f"encoder {key!r}"),
+        prefix=prefix,
+    )
     try:
         return factory(**kwargs)
     except TypeError as err:
@@ -178,7 +188,9 @@ def load_pretrained(module: nn.Module, path: str | Path) -> None:
     state = load_state_dict_file(path)
     own = module.state_dict()
     mismatched = [
-        f"{k} {tuple(v.shape)} in file vs {tuple(own[k].shape)}" for k, v in state.items() if k in own and v.shape != own[k].shape
+        f"{k} {tuple(v.shape)} in file vs {tuple(own[k].shape)}"
+        for k, v in state.items()
+        if k in own and v.shape != own[k].shape
     ]
     if mismatched:
         raise ValueError(
@@ -270,7 +282,9 @@ class SmallCNN(Encoder):
     ``(n, 3, S, S) -> (n, num_features)``; ~0.1 M parameters at the defaults; fast on CPU.
     """
 
-    def __init__(self, width: int = 32, num_features: int = 128, in_channels: int = 3, pretrained_path: str | None = None) -> None:
+    def __init__(
+        self, width: int = 32, num_features: int = 128, in_channels: int = 3, pretrained_path: str | None = None
+    ) -> None:
         super().__init__()
         channels = [in_channels, width, width * 2, width * 4, num_features]
         layers: list[nn.Module] = []

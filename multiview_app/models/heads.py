@@ -1,4 +1,5 @@
 """Projection and prediction heads (M3G App. A: Linear(4096) - GELU - Linear(256) at full scale)."""
+
 from __future__ import annotations
 
 from typing import Literal

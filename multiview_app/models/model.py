@@ -9,6 +9,7 @@ default calls the encoder once per view with ``view_name=<name>`` when ``uses_vi
 once on the views concatenated into one ``(k_m * n, ...)`` batch, split back (fastest; BatchNorm
 statistics then span all views); an encoder may override it (batched, name-aware; e.g. channel-aware EEG).
 """
+
 from __future__ import annotations
 
 import copy

@@ -1,4 +1,5 @@
 """EMA teacher (BYOL / M3G Sec. 2.1): ``theta_t <- m * theta_t + (1 - m) * theta_s`` after each step."""
+
 from __future__ import annotations
 
 import copy

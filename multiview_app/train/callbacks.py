@@ -6,11 +6,13 @@ registering a callback factory in :data:`TRAIN_CALLBACKS`; a run names the callb
 passes keyword options to the factory, checked against its ``Options`` model when it has one). Plain functions
 ``f(step, record)`` are accepted too (``train(cfg, callbacks=[f])``) and called after every step.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 # Callback factories ``factory(cfg) -> TrainCallback`` by name; upper layers register here. The
 # registry and the list of modules that fill it live in multiview_app.plugins (imported on first
@@ -37,7 +39,7 @@ class StepEvent:
     step: int
     total_steps: int
     record: dict[str, Any] | None
-    model: "nn.Module"
+    model: nn.Module
     run_dir: Path
     is_main_process: bool
 
@@ -77,9 +79,7 @@ class FunctionCallback(TrainCallback):
         self.fn(event.step, event.record)
 
 
-
-
-def callbacks_for(cfg: "Config", extra: Sequence[TrainCallback | StepCallback] = ()) -> list[TrainCallback]:
+def callbacks_for(cfg: Config, extra: Sequence[TrainCallback | StepCallback] = ()) -> list[TrainCallback]:
     """The callbacks a run uses: ``train.callbacks`` (+ ``linear-probe`` when ``eval.linear_probe``),
     then ``extra`` (functions are wrapped in :class:`FunctionCallback`)."""
     named = cfg.train.named_callbacks

@@ -10,6 +10,7 @@ saved the same way as ``state_<name>.pt`` (main process), never through accelera
 ``register_for_checkpointing``, whose ``custom_checkpoint_<i>.pkl`` files are unpickled with
 ``weights_only=False`` on load (arbitrary code from a checkpoint someone hands you).
 """
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,13 @@ def resolve_resume(run_dir: str | Path, resume: str) -> Path:
 
 
 def save_checkpoint(
-    accelerator: Any, run_dir: str | Path, step: int, trainer_state: dict[str, Any], keep: int,
-    loss_module: torch.nn.Module | None = None, states: dict[str, Any] | None = None,
+    accelerator: Any,
+    run_dir: str | Path,
+    step: int,
+    trainer_state: dict[str, Any],
+    keep: int,
+    loss_module: torch.nn.Module | None = None,
+    states: dict[str, Any] | None = None,
 ) -> Path:
     """``accelerator.save_state`` + the loss module's state + ``states`` (name -> object with
     ``state_dict``, identical on every process) + ``trainer_state.json`` into
@@ -126,7 +132,9 @@ def read_trainer_state(ckpt_dir: str | Path) -> dict[str, Any]:
 
 
 def load_checkpoint(
-    accelerator: Any, ckpt_dir: str | Path, loss_module: torch.nn.Module | None = None,
+    accelerator: Any,
+    ckpt_dir: str | Path,
+    loss_module: torch.nn.Module | None = None,
     states: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Restore model / optimizer / RNG, ``states`` (name -> object with ``load_state_dict``) and the
@@ -137,23 +145,37 @@ def load_checkpoint(
     if not state_path.is_file():
         raise FileNotFoundError(f"{ckpt_dir}: not a checkpoint (no {STATE_FILE})")
     state = read_trainer_state(ckpt_dir)
-    missing = [EXTRA_STATE_FILE.format(name=name) for name in (states or {})
-               if not (ckpt_dir / EXTRA_STATE_FILE.format(name=name)).is_file()]
+    missing = [
+        EXTRA_STATE_FILE.format(name=name)
+        for name in (states or {})
+        if not (ckpt_dir / EXTRA_STATE_FILE.format(name=name)).is_file()
+    ]
     if missing:
         pickled = sorted(p.name for p in ckpt_dir.glob("custom_checkpoint_*.pkl"))
-        why = (f"it holds {', '.join(pickled)} instead (pickles from an older version, not loaded: unpickling "
-               "can run arbitrary code)" if pickled else "they are missing")
-        raise ValueError(f"{ckpt_dir}: checkpoint cannot be restored: expected {', '.join(missing)}; {why}. "
-                         "Start a new run or resume from a checkpoint written by this version")
+        why = (
+            f"it holds {', '.join(pickled)} instead (pickles from an older version, not loaded: unpickling "
+            "can run arbitrary code)"
+            if pickled
+            else "they are missing"
+        )
+        raise ValueError(
+            f"{ckpt_dir}: checkpoint cannot be restored: expected {', '.join(missing)}; {why}. "
+            "Start a new run or resume from a checkpoint written by this version"
+        )
     try:
         accelerator.load_state(str(ckpt_dir))
     except Exception as err:  # truncated / foreign files inside the checkpoint
         older = [p for p in list_checkpoints(ckpt_dir.parent.parent) if p != ckpt_dir]
         hint = f"; resume from an older one with --resume {older[-1]}" if older else ""
-        raise ValueError(f"{ckpt_dir}: checkpoint cannot be restored ({' '.join(str(err).split())[:300]}){hint}") from None
+        raise ValueError(
+            f"{ckpt_dir}: checkpoint cannot be restored ({' '.join(str(err).split())[:300]}){hint}"
+        ) from None
     for name, obj in (states or {}).items():
-        obj.load_state_dict(torch.load(ckpt_dir / EXTRA_STATE_FILE.format(name=name), map_location=accelerator.device,
-                                       weights_only=True))
+        obj.load_state_dict(
+            torch.load(
+                ckpt_dir / EXTRA_STATE_FILE.format(name=name), map_location=accelerator.device, weights_only=True
+            )
+        )
     state["loss_state"] = "none"
     if loss_module is not None and loss_module.state_dict():
         own = ckpt_dir / LOSS_STATE_FILE.format(rank=accelerator.process_index)

@@ -1,4 +1,5 @@
 """``mvapp train --config FILE [overrides...] [--resume latest|DIR] [--name NAME]``."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,28 +12,41 @@ def _train_epilog() -> str:
     """Examples and the configs shipped with the checkout (the project's ``configs/`` folder), for ``--help``."""
     folder = Path(__file__).resolve().parents[2] / "configs"
     names = sorted(p.name for p in folder.glob("*.yaml") if not p.name.startswith(("base_", "tune_")))
-    shipped = (f"configs shipped in {folder} (base_*.yaml are shared bases, tune_*.yaml are for mvapp tune):\n  "
-               + "\n  ".join(", ".join(names[i:i + 4]) for i in range(0, len(names), 4))) if names else ""
-    return ("examples:\n"
-            "  mvapp train --config configs/digits_m3g.yaml train.max_steps=200 loss.epsilon=0.1\n"
-            "  mvapp train --config configs/eeg_synthetic_m3g.yaml --name eeg_m3g\n"
-            "  mvapp train --resume runs/digits_m3g                      # continue an interrupted run\n"
-            "  mvapp train --resume runs/digits_m3g train.max_steps=400 --accept-config-changes   # extend a run\n"
-            + (f"\n{shipped}\n" if shipped else ""))
+    shipped = (
+        (
+            f"configs shipped in {folder} (base_*.yaml are shared bases, tune_*.yaml are for mvapp tune):\n  "
+            + "\n  ".join(", ".join(names[i : i + 4]) for i in range(0, len(names), 4))
+        )
+        if names
+        else ""
+    )
+    return (
+        "examples:\n"
+        "  mvapp train --config configs/digits_m3g.yaml train.max_steps=200 loss.epsilon=0.1\n"
+        "  mvapp train --config configs/eeg_synthetic_m3g.yaml --name eeg_m3g\n"
+        "  mvapp train --resume runs/digits_m3g                      # continue an interrupted run\n"
+        "  mvapp train --resume runs/digits_m3g train.max_steps=400 --accept-config-changes   # extend a run\n"
+        + (f"\n{shipped}\n" if shipped else "")
+    )
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("train", help="train a model from a YAML config",
-                                   description="Train a model from a YAML config (dotted overrides on top).",
-                                   epilog=_train_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "train",
+        help="train a model from a YAML config",
+        description="Train a model from a YAML config (dotted overrides on top).",
+        epilog=_train_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", help="YAML config file (default with --resume DIR: DIR/config.yaml)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. loss.epsilon=0.1 train.max_steps=50")
     parser.add_argument("--resume", help="'latest' (newest checkpoint of the run) or a run/checkpoint folder")
     parser.add_argument("--name", help="run name, one folder name (default: output.name or the config file's stem)")
     parser.add_argument(
-        "--accept-config-changes", action="store_true",
+        "--accept-config-changes",
+        action="store_true",
         help="with --resume: apply changes of safe keys (run length, logging/checkpoint cadence, eval) to the "
-             "saved config; they are logged in the run's config_history.jsonl",
+        "saved config; they are logged in the run's config_history.jsonl",
     )
     parser.set_defaults(func=_run)
 
@@ -48,7 +62,9 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         if args.config is not None:
             raise
-        raise ConfigError(f"{Path(config_path).resolve()} (the saved config of the run given to --resume): {exc}") from None
+        raise ConfigError(
+            f"{Path(config_path).resolve()} (the saved config of the run given to --resume): {exc}"
+        ) from None
     for note in cfg.load_notes:
         print(f"mvapp: note: {note}", file=sys.stderr)
     if args.accept_config_changes and args.resume is None:
@@ -92,6 +108,8 @@ def _saved_config(resume: str | None, name: str | None) -> str:
     config = run_dir / "config.yaml"
     if not config.is_file():
         where = (Path(resume) if resume != "latest" else run_dir).resolve()
-        raise FileNotFoundError(f"--resume {resume}: no run config at {where / 'config.yaml'}: {where} is not a run "
-                                "folder" + ("" if resume == "latest" else " (nor a checkpoint folder inside one)"))
+        raise FileNotFoundError(
+            f"--resume {resume}: no run config at {where / 'config.yaml'}: {where} is not a run "
+            "folder" + ("" if resume == "latest" else " (nor a checkpoint folder inside one)")
+        )
     return str(config)

@@ -23,12 +23,14 @@ M3G's ``iterations`` / ``marginal_error`` and the losses' own ``mi_lower_bound``
 ``stats/*`` series of ``metrics.jsonl`` into the run report ``diagnostics.json`` at the end of the run
 (``mvapp train`` prints its first / last / min / max table).
 """
+
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -143,8 +145,9 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, dict[str, floa
         finite = [v for v in values if math.isfinite(v)]
         entry: dict[str, float] = {"count": len(finite), "nonfinite": len(values) - len(finite)}
         if finite:
-            entry.update(first=finite[0], last=finite[-1], min=min(finite), max=max(finite),
-                         mean=sum(finite) / len(finite))
+            entry.update(
+                first=finite[0], last=finite[-1], min=min(finite), max=max(finite), mean=sum(finite) / len(finite)
+            )
         summary[key] = entry
     return summary
 
@@ -169,6 +172,17 @@ def write_diagnostics_summary(run_dir: str | Path) -> dict[str, dict[str, float]
 
 
 __all__ = [
-    "DEFAULT_TAU", "SUMMARY_FILE", "alignment", "effective_rank", "effective_rank_tensor", "embedding_diagnostics", "grad_norm", "loss_temperature",
-    "pvc_mi_lower_bound", "step_diagnostics", "summarize_metrics", "uniformity", "write_diagnostics_summary",
+    "DEFAULT_TAU",
+    "SUMMARY_FILE",
+    "alignment",
+    "effective_rank",
+    "effective_rank_tensor",
+    "embedding_diagnostics",
+    "grad_norm",
+    "loss_temperature",
+    "pvc_mi_lower_bound",
+    "step_diagnostics",
+    "summarize_metrics",
+    "uniformity",
+    "write_diagnostics_summary",
 ]

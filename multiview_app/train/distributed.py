@@ -8,6 +8,7 @@ divides their sum by ``world``; :func:`gradient_scale` returns the factor (``wor
 loss must be multiplied before ``backward`` so that the gradients equal those of one process on the
 full batch.
 """
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ The contract itself is the data adapter's (``adapter.input_contract(encoder conf
 ``eeg_windows``: channels and derivations, rate, band-pass, units, window, scaling; see
 ``data/eeg/contract.py``); adapters without one (images, text) have none and nothing is checked.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,8 +68,9 @@ def read_run_contract(run_dir: str | Path) -> dict[str, Any] | None:
         raise ValueError(f"{path}: corrupt input contract ({err})") from None
 
 
-def check_run_input(run_dir: str | Path, adapter: Any, *, accept: bool = False, accept_hint: str = ACCEPT_HINT
-                    ) -> list[str]:
+def check_run_input(
+    run_dir: str | Path, adapter: Any, *, accept: bool = False, accept_hint: str = ACCEPT_HINT
+) -> list[str]:
     """Check ``adapter``'s data against the run's recorded contract (see :func:`write_run_contract`).
 
     Raises the adapter's ``InputContractError`` naming every differing field unless ``accept``; returns
@@ -87,5 +89,13 @@ def format_input_differences(lines: list[str]) -> str:
     return "\n  ".join(lines)
 
 
-__all__ = ["ACCEPT_HINT", "CONTRACT_FILE", "check_run_input", "eval_view_names", "format_input_differences",
-           "read_run_contract", "run_input_contract", "write_run_contract"]
+__all__ = [
+    "ACCEPT_HINT",
+    "CONTRACT_FILE",
+    "check_run_input",
+    "eval_view_names",
+    "format_input_differences",
+    "read_run_contract",
+    "run_input_contract",
+    "write_run_contract",
+]

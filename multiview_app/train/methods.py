@@ -17,10 +17,12 @@ Both EMA methods update the target after the optimizer step with
 ``cosine_momentum(step, total_steps, model.teacher.momentum_base)`` and save it in the checkpoint as
 ``state_ema_teacher.pt`` (:meth:`TrainMethod.states`).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -80,8 +82,9 @@ class TrainMethod:
         """The student's forward pass (inside the trainer's autocast)."""
         return StepOutputs(step_module(batch), labels=batch.labels if self.uses_labels else None)
 
-    def loss(self, out: StepOutputs, loss_fn: nn.Module, call: LossCall, gather: Gather,
-             log_step: bool) -> tuple[torch.Tensor, dict[str, Any]]:
+    def loss(
+        self, out: StepOutputs, loss_fn: nn.Module, call: LossCall, gather: Gather, log_step: bool
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """``(loss, stats)`` of one micro-batch; ``stats`` values may be device tensors."""
         loss = call(loss_fn, gather(out.online), labels=out.labels)
         return loss, loss_stats(loss_fn)
@@ -114,8 +117,9 @@ class EMATeacherMethod(TrainMethod):
             z_teacher = self.teacher.embed(batch.select(self.teacher_views)).detach()
         return StepOutputs(z, target=z_teacher)
 
-    def loss(self, out: StepOutputs, loss_fn: nn.Module, call: LossCall, gather: Gather,
-             log_step: bool) -> tuple[torch.Tensor, dict[str, Any]]:
+    def loss(
+        self, out: StepOutputs, loss_fn: nn.Module, call: LossCall, gather: Gather, log_step: bool
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         z, z_teacher = gather(out.online), gather(out.target)
         terms, stats = [], {}
         for j, t in enumerate(self.teacher_views):
@@ -156,8 +160,9 @@ class BYOLMethod(EMATeacherMethod):
             target = self.teacher.embed(batch).detach()
         return StepOutputs(predictions, target=target, projections=projections)
 
-    def loss(self, out: StepOutputs, loss_fn: nn.Module, call: LossCall, gather: Gather,
-             log_step: bool) -> tuple[torch.Tensor, dict[str, Any]]:
+    def loss(
+        self, out: StepOutputs, loss_fn: nn.Module, call: LossCall, gather: Gather, log_step: bool
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         loss = call(loss_fn, out.online, out.target)  # per process (BYOL losses are never gathered)
         stats = loss_stats(loss_fn)
         if log_step and out.projections is not None:
@@ -186,5 +191,15 @@ def build_method(cfg: Config, model: nn.Module, loss_fn: nn.Module, device: torc
     return METHODS[method_name(cfg, loss_fn)](cfg, model, loss_fn, device)
 
 
-__all__ = ["METHODS", "BYOLMethod", "EMATeacherMethod", "StepOutputs", "TrainMethod", "as_float64", "build_method",
-           "collapse_stats", "loss_stats", "method_name"]
+__all__ = [
+    "METHODS",
+    "BYOLMethod",
+    "EMATeacherMethod",
+    "StepOutputs",
+    "TrainMethod",
+    "as_float64",
+    "build_method",
+    "collapse_stats",
+    "loss_stats",
+    "method_name",
+]

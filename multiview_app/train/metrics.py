@@ -1,4 +1,5 @@
 """Training metrics: step-time split, ``metrics.jsonl`` (append, resume-safe) and ``curves.png``."""
+
 from __future__ import annotations
 
 import importlib.util

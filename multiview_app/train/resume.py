@@ -12,6 +12,7 @@ one: :func:`refuse_stale_extension` refuses a finished run whose newest checkpoi
 model (written by an older version), and the trainer moves the finished model into ``final_step<N>/``
 (``run_io.keep_previous_final``) before it trains again.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -31,8 +32,17 @@ HISTORY_FILE = "config_history.jsonl"
 #: change how long the run is, how often it logs / checkpoints and how it is evaluated at the end,
 #: never what a finished step computed. Extending ``train.max_steps`` stretches the LR schedule.
 SAFE_ON_RESUME: tuple[str, ...] = (
-    "train.max_steps", "train.epochs", "train.log_every", "train.checkpoint_every", "train.keep_checkpoints",
-    "train.num_workers", "train.num_threads", "train.prefetch_views", "train.diagnostics", "train.callbacks", "eval.*",
+    "train.max_steps",
+    "train.epochs",
+    "train.log_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.num_workers",
+    "train.num_threads",
+    "train.prefetch_views",
+    "train.diagnostics",
+    "train.callbacks",
+    "eval.*",
 )
 
 
@@ -112,7 +122,6 @@ def reconcile_resume_config(
     return cfg
 
 
-
 def refuse_stale_extension(run_dir: str | Path, ckpt: Path | None) -> None:
     """A finished run resumed as a whole to train further must continue from its final state. Raises a
     ValueError when the run's final model (step N) is newer than its newest checkpoint ``ckpt`` (a run
@@ -122,12 +131,14 @@ def refuse_stale_extension(run_dir: str | Path, ckpt: Path | None) -> None:
     ckpt_step = int(read_trainer_state(ckpt)["step"]) if ckpt is not None else 0
     if final_step is None or ckpt_step >= final_step:
         return
-    where = (f"its newest checkpoint is {ckpt} (step {ckpt_step})" if ckpt is not None
-             else "it has no checkpoint")
-    how = (f"to retrain from that checkpoint on purpose, name it: mvapp train --resume {ckpt} ... "
-           f"--accept-config-changes (steps {ckpt_step + 1}-{final_step} are trained again; the finished model is "
-           f"kept in {run_dir}/final_step{final_step}/)" if ckpt is not None
-           else "train a longer run under a new --name instead")
+    where = f"its newest checkpoint is {ckpt} (step {ckpt_step})" if ckpt is not None else "it has no checkpoint"
+    how = (
+        f"to retrain from that checkpoint on purpose, name it: mvapp train --resume {ckpt} ... "
+        f"--accept-config-changes (steps {ckpt_step + 1}-{final_step} are trained again; the finished model is "
+        f"kept in {run_dir}/final_step{final_step}/)"
+        if ckpt is not None
+        else "train a longer run under a new --name instead"
+    )
     raise ValueError(
         f"--resume {run_dir}: the run is finished at step {final_step} but {where}: its final state was not "
         f"saved as a checkpoint (a run written by an older version), so it cannot be extended from its final "
@@ -156,7 +167,7 @@ class RunLock:
         self._handle: Any = None
         self._created: list[Path] = []
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         import fcntl
         import os
 
@@ -222,12 +233,22 @@ class RunLock:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         return None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
 
 
-__all__ = ["HISTORY_FILE", "LOCK_FILE", "RunLock", "SAFE_ON_RESUME", "config_differences", "flatten", "holds_nothing",
-           "is_safe", "reconcile_resume_config", "refuse_stale_extension"]
+__all__ = [
+    "HISTORY_FILE",
+    "LOCK_FILE",
+    "RunLock",
+    "SAFE_ON_RESUME",
+    "config_differences",
+    "flatten",
+    "holds_nothing",
+    "is_safe",
+    "reconcile_resume_config",
+    "refuse_stale_extension",
+]

@@ -5,6 +5,7 @@ Layout of ``runs/<name>/`` (docs/architecture.md): ``config.yaml``, ``metrics.js
 ``model.safetensors`` (its header records its ``step``), ``model.json``, ``eval/<kind>.json``, ``plots/``,
 ``curves.png``; ``final_step<N>/`` keeps a finished model that a longer resumed run replaced.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,16 @@ from safetensors.torch import load_file, save_file
 from ..config import Config, ConfigError, config_from_dict, read_yaml
 from ..fileio import atomic_write_json, atomic_write_text, atomic_write_with
 
-__all__ = ["atomic_write_json", "atomic_write_text", "final_model_step", "keep_previous_final", "load_run",
-           "load_run_config", "model_spec", "save_weights"]
+__all__ = [
+    "atomic_write_json",
+    "atomic_write_text",
+    "final_model_step",
+    "keep_previous_final",
+    "load_run",
+    "load_run_config",
+    "model_spec",
+    "save_weights",
+]
 
 WEIGHT_FILES = {"final": "model.safetensors", "init": "init.safetensors"}
 
@@ -54,8 +63,11 @@ def final_model_step(run_dir: str | Path) -> int | None:
     except Exception:  # an unreadable file: fall back on the metrics
         pass
     metrics = run_dir / "metrics.jsonl"
-    steps = [json.loads(line).get("step") for line in metrics.read_text().splitlines() if line.strip()] \
-        if metrics.is_file() else []
+    steps = (
+        [json.loads(line).get("step") for line in metrics.read_text().splitlines() if line.strip()]
+        if metrics.is_file()
+        else []
+    )
     steps = [int(s) for s in steps if isinstance(s, int)]
     return max(steps) if steps else None
 
@@ -128,16 +140,16 @@ def resolve_weights(run_dir: str | Path, weights: str = "final") -> Path:
         if match is None:
             raise ValueError(f"weights: expected final, init or step_N (a checkpoint step), got {weights!r}")
         path = run_dir / "checkpoints" / f"step_{int(match.group(1)):08d}" / CHECKPOINT_MODEL_FILE
-        found = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*") if (p / CHECKPOINT_MODEL_FILE).is_file())
+        found = sorted(
+            p.name for p in (run_dir / "checkpoints").glob("step_*") if (p / CHECKPOINT_MODEL_FILE).is_file()
+        )
         hint = f" (checkpoints with weights: {', '.join(found) or 'none'})"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing{hint}")
     return path
 
 
-def load_run(
-    run_dir: str | Path, weights: Literal["final", "init"] | str = "final"
-) -> tuple[Config, torch.nn.Module]:
+def load_run(run_dir: str | Path, weights: Literal["final", "init"] | str = "final") -> tuple[Config, torch.nn.Module]:
     """Config and rebuilt model of a run with its ``final`` (model.safetensors), ``init``
     (init.safetensors, random-init reference) or ``step_N`` (checkpoint) weights, in eval mode on the CPU."""
     run_dir = Path(run_dir)
@@ -153,8 +165,11 @@ def load_run(
     if weight_path.parent.name.startswith("step_"):
         state = {k.removeprefix(CHECKPOINT_PREFIX): v for k, v in state.items()}
     expected = model.state_dict()
-    wrong_shape = [f"{k} {tuple(v.shape)} vs {tuple(expected[k].shape)}" for k, v in state.items()
-                   if k in expected and v.shape != expected[k].shape]
+    wrong_shape = [
+        f"{k} {tuple(v.shape)} vs {tuple(expected[k].shape)}"
+        for k, v in state.items()
+        if k in expected and v.shape != expected[k].shape
+    ]
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if missing or unexpected or wrong_shape:

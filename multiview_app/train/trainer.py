@@ -16,6 +16,7 @@ checkpoint restarts from step 0. SIGINT / SIGTERM finish the current step, write
 raise :class:`TrainingInterrupted` (a second signal acts as usual). One process at a time writes a
 run folder (``RunLock``).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,11 +25,12 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -89,7 +91,7 @@ class StopRequest:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
@@ -133,8 +135,15 @@ class EpochBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(
-        self, num_items: int, items: int, num_batches: int, seed: int, epoch: int, rank: int = 0,
-        world: int = 1, start: int = 0,
+        self,
+        num_items: int,
+        items: int,
+        num_batches: int,
+        seed: int,
+        epoch: int,
+        rank: int = 0,
+        world: int = 1,
+        start: int = 0,
     ) -> None:
         self.num_items, self.items, self.num_batches = num_items, items, num_batches
         self.seed, self.epoch, self.rank, self.world, self.start = seed, epoch, rank, world, start
@@ -169,8 +178,14 @@ class ViewStream:
     """
 
     def __init__(
-        self, loader: DataLoader, policy: Any, device: torch.device, view_seed: Callable[[int], int],
-        first_index: int, prefetch: bool = True, positions: dict[int, StreamPosition] | None = None,
+        self,
+        loader: DataLoader,
+        policy: Any,
+        device: torch.device,
+        view_seed: Callable[[int], int],
+        first_index: int,
+        prefetch: bool = True,
+        positions: dict[int, StreamPosition] | None = None,
     ) -> None:
         #: streamed train split: per DataLoader worker, the position after its last handed-out batch
         self.positions: dict[int, StreamPosition] = dict(positions or {})
@@ -326,8 +341,12 @@ class Trainer:
     """
 
     def __init__(
-        self, cfg: Config, *, resume: str | None = None,
-        callbacks: Sequence[TrainCallback | StepCallback] = (), accept_config_changes: bool = False,
+        self,
+        cfg: Config,
+        *,
+        resume: str | None = None,
+        callbacks: Sequence[TrainCallback | StepCallback] = (),
+        accept_config_changes: bool = False,
     ) -> None:
         self.cfg = resolve_paths(cfg)  # the run folder's config.yaml holds absolute paths
         self.resume = resume
@@ -350,7 +369,9 @@ class Trainer:
         probe_device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         precision, note = resolve_precision(self.cfg.train.precision, probe_device)
         accelerator = Accelerator(
-            mixed_precision=precision, log_with=_TRACKER, project_dir=str(self.run_dir),
+            mixed_precision=precision,
+            log_with=_TRACKER,
+            project_dir=str(self.run_dir),
             cpu=probe_device.type == "cpu",
         )
         self._main = accelerator.is_main_process
@@ -401,7 +422,9 @@ class Trainer:
         if self.accept_config_changes and (explicit is None or explicit.resolve() == self.run_dir.resolve()):
             refuse_stale_extension(self.run_dir, ckpt)  # extending a finished run: from its final state only
         # refuse a differing config now; accepted changes are recorded once the checkpoint is restored
-        self.cfg = reconcile_resume_config(self.run_dir, self.cfg, accept_changes=self.accept_config_changes, write=False)
+        self.cfg = reconcile_resume_config(
+            self.run_dir, self.cfg, accept_changes=self.accept_config_changes, write=False
+        )
         if ckpt is None:
             self._restart_from_zero = True
             self._note(
@@ -429,8 +452,14 @@ class Trainer:
         )
         self.notes.append(message)
         return TrainResult(
-            self.run_dir, int(last.get("step", 0)), float(last.get("loss", float("nan"))), 0.0, 0.0,
-            notes=self.notes, is_main_process=is_main_process, already_finished=True,
+            self.run_dir,
+            int(last.get("step", 0)),
+            float(last.get("loss", float("nan"))),
+            0.0,
+            0.0,
+            notes=self.notes,
+            is_main_process=is_main_process,
+            already_finished=True,
         )
 
     def _plan_data(self, world: int) -> DataPlan:
@@ -454,7 +483,14 @@ class Trainer:
             )
         total_steps = min(s for s in (tcfg.max_steps, tcfg.epochs and tcfg.epochs * steps_per_epoch) if s)
         return DataPlan(
-            adapter, policy, train_set, n_items, items, steps_per_epoch * tcfg.grad_accum, total_steps, world,
+            adapter,
+            policy,
+            train_set,
+            n_items,
+            items,
+            steps_per_epoch * tcfg.grad_accum,
+            total_steps,
+            world,
             tcfg.grad_accum,
         )
 
@@ -463,12 +499,16 @@ class Trainer:
         epochs are per DataLoader worker, see ``data/streaming.py``)."""
         tcfg = self.cfg.train
         if tcfg.max_steps is None:
-            raise ValueError("data: the train split is streamed (its size is not known in advance); set train.max_steps "
-                             "instead of train.epochs")
+            raise ValueError(
+                "data: the train split is streamed (its size is not known in advance); set train.max_steps "
+                "instead of train.epochs"
+            )
         stream.seed = tcfg.seed
         stream.check_workers(tcfg.num_workers)
         total_micro = tcfg.max_steps * tcfg.grad_accum
-        return DataPlan(adapter, policy, stream, -1, items, total_micro, tcfg.max_steps, world, tcfg.grad_accum, streaming=True)
+        return DataPlan(
+            adapter, policy, stream, -1, items, total_micro, tcfg.max_steps, world, tcfg.grad_accum, streaming=True
+        )
 
     def _build_parts(self, accelerator: Any, plan: DataPlan) -> Parts:
         """Model, loss, training method (+ EMA teacher), AdamW and the LR schedule, prepared by Accelerate."""
@@ -482,10 +522,14 @@ class Trainer:
         method = build_method(cfg, model, loss_fn, accelerator.device)
         step_module = EmbedStep(model, method.step_output)
         loss_params = [p for p in loss_fn.parameters() if p.requires_grad]  # e.g. a learnable logit scale
-        optimizer = torch.optim.AdamW(  # on CUDA the fused kernel: a few launches per step instead of one per op and group
-            [{"params": step_module.parameters()}, {"params": loss_params, "weight_decay": 0.0}],
-            lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay,
-            fused=True if accelerator.device.type == "cuda" else None,
+        optimizer = (
+            torch.optim.AdamW(  # on CUDA the fused kernel: a few launches per step instead of one per op and group
+                [{"params": step_module.parameters()}, {"params": loss_params, "weight_decay": 0.0}],
+                lr=cfg.optim.lr,
+                betas=cfg.optim.betas,
+                weight_decay=cfg.optim.weight_decay,
+                fused=True if accelerator.device.type == "cuda" else None,
+            )
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_lambda(cfg.optim.warmup_steps, plan.total_steps, cfg.optim.min_lr_ratio)
@@ -500,8 +544,12 @@ class Trainer:
         at = Position()
         if self.resume is not None and not self._restart_from_zero:
             ckpt = resolve_resume(self.run_dir, self.resume)
-            differences = check_run_input(self.run_dir, plan.adapter, accept=self.accept_config_changes,
-                                          accept_hint="pass --accept-config-changes to resume on it anyway")
+            differences = check_run_input(
+                self.run_dir,
+                plan.adapter,
+                accept=self.accept_config_changes,
+                accept_hint="pass --accept-config-changes to resume on it anyway",
+            )
             if differences:  # the cache under the run's data.options.cache was re-prepared since
                 self._note(format_input_differences(differences))
             state = load_checkpoint(accelerator, ckpt, parts.loss_fn, self._extra_states(parts))
@@ -537,13 +585,17 @@ class Trainer:
         """What a streamed split's recorded positions depend on (must match on resume)."""
         return {"world": plan.world, "num_workers": self.cfg.train.num_workers, "items": plan.items}
 
-    def _restore_stream(self, state: dict[str, Any], ckpt: Path, rank: int, plan: DataPlan) -> dict[int, StreamPosition]:
+    def _restore_stream(
+        self, state: dict[str, Any], ckpt: Path, rank: int, plan: DataPlan
+    ) -> dict[int, StreamPosition]:
         """This process's worker positions from a checkpoint of a streamed run; a different layout
         (processes, DataLoader workers, items per micro-batch) cannot continue exactly: an error."""
         stream = state.get("stream")
         if not isinstance(stream, dict) or not {"positions", "micro_batches"} <= set(stream):
-            raise ValueError(f"{ckpt}: no stream positions in {ckpt / 'trainer_state.json'} (not a streamed run's checkpoint); "
-                             "a streamed train split can only resume from its own checkpoints")
+            raise ValueError(
+                f"{ckpt}: no stream positions in {ckpt / 'trainer_state.json'} (not a streamed run's checkpoint); "
+                "a streamed train split can only resume from its own checkpoints"
+            )
         recorded = {key: stream.get(key) for key in self._stream_layout(plan)}
         if recorded != self._stream_layout(plan):
             raise ValueError(
@@ -555,7 +607,10 @@ class Trainer:
     def _record_config_changes(self, accelerator: Any, step: int) -> None:
         """Accepted config changes of a resume -> ``config_history.jsonl`` + ``config.yaml`` (main process)."""
         reconcile_resume_config(
-            self.run_dir, self.cfg, accept_changes=self.accept_config_changes, step=step,
+            self.run_dir,
+            self.cfg,
+            accept_changes=self.accept_config_changes,
+            step=step,
             write=accelerator.is_main_process,
         )
 
@@ -584,8 +639,15 @@ class Trainer:
             if lock is not None:
                 lock.release()
         return TrainResult(
-            self.run_dir, at.step, last_loss, wall, (at.step - start_step) * plan.items_per_step / max(wall, 1e-12),
-            evaluation, self.notes, accelerator.is_main_process, reports,
+            self.run_dir,
+            at.step,
+            last_loss,
+            wall,
+            (at.step - start_step) * plan.items_per_step / max(wall, 1e-12),
+            evaluation,
+            self.notes,
+            accelerator.is_main_process,
+            reports,
         )
 
     def _run_epochs(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> float:
@@ -597,7 +659,9 @@ class Trainer:
         device, main, rank = accelerator.device, accelerator.is_main_process, accelerator.process_index
         resumed = self.resume is not None and not self._restart_from_zero
         metrics = MetricsLog(self.run_dir / "metrics.jsonl", resume_step=at.step if resumed else None) if main else None
-        bar = progress(total=plan.total_steps, initial=at.step, disable=not main, desc=f"train {cfg.output.name}", unit="step")
+        bar = progress(
+            total=plan.total_steps, initial=at.step, disable=not main, desc=f"train {cfg.output.name}", unit="step"
+        )
         timer = StepTimer(device)
         window = {"steps": 0, "start": time.perf_counter(), "data_build_s": 0.0}
         last_loss: torch.Tensor | None = None  # on the device; read back on logging steps and at the end
@@ -617,12 +681,20 @@ class Trainer:
         try:
             while at.step < plan.total_steps:
                 loader = self._train_loader(plan, at, rank, device, loader_gen)
-                batches = ViewStream(loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum,
-                                     self._prefetch_views(uses_model), self._stream_positions)
+                batches = ViewStream(
+                    loader,
+                    plan.policy,
+                    device,
+                    view_seed,
+                    at.step * tcfg.grad_accum,
+                    self._prefetch_views(uses_model),
+                    self._stream_positions,
+                )
                 try:
                     while at.step < plan.total_steps and at.position < plan.micro_per_epoch:
-                        last_loss, stats = self._optimizer_step(batches, at.step, accelerator, parts, timer,
-                                                                plan.total_steps)
+                        last_loss, stats = self._optimizer_step(
+                            batches, at.step, accelerator, parts, timer, plan.total_steps
+                        )
                         at.step += 1
                         at.position += tcfg.grad_accum
                         self._stream_positions = dict(batches.positions)
@@ -661,13 +733,20 @@ class Trainer:
         tcfg = self.cfg.train
         return tcfg.prefetch_views and not uses_model and not tcfg.deterministic
 
-    def _train_loader(self, plan: DataPlan, at: Position, rank: int, device: torch.device, generator: torch.Generator) -> DataLoader:
+    def _train_loader(
+        self, plan: DataPlan, at: Position, rank: int, device: torch.device, generator: torch.Generator
+    ) -> DataLoader:
         """The DataLoader of this epoch from micro-batch ``at.position``: a seeded epoch permutation
         (:class:`EpochBatchSampler`), or for a streamed split each worker's own batches from its
         recorded position."""
         tcfg = self.cfg.train
-        common = {"num_workers": tcfg.num_workers, "collate_fn": default_collate, "generator": generator,
-                  "pin_memory": device.type == "cuda", "worker_init_fn": ignore_sigint if tcfg.num_workers else None}
+        common = {
+            "num_workers": tcfg.num_workers,
+            "collate_fn": default_collate,
+            "generator": generator,
+            "pin_memory": device.type == "cuda",
+            "worker_init_fn": ignore_sigint if tcfg.num_workers else None,
+        }
         if plan.streaming:
             plan.train_set.resume_from(self._stream_positions, at.position)  # type: ignore[attr-defined]
             return DataLoader(plan.train_set, batch_size=plan.items, drop_last=True, **common)
@@ -677,7 +756,9 @@ class Trainer:
         )
         return DataLoader(plan.train_set, batch_sampler=sampler, **common)
 
-    def _stop_if_requested(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, stop: StopRequest) -> None:
+    def _stop_if_requested(
+        self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, stop: StopRequest
+    ) -> None:
         """After a SIGINT / SIGTERM (on any process): checkpoint this step and raise
         :class:`TrainingInterrupted` naming the resume command (nothing to do after the last step)."""
         requested = float(stop.signum or 0)
@@ -690,7 +771,8 @@ class Trainer:
         signum = int(stop.signum or signal.SIGTERM)
         raise TrainingInterrupted(
             f"interrupted ({signal.Signals(signum).name}) after step {at.step} of {plan.total_steps}; checkpoint "
-            f"{ckpt}; resume with: mvapp train --resume {self.run_dir}", signum
+            f"{ckpt}; resume with: mvapp train --resume {self.run_dir}",
+            signum,
         )
 
     def _is_log_step(self, step: int, total_steps: int) -> bool:
@@ -698,8 +780,16 @@ class Trainer:
         return step % self.cfg.train.log_every == 0 or step == total_steps
 
     def _log_step(
-        self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position, loss_value: torch.Tensor,
-        stats: dict[str, Any], timer: StepTimer, window: dict[str, Any], metrics: MetricsLog | None,
+        self,
+        accelerator: Any,
+        plan: DataPlan,
+        parts: Parts,
+        at: Position,
+        loss_value: torch.Tensor,
+        stats: dict[str, Any],
+        timer: StepTimer,
+        window: dict[str, Any],
+        metrics: MetricsLog | None,
     ) -> dict[str, Any] | None:
         """Every ``train.log_every`` steps (and the last): one metrics row to TensorBoard and metrics.jsonl.
         The step's device values (loss, ``stats``) are read back here, in one copy; nothing is read on
@@ -712,7 +802,9 @@ class Trainer:
         epoch = min((p.epoch for p in self._stream_positions.values()), default=0) if plan.streaming else at.epoch
         values = host_values({"loss": loss_value, **{f"stats/{k}": v for k, v in stats.items()}})
         record = {
-            "step": at.step, "epoch": epoch, "loss": values.pop("loss"),
+            "step": at.step,
+            "epoch": epoch,
+            "loss": values.pop("loss"),
             "lr": float(parts.scheduler.get_last_lr()[0]),
             **values,
             "items_per_s": window["steps"] * plan.items_per_step / max(now - window["start"], 1e-12),
@@ -723,8 +815,14 @@ class Trainer:
             **self._solver_window(parts.loss_fn, at.step),
         }
         self._diagnostics = {}
-        event = StepEvent(at.step, plan.total_steps, None, accelerator.unwrap_model(parts.step_module).model,
-                          self.run_dir, accelerator.is_main_process)
+        event = StepEvent(
+            at.step,
+            plan.total_steps,
+            None,
+            accelerator.unwrap_model(parts.step_module).model,
+            self.run_dir,
+            accelerator.is_main_process,
+        )
         probe_start = time.perf_counter()
         for callback in self.callbacks:  # e.g. the kNN monitor
             record.update(callback.on_log_step(event) or {})
@@ -745,9 +843,11 @@ class Trainer:
         solves, unconverged = tally.pop_window()
         if unconverged and not self._solver_announced:
             self._solver_announced = True
-            self._report(f"{tally.solver}: {tally.unconverged} of {tally.solves} solves up to step {step} did not converge "
-                         f"({tally.limits}); their gradients are approximate. Counted per logged step in "
-                         "metrics.jsonl (solver/unconverged); totals at the end of the run")
+            self._report(
+                f"{tally.solver}: {tally.unconverged} of {tally.solves} solves up to step {step} did not converge "
+                f"({tally.limits}); their gradients are approximate. Counted per logged step in "
+                "metrics.jsonl (solver/unconverged); totals at the end of the run"
+            )
         return {"solver/solves": solves, "solver/unconverged": unconverged}
 
     def _report_solver(self, loss_fn: nn.Module) -> None:
@@ -781,16 +881,32 @@ class Trainer:
         tcfg = self.cfg.train
         ep, pos = (at.epoch, at.position) if at.position < plan.micro_per_epoch else (at.epoch + 1, 0)
         state: dict[str, Any] = {
-            "step": at.step, "epoch": ep, "batch_position": pos, "total_steps": plan.total_steps,
-            "data_rng": {"seed": tcfg.seed, "permutation": "randperm(seed*1000003+epoch)",
-                         "views": "seed per (global micro-batch index, rank)"},
+            "step": at.step,
+            "epoch": ep,
+            "batch_position": pos,
+            "total_steps": plan.total_steps,
+            "data_rng": {
+                "seed": tcfg.seed,
+                "permutation": "randperm(seed*1000003+epoch)",
+                "views": "seed per (global micro-batch index, rank)",
+            },
         }
         if plan.streaming:
-            state["data_rng"]["permutation"] = "streamed: shard order and shuffle buffers seeded by (seed, epoch, rank, worker)"
+            state["data_rng"]["permutation"] = (
+                "streamed: shard order and shuffle buffers seeded by (seed, epoch, rank, worker)"
+            )
             state["stream"] = self._stream_layout(plan) | {
-                "micro_batches": at.step * tcfg.grad_accum, "positions": self._gather_stream_positions(accelerator)}
+                "micro_batches": at.step * tcfg.grad_accum,
+                "positions": self._gather_stream_positions(accelerator),
+            }
         return save_checkpoint(
-            accelerator, self.run_dir, at.step, state, tcfg.keep_checkpoints, parts.loss_fn, self._extra_states(parts),
+            accelerator,
+            self.run_dir,
+            at.step,
+            state,
+            tcfg.keep_checkpoints,
+            parts.loss_fn,
+            self._extra_states(parts),
         )
 
     def _gather_stream_positions(self, accelerator: Any) -> list[list[list[int]]]:
@@ -798,7 +914,8 @@ class Trainer:
         workers = max(1, self.cfg.train.num_workers)
         local = torch.tensor(
             [[p.epoch, p.offset] for p in (self._stream_positions.get(w, StreamPosition()) for w in range(workers))],
-            dtype=torch.int64, device=accelerator.device,
+            dtype=torch.int64,
+            device=accelerator.device,
         )
         gathered = accelerator.gather(local) if world_size() > 1 else local
         return gathered.view(-1, workers, 2).tolist()
@@ -814,8 +931,11 @@ class Trainer:
         accelerator.wait_for_everyone()
         main = accelerator.is_main_process
         if main:
-            save_weights(accelerator.unwrap_model(parts.step_module).model, self.run_dir / "model.safetensors",
-                         metadata={"step": str(step)})
+            save_weights(
+                accelerator.unwrap_model(parts.step_module).model,
+                self.run_dir / "model.safetensors",
+                metadata={"step": str(step)},
+            )
             atomic_write_json(self.run_dir / "model.json", model_spec(self.cfg))
             if self.cfg.output.curves:
                 plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
@@ -835,7 +955,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ one optimizer step
     def _optimizer_step(
-        self, batches: ViewStream, step: int, accelerator: Any, parts: Parts, timer: StepTimer, total_steps: int,
+        self,
+        batches: ViewStream,
+        step: int,
+        accelerator: Any,
+        parts: Parts,
+        timer: StepTimer,
+        total_steps: int,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """``grad_accum`` micro-batches -> one AdamW step -> the method's update (EMA); returns (loss,
         averaged stats), kept as float64 device tensors (Python floats stay floats): nothing is read back to
@@ -880,8 +1006,9 @@ class Trainer:
         assert loss_sum is not None  # accum >= 1
         return loss_sum / accum, stats_sum
 
-    def _loss(self, out: StepOutputs, parts: Parts, step: int, accelerator: Any,
-              log_step: bool = False) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _loss(
+        self, out: StepOutputs, parts: Parts, step: int, accelerator: Any, log_step: bool = False
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """The method's loss of one micro-batch's outputs (gathered across processes with gradient when
         the loss asks for it); the online embeddings and the loss are flagged when not finite."""
         self._flag_nonfinite(out.online, step, "embeddings")
@@ -896,8 +1023,9 @@ class Trainer:
         self._flag_nonfinite(loss, step, "loss")
         return loss, stats
 
-    def _call_loss(self, loss_fn: nn.Module, accelerator: Any, *tensors: torch.Tensor,
-                   labels: torch.Tensor | None = None) -> torch.Tensor:
+    def _call_loss(
+        self, loss_fn: nn.Module, accelerator: Any, *tensors: torch.Tensor, labels: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``loss_fn(*tensors)`` (``loss_fn(*tensors, labels=labels)`` with labels); a loss that refuses
         non-finite embeddings (``ValueError``) after the trainer flagged a non-finite value raises
         :class:`TrainingDivergedError` naming that step instead."""
@@ -943,9 +1071,11 @@ class Trainer:
 
 
 def train(
-    cfg: Config, *, resume: str | None = None, callbacks: Sequence[TrainCallback | StepCallback] = (),
+    cfg: Config,
+    *,
+    resume: str | None = None,
+    callbacks: Sequence[TrainCallback | StepCallback] = (),
     accept_config_changes: bool = False,
 ) -> TrainResult:
     """Train ``cfg`` (see :class:`Trainer`)."""
     return Trainer(cfg, resume=resume, callbacks=callbacks, accept_config_changes=accept_config_changes).fit()
-

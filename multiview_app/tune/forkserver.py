@@ -13,6 +13,7 @@ A child that is itself a tune worker (``mvapp tune`` forked from a server, as th
 stack imported and has run nothing yet: its own fork server is then a fork of itself
 (:func:`claim_fresh_fork`, ``runner.ForkServer``), not a new python process.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,6 @@ import sys
 import traceback
 
 from .process import die_with_parent
-
 
 _fresh_fork = False  # True in a child until claim_fresh_fork(): the preloaded stack, nothing run yet
 
@@ -77,9 +77,16 @@ def _child(request: dict) -> None:
 #: Imported by the server besides every registry's modules: what a trial imports lazily (Accelerate,
 #: TensorBoard logging, the val objectives, scikit-learn's bundled data sets, the CLI groups).
 PRELOAD_MODULES = (
-    "multiview_app.cli", "multiview_app.train.cli", "multiview_app.train.trainer", "multiview_app.tune.objective",
-    "multiview_app.eval.linear_probe", "multiview_app.eval.sleep_staging", "accelerate", "accelerate.utils",
-    "torch.utils.tensorboard", "sklearn.datasets",
+    "multiview_app.cli",
+    "multiview_app.train.cli",
+    "multiview_app.train.trainer",
+    "multiview_app.tune.objective",
+    "multiview_app.eval.linear_probe",
+    "multiview_app.eval.sleep_staging",
+    "accelerate",
+    "accelerate.utils",
+    "torch.utils.tensorboard",
+    "sklearn.datasets",
 )
 
 

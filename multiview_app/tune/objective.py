@@ -25,14 +25,16 @@ staging: the val windows, its few-shot draw is small already), class-stratified 
 every trial of a study is scored on the same items at every report. The objective always uses the
 full val split. Sleep staging encodes only the training windows its few-shot draw uses.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +62,7 @@ class Metric:
     score: str = ""
 
     @property
-    def compute(self) -> Callable[[Any, "MetricState"], float] | None:
+    def compute(self) -> Callable[[Any, MetricState], float] | None:
         """``compute(model, state) -> float`` on the val split (None for ``train_time_s``)."""
         if self.protocol is None:
             return None
@@ -128,17 +130,26 @@ def cross_dataset_val_adapter(cfg: Config) -> Any:
     if other:
         raise ConfigError(f"tune.val_cache scores only sleep_staging.* metrics, got {', '.join(other)}")
     seed = int(cfg.data.options.get("split_seed", 0))
-    adapter = build_adapter("eeg_windows", {"cache": tcfg.val_cache, "test_fraction": 0.0, "val_fraction": 0.5,
-                                            "split_seed": seed})
+    adapter = build_adapter(
+        "eeg_windows", {"cache": tcfg.val_cache, "test_fraction": 0.0, "val_fraction": 0.5, "split_seed": seed}
+    )
     everyone = sorted(s for split in adapter.split_subjects.values() for s in split)
     validation = recording_identities(adapter.manifest, everyone)
     pretraining = load_manifest(cfg.data.options["cache"])
-    refuse_shared_recordings(validation, recording_identities(pretraining, _subjects(pretraining)),
-                             f"tune.val_cache {tcfg.val_cache}", f"the pretraining cache {cfg.data.options['cache']}")
+    refuse_shared_recordings(
+        validation,
+        recording_identities(pretraining, _subjects(pretraining)),
+        f"tune.val_cache {tcfg.val_cache}",
+        f"the pretraining cache {cfg.data.options['cache']}",
+    )
     if tcfg.test_cache is not None:
         test = load_manifest(tcfg.test_cache)
-        refuse_shared_recordings(validation, recording_identities(test, _subjects(test)),
-                                 f"tune.val_cache {tcfg.val_cache}", f"tune.test_cache {tcfg.test_cache}")
+        refuse_shared_recordings(
+            validation,
+            recording_identities(test, _subjects(test)),
+            f"tune.val_cache {tcfg.val_cache}",
+            f"tune.test_cache {tcfg.test_cache}",
+        )
     return adapter
 
 
@@ -153,15 +164,19 @@ def refuse_shared_recordings(ours: dict[str, str], theirs: dict[str, str], what:
     if same:
         pairs = "; ".join(f"{ours[d]} is {theirs[d]}" for d in same[:5])
         more = f" (+{len(same) - 5} more)" if len(same) > 5 else ""
-        raise ValueError(f"{what} shares recordings with {against} (same sha256 or synthetic person): {pairs}{more}; "
-                         "validation nights must be other people's")
+        raise ValueError(
+            f"{what} shares recordings with {against} (same sha256 or synthetic person): {pairs}{more}; "
+            "validation nights must be other people's"
+        )
 
 
 def val_split_hint(adapter: str, splits: tuple[str, ...]) -> str:
     """The error text when a run to be tuned has no ``val`` split."""
     extra = " (or val_subjects)" if adapter == "eeg_windows" else ""
-    return (f"data adapter '{adapter}' has no 'val' split (splits: {', '.join(splits)}); the tune objective is "
-            f"scored on validation data only: set data.options.val_fraction{extra}, e.g. data.options.val_fraction=0.2")
+    return (
+        f"data adapter '{adapter}' has no 'val' split (splits: {', '.join(splits)}); the tune objective is "
+        f"scored on validation data only: set data.options.val_fraction{extra}, e.g. data.options.val_fraction=0.2"
+    )
 
 
 def _device(model: Any) -> str:
@@ -176,9 +191,19 @@ def _probe_score(metric: Metric, model: Any, state: MetricState) -> float:
     if "linear_probe" not in state.results:
         ecfg, tcfg = state.cfg.eval, state.cfg.tune
         state.results["linear_probe"] = probe_model(
-            model, state.adapter, state.policy, eval_split=VAL_SPLIT, batch_size=ecfg.batch_size, knn_k=ecfg.knn_k,
-            combine=ecfg.combine, max_train_items=tcfg.max_train_items, device=_device(model), progress=False,
-            train_items=state.items("train", tcfg.max_train_items), eval_items=state.items(VAL_SPLIT))
+            model,
+            state.adapter,
+            state.policy,
+            eval_split=VAL_SPLIT,
+            batch_size=ecfg.batch_size,
+            knn_k=ecfg.knn_k,
+            combine=ecfg.combine,
+            max_train_items=tcfg.max_train_items,
+            device=_device(model),
+            progress=False,
+            train_items=state.items("train", tcfg.max_train_items),
+            eval_items=state.items(VAL_SPLIT),
+        )
     return float(state.results["linear_probe"]["scores"][metric.score])
 
 
@@ -199,8 +224,11 @@ def _staging_score(metric: Metric, model: Any, state: MetricState) -> float:
         features, labels = {}, {}
         for part, split, rows in (("train", "train", drawn), ("test", VAL_SPLIT, state.items(VAL_SPLIT))):
             features[part], labels[part], _ = window_features(
-                model, state.adapter, policy, split, state.cfg.eval.batch_size, _device(model), rows=rows)
-        fits = get_protocol("few-shot-staging")({"trained": features}, labels["train"], labels["test"], (shots,), seeds=1)
+                model, state.adapter, policy, split, state.cfg.eval.batch_size, _device(model), rows=rows
+            )
+        fits = get_protocol("few-shot-staging")(
+            {"trained": features}, labels["train"], labels["test"], (shots,), seeds=1
+        )
         state.results["few-shot-staging"] = fits["results"]["trained"][str(shots)]
     return float(state.results["few-shot-staging"][metric.score]["mean"])
 
@@ -215,10 +243,14 @@ SCORERS: dict[str, Callable[[Metric, Any, MetricState], float]] = {
 METRICS: dict[str, Metric] = {
     "linear_probe.logreg_acc": Metric("maximize", "linear-probe", "logreg_acc"),
     "linear_probe.knn_acc": Metric("maximize", "knn", "knn_acc"),
-    **{f"sleep_staging.{m}": Metric("maximize", "few-shot-staging", m)
-       for m in ("accuracy", "balanced_accuracy", "macro_f1", "kappa")},
+    **{
+        f"sleep_staging.{m}": Metric("maximize", "few-shot-staging", m)
+        for m in ("accuracy", "balanced_accuracy", "macro_f1", "kappa")
+    },
     "train_time_s": Metric("minimize", None),
 }
+
+
 def default_metric(adapter: str) -> str:
     """The objective ``tune.metric`` defaults to: the adapter's ``default_tune_metric`` (declared on
     ``DataAdapter``: the linear probe; EEG windows: few-shot sleep staging)."""
@@ -317,8 +349,10 @@ class TuneReport(TrainCallback):
         self.eval_s += seconds
         self.evaluations.append({"step": event.step, "final": last, "s": seconds})
         if last:
-            atomic_write_json(event.run_dir / RESULT_FILE, {"step": event.step, "values": values,
-                                                             "eval_s": self.eval_s, "evaluations": self.evaluations})
+            atomic_write_json(
+                event.run_dir / RESULT_FILE,
+                {"step": event.step, "values": values, "eval_s": self.eval_s, "evaluations": self.evaluations},
+            )
 
     def on_train_end(self, run_dir: Path, is_main_process: bool) -> dict[str, Any] | None:
         path = run_dir / RESULT_FILE
@@ -330,6 +364,19 @@ class TuneReport(TrainCallback):
         return "val objective: " + ", ".join(f"{k} {v:.4f}" for k, v in result["values"].items())
 
 
-__all__ = ["METRICS", "Metric", "MetricState", "pid_alive", "REPORTS_FILE", "RESULT_FILE", "TuneReport",
-           "objective_directions", "objective_metrics", "refuse_shared_recordings", "report_subset", "split_labels",
-           "val_split_hint", "cross_dataset_val_adapter"]
+__all__ = [
+    "METRICS",
+    "Metric",
+    "MetricState",
+    "pid_alive",
+    "REPORTS_FILE",
+    "RESULT_FILE",
+    "TuneReport",
+    "objective_directions",
+    "objective_metrics",
+    "refuse_shared_recordings",
+    "report_subset",
+    "split_labels",
+    "val_split_hint",
+    "cross_dataset_val_adapter",
+]

@@ -1,6 +1,7 @@
 """Process lifetime for trial processes: a child dies with the thread or server that started it (Linux
 ``PR_SET_PDEATHSIG``). Shared by the subprocess runner and the fork server (``runner`` -> ``forkserver`` ->
 ``process``: no import circle)."""
+
 from __future__ import annotations
 
 import signal

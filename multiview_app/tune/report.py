@@ -6,6 +6,7 @@ few trials, the objective's resolution in validation items).
 No parallel-coordinates PNG: with a few parameters on different scales (log-uniform learning rates,
 integer k) Optuna's static plot draws overlapping unlabelled lines; optuna-dashboard draws it
 interactively (``optuna-dashboard <runs>/tune/<study>/journal.log``)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,8 +52,10 @@ def best_config_text(study: Any, trial: Any, name: str) -> str:
     raw = apply_overrides(_base_raw(study), params_to_overrides(trial.params) + [f"output.name={name}"])
     cfg = config_from_dict(raw)
     values = ", ".join(f"{v:.6g}" for v in trial.values)
-    header = (f"# best of study {study.study_name!r}: trial {trial.number}, objective {values}\n"
-              f"# params: {trial.params}\n# train it: mvapp train --config <this file>\n")
+    header = (
+        f"# best of study {study.study_name!r}: trial {trial.number}, objective {values}\n"
+        f"# params: {trial.params}\n# train it: mvapp train --config <this file>\n"
+    )
     return header + dump_config(cfg)
 
 
@@ -60,8 +63,10 @@ def importance_caveat(complete: int) -> str | None:
     """The caveat of parameter importances computed from ``complete`` trials (None: enough of them)."""
     if complete >= IMPORTANCE_MIN_TRIALS:
         return None
-    return (f"parameter importances from {complete} complete trial(s) are indicative only (fANOVA on so few "
-            f"points is mostly noise; read them from >= {IMPORTANCE_MIN_TRIALS} trials)")
+    return (
+        f"parameter importances from {complete} complete trial(s) are indicative only (fANOVA on so few "
+        f"points is mostly noise; read them from >= {IMPORTANCE_MIN_TRIALS} trials)"
+    )
 
 
 def objective_resolution(study: Any) -> str | None:
@@ -84,12 +89,16 @@ def objective_resolution(study: Any) -> str | None:
     labels = labels[labels >= 0]
     if labels.size == 0:
         return None
-    text = (f"objective resolution: {metric} is scored on {labels.size} labelled val items: one item = "
-            f"{100.0 / labels.size:.2g} points of accuracy")
+    text = (
+        f"objective resolution: {metric} is scored on {labels.size} labelled val items: one item = "
+        f"{100.0 / labels.size:.2g} points of accuracy"
+    )
     if metric.endswith("balanced_accuracy"):
         counts = np.unique(labels, return_counts=True)[1]
-        text += (f"; balanced accuracy: one item of the rarest class ({counts.min()} items, {counts.size} classes) "
-                 f"= {100.0 / (counts.size * counts.min()):.2g} points")
+        text += (
+            f"; balanced accuracy: one item of the rarest class ({counts.min()} items, {counts.size} classes) "
+            f"= {100.0 / (counts.size * counts.min()):.2g} points"
+        )
     return text + "; differences of that size between trials are one item"
 
 
@@ -103,8 +112,14 @@ def _pareto_csv(study: Any, best: list[Any], metrics: list[str]) -> str:
     writer = csv.writer(buffer)
     writer.writerow(["number", *metrics, *params, "run_dir"])
     for trial in best:
-        writer.writerow([trial.number, *trial.values, *(trial.params.get(p, "") for p in params),
-                         trial.user_attrs.get("run_dir", "")])
+        writer.writerow(
+            [
+                trial.number,
+                *trial.values,
+                *(trial.params.get(p, "") for p in params),
+                trial.user_attrs.get("run_dir", ""),
+            ]
+        )
     return buffer.getvalue()
 
 
@@ -154,8 +169,17 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
 
     folder.mkdir(parents=True, exist_ok=True)
     trials = study.get_trials(deepcopy=False)
-    frame = study.trials_dataframe(attrs=("number", "value" if len(study.directions) == 1 else "values", "params",
-                                          "state", "datetime_start", "duration", "user_attrs"))
+    frame = study.trials_dataframe(
+        attrs=(
+            "number",
+            "value" if len(study.directions) == 1 else "values",
+            "params",
+            "state",
+            "datetime_start",
+            "duration",
+            "user_attrs",
+        )
+    )
     atomic_write_text(folder / TRIALS_FILE, frame.to_csv(index=False))
     counts: dict[str, int] = {}
     for trial in trials:
@@ -164,14 +188,24 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
     best_files = []
     for rank, trial in enumerate(best):
         file = BEST_CONFIG_FILE if rank == 0 else f"pareto_trial_{trial.number}.yaml"
-        atomic_write_text(folder / file, best_config_text(study, trial, f"{study.study_name}_best" if rank == 0
-                                                          else f"{study.study_name}_trial_{trial.number}"))
+        atomic_write_text(
+            folder / file,
+            best_config_text(
+                study, trial, f"{study.study_name}_best" if rank == 0 else f"{study.study_name}_trial_{trial.number}"
+            ),
+        )
         best_files.append(str(folder / file))
     metrics = study.user_attrs.get(METRICS_ATTR) or [f"objective_{i}" for i in range(len(study.directions))]
     complete = counts.get("COMPLETE", 0)
     written, skipped = _plots(study, folder, metrics[0], complete) if plots and best else ({}, {})
-    notes = [note for note in (importance_caveat(complete) if "param_importances" in written else None,
-                               objective_resolution(study)) if note]
+    notes = [
+        note
+        for note in (
+            importance_caveat(complete) if "param_importances" in written else None,
+            objective_resolution(study),
+        )
+        if note
+    ]
     pareto = None
     if len(study.directions) > 1 and best:
         pareto = folder / PARETO_FILE
@@ -197,7 +231,9 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
 def format_report(report: dict[str, Any]) -> str:
     """Console summary of :func:`write_report`'s result."""
     counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(report["trials"].items()))
-    lines = [f"study {report['study']}: {counts or 'no trials'}; metric(s) {report['metrics']} ({', '.join(report['directions'])})"]
+    lines = [
+        f"study {report['study']}: {counts or 'no trials'}; metric(s) {report['metrics']} ({', '.join(report['directions'])})"
+    ]
     for entry, path in zip(report["best"], report["best_configs"]):
         values = ", ".join(f"{v:.4f}" for v in entry["values"])
         lines.append(f"best trial {entry['number']}: {values} {entry['params']} -> {path}")
@@ -214,5 +250,15 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BEST_CONFIG_FILE", "IMPORTANCE_MIN_TRIALS", "PARETO_FILE", "TRIALS_FILE", "best_config_text", "best_trials",
-           "format_report", "importance_caveat", "objective_resolution", "write_report"]
+__all__ = [
+    "BEST_CONFIG_FILE",
+    "IMPORTANCE_MIN_TRIALS",
+    "PARETO_FILE",
+    "TRIALS_FILE",
+    "best_config_text",
+    "best_trials",
+    "format_report",
+    "importance_caveat",
+    "objective_resolution",
+    "write_report",
+]

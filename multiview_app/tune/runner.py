@@ -1,6 +1,7 @@
 """One trial = one training run in a subprocess (``python -m multiview_app.cli train`` or
 ``accelerate launch`` for several GPUs), watched by the tune worker: intermediate val metrics are
 read from the run folder and reported to Optuna; a pruned trial's process group is killed."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .objective import REPORTS_FILE, RESULT_FILE, WORKER_PID_ENV
 from .process import die_with_parent
@@ -41,8 +43,21 @@ def train_command(config: Path, overrides: list[str], gpus: int = 1) -> list[str
     """The argv of one trial: all ranks get the same sampled values (they are command-line overrides)."""
     train = ["-m", "multiview_app.cli", "train", "--config", str(config), *overrides]
     if gpus > 1:  # a free rendezvous port per trial: several trials may launch at once
-        return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(gpus),
-                "--num_machines", "1", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), *train]
+        return [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            str(gpus),
+            "--num_machines",
+            "1",
+            "--dynamo_backend",
+            "no",
+            "--main_process_port",
+            str(_free_port()),
+            *train,
+        ]
     return [sys.executable, *train]
 
 
@@ -84,8 +99,9 @@ class _Spawned:
     """A trial process started with ``subprocess`` (multi-GPU trials, or no fork server)."""
 
     def __init__(self, command: list[str], log: Any, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent
+        )
         self.pid = self.proc.pid
 
     def poll(self) -> int | None:
@@ -185,8 +201,14 @@ class ForkServer:
             self.proc = _ServerFork()
         else:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            self.proc = subprocess.Popen([sys.executable, "-m", "multiview_app.tune.forkserver"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, env=env, preexec_fn=die_with_parent)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "multiview_app.tune.forkserver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                preexec_fn=die_with_parent,
+            )
         self._lock = threading.Lock()
         self._ready = False
 
@@ -233,8 +255,12 @@ class ForkServer:
 
 
 def run_trial(
-    command: list[str], run_dir: Path, *, report: Callable[[int, float], bool] | None = None,
-    env: dict[str, str] | None = None, fork_server: ForkServer | None = None,
+    command: list[str],
+    run_dir: Path,
+    *,
+    report: Callable[[int, float], bool] | None = None,
+    env: dict[str, str] | None = None,
+    fork_server: ForkServer | None = None,
 ) -> TrialOutcome:
     """Run ``command`` (its run folder is ``run_dir``; with ``fork_server``, ``command`` must be a
     :func:`train_command` without GPUs and runs as a fork); every new intermediate value goes to
@@ -284,5 +310,12 @@ def run_trial(
     return outcome
 
 
-__all__ = ["ForkServer", "TrialFailed", "TrialOutcome", "failure_reason", "fork_supported", "run_trial",
-           "train_command"]
+__all__ = [
+    "ForkServer",
+    "TrialFailed",
+    "TrialOutcome",
+    "failure_reason",
+    "fork_supported",
+    "run_trial",
+    "train_command",
+]

@@ -1,5 +1,6 @@
 """Search space of ``mvapp tune``: ``tune.space`` (dotted config keys -> distributions), the per-loss
 defaults, validation against the config schema and the overrides a sampled point becomes."""
+
 from __future__ import annotations
 
 import difflib
@@ -100,17 +101,27 @@ def validate_enqueue(points: list[dict[str, Any]], space: dict[str, Distribution
         where = f"tune.enqueue[{number}]"
         if set(point) != set(space):
             missing, extra = sorted(set(space) - set(point)), sorted(set(point) - set(space))
-            raise ConfigError(f"{where}: expected the keys of tune.space ({', '.join(sorted(space))}); "
-                              f"missing: {', '.join(missing) or '-'}; not in tune.space: {', '.join(extra) or '-'}")
+            raise ConfigError(
+                f"{where}: expected the keys of tune.space ({', '.join(sorted(space))}); "
+                f"missing: {', '.join(missing) or '-'}; not in tune.space: {', '.join(extra) or '-'}"
+            )
         for key, value in point.items():
             dist = space[key]
             if dist.type == "categorical":
                 ok = value in (dist.choices or [])
             else:
                 numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-                ok = numeric and float(dist.low) <= value <= float(dist.high) and (dist.type == "float" or float(value).is_integer())
+                ok = (
+                    numeric
+                    and float(dist.low) <= value <= float(dist.high)
+                    and (dist.type == "float" or float(value).is_integer())
+                )
             if not ok:
-                expected = f"one of {dist.choices}" if dist.type == "categorical" else f"a {dist.type} in [{dist.low:g}, {dist.high:g}]"
+                expected = (
+                    f"one of {dist.choices}"
+                    if dist.type == "categorical"
+                    else f"a {dist.type} in [{dist.low:g}, {dist.high:g}]"
+                )
                 raise ConfigError(f"{where}.{key}: {value!r} is not a value of its distribution (expected {expected})")
 
 
@@ -140,5 +151,13 @@ def params_to_overrides(params: dict[str, Any]) -> list[str]:
     return [override(key, params[key]) for key in sorted(params)]
 
 
-__all__ = ["DEFAULT_PARAMETER_SPACES", "default_space", "optuna_distributions", "override", "params_to_overrides",
-           "resolve_space", "validate_enqueue", "validate_space"]
+__all__ = [
+    "DEFAULT_PARAMETER_SPACES",
+    "default_space",
+    "optuna_distributions",
+    "override",
+    "params_to_overrides",
+    "resolve_space",
+    "validate_enqueue",
+    "validate_space",
+]

@@ -12,6 +12,7 @@ host finds the process gone. Budget: ``--trials N`` = N trials COMPLETE or PRUNE
 count-and-ask step is serialized by a file lock with the file storage (exactly N), best effort with
 an RDB (a few more trials are possible when workers ask at the same moment).
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,17 +24,17 @@ import socket
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 
 from ..config import Config, ConfigError, TuneConfig, apply_overrides, config_from_dict, dump_config
 from ..train.run_io import atomic_write_text
-from .objective import (cross_dataset_val_adapter, objective_directions, objective_metrics, pid_alive,
-                        val_split_hint)
+from .objective import cross_dataset_val_adapter, objective_directions, objective_metrics, pid_alive, val_split_hint
 from .runner import ForkServer, TrialFailed, fork_supported, run_trial, train_command
 from .space import optuna_distributions, override, params_to_overrides, resolve_space, validate_enqueue, validate_space
 
@@ -83,18 +84,25 @@ def open_storage(url: str | None, folder: Path, tcfg: TuneConfig | None = None) 
             return storages.JournalStorage(backend.JournalFileBackend(str(path)))
         return storages.JournalStorage(storages.JournalFileStorage(str(path)))  # optuna < 4
     if "://" not in url:
-        raise ConfigError(f"--storage {url!r}: expected an RDB URL (postgresql://..., mysql://...) or a journal .log path")
+        raise ConfigError(
+            f"--storage {url!r}: expected an RDB URL (postgresql://..., mysql://...) or a journal .log path"
+        )
     tcfg = tcfg or TuneConfig()
-    callback_arg = ("heartbeat_stale_trial_callback"
-                    if "heartbeat_stale_trial_callback" in inspect.signature(storages.RDBStorage).parameters
-                    else "failed_trial_callback")
+    callback_arg = (
+        "heartbeat_stale_trial_callback"
+        if "heartbeat_stale_trial_callback" in inspect.signature(storages.RDBStorage).parameters
+        else "failed_trial_callback"
+    )
     for attempt in range(RDB_OPEN_ATTEMPTS):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return storages.RDBStorage(url, heartbeat_interval=tcfg.heartbeat_interval,
-                                           grace_period=tcfg.grace_period,
-                                           **{callback_arg: _retry_callback(tcfg.max_retries)})
+                return storages.RDBStorage(
+                    url,
+                    heartbeat_interval=tcfg.heartbeat_interval,
+                    grace_period=tcfg.grace_period,
+                    **{callback_arg: _retry_callback(tcfg.max_retries)},
+                )
         except Exception as exc:  # sqlalchemy / driver errors: one line naming the URL
             # workers starting together on an empty database race to create Optuna's schema: retry
             if attempt + 1 < RDB_OPEN_ATTEMPTS and "already exists" in str(exc):
@@ -121,9 +129,11 @@ def pruning_note(cfg: Config) -> str | None:
     metrics = objective_metrics(cfg)
     if len(metrics) == 1 or (cfg.tune.pruner == "none" and not cfg.tune.report_every):
         return None
-    return (f"{len(metrics)} objectives ({', '.join(metrics)}): no pruning (Optuna cannot prune multi-objective "
-            f"studies), so tune.pruner={cfg.tune.pruner} and tune.report_every={cfg.tune.report_every} are not used; "
-            "every trial runs to the end")
+    return (
+        f"{len(metrics)} objectives ({', '.join(metrics)}): no pruning (Optuna cannot prune multi-objective "
+        f"studies), so tune.pruner={cfg.tune.pruner} and tune.report_every={cfg.tune.report_every} are not used; "
+        "every trial runs to the end"
+    )
 
 
 def make_pruner(cfg: Config) -> Any:
@@ -149,8 +159,14 @@ def open_study(cfg: Config, study_name: str, storage_url: str | None = None) -> 
 
     folder = study_folder(cfg, study_name)
     storage = open_storage(storage_url, folder, cfg.tune)
-    study = optuna.create_study(study_name=study_name, storage=storage, sampler=make_sampler(cfg, cfg.tune.sampler_seed),
-                                pruner=make_pruner(cfg), directions=objective_directions(cfg), load_if_exists=True)
+    study = optuna.create_study(
+        study_name=study_name,
+        storage=storage,
+        sampler=make_sampler(cfg, cfg.tune.sampler_seed),
+        pruner=make_pruner(cfg),
+        directions=objective_directions(cfg),
+        load_if_exists=True,
+    )
     stored = study.user_attrs.get(BASE_CONFIG_ATTR)
     if stored is None:
         study.set_user_attr(BASE_CONFIG_ATTR, dump_config(cfg))
@@ -158,8 +174,10 @@ def open_study(cfg: Config, study_name: str, storage_url: str | None = None) -> 
         for point in cfg.tune.enqueue:  # a new study: the designed points run first, in order
             study.enqueue_trial(point)
     elif _comparable(yaml.safe_load(stored)) != _comparable(cfg.to_dict()):
-        raise ConfigError(f"study {study_name!r} was started with another config (sections other than output "
-                          "differ); resume it with the same config or choose a new --study-name")
+        raise ConfigError(
+            f"study {study_name!r} was started with another config (sections other than output "
+            "differ); resume it with the same config or choose a new --study-name"
+        )
     return study
 
 
@@ -228,8 +246,17 @@ class Search:
     training subprocess, reports intermediate values (pruning) and tells the result."""
 
     def __init__(
-        self, cfg: Config, study_name: str, trials: int, *, storage: str | None = None, workers: int = 1,
-        timeout: float | None = None, gpus: int = 1, progress: bool = True, launcher: str = "fork",
+        self,
+        cfg: Config,
+        study_name: str,
+        trials: int,
+        *,
+        storage: str | None = None,
+        workers: int = 1,
+        timeout: float | None = None,
+        gpus: int = 1,
+        progress: bool = True,
+        launcher: str = "fork",
         fork_server: ForkServer | None = None,
     ) -> None:
         if trials < 1 or workers < 1 or gpus < 1:
@@ -261,7 +288,9 @@ class Search:
     def _check_val_split(self) -> None:
         from ..data.adapters import build_adapter
 
-        if self.cfg.tune.val_cache is not None:  # cross-dataset validation nights: checked (and guarded) before any trial
+        if (
+            self.cfg.tune.val_cache is not None
+        ):  # cross-dataset validation nights: checked (and guarded) before any trial
             cross_dataset_val_adapter(self.cfg)
             return
         adapter = build_adapter(self.cfg.data.adapter, self.cfg.data.options)
@@ -313,8 +342,11 @@ class Search:
         curves PNG (the study report plots the search; ``metrics.jsonl`` keeps the curves)."""
         callbacks = [c for c in self.cfg.train.callbacks if c != TUNE_CALLBACK] + [TUNE_CALLBACK]
         return params_to_overrides(params) + [
-            override("output.runs_dir", str(self.folder)), override("output.name", f"trial_{number}"),
-            override("train.callbacks", callbacks), "eval.linear_probe=false", "output.curves=false",
+            override("output.runs_dir", str(self.folder)),
+            override("output.name", f"trial_{number}"),
+            override("train.callbacks", callbacks),
+            "eval.linear_probe=false",
+            "output.curves=false",
         ]
 
     def _run_one(self, trial: Any) -> dict[str, Any]:
@@ -338,8 +370,12 @@ class Search:
         try:
             config_from_dict(apply_overrides(self.raw, overrides))  # a bad sampled point fails without a launch
             with get_heartbeat_thread(trial._trial_id, self.study._storage):
-                outcome = run_trial(train_command(self.base_config, overrides, self.gpus), run_dir, report=report,
-                                    fork_server=self.fork_server)
+                outcome = run_trial(
+                    train_command(self.base_config, overrides, self.gpus),
+                    run_dir,
+                    report=report,
+                    fork_server=self.fork_server,
+                )
         except (TrialFailed, ConfigError) as exc:
             trial.set_user_attr(FAIL_REASON_ATTR, str(exc))
             self.study.tell(trial, state=TrialState.FAIL)
@@ -376,9 +412,10 @@ class Search:
             self.summary.finished.append(row)
             params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row["params"].items())
             value = row["value"]
-            value_text = (f"{value:.4f}" if isinstance(value, float) else str(value))
-            line = (f"trial {row['number']}: {row['state']} value={value_text} ({params}) {row['duration_s']:.1f} s"
-                    + (f" - {row['reason']}" if row.get("reason") else ""))
+            value_text = f"{value:.4f}" if isinstance(value, float) else str(value)
+            line = f"trial {row['number']}: {row['state']} value={value_text} ({params}) {row['duration_s']:.1f} s" + (
+                f" - {row['reason']}" if row.get("reason") else ""
+            )
             write(line) if self.progress else print(line, flush=True)
             bar.n = min(self.done(), self.trials)
             bar.refresh()
@@ -394,10 +431,17 @@ class Search:
         try:
             if self.fork_server is not None:
                 self.fork_server.wait_ready()
-            with progress(total=self.trials, initial=min(self.done(), self.trials), desc=f"study {self.study_name}",
-                      unit="trial", disable=not self.progress) as bar:
-                threads = [threading.Thread(target=self._worker, args=(bar, deadline), daemon=True)
-                           for _ in range(self.workers)]
+            with progress(
+                total=self.trials,
+                initial=min(self.done(), self.trials),
+                desc=f"study {self.study_name}",
+                unit="trial",
+                disable=not self.progress,
+            ) as bar:
+                threads = [
+                    threading.Thread(target=self._worker, args=(bar, deadline), daemon=True)
+                    for _ in range(self.workers)
+                ]
                 for thread in threads:
                     thread.start()
                 for thread in threads:
@@ -409,5 +453,16 @@ class Search:
         return self.summary
 
 
-__all__ = ["Search", "SearchSummary", "fail_dead_trials", "make_pruner", "pruning_note", "make_sampler", "open_storage", "open_study",
-           "study_folder", "worker_alive", "worker_tag"]
+__all__ = [
+    "Search",
+    "SearchSummary",
+    "fail_dead_trials",
+    "make_pruner",
+    "pruning_note",
+    "make_sampler",
+    "open_storage",
+    "open_study",
+    "study_folder",
+    "worker_alive",
+    "worker_tag",
+]

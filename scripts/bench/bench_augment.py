@@ -8,18 +8,19 @@ Prints a markdown table (ms per batch, images/s, ratio vs the reference), plus t
 op inside the batched path, and the time of a small_cnn forward+backward on the same views for
 context.
 """
+
 from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torchvision.transforms.v2 as T
 from torch.utils.data import default_collate
 
-from multiview_app.data.images import augment as A
 from multiview_app.data.adapters import build_adapter
+from multiview_app.data.images import augment as A
 from multiview_app.models import build_model
 
 
@@ -97,7 +98,9 @@ def main() -> None:
     for name, seconds in op_shares(x, "simclr", args.size, args.repeats).items():
         print(f"| {name} | {seconds * 1e3:.2f} |")
 
-    model = build_model({"image": {"name": "small_cnn", "width": 32, "num_features": 128}}, {"hidden_dim": 256, "out_dim": 64})
+    model = build_model(
+        {"image": {"name": "small_cnn", "width": 32, "num_features": 128}}, {"hidden_dim": 256, "out_dim": 64}
+    )
     gen = torch.Generator().manual_seed(0)
     views = [A.augment(images, "simclr", args.size, gen) for _ in range(2)]
     from multiview_app.data.batch import ViewBatch

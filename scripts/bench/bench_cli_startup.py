@@ -6,6 +6,7 @@ needs the registries, hence torch), and ``config show`` with torchvision importe
 Usage: ``python scripts/bench/bench_cli_startup.py --repeats 7``. Prints a markdown table (median wall
 seconds of fresh ``python`` processes, interleaved) and the ratios to the ``import torch`` row.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,20 +23,29 @@ COMMANDS = {
     "mvapp --version": ["-m", "multiview_app.cli", "--version"],
     "mvapp --help": ["-m", "multiview_app.cli", "--help"],
     "python -c 'import torch'": ["-c", "import torch"],
-    "mvapp config show (imports torch)": ["-m", "multiview_app.cli", "config", "show", "--config",
-                                          str(ROOT / "configs" / "digits_m3g.yaml")],
+    "mvapp config show (imports torch)": [
+        "-m",
+        "multiview_app.cli",
+        "config",
+        "show",
+        "--config",
+        str(ROOT / "configs" / "digits_m3g.yaml"),
+    ],
     # the same command with torchvision imported first, as every mvapp process did before the image
     # augmentations imported it lazily (torchvision.ops pulls in torch._dynamo)
     "mvapp config show + eager torchvision (before)": [
-        "-c", "import sys, torchvision.transforms.v2.functional, torchvision.ops; from multiview_app.cli import main; "
-              f"sys.exit(main(['config', 'show', '--config', {str(ROOT / 'configs' / 'digits_m3g.yaml')!r}]))"],
+        "-c",
+        "import sys, torchvision.transforms.v2.functional, torchvision.ops; from multiview_app.cli import main; "
+        f"sys.exit(main(['config', 'show', '--config', {str(ROOT / 'configs' / 'digits_m3g.yaml')!r}]))",
+    ],
 }
 
 
 def wall(args: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, *args], check=True, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(
+        [sys.executable, *args], check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     return time.perf_counter() - start
 
 
@@ -44,7 +54,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for name, argv in COMMANDS.items():  # warm the file cache once
+    for argv in COMMANDS.values():  # warm the file cache once
         wall(argv)
     for _ in range(args.repeats):
         for name, argv in COMMANDS.items():

@@ -17,13 +17,14 @@ Every row is measured in this process on the same inputs; ratios are vs the refe
     python scripts/bench/bench_clip.py --quick    # smoke run
     python scripts/bench/bench_clip.py --section loss --threads 1 --repeats 101 --statistic min   # loaded machine
 """
+
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -31,8 +32,6 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[2]
 
 from multiview_app.losses import build_loss  # noqa: E402
-
-
 
 STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
 #: How repeated timings are summarized (``--statistic``): the median, or the minimum (the least
@@ -57,7 +56,9 @@ def bench_loss(sizes: list[tuple[int, int]], repeats: int) -> None:
     from open_clip.loss import ClipLoss
 
     tau = 0.07
-    print("| n | d | ClipLoss (ms) | infonce_pwe fixed tau (ms) | ratio | infonce_pwe learnable (ms) | ratio | max abs diff |")
+    print(
+        "| n | d | ClipLoss (ms) | infonce_pwe fixed tau (ms) | ratio | infonce_pwe learnable (ms) | ratio | max abs diff |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, d in sizes:
         gen = torch.Generator().manual_seed(0)
@@ -86,12 +87,16 @@ def bench_loss(sizes: list[tuple[int, int]], repeats: int) -> None:
         c = float(run_clip().detach())
         diff = max(abs(c - float(run_ours(fixed)().detach())), abs(c - float(run_ours(learn)().detach())))
         t_clip, t_fixed, t_learn = interleaved_medians([run_clip, run_ours(fixed), run_ours(learn)], repeats)
-        print(f"| {n} | {d} | {t_clip * 1e3:.2f} | {t_fixed * 1e3:.2f} | {t_fixed / t_clip:.2f} | "
-              f"{t_learn * 1e3:.2f} | {t_learn / t_clip:.2f} | {diff:.1e} |", flush=True)
+        print(
+            f"| {n} | {d} | {t_clip * 1e3:.2f} | {t_fixed * 1e3:.2f} | {t_fixed / t_clip:.2f} | "
+            f"{t_learn * 1e3:.2f} | {t_learn / t_clip:.2f} | {diff:.1e} |",
+            flush=True,
+        )
 
 
 def bench_tokens(batch: int, repeats: int) -> None:
     import open_clip
+    from torch.utils.data import default_collate
 
     from multiview_app.config import load_config
     from multiview_app.data.adapters import build_adapter
@@ -100,7 +105,6 @@ def bench_tokens(batch: int, repeats: int) -> None:
     from multiview_app.data.views import build_view_policy
     from multiview_app.losses import build_loss as make_loss
     from multiview_app.train.run_io import build_model_from_spec, model_spec
-    from torch.utils.data import default_collate
 
     cfg = load_config(ROOT / "configs" / "pairs_infonce_pwe.yaml", [f"train.batch_size={batch}"])
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
@@ -126,9 +130,15 @@ def bench_tokens(batch: int, repeats: int) -> None:
         loss.backward()
         optimizer.step()
 
-    names = ["open_clip tokenizer (every call)", "CaptionTokenizer, cold cache", "CaptionTokenizer, warm cache",
-             "training step (views + forward + backward + AdamW)"]
-    times = interleaved_medians([lambda: reference(captions, context_length=length), cold, lambda: warm(captions), step], repeats)
+    names = [
+        "open_clip tokenizer (every call)",
+        "CaptionTokenizer, cold cache",
+        "CaptionTokenizer, warm cache",
+        "training step (views + forward + backward + AdamW)",
+    ]
+    times = interleaved_medians(
+        [lambda: reference(captions, context_length=length), cold, lambda: warm(captions), step], repeats
+    )
     t_step = times[-1]
     rows = list(zip(names, times))
     print(f"| what ({batch} captions, context {length}) | time (ms) | share of the step |")
@@ -143,8 +153,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per row (default 15, quick 3)")
-    parser.add_argument("--statistic", choices=sorted(STATISTICS), default="median",
-                        help="summary of the repeats (min: least disturbed repeat, for a loaded machine)")
+    parser.add_argument(
+        "--statistic",
+        choices=sorted(STATISTICS),
+        default="median",
+        help="summary of the repeats (min: least disturbed repeat, for a loaded machine)",
+    )
     args = parser.parse_args()
     global STATISTIC
     STATISTIC = args.statistic

@@ -12,6 +12,7 @@ quiet / contended (``--rounds`` of each); each cell is the median over rounds of
 Prints a Markdown table (contended / quiet ratio per variant; goal: <= 1.5x for the project's choice) and writes it
 with a JSON copy to ``--out``. Run it with ``OMP_NUM_THREADS`` unset, or the "default" column is not torch's default.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,9 +23,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import torch
 
@@ -34,7 +35,9 @@ from multiview_app.threads import choose_threads
 
 M3G_SHAPES: tuple[tuple[int, int], ...] = ((64, 4), (16, 6), (128, 3))
 # a busy loop that ends when this benchmark does (its parent changes), even if the benchmark is killed
-BUSY_LOOP = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(1_000_000):\n        pass\n"
+BUSY_LOOP = (
+    "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(1_000_000):\n        pass\n"
+)
 
 
 def _eeg_demo_bench() -> ModuleType:
@@ -53,7 +56,7 @@ class CompetingLoad:
         self.count = count
         self.processes: list[subprocess.Popen[bytes]] = []
 
-    def __enter__(self) -> "CompetingLoad":
+    def __enter__(self) -> CompetingLoad:
         cpus = os.sched_getaffinity(0)
         for _ in range(self.count):
             process = subprocess.Popen([sys.executable, "-c", BUSY_LOOP], stdin=subprocess.DEVNULL)
@@ -99,8 +102,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="timed M3G calls per round (median)")
     parser.add_argument("--steps", type=int, default=3, help="timed EEG training steps per round (median)")
     parser.add_argument("--rounds", type=int, default=2, help="quiet and contended rounds, alternating")
-    parser.add_argument("--only-project", action="store_true",
-                        help="time the project's choice only (torch's default is 5-100x slower on a loaded machine)")
+    parser.add_argument(
+        "--only-project",
+        action="store_true",
+        help="time the project's choice only (torch's default is 5-100x slower on a loaded machine)",
+    )
     args = parser.parse_args()
     if args.load < 1 or args.repeat < 1 or args.steps < 1 or args.rounds < 1:
         raise SystemExit("--load, --repeat, --steps and --rounds must be >= 1")
@@ -108,8 +114,10 @@ def main() -> None:
         print(f"note: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} is set; the 'default' column uses it", flush=True)
     default_threads = torch.get_num_threads()
     chosen = choose_threads("auto", env={})  # the project's auto choice on this machine (no overrides)
-    variants = {f"torch default ({default_threads} threads)": default_threads,
-                f"project auto ({chosen.count} thread{'s' if chosen.count != 1 else ''})": chosen.count}
+    variants = {
+        f"torch default ({default_threads} threads)": default_threads,
+        f"project auto ({chosen.count} thread{'s' if chosen.count != 1 else ''})": chosen.count,
+    }
     if args.only_project:
         variants = {name: count for name, count in variants.items() if name.startswith("project")}
     eeg = _eeg_demo_bench()
@@ -118,7 +126,9 @@ def main() -> None:
     for n, k in M3G_SHAPES:
         call = m3g_call(n, k)
         cases[f"M3G fwd+bwd (n={n}, k={k})"] = lambda call=call: time_call(call, repeat=args.repeat, warmup=1).median
-    cases["EEG demo training step (n=16, k=6)"] = lambda: eeg.step_seconds(torch.get_num_threads(), args.steps, eeg_batch)
+    cases["EEG demo training step (n=16, k=6)"] = lambda: eeg.step_seconds(
+        torch.get_num_threads(), args.steps, eeg_batch
+    )
     # seconds[case][variant][condition] -> one median per round
     seconds: dict[str, dict[str, dict[str, list[float]]]] = {
         case: {variant: {"quiet": [], "contended": []} for variant in variants} for case in cases
@@ -135,7 +145,9 @@ def main() -> None:
                     for variant, count in variants.items():
                         value = with_threads(count, fn)
                         seconds[case][variant][condition].append(value)
-                        print(f"round {round_index + 1} {condition:9s} {case} {variant}: {value * 1e3:.1f} ms", flush=True)
+                        print(
+                            f"round {round_index + 1} {condition:9s} {case} {variant}: {value * 1e3:.1f} ms", flush=True
+                        )
             finally:
                 if load is not None:
                     load.__exit__()
@@ -144,14 +156,25 @@ def main() -> None:
         for variant, by_condition in by_variant.items():
             quiet, contended = (statistics.median(by_condition[c]) for c in ("quiet", "contended"))
             rows.append([case, variant, f"{quiet * 1e3:.1f}", f"{contended * 1e3:.1f}", f"{contended / quiet:.2f}x"])
-    table = markdown_table(["case", "threads", "quiet ms", f"contended ms ({args.load} busy)", "contended / quiet"], rows)
+    table = markdown_table(
+        ["case", "threads", "quiet ms", f"contended ms ({args.load} busy)", "contended / quiet"], rows
+    )
     text = "\n".join([table, "", machine_line(), command_line()])
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "contention.md").write_text(text + "\n")
-    (args.out / "contention.json").write_text(json.dumps(
-        {"variants": variants, "load": args.load, "machine": machine_line(), "command": command_line(),
-         "seconds": seconds}, indent=1))
+    (args.out / "contention.json").write_text(
+        json.dumps(
+            {
+                "variants": variants,
+                "load": args.load,
+                "machine": machine_line(),
+                "command": command_line(),
+                "seconds": seconds,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

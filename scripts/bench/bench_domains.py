@@ -28,6 +28,7 @@ evaluation per run, each building the adapter anew) spends decoding: N adapters 
 reading every split of every domain, without (``MVAPP_DECODE_CACHE_MB=0``) and with the in-process decoded-split
 cache; same pixels required (exit 1 if not).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,13 @@ def loader_rate(adapter, policy, n: int, batches: int, workers: int) -> float:
     """Images/s of read + decode + resize (workers) + simclr views (main process), after one warm-up batch."""
     dataset = adapter.split("train")
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))[: n * (batches + 1)]
-    loader = DataLoader(dataset, batch_sampler=order.view(-1, n).tolist(), num_workers=workers,
-                        collate_fn=default_collate, persistent_workers=False)
+    loader = DataLoader(
+        dataset,
+        batch_sampler=order.view(-1, n).tolist(),
+        num_workers=workers,
+        collate_fn=default_collate,
+        persistent_workers=False,
+    )
     it = iter(loader)
     generator = torch.Generator().manual_seed(0)
     policy.train_views(next(it), generator)  # warm-up (workers started)
@@ -74,8 +80,10 @@ def step_rate(cfg, adapter, policy, steps: int) -> float:
     dataset = adapter.split("train")
     n = cfg.train.batch_size
     generator = torch.Generator().manual_seed(1)
-    batches = [policy.train_views(default_collate([dataset[i] for i in range(s * n, (s + 1) * n)]), generator)
-               for s in range(steps + 1)]
+    batches = [
+        policy.train_views(default_collate([dataset[i] for i in range(s * n, (s + 1) * n)]), generator)
+        for s in range(steps + 1)
+    ]
 
     def one(batch) -> None:
         loss = loss_fn(model.embed(batch))
@@ -156,14 +164,20 @@ def eval_rates(run: Path, erm_run: Path, max_candidates: int | None) -> int:
     with tempfile.TemporaryDirectory() as cache:
         cold = timed(reference_cache=cache)
         warm = timed(reference_cache=cache)
-    same = all(json.dumps(r[2]["results"], sort_keys=True) == json.dumps(reference[2]["results"], sort_keys=True)
-               for r in (cold, warm))
+    same = all(
+        json.dumps(r[2]["results"], sort_keys=True) == json.dumps(reference[2]["results"], sort_keys=True)
+        for r in (cold, warm)
+    )
     candidates = {k: len(v) for k, v in reference[2]["selection_candidates"].items()}
     print(f"run {run} (candidates per encoder {candidates}), ERM {erm_run}; {machine_line()}")
-    rows = [[name, f"{cpu:.1f}", f"{wall:.1f}", ratio(reference[0], cpu)]
-            for name, (cpu, wall, _) in (("former: probes refitted, no reference cache", reference),
-                                         ("probes fitted once, reference cache cold (first run of a target/seed)", cold),
-                                         ("probes fitted once, reference cache warm (later runs)", warm))]
+    rows = [
+        [name, f"{cpu:.1f}", f"{wall:.1f}", ratio(reference[0], cpu)]
+        for name, (cpu, wall, _) in (
+            ("former: probes refitted, no reference cache", reference),
+            ("probes fitted once, reference cache cold (first run of a target/seed)", cold),
+            ("probes fitted once, reference cache warm (later runs)", warm),
+        )
+    ]
     print(markdown_table(["evaluation path", "CPU s", "wall s", "CPU ratio vs former"], rows))
     print(f"results identical (selection, every score) across the three: {'yes' if same else 'NO'}")
     return 0 if same else 1
@@ -195,11 +209,15 @@ def preload_sweep(root: Path, config: Path, repeats: int) -> int:
         os.environ["MVAPP_DECODE_CACHE_MB"] = before
     on = sweep()
     same = torch.equal(off[2], on[2])
-    print(f"{repeats} adapter builds of {config.name}, every split of every domain ({len(on[2])} images per build, "
-          f"{cfg.data.options.get('load_size')} px, decode_workers {cfg.data.options.get('decode_workers', 2)}); "
-          f"{machine_line()}")
-    rows = [["decode every build (MVAPP_DECODE_CACHE_MB=0)", f"{off[1]:.1f}", f"{off[0]:.1f}", "1.00x"],
-            ["decoded-split cache (default)", f"{on[1]:.1f}", f"{on[0]:.1f}", ratio(off[0], on[0])]]
+    print(
+        f"{repeats} adapter builds of {config.name}, every split of every domain ({len(on[2])} images per build, "
+        f"{cfg.data.options.get('load_size')} px, decode_workers {cfg.data.options.get('decode_workers', 2)}); "
+        f"{machine_line()}"
+    )
+    rows = [
+        ["decode every build (MVAPP_DECODE_CACHE_MB=0)", f"{off[1]:.1f}", f"{off[0]:.1f}", "1.00x"],
+        ["decoded-split cache (default)", f"{on[1]:.1f}", f"{on[0]:.1f}", ratio(off[0], on[0])],
+    ]
     print(markdown_table(["path", "CPU s (main process)", "wall s", "wall ratio"], rows))
     print(f"same pixels: {'yes' if same else 'NO'}")
     return 0 if same else 1
@@ -220,8 +238,13 @@ def main() -> int:
     parser.add_argument("--eval-run", type=Path, default=None, help="time the domain evaluator on this finished run")
     parser.add_argument("--erm-run", type=Path, default=None, help="its finished ERM run (with --eval-run)")
     parser.add_argument("--max-candidates", type=int, default=None, help="with --eval-run: checkpoints per encoder")
-    parser.add_argument("--preload-sweep", type=int, default=0, metavar="N",
-                        help="time N adapter builds reading every split, without / with the decoded-split cache")
+    parser.add_argument(
+        "--preload-sweep",
+        type=int,
+        default=0,
+        metavar="N",
+        help="time N adapter builds reading every split, without / with the decoded-split cache",
+    )
     args = parser.parse_args()
     if args.preload_sweep:
         if not args.root.is_dir():
@@ -249,16 +272,22 @@ def main() -> int:
     paths = [p for d in adapter.seen_domains for p in adapter.split(f"{d}/train").sources][: args.files]
     fast, slow = decode_rates(paths, size)
     big_fast, big_slow = large_decode_rates(paths[: args.large_files], args.large_size, args.large_load)
-    print(f"config {args.config.name}: n = {cfg.train.batch_size}, k = {cfg.views.k}, loss {cfg.loss.name}, "
-          f"{size} px, torch threads {torch.get_num_threads()}")
+    print(
+        f"config {args.config.name}: n = {cfg.train.batch_size}, k = {cfg.views.k}, loss {cfg.loss.name}, "
+        f"{size} px, torch threads {torch.get_num_threads()}"
+    )
     print("| path | images/s | ratio |")
     print("|---|---|---|")
-    print(f"| loader: read + decode + resize ({args.workers} workers) + simclr views | {load:.0f} | "
-          f"{load / consume:.1f}x the step |")
+    print(
+        f"| loader: read + decode + resize ({args.workers} workers) + simclr views | {load:.0f} | "
+        f"{load / consume:.1f}x the step |"
+    )
     print(f"| training step ({cfg.loss.name}, fwd + loss + bwd + AdamW) | {consume:.0f} | 1.0x |")
     print(f"| decode_file (torchvision.io) | {fast:.0f} | {fast / slow:.2f}x PIL |")
     print(f"| PIL open + RGB + resize | {slow:.0f} | 1.0x |")
-    print(f"| decode_file, {args.large_size}-px JPEGs -> {args.large_load} px | {big_fast:.0f} | {big_fast / big_slow:.2f}x PIL |")
+    print(
+        f"| decode_file, {args.large_size}-px JPEGs -> {args.large_load} px | {big_fast:.0f} | {big_fast / big_slow:.2f}x PIL |"
+    )
     print(f"| PIL, {args.large_size}-px JPEGs -> {args.large_load} px | {big_slow:.0f} | 1.0x |")
     return 0
 

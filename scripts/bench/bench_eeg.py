@@ -13,6 +13,7 @@
 
 Usage: .venv/bin/python scripts/bench/bench_eeg.py [--subjects 4 --hours 4 --repeats 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,14 +28,21 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGE_MAPPING = {"Sleep stage W": 0, "Sleep stage 1": 1, "Sleep stage 2": 2, "Sleep stage 3": 3,
-                 "Sleep stage 4": 3, "Sleep stage R": 4}
+STAGE_MAPPING = {
+    "Sleep stage W": 0,
+    "Sleep stage 1": 1,
+    "Sleep stage 2": 2,
+    "Sleep stage 3": 3,
+    "Sleep stage 4": 3,
+    "Sleep stage R": 4,
+}
 
 
 def braindecode_worker(source: str, variant: str) -> None:
     """Runs inside the braindecode interpreter; prints ``{"windows", "seconds"}`` as JSON."""
     import mne
     from braindecode.datasets import BaseConcatDataset
+
     try:
         from braindecode.datasets import RawDataset as BaseDataset  # braindecode >= 1.0 name
     except ImportError:
@@ -48,8 +56,7 @@ def braindecode_worker(source: str, variant: str) -> None:
     datasets = []
     for psg in psgs:  # as braindecode.datasets.SleepPhysionet._load_raw (load_eeg_only, crop_wake_mins=30)
         hypnogram = next(Path(source).glob(psg.name[:7] + "*-Hypnogram.edf"))
-        raw = mne.io.read_raw_edf(psg, preload=True, infer_types=True,
-                                  exclude=["EOG horizontal", "EMG submental"])
+        raw = mne.io.read_raw_edf(psg, preload=True, infer_types=True, exclude=["EOG horizontal", "EMG submental"])
         raw.set_annotations(mne.read_annotations(hypnogram), emit_warning=False)
         mask = [x[-1] in ["1", "2", "3", "4", "R"] for x in raw.annotations.description]
         sleep_onsets = raw.annotations.onset[mask]
@@ -64,12 +71,19 @@ def braindecode_worker(source: str, variant: str) -> None:
         filtering = Preprocessor("filter", l_freq=None, h_freq=30.0)
     else:  # "iir": the same 4th-order Butterworth band-pass as mvapp's default (preprocess.DEFAULT_BAND;
         # literal here because this worker runs in the braindecode venv without multiview_app)
-        filtering = Preprocessor("filter", l_freq=0.5, h_freq=30.0, method="iir",
-                                 iir_params=dict(order=4, ftype="butter", output="sos"))
+        filtering = Preprocessor(
+            "filter", l_freq=0.5, h_freq=30.0, method="iir", iir_params=dict(order=4, ftype="butter", output="sos")
+        )
     preprocess(dataset, [Preprocessor(lambda data: np.multiply(data, 1e6), apply_on_array=True), filtering])
-    windows = create_windows_from_events(dataset, trial_start_offset_samples=0, trial_stop_offset_samples=0,
-                                         window_size_samples=3000, window_stride_samples=3000, preload=True,
-                                         mapping=STAGE_MAPPING)
+    windows = create_windows_from_events(
+        dataset,
+        trial_start_offset_samples=0,
+        trial_stop_offset_samples=0,
+        window_size_samples=3000,
+        window_stride_samples=3000,
+        preload=True,
+        mapping=STAGE_MAPPING,
+    )
     preprocess(windows, [Preprocessor(scale, channel_wise=True)])
     data = np.stack([windows[i][0] for i in range(len(windows))])
     seconds = time.perf_counter() - start
@@ -82,14 +96,20 @@ def ours(source: Path, repeat: int) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        summary = prepare("sleep-edf", source, Path(tmp) / f"cache{repeat}",
-                          PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"]), progress=False)
+        summary = prepare(
+            "sleep-edf",
+            source,
+            Path(tmp) / f"cache{repeat}",
+            PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"]),
+            progress=False,
+        )
         return {"windows": summary["windows"], "seconds": time.perf_counter() - start}
 
 
 def theirs(source: Path, python: str, variant: str) -> dict | None:
-    result = subprocess.run([python, __file__, "--braindecode-worker", str(source), variant],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [python, __file__, "--braindecode-worker", str(source), variant], capture_output=True, text=True
+    )
     if result.returncode != 0:
         print(f"braindecode run failed: {result.stderr.strip().splitlines()[-1:]}")
         return None
@@ -104,9 +124,17 @@ def bench_prepare(args: argparse.Namespace, workdir: Path) -> list[str]:
     python = args.braindecode_python
     have_braindecode = Path(python).exists() or python == sys.executable
     if not have_braindecode:
-        print(f"skipping braindecode: interpreter {python} not found (create .bench-venvs/braindecode, see docs/benchmarks.md)")
-    variants = {"tutorial": "braindecode tutorial-style (FIR low-pass 30 Hz)",
-                "iir": "braindecode, same IIR band-pass 0.3-35 Hz as mvapp"} if have_braindecode else {}
+        print(
+            f"skipping braindecode: interpreter {python} not found (create .bench-venvs/braindecode, see docs/benchmarks.md)"
+        )
+    variants = (
+        {
+            "tutorial": "braindecode tutorial-style (FIR low-pass 30 Hz)",
+            "iir": "braindecode, same IIR band-pass 0.3-35 Hz as mvapp",
+        }
+        if have_braindecode
+        else {}
+    )
     best: dict[str, dict] = {}
     for repeat in range(args.repeats):  # interleaved, best of N for every pipeline
         runs = {"ours": ours(source, repeat)}
@@ -116,13 +144,18 @@ def bench_prepare(args: argparse.Namespace, workdir: Path) -> list[str]:
             if run is not None and (name not in best or run["seconds"] < best[name]["seconds"]):
                 best[name] = run
     rate = {name: run["windows"] / run["seconds"] for name, run in best.items()}
-    rows = ["| pipeline | windows | seconds | windows/s | mvapp speed-up |", "|---|---|---|---|---|",
-            f"| mvapp data prepare (cache written to disk) | {best['ours']['windows']} | {best['ours']['seconds']:.2f} "
-            f"| {rate['ours']:.0f} | - |"]
+    rows = [
+        "| pipeline | windows | seconds | windows/s | mvapp speed-up |",
+        "|---|---|---|---|---|",
+        f"| mvapp data prepare (cache written to disk) | {best['ours']['windows']} | {best['ours']['seconds']:.2f} "
+        f"| {rate['ours']:.0f} | - |",
+    ]
     for variant, label in variants.items():
         if variant in best:
-            rows.append(f"| {label} + create_windows_from_events | {best[variant]['windows']} | "
-                        f"{best[variant]['seconds']:.2f} | {rate[variant]:.0f} | {rate['ours'] / rate[variant]:.1f}x |")
+            rows.append(
+                f"| {label} + create_windows_from_events | {best[variant]['windows']} | "
+                f"{best[variant]['seconds']:.2f} | {rate[variant]:.0f} | {rate['ours'] / rate[variant]:.1f}x |"
+            )
     return rows
 
 
@@ -151,8 +184,14 @@ def bench_loader(args: argparse.Namespace, workdir: Path) -> list[str]:
 
     def loader_rate(workers: int, batch: int, batches: int = 300) -> float:
         """Items/s after the first batch (worker start-up excluded), shuffled epochs, persistent workers."""
-        loader = DataLoader(train_set, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True,
-                            persistent_workers=workers > 0)
+        loader = DataLoader(
+            train_set,
+            batch_size=batch,
+            shuffle=True,
+            num_workers=workers,
+            drop_last=True,
+            persistent_workers=workers > 0,
+        )
         seen, start, done = 0, None, 0
         while done < batches:
             for batch_items in loader:
@@ -184,10 +223,14 @@ def bench_loader(args: argparse.Namespace, workdir: Path) -> list[str]:
 
     rows = ["| path | items/s | ratio loader / step |", "|---|---|---|"]
     batch = cfg.train.batch_size
-    consumers = {f"train step, default config (width 256, M3G, k=6, n={batch})": step_rate(256, batch),
-                 f"train step, demo size (width 32, M3G, k=6, n=8)": step_rate(32, 8)}
-    loaders = {f"eeg_windows DataLoader (batch {batch}, 0 workers)": loader_rate(0, batch),
-               f"eeg_windows DataLoader (batch {batch}, 2 workers)": loader_rate(2, batch)}
+    consumers = {
+        f"train step, default config (width 256, M3G, k=6, n={batch})": step_rate(256, batch),
+        "train step, demo size (width 32, M3G, k=6, n=8)": step_rate(32, 8),
+    }
+    loaders = {
+        f"eeg_windows DataLoader (batch {batch}, 0 workers)": loader_rate(0, batch),
+        f"eeg_windows DataLoader (batch {batch}, 2 workers)": loader_rate(2, batch),
+    }
     fastest_step = max(consumers.values())
     for name, rate in loaders.items():
         rows.append(f"| {name} | {rate:.0f} | {rate / fastest_step:.0f}x (vs fastest step) |")
@@ -211,8 +254,10 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        print(f"## preparation: {args.subjects} synthetic Sleep-EDF nights x {args.hours} h, 2 EEG channels, "
-              f"best of {args.repeats}")
+        print(
+            f"## preparation: {args.subjects} synthetic Sleep-EDF nights x {args.hours} h, 2 EEG channels, "
+            f"best of {args.repeats}"
+        )
         print("\n".join(bench_prepare(args, workdir)))
         if not args.skip_loader:
             print("\n## loader vs training step (synthetic PhysioNet 2018 cache, 6 channels)")

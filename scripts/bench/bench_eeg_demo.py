@@ -12,6 +12,7 @@ the numbers.
 
     python scripts/bench/bench_eeg_demo.py [--repeats 5 --steps 5 --windows 512]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,15 +21,18 @@ import time
 
 import torch
 
+from multiview_app.data.batch import ViewBatch
 from multiview_app.losses import build_loss
 from multiview_app.models import build_model
-from multiview_app.data.batch import ViewBatch
 
 
 def demo_model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_model({"eeg": {"name": "conv", "width": 32, "out_dim": 64, "dropout": 0.0, "channel_mode": "agnostic"}},
-                       {"hidden_dim": 256, "out_dim": 64}, None)
+    return build_model(
+        {"eeg": {"name": "conv", "width": 32, "out_dim": 64, "dropout": 0.0, "channel_mode": "agnostic"}},
+        {"hidden_dim": 256, "out_dim": 64},
+        None,
+    )
 
 
 def step_seconds(threads: int, steps: int, x: torch.Tensor) -> float:
@@ -41,8 +45,13 @@ def step_seconds(threads: int, steps: int, x: torch.Tensor) -> float:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         times = []
         for _ in range(steps):
-            batch = ViewBatch([x[:, c] for c in range(x.shape[1])], ["eeg"] * x.shape[1],
-                              [f"c{c}" for c in range(x.shape[1])], None, {})
+            batch = ViewBatch(
+                [x[:, c] for c in range(x.shape[1])],
+                ["eeg"] * x.shape[1],
+                [f"c{c}" for c in range(x.shape[1])],
+                None,
+                {},
+            )
             start = time.perf_counter()
             loss = loss_fn(model.embed(batch))
             optimizer.zero_grad()
@@ -60,7 +69,7 @@ def extraction_seconds(windows_per_batch: int, x: torch.Tensor) -> float:
     encoder = demo_model().encoders["eeg"].eval()
     start = time.perf_counter()
     for i in range(0, x.shape[0], windows_per_batch):
-        chunk = x[i:i + windows_per_batch]
+        chunk = x[i : i + windows_per_batch]
         encoder(chunk.reshape(-1, chunk.shape[-1]))
     return time.perf_counter() - start
 
@@ -94,8 +103,15 @@ def main() -> None:
             extraction["16 windows per batch"].append(extraction_seconds(16, windows))
     print("\n".join(table("training step, demo model (n = 16, k = 6)", steps, "2 threads (reference)")))
     print()
-    print("\n".join(table(f"feature extraction, {args.windows} windows x 6 channels, 1 thread", extraction,
-                          "256 windows per batch (reference)")))
+    print(
+        "\n".join(
+            table(
+                f"feature extraction, {args.windows} windows x 6 channels, 1 thread",
+                extraction,
+                "256 windows per batch (reference)",
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ projector forward, a mean-square stand-in loss, backward, AdamW), as a ratio aga
 
     OMP_NUM_THREADS=1 python scripts/bench/bench_eeg_encoders.py [--steps 20 --repeats 3 --threads 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,10 @@ def main() -> None:
     for _ in range(args.repeats):  # interleaved: a load change hits every encoder alike
         for name, model in models.items():
             best[name] = max(best[name], steps_per_second(model, args.batch, int(args.seconds * 100), args.steps))
-    print(f"torch threads {args.threads}; batch {args.batch} x {len(VIEWS)} views x {args.seconds:g} s at 100 Hz; "
-          f"best of {args.repeats} x {args.steps} steps")
+    print(
+        f"torch threads {args.threads}; batch {args.batch} x {len(VIEWS)} views x {args.seconds:g} s at 100 Hz; "
+        f"best of {args.repeats} x {args.steps} steps"
+    )
     print(f"{'encoder':12s} {'encoder params':>15s} {'steps/s':>9s} {'vs conv':>8s}")
     for name, model in models.items():
         params = sum(p.numel() for p in model.encoders["eeg"].parameters())

@@ -16,6 +16,7 @@ after one training step (weights do not change the speed).
 Usage: .venv/bin/python scripts/bench/bench_export.py [--repeats 2] [--base 10] [--eeg-base 1] [--scale 10]
        [--eeg-items N] [--work DIR] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,18 +67,48 @@ def make_runs(work: Path) -> dict[str, Path]:
     """One-step runs of the digits and EEG defaults (EEG: 3 synthetic 1-h nights, prepared), trained unless
     done (``ensure_trained(cfg, "reuse")``)."""
     runs = work / "runs"
-    digits = load_config(ROOT / "configs/digits_infonce_pwe.yaml", [
-        f"output.runs_dir={runs}", "train.max_steps=1", "train.checkpoint_every=0", "eval.linear_probe=false"],
-        name="digits")
+    digits = load_config(
+        ROOT / "configs/digits_infonce_pwe.yaml",
+        [f"output.runs_dir={runs}", "train.max_steps=1", "train.checkpoint_every=0", "eval.linear_probe=false"],
+        name="digits",
+    )
     ensure_trained(digits, "reuse")
     cache = work / "eeg_cache"
     if not (cache / "manifest.json").is_file():
-        assert mvapp(["data", "synth-psg", "--subjects", "3", "--nights", "1", "--format", "physionet2018",
-                      "--hours", "1", "--out", str(work / "eeg_raw"), "--seed", "0"]) == 0
+        assert (
+            mvapp(
+                [
+                    "data",
+                    "synth-psg",
+                    "--subjects",
+                    "3",
+                    "--nights",
+                    "1",
+                    "--format",
+                    "physionet2018",
+                    "--hours",
+                    "1",
+                    "--out",
+                    str(work / "eeg_raw"),
+                    "--seed",
+                    "0",
+                ]
+            )
+            == 0
+        )
         assert mvapp(["data", "prepare", "physionet2018", "--source", str(work / "eeg_raw"), "--out", str(cache)]) == 0
-    eeg = load_config(ROOT / "configs/eeg_synthetic_m3g.yaml", [
-        f"data.options.cache={cache}", "data.options.test_fraction=0.34", f"output.runs_dir={runs}",
-        "train.max_steps=1", "train.checkpoint_every=0", "train.num_workers=0"], name="eeg")
+    eeg = load_config(
+        ROOT / "configs/eeg_synthetic_m3g.yaml",
+        [
+            f"data.options.cache={cache}",
+            "data.options.test_fraction=0.34",
+            f"output.runs_dir={runs}",
+            "train.max_steps=1",
+            "train.checkpoint_every=0",
+            "train.num_workers=0",
+        ],
+        name="eeg",
+    )
     ensure_trained(eeg, "reuse")
     return {"digits": digits.run_dir, "eeg": eeg.run_dir}
 
@@ -106,8 +137,11 @@ def child(kind: str, path: str, times: int, limit: int | None, run: Path, out: P
     torch.set_num_threads(1)
     model, adapter, policy = _setup(run, times, limit)
     start = time.perf_counter()
-    rows = (export_path(model, adapter, policy, BATCH[kind], out) if path == "export"
-            else evaluator_path(model, adapter, policy, BATCH[kind]))
+    rows = (
+        export_path(model, adapter, policy, BATCH[kind], out)
+        if path == "export"
+        else evaluator_path(model, adapter, policy, BATCH[kind])
+    )
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
     print(json.dumps({"rows": rows, "seconds": seconds, "peak_rss_mib": peak}))
@@ -124,19 +158,39 @@ def throughput(kind: str, run: Path, out: Path, repeats: int, limit: int | None,
     for _ in range(repeats):
         for path in ("evaluator", "export"):
             wall, cpu = time.perf_counter(), time.process_time()
-            rows = (export_path(model, adapter, policy, BATCH[kind], out) if path == "export"
-                    else evaluator_path(model, adapter, policy, BATCH[kind]))
+            rows = (
+                export_path(model, adapter, policy, BATCH[kind], out)
+                if path == "export"
+                else evaluator_path(model, adapter, policy, BATCH[kind])
+            )
             best[path, "wall"] = max(best[path, "wall"], rows / (time.perf_counter() - wall))
             best[path, "cpu"] = max(best[path, "cpu"], rows / (time.process_time() - cpu))
-    return {"rows": rows, "evaluator_rows_per_s": best["evaluator", "wall"], "export_rows_per_s": best["export", "wall"],
-            "ratio": best["export", "wall"] / best["evaluator", "wall"],
-            "evaluator_rows_per_cpu_s": best["evaluator", "cpu"], "export_rows_per_cpu_s": best["export", "cpu"],
-            "ratio_cpu": best["export", "cpu"] / best["evaluator", "cpu"], "load_average": list(os.getloadavg())}
+    return {
+        "rows": rows,
+        "evaluator_rows_per_s": best["evaluator", "wall"],
+        "export_rows_per_s": best["export", "wall"],
+        "ratio": best["export", "wall"] / best["evaluator", "wall"],
+        "evaluator_rows_per_cpu_s": best["evaluator", "cpu"],
+        "export_rows_per_cpu_s": best["export", "cpu"],
+        "ratio_cpu": best["export", "cpu"] / best["evaluator", "cpu"],
+        "load_average": list(os.getloadavg()),
+    }
 
 
 def peak_rss(kind: str, path: str, times: int, limit: int | None, run: Path, out: Path) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--eeg-batch", str(BATCH["eeg"]), "--child", kind, path, str(times),
-           str(limit or 0), str(run), str(out)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--eeg-batch",
+        str(BATCH["eeg"]),
+        "--child",
+        kind,
+        path,
+        str(times),
+        str(limit or 0),
+        str(run),
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"child {kind} {path} x{times} failed:\n{proc.stderr[-3000:]}")
@@ -153,8 +207,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="keep runs / data here (default: a temp folder)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--eeg-items", type=int, default=None, help="EEG: first N items of every split (default all)")
-    parser.add_argument("--eeg-batch", type=int, default=BATCH["eeg"],
-                        help="EEG items per forward (keep <= --eeg-items so both RSS sizes run full batches)")
+    parser.add_argument(
+        "--eeg-batch",
+        type=int,
+        default=BATCH["eeg"],
+        help="EEG items per forward (keep <= --eeg-items so both RSS sizes run full batches)",
+    )
     parser.add_argument("--speed-times", type=int, default=1, help="dataset repetitions of the throughput measurement")
     parser.add_argument("--no-memory", action="store_true", help="throughput only (skip the peak-RSS children)")
     parser.add_argument("--child", nargs=6, default=None, help=argparse.SUPPRESS)
@@ -168,24 +226,39 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         runs = make_runs(work)
-        results: dict[str, Any] = {"torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        results: dict[str, Any] = {
+            "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        }
         for kind in args.kinds:
             base = args.base if kind == "digits" else args.eeg_base
             limit = args.eeg_items if kind == "eeg" else None
             speed = throughput(kind, runs[kind], work / f"out_{kind}", args.repeats, limit, args.speed_times)
-            memory = {} if args.no_memory else {
-                f"{path}_x{times}": peak_rss(kind, path, times, limit, runs[kind], work / f"rss_{kind}")
-                for path in ("export", "evaluator") for times in (base, base * args.scale)}
+            memory = (
+                {}
+                if args.no_memory
+                else {
+                    f"{path}_x{times}": peak_rss(kind, path, times, limit, runs[kind], work / f"rss_{kind}")
+                    for path in ("export", "evaluator")
+                    for times in (base, base * args.scale)
+                }
+            )
             results[kind] = {"throughput": speed, "memory": memory}
-            print(f"{kind}: {speed['rows']} rows; evaluator {speed['evaluator_rows_per_s']:.0f} rows/s, export "
-                  f"{speed['export_rows_per_s']:.0f} rows/s, ratio {speed['ratio']:.2f}x; per CPU second: evaluator "
-                  f"{speed['evaluator_rows_per_cpu_s']:.0f}, export {speed['export_rows_per_cpu_s']:.0f}, ratio "
-                  f"{speed['ratio_cpu']:.2f}x (load average {speed['load_average'][0]:.1f})", flush=True)
+            print(
+                f"{kind}: {speed['rows']} rows; evaluator {speed['evaluator_rows_per_s']:.0f} rows/s, export "
+                f"{speed['export_rows_per_s']:.0f} rows/s, ratio {speed['ratio']:.2f}x; per CPU second: evaluator "
+                f"{speed['evaluator_rows_per_cpu_s']:.0f}, export {speed['export_rows_per_cpu_s']:.0f}, ratio "
+                f"{speed['ratio_cpu']:.2f}x (load average {speed['load_average'][0]:.1f})",
+                flush=True,
+            )
             for path in ("export", "evaluator") if memory else ():
                 lo, hi = memory[f"{path}_x{base}"], memory[f"{path}_x{base * args.scale}"]
                 growth = hi["peak_rss_mib"] / lo["peak_rss_mib"] - 1.0
-                print(f"  {path}: peak RSS {lo['peak_rss_mib']:.0f} MiB at {lo['rows']} rows -> "
-                      f"{hi['peak_rss_mib']:.0f} MiB at {hi['rows']} rows ({growth:+.1%})", flush=True)
+                print(
+                    f"  {path}: peak RSS {lo['peak_rss_mib']:.0f} MiB at {lo['rows']} rows -> "
+                    f"{hi['peak_rss_mib']:.0f} MiB at {hi['rows']} rows ({growth:+.1%})",
+                    flush=True,
+                )
         if args.json:
             args.json.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -26,6 +26,7 @@
 --cpu-smoke`` run it). Each table is printed as soon as it is done; all of them, the backend lines, the
 machine and the command line (``multiview_app.bench``) are written to ``OUT/bench_gpu.md``.
 """
+
 from __future__ import annotations
 
 import os
@@ -309,7 +310,11 @@ def solver_loops() -> list[str]:
 
 
 def m3g_tables(
-    device: torch.device, sizes: Sequence[tuple[int, int]], repeats: int, pool_size: int, jax_side: JaxComparison,
+    device: torch.device,
+    sizes: Sequence[tuple[int, int]],
+    repeats: int,
+    pool_size: int,
+    jax_side: JaxComparison,
     show: Callable[[str], None] = print,
 ) -> tuple[str, str]:
     """Table 1 (cold first call and steady state per candidate, ott-jax ratio) and table 2 (counts
@@ -356,14 +361,29 @@ def fake_eeg_cache(folder: Path, subjects: int, windows: int) -> Path:
     for s in range(subjects):
         data = np.random.default_rng(s).standard_normal((windows, len(EEG_CHANNELS), 3000)).astype(np.float32)
         np.save(folder / "windows" / f"r{s}.npy", data)
-        recordings.append({
-            "recording": f"r{s}", "subject": f"S{s}", "file": f"windows/r{s}.npy", "n_windows": windows,
-            "labels": [i % 5 for i in range(windows)], "epochs": list(range(windows)), "sources": [], "counts": {},
-        })
+        recordings.append(
+            {
+                "recording": f"r{s}",
+                "subject": f"S{s}",
+                "file": f"windows/r{s}.npy",
+                "n_windows": windows,
+                "labels": [i % 5 for i in range(windows)],
+                "epochs": list(range(windows)),
+                "sources": [],
+                "counts": {},
+            }
+        )
     manifest = {
-        "format": CACHE_FORMAT, "dataset": "physionet2018", "options": {}, "dtype": "float32",
-        "channels": EEG_CHANNELS, "sfreq": 100.0, "window_seconds": 30.0,
-        "stages": ["W", "N1", "N2", "N3", "REM"], "recordings": recordings, "duplicates": [],
+        "format": CACHE_FORMAT,
+        "dataset": "physionet2018",
+        "options": {},
+        "dtype": "float32",
+        "channels": EEG_CHANNELS,
+        "sfreq": 100.0,
+        "window_seconds": 30.0,
+        "stages": ["W", "N1", "N2", "N3", "REM"],
+        "recordings": recordings,
+        "duplicates": [],
     }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
@@ -375,9 +395,15 @@ def demo_overrides(cache: Path) -> list[str]:
 
     demo = yaml.safe_load((REPO / "configs" / "demo_eeg.yaml").read_text())
     return [
-        f"data.options.cache={cache}", "data.options.test_fraction=0.25", f"train.batch_size={demo['batch']}",
-        f"optim.lr={demo['lr']}", f"model.encoders.eeg.width={demo['width']}", "model.encoders.eeg.dropout=0.0",
-        f"loss.epsilon={demo['epsilon']}", "loss.max_iter=300", *str(demo.get("augment") or "").split(),
+        f"data.options.cache={cache}",
+        "data.options.test_fraction=0.25",
+        f"train.batch_size={demo['batch']}",
+        f"optim.lr={demo['lr']}",
+        f"model.encoders.eeg.width={demo['width']}",
+        "model.encoders.eeg.dropout=0.0",
+        f"loss.epsilon={demo['epsilon']}",
+        "loss.max_iter=300",
+        *str(demo.get("augment") or "").split(),
     ]
 
 
@@ -400,8 +426,13 @@ def train_rate(config: str, overrides: list[str], runs: Path, name: str) -> tupl
 def training_table(quick: bool, tmp: Path) -> str:
     """Steps/s of the EEG demo's training (and digits_m3g without ``quick``) on the trainer's device."""
     steps, log_every = (3, 1) if quick else (60, 10)
-    common = [f"train.max_steps={steps}", f"train.log_every={log_every}", "train.checkpoint_every=0",
-              "train.diagnostics=false", "eval.linear_probe=false"]
+    common = [
+        f"train.max_steps={steps}",
+        f"train.log_every={log_every}",
+        "train.checkpoint_every=0",
+        "train.diagnostics=false",
+        "eval.linear_probe=false",
+    ]
     cache = fake_eeg_cache(tmp / "eeg_cache", subjects=4, windows=8 if quick else 40)
     runs = [("configs/eeg_synthetic_m3g.yaml", demo_overrides(cache), "eeg demo (m3g k=6 n=16)")]
     if not quick:
@@ -470,7 +501,9 @@ def device_lines(device: torch.device) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, str]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for bench_gpu.md (and scratch runs)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda (default when available) or cpu")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda (default when available) or cpu"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: small sizes, 2 repeats, 3 training steps")
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per M3G row (default 5, quick 2)")
     parser.add_argument("--pool", type=int, default=8, help="pre-generated embedding batches cycled per size (>= 2)")
@@ -498,8 +531,11 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
 
     header = device_lines(device)
     if "m3g" not in skip:
-        jax_side = (JaxComparison(None, "ott-jax comparison skipped: --no-ott") if args.no_ott
-                    else jax_comparison(device, import_jax()))
+        jax_side = (
+            JaxComparison(None, "ott-jax comparison skipped: --no-ott")
+            if args.no_ott
+            else jax_comparison(device, import_jax())
+        )
         header.append(jax_side.line)
     for line in header:
         show(line)

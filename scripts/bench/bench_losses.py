@@ -22,6 +22,7 @@ reported. ``--quick`` runs a small smoke version (smaller sizes, fewer repeats, 
     python scripts/bench/bench_losses.py              # full tables
     python scripts/bench/bench_losses.py --quick      # smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -163,12 +164,23 @@ def peak_memory_mib(name: str, n: int, k: int, d: int, tau: float, threads: int)
     return None if result is None else result["mib"]
 
 
-def run_rows(title: str, rows: list[tuple[str, str]], n: int, k: int, d: int, tau: float,
-             repeats: int, memory: bool, threads: int) -> None:
+def run_rows(
+    title: str,
+    rows: list[tuple[str, str]],
+    n: int,
+    k: int,
+    d: int,
+    tau: float,
+    repeats: int,
+    memory: bool,
+    threads: int,
+) -> None:
     """Print a markdown table; ``rows`` are ``(ours, reference)`` implementation names."""
     z = make_input(n, k, d)
     print(f"\n### {title}: n={n}, k={k}, d={d}, tau={tau}, float32, {threads} thread(s), median of {repeats}\n")
-    print("| loss | reference | ours (ms) | reference (ms) | speed-up (ref / ours) | ours peak MiB | ref peak MiB | memory ratio | value ours | value ref |")
+    print(
+        "| loss | reference | ours (ms) | reference (ms) | speed-up (ref / ours) | ours peak MiB | ref peak MiB | memory ratio | value ours | value ref |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for ours, reference in rows:
         ours_fn, ref_fn = implementation(ours, tau), implementation(reference, tau)
@@ -176,15 +188,19 @@ def run_rows(title: str, rows: list[tuple[str, str]], n: int, k: int, d: int, ta
         m_ours = peak_memory_mib(ours, n, k, d, tau, threads) if memory else None
         if ref_fn is None:
             (t_ours,) = median_times([ours_fn], z, repeats)
-            print(f"| {ours} | {reference} | {1e3 * t_ours:.1f} | unavailable (not installed) | - | "
-                  f"{_fmt(m_ours)} | - | - | {v_ours:.5f} | - |")
+            print(
+                f"| {ours} | {reference} | {1e3 * t_ours:.1f} | unavailable (not installed) | - | "
+                f"{_fmt(m_ours)} | - | - | {v_ours:.5f} | - |"
+            )
             continue
         t_ours, t_ref = median_times([ours_fn, ref_fn], z, repeats)
         v_ref = forward_backward(ref_fn, z)
         m_ref = peak_memory_mib(reference, n, k, d, tau, threads) if memory else None
         mem_ratio = f"{m_ref / m_ours:.1f}x" if m_ours and m_ref else "-"
-        print(f"| {ours} | {reference} | {1e3 * t_ours:.1f} | {1e3 * t_ref:.1f} | {t_ref / t_ours:.1f}x | "
-              f"{_fmt(m_ours)} | {_fmt(m_ref)} | {mem_ratio} | {v_ours:.5f} | {v_ref:.5f} |")
+        print(
+            f"| {ours} | {reference} | {1e3 * t_ours:.1f} | {1e3 * t_ref:.1f} | {t_ref / t_ours:.1f}x | "
+            f"{_fmt(m_ours)} | {_fmt(m_ref)} | {mem_ratio} | {v_ours:.5f} | {v_ref:.5f} |"
+        )
         sys.stdout.flush()
 
 
@@ -202,11 +218,15 @@ def section_pvc(args: argparse.Namespace) -> None:
     weights = torch.randn(n, k, k, n, generator=torch.Generator().manual_seed(1))
     gram_only = lambda x: (torch.einsum("jmd,knd->jmnk", x, x) * weights).sum()  # noqa: E731
     t_gram, t_ref = median_times([gram_only, implementation("paper_loop_geometric", 0.1)], z, args.repeats)
-    print(f"\nFor scale: the paper's own Gram einsum alone (forward + backward, no softmax) takes "
-          f"{1e3 * t_gram:.1f} ms = {100 * t_gram / t_ref:.0f}% of the paper loop's {1e3 * t_ref:.1f} ms "
-          f"(measured interleaved); the fast path forms only the k (k + 1) / 2 upper view blocks.")
-    print("\nThe paper loop's arithmetic value differs by design (its `logsumexp(losses) - log(k)` line is "
-          "not the Eq. 12 estimator); the geometric values must agree.")
+    print(
+        f"\nFor scale: the paper's own Gram einsum alone (forward + backward, no softmax) takes "
+        f"{1e3 * t_gram:.1f} ms = {100 * t_gram / t_ref:.0f}% of the paper loop's {1e3 * t_ref:.1f} ms "
+        f"(measured interleaved); the fast path forms only the k (k + 1) / 2 upper view blocks."
+    )
+    print(
+        "\nThe paper loop's arithmetic value differs by design (its `logsumexp(losses) - log(k)` line is "
+        "not the Eq. 12 estimator); the geometric values must agree."
+    )
 
 
 def section_infonce(args: argparse.Namespace) -> None:
@@ -214,9 +234,11 @@ def section_infonce(args: argparse.Namespace) -> None:
     rows = [("infonce_pwe", "lightly_ntxent"), ("pvc_geometric", "lightly_ntxent")]
     for n in sizes:
         run_rows("k=2 vs lightly NTXentLoss", rows, n, 2, 128, 0.1, args.repeats, not args.quick, args.threads)
-    print("\n`infonce_pwe` (M3G Eq. 1/3) contrasts each view against the n items of the other view; "
-          "NTXentLoss (== `pvc_geometric` at k=2) also uses the same-view negatives (2n-2), so only the "
-          "pvc_geometric row has equal values.")
+    print(
+        "\n`infonce_pwe` (M3G Eq. 1/3) contrasts each view against the n items of the other view; "
+        "NTXentLoss (== `pvc_geometric` at k=2) also uses the same-view negatives (2n-2), so only the "
+        "pvc_geometric row has equal values."
+    )
 
 
 def section_chunked(args: argparse.Namespace) -> None:
@@ -224,8 +246,10 @@ def section_chunked(args: argparse.Namespace) -> None:
     if args.chunked_sizes:
         sizes = [tuple(int(v) for v in item.split("x")) for item in args.chunked_sizes.split(",")]
     d, tau = 256, 0.1
-    print(f"\n### blockwise (chunked) path vs dense path vs lightly NTXentLoss, d={d}, tau={tau}, float32, "
-          f"{args.threads} thread(s); dense / lightly skipped above n*k = {args.dense_max_nk}\n")
+    print(
+        f"\n### blockwise (chunked) path vs dense path vs lightly NTXentLoss, d={d}, tau={tau}, float32, "
+        f"{args.threads} thread(s); dense / lightly skipped above n*k = {args.dense_max_nk}\n"
+    )
     print("| loss | n | k | n*k | implementation | ms | vs chunked | peak MiB | value |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n, k in sizes:
@@ -242,21 +266,31 @@ def section_chunked(args: argparse.Namespace) -> None:
         if big:  # one call each in a fresh process (time, value and peak memory): ~1e12 multiply-adds
             times, values = {}, {}
             for name in runnable:
-                result = probe(name, n, k, d, tau, args.threads) or {"mib": None, "seconds": float("nan"), "value": float("nan")}
+                result = probe(name, n, k, d, tau, args.threads) or {
+                    "mib": None,
+                    "seconds": float("nan"),
+                    "value": float("nan"),
+                }
                 times[name], values[name], memories[name] = result["seconds"], result["value"], result["mib"]
         else:
             times = dict(zip(runnable, median_times(fns, z, args.repeats)))
             values = {name: forward_backward(fn, z) for name, fn in zip(runnable, fns)}
         for name in runnable:
-            memory = memories[name] if big else peak_memory_mib(name, n, k, d, tau, args.threads) if not args.quick else None
+            memory = (
+                memories[name] if big else peak_memory_mib(name, n, k, d, tau, args.threads) if not args.quick else None
+            )
             base = times.get(name.split(":")[0] + ":chunked", times.get("pvc_geometric:chunked"))
-            print(f"| {name.split(':')[0]} | {n} | {k} | {n * k} | {name.split(':')[-1] if ':' in name else name} | "
-                  f"{1e3 * times[name]:.0f} | {times[name] / base:.2f} | {_fmt(memory)} | {values[name]:.5f} |")
+            print(
+                f"| {name.split(':')[0]} | {n} | {k} | {n * k} | {name.split(':')[-1] if ':' in name else name} | "
+                f"{1e3 * times[name]:.0f} | {times[name] / base:.2f} | {_fmt(memory)} | {values[name]:.5f} |"
+            )
             sys.stdout.flush()
         for name in names:
             if name not in runnable:
-                print(f"| {name.split(':')[0]} | {n} | {k} | {n * k} | {name.split(':')[-1] if ':' in name else name} | "
-                      f"skipped | - | - | - |")
+                print(
+                    f"| {name.split(':')[0]} | {n} | {k} | {n * k} | {name.split(':')[-1] if ':' in name else name} | "
+                    f"skipped | - | - | - |"
+                )
 
 
 def section_m3g(args: argparse.Namespace, extra: list[str]) -> None:
@@ -278,8 +312,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--section", choices=["all", "pvc", "infonce", "chunked", "m3g"], default="all")
     parser.add_argument("--chunked-sizes", default=None, help="chunked section sizes, e.g. '2048x2,16384x2' (n x k)")
-    parser.add_argument("--dense-max-nk", type=int, default=16384,
-                        help="chunked section: skip the dense path and lightly above this n*k")
+    parser.add_argument(
+        "--dense-max-nk",
+        type=int,
+        default=16384,
+        help="chunked section: skip the dense path and lightly above this n*k",
+    )
     parser.add_argument("--quick", action="store_true", help="small smoke run (no memory probes)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per row (default 7, quick 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")

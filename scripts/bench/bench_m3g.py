@@ -14,6 +14,7 @@ the call adds on top of the process; same probe in the ott subprocess.
 
     .venv/bin/python scripts/bench/bench_m3g.py [--quick] [--with-ott] [--write-docs]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -120,7 +121,7 @@ def make_inputs(n: int, k: int, d: int, seed: int, signal: float) -> torch.Tenso
 
 
 # --------------------------------------------------------------------------- ott-jax subprocess
-OTT_SCRIPT = r'''
+OTT_SCRIPT = r"""
 import json, os, statistics, sys, time
 import numpy as np
 import jax, jax.numpy as jnp
@@ -169,7 +170,7 @@ def main(path, eps, repeats, budget):
                       "converged": bool(aux[0]), "iterations": int(aux[1]), "peak_mb": max(peak, 0.0)}))
 
 main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
-'''
+"""
 
 
 def ensure_ott_venv(venv: Path = OTT_VENV) -> str | None:
@@ -180,8 +181,7 @@ def ensure_ott_venv(venv: Path = OTT_VENV) -> str | None:
         return str(python)
     print(f"creating {venv} (python3 -m venv + pip install jax ott-jax) ...", flush=True)
     try:
-        subprocess.run(["python3", "-m", "venv", str(venv)],
-                       check=True, capture_output=True)
+        subprocess.run(["python3", "-m", "venv", str(venv)], check=True, capture_output=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "jax", "ott-jax"], check=True, capture_output=True)
     except (OSError, subprocess.CalledProcessError) as err:
         return f"!cannot create the ott venv: {err}"
@@ -190,8 +190,9 @@ def ensure_ott_venv(venv: Path = OTT_VENV) -> str | None:
     return str(python)
 
 
-def run_ott(python: str, path: Path, eps: float, repeats: int, budget: float, threads: int, timeout: float,
-            stat: str = "median") -> dict:
+def run_ott(
+    python: str, path: Path, eps: float, repeats: int, budget: float, threads: int, timeout: float, stat: str = "median"
+) -> dict:
     """Run :data:`OTT_SCRIPT` in the ott venv; returns its JSON dict or ``{"error": reason}``."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", BENCH_STAT=stat)
     if threads == 1:
@@ -199,8 +200,13 @@ def run_ott(python: str, path: Path, eps: float, repeats: int, budget: float, th
     script = path.parent / "ott_m3g.py"
     script.write_text(OTT_SCRIPT)
     try:
-        proc = subprocess.run([python, str(script), str(path), str(eps), str(repeats), str(budget)],
-                              capture_output=True, text=True, env=env, timeout=timeout)
+        proc = subprocess.run(
+            [python, str(script), str(path), str(eps), str(repeats), str(budget)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timeout after {timeout:.0f} s"}
     if proc.returncode != 0:
@@ -257,7 +263,9 @@ def bench_row(n: int, k: int, eps: float, args: argparse.Namespace, ott_python: 
     if ott_python is not None and not ott_python.startswith("!"):
         path = tmp / f"z_{n}_{k}.npy"
         np.save(path, raw.numpy())
-        row["ott"] = run_ott(ott_python, path, eps, args.repeats, args.budget, args.threads, args.ott_timeout, args.stat)
+        row["ott"] = run_ott(
+            ott_python, path, eps, args.repeats, args.budget, args.threads, args.ott_timeout, args.stat
+        )
     return row
 
 
@@ -274,17 +282,35 @@ def render(rows: list[dict], args: argparse.Namespace, ott_note: str) -> str:
             notes.append(f"(n={r['n']}, k={r['k']}, eps={r['eps']}) ott: {ott['error']}")
         if "ref_skip" in r:
             notes.append(f"(n={r['n']}, k={r['k']}, eps={r['eps']}) reference {r['ref_skip']}")
-        iters = f"{r['ours_iters']}" + ("" if r["ours_converged"] else " (not conv.)") + (" fallback" if r["fallback"] else "")
-        lines.append("| " + " | ".join([
-            str(r["n"]), str(r["k"]), str(r["eps"]), ms(r["ours_time"]), iters,
-            ms(r.get("ref_time")), ratio(r.get("ref_time"), r["ours_time"]),
-            fmt(r.get("ours_mb"), ".1f"), fmt(r.get("ref_mb"), ".1f"), ratio(r.get("ref_mb"), r.get("ours_mb")),
-            ms(ott.get("time")), ratio(ott.get("time"), r["ours_time"]),
-            str(ott.get("iterations", "-")) + ("" if ott.get("converged", True) else " (not conv.)"),
-            f"{r['ours_value']:.5f}",
-            fmt(abs(r["ours_value"] - r["ref_value"]) if "ref_value" in r else None, ".1e"),
-            fmt(abs(r["ours_value"] - ott["value"]) if "value" in ott else None, ".1e"),
-        ]) + " |")
+        iters = (
+            f"{r['ours_iters']}"
+            + ("" if r["ours_converged"] else " (not conv.)")
+            + (" fallback" if r["fallback"] else "")
+        )
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    str(r["n"]),
+                    str(r["k"]),
+                    str(r["eps"]),
+                    ms(r["ours_time"]),
+                    iters,
+                    ms(r.get("ref_time")),
+                    ratio(r.get("ref_time"), r["ours_time"]),
+                    fmt(r.get("ours_mb"), ".1f"),
+                    fmt(r.get("ref_mb"), ".1f"),
+                    ratio(r.get("ref_mb"), r.get("ours_mb")),
+                    ms(ott.get("time")),
+                    ratio(ott.get("time"), r["ours_time"]),
+                    str(ott.get("iterations", "-")) + ("" if ott.get("converged", True) else " (not conv.)"),
+                    f"{r['ours_value']:.5f}",
+                    fmt(abs(r["ours_value"] - r["ref_value"]) if "ref_value" in r else None, ".1e"),
+                    fmt(abs(r["ours_value"] - ott["value"]) if "value" in ott else None, ".1e"),
+                ]
+            )
+            + " |"
+        )
     text = "\n".join(lines)
     if ott_note:
         notes.append(ott_note)
@@ -320,24 +346,40 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: two small sizes, 2 repeats, no ott")
     parser.add_argument("--with-ott", action="store_true", help="also run ott-jax MMSinkhorn (creates its venv)")
-    parser.add_argument("--ott-venv", type=Path, default=OTT_VENV,
-                        help="venv with jax + ott-jax (created there if missing; default $MVAPP_OTT_VENV or .bench-venvs/ott)")
+    parser.add_argument(
+        "--ott-venv",
+        type=Path,
+        default=OTT_VENV,
+        help="venv with jax + ott-jax (created there if missing; default $MVAPP_OTT_VENV or .bench-venvs/ott)",
+    )
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 5, quick 2)")
     parser.add_argument("--ref-repeats", type=int, default=3, help="timed runs of the reference")
     parser.add_argument("--budget", type=float, default=30.0, help="stop repeating a row after this many seconds")
-    parser.add_argument("--signal", type=float, default=0.0,
-                        help="weight of the shared per-item direction (0 = independent random views)")
+    parser.add_argument(
+        "--signal",
+        type=float,
+        default=0.0,
+        help="weight of the shared per-item direction (0 = independent random views)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--eps", type=float, nargs="+", default=None, help="epsilons (default 0.2 0.05)")
     parser.add_argument("--sizes", type=str, default=None, help="e.g. '64x4,128x4' (default: the issue's list)")
     parser.add_argument("--ref-max-entries", type=float, default=2**25, help="skip the reference above this n^k")
     parser.add_argument("--no-reference", action="store_true", help="skip the materialized reference")
-    parser.add_argument("--no-memory", dest="memory", action="store_false",
-                        help="skip the peak-memory probes (they fix glibc's mmap threshold for the whole process, "
-                             "which slows allocation-heavy rows: take times from a --no-memory run)")
+    parser.add_argument(
+        "--no-memory",
+        dest="memory",
+        action="store_false",
+        help="skip the peak-memory probes (they fix glibc's mmap threshold for the whole process, "
+        "which slows allocation-heavy rows: take times from a --no-memory run)",
+    )
     parser.add_argument("--ott-timeout", type=float, default=900.0, help="seconds per ott subprocess")
-    parser.add_argument("--stat", choices=["median", "min"], default="median",
-                        help="time statistic for every column (min: robust on a loaded machine)")
+    parser.add_argument(
+        "--stat",
+        choices=["median", "min"],
+        default="median",
+        help="time statistic for every column (min: robust on a loaded machine)",
+    )
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (2 if args.quick else 5)
@@ -373,14 +415,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 row = bench_row(n, k, eps, args, ott_python, Path(tmp))
                 rows.append(row)
                 ott = row.get("ott", {})
-                print(f"  n={n:4d} k={k} eps={eps:<5} ours {ms(row['ours_time'])} ms ({row['ours_iters']} it)"
-                      f"  ref {ms(row.get('ref_time'))} ms  ott {ms(ott.get('time'))} ms"
-                      f" {ott.get('error', row.get('ref_skip', ''))}", flush=True)
+                print(
+                    f"  n={n:4d} k={k} eps={eps:<5} ours {ms(row['ours_time'])} ms ({row['ours_iters']} it)"
+                    f"  ref {ms(row.get('ref_time'))} ms  ott {ms(ott.get('time'))} ms"
+                    f" {ott.get('error', row.get('ref_skip', ''))}",
+                    flush=True,
+                )
     table = render(rows, args, ott_note)
     print()
     print(table)
     if args.write_docs:
-        command = "python scripts/bench/bench_m3g.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        command = "python scripts/bench/bench_m3g.py " + " ".join(
+            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+        )
         write_docs(table, command.strip(), args)
     return rows
 

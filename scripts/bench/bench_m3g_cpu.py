@@ -13,6 +13,7 @@ rule across tol) and the largest value difference.
 
     .venv/bin/python scripts/bench/bench_m3g_cpu.py --out bench_out [--repeats 7] [--sizes 16x6 16x5 32x4 64x4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -96,15 +97,30 @@ def main() -> None:
     for label, inputs in cases:
         for setting, params in SETTINGS.items():
             result = compare(inputs, params, args.repeats)
-            rows.append([
-                label, setting, f"{result['general_ms']:.3g}", f"{result['fused_ms']:.3g}",
-                ratio(result["ratio"], 1.0), "%.1f / %.1f" % result["sweeps"],
-                "yes" if result["same_sweeps"] else "no", f"{result['max_diff']:.1e}",
-            ])
+            rows.append(
+                [
+                    label,
+                    setting,
+                    f"{result['general_ms']:.3g}",
+                    f"{result['fused_ms']:.3g}",
+                    ratio(result["ratio"], 1.0),
+                    "{:.1f} / {:.1f}".format(*result["sweeps"]),
+                    "yes" if result["same_sweeps"] else "no",
+                    f"{result['max_diff']:.1e}",
+                ]
+            )
             print(" | ".join(rows[-1]), flush=True)
     table = markdown_table(
-        ["n x k", "solver", "general ms", "compiled ms", "general / compiled", "sweeps (compiled / general)",
-         "same sweeps", "max |value diff|"],
+        [
+            "n x k",
+            "solver",
+            "general ms",
+            "compiled ms",
+            "general / compiled",
+            "sweeps (compiled / general)",
+            "same sweeps",
+            "max |value diff|",
+        ],
         rows,
     )
     report = f"{table}\n\n{machine_line()}\n\n`{command_line()}`\n"

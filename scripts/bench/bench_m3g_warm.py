@@ -20,6 +20,7 @@ batches (late-stage problems) and every variant solves each of them in this proc
 (order rotated per batch, one warm-up call each): sweeps, forward+backward milliseconds and the
 largest value difference to ``cold``. Here the time ratios are comparable.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,15 @@ from multiview_app.train.trainer import train  # noqa: E402
 PRESETS: dict[str, dict[str, Any]] = {
     "eeg": {
         "config": "configs/eeg_synthetic_m3g.yaml",
-        "overrides": ["data.options.cache=demo_data/physionet2018_cache", "train.max_steps=400", "train.batch_size=16",
-                      "model.encoders.eeg.width=32", "model.encoders.eeg.dropout=0.0", "loss.epsilon=0.2",
-                      "loss.max_iter=300"],
+        "overrides": [
+            "data.options.cache=demo_data/physionet2018_cache",
+            "train.max_steps=400",
+            "train.batch_size=16",
+            "model.encoders.eeg.width=32",
+            "model.encoders.eeg.dropout=0.0",
+            "loss.epsilon=0.2",
+            "loss.max_iter=300",
+        ],
         "eval": "sleep-staging",
     },
     "digits": {"config": "configs/digits_m3g.yaml", "overrides": [], "eval": "linear-probe"},
@@ -63,9 +70,18 @@ VARIANTS: dict[str, list[str]] = {
 
 def run(config: str, overrides: list[str], name: str, runs_dir: str, evaluation: str) -> dict[str, Any]:
     """Train variant ``name`` once; summarize metrics.jsonl and the evaluation."""
-    cfg = load_config(config, [*overrides, *VARIANTS[name], "train.log_every=1",
-                               "train.checkpoint_every=0", f"eval.linear_probe={str(evaluation == 'linear-probe').lower()}",
-                               f"output.runs_dir={runs_dir}"], name=name)
+    cfg = load_config(
+        config,
+        [
+            *overrides,
+            *VARIANTS[name],
+            "train.log_every=1",
+            "train.checkpoint_every=0",
+            f"eval.linear_probe={str(evaluation == 'linear-probe').lower()}",
+            f"output.runs_dir={runs_dir}",
+        ],
+        name=name,
+    )
     result = train(cfg)
     records = read_metrics(Path(runs_dir) / name / "metrics.jsonl")
     sweeps = [r["stats/iterations"] for r in records]
@@ -84,8 +100,9 @@ def run(config: str, overrides: list[str], name: str, runs_dir: str, evaluation:
     if evaluation == "sleep-staging":
         from multiview_app.eval.sleep_staging import run_sleep_staging
 
-        staged = run_sleep_staging(Path(runs_dir) / name, shots=(10, 50, 100, 1000), seeds=3, baselines=False,
-                                   progress=False)
+        staged = run_sleep_staging(
+            Path(runs_dir) / name, shots=(10, 50, 100, 1000), seeds=3, baselines=False, progress=False
+        )
         for shot, metrics in staged["results"]["trained"].items():
             summary[f"acc_s{shot}"] = metrics["accuracy"]["mean"]
     elif evaluation == "linear-probe":  # the end-of-training probe wrote eval/linear_probe.json
@@ -115,9 +132,16 @@ def offline(run_dir: str, variants: list[str], batches: int, seed: int) -> None:
         for _ in range(batches + 1):  # the first one only warms up
             items = torch.randint(len(dataset), (cfg.train.batch_size,), generator=generator).tolist()
             embeddings.append(model.embed(policy.train_views(default_collate([dataset[i] for i in items]), generator)))
-    base = {key: value for key, value in cfg.loss.params.items() if key not in ("warm_start", "anderson", "init_potentials")}
-    params = {name: {**base, **{o.split("=", 1)[0].removeprefix("loss."): yaml.safe_load(o.split("=", 1)[1])
-                                for o in VARIANTS[name]}} for name in variants}
+    base = {
+        key: value for key, value in cfg.loss.params.items() if key not in ("warm_start", "anderson", "init_potentials")
+    }
+    params = {
+        name: {
+            **base,
+            **{o.split("=", 1)[0].removeprefix("loss."): yaml.safe_load(o.split("=", 1)[1]) for o in VARIANTS[name]},
+        }
+        for name in variants
+    }
     names = ["cold", *[name for name in variants if name != "cold"]]
     params.setdefault("cold", base)
     losses = {name: build_loss(cfg.loss.name, **params[name]) for name in names}  # warm: previous batch's potentials
@@ -126,7 +150,7 @@ def offline(run_dir: str, variants: list[str], batches: int, seed: int) -> None:
         losses[name](warm_up)
     rows: dict[str, dict[str, list[float]]] = {name: {"sweeps": [], "ms": [], "value": []} for name in names}
     for index, z in enumerate(embeddings):
-        for name in names[index % len(names):] + names[:index % len(names)]:
+        for name in names[index % len(names) :] + names[: index % len(names)]:
             loss = losses[name]
             x = z.clone().requires_grad_()
             start = time.perf_counter()
@@ -137,16 +161,22 @@ def offline(run_dir: str, variants: list[str], batches: int, seed: int) -> None:
             rows[name]["value"].append(value.item())
     cold = rows["cold"]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\n{batches} training batches {tuple(embeddings[0].shape)} of {run_dir}, loss {cfg.loss.name} {base} "
-          f"(torch threads {torch.get_num_threads()}, load average {load:.1f})\n")
-    print("| variant | sweeps mean (min-max) | cold / variant | fwd+bwd ms mean | cold / variant | max abs(value - cold) |")
+    print(
+        f"\n{batches} training batches {tuple(embeddings[0].shape)} of {run_dir}, loss {cfg.loss.name} {base} "
+        f"(torch threads {torch.get_num_threads()}, load average {load:.1f})\n"
+    )
+    print(
+        "| variant | sweeps mean (min-max) | cold / variant | fwd+bwd ms mean | cold / variant | max abs(value - cold) |"
+    )
     print("|---|---|---|---|---|---|")
     for name in names:
         row = rows[name]
-        print(f"| {name} | {statistics.mean(row['sweeps']):.1f} ({min(row['sweeps']):.0f}-{max(row['sweeps']):.0f}) | "
-              f"{statistics.mean(cold['sweeps']) / statistics.mean(row['sweeps']):.2f} | {statistics.mean(row['ms']):.0f} | "
-              f"{sum(cold['ms']) / sum(row['ms']):.2f} | "
-              f"{max(abs(a - b) for a, b in zip(row['value'], cold['value'])):.1e} |")
+        print(
+            f"| {name} | {statistics.mean(row['sweeps']):.1f} ({min(row['sweeps']):.0f}-{max(row['sweeps']):.0f}) | "
+            f"{statistics.mean(cold['sweeps']) / statistics.mean(row['sweeps']):.2f} | {statistics.mean(row['ms']):.0f} | "
+            f"{sum(cold['ms']) / sum(row['ms']):.2f} | "
+            f"{max(abs(a - b) for a, b in zip(row['value'], cold['value'])):.1e} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,9 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="override train.max_steps")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--out", default=None, help="also write the summaries as JSON here")
-    parser.add_argument("--variant", nargs="+", choices=sorted(VARIANTS), default=["cold", "warm"],
-                        help="variants to run in this process, in order (default: cold warm); one per process "
-                             "side by side, then --merge")
+    parser.add_argument(
+        "--variant",
+        nargs="+",
+        choices=sorted(VARIANTS),
+        default=["cold", "warm"],
+        help="variants to run in this process, in order (default: cold warm); one per process "
+        "side by side, then --merge",
+    )
     parser.add_argument("--batches-from", default=None, help="a finished run: time the variants on its batches")
     parser.add_argument("--batches", type=int, default=12, help="batches for --batches-from")
     parser.add_argument("--runs-dir", default=None, help="keep the run folders here (default: a temporary folder)")

@@ -14,6 +14,7 @@ machine). A second table compares both paths' values and gradients in float64 at
 
 Output: the tables on stdout and ``DIR/bench_mveb_memory.md`` (same text).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,9 @@ from multiview_app.bench import command_line, machine_line, markdown_table, peak
 from multiview_app.losses import build_loss
 
 
-def make_input(n: int, k: int, d: int, seed: int = 0, signal: float = 1.0,
-               dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def make_input(
+    n: int, k: int, d: int, seed: int = 0, signal: float = 1.0, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """``(n, k, d)``: ``signal`` x a shared direction per item + unit-variance view noise."""
     g = torch.Generator().manual_seed(seed)
     return (signal * torch.randn(n, 1, d, generator=g) + torch.randn(n, k, d, generator=g)).to(dtype)
@@ -93,8 +95,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.out is None:
         parser.error("--out FOLDER is required (where bench_mveb_memory.md is written)")
-    lines = [f"# MVEB memory ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-             f"`{command_line()}`", "", machine_line(), ""]
+    lines = [
+        f"# MVEB memory ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"`{command_line()}`",
+        "",
+        machine_line(),
+        "",
+    ]
     rows = []
     for item in args.sizes.split(","):
         n, k = (int(v) for v in item.split("x"))
@@ -106,17 +114,41 @@ def main(argv: list[str] | None = None) -> None:
             if result is None:
                 rows.append([n, k, n * k, "chunked" if chunked else "dense", "failed", "-", "-", "-"])
                 continue
-            rows.append([n, k, n * k, "chunked" if chunked else "dense", f"{result['mib']:.0f}",
-                         f"{result['seconds']:.1f}", f"{result['value']:.6f}", f"{result['bandwidth']:.4f}"])
-            print(markdown_table(["n", "k", "n*k", "path", "peak RSS growth MiB", "s (fwd+bwd)", "value", "bandwidth"],
-                                 rows[-1:]), flush=True)
-    lines += [f"Peak RSS growth of one forward+backward, float32 input, d = {args.d}, "
-              f"{args.threads} thread(s), fresh process per row:", "",
-              markdown_table(["n", "k", "n*k", "path", "peak RSS growth MiB", "s (fwd+bwd)", "value", "bandwidth"], rows), ""]
+            rows.append(
+                [
+                    n,
+                    k,
+                    n * k,
+                    "chunked" if chunked else "dense",
+                    f"{result['mib']:.0f}",
+                    f"{result['seconds']:.1f}",
+                    f"{result['value']:.6f}",
+                    f"{result['bandwidth']:.4f}",
+                ]
+            )
+            print(
+                markdown_table(
+                    ["n", "k", "n*k", "path", "peak RSS growth MiB", "s (fwd+bwd)", "value", "bandwidth"], rows[-1:]
+                ),
+                flush=True,
+            )
+    lines += [
+        f"Peak RSS growth of one forward+backward, float32 input, d = {args.d}, "
+        f"{args.threads} thread(s), fresh process per row:",
+        "",
+        markdown_table(["n", "k", "n*k", "path", "peak RSS growth MiB", "s (fwd+bwd)", "value", "bandwidth"], rows),
+        "",
+    ]
     n, k = (int(v) for v in args.check.split("x"))
-    lines += [f"Both paths in float64 at n = {n}, k = {k}, d = {args.d} (same input):", "",
-              markdown_table(["value dense", "value chunked", "abs. difference", "max grad difference / max grad"],
-                             [agreement(n, k, args.d)]), ""]
+    lines += [
+        f"Both paths in float64 at n = {n}, k = {k}, d = {args.d} (same input):",
+        "",
+        markdown_table(
+            ["value dense", "value chunked", "abs. difference", "max grad difference / max grad"],
+            [agreement(n, k, args.d)],
+        ),
+        "",
+    ]
     text = "\n".join(lines)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ steps holds one diagnostics computation, so the overhead per step at ``train.log
 ``diag/time_s / (L x step time)``, reported for ``--log-every`` (the default 10) next to the
 throughput ratio of the two variants (which is noisier).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,14 +39,23 @@ from multiview_app.train.trainer import train
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def measure(config: str, steps: int, prefetch: bool, diagnostics: bool = True, overrides: tuple[str, ...] = ()) -> dict[str, float]:
+def measure(
+    config: str, steps: int, prefetch: bool, diagnostics: bool = True, overrides: tuple[str, ...] = ()
+) -> dict[str, float]:
     """The measured log window (items/s, step time, phase shares, data build time) of one short training run."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(
             config,
-            [*overrides, f"train.max_steps={2 * steps}", f"train.log_every={steps}", "train.checkpoint_every=0",
-             "eval.linear_probe=false", f"train.prefetch_views={str(prefetch).lower()}", f"train.diagnostics={str(diagnostics).lower()}",
-             f"output.runs_dir={tmp}"],
+            [
+                *overrides,
+                f"train.max_steps={2 * steps}",
+                f"train.log_every={steps}",
+                "train.checkpoint_every=0",
+                "eval.linear_probe=false",
+                f"train.prefetch_views={str(prefetch).lower()}",
+                f"train.diagnostics={str(diagnostics).lower()}",
+                f"output.runs_dir={tmp}",
+            ],
             name="bench",
         )
         train(cfg)
@@ -59,8 +69,14 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--compare", choices=("prefetch", "diagnostics"), default="prefetch")
     parser.add_argument("--log-every", type=int, default=10, help="train.log_every of the diagnostics overhead")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override (dotted key), repeatable: e.g. --set data.options.cache=demo_data/physionet2018_cache")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override (dotted key), repeatable: e.g. --set data.options.cache=demo_data/physionet2018_cache",
+    )
     args = parser.parse_args()
     args.overrides = tuple(args.overrides)
     if args.compare == "diagnostics":
@@ -75,8 +91,10 @@ def main() -> int:
     def mean(prefetch: bool, key: str) -> float:
         return statistics.mean(r[key] for r in runs[prefetch])
 
-    print(f"config {Path(args.config).name}: {items} items x {cfg.views.k} views per step, "
-          f"{torch.get_num_threads()} torch threads, {args.steps} measured steps x {args.repeats} repeats\n")
+    print(
+        f"config {Path(args.config).name}: {items} items x {cfg.views.k} views per step, "
+        f"{torch.get_num_threads()} torch threads, {args.steps} measured steps x {args.repeats} repeats\n"
+    )
     print("| measurement | prefetch on (default) | prefetch off (reference) | on / off |")
     print("|---|---|---|---|")
     on, off = mean(True, "items_per_s"), mean(False, "items_per_s")
@@ -84,13 +102,18 @@ def main() -> int:
     print(f"| step time (s) | {mean(True, 'step_time_s'):.3f} | {mean(False, 'step_time_s'):.3f} | |")
     for phase in PHASES:
         print(f"| share of step: {phase} | {mean(True, f'time/{phase}'):.1%} | {mean(False, f'time/{phase}'):.1%} | |")
-    for label, keys in (("encoder (forward + backward)", ("forward", "backward")), ("data + loss (goal < 20%)", ("data", "loss"))):
+    for label, keys in (
+        ("encoder (forward + backward)", ("forward", "backward")),
+        ("data + loss (goal < 20%)", ("data", "loss")),
+    ):
         shares = [sum(mean(p, f"time/{k}") for k in keys) for p in (True, False)]
         print(f"| share of step: {label} | {shares[0]:.1%} | {shares[1]:.1%} | |")
     build = [mean(p, "data_build_s") for p in (True, False)]
     print(f"| fetch + views per step (s, host) | {build[0]:.4f} | {build[1]:.4f} | |")
-    print(f"| fetch + views / step time | {build[0] / mean(True, 'step_time_s'):.1%} | "
-          f"{build[1] / mean(False, 'step_time_s'):.1%} | |")
+    print(
+        f"| fetch + views / step time | {build[0] / mean(True, 'step_time_s'):.1%} | "
+        f"{build[1] / mean(False, 'step_time_s'):.1%} | |"
+    )
     per_step = items * cfg.train.grad_accum
     print(f"| steps/s (window wall time) | {on / per_step:.2f} | {off / per_step:.2f} | |")
     print(f"\n{machine_line()}\n{command_line()}")
@@ -107,8 +130,10 @@ def diagnostics_table(args: argparse.Namespace) -> int:
     off = statistics.mean(r["items_per_s"] for r in runs[False])
     step = statistics.mean(r["step_time_s"] for r in runs[True])
     diag = statistics.mean(r["diag/time_s"] for r in runs[True])
-    print(f"config {Path(args.config).name}: {torch.get_num_threads()} torch threads, "
-          f"{args.steps} measured steps x {args.repeats} repeats\n")
+    print(
+        f"config {Path(args.config).name}: {torch.get_num_threads()} torch threads, "
+        f"{args.steps} measured steps x {args.repeats} repeats\n"
+    )
     print("| measurement | diagnostics on (default) | diagnostics off (reference) | on / off |")
     print("|---|---|---|---|")
     print(f"| throughput (items/s) | {on:.1f} | {off:.1f} | {on / off:.3f} |")

@@ -9,6 +9,7 @@ Markdown table and the machine line (``multiview_app/bench.py``).
 Single scripts keep their own options: ``python scripts/bench/<script>.py --help``. Exit status: 0 when every
 script succeeded, else 1 (the failed scripts are named).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,9 @@ class Bench:
 
 SUITES: dict[str, list[Bench]] = {
     "losses": [
-        Bench("bench_losses", "loss head fwd+bwd vs the papers' pseudocode and lightly; the chunked path", has_quick=True),
+        Bench(
+            "bench_losses", "loss head fwd+bwd vs the papers' pseudocode and lightly; the chunked path", has_quick=True
+        ),
         Bench("bench_clip", "image-text InfoNCE vs open_clip's ClipLoss; tokenization cost", has_quick=True),
         Bench("bench_mveb_memory", "MVEB chunked vs dense: peak memory and time at large n*k", needs_out=True),
     ],
@@ -47,8 +50,11 @@ SUITES: dict[str, list[Bench]] = {
         Bench("bench_train", "training step rate and its data / encoder / loss split"),
         Bench("bench_knn_monitor", "kNN monitor overhead in the training loop"),
         Bench("bench_tune", "per-trial overhead of mvapp tune, trials per hour"),
-        Bench("bench_cpu_contention", "torch's default threads vs the project's choice beside a busy process",
-              needs_out=True),
+        Bench(
+            "bench_cpu_contention",
+            "torch's default threads vs the project's choice beside a busy process",
+            needs_out=True,
+        ),
         Bench("bench_cli_startup", "mvapp --help start-up vs import torch"),
     ],
     "data": [
@@ -60,9 +66,13 @@ SUITES: dict[str, list[Bench]] = {
         Bench("bench_export", "mvapp export throughput and peak memory"),
     ],
     "gpu": [
-        Bench("bench_gpu", "on a GPU: M3G per solver loop vs ott-jax on fresh embeddings, kernels and host syncs "
-                           "per call, EEG demo steps/s, peak memory",
-              needs_out=True, has_quick=True),
+        Bench(
+            "bench_gpu",
+            "on a GPU: M3G per solver loop vs ott-jax on fresh embeddings, kernels and host syncs "
+            "per call, EEG demo steps/s, peak memory",
+            needs_out=True,
+            has_quick=True,
+        ),
     ],
 }
 

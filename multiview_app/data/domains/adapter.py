@@ -57,6 +57,7 @@ resized to ``load_size``; with ``preload`` (default) all images of a split are d
 (:data:`DECODED_SPLITS`, ``MVAPP_DECODE_CACHE_MB``), so a sweep that builds the adapter again for every
 pretraining, ERM and evaluation decodes each split once; a file whose size or mtime changed is decoded again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -92,8 +93,9 @@ def decode_file(path: str, load_size: int) -> torch.Tensor:
         warnings.simplefilter("ignore", DeprecationWarning)
         image = decode_image(read_file(path), mode=ImageReadMode.RGB)
     if tuple(image.shape[-2:]) != (load_size, load_size):
-        resized = F.interpolate(image[None].float(), size=(load_size, load_size), mode="bilinear",
-                                antialias=True, align_corners=False)
+        resized = F.interpolate(
+            image[None].float(), size=(load_size, load_size), mode="bilinear", antialias=True, align_corners=False
+        )
         image = resized[0].round_().clamp_(0, 255).to(torch.uint8)
     return image
 
@@ -123,8 +125,9 @@ class DomainImages(Dataset):
     label -1 (the adaptation target: its labels are never read before evaluation).
     """
 
-    def __init__(self, files: DomainFiles, load_size: int, images: torch.Tensor | None = None,
-                 hide_labels: bool = False) -> None:
+    def __init__(
+        self, files: DomainFiles, load_size: int, images: torch.Tensor | None = None, hide_labels: bool = False
+    ) -> None:
         self.domain, self.split = files.domain, files.split
         self.sources = list(files.paths)
         self._labels = torch.as_tensor(files.labels, dtype=torch.long)
@@ -192,11 +195,12 @@ class DomainTuples(Dataset):
         self.members = [[np.flatnonzero(p.labels.numpy() == c) for c in range(num_classes)] for p in parts]
         present = [set(p.labels.tolist()) for p in parts]
         classes = set().union(*present)
-        lacking = [f"{p.domain}: {sorted(classes - have)[:SHOW_FIRST]}" for p, have in zip(parts, present) if classes - have]
+        lacking = [
+            f"{p.domain}: {sorted(classes - have)[:SHOW_FIRST]}" for p, have in zip(parts, present) if classes - have
+        ]
         if lacking:
             raise ValueError(
-                "domain tuples need every class in every seen domain's train split; missing "
-                + "; ".join(lacking)
+                "domain tuples need every class in every seen domain's train split; missing " + "; ".join(lacking)
             )
 
     def __len__(self) -> int:
@@ -238,8 +242,12 @@ class TargetTuples(Dataset):
 
     def __getitem__(self, j: int) -> dict[str, Any]:
         image = self.part.image(int(self.order[j % len(self.order)]))
-        return {"x": image.expand(self.num_views, -1, -1, -1).contiguous(), "label": -1, "index": int(j),
-                "domain": self.part.domain}
+        return {
+            "x": image.expand(self.num_views, -1, -1, -1).contiguous(),
+            "label": -1,
+            "index": int(j),
+            "domain": self.part.domain,
+        }
 
 
 class SingleImageTuples(Dataset):
@@ -255,8 +263,12 @@ class SingleImageTuples(Dataset):
 
     def __getitem__(self, j: int) -> dict[str, Any]:
         item = self.images[j]
-        return {"x": item["x"].expand(self.num_views, -1, -1, -1).contiguous(), "label": item["label"],
-                "index": int(j), "domain": item["domain"]}
+        return {
+            "x": item["x"].expand(self.num_views, -1, -1, -1).contiguous(),
+            "label": item["label"],
+            "index": int(j),
+            "domain": item["domain"],
+        }
 
 
 class _SafeDecode(Dataset):
@@ -335,7 +347,9 @@ class DecodedSplitCache:
 DECODED_SPLITS = DecodedSplitCache()
 
 
-def preload_images(files: DomainFiles, load_size: int, workers: int, max_bad_fraction: float) -> tuple[DomainFiles, torch.Tensor]:
+def preload_images(
+    files: DomainFiles, load_size: int, workers: int, max_bad_fraction: float
+) -> tuple[DomainFiles, torch.Tensor]:
     """Decode every file of ``files`` (``workers`` DataLoader workers), or take them from
     :data:`DECODED_SPLITS`; unreadable ones are skipped and counted (``report_skipped``, on a cache hit
     too). Returns the kept files and their images uint8 ``(N, 3, S, S)``."""
@@ -349,8 +363,13 @@ def preload_images(files: DomainFiles, load_size: int, workers: int, max_bad_fra
         keep, stacked, skipped = cached
     else:
         # own generator: decoding must not advance the global torch RNG (model init after it stays seed-exact)
-        loader = DataLoader(_SafeDecode(files.paths, load_size), batch_size=64, num_workers=workers,
-                            collate_fn=_first_items, generator=torch.Generator().manual_seed(0))
+        loader = DataLoader(
+            _SafeDecode(files.paths, load_size),
+            batch_size=64,
+            num_workers=workers,
+            collate_fn=_first_items,
+            generator=torch.Generator().manual_seed(0),
+        )
         images: list[torch.Tensor | None] = [None] * len(files.paths)
         skipped = []
         for batch in progress(loader, desc=f"decoding {what}", leave=False, disable=len(files.paths) < 5000):
@@ -359,8 +378,11 @@ def preload_images(files: DomainFiles, load_size: int, workers: int, max_bad_fra
                     skipped.append(f"{files.paths[i]} ({error})")
                 images[i] = image
         keep = [i for i, image in enumerate(images) if image is not None]
-        stacked = torch.stack([images[i] for i in keep]) if keep else torch.empty(0, 3, load_size, load_size,
-                                                                                  dtype=torch.uint8)
+        stacked = (
+            torch.stack([images[i] for i in keep])
+            if keep
+            else torch.empty(0, 3, load_size, load_size, dtype=torch.uint8)
+        )
     report_skipped(skipped, len(files.paths), what, max_bad_fraction)
     if use_cache and cached is None:
         DECODED_SPLITS.put(key, keep, stacked, skipped)
@@ -375,10 +397,10 @@ class DomainNetAdapter(DataAdapter):
     modality = "image"
 
     class Options(ImageOptions):
-        root: str = Field(..., description="folder with <domain>/<class>/<image> (+ optional <domain>_{train,test}.txt)")
-        domains: list[str] | None = Field(
-            None, description="domains to use (default: every sub-folder of root)"
+        root: str = Field(
+            ..., description="folder with <domain>/<class>/<image> (+ optional <domain>_{train,test}.txt)"
         )
+        domains: list[str] | None = Field(None, description="domains to use (default: every sub-folder of root)")
         holdout: str | None = Field(None, description="the unseen domain: never read before evaluation")
         adapt: str | None = Field(
             None, description="domain adaptation target: its train images join pretraining without labels"
@@ -389,28 +411,32 @@ class DomainNetAdapter(DataAdapter):
         adapt_views: Literal["augment", "nearest"] = Field(
             "augment",
             description="how target images enter pretraining: 'augment' = target items (k augmentation views of "
-                        "one image, adapt_share of the items); 'nearest' = one extra view per source item, the "
-                        "target image nearest to it in the current embedding (domains view policy)",
+            "one image, adapt_share of the items); 'nearest' = one extra view per source item, the "
+            "target image nearest to it in the current embedding (domains view policy)",
         )
         intersect_classes: bool = Field(False, description="use the classes common to all domains instead of failing")
         preload: bool = Field(True, description="decode every image of a split once into memory (else on access)")
         decode_workers: int = Field(2, ge=0, le=64, description="DataLoader workers that decode when preloading")
-        max_bad_fraction: float = Field(0.01, ge=0.0, le=1.0, description="largest tolerated share of unreadable images")
+        max_bad_fraction: float = Field(
+            0.01, ge=0.0, le=1.0, description="largest tolerated share of unreadable images"
+        )
         split_seed: int = Field(0, description="seed of the per-domain stratified split when there are no split files")
         val_fraction: float = Field(
-            0.0, ge=0.0, lt=1.0,
+            0.0,
+            ge=0.0,
+            lt=1.0,
             description="training-domain validation: share of every domain's train split held out of pretraining "
-                        "as '<domain>/val' (stratified, seed split_seed + 1); 0 = no validation split",
+            "as '<domain>/val' (stratified, seed split_seed + 1); 0 = no validation split",
         )
         pairing: Literal["label", "none"] = Field(
             "label",
             description="views of a pretraining item: 'label' = one image of the anchor's class per seen domain "
-                        "(label-conditioned, the M3G paper); 'none' = k augmentation views of the anchor image",
+            "(label-conditioned, the M3G paper); 'none' = k augmentation views of the anchor image",
         )
         pair_seed: int = Field(0, description="seed of the partner images of the domain tuples")
 
         @model_validator(mode="after")
-        def _distinct_targets(self) -> "DomainNetAdapter.Options":
+        def _distinct_targets(self) -> DomainNetAdapter.Options:
             if self.adapt is not None and self.adapt == self.holdout:
                 raise ValueError(
                     f"holdout and adapt are both '{self.adapt}': a domain is either never seen (holdout) "
@@ -467,8 +493,11 @@ class DomainNetAdapter(DataAdapter):
         """Count (and warn about) images of classes outside the shared set (``intersect_classes``)."""
         if count:
             self.dropped[where] = count
-            warnings.warn(f"domain split {where}: dropped {count} images of classes outside the "
-                          f"{len(self.class_names)} shared ones (data.options.intersect_classes)", stacklevel=3)
+            warnings.warn(
+                f"domain split {where}: dropped {count} images of classes outside the "
+                f"{len(self.class_names)} shared ones (data.options.intersect_classes)",
+                stacklevel=3,
+            )
 
     def _class_folders(self, domain: str) -> set[str]:
         return {p.name for p in (self.root / domain).iterdir() if p.is_dir() and not p.name.startswith(".")}
@@ -512,8 +541,11 @@ class DomainNetAdapter(DataAdapter):
         paths, labels = [], []
         dropped = 0
         for name in sorted(self._class_folders(domain)):
-            found = sorted(str(p) for p in (self.root / domain / name).rglob("*")
-                           if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+            found = sorted(
+                str(p)
+                for p in (self.root / domain / name).rglob("*")
+                if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS
+            )
             if name not in self.label_of:
                 dropped += len(found)
                 continue
@@ -576,15 +608,19 @@ class DomainNetAdapter(DataAdapter):
             raise ValueError(f"unknown domain '{domain}'; domains: {', '.join(self.domains)}")
         if split not in self.domain_splits:
             hint = " (set data.options.val_fraction for a validation split)" if split == "val" else ""
-            raise ValueError(f"unknown split '{split}' of domain '{domain}'; splits: {', '.join(self.domain_splits)}{hint}")
+            raise ValueError(
+                f"unknown split '{split}' of domain '{domain}'; splits: {', '.join(self.domain_splits)}{hint}"
+            )
         key = (domain, split)
         if key not in self._domain_cache:
             files, images = self._scan(domain, split), None
             if self.options.preload:
-                files, images = preload_images(files, self.options.load_size, self.options.decode_workers,
-                                               self.options.max_bad_fraction)
-            self._domain_cache[key] = DomainImages(files, self.options.load_size, images,
-                                                   hide_labels=domain == self.adapt)
+                files, images = preload_images(
+                    files, self.options.load_size, self.options.decode_workers, self.options.max_bad_fraction
+                )
+            self._domain_cache[key] = DomainImages(
+                files, self.options.load_size, images, hide_labels=domain == self.adapt
+            )
         return self._domain_cache[key]
 
     def target_labels(self, split: str) -> torch.Tensor:
@@ -604,16 +640,18 @@ class DomainNetAdapter(DataAdapter):
         if name == "train":
             source: Dataset
             if self.options.pairing == "none":
-                source = SingleImageTuples(JoinedDomains([self.domain_split(d, "train") for d in self.seen_domains]),
-                                           len(self.seen_domains))
+                source = SingleImageTuples(
+                    JoinedDomains([self.domain_split(d, "train") for d in self.seen_domains]), len(self.seen_domains)
+                )
             else:
                 source = self.source_tuples()
             if self.adapt is None or self.options.adapt_views == "nearest":  # nearest: the view policy adds them
                 return source
             share = self.options.adapt_share
             count = max(1, round(share / (1.0 - share) * len(source)))
-            target = TargetTuples(self.domain_split(self.adapt, "train"), len(self.seen_domains), count,
-                                  self.options.pair_seed)
+            target = TargetTuples(
+                self.domain_split(self.adapt, "train"), len(self.seen_domains), count, self.options.pair_seed
+            )
             return JoinedDomains([source, target])
         if name == "test":
             return JoinedDomains([self.domain_split(d, "test") for d in self.seen_domains])

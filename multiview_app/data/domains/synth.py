@@ -18,10 +18,11 @@ in no domain's train split. Domains (:data:`DIGIT_DOMAINS`):
 Each image's randomness comes from ``numpy.random.default_rng([seed, domain id, digit index])``,
 so the folder is a deterministic function of ``seed`` (byte-identical JPEGs for one Pillow version).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from scipy import ndimage
@@ -117,8 +118,13 @@ def render_digit(digit: np.ndarray, domain: str, rng: np.random.Generator, size:
 
 
 def synth_domains(
-    out: str | Path, *, seed: int = 0, domains: tuple[str, ...] = DIGIT_DOMAINS, test_fraction: float = 0.2,
-    size: int = RENDER_SIZE, limit: int | None = None,
+    out: str | Path,
+    *,
+    seed: int = 0,
+    domains: tuple[str, ...] = DIGIT_DOMAINS,
+    test_fraction: float = 0.2,
+    size: int = RENDER_SIZE,
+    limit: int | None = None,
 ) -> dict[str, int]:
     """Write the digit domains to ``out`` (see module docstring); returns ``{domain: images}``.
 
@@ -127,8 +133,8 @@ def synth_domains(
     """
     from PIL import Image
     from sklearn.datasets import load_digits
-    from ...console import progress
 
+    from ...console import progress
     from ...fileio import atomic_write_text
 
     unknown = [d for d in domains if d not in RENDERERS]

@@ -4,21 +4,23 @@ different seen domains (view name = domain), each passed through an augmentation
 Domain adaptation with ``data.options.adapt_views: nearest``: after the k source views comes one view
 of the (unlabelled) target domain, the target train image nearest to the item in the current embedding
 (:meth:`DomainsPolicy.target_view`); the trainer gives the policy its model (``uses_model``)."""
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, field_validator
 
 from ..adapters import DataAdapter
-from .adapter import DomainNetAdapter
 from ..batch import ViewBatch, host_to_device
 from ..images.augment import STACKS, augment, customized
 from ..images.views import AugmentPolicy
 from ..views import VIEW_POLICIES, host_generator, labels_and_meta
+from .adapter import DomainNetAdapter
 
 
 @contextmanager
@@ -62,14 +64,16 @@ class DomainsPolicy(AugmentPolicy):
     class Options(AugmentPolicy.Options):
         stacks: str | list[str] | None = Field("simclr", description="stack name for every view, or one per view")
         target_pool: int = Field(
-            64, ge=1, le=65536,
+            64,
+            ge=1,
+            le=65536,
             description="adapt_views=nearest: target train images drawn per batch to match items against",
         )
         target_stack: str = Field(
             "mild",
             description="adapt_views=augment: stack of every view of an adaptation-target item (one target image "
-                        "repeated per view, label -1); a deterministic stack such as 'test' would make its views "
-                        "identical copies",
+            "repeated per view, label -1); a deterministic stack such as 'test' would make its views "
+            "identical copies",
         )
 
         @field_validator("target_stack")
@@ -137,8 +141,9 @@ class DomainsPolicy(AugmentPolicy):
         views = [self._augment_rows(tuples[:, d], spec, target_rows, generator) for d, spec in zip(picked, self.specs)]
         return ViewBatch(views, ["image"] * len(views), [self.seen_domains[d] for d in picked], labels, meta)
 
-    def _augment_rows(self, images: torch.Tensor, spec: Any, target_rows: torch.Tensor | None,
-                      generator: torch.Generator | None) -> torch.Tensor:
+    def _augment_rows(
+        self, images: torch.Tensor, spec: Any, target_rows: torch.Tensor | None, generator: torch.Generator | None
+    ) -> torch.Tensor:
         """``(n, 3, S, S)`` -> one view: ``spec`` on the source rows only, the target stack on ``target_rows``
         only (each row augmented once)."""
         if target_rows is None:
@@ -157,8 +162,13 @@ class DomainsPolicy(AugmentPolicy):
         if self.target_domain is None:
             return batch
         target = augment(self.target_view(raw["x"], generator), self.specs[-1], self.image_size, generator)
-        return ViewBatch([*batch.views, target], [*batch.modalities, "image"], [*batch.view_names, self.target_domain],
-                         batch.labels, batch.meta)
+        return ViewBatch(
+            [*batch.views, target],
+            [*batch.modalities, "image"],
+            [*batch.view_names, self.target_domain],
+            batch.labels,
+            batch.meta,
+        )
 
     def _embed_images(self, images: torch.Tensor) -> torch.Tensor:
         """``(m, 3, S, S)`` uint8 -> current embeddings ``(m, d)`` of their ``test`` views."""
@@ -173,8 +183,10 @@ class DomainsPolicy(AugmentPolicy):
         if self.target_domain is None:
             raise ValueError("target_view needs data.options.adapt with adapt_views: nearest")
         if self.model is None:
-            raise ValueError("view policy 'domains' with adapt_views: nearest needs the model: call bind_model(model) "
-                             "(the trainer does)")
+            raise ValueError(
+                "view policy 'domains' with adapt_views: nearest needs the model: call bind_model(model) "
+                "(the trainer does)"
+            )
         pool_set = self.adapter.domain_split(self.target_domain, "train")  # labels stay hidden
         size = min(self.options.target_pool, len(pool_set))
         drawn = torch.randperm(len(pool_set), generator=host_generator(generator, stream=1))

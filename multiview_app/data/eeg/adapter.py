@@ -1,4 +1,5 @@
 """``eeg_windows`` adapter: items from a prepared window cache, subject-wise train/test split."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,12 +32,19 @@ class WindowDataset(Dataset):
         counts = np.array([r["n_windows"] for r in recordings], dtype=np.int64)
         self.recording_of = np.repeat(np.arange(len(recordings)), counts)  # (N,)
         self.offset_of = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        self.labels = np.concatenate([np.asarray(r["labels"], dtype=np.int64) for r in recordings]) if recordings \
+        self.labels = (
+            np.concatenate([np.asarray(r["labels"], dtype=np.int64) for r in recordings])
+            if recordings
             else np.zeros(0, dtype=np.int64)
-        self.epochs = np.concatenate([np.asarray(r["epochs"], dtype=np.int64) for r in recordings]) if recordings \
+        )
+        self.epochs = (
+            np.concatenate([np.asarray(r["epochs"], dtype=np.int64) for r in recordings])
+            if recordings
             else np.zeros(0, dtype=np.int64)
-        self.subjects = np.array([r["subject"] for r in recordings])[self.recording_of] if recordings \
-            else np.zeros(0, dtype=str)
+        )
+        self.subjects = (
+            np.array([r["subject"] for r in recordings])[self.recording_of] if recordings else np.zeros(0, dtype=str)
+        )
         self._maps: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
@@ -56,9 +64,15 @@ class WindowDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         record = self.recordings[int(self.recording_of[index])]
-        return {"x": torch.from_numpy(self.window(index)), "label": int(self.labels[index]), "index": int(index),
-                "subject": record["subject"], "recording": record["recording"], "window": int(self.epochs[index]),
-                "onset": float(self.epochs[index] * EPOCH_SECONDS)}
+        return {
+            "x": torch.from_numpy(self.window(index)),
+            "label": int(self.labels[index]),
+            "index": int(index),
+            "subject": record["subject"],
+            "recording": record["recording"],
+            "window": int(self.epochs[index]),
+            "onset": float(self.epochs[index] * EPOCH_SECONDS),
+        }
 
     def __getstate__(self) -> dict[str, Any]:  # workers re-open their own memory maps
         return {**self.__dict__, "_maps": {}}
@@ -87,7 +101,7 @@ class EEGWindowsAdapter(DataAdapter):
         split_seed: int = 0
 
         @model_validator(mode="after")
-        def _one_split_rule(self) -> "EEGWindowsAdapter.Options":
+        def _one_split_rule(self) -> EEGWindowsAdapter.Options:
             if self.test_subjects is not None and len(self.test_subjects) == 0:
                 raise ValueError("test_subjects is empty; omit it to use test_fraction")
             if self.val_subjects is not None and len(self.val_subjects) == 0:
@@ -105,7 +119,9 @@ class EEGWindowsAdapter(DataAdapter):
         self.channel_names = list(options.channels or cached)
         missing = [c for c in self.channel_names if c not in cached]
         if missing:
-            raise ValueError(f"data.options.channels: {missing} not in cache {self.cache_dir}; available: {', '.join(cached)}")
+            raise ValueError(
+                f"data.options.channels: {missing} not in cache {self.cache_dir}; available: {', '.join(cached)}"
+            )
         self.channel_index = [cached.index(c) for c in self.channel_names]
         self.sfreq = float(manifest["sfreq"])
         self.window_seconds = float(manifest["window_seconds"])
@@ -118,12 +134,16 @@ class EEGWindowsAdapter(DataAdapter):
         if options.test_subjects is not None:
             unknown = [s for s in options.test_subjects if s not in subjects]
             if unknown:
-                raise ValueError(f"data.options.test_subjects: {unknown} not in the cache; subjects: {', '.join(subjects)}")
+                raise ValueError(
+                    f"data.options.test_subjects: {unknown} not in the cache; subjects: {', '.join(subjects)}"
+                )
             test = set(options.test_subjects)
         elif options.test_fraction > 0:
             if len(subjects) < 2:
-                raise ValueError(f"data.options.test_fraction: a subject-wise split needs >= 2 subjects, "
-                                 f"cache {self.cache_dir} has {len(subjects)}; set test_fraction: 0")
+                raise ValueError(
+                    f"data.options.test_fraction: a subject-wise split needs >= 2 subjects, "
+                    f"cache {self.cache_dir} has {len(subjects)}; set test_fraction: 0"
+                )
             order = np.random.default_rng(options.split_seed).permutation(len(subjects))
             n_test = min(len(subjects) - 1, max(1, int(round(options.test_fraction * len(subjects)))))
             test = {subjects[i] for i in order[:n_test]}
@@ -134,26 +154,33 @@ class EEGWindowsAdapter(DataAdapter):
         if val:
             self.split_subjects["val"] = sorted(val)
         if not self.split_subjects["train"]:
-            raise ValueError("data.options.test_subjects / val_subjects: every subject is held out; none left to train on")
+            raise ValueError(
+                "data.options.test_subjects / val_subjects: every subject is held out; none left to train on"
+            )
         self.splits = ("train",) + (("val",) if val else ()) + (("test",) if test else ())
-        self._recordings = {name: [r for r in recordings if r["subject"] in set(self.split_subjects[name])]
-                            for name in self.splits}
+        self._recordings = {
+            name: [r for r in recordings if r["subject"] in set(self.split_subjects[name])] for name in self.splits
+        }
 
     @staticmethod
-    def _val_subjects(options: "EEGWindowsAdapter.Options", subjects: list[str], test: set[str]) -> set[str]:
+    def _val_subjects(options: EEGWindowsAdapter.Options, subjects: list[str], test: set[str]) -> set[str]:
         """Validation subjects: explicit ``val_subjects`` or ``round(val_fraction * all)`` of the
         non-test subjects (at least 1, at most all but one), drawn with ``split_seed + 1``."""
         if options.val_subjects is not None:
             unknown = [s for s in options.val_subjects if s not in subjects]
             if unknown:
-                raise ValueError(f"data.options.val_subjects: {unknown} not in the cache; subjects: {', '.join(subjects)}")
+                raise ValueError(
+                    f"data.options.val_subjects: {unknown} not in the cache; subjects: {', '.join(subjects)}"
+                )
             return set(options.val_subjects)
         if options.val_fraction <= 0:
             return set()
         pool = [s for s in subjects if s not in test]
         if len(pool) < 2:
-            raise ValueError(f"data.options.val_fraction: a subject-wise val split needs >= 2 non-test subjects, "
-                             f"have {len(pool)}; set val_fraction: 0")
+            raise ValueError(
+                f"data.options.val_fraction: a subject-wise val split needs >= 2 non-test subjects, "
+                f"have {len(pool)}; set val_fraction: 0"
+            )
         order = np.random.default_rng(options.split_seed + 1).permutation(len(pool))
         n_val = min(len(pool) - 1, max(1, int(round(options.val_fraction * len(subjects)))))
         return {pool[i] for i in order[:n_val]}
@@ -163,14 +190,21 @@ class EEGWindowsAdapter(DataAdapter):
         this adapter's channels seen as ``views``, as a JSON-able dict."""
         return contract_for(self.manifest, self.channel_names, views, encoder, self.cache_dir).to_dict()
 
-    def check_input_contract(self, contract: dict[str, Any], *, whose: str, accept: bool = False,
-                             accept_hint: str = "") -> list[str]:
+    def check_input_contract(
+        self, contract: dict[str, Any], *, whose: str, accept: bool = False, accept_hint: str = ""
+    ) -> list[str]:
         """Refuse this cache when it differs from ``contract`` in rate, band, units, window or scaling
         (one ``InputContractError`` naming every field and what would be done) unless ``accept``; returns
         the lines that report every difference (channels included)."""
-        return check_input(EEGInputContract.from_dict(contract, f"input contract of {whose}"), self.manifest,
-                           self.channel_names, cache=self.cache_dir, whose=whose, accept=accept,
-                           accept_hint=accept_hint)
+        return check_input(
+            EEGInputContract.from_dict(contract, f"input contract of {whose}"),
+            self.manifest,
+            self.channel_names,
+            cache=self.cache_dir,
+            whose=whose,
+            accept=accept,
+            accept_hint=accept_hint,
+        )
 
     def _build_split(self, name: str) -> WindowDataset:
         return WindowDataset(self.cache_dir, self._recordings[name], self.channel_index)

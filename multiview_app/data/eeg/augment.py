@@ -12,6 +12,7 @@ generator seed gives the same views. All functions take a view ``(n, T)`` or a s
   centre is uniform in ``[low_hz, high_hz]`` (an ideal notch; the band-power baseline's band is
   0.5-30 Hz, so a stop band removes part of one spectral feature).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,8 +44,9 @@ def shift_time(view: torch.Tensor, max_shift: int, generator: torch.Generator | 
     n, length = view.shape[0], view.shape[-1]
     if max_shift <= 0:
         return view
-    shifts = torch.randint(-max_shift, max_shift + 1, (n,), generator=generator,
-                           device=draw_device(generator, view.device)).to(view.device)
+    shifts = torch.randint(
+        -max_shift, max_shift + 1, (n,), generator=generator, device=draw_device(generator, view.device)
+    ).to(view.device)
     index = (torch.arange(length, device=view.device)[None] - shifts[:, None]) % length  # (n, T)
     return gather_time(view, index)
 
@@ -63,8 +65,15 @@ def add_noise(view: torch.Tensor, std: float, generator: torch.Generator | None)
     return view + std * noise.to(device=view.device, dtype=view.dtype)
 
 
-def band_stop(view: torch.Tensor, sfreq: float, width_hz: float, p: float, low_hz: float, high_hz: float,
-              generator: torch.Generator | None) -> torch.Tensor:
+def band_stop(
+    view: torch.Tensor,
+    sfreq: float,
+    width_hz: float,
+    p: float,
+    low_hz: float,
+    high_hz: float,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
     """With probability ``p`` per item, zero the rFFT bins within ``width_hz / 2`` of a centre frequency
     uniform in ``[low_hz, high_hz]``. The whole batch goes through one rFFT / inverse rFFT (no host
     read of which items are hit), so the other items come back through the FFT round trip: equal to

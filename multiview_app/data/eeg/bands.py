@@ -1,6 +1,7 @@
 """Relative EEG band powers (delta, theta, alpha, sigma, beta): the band definitions and the Welch
 estimate shared by the band-power baseline (eval/bandpower.py) and the real-vs-synthetic signal
 statistics (signal_stats.py)."""
+
 from __future__ import annotations
 
 import numpy as np

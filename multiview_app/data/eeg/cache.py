@@ -13,24 +13,25 @@ where it stopped. While preparing, the manifest says ``"complete": false``; only
 finished ``prepare`` sets it to true, so a cache from an interrupted or failed run never reads as
 complete (:func:`load_manifest` refuses it and names the command that finishes it).
 """
+
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from ...fileio import atomic_write_bytes
+from ...fileio import atomic_write_bytes, sha256_file
 from ...registry import Registry
-from .dreams import expected_checksums, find_excerpts, inspect_excerpt, read_dreams, verify_checksums
 from .contract import SOURCE_UNITS
+from .dreams import expected_checksums, find_excerpts, inspect_excerpt, read_dreams, verify_checksums
 from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
 from .provenance import read_provenance
-from ...fileio import sha256_file
 from .recording import Recording
 from .sleep_edf import count_st_nights, find_pairs, read_sleep_edf, recording_id
 from .stages import STAGES
@@ -58,9 +59,14 @@ def sleep_edf_entries(source: Path, include_st: bool = False) -> tuple[list[Sour
     pairs, problems = find_pairs(source, include_st)
     if problems:
         raise ValueError(problems[0])
-    entries = [SourceEntry(recording_id(psg), [psg] + ([hyp] if hyp else []),
-                           lambda channels, psg=psg, hyp=hyp: read_sleep_edf(psg, hyp, channels))
-               for psg, hyp in pairs]
+    entries = [
+        SourceEntry(
+            recording_id(psg),
+            [psg] + ([hyp] if hyp else []),
+            lambda channels, psg=psg, hyp=hyp: read_sleep_edf(psg, hyp, channels),
+        )
+        for psg, hyp in pairs
+    ]
     return entries, ({} if include_st else {"st_nights (--include-st to use)": count_st_nights(source)})
 
 
@@ -69,8 +75,13 @@ def physionet2018_entries(source: Path, include_st: bool = False) -> tuple[list[
     entries = []
     for record in find_records(source):
         files = [*signal_files(record), Path(f"{record}.arousal"), arousal_mat_path(record)]
-        entries.append(SourceEntry(record.name, [f for f in files if f.exists()] or [Path(f"{record}.hea")],
-                                   lambda channels, record=record: read_physionet2018(record, channels)))
+        entries.append(
+            SourceEntry(
+                record.name,
+                [f for f in files if f.exists()] or [Path(f"{record}.hea")],
+                lambda channels, record=record: read_physionet2018(record, channels),
+            )
+        )
     return entries, {}
 
 
@@ -142,9 +153,16 @@ def load_windows(cache_dir: str | Path, entry: dict) -> np.ndarray:
     return np.load(Path(cache_dir) / entry["file"], mmap_mode="r")
 
 
-def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareOptions,
-            dtype: Literal["float32", "float16"] = "float32", on_error: Literal["raise", "skip"] = "raise",
-            progress: bool = True, include_st: bool = False) -> dict:
+def prepare(
+    dataset: str,
+    source: str | Path,
+    out: str | Path,
+    options: PrepareOptions,
+    dtype: Literal["float32", "float16"] = "float32",
+    on_error: Literal["raise", "skip"] = "raise",
+    progress: bool = True,
+    include_st: bool = False,
+) -> dict:
     """Prepare every recording of ``source`` into the cache ``out``; returns a summary dict
     (prepared, skipped_existing, duplicates, errors, not_selected, windows, dropped counts by reason).
     Sleep-EDF: SC nights only unless ``include_st``. DREAMS: every excerpt is checked before the first
@@ -162,33 +180,54 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
         manifest = load_manifest(out, allow_partial=True)
         previous = {k: manifest[k] for k in settings}
         if previous != settings:
-            raise ValueError(f"{out}: cache was prepared with {previous}, not {settings}; "
-                             "use another --out or the same options")
+            raise ValueError(
+                f"{out}: cache was prepared with {previous}, not {settings}; use another --out or the same options"
+            )
     else:
-        manifest = {"format": CACHE_FORMAT, **settings, "channels": options.channels, "sfreq": options.sfreq,
-                    "units": SOURCE_UNITS,  # of the signals before scaling (every reader converts to microvolts)
-                    "window_seconds": options.window_samples / options.sfreq, "stages": list(STAGES),
-                    "recordings": [], "duplicates": []}
+        manifest = {
+            "format": CACHE_FORMAT,
+            **settings,
+            "channels": options.channels,
+            "sfreq": options.sfreq,
+            "units": SOURCE_UNITS,  # of the signals before scaling (every reader converts to microvolts)
+            "window_seconds": options.window_samples / options.sfreq,
+            "stages": list(STAGES),
+            "recordings": [],
+            "duplicates": [],
+        }
     manifest["complete"] = False  # until the last write below
     if (out / MANIFEST).exists():
         save_manifest(out, manifest)  # an existing cache reads as partial while it changes
     # a new cache: its first write is the first prepared recording (a failure before leaves no trace)
     by_id = {r["recording"]: r for r in manifest["recordings"]}
     by_checksum = {r["sources"][0]["sha256"]: r["recording"] for r in manifest["recordings"]}
-    summary: dict[str, Any] = {"prepared": [], "skipped_existing": [], "duplicates": [], "errors": [],
-                               "dropped": Counter(), "reader_counts": Counter(),
-                               "not_selected": {k: v for k, v in not_selected.items() if v}}
+    summary: dict[str, Any] = {
+        "prepared": [],
+        "skipped_existing": [],
+        "duplicates": [],
+        "errors": [],
+        "dropped": Counter(),
+        "reader_counts": Counter(),
+        "not_selected": {k: v for k, v in not_selected.items() if v},
+    }
     for entry in progress_display(entries, desc=f"prepare {dataset}", disable=not progress):
         checksums = [{"path": str(f), "sha256": sha256_file(f)} for f in entry.files]
         signal_sum = checksums[0]["sha256"]
         known = by_id.get(entry.recording)
-        if (known is not None and [s["sha256"] for s in known["sources"]] == [c["sha256"] for c in checksums]
-                and _windows_intact(out, known)):
+        if (
+            known is not None
+            and [s["sha256"] for s in known["sources"]] == [c["sha256"] for c in checksums]
+            and _windows_intact(out, known)
+        ):
             summary["skipped_existing"].append(entry.recording)
             continue
         if signal_sum in by_checksum and by_checksum[signal_sum] != entry.recording:
-            duplicate = {"recording": entry.recording, "duplicate_of": by_checksum[signal_sum],
-                         "file": str(entry.files[0]), "sha256": signal_sum}
+            duplicate = {
+                "recording": entry.recording,
+                "duplicate_of": by_checksum[signal_sum],
+                "file": str(entry.files[0]),
+                "sha256": signal_sum,
+            }
             summary["duplicates"].append(duplicate)
             if duplicate not in manifest["duplicates"]:
                 manifest["duplicates"].append(duplicate)
@@ -204,12 +243,21 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
             summary["errors"].append(named)
             continue
         file = f"windows/{entry.recording}.npy"
-        atomic_write_bytes(out / file, lambda h: np.save(h, windows.astype(dtype)), suffix=".npy")
-        record = {"recording": entry.recording, "subject": recording.subject, "file": file,
-                  "n_windows": int(len(labels)), "labels": labels.tolist(), "epochs": epochs.tolist(),
-                  "sources": checksums, **_provenance(entry.files),
-                  "counts": {**dict(recording.counts),
-                             **{(f"dropped_{k}" if k in DROP_REASONS else k): v for k, v in dropped.items()}}}
+        atomic_write_bytes(out / file, lambda h, w=windows: np.save(h, w.astype(dtype)), suffix=".npy")
+        record = {
+            "recording": entry.recording,
+            "subject": recording.subject,
+            "file": file,
+            "n_windows": int(len(labels)),
+            "labels": labels.tolist(),
+            "epochs": epochs.tolist(),
+            "sources": checksums,
+            **_provenance(entry.files),
+            "counts": {
+                **dict(recording.counts),
+                **{(f"dropped_{k}" if k in DROP_REASONS else k): v for k, v in dropped.items()},
+            },
+        }
         if known is not None:
             manifest["recordings"].remove(known)
         manifest["recordings"].append(record)
@@ -225,8 +273,9 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
     summary["cache"] = str(out)
     summary["dropped"] = dict(summary["dropped"])
     summary["reader_counts"] = {k: v for k, v in summary["reader_counts"].items() if v}
-    summary["windows_per_stage"] = {stage: int(sum(r["labels"].count(i) for r in manifest["recordings"]))
-                                    for i, stage in enumerate(STAGES)}
+    summary["windows_per_stage"] = {
+        stage: int(sum(r["labels"].count(i) for r in manifest["recordings"])) for i, stage in enumerate(STAGES)
+    }
     summary["summary_file"] = str(out / SUMMARY)
     atomic_write_bytes(out / SUMMARY, lambda h: h.write(json.dumps(summary, indent=1).encode()))
     return summary
@@ -235,11 +284,15 @@ def prepare(dataset: str, source: str | Path, out: str | Path, options: PrepareO
 def stage_table(rows: dict[str, dict[str, int]]) -> list[str]:
     """Aligned lines: a header ``stage W N1 N2 N3 REM total`` then one row per ``{label: {stage: n}}``."""
     header = ["", *STAGES, "total"]
-    body = [[label, *(str(counts.get(s, 0)) for s in STAGES), str(sum(counts.get(s, 0) for s in STAGES))]
-            for label, counts in rows.items()]
+    body = [
+        [label, *(str(counts.get(s, 0)) for s in STAGES), str(sum(counts.get(s, 0) for s in STAGES))]
+        for label, counts in rows.items()
+    ]
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
-            for r in [header, *body]]
+    return [
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+        for r in [header, *body]
+    ]
 
 
 def _pairs(counts: dict) -> str:
@@ -249,9 +302,11 @@ def _pairs(counts: dict) -> str:
 def summary_table(summary: dict) -> str:
     """What ``mvapp data prepare`` prints: recordings, windows per stage, what was dropped / not used and
     where the full summary (the readers' counts, per recording) is; unreadable files listed below."""
-    lines = [f"prepared {len(summary['prepared'])} recordings into {summary['cache']} "
-             f"({len(summary['skipped_existing'])} already there, {len(summary['duplicates'])} duplicates, "
-             f"{len(summary['errors'])} unreadable{', skipped, listed below' if summary['errors'] else ''})"]
+    lines = [
+        f"prepared {len(summary['prepared'])} recordings into {summary['cache']} "
+        f"({len(summary['skipped_existing'])} already there, {len(summary['duplicates'])} duplicates, "
+        f"{len(summary['errors'])} unreadable{', skipped, listed below' if summary['errors'] else ''})"
+    ]
     lines += stage_table({"windows": summary["windows_per_stage"]})
     for label, counts in (("dropped", summary["dropped"]), ("not used", summary["not_selected"])):
         if _pairs(counts):
@@ -264,8 +319,10 @@ def summary_table(summary: dict) -> str:
 def info_table(summary: dict) -> str:
     """What ``mvapp data info`` prints (``--json``: the full :func:`info` record)."""
     rate = f"{summary['sfreq']:g} Hz"
-    lines = [f"{summary['cache']}: {summary['dataset']}, {summary['recordings']} recordings, {summary['subjects']} "
-             f"subjects; channels {', '.join(summary['channels'])} at {rate}, {summary['window_seconds']:g} s windows"]
+    lines = [
+        f"{summary['cache']}: {summary['dataset']}, {summary['recordings']} recordings, {summary['subjects']} "
+        f"subjects; channels {', '.join(summary['channels'])} at {rate}, {summary['window_seconds']:g} s windows"
+    ]
     lines += stage_table({"windows": summary["windows_per_stage"]})
     if _pairs(summary["dropped_windows"]):
         lines.append(f"dropped windows: {_pairs(summary['dropped_windows'])}")
@@ -287,14 +344,20 @@ def info(cache_dir: str | Path) -> dict:
         total.update(counter)
     dropped: Counter = Counter()
     for record in manifest["recordings"]:
-        dropped.update({k[len("dropped_"):]: v for k, v in record["counts"].items() if k.startswith("dropped_")})
+        dropped.update({k[len("dropped_") :]: v for k, v in record["counts"].items() if k.startswith("dropped_")})
     return {
-        "cache": str(cache_dir), "dataset": manifest["dataset"], "channels": manifest["channels"],
-        "sfreq": manifest["sfreq"], "window_seconds": manifest["window_seconds"],
-        "recordings": len(manifest["recordings"]), "subjects": len(per_subject),
+        "cache": str(cache_dir),
+        "dataset": manifest["dataset"],
+        "channels": manifest["channels"],
+        "sfreq": manifest["sfreq"],
+        "window_seconds": manifest["window_seconds"],
+        "recordings": len(manifest["recordings"]),
+        "subjects": len(per_subject),
         "windows": int(sum(total.values())),
         "windows_per_stage": {s: int(total.get(s, 0)) for s in STAGES},
-        "windows_per_stage_per_subject": {subj: {s: int(c.get(s, 0)) for s in STAGES}
-                                          for subj, c in sorted(per_subject.items())},
-        "dropped_windows": dict(dropped), "duplicates": manifest["duplicates"],
+        "windows_per_stage_per_subject": {
+            subj: {s: int(c.get(s, 0)) for s in STAGES} for subj, c in sorted(per_subject.items())
+        },
+        "dropped_windows": dict(dropped),
+        "duplicates": manifest["duplicates"],
     }

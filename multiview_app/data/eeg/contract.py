@@ -13,6 +13,7 @@ channel groups of a stacked encoder) in one message naming every differing field
 for per-channel encoders (cross-dataset transfer is a use of this project): each is reported with how
 the encoder handles it; a missing channel gets no view (never a zero-filled one).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -83,7 +84,7 @@ class EEGInputContract:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "contract") -> "EEGInputContract":
+    def from_dict(cls, data: dict[str, Any], where: str = "contract") -> EEGInputContract:
         if data.get("format") != CONTRACT_FORMAT:
             raise ValueError(f"{where}: format {data.get('format')!r}, expected {CONTRACT_FORMAT!r}")
         names = set(cls.__dataclass_fields__)
@@ -99,20 +100,25 @@ class EEGInputContract:
         """Lines of a model card: one per field."""
         band = _band_text(self.l_freq, self.h_freq)
         rows = [
-            f"channels ({len(self.channels)}, in this order): " + ", ".join(
-                f"{d['name']} ({d['active']} - {d['reference'] or 'recording reference'})" for d in self.derivations),
+            f"channels ({len(self.channels)}, in this order): "
+            + ", ".join(
+                f"{d['name']} ({d['active']} - {d['reference'] or 'recording reference'})" for d in self.derivations
+            ),
             f"views of the encoder: {', '.join(self.views)}",
             f"sampling rate: {_hz(self.sfreq)}",
             f"band-pass: {band}" + (" (not recorded by the cache)" if band == UNKNOWN else f" ({self.filter})"),
             f"units: {self.units}",
             f"window: {self.window_seconds} s = {self.window_samples} samples",
             f"scaling: {self.scaling} ({SCALING_TEXT.get(self.scaling, 'not recorded by the cache')})",
-            f"channel names: {self.channel_mode}" + (
+            f"channel names: {self.channel_mode}"
+            + (
                 f" (learned embedding of {', '.join(self.channel_vocab)}; other names use the 'unknown' row, "
-                f"trained with unknown_rate {self.unknown_rate:g})" if self.channel_mode == "embedding"
+                f"trained with unknown_rate {self.unknown_rate:g})"
+                if self.channel_mode == "embedding"
                 else " (embedding computed from each derivation's electrode positions, 10-05 montage)"
                 if self.channel_mode == "montage"
-                else " (one network shared by every channel; names are not used)"),
+                else " (one network shared by every channel; names are not used)"
+            ),
         ]
         if self.in_channels > 1:
             rows.append(f"input channels per view: {self.in_channels} (stacked channel groups, in the order above)")
@@ -150,8 +156,13 @@ def cache_facts(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def contract_for(manifest: dict[str, Any], channels: list[str], views: list[str], encoder: dict[str, Any],
-                 cache_dir: str | Path | None = None) -> EEGInputContract:
+def contract_for(
+    manifest: dict[str, Any],
+    channels: list[str],
+    views: list[str],
+    encoder: dict[str, Any],
+    cache_dir: str | Path | None = None,
+) -> EEGInputContract:
     """The contract of an encoder (``encoder``: its config, ``{"name": "conv", "channel_mode": ...}``)
     trained on ``channels`` of the cache of ``manifest``, seen as ``views``."""
     facts = cache_facts(manifest)
@@ -162,12 +173,16 @@ def contract_for(manifest: dict[str, Any], channels: list[str], views: list[str]
 
         vocab = list(PHYSIONET2018_EEG)
     return EEGInputContract(
-        dataset=str(manifest.get("dataset", UNKNOWN)), channels=list(channels),
-        derivations=[derivation(c) for c in channels], views=list(views),
-        units=f"{facts['units']} before scaling", **{k: facts[k] for k in (
-            "sfreq", "window_seconds", "window_samples", "l_freq", "h_freq", "scaling")},
-        channel_mode=mode, channel_vocab=[str(c) for c in vocab or []] if mode == "embedding" else [],
-        unknown_rate=float(encoder.get("unknown_rate", 0.0)), in_channels=int(encoder.get("in_channels", 1)),
+        dataset=str(manifest.get("dataset", UNKNOWN)),
+        channels=list(channels),
+        derivations=[derivation(c) for c in channels],
+        views=list(views),
+        units=f"{facts['units']} before scaling",
+        **{k: facts[k] for k in ("sfreq", "window_seconds", "window_samples", "l_freq", "h_freq", "scaling")},
+        channel_mode=mode,
+        channel_vocab=[str(c) for c in vocab or []] if mode == "embedding" else [],
+        unknown_rate=float(encoder.get("unknown_rate", 0.0)),
+        in_channels=int(encoder.get("in_channels", 1)),
         source_cache=None if cache_dir is None else str(cache_dir),
     )
 
@@ -209,8 +224,10 @@ def _band_action(contract: EEGInputContract, low: Any, high: Any) -> str:
     if high is not None and (contract.h_freq is None or high < contract.h_freq):
         lost.append(f"{high:g}-{'Nyquist' if contract.h_freq is None else f'{contract.h_freq:g}'} Hz")
     if lost:
-        return (f"would band-pass to {wanted} from the source recordings: the cache has lost {', '.join(lost)} "
-                "(a filter on the cached windows cannot restore it)")
+        return (
+            f"would band-pass to {wanted} from the source recordings: the cache has lost {', '.join(lost)} "
+            "(a filter on the cached windows cannot restore it)"
+        )
     return f"would band-pass to {wanted} ({FILTER})"
 
 
@@ -239,28 +256,65 @@ def compare_input(contract: EEGInputContract, manifest: dict[str, Any], channels
         return False
 
     if _differs(contract.sfreq, facts["sfreq"]) and not unknown_note("sampling rate", contract.sfreq, facts["sfreq"]):
-        found.append(Difference("sampling rate", _hz(contract.sfreq), _hz(facts["sfreq"]),
-                                f"would resample {facts['sfreq']:g} -> {contract.sfreq:g} Hz (polyphase)", True))
+        found.append(
+            Difference(
+                "sampling rate",
+                _hz(contract.sfreq),
+                _hz(facts["sfreq"]),
+                f"would resample {facts['sfreq']:g} -> {contract.sfreq:g} Hz (polyphase)",
+                True,
+            )
+        )
     if _differs(contract.window_seconds, facts["window_seconds"]) and not unknown_note(
-            "window length", contract.window_seconds, facts["window_seconds"]):
-        found.append(Difference("window length", f"{contract.window_seconds:g} s", f"{facts['window_seconds']:g} s",
-                                f"would cut {contract.window_seconds:g}-s windows", True))
+        "window length", contract.window_seconds, facts["window_seconds"]
+    ):
+        found.append(
+            Difference(
+                "window length",
+                f"{contract.window_seconds:g} s",
+                f"{facts['window_seconds']:g} s",
+                f"would cut {contract.window_seconds:g}-s windows",
+                True,
+            )
+        )
     elif _differs(contract.window_samples, facts["window_samples"]) and not unknown_note(
-            "window samples", contract.window_samples, facts["window_samples"]):
-        found.append(Difference("window samples", contract.window_samples, facts["window_samples"],
-                                "follows the sampling rate (resample)", True))
+        "window samples", contract.window_samples, facts["window_samples"]
+    ):
+        found.append(
+            Difference(
+                "window samples",
+                contract.window_samples,
+                facts["window_samples"],
+                "follows the sampling rate (resample)",
+                True,
+            )
+        )
     band_ours, band_theirs = (contract.l_freq, contract.h_freq), (facts["l_freq"], facts["h_freq"])
     if band_ours != band_theirs and not unknown_note("band-pass", _band_text(*band_ours), _band_text(*band_theirs)):
-        found.append(Difference("band-pass", _band_text(*band_ours), _band_text(*band_theirs),
-                                _band_action(contract, *band_theirs), True))
+        found.append(
+            Difference(
+                "band-pass",
+                _band_text(*band_ours),
+                _band_text(*band_theirs),
+                _band_action(contract, *band_theirs),
+                True,
+            )
+        )
     units = f"{facts['units']} before scaling"
     if _differs(contract.units, units):
-        found.append(Difference("units", contract.units, units, f"would convert the source signals to {contract.units}",
-                                True))
-    if _differs(contract.scaling, facts["scaling"]) and not unknown_note("scaling", contract.scaling,
-                                                                                  facts["scaling"]):
-        found.append(Difference("scaling", contract.scaling, facts["scaling"],
-                                f"would re-scale: {SCALING_TEXT.get(contract.scaling, contract.scaling)}", True))
+        found.append(
+            Difference("units", contract.units, units, f"would convert the source signals to {contract.units}", True)
+        )
+    if _differs(contract.scaling, facts["scaling"]) and not unknown_note("scaling", contract.scaling, facts["scaling"]):
+        found.append(
+            Difference(
+                "scaling",
+                contract.scaling,
+                facts["scaling"],
+                f"would re-scale: {SCALING_TEXT.get(contract.scaling, contract.scaling)}",
+                True,
+            )
+        )
     found += _channel_differences(contract, channels)
     return found
 
@@ -271,9 +325,16 @@ def _channel_differences(contract: EEGInputContract, channels: list[str]) -> lis
     if list(ours) == list(theirs):
         return []
     if contract.in_channels > 1:
-        return [Difference("channels", contract.channels, list(channels),
-                           f"would need the same channels in the same order: the stacked encoder reads groups of "
-                           f"{contract.in_channels} channels by position", True)]
+        return [
+            Difference(
+                "channels",
+                contract.channels,
+                list(channels),
+                f"would need the same channels in the same order: the stacked encoder reads groups of "
+                f"{contract.in_channels} channels by position",
+                True,
+            )
+        ]
     vocab = {_normalized(c) for c in contract.channel_vocab}
     found = []
     for key, name in theirs.items():
@@ -292,16 +353,38 @@ def _channel_differences(contract: EEGInputContract, channels: list[str]) -> lis
         found.append(Difference(f"channel {name}", "not in pretraining", "present", how, False))
     for key, name in ours.items():
         if key not in theirs:
-            found.append(Difference(f"channel {name}", "pretrained on it", "absent",
-                                    "no view for it: features of the other channels only (nothing zero-filled)", False))
+            found.append(
+                Difference(
+                    f"channel {name}",
+                    "pretrained on it",
+                    "absent",
+                    "no view for it: features of the other channels only (nothing zero-filled)",
+                    False,
+                )
+            )
     if not found:  # same channels, other order
-        found.append(Difference("channel order", contract.channels, list(channels),
-                                "features follow the cache's order (per-channel encoder)", False))
+        found.append(
+            Difference(
+                "channel order",
+                contract.channels,
+                list(channels),
+                "features follow the cache's order (per-channel encoder)",
+                False,
+            )
+        )
     return found
 
 
-def check_input(contract: EEGInputContract, manifest: dict[str, Any], channels: list[str], *, cache: str | Path,
-                whose: str, accept: bool = False, accept_hint: str = "") -> list[str]:
+def check_input(
+    contract: EEGInputContract,
+    manifest: dict[str, Any],
+    channels: list[str],
+    *,
+    cache: str | Path,
+    whose: str,
+    accept: bool = False,
+    accept_hint: str = "",
+) -> list[str]:
     """Refuse a cache whose blocking fields differ from ``contract`` (:class:`InputContractError` naming
     every differing field, what would be done and the prepare options of a matching cache) unless
     ``accept``; returns the lines to report: none when nothing differs, else the heading ``input contract
@@ -311,15 +394,27 @@ def check_input(contract: EEGInputContract, manifest: dict[str, Any], channels: 
     if blocking and not accept:
         notes = [d for d in differences if not d.blocking]
         raise InputContractError(
-            f"cache {cache} does not match the input contract of {whose}: " + "; ".join(d.text() for d in blocking)
+            f"cache {cache} does not match the input contract of {whose}: "
+            + "; ".join(d.text() for d in blocking)
             + (f" (also: {'; '.join(d.text() for d in notes)})" if notes else "")
             + f". Prepare a matching cache from the source recordings: mvapp data prepare {manifest.get('dataset', '<dataset>')} "
-            f"--source <source folder> --out <new cache> {_prepare_flags(contract)}" + (f"; {accept_hint}" if accept_hint else ""))
+            f"--source <source folder> --out <new cache> {_prepare_flags(contract)}"
+            + (f"; {accept_hint}" if accept_hint else "")
+        )
     if not differences:
         return []
-    return [f"input contract of {whose} vs cache {cache}:",
-            *(d.text() + (" (accepted)" if d.blocking else "") for d in differences)]
+    return [
+        f"input contract of {whose} vs cache {cache}:",
+        *(d.text() + (" (accepted)" if d.blocking else "") for d in differences),
+    ]
 
 
-__all__ = ["Difference", "EEGInputContract", "InputContractError", "check_input", "compare_input",
-           "contract_for", "derivation"]
+__all__ = [
+    "Difference",
+    "EEGInputContract",
+    "InputContractError",
+    "check_input",
+    "compare_input",
+    "contract_for",
+    "derivation",
+]

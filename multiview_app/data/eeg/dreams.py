@@ -6,6 +6,7 @@ live in the card ``datasets/dreams_spindles.yaml``. Everything that can be check
 the samples (checksums, derivation line, lengths against the hypnogram, sampling rate) is checked by
 :func:`inspect_excerpt` for every excerpt before ``prepare`` writes anything.
 """
+
 from __future__ import annotations
 
 import re
@@ -88,7 +89,7 @@ def find_excerpts(source: Path) -> tuple[list[Excerpt], dict[str, int]]:
         if match and path.is_file():
             signals.setdefault(match.group(1).lower(), {})[match.group(2).lower()] = path
     excerpts, replaced = [], 0
-    for name in sorted(signals, key=lambda n: int(n[len("excerpt"):])):
+    for name in sorted(signals, key=lambda n: int(n[len("excerpt") :])):
         files = signals[name]
         signal = files.get("edf", files.get("txt"))
         replaced += int("edf" in files and "txt" in files)
@@ -130,8 +131,10 @@ def verify_checksums(files: list[Path], sums: dict[str, str], where: str) -> int
             continue
         actual = sha256_file(path)
         if actual != expected:
-            raise ValueError(f"{path}: sha256 {actual} differs from {expected} in {where}; the file was modified "
-                             "or is another version (use the files as distributed)")
+            raise ValueError(
+                f"{path}: sha256 {actual} differs from {expected} in {where}; the file was modified "
+                "or is another version (use the files as distributed)"
+            )
     return unlisted
 
 
@@ -151,8 +154,9 @@ def read_rk_hypnogram(path: Path) -> np.ndarray:
         except ValueError:
             value = None
         if value is None or str(value) not in DREAMS_LABELS:
-            raise ValueError(f"{path}: line {number}: '{token}' is not an R&K label; expected one of "
-                             f"{', '.join(DREAMS_LABELS)}")
+            raise ValueError(
+                f"{path}: line {number}: '{token}' is not an R&K label; expected one of {', '.join(DREAMS_LABELS)}"
+            )
         labels.append(value)
     if not labels:
         raise ValueError(f"{path}: no labels after '[Hypnogram]'")
@@ -188,17 +192,21 @@ def _text_header(path: Path) -> tuple[str, int]:
     name = first.decode("latin-1").strip()
     known = {d.lower(): d for d in known_derivations()}
     if not (name.startswith("[") and name.endswith("]")) or name[1:-1].strip().lower() not in known:
-        raise ValueError(f"{path}: first line '{name}' is not a known DREAMS derivation; expected one of "
-                         f"{', '.join(f'[{d}]' for d in known.values())}")
+        raise ValueError(
+            f"{path}: first line '{name}' is not a known DREAMS derivation; expected one of "
+            f"{', '.join(f'[{d}]' for d in known.values())}"
+        )
     return name[1:-1].strip(), sum(1 for line in rest.splitlines() if line.strip())
 
 
 def _check_rate(path: Path, sfreq: float) -> None:
     per_epoch = EPOCH_SECONDS * sfreq
     if sfreq <= 0 or abs(per_epoch - round(per_epoch)) > 1e-6:
-        raise ValueError(f"{path}: sampling rate {sfreq:g} Hz does not give a whole number of samples per "
-                         f"{EPOCH_SECONDS:g}-s epoch ({per_epoch:g}); expected a rate with whole samples per epoch "
-                         "(DREAMS: 50, 100 or 200 Hz)")
+        raise ValueError(
+            f"{path}: sampling rate {sfreq:g} Hz does not give a whole number of samples per "
+            f"{EPOCH_SECONDS:g}-s epoch ({per_epoch:g}); expected a rate with whole samples per epoch "
+            "(DREAMS: 50, 100 or 200 Hz)"
+        )
 
 
 def inspect_excerpt(excerpt: Excerpt) -> ExcerptLayout:
@@ -215,21 +223,27 @@ def inspect_excerpt(excerpt: Excerpt) -> ExcerptLayout:
     else:
         facts = card_facts().recordings.get(excerpt.name)
         if facts is None:
-            raise ValueError(f"{excerpt.signal_file}: no sampling rate known for '{excerpt.name}' (text files carry "
-                             f"none; the card datasets/{CARD}.yaml lists {', '.join(card_facts().recordings)})")
+            raise ValueError(
+                f"{excerpt.signal_file}: no sampling rate known for '{excerpt.name}' (text files carry "
+                f"none; the card datasets/{CARD}.yaml lists {', '.join(card_facts().recordings)})"
+            )
         derivation, n_samples = _text_header(excerpt.signal_file)
         channels, sfreq = [derivation], facts.sfreq
     _check_rate(excerpt.signal_file, sfreq)
     label_samples = int(round(scored_seconds() * sfreq))
     covered = labels5.size * label_samples
     if n_samples < covered:
-        raise ValueError(f"{excerpt.signal_file}: truncated: {excerpt.hypnogram.name} has {labels5.size} labels "
-                         f"({labels5.size * scored_seconds():g} s), expected at least {covered} samples at "
-                         f"{sfreq:g} Hz, found {n_samples}")
+        raise ValueError(
+            f"{excerpt.signal_file}: truncated: {excerpt.hypnogram.name} has {labels5.size} labels "
+            f"({labels5.size * scored_seconds():g} s), expected at least {covered} samples at "
+            f"{sfreq:g} Hz, found {n_samples}"
+        )
     if n_samples - covered >= label_samples:
-        raise ValueError(f"{excerpt.hypnogram}: hypnogram shorter than its signal: {labels5.size} labels cover "
-                         f"{labels5.size * scored_seconds():g} s, {excerpt.signal_file.name} holds "
-                         f"{n_samples / sfreq:g} s at {sfreq:g} Hz; expected {n_samples // label_samples} labels")
+        raise ValueError(
+            f"{excerpt.hypnogram}: hypnogram shorter than its signal: {labels5.size} labels cover "
+            f"{labels5.size * scored_seconds():g} s, {excerpt.signal_file.name} holds "
+            f"{n_samples / sfreq:g} s at {sfreq:g} Hz; expected {n_samples // label_samples} labels"
+        )
     return ExcerptLayout(channels, sfreq, n_samples, labels5, n_samples - covered)
 
 
@@ -253,8 +267,10 @@ def edf_microvolts(path: Path, channels: list[str]) -> tuple[np.ndarray, Counter
         unit = header.physical_dimensions[index]
         scale = TO_MICROVOLTS.get(unit.lower())
         if scale is None:
-            raise ValueError(f"{path}: channel '{name}' has physical dimension '{unit}'; expected a voltage "
-                             f"({', '.join(TO_MICROVOLTS)})")
+            raise ValueError(
+                f"{path}: channel '{name}' has physical dimension '{unit}'; expected a voltage "
+                f"({', '.join(TO_MICROVOLTS)})"
+            )
         bound = max(abs(v) for v in header.physical_ranges[index]) * scale * (1 + UNIT_TOLERANCE)
         if not np.isfinite(bound):  # no usable physical range in the header: nothing to check against
             counts["unit_unchecked_channels"] += 1
@@ -264,8 +280,10 @@ def edf_microvolts(path: Path, channels: list[str]) -> tuple[np.ndarray, Counter
             continue
         factor = next((f for f in (1e3, 1e6, 1e9) if largest / f <= bound), None)
         if factor is None:
-            raise ValueError(f"{path}: channel '{name}' reaches {largest:g} uV, beyond its header's physical range "
-                             f"{header.physical_ranges[index]} {unit} by more than 1e9")
+            raise ValueError(
+                f"{path}: channel '{name}' reaches {largest:g} uV, beyond its header's physical range "
+                f"{header.physical_ranges[index]} {unit} by more than 1e9"
+            )
         row /= factor
         counts["unit_corrected_channels"] += 1
         counts[f"unit_divided_by_{factor:.0e}"] += 1
@@ -277,8 +295,10 @@ def resolve_dreams_channels(requested: list[str], available: list[str], source: 
     (C3-A1 or CZ-A1) the file has."""
     central = [name for name in available if name.lower() in {d.lower() for d in known_derivations()}]
     if CENTRAL in requested and len(central) != 1:
-        raise ValueError(f"{source}: channel '{CENTRAL}' needs exactly one of {', '.join(known_derivations())}; "
-                         f"available: {', '.join(available)}")
+        raise ValueError(
+            f"{source}: channel '{CENTRAL}' needs exactly one of {', '.join(known_derivations())}; "
+            f"available: {', '.join(available)}"
+        )
     return resolve_channels([central[0] if name == CENTRAL else name for name in requested], available, source)
 
 
@@ -298,15 +318,24 @@ def read_dreams(excerpt: Excerpt, channels: list[str], layout: ExcerptLayout | N
         except ValueError as err:
             raise ValueError(f"{excerpt.signal_file}: not one number per line after the derivation ({err})") from None
         if samples.size != layout.n_samples:
-            raise ValueError(f"{excerpt.signal_file}: {samples.size} numbers read, {layout.n_samples} lines counted; "
-                             "expected one number per line")
+            raise ValueError(
+                f"{excerpt.signal_file}: {samples.size} numbers read, {layout.n_samples} lines counted; "
+                "expected one number per line"
+            )
         signals = [samples]
     if CENTRAL in channels:
         counts[f"derivation_{picked[channels.index(CENTRAL)]}"] += 1
     counts["samples_after_hypnogram"] += layout.extra_samples
-    return Recording(recording=excerpt.name, subject=excerpt.name, sources=[excerpt.signal_file, excerpt.hypnogram],
-                     channel_names=list(channels), signals=signals, sfreqs=[layout.sfreq] * len(picked),
-                     epoch_labels=labels, counts=counts)
+    return Recording(
+        recording=excerpt.name,
+        subject=excerpt.name,
+        sources=[excerpt.signal_file, excerpt.hypnogram],
+        channel_names=list(channels),
+        signals=signals,
+        sfreqs=[layout.sfreq] * len(picked),
+        epoch_labels=labels,
+        counts=counts,
+    )
 
 
 def read_spindle_scoring(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -11,6 +11,7 @@ A channel name that stands for one of several derivations (the DREAMS reader's `
 C3-A1 or CZ-A1, named per recording but not per window in a cache) is a group of those derivations
 (:func:`derivation_members`), whose features the montage embedding averages as for ``A+B`` views.
 """
+
 from __future__ import annotations
 
 import warnings

@@ -2,6 +2,7 @@
 excluded / unscored): stage shares, W/NREM/REM transitions per hour, sleep-onset and REM latencies,
 bout lengths per stage, N3 in the first vs the last third of the night; and the comparison of two
 sets of nights (synthetic vs real, ``scripts/reproduce/eeg_generator/compare_night_structure.py``, docs/eeg.md)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,8 +16,14 @@ EPOCHS_PER_HOUR = 3600.0 / EPOCH_SECONDS
 PERSISTENT_SLEEP_EPOCHS = 20
 """Persistent sleep: the first 10 min (20 epochs) of uninterrupted sleep (any of N1-REM)."""
 
-SCALARS = ("transitions_per_hour", "sleep_hours", "persistent_sleep_minutes", "rem_latency_minutes",
-           "n3_minutes_first_third", "n3_minutes_last_third")
+SCALARS = (
+    "transitions_per_hour",
+    "sleep_hours",
+    "persistent_sleep_minutes",
+    "rem_latency_minutes",
+    "n3_minutes_first_third",
+    "n3_minutes_last_third",
+)
 """Per-night numbers :func:`night_metrics` returns besides the stage shares and bouts."""
 
 
@@ -29,7 +36,7 @@ def runs(stages: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def sleep_period(stages: np.ndarray) -> np.ndarray:
     """The labels from the first to the last sleep epoch (N1-REM); empty when there is no sleep."""
     sleep = np.flatnonzero(stages >= 1)
-    return stages[sleep[0]:sleep[-1] + 1] if sleep.size else stages[:0]
+    return stages[sleep[0] : sleep[-1] + 1] if sleep.size else stages[:0]
 
 
 def wake_nrem_rem_transitions_per_hour(stages: np.ndarray) -> float:
@@ -71,7 +78,7 @@ def night_metrics(labels: np.ndarray, crop_wake_minutes: float | None = 30.0) ->
         "persistent_sleep_minutes": float(persistent[0] * minutes) if persistent else float("nan"),
         "rem_latency_minutes": float(rem[0] * minutes) if rem.size else float("nan"),
         "n3_minutes_first_third": float((period[:third] == 3).sum() * minutes),
-        "n3_minutes_last_third": float((period[period.size - third:] == 3).sum() * minutes),
+        "n3_minutes_last_third": float((period[period.size - third :] == 3).sum() * minutes),
         "bouts": {name: (length[stage == i] * minutes).tolist() for i, name in enumerate(STAGES)},
     }
 
@@ -81,8 +88,12 @@ def _spread(values: list[float]) -> dict[str, float]:
     array = array[np.isfinite(array)]
     if array.size == 0:
         return {"mean": float("nan"), "sd": float("nan"), "median": float("nan"), "n": 0}
-    return {"mean": float(array.mean()), "sd": float(array.std(ddof=1)) if array.size > 1 else 0.0,
-            "median": float(np.median(array)), "n": int(array.size)}
+    return {
+        "mean": float(array.mean()),
+        "sd": float(array.std(ddof=1)) if array.size > 1 else 0.0,
+        "median": float(np.median(array)),
+        "n": int(array.size),
+    }
 
 
 def compare_nights(nights: dict[str, list[np.ndarray]], crop_wake_minutes: float | None = 30.0) -> dict[str, Any]:
@@ -94,18 +105,30 @@ def compare_nights(nights: dict[str, list[np.ndarray]], crop_wake_minutes: float
     from scipy.stats import ks_2samp
 
     per_set = {name: [night_metrics(labels, crop_wake_minutes) for labels in group] for name, group in nights.items()}
-    summary: dict[str, Any] = {"nights": {name: len(group) for name, group in nights.items()}, "sets": {},
-                               "epochs": {name: {stage: int(sum((scored_after_crop(labels, crop_wake_minutes) == i).sum()
-                                                                for labels in group)) for i, stage in enumerate(STAGES)}
-                                          for name, group in nights.items()}}
+    summary: dict[str, Any] = {
+        "nights": {name: len(group) for name, group in nights.items()},
+        "sets": {},
+        "epochs": {
+            name: {
+                stage: int(sum((scored_after_crop(labels, crop_wake_minutes) == i).sum() for labels in group))
+                for i, stage in enumerate(STAGES)
+            }
+            for name, group in nights.items()
+        },
+    }
     for name, metrics in per_set.items():
         bouts = {stage: np.concatenate([m["bouts"][stage] for m in metrics]) for stage in STAGES}
         summary["sets"][name] = {
             "shares": {stage: _spread([m["shares"][stage] for m in metrics]) for stage in STAGES},
             **{key: _spread([m[key] for m in metrics]) for key in SCALARS},
-            "bouts": {stage: {"count": int(b.size), "mean_minutes": float(b.mean()) if b.size else float("nan"),
-                              "median_minutes": float(np.median(b)) if b.size else float("nan")}
-                      for stage, b in bouts.items()},
+            "bouts": {
+                stage: {
+                    "count": int(b.size),
+                    "mean_minutes": float(b.mean()) if b.size else float("nan"),
+                    "median_minutes": float(np.median(b)) if b.size else float("nan"),
+                }
+                for stage, b in bouts.items()
+            },
             "_bouts": bouts,
         }
     first, second = list(per_set)[:2]
@@ -128,16 +151,23 @@ def comparison_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]
     names = list(summary["sets"])
     fmt = lambda s: f"{s['mean']:.3g} ± {s['sd']:.2g}" if s["n"] else "n/a"  # noqa: E731
     rows = [[f"share {stage}", *(fmt(summary["sets"][n]["shares"][stage]) for n in names), ""] for stage in STAGES]
-    labels = {"transitions_per_hour": "W/NREM/REM transitions per hour of sleep", "sleep_hours": "sleep hours",
-              "persistent_sleep_minutes": "first sleep epoch -> 10 min of persistent sleep (min)",
-              "rem_latency_minutes": "REM latency from the first sleep epoch (min)",
-              "n3_minutes_first_third": "N3 minutes, first third of the sleep period",
-              "n3_minutes_last_third": "N3 minutes, last third of the sleep period"}
+    labels = {
+        "transitions_per_hour": "W/NREM/REM transitions per hour of sleep",
+        "sleep_hours": "sleep hours",
+        "persistent_sleep_minutes": "first sleep epoch -> 10 min of persistent sleep (min)",
+        "rem_latency_minutes": "REM latency from the first sleep epoch (min)",
+        "n3_minutes_first_third": "N3 minutes, first third of the sleep period",
+        "n3_minutes_last_third": "N3 minutes, last third of the sleep period",
+    }
     rows += [[labels[key], *(fmt(summary["sets"][n][key]) for n in names), ""] for key in SCALARS]
     for stage in STAGES:
         ks = summary["bout_ks"][stage]
-        cells = [f"{summary['sets'][n]['bouts'][stage]['median_minutes']:.3g} / "
-                 f"{summary['sets'][n]['bouts'][stage]['mean_minutes']:.3g} (n {summary['sets'][n]['bouts'][stage]['count']})"
-                 for n in names]
-        rows.append([f"{stage} bout minutes, median / mean", *cells, f"KS {ks['statistic']:.2f} (p {ks['pvalue']:.2g})"])
+        cells = [
+            f"{summary['sets'][n]['bouts'][stage]['median_minutes']:.3g} / "
+            f"{summary['sets'][n]['bouts'][stage]['mean_minutes']:.3g} (n {summary['sets'][n]['bouts'][stage]['count']})"
+            for n in names
+        ]
+        rows.append(
+            [f"{stage} bout minutes, median / mean", *cells, f"KS {ks['statistic']:.2f} (p {ks['pvalue']:.2g})"]
+        )
     return ["statistic", *(f"{n} ({summary['nights'][n]} nights)" for n in names), " vs ".join(names[:2])], rows

@@ -1,6 +1,7 @@
 """PhysioNet/CinC Challenge 2018 reader: WFDB records (``.hea`` + signal file) with sleep-stage aux
 notes in the ``.arousal`` annotation file (W/N1/N2/N3/R at each stage change) and, when present,
 the per-sample ``sleep_stages`` of the record's ``-arousal.mat`` (the authority)."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -53,8 +54,10 @@ def check_wfdb_integrity(record: Path) -> None:
             continue  # MAT v4 files carry a header of their own
         expected = header.sig_len * bytes_per_frame
         if path.stat().st_size < expected:
-            raise ValueError(f"{path}: truncated WFDB signal file: header announces {header.sig_len} samples "
-                             f"({expected} bytes), found {path.stat().st_size}")
+            raise ValueError(
+                f"{path}: truncated WFDB signal file: header announces {header.sig_len} samples "
+                f"({expected} bytes), found {path.stat().st_size}"
+            )
 
 
 def subject_from_comments(comments: list[str], default: str) -> str:
@@ -96,8 +99,10 @@ def read_arousal_mat(path: Path) -> np.ndarray:
     missing = [name for name in PHYSIONET2018_MAT_STAGES if name not in vectors]
     lengths = {v.size for v in vectors.values()}
     if missing or len(lengths) != 1:
-        raise ValueError(f"{path}: data/sleep_stages needs equally long vectors "
-                         f"{', '.join(PHYSIONET2018_MAT_STAGES)}; missing {missing}, lengths {sorted(lengths)}")
+        raise ValueError(
+            f"{path}: data/sleep_stages needs equally long vectors "
+            f"{', '.join(PHYSIONET2018_MAT_STAGES)}; missing {missing}, lengths {sorted(lengths)}"
+        )
     stacked = np.stack([vectors[name] != 0 for name in PHYSIONET2018_MAT_STAGES])  # (6, n)
     if (stacked.sum(axis=0) > 1).any():
         sample = int(np.flatnonzero(stacked.sum(axis=0) > 1)[0])
@@ -109,13 +114,14 @@ def read_arousal_mat(path: Path) -> np.ndarray:
     return per_sample
 
 
-def stage_epochs_from_samples(per_sample: np.ndarray, start: int, n_epochs: int, spe: int,
-                              counts: Counter) -> np.ndarray:
+def stage_epochs_from_samples(
+    per_sample: np.ndarray, start: int, n_epochs: int, spe: int, counts: Counter
+) -> np.ndarray:
     """Per-sample stage codes -> ``(n_epochs,)`` labels of the grid starting at sample ``start``;
     an epoch whose samples hold more than one code is ``UNSCORED`` (counted)."""
     labels = np.full(n_epochs, UNSCORED, dtype=np.int64)
     usable = min(n_epochs, max(0, (per_sample.size - start) // spe))
-    grid = per_sample[start:start + usable * spe].reshape(usable, spe)
+    grid = per_sample[start : start + usable * spe].reshape(usable, spe)
     uniform = (grid == grid[:, :1]).all(axis=1)
     labels[:usable] = np.where(uniform, grid[:, 0], UNSCORED)
     counts["epochs_straddling_stage_change"] += int((~uniform).sum())
@@ -154,13 +160,18 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
     units = [str(u).strip().lower() for u in np.asarray(signal.units)[order]]
     unknown = sorted({u for u in units if u not in TO_MICROVOLTS})
     if unknown:
-        raise ValueError(f"{record}.hea: unit(s) {unknown} of channels {picked} are not voltages; "
-                         f"expected one of {', '.join(TO_MICROVOLTS)}")
+        raise ValueError(
+            f"{record}.hea: unit(s) {unknown} of channels {picked} are not voltages; "
+            f"expected one of {', '.join(TO_MICROVOLTS)}"
+        )
     data *= np.array([TO_MICROVOLTS[u] for u in units])[:, None]  # -> microvolts
     fs = float(signal.fs)
     counts: Counter = Counter()
-    notes = [(int(s), PHYSIONET2018_LABELS[str(t).strip()]) for s, t in
-             zip(annotation.sample, annotation.aux_note or []) if str(t).strip() in PHYSIONET2018_LABELS]
+    notes = [
+        (int(s), PHYSIONET2018_LABELS[str(t).strip()])
+        for s, t in zip(annotation.sample, annotation.aux_note or [])
+        if str(t).strip() in PHYSIONET2018_LABELS
+    ]
     counts["non_stage_notes"] += len(annotation.sample) - len(notes)
     if not any(code >= 0 for _, code in notes):
         raise ValueError(f"{annotation_file}: no sleep-stage notes (expected aux notes W, N1, N2, N3, R)")
@@ -181,13 +192,22 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
     if grid_start:
         counts["grid_start_seconds"] += int(round(grid_start / fs))
     counts["unscored_epochs"] += int((labels == UNSCORED).sum())
-    return Recording(recording=record.name, subject=subject_from_comments(list(header.comments or []), record.name),
-                     sources=sources, channel_names=list(channels), signals=list(data), sfreqs=[fs] * len(picked),
-                     epoch_labels=labels, counts=counts, grid_start_seconds=grid_start / fs)
+    return Recording(
+        recording=record.name,
+        subject=subject_from_comments(list(header.comments or []), record.name),
+        sources=sources,
+        channel_names=list(channels),
+        signals=list(data),
+        sfreqs=[fs] * len(picked),
+        epoch_labels=labels,
+        counts=counts,
+        grid_start_seconds=grid_start / fs,
+    )
 
 
-def stage_epochs_from_notes(notes: list[tuple[int, int]], n_samples: int, fs: float, counts: Counter,
-                            start: int = 0) -> np.ndarray:
+def stage_epochs_from_notes(
+    notes: list[tuple[int, int]], n_samples: int, fs: float, counts: Counter, start: int = 0
+) -> np.ndarray:
     """(sample, code) stage notes -> ``(E,)`` labels of the 30-s epochs of the grid starting at
     sample ``start`` (the first stage note: the scored grid).
 

@@ -1,4 +1,5 @@
 """Recording -> standardized 30-s windows: resample, band-pass, window, drop bad windows (counted)."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -11,7 +12,6 @@ from scipy.signal import butter, resample_poly, sosfilt, sosfiltfilt
 
 from .recording import Recording
 from .stages import EPOCH_SECONDS, UNSCORED
-
 
 DEFAULT_BAND = (0.5, 30.0)
 """Default band-pass (Hz) of prepared windows; the band-power baseline sums power over the same band,
@@ -33,18 +33,24 @@ class PrepareOptions(BaseModel):
     channels: list[str] = Field(min_length=1)
     sfreq: float = Field(100.0, gt=0)
     l_freq: float | None = Field(DEFAULT_BAND[0], ge=0, description="band-pass low edge (Hz); None: no high-pass")
-    h_freq: float | None = Field(DEFAULT_BAND[1], gt=0, description="band-pass high edge (Hz); None: no low-pass "
-                                 "(0.5-30 Hz: the band the band-power baseline sums over, so both see the same band)")
+    h_freq: float | None = Field(
+        DEFAULT_BAND[1],
+        gt=0,
+        description="band-pass high edge (Hz); None: no low-pass "
+        "(0.5-30 Hz: the band the band-power baseline sums over, so both see the same band)",
+    )
     crop_wake_minutes: float | None = Field(30.0, ge=0, description="wake kept before first / after last sleep")
     flat_ratio: float = Field(1e-3, gt=0, description="window flat if its std < ratio x the channel's median std")
     scaling: Literal["window", "recording", "microvolts"] = Field(
-        "window", description="window: per-window per-channel z-score; recording: per-channel median and "
-                              "IQR/1.349 of the recording's kept windows (keeps amplitude differences, e.g. N3 delta); "
-                              "microvolts: per-channel median removed, in units of MICROVOLTS_PER_UNIT (25 uV; "
-                              "keeps absolute amplitude across recordings)")
+        "window",
+        description="window: per-window per-channel z-score; recording: per-channel median and "
+        "IQR/1.349 of the recording's kept windows (keeps amplitude differences, e.g. N3 delta); "
+        "microvolts: per-channel median removed, in units of MICROVOLTS_PER_UNIT (25 uV; "
+        "keeps absolute amplitude across recordings)",
+    )
 
     @model_validator(mode="after")
-    def _check_band(self) -> "PrepareOptions":
+    def _check_band(self) -> PrepareOptions:
         if self.h_freq is not None and self.h_freq >= self.sfreq / 2:
             raise ValueError(f"h_freq={self.h_freq} must be below the Nyquist frequency {self.sfreq / 2}")
         if self.l_freq is not None and self.h_freq is not None and self.l_freq >= self.h_freq:
@@ -98,9 +104,11 @@ def check_highpass_length(recording: str, n_samples: int, sfreq: float, l_freq: 
         return
     needed = highpass_settling_seconds(sfreq, l_freq)
     if n_samples / sfreq < needed:
-        raise ValueError(f"recording {recording}: {n_samples / sfreq:g} s of signal to filter is shorter than the "
-                         f"{l_freq:g} Hz high-pass needs to settle ({needed:.0f} s); use a higher --l-freq, "
-                         "'none', or a longer recording")
+        raise ValueError(
+            f"recording {recording}: {n_samples / sfreq:g} s of signal to filter is shorter than the "
+            f"{l_freq:g} Hz high-pass needs to settle ({needed:.0f} s); use a higher --l-freq, "
+            "'none', or a longer recording"
+        )
 
 
 def robust_scale(windows: np.ndarray) -> np.ndarray:
@@ -116,12 +124,12 @@ def robust_scale(windows: np.ndarray) -> np.ndarray:
 def wake_crop_mask(labels: np.ndarray, keep_minutes: float | None) -> np.ndarray:
     """``(E,)`` bool: epochs within ``keep_minutes`` of the first/last sleep epoch (all if None/no sleep)."""
     keep = np.ones(labels.size, dtype=bool)
-    sleep = np.flatnonzero((labels >= 1))
+    sleep = np.flatnonzero(labels >= 1)
     if keep_minutes is None or sleep.size == 0:
         return keep
     margin = int(round(keep_minutes * 60 / EPOCH_SECONDS))
     keep[: max(sleep[0] - margin, 0)] = False
-    keep[sleep[-1] + margin + 1:] = False
+    keep[sleep[-1] + margin + 1 :] = False
     return keep
 
 
@@ -138,8 +146,13 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     window = options.window_samples
     labels = recording.epoch_labels
     offsets = [int(round(recording.grid_start_seconds * fs)) for fs in recording.sfreqs]  # epoch 0's first sample
-    n_epochs = min([labels.size] + [int((len(x) - offset) // (EPOCH_SECONDS * fs)) for x, fs, offset in
-                                    zip(recording.signals, recording.sfreqs, offsets)])
+    n_epochs = min(
+        [labels.size]
+        + [
+            int((len(x) - offset) // (EPOCH_SECONDS * fs))
+            for x, fs, offset in zip(recording.signals, recording.sfreqs, offsets)
+        ]
+    )
     labels = labels[:n_epochs]
     # Only the span of epochs that can be kept is filtered (real Sleep-EDF nights are ~22 h of which
     # ~9 h survive wake cropping), plus a 60-s margin on each side against filter edge effects.
@@ -150,7 +163,7 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     resampled, nan_epochs = [], np.zeros(span.stop - span.start, dtype=bool)
     for signal, fs, offset in zip(recording.signals, recording.sfreqs, offsets):
         per_epoch = int(round(EPOCH_SECONDS * fs))
-        signal = np.asarray(signal[offset + span.start * per_epoch: offset + span.stop * per_epoch], dtype=np.float32)
+        signal = np.asarray(signal[offset + span.start * per_epoch : offset + span.stop * per_epoch], dtype=np.float32)
         bad = ~np.isfinite(signal)
         if bad.any():
             nan_epochs[np.unique(np.flatnonzero(bad) // per_epoch)] = True

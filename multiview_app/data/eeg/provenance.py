@@ -3,6 +3,7 @@ and synthetic person wrote a file, stored where each real format keeps free text
 recording field, WFDB header comments), read back at prepare time into the cache manifest, and the
 recordings' identity for the sleep-staging overlap guard: source sha256 and, for synthetic files, the
 person, so that the same synthetic person written in another format is recognized."""
+
 from __future__ import annotations
 
 import re
@@ -43,7 +44,7 @@ def read_provenance(files: list[Path]) -> str | None:
     for path in [*files, *headers]:
         if path.suffix.lower() == ".edf":
             with open(path, "rb") as handle:
-                text = handle.read(EDF_RECORDING_FIELD[1])[EDF_RECORDING_FIELD[0]:].decode("latin-1")
+                text = handle.read(EDF_RECORDING_FIELD[1])[EDF_RECORDING_FIELD[0] :].decode("latin-1")
         elif path.suffix == ".hea":
             text = "\n".join(line for line in path.read_text(encoding="latin-1").splitlines() if line.startswith("#"))
         else:

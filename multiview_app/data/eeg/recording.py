@@ -1,4 +1,5 @@
 """What a reader hands to preprocessing: one recording's signals and per-epoch labels."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -45,7 +46,7 @@ def _normalize(name: str) -> str:
     name = name.strip()
     for prefix in CHANNEL_PREFIXES:
         if name.upper().startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     return name.strip().lower()
 
 
@@ -70,8 +71,9 @@ def resolve_channels(requested: list[str], available: list[str], source: Path) -
     return resolved
 
 
-def label_epochs_from_intervals(intervals: list[tuple[float, float, int]], n_signal_epochs: int,
-                                counts: Counter) -> np.ndarray:
+def label_epochs_from_intervals(
+    intervals: list[tuple[float, float, int]], n_signal_epochs: int, counts: Counter
+) -> np.ndarray:
     """Per-epoch labels from (onset s, duration s, label code) intervals.
 
     Only epochs lying fully inside one interval get its label; everything else is ``UNSCORED``.
@@ -90,7 +92,7 @@ def label_epochs_from_intervals(intervals: list[tuple[float, float, int]], n_sig
         hypnogram_end = max(hypnogram_end, stop)
         if stop > n_signal_epochs and code != UNSCORED and code >= 0:
             counts["hypnogram_beyond_signal_epochs"] += stop - max(first, n_signal_epochs)
-        labels[max(first, 0):min(stop, n_signal_epochs)] = code
+        labels[max(first, 0) : min(stop, n_signal_epochs)] = code
     if hypnogram_end < n_signal_epochs:
         counts["signal_beyond_hypnogram_epochs"] += n_signal_epochs - hypnogram_end
     return labels

@@ -2,6 +2,7 @@
 tests/test_eeg_synth_events.py, scripts/reproduce/eeg_generator/figure_eeg_synth.py, docs/eeg.md). Source and certainty
 are stated next to each value: "retrieved" = the abstract or table stating the number was read (the
 full papers were not), "from memory" / "UNVERIFIED" = not checked against any text."""
+
 from __future__ import annotations
 
 SLEEP_EDF_SC_EPOCHS: dict[str, int] = {"W": 8285, "N1": 2804, "N2": 17799, "N3": 5703, "REM": 7717}

@@ -1,6 +1,7 @@
 """Per-stage signal statistics of one EEG derivation in microvolts: relative band power (the
 band-power baseline's bands) and amplitude percentiles, for comparing the generator with real
 recordings (``scripts/reproduce/eeg_generator/compare_eeg_signals.py``, docs/eeg.md); and spindle density from scorings."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,8 +16,9 @@ AMPLITUDE_PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 """Percentiles of the band-passed samples (uV) reported per stage."""
 
 
-def stage_epochs(signal: np.ndarray, fs: float, labels: np.ndarray, sfreq: float = 100.0,
-                 band: tuple[float, float] = DEFAULT_BAND) -> tuple[np.ndarray, np.ndarray]:
+def stage_epochs(
+    signal: np.ndarray, fs: float, labels: np.ndarray, sfreq: float = 100.0, band: tuple[float, float] = DEFAULT_BAND
+) -> tuple[np.ndarray, np.ndarray]:
     """One channel ``(n,)`` in uV -> the scored 30-s epochs ``(e, 30 * sfreq)`` in uV, resampled to
     ``sfreq`` and band-passed to ``band`` as prepared windows are (but not z-scored), and their labels
     ``(e,)`` (epochs labelled < 0 and epochs past the signal are left out)."""
@@ -43,10 +45,12 @@ def stage_signal_stats(epochs: np.ndarray, labels: np.ndarray, sfreq: float) -> 
         relative = (powers / np.maximum(total, 1e-12))[:, 0, :]  # (e, 5)
         out[stage] = {
             "epochs": int(len(chosen)),
-            "relative_power": {band: [float(v) for v in np.percentile(relative[:, i], [25, 50, 75])]
-                               for i, band in enumerate(BANDS)},
-            "amplitude_uv": {f"p{p}": float(v) for p, v in zip(AMPLITUDE_PERCENTILES,
-                                                                np.percentile(chosen, AMPLITUDE_PERCENTILES))},
+            "relative_power": {
+                band: [float(v) for v in np.percentile(relative[:, i], [25, 50, 75])] for i, band in enumerate(BANDS)
+            },
+            "amplitude_uv": {
+                f"p{p}": float(v) for p, v in zip(AMPLITUDE_PERCENTILES, np.percentile(chosen, AMPLITUDE_PERCENTILES))
+            },
             "epoch_sd_uv_median": float(np.median(chosen.std(axis=1))),
             "band_rms_uv_median": {band: float(np.sqrt(np.median(powers[:, 0, i]))) for i, band in enumerate(BANDS)},
         }
@@ -66,9 +70,16 @@ SPINDLE_BAND = (11.0, 16.0)
 """Band (Hz) of the spindle detector."""
 
 
-def detect_spindles(signal: np.ndarray, fs: float, stages: np.ndarray, threshold: float = 3.0,
-                    reference_stage: int = 2, smooth_seconds: float = 0.2, min_seconds: float = 0.5,
-                    max_seconds: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
+def detect_spindles(
+    signal: np.ndarray,
+    fs: float,
+    stages: np.ndarray,
+    threshold: float = 3.0,
+    reference_stage: int = 2,
+    smooth_seconds: float = 0.2,
+    min_seconds: float = 0.5,
+    max_seconds: float = 3.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """The project's spindle detector (the one ``tests/test_eeg_synth.py`` checks the generator with):
     ``signal (n,)`` band-passed to :data:`SPINDLE_BAND` (4th-order Butterworth, zero-phase), Hilbert
     envelope smoothed over ``smooth_seconds``, above ``threshold`` x the median envelope of the epochs
@@ -100,6 +111,11 @@ def match_events(detected: tuple[np.ndarray, np.ndarray], reference: tuple[np.nd
     r_on, r_off = reference[0], reference[0] + reference[1]
     overlap = (d_on[:, None] < r_off[None, :]) & (r_on[None, :] < d_off[:, None])  # (detected, reference)
     found, right = int(overlap.any(axis=0).sum()), int(overlap.any(axis=1).sum())
-    return {"reference": int(r_on.size), "detected": int(d_on.size), "found": found, "right": right,
-            "sensitivity": found / r_on.size if r_on.size else float("nan"),
-            "precision": right / d_on.size if d_on.size else float("nan")}
+    return {
+        "reference": int(r_on.size),
+        "detected": int(d_on.size),
+        "found": found,
+        "right": right,
+        "sensitivity": found / r_on.size if r_on.size else float("nan"),
+        "precision": right / d_on.size if d_on.size else float("nan"),
+    }

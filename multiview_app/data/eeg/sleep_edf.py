@@ -1,4 +1,5 @@
 """Sleep-EDF Expanded reader (SC and ST): ``*-PSG.edf`` + paired ``*-Hypnogram.edf`` via mne."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -65,17 +66,25 @@ def read_edf_header(path: Path) -> EdfHeader:
             block = handle.read(n_signals * 256)
             if len(block) < n_signals * 256:
                 raise ValueError(f"header announces {n_signals} signals but ends early")
-            column = lambda offset, width, i: block[n_signals * offset + i * width: n_signals * offset + (i + 1) * width]  # noqa: E731
+
+            def column(offset, width, i):
+                return block[n_signals * offset + i * width : n_signals * offset + (i + 1) * width]  # noqa: E731
+
             text = lambda offset, width, i: column(offset, width, i).decode("latin-1").strip()  # noqa: E731
             labels = [text(0, 16, i) for i in range(n_signals)]
             samples = [int(column(216, 8, i)) for i in range(n_signals)]
             start = _edf_start(head)
-            header = EdfHeader(patient=head[8:88].decode("latin-1").strip(), start=start, labels=labels,
-                               samples_per_record=samples, n_records=int(head[236:244]),
-                               record_seconds=float(head[244:252]), header_bytes=int(head[184:192]),
-                               physical_dimensions=[text(96, 8, i) for i in range(n_signals)],
-                               physical_ranges=[(_number(column(104, 8, i)), _number(column(112, 8, i)))
-                                                for i in range(n_signals)])
+            header = EdfHeader(
+                patient=head[8:88].decode("latin-1").strip(),
+                start=start,
+                labels=labels,
+                samples_per_record=samples,
+                n_records=int(head[236:244]),
+                record_seconds=float(head[244:252]),
+                header_bytes=int(head[184:192]),
+                physical_dimensions=[text(96, 8, i) for i in range(n_signals)],
+                physical_ranges=[(_number(column(104, 8, i)), _number(column(112, 8, i))) for i in range(n_signals)],
+            )
         except ValueError as err:
             raise ValueError(f"{path}: corrupt EDF file ({err})") from None
     return header
@@ -113,8 +122,10 @@ def check_edf_integrity(path: Path) -> EdfHeader:
     expected = header.header_bytes + header.n_records * sum(header.samples_per_record) * 2
     size = path.stat().st_size
     if size < expected:
-        raise ValueError(f"{path}: truncated EDF file: header announces {expected} bytes "
-                         f"({header.n_records} data records), found {size}")
+        raise ValueError(
+            f"{path}: truncated EDF file: header announces {expected} bytes "
+            f"({header.n_records} data records), found {size}"
+        )
     return header
 
 
@@ -130,8 +141,9 @@ def check_pair(psg: Path, psg_header: EdfHeader, hypnogram: Path, hyp_header: Ed
     not the anonymous ``X X X X``).
     """
     if _known(psg_header.patient) and _known(hyp_header.patient) and psg_header.patient != hyp_header.patient:
-        raise ValueError(f"{hypnogram}: patient field '{hyp_header.patient}' does not match "
-                         f"'{psg_header.patient}' of its PSG {psg}")
+        raise ValueError(
+            f"{hypnogram}: patient field '{hyp_header.patient}' does not match '{psg_header.patient}' of its PSG {psg}"
+        )
     return (hyp_header.start - psg_header.start).total_seconds()
 
 
@@ -149,8 +161,10 @@ def find_pairs(source: Path, include_st: bool = False) -> tuple[list[tuple[Path,
     for psg in psgs:
         matches = hypnograms.get(psg.name[:PAIR_KEY_LENGTH], [])
         if len(matches) > 1:
-            problems.append(f"{psg}: several hypnograms match its first {PAIR_KEY_LENGTH} characters: "
-                            f"{', '.join(m.name for m in matches)}")
+            problems.append(
+                f"{psg}: several hypnograms match its first {PAIR_KEY_LENGTH} characters: "
+                f"{', '.join(m.name for m in matches)}"
+            )
             continue
         pairs.append((psg, matches[0] if matches else None))
     return pairs, problems
@@ -167,12 +181,12 @@ def count_st_nights(source: Path) -> int:
 
 
 def recording_id(psg: Path) -> str:
-    """"SC4001E0-PSG.edf" -> "SC4001" (study, subject, night)."""
+    """ "SC4001E0-PSG.edf" -> "SC4001" (study, subject, night)."""
     return psg.name[:6]
 
 
 def subject_id(psg: Path) -> str:
-    """"SC4001E0-PSG.edf" -> "SC400" (study + 2-digit subject); ST files likewise."""
+    """ "SC4001E0-PSG.edf" -> "SC400" (study + 2-digit subject); ST files likewise."""
     return psg.name[:5]
 
 
@@ -189,8 +203,9 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
     import mne
 
     if hypnogram is None:
-        raise ValueError(f"{psg}: no hypnogram found (expected '{psg.name[:PAIR_KEY_LENGTH]}?-Hypnogram.edf' "
-                         "next to it)")
+        raise ValueError(
+            f"{psg}: no hypnogram found (expected '{psg.name[:PAIR_KEY_LENGTH]}?-Hypnogram.edf' next to it)"
+        )
     psg_header = check_edf_integrity(psg)
     hyp_header = check_edf_integrity(hypnogram)
     shift = check_pair(psg, psg_header, hypnogram, hyp_header)
@@ -216,18 +231,29 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
     psg_seconds = data.shape[1] / sfreq
     scored = [(onset, onset + duration) for onset, duration, code in intervals if code >= 0]
     if not scored or max(end for _, end in scored) <= 0 or min(start for start, _ in scored) >= psg_seconds:
-        raise ValueError(f"{hypnogram}: its scored stages (header start {hyp_header.start}) do not overlap its "
-                         f"PSG {psg} (header start {psg_header.start}, {psg_seconds / 3600:.2f} h)")
+        raise ValueError(
+            f"{hypnogram}: its scored stages (header start {hyp_header.start}) do not overlap its "
+            f"PSG {psg} (header start {psg_header.start}, {psg_seconds / 3600:.2f} h)"
+        )
     n_epochs = int(data.shape[1] // (EPOCH_SECONDS * sfreq))
     labels = label_epochs_from_intervals(intervals, n_epochs, counts)
     counts["excluded_epochs"] += int((labels == -1).sum())
     counts["unscored_epochs"] += int((labels == UNSCORED).sum())
-    return Recording(recording=recording_id(psg), subject=subject_id(psg), sources=[psg, hypnogram],
-                     channel_names=list(channels), signals=[row.astype(np.float64) for row in data],
-                     sfreqs=[sfreq] * len(picked), epoch_labels=labels, counts=counts)
+    return Recording(
+        recording=recording_id(psg),
+        subject=subject_id(psg),
+        sources=[psg, hypnogram],
+        channel_names=list(channels),
+        signals=[row.astype(np.float64) for row in data],
+        sfreqs=[sfreq] * len(picked),
+        epoch_labels=labels,
+        counts=counts,
+    )
 
 
-def stage_intervals(annotations: "mne.Annotations", hypnogram: Path, shift: float, counts: Counter) -> list[tuple[float, float, int]]:
+def stage_intervals(
+    annotations: mne.Annotations, hypnogram: Path, shift: float, counts: Counter
+) -> list[tuple[float, float, int]]:
     """``(onset s, duration s, label code)`` of the sleep-stage annotations (``mne.Annotations``) of
     ``hypnogram``, onsets moved by ``shift`` s (the hypnogram's start after its PSG's); other texts are
     counted ``ignored_annotation:<text>``. ``ValueError`` naming the file when there are none."""
@@ -273,6 +299,8 @@ def download_sleep_physionet(subjects: list[int], recording: list[int], path: Pa
     try:
         pairs = fetch_data(subjects=subjects, recording=recording, path=str(path), on_missing="raise")
     except Exception as err:
-        raise RuntimeError(f"download of Sleep-EDF subjects {subjects} failed ({err}); are you offline? "
-                           f"Download manually from {get_card('sleep-edf').source.url} and pass --source") from None
+        raise RuntimeError(
+            f"download of Sleep-EDF subjects {subjects} failed ({err}); are you offline? "
+            f"Download manually from {get_card('sleep-edf').source.url} and pass --source"
+        ) from None
     return [Path(p) for pair in pairs for p in pair]

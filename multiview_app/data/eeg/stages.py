@@ -3,6 +3,7 @@
 The datasets' own facts (annotation text -> stage, default channels) come from their cards in
 ``datasets/`` (:mod:`multiview_app.data.catalog`); this module only names them for the code.
 """
+
 from __future__ import annotations
 
 from ..catalog import get_card
@@ -30,8 +31,14 @@ DREAMS_LABELS: dict[str, int] = get_card("dreams_spindles").label_codes(EXCLUDED
 """DREAMS R&K label (as written, one per 5 s) -> label code (card ``dreams_spindles``: S3 + S4 -> N3,
 movement excluded; the 5-s -> 30-s rule is :func:`multiview_app.data.eeg.dreams.rk_epochs`)."""
 
-PHYSIONET2018_MAT_STAGES: dict[str, int] = {"wake": 0, "nonrem1": 1, "nonrem2": 2, "nonrem3": 3, "rem": 4,
-                                            "undefined": UNSCORED}
+PHYSIONET2018_MAT_STAGES: dict[str, int] = {
+    "wake": 0,
+    "nonrem1": 1,
+    "nonrem2": 2,
+    "nonrem3": 3,
+    "rem": 4,
+    "undefined": UNSCORED,
+}
 """``data/sleep_stages`` vectors of a challenge ``-arousal.mat`` -> label code."""
 
 PHYSIONET2018_EEG: tuple[str, ...] = tuple(get_card("physionet2018").default_channels)

@@ -11,6 +11,7 @@ artifacts, electrode pops, sweat sways, drifts and line noise. The values checke
 references live in ``reference.py``. Everything is vectorized numpy (FFT band noise and
 FFT convolution of event trains with templates).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -45,10 +46,14 @@ EEG_TOPOGRAPHY: dict[str, tuple[float, float, float]] = {
 # Approximate scalp position (x: left -> right, y: back -> front; head radius ~1) of each EEG
 # derivation's active site (bipolar Sleep-EDF derivations: the midpoint of their two electrodes).
 EEG_POSITION: dict[str, tuple[float, float]] = {
-    "F3-M2": (-0.40, 0.50), "F4-M1": (0.40, 0.50),
-    "C3-M2": (-0.50, 0.00), "C4-M1": (0.50, 0.00),
-    "O1-M2": (-0.30, -0.90), "O2-M1": (0.30, -0.90),
-    "EEG Fpz-Cz": (0.00, 0.45), "EEG Pz-Oz": (0.00, -0.70),
+    "F3-M2": (-0.40, 0.50),
+    "F4-M1": (0.40, 0.50),
+    "C3-M2": (-0.50, 0.00),
+    "C4-M1": (0.50, 0.00),
+    "O1-M2": (-0.30, -0.90),
+    "O2-M1": (0.30, -0.90),
+    "EEG Fpz-Cz": (0.00, 0.45),
+    "EEG Pz-Oz": (0.00, -0.70),
 }
 BIPOLAR_DERIVATIONS: dict[str, tuple[str, str]] = {"EEG Fpz-Cz": ("Fpz", "Cz"), "EEG Pz-Oz": ("Pz", "Oz")}
 """Sleep-EDF's EEG derivations are bipolar (Kemp et al. 2000; PhysioNet Sleep-EDF Expanded description):
@@ -57,10 +62,16 @@ both electrodes see alike cancel (a central spindle or K-complex is small and in
 the spatially incoherent part adds; the PhysioNet-format derivations are mastoid-referenced (one
 active site each). The region weights and positions of the electrodes below are assumptions."""
 ELECTRODE_TOPOGRAPHY: dict[str, tuple[float, float, float]] = {
-    "Fpz": (1.0, 0.35, 0.0), "Cz": (0.45, 1.0, 0.3), "Pz": (0.1, 0.75, 0.6), "Oz": (0.0, 0.3, 1.0),
+    "Fpz": (1.0, 0.35, 0.0),
+    "Cz": (0.45, 1.0, 0.3),
+    "Pz": (0.1, 0.75, 0.6),
+    "Oz": (0.0, 0.3, 1.0),
 }
 ELECTRODE_POSITION: dict[str, tuple[float, float]] = {
-    "Fpz": (0.0, 0.95), "Cz": (0.0, 0.0), "Pz": (0.0, -0.45), "Oz": (0.0, -0.95),
+    "Fpz": (0.0, 0.95),
+    "Cz": (0.0, 0.0),
+    "Pz": (0.0, -0.45),
+    "Oz": (0.0, -0.95),
 }
 SPATIAL_DECAY = 1.0
 """Length (head radii) over which the correlation of two derivations' background rhythms decays by
@@ -121,7 +132,9 @@ RHYTHMS: dict[str, Rhythm] = {
     "alpha": Rhythm((-1.5, 1.5), (6.0, 1.5, 0.3, 0.5, 1.5), (0.15, 0.3, 1.0)),
     "beta": Rhythm((16.0, 30.0), (1.9, 1.05, 0.3, 0.18, 1.25), (0.8, 0.8, 0.6), slope=1.0),
     "muscle": Rhythm((30.0, 45.0), (3.5, 1.6, 1.0, 0.9, 0.6), (1.0, 0.5, 0.7)),
-    "sigma": Rhythm((12.0, 15.0), (1.5, 0.8, 2.2, 1.5, 0.0), (0.55, 1.0, 0.4)),  # 12-15 Hz background (real in every stage)
+    "sigma": Rhythm(
+        (12.0, 15.0), (1.5, 0.8, 2.2, 1.5, 0.0), (0.55, 1.0, 0.4)
+    ),  # 12-15 Hz background (real in every stage)
     # 8-12 Hz power of real central sleep EEG (DREAMS: 3.5 / 3.9 / 4.5 uV rms in N1 / N2 / N3, more than
     # central wake's 3.2), central rather than posterior, so that the occipital N1 alpha dropout stays
     "alpha_sleep": Rhythm((8.0, 12.0), (0.0, 2.8, 2.85, 3.6, 0.0), (0.6, 1.0, 0.4)),
@@ -214,11 +227,13 @@ class SubjectTraits:
     sex: str | None = None
 
     @classmethod
-    def sample(cls, rng: np.random.Generator) -> "SubjectTraits":
+    def sample(cls, rng: np.random.Generator) -> SubjectTraits:
         return cls(
             gain=float(rng.lognormal(0.0, 0.25)),
-            band_gain={name: float(rng.lognormal(0.0, RHYTHM_SUBJECT_GAIN_SD if name in RHYTHMS else 0.3))
-                       for name in [r for r in RHYTHMS if r not in RHYTHM_GAIN_OF] + list(TRANSIENTS)},
+            band_gain={
+                name: float(rng.lognormal(0.0, RHYTHM_SUBJECT_GAIN_SD if name in RHYTHMS else 0.3))
+                for name in [r for r in RHYTHMS if r not in RHYTHM_GAIN_OF] + list(TRANSIENTS)
+            },
             alpha_hz=float(rng.uniform(8.5, 11.5)),
             spindle_hz=float(rng.uniform(11.5, 14.5)),
             white_noise_uv=float(rng.uniform(*WHITE_NOISE_UV)),
@@ -231,19 +246,21 @@ class SubjectTraits:
             awakening_prob=float(rng.uniform(0.6, 0.95)),
         ).with_age_like_traits(rng)
 
-    def with_age_like_traits(self, rng: np.random.Generator) -> "SubjectTraits":
+    def with_age_like_traits(self, rng: np.random.Generator) -> SubjectTraits:
         """Draw the traits added for subject-level variation (kept out of :meth:`sample`'s first draws)."""
-        self.delta_scale = float(self.n3_scale ** 0.6 * rng.lognormal(0.0, 0.1))
+        self.delta_scale = float(self.n3_scale**0.6 * rng.lognormal(0.0, 0.1))
         self.arousal_scale = float(rng.lognormal(0.0, 0.4))
         self.eyes_closed_prob = float(rng.uniform(0.3, 0.7))
         self.mains_uv = float(rng.uniform(0.0, 3.0))
-        self.channel_gain = {c: float(rng.lognormal(0.0, 0.15)) for c in
-                             list(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS) + [SECOND_EOG]}
+        self.channel_gain = {
+            c: float(rng.lognormal(0.0, 0.15))
+            for c in list(EEG_TOPOGRAPHY) + list(EOG_CHANNELS) + list(EMG_CHANNELS) + [SECOND_EOG]
+        }
         mean, sd = AROUSAL_SECONDS["mean"], AROUSAL_SECONDS["sd"]
         self.arousal_seconds = float(np.clip(rng.normal(mean, sd), mean - 3 * sd, mean + 3 * sd))
         return self
 
-    def with_cohort(self, cohort: str, rng: np.random.Generator) -> "SubjectTraits":
+    def with_cohort(self, cohort: str, rng: np.random.Generator) -> SubjectTraits:
         """Traits of a subject of ``cohort`` (:data:`COHORTS`; "young-adult" leaves them unchanged),
         drawn from ``rng`` (its own stream, so the base traits keep their values). "sleep-edf-sc": an
         age from the SC range and a sex from its female share, then the age and sex effects of
@@ -367,7 +384,7 @@ def _segment(stage: int, length: int, rng: np.random.Generator) -> list[int]:
     return out[:length]
 
 
-def synth_hypnogram(n_epochs: int, traits: "SubjectTraits", rng: np.random.Generator) -> np.ndarray:
+def synth_hypnogram(n_epochs: int, traits: SubjectTraits, rng: np.random.Generator) -> np.ndarray:
     """Semi-Markov night: ``(n_epochs,)`` labels 0..4.
 
     Wake from the recording start through lights-off and sleep latency (``latency_minutes``), a
@@ -411,8 +428,15 @@ def synth_hypnogram(n_epochs: int, traits: "SubjectTraits", rng: np.random.Gener
 # ----------------------------------------------------------------------------- signals
 
 
-def _band_noise(n: int, fs: float, band: tuple[float, float], rng: np.random.Generator, count: int,
-                slope: float = 0.0, soft: bool = False) -> np.ndarray:
+def _band_noise(
+    n: int,
+    fs: float,
+    band: tuple[float, float],
+    rng: np.random.Generator,
+    count: int,
+    slope: float = 0.0,
+    soft: bool = False,
+) -> np.ndarray:
     """``count`` unit-variance noises band-limited to ``band`` Hz: ``(count, n)`` float32.
     ``slope``: power ~ ``f ** -slope`` in the band; ``soft``: edges ramp over 15 % of the band
     width (at least 0.3 Hz) instead of 0.3 Hz, so neighbouring rhythms overlap (no box spectra)."""
@@ -424,8 +448,10 @@ def _band_noise(n: int, fs: float, band: tuple[float, float], rng: np.random.Gen
         mask = mask * (np.maximum(freqs, low) / low) ** (-slope / 2)
     keep = np.flatnonzero(mask > 0)  # only the band's bins are drawn (complex Gaussian = FFT of white noise)
     spectrum = np.zeros((count, freqs.size), dtype=np.complex64)
-    spectrum[:, keep] = (rng.standard_normal((count, keep.size), dtype=np.float32)
-                         + 1j * rng.standard_normal((count, keep.size), dtype=np.float32)) * mask[keep]
+    spectrum[:, keep] = (
+        rng.standard_normal((count, keep.size), dtype=np.float32)
+        + 1j * rng.standard_normal((count, keep.size), dtype=np.float32)
+    ) * mask[keep]
     noise = sp_fft.irfft(spectrum, n=n, axis=-1)
     return noise / (noise.std(axis=-1, keepdims=True) + 1e-12)
 
@@ -434,8 +460,10 @@ def _pink_noise(n: int, fs: float, rng: np.random.Generator, count: int) -> np.n
     """``count`` unit-variance 1/f noises: ``(count, n)`` float32."""
     freqs = np.fft.rfftfreq(n, 1.0 / fs).astype(np.float32)
     scale = 1.0 / np.sqrt(np.maximum(freqs, 0.3))
-    spectrum = (rng.standard_normal((count, freqs.size), dtype=np.float32)
-                + 1j * rng.standard_normal((count, freqs.size), dtype=np.float32)) * scale
+    spectrum = (
+        rng.standard_normal((count, freqs.size), dtype=np.float32)
+        + 1j * rng.standard_normal((count, freqs.size), dtype=np.float32)
+    ) * scale
     noise = sp_fft.irfft(spectrum.astype(np.complex64), n=n, axis=-1)
     return noise / (noise.std(axis=-1, keepdims=True) + 1e-12)
 
@@ -460,6 +488,7 @@ def _event_train(rates: np.ndarray, n: int, fs: float, rng: np.random.Generator)
 
 def _templates(fs: float, traits: SubjectTraits) -> dict[str, np.ndarray]:
     """Waveform templates (peak ~1) of the transient events."""
+
     def gauss(t: np.ndarray, mu: float, sd: float) -> np.ndarray:
         return np.exp(-0.5 * ((t - mu) / sd) ** 2)
 
@@ -467,14 +496,18 @@ def _templates(fs: float, traits: SubjectTraits) -> dict[str, np.ndarray]:
     t2 = np.arange(int(2.0 * fs)) / fs
     t3 = np.arange(int(0.5 * fs)) / fs
     return {
-        **{f"spindle{i}": gauss(t1, 1.2, sd) * np.cos(2 * np.pi * traits.spindle_hz * t1)
-           for i, sd in enumerate((0.12, 0.2, 0.3))},  # visible for ~0.5, ~0.9, ~1.4 s
+        **{
+            f"spindle{i}": gauss(t1, 1.2, sd) * np.cos(2 * np.pi * traits.spindle_hz * t1)
+            for i, sd in enumerate((0.12, 0.2, 0.3))
+        },  # visible for ~0.5, ~0.9, ~1.4 s
         "k_complex": -gauss(t2, 0.35, 0.1) + 0.7 * gauss(t2, 0.85, 0.22),
         "vertex": -gauss(t3, 0.2, 0.05) + 0.3 * gauss(t3, 0.33, 0.05),
         "sawtooth": gauss(t2, 1.0, 0.4) * (2 * ((3.0 * t2) % 1.0) - 1.0),
         "blink": gauss(t3, 0.2, 0.06),
         "slow_roll": np.sin(np.pi * np.arange(int(3.0 * fs)) / (3.0 * fs)),
-        "saccade": np.concatenate([np.linspace(0, 1, max(2, int(0.04 * fs))), np.exp(-np.arange(int(0.6 * fs)) / (0.3 * fs))]),
+        "saccade": np.concatenate(
+            [np.linspace(0, 1, max(2, int(0.04 * fs))), np.exp(-np.arange(int(0.6 * fs)) / (0.3 * fs))]
+        ),
     }
 
 
@@ -509,7 +542,7 @@ def full_night_excerpt(stages: np.ndarray, compress: int, crop_wake_minutes: flo
     from .preprocess import wake_crop_mask
 
     kept = np.flatnonzero(wake_crop_mask(stages, crop_wake_minutes))
-    return stages[kept[0]:kept[-1] + 1][::compress].copy()
+    return stages[kept[0] : kept[-1] + 1][::compress].copy()
 
 
 def eyes_closed_epochs(stages: np.ndarray, traits: SubjectTraits, rng: np.random.Generator) -> np.ndarray:
@@ -519,11 +552,11 @@ def eyes_closed_epochs(stages: np.ndarray, traits: SubjectTraits, rng: np.random
     i = 0
     while i < stages.size:
         length = _gamma_epochs(rng, 3.0, 1.5)
-        closed[i:i + length] = rng.random() < traits.eyes_closed_prob
+        closed[i : i + length] = rng.random() < traits.eyes_closed_prob
         i += length
     sleep = np.flatnonzero(stages != W)
     if sleep.size:
-        closed[max(0, sleep[0] - int(5 * EPOCHS_PER_MINUTE)):sleep[0]] = True
+        closed[max(0, sleep[0] - int(5 * EPOCHS_PER_MINUTE)) : sleep[0]] = True
     return closed & (stages == W)
 
 
@@ -536,8 +569,9 @@ def _per_epoch(table: tuple[float, ...], stages: np.ndarray, closed: np.ndarray,
     return values
 
 
-def _arousal_onsets(stages: np.ndarray, traits: SubjectTraits, fs: float, rng: np.random.Generator,
-                    per_hour: float = AROUSALS_PER_HOUR) -> list[tuple[int, int]]:
+def _arousal_onsets(
+    stages: np.ndarray, traits: SubjectTraits, fs: float, rng: np.random.Generator, per_hour: float = AROUSALS_PER_HOUR
+) -> list[tuple[int, int]]:
     """Brief arousals ``[(start sample, length), ...]`` inside sleep epochs (no stage change),
     ``per_hour`` x ``arousal_scale`` per hour of sleep; durations :data:`AROUSAL_SECONDS` around the
     subject's ``arousal_seconds``."""
@@ -591,9 +625,16 @@ def derivation_matrix(sources: list[str], derivations: list[str]) -> np.ndarray:
     return matrix
 
 
-def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTraits,
-                rng: np.random.Generator, compress: int = 1, mains_hz: float = 50.0,
-                stages: np.ndarray | None = None) -> SyntheticNight:
+def synth_night(
+    channels: list[str],
+    hours: float,
+    fs: float,
+    traits: SubjectTraits,
+    rng: np.random.Generator,
+    compress: int = 1,
+    mains_hz: float = 50.0,
+    stages: np.ndarray | None = None,
+) -> SyntheticNight:
     """Generate one night: every channel ``(n,)`` in uV with ``n = epochs * 30 s * fs``.
 
     The hypnogram is that of a ``hours``-long night; ``compress > 1`` writes a shorter excerpt with
@@ -620,8 +661,10 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     known_eog = list(EOG_CHANNELS) + [SECOND_EOG]
     unknown = [c for c in channels if c not in EEG_TOPOGRAPHY and c not in known_eog and c not in EMG_CHANNELS]
     if unknown:
-        raise ValueError(f"synth-psg: no synthetic model for channel(s) {unknown}; known: "
-                         f"{sorted(EEG_TOPOGRAPHY) + known_eog + list(EMG_CHANNELS)}")
+        raise ValueError(
+            f"synth-psg: no synthetic model for channel(s) {unknown}; known: "
+            f"{sorted(EEG_TOPOGRAPHY) + known_eog + list(EMG_CHANNELS)}"
+        )
     closed = eyes_closed_epochs(stages, traits, rng)
     derivations, eeg = eeg, eeg_sources(eeg)  # physiology on the sources, artifacts on the derivations
     topo = np.array([{**EEG_TOPOGRAPHY, **ELECTRODE_TOPOGRAPHY}[c] for c in eeg]).reshape(len(eeg), 3)  # (s, 3)
@@ -630,8 +673,12 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
     out = np.zeros((len(eeg), n), dtype=np.float32)
     for name, rhythm in RHYTHMS.items():
         band = rhythm.band if name != "alpha" else (traits.alpha_hz + rhythm.band[0], traits.alpha_hz + rhythm.band[1])
-        mixed = _correlated(mixing, _band_noise(n, fs, band, rng, len(eeg), rhythm.slope, soft=True))  # (c, n), spatially decaying correlation
-        channel_jitter = np.exp(RHYTHM_EPOCH_JITTER * _correlated(mixing, rng.standard_normal((len(eeg), n_epochs))))  # (c, e)
+        mixed = _correlated(
+            mixing, _band_noise(n, fs, band, rng, len(eeg), rhythm.slope, soft=True)
+        )  # (c, n), spatially decaying correlation
+        channel_jitter = np.exp(
+            RHYTHM_EPOCH_JITTER * _correlated(mixing, rng.standard_normal((len(eeg), n_epochs)))
+        )  # (c, e)
         scale = traits.band_gain[RHYTHM_GAIN_OF.get(name, name)] * (traits.delta_scale if name == "delta" else 1.0)
         amp = _per_epoch(rhythm.amplitude, stages, closed, name)[None] * channel_jitter * scale
         gains = topo @ np.asarray(rhythm.topography) / np.asarray(rhythm.topography).max()
@@ -697,9 +744,9 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
         length = int(rng.uniform(1.0, 6.0) * fs)
         start = e * spe + int(rng.integers(0, spe - length))
         burst = _band_noise(length, fs, (0.5, 8.0), rng, 1)[0] * rng.uniform(40.0, 150.0) * np.hanning(length)
-        out[:, start:start + length] += burst[None] * rng.uniform(0.5, 1.5, size=(len(eeg), 1))
-        emg[start:start + length] += 3 * burst
-        ocular_artifact[start:start + length] += burst
+        out[:, start : start + length] += burst[None] * rng.uniform(0.5, 1.5, size=(len(eeg), 1))
+        emg[start : start + length] += 3 * burst
+        ocular_artifact[start : start + length] += burst
         movements.append((start, length))
     pops = []  # (EEG channel, start sample, step in uV)
     for _ in range(rng.poisson(n_epochs / EPOCHS_PER_POP)) if len(eeg) else ():
@@ -712,7 +759,7 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
         length = min(n, int(rng.uniform(2.0, 8.0) * 60 * fs))
         start = int(n - length - rng.integers(0, max(1, (n - length) // 2 + 1)))
         sway = _band_noise(length, fs, (0.1, 0.5), rng, 1)[0] * rng.uniform(30.0, 100.0) * np.hanning(length)
-        out[:, start:start + length] += sway[None] * rng.uniform(0.3, 1.0, size=(len(eeg), 1))
+        out[:, start : start + length] += sway[None] * rng.uniform(0.3, 1.0, size=(len(eeg), 1))
         sweat.append((start, length))
     drift = np.cumsum(rng.standard_normal((len(eeg) + 2, n // int(fs) + 2)), axis=1) * 2.0
     drift = np.stack([np.interp(np.arange(n) / fs, np.arange(d.size), d) for d in drift])
@@ -733,24 +780,44 @@ def synth_night(channels: list[str], hours: float, fs: float, traits: SubjectTra
         elif c in EOG_GAZE_SENSITIVITY:
             horizontal, vertical = EOG_GAZE_SENSITIVITY[c]
             noise = eog_noise if c == eog_derivations[0] else _eog_noise(n, fs, second)
-            signals[c] = (horizontal * gaze["horizontal"] + vertical * gaze["vertical"] + eog_common + noise
-                          ) * traits.channel_gain.get(c, 1.0)
+            signals[c] = (
+                horizontal * gaze["horizontal"] + vertical * gaze["vertical"] + eog_common + noise
+            ) * traits.channel_gain.get(c, 1.0)
         else:
             signals[c] = emg * traits.channel_gain.get(c, 1.0)
-    meta = {"eyes_closed": closed, "phasic_rem": phasic_epochs, "arousals": arousals, "sweat_episodes": sweat,
-            "movement_epochs": artifact_epochs, "movements": movements, "pops": pops, "events": events,
-            "eye_movement_signs": eye_signs, "mains_hz": mains_hz if mains_hz < 0.45 * fs else None}
+    meta = {
+        "eyes_closed": closed,
+        "phasic_rem": phasic_epochs,
+        "arousals": arousals,
+        "sweat_episodes": sweat,
+        "movement_epochs": artifact_epochs,
+        "movements": movements,
+        "pops": pops,
+        "events": events,
+        "eye_movement_signs": eye_signs,
+        "mains_hz": mains_hz if mains_hz < 0.45 * fs else None,
+    }
     return SyntheticNight(signals=signals, fs=fs, stages=stages, meta=meta)
 
 
-def _add_arousal(out: np.ndarray, emg: np.ndarray, start: int, length: int, posterior: np.ndarray,
-                 traits: SubjectTraits, fs: float, rng: np.random.Generator) -> None:
+def _add_arousal(
+    out: np.ndarray,
+    emg: np.ndarray,
+    start: int,
+    length: int,
+    posterior: np.ndarray,
+    traits: SubjectTraits,
+    fs: float,
+    rng: np.random.Generator,
+) -> None:
     """Add one arousal in place: an alpha + beta burst to the EEG ``out (c, n)`` (weights
     ``posterior (c,)``) and a chin-EMG burst to ``emg (n,)``, ``length`` samples from ``start``."""
-    burst = (_band_noise(length, fs, (traits.alpha_hz - 1.5, traits.alpha_hz + 1.5), rng, 1)[0] * AROUSAL_ALPHA_UV
-             + _band_noise(length, fs, (16.0, 30.0), rng, 1)[0] * 4.0) * np.hanning(length)
-    out[:, start:start + length] += posterior[:, None] * burst[None] * traits.gain
-    emg[start:start + length] += _band_noise(length, fs, (10.0, 45.0), rng, 1)[0] * 12.0 * np.hanning(length)
+    burst = (
+        _band_noise(length, fs, (traits.alpha_hz - 1.5, traits.alpha_hz + 1.5), rng, 1)[0] * AROUSAL_ALPHA_UV
+        + _band_noise(length, fs, (16.0, 30.0), rng, 1)[0] * 4.0
+    ) * np.hanning(length)
+    out[:, start : start + length] += posterior[:, None] * burst[None] * traits.gain
+    emg[start : start + length] += _band_noise(length, fs, (10.0, 45.0), rng, 1)[0] * 12.0 * np.hanning(length)
 
 
 def _eog_noise(n: int, fs: float, rng: np.random.Generator) -> np.ndarray:
@@ -766,9 +833,15 @@ DEFAULT_START = dt.datetime(1989, 4, 24, 22, 0, 0)
 """Start of synthetic recordings (night ``k`` of subject ``s`` starts ``3 s + k`` days later)."""
 
 
-def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
-              annotations: list[tuple[float, float, str]] | None = None, record_seconds: float = 1.0,
-              start: dt.datetime = DEFAULT_START, patient: str = "X", recording_additional: str = "") -> None:
+def write_edf(
+    path: Path,
+    signals: dict[str, tuple[np.ndarray, float]],
+    annotations: list[tuple[float, float, str]] | None = None,
+    record_seconds: float = 1.0,
+    start: dt.datetime = DEFAULT_START,
+    patient: str = "X",
+    recording_additional: str = "",
+) -> None:
     """Write an EDF(+) file atomically; ``signals``: label -> (uV samples, sampling rate);
     ``record_seconds``: data-record duration (Sleep-EDF PSG files use 30 s); ``start`` and
     ``patient`` (a code without spaces) go into the header (a PSG and its hypnogram share them);
@@ -780,12 +853,24 @@ def write_edf(path: Path, signals: dict[str, tuple[np.ndarray, float]],
     for label, (data, fs) in signals.items():
         low, high = float(np.min(data)), float(np.max(data))
         pad = max(1.0, 0.05 * (high - low))
-        edf_signals.append(edfio.EdfSignal(np.asarray(data, dtype=np.float64), sampling_frequency=fs, label=label,
-                                           physical_dimension="uV", physical_range=(low - pad, high + pad)))
+        edf_signals.append(
+            edfio.EdfSignal(
+                np.asarray(data, dtype=np.float64),
+                sampling_frequency=fs,
+                label=label,
+                physical_dimension="uV",
+                physical_range=(low - pad, high + pad),
+            )
+        )
     recording = edfio.Recording(startdate=start.date(), additional=tuple(recording_additional.split()))
-    edf = edfio.Edf(edf_signals, patient=edfio.Patient(code=patient), recording=recording,
-                    starttime=start.time(), data_record_duration=record_seconds if edf_signals else None,
-                    annotations=[edfio.EdfAnnotation(o, d, t) for o, d, t in (annotations or [])])
+    edf = edfio.Edf(
+        edf_signals,
+        patient=edfio.Patient(code=patient),
+        recording=recording,
+        starttime=start.time(),
+        data_record_duration=record_seconds if edf_signals else None,
+        annotations=[edfio.EdfAnnotation(o, d, t) for o, d, t in (annotations or [])],
+    )
     tmp = temp_sibling(path, path.suffix)
     try:
         edf.write(tmp)
@@ -839,22 +924,32 @@ def default_record_hours(fmt: str, hours: float, compress: int) -> float | None:
     return None
 
 
-def _wake_padding(night: SyntheticNight, epochs: int, traits: SubjectTraits, rng: np.random.Generator,
-                  mains_hz: float) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _wake_padding(
+    night: SyntheticNight, epochs: int, traits: SubjectTraits, rng: np.random.Generator, mains_hz: float
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """``epochs`` of wake (own random stream ``rng``) for every channel of ``night``, each clipped to
     the night's range (an amplifier's range; keeps the night's EDF scaling, hence its digital
     values), and their labels with "Movement time" epochs as in the night."""
-    padding = synth_night(list(night.signals), 0.0, night.fs, traits, rng, mains_hz=mains_hz,
-                          stages=np.full(epochs, W, dtype=np.int64))
+    padding = synth_night(
+        list(night.signals), 0.0, night.fs, traits, rng, mains_hz=mains_hz, stages=np.full(epochs, W, dtype=np.int64)
+    )
     signals = {c: np.clip(x, night.signals[c].min(), night.signals[c].max()) for c, x in padding.signals.items()}
     labels = padding.stages.copy()
     labels[rng.random(epochs) < 0.03] = EXCLUDED
     return signals, labels
 
 
-def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
-                          rng: np.random.Generator, compress: int = 1,
-                          record_hours: float | None = None, provenance: str = "") -> tuple[list[Path], np.ndarray]:
+def write_sleep_edf_night(
+    out_dir: Path,
+    subject: int,
+    night: int,
+    hours: float,
+    traits: SubjectTraits,
+    rng: np.random.Generator,
+    compress: int = 1,
+    record_hours: float | None = None,
+    provenance: str = "",
+) -> tuple[list[Path], np.ndarray]:
     """SC4ssN E0-PSG.edf (EEG Fpz-Cz, Pz-Oz, EOG at 100 Hz; EMG submental as 1 Hz RMS envelope, as
     in Sleep-EDF SC) + SC4ssN E<scorer>-Hypnogram.edf. Returns the paths and the true stages.
     ``record_hours`` > the night: wake padding (``SC_PADDING_BEFORE`` of it before the night, the
@@ -880,10 +975,17 @@ def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float,
     header = {"start": start, "patient": f"SC4{subject:02d}", "recording_additional": provenance}
     psg = out_dir / f"{name}E0-PSG.edf"
     hyp = out_dir / f"{name}E{'CHJMPRVW'[subject % 8]}-Hypnogram.edf"
-    write_edf(psg, {"EEG Fpz-Cz": (signals["EEG Fpz-Cz"], fs),
-                    "EEG Pz-Oz": (signals["EEG Pz-Oz"], fs),
-                    "EOG horizontal": (signals["EOG horizontal"], fs),
-                    "EMG submental": (emg_rms, 1.0)}, record_seconds=EPOCH_SECONDS, **header)
+    write_edf(
+        psg,
+        {
+            "EEG Fpz-Cz": (signals["EEG Fpz-Cz"], fs),
+            "EEG Pz-Oz": (signals["EEG Pz-Oz"], fs),
+            "EOG horizontal": (signals["EOG horizontal"], fs),
+            "EMG submental": (emg_rms, 1.0),
+        },
+        record_seconds=EPOCH_SECONDS,
+        **header,
+    )
     annotations = hypnogram_annotations(stages, rng)
     annotations.append((stages.size * EPOCH_SECONDS, 1800.0, "Sleep stage ?"))  # unscored tail, as in SC files
     write_edf(hyp, {}, annotations, **header)
@@ -893,9 +995,15 @@ def write_sleep_edf_night(out_dir: Path, subject: int, night: int, hours: float,
 PHYSIONET_SYNTH_CHANNELS = list(PHYSIONET2018_EEG) + ["E1-M2", "Chin1-Chin2"]
 
 
-def write_wfdb_record(out_dir: Path, record: str, signals: dict[str, np.ndarray], fs: float,
-                      stage_notes: list[tuple[int, str]], comments: list[str] | None = None,
-                      units: str = "uV") -> list[Path]:
+def write_wfdb_record(
+    out_dir: Path,
+    record: str,
+    signals: dict[str, np.ndarray],
+    fs: float,
+    stage_notes: list[tuple[int, str]],
+    comments: list[str] | None = None,
+    units: str = "uV",
+) -> list[Path]:
     """Write ``record``.hea/.mat-free 16-bit ``.dat`` + ``.arousal`` (aux-note stage annotations);
     ``signals`` are given in ``units``."""
     import wfdb
@@ -903,13 +1011,20 @@ def write_wfdb_record(out_dir: Path, record: str, signals: dict[str, np.ndarray]
     names = list(signals)
     p_signal = np.stack([signals[c] for c in names], axis=1)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        wfdb.wrsamp(record, fs=fs, units=[units] * len(names), sig_name=names, p_signal=p_signal,
-                    fmt=["16"] * len(names), comments=comments or [], write_dir=tmp)
+        wfdb.wrsamp(
+            record,
+            fs=fs,
+            units=[units] * len(names),
+            sig_name=names,
+            p_signal=p_signal,
+            fmt=["16"] * len(names),
+            comments=comments or [],
+            write_dir=tmp,
+        )
         samples = np.array([s for s, _ in stage_notes], dtype=np.int64)
         # wfdb.rdann drops a '"' note at sample 0 (it takes it for a header note), so that one is '+'.
         symbols = ["+" if s == 0 else '"' for s in samples]
-        wfdb.wrann(record, "arousal", samples, symbol=symbols,
-                   aux_note=[t for _, t in stage_notes], write_dir=tmp)
+        wfdb.wrann(record, "arousal", samples, symbol=symbols, aux_note=[t for _, t in stage_notes], write_dir=tmp)
         paths = []
         for suffix in (".dat", ".arousal", ".hea"):  # header last: a record is complete once it exists
             os.replace(Path(tmp) / f"{record}{suffix}", out_dir / f"{record}{suffix}")
@@ -938,9 +1053,17 @@ def write_arousal_mat(path: Path, per_sample: np.ndarray) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: float, traits: SubjectTraits,
-                              rng: np.random.Generator, compress: int = 1,
-                              record_hours: float | None = None, provenance: str = "") -> tuple[list[Path], np.ndarray]:
+def write_physionet2018_night(
+    out_dir: Path,
+    subject: int,
+    night: int,
+    hours: float,
+    traits: SubjectTraits,
+    rng: np.random.Generator,
+    compress: int = 1,
+    record_hours: float | None = None,
+    provenance: str = "",
+) -> tuple[list[Path], np.ndarray]:
     """WFDB record ``tr<NN>-<SSSS>`` at 200 Hz with the six EEG derivations, E1-M2 and Chin1-Chin2,
     plus ``.arousal`` aux notes W/N1/N2/N3/R at every stage change (and a few arousal notes).
     ``record_hours`` must be None: challenge records cover the night only (lights off to on)."""
@@ -957,9 +1080,19 @@ def write_physionet2018_night(out_dir: Path, subject: int, night: int, hours: fl
         notes += [(int(i * spe + spe // 3), "(arousal_rera"), (int(i * spe + spe // 2), "arousal_rera)")]
     notes.sort()
     record = f"tr{3 + night:02d}-{subject:04d}"
-    paths = write_wfdb_record(out_dir, record, night_data.signals, fs, notes,
-                              comments=[f"subject: S{subject:04d}", f"night: {night + 1}", "synthetic: multiview_app",
-                                        *([f"generator: {provenance}"] if provenance else [])])
+    paths = write_wfdb_record(
+        out_dir,
+        record,
+        night_data.signals,
+        fs,
+        notes,
+        comments=[
+            f"subject: S{subject:04d}",
+            f"night: {night + 1}",
+            "synthetic: multiview_app",
+            *([f"generator: {provenance}"] if provenance else []),
+        ],
+    )
     return paths, stages
 
 
@@ -976,16 +1109,35 @@ def _synth_recording(job: tuple[Path, int, int, str, float, int, int, float | No
     stream is seeded by ``(seed, subject[, night])``, so a night's bytes do not depend on which process writes it."""
     out, subject, night, fmt, hours, seed, compress, record_hours = job
     traits = SubjectTraits.sample(np.random.default_rng([seed, subject])).with_cohort(
-        WRITER_COHORT[fmt], np.random.default_rng([seed, subject, COHORT_STREAM]))
+        WRITER_COHORT[fmt], np.random.default_rng([seed, subject, COHORT_STREAM])
+    )
     rng = np.random.default_rng([seed, subject, night, 1])
-    paths, _ = WRITERS[fmt](out, subject, night, hours, traits, rng, compress, record_hours=record_hours,
-                            provenance=provenance_text(seed, subject, night + 1))
+    paths, _ = WRITERS[fmt](
+        out,
+        subject,
+        night,
+        hours,
+        traits,
+        rng,
+        compress,
+        record_hours=record_hours,
+        provenance=provenance_text(seed, subject, night + 1),
+    )
     return list(paths)
 
 
-def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: float = 9.0,
-              seed: int = 0, progress: bool = True, compress: int = 1,
-              record_hours: float | None = None, workers: int = 1) -> list[Path]:
+def synth_psg(
+    out_dir: str | Path,
+    subjects: int,
+    nights: int,
+    fmt: str,
+    hours: float = 9.0,
+    seed: int = 0,
+    progress: bool = True,
+    compress: int = 1,
+    record_hours: float | None = None,
+    workers: int = 1,
+) -> list[Path]:
     """Write ``subjects x nights`` synthetic recordings in ``fmt`` ("sleep-edf" | "physionet2018")
     of ``hours``-long nights, or ``compress``-times shorter excerpts with their stage proportions.
     ``record_hours`` (sleep-edf): pad each recording with wake to that length (0: no padding;
@@ -996,8 +1148,10 @@ def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: 
     if fmt not in WRITERS:
         raise ValueError(f"--format: unknown '{fmt}'; available: {', '.join(WRITERS)}")
     if subjects < 1 or nights < 1 or hours <= 0 or compress < 1 or workers < 1:
-        raise ValueError(f"synth-psg: --subjects, --nights, --hours, --compress and --workers must be positive "
-                         f"(got {subjects}, {nights}, {hours}, {compress}, {workers})")
+        raise ValueError(
+            f"synth-psg: --subjects, --nights, --hours, --compress and --workers must be positive "
+            f"(got {subjects}, {nights}, {hours}, {compress}, {workers})"
+        )
     if fmt == "sleep-edf" and (subjects > 99 or nights > 2):
         raise ValueError("synth-psg: the Sleep-EDF naming SC4ssN allows at most 99 subjects and 2 nights")
     if record_hours is not None and (record_hours < 0 or fmt != "sleep-edf"):
@@ -1022,5 +1176,13 @@ def synth_psg(out_dir: str | Path, subjects: int, nights: int, fmt: str, hours: 
     return [path for paths in done for path in paths]
 
 
-__all__ = ["STAGES", "SubjectTraits", "synth_hypnogram", "synth_night", "synth_psg", "write_edf",
-           "write_wfdb_record", "hypnogram_annotations"]
+__all__ = [
+    "STAGES",
+    "SubjectTraits",
+    "synth_hypnogram",
+    "synth_night",
+    "synth_psg",
+    "write_edf",
+    "write_wfdb_record",
+    "hypnogram_annotations",
+]

@@ -2,6 +2,7 @@
 (random channel groups averaged or stacked as input channels, Brüsch et al. 2023), random
 temporal crops and signal augmentations (``augment.py``: amplitude scaling, time shift, additive
 noise, band-stop)."""
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -23,8 +24,10 @@ def stacked_group_size(channels: int, k: int) -> int:
     """Channels per view of ``channel_split: stacked`` (= the encoder's ``in_channels``); the
     channels must split into k equal groups."""
     if k < 2 or channels % k:
-        raise ValueError(f"views.options.channel_split = stacked needs k >= 2 equal channel groups: views.k = {k} "
-                         f"does not divide the {channels} channels")
+        raise ValueError(
+            f"views.options.channel_split = stacked needs k >= 2 equal channel groups: views.k = {k} "
+            f"does not divide the {channels} channels"
+        )
     return channels // k
 
 
@@ -70,16 +73,19 @@ class ChannelViews(ViewPolicy):
         bipolar: dict[str, list[str]] | None = None
 
         @model_validator(mode="after")
-        def _ranges(self) -> "ChannelViews.Options":
+        def _ranges(self) -> ChannelViews.Options:
             for name, pair in (self.bipolar or {}).items():
                 check_bipolar_pair(name, pair)
             if self.amplitude_scale is not None and not 0 < self.amplitude_scale[0] <= self.amplitude_scale[1]:
-                raise ValueError(f"views.options.amplitude_scale: expected [low, high] with 0 < low <= high, "
-                                 f"got {list(self.amplitude_scale)}")
+                raise ValueError(
+                    f"views.options.amplitude_scale: expected [low, high] with 0 < low <= high, "
+                    f"got {list(self.amplitude_scale)}"
+                )
             low, high = self.band_stop_range
             if not 0 <= low <= high:
-                raise ValueError(f"views.options.band_stop_range: expected [low, high] Hz with 0 <= low <= high, "
-                                 f"got {[low, high]}")
+                raise ValueError(
+                    f"views.options.band_stop_range: expected [low, high] Hz with 0 <= low <= high, got {[low, high]}"
+                )
             return self
 
     def __init__(self, k: int, options: Options, adapter: DataAdapter) -> None:
@@ -88,15 +94,19 @@ class ChannelViews(ViewPolicy):
         self.channel_names = list(options.channels or available)
         missing = [c for c in self.channel_names if c not in available]
         if missing:
-            raise ValueError(f"views.options.channels: {missing} not provided by the data; available: {', '.join(available)}")
+            raise ValueError(
+                f"views.options.channels: {missing} not provided by the data; available: {', '.join(available)}"
+            )
         self.channel_index = [available.index(c) for c in self.channel_names]
         self._index_on: dict[torch.device, torch.Tensor] = {}
         self.bipolar_pairs: list[tuple[int, int]] = []  # (minuend, subtrahend) indices into the data's channels
         for name, pair in (options.bipolar or {}).items():
             absent = [c for c in pair if c not in available]
             if absent:
-                raise ValueError(f"views.options.bipolar.{name}: channel(s) {absent} not provided by the data; "
-                                 f"available: {', '.join(available)}")
+                raise ValueError(
+                    f"views.options.bipolar.{name}: channel(s) {absent} not provided by the data; "
+                    f"available: {', '.join(available)}"
+                )
             if name in self.channel_names:
                 raise ValueError(f"views.options.bipolar.{name}: already a channel of the data; pick another name")
             self.bipolar_pairs.append((available.index(pair[0]), available.index(pair[1])))
@@ -112,8 +122,10 @@ class ChannelViews(ViewPolicy):
         self.crop_samples = None if options.crop_seconds is None else int(round(options.crop_seconds * sfreq))
         self.shift_samples = 0 if options.time_shift_seconds is None else int(round(options.time_shift_seconds * sfreq))
         if options.band_stop_hz is not None and options.band_stop_range[1] > sfreq / 2:
-            raise ValueError(f"views.options.band_stop_range: {options.band_stop_range[1]:g} Hz is above the "
-                             f"Nyquist frequency of the data ({sfreq / 2:g} Hz)")
+            raise ValueError(
+                f"views.options.band_stop_range: {options.band_stop_range[1]:g} Hz is above the "
+                f"Nyquist frequency of the data ({sfreq / 2:g} Hz)"
+            )
         window_seconds = getattr(adapter, "window_seconds", None)
         if options.crop_seconds is not None and window_seconds is not None and options.crop_seconds > window_seconds:
             raise ValueError(
@@ -144,15 +156,16 @@ class ChannelViews(ViewPolicy):
         if self.options.channel_split != "stacked":
             return [[name] for name in self.channel_names]
         g = self.group_size
-        return [self.channel_names[i:i + g] for i in range(0, len(self.channel_names), g)]
+        return [self.channel_names[i : i + g] for i in range(0, len(self.channel_names), g)]
 
     def _crop(self, view: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """``(n, T)`` or ``(n, g, T)`` -> the same with ``T' = crop_samples`` (one start per item)."""
         n, length = view.shape[0], view.shape[-1]
         if self.crop_samples is None or self.crop_samples >= length:
             return view
-        starts = torch.randint(0, length - self.crop_samples + 1, (n, 1), generator=generator,
-                               device=draw_device(generator, view.device)).to(view.device)
+        starts = torch.randint(
+            0, length - self.crop_samples + 1, (n, 1), generator=generator, device=draw_device(generator, view.device)
+        ).to(view.device)
         return augment.gather_time(view, starts + torch.arange(self.crop_samples, device=view.device)[None])
 
     def _augment(self, view: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -195,10 +208,11 @@ class ChannelViews(ViewPolicy):
         if self.options.channel_split == "stacked":
             groups = self.eval_groups()
             g = self.group_size
-            views = [x[:, i * g:(i + 1) * g] for i in range(len(groups))]
+            views = [x[:, i * g : (i + 1) * g] for i in range(len(groups))]
             return ViewBatch(views, ["eeg"] * len(groups), [GROUP_SEPARATOR.join(m) for m in groups], labels, meta)
-        return ViewBatch([x[:, i] for i in range(x.shape[1])], ["eeg"] * x.shape[1], list(self.channel_names),
-                         labels, meta)
+        return ViewBatch(
+            [x[:, i] for i in range(x.shape[1])], ["eeg"] * x.shape[1], list(self.channel_names), labels, meta
+        )
 
 
 def staging_views(views_cfg: Any, adapter: DataAdapter) -> ChannelViews:

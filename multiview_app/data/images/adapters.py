@@ -10,14 +10,16 @@ drawn with :func:`stratified_split` (seed 0, ``test_fraction`` of every class, d
 ``val_fraction > 0`` adds a ``val`` split: a fixed stratified part of train (seed 1, that share of
 every class of train), which then no longer trains; hyperparameter search scores on it.
 """
+
 from __future__ import annotations
 
 import io
 import os
 import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,8 +27,8 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 from pydantic import Field
 from torch.utils.data import Dataset
-from ...console import progress
 
+from ...console import progress
 from ..adapters import ADAPTERS, AdapterOptions, DataAdapter
 from ..hf_local import load_local_splits
 
@@ -82,7 +84,9 @@ class LazyImageFileDataset(Dataset):
             with Image.open(path) as img:
                 x = to_uint8_rgb(img, self.load_size)
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
-            raise ValueError(f"image '{path}' passed the scan but cannot be decoded: {type(err).__name__}: {err}") from None
+            raise ValueError(
+                f"image '{path}' passed the scan but cannot be decoded: {type(err).__name__}: {err}"
+            ) from None
         return {"x": x, "label": int(self.labels[i]), "index": int(i), "source": path}
 
 
@@ -155,7 +159,9 @@ def decode_images(
     """
     report = DecodeReport([], [], [], [])
     verb = "decoding" if preload else "checking"
-    for source, label, open_fn in progress(entries, total=total, desc=f"{verb} {what}", leave=False, disable=total < 2000):
+    for source, label, open_fn in progress(
+        entries, total=total, desc=f"{verb} {what}", leave=False, disable=total < 2000
+    ):
         try:
             with open_fn() as img:
                 if preload:
@@ -292,7 +298,9 @@ class ImageFolderAdapter(SplitImageAdapter):
 
     class Options(ImageOptions):
         root: str = Field(..., description="folder with <class>/<image> (or train/ and test/ subfolders)")
-        max_bad_fraction: float = Field(0.05, ge=0.0, le=1.0, description="largest tolerated share of unreadable images")
+        max_bad_fraction: float = Field(
+            0.05, ge=0.0, le=1.0, description="largest tolerated share of unreadable images"
+        )
         extensions: list[str] = Field(default_factory=lambda: list(IMAGE_EXTENSIONS))
         preload: bool = Field(True, description="decode all images into memory now (else verify now, decode on access)")
 
@@ -317,8 +325,12 @@ class ImageFolderAdapter(SplitImageAdapter):
         label_of = {name: i for i, name in enumerate(self.class_names)}
         entries = [(str(p), label_of[c], _open_path(p)) for c, paths in classes.items() for p in paths]
         return decode_images(
-            entries, len(entries), self.options.load_size, f"image folder '{what}'",
-            self.options.max_bad_fraction, preload=self.options.preload,
+            entries,
+            len(entries),
+            self.options.load_size,
+            f"image folder '{what}'",
+            self.options.max_bad_fraction,
+            preload=self.options.preload,
         )
 
 
@@ -346,7 +358,9 @@ class HFImageFolderAdapter(SplitImageAdapter):
         if not data_dir.is_dir():
             raise ValueError(f"hf_imagefolder data_dir '{data_dir}' does not exist (data.options.data_dir)")
         splits = load_local_splits(
-            data_dir, adapter="hf_imagefolder", cache_dir=options.cache_dir,
+            data_dir,
+            adapter="hf_imagefolder",
+            cache_dir=options.cache_dir,
             expected="a local imagefolder layout <split>/<class>/<image> or <class>/<image>",
         )
         if "image" not in splits["train"].column_names:
@@ -374,7 +388,9 @@ class HFImageFolderAdapter(SplitImageAdapter):
                 else:
                     yield source, label, _open_path(Path(image["path"]))
 
-        return decode_images(entries(), len(ds), self.options.load_size, f"hf_imagefolder '{what}'", self.options.max_bad_fraction)
+        return decode_images(
+            entries(), len(ds), self.options.load_size, f"hf_imagefolder '{what}'", self.options.max_bad_fraction
+        )
 
 
 __all__ = [

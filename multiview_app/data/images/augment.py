@@ -29,6 +29,7 @@ Pseudocode 1 ``simclr``), ``byol_global1`` / ``byol_global2`` (M3G Pseudocode 1)
 (resize to ``image_size / 0.875``, center crop, normalize). The blur kernel is 23 px at 224 px
 and scales with the image size: ``odd(0.1 * image_size)`` (3 px at 32 px).
 """
+
 from __future__ import annotations
 
 import functools
@@ -110,7 +111,7 @@ class AugmentParams:
     sigma: torch.Tensor
     solarize: torch.Tensor
 
-    def select(self, index: int) -> "AugmentParams":
+    def select(self, index: int) -> AugmentParams:
         """Parameters of sample ``index`` only (n = 1), for tests and debugging."""
         return AugmentParams(**{f.name: getattr(self, f.name)[index : index + 1] for f in fields(self)})
 
@@ -130,8 +131,13 @@ def _bernoulli(n: int, p: float, generator: torch.Generator | None) -> torch.Ten
 
 
 def sample_crop_boxes(
-    n: int, height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float],
-    generator: torch.Generator | None, attempts: int = 10,
+    n: int,
+    height: int,
+    width: int,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    generator: torch.Generator | None,
+    attempts: int = 10,
 ) -> torch.Tensor:
     """Per-sample ``RandomResizedCrop`` boxes ``(n, 4)`` (x1, y1, x2, y2), torchvision's algorithm.
 
@@ -167,9 +173,7 @@ def sample_crop_boxes(
     return torch.stack([left, top, left + w, top + h], dim=1).float()
 
 
-def sample_params(
-    spec: StackSpec, n: int, height: int, width: int, generator: torch.Generator | None
-) -> AugmentParams:
+def sample_params(spec: StackSpec, n: int, height: int, width: int, generator: torch.Generator | None) -> AugmentParams:
     """Draw every per-sample parameter of ``spec`` for ``n`` images of ``height x width``.
 
     All parameters are always drawn (even for ops with p = 0) so that the random stream does not
@@ -276,7 +280,9 @@ def gaussian_blur(x: torch.Tensor, kernel_size: int, sigma: torch.Tensor) -> tor
     grid = torch.linspace(-half, half, kernel_size, device=x.device, dtype=x.dtype)
     s = sigma.to(device=x.device, dtype=x.dtype).view(n, 1)
     kernel = torch.softmax(-0.5 * (grid / s) ** 2, dim=1)  # (n, K) normalized gaussians
-    kernel = kernel[:, None].expand(n, c, kernel_size).reshape(n * c, kernel_size)  # (n*c, K): image i's kernel per channel
+    kernel = (
+        kernel[:, None].expand(n, c, kernel_size).reshape(n * c, kernel_size)
+    )  # (n*c, K): image i's kernel per channel
     pad = kernel_size // 2
     y = F.pad(x.reshape(1, n * c, h, w), (pad, pad, pad, pad), mode="reflect")
     y = F.conv2d(y, kernel.view(n * c, 1, 1, kernel_size), groups=n * c)
@@ -327,7 +333,9 @@ def resized_crop(x: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tenso
         rows = torch.nonzero(shrink).flatten()
         if len(rows):
             rois = torch.cat([torch.arange(len(rows), device=x.device, dtype=x.dtype)[:, None], boxes[rows]], dim=1)
-            out[rows] = roi_align(x[rows], rois, output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True)
+            out[rows] = roi_align(
+                x[rows], rois, output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True
+            )
         return out
     rois = torch.cat([torch.arange(n, device=x.device, dtype=x.dtype)[:, None], boxes], dim=1)
     shrunk = roi_align(x, rois, output_size=(size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True)
@@ -370,7 +378,7 @@ def _color_jitter(x: torch.Tensor, p: AugmentParams) -> torch.Tensor:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _per_channel(values: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """``(C, 1, 1)`` constants on ``device``, made once per device and dtype (a tensor built from a Python
     list on a GPU is a blocking host-to-device copy)."""
@@ -388,7 +396,9 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
     return images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()
 
 
-def apply_params(x: torch.Tensor, spec: StackSpec, params: AugmentParams, image_size: int, normalize_output: bool = True) -> torch.Tensor:
+def apply_params(
+    x: torch.Tensor, spec: StackSpec, params: AugmentParams, image_size: int, normalize_output: bool = True
+) -> torch.Tensor:
     """Apply ``params`` of ``spec`` to float images ``(n, 3, H, W)`` in [0, 1] -> ``(n, 3, S, S)``.
 
     Per-sample masks select what each image gets; an op whose probability in ``spec`` is 0 (so its
@@ -416,7 +426,9 @@ def test_transform(images: torch.Tensor, image_size: int, normalize_output: bool
     return normalize(x) if normalize_output else x
 
 
-def customized(spec: StackSpec, crop_scale: tuple[float, float] | None = None, jitter_strength: float = 1.0) -> StackSpec:
+def customized(
+    spec: StackSpec, crop_scale: tuple[float, float] | None = None, jitter_strength: float = 1.0
+) -> StackSpec:
     """``spec`` with another crop scale range and/or color-jitter strengths scaled by ``jitter_strength``
     (poly-view App. F.3 varies both; 1.0 = the paper's stack)."""
     return replace(

@@ -1,4 +1,5 @@
 """The ``augment`` view policy: k augmented views of every image (per-view augmentation stacks)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,7 +31,9 @@ class AugmentPolicy(ViewPolicy):
         crop_scale: tuple[float, float] | None = Field(
             None, description="override of every stack's RandomResizedCrop scale range (default (0.08, 1.0))"
         )
-        jitter_strength: float = Field(1.0, ge=0.0, le=4.0, description="multiplies every stack's color-jitter strengths")
+        jitter_strength: float = Field(
+            1.0, ge=0.0, le=4.0, description="multiplies every stack's color-jitter strengths"
+        )
 
         @field_validator("crop_scale")
         @classmethod

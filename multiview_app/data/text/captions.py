@@ -15,6 +15,7 @@ domain's rendering (``"a thick handwritten seven, inverted"``, ``"... sketched a
 keeps the domain folder's train / test split (by digit) and writes ``train.tsv`` / ``test.tsv`` +
 ``images/`` and ``shards/{train,test}-*.tar``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,8 +26,9 @@ import re
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 from PIL import Image
@@ -176,7 +178,9 @@ def _domain_split_rows(domains_dir: Path, domains: Sequence[str]) -> dict[str, l
                     continue
                 rel, _, label = line.strip().rpartition(" ")
                 if not rel or not label.isdigit() or not 0 <= int(label) < len(DIGIT_WORDS):
-                    raise ValueError(f"{listing}:{number}: expected '<domain>/<class>/<file> <digit 0-9>', got {line.strip()!r}")
+                    raise ValueError(
+                        f"{listing}:{number}: expected '<domain>/<class>/<file> <digit 0-9>', got {line.strip()!r}"
+                    )
                 rows[split].append((domain, rel, int(label)))
     return rows
 
@@ -186,20 +190,28 @@ def present_domains(domains_dir: str | Path, wanted: Sequence[str] | None = None
     of which must be present). Errors name the folder and what is missing."""
     root = Path(domains_dir).expanduser()
     if not root.is_dir():
-        raise ValueError(f"digit-domain folder '{root}' does not exist (data.options.domains_dir; "
-                         "write it with `mvapp data synth-domains --out DIR`)")
+        raise ValueError(
+            f"digit-domain folder '{root}' does not exist (data.options.domains_dir; "
+            "write it with `mvapp data synth-domains --out DIR`)"
+        )
     found = [d for d in DOMAIN_RENDERINGS if all((root / f"{d}_{s}.txt").is_file() for s in ("train", "test"))]
     if wanted is None:
         if not found:
-            raise ValueError(f"digit-domain folder '{root}' holds no <domain>_train.txt / <domain>_test.txt "
-                             f"for any of {', '.join(DOMAIN_RENDERINGS)}")
+            raise ValueError(
+                f"digit-domain folder '{root}' holds no <domain>_train.txt / <domain>_test.txt "
+                f"for any of {', '.join(DOMAIN_RENDERINGS)}"
+            )
         return found
     unknown = [d for d in wanted if d not in DOMAIN_RENDERINGS]
     if unknown:
-        raise ValueError(f"unknown digit domain(s) {', '.join(unknown)} (data.options.domains); valid: {', '.join(DOMAIN_RENDERINGS)}")
+        raise ValueError(
+            f"unknown digit domain(s) {', '.join(unknown)} (data.options.domains); valid: {', '.join(DOMAIN_RENDERINGS)}"
+        )
     missing = [d for d in wanted if d not in found]
     if missing:
-        raise ValueError(f"digit-domain folder '{root}' lacks the split files of {', '.join(missing)} (data.options.domains)")
+        raise ValueError(
+            f"digit-domain folder '{root}' lacks the split files of {', '.join(missing)} (data.options.domains)"
+        )
     return list(wanted)
 
 
@@ -214,8 +226,9 @@ def domains_fingerprint(domains_dir: str | Path, domains: Sequence[str]) -> str:
     return digest.hexdigest()[:12]
 
 
-def write_domain_digit_pairs(domains_dir: str | Path, out_dir: str | Path, domains: Sequence[str] | None = None,
-                             samples_per_shard: int = 500) -> Path:
+def write_domain_digit_pairs(
+    domains_dir: str | Path, out_dir: str | Path, domains: Sequence[str] | None = None, samples_per_shard: int = 500
+) -> Path:
     """Caption the images of a ``synth-domains`` folder (see module docstring) into ``out_dir``:
     ``images/<domain>/<class>/<file>`` (hard links, else copies), ``train.tsv`` / ``test.tsv``
     (columns ``filepath``, ``title``, ``label``, ``domain``; one row per caption) and
@@ -248,7 +261,9 @@ def write_domain_digit_pairs(domains_dir: str | Path, out_dir: str | Path, domai
                         shutil.copyfile(source, target)
                     match = _DOMAIN_FILE.search(rel)
                     index = int(match.group(1)) if match else -1
-                    stroke = strokes[index] if 0 <= index < len(strokes) and int(digits.target[index]) == label else None
+                    stroke = (
+                        strokes[index] if 0 <= index < len(strokes) and int(digits.target[index]) == label else None
+                    )
                     caps = domain_digit_captions(label, stroke, domain)
                     for caption in caps:
                         writer.writerow([f"images/{rel}", caption, label, domain])
@@ -260,10 +275,15 @@ def write_domain_digit_pairs(domains_dir: str | Path, out_dir: str | Path, domai
             write_shards(samples, tmp / "shards", samples_per_shard, prefix=split)
             counts[split] = per_domain
         if missing:
-            warnings.warn(f"digit-domain folder '{root}': skipped {len(missing)} listed image(s) that do not exist, "
-                          f"first: {missing[0]}", stacklevel=3)
-        atomic_write_json(tmp / "manifest.json", {"domains_dir": str(root), "domains": chosen, "images": counts,
-                                                  "missing_images": len(missing)})
+            warnings.warn(
+                f"digit-domain folder '{root}': skipped {len(missing)} listed image(s) that do not exist, "
+                f"first: {missing[0]}",
+                stacklevel=3,
+            )
+        atomic_write_json(
+            tmp / "manifest.json",
+            {"domains_dir": str(root), "domains": chosen, "images": counts, "missing_images": len(missing)},
+        )
 
     return _build_folder(Path(out_dir).expanduser(), build)
 
@@ -279,19 +299,31 @@ class DigitCaptionsAdapter(PairAdapter):
         format: Literal["csv", "wds"] = "csv"
         cache_dir: str = Field(DEFAULT_CACHE, description="where the rendered set is written (once)")
         render_size: int = Field(32, ge=8, le=256, description="side of the written PNGs")
-        domains_dir: str | None = Field(None, description="a `mvapp data synth-domains` folder: caption its images instead")
-        domains: list[str] | None = Field(None, description="with domains_dir: these domains only (default: all present)")
+        domains_dir: str | None = Field(
+            None, description="a `mvapp data synth-domains` folder: caption its images instead"
+        )
+        domains: list[str] | None = Field(
+            None, description="with domains_dir: these domains only (default: all present)"
+        )
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)
-        common = {"load_size": options.load_size, "test_fraction": options.test_fraction,
-                  "max_bad_fraction": options.max_bad_fraction}
+        common = {
+            "load_size": options.load_size,
+            "test_fraction": options.test_fraction,
+            "max_bad_fraction": options.max_bad_fraction,
+        }
         if options.domains_dir is not None:
             chosen = present_domains(options.domains_dir, options.domains)
-            folder = Path(options.cache_dir).expanduser() / f"domains-{domains_fingerprint(options.domains_dir, chosen)}"
+            folder = (
+                Path(options.cache_dir).expanduser() / f"domains-{domains_fingerprint(options.domains_dir, chosen)}"
+            )
             write_domain_digit_pairs(options.domains_dir, folder, chosen)
             csv_files = {"csv": str(folder / "train.tsv"), "test_csv": str(folder / "test.tsv")}
-            shards = {"shards": str(folder / "shards" / "train-*.tar"), "test_shards": str(folder / "shards" / "test-*.tar")}
+            shards = {
+                "shards": str(folder / "shards" / "train-*.tar"),
+                "test_shards": str(folder / "shards" / "test-*.tar"),
+            }
         else:
             if options.domains is not None:
                 raise ValueError("data.options.domains needs data.options.domains_dir (a synth-domains folder)")
@@ -304,7 +336,9 @@ class DigitCaptionsAdapter(PairAdapter):
             if inner.class_names != [str(d) for d in range(10)]:
                 raise ValueError(f"{csv_files['csv']}: label column holds {inner.class_names}, expected 0..9")
         else:
-            inner = PairsWebDatasetAdapter(PairsWebDatasetAdapter.Options(class_names=list(DIGIT_WORDS), **shards, **common))
+            inner = PairsWebDatasetAdapter(
+                PairsWebDatasetAdapter.Options(class_names=list(DIGIT_WORDS), **shards, **common)
+            )
         self.class_names = list(DIGIT_WORDS)  # both readers give labels 0..9 in digit order
         self.report = inner.report
         self._split_cache = {"train": inner.split("train"), "test": inner.split("test")}
@@ -312,6 +346,14 @@ class DigitCaptionsAdapter(PairAdapter):
 
 
 __all__ = [
-    "DIGIT_WORDS", "DOMAIN_RENDERINGS", "DigitCaptionsAdapter", "digit_captions", "domain_digit_captions",
-    "present_domains", "render_digits", "stroke_words", "write_digit_pairs", "write_domain_digit_pairs",
+    "DIGIT_WORDS",
+    "DOMAIN_RENDERINGS",
+    "DigitCaptionsAdapter",
+    "digit_captions",
+    "domain_digit_captions",
+    "present_domains",
+    "render_digits",
+    "stroke_words",
+    "write_digit_pairs",
+    "write_domain_digit_pairs",
 ]

@@ -10,15 +10,17 @@ Bad input is skipped and counted in ``adapter.report`` (and warned about): rows 
 caption, images without any caption, unreadable / missing image files (error above
 ``max_bad_fraction``). Wrong column names and non-UTF-8 CSV files are one clear error.
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import os
 import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -93,7 +95,9 @@ class PairCollector:
             else:
                 self.report["empty_captions"] += 1
 
-    def decode(self, load_size: int, max_bad_fraction: float, preload: bool = True) -> tuple[PairDataset, dict[str, int]]:
+    def decode(
+        self, load_size: int, max_bad_fraction: float, preload: bool = True
+    ) -> tuple[PairDataset, dict[str, int]]:
         """Decode the images (skip + count unreadable / missing ones) -> dataset and report."""
         keep = [s for s in self.order if self.captions[s]]
         report = dict(self.report, images_without_caption=len(self.order) - len(keep))
@@ -107,9 +111,16 @@ class PairCollector:
         report["images"] = len(images)
         report["captions"] = sum(len(self.captions[s]) for s in images.sources)
         dataset = PairDataset(images, [CAPTION_SEPARATOR.join(self.captions[s]) for s in images.sources])
-        skipped = {k: v for k, v in report.items() if k in ("empty_captions", "images_without_caption", "unreadable_images") and v}
+        skipped = {
+            k: v
+            for k, v in report.items()
+            if k in ("empty_captions", "images_without_caption", "unreadable_images") and v
+        }
         if skipped:
-            warnings.warn(f"{self.what}: skipped " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items()), stacklevel=3)
+            warnings.warn(
+                f"{self.what}: skipped " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items()),
+                stacklevel=3,
+            )
         return dataset, report
 
 
@@ -121,7 +132,9 @@ def subset_pairs(ds: PairDataset, indices: np.ndarray) -> PairDataset:
 class PairOptions(ImageOptions):
     """Options shared by the pair adapters."""
 
-    max_bad_fraction: float = Field(0.05, ge=0.0, le=1.0, description="largest tolerated share of unreadable / missing images")
+    max_bad_fraction: float = Field(
+        0.05, ge=0.0, le=1.0, description="largest tolerated share of unreadable / missing images"
+    )
 
 
 class PairAdapter(DataAdapter):
@@ -164,7 +177,9 @@ def read_csv_rows(path: Path, separator: str, required: Sequence[str]) -> list[d
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
-        raise ValueError(f"pairs CSV '{path}' is not UTF-8 text: byte {err.start} (line {line}) is {raw[err.start:err.start + 1]!r}") from None
+        raise ValueError(
+            f"pairs CSV '{path}' is not UTF-8 text: byte {err.start} (line {line}) is {raw[err.start : err.start + 1]!r}"
+        ) from None
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=separator)
     columns = reader.fieldnames or []
     missing = [c for c in required if c not in columns]
@@ -212,7 +227,9 @@ class PairsCSVAdapter(PairAdapter):
                 image_path = root / (row[options.img_key] or "")
                 label = label_of[row[options.label_key]] if options.label_key else -1
                 collector.add(str(image_path), row[options.caption_key], label, _open_file(image_path))
-            datasets[split], self.report[split] = collector.decode(options.load_size, options.max_bad_fraction, options.preload)
+            datasets[split], self.report[split] = collector.decode(
+                options.load_size, options.max_bad_fraction, options.preload
+            )
         if "test" in datasets:
             self._set_splits(datasets["train"], datasets["test"])
         else:
@@ -242,7 +259,11 @@ class PairsHFAdapter(PairAdapter):
         if not path.is_dir():
             raise ValueError(f"pairs_hf path '{path}' is not a folder (data.options.path)")
         splits = load_local_splits(
-            path, adapter="pairs_hf", image_column=options.image_column, cache_dir=options.cache_dir, save_to_disk=True,
+            path,
+            adapter="pairs_hf",
+            image_column=options.image_column,
+            cache_dir=options.cache_dir,
+            save_to_disk=True,
             expected="a save_to_disk folder or an imagefolder with metadata.csv / metadata.jsonl",
         )
         columns = splits["train"].column_names
@@ -260,11 +281,15 @@ class PairsHFAdapter(PairAdapter):
                 self.class_names = list(feature.names)
                 label_of = {i: i for i in range(len(self.class_names))}
             else:
-                self.class_names, label_of = _label_ids(str(v) for ds in splits.values() for v in ds[options.label_column])
+                self.class_names, label_of = _label_ids(
+                    str(v) for ds in splits.values() for v in ds[options.label_column]
+                )
         datasets = {}
         for split in ("train", "test"):
             if split in splits:
-                datasets[split], self.report[split] = self._collect(splits[split], f"pairs_hf '{path}' [{split}]", label_of)
+                datasets[split], self.report[split] = self._collect(
+                    splits[split], f"pairs_hf '{path}' [{split}]", label_of
+                )
         if "test" in datasets:
             self._set_splits(datasets["train"], datasets["test"])
         else:
@@ -279,13 +304,17 @@ class PairsHFAdapter(PairAdapter):
                 data, source = image.get("bytes"), image.get("path") or what
                 if data is not None:  # embedded bytes: one image per row (file names may repeat)
                     source = f"{source}#row{row_number}"
-                    open_fn: Callable[[], Image.Image] = lambda d=data: Image.open(io.BytesIO(d))
+
+                    def open_fn(d=data) -> Image.Image:
+                        return Image.open(io.BytesIO(d))
                 else:
                     open_fn = _open_file(Path(image["path"]))
             elif isinstance(image, str):
                 source, open_fn = image, _open_file(Path(image))
             else:
-                raise ValueError(f"{what}: column {o.image_column!r} holds {type(image).__name__}; expected an image or a path")
+                raise ValueError(
+                    f"{what}: column {o.image_column!r} holds {type(image).__name__}; expected an image or a path"
+                )
             label = -1
             if o.label_column:
                 value = row[o.label_column]

@@ -6,6 +6,7 @@ its base name): ``<key>.{png,jpg,jpeg,webp}`` (the image), ``<key>.txt`` (captio
 UTF-8) and optionally ``<key>.cls`` (integer class). Incomplete samples (no image or no caption, a
 non-UTF-8 caption, or a shard that ends mid-sample) are skipped and counted.
 """
+
 from __future__ import annotations
 
 import glob
@@ -13,9 +14,10 @@ import io
 import os
 import tarfile
 import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,8 +54,13 @@ class ShardReport:
     truncated_shards: list[str] = field(default_factory=list)  # shards that end mid-sample
 
     def as_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "incomplete_samples": self.incomplete, "non_utf8_captions": self.non_utf8,
-                "unreadable_images": self.unreadable, "truncated_shards": len(self.truncated_shards)}
+        return {
+            "samples": self.samples,
+            "incomplete_samples": self.incomplete,
+            "non_utf8_captions": self.non_utf8,
+            "unreadable_images": self.unreadable,
+            "truncated_shards": len(self.truncated_shards),
+        }
 
 
 def sample_key(member_name: str) -> tuple[str, str]:
@@ -193,8 +200,18 @@ class ShardPairStream(StreamingDataset):
     buffer, so a resumed stream continues exactly where the recorded position left it.
     """
 
-    def __init__(self, shards: Sequence[str], load_size: int, rank: int | None = None, world: int | None = None,
-                 *, seed: int = 0, shuffle_shards: bool = False, shuffle_buffer: int = 0, epochs: int | None = 1) -> None:
+    def __init__(
+        self,
+        shards: Sequence[str],
+        load_size: int,
+        rank: int | None = None,
+        world: int | None = None,
+        *,
+        seed: int = 0,
+        shuffle_shards: bool = False,
+        shuffle_buffer: int = 0,
+        epochs: int | None = 1,
+    ) -> None:
         if rank is None or world is None:
             rank, world = process_index()
         self.all_shards = list(shards)
@@ -267,25 +284,38 @@ class ShardPairStream(StreamingDataset):
                 except (OSError, ValueError, Image.DecompressionBombError):
                     self.report.unreadable += 1
                     continue
-                yield {"x": x, "captions": CAPTION_SEPARATOR.join(sample.captions), "label": sample.label,
-                       "index": offset, "source": f"{path}:{sample.key}",
-                       "stream_worker": worker, "stream_epoch": epoch, "stream_offset": offset}
+                yield {
+                    "x": x,
+                    "captions": CAPTION_SEPARATOR.join(sample.captions),
+                    "label": sample.label,
+                    "index": offset,
+                    "source": f"{path}:{sample.key}",
+                    "stream_worker": worker,
+                    "stream_epoch": epoch,
+                    "stream_offset": offset,
+                }
                 yielded += 1
             if yielded == 0 and skip == 0:
-                raise ValueError(f"process {self.rank} worker {worker}: no readable sample in the shards of epoch {epoch} "
-                                 f"({', '.join(self.epoch_shards(epoch, worker, num_workers))})")
+                raise ValueError(
+                    f"process {self.rank} worker {worker}: no readable sample in the shards of epoch {epoch} "
+                    f"({', '.join(self.epoch_shards(epoch, worker, num_workers))})"
+                )
             after = self.report.as_dict()
             skipped = ("incomplete_samples", "non_utf8_captions", "unreadable_images", "truncated_shards")
             if info is not None and any(after[key] != before[key] for key in skipped):
-                warnings.warn(f"shard stream (process {self.rank} worker {worker}, epoch {epoch}): skipped "
-                              f"{after['incomplete_samples'] - before['incomplete_samples']} incomplete samples, "
-                              f"{after['non_utf8_captions'] - before['non_utf8_captions']} non-UTF-8 captions, "
-                              f"{after['unreadable_images'] - before['unreadable_images']} unreadable images", stacklevel=2)
+                warnings.warn(
+                    f"shard stream (process {self.rank} worker {worker}, epoch {epoch}): skipped "
+                    f"{after['incomplete_samples'] - before['incomplete_samples']} incomplete samples, "
+                    f"{after['non_utf8_captions'] - before['non_utf8_captions']} non-UTF-8 captions, "
+                    f"{after['unreadable_images'] - before['unreadable_images']} unreadable images",
+                    stacklevel=2,
+                )
             epoch += 1
 
 
-def write_shards(samples: Iterable[ShardSample], out_dir: str | Path, samples_per_shard: int = 1000,
-                 prefix: str = "pairs") -> list[Path]:
+def write_shards(
+    samples: Iterable[ShardSample], out_dir: str | Path, samples_per_shard: int = 1000, prefix: str = "pairs"
+) -> list[Path]:
     """Write ``<prefix>-000000.tar, ...`` (each written to a temp name, then renamed)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -332,24 +362,38 @@ class PairsWebDatasetAdapter(PairAdapter):
         test_shards: str | list[str] | None = None
         class_names: list[str] = Field(default_factory=list)
         stream: bool = Field(False, description="stream the train shards (per-process / per-worker shard split)")
-        shuffle_buffer: int = Field(1000, ge=0, description="stream: samples in each worker's shuffle buffer (0 = shard order)")
-        shuffle_shards: bool = Field(True, description="stream: shuffle the shard list every epoch (seeded by train.seed)")
+        shuffle_buffer: int = Field(
+            1000, ge=0, description="stream: samples in each worker's shuffle buffer (0 = shard order)"
+        )
+        shuffle_shards: bool = Field(
+            True, description="stream: shuffle the shard list every epoch (seeded by train.seed)"
+        )
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)
         self.class_names = list(options.class_names)
         if options.stream and not options.test_shards:
-            raise ValueError("pairs_wds with stream: true needs test_shards (data.options.test_shards): the fixed "
-                             "train/test split would index every train sample")
-        specs = {"test": options.test_shards} if options.stream else \
-            {"train": options.shards} | ({"test": options.test_shards} if options.test_shards else {})
+            raise ValueError(
+                "pairs_wds with stream: true needs test_shards (data.options.test_shards): the fixed "
+                "train/test split would index every train sample"
+            )
+        specs = (
+            {"test": options.test_shards}
+            if options.stream
+            else {"train": options.shards} | ({"test": options.test_shards} if options.test_shards else {})
+        )
         datasets = {split: self._read_indexed(split, spec) for split, spec in specs.items()}
         labels = torch.cat([d.labels for d in datasets.values()])
         if not self.class_names and bool((labels >= 0).any()):
             self.class_names = [str(c) for c in range(int(labels.max()) + 1)]
         if options.stream:
-            stream = ShardPairStream(expand_shards(options.shards), options.load_size, shuffle_shards=options.shuffle_shards,
-                                     shuffle_buffer=options.shuffle_buffer, epochs=None)
+            stream = ShardPairStream(
+                expand_shards(options.shards),
+                options.load_size,
+                shuffle_shards=options.shuffle_shards,
+                shuffle_buffer=options.shuffle_buffer,
+                epochs=None,
+            )
             self._set_splits(stream, datasets["test"])  # type: ignore[arg-type]
         elif "test" in datasets:
             self._set_splits(datasets["train"], datasets["test"])

@@ -6,11 +6,13 @@ ids (``L = context_length``, zero-padded). Every distinct caption is encoded onc
 repeated captions (several views, several epochs) cost a dict lookup. Captions longer than the
 context are truncated (the last id stays the end token) and counted in ``tokenizer.truncated``.
 """
+
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

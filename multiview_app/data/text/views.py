@@ -6,6 +6,7 @@ tokenized to ``(n, L)`` int64 ids (modality ``text``, view name ``caption``). Ea
 views draw distinct captions while it has enough (a random permutation of its captions, cycled).
 Eval views: the ``test`` image view and the first caption (k = 2).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -17,7 +18,7 @@ from pydantic import Field, model_validator
 from ..adapters import DataAdapter
 from ..batch import ViewBatch, host_to_device
 from ..images.views import AugmentPolicy
-from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, host_generator, labels_and_meta
+from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, host_generator
 from .pairs import split_captions
 from .tokenize import TOKENIZERS, CaptionTokenizer, build_tokenizer
 
@@ -47,15 +48,19 @@ class PairsPolicy(ViewPolicy):
 
     class Options(PolicyOptions):
         text_views: int = Field(1, ge=1, description="caption views; the other k - text_views are image views")
-        tokenizer: str = Field("open_clip", description="caption tokenizer: open_clip or minilm (must match the text tower)")
-        context_length: int | None = Field(None, ge=3, le=512, description="token ids per caption (default: the tokenizer's)")
+        tokenizer: str = Field(
+            "open_clip", description="caption tokenizer: open_clip or minilm (must match the text tower)"
+        )
+        context_length: int | None = Field(
+            None, ge=3, le=512, description="token ids per caption (default: the tokenizer's)"
+        )
         stacks: str | list[str] | None = None
         image_size: int = Field(32, ge=8, le=1024)
         crop_scale: tuple[float, float] | None = None
         jitter_strength: float = Field(1.0, ge=0.0, le=4.0)
 
         @model_validator(mode="after")
-        def _known_tokenizer(self) -> "PairsPolicy.Options":
+        def _known_tokenizer(self) -> PairsPolicy.Options:
             if self.tokenizer not in TOKENIZERS:
                 raise ValueError(f"tokenizer: unknown {self.tokenizer!r}; available: {', '.join(TOKENIZERS.names())}")
             return self
@@ -67,7 +72,9 @@ class PairsPolicy(ViewPolicy):
         if self.image_views < 1:
             raise ValueError(f"views.options.text_views={options.text_views} leaves no image view for views.k={k}")
         image_options = AugmentPolicy.Options(
-            stacks=options.stacks, image_size=options.image_size, crop_scale=options.crop_scale,
+            stacks=options.stacks,
+            image_size=options.image_size,
+            crop_scale=options.crop_scale,
             jitter_strength=options.jitter_strength,
         )
         self.images = AugmentPolicy(self.image_views, image_options, adapter)
@@ -82,7 +89,9 @@ class PairsPolicy(ViewPolicy):
         if after > before and (after & (after - 1) == 0 or before.bit_length() != after.bit_length()):
             warnings.warn(
                 f"{after} distinct caption(s) so far are longer than the {self.tokenizer.name} context of "
-                f"{self.tokenizer.context_length} ids and were truncated (views.options.context_length)", stacklevel=2)
+                f"{self.tokenizer.context_length} ids and were truncated (views.options.context_length)",
+                stacklevel=2,
+            )
         return ids
 
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
@@ -95,7 +104,8 @@ class PairsPolicy(ViewPolicy):
             image_batch.views + text,
             image_batch.modalities + ["text"] * self.text_views,
             image_batch.view_names + ["caption"] * self.text_views,
-            image_batch.labels, image_batch.meta,
+            image_batch.labels,
+            image_batch.meta,
         )
 
     def eval_image_views(self, raw: dict[str, Any]) -> ViewBatch:

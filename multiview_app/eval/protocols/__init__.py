@@ -11,9 +11,11 @@ is computed by one code path wherever it is reported.
 Modules listed in ``PROTOCOL_MODULES`` are imported (so that they register) on the registry's first
 lookup; add new protocol modules there.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...registry import Registry
 

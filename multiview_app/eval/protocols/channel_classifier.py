@@ -5,6 +5,7 @@ stopping on a validation set.
 Input: per-channel features ``(N, C, F)`` (e.g. encoder outputs pooled into 4 time bins,
 ``F = out_dim * 4``), standardized with training statistics per (channel, feature).
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,8 +37,9 @@ class ChannelCombinationClassifier(nn.Module):
 class FittedChannelClassifier:
     """A trained :class:`ChannelCombinationClassifier` with its standardization; ``predict``."""
 
-    def __init__(self, model: ChannelCombinationClassifier, mean: np.ndarray, std: np.ndarray,
-                 classes: np.ndarray, epochs: int) -> None:
+    def __init__(
+        self, model: ChannelCombinationClassifier, mean: np.ndarray, std: np.ndarray, classes: np.ndarray, epochs: int
+    ) -> None:
         self.model, self.mean, self.std, self.classes, self.epochs = model, mean, std, classes, epochs
 
     def logits(self, x: np.ndarray) -> torch.Tensor:
@@ -49,8 +51,16 @@ class FittedChannelClassifier:
         return self.classes[self.logits(x).argmax(dim=1).numpy()]
 
 
-def fit_channel_classifier(x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarray, *, lr: float,
-                           weight_decay: float = 1e-2, seed: int = 0) -> FittedChannelClassifier:
+def fit_channel_classifier(
+    x: np.ndarray,
+    y: np.ndarray,
+    x_val: np.ndarray,
+    y_val: np.ndarray,
+    *,
+    lr: float,
+    weight_decay: float = 1e-2,
+    seed: int = 0,
+) -> FittedChannelClassifier:
     """AdamW on cross-entropy, mini-batches of 64, at most ``MAX_EPOCHS`` epochs; stops when the
     validation loss has not improved for ``PATIENCE`` epochs and keeps the best epoch's weights.
 

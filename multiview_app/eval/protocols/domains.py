@@ -20,15 +20,17 @@ the **target-labelled probe** (a probe fitted on the target's own ``train`` labe
 a reference for how linearly readable the target is). The probe is the shared standardized multinomial
 logistic regression (:func:`multiview_app.eval.protocols.probe.fit_linear_classifier`).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .probe import fit_linear_classifier
 from . import PROTOCOLS
+from .probe import fit_linear_classifier
 
 #: ``features(candidate, domain, split) -> (x (N, f), y (N,))``
 FeatureSource = Callable[[str, str, str], tuple[np.ndarray, np.ndarray]]
@@ -52,7 +54,9 @@ def seen_only(features: FeatureSource, seen: Sequence[str]) -> FeatureSource:
     return guarded
 
 
-def pooled(features: FeatureSource, candidate: str, domains: Sequence[str], split: str) -> tuple[np.ndarray, np.ndarray]:
+def pooled(
+    features: FeatureSource, candidate: str, domains: Sequence[str], split: str
+) -> tuple[np.ndarray, np.ndarray]:
     """``split`` of every domain of ``domains`` concatenated: ``x (sum N, f)``, ``y (sum N,)``."""
     parts = [features(candidate, d, split) for d in domains]
     return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
@@ -85,8 +89,14 @@ class ProbeFits:
         return self.fitted[key]
 
 
-def select(features: FeatureSource, candidates: Sequence[str], seen: Sequence[str], val_domains: Sequence[str],
-           Cs: Sequence[float], fits: ProbeFits | None = None) -> dict[str, Any]:
+def select(
+    features: FeatureSource,
+    candidates: Sequence[str],
+    seen: Sequence[str],
+    val_domains: Sequence[str],
+    Cs: Sequence[float],
+    fits: ProbeFits | None = None,
+) -> dict[str, Any]:
     """Grid over (candidate, ``C``): probe on the seen domains' pooled ``train``, scored on the pooled
     ``val`` of ``val_domains``. Returns ``{"candidate", "C", "val_accuracy", "grid": [{candidate, C,
     val_accuracy}, ...]}`` with the best pair (first best in candidate order, then ``C`` order).
@@ -99,21 +109,32 @@ def select(features: FeatureSource, candidates: Sequence[str], seen: Sequence[st
         for candidate in candidates:
             val = pooled(features, candidate, val_domains, "val")
             for C in Cs:
-                grid.append({"candidate": candidate, "C": float(C),
-                             "val_accuracy": accuracy(fits(features, candidate, seen, C), val)})
+                grid.append(
+                    {
+                        "candidate": candidate,
+                        "C": float(C),
+                        "val_accuracy": accuracy(fits(features, candidate, seen, C), val),
+                    }
+                )
     best = max(grid, key=lambda row: row["val_accuracy"])  # max keeps the first of equal scores
     return {**best, "grid": grid}
 
 
-def select_training_domain(features: FeatureSource, candidates: Sequence[str], seen: Sequence[str],
-                           Cs: Sequence[float] = DEFAULT_CS, fits: ProbeFits | None = None) -> dict[str, Any]:
+def select_training_domain(
+    features: FeatureSource,
+    candidates: Sequence[str],
+    seen: Sequence[str],
+    Cs: Sequence[float] = DEFAULT_CS,
+    fits: ProbeFits | None = None,
+) -> dict[str, Any]:
     """Training-domain validation: :func:`select` on the seen domains' ``val`` splits, through
     :func:`seen_only` (reading the target raises)."""
     return select(seen_only(features, seen), candidates, seen, seen, Cs, fits)
 
 
-def scores_at(features: FeatureSource, candidate: str, C: float, seen: Sequence[str], target: str,
-              fits: ProbeFits | None = None) -> dict[str, Any]:
+def scores_at(
+    features: FeatureSource, candidate: str, C: float, seen: Sequence[str], target: str, fits: ProbeFits | None = None
+) -> dict[str, Any]:
     """5-vs-1, 1-vs-1 and target-labelled-probe accuracies on the target's ``test`` split at one pair."""
     fits = ProbeFits() if fits is None else fits
     test = features(candidate, target, "test")
@@ -126,8 +147,15 @@ def scores_at(features: FeatureSource, candidate: str, C: float, seen: Sequence[
 
 
 @PROTOCOLS.register("leave-one-domain-out")
-def leave_one_domain_out(*, features: FeatureSource, candidates: Sequence[str], seen: Sequence[str], target: str,
-                         Cs: Sequence[float] = DEFAULT_CS, oracle: bool = True) -> dict[str, Any]:
+def leave_one_domain_out(
+    *,
+    features: FeatureSource,
+    candidates: Sequence[str],
+    seen: Sequence[str],
+    target: str,
+    Cs: Sequence[float] = DEFAULT_CS,
+    oracle: bool = True,
+) -> dict[str, Any]:
     """The protocol (module docstring). Returns ``{"model_selection", "selected": {candidate, C,
     val_accuracy}, "grid", "five_vs_one", "one_vs_one", "target_labelled_probe"}`` and, with ``oracle``,
     ``"oracle_selection": {"model_selection", "selected", "grid", "five_vs_one"}``."""
@@ -146,14 +174,27 @@ def leave_one_domain_out(*, features: FeatureSource, candidates: Sequence[str], 
         test = features(best["candidate"], target, "test")
         with threadpool_limits(1):
             five = accuracy(fits(features, best["candidate"], seen, best["C"]), test)
-        result["oracle_selection"] = {"model_selection": TEST_DOMAIN,
-                                      "selected": {k: best[k] for k in ("candidate", "C", "val_accuracy")},
-                                      "grid": best["grid"], "five_vs_one": five}
+        result["oracle_selection"] = {
+            "model_selection": TEST_DOMAIN,
+            "selected": {k: best[k] for k in ("candidate", "C", "val_accuracy")},
+            "grid": best["grid"],
+            "five_vs_one": five,
+        }
     return result
 
 
 __all__ = [
-    "DEFAULT_CS", "FeatureSource", "ProbeFits", "TEST_DOMAIN", "TRAINING_DOMAIN", "accuracy", "leave_one_domain_out",
-    "pooled", "probe_accuracy",
-    "scores_at", "select", "select_training_domain", "seen_only",
+    "DEFAULT_CS",
+    "FeatureSource",
+    "ProbeFits",
+    "TEST_DOMAIN",
+    "TRAINING_DOMAIN",
+    "accuracy",
+    "leave_one_domain_out",
+    "pooled",
+    "probe_accuracy",
+    "scores_at",
+    "select",
+    "select_training_domain",
+    "seen_only",
 ]

@@ -1,6 +1,7 @@
 """Linear probe and kNN on frozen features (standardized with train statistics): the ``linear-probe``
 and ``knn`` protocols, and the classifiers every evaluator fits (linear-probe, sleep-staging,
 domain-generalization)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,7 +28,9 @@ def mean_std(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "std": float(np.std(values))}
 
 
-def fit_linear_classifier(x: np.ndarray, y: np.ndarray, C: float = 1.0, max_iter: int = 1000, seed: int = 0) -> Pipeline:
+def fit_linear_classifier(
+    x: np.ndarray, y: np.ndarray, C: float = 1.0, max_iter: int = 1000, seed: int = 0
+) -> Pipeline:
     """Standardize (train statistics) + multinomial logistic regression on ``x (N, f)``, ``y (N,)``."""
     _check(x, y, "linear classifier")
     if len(np.unique(y)) < 2:
@@ -49,8 +52,15 @@ def _accuracy(classifier: Pipeline, x_test: np.ndarray, y_test: np.ndarray) -> f
 
 
 @PROTOCOLS.register("linear-probe")
-def linear_probe(train_features: np.ndarray, train_labels: np.ndarray, test_features: np.ndarray,
-                 test_labels: np.ndarray, C: float = 1.0, max_iter: int = 1000, seed: int = 0) -> dict[str, Any]:
+def linear_probe(
+    train_features: np.ndarray,
+    train_labels: np.ndarray,
+    test_features: np.ndarray,
+    test_labels: np.ndarray,
+    C: float = 1.0,
+    max_iter: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
     """``{"accuracy"}`` on ``test_features (M, f)`` of :func:`fit_linear_classifier` fitted on
     ``train_features (N, f)`` / ``train_labels (N,)`` (one BLAS thread, see :func:`probe_accuracies`)."""
     with threadpool_limits(1):
@@ -59,8 +69,13 @@ def linear_probe(train_features: np.ndarray, train_labels: np.ndarray, test_feat
 
 
 @PROTOCOLS.register("knn")
-def knn(train_features: np.ndarray, train_labels: np.ndarray, test_features: np.ndarray, test_labels: np.ndarray,
-        k: int = 20) -> dict[str, Any]:
+def knn(
+    train_features: np.ndarray,
+    train_labels: np.ndarray,
+    test_features: np.ndarray,
+    test_labels: np.ndarray,
+    k: int = 20,
+) -> dict[str, Any]:
     """``{"accuracy"}`` on ``test_features (M, f)`` of the standardized cosine kNN (distance-weighted,
     ``k`` capped at N) of ``train_features (N, f)`` / ``train_labels (N,)``; one BLAS thread."""
     with threadpool_limits(1):
@@ -68,8 +83,14 @@ def knn(train_features: np.ndarray, train_labels: np.ndarray, test_features: np.
 
 
 def probe_accuracies(
-    x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, *, knn_k: int = 20,
-    C: float = 1.0, max_iter: int = 1000,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    *,
+    knn_k: int = 20,
+    C: float = 1.0,
+    max_iter: int = 1000,
 ) -> dict[str, float]:
     """``{"logreg_acc", "knn_acc"}`` on the test split (fractions in [0, 1]): the ``linear-probe`` and
     ``knn`` protocols on the same features.
@@ -79,7 +100,9 @@ def probe_accuracies(
     with one on a loaded 2-core machine, see docs/benchmarks.md "Hyperparameter search")."""
     _check(x_test, y_test, "test split")
     return {
-        "logreg_acc": PROTOCOLS.get("linear-probe")(x_train, y_train, x_test, y_test, C=C, max_iter=max_iter)["accuracy"],
+        "logreg_acc": PROTOCOLS.get("linear-probe")(x_train, y_train, x_test, y_test, C=C, max_iter=max_iter)[
+            "accuracy"
+        ],
         "knn_acc": PROTOCOLS.get("knn")(x_train, y_train, x_test, y_test, k=knn_k)["accuracy"],
     }
 

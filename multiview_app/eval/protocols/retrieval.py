@@ -8,9 +8,11 @@
 
 Embeddings come in L2-normalized (the retrieval evaluator embeds with the model's projector).
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -20,8 +22,9 @@ from . import PROTOCOLS
 RECALL_AT: tuple[int, ...] = (1, 5, 10)
 
 
-def recall_at_k(similarity: torch.Tensor, positives: torch.Tensor, ks: Sequence[int] = RECALL_AT,
-                tie_tolerance: float = 1e-6) -> dict[int, float]:
+def recall_at_k(
+    similarity: torch.Tensor, positives: torch.Tensor, ks: Sequence[int] = RECALL_AT, tie_tolerance: float = 1e-6
+) -> dict[int, float]:
     """Recall@K of queries against candidates, expected over random tie-breaking.
 
     ``similarity (q, c)``; ``positives (q, c)`` bool, True where candidate c is a correct match of
@@ -64,8 +67,13 @@ def zero_shot_scores(image_emb: torch.Tensor, labels: torch.Tensor, prompt_emb: 
 
 
 @PROTOCOLS.register("retrieval")
-def retrieval(image_embeddings: torch.Tensor, text_embeddings: torch.Tensor, caption_owner: torch.Tensor,
-              labels: torch.Tensor | None = None, prompt_embeddings: torch.Tensor | None = None) -> dict[str, Any]:
+def retrieval(
+    image_embeddings: torch.Tensor,
+    text_embeddings: torch.Tensor,
+    caption_owner: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    prompt_embeddings: torch.Tensor | None = None,
+) -> dict[str, Any]:
     """``{"i2t_R@K", "t2i_R@K"[, "zero_shot_acc"]}``: :func:`retrieval_metrics` of image embeddings
     ``(N, d)``, caption embeddings ``(C, d)`` and each caption's image ``caption_owner (C,)``; with
     ``labels (N,)`` and ``prompt_embeddings (m, t, d)`` also :func:`zero_shot_scores`."""

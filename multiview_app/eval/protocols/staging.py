@@ -12,6 +12,7 @@ The same draws serve every feature set (row), so rows can be compared fit by fit
 No run folders, adapters or encoders here: the sleep-staging evaluator (``eval/sleep_staging.py``)
 extracts the features and calls :func:`few_shot_staging` through the protocol registry.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -24,8 +25,8 @@ from threadpoolctl import threadpool_limits
 
 from ...data.eeg.stages import STAGES
 from . import PROTOCOLS
-from .stats import paired_summary, unit_means
 from .probe import fit_linear_classifier, mean_std
+from .stats import paired_summary, unit_means
 
 METRICS = ("balanced_accuracy", "kappa", "accuracy", "macro_f1")
 """Headline first: balanced accuracy and kappa do not reward the class prior."""
@@ -48,6 +49,7 @@ TIME_BINS = 4
 COMBINED_ROW = "bandpower+trained"
 """Row of the band-power features concatenated with the trained encoder's (per window, or per
 channel for the paper classifier)."""
+
 
 def balanced_sample(labels: np.ndarray, per_class: int, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, int]]:
     """Up to ``per_class`` indices of every class present in ``labels (N,)`` (without replacement).
@@ -107,9 +109,17 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def few_shot_protocol(
-    features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
-    shots: tuple[int, ...], seeds: int, C: float | None = 1.0, *, y_val: np.ndarray | None = None,
-    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None, test_subjects: np.ndarray | None = None,
+    features: dict[str, dict[str, np.ndarray]],
+    y_train: np.ndarray,
+    y_test: np.ndarray,
+    shots: tuple[int, ...],
+    seeds: int,
+    C: float | None = 1.0,
+    *,
+    y_val: np.ndarray | None = None,
+    classifier: Literal["logreg", "paper"] = "logreg",
+    lr: float | None = None,
+    test_subjects: np.ndarray | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
     """Fit/score a classifier per feature set, ``s`` in ``shots`` and seed (same draws for all sets).
 
@@ -122,16 +132,34 @@ def few_shot_protocol(
     (``[str(s)][seed]``), and the test predictions of every set at the largest ``s``, seed 0.
     (:func:`few_shot_staging`, the registered protocol, also returns confusion counts.)
     """
-    out = few_shot_staging(features, y_train, y_test, shots, seeds, C, y_val=y_val, classifier=classifier, lr=lr,
-                           test_subjects=test_subjects)
+    out = few_shot_staging(
+        features,
+        y_train,
+        y_test,
+        shots,
+        seeds,
+        C,
+        y_val=y_val,
+        classifier=classifier,
+        lr=lr,
+        test_subjects=test_subjects,
+    )
     return out["results"], out["drawn_per_class"], out["predictions"]
 
 
 @PROTOCOLS.register("few-shot-staging")
 def few_shot_staging(
-    features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
-    shots: tuple[int, ...], seeds: int, C: float | None = 1.0, *, y_val: np.ndarray | None = None,
-    classifier: Literal["logreg", "paper"] = "logreg", lr: float | None = None, test_subjects: np.ndarray | None = None,
+    features: dict[str, dict[str, np.ndarray]],
+    y_train: np.ndarray,
+    y_test: np.ndarray,
+    shots: tuple[int, ...],
+    seeds: int,
+    C: float | None = 1.0,
+    *,
+    y_val: np.ndarray | None = None,
+    classifier: Literal["logreg", "paper"] = "logreg",
+    lr: float | None = None,
+    test_subjects: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The ``few-shot-staging`` protocol: :func:`few_shot_protocol`'s fits as one dict.
 
@@ -149,13 +177,21 @@ def few_shot_staging(
 
 
 def _few_shot_staging(
-    features: dict[str, dict[str, np.ndarray]], y_train: np.ndarray, y_test: np.ndarray,
-    shots: tuple[int, ...], seeds: int, C: float | None, y_val: np.ndarray | None,
-    classifier: Literal["logreg", "paper"], lr: float | None, test_subjects: np.ndarray | None,
+    features: dict[str, dict[str, np.ndarray]],
+    y_train: np.ndarray,
+    y_test: np.ndarray,
+    shots: tuple[int, ...],
+    seeds: int,
+    C: float | None,
+    y_val: np.ndarray | None,
+    classifier: Literal["logreg", "paper"],
+    lr: float | None,
+    test_subjects: np.ndarray | None,
 ) -> dict[str, Any]:
     if test_subjects is not None and np.shape(test_subjects) != np.shape(y_test):
-        raise ValueError(f"sleep staging: test_subjects {np.shape(test_subjects)} does not match the test labels "
-                         f"{np.shape(y_test)}")
+        raise ValueError(
+            f"sleep staging: test_subjects {np.shape(test_subjects)} does not match the test labels {np.shape(y_test)}"
+        )
     grid = ((C,) if C is not None else C_GRID) if classifier == "logreg" else ((lr,) if lr is not None else LR_GRID)
     if (len(grid) > 1 or classifier == "paper") and (y_val is None or y_val.size == 0):
         raise ValueError("sleep staging: tuning C / lr and the paper classifier need validation windows")
@@ -169,8 +205,11 @@ def _few_shot_staging(
         for seed in range(seeds):
             index, drawn = shot_draw(y_train, s, seed)
             drawn_per_shot[str(s)].append(drawn)
-            val_index = (balanced_sample(y_val, VALIDATION_PER_CLASS, np.random.default_rng([seed, s, 7]))[0]
-                         if y_val is not None and y_val.size else None)
+            val_index = (
+                balanced_sample(y_val, VALIDATION_PER_CLASS, np.random.default_rng([seed, s, 7]))[0]
+                if y_val is not None and y_val.size
+                else None
+            )
             for name, split_feats in features.items():
                 predicted, chosen = _fit_predict(classifier, grid, split_feats, index, y_train, val_index, y_val, seed)
                 fit = {**staging_metrics(y_test, predicted), "hyperparameter": chosen}
@@ -183,8 +222,12 @@ def _few_shot_staging(
                         predictions[name] = predicted
         for name, seed_runs in runs.items():
             results[name][str(s)] = {**summarize_runs(seed_runs), "runs": seed_runs}
-    return {"results": results, "drawn_per_class": drawn_per_shot, "predictions": predictions,
-            "confusion": {name: counts.tolist() for name, counts in confusion.items()}}
+    return {
+        "results": results,
+        "drawn_per_class": drawn_per_shot,
+        "predictions": predictions,
+        "confusion": {name: counts.tolist() for name, counts in confusion.items()},
+    }
 
 
 def per_subject_balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray, subjects: np.ndarray) -> dict[str, float]:
@@ -206,9 +249,16 @@ def row_normalized(counts: np.ndarray | list[list[int]]) -> np.ndarray:
     return counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
 
 
-def _fit_predict(classifier: str, grid: tuple[float, ...], feats: dict[str, np.ndarray], index: np.ndarray,
-                 y_train: np.ndarray, val_index: np.ndarray | None, y_val: np.ndarray | None,
-                 seed: int) -> tuple[np.ndarray, float]:
+def _fit_predict(
+    classifier: str,
+    grid: tuple[float, ...],
+    feats: dict[str, np.ndarray],
+    index: np.ndarray,
+    y_train: np.ndarray,
+    val_index: np.ndarray | None,
+    y_val: np.ndarray | None,
+    seed: int,
+) -> tuple[np.ndarray, float]:
     """Fit one classifier per grid value on the drawn windows; the best on the validation windows
     (balanced accuracy; the only one without tuning) predicts the test windows."""
     from .channel_classifier import fit_channel_classifier
@@ -258,13 +308,16 @@ def combined_features(bandpower: np.ndarray, trained: np.ndarray) -> np.ndarray:
     or per channel ``(N, C, a) + (N, C, b) -> (N, C, a + b)`` (paper classifier). A stacked run has
     fewer encoder views than channels: its per-channel rows cannot be paired (ValueError)."""
     if bandpower.shape[:-1] != trained.shape[:-1]:
-        raise ValueError(f"{COMBINED_ROW}: band powers {bandpower.shape} and encoder features {trained.shape} "
-                         "do not pair up per channel; pass --no-combined")
+        raise ValueError(
+            f"{COMBINED_ROW}: band powers {bandpower.shape} and encoder features {trained.shape} "
+            "do not pair up per channel; pass --no-combined"
+        )
     return np.concatenate([bandpower, trained], axis=-1).astype(np.float32)
 
 
-def paired_differences(table: dict[str, dict[str, Any]], row: str = "trained",
-                       metric: str = "balanced_accuracy") -> dict[str, dict[str, dict[str, Any]]]:
+def paired_differences(
+    table: dict[str, dict[str, Any]], row: str = "trained", metric: str = "balanced_accuracy"
+) -> dict[str, dict[str, dict[str, Any]]]:
     """``row`` minus every other row by test subject: ``{other: {str(s): eval.protocols.stats.paired_summary}}``.
 
     The fits of both rows line up (same fold, seed, draw, pretraining run); within each fit the
@@ -286,8 +339,11 @@ def paired_differences(table: dict[str, dict[str, Any]], row: str = "trained",
                 raise ValueError(f"paired differences: {row} has {len(mine)} fits at s={s}, {other} {len(theirs)}")
             if not mine or not all("per_subject" in fit for fit in [*mine, *theirs]):
                 continue
-            per_subject = unit_means((subject, score - b["per_subject"][subject])
-                                     for a, b in zip(mine, theirs) for subject, score in a["per_subject"].items())
+            per_subject = unit_means(
+                (subject, score - b["per_subject"][subject])
+                for a, b in zip(mine, theirs)
+                for subject, score in a["per_subject"].items()
+            )
             cells[s] = paired_summary(per_subject)
         if cells:
             paired[other] = cells
@@ -310,18 +366,24 @@ def pool_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Pool the per-fit metrics of several runs' results of one protocol (e.g. pretraining seeds, or
     pretraining folds) into one result: mean +- std over pretraining runs x folds x seeds."""
     if len({(r["protocol"], r["dataset"], tuple(r["shots"])) for r in results}) != 1:
-        raise ValueError("--pool-runs: the runs' results differ in protocol, dataset or shots: "
-                         + ", ".join(f"{r['run']} ({r['protocol']}, {r['dataset']}, {r['shots']})" for r in results))
+        raise ValueError(
+            "--pool-runs: the runs' results differ in protocol, dataset or shots: "
+            + ", ".join(f"{r['run']} ({r['protocol']}, {r['dataset']}, {r['shots']})" for r in results)
+        )
     pooled = dict(results[0])
     names = [name for name in results[0]["results"] if all(name in r["results"] for r in results)]
     pooled["results"] = pool_rows([r["results"] for r in results], names, results[0]["shots"])
     pooled["paired"] = paired_differences(pooled["results"])
     pooled["pooled_runs"] = [r["run"] for r in results]
-    pooled["drawn_per_class"] = {s: [d for r in results for d in r["drawn_per_class"][s]] for s in results[0]["drawn_per_class"]}
+    pooled["drawn_per_class"] = {
+        s: [d for r in results for d in r["drawn_per_class"][s]] for s in results[0]["drawn_per_class"]
+    }
     pooled["capped_shots"] = capped_shots(pooled["drawn_per_class"])
     pooled["notes"] = sorted({note for r in results for note in r["notes"]})
-    pooled["windows"] = {"train": sum(r["windows"]["train"] for r in results),
-                         "test": sum(r["windows"]["test"] for r in results)}
+    pooled["windows"] = {
+        "train": sum(r["windows"]["train"] for r in results),
+        "test": sum(r["windows"]["test"] for r in results),
+    }
     return pooled
 
 
@@ -329,8 +391,10 @@ def classifier_description(classifier: str, C: float | None, lr: float | None) -
     """What the table's classifier was, in one phrase (printed in the header, stored in the JSON)."""
     if classifier == "paper":
         rate = f"lr {lr}" if lr is not None else f"lr tuned on validation subjects over {list(LR_GRID)}"
-        return (f"paper: learned channel combination + linear classifier on {TIME_BINS} time bins, AdamW "
-                f"({rate}), early stopping on validation subjects")
+        return (
+            f"paper: learned channel combination + linear classifier on {TIME_BINS} time bins, AdamW "
+            f"({rate}), early stopping on validation subjects"
+        )
     strength = f"C={C}" if C is not None else f"C tuned on validation subjects over {list(C_GRID)}"
     return f"standardized logistic regression ({strength})"
 
@@ -339,8 +403,10 @@ def split_validation(subjects: list[str], seed: int) -> tuple[list[str], list[st
     """Classifier-training subjects -> (fit subjects, validation subjects): ``VALIDATION_FRACTION``
     of them (at least one) drawn with ``seed``; ``ValueError`` when fewer than two subjects."""
     if len(subjects) < 2:
-        raise ValueError(f"sleep staging: tuning C / lr or the paper classifier needs >= 2 classifier-training "
-                         f"subjects (one for validation), got {list(subjects)}; pass --C (logreg) instead")
+        raise ValueError(
+            f"sleep staging: tuning C / lr or the paper classifier needs >= 2 classifier-training "
+            f"subjects (one for validation), got {list(subjects)}; pass --C (logreg) instead"
+        )
     order = np.random.default_rng(seed).permutation(len(subjects))
     n_val = min(len(subjects) - 1, max(1, int(round(VALIDATION_FRACTION * len(subjects)))))
     val = sorted(subjects[i] for i in order[:n_val])
@@ -353,5 +419,3 @@ def warning_note(caught: list[warnings.WarningMessage]) -> str | None:
         return None
     kinds = Counter(f"{w.category.__name__}: {str(w.message).splitlines()[0][:80]}" for w in caught)
     return f"{len(caught)} warnings while fitting: " + "; ".join(f"{n}x {k}" for k, n in kinds.most_common(3))
-
-

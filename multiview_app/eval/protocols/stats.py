@@ -6,6 +6,7 @@ staging, a held-out domain x pretraining seed for domain generalization. Several
 them per unit, and :func:`bootstrap_ci` / :func:`paired_summary` then resample the units, never the fits.
 This is the one implementation every table uses (staging, DREAMS transfer, domain generalization).
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
@@ -30,8 +31,9 @@ def unit_means(pairs: Iterable[tuple[Hashable, float]]) -> dict[Hashable, float]
     return {unit: float(np.mean(values)) for unit, values in sums.items()}
 
 
-def bootstrap_ci(values: Iterable[float], *, resamples: int = RESAMPLES, level: float = LEVEL,
-                 seed: int = SEED) -> tuple[float, float]:
+def bootstrap_ci(
+    values: Iterable[float], *, resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values (n,)`` (one value per independent unit):
     ``resamples`` draws of n units with replacement (``numpy.random.default_rng(seed)``), the
     ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of their means. n = 1 gives ``(v, v)``;
@@ -53,15 +55,22 @@ def paired_summary(per_unit: dict[Hashable, float], **bootstrap: Any) -> dict[st
     of units (never of fits) and the per-unit values (JSON-ready: units as strings)."""
     values = list(per_unit.values())
     low, high = bootstrap_ci(values, **bootstrap)
-    return {"mean": float(np.mean(values)), "ci_low": low, "ci_high": high,
-            "ahead": int(sum(v > 0 for v in values)), "behind": int(sum(v < 0 for v in values)),
-            "n": len(values), "units": {str(u): float(v) for u, v in per_unit.items()}}
+    return {
+        "mean": float(np.mean(values)),
+        "ci_low": low,
+        "ci_high": high,
+        "ahead": int(sum(v > 0 for v in values)),
+        "behind": int(sum(v < 0 for v in values)),
+        "n": len(values),
+        "units": {str(u): float(v) for u, v in per_unit.items()},
+    }
 
 
 def ci_text(cell: dict[str, Any], unit: str = "subjects") -> str:
     """``+0.012 [-0.004, +0.030] 5/8 subjects ahead``: mean, 95 % interval, units ahead of n."""
-    return (f"{cell['mean']:+.3f} [{cell['ci_low']:+.3f}, {cell['ci_high']:+.3f}] "
-            f"{cell['ahead']}/{cell['n']} {unit} ahead")
+    return (
+        f"{cell['mean']:+.3f} [{cell['ci_low']:+.3f}, {cell['ci_high']:+.3f}] {cell['ahead']}/{cell['n']} {unit} ahead"
+    )
 
 
 __all__ = ["LEVEL", "RESAMPLES", "SEED", "bootstrap_ci", "ci_text", "paired_summary", "unit_means"]

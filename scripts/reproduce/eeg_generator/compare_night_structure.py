@@ -9,6 +9,7 @@ readers' 30-min wake crop; excluded / unscored epochs are removed. Writes ``DIR/
 (table), ``DIR/night_structure.json`` (every number) and ``DIR/night_structure_bouts.png`` (bout-length
 distributions per stage, synthetic vs real), and prints the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from multiview_app.bench import command_line, markdown_table
-from multiview_app.data.eeg.night_structure import comparison_rows, compare_nights, night_metrics
-from multiview_app.data.eeg.stages import STAGES
+from multiview_app.data.eeg.night_structure import compare_nights, comparison_rows, night_metrics
 from multiview_app.data.eeg.sleep_edf import hypnogram_epochs
+from multiview_app.data.eeg.stages import STAGES
 from multiview_app.data.eeg.synth import SubjectTraits, synth_hypnogram
 
 REAL_PSG_ENV = "MVAPP_REAL_PSG"
@@ -39,8 +40,12 @@ def synthetic_nights(count: int, hours: float, seed: int) -> list[np.ndarray]:
     """``count`` synthetic nights of ``hours`` (subject s: traits ``default_rng([seed, s])``, night
     ``default_rng([seed, s, 1])``)."""
     epochs = int(round(hours * 120))
-    return [synth_hypnogram(epochs, SubjectTraits.sample(np.random.default_rng([seed, s])),
-                            np.random.default_rng([seed, s, 1])) for s in range(count)]
+    return [
+        synth_hypnogram(
+            epochs, SubjectTraits.sample(np.random.default_rng([seed, s])), np.random.default_rng([seed, s, 1])
+        )
+        for s in range(count)
+    ]
 
 
 def bout_figure(nights: dict[str, list[np.ndarray]], summary: dict, path: Path) -> None:
@@ -53,7 +58,9 @@ def bout_figure(nights: dict[str, list[np.ndarray]], summary: dict, path: Path) 
     for ax, stage in zip(axes, STAGES):
         for name, per_night in bouts.items():
             lengths = np.sort(np.concatenate([b[stage] for b in per_night]))
-            ax.step(lengths, np.arange(1, lengths.size + 1) / lengths.size, where="post", label=f"{name} (n {lengths.size})")
+            ax.step(
+                lengths, np.arange(1, lengths.size + 1) / lengths.size, where="post", label=f"{name} (n {lengths.size})"
+            )
         ax.set_xscale("log")
         ax.set_title(f"{stage} bouts: KS {summary['bout_ks'][stage]['statistic']:.2f}")
         ax.set_xlabel("bout length (min)")
@@ -66,10 +73,16 @@ def bout_figure(nights: dict[str, list[np.ndarray]], summary: dict, path: Path) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for night_structure.md / .json")
-    parser.add_argument("--real-psg", type=Path, default=os.environ.get(REAL_PSG_ENV),
-                        help=f"folder holding sleep-edf-hypnograms/ (default ${REAL_PSG_ENV})")
+    parser.add_argument(
+        "--real-psg",
+        type=Path,
+        default=os.environ.get(REAL_PSG_ENV),
+        help=f"folder holding sleep-edf-hypnograms/ (default ${REAL_PSG_ENV})",
+    )
     parser.add_argument("--nights", type=int, default=20, help="synthetic nights (default: %(default)s)")
-    parser.add_argument("--hours", type=float, default=9.0, help="length of each synthetic night (default: %(default)s)")
+    parser.add_argument(
+        "--hours", type=float, default=9.0, help="length of each synthetic night (default: %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.real_psg is None:

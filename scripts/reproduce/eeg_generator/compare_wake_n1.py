@@ -14,6 +14,7 @@ level relative to the same person's N2 (removes the gain of the recording). Exce
 spectrum and beta power end at 25 Hz (the figure shows 0.5-24 Hz). Spread: per real excerpt / synthetic
 subject, the median over people and the min-max range. Writes ``DIR/wake_n1.md`` / ``.json`` and the figure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,12 @@ def eeg_features(epochs: np.ndarray) -> dict[str, np.ndarray]:
     keep = (freqs >= 0.5) & (freqs <= 30)
     in_band = [(freqs >= lo) & (freqs < hi) for lo, hi in BANDS.values()]
     powers = np.stack([psd[:, m].sum(axis=1) for m in in_band], axis=1)
-    return {"freqs": freqs[keep], "log_psd": np.log10(psd[:, keep] + 1e-12),
-            "relative": powers / powers.sum(axis=1, keepdims=True), "sd": epochs.std(axis=1)}
+    return {
+        "freqs": freqs[keep],
+        "log_psd": np.log10(psd[:, keep] + 1e-12),
+        "relative": powers / powers.sum(axis=1, keepdims=True),
+        "sd": epochs.std(axis=1),
+    }
 
 
 def band_rms(signal: np.ndarray, fs: float, labels: np.ndarray, band: tuple[float, float]) -> np.ndarray:
@@ -61,8 +66,9 @@ def band_rms(signal: np.ndarray, fs: float, labels: np.ndarray, band: tuple[floa
     return np.sqrt((x[: n * per_epoch].reshape(n, per_epoch) ** 2).mean(axis=1))
 
 
-def person_summary(eeg: tuple[np.ndarray, np.ndarray], peripheral: dict[str, np.ndarray] | None,
-                   labels30: np.ndarray | None) -> dict[str, dict]:
+def person_summary(
+    eeg: tuple[np.ndarray, np.ndarray], peripheral: dict[str, np.ndarray] | None, labels30: np.ndarray | None
+) -> dict[str, dict]:
     """Per stage of one person: epochs, median spectrum, median relative power, median SD, and (when given)
     median EOG / EMG rms, each also over the person's N2 median."""
     epochs, labels = eeg
@@ -73,16 +79,19 @@ def person_summary(eeg: tuple[np.ndarray, np.ndarray], peripheral: dict[str, np.
         chosen = labels == code
         if not chosen.any():
             continue
-        row = {"epochs": int(chosen.sum()), "log_psd": np.median(feats["log_psd"][chosen], axis=0).tolist(),
-               "relative": dict(zip(BANDS, np.median(feats["relative"][chosen], axis=0).tolist())),
-               "sd_uv": float(np.median(feats["sd"][chosen]))}
+        row = {
+            "epochs": int(chosen.sum()),
+            "log_psd": np.median(feats["log_psd"][chosen], axis=0).tolist(),
+            "relative": dict(zip(BANDS, np.median(feats["relative"][chosen], axis=0).tolist())),
+            "sd_uv": float(np.median(feats["sd"][chosen])),
+        }
         if peripheral is not None and labels30 is not None:
             for name, rms in peripheral.items():
                 picked = rms[labels30[: rms.size] == code]
                 if picked.size:
                     row[f"{name}_rms_uv"] = float(np.median(picked))
         out[stage] = row
-    for stage, row in out.items():
+    for row in out.values():
         if "N2" in out:
             row["sd_over_n2"] = row["sd_uv"] / out["N2"]["sd_uv"]
             for name in ("eog", "emg"):
@@ -105,8 +114,10 @@ def real_people(folder: Path) -> dict[str, dict]:
         if edf.is_file():
             data, _ = edf_microvolts(edf, list(REAL_PERIPHERAL.values()))
             labels30, _ = rk_epochs(read_rk_hypnogram(folder / f"Hypnogram_{excerpt.name}.txt"))
-            peripheral = {name: band_rms(row, PERIPHERAL_SFREQ, labels30, EOG_BAND if name == "eog" else EMG_BAND)
-                          for name, row in zip(REAL_PERIPHERAL, data)}
+            peripheral = {
+                name: band_rms(row, PERIPHERAL_SFREQ, labels30, EOG_BAND if name == "eog" else EMG_BAND)
+                for name, row in zip(REAL_PERIPHERAL, data)
+            }
         people[excerpt.name] = person_summary(eeg, peripheral, labels30)
     return people
 
@@ -117,19 +128,21 @@ def synthetic_people(cohort: str, subjects: int, seed: int) -> dict[str, dict]:
     channels = ["C3-M2", *SYNTH_PERIPHERAL.values()]
     for s in range(subjects):
         traits = SubjectTraits.sample(np.random.default_rng([seed, s])).with_cohort(
-            cohort, np.random.default_rng([seed, s, 7]))
+            cohort, np.random.default_rng([seed, s, 7])
+        )
         night = synth_night(channels, 9.0, SFREQ, traits, np.random.default_rng([seed, s, 2]), compress=4)
         eeg = stage_epochs(night.signals["C3-M2"], SFREQ, night.stages, SFREQ)
-        peripheral = {name: band_rms(night.signals[ch], SFREQ, night.stages, EOG_BAND if name == "eog" else EMG_BAND)
-                      for name, ch in SYNTH_PERIPHERAL.items()}
+        peripheral = {
+            name: band_rms(night.signals[ch], SFREQ, night.stages, EOG_BAND if name == "eog" else EMG_BAND)
+            for name, ch in SYNTH_PERIPHERAL.items()
+        }
         people[f"{cohort}-{s}"] = person_summary(eeg, peripheral, night.stages)
     return people
 
 
 def spread(people: dict[str, dict], stage: str, key: str, band: str | None = None) -> str:
     """``median (min-max)`` over people of one statistic (``n`` people when fewer than all have it)."""
-    values = [p[stage][key][band] if band else p[stage][key] for p in people.values()
-              if stage in p and key in p[stage]]
+    values = [p[stage][key][band] if band else p[stage][key] for p in people.values() if stage in p and key in p[stage]]
     if not values:
         return "-"
     v = np.asarray(values)
@@ -142,10 +155,17 @@ def table(groups: dict[str, dict[str, dict]]) -> tuple[list[str], list[list[str]
     for stage in COMPARED:
         rows.append([stage, "epochs per person"] + [spread(g, stage, "epochs") for g in groups.values()])
         for band in BANDS:
-            rows.append([stage, f"relative {band} power"] + [spread(g, stage, "relative", band) for g in groups.values()])
-        for key, label in (("sd_uv", "EEG epoch SD uV"), ("sd_over_n2", "EEG SD / own N2"),
-                           ("eog_rms_uv", f"EOG rms uV {EOG_BAND[0]:g}-{EOG_BAND[1]:g} Hz"), ("eog_over_n2", "EOG / own N2"),
-                           ("emg_rms_uv", f"EMG rms uV {EMG_BAND[0]:g}-{EMG_BAND[1]:g} Hz"), ("emg_over_n2", "EMG / own N2")):
+            rows.append(
+                [stage, f"relative {band} power"] + [spread(g, stage, "relative", band) for g in groups.values()]
+            )
+        for key, label in (
+            ("sd_uv", "EEG epoch SD uV"),
+            ("sd_over_n2", "EEG SD / own N2"),
+            ("eog_rms_uv", f"EOG rms uV {EOG_BAND[0]:g}-{EOG_BAND[1]:g} Hz"),
+            ("eog_over_n2", "EOG / own N2"),
+            ("emg_rms_uv", f"EMG rms uV {EMG_BAND[0]:g}-{EMG_BAND[1]:g} Hz"),
+            ("emg_over_n2", "EMG / own N2"),
+        ):
             rows.append([stage, label] + [spread(g, stage, key) for g in groups.values()])
     return ["stage", "statistic (median over people, min-max)", *groups], rows
 
@@ -170,8 +190,14 @@ def figure(groups: dict[str, dict[str, dict]], freqs: np.ndarray, path: Path) ->
     labels = [f"{kind} {stage}" for kind in ("EOG", "EMG") for stage in ("W", "N1")]
     x = np.arange(len(labels))
     for i, (name, people) in enumerate(groups.items()):
-        values = [np.median([p[s][f"{k.lower()}_over_n2"] for p in people.values() if f"{k.lower()}_over_n2" in p.get(s, {})]
-                            or [np.nan]) for k in ("EOG", "EMG") for s in ("W", "N1")]
+        values = [
+            np.median(
+                [p[s][f"{k.lower()}_over_n2"] for p in people.values() if f"{k.lower()}_over_n2" in p.get(s, {})]
+                or [np.nan]
+            )
+            for k in ("EOG", "EMG")
+            for s in ("W", "N1")
+        ]
         ax.bar(x + (i - 1) * 0.27, values, width=0.27, label=name)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(x, labels, fontsize=8)
@@ -186,8 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for wake_n1.md / .json")
     parser.add_argument("--figure", help="PNG path of the figure (default: DIR/wake_n1.png)")
-    parser.add_argument("--real-psg", default=os.environ.get(REAL_PSG_ENV), help=f"folder holding dreams-spindles/ "
-                        f"(default ${REAL_PSG_ENV})")
+    parser.add_argument(
+        "--real-psg",
+        default=os.environ.get(REAL_PSG_ENV),
+        help=f"folder holding dreams-spindles/ (default ${REAL_PSG_ENV})",
+    )
     parser.add_argument("--subjects", type=int, default=6, help="synthetic subjects per cohort")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

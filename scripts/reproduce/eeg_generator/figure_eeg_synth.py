@@ -9,22 +9,20 @@ Fpz-Cz and Pz-Oz; median relative band powers of Fpz-Cz per stage against the pl
 of ``multiview_app/data/eeg/reference.py``) and ``<out>.md`` (stage proportions after the 30-min wake
 crop vs Sleep-EDF SC, and the relative band powers with their ranges).
 """
+
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 from scipy.signal import welch
-
-
-from multiview_app.experiments.reproduce import ROOT, new_figure, write_outputs  # noqa: E402
 
 from multiview_app.data.eeg.preprocess import DEFAULT_BAND, bandpass, wake_crop_mask  # noqa: E402
 from multiview_app.data.eeg.reference import BANDS, FPZ_CZ_RELATIVE_POWER_RANGES, SLEEP_EDF_SC_EPOCHS  # noqa: E402
 from multiview_app.data.eeg.stages import STAGES  # noqa: E402
 from multiview_app.data.eeg.synth import SubjectTraits, synth_night  # noqa: E402
 from multiview_app.eval.bandpower import relative_band_powers  # noqa: E402
+from multiview_app.experiments.reproduce import ROOT, new_figure, write_outputs  # noqa: E402
 
 CHANNELS = ["EEG Fpz-Cz", "EEG Pz-Oz"]
 FS = 100.0
@@ -42,8 +40,14 @@ def main() -> None:
     stages, spectra, rel = [], [], []
     for subject in range(args.subjects):
         traits = SubjectTraits.sample(np.random.default_rng([args.seed, subject]))
-        night = synth_night(CHANNELS + ["EOG horizontal", "EMG submental"], args.hours, FS, traits,
-                            np.random.default_rng([args.seed, subject, 0, 1]), compress=args.compress)
+        night = synth_night(
+            CHANNELS + ["EOG horizontal", "EMG submental"],
+            args.hours,
+            FS,
+            traits,
+            np.random.default_rng([args.seed, subject, 0, 1]),
+            compress=args.compress,
+        )
         x = bandpass(np.stack([night.signals[c] for c in CHANNELS]), FS, *DEFAULT_BAND)
         windows = x.reshape(len(CHANNELS), -1, int(30 * FS)).transpose(1, 0, 2)  # (e, 2, 3000)
         kept = wake_crop_mask(night.stages, 30.0)
@@ -55,13 +59,20 @@ def main() -> None:
 
     published = np.array(list(SLEEP_EDF_SC_EPOCHS.values()), dtype=float)
     share = np.bincount(stage, minlength=5) / stage.size
-    lines = [f"Synthetic nights: {args.subjects} subjects, {args.hours:g}-h nights, --compress {args.compress}, "
-             f"seed {args.seed}; {stage.size} epochs after the 30-min wake crop.", "",
-             "| stage share | " + " | ".join(STAGES) + " |", "|---" * 6 + "|",
-             "| Sleep-EDF SC (Supratak et al. 2017, Table I; recomputed from the hypnograms, reference.py) | "
-             + " | ".join(f"{100 * v:.1f} %" for v in published / published.sum()) + " |",
-             "| synthetic | " + " | ".join(f"{100 * v:.1f} %" for v in share) + " |", "",
-             "| Fpz-Cz, median relative power | " + " | ".join(BANDS) + " |", "|---" * 6 + "|"]
+    lines = [
+        f"Synthetic nights: {args.subjects} subjects, {args.hours:g}-h nights, --compress {args.compress}, "
+        f"seed {args.seed}; {stage.size} epochs after the 30-min wake crop.",
+        "",
+        "| stage share | " + " | ".join(STAGES) + " |",
+        "|---" * 6 + "|",
+        "| Sleep-EDF SC (Supratak et al. 2017, Table I; recomputed from the hypnograms, reference.py) | "
+        + " | ".join(f"{100 * v:.1f} %" for v in published / published.sum())
+        + " |",
+        "| synthetic | " + " | ".join(f"{100 * v:.1f} %" for v in share) + " |",
+        "",
+        "| Fpz-Cz, median relative power | " + " | ".join(BANDS) + " |",
+        "|---" * 6 + "|",
+    ]
     medians = {}
     for k, name in enumerate(STAGES):
         medians[name] = np.median(rel[stage == k, 0], axis=0)

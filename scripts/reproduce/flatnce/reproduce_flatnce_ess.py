@@ -13,13 +13,12 @@ runs at the end. ``--small`` uses 16 px images and a width-16 encoder (the reduc
 Writes ``<out>.png`` (ESS vs step, final ESS vs batch size, probe accuracy vs batch size) and
 ``<out>.md``; runs with ``eval/linear_probe.json`` are reused.
 """
+
 from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
 from typing import Any
-
 
 from multiview_app.experiments.reproduce import ROOT, SMALL, new_figure, parse_list, train_digits, write_outputs  # noqa: E402
 
@@ -29,14 +28,25 @@ LOSSES = {"flatnce": "FlatNCE", "pvc_geometric": "InfoNCE (same negatives)"}
 def run_one(loss: str, batch: int, args: argparse.Namespace) -> dict[str, Any]:
     """Train (unless finished) and return ESS curve, final ESS and probe accuracy."""
     name = f"{loss}_b{batch}_t{args.tau:g}_s{args.steps}" + ("_small" if args.small else "")
-    overrides = [f"train.max_steps={args.steps}", f"train.batch_size={batch}", f"loss.tau={args.tau}",
-                 "train.log_every=10"] + (SMALL if args.small else [])
+    overrides = [
+        f"train.max_steps={args.steps}",
+        f"train.batch_size={batch}",
+        f"loss.tau={args.tau}",
+        "train.log_every=10",
+    ] + (SMALL if args.small else [])
     records, probe = train_digits(loss, name, overrides, args.runs_dir)
     curve = [(r["step"], r["diag/ess"]) for r in records if "diag/ess" in r]
     tail = [v for _, v in curve[-3:]]
-    return {"loss": loss, "batch": batch, "tau": args.tau, "steps": args.steps, "curve": curve,
-            "final_ess": statistics.mean(tail), "logreg_acc": probe["trained"]["logreg_acc"],
-            "knn_acc": probe["trained"]["knn_acc"]}
+    return {
+        "loss": loss,
+        "batch": batch,
+        "tau": args.tau,
+        "steps": args.steps,
+        "curve": curve,
+        "final_ess": statistics.mean(tail),
+        "logreg_acc": probe["trained"]["logreg_acc"],
+        "knn_acc": probe["trained"]["knn_acc"],
+    }
 
 
 def figure(rows: list[dict[str, Any]]) -> Any:
@@ -73,10 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     batches = parse_list(parser, "--batch-sizes", args.batch_sizes, int)
     rows = [run_one(loss, batch, args) for batch in batches for loss in LOSSES]
-    lines = ["| loss | batch n | tau | steps | first ESS | final ESS | logreg acc | kNN acc |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| loss | batch n | tau | steps | first ESS | final ESS | logreg acc | kNN acc |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {LOSSES[r['loss']]} | {r['batch']} | {r['tau']:g} | {r['steps']} | {r['curve'][0][1]:.4f} | "
-                     f"{r['final_ess']:.4f} | {r['logreg_acc']:.3f} | {r['knn_acc']:.3f} |")
+        lines.append(
+            f"| {LOSSES[r['loss']]} | {r['batch']} | {r['tau']:g} | {r['steps']} | {r['curve'][0][1]:.4f} | "
+            f"{r['final_ess']:.4f} | {r['logreg_acc']:.3f} | {r['knn_acc']:.3f} |"
+        )
     write_outputs(args.out, lines, figure(rows))
     return 0
 

@@ -22,6 +22,7 @@ defaults (``--spread-from``: their ``eval/domain_generalization.json``; none giv
 Writes ``<out>/trials.json`` and ``<out>/trials.md`` and prints the table and the decision. Resumable:
 finished pretraining runs and scored trials (``<run>/eval/training_domain_validation.json``) are reused.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,11 +64,16 @@ def validation_score(run_dir: Path, threads: int | None) -> dict[str, Any]:
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     domain_target(run_dir, adapter)  # a generalization / adaptation run with a validation share
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
-    features = CandidateFeatures(lambda c: load_run(run_dir, c)[1], adapter, policy, cfg.eval.batch_size, "cpu",
-                                 progress=False)
+    features = CandidateFeatures(
+        lambda c: load_run(run_dir, c)[1], adapter, policy, cfg.eval.batch_size, "cpu", progress=False
+    )
     chosen = select_training_domain(features, candidates(run_dir), list(adapter.seen_domains), DEFAULT_CS)
-    result = {"model_selection": "training-domain validation", "seen": list(adapter.seen_domains),
-              "read": features.items(), **chosen}
+    result = {
+        "model_selection": "training-domain validation",
+        "seen": list(adapter.seen_domains),
+        "read": features.items(),
+        **chosen,
+    }
     atomic_write_json(done, result)
     return result
 
@@ -103,25 +109,41 @@ def decide(scores: dict[str, dict[str, float]], default: str, delta: float) -> d
     best = max(means, key=lambda label: means[label])
     margin = means[best] - means[default]
     chosen = best if margin > delta else default
-    return {"means": means, "best": {"trial": best, "mean": means[best]},
-            "default": {"trial": default, "mean": means[default]},
-            "margin": margin, "delta": delta, "chosen": chosen, "changed": chosen != default}
+    return {
+        "means": means,
+        "best": {"trial": best, "mean": means[best]},
+        "default": {"trial": default, "mean": means[default]},
+        "margin": margin,
+        "delta": delta,
+        "chosen": chosen,
+        "changed": chosen != default,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--losses", default="m3g,infonce_ave")
-    parser.add_argument("--pairs", default="0.0005:test,0.002:test,0.0005:mild",
-                        help="comma-separated lr:stack pairs (one must be the current default)")
-    parser.add_argument("--settings", default="",
-                        help="instead of --pairs: 'default;NAME=KEY=VALUE+KEY=VALUE;...' (named override sets)")
+    parser.add_argument(
+        "--pairs",
+        default="0.0005:test,0.002:test,0.0005:mild",
+        help="comma-separated lr:stack pairs (one must be the current default)",
+    )
+    parser.add_argument(
+        "--settings",
+        default="",
+        help="instead of --pairs: 'default;NAME=KEY=VALUE+KEY=VALUE;...' (named override sets)",
+    )
     parser.add_argument("--holdout", default="sketch")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--spread-from", default="", help="comma-separated eval JSONs of replicate seeds at the defaults")
+    parser.add_argument(
+        "--spread-from", default="", help="comma-separated eval JSONs of replicate seeds at the defaults"
+    )
     parser.add_argument("--root", type=Path, default=ROOT / "data" / "digit-domains")
     parser.add_argument("--runs-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True, help="folder of trials.json / trials.md")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of the scoring (training: train.num_threads)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads of the scoring (training: train.num_threads)"
+    )
     args = parser.parse_args()
     from multiview_app.config import load_config
     from multiview_app.experiments.domains import THREADS_OPTION, ensure_pretrained, run_config
@@ -137,42 +159,78 @@ def main() -> int:
         default_pair = (float(base.optim.lr), str(base.views.options["stacks"]))
         pairs = [(float(lr), stack) for lr, _, stack in (x.partition(":") for x in split(args.pairs))]
         if default_pair not in pairs:
-            raise SystemExit(f"the designed set must contain the current default lr={default_pair[0]:g} "
-                             f"stack={default_pair[1]}")
+            raise SystemExit(
+                f"the designed set must contain the current default lr={default_pair[0]:g} stack={default_pair[1]}"
+            )
         trials = [(f"lr={lr:g} stack={stack}", *trial_overrides(lr, stack, *default_pair)) for lr, stack in pairs]
         default = f"lr={default_pair[0]:g} stack={default_pair[1]}"
     spread = spread_of([Path(p) for p in split(args.spread_from)])
     delta = max(0.01, spread or 0.0)
     rows, scores = [], {}
     for loss, (label, overrides, suffix) in itertools.product(losses, trials):
-        cfg = run_config(ROOT / "configs" / f"domains_digits_{loss}.yaml", args.runs_dir, args.holdout, args.seed,
-                         "generalization", [f"data.options.root={args.root}", *overrides], suffix)
+        cfg = run_config(
+            ROOT / "configs" / f"domains_digits_{loss}.yaml",
+            args.runs_dir,
+            args.holdout,
+            args.seed,
+            "generalization",
+            [f"data.options.root={args.root}", *overrides],
+            suffix,
+        )
         print(f"== {loss} {label}: {cfg.run_dir}", flush=True)
         ensure_pretrained(cfg)
         configure_torch_threads(args.threads or None, report=None, setting_name=THREADS_OPTION)
         score = validation_score(cfg.run_dir, args.threads)
         scores.setdefault(label, {})[loss] = score["val_accuracy"]
-        rows.append({"loss": loss, "trial": label, "overrides": overrides, "run": str(cfg.run_dir),
-                     "val_accuracy": score["val_accuracy"], "candidate": score["candidate"], "C": score["C"]})
-        print(f"   training-domain validation {100 * score['val_accuracy']:.1f} % ({score['candidate']}, C={score['C']:g})",
-              flush=True)
+        rows.append(
+            {
+                "loss": loss,
+                "trial": label,
+                "overrides": overrides,
+                "run": str(cfg.run_dir),
+                "val_accuracy": score["val_accuracy"],
+                "candidate": score["candidate"],
+                "C": score["C"],
+            }
+        )
+        print(
+            f"   training-domain validation {100 * score['val_accuracy']:.1f} % ({score['candidate']}, C={score['C']:g})",
+            flush=True,
+        )
     decision = decide(scores, default, delta)
-    lines = [f"Training-domain validation accuracy % (seen domains' validation shares; held-out {args.holdout} not "
-             f"read), seed {args.seed}, best checkpoint and probe C per trial:", "",
-             "| trial | overrides | " + " | ".join(losses) + " | mean |", "|---|---|" + "---|" * (len(losses) + 1)]
+    lines = [
+        f"Training-domain validation accuracy % (seen domains' validation shares; held-out {args.holdout} not "
+        f"read), seed {args.seed}, best checkpoint and probe C per trial:",
+        "",
+        "| trial | overrides | " + " | ".join(losses) + " | mean |",
+        "|---|---|" + "---|" * (len(losses) + 1),
+    ]
     for label, overrides, _ in trials:
         cells = [f"{100 * scores[label][l]:.1f}" for l in losses]
         mark = " (current default)" if label == default else ""
-        lines.append(f"| {label}{mark} | {' '.join(f'`{o}`' for o in overrides) or '-'} | " + " | ".join(cells) +
-                     f" | {100 * sum(scores[label].values()) / len(losses):.1f} |")
-    lines += ["", f"Tie rule: keep the default unless the best mean beats it by more than delta = max(0.01, spread) = "
-                  f"{100 * delta:.1f} points (spread = {'none given' if spread is None else f'{100 * spread:.1f} points'}). "
-                  f"Best: {decision['best']['trial']} ({100 * decision['margin']:+.1f} points over the default). Decision: "
-                  + (f"**change to {decision['chosen']}**." if decision["changed"] else "**keep the default**.")]
+        lines.append(
+            f"| {label}{mark} | {' '.join(f'`{o}`' for o in overrides) or '-'} | "
+            + " | ".join(cells)
+            + f" | {100 * sum(scores[label].values()) / len(losses):.1f} |"
+        )
+    lines += [
+        "",
+        f"Tie rule: keep the default unless the best mean beats it by more than delta = max(0.01, spread) = "
+        f"{100 * delta:.1f} points (spread = {'none given' if spread is None else f'{100 * spread:.1f} points'}). "
+        f"Best: {decision['best']['trial']} ({100 * decision['margin']:+.1f} points over the default). Decision: "
+        + (f"**change to {decision['chosen']}**." if decision["changed"] else "**keep the default**."),
+    ]
     text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out / "trials.json", {"trials": rows, "decision": decision, "spread": spread,
-                                                 "command": " ".join(["scripts/reproduce/m3g/choose_domains_defaults.py", *sys.argv[1:]])})
+    atomic_write_json(
+        args.out / "trials.json",
+        {
+            "trials": rows,
+            "decision": decision,
+            "spread": spread,
+            "command": " ".join(["scripts/reproduce/m3g/choose_domains_defaults.py", *sys.argv[1:]]),
+        },
+    )
     atomic_write_text(args.out / "trials.md", text)
     print(text)
     return 0

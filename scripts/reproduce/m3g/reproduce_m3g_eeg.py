@@ -22,6 +22,7 @@ Resumable: a finished run (``model.safetensors``) is not retrained, an interrupt
 its last checkpoint, and an evaluation whose stored result has the same settings is reused.
 Writes ``<out>.md`` (tables), ``<out>.json`` (pooled results + per-seed means) and ``<out>.png``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,12 +30,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-
-from multiview_app.experiments.reproduce import ROOT, new_figure, parse_list, write_outputs  # noqa: E402
-
 from multiview_app.config import Config, load_config, read_yaml  # noqa: E402
-from multiview_app.experiments.staging import (paired_over_runs, pool_losses, protocol_summary,  # noqa: E402
-                                               staging_result, table_lines)
+from multiview_app.experiments.reproduce import ROOT, new_figure, parse_list, write_outputs  # noqa: E402
+from multiview_app.experiments.staging import (  # noqa: E402
+    paired_over_runs,
+    pool_losses,
+    protocol_summary,
+    staging_result,
+    table_lines,
+)
 from multiview_app.experiments.sweeps import grid, sweep  # noqa: E402
 from multiview_app.train.run_io import atomic_write_json  # noqa: E402
 
@@ -65,7 +69,9 @@ def prepare_data(data: Path, args: argparse.Namespace) -> dict[str, Path]:
         raw, cache = data / f"{dataset.replace('-', '_')}_raw", data / f"{dataset.replace('-', '_')}_cache"
         if not raw.is_dir() or not any(raw.iterdir()):
             synth_psg(raw, subjects, 1, dataset, hours=args.hours, seed=seed, compress=args.compress, progress=False)
-        if not (cache / "manifest.json").is_file() or not json.loads((cache / "manifest.json").read_text()).get("complete"):
+        if not (cache / "manifest.json").is_file() or not json.loads((cache / "manifest.json").read_text()).get(
+            "complete"
+        ):
             summary = prepare(dataset, raw, cache, PrepareOptions(channels=default_channels()[dataset]), progress=False)
             print(summary_table(summary))
         caches[dataset] = cache
@@ -112,8 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the M3G config every loss shares")
     parser.add_argument("--losses", default=",".join(LOSSES))
     parser.add_argument("--pretrain-seeds", default="0,1,2", help="train.seed of the pretraining runs, comma-separated")
-    parser.add_argument("--protocol", choices=[*PROTOCOLS, "both"], default="cross-dataset",
-                        help="cross-dataset = the paper's (pretrain PhysioNet format, stage Sleep-EDF format)")
+    parser.add_argument(
+        "--protocol",
+        choices=[*PROTOCOLS, "both"],
+        default="cross-dataset",
+        help="cross-dataset = the paper's (pretrain PhysioNet format, stage Sleep-EDF format)",
+    )
     parser.add_argument("--folds", type=int, default=5, help="subject folds of the staging cache (cross-dataset)")
     parser.add_argument("--in-domain-folds", type=int, default=2, help="folds of the run's held-out subjects")
     parser.add_argument("--draws", type=int, default=3, help="few-shot draws per fold and s")
@@ -138,19 +148,31 @@ def main(argv: list[str] | None = None) -> int:
     caches = prepare_data(args.data, args)
 
     timings: dict[str, dict[str, Any]] = {}
-    per_seed: dict[str, dict[str, list[dict[str, Any]]]] = {p: {loss: [] for loss in losses} for p in protocols(args.protocol)}
+    per_seed: dict[str, dict[str, list[dict[str, Any]]]] = {
+        p: {loss: [] for loss in losses} for p in protocols(args.protocol)
+    }
     points = grid(seed=seeds, loss=losses)  # seed-major: an early stop still leaves every loss with the same seeds
     configs = sweep(points, lambda p: run_config(p["loss"], p["seed"], caches["physionet2018"], args), TRAIN_POLICY)
     for point, cfg, run in configs:
         timings[cfg.output.name] = {"train_s": run.train_s, "steps": run.steps, "reused": run.reused}
         for protocol in per_seed:
             per_seed[protocol][point["loss"]].append(evaluate(cfg, protocol, caches, args))
-        print(f"done {cfg.output.name} ({run.steps} steps, training {run.train_s:.0f} s"
-              f"{', reused' if run.reused else ''})", flush=True)
+        print(
+            f"done {cfg.output.name} ({run.steps} steps, training {run.train_s:.0f} s"
+            f"{', reused' if run.reused else ''})",
+            flush=True,
+        )
 
     lines: list[str] = []
-    summary: dict[str, Any] = {"losses": losses, "pretrain_seeds": seeds, "shots": args.shots, "draws": args.draws,
-                               "config": str(args.config), "training": timings, "protocols": {}}
+    summary: dict[str, Any] = {
+        "losses": losses,
+        "pretrain_seeds": seeds,
+        "shots": args.shots,
+        "draws": args.draws,
+        "config": str(args.config),
+        "training": timings,
+        "protocols": {},
+    }
     fig, axes = new_figure(len(per_seed), (4.6 * len(per_seed), 3.4))
     for ax, (protocol, results) in zip(axes, per_seed.items()):
         pooled = pool_losses(results)
@@ -163,8 +185,12 @@ def main(argv: list[str] | None = None) -> int:
             ax.errorbar(args.shots, mean, yerr=std, marker="o", capsize=3, label=loss)
         bp = next(iter(pooled.values()))["results"]["bandpower"]
         ax.plot(args.shots, [bp[str(s)]["balanced_accuracy"]["mean"] for s in args.shots], "k--", label="band power")
-        ax.set(xlabel="labelled windows per stage s", ylabel="balanced accuracy", xscale="log",
-               title=f"{protocol}, {len(seeds)} pretraining seeds")
+        ax.set(
+            xlabel="labelled windows per stage s",
+            ylabel="balanced accuracy",
+            xscale="log",
+            title=f"{protocol}, {len(seeds)} pretraining seeds",
+        )
         ax.legend(fontsize=8)
     write_outputs(args.out, lines, fig)
     atomic_write_json(Path(args.out).with_suffix(".json"), summary)

@@ -9,12 +9,11 @@ log ``diag/rankme`` (effective rank of the projector output of the batch), ``dia
 ``diag/alignment`` every 10 steps. Writes ``<out>.png`` (RankMe and uniformity vs step) and
 ``<out>.md`` (final RankMe / uniformity, probe accuracy of the trained and the random-init encoder).
 """
+
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
-
 
 from multiview_app.experiments.reproduce import ROOT, SMALL, new_figure, parse_list, train_digits, write_outputs  # noqa: E402
 
@@ -22,10 +21,14 @@ from multiview_app.experiments.reproduce import ROOT, SMALL, new_figure, parse_l
 def run_one(beta: float, args: argparse.Namespace) -> dict[str, Any]:
     """One MVEB run; its diagnostics curves and probe results."""
     name = f"mveb_beta{beta:g}_s{args.steps}" + ("_small" if args.small else "")
-    overrides = [f"train.max_steps={args.steps}", f"loss.beta={beta}", "train.log_every=10"] + (SMALL if args.small else [])
+    overrides = [f"train.max_steps={args.steps}", f"loss.beta={beta}", "train.log_every=10"] + (
+        SMALL if args.small else []
+    )
     records, probe = train_digits("mveb", name, overrides, args.runs_dir)
-    curves = {key: [(r["step"], r[f"diag/{key}"]) for r in records if f"diag/{key}" in r]
-              for key in ("rankme", "uniformity", "alignment")}
+    curves = {
+        key: [(r["step"], r[f"diag/{key}"]) for r in records if f"diag/{key}" in r]
+        for key in ("rankme", "uniformity", "alignment")
+    }
     return {"beta": beta, "steps": args.steps, "curves": curves, "probe": probe}
 
 
@@ -50,13 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "runs" / "figures" / "mveb_beta"))
     args = parser.parse_args(argv)
     rows = [run_one(beta, args) for beta in parse_list(parser, "--betas", args.betas, float)]
-    lines = ["| beta | steps | RankMe first -> last | uniformity last | alignment last | logreg acc | random-init logreg | kNN acc |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| beta | steps | RankMe first -> last | uniformity last | alignment last | logreg acc | random-init logreg | kNN acc |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         c, t, ri = r["curves"], r["probe"]["trained"], r["probe"]["random_init"]
-        lines.append(f"| {r['beta']:g} | {r['steps']} | {c['rankme'][0][1]:.2f} -> {c['rankme'][-1][1]:.2f} | "
-                     f"{c['uniformity'][-1][1]:.3f} | {c['alignment'][-1][1]:.4f} | {t['logreg_acc']:.3f} | "
-                     f"{ri['logreg_acc']:.3f} | {t['knn_acc']:.3f} |")
+        lines.append(
+            f"| {r['beta']:g} | {r['steps']} | {c['rankme'][0][1]:.2f} -> {c['rankme'][-1][1]:.2f} | "
+            f"{c['uniformity'][-1][1]:.3f} | {c['alignment'][-1][1]:.4f} | {t['logreg_acc']:.3f} | "
+            f"{ri['logreg_acc']:.3f} | {t['knn_acc']:.3f} |"
+        )
     write_outputs(args.out, lines, figure(rows))
     return 0
 

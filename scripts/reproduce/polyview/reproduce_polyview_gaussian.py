@@ -17,6 +17,7 @@ After training, loss and bound are averaged over ``--eval-batches`` fresh batche
 ``<out>.png`` (four panels: true MI and bounds, MI gap, relative MI = true / bound, loss; mean +- std
 over seeds), ``<out>.md`` (table) and ``<out>.jsonl`` (one line per run; reruns skip finished runs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,14 +30,16 @@ from typing import Any
 import torch
 from torch import nn
 
-
 from multiview_app.experiments.reproduce import ROOT, new_figure, parse_list, write_outputs  # noqa: E402
-
 from multiview_app.losses import build_loss  # noqa: E402
 
 #: objective name -> loss of the head
-METHODS = {"multi_crop": "infonce_pwe", "arithmetic": "pvc_arithmetic", "geometric": "pvc_geometric",
-           "sufficient": "pvc_sufficient"}
+METHODS = {
+    "multi_crop": "infonce_pwe",
+    "arithmetic": "pvc_arithmetic",
+    "geometric": "pvc_geometric",
+    "sufficient": "pvc_sufficient",
+}
 
 
 def true_one_vs_rest_mi(m: int, sigma0: float, sigma: float) -> float:
@@ -69,8 +72,18 @@ def critic() -> nn.Module:
     return nn.Sequential(nn.Linear(1, 32), nn.GELU(), nn.Linear(32, 32))
 
 
-def run_one(method: str, m: int, seed: int, *, items: int, steps: int, tau: float, sigma0: float, sigma: float,
-            eval_batches: int) -> dict[str, Any]:
+def run_one(
+    method: str,
+    m: int,
+    seed: int,
+    *,
+    items: int,
+    steps: int,
+    tau: float,
+    sigma0: float,
+    sigma: float,
+    eval_batches: int,
+) -> dict[str, Any]:
     """Train one critic; returns the averaged final loss, bound, true MI and gap."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(10_000 + seed)
@@ -88,9 +101,22 @@ def run_one(method: str, m: int, seed: int, *, items: int, steps: int, tau: floa
     final = statistics.mean(losses)
     bound = bound_constant(method, items, m) - final
     true = true_one_vs_rest_mi(m, sigma0, sigma)
-    return {"method": method, "M": m, "seed": seed, "items": items, "steps": steps, "tau": tau,
-            "sigma0": sigma0, "sigma": sigma, "eval_batches": eval_batches, "loss": final,
-            "bound": bound, "true_mi": true, "gap": true - bound, "relative_mi": true / bound if bound > 0 else float("nan")}
+    return {
+        "method": method,
+        "M": m,
+        "seed": seed,
+        "items": items,
+        "steps": steps,
+        "tau": tau,
+        "sigma0": sigma0,
+        "sigma": sigma,
+        "eval_batches": eval_batches,
+        "loss": final,
+        "bound": bound,
+        "true_mi": true,
+        "gap": true - bound,
+        "relative_mi": true / bound if bound > 0 else float("nan"),
+    }
 
 
 def run_grid(multiplicities: list[int], seeds: int, cache: Path | None = None, **settings: Any) -> list[dict[str, Any]]:
@@ -133,7 +159,10 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     stats = {key: aggregate(rows, key) for key in ("true_mi", "bound", "gap", "relative_mi", "loss")}
     for method in METHODS:
         for m in sorted(stats["bound"].get(method, {})):
-            cells = [f"{stats[k][method][m][0]:.3f} +- {stats[k][method][m][1]:.3f}" for k in ("bound", "gap", "relative_mi", "loss")]
+            cells = [
+                f"{stats[k][method][m][0]:.3f} +- {stats[k][method][m][1]:.3f}"
+                for k in ("bound", "gap", "relative_mi", "loss")
+            ]
             lines.append(f"| {method} | {m} | {stats['true_mi'][method][m][0]:.3f} | " + " | ".join(cells) + " |")
     return lines
 
@@ -143,9 +172,16 @@ def figure(rows: list[dict[str, Any]]) -> Any:
     fig, axes = new_figure(4, (16, 3.6))
     ms = sorted({r["M"] for r in rows})
     truth = [true_one_vs_rest_mi(m, rows[0]["sigma0"], rows[0]["sigma"]) for m in ms]
-    for ax, key, title in zip(axes, ("bound", "gap", "relative_mi", "loss"),
-                              ("One-vs-Rest MI: true (Eq. 26) and bounds", "MI gap = true - bound",
-                               "relative MI = true / bound", "final loss")):
+    for ax, key, title in zip(
+        axes,
+        ("bound", "gap", "relative_mi", "loss"),
+        (
+            "One-vs-Rest MI: true (Eq. 26) and bounds",
+            "MI gap = true - bound",
+            "relative MI = true / bound",
+            "final loss",
+        ),
+    ):
         for method, by_m in aggregate(rows, key).items():
             x = sorted(by_m)
             mean = [by_m[m][0] for m in x]
@@ -179,8 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--multiplicities: every M must be >= 2, got {multiplicities}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    settings = dict(items=args.items, steps=args.steps, tau=args.tau, sigma0=args.sigma0, sigma=args.sigma,
-                    eval_batches=args.eval_batches)
+    settings = dict(
+        items=args.items,
+        steps=args.steps,
+        tau=args.tau,
+        sigma0=args.sigma0,
+        sigma=args.sigma,
+        eval_batches=args.eval_batches,
+    )
     rows = run_grid(multiplicities, args.seeds, cache=out.with_suffix(".jsonl"), **settings)
     png = write_outputs(out, table(rows), figure(rows))
     print(f"wrote {png} and {out.with_suffix('.md')}")
