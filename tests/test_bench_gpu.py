@@ -215,7 +215,7 @@ def test_demo_overrides_follow_the_demo_settings(bench, tmp_path: Path) -> None:
     demo = yaml.safe_load((REPO / "configs" / "demo_eeg.yaml").read_text())
     overrides = bench.demo_overrides(tmp_path)
     assert f"data.options.cache={tmp_path}" in overrides and f"train.batch_size={demo['batch']}" in overrides
-    assert f"model.encoders.eeg.width={demo['width']}" in overrides
+    assert f"model.encoders.eeg={demo['encoder']}" in overrides  # the demo's encoder spec, as run_eeg_demo.sh passes it
     assert all(item in overrides for item in demo["augment"].split())
 
 

@@ -99,7 +99,18 @@ def _run(args: argparse.Namespace) -> int:
             f"split {manifest['split']} in {len(manifest['shards'])} shard(s) to {args.out} "
             f"({timing['rows_per_s_main']} rows/s on the main process)"
         )
+    _close_process_group()
     return 0
+
+
+def _close_process_group() -> None:
+    """End a launch's process group once every process is done (left to interpreter exit, gloo's threads may
+    abort with 'terminate called without an active exception')."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _is_main() -> bool:

@@ -667,10 +667,6 @@ class Trainer:
         last_loss: torch.Tensor | None = None  # on the device; read back on logging steps and at the end
         loader_gen = torch.Generator()  # keeps DataLoader seeding off the global RNG (resume-exact)
         model = accelerator.unwrap_model(parts.step_module).model
-
-        def view_seed(micro_index: int) -> int:
-            return (tcfg.seed * 1_000_003 + micro_index) * 4_096 + rank
-
         # a policy whose views depend on the model (e.g. nearest-neighbour target views) gets the model and
         # builds each micro-batch's views synchronously, with the weights of the step they feed
         uses_model = bool(plan.policy.uses_model)
@@ -680,16 +676,7 @@ class Trainer:
         stop = StopRequest().__enter__()
         try:
             while at.step < plan.total_steps:
-                loader = self._train_loader(plan, at, rank, device, loader_gen)
-                batches = ViewStream(
-                    loader,
-                    plan.policy,
-                    device,
-                    view_seed,
-                    at.step * tcfg.grad_accum,
-                    self._prefetch_views(uses_model),
-                    self._stream_positions,
-                )
+                batches = self._view_stream(plan, at, rank, device, loader_gen, uses_model)
                 try:
                     while at.step < plan.total_steps and at.position < plan.micro_per_epoch:
                         last_loss, stats = self._optimizer_step(
@@ -719,6 +706,27 @@ class Trainer:
         self._raise_if_diverged(accelerator)
         self._report_solver(parts.loss_fn)
         return float("nan") if last_loss is None else float(host_values({"loss": last_loss})["loss"])
+
+    def _view_stream(
+        self,
+        plan: DataPlan,
+        at: Position,
+        rank: int,
+        device: torch.device,
+        loader_gen: torch.Generator,
+        uses_model: bool,
+    ) -> ViewStream:
+        """The epoch's micro-batches of views from ``at`` on; view randomness is seeded per (micro-batch, rank)."""
+        tcfg = self.cfg.train
+
+        def view_seed(micro_index: int) -> int:
+            return (tcfg.seed * 1_000_003 + micro_index) * 4_096 + rank
+
+        loader = self._train_loader(plan, at, rank, device, loader_gen)
+        prefetch = self._prefetch_views(uses_model)
+        return ViewStream(
+            loader, plan.policy, device, view_seed, at.step * tcfg.grad_accum, prefetch, self._stream_positions
+        )
 
     def _notify_step_end(self, event: StepEvent) -> None:
         """Every callback's ``on_step_end`` after an optimizer step."""
