@@ -3,10 +3,11 @@ no tensor value back into Python, so on a GPU the step never waits for the devic
 
 On the CPU a tensor-to-Python conversion costs nothing, but every one of them on a CUDA tensor is a
 host synchronization. The test counts them on the CPU by patching ``torch.Tensor.item``,
-``__bool__``, ``__float__``, ``__int__`` and ``tolist`` during a short training run, and asserts that
-the non-logging optimizer steps make none. Left out of the count (each named where it is excluded):
+``__bool__``, ``__float__``, ``__int__``, ``tolist``, ``cpu``, ``numpy``, ``nonzero`` and boolean-mask
+indexing during a short training run (the loss's forward and backward included; every loss on its own:
+tests/test_loss_host_reads.py), and asserts that the non-logging optimizer steps make none. Left out of
+the count (each named where it is excluded):
 
-* the loss module's forward (``infonce_pwe``: its own input checks are the loss head's business);
 * ``torch.optim.AdamW.step``: torch's non-fused AdamW reads its step counter, a CPU tensor by
   construction (no device synchronization; the trainer uses the fused kernel on CUDA);
 * the DataLoader: items are read in a worker process (``train.num_workers = 1``), whose counts never
@@ -27,6 +28,7 @@ import torch
 from _device_cases import modality_config
 from _host_reads import HostReads
 
+from multiview_app.data.images import augment as augment_mod
 from multiview_app.train import trainer as trainer_mod
 
 
@@ -37,14 +39,9 @@ def conversions_per_step(
     conversions counted; returns the conversions made during each optimizer step (from the end of the
     previous step's callbacks to the end of its own) and the set of logging steps."""
     reads = HostReads()
-    real_build_loss = trainer_mod.build_loss
-
-    def build_excluded_loss(name: str, **params: Any) -> torch.nn.Module:
-        loss = real_build_loss(name, **params)
-        reads.exclude_method(monkeypatch, loss, "forward")
-        return loss
-
-    monkeypatch.setattr(trainer_mod, "build_loss", build_excluded_loss)
+    # the augmentations' GPU choice (masks over every row) instead of the CPU's gathered rows, whose
+    # ``nonzero`` is free on the CPU (tests/test_augment.py: both give the same views)
+    monkeypatch.setattr(augment_mod, "gathers_rows", lambda device: False)
     reads.exclude_method(monkeypatch, torch.optim.AdamW, "step")
     reads.exclude_generator(monkeypatch, trainer_mod.EpochBatchSampler, "__iter__")
     reads.exclude_method(monkeypatch, torch.utils.data.DataLoader, "__iter__")  # once per epoch: workers' base seed
@@ -63,7 +60,7 @@ def conversions_per_step(
         "host_reads",
         **{"max_steps": 8, "log_every": 4, "checkpoint_every": 0, "num_workers": 1, **train},
     )
-    reads.patch(monkeypatch)
+    reads.patch(monkeypatch, nonzero=True, transfers=True)
     trainer_mod.train(cfg, callbacks=[after_step])
     return per_step, logged
 
