@@ -10,6 +10,9 @@ the count (each named where it is excluded):
 
 * ``torch.optim.AdamW.step``: torch's non-fused AdamW reads its step counter, a CPU tensor by
   construction (no device synchronization; the trainer uses the fused kernel on CUDA);
+* view choices drawn on the host by construction (CPU generators, Python strings): the caption order of
+  the ``pairs`` policy (``choose_captions``) and the domains picked per batch by the ``domains`` policy
+  (``DomainsPolicy._pick_domains``);
 * the DataLoader: items are read in a worker process (``train.num_workers = 1``), whose counts never
   reach this process; starting an epoch's workers draws their base seed from a CPU generator, and the
   epoch's index order (``EpochBatchSampler``) is a CPU tensor by construction.
@@ -28,7 +31,9 @@ import torch
 from _device_cases import modality_config
 from _host_reads import HostReads
 
+from multiview_app.data.domains.views import DomainsPolicy
 from multiview_app.data.images import augment as augment_mod
+from multiview_app.data.text import views as text_views
 from multiview_app.train import trainer as trainer_mod
 
 
@@ -43,6 +48,8 @@ def conversions_per_step(
     # ``nonzero`` is free on the CPU (tests/test_augment.py: both give the same views)
     monkeypatch.setattr(augment_mod, "gathers_rows", lambda device: False)
     reads.exclude_method(monkeypatch, torch.optim.AdamW, "step")
+    reads.exclude_method(monkeypatch, text_views, "choose_captions")
+    reads.exclude_method(monkeypatch, DomainsPolicy, "_pick_domains")
     reads.exclude_generator(monkeypatch, trainer_mod.EpochBatchSampler, "__iter__")
     reads.exclude_method(monkeypatch, torch.utils.data.DataLoader, "__iter__")  # once per epoch: workers' base seed
     per_step: dict[int, list[str]] = {}
@@ -67,8 +74,8 @@ def conversions_per_step(
 
 @pytest.mark.parametrize(
     ("modality", "prefetch"),
-    [("images", True), ("images", False), ("eeg", True)],
-    ids=["images-prefetch", "images-in-step", "eeg-prefetch"],
+    [("images", True), ("images", False), ("eeg", True), ("image_text", True), ("domains", True)],
+    ids=["images-prefetch", "images-in-step", "eeg-prefetch", "image-text-prefetch", "domains-prefetch"],
 )
 def test_non_logging_steps_read_nothing_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str, prefetch: bool
