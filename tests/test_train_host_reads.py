@@ -11,8 +11,8 @@ the count (each named where it is excluded):
 * ``torch.optim.AdamW.step``: torch's non-fused AdamW reads its step counter, a CPU tensor by
   construction (no device synchronization; the trainer uses the fused kernel on CUDA);
 * view choices drawn on the host by construction (CPU generators, Python strings): the caption order of
-  the ``pairs`` policy (``choose_captions``) and the domains picked per batch by the ``domains`` policy
-  (``DomainsPolicy._pick_domains``);
+  the ``pairs`` policy (``choose_captions``), the domains picked per batch by the ``domains`` policy
+  (``DomainsPolicy._pick_domains``) and its pool of target images (``DomainsPolicy._draw_pool``);
 * the DataLoader: items are read in a worker process (``train.num_workers = 1``), whose counts never
   reach this process; starting an epoch's workers draws their base seed from a CPU generator, and the
   epoch's index order (``EpochBatchSampler``) is a CPU tensor by construction.
@@ -38,11 +38,16 @@ from multiview_app.train import trainer as trainer_mod
 
 
 def conversions_per_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str = "images", **train: Any
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    modality: str = "images",
+    data_options: dict[str, Any] | None = None,
+    **train: Any,
 ) -> tuple[dict[int, list[str]], set[int]]:
-    """Train a tiny run of ``modality`` (infonce_pwe, 8 steps, log every 4; tests/_device_cases.py) with
-    conversions counted; returns the conversions made during each optimizer step (from the end of the
-    previous step's callbacks to the end of its own) and the set of logging steps."""
+    """Train a tiny run of ``modality`` (infonce_pwe, 8 steps, log every 4; tests/_device_cases.py; its
+    ``data.options`` updated with ``data_options``) with conversions counted; returns the conversions made
+    during each optimizer step (from the end of the previous step's callbacks to the end of its own) and
+    the set of logging steps."""
     reads = HostReads()
     # the augmentations' GPU choice (masks over every row) instead of the CPU's gathered rows, whose
     # ``nonzero`` is free on the CPU (tests/test_augment.py: both give the same views)
@@ -50,6 +55,7 @@ def conversions_per_step(
     reads.exclude_method(monkeypatch, torch.optim.AdamW, "step")
     reads.exclude_method(monkeypatch, text_views, "choose_captions")
     reads.exclude_method(monkeypatch, DomainsPolicy, "_pick_domains")
+    reads.exclude_method(monkeypatch, DomainsPolicy, "_draw_pool")
     reads.exclude_generator(monkeypatch, trainer_mod.EpochBatchSampler, "__iter__")
     reads.exclude_method(monkeypatch, torch.utils.data.DataLoader, "__iter__")  # once per epoch: workers' base seed
     per_step: dict[int, list[str]] = {}
@@ -67,23 +73,53 @@ def conversions_per_step(
         "host_reads",
         **{"max_steps": 8, "log_every": 4, "checkpoint_every": 0, "num_workers": 1, **train},
     )
+    cfg.data.options.update(data_options or {})
     reads.patch(monkeypatch, nonzero=True, transfers=True)
     trainer_mod.train(cfg, callbacks=[after_step])
     return per_step, logged
 
 
+ADAPT_AUGMENT = {"adapt": "sketch", "adapt_views": "augment", "adapt_share": 0.5}
+ADAPT_NEAREST = {"adapt": "sketch", "adapt_views": "nearest"}
+
+
 @pytest.mark.parametrize(
-    ("modality", "prefetch"),
-    [("images", True), ("images", False), ("eeg", True), ("image_text", True), ("domains", True)],
-    ids=["images-prefetch", "images-in-step", "eeg-prefetch", "image-text-prefetch", "domains-prefetch"],
+    ("modality", "prefetch", "data_options"),
+    [
+        ("images", True, None),
+        ("images", False, None),
+        ("eeg", True, None),
+        ("image_text", True, None),
+        ("domains", True, None),
+        ("domains", True, ADAPT_AUGMENT),
+        ("domains", False, ADAPT_NEAREST),
+    ],
+    ids=[
+        "images-prefetch",
+        "images-in-step",
+        "eeg-prefetch",
+        "image-text-prefetch",
+        "domains-prefetch",
+        "domains-adapt-augment",
+        "domains-adapt-nearest",
+    ],
 )
 def test_non_logging_steps_read_nothing_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str, prefetch: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, modality: str, prefetch: bool, data_options: dict | None
 ) -> None:
     """Images: the digits ``simclr`` stack; EEG: channels as views with crop, gain, noise and band-stop,
-    and the channel-embedding encoder with ``unknown_rate`` (tests/_device_cases.py)."""
+    and the channel-embedding encoder with ``unknown_rate``; image-text: the tiny open_clip text tower
+    with a learned temperature; domains: one view per seen domain, and domain adaptation with target
+    items mixed into the batches (``augment``) or a nearest-target view (``nearest``, built in the step
+    with the current model) (tests/_device_cases.py)."""
     per_step, logged = conversions_per_step(
-        tmp_path, monkeypatch, modality, prefetch_views=prefetch, deterministic=not prefetch, diagnostics=True
+        tmp_path,
+        monkeypatch,
+        modality,
+        data_options,
+        prefetch_views=prefetch,
+        deterministic=not prefetch,
+        diagnostics=True,
     )
     assert logged == {4, 8} and sorted(per_step) == list(range(1, 9))
     # step 1 builds the loader and the first views (one-time work); every later non-logging step must read nothing
