@@ -147,14 +147,20 @@ def test_host_read_counter_sees_conversions(tmp_path: Path, monkeypatch: pytest.
     assert len(reads.seen) == 5
 
 
-@pytest.mark.parametrize("loss_refuses_nan", [True, False], ids=["loss-raises", "loss-runs-on"])
+@pytest.mark.parametrize(
+    ("loss_name", "loss_refuses_nan"),
+    [("infonce_pwe", True), ("infonce_pwe", False), ("mveb", False), ("flatnce", False)],
+    ids=["loss-raises", "loss-runs-on", "mveb-runs-on", "flatnce-runs-on"],
+)
 def test_divergence_found_later_still_names_its_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loss_refuses_nan: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loss_name: str, loss_refuses_nan: bool
 ) -> None:
     """The NaN check is deferred to logging / checkpoint steps but still names the first bad step and
-    writes no checkpoint after it: the loss of step 3 is NaN, logging every 4 steps, checkpoints every 2.
-    ``loss-raises``: the loss refuses the NaN embeddings of step 4 (``ValueError``), which the trainer turns
-    into the divergence error; ``loss-runs-on``: the loss accepts them and step 4's log check raises."""
+    writes no checkpoint after it: the loss of step 3 is NaN (so the embeddings of step 4 are), logging
+    every 4 steps, checkpoints every 2. ``loss-raises``: the loss checks its input at once
+    (``check_finite``, a standalone loss's default) and refuses the NaN embeddings of step 4
+    (``ValueError``), which the trainer turns into the divergence error; ``*-runs-on``: the loss as the
+    trainer configures it (``check_finite = False``: no host read) takes them, and step 4's log check raises."""
     from multiview_app.train.checkpoint import list_checkpoints
 
     real_build_loss = trainer_mod.build_loss
@@ -166,7 +172,8 @@ def test_divergence_found_later_still_names_its_step(
 
         def forward(z: torch.Tensor) -> torch.Tensor:
             calls["n"] += 1
-            value = original_forward(z if loss_refuses_nan else torch.nan_to_num(z))
+            loss.check_finite = loss_refuses_nan  # after the trainer's setting
+            value = original_forward(z)
             return value * float("nan") if calls["n"] == 3 else value
 
         loss.forward = forward
@@ -174,6 +181,7 @@ def test_divergence_found_later_still_names_its_step(
 
     monkeypatch.setattr(trainer_mod, "build_loss", build_poisoned_loss)
     cfg = modality_config(tmp_path, "images", "nan", max_steps=8, log_every=4, checkpoint_every=2)
+    cfg.loss = type(cfg.loss)(name=loss_name)  # default parameters
     with pytest.raises(trainer_mod.TrainingDivergedError, match=r"step 3: loss became NaN/Inf.*step_00000002"):
         trainer_mod.train(cfg)
     assert [p.name for p in list_checkpoints(cfg.run_dir)] == ["step_00000002"]
