@@ -33,7 +33,7 @@ CALLS = 3
 M3G_READS_PER_CALL = 2
 #: parameters every case of a loss gets (the registry default otherwise)
 BASE_PARAMS: dict[str, dict[str, Any]] = {
-    "m3g": {"solver_loop": "device"},
+    "m3g": {"solver_loop": "device", "epsilon": 0.5},  # a short solve: the reads per call, not accuracy
     "supervised_ce": {"num_classes": 4, "in_dim": D},
 }
 #: further parameter sets: the other code paths of a loss (learned / scheduled temperature, blockwise)
