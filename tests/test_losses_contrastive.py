@@ -287,7 +287,10 @@ def test_infonce_pwe_fast_path_gradcheck(k: int) -> None:
 
     zn = torch.nn.functional.normalize(embeddings(4, k, 3, seed=30 + k), dim=-1).requires_grad_()
     scale = torch.tensor(4.0, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(pair_blocks_infonce, (zn, scale), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(lambda z, s: pair_blocks_infonce(z, s, 4.0), (zn, scale), eps=1e-6, atol=1e-7)
+    fixed = pair_blocks_infonce(zn, 4.0, 4.0)  # a fixed scale: a float, the same value
+    torch.testing.assert_close(fixed, pair_blocks_infonce(zn, scale, 4.0))
+    assert torch.autograd.gradcheck(lambda z: pair_blocks_infonce(z, 4.0, 4.0), (zn,), eps=1e-6, atol=1e-7)
 
 
 def test_infonce_pwe_equals_open_clip_clip_loss_float32() -> None:
@@ -316,8 +319,9 @@ def test_infonce_pwe_large_logit_scale_takes_the_max_shift_path() -> None:
 
     z = embeddings(6, 3, 4, seed=9)
     zn = torch.nn.functional.normalize(z, dim=-1).float()
-    assert pair_blocks_infonce(zn, torch.tensor(100.0)) is None
-    assert pair_blocks_infonce(zn, torch.tensor(10.0)) is not None
+    assert pair_blocks_infonce(zn, 100.0, 100.0) is None
+    assert pair_blocks_infonce(zn, 10.0, 10.0) is not None
+    assert pair_blocks_infonce(zn, torch.tensor(10.0), 100.0) is None  # decided by the host-side bound
     value = build_loss("infonce_pwe", tau=0.01)(z.float())
     assert torch.isfinite(value) and value.item() == pytest.approx(ref.infonce_pwe(z, tau=0.01), rel=1e-4)
 

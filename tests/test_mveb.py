@@ -248,3 +248,44 @@ def _system(x: torch.Tensor, eta: float) -> tuple[torch.Tensor, torch.Tensor]:
     delta = bandwidth_from_gram(gram)
     kernel = torch.exp(gram / delta)
     return kernel + eta * torch.eye(len(x), dtype=x.dtype), x / delta * kernel.sum(dim=-1, keepdim=True)
+
+
+def test_conjugate_gradient_in_blocks_equals_step_by_step_and_reads_once_per_block(monkeypatch) -> None:
+    """The blockwise CG reads its residual once per ``block`` steps; the steps of a block past the stop
+    change nothing, so every block size gives the step-by-step solve's solution and step count exactly."""
+    from _host_reads import HostReads
+
+    from multiview_app.losses.mveb import conjugate_gradient, kernel_matmul
+
+    x = unit(embeddings(30, 1, 5, seed=4)[:, 0])
+    rhs = torch.randn(30, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+    def apply(v: torch.Tensor) -> torch.Tensor:
+        return kernel_matmul(x, 0.5, v, rows=7).add_(v, alpha=0.01)
+
+    expected, steps, residual = conjugate_gradient(apply, rhs, 1e-10, 200, block=1)
+    assert 3 < steps < 200 and residual <= 1e-10
+    for block in (2, 4, 7, 500):
+        reads = HostReads()
+        with monkeypatch.context() as patched:
+            reads.patch(patched, nonzero=True, transfers=True)
+            solution, block_steps, block_residual = conjugate_gradient(apply, rhs, 1e-10, 200, block=block)
+        assert (block_steps, block_residual) == (steps, residual)
+        assert torch.equal(solution, expected)
+        # one read per block started (the last one finds the stop), plus the step count and the residual
+        assert len(reads.seen) <= -(-steps // block) + 1 + 2, "\n".join(reads.seen)
+
+
+def test_tiny_ridge_is_raised_to_the_cholesky_safe_one() -> None:
+    """A collapsed batch (every kernel entry exp(10)) with a ridge far below rounding: the ridge is raised
+    to ``cholesky_safe_ridge(n)`` (no LU fallback, no host read), the score is finite and solves that
+    system; the default ridge is above it at every size the dense path takes."""
+    from multiview_app.losses.contrastive import DENSE_MAX_LOGITS
+    from multiview_app.losses.mveb import cholesky_safe_ridge
+
+    assert cholesky_safe_ridge(int(DENSE_MAX_LOGITS**0.5)) < 0.01  # n = 8192, k = 1
+    x = unit(torch.ones(64, 5, dtype=torch.float64) + 1e-9 * embeddings(64, 1, 5, seed=5)[:, 0])
+    score, _ = stein_score(x, 1e-15)
+    assert torch.isfinite(score).all()
+    system, g = _system(x, cholesky_safe_ridge(64))
+    torch.testing.assert_close(system @ score, -g, rtol=1e-6, atol=1e-6 * g.abs().max().item())

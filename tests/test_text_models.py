@@ -32,8 +32,16 @@ def test_open_clip_text_tower_checks_its_tokenizer() -> None:
         tower(build_tokenizer("open_clip", 20)(["a thin one"]))
     minilm_ids = torch.full((2, 12), 0, dtype=torch.long)
     minilm_ids[:, 0] = 101
+    tower.eval()  # eval mode: every call checks the values
     with pytest.raises(ValueError, match="do not start with the start id 49406.*tokenizer=open_clip"):
         tower(minilm_ids)
+    fresh = build_encoder("text", "open_clip", **{k: v for k, v in TINY_TEXT.items() if k != "name"})
+    with pytest.raises(ValueError, match="do not start with the start id 49406"):  # a first training batch
+        fresh(minilm_ids)
+    with pytest.raises(ValueError, match="token id 49408 >= vocabulary size 49408"):
+        fresh(ids + 49408 - int(ids.max()))
+    fresh(ids)  # training mode: the first good batch is checked, later ones are not (no host read)
+    assert fresh(minilm_ids).shape == (2, 24)
 
 
 def test_open_clip_image_tower_and_frozen_option() -> None:

@@ -237,10 +237,14 @@ class MultiViewLoss(SignatureOptions, nn.Module):
         #: True: solver non-convergence is only counted in ``solver_tally`` (the trainer reports it
         #: through the run's logger); False: also a ``RuntimeWarning`` (once per module)
         self.quiet_solver = False
+        #: True: a call refuses NaN / Inf embeddings at once (``ValueError``; one host read per call);
+        #: False: the caller checks them (the trainer flags them on the device and reads the flag on
+        #: logging steps, naming the step), and the loss reads nothing back
+        self.check_finite = True
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:  # noqa: D401
         """Loss of embeddings ``z`` of shape ``(n, k, d)``; returns a 0-d tensor."""
-        z = normalize(check_embeddings(z, min_views=self.min_views))
+        z = normalize(check_embeddings(z, min_views=self.min_views, check_finite=self.check_finite))
         self.last_stats = LazyStats()
         loss = self.compute(z)
         self._record_loss(loss)

@@ -17,6 +17,7 @@ log-sum-exps. The shared building blocks are
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from typing import ClassVar
 
@@ -141,7 +142,8 @@ class _PairBlocksInfoNCE(torch.autograd.Function):
     """Symmetric InfoNCE over view pairs with a constant shift (dense fast path of ``infonce_pwe``).
 
     ``z`` ``(n, k, d)`` unit vectors, view pairs ``first[p] < second[p]`` (:func:`_view_pairs`
-    order), ``scale`` the logit multiplier ``1 / tau`` (0-d tensor). Logits
+    order), ``scale`` the logit multiplier ``1 / tau`` (a float, or a 0-d tensor when learned: it then
+    stays on the device, no host read). Logits
     ``L[p] = scale * z[:, first[p]] @ z[:, second[p]].T`` ``(n, n)``; value
     ``mean_p [0.5 (mean_i lse_row_i + mean_j lse_col_j) - mean_i L[p, i, i]]`` (CLIP's symmetric
     cross-entropy when ``k = 2``). ``|L| <= scale`` for unit vectors, so one ``exp(L - scale)``
@@ -152,10 +154,12 @@ class _PairBlocksInfoNCE(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, scale: torch.Tensor, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx, z: torch.Tensor, scale: float | torch.Tensor, first: torch.Tensor, second: torch.Tensor
+    ) -> torch.Tensor:
         n, k, _ = z.shape
         p = len(first)
-        s = float(scale)
+        s = scale.detach() if isinstance(scale, torch.Tensor) else scale
         by_view = z.transpose(0, 1)  # (k, n, d), a view
         a, b = (by_view[:1], by_view[1:]) if k == 2 else (by_view[first], by_view[second])
         numer = torch.bmm(a * s, b.transpose(1, 2))  # (P, n, n) logits
@@ -193,11 +197,13 @@ class _PairBlocksInfoNCE(torch.autograd.Function):
         return grad_z, grad_scale, None, None
 
 
-def pair_blocks_infonce(z: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
+def pair_blocks_infonce(z: torch.Tensor, scale: float | torch.Tensor, scale_bound: float) -> torch.Tensor | None:
     """Symmetric InfoNCE of ``z`` ``(n, k, d)`` over its ``k (k - 1) / 2`` view pairs
-    (:class:`_PairBlocksInfoNCE`), or ``None`` when ``scale`` is too large for the constant shift in
-    this dtype (the caller then takes the per-row / per-column max path)."""
-    if 2.0 * float(scale.detach()) > _SHIFT_LIMIT.get(z.dtype, 0.0):
+    (:class:`_PairBlocksInfoNCE`) with the logit multiplier ``scale`` (float, or a 0-d tensor when
+    learned), or ``None`` when ``scale_bound`` (a host-side upper bound of ``scale``: no host read) is
+    too large for the constant shift in this dtype (the caller then takes the per-row / per-column max
+    path)."""
+    if 2.0 * scale_bound > _SHIFT_LIMIT.get(z.dtype, 0.0):
         return None
     first, second = _view_pairs(z.shape[1], z.device)
     k = z.shape[1]
@@ -328,9 +334,10 @@ def blockwise_logsumexp(
 def other_item_logsumexp(
     anchors: torch.Tensor,
     targets: torch.Tensor,
-    tau: float,
+    tau: float | torch.Tensor,
     return_weight_sq: bool = False,
     chunked: bool | None = None,
+    tau_floor: float | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``logsumexp`` of each anchor's logits against every view of every *other* item.
 
@@ -338,12 +345,15 @@ def other_item_logsumexp(
     ``[i, alpha] = logsumexp_{j != i, gamma} <anchors[i, alpha], targets[j, gamma]> / tau``.
     With ``return_weight_sq`` also returns ``sum_j w_j^2`` ``(n, a)`` (no gradient) for the
     softmax weights ``w`` of those negatives (for FlatNCE's ESS). ``chunked``: blockwise path
-    (:func:`blockwise_logsumexp`); None chooses it above :data:`DENSE_MAX_LOGITS` logits.
+    (:func:`blockwise_logsumexp`); None chooses it above :data:`DENSE_MAX_LOGITS` logits. ``tau`` may
+    be a 0-d tensor (a scheduled temperature on the device); ``tau_floor``, a host-side lower bound of
+    it, then decides whether the constant-shift path is safe (None: the general path), without a host read.
     """
     n, a, _ = anchors.shape
     if use_blockwise(chunked, n * a, n * targets.shape[1]):
         return blockwise_logsumexp(anchors, targets, tau, exclude_own=True, return_weight_sq=return_weight_sq)
-    if targets is anchors and 2.0 / tau <= _SHIFT_LIMIT.get(anchors.dtype, 0.0):
+    smallest_tau = (tau_floor or 0.0) if isinstance(tau, torch.Tensor) else tau
+    if targets is anchors and smallest_tau > 0 and 2.0 / smallest_tau <= _SHIFT_LIMIT.get(anchors.dtype, 0.0):
         lse, weight_sq = _SymmetricOtherItemLogSumExp.apply(anchors, tau, return_weight_sq)
     else:
         lse, weight_sq = _OtherItemLogSumExp.apply(anchors, targets, tau, return_weight_sq)
@@ -436,7 +446,7 @@ class LearnableTemperatureLoss(TemperatureLoss):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         loss = super().forward(z)
-        self.last_stats["logit_scale"] = self.scale.value()
+        self.last_stats["logit_scale"] = self.scale.stat()
         return loss
 
 
@@ -501,22 +511,22 @@ class InfoNCEPairwiseLoss(LearnableTemperatureLoss):
         n, k, _ = z.shape
         if self.blockwise(n):
             # every ordered pair (alpha -> beta): anchors z[:, alpha], candidates z[:, beta]
-            first, second = torch.triu_indices(k, k, offset=1, device=z.device)
-            anchors = torch.cat([first, second]).tolist()
-            candidates = torch.cat([second, first]).tolist()
+            pairs = list(itertools.combinations(range(k), 2))  # alpha < beta, then the reversed pairs
+            anchors = [a for a, _ in pairs] + [b for _, b in pairs]
+            candidates = [b for _, b in pairs] + [a for a, _ in pairs]
             positive = torch.stack([(z[:, a] * z[:, b]).sum(-1) for a, b in zip(anchors, candidates)]) / self.tau
             lse = torch.stack(
                 [blockwise_logsumexp(z[:, a, None], z[:, b, None], self.tau)[:, 0] for a, b in zip(anchors, candidates)]
             )
             loss = (lse - positive).mean()
         else:
-            loss = pair_blocks_infonce(z, self.scale.multiplier(z))
+            loss = pair_blocks_infonce(z, self.scale.multiplier(z), self.scale.bound())
             if loss is None:  # logit scale too large for the constant shift: per-row / per-column max
                 # (p, n, n) with p = k (k - 1) / 2 unordered pairs
                 first, second = torch.triu_indices(k, k, offset=1, device=z.device)
                 logits = self.scale(torch.bmm(z[:, first].transpose(0, 1), z[:, second].permute(1, 2, 0)))
                 loss = 0.5 * (pair_logsumexp_ce(logits, 2).mean() + pair_logsumexp_ce(logits, 1).mean())
-        self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
+        self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - loss.detach()
         return loss
 
 
@@ -582,7 +592,7 @@ class InfoNCEAverageLoss(LearnableTemperatureLoss):
         else:
             logits = self.scale(torch.bmm(z.transpose(0, 1), xbar.permute(1, 2, 0)))  # (k, n, n)
             loss = pair_logsumexp_ce(logits, 2).mean()
-        self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - float(loss.detach())
+        self.last_stats["mi_lower_bound"] = math.log(z.shape[0]) - loss.detach()
         return loss
 
 
@@ -647,11 +657,11 @@ class BYOLLoss(MultiViewLoss):
 
     def forward(self, online: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:  # noqa: D401
         """Loss of online predictions ``(n, k, d)`` against target projections ``(n, k, d)``."""
-        online = normalize(check_embeddings(online, min_views=self.min_views))
+        online = normalize(check_embeddings(online, min_views=self.min_views, check_finite=self.check_finite))
         if target is None:
             target = online
         else:
-            target = check_embeddings(target.detach(), min_views=self.min_views)
+            target = check_embeddings(target.detach(), min_views=self.min_views, check_finite=self.check_finite)
             if target.shape != online.shape:
                 raise ValueError(
                     f"loss '{self.name}': online {tuple(online.shape)} and target "
@@ -718,7 +728,7 @@ class _PolyViewLoss(TemperatureLoss):
 
     def _record_bound(self, z: torch.Tensor, loss: torch.Tensor) -> None:
         n, k, _ = z.shape
-        self.last_stats["mi_lower_bound"] = math.log(n * k - k + 1) - float(loss.detach())
+        self.last_stats["mi_lower_bound"] = math.log(n * k - k + 1) - loss.detach()
 
     def log_ratios(self, z: torch.Tensor) -> torch.Tensor:
         """``log l(i, alpha, beta)`` of poly-view Eq. 14 for ``beta != alpha``: ``(n, k, k - 1)``.

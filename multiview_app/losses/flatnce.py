@@ -57,7 +57,9 @@ class FlatNCELoss(TemperatureLoss):
       :class:`PolyViewGeometricLoss`), while its gradient is FlatNCE's;
     * ESS scheduling (``ess_target``) reverses Alg. S1's direction: ``tau`` is multiplied by ``1 - ess_rate``
       when the batch ESS is above the target and by ``1 + ess_rate`` otherwise, which drives the ESS towards
-      the target; Alg. S1 as printed updates the *inverse* temperature that way, which moves it away.
+      the target; Alg. S1 as printed updates the *inverse* temperature that way, which moves it away. The
+      scheduled ``tau`` lives on the embeddings' device (the update reads nothing back); reading ``loss.tau``
+      is a host read.
 
     Parameters
     ----------
@@ -98,6 +100,12 @@ class FlatNCELoss(TemperatureLoss):
     True
     """
 
+    #: scheduled tau on the device (None: not yet scheduled, ``_tau_host`` holds it); ``_tau_floor``: a
+    #: host-side lower bound of it (``_tau_host`` times ``1 - ess_rate`` per update since the last read)
+    _tau_device: torch.Tensor | None = None
+    _tau_host: float = 0.1
+    _tau_floor: float = 0.1
+
     def __init__(
         self, tau: float = 0.1, ess_target: float | None = None, ess_rate: float = 0.01, chunked: bool | None = None
     ) -> None:
@@ -112,26 +120,53 @@ class FlatNCELoss(TemperatureLoss):
         self.ess_target = ess_target
         self.ess_rate = rate
 
+    @property
+    def tau(self) -> float:
+        """The current temperature (a host read of the device copy once scheduling has started; it also
+        resets the host-side lower bound that picks the constant-shift path)."""
+        if self._tau_device is None:
+            return self._tau_host
+        self._tau_host = float(self._tau_device)
+        self._tau_floor = self._tau_host
+        return self._tau_host
+
+    @tau.setter
+    def tau(self, value: float) -> None:
+        self._tau_host = self._tau_floor = float(value)
+        self._tau_device = None
+
+    def _call_tau(self, like: torch.Tensor) -> float | torch.Tensor:
+        """The temperature of this call: the float ``tau``, or with ESS scheduling a float64 0-d tensor on
+        ``like``'s device (updated there after each training-mode call, so nothing is read back)."""
+        if self.ess_target is None:
+            return self._tau_host
+        if self._tau_device is None:  # a fill kernel, not a copy from pageable host memory
+            self._tau_device = torch.full((), self._tau_host, dtype=torch.float64, device=like.device)
+        elif self._tau_device.device != like.device:
+            self._tau_device = self._tau_device.to(like.device)
+        return self._tau_device
+
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         n, k, _ = z.shape
+        tau = self._call_tau(z)
         # logsumexp over the K = (n - 1) k negatives of (i, alpha) and sum_j w_j^2 of their softmax
         negatives, weight_sq = other_item_logsumexp(
-            z, z, self.tau, return_weight_sq=True, chunked=self.chunked
+            z, z, tau, return_weight_sq=True, chunked=self.chunked, tau_floor=self._tau_floor
         )  # (n, k) each
-        positive = off_diagonal(positive_logits(z, self.tau))  # (n, k, k - 1) [i, alpha, beta]
+        positive = off_diagonal(positive_logits(z, tau))  # (n, k, k - 1) [i, alpha, beta]
         c = negatives[:, :, None] - positive  # (n, k, k - 1)
         surrogate = torch.exp(c - c.detach()).mean()
         with torch.no_grad():
             infonce = F.softplus(c).mean()
-            ess = float(effective_sample_size(weight_sq, (n - 1) * k).mean())
-        self.last_stats.update(
-            infonce=float(infonce),
-            ess=ess,
-            tau=self.tau,
-            mi_lower_bound=math.log(n * k - k + 1) - float(infonce),
-        )
+            ess = effective_sample_size(weight_sq, (n - 1) * k).mean()
+        # device tensors until a logging step reads them (last_stats)
+        self.last_stats.update(infonce=infonce, ess=ess, tau=tau, mi_lower_bound=math.log(n * k - k + 1) - infonce)
         if self.ess_target is not None and self.training:
-            self.tau *= (1.0 - self.ess_rate) if ess > self.ess_target else (1.0 + self.ess_rate)
+            # not in place: this call's tau stays in its autograd graph and stats
+            self._tau_device = torch.where(
+                ess > self.ess_target, tau * (1.0 - self.ess_rate), tau * (1.0 + self.ess_rate)
+            )
+            self._tau_floor *= 1.0 - self.ess_rate
         return surrogate - 1.0 + infonce
 
     def extra_repr(self) -> str:

@@ -20,7 +20,7 @@ sees ``-A + beta mean <S, z>`` (``O(n k d)``); the memory lies in the estimator.
   linear system ``(K + eta I) S = -G`` (symmetric positive definite: ``K`` is a positive definite
   kernel's Gram matrix) is solved by conjugate gradients whose products ``K V`` recompute each block
   of ``K`` (:func:`kernel_matmul`), preconditioned by a randomized Nystrom approximation of ``K``
-  (:func:`nystrom_preconditioner`, rank 512). Memory ``O(block + n (d + rank))``; time
+  (:func:`nystrom_preconditioner`, rank 512), reading its residual back once every ``CG_BLOCK`` steps. Memory ``O(block + n (d + rank))``; time
   ``O(iterations n^2 d)`` per view (tens of iterations to a relative residual of 1e-12 on the
   embeddings tried, against the dense ``O(n^3)`` LU: where both fit, the dense path is faster).
 
@@ -53,6 +53,9 @@ NYSTROM_RANK = 512
 # that the last pass gathers and sorts (8 MiB of float64).
 _MEDIAN_BINS = 4096
 _MEDIAN_GATHER_MAX = 1 << 20
+# Conjugate-gradient steps between host reads of the residual (the steps of a block past convergence
+# are no-ops, so a larger block reads less and wastes up to block - 1 kernel products)
+CG_BLOCK = 4
 
 
 def median(values: torch.Tensor) -> torch.Tensor:
@@ -91,16 +94,28 @@ def stein_score(z: torch.Tensor, eta: float) -> tuple[torch.Tensor, torch.Tensor
     delta = bandwidth_from_gram(gram)[..., None, None]  # (..., 1, 1)
     kernel = torch.exp(gram / delta)
     g = x / delta * kernel.sum(dim=-1, keepdim=True)  # (..., n, d)
-    eye = torch.eye(x.shape[-2], dtype=x.dtype, device=x.device)
-    system = kernel + eta * eye  # symmetric positive definite (vMF kernel + eta I, eta > 0)
+    n = x.shape[-2]
+    eye = torch.eye(n, dtype=x.dtype, device=x.device)
+    # symmetric positive definite (vMF kernel + ridge), with the ridge at least cholesky_safe_ridge(n): the
+    # factorization cannot fail, so no host read decides a fallback
+    system = kernel + max(eta, cholesky_safe_ridge(n)) * eye
+    # Cholesky: half the flops of LU, and unlike the batched LU of torch's MKL build it stays correct
+    # after torch.set_num_threads(1) -> (2) in one process (the batched getrf then returns bad pivots)
     factor, info = torch.linalg.cholesky_ex(system)
-    if bool(info.any()):  # not numerically positive definite: general LU solve
-        score = -torch.linalg.solve(system, g)
-    else:
-        # Cholesky: half the flops of LU, and unlike the batched LU of torch's MKL build it stays correct
-        # after torch.set_num_threads(1) -> (2) in one process (the batched getrf then returns bad pivots)
-        score = -torch.cholesky_solve(g, factor)
+    score = -torch.cholesky_solve(g, factor)
+    # info != 0 only for non-finite embeddings (the ridge rules out the rest): NaN, as the input
+    score = torch.where((info == 0)[..., None, None], score, float("nan"))
     return score.to(z.dtype), delta[..., 0, 0].to(z.dtype)
+
+
+def cholesky_safe_ridge(n: int) -> float:
+    """Smallest ridge ``eta`` for which the float64 Cholesky factorization of ``K + eta I`` (``K`` the
+    ``(n, n)`` vMF kernel matrix at bandwidth >= ``MIN_BANDWIDTH``) is guaranteed to run to completion
+    (Demmel 1989: the diagonal-scaled matrix's smallest eigenvalue above ``n (n + 1) eps``, with a factor 2
+    to spare; every diagonal entry of ``K`` is ``exp(1 / Delta) <= exp(1 / MIN_BANDWIDTH)``). About
+    ``6e-7`` at ``n = 256`` and ``6e-4`` at ``n = 8192``: below the default ``eta`` (0.01) at every size
+    the dense path takes; a smaller ``eta`` is raised to it."""
+    return 2.0 * n * (n + 1) * torch.finfo(torch.float64).eps * math.exp(1.0 / MIN_BANDWIDTH)
 
 
 # --------------------------------------------------------------------------- blockwise path
@@ -151,7 +166,7 @@ def blockwise_bandwidth(
             mins.scatter_reduce_(0, bins, values, "amin")
             maxs.scatter_reduce_(0, bins, values, "amax")
         cumulative = counts.cumsum(0)
-        chosen = int(torch.searchsorted(cumulative, torch.tensor(low_rank - below, device=x.device), right=True))
+        chosen = int((cumulative <= low_rank - below).sum())  # the bin holding that rank (cumulative is sorted)
         below += int(cumulative[chosen - 1]) if chosen > 0 else 0
         inside = int(counts[chosen])
         lo, hi = float(mins[chosen]), float(maxs[chosen])  # the bin's values are exactly those in [lo, hi]
@@ -232,13 +247,17 @@ def conjugate_gradient(
     rtol: float,
     max_iter: int,
     precondition: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    block: int = CG_BLOCK,
 ) -> tuple[torch.Tensor, int, float]:
     """Solve ``A X = rhs`` (``A`` symmetric positive definite, given as ``apply(V) = A V``) for every
     column of ``rhs`` ``(n, c)`` at once (one preconditioned CG recurrence per column, shared
     products; ``precondition(V) = M^{-1} V``, symmetric positive definite, or None).
 
-    Stops when every column's relative residual ``||A x - b|| / ||b||`` is ``<= rtol`` or after
-    ``max_iter`` products. Returns ``(X (n, c), products, worst relative residual)``.
+    Stops when every column's relative residual ``||A x - b|| / ||b||`` is ``<= rtol`` (or is NaN) or
+    after ``max_iter`` products. The iterations run in blocks of ``block``: the residual stays on the
+    device, the host reads it once per block, and the steps of a block after the stop are no-ops (step
+    length 0), so the result is that of stopping at the first step that meets ``rtol``.
+    Returns ``(X (n, c), products to the stop, worst relative residual)``.
     """
     precondition = precondition or (lambda v: v)
     solution = torch.zeros_like(rhs)
@@ -247,22 +266,26 @@ def conjugate_gradient(
     preconditioned = precondition(residual)
     direction = preconditioned.clone()
     rho = (residual * preconditioned).sum(dim=0)
-    worst = float((residual.norm(dim=0) / rhs_norm).max())
-    iterations = 0
-    while worst > rtol and iterations < max_iter:
-        product = apply(direction)
-        iterations += 1
-        curvature = (direction * product).sum(dim=0)
-        alpha = torch.where(curvature > 0, rho / curvature, torch.zeros_like(rho))
-        solution.addcmul_(direction, alpha)
-        residual.addcmul_(product, alpha, value=-1.0)
-        worst = float((residual.norm(dim=0) / rhs_norm).max())
-        preconditioned = precondition(residual)
-        rho_next = (residual * preconditioned).sum(dim=0)
-        beta = torch.where(rho > 0, rho_next / rho, torch.zeros_like(rho))
-        direction.mul_(beta).add_(preconditioned)
-        rho = rho_next
-    return solution, iterations, worst
+    worst = (residual.norm(dim=0) / rhs_norm).max()
+    iterations = torch.zeros((), dtype=torch.long, device=rhs.device)
+    launched = 0
+    while launched < max_iter and float(worst) > rtol:  # one host read per block
+        for _ in range(min(block, max_iter - launched)):
+            active = worst > rtol  # False once stopped (and for NaN): the step below changes nothing
+            product = apply(direction)
+            curvature = (direction * product).sum(dim=0)
+            alpha = torch.where(active & (curvature > 0), rho / curvature, torch.zeros_like(rho))
+            solution.addcmul_(direction, alpha)
+            residual.addcmul_(product, alpha, value=-1.0)
+            worst = (residual.norm(dim=0) / rhs_norm).max()
+            iterations += active
+            preconditioned = precondition(residual)
+            rho_next = (residual * preconditioned).sum(dim=0)
+            beta = torch.where(rho > 0, rho_next / rho, torch.zeros_like(rho))
+            direction = torch.where(active, direction * beta + preconditioned, direction)
+            rho = torch.where(active, rho_next, rho)
+        launched += block
+    return solution, int(iterations), float(worst)
 
 
 @torch.no_grad()
@@ -287,6 +310,7 @@ def stein_score_blockwise(
     ``rows``: kernel rows per block (default :func:`~multiview_app.losses.contrastive.block_rows`).
     """
     lead, (n, d) = z.shape[:-2], z.shape[-2:]
+    eta = max(eta, cholesky_safe_ridge(n))  # the dense path's ridge (same system)
     batches = z.detach().double().reshape(-1, n, d)
     scores = torch.empty_like(batches)
     bandwidths = batches.new_empty(batches.shape[0])
@@ -329,7 +353,10 @@ class MVEBLoss(MultiViewLoss):
     Deviations from the paper: the two-view objective is generalized to ``k`` views (alignment averaged over
     the ``k (k - 1) / 2`` view pairs, one score estimate per view); the bandwidth ``Delta`` is the median of
     ``1 - <z_i, z_j>`` over ``i != j`` floored at 0.1, per view; the linear system is solved (never
-    inverted) in float64 without gradient.
+    inverted) in float64 without gradient, by Cholesky (dense path), with the ridge at least
+    :func:`cholesky_safe_ridge` (``n``) so that the factorization cannot fail (below the default ``eta`` at
+    every size the dense path takes). The dense path reads nothing back to the host; the blockwise path
+    reads its median selection's passes and its conjugate-gradient residual once per ``CG_BLOCK`` steps.
 
     Parameters
     ----------
@@ -398,9 +425,7 @@ class MVEBLoss(MultiViewLoss):
         else:
             score, bandwidth = stein_score(z.transpose(0, 1), self.eta)  # (k, n, d), (k,): one batch per view
         entropy_surrogate = (score.transpose(0, 1) * z).sum(dim=-1).mean()
-        self.last_stats.update(
-            alignment=float(alignment.detach()),
-            entropy_surrogate=float(entropy_surrogate.detach()),
-            bandwidth=float(bandwidth.mean()),
+        self.last_stats.update(  # device tensors until a logging step reads them
+            alignment=alignment.detach(), entropy_surrogate=entropy_surrogate.detach(), bandwidth=bandwidth.mean()
         )
         return -alignment + self.beta * entropy_surrogate

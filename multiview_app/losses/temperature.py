@@ -29,15 +29,25 @@ class LogitScale(nn.Module):
         self.logit_scale = nn.Parameter(torch.tensor(math.log(1.0 / self.tau))) if learnable else None
 
     def value(self) -> float:
-        """Current multiplier ``1 / tau`` (clamped when learnable)."""
+        """Current multiplier ``1 / tau`` (clamped when learnable; a host read then)."""
+        return float(self.stat())
+
+    def stat(self) -> float | torch.Tensor:
+        """Current multiplier ``1 / tau`` for ``last_stats``: a float, or a detached 0-d tensor when
+        learnable (no host read)."""
         if self.logit_scale is None:
             return 1.0 / self.tau
-        return float(self.logit_scale.detach().clamp(max=self.max_log).exp())
+        return self.logit_scale.detach().clamp(max=self.max_log).exp()
 
-    def multiplier(self, like: torch.Tensor) -> torch.Tensor:
-        """The multiplier ``1 / tau`` as a 0-d tensor of ``like``'s dtype and device (with gradient when learnable)."""
+    def bound(self) -> float:
+        """A host-side upper bound of the multiplier (no host read): ``1 / tau``, or ``max_logit_scale``
+        when learnable (its clamp)."""
+        return 1.0 / self.tau if self.logit_scale is None else math.exp(self.max_log)
+
+    def multiplier(self, like: torch.Tensor) -> float | torch.Tensor:
+        """The multiplier ``1 / tau``: a float when fixed, else a 0-d tensor of ``like``'s dtype with gradient."""
         if self.logit_scale is None:
-            return torch.tensor(1.0 / self.tau, dtype=like.dtype, device=like.device)
+            return 1.0 / self.tau
         return self.logit_scale.clamp(max=self.max_log).exp().to(like.dtype)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:

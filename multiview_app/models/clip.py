@@ -95,7 +95,14 @@ class TokenTower(Encoder):
     context_length: int = 0
     start_id: int = -1  # id every caption starts with (-1: not checked)
 
+    #: whether a training-mode call has checked the ids' values (see :meth:`check_tokens`)
+    _values_checked: bool = False
+
     def check_tokens(self, tokens: torch.Tensor) -> None:
+        """Dtype and shape always; the values (vocabulary range, start id: they tell a tokenizer that does
+        not match the tower) on the first training-mode call and on every eval-mode call. The value check
+        is a host read, so a training step after the first reads nothing back (a wrong tokenizer shows
+        on the first batch: every caption starts with the start id)."""
         if tokens.dtype != torch.long or tokens.dim() != 2:
             raise ValueError(f"text tower expects int64 token ids (n, L), got {tokens.dtype} {tuple(tokens.shape)}")
         if self.context_length and tokens.shape[1] != self.context_length:
@@ -103,6 +110,8 @@ class TokenTower(Encoder):
                 f"text tower ({self.tokenizer}) has context_length {self.context_length} but got ids of length "
                 f"{tokens.shape[1]}: set views.options.context_length={self.context_length}"
             )
+        if self.training and self._values_checked:
+            return
         if tokens.numel() and int(tokens.max()) >= self.vocab_size:
             raise ValueError(
                 f"token id {int(tokens.max())} >= vocabulary size {self.vocab_size} of the text tower: the ids "
@@ -113,6 +122,7 @@ class TokenTower(Encoder):
                 f"token ids do not start with the start id {self.start_id} of the {self.tokenizer} tokenizer: they "
                 f"come from another tokenizer; set views.options.tokenizer={self.tokenizer}"
             )
+        self._values_checked = self._values_checked or self.training
 
 
 @register_encoder("text", "open_clip")

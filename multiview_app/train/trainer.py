@@ -518,6 +518,7 @@ class Trainer:
         model = build_model(**model_spec(cfg))
         loss_fn = build_loss(cfg.loss.name, **cfg.loss.params).to(accelerator.device)
         loss_fn.quiet_solver = True  # non-convergence is counted and reported by _log_step / _report_solver
+        loss_fn.check_finite = False  # NaN / Inf: flagged on the device (_flag_nonfinite), read on logging steps
         gathered = loss_fn.gather_across_processes and plan.world > 1
         method = build_method(cfg, model, loss_fn, accelerator.device)
         step_module = EmbedStep(model, method.step_output)

@@ -102,7 +102,7 @@ class DomainsPolicy(AugmentPolicy):
             self.k = k + 1  # + the nearest target view (its stack: the last one of the source views)
         self.target_spec = customized(STACKS.get(options.target_stack), options.crop_scale, options.jitter_strength)
         #: adaptation-target items (label -1) can be in the train batches (``adapt_views: augment``); only
-        #: then are a batch's labels read back to split its rows between the two stacks
+        #: then are a batch's rows split between the two stacks (by its host-side ``domain`` column)
         self.mixes_target_rows = adapter.adapt is not None and adapter.options.adapt_views == "augment"
         #: the trainer binds its model and skips prefetching when this is true
         self.uses_model = self.target_domain is not None
@@ -134,28 +134,48 @@ class DomainsPolicy(AugmentPolicy):
         tuples = self._check_tuples(raw)
         picked = self._pick_domains(generator)
         labels, meta = labels_and_meta(raw)
-        target_rows = None
-        if self.mixes_target_rows and labels is not None:  # adaptation-target items (augment mode): one host read
-            target_rows = labels < 0
-            target_rows = None if not bool(target_rows.any()) else target_rows
-        views = [self._augment_rows(tuples[:, d], spec, target_rows, generator) for d, spec in zip(picked, self.specs)]
+        rows = self._row_split(raw, tuples.device) if self.mixes_target_rows else None
+        views = [self._augment_rows(tuples[:, d], spec, rows, generator) for d, spec in zip(picked, self.specs)]
         return ViewBatch(views, ["image"] * len(views), [self.seen_domains[d] for d in picked], labels, meta)
 
+    def _row_split(self, raw: dict[str, Any], device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(source rows, target rows)`` as index tensors on ``device`` when the batch mixes adaptation-target
+        items (augment mode) with source items, else None. Told by the batch's ``domain`` column (a host-side
+        list of names: nothing is read back from the device)."""
+        domains = raw.get("domain")
+        if not isinstance(domains, (list, tuple)) or len(domains) != raw["x"].shape[0]:
+            raise ValueError(
+                "view policy 'domains' with adapt_views: augment needs the batch's 'domain' column (one domain "
+                "name per item, as the domainnet adapter's items carry it)"
+            )
+        is_target = [name == self.adapter.adapt for name in domains]
+        if not any(is_target):
+            return None
+        source = [i for i, target in enumerate(is_target) if not target]
+        target = [i for i, target in enumerate(is_target) if target]
+        return host_to_device(torch.tensor(source, dtype=torch.long), device), host_to_device(
+            torch.tensor(target, dtype=torch.long), device
+        )
+
     def _augment_rows(
-        self, images: torch.Tensor, spec: Any, target_rows: torch.Tensor | None, generator: torch.Generator | None
+        self,
+        images: torch.Tensor,
+        spec: Any,
+        rows: tuple[torch.Tensor, torch.Tensor] | None,
+        generator: torch.Generator | None,
     ) -> torch.Tensor:
-        """``(n, 3, S, S)`` -> one view: ``spec`` on the source rows only, the target stack on ``target_rows``
-        only (each row augmented once)."""
-        if target_rows is None:
+        """``(n, 3, S, S)`` -> one view: ``spec`` on the source rows only, the target stack on the target rows
+        only (each row augmented once); ``rows``: :meth:`_row_split` (None: every row is a source row)."""
+        if rows is None:
             return augment(images, spec, self.image_size, generator)
-        rows = target_rows.to(images.device)
-        if bool(rows.all()):
+        source_rows, target_rows = rows
+        if not len(source_rows):
             return augment(images, self.target_spec, self.image_size, generator)
-        source = augment(images[~rows], spec, self.image_size, generator)
+        source = augment(images.index_select(0, source_rows), spec, self.image_size, generator)
         view = source.new_empty((images.shape[0], *source.shape[1:]))
-        view[~rows] = source
-        view[rows] = augment(images[rows], self.target_spec, self.image_size, generator).to(view.dtype)
-        return view
+        view.index_copy_(0, source_rows, source)
+        target = augment(images.index_select(0, target_rows), self.target_spec, self.image_size, generator)
+        return view.index_copy_(0, target_rows, target.to(view.dtype))
 
     def train_views(self, raw: dict[str, Any], generator: torch.Generator | None = None) -> ViewBatch:
         batch = self.source_views(raw, generator)
@@ -189,13 +209,17 @@ class DomainsPolicy(AugmentPolicy):
             )
         pool_set = self.adapter.domain_split(self.target_domain, "train")  # labels stay hidden
         size = min(self.options.target_pool, len(pool_set))
-        drawn = torch.randperm(len(pool_set), generator=host_generator(generator, stream=1))
-        pool = host_to_device(torch.stack([pool_set.image(int(i)) for i in drawn[:size].tolist()]), tuples.device)
+        drawn = self._draw_pool(len(pool_set), size, generator)
+        pool = host_to_device(torch.stack([pool_set.image(i) for i in drawn]), tuples.device)
         n, count = tuples.shape[:2]
         with frozen_eval(self.model):
             items = self._embed_images(tuples.flatten(0, 1)).view(n, count, -1).mean(dim=1)
             candidates = self._embed_images(pool)
         return pool[nearest_indices(items, candidates).to(pool.device)]
+
+    def _draw_pool(self, count: int, size: int, generator: torch.Generator | None) -> list[int]:
+        """``size`` distinct indices of ``count`` target images, drawn on the host (a CPU generator)."""
+        return torch.randperm(count, generator=host_generator(generator, stream=1))[:size].tolist()
 
     def eval_views(self, raw: dict[str, Any]) -> ViewBatch:
         x = raw["x"]
