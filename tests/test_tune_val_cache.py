@@ -152,3 +152,24 @@ def test_val_cache_matching_the_contract_passes(tmp_path: Path) -> None:
     pretraining = with_facts(cache_with_sources(tmp_path / "pre", "pre"))
     val = with_facts(cache_with_sources(tmp_path / "val", "val"))
     assert cross_dataset_val_adapter(tune_cfg(pretraining, val)).cache_dir == val
+
+
+def test_objective_resolution_counts_the_val_cache_items(tmp_path: Path) -> None:
+    """The tune report's objective resolution reads the scored validation nights of tune.val_cache (the
+    pretraining cache has no val split then)."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from multiview_app.tune.report import objective_resolution
+    from multiview_app.tune.study import BASE_CONFIG_ATTR, METRICS_ATTR
+
+    pretraining = cache_with_sources(tmp_path / "pre", "pre")
+    val = cache_with_sources(tmp_path / "val", "val")
+    raw = tune_cfg(pretraining, val).model_dump()
+    study = SimpleNamespace(
+        study_name="s",
+        user_attrs={BASE_CONFIG_ATTR: yaml.safe_dump(raw), METRICS_ATTR: ["sleep_staging.balanced_accuracy"]},
+    )
+    text = objective_resolution(study)
+    assert text is not None and "scored on 20 labelled val items" in text  # 2 of 4 subjects x 10 windows
