@@ -118,7 +118,8 @@ def cross_dataset_val_adapter(cfg: Config) -> Any:
     """The ``eeg_windows`` adapter of ``tune.val_cache``: its subjects split (``data.options.split_seed``) into
     ``train`` (half: the few-shot classifier's windows) and ``val`` (the others: scored). Refused (one error
     naming both recordings) when it shares a recording with ``tune.test_cache`` or with the pretraining cache
-    (:func:`refuse_shared_recordings`), and for any metric other than ``sleep_staging.*``."""
+    (:func:`refuse_shared_recordings`), when its preprocessing is not the input contract of the run's encoder
+    (one line naming the key: :func:`check_val_input_contract`), and for any metric other than ``sleep_staging.*``."""
     from ..data.adapters import build_adapter
     from ..data.eeg.cache import load_manifest
     from ..data.eeg.provenance import recording_identities
@@ -133,6 +134,7 @@ def cross_dataset_val_adapter(cfg: Config) -> Any:
     adapter = build_adapter(
         "eeg_windows", {"cache": tcfg.val_cache, "test_fraction": 0.0, "val_fraction": 0.5, "split_seed": seed}
     )
+    check_val_input_contract(cfg, adapter)
     everyone = sorted(s for split in adapter.split_subjects.values() for s in split)
     validation = recording_identities(adapter.manifest, everyone)
     pretraining = load_manifest(cfg.data.options["cache"])
@@ -151,6 +153,29 @@ def cross_dataset_val_adapter(cfg: Config) -> Any:
             f"tune.test_cache {tcfg.test_cache}",
         )
     return adapter
+
+
+def check_val_input_contract(cfg: Config, val_adapter: Any) -> None:
+    """Refuse ``tune.val_cache`` when its windows are not what the run's encoder is trained on: the input
+    contract of the encoder under ``cfg`` on the pretraining cache (rate, window length, band-pass, units,
+    scaling; the channels when a stacked encoder reads them by position) against the validation cache. One
+    line naming ``tune.val_cache``, the cache and every mismatching key (``InputContractError``). Channels that
+    differ are the cross-dataset shift itself for a per-channel encoder and are not refused."""
+    from ..data.adapters import build_adapter
+    from ..data.eeg.contract import InputContractError
+    from ..data.views import build_view_policy
+    from ..train.input_contract import run_input_contract
+
+    pretraining = build_adapter(cfg.data.adapter, cfg.data.options)
+    policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, pretraining)
+    contract = run_input_contract(cfg, pretraining, policy)
+    if contract is None:
+        return
+    whose = f"the encoder {cfg.model.encoders.get(pretraining.modality, {}).get('name')!r} trained on {cfg.data.options['cache']}"
+    try:
+        val_adapter.check_input_contract(contract, whose=whose)
+    except InputContractError as error:
+        raise InputContractError(f"tune.val_cache: {error}") from None
 
 
 def _subjects(manifest: dict[str, Any]) -> list[str]:

@@ -72,7 +72,8 @@ def importance_caveat(complete: int) -> str | None:
 def objective_resolution(study: Any) -> str | None:
     """What one validation item is worth in the first objective metric: ``N`` labelled val items ->
     ``100 / N`` points of accuracy (balanced accuracy: one item of the rarest class, ``100 / (C n_min)``).
-    None when the base config's val split cannot be read here or the metric is not item-scored."""
+    The val split is ``tune.val_cache``'s scored subjects when the study validates on another cache. None when
+    the base config's val split cannot be read here or the metric is not item-scored."""
     from .study import METRICS_ATTR
 
     metric = (study.user_attrs.get(METRICS_ATTR) or [""])[0]
@@ -81,9 +82,15 @@ def objective_resolution(study: Any) -> str | None:
     try:
         from ..data.adapters import build_adapter
         from ..eval.subsets import split_labels
+        from .objective import cross_dataset_val_adapter
 
         cfg = config_from_dict(_base_raw(study))
-        labels = split_labels(build_adapter(cfg.data.adapter, cfg.data.options).split("val"))
+        adapter = (
+            cross_dataset_val_adapter(cfg)  # the scored half of the validation nights of tune.val_cache
+            if cfg.tune.val_cache is not None
+            else build_adapter(cfg.data.adapter, cfg.data.options)
+        )
+        labels = split_labels(adapter.split("val"))
     except Exception as exc:  # noqa: BLE001 - the data may live on another machine: say so, no number
         return f"objective resolution: val split not readable here ({type(exc).__name__}: {exc})"
     labels = labels[labels >= 0]
