@@ -199,3 +199,13 @@ def test_native_chambon_equals_braindecode_chambon2018_and_needs_no_braindecode(
     for samples in (3000, 2000):  # a full window and a 20-s training crop
         x = torch.randn(4, samples)
         torch.testing.assert_close(native(x), reference(x), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["chambon", "chambon2018"])
+def test_the_chambon_encoders_pass_batch_norm_to_their_network(name):
+    if name == "chambon2018":
+        pytest.importorskip("braindecode", reason=MISSING)
+    for batch_norm in (False, True):
+        encoder = build_encoder("eeg", name, out_dim=4, batch_norm=batch_norm)
+        norms = [m for m in encoder.net.modules() if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d))]
+        assert len(norms) == (2 if batch_norm else 0)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from _eeg_helpers import CHANNELS, fake_cache
 
 from multiview_app.cli import main
@@ -17,7 +18,8 @@ from multiview_app.train.run_io import load_run_config
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g.yaml"
 
 
-def _tiny_run(tmp_path: Path) -> Path:
+def _tiny_run(tmp_path: Path, *encoder: str) -> Path:
+    """A 2-step M3G run on a fake cache of 6 subjects (2 test); ``encoder``: overrides of the conv encoder."""
     cache = fake_cache(tmp_path / "cache", subjects=6, windows=15)
     runs = tmp_path / "runs"
     assert (
@@ -42,6 +44,7 @@ def _tiny_run(tmp_path: Path) -> Path:
                 "model.projector.out_dim=8",
                 "train.checkpoint_every=0",
                 "loss.max_iter=20",
+                *encoder,
             ]
         )
         == 0
@@ -84,11 +87,12 @@ def test_ceiling_trains_on_pretraining_nights_only_and_appears_as_a_row(
     assert record["pretraining_subjects"] == without["pretraining_subjects"]
     assert len(record["validation_balanced_accuracy"]) == CANDIDATES  # every checkpoint scored on validation
     assert record["chosen_steps"] in {int(s) for s in record["validation_balanced_accuracy"]}
-    final_cfg = load_run_config(record["run"])
-    assert final_cfg.loss.name == "supervised_ce" and final_cfg.train.max_steps == record["chosen_steps"]
-    assert final_cfg.model.encoders == load_run_config(run).model.encoders  # the same architecture
-    assert "val_subjects" not in final_cfg.data.options  # the final run learns from every pretraining night
-    assert load_run_config(record["selection_run"]).data.options["val_subjects"] == record["validation_subjects"]
+    assert record["weights"] == ("final" if record["chosen_steps"] == CANDIDATES else f"step_{record['chosen_steps']}")
+    ceiling_cfg = load_run_config(record["run"])
+    assert ceiling_cfg.loss.name == "supervised_ce" and ceiling_cfg.train.max_steps == CANDIDATES
+    assert ceiling_cfg.model.encoders == load_run_config(run).model.encoders  # the same architecture
+    assert ceiling_cfg.data.options["val_subjects"] == record["validation_subjects"]
+    assert set(record["training_subjects"]) == set(record["pretraining_subjects"]) - set(record["validation_subjects"])
     assert train_supervised_ceiling(run, steps=CANDIDATES, progress=False) == record  # reused, not retrained
 
     result = run_sleep_staging(run, shots=(2,), seeds=1, C=1.0, progress=False)
@@ -96,19 +100,61 @@ def test_ceiling_trains_on_pretraining_nights_only_and_appears_as_a_row(
     table = format_table(result)
     assert CEILING_ROW in table and "subjects ahead" in table and "fits won" not in table
     assert f"(n = {len(test_subjects)})" in table
+    assert result[CEILING_ROW] == {"run": record["run"], "weights": record["weights"]}
 
 
-def test_a_ceiling_trained_on_other_subjects_is_refused(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_the_staging_row_probes_the_checkpoint_the_validation_subjects_chose(tmp_path: Path) -> None:
+    """The ceiling's selection probe and the staging evaluator's ceiling (a BatchNorm encoder) are one model:
+    the evaluator's ceiling features are those of the chosen checkpoint, and the selection probe of the
+    evaluator's model gives the recorded validation score (a retrained model is another one)."""
+    import numpy as np
+
+    from multiview_app.data.adapters import build_adapter
+    from multiview_app.data.eeg.views import staging_views
+    from multiview_app.eval.sleep_staging import _ceiling_run, window_features
+    from multiview_app.eval.supervised_ceiling import CANDIDATES, model_validation_score
+    from multiview_app.experiments.staging import train_supervised_ceiling
+    from multiview_app.train.run_io import load_run
+
+    run = _tiny_run(tmp_path, "model.encoders.eeg={name: chambon, out_dim: 8, n_conv_chs: 4, batch_norm: true}")
+    record = train_supervised_ceiling(run, steps=2 * CANDIDATES, progress=False)
+    cfg = load_run_config(run)
+    source = _ceiling_run(run, record["pretraining_subjects"], [])
+    assert source is not None
+    _, staged = load_run(*source)  # what run_sleep_staging probes
+    assert any(isinstance(m, torch.nn.BatchNorm1d) for m in staged.modules())
+    chosen_cfg, chosen = load_run(
+        record["run"], "final" if record["chosen_steps"] == 2 * CANDIDATES else f"step_{record['chosen_steps']}"
+    )
+    adapter = build_adapter(cfg.data.adapter, cfg.data.options)
+    policy = staging_views(cfg.views, adapter)
+    staged_features = window_features(staged, adapter, policy, "test", 8, "cpu")[0]
+    chosen_features = window_features(chosen, adapter, policy, "test", 8, "cpu")[0]
+    np.testing.assert_array_equal(staged_features, chosen_features)
+    init_features = window_features(load_run(record["run"], "init")[1], adapter, policy, "test", 8, "cpu")[0]
+    assert not np.allclose(staged_features, init_features)  # the ceiling was trained
+    recorded = record["validation_balanced_accuracy"][str(record["chosen_steps"])]
+    assert model_validation_score(chosen_cfg, staged) == pytest.approx(recorded, abs=1e-12)
+
+
+def test_a_ceiling_trained_on_other_subjects_or_without_a_chosen_checkpoint_is_refused(tmp_path: Path) -> None:
     from multiview_app.eval.sleep_staging import _ceiling_run
     from multiview_app.eval.supervised_ceiling import CEILING_DIR, CEILING_FILE
 
-    final = tmp_path / "ceiling" / "final_x"
-    final.mkdir(parents=True)
-    (final / "model.safetensors").write_bytes(b"")
-    (tmp_path / CEILING_DIR / CEILING_FILE).write_text(
-        json.dumps({"run": str(final), "pretraining_subjects": ["S0", "S5"]})
-    )
+    ceiling = tmp_path / "ceiling" / "select_x"
+    (ceiling / "checkpoints" / "step_00000004").mkdir(parents=True)
+    (ceiling / "checkpoints" / "step_00000004" / "model.safetensors").write_bytes(b"")
+    record_file = tmp_path / CEILING_DIR / CEILING_FILE
+    record = {"run": str(ceiling), "weights": "step_4", "pretraining_subjects": ["S0", "S5"]}
+    record_file.write_text(json.dumps(record))
     notes: list[str] = []
-    assert _ceiling_run(tmp_path, ["S0", "S5"], notes) == final and not notes
+    assert _ceiling_run(tmp_path, ["S0", "S5"], notes) == (ceiling, "step_4") and not notes
     with pytest.raises(ValueError, match="the ceiling trained on subjects"):
         _ceiling_run(tmp_path, ["S0", "S1"], notes)
+    for stale in ({k: v for k, v in record.items() if k != "weights"}, {**record, "weights": "step_8"}):
+        record_file.write_text(json.dumps(stale))  # an older version's record (a retrained ceiling) / a lost file
+        assert _ceiling_run(tmp_path, ["S0", "S5"], notes) is None
+        assert notes.pop() == (
+            f"no supervised_ceiling row: train it with `mvapp experiment supervised-ceiling --run {tmp_path}`"
+        )

@@ -70,7 +70,7 @@ from .protocols.staging import (
     stage_mask,
     warning_note,
 )
-from .supervised_ceiling import CEILING_DIR, CEILING_FILE, CEILING_ROW, ceiling_record
+from .supervised_ceiling import CEILING_DIR, CEILING_FILE, CEILING_ROW, ceiling_record, ceiling_weights
 
 DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
@@ -85,11 +85,13 @@ HANDCRAFTED_ROW = "handcrafted"
 Hjorth, moments, percentiles, within-window variation; per channel, for the paper classifier not time-binned)."""
 
 
-def _ceiling_run(run_dir: Path, pretraining_subjects: list[str], notes: list[str]) -> Path | None:
-    """The final run of ``run_dir``'s supervised ceiling, or None with a note saying how to train it. A
-    record whose training subjects are not the run's pretraining subjects is refused (ValueError)."""
+def _ceiling_run(run_dir: Path, pretraining_subjects: list[str], notes: list[str]) -> tuple[Path, str] | None:
+    """``(run folder, weights)`` of ``run_dir``'s supervised ceiling: the checkpoint its validation subjects
+    chose (:func:`~multiview_app.eval.supervised_ceiling.ceiling_weights`), or None with a note saying how to
+    train it. A record whose subjects are not the run's pretraining subjects is refused (ValueError)."""
     record = ceiling_record(run_dir)
-    if record is None or not (Path(record["run"]) / "model.safetensors").is_file():
+    found = None if record is None else ceiling_weights(record)
+    if found is None:
         notes.append(f"no {CEILING_ROW} row: train it with `mvapp experiment supervised-ceiling --run {run_dir}`")
         return None
     if sorted(record["pretraining_subjects"]) != sorted(pretraining_subjects):
@@ -98,7 +100,12 @@ def _ceiling_run(run_dir: Path, pretraining_subjects: list[str], notes: list[str
             f"{record['pretraining_subjects']}, the run pretrained on {pretraining_subjects}; "
             f"train it again (mvapp experiment supervised-ceiling --run {run_dir})"
         )
-    return Path(record["run"])
+    return found
+
+
+def ceiling_description(source: tuple[Path, str] | None) -> dict[str, str] | None:
+    """How a result names the supervised-ceiling checkpoint it probed (None: no ceiling row)."""
+    return None if source is None else {"run": str(source[0]), "weights": source[1]}
 
 
 def _windows(dataset: Any, batch_size: int) -> np.ndarray:
@@ -182,10 +189,11 @@ def run_sleep_staging(
             time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper" else per_window
         )
     skipped_notes: list[str] = []
+    ceiling_source = None
     if baselines and ceiling:
-        ceiling_run = _ceiling_run(run_dir, plan["pretraining_subjects"], skipped_notes)
-        if ceiling_run is not None:
-            _, model = load_run(ceiling_run, "final")
+        ceiling_source = _ceiling_run(run_dir, plan["pretraining_subjects"], skipped_notes)
+        if ceiling_source is not None:
+            _, model = load_run(*ceiling_source)
             features[CEILING_ROW] = (
                 time_binned_features(model, adapter, policy, batch_size, device)
                 if classifier == "paper"
@@ -313,6 +321,7 @@ def run_sleep_staging(
         "seeds": seeds,
         "C": C,
         "features": feature_kind,
+        CEILING_ROW: ceiling_description(ceiling_source),
         "results": pooled,
         "paired": paired_differences(pooled),
         "notes": notes,

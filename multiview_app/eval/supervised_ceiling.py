@@ -8,18 +8,20 @@ applied to every channel's embedding, cross-entropy of each channel's logits wit
 averaged over channels and windows. No projector is used by the loss, no predictor, no EMA teacher.
 
 It learns from the **pretraining nights only** (the run's ``train`` split; the run's test subjects stay
-excluded by the same ``data.options``), in two steps, both trained by
-:func:`multiview_app.experiments.staging.train_supervised_ceiling`:
+excluded by the same ``data.options``), trained by :func:`multiview_app.experiments.staging.train_supervised_ceiling`:
+validation subjects (:data:`VALIDATION_FRACTION` of the pretraining subjects) are held out, the budget
+(``max_steps``: the pretraining run's) is trained with :data:`CANDIDATES` checkpoints; each is scored by
+:func:`validation_score` (a linear probe fitted on :data:`SELECTION_SHOTS` windows per stage of the
+training subjects, balanced accuracy on the validation subjects' windows) and the best checkpoint **is**
+the ceiling: its frozen encoder is probed exactly like the pretrained encoder (the sleep-staging
+evaluator's ``supervised_ceiling`` row). :data:`CEILING_FILE` in ``<run>/ceiling/`` records the run, the
+checkpoint and every candidate's validation score.
 
-1. **selection**: validation subjects (:data:`VALIDATION_FRACTION` of the pretraining subjects) are held
-   out, the budget (``max_steps``: the pretraining run's) is trained with :data:`CANDIDATES` checkpoints;
-   each is scored by :func:`validation_score` (a linear probe fitted on
-   :data:`SELECTION_SHOTS` windows per stage of the selection-training subjects, balanced accuracy on the
-   validation subjects' windows) and the best step is the budget;
-2. **final**: every pretraining subject, the chosen number of steps.
-
-The final run's frozen encoder is then probed exactly like the pretrained encoder (the sleep-staging
-evaluator's ``supervised_ceiling`` row). :data:`CEILING_FILE` in ``<run>/ceiling/`` records both runs.
+The ceiling is the checkpoint that was scored, not a retraining on every pretraining subject for the chosen
+number of steps: end-to-end training of a small ReLU network (``eeg/chambon`` without BatchNorm) is not
+reproducible across data orders (in the demo, two of four such trainings left 1-2 of the 8 second-layer
+kernels alive and probed ~0.3 balanced accuracy below the others), so a retrained model is not the
+one whose score chose it. The price: the validation subjects' labels are not learned from.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ CEILING_ROW = "supervised_ceiling"
 CEILING_DIR = "ceiling"
 """Folder (inside the pretraining run) of the ceiling's runs."""
 CEILING_FILE = "supervised_ceiling.json"
-"""Record of the ceiling (in :data:`CEILING_DIR`): the two runs, the candidates' validation scores, the step chosen."""
+"""Record of the ceiling (in :data:`CEILING_DIR`): its run and checkpoint (``weights``), the candidates' validation
+scores, the step chosen."""
 CANDIDATES = 5
 """Checkpoints of the selection run (equally spaced up to the budget), the candidate budgets."""
 VALIDATION_FRACTION = 0.25
@@ -50,7 +53,7 @@ RECIPE = "mvapp train, loss supervised_ce (shared linear head on every channel's
 NUM_STAGES = 5
 
 
-def ceiling_key(cfg: Config, steps: int, val_subjects: list[str] | None) -> dict[str, Any]:
+def ceiling_key(cfg: Config, steps: int, val_subjects: list[str]) -> dict[str, Any]:
     """Everything that defines one ceiling run of the pretraining config ``cfg``."""
     return {
         "recipe": RECIPE,
@@ -64,30 +67,31 @@ def ceiling_key(cfg: Config, steps: int, val_subjects: list[str] | None) -> dict
     }
 
 
-def ceiling_data(cfg: Config, val_subjects: list[str] | None) -> dict[str, Any]:
-    """The pretraining run's data settings; ``val_subjects`` (selection run) are held out of training
-    besides the run's test subjects (the subject split of the test subjects is unchanged: it is drawn first)."""
+def ceiling_data(cfg: Config, val_subjects: list[str]) -> dict[str, Any]:
+    """The pretraining run's data settings with ``val_subjects`` held out of training besides the run's test
+    subjects (the subject split of the test subjects is unchanged: it is drawn first)."""
     options = dict(cfg.data.options)
-    if val_subjects:
-        options["val_subjects"] = sorted(val_subjects)
-        options.pop("val_fraction", None)
+    options["val_subjects"] = sorted(val_subjects)
+    options.pop("val_fraction", None)
     return {"adapter": cfg.data.adapter, "options": options}
 
 
 def ceiling_config(
-    cfg: Config, out_dir: str | Path, steps: int, *, val_subjects: list[str] | None = None, checkpoints: int = 0
+    cfg: Config, out_dir: str | Path, steps: int, *, val_subjects: list[str], checkpoints: int = CANDIDATES
 ) -> Config:
-    """The config of a ceiling run of ``steps`` steps in ``out_dir/<select|final>_<hash>`` (module
-    docstring); ``checkpoints`` > 0 saves that many equally spaced checkpoints, all kept."""
+    """The config of the ceiling run of ``steps`` steps in ``out_dir/select_<hash>`` (module docstring),
+    ``val_subjects`` held out; ``checkpoints`` > 0 saves that many equally spaced checkpoints, all kept."""
     if cfg.data.adapter != "eeg_windows":
         raise ValueError(
             f"supervised ceiling: needs a run pretrained on EEG windows, got data.adapter {cfg.data.adapter!r}"
         )
     if int(steps) < 1:
         raise ValueError(f"supervised ceiling: need a positive step budget, got {steps}")
+    if not val_subjects:
+        raise ValueError("supervised ceiling: its steps are chosen on validation subjects; got none")
     key = ceiling_key(cfg, steps, val_subjects)
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    name = f"{'select' if val_subjects else 'final'}_{digest}"
+    name = f"select_{digest}"
     raw = cfg.to_dict()
     raw.update(
         data=key["data"],
@@ -127,19 +131,25 @@ def candidate_weights(run_dir: Path, last: int) -> list[tuple[int, str]]:
 
 
 def validation_score(run_dir: Path, weights: str, *, batch_size: int = 16, device: str = "cpu") -> float:
-    """Balanced accuracy on the validation subjects of the selection run ``run_dir`` with ``weights``:
-    a standardized logistic regression (C = 1) on the frozen encoder's concatenated channel features of
+    """:func:`model_validation_score` of the ceiling run ``run_dir`` with ``weights`` (``final`` / ``step_N``)."""
+    from ..train.run_io import load_run
+
+    cfg, model = load_run(run_dir, weights)
+    return model_validation_score(cfg, model, batch_size=batch_size, device=device)
+
+
+def model_validation_score(cfg: Config, model: Any, *, batch_size: int = 16, device: str = "cpu") -> float:
+    """Balanced accuracy of ``model`` on the validation subjects of the ceiling run config ``cfg``: a
+    standardized logistic regression (C = 1) on the frozen encoder's concatenated channel features of
     :data:`SELECTION_SHOTS` windows per stage of its training subjects. Reads no test subject."""
     from sklearn.metrics import balanced_accuracy_score
 
     from ..data.adapters import build_adapter
     from ..data.eeg.views import staging_views
-    from ..train.run_io import load_run
     from .protocols.probe import fit_linear_classifier
     from .protocols.staging import shot_draw
     from .sleep_staging import window_features
 
-    cfg, model = load_run(run_dir, weights)
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     policy = staging_views(cfg.views, adapter)
     rows, _ = shot_draw(adapter.split("train").labels, SELECTION_SHOTS, 0)
@@ -155,6 +165,20 @@ def ceiling_record(run_dir: str | Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def ceiling_weights(record: dict[str, Any]) -> tuple[Path, str] | None:
+    """``(run folder, weights name)`` of the ceiling checkpoint a record chose, or None when the record names
+    none (a record of an older version, whose ceiling was a retraining: train it again) or its file is missing."""
+    from ..train.run_io import resolve_weights
+
+    if "weights" not in record:
+        return None
+    try:
+        resolve_weights(record["run"], record["weights"])
+    except FileNotFoundError:
+        return None
+    return Path(record["run"]), str(record["weights"])
+
+
 __all__ = [
     "CANDIDATES",
     "CEILING_DIR",
@@ -167,6 +191,8 @@ __all__ = [
     "ceiling_data",
     "ceiling_key",
     "ceiling_record",
+    "ceiling_weights",
+    "model_validation_score",
     "validation_score",
     "validation_subjects",
 ]

@@ -33,7 +33,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     ceiling = sub.add_parser(
         "supervised-ceiling",
         help="train the supervised ceiling of an EEG run unless done: its encoder trained end to "
-        "end on the pretraining nights' stages, steps chosen on validation subjects "
+        "end on the pretraining nights' stages, its checkpoint chosen on validation subjects "
         "(the sleep-staging evaluator's supervised_ceiling row)",
     )
     ceiling.add_argument("--run", required=True, type=Path, help="the pretraining run folder (EEG windows)")
@@ -54,7 +54,8 @@ def run_supervised_ceiling(args: argparse.Namespace) -> int:
     scores = ", ".join(f"{s}: {v:.3f}" for s, v in record["validation_balanced_accuracy"].items())
     print(
         f"supervised ceiling: {record['chosen_steps']} steps chosen on validation subjects "
-        f"{', '.join(record['validation_subjects'])} (balanced accuracy by step: {scores}); run {record['run']}"
+        f"{', '.join(record['validation_subjects'])} (balanced accuracy by step: {scores}); run {record['run']}, "
+        f"weights {record['weights']}"
     )
     return 0
 

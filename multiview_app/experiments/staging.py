@@ -32,12 +32,15 @@ def staging_result(
 ) -> dict[str, Any]:
     """The sleep-staging result of one run (in-domain, or on another dataset's ``cache``: cross-dataset,
     or e.g. the real DREAMS excerpts): the stored ``eval/sleep_staging[_<dataset>].json`` when it holds
-    the same shots, draws, folds, cache, ``combine`` and ``stages`` and per-subject scores in its fits, else a fresh evaluation (baselines
-    included, C tuned)."""
+    the same shots, draws, folds, cache, ``combine`` and ``stages``, per-subject scores in its fits and the
+    supervised-ceiling checkpoint the run's record names now, else a fresh evaluation (baselines included, C tuned)."""
     from ..data.eeg.cache import load_manifest
+    from ..eval.sleep_staging import ceiling_description
+    from ..eval.supervised_ceiling import CEILING_ROW, ceiling_record, ceiling_weights
 
     stem = f"sleep_staging_{load_manifest(cache)['dataset']}" if cache else "sleep_staging"
     stored = run_dir / "eval" / f"{stem}.json"
+    record = ceiling_record(run_dir)
     if stored.is_file():
         result = json.loads(stored.read_text())
         if (
@@ -48,6 +51,7 @@ def staging_result(
             and result.get("combine") == combine
             and result.get("stages") == (list(stages) if stages else list(STAGES))
             and (cache is None or Path(result["cache"]).resolve() == cache.resolve())
+            and result.get(CEILING_ROW) == ceiling_description(ceiling_weights(record) if record else None)
         ):
             return result
     return run_sleep_staging(
@@ -67,11 +71,12 @@ def train_supervised_ceiling(
     run_dir: str | Path, *, steps: int | None = None, progress: bool = True, batch_size: int = 16
 ) -> dict[str, Any]:
     """The supervised ceiling of the pretraining run ``run_dir`` (``eval.supervised_ceiling``), trained
-    unless done: the selection run (validation subjects held out, ``steps`` budget, default the run's
-    ``train.max_steps``, :data:`~multiview_app.eval.supervised_ceiling.CANDIDATES` checkpoints scored on the
-    validation subjects; fewer when the budget has fewer steps), then the final run on every pretraining subject for the chosen steps. Writes and
-    returns the record ``<run>/ceiling/supervised_ceiling.json``. Only the run's ``train`` split (the
-    pretraining nights) is read; a second process waits for the first one's lock and reuses its runs."""
+    unless done: one run with validation subjects held out, ``steps`` budget (default the run's
+    ``train.max_steps``), :data:`~multiview_app.eval.supervised_ceiling.CANDIDATES` checkpoints (fewer when
+    the budget has fewer steps) scored on the validation subjects; the best checkpoint is the ceiling
+    (``weights`` in the record). Writes and returns the record ``<run>/ceiling/supervised_ceiling.json``.
+    Only the run's ``train`` split (the pretraining nights) is read; a second process waits for the first
+    one's lock and reuses its run."""
     import fcntl
 
     from ..data.adapters import build_adapter
@@ -94,24 +99,24 @@ def train_supervised_ceiling(
         pretraining = build_adapter(cfg.data.adapter, cfg.data.options).split_subjects["train"]
         val_subjects = ceiling.validation_subjects(pretraining, cfg.train.seed)
         record = ceiling.ceiling_record(run_dir)
-        select_cfg = ceiling.ceiling_config(cfg, out, budget, val_subjects=val_subjects, checkpoints=ceiling.CANDIDATES)
-        if record and record.get("selection_run") == str(select_cfg.run_dir) and Path(record["run"]).is_dir():
+        run_cfg = ceiling.ceiling_config(cfg, out, budget, val_subjects=val_subjects)
+        if record and record.get("run") == str(run_cfg.run_dir) and ceiling.ceiling_weights(record) is not None:
             return record
-        ensure_pretrained(select_cfg, progress=progress)
+        ensure_pretrained(run_cfg, progress=progress)
+        candidates = dict(ceiling.candidate_weights(run_cfg.run_dir, budget))
         scores = {
-            step: ceiling.validation_score(select_cfg.run_dir, weights, batch_size=batch_size)
-            for step, weights in ceiling.candidate_weights(select_cfg.run_dir, budget)
+            step: ceiling.validation_score(run_cfg.run_dir, weights, batch_size=batch_size)
+            for step, weights in candidates.items()
         }
         chosen = max(scores, key=lambda step: (scores[step], -step))  # ties: the fewer steps
-        final_cfg = ceiling.ceiling_config(cfg, out, chosen)
-        ensure_pretrained(final_cfg, progress=progress)
         record = {
-            "run": str(final_cfg.run_dir),
-            "selection_run": str(select_cfg.run_dir),
+            "run": str(run_cfg.run_dir),
+            "weights": candidates[chosen],
             "budget": budget,
             "chosen_steps": chosen,
             "validation_balanced_accuracy": {str(k): v for k, v in scores.items()},
             "validation_subjects": val_subjects,
+            "training_subjects": sorted(set(pretraining) - set(val_subjects)),
             "pretraining_subjects": pretraining,
             "recipe": ceiling.RECIPE,
             "encoder": cfg.model.encoders,

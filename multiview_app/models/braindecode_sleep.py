@@ -144,33 +144,23 @@ class BraindecodeSleepEncoder(Encoder):
         return self.project(h.flatten(1))
 
 
-@register_encoder("eeg", "chambon")
-class ChambonEncoder(BraindecodeSleepEncoder):
-    """Chambon et al. (2018) for one channel, in plain torch (no braindecode): two temporal convolutions
-    (kernel ``time_conv_size_s``, zero padding ``pad_size_s``) each followed by ReLU and max-pooling
-    (``max_pool_size_s``), flattened ``(n_conv_chs, L)`` features, a linear map to ``out_dim``.
-
-    ``forward(x (n, T) | (n, 1, T)) -> (n, out_dim)``; k channel views share the weights -> ``(n, k, out_dim)``.
-    Views shorter than ``window_seconds`` (training crops) have their feature map stretched in time to a
-    full window's ``L`` before the flatten.
+class ChambonLayout(BraindecodeSleepEncoder):
+    """The constructor shared by the two Chambon et al. (2018) encoders (``eeg/chambon``, ``eeg/chambon2018``):
+    the paper's layer sizes, in seconds; subclasses build the network in :meth:`build_net` from
+    ``n_conv_chs``, ``time_conv_size_s``, ``max_pool_size_s``, ``pad_size_s`` and the BatchNorm switch, named
+    ``batch_norm_key`` in their ``build_net``.
 
     Args:
-        out_dim: output features.
+        out_dim: output features (linear map of the flattened ``(n_conv_chs, L)`` features).
         sfreq: sampling rate of the prepared windows (Hz).
         window_seconds: window length the network is built for (30: the scoring epoch).
         n_conv_chs: kernels of both convolutions (paper: 8).
         time_conv_size_s, max_pool_size_s, pad_size_s: convolution kernel, max-pool and padding (seconds).
         batch_norm: BatchNorm after each convolution.
         pretrained_path: local weights of this encoder (.safetensors / torch state dict).
-
-    Examples:
-        >>> import torch
-        >>> encoder = ChambonEncoder(out_dim=16)
-        >>> encoder(torch.randn(4, 3000)).shape
-        torch.Size([4, 16])
     """
 
-    key = "chambon"
+    batch_norm_key: ClassVar[str] = "batch_norm"
 
     def __init__(
         self,
@@ -193,8 +183,28 @@ class ChambonEncoder(BraindecodeSleepEncoder):
             time_conv_size_s=time_conv_size_s,
             max_pool_size_s=max_pool_size_s,
             pad_size_s=pad_size_s,
-            batch_norm=batch_norm,
+            **{self.batch_norm_key: batch_norm},
         )
+
+
+@register_encoder("eeg", "chambon")
+class ChambonEncoder(ChambonLayout):
+    """Chambon et al. (2018) for one channel, in plain torch (no braindecode): two temporal convolutions
+    (kernel ``time_conv_size_s``, zero padding ``pad_size_s``) each followed by ReLU and max-pooling
+    (``max_pool_size_s``), flattened ``(n_conv_chs, L)`` features, a linear map to ``out_dim``.
+
+    ``forward(x (n, T) | (n, 1, T)) -> (n, out_dim)``; k channel views share the weights -> ``(n, k, out_dim)``.
+    Views shorter than ``window_seconds`` (training crops) have their feature map stretched in time to a
+    full window's ``L`` before the flatten. Options: :class:`ChambonLayout`.
+
+    Examples:
+        >>> import torch
+        >>> encoder = ChambonEncoder(out_dim=16)
+        >>> encoder(torch.randn(4, 3000)).shape
+        torch.Size([4, 16])
+    """
+
+    key = "chambon"
 
     def build_net(
         self, *, n_conv_chs: int, time_conv_size_s: float, max_pool_size_s: float, pad_size_s: float, batch_norm: bool
@@ -220,44 +230,12 @@ class ChambonEncoder(BraindecodeSleepEncoder):
 
 
 @register_encoder("eeg", "chambon2018")
-class Chambon2018Encoder(BraindecodeSleepEncoder):
+class Chambon2018Encoder(ChambonLayout):
     """Chambon et al. (2018) via braindecode's ``SleepStagerChambon2018`` (one channel; no classifier).
-
-    Args:
-        out_dim: output features (linear map of the flattened ``(n_conv_chs, L)`` features).
-        sfreq: sampling rate of the prepared windows (Hz).
-        window_seconds: window length the network is built for (30: the scoring epoch).
-        n_conv_chs: kernels of both convolutions (paper: 8).
-        time_conv_size_s, max_pool_size_s, pad_size_s: convolution kernel, max-pool and padding (seconds).
-        batch_norm: BatchNorm after each convolution (braindecode's ``apply_batch_norm``).
-        pretrained_path: local weights of this encoder (.safetensors / torch state dict).
-    """
+    Options: :class:`ChambonLayout` (``batch_norm`` is braindecode's ``apply_batch_norm``)."""
 
     key = "chambon2018"
-
-    def __init__(
-        self,
-        out_dim: int = 64,
-        sfreq: float = 100.0,
-        window_seconds: float = 30.0,
-        n_conv_chs: int = 8,
-        time_conv_size_s: float = 0.5,
-        max_pool_size_s: float = 0.125,
-        pad_size_s: float = 0.25,
-        batch_norm: bool = False,
-        pretrained_path: str | None = None,
-    ) -> None:
-        super().__init__(
-            out_dim,
-            sfreq,
-            window_seconds,
-            pretrained_path,
-            n_conv_chs=n_conv_chs,
-            time_conv_size_s=time_conv_size_s,
-            max_pool_size_s=max_pool_size_s,
-            pad_size_s=pad_size_s,
-            apply_batch_norm=batch_norm,
-        )
+    batch_norm_key = "apply_batch_norm"
 
     def build_net(self, **net_kwargs: Any) -> nn.Module:
         return braindecode_models(self.key).SleepStagerChambon2018(
