@@ -18,7 +18,7 @@ INSTALL = $(PY) -m pip install --quiet
 BOOTSTRAP = $(PY) -m pip install --quiet --upgrade pip
 endif
 
-.PHONY: setup setup-run run test bench docs lint clean
+.PHONY: setup setup-run run run-full test bench docs lint clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ setup-run: $(RUN_STAMP)
 
 run: $(RUN_STAMP)
 	bash scripts/run_eeg_demo.sh
+
+# the demo with its secondary row: the supervised ceiling (the same encoder trained on the stage labels), ~90 s more
+run-full: $(RUN_STAMP)
+	DEMO_CEILING=true bash scripts/run_eeg_demo.sh
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests

@@ -9,7 +9,6 @@ device synchronization so asynchronous kernels are counted.
 from __future__ import annotations
 
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .bench_docs import host_line
 
 
 @dataclass(frozen=True)
@@ -87,16 +88,8 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 def machine_line() -> str:
     """One line naming the machine a table was measured on: CPUs, load, torch threads, GPU."""
-    try:
-        load = "load {:.1f}/{:.1f}/{:.1f}".format(*os.getloadavg())
-    except OSError:
-        load = "load n/a"
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (
-        f"{platform.machine()} {cpus} usable CPUs, {load}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} intra-op threads), {gpu}"
-    )
+    return f"{host_line()}, torch {torch.__version__} ({torch.get_num_threads()} intra-op threads), {gpu}"
 
 
 def command_line() -> str:

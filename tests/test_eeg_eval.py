@@ -230,3 +230,34 @@ def test_staging_confusion_plot_is_row_normalized_and_titled_with_dataset_and_cl
     )
     np.testing.assert_allclose(ax.images[0].get_array().data.sum(axis=1), [1, 1, 0, 1, 1])
     assert classifier_label("paper", None, 0.01) == "paper classifier, lr 0.01"
+
+
+def test_capped_draws_are_fitted_once_with_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A draw capped for every class (s above every class count) is the same for every seed: its logistic fits
+    are made once and reused, and the results equal fitting every seed afresh (lbfgs ignores the seed)."""
+    from multiview_app.eval.protocols import staging
+
+    rng = np.random.default_rng(0)
+    y_train, y_val, y_test = np.repeat(np.arange(5), 8), np.repeat(np.arange(5), 6), np.repeat(np.arange(5), 10)
+    feats = {
+        row: {
+            split: np.eye(5)[y][:, [0, 1, 2, 3, 4, 0]] * scale + rng.normal(0, 1.0, (y.size, 6))
+            for split, y in (("train", y_train), ("val", y_val), ("test", y_test))
+        }
+        for row, scale in (("trained", 1.0), ("bandpower", 0.5))
+    }
+    calls: list[int] = []
+    real_fit = staging.fit_linear_classifier
+    monkeypatch.setattr(staging, "fit_linear_classifier", lambda *a, **k: calls.append(1) or real_fit(*a, **k))
+    cached = staging.few_shot_staging(feats, y_train, y_test, (3, 50), 3, None, y_val=y_val)
+    fits_cached = len(calls)
+    real_fit_predict = staging._fit_predict
+    monkeypatch.setattr(staging, "_fit_predict", lambda *a: real_fit_predict(*a[:8]))  # no reuse
+    calls.clear()
+    fresh = staging.few_shot_staging(feats, y_train, y_test, (3, 50), 3, None, y_val=y_val)
+    grid = len(staging.C_GRID)
+    assert len(calls) == 2 * grid * (3 + 3)  # rows x C x (seeds at s=3 + seeds at s=50)
+    assert fits_cached == 2 * grid * (3 + 1)  # s=50 draws all 8 windows per class: one fit per row and C
+    assert cached["results"] == fresh["results"] and cached["confusion"] == fresh["confusion"]
+    for row in feats:
+        np.testing.assert_array_equal(cached["predictions"][row], fresh["predictions"][row])

@@ -35,6 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 from multiview_app.bench import machine_line  # noqa: E402
+from multiview_app.bench_docs import DOCS, markdown_tables, section_body, write_docs_section  # noqa: E402
 from multiview_app.losses import build_loss  # noqa: E402
 from multiview_app.losses.base import normalize  # noqa: E402
 from multiview_app.losses.m3g import m3g_materialized  # noqa: E402
@@ -43,8 +44,6 @@ SIZES = [(32, 3), (64, 3), (128, 3), (32, 4), (64, 4), (128, 4), (32, 5), (16, 6
 QUICK_SIZES = [(16, 3), (16, 4)]
 EPSILONS = [0.2, 0.05]
 OTT_VENV = Path(os.environ.get("MVAPP_OTT_VENV", ROOT / ".bench-venvs" / "ott"))
-DOCS = ROOT / "docs" / "benchmarks.md"
-SECTION = "## M3G: factorized MM-Sinkhorn"  # its own section (not "## M3G k > 3 on CPU")
 
 
 # --------------------------------------------------------------------------- measurement
@@ -320,26 +319,11 @@ def render(rows: list[dict], args: argparse.Namespace, ott_note: str) -> str:
 
 
 def write_docs(table: str, command: str, args: argparse.Namespace) -> None:
-    """Replace (or append) the ``## M3G: factorized MM-Sinkhorn ...`` section of docs/benchmarks.md."""
-    body = (
-        f"{SECTION} vs materialized reference vs ott-jax\n\n"
-        f"Command: `{command}` (torch threads {args.threads}; {machine_line()}).\n"
-        f"float32, d=128, inputs = {args.signal:g} x a shared random direction per item + unit-variance noise\n"
-        "per view (0 = independent random views, the start of training), same inputs for all columns. Time = median forward+backward wall clock (milliseconds); memory = peak RSS growth during one\n"
-        "forward+backward (Linux VmHWM after clear_refs; ott in its own process, same probe). ott-jax:\n"
-        "`MMSinkhorn(threshold=1e-3, max_iterations=1000)`, error checked every 10 iterations (its default),\n"
-        "jit, `value_and_grad`, timed after warm-up, same thread budget via XLA_FLAGS when --threads 1.\n\n"
-        f"{table}\n"
-    )
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start == -1:
-        text = text.rstrip("\n") + "\n\n" + body
-    else:
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + body + ("" if nxt == -1 else text[nxt:])
-    DOCS.write_text(text)
-    print(f"wrote the M3G section of {DOCS}")
+    """The table between the ``bench_m3g`` markers of docs/benchmarks.md (``multiview_app/bench_docs.py``, the
+    suite runner's ``--write-docs``); the section's prose stays as written."""
+    machine = f"torch threads {args.threads}; {machine_line()}"
+    write_docs_section("bench_m3g", section_body(command, machine, markdown_tables(table)))
+    print(f"wrote the bench_m3g tables into {DOCS}")
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -5,19 +5,25 @@ Markdown table and the machine line (``multiview_app/bench.py``).
     python scripts/bench/run.py losses                 # loss head vs paper pseudocode, lightly, open_clip; memory
     python scripts/bench/run.py m3g --quick            # M3G vs its references (smoke sizes where a script has them)
     python scripts/bench/run.py data --out runs/bench  # scripts that write files put them under OUT/<script>/
+    python scripts/bench/run.py train --write-docs     # also each script's tables into docs/benchmarks.md
 
-Single scripts keep their own options: ``python scripts/bench/<script>.py --help``. Exit status: 0 when every
+``--write-docs [PAGE]``: every script that succeeds gets its printed Markdown tables, the command and the machine written
+between its two marker lines in docs/benchmarks.md (``<!-- bench:SCRIPT -->`` ... ``<!-- /bench:SCRIPT -->``,
+``multiview_app/bench_docs.py``); nothing else on the page changes. Single scripts keep their own options: ``python scripts/bench/<script>.py --help``. Exit status: 0 when every
 script succeeded, else 1 (the failed scripts are named).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from multiview_app.bench_docs import DOCS, host_line, markdown_tables, section_body, write_docs_section
 
 HERE = Path(__file__).resolve().parent
 
@@ -89,12 +95,46 @@ def command(bench: Bench, quick: bool, out: Path | None) -> list[str]:
     return argv
 
 
+def run_script(argv_run: list[str]) -> tuple[int, str]:
+    """Run one script, its output streamed to this terminal as it comes: ``(exit status, what it printed)``."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(argv_run, stdout=subprocess.PIPE, text=True, env=env) as process:
+        assert process.stdout is not None
+        printed = []
+        for line in process.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            printed.append(line)
+    return process.returncode, "".join(printed)
+
+
+def write_tables(bench: Bench, shown: str, printed: str, docs: Path) -> bool:
+    """``printed``'s tables into ``bench``'s marked section of ``docs``; False (with a line on stderr) when the
+    script printed no table or the page lacks its markers."""
+    machine = next((line.strip() for line in printed.splitlines() if " usable CPUs, load " in line), host_line())
+    try:
+        write_docs_section(bench.script, section_body(shown, machine, markdown_tables(printed)), docs)
+    except ValueError as error:
+        print(f"{bench.script}: docs not written: {error}", file=sys.stderr)
+        return False
+    print(f"wrote the {bench.script} tables into {docs}")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("suite", nargs="?", choices=[*SUITES, "all"], help="the suite to run")
     parser.add_argument("--list", action="store_true", help="print the suites and their scripts, run nothing")
     parser.add_argument("--quick", action="store_true", help="smoke sizes for the scripts that have them")
     parser.add_argument("--out", type=Path, help="folder for the scripts that write files (default runs/bench)")
+    parser.add_argument(
+        "--write-docs",
+        nargs="?",
+        const=DOCS,
+        type=Path,
+        metavar="PAGE",
+        help=f"write each script's tables between its markers in PAGE (without PAGE: {DOCS.relative_to(DOCS.parents[1])})",
+    )
     args = parser.parse_args(argv)
     if args.list or args.suite is None:
         for name, benches in SUITES.items():
@@ -109,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             argv_run = command(bench, args.quick, args.out)
             shown = " ".join(["python", *(shlex.quote(a) for a in argv_run[1:])])
             print(f"\n## {name}: {bench.script} — {bench.answers}\n$ {shown}", flush=True)
-            if subprocess.run(argv_run).returncode != 0:
+            status, printed = run_script(argv_run)
+            if status != 0 or (args.write_docs and not write_tables(bench, shown, printed, args.write_docs)):
                 failed.append(bench.script)
     if failed:
         print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)

@@ -199,6 +199,11 @@ def _few_shot_staging(
     drawn_per_shot: dict[str, list[dict[str, int]]] = {}
     predictions: dict[str, np.ndarray] = {}
     confusion = {name: np.zeros((len(STAGES), len(STAGES)), dtype=np.int64) for name in features}
+    # the logistic fits of every row by (drawn windows, C): a draw capped for every class is the same for every seed
+    # (e.g. s=1000 on a few nights), and lbfgs ignores the seed, so such fits are made once and reused
+    fitted: dict[str, dict[tuple[bytes, float], Any]] | None = (
+        {name: {} for name in features} if classifier == "logreg" else None
+    )
     for s in shots:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in features}
         drawn_per_shot[str(s)] = []
@@ -211,7 +216,17 @@ def _few_shot_staging(
                 else None
             )
             for name, split_feats in features.items():
-                predicted, chosen = _fit_predict(classifier, grid, split_feats, index, y_train, val_index, y_val, seed)
+                predicted, chosen = _fit_predict(
+                    classifier,
+                    grid,
+                    split_feats,
+                    index,
+                    y_train,
+                    val_index,
+                    y_val,
+                    seed,
+                    None if fitted is None else fitted[name],
+                )
                 fit = {**staging_metrics(y_test, predicted), "hyperparameter": chosen}
                 if test_subjects is not None:
                     fit["per_subject"] = per_subject_balanced_accuracy(y_test, predicted, test_subjects)
@@ -258,9 +273,13 @@ def _fit_predict(
     val_index: np.ndarray | None,
     y_val: np.ndarray | None,
     seed: int,
+    fitted: dict[tuple[bytes, float], Any] | None = None,
 ) -> tuple[np.ndarray, float]:
     """Fit one classifier per grid value on the drawn windows; the best on the validation windows
-    (balanced accuracy; the only one without tuning) predicts the test windows."""
+    (balanced accuracy; the only one without tuning) predicts the test windows.
+
+    ``fitted`` (logreg only: its lbfgs solver does not use the seed): the classifiers fitted so far for this
+    row, by (drawn indices, grid value); a draw fitted before (another seed drew the same windows) is reused."""
     from .channel_classifier import fit_channel_classifier
 
     best: tuple[float, Any, float] | None = None
@@ -269,8 +288,12 @@ def _fit_predict(
     for value in grid:
         if classifier == "paper":
             model = fit_channel_classifier(feats["train"][index], y_train[index], x_val, yv, lr=value, seed=seed)
+        elif fitted is not None and (index.tobytes(), value) in fitted:
+            model = fitted[index.tobytes(), value]
         else:
             model = fit_linear_classifier(feats["train"][index], y_train[index], C=value, seed=seed)
+            if fitted is not None:
+                fitted[index.tobytes(), value] = model
         if len(grid) == 1:
             best = (0.0, model, value)
             break
