@@ -13,6 +13,7 @@ simply re-run eagerly.
 from __future__ import annotations
 
 import os
+import types
 import warnings
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -66,7 +67,7 @@ class _Compiled:
     """Calls the compiled ``fn``; on the first failure gives up compiling and calls ``fn``."""
 
     def __init__(self, fn: Callable[..., Any], device_type: str) -> None:
-        self.fn, self.device_type = fn, device_type
+        self.fn, self.device_type = _fresh_code(fn), device_type
         self.compiled: Callable[..., Any] | None = None
 
     def __call__(self, *args: Any) -> Any:
@@ -83,6 +84,16 @@ class _Compiled:
         except Exception as error:  # noqa: BLE001 - any compiler failure: eager, same function
             _give_up(f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}")
             return self.fn(*args)
+
+
+def _fresh_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with a code object of its own: dynamo caches compiled graphs (and counts recompiles) per
+    code object, so each key's function must not share one with another key's."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
 
 
 def _clone(value: Any) -> Any:

@@ -702,49 +702,37 @@ def _rest_scalings(
 
 
 class AndersonMixer:
-    """Anderson acceleration (type II, depth ``depth``) of the rest views' potentials.
+    """Anderson acceleration (type II, depth ``depth``) of the rest views' potentials, host loop.
 
     One sweep is a fixed-point map ``y -> Phi(y)`` of the rest potentials ``y = g[:r]`` (view
     ``q`` is their exact update). :meth:`mix` gets the sweep's input ``y``, its output ``Phi(y)``
     and the stopping-rule error of the incoming plan, and returns the extrapolation
     ``Phi(y_t) - sum_i gamma_i (Phi(y_i+1) - Phi(y_i))`` with ``gamma`` the regularized
     least-squares fit of the residual ``Phi(y_t) - y_t`` by the residual differences, or None
-    (plain sweep: too little history, or the error grew since the last call -- the history is
-    then dropped). Only the iterates change, not the stopping rule on the plan.
+    (plain sweep: too little history, the error grew since the last call -- the history is then
+    dropped --, or a non-finite extrapolation). Only the iterates change, not the stopping rule on
+    the plan. The arithmetic is :func:`_anderson_mix` (shared with the device loop); this class
+    keeps its history between sweeps and reads its decision.
     """
 
-    def __init__(self, depth: int, regularization: float = 1e-10) -> None:
-        self.depth, self.regularization = depth, regularization
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
         self.reset()
 
     def reset(self) -> None:
-        self.outputs: list[torch.Tensor] = []
-        self.residuals: list[torch.Tensor] = []
-        self.last_error = math.inf
+        self.history: tuple[torch.Tensor, ...] | None = None
 
     def mix(self, inputs: torch.Tensor, outputs: torch.Tensor, error: float) -> torch.Tensor | None:
         """Extrapolated rest potentials ``(r, n)`` (dtype of ``outputs``) or None."""
-        if not error < self.last_error:  # the last extrapolation made the plan worse: restart
-            self.outputs, self.residuals = [], []
-        self.last_error = error
-        out = outputs.reshape(-1).to(torch.float64, copy=True)  # g is updated in place later
-        self.outputs.append(out)
-        self.residuals.append(out - inputs.reshape(-1).to(torch.float64))
-        if len(self.outputs) > self.depth + 1:
-            self.outputs.pop(0)
-            self.residuals.pop(0)
-        if len(self.outputs) < 2:
-            return None
-        d_res = torch.stack([b - a for a, b in zip(self.residuals[:-1], self.residuals[1:])], dim=1)  # (D, m)
-        d_out = torch.stack([b - a for a, b in zip(self.outputs[:-1], self.outputs[1:])], dim=1)
-        gram = d_res.T @ d_res
-        gram.diagonal().add_(self.regularization * float(gram.diagonal().sum()) + 1e-300)
-        gamma = torch.linalg.solve(gram, d_res.T @ self.residuals[-1])
-        mixed = self.outputs[-1] - d_out @ gamma
-        if not bool(torch.isfinite(mixed).all()):
-            self.reset()
-            return None
-        return mixed.to(outputs.dtype).view_as(outputs)
+        device = outputs.device
+        if self.history is None:
+            rings = torch.zeros(2, self.depth + 1, outputs.numel(), dtype=torch.float64, device=device)
+            count = torch.zeros((), dtype=torch.int64, device=device)
+            self.history = (rings[0], rings[1], count, torch.full((), math.inf, dtype=torch.float64, device=device))
+        error_tensor = torch.tensor(error, dtype=torch.float64, device=device)
+        active = torch.ones((), dtype=torch.bool, device=device)
+        mixed, use, self.history = _anderson_mix(self.history, inputs, outputs, error_tensor, active)
+        return mixed if bool(use) else None
 
 
 def _left_vector(v: torch.Tensor, count: int) -> torch.Tensor:
@@ -825,9 +813,12 @@ Flags = tuple[torch.Tensor, ...]
 
 
 def _new_flags(device: torch.device) -> Flags:
-    zero = torch.zeros((), dtype=torch.int64, device=device)
-    false = torch.zeros((), dtype=torch.bool, device=device)
-    return zero, false, false, zero, torch.full((), math.inf, dtype=torch.float64, device=device), false
+    """Fresh flags (distinct tensors: a compiled block guards on aliasing)."""
+    position, done, trouble, iterations, converged = (
+        torch.zeros((), dtype=dtype, device=device)
+        for dtype in (torch.int64, torch.bool, torch.bool, torch.int64, torch.bool)
+    )
+    return position, done, trouble, iterations, torch.full((), math.inf, dtype=torch.float64, device=device), converged
 
 
 def _limits(tol: float, max_iter: int, tiny: float, device: torch.device) -> torch.Tensor:
@@ -1261,9 +1252,9 @@ def _pairwise_device(
     consts = (fac.be, fac.xe, fac.last, fac.absorbed, fac.bs - offset, _limits(tol, max_iter, tiny, device))
     history: tuple[torch.Tensor, ...] = ()
     if anderson > 0:
-        ring = torch.zeros(anderson + 1, (k - 1) * n, dtype=torch.float64, device=device)
+        rings = torch.zeros(2, anderson + 1, (k - 1) * n, dtype=torch.float64, device=device)
         count = torch.zeros((), dtype=torch.int64, device=device)
-        history = (ring, ring, count, torch.full((), math.inf, dtype=torch.float64, device=device))
+        history = (rings[0], rings[1], count, torch.full((), math.inf, dtype=torch.float64, device=device))
     warm = init is not None
     first = functools.partial(_factorized_sweep, check=warm, warm_first=warm, mix=False)
     steady = functools.partial(_factorized_sweep, check=True, warm_first=False, mix=anderson > 0)
