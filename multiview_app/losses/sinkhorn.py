@@ -29,7 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from ._compile import compiled
@@ -417,24 +416,6 @@ _THREE_VIEW_SPAN_F32 = 40.0
 _THREE_VIEW_SPAN_F64 = 600.0
 
 
-# Below this n (CPU tensors) the k = 3 sweeps run on numpy views of the same memory: at n^3 <= 1e5
-# the cost is per-operation dispatch, ~2x lower in numpy; single-threaded BLAS below 64^3 MACs.
-_THREE_VIEW_HOST_MAX_N = 48
-
-
-@dataclass(frozen=True)
-class _ArrayOps:
-    """The few functions :func:`_three_view_sweeps` needs beyond operators (torch or numpy)."""
-
-    exp: Any
-    log: Any
-    cat: Any
-
-
-_TORCH_OPS = _ArrayOps(torch.exp, torch.log, torch.cat)
-_NUMPY_OPS = _ArrayOps(np.exp, np.log, np.concatenate)
-
-
 def _three_view_solve(
     log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None
 ) -> MMSinkhornResult:
@@ -442,7 +423,7 @@ def _three_view_solve(
 
     ``P[i, j, l] = u_i v_j w_l K01[i, j] K02[i, l] K12[j, l]`` with ``K = exp(L - max L)`` ``(n, n)``;
     see :func:`_three_view_sweeps`. Runs in float32 for float32 input when the kernel's log-range
-    allows, else in float64; on numpy views for small CPU problems. Raises
+    allows, else in float64. Raises
     :class:`_NumericalTrouble` (caller: general path) when the range does not fit float64 or a
     marginal sum underflows / is not finite. Same iterates and stopping rule as
     :func:`mm_sinkhorn_dense`.
@@ -462,18 +443,12 @@ def _three_view_solve(
     const = float(shifts.sum()) - offset  # log P = log(u v w K01 K02 K12) with u = exp(g0 + const)
     g = torch.zeros(3, n, dtype=dtype, device=logs.device) if init is None else init.to(dtype, copy=True)
     g[0] += const
-    host = logs.device.type == "cpu" and n <= _THREE_VIEW_HOST_MAX_N
-    ops = _NUMPY_OPS if host else _TORCH_OPS
     tiny = torch.finfo(dtype).tiny * float(n) ** 3 / _REL_UNDERFLOW
-    k01, k02, k12 = kernels.numpy() if host else kernels
-    out = _three_view_sweeps(
-        k01, k02, k12, ops.exp(g.numpy() if host else g), tol, max_iter, init is not None, tiny, ops
-    )
+    k01, k02, k12 = kernels
+    out = _three_view_sweeps(k01, k02, k12, g.exp(), tol, max_iter, init is not None, tiny)
     (p01, p02, p12, potentials), iterations, error, converged = out
-    to_torch = torch.from_numpy if host else (lambda x: x)
     pairs = torch.zeros(3, 3, n, n, dtype=dtype, device=logs.device)
-    pairs[0, 1], pairs[0, 2], pairs[1, 2] = to_torch(p01), to_torch(p02), to_torch(p12)
-    potentials = to_torch(potentials)
+    pairs[0, 1], pairs[0, 2], pairs[1, 2] = p01, p02, p12
     potentials[0] -= const
     # any inf / NaN entry makes a sum non-finite
     mass, pairs_total, potentials_total = torch.stack([pairs[0, 1].sum(), pairs.sum(), potentials.sum()]).tolist()
@@ -484,9 +459,16 @@ def _three_view_solve(
 
 
 def _three_view_sweeps(
-    k01: Any, k02: Any, k12: Any, scalings: Any, tol: float, max_iter: int, warm: bool, tiny: float, ops: _ArrayOps
-) -> tuple[tuple[Any, Any, Any, Any], int, float, bool]:
-    """The sweeps of :func:`_three_view_solve` on ``(n, n)`` kernels (torch tensors or numpy arrays).
+    k01: torch.Tensor,
+    k02: torch.Tensor,
+    k12: torch.Tensor,
+    scalings: torch.Tensor,
+    tol: float,
+    max_iter: int,
+    warm: bool,
+    tiny: float,
+) -> tuple[tuple[torch.Tensor, ...], int, float, bool]:
+    """The sweeps of :func:`_three_view_solve` on ``(n, n)`` kernels.
 
     ``scalings`` ``(3, n)``: starting ``u, v, w``. Per sweep: ``Q = K01 * ((K02 w) K12^T)`` (one
     GEMM) is the pair plan ``P01 / (u v^T)`` of the incoming ``w``: its row / column sums are the
@@ -503,10 +485,10 @@ def _three_view_sweeps(
         q = k01 * ((k02 * w) @ k12_t)  # P01 / (u v^T) for the current w
         row = q @ v
         if iterations > 0 or warm:  # stopping rule on the incoming plan
-            err = abs(ops.cat([u * row, v * (q.T @ u)]) - target).sum()
+            err = (torch.cat([u * row, v * (q.T @ u)]) - target).abs().sum()
             if iterations == 0:  # warm start: view 2 is not exact yet
                 wm = (k01 * u[:, None] * v) @ k12
-                err = err + abs(w * (k02 * wm).sum(0) - target).sum()
+                err = err + (w * (k02 * wm).sum(0) - target).abs().sum()
             error = float(err)
             if not math.isfinite(error):
                 raise _NumericalTrouble
@@ -519,13 +501,13 @@ def _three_view_sweeps(
         wm = (k01 * u[:, None] * v) @ k12  # (n_i, n_l): u_i sum_j K01 v_j K12[j, l]
         last = (k02 * wm).sum(0)
         w = target / last
-        if not float(ops.cat([row, col, last]).min()) >= tiny:  # underflow or NaN
+        if not float(torch.cat([row, col, last]).min()) >= tiny:  # underflow or NaN
             raise _NumericalTrouble
         iterations += 1
     p01 = u[:, None] * q * v
     p02 = k02 * wm * w
     p12 = (v[:, None] * w) * k12 * ((k01 * u[:, None]).T @ k02)
-    return (p01, p02, p12, ops.log(ops.cat([u[None], v[None], w[None]]))), iterations, error, converged
+    return (p01, p02, p12, torch.stack([u, v, w]).log()), iterations, error, converged
 
 
 def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
@@ -821,8 +803,10 @@ def _new_flags(device: torch.device) -> Flags:
     return position, done, trouble, iterations, torch.full((), math.inf, dtype=torch.float64, device=device), converged
 
 
+@functools.lru_cache(maxsize=64)
 def _limits(tol: float, max_iter: int, tiny: float, device: torch.device) -> torch.Tensor:
-    """``(3,)`` float64: tolerance, max_iter, underflow bound (tensors: no recompile per value)."""
+    """``(3,)`` float64: tolerance, max_iter, underflow bound (a tensor: no recompile per value; cached:
+    no host-to-device copy per solve). Read only."""
     return torch.tensor([tol, float(max_iter), tiny], dtype=torch.float64, device=device)
 
 
