@@ -19,8 +19,11 @@ from multiview_app.losses.sinkhorn import LoopHints, mm_sinkhorn_pairwise
 
 @pytest.fixture(autouse=True)
 def _host_loop_without_numba(monkeypatch) -> None:
-    """The host reference is the general torch path (the numba k = 3 kernels are tested elsewhere)."""
+    """The host reference is the general torch path (the numba k = 3 kernels are tested elsewhere); the
+    device loop's blocks run eagerly (compiling every shape here would take minutes on a CPU; the compiled
+    blocks are tested against the eager ones in test_m3g_compiled.py)."""
     monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
+    monkeypatch.setenv("MVAPP_M3G_COMPILE", "0")
 
 
 def _run(

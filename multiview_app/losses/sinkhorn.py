@@ -29,8 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
+
+from ._compile import compiled
 
 # Factorized path: every exp-domain factor is <= 1 after its max shift, so underflow perturbs each
 # of the <= n^k terms of a marginal sum by at most finfo.tiny. A marginal entry must exceed
@@ -350,6 +351,13 @@ def mm_sinkhorn_pairwise(
         hints = hints if hints is not None else LoopHints()
         solve = _three_view_device if k == 3 else functools.partial(_pairwise_device, anderson=anderson)
         result = solve(log_factors, offset, tol, max_iter, init, hints=hints, block=block, deferred=checks)
+        if result is None and log_factors.dtype == torch.float32:  # the float64 retry: same blocks, float64
+            init64 = None if init is None else init.double()
+            result = solve(log_factors.double(), offset, tol, max_iter, init64, hints=hints, block=block, deferred=[])
+            if result is not None:
+                result.log_potentials = result.log_potentials.float()
+                result.pair_marginals = result.pair_marginals.float()
+                result.path = f"{result.path}->float64"
         if result is not None:
             return result
     elif init is not None:
@@ -408,24 +416,6 @@ _THREE_VIEW_SPAN_F32 = 40.0
 _THREE_VIEW_SPAN_F64 = 600.0
 
 
-# Below this n (CPU tensors) the k = 3 sweeps run on numpy views of the same memory: at n^3 <= 1e5
-# the cost is per-operation dispatch, ~2x lower in numpy; single-threaded BLAS below 64^3 MACs.
-_THREE_VIEW_HOST_MAX_N = 48
-
-
-@dataclass(frozen=True)
-class _ArrayOps:
-    """The few functions :func:`_three_view_sweeps` needs beyond operators (torch or numpy)."""
-
-    exp: Any
-    log: Any
-    cat: Any
-
-
-_TORCH_OPS = _ArrayOps(torch.exp, torch.log, torch.cat)
-_NUMPY_OPS = _ArrayOps(np.exp, np.log, np.concatenate)
-
-
 def _three_view_solve(
     log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None
 ) -> MMSinkhornResult:
@@ -433,7 +423,7 @@ def _three_view_solve(
 
     ``P[i, j, l] = u_i v_j w_l K01[i, j] K02[i, l] K12[j, l]`` with ``K = exp(L - max L)`` ``(n, n)``;
     see :func:`_three_view_sweeps`. Runs in float32 for float32 input when the kernel's log-range
-    allows, else in float64; on numpy views for small CPU problems. Raises
+    allows, else in float64. Raises
     :class:`_NumericalTrouble` (caller: general path) when the range does not fit float64 or a
     marginal sum underflows / is not finite. Same iterates and stopping rule as
     :func:`mm_sinkhorn_dense`.
@@ -453,18 +443,12 @@ def _three_view_solve(
     const = float(shifts.sum()) - offset  # log P = log(u v w K01 K02 K12) with u = exp(g0 + const)
     g = torch.zeros(3, n, dtype=dtype, device=logs.device) if init is None else init.to(dtype, copy=True)
     g[0] += const
-    host = logs.device.type == "cpu" and n <= _THREE_VIEW_HOST_MAX_N
-    ops = _NUMPY_OPS if host else _TORCH_OPS
     tiny = torch.finfo(dtype).tiny * float(n) ** 3 / _REL_UNDERFLOW
-    k01, k02, k12 = kernels.numpy() if host else kernels
-    out = _three_view_sweeps(
-        k01, k02, k12, ops.exp(g.numpy() if host else g), tol, max_iter, init is not None, tiny, ops
-    )
+    k01, k02, k12 = kernels
+    out = _three_view_sweeps(k01, k02, k12, g.exp(), tol, max_iter, init is not None, tiny)
     (p01, p02, p12, potentials), iterations, error, converged = out
-    to_torch = torch.from_numpy if host else (lambda x: x)
     pairs = torch.zeros(3, 3, n, n, dtype=dtype, device=logs.device)
-    pairs[0, 1], pairs[0, 2], pairs[1, 2] = to_torch(p01), to_torch(p02), to_torch(p12)
-    potentials = to_torch(potentials)
+    pairs[0, 1], pairs[0, 2], pairs[1, 2] = p01, p02, p12
     potentials[0] -= const
     # any inf / NaN entry makes a sum non-finite
     mass, pairs_total, potentials_total = torch.stack([pairs[0, 1].sum(), pairs.sum(), potentials.sum()]).tolist()
@@ -475,9 +459,16 @@ def _three_view_solve(
 
 
 def _three_view_sweeps(
-    k01: Any, k02: Any, k12: Any, scalings: Any, tol: float, max_iter: int, warm: bool, tiny: float, ops: _ArrayOps
-) -> tuple[tuple[Any, Any, Any, Any], int, float, bool]:
-    """The sweeps of :func:`_three_view_solve` on ``(n, n)`` kernels (torch tensors or numpy arrays).
+    k01: torch.Tensor,
+    k02: torch.Tensor,
+    k12: torch.Tensor,
+    scalings: torch.Tensor,
+    tol: float,
+    max_iter: int,
+    warm: bool,
+    tiny: float,
+) -> tuple[tuple[torch.Tensor, ...], int, float, bool]:
+    """The sweeps of :func:`_three_view_solve` on ``(n, n)`` kernels.
 
     ``scalings`` ``(3, n)``: starting ``u, v, w``. Per sweep: ``Q = K01 * ((K02 w) K12^T)`` (one
     GEMM) is the pair plan ``P01 / (u v^T)`` of the incoming ``w``: its row / column sums are the
@@ -494,10 +485,10 @@ def _three_view_sweeps(
         q = k01 * ((k02 * w) @ k12_t)  # P01 / (u v^T) for the current w
         row = q @ v
         if iterations > 0 or warm:  # stopping rule on the incoming plan
-            err = abs(ops.cat([u * row, v * (q.T @ u)]) - target).sum()
+            err = (torch.cat([u * row, v * (q.T @ u)]) - target).abs().sum()
             if iterations == 0:  # warm start: view 2 is not exact yet
                 wm = (k01 * u[:, None] * v) @ k12
-                err = err + abs(w * (k02 * wm).sum(0) - target).sum()
+                err = err + (w * (k02 * wm).sum(0) - target).abs().sum()
             error = float(err)
             if not math.isfinite(error):
                 raise _NumericalTrouble
@@ -510,13 +501,13 @@ def _three_view_sweeps(
         wm = (k01 * u[:, None] * v) @ k12  # (n_i, n_l): u_i sum_j K01 v_j K12[j, l]
         last = (k02 * wm).sum(0)
         w = target / last
-        if not float(ops.cat([row, col, last]).min()) >= tiny:  # underflow or NaN
+        if not float(torch.cat([row, col, last]).min()) >= tiny:  # underflow or NaN
             raise _NumericalTrouble
         iterations += 1
     p01 = u[:, None] * q * v
     p02 = k02 * wm * w
     p12 = (v[:, None] * w) * k12 * ((k01 * u[:, None]).T @ k02)
-    return (p01, p02, p12, ops.log(ops.cat([u[None], v[None], w[None]]))), iterations, error, converged
+    return (p01, p02, p12, torch.stack([u, v, w]).log()), iterations, error, converged
 
 
 def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
@@ -693,49 +684,37 @@ def _rest_scalings(
 
 
 class AndersonMixer:
-    """Anderson acceleration (type II, depth ``depth``) of the rest views' potentials.
+    """Anderson acceleration (type II, depth ``depth``) of the rest views' potentials, host loop.
 
     One sweep is a fixed-point map ``y -> Phi(y)`` of the rest potentials ``y = g[:r]`` (view
     ``q`` is their exact update). :meth:`mix` gets the sweep's input ``y``, its output ``Phi(y)``
     and the stopping-rule error of the incoming plan, and returns the extrapolation
     ``Phi(y_t) - sum_i gamma_i (Phi(y_i+1) - Phi(y_i))`` with ``gamma`` the regularized
     least-squares fit of the residual ``Phi(y_t) - y_t`` by the residual differences, or None
-    (plain sweep: too little history, or the error grew since the last call -- the history is
-    then dropped). Only the iterates change, not the stopping rule on the plan.
+    (plain sweep: too little history, the error grew since the last call -- the history is then
+    dropped --, or a non-finite extrapolation). Only the iterates change, not the stopping rule on
+    the plan. The arithmetic is :func:`_anderson_mix` (shared with the device loop); this class
+    keeps its history between sweeps and reads its decision.
     """
 
-    def __init__(self, depth: int, regularization: float = 1e-10) -> None:
-        self.depth, self.regularization = depth, regularization
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
         self.reset()
 
     def reset(self) -> None:
-        self.outputs: list[torch.Tensor] = []
-        self.residuals: list[torch.Tensor] = []
-        self.last_error = math.inf
+        self.history: tuple[torch.Tensor, ...] | None = None
 
     def mix(self, inputs: torch.Tensor, outputs: torch.Tensor, error: float) -> torch.Tensor | None:
         """Extrapolated rest potentials ``(r, n)`` (dtype of ``outputs``) or None."""
-        if not error < self.last_error:  # the last extrapolation made the plan worse: restart
-            self.outputs, self.residuals = [], []
-        self.last_error = error
-        out = outputs.reshape(-1).to(torch.float64, copy=True)  # g is updated in place later
-        self.outputs.append(out)
-        self.residuals.append(out - inputs.reshape(-1).to(torch.float64))
-        if len(self.outputs) > self.depth + 1:
-            self.outputs.pop(0)
-            self.residuals.pop(0)
-        if len(self.outputs) < 2:
-            return None
-        d_res = torch.stack([b - a for a, b in zip(self.residuals[:-1], self.residuals[1:])], dim=1)  # (D, m)
-        d_out = torch.stack([b - a for a, b in zip(self.outputs[:-1], self.outputs[1:])], dim=1)
-        gram = d_res.T @ d_res
-        gram.diagonal().add_(self.regularization * float(gram.diagonal().sum()) + 1e-300)
-        gamma = torch.linalg.solve(gram, d_res.T @ self.residuals[-1])
-        mixed = self.outputs[-1] - d_out @ gamma
-        if not bool(torch.isfinite(mixed).all()):
-            self.reset()
-            return None
-        return mixed.to(outputs.dtype).view_as(outputs)
+        device = outputs.device
+        if self.history is None:
+            rings = torch.zeros(2, self.depth + 1, outputs.numel(), dtype=torch.float64, device=device)
+            count = torch.zeros((), dtype=torch.int64, device=device)
+            self.history = (rings[0], rings[1], count, torch.full((), math.inf, dtype=torch.float64, device=device))
+        error_tensor = torch.tensor(error, dtype=torch.float64, device=device)
+        active = torch.ones((), dtype=torch.bool, device=device)
+        mixed, use, self.history = _anderson_mix(self.history, inputs, outputs, error_tensor, active)
+        return mixed if bool(use) else None
 
 
 def _left_vector(v: torch.Tensor, count: int) -> torch.Tensor:
@@ -809,44 +788,51 @@ class LoopHints:
 DeferredCheck = tuple[torch.Tensor, Any]
 
 
-class _LoopState:
-    """0-d device tensors of a device-loop solve: ``done``, ``trouble``, ``iterations``,
-    ``error`` (float64, stopping-rule error of the last checked plan), ``converged``."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.done = torch.zeros((), dtype=torch.bool, device=device)
-        self.trouble = torch.zeros((), dtype=torch.bool, device=device)
-        self.iterations = torch.zeros((), dtype=torch.int64, device=device)
-        self.error = torch.full((), math.inf, dtype=torch.float64, device=device)
-        self.converged = torch.zeros((), dtype=torch.bool, device=device)
-
-    def flag(self, when: torch.Tensor, ok: torch.Tensor) -> None:
-        """Trouble where ``when`` (live sweep) and not ``ok`` (NaN counts as not ok)."""
-        self.trouble = self.trouble | (when & ~ok)
-
-    def check(self, live: torch.Tensor, err: torch.Tensor, tol: float, stop_anyway: bool) -> torch.Tensor:
-        """Record the stopping-rule error ``err`` of a live sweep; returns the stop decision."""
-        err = err.double()
-        self.flag(live, torch.isfinite(err))
-        converged = err < tol
-        self.error = torch.where(live, err, self.error)
-        self.converged = torch.where(live, converged, self.converged)
-        return converged | stop_anyway
-
-    def advance(self, active: torch.Tensor, stop: torch.Tensor | None) -> None:
-        self.iterations = self.iterations + active.long()
-        if stop is not None:
-            self.done = self.done | stop
-
-    def readback(self, extra: list[torch.Tensor]) -> list[float]:
-        """The one host read of a block: ``[done, trouble, iterations, error, converged, *extra]``."""
-        values = [self.done, self.trouble, self.iterations, self.error, self.converged, *extra]
-        return torch.stack([value.double() for value in values]).tolist()
+# The state of a device-loop solve: 0-d device tensors ``(position, done, trouble, iterations,
+# error, converged)`` (int64, bool, bool, int64, float64, bool): the sweep position, the state is
+# frozen, numerical trouble was flagged, sweeps done, stopping-rule error of the last checked plan.
+Flags = tuple[torch.Tensor, ...]
 
 
-def _at_least(values: torch.Tensor, tiny: float) -> torch.Tensor:
+def _new_flags(device: torch.device) -> Flags:
+    """Fresh flags (distinct tensors: a compiled block guards on aliasing)."""
+    position, done, trouble, iterations, converged = (
+        torch.zeros((), dtype=dtype, device=device)
+        for dtype in (torch.int64, torch.bool, torch.bool, torch.int64, torch.bool)
+    )
+    return position, done, trouble, iterations, torch.full((), math.inf, dtype=torch.float64, device=device), converged
+
+
+@functools.lru_cache(maxsize=64)
+def _limits(tol: float, max_iter: int, tiny: float, device: torch.device) -> torch.Tensor:
+    """``(3,)`` float64: tolerance, max_iter, underflow bound (a tensor: no recompile per value; cached:
+    no host-to-device copy per solve). Read only."""
+    return torch.tensor([tol, float(max_iter), tiny], dtype=torch.float64, device=device)
+
+
+def _check_stop(
+    flags: Flags, live: torch.Tensor, err: torch.Tensor, limits: torch.Tensor
+) -> tuple[Flags, torch.Tensor]:
+    """Record the stopping-rule error ``err`` of a live sweep; returns the flags and the stop
+    decision (converged, or position ``max_iter`` reached)."""
+    position, done, trouble, iterations, error, converged = flags
+    err = err.double()
+    trouble = trouble | (live & ~torch.isfinite(err))
+    now = err < limits[0]
+    error = torch.where(live, err, error)
+    converged = torch.where(live, now, converged)
+    return (position, done, trouble, iterations, error, converged), now | (position >= limits[1])
+
+
+def _advance(flags: Flags, active: torch.Tensor, stop: torch.Tensor | None) -> Flags:
+    position, done, trouble, iterations, error, converged = flags
+    done = done if stop is None else done | stop
+    return position + 1, done, trouble, iterations + active.long(), error, converged
+
+
+def _at_least(values: torch.Tensor, tiny: torch.Tensor) -> torch.Tensor:
     """0-d bool: every entry finite and ``>= tiny`` (device version of :func:`_check`)."""
-    return values.amin() >= tiny
+    return values.amin() >= tiny.to(values.dtype)
 
 
 def _scale_ok(log_scale: torch.Tensor) -> torch.Tensor:
@@ -867,17 +853,76 @@ def _block_sizes(hints: LoopHints, block: int) -> Any:
         size *= 2
 
 
+#: Sweeps unrolled in one compiled call; a block of ``s`` sweeps is a few such calls (binary digits
+#: of ``s``), so at most four graphs per variant are compiled and no sweep past the block is run.
+_UNROLLS = (8, 4, 2, 1)
+
+
+def _unrolled(count: int) -> list[int]:
+    """``count`` as a sum of :data:`_UNROLLS` sizes, largest first."""
+    sizes = []
+    for size in _UNROLLS:
+        while count >= size:
+            sizes.append(size)
+            count -= size
+    return sizes
+
+
+def _block_function(sweep: Callable[..., Any], sweeps: int) -> Callable[..., Any]:
+    """``(consts, iterates, flags) -> (iterates, flags)`` after ``sweeps`` calls of ``sweep``."""
+
+    def block(consts: tuple, iterates: tuple, flags: Flags) -> tuple[tuple, Flags]:
+        for _ in range(sweeps):
+            iterates, flags = sweep(consts, iterates, flags)
+        return iterates, flags
+
+    return block
+
+
+class _SweepRunner:
+    """Runs sweep positions of one solve through the compiled blocks: position 0 with the first
+    sweep's variant (``first``), every later one with ``steady`` (variants chosen before the loop, no
+    branch on tensor values inside). ``key``: what the compiled functions are cached under (with the
+    variant and the unroll count)."""
+
+    def __init__(
+        self, key: tuple, first: Callable[..., Any], steady: Callable[..., Any], consts: tuple, iterates: tuple
+    ) -> None:
+        self.key, self.first, self.steady = key, first, steady  # key: (problem, first's tag, steady's tag)
+        self.consts, self.iterates = consts, iterates
+        self.device_type = iterates[0].device.type
+        self.flags = _new_flags(iterates[0].device)
+
+    def _call(self, variant: int, sweep: Callable[..., Any], sweeps: int) -> None:
+        problem, *tags = self.key
+        key = (*problem, ("first", "steady")[variant], tags[variant], sweeps)
+        block = compiled(key, _block_function(sweep, sweeps), self.device_type)
+        self.iterates, self.flags = block(self.consts, self.iterates, self.flags)
+
+    def run(self, position: int, count: int) -> None:
+        """Sweep positions ``position .. position + count - 1``."""
+        if position == 0 and count > 0:
+            self._call(0, self.first, 1)
+            count -= 1
+        for sweeps in _unrolled(count):
+            self._call(1, self.steady, sweeps)
+
+    def readback(self, extra: list[torch.Tensor]) -> list[float]:
+        """The one host read of a block: ``[done, trouble, iterations, error, converged, *extra]``."""
+        values = [*self.flags[1:], *extra]
+        return torch.stack([value.double() for value in values]).tolist()
+
+
 def _run_blocks(
-    state: _LoopState,
-    sweep: Any,
-    outputs: Any,
+    runner: _SweepRunner,
+    outputs: Callable[[], tuple[Any, list[torch.Tensor]]],
     max_iter: int,
     hints: LoopHints,
     block: int,
     deferred: list[DeferredCheck],
-    on_readback: Any = None,
+    on_readback: Callable[[list[float]], bool] | None = None,
 ) -> tuple[Any, list[float]] | None:
-    """Drive ``sweep(position)`` in blocks until the state is done or in trouble.
+    """Drive ``runner`` in blocks until the state is done or in trouble.
 
     After each block ``outputs()`` returns ``(result, scalars)`` for the current state (the final
     plan's pair marginals etc., computed speculatively: a typical solve has one block) and the state,
@@ -889,11 +934,10 @@ def _run_blocks(
     position, readbacks = 0, 0
     for size in _block_sizes(hints, block):
         stop = min(position + size, max_iter + 1)  # position max_iter always stops
-        for pos in range(position, stop):
-            sweep(pos)
+        runner.run(position, stop - position)
         position = stop
         result, scalars = outputs()
-        values = state.readback([tensor for tensor, _ in deferred] + scalars)
+        values = runner.readback([tensor for tensor, _ in deferred] + scalars)
         readbacks += 1
         for (_, raise_on), value in zip(deferred, values[5:]):
             raise_on(value)
@@ -905,6 +949,57 @@ def _run_blocks(
             hints.positions, hints.readbacks = int(values[2]) + 1, readbacks
             return result, values[:5] + values[5 + len(deferred) :]
     raise AssertionError("unreachable: position max_iter always stops")
+
+
+# --------------------------------------------------------------------------- k = 3 sweep (device loop)
+def _three_view_sweep(consts: tuple, scalings: tuple, flags: Flags, *, check: bool, warm_first: bool) -> tuple:
+    """One sweep of :func:`_three_view_sweeps` on the device, the state frozen once stopped.
+
+    ``consts``: ``(k01, k02, k12, limits)``; ``scalings``: ``(u, v, w)`` ``(n,)`` each. ``check``: the
+    stopping rule runs on the incoming plan (every sweep but a cold start's first); ``warm_first``:
+    the first sweep of a warm start (view 2's marginal counts too).
+    """
+    k01, k02, k12, limits = consts
+    u, v, w = scalings
+    target = 1.0 / k01.shape[0]
+    live = ~flags[1]
+    q = k01 * ((k02 * w) @ k12.T)
+    row = q @ v
+    stop = None
+    if check:  # stopping rule on the incoming plan
+        err = (torch.cat([u * row, v * (q.T @ u)]) - target).abs().sum()
+        if warm_first:  # warm start: view 2 is not exact yet
+            wm = (k01 * u[:, None] * v) @ k12
+            err = err + (w * (k02 * wm).sum(0) - target).abs().sum()
+        flags, stop = _check_stop(flags, live, err, limits)
+    active = live if stop is None else live & ~stop
+    u_new = target / row
+    col = q.T @ u_new
+    v_new = target / col
+    last = (k02 * ((k01 * u_new[:, None] * v_new) @ k12)).sum(0)
+    w_new = target / last
+    ok = _at_least(torch.cat([row, col, last]), limits[2])
+    position, done, trouble, *rest = flags
+    flags = (position, done, trouble | (active & ~ok), *rest)
+    scalings = (torch.where(active, u_new, u), torch.where(active, v_new, v), torch.where(active, w_new, w))
+    return scalings, _advance(flags, active, stop)
+
+
+def _three_view_outputs(consts: tuple, scalings: tuple, const: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(potentials (3, n), pairs (3, 3, n, n), mass, finite)`` of the plan of ``scalings``."""
+    k01, k02, k12, _ = consts
+    u, v, w = scalings
+    n = k01.shape[0]
+    q = k01 * ((k02 * w) @ k12.T)
+    wm = (k01 * u[:, None] * v) @ k12
+    pairs = torch.zeros(3, 3, n, n, dtype=u.dtype, device=u.device)
+    pairs[0, 1] = u[:, None] * q * v
+    pairs[0, 2] = k02 * wm * w
+    pairs[1, 2] = (v[:, None] * w) * k12 * ((k01 * u[:, None]).T @ k02)
+    potentials = torch.stack([u, v, w]).log()
+    potentials[0] = potentials[0] - const.to(u.dtype)
+    finite = torch.isfinite(pairs.sum()) & torch.isfinite(potentials.sum())
+    return potentials, pairs, pairs[0, 1].sum(), finite
 
 
 def _three_view_device(
@@ -932,52 +1027,22 @@ def _three_view_device(
     dtype = torch.float32 if float32_input and not hints.k3_float64 else torch.float64
     logs, shifts = logs.to(dtype), shifts.to(dtype)
     k01, k02, k12 = (logs - shifts[:, None, None]).exp_()
-    k12_t = k12.T
     const = shifts.sum().double() - offset
     g = torch.zeros(3, n, dtype=dtype, device=logs.device) if init is None else init.to(dtype, copy=True)
     g[0] += const
-    scalings = g.exp()
-    u, v, w = scalings[0], scalings[1], scalings[2]
+    scalings = tuple(g.exp())
     tiny = torch.finfo(dtype).tiny * float(n) ** 3 / _REL_UNDERFLOW
-    target, warm = 1.0 / n, init is not None
-    state = _LoopState(logs.device)
-
-    def sweep(position: int) -> None:
-        nonlocal u, v, w
-        live = ~state.done
-        q = k01 * ((k02 * w) @ k12_t)
-        row = q @ v
-        stop = None
-        if position > 0 or warm:  # stopping rule on the incoming plan
-            err = (torch.cat([u * row, v * (q.T @ u)]) - target).abs().sum()
-            if position == 0:  # warm start: view 2 is not exact yet
-                wm = (k01 * u[:, None] * v) @ k12
-                err = err + (w * (k02 * wm).sum(0) - target).abs().sum()
-            stop = state.check(live, err, tol, position >= max_iter)
-            if position >= max_iter:  # nothing left to update
-                state.done = state.done | stop
-                return
-        active = live if stop is None else live & ~stop
-        u_new = target / row
-        col = q.T @ u_new
-        v_new = target / col
-        last = (k02 * ((k01 * u_new[:, None] * v_new) @ k12)).sum(0)
-        w_new = target / last
-        state.flag(active, _at_least(torch.cat([row, col, last]), tiny))
-        u, v, w = torch.where(active, u_new, u), torch.where(active, v_new, v), torch.where(active, w_new, w)
-        state.advance(active, stop)
+    consts = (k01, k02, k12, _limits(tol, max_iter, tiny, logs.device))
+    warm = init is not None
+    first = functools.partial(_three_view_sweep, check=warm, warm_first=warm)
+    steady = functools.partial(_three_view_sweep, check=True, warm_first=False)
+    key = ("k3", n, dtype, logs.device.type)
+    runner = _SweepRunner((key, warm, None), first, steady, consts, scalings)
+    finish = compiled((*key, "outputs"), _three_view_outputs, logs.device.type)
 
     def outputs() -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
-        q = k01 * ((k02 * w) @ k12_t)
-        wm = (k01 * u[:, None] * v) @ k12
-        pairs = torch.zeros(3, 3, n, n, dtype=dtype, device=logs.device)
-        pairs[0, 1] = u[:, None] * q * v
-        pairs[0, 2] = k02 * wm * w
-        pairs[1, 2] = (v[:, None] * w) * k12 * ((k01 * u[:, None]).T @ k02)
-        potentials = torch.stack([u, v, w]).log()
-        potentials[0] -= const
-        finite = torch.isfinite(pairs.sum()) & torch.isfinite(potentials.sum())
-        return (potentials, pairs), [pairs[0, 1].sum(), finite, span]
+        potentials, pairs, mass, finite = finish(consts, runner.iterates, const)
+        return (potentials, pairs), [mass, finite, span]
 
     wrong_dtype: list[bool] = []
 
@@ -995,7 +1060,7 @@ def _three_view_device(
             return False
         return True
 
-    outcome = _run_blocks(state, sweep, outputs, max_iter, hints, block, deferred, on_readback)
+    outcome = _run_blocks(runner, outputs, max_iter, hints, block, deferred, on_readback)
     if wrong_dtype:  # the guessed dtype was not the host rule's: again in the right one
         return _three_view_device(log_factors, offset, tol, max_iter, init, hints, block, [])
     if outcome is None:
@@ -1016,48 +1081,135 @@ def _three_view_device(
     )
 
 
-class _DeviceAnderson:
-    """:class:`AndersonMixer` with its history on the device: a ring of the last ``depth + 1``
-    outputs / residuals (float64, ``(depth + 1, r n)``), a valid-entry count and the last error as
-    0-d tensors. The restart rule and the non-finite reset are selects; the least-squares system is
-    padded to ``depth x depth`` with identity rows for the missing history (same solution)."""
+# --------------------------------------------------------------------------- k > 3 sweep (device loop)
+def _anderson_mix(
+    history: tuple[torch.Tensor, ...],
+    inputs: torch.Tensor,
+    outputs: torch.Tensor,
+    error: torch.Tensor,
+    active: torch.Tensor,
+    regularization: float = 1e-10,
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """:class:`AndersonMixer` on the device: ``(mixed (r, n), use, history)``.
 
-    def __init__(self, depth: int, size: int, device: torch.device, regularization: float = 1e-10) -> None:
-        self.depth, self.regularization = depth, regularization
-        self.outputs = torch.zeros(depth + 1, size, dtype=torch.float64, device=device)
-        self.residuals = torch.zeros_like(self.outputs)
-        self.count = torch.zeros((), dtype=torch.int64, device=device)
-        self.last_error = torch.full((), math.inf, dtype=torch.float64, device=device)
-        # difference j (rows j, j+1 of the ring) is valid once count >= depth + 1 - j
-        self._needed = torch.arange(depth + 1, 1, -1, device=device)
+    ``history``: a ring of the last ``depth + 1`` outputs / residuals (float64, ``(depth + 1, r n)``
+    each), the valid-entry count and the last error (0-d). The restart rule and the non-finite reset
+    are selects; the least-squares system is padded to ``depth x depth`` with identity rows for the
+    missing history (same solution). ``use`` False: plain sweep. The history changes only where
+    ``active``.
+    """
+    ring_out_old, ring_res_old, count_old, last_error = history
+    depth = ring_out_old.shape[0] - 1
+    restart = ~(error < last_error)
+    count = torch.where(restart, torch.zeros_like(count_old), count_old)
+    out = outputs.reshape(-1).double()
+    ring_out = torch.cat([ring_out_old[1:], out[None]])
+    ring_res = torch.cat([ring_res_old[1:], (out - inputs.reshape(-1).double())[None]])
+    count = (count + 1).clamp_max(depth + 1)
+    # difference j (rows j, j+1 of the ring) is valid once count >= depth + 1 - j
+    valid = count >= torch.arange(depth + 1, 1, -1, device=count.device)  # (depth,)
+    d_res = (ring_res[1:] - ring_res[:-1]).T * valid  # (D, depth)
+    d_out = (ring_out[1:] - ring_out[:-1]).T * valid
+    gram = d_res.T @ d_res
+    padded = torch.where(valid, gram.diagonal() + (regularization * gram.diagonal().sum() + 1e-300), 1.0)
+    gram = gram * (valid[:, None] & valid[None, :]) + torch.diag_embed(padded - gram.diagonal() * valid)
+    gamma = torch.linalg.solve_ex(gram, d_res.T @ ring_res[-1])[0] * valid
+    mixed = ring_out[-1] - d_out @ gamma
+    enough = count >= 2
+    reset = enough & ~torch.isfinite(mixed).all()
+    history = (
+        torch.where(active, ring_out, ring_out_old),
+        torch.where(active, ring_res, ring_res_old),
+        torch.where(active, torch.where(reset, torch.zeros_like(count), count), count_old),
+        torch.where(active, torch.where(reset, math.inf, error), last_error),
+    )
+    return mixed.to(outputs.dtype).view_as(outputs), active & enough & ~reset, history
 
-    def mix(
-        self, inputs: torch.Tensor, outputs: torch.Tensor, error: torch.Tensor, active: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(mixed (r, n), use)``: the extrapolation and whether the host mixer would return it
-        (``use`` False: plain sweep). The history changes only where ``active``."""
-        restart = ~(error < self.last_error)
-        count = torch.where(restart, torch.zeros_like(self.count), self.count)
-        out = outputs.reshape(-1).double()
-        ring_out = torch.cat([self.outputs[1:], out[None]])
-        ring_res = torch.cat([self.residuals[1:], (out - inputs.reshape(-1).double())[None]])
-        count = (count + 1).clamp_max(self.depth + 1)
-        valid = count >= self._needed  # (depth,)
-        d_res = (ring_res[1:] - ring_res[:-1]).T * valid  # (D, depth)
-        d_out = (ring_out[1:] - ring_out[:-1]).T * valid
-        gram = d_res.T @ d_res
-        padded = torch.where(valid, gram.diagonal() + (self.regularization * gram.diagonal().sum() + 1e-300), 1.0)
-        gram = gram * (valid[:, None] & valid[None, :]) + torch.diag_embed(padded - gram.diagonal() * valid)
-        gamma = torch.linalg.solve_ex(gram, d_res.T @ ring_res[-1])[0] * valid
-        mixed = ring_out[-1] - d_out @ gamma
-        enough = count >= 2
-        reset = enough & ~torch.isfinite(mixed).all()
-        keep = active
-        self.outputs = torch.where(keep, ring_out, self.outputs)
-        self.residuals = torch.where(keep, ring_res, self.residuals)
-        self.count = torch.where(keep, torch.where(reset, torch.zeros_like(count), count), self.count)
-        self.last_error = torch.where(keep, torch.where(reset, math.inf, error), self.last_error)
-        return mixed.to(outputs.dtype).view_as(outputs), active & enough & ~reset
+
+class _FactorView:
+    """The factors a device sweep reads (``k, n, r, q, be, xe, last, absorbed`` of
+    :class:`_PairwiseFactors`), rebuilt from tensors inside a compiled block."""
+
+    def __init__(self, be: torch.Tensor, xe: torch.Tensor, last: torch.Tensor, absorbed: torch.Tensor) -> None:
+        self.be, self.xe, self.last, self.absorbed = be, xe, last, absorbed
+        self.k, self.n = absorbed.shape
+        self.r = self.q = self.k - 1
+
+
+def _factorized_sweep(consts: tuple, state: tuple, flags: Flags, *, check: bool, warm_first: bool, mix: bool) -> tuple:
+    """One sweep of :func:`_pairwise_sweep` on the device, the state frozen once stopped.
+
+    ``consts``: ``(be, xe, last, absorbed, base, limits)`` (``base = bs - offset``, 0-d float64);
+    ``state``: ``(g (k, n), *anderson history)``. ``check`` / ``warm_first``: as
+    :func:`_three_view_sweep`; ``mix``: Anderson acceleration (every sweep after the first).
+    """
+    *tensors, base, limits = consts
+    fac = _FactorView(*tensors)
+    g, *history = state
+    n, r, q = fac.n, fac.r, fac.q
+    log_n, target, tiny = math.log(n), 1.0 / n, limits[2]
+    live = ~flags[1]
+    m1_shift, m1, q0 = _sweep_gemm1(fac, g)
+    h, h_max, v = _rest_scalings(fac, g, m1_shift)
+    log_scale = base + h_max.sum().double()
+    v_in, log_scale_in = v.clone(), log_scale
+    right = _right_chain(q0.reshape(-1), v)
+    incoming = []
+    early_ok = _scale_ok(log_scale_in) if check else torch.ones_like(live)  # checks before the stop decision
+    new = g.clone()
+    stop, err = None, None
+    for l in range(r):
+        if l < r - 1:
+            partial = _left_vector(v, l) @ right[l].reshape(-1, n)
+            incoming.append(_left_vector(v_in, l) @ right[l].reshape(-1, n) if l > 0 else partial)
+            early_ok = early_ok & _at_least(partial, tiny)
+        else:
+            both = torch.stack([_left_vector(v_in, l), _left_vector(v, l)]) @ q0
+            incoming.append(both[0])
+            partial = both[1]
+            early_ok = early_ok & _at_least(both[0], tiny)
+            position, done, trouble, *rest = flags
+            flags = (position, done, trouble | (live & ~early_ok), *rest)
+            if check:
+                err = (_times_exp(torch.stack(incoming) * v_in, log_scale_in) - target).abs().sum().double()
+                if warm_first:  # warm start: view q's marginal is not exact yet
+                    col = _times_exp(_last_pair(fac, v_in, m1).sum(dim=0), log_scale_in)
+                    err = err + (col - target).abs().sum().double()
+                flags, stop = _check_stop(flags, live, err, limits)
+            late_ok = _at_least(partial, tiny)  # checks of the update (skipped by the host loop once it stops)
+        step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
+        new[l] += step
+        h[l] += step
+        new_max = h[l].amax()
+        log_scale = log_scale + (new_max - h_max[l]).double()
+        h_max[l] = new_max
+        v[l] = (h[l] - new_max).exp()
+    active = live if stop is None else live & ~stop
+    if mix:  # as the host loop: g[q] is view q's update of g[:r]
+        mixed, use, history = _anderson_mix(tuple(history), g[:r], new[:r], err, active)
+        new[:r] = torch.where(use, mixed, new[:r])
+        _, h_max_mix, v_mix = _rest_scalings(fac, new, m1_shift)
+        v = torch.where(use, v_mix, v)
+        log_scale = torch.where(use, base + h_max_mix.sum().double(), log_scale)
+    col = _last_pair(fac, v, m1).sum(dim=0)
+    late_ok = late_ok & _at_least(col, tiny)
+    new[q] += -log_n - col.log() - log_scale
+    position, done, trouble, *rest = flags
+    flags = (position, done, trouble | (active & ~late_ok), *rest)
+    return (torch.where(active, new, g), *history), _advance(flags, active, stop)
+
+
+def _factorized_outputs(consts: tuple, state: tuple) -> tuple[torch.Tensor, ...]:
+    """``(pairs (k, k, n, n), mass, finite)`` of the plan of ``state[0]`` (the potentials)."""
+    *tensors, base, _ = consts
+    fac = _FactorView(*tensors)
+    g = state[0]
+    m1_shift, m1, q0 = _sweep_gemm1(fac, g)
+    _, h_max, v = _rest_scalings(fac, g, m1_shift)
+    log_scale = base + h_max.sum().double()
+    pairs = _pairwise_marginals(fac, q0, v, m1, log_scale)
+    finite = _scale_ok(log_scale) & torch.isfinite(pairs).all() & torch.isfinite(g).all()
+    return pairs, pairs[0, 1].sum(), finite
 
 
 def _pairwise_device(
@@ -1074,7 +1226,6 @@ def _pairwise_device(
     """:func:`_pairwise_solve` (from ``init``, no sweep done yet) on the device loop: the sweeps of
     :func:`_pairwise_sweep` with the state frozen once stopped, or None on numerical trouble."""
     k, n = log_factors.shape[0], log_factors.shape[2]
-    r, q = k - 1, k - 1
     dtype, device = log_factors.dtype, log_factors.device
     tiny = torch.finfo(dtype).tiny * float(n) ** k / _REL_UNDERFLOW
     fac = _PairwiseFactors(log_factors, offset, device_loop=True)
@@ -1082,77 +1233,24 @@ def _pairwise_device(
     if init is not None:
         g.copy_(init)
         fac.absorb(g)  # absorbing zeros would change nothing (the host path skips it then)
-    mixer = _DeviceAnderson(anderson, r * n, device) if anderson > 0 else None
-    log_n, target, warm = math.log(n), 1.0 / n, init is not None
-    state = _LoopState(device)
-
-    def sweep(position: int) -> None:
-        nonlocal g
-        live = ~state.done
-        m1_shift, m1, q0 = _sweep_gemm1(fac, g)
-        h, h_max, v = _rest_scalings(fac, g, m1_shift)
-        log_scale = fac.bs - fac.offset + h_max.sum().double()
-        v_in, log_scale_in = v.clone(), log_scale
-        right = _right_chain(q0.reshape(-1), v)
-        incoming = []
-        early_ok = torch.ones((), dtype=torch.bool, device=device)  # checks before the stop decision
-        late_ok = early_ok  # checks of the update (skipped by the host loop once it stops)
-        new = g.clone()
-        stop, err = None, None
-        for l in range(r):
-            if l < r - 1:
-                partial = _left_vector(v, l) @ right[l].reshape(-1, n)
-                incoming.append(_left_vector(v_in, l) @ right[l].reshape(-1, n) if l > 0 else partial)
-                early_ok = early_ok & _at_least(partial, tiny)
-            else:
-                both = torch.stack([_left_vector(v_in, l), _left_vector(v, l)]) @ q0
-                incoming.append(both[0])
-                partial = both[1]
-                early_ok = early_ok & _at_least(both[0], tiny)
-                if position > 0 or warm:
-                    err = (_times_exp(torch.stack(incoming) * v_in, log_scale_in) - target).abs().sum().double()
-                    if position == 0:  # warm start: view q's marginal is not exact yet
-                        col = _times_exp(_last_pair(fac, v_in, m1).sum(dim=0), log_scale_in)
-                        err = err + (col - target).abs().sum().double()
-                    early_ok = early_ok & _scale_ok(log_scale_in)
-                    state.flag(live, early_ok)
-                    stop = state.check(live, err, tol, position >= max_iter)
-                    if position >= max_iter:  # nothing left to update
-                        state.done = state.done | stop
-                        return
-                else:
-                    state.flag(live, early_ok)
-                late_ok = late_ok & _at_least(partial, tiny)
-            step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
-            new[l] += step
-            h[l] += step
-            new_max = h[l].amax()
-            log_scale = log_scale + (new_max - h_max[l]).double()
-            h_max[l] = new_max
-            v[l] = (h[l] - new_max).exp()
-        active = live if stop is None else live & ~stop
-        if mixer is not None and position > 0:  # as the host loop: g[q] is view q's update of g[:r]
-            mixed, use = mixer.mix(g[:r], new[:r], err, active)
-            new[:r] = torch.where(use, mixed, new[:r])
-            h_mix, h_max_mix, v_mix = _rest_scalings(fac, new, m1_shift)
-            v = torch.where(use, v_mix, v)
-            log_scale = torch.where(use, fac.bs - fac.offset + h_max_mix.sum().double(), log_scale)
-        col = _last_pair(fac, v, m1).sum(dim=0)
-        late_ok = late_ok & _at_least(col, tiny)
-        new[q] += -log_n - col.log() - log_scale
-        state.flag(active, late_ok)
-        g = torch.where(active, new, g)
-        state.advance(active, stop)
+    consts = (fac.be, fac.xe, fac.last, fac.absorbed, fac.bs - offset, _limits(tol, max_iter, tiny, device))
+    history: tuple[torch.Tensor, ...] = ()
+    if anderson > 0:
+        rings = torch.zeros(2, anderson + 1, (k - 1) * n, dtype=torch.float64, device=device)
+        count = torch.zeros((), dtype=torch.int64, device=device)
+        history = (rings[0], rings[1], count, torch.full((), math.inf, dtype=torch.float64, device=device))
+    warm = init is not None
+    first = functools.partial(_factorized_sweep, check=warm, warm_first=warm, mix=False)
+    steady = functools.partial(_factorized_sweep, check=True, warm_first=False, mix=anderson > 0)
+    key = ("pairwise", k, n, dtype, device.type)
+    runner = _SweepRunner((key, warm, anderson), first, steady, consts, (g, *history))
+    finish = compiled((*key, "outputs"), _factorized_outputs, device.type)
 
     def outputs() -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
-        m1_shift, m1, q0 = _sweep_gemm1(fac, g)
-        _, h_max, v = _rest_scalings(fac, g, m1_shift)
-        log_scale = fac.bs - fac.offset + h_max.sum().double()
-        pairs = _pairwise_marginals(fac, q0, v, m1, log_scale)
-        finite = _scale_ok(log_scale) & torch.isfinite(pairs).all() & torch.isfinite(g).all()
-        return (g, pairs), [pairs[0, 1].sum(), finite]
+        pairs, mass, finite = finish(consts, runner.iterates)
+        return (runner.iterates[0], pairs), [mass, finite]
 
-    outcome = _run_blocks(state, sweep, outputs, max_iter, hints, block, deferred)
+    outcome = _run_blocks(runner, outputs, max_iter, hints, block, deferred)
     if outcome is None:
         return None
     (potentials, pairs), (_, _, iterations, error, converged, mass, finite) = outcome

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -48,20 +49,38 @@ def run(loss: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
     return out.item(), loss.last_stats["iterations"]
 
 
-def compare(inputs: list[torch.Tensor], params: dict, repeats: int) -> dict:
-    """Interleaved timings of the compiled and the general path over ``inputs``."""
+def compare(inputs: list[torch.Tensor], params: dict, repeats: int, block: bool = False) -> dict:
+    """Interleaved timings of the compiled and the general path over ``inputs`` (``block``: also the
+    device loop's torch.compile'd sweep blocks, key ``"block"``, with its first call's seconds)."""
     loss = build_loss("m3g", epsilon=0.2, tol=1e-3, max_iter=300, **params)
-    times = {"1": [], "0": []}
-    sweeps = {"1": [], "0": []}
-    values = {"1": [], "0": []}
+    block_loss = build_loss("m3g", epsilon=0.2, tol=1e-3, max_iter=300, solver_loop="device", **params)
+    switches = ("1", "0", "block") if block else ("1", "0")
+    times: dict[str, list[float]] = {switch: [] for switch in switches}
+    sweeps: dict[str, list[float]] = {switch: [] for switch in switches}
+    values: dict[str, list[float]] = {switch: [] for switch in switches}
+    first_call = []
     for x in inputs:
-        for switch in ("1", "0"):
-            os.environ[SWITCH] = switch
-            value, count = run(loss, x)  # warm-up (and the first call's compile)
-            times[switch].append(time_call(lambda: run(loss, x), repeat=repeats, warmup=0).median)
+        for switch in switches:
+            os.environ[SWITCH] = "0" if switch == "block" else switch
+            use = block_loss if switch == "block" else loss
+            start = time.perf_counter()
+            value, count = run(use, x)  # warm-up (and the first call's compile)
+            if switch == "block":
+                first_call.append(time.perf_counter() - start)
+            times[switch].append(time_call(lambda: run(use, x), repeat=repeats, warmup=0).median)  # noqa: B023
             sweeps[switch].append(count)
             values[switch].append(value)
     os.environ.pop(SWITCH, None)
+    if block:
+        return {
+            "block_ms": statistics.median(times["block"]) * 1e3,
+            "fastest_host_ms": min(statistics.median(times["1"]), statistics.median(times["0"])) * 1e3,
+            "block_ratio": statistics.median(min(a, b) / c for a, b, c in zip(times["1"], times["0"], times["block"])),
+            "numba_over_block": statistics.median(c / a for a, c in zip(times["1"], times["block"])),
+            "first_call_s": first_call[0],
+            "block_sweeps": statistics.mean(sweeps["block"]),
+            "block_diff": max(abs(a - b) for a, b in zip(values["block"], values["0"])),
+        }
     return {
         "fused_ms": statistics.median(times["1"]) * 1e3,
         "general_ms": statistics.median(times["0"]) * 1e3,
@@ -80,6 +99,11 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=3, help="synthetic input seeds per size")
     parser.add_argument("--embeddings", type=Path, help="(steps, n, k, d) raw embeddings saved with torch.save")
     parser.add_argument("--stride", type=int, default=10, help="with --embeddings: every stride-th step")
+    parser.add_argument(
+        "--block",
+        action="store_true",
+        help="instead: the device loop's compiled sweep blocks vs the fastest host path (numba or general)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)  # the project's choice on <= 2 usable CPUs (multiview_app/threads.py)
     cases: list[tuple[str, list[torch.Tensor]]] = []
@@ -93,6 +117,9 @@ def main() -> None:
         for size in args.sizes:
             n, k = (int(part) for part in size.lower().split("x"))
             cases.append((f"{n}x{k}", [synthetic(n, k, seed=seed) for seed in range(args.inputs)]))
+    if args.block:
+        block_table(cases, args)
+        return
     rows = []
     for label, inputs in cases:
         for setting, params in SETTINGS.items():
@@ -126,6 +153,43 @@ def main() -> None:
     report = f"{table}\n\n{machine_line()}\n\n`{command_line()}`\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_m3g_cpu.md").write_text(report)
+    print(report)
+
+
+def block_table(cases: list[tuple[str, list[torch.Tensor]]], args: argparse.Namespace) -> None:
+    """``--block``: the compiled sweep blocks (``solver_loop="device"``, torch.compile) vs the fastest host path."""
+    rows = []
+    for label, inputs in cases:
+        for setting, params in SETTINGS.items():
+            result = compare(inputs, params, args.repeats, block=True)
+            rows.append(
+                [
+                    label,
+                    setting,
+                    f"{result['fastest_host_ms']:.3g}",
+                    f"{result['block_ms']:.3g}",
+                    ratio(result["block_ratio"], 1.0),
+                    ratio(result["numba_over_block"], 1.0),
+                    f"{result['first_call_s']:.0f}",
+                    f"{result['block_sweeps']:.1f}",
+                    f"{result['block_diff']:.1e}",
+                ]
+            )
+            print(" | ".join(rows[-1]), flush=True)
+    headers = [
+        "n x k",
+        "solver",
+        "fastest host ms",
+        "compiled block ms",
+        "fastest host / block",
+        "block / numba",
+        "block first call s",
+        "block sweeps",
+        "max |value diff|",
+    ]
+    report = f"{markdown_table(headers, rows)}\n\n{machine_line()}\n\n`{command_line()}`\n"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_m3g_cpu_block.md").write_text(report)
     print(report)
 
 
