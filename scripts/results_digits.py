@@ -5,6 +5,12 @@ configs/digits_supervised_ce.yaml): the same encoder trained with cross-entropy 
 probed the same way (``--no-supervised`` skips it).
 
     .venv/bin/python scripts/results_digits.py [--steps 400] [--losses m3g,mveb] [--runs-dir runs/results_digits]
+        [--seeds 0,1,2]
+
+``--seeds``: one run per loss and seed (``train.seed``; seed 0 is the run ``digits_<loss>``, seed s the run
+``digits_<loss>_seed<s>``); with more than one seed the table ends with the mean +- std (population) over
+seeds of each loss's accuracies and its collapse stats (``collapse/embedding_std`` / ``collapse/rankme`` of
+the last logged step; BYOL rows only).
 
 Resumable (``multiview_app.experiments.reproduce.train_unless_done``): a loss whose run has its results row is taken as it
 is; a finished model (model.safetensors) is reused, never retrained (its linear probe runs again when
@@ -18,6 +24,8 @@ import argparse
 import time
 from pathlib import Path
 
+import numpy as np
+
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.experiments.reproduce import ROOT, RunSummary, linear_probe_results, results_row  # noqa: E402
 from multiview_app.losses import available_losses  # noqa: E402
@@ -28,20 +36,27 @@ SUPERVISED = "supervised_ce"
 """The supervised ceiling's row (configs/digits_supervised_ce.yaml)."""
 
 
-def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool) -> dict:
+COLLAPSE_KEYS = ("stats/collapse/embedding_std", "stats/collapse/rankme")
+"""Collapse stats of the BYOL method, read from the last metrics row that has them."""
+
+
+def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool, seed: int = 0) -> dict:
     """Train (unless done) and return the row of the table."""
     cfg = load_config(
         ROOT / "configs" / f"digits_{loss}.yaml",
-        [f"train.max_steps={steps}", f"output.runs_dir={runs_dir}", "eval.linear_probe=true"],
-        name=f"digits_{loss}",
+        [f"train.max_steps={steps}", f"output.runs_dir={runs_dir}", "eval.linear_probe=true", f"train.seed={seed}"],
+        name=f"digits_{loss}" + (f"_seed{seed}" if seed else ""),
     )
 
     def make_row(run: RunSummary) -> dict:
         start = time.perf_counter()
         probe = linear_probe_results(cfg.run_dir)
         records = read_metrics(cfg.run_dir / "metrics.jsonl")
+        collapse = [r for r in records if COLLAPSE_KEYS[0] in r]
         return {
             "loss": loss,
+            "seed": seed,
+            "collapse": {k: collapse[-1][k] for k in COLLAPSE_KEYS} if collapse else {},
             "steps": run.steps,
             "wall_s": run.train_s + time.perf_counter() - start,
             "items_per_s": run.items_per_s,
@@ -63,7 +78,7 @@ def write_table(rows: list[dict], failures: dict[str, str], steps: int, out: Pat
         "# Linear-probe results on digits (every loss of the head)",
         "",
         "Produced by `.venv/bin/python scripts/results_digits.py --steps "
-        f"{steps}` (CPU, 2 shared cores; each config is `configs/digits_<loss>.yaml` with "
+        f"{steps}{seeds_flag(rows)}` (CPU, 2 shared cores; each config is `configs/digits_<loss>.yaml` with "
         f"`train.max_steps={steps}`). Data: scikit-learn's handwritten digits up-sampled to 32 px "
         "(1,437 train / 360 test, fixed split); encoder small_cnn (~0.1 M params); frozen features "
         "(128-d, before the projector) -> standardize -> logistic regression / cosine kNN (k=20). "
@@ -71,19 +86,58 @@ def write_table(rows: list[dict], failures: dict[str, str], steps: int, out: Pat
         "the evaluation. `supervised_ce` is the supervised ceiling: the same encoder, views and budget trained with "
         "cross-entropy on the training labels (a linear head on each view's features), frozen and probed the same way.",
         "",
-        "| loss | steps | batch x k | teacher | wall time (s) | items/s | logreg acc | random-init logreg | kNN acc | random-init kNN | logreg gain |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| loss | seed | steps | batch x k | teacher | wall time (s) | items/s | logreg acc | random-init logreg | kNN acc | random-init kNN | logreg gain |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         t, ri = r["trained"], r["random_init"]
         lines.append(
-            f"| {r['loss'] + (' (supervised ceiling)' if r['loss'] == SUPERVISED else '')} | {r['steps']} | {r['batch_size']} x {r['k']} | {'EMA' if r['teacher'] else '-'} | "
+            f"| {r['loss'] + (' (supervised ceiling)' if r['loss'] == SUPERVISED else '')} | {r.get('seed', 0)} | {r['steps']} | {r['batch_size']} x {r['k']} | {'EMA' if r['teacher'] else '-'} | "
             f"{r['wall_s']:.0f} | {r['items_per_s']:.0f} | {t['logreg_acc']:.3f} | {ri['logreg_acc']:.3f} | "
             f"{t['knn_acc']:.3f} | {ri['knn_acc']:.3f} | {t['logreg_acc'] - ri['logreg_acc']:+.3f} |"
         )
     for loss, err in failures.items():
-        lines.append(f"| {loss} | failed: {err} | | | | | | | | | |")
+        lines.append(f"| {loss} | failed: {err} | | | | | | | | | | |")
+    if len({r.get("seed", 0) for r in rows}) > 1:
+        lines += ["", *seed_summary(rows)]
     atomic_write_text(out, "\n".join(lines) + "\n")
+
+
+def seeds_flag(rows: list[dict]) -> str:
+    """`` --seeds a,b`` when the rows are not all seed 0, else ``""``."""
+    seeds = sorted({r.get("seed", 0) for r in rows})
+    return "" if seeds in ([], [0]) else f" --seeds {','.join(map(str, seeds))}"
+
+
+def seed_summary(rows: list[dict]) -> list[str]:
+    """Per loss: mean +- std (population) over its seeds of the probe accuracies and collapse stats."""
+
+    def cell(values: list[float], digits: int = 3) -> str:
+        return f"{np.mean(values):.{digits}f} +- {np.std(values):.{digits}f}" if values else "-"
+
+    lines = [
+        "Mean +- std over seeds:",
+        "",
+        "| loss | seeds | kNN acc | random-init kNN | kNN gain | logreg acc | random-init logreg | "
+        "embedding std | RankMe |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for loss in dict.fromkeys(r["loss"] for r in rows):
+        group = [r for r in rows if r["loss"] == loss]
+        score = {
+            f"{which}/{metric}": [r[which][metric] for r in group]
+            for which in ("trained", "random_init")
+            for metric in ("knn_acc", "logreg_acc")
+        }
+        gain = [r["trained"]["knn_acc"] - r["random_init"]["knn_acc"] for r in group]
+        stds = [r["collapse"][COLLAPSE_KEYS[0]] for r in group if r.get("collapse")]
+        ranks = [r["collapse"][COLLAPSE_KEYS[1]] for r in group if r.get("collapse")]
+        lines.append(
+            f"| {loss} | {','.join(str(r.get('seed', 0)) for r in group)} | {cell(score['trained/knn_acc'])} | "
+            f"{cell(score['random_init/knn_acc'])} | {cell(gain)} | {cell(score['trained/logreg_acc'])} | "
+            f"{cell(score['random_init/logreg_acc'])} | {cell(stds)} | {cell(ranks, 1)} |"
+        )
+    return lines
 
 
 def main() -> int:
@@ -97,6 +151,7 @@ def main() -> int:
         default=ROOT / "runs" / "results_digits" / "results.md",
         help="Markdown table (docs/results.md only when given here)",
     )
+    parser.add_argument("--seeds", default="0", help="comma-separated train.seed values (default: 0)")
     parser.add_argument("--fresh", action="store_true", help="retrain even if a finished run exists")
     parser.add_argument(
         "--no-supervised",
@@ -108,14 +163,15 @@ def main() -> int:
     if not args.no_supervised and SUPERVISED not in losses:
         losses.append(SUPERVISED)
     rows, failures = [], {}
-    for loss in losses:
-        print(f"== {loss}", flush=True)
-        try:
-            rows.append(run_one(loss, args.steps, args.runs_dir, args.fresh))
-        except Exception as exc:  # noqa: BLE001 - record and go on with the other losses
-            failures[loss] = " ".join(str(exc).split())[:200]
-            print(f"!! {loss} failed: {failures[loss]}", flush=True)
-        write_table(rows, failures, args.steps, args.out)
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for loss in losses:
+            print(f"== {loss} seed {seed}", flush=True)
+            try:
+                rows.append(run_one(loss, args.steps, args.runs_dir, args.fresh, seed))
+            except Exception as exc:  # noqa: BLE001 - record and go on with the other losses
+                failures[f"{loss} (seed {seed})"] = " ".join(str(exc).split())[:200]
+                print(f"!! {loss} seed {seed} failed: {failures[f'{loss} (seed {seed})']}", flush=True)
+            write_table(rows, failures, args.steps, args.out)
     print(f"wrote {args.out}")
     return 1 if failures else 0
 

@@ -225,3 +225,61 @@ def test_byol_loss_docstring_example_runs() -> None:
     for test in tests:
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+def test_trainer_runs_byol_as_the_paper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end through the Trainer: the target starts as an exact copy of the online weights (= the
+    random-init row's init.safetensors), its BatchNorm uses batch statistics (train mode) at every forward,
+    the EMA update runs once after every optimizer step with the cosine schedule, the predictor is in the
+    optimizer's weight-decayed group (the one the LR schedule scales), and the linear probe reads the
+    encoder's features (not the projector's)."""
+    from safetensors.torch import load_file
+
+    from multiview_app.eval.linear_probe import run_linear_probe
+    from multiview_app.models.teacher import cosine_momentum
+    from multiview_app.train.trainer import Trainer
+
+    cfg = _byol_config(tmp_path, "byol_pwe", k=2)
+    cfg.model.encoders["image"]["num_features"] = 24  # != projector out_dim (16): the probe's width says which
+    seen: dict[str, list] = {"target0": [], "online": [], "train_mode": [], "steps": [], "groups": []}
+    init, forward, after_step = BYOLMethod.__init__, BYOLMethod.forward, BYOLMethod.after_step
+
+    def spy_init(self, cfg, model, loss_fn, device):  # type: ignore[no-untyped-def]
+        init(self, cfg, model, loss_fn, device)
+        seen["online"].append(model)
+        seen["target0"].append({k: v.clone() for k, v in self.teacher.model.state_dict().items()})
+        assert model.state_dict().keys() == seen["target0"][0].keys()
+        assert all(torch.equal(v, seen["target0"][0][k]) for k, v in model.state_dict().items())
+
+    def spy_forward(self, step_module, batch):  # type: ignore[no-untyped-def]
+        seen["train_mode"].append(all(m.training for m in self.teacher.model.modules()))
+        return forward(self, step_module, batch)
+
+    def spy_after_step(self, model, step, total_steps):  # type: ignore[no-untyped-def]
+        stats = after_step(self, model, step, total_steps)
+        seen["steps"].append((step, total_steps, stats["teacher_momentum"]))
+        return stats
+
+    build_parts = Trainer._build_parts
+
+    def spy_build_parts(self, accelerator, plan):  # type: ignore[no-untyped-def]
+        parts = build_parts(self, accelerator, plan)
+        seen["groups"].extend(parts.optimizer.param_groups)
+        return parts
+
+    monkeypatch.setattr(BYOLMethod, "__init__", spy_init)
+    monkeypatch.setattr(BYOLMethod, "forward", spy_forward)
+    monkeypatch.setattr(BYOLMethod, "after_step", spy_after_step)
+    monkeypatch.setattr(Trainer, "_build_parts", spy_build_parts)
+    result = Trainer(cfg).fit()
+    steps = cfg.train.max_steps
+    assert len(seen["target0"]) == 1 and len(seen["train_mode"]) == steps and all(seen["train_mode"])
+    assert seen["steps"] == [(s, steps, pytest.approx(cosine_momentum(s, steps, 0.9))) for s in range(steps)]
+    decayed = {id(p) for p in seen["groups"][0]["params"]}
+    predictor = list(seen["online"][0].predictors["image"].parameters())
+    assert predictor and all(id(p) in decayed for p in predictor)
+    assert seen["groups"][0]["weight_decay"] == cfg.optim.weight_decay
+    init_weights = load_file(result.run_dir / "init.safetensors")
+    assert init_weights and all(torch.equal(v, seen["target0"][0][k]) for k, v in init_weights.items())
+    probe = run_linear_probe(result.run_dir, progress=False)
+    assert probe["feature_dim"] == 24 and set(probe["results"]) == {"trained", "random_init"}
