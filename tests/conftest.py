@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
+
+# M3G's device loop runs eagerly in the suite (inductor's first compile of each shape costs tens of seconds to
+# minutes on a 2-core CPU); tests/test_m3g_compiled.py turns compiling on for itself. Subprocesses inherit it.
+os.environ.setdefault("MVAPP_M3G_COMPILE", "0")
 
 
 @pytest.fixture(autouse=True)
