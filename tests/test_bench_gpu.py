@@ -43,7 +43,7 @@ def test_bench_gpu_quick_cpu_tables(bench, tmp_path: Path, capsys: pytest.Captur
     )
     assert set(tables) == {"m3g", "counts", "memory"}
     loops = bench.solver_loops()
-    assert loops[0] == "device" and "auto" not in loops
+    assert loops == ["blocks"]
     m3g_rows = [row.split("|")[1:-1] for row in tables["m3g"].splitlines()[2:]]
     assert [(r[0].strip(), r[1].strip(), r[2].strip()) for r in m3g_rows] == [
         (n, k, f"m3g {loop} loop") for n, k in (("6", "3"), ("5", "3")) for loop in loops

@@ -26,9 +26,9 @@ def _demo(tmp_path: Path, ceiling: str | None) -> tuple[int, list[str], str]:
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "mvapp").write_text(FAKE_MVAPP)
     (bin_dir / "mvapp").chmod(0o755)
-    # the script reads its config with this interpreter; the numba warm-up it starts beside the synthesis is skipped
+    # the script reads its config with this interpreter; the compile warm-up it starts beside the synthesis is skipped
     (bin_dir / "python").write_text(
-        f'#!/usr/bin/env bash\n[ "$*" = "-m multiview_app.losses.warmup" ] && exit 0\nexec {sys.executable} "$@"\n'
+        f'#!/usr/bin/env bash\n[ "$1 $2" = "-m multiview_app.losses.warmup" ] && exit 0\nexec {sys.executable} "$@"\n'
     )
     (bin_dir / "python").chmod(0o755)
     calls = tmp_path / "calls.txt"

@@ -10,9 +10,10 @@ default parameters plus the variants in :data:`VARIANTS`, at ``(n, k)`` = (8, 3)
 every call. The loss is configured as the trainer configures it: ``check_finite = False`` (the trainer
 flags NaN / Inf on the device and reads the flag on logging steps) and ``quiet_solver = True``.
 
-Exceptions, each bounded here: ``m3g`` runs its device loop (``solver_loop: device``, the loop a GPU
-takes), which by design reads one convergence scalar per block of sweeps: at most
-:data:`M3G_READS_PER_CALL` per call in steady state (its own tests pin the details).
+Exceptions, each bounded here: ``m3g`` runs its sweep blocks with a GPU's block schedule (the numba
+``k = 3`` kernels, a CPU-only path that a GPU never takes, are switched off), which by design read one
+convergence scalar per block of sweeps: at most :data:`M3G_READS_PER_CALL` per call in steady state (its
+own tests pin the details).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 import torch
 from _host_reads import HostReads
 
-from multiview_app.losses import LOSSES, build_loss
+from multiview_app.losses import LOSSES, build_loss, sinkhorn
 
 D = 8
 SHAPES = [(8, 3), (16, 6), (64, 3)]
@@ -33,7 +34,7 @@ CALLS = 3
 M3G_READS_PER_CALL = 2
 #: parameters every case of a loss gets (the registry default otherwise)
 BASE_PARAMS: dict[str, dict[str, Any]] = {
-    "m3g": {"solver_loop": "device", "epsilon": 0.5},  # a short solve: the reads per call, not accuracy
+    "m3g": {"epsilon": 0.5},  # a short solve: the reads per call, not accuracy
     "supervised_ce": {"num_classes": 4, "in_dim": D},
 }
 #: further parameter sets: the other code paths of a loss (learned / scheduled temperature, blockwise)
@@ -50,16 +51,6 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("flatnce", {"tau": 0.02, "ess_target": 0.5}),  # 2 / tau beyond the constant-shift limit: general path
 ]
 
-#: M3G's device loop today reads 1-7 times per call on changing batches (1 per block of sweeps, blocks
-#: sized from the previous call); the compiled sweep block being built for it brings that to <= 2. Until it
-#: is merged the M3G cases may fail; remove this mark with that merge (the bound above then holds).
-MARKS = {
-    "m3g": pytest.mark.xfail(
-        reason="M3G device loop: <= 2 reads per call on changing batches arrives with the compiled sweep block",
-        strict=False,
-    )
-}
-
 
 def cases() -> list[Any]:
     out = []
@@ -67,7 +58,7 @@ def cases() -> list[Any]:
         for params in [{}] + [extra for variant, extra in VARIANTS if variant == name]:
             label = name + "".join(f"-{key}={value}" for key, value in params.items())
             for n, k in SHAPES:
-                out.append(pytest.param(name, params, n, k, id=f"{label}-{n}x{k}", marks=MARKS.get(name, ())))
+                out.append(pytest.param(name, params, n, k, id=f"{label}-{n}x{k}"))
     return out
 
 
@@ -91,6 +82,9 @@ def loss_inputs(loss: torch.nn.Module, n: int, k: int, seed: int) -> tuple[tuple
 def test_loss_forward_and_backward_read_nothing_back(
     name: str, params: dict[str, Any], n: int, k: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if name == "m3g":  # the blocks with a GPU's block schedule (on the CPU a read costs nothing)
+        monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
+        monkeypatch.setattr(sinkhorn, "_SECOND_BLOCK", {})
     loss = build_loss(name, **{**BASE_PARAMS.get(name, {}), **params})
     loss.check_finite = False  # as the trainer sets it
     loss.quiet_solver = True

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from multiview_app.losses import build_loss
+from multiview_app.losses import build_loss, m3g_fast
 from multiview_app.losses.base import normalize
 from multiview_app.losses.m3g import m3g_factorized, m3g_materialized
 
@@ -254,12 +254,12 @@ def test_bad_parameters_raise(params: dict) -> None:
 )
 def test_three_view_path_matches_general_factorized_path(n: int, eps: float, dtype: torch.dtype) -> None:
     from multiview_app.losses.m3g import _cv_scale, _pair_grams
-    from multiview_app.losses.sinkhorn import _pairwise_solve, mm_sinkhorn_pairwise
+    from multiview_app.losses.sinkhorn import LoopHints, _pairwise_device, mm_sinkhorn_pairwise
 
     z = embeddings(n, 3, seed=n, noise=1.5).to(dtype)
     factors = _pair_grams(z) * (2 * _cv_scale(3) / eps)
     fast = mm_sinkhorn_pairwise(factors, 6 / eps, 1e-5, 2000)
-    general = _pairwise_solve(factors.double(), 6 / eps, 1e-5, 2000, torch.zeros(3, n, dtype=torch.float64), 0)
+    general = _pairwise_device(factors.double(), 6 / eps, 1e-5, 2000, None, 0, LoopHints(), 0, [])
     assert fast.path == "factorized-k3" and fast.converged
     assert fast.iterations == general.iterations
     init = fast.log_potentials.clone()
@@ -337,20 +337,23 @@ def _value_grad_stats(raw: torch.Tensor, monkeypatch, fused: bool, **params) -> 
 
 
 @pytest.mark.parametrize(
-    ("n", "d", "eps", "dtype"),
+    ("n", "d", "eps", "dtype", "params"),
     [
-        (3, 4, 0.3, torch.float64),
-        (17, 16, 0.05, torch.float64),
-        (32, 128, 0.2, torch.float32),
-        (40, 32, 0.05, torch.float32),
+        (3, 4, 0.3, torch.float64, {}),
+        (17, 16, 0.05, torch.float64, {}),
+        (17, 16, 0.2, torch.float64, {"init_potentials": "diagonal"}),  # the blocks' diagonal cold start
+        (32, 128, 0.2, torch.float32, {}),
+        (40, 32, 0.05, torch.float32, {}),
     ],
 )
-def test_fused_three_view_equals_general_path(n: int, d: int, eps: float, dtype: torch.dtype, monkeypatch) -> None:
+def test_fused_three_view_equals_general_path(
+    n: int, d: int, eps: float, dtype: torch.dtype, params: dict, monkeypatch
+) -> None:
     pytest.importorskip("numba")
     raw = (3.0 * torch.randn(n, 3, d, generator=torch.Generator().manual_seed(n), dtype=torch.float64)).to(dtype)
     raw[0, 1] = 0.0  # an all-zero row: normalization's eps branch (value and gradient)
-    fused = _value_grad_stats(raw, monkeypatch, True, epsilon=eps)
-    general = _value_grad_stats(raw, monkeypatch, False, epsilon=eps)
+    fused = _value_grad_stats(raw, monkeypatch, True, epsilon=eps, **params)
+    general = _value_grad_stats(raw, monkeypatch, False, epsilon=eps, **params)
     assert fused[3] and not general[3]
     tol = 1e-12 if dtype == torch.float64 else 2e-6
     assert fused[0] == pytest.approx(general[0], abs=tol * 10)
@@ -409,6 +412,14 @@ def test_fused_three_view_warm_start_and_declined_inputs(monkeypatch) -> None:
     assert not _fused_ran(loss(embeddings(5, 3).half().requires_grad_()))  # half: general path (float32)
     assert not _fused_ran(loss(embeddings(5, 4).requires_grad_()))  # k = 4
     assert _fused_ran(loss(embeddings(5, 3).requires_grad_()))
+    largest = m3g_fast.NUMBA_ON_CPU[3][0]
+    assert _fused_ran(loss(embeddings(largest, 3, d=4).requires_grad_()))
+    assert not _fused_ran(loss(embeddings(largest + 1, 3, d=4).requires_grad_()))  # beyond the measured table
+
+
+def test_removed_solver_loop_parameter_names_its_replacement() -> None:
+    with pytest.raises(ValueError, match="loss.solver_loop: parameter removed from loss 'm3g': the sweeps always run"):
+        build_loss("m3g", solver_loop="host")
 
 
 # --------------------------------------------------------------------------- Anderson acceleration, diagonal start

@@ -16,16 +16,17 @@ import torch
 from test_m3g import embeddings
 
 from multiview_app.losses import _compile, build_loss, sinkhorn
-from multiview_app.losses.m3g import _cv_scale, _pair_grams
-from multiview_app.losses.sinkhorn import LoopHints, mm_sinkhorn_pairwise
+from multiview_app.losses.base import normalize
+from multiview_app.losses.m3g import _cv_scale, _pair_grams, m3g_materialized
+from multiview_app.losses.sinkhorn import LoopHints, mm_sinkhorn_dense, mm_sinkhorn_pairwise, pairwise_sum_tensor
 
 EPSILON, TOL = 0.2, 1e-9
 
 
 @pytest.fixture(autouse=True)
 def _compiling(monkeypatch) -> None:
-    """Compiling on (whatever the environment says), unrolls of 2 and 1 sweeps only (fewer graphs),
-    the host reference on the general torch path."""
+    """Compiling on (whatever the environment says), unrolls of 2 and 1 sweeps only (fewer graphs), the
+    blocks (not the numba k = 3 kernels)."""
     monkeypatch.setenv(_compile.ENV_SWITCH, "1")
     monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
     monkeypatch.setattr(sinkhorn, "_UNROLLS", (2, 1))
@@ -39,7 +40,7 @@ def _problem(k: int, n: int, seed: int = 7, dtype: torch.dtype = torch.float64) 
 
 def _solve(factors: torch.Tensor, offset: float, compile_on: bool, monkeypatch, **kwargs) -> sinkhorn.MMSinkhornResult:
     monkeypatch.setenv(_compile.ENV_SWITCH, "1" if compile_on else "0")
-    return mm_sinkhorn_pairwise(factors, offset, TOL, 5000, loop="device", hints=LoopHints(), block=3, **kwargs)
+    return mm_sinkhorn_pairwise(factors, offset, TOL, 5000, hints=LoopHints(), block=3, **kwargs)
 
 
 @pytest.mark.slow
@@ -47,34 +48,40 @@ def _solve(factors: torch.Tensor, offset: float, compile_on: bool, monkeypatch, 
 def test_compiled_block_equals_eager_and_the_float64_reference(warm: bool, monkeypatch) -> None:
     factors, offset = _problem(4, 3)
     init = 0.1 * torch.randn(4, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64) if warm else None
-    reference = mm_sinkhorn_pairwise(factors, offset, TOL, 5000, init=init, anderson=5)  # host loop, float64
+    reference = mm_sinkhorn_dense(pairwise_sum_tensor(factors, offset), TOL, 5000, init=init)  # float64, plain
     eager = _solve(factors, offset, False, monkeypatch, init=init, anderson=5)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a compile failure would warn
         built = _solve(factors, offset, True, monkeypatch, init=init, anderson=5)
     assert _compile.compile_failure() is None
     assert any(key[0] == "pairwise" for key in _compile._CACHE)  # the blocks did go through torch.compile
-    for result in (eager, built):
-        assert result.iterations == reference.iterations and result.converged
-        assert torch.allclose(result.log_potentials, reference.log_potentials, atol=1e-10, rtol=0)
-        assert torch.allclose(result.pair_marginals, reference.pair_marginals, atol=1e-13, rtol=0)
-        assert result.marginal_error == pytest.approx(reference.marginal_error, rel=1e-6, abs=1e-13)  # round-off
+    for result in (eager, built):  # Anderson: other iterates, the same converged plan
+        assert result.converged and result.marginal_error < TOL
+        assert torch.allclose(result.pair_marginals, reference.pair_marginals, atol=1e-10, rtol=0)
+        assert float(result.log_potentials.sum()) == pytest.approx(float(reference.log_potentials.sum()), abs=1e-7)
+    assert built.iterations == eager.iterations
     assert torch.allclose(built.log_potentials, eager.log_potentials, atol=1e-12, rtol=0)
+    assert torch.allclose(built.pair_marginals, eager.pair_marginals, atol=1e-14, rtol=0)
 
 
 @pytest.mark.slow
-def test_compiled_loss_value_and_gradient_equal_the_host_loop(monkeypatch) -> None:
+def test_compiled_loss_value_and_gradient_equal_eager_and_the_reference(monkeypatch) -> None:
     z = embeddings(3, 4, seed=7, noise=1.5)
     results = []
-    for loop in ("host", "device"):
-        loss = build_loss("m3g", solver_loop=loop, epsilon=EPSILON, tol=TOL, anderson=5, solver_block=3)
+    for compile_on in (False, True):
+        monkeypatch.setenv(_compile.ENV_SWITCH, "1" if compile_on else "0")
+        loss = build_loss("m3g", epsilon=EPSILON, tol=TOL, anderson=5, solver_block=3)
         x = z.clone().requires_grad_()
         value = loss(x)
         (grad,) = torch.autograd.grad(value, x)
         results.append((value.item(), grad, loss.last_stats["iterations"]))
-    (v_host, g_host, it_host), (v_dev, g_dev, it_dev) = results
-    assert it_dev == it_host and v_dev == pytest.approx(v_host, abs=1e-11)
-    assert torch.allclose(g_dev, g_host, atol=1e-10, rtol=0)
+    (v_eager, g_eager, it_eager), (v_built, g_built, it_built) = results
+    assert it_built == it_eager and v_built == pytest.approx(v_eager, abs=1e-12)
+    assert torch.allclose(g_built, g_eager, atol=1e-12, rtol=0)
+    x = z.clone().requires_grad_()
+    reference, _ = m3g_materialized(normalize(x), EPSILON, "cv", TOL, 5000)
+    assert v_built == pytest.approx(reference.item(), abs=1e-9)
+    assert torch.allclose(g_built, torch.autograd.grad(reference, x)[0], atol=1e-8, rtol=0)
 
 
 def test_a_failed_compile_warns_once_and_gives_the_eager_result(monkeypatch) -> None:
@@ -122,9 +129,7 @@ def _ops_per_sweep(k: int, n: int, dtype: torch.dtype, compile_on: bool, monkeyp
 
     def count(sweeps: int) -> int:
         def solve() -> None:  # tol 0: never converges, max_iter sweeps exactly
-            mm_sinkhorn_pairwise(
-                factors, offset, 0.0, sweeps, loop="device", hints=LoopHints(), block=sweeps + 1, anderson=anderson
-            )
+            mm_sinkhorn_pairwise(factors, offset, 0.0, sweeps, hints=LoopHints(), block=sweeps + 1, anderson=anderson)
 
         solve()  # warm-up
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -156,3 +161,13 @@ def test_compiled_sweep_is_a_handful_of_operations(monkeypatch) -> None:
     built = _ops_per_sweep(4, 3, torch.float64, True, monkeypatch, anderson=5)
     assert _compile.compile_failure() is None
     assert built <= 12 and built < eager / 20, (built, eager)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("k", "n", "bound"), [(6, 16, 12), (3, 64, 12)], ids=["k6-n16", "k3-n64"])
+def test_compiled_sweep_operation_count_is_pinned_at_bar_sizes(k: int, n: int, bound: int, monkeypatch) -> None:
+    # the bar sizes of the eager pins above, compiled (first compile of their graphs: minutes on a loaded
+    # 2-core CPU, seconds with inductor's on-disk cache warm)
+    built = _ops_per_sweep(k, n, torch.float32, True, monkeypatch)
+    assert _compile.compile_failure() is None
+    assert 0 <= built <= bound, built

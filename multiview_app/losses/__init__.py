@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from ..options import Wording, option_defaults, validate_options
 from ..registry import Registry
-from . import sinkhorn_fast  # noqa: F401 - registers the compiled k > 3 MM-Sinkhorn sweeps with the solver
 from .base import MultiViewLoss, check_embeddings
 
 #: Losses by name; registering sets the class's ``name``.
@@ -86,8 +85,9 @@ def loss_parameters(name: str) -> dict[str, object]:
 def build_loss(name: str, **params: object) -> MultiViewLoss:
     """Instantiate loss ``name`` (a registry name, see :func:`available_losses`) with keyword ``params``.
 
-    Raises ``ValueError`` for an unknown name (listing the available ones) or an unknown
-    parameter (``loss.<key>: unknown parameter for loss '<name>'; valid: <key>=<default>, ...``).
+    Raises ``ValueError`` for an unknown name (listing the available ones), an unknown parameter
+    (``loss.<key>: unknown parameter for loss '<name>'; valid: <key>=<default>, ...``) or a removed one
+    (``loss.<key>: parameter removed from loss '<name>': <what replaced it>``).
 
     Examples
     --------
@@ -104,6 +104,9 @@ def build_loss(name: str, **params: object) -> MultiViewLoss:
     ValueError: loss.temperature: unknown parameter for loss 'm3g'; valid: ...
     """
     cls = LOSSES.get(name)
+    for key in params:
+        if key in cls.removed_parameters:
+            raise ValueError(f"loss.{key}: parameter removed from loss {name!r}: {cls.removed_parameters[key]}")
     wording = Wording(noun="parameter", owner=f"loss {name!r}", label="valid", defaults=True)
     validate_options(cls.Options, params, "loss", wording)
     return cls(**params)

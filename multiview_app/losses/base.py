@@ -228,6 +228,8 @@ class MultiViewLoss(SignatureOptions, nn.Module):
     input: ClassVar[str] = "embeddings"
     #: whether ``forward`` takes ``labels`` ``(n,)`` (the batch's class labels) as a keyword
     uses_labels: ClassVar[bool] = False
+    #: parameters a former version accepted: ``{key: what replaced it}`` (:func:`.build_loss` refuses them with that)
+    removed_parameters: ClassVar[dict[str, str]] = {}
 
     def __init__(self) -> None:
         super().__init__()

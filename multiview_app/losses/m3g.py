@@ -28,9 +28,8 @@ import torch
 
 from . import LOSSES
 from .base import LazyStats, MultiViewLoss, SolverTally, check_embeddings, check_positive, nonfinite_count, normalize
-from .m3g_fast import fused_three_view
+from .m3g_fast import fused_three_view, numba_takes
 from .sinkhorn import (
-    SOLVER_LOOPS,
     DeferredCheck,
     LoopHints,
     MMSinkhornResult,
@@ -213,7 +212,6 @@ def m3g_factorized(
     init: torch.Tensor | None = None,
     anderson: int = 0,
     init_potentials: str = "zeros",
-    solver_loop: str = "host",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """M3G with the ``cv`` cost, never materializing ``n^k`` (pairwise-factorized Alg. 1).
 
@@ -221,26 +219,11 @@ def m3g_factorized(
     start); ``anderson``: Anderson acceleration depth of the sweeps (0 = plain Alg. 1);
     ``init_potentials``: cold start (no ``init``) from ``"zeros"`` or the ``"diagonal"`` split
     (see :func:`_diagonal_split`). Returns ``(loss, stats)``; ``stats["fallback"]`` is 1 when an
-    underflow sent the solve to the exact dense path. ``solver_loop``: ``"host"`` or ``"device"``
-    (see :class:`M3GLoss`; same results).
+    underflow sent the solve to the exact dense path.
     """
     anderson = _check_count("anderson", anderson, 0)
-    loop = _resolve_loop(_check_loop(solver_loop), z)
-    loss, stats, _, _ = _factorized(z, epsilon, tol, max_iter, init, anderson, _check_init(init_potentials), loop=loop)
+    loss, stats, _, _ = _factorized(z, epsilon, tol, max_iter, init, anderson, _check_init(init_potentials))
     return loss, stats
-
-
-def _check_loop(solver_loop: str) -> str:
-    if solver_loop not in SOLVER_LOOPS:
-        raise ValueError(f"loss 'm3g': unknown solver_loop {solver_loop!r}; valid: {', '.join(SOLVER_LOOPS)}")
-    return solver_loop
-
-
-def _resolve_loop(solver_loop: str, z: torch.Tensor) -> str:
-    """``"auto"``: the device loop for tensors off the CPU, the host loop on the CPU (faster there)."""
-    if solver_loop == "auto":
-        return "host" if z.device.type == "cpu" else "device"
-    return solver_loop
 
 
 def _check_init(init_potentials: str) -> str:
@@ -275,14 +258,13 @@ def _factorized(
     anderson: int = 0,
     init_potentials: str = "zeros",
     *,
-    loop: str = "host",
     hints: LoopHints | None = None,
     block: int = 0,
     deferred: list[DeferredCheck] | None = None,
 ) -> tuple[torch.Tensor, LazyStats, torch.Tensor, MMSinkhornResult]:
-    """:func:`m3g_factorized` plus the final log-potentials ``(k, n)`` and the solve. ``loop`` ..
-    ``deferred``: see :func:`.sinkhorn.mm_sinkhorn_pairwise` (on the device loop the value and the
-    diagonal cost stay on the device)."""
+    """:func:`m3g_factorized` plus the final log-potentials ``(k, n)`` and the solve. ``hints`` ..
+    ``deferred``: see :func:`.sinkhorn.mm_sinkhorn_pairwise` (the value and the diagonal cost stay on
+    the device)."""
     epsilon, _, tol, max_iter = _check_params(epsilon, "cv", tol, max_iter)
     n, k, _ = z.shape
     s = _cv_scale(k)
@@ -299,7 +281,6 @@ def _factorized(
             max_iter,
             init=init,
             anderson=anderson,
-            loop=loop,
             hints=hints,
             block=block,
             deferred=deferred,
@@ -307,8 +288,6 @@ def _factorized(
         # (1/n) sum_i sum_{l<m} G_lm[i, i]: half of all block diagonals minus the self blocks
         block_diagonals = grams.diagonal(dim1=-2, dim2=-1)  # (k, k, n)
         totals = torch.stack([block_diagonals.sum(), block_diagonals.diagonal().sum()]).double()
-        if loop == "host":
-            totals = totals.tolist()
         pair_diagonal = (totals[0] - totals[1]) / (2 * n)
         diag_cost = s * (k * (k - 1) - 2.0 * pair_diagonal)
         # W_lm = -2 s (I / n - P_lm) for l < m; pair_marginals is zero elsewhere
@@ -338,7 +317,7 @@ class M3GLoss(MultiViewLoss):
 
     Deviations from the paper: cost ``cv`` never materializes the ``n^k`` tensor (a factorized solver over
     the pairwise Gram blocks; same value); cost ``csd`` clamps ``R^2`` at 1e-6 before the log; the options
-    below (warm start, Anderson acceleration, diagonal initial potentials, device loop) change the speed,
+    below (warm start, Anderson acceleration, diagonal initial potentials, block size) change the speed,
     not the converged value or gradient.
 
     Parameters
@@ -350,7 +329,7 @@ class M3GLoss(MultiViewLoss):
         Stop when ``sum_l ||m_l(P) - 1/n||_1 < tol``.
     max_iter : int, default 1000
         Sweep limit.
-    warm_start, anderson, init_potentials, solver_loop, solver_block
+    warm_start, anderson, init_potentials, solver_block
         Solver options, described below.
 
     Returns
@@ -391,14 +370,15 @@ class M3GLoss(MultiViewLoss):
 
     ``init_potentials``: where a cold solve starts, ``"zeros"`` (Alg. 1) or ``"diagonal"`` (every
     view ``-(A[i,...,i] + log n) / k``: the plan of aligned views; with ``anderson`` the fastest
-    start on aligned views). Same scope as ``anderson``; a warm start takes precedence.
+    start on aligned views). Cost ``cv``, every ``k``; a warm start takes precedence.
 
-    ``solver_loop``: ``"auto"`` (default: ``"device"`` for tensors off the CPU, ``"host"`` on the
-    CPU), ``"host"`` (Python reads the stopping rule every sweep; the CPU's fastest, incl. the fused
-    ``k = 3`` path) or ``"device"`` (cost ``cv``: the sweeps run in blocks with the stopping rule,
-    checks and sweep counter on the device, one host read per block and none elsewhere in the call;
-    same values, gradient and sweep count as ``"host"``). ``solver_block``: sweeps in the first
-    block (0 = adaptive: the last call's count for the same ``(n, k)``; later blocks 1/8 of it, doubling).
+    Solver (cost ``cv``): the sweeps run in blocks compiled by ``torch.compile`` (:mod:`.sinkhorn`), with
+    the stopping rule, checks and sweep counter on the device: one host read per block and none elsewhere
+    in the call, on the CPU and the GPU alike. Small CPU ``k = 3`` problems (the sizes of
+    :data:`.m3g_fast.NUMBA_ON_CPU`) run in two numba kernels instead (same sweeps, value and gradient).
+    ``solver_block``: sweeps in the first block (0 = adaptive: the last call's count for the same
+    ``(n, k)``; then a second block sized per device type, doubling: :data:`.sinkhorn._SECOND_BLOCK`). The former ``solver_loop`` parameter is refused with
+    an error saying so (there is one loop).
 
     Examples
     --------
@@ -415,6 +395,10 @@ class M3GLoss(MultiViewLoss):
     """
 
     gather_across_processes: ClassVar[bool] = False
+    removed_parameters: ClassVar[dict[str, str]] = {
+        "solver_loop": "the sweeps always run in device-resident blocks (compiled; CPU and GPU alike, numba "
+        "kernels for small k = 3 problems on the CPU): remove the key",
+    }
 
     def __init__(
         self,
@@ -425,7 +409,6 @@ class M3GLoss(MultiViewLoss):
         warm_start: bool = False,
         anderson: int = 0,
         init_potentials: str = "zeros",
-        solver_loop: str = "auto",
         solver_block: int = 0,
     ) -> None:
         super().__init__()
@@ -435,54 +418,48 @@ class M3GLoss(MultiViewLoss):
         self.warm_start = warm_start
         self.anderson = _check_count("anderson", anderson, 0)
         self.init_potentials = _check_init(init_potentials)
-        self.solver_loop = _check_loop(solver_loop)
         self.solver_block = _check_count("solver_block", solver_block, 0)
-        if self.solver_loop == "device" and self.cost != "cv":
-            warnings.warn(
-                f"m3g: solver_loop 'device' covers cost 'cv'; cost {self.cost!r} runs the dense solver's host loop",
-                RuntimeWarning,
-                stacklevel=2,
-            )
         self.solver_tally = SolverTally(
             "M3G MM-Sinkhorn", f"max_iter {self.max_iter}, tol {self.tol:g}, epsilon {self.epsilon:g}"
         )
-        self._loop_hints: dict[tuple[int, int], LoopHints] = {}  # device loop: block sizes per (n, k)
+        self._loop_hints: dict[tuple[int, int], LoopHints] = {}  # block sizes per (n, k)
         self.potentials: torch.Tensor | None = None  # (k, n) log-potentials of the last call (warm start)
         self._warned = False
 
-    def _loop(self, z: torch.Tensor) -> str:
-        """``"host"`` or ``"device"`` for this call (cost ``csd``: always the host loop)."""
-        if self.cost != "cv" or not isinstance(z, torch.Tensor):
-            return "host"
-        return _resolve_loop(self.solver_loop, z)
-
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        """Loss of raw embeddings ``z`` ``(n, k, d)``. Small CPU ``k = 3`` problems (cost ``cv``,
-        host loop) take the fused path of :mod:`.m3g_fast` (same value and gradient); everything
-        else, and every input that path declines, the general one. On the device loop the input's
-        NaN / Inf check is read back with the solver's first block (no read of its own)."""
-        if self._loop(z) == "device":
-            z = check_embeddings(z, min_views=self.min_views, check_finite=False)
-            deferred = [nonfinite_count(z)]
-            self.last_stats = LazyStats()
-            loss = self._compute(normalize(z), "device", deferred)
-            self._record_loss(loss)
-            return loss
-        if self.cost == "cv":
-            init = self._init(z)
-            fused = fused_three_view(z, self.epsilon, self.tol, self.max_iter, init)
-            if fused is not None:
-                forward, diag_cost, result = fused
-                stats = _value_and_stats(diag_cost, result, self.epsilon)
-                self.last_stats = self._finish(stats, result.log_potentials.to(z.dtype), warm_started=init is not None)
-                return forward.attach(stats["loss"])
-        return super().forward(z)
+        """Loss of raw embeddings ``z`` ``(n, k, d)``. Cost ``cv``: small CPU ``k = 3`` problems take the
+        numba path of :mod:`.m3g_fast` (same value and gradient), everything else (and every input that
+        path declines) the sweep blocks, whose first block also reads back the input's NaN / Inf check
+        (no read of its own). Cost ``csd``: the dense solver."""
+        if self.cost != "cv" or not isinstance(z, torch.Tensor):
+            return super().forward(z)
+        init = self._init(z)
+        fused = None
+        if numba_takes(z):
+            start = init
+            if init is None and self.init_potentials == "diagonal":  # the blocks' cold start, as there
+                k = z.shape[1]
+                s = _cv_scale(k)
+                grams = _pair_grams(normalize(z.detach()))
+                start = _diagonal_split(grams, 2.0 * s / self.epsilon, s * k * (k - 1) / self.epsilon)
+            fused = fused_three_view(z, self.epsilon, self.tol, self.max_iter, start)
+        if fused is not None:
+            forward, diag_cost, result = fused
+            stats = _value_and_stats(diag_cost, result, self.epsilon)
+            self.last_stats = self._finish(stats, result.log_potentials.to(z.dtype), warm_started=init is not None)
+            return forward.attach(stats["loss"])
+        z = check_embeddings(z, min_views=self.min_views, check_finite=False)
+        deferred = [nonfinite_count(z)]
+        self.last_stats = LazyStats()
+        loss = self._compute(normalize(z), deferred)
+        self._record_loss(loss)
+        return loss
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         """M3G of normalized ``z`` ``(n, k, d)``."""
-        return self._compute(z, "host", None)
+        return self._compute(z, None)
 
-    def _compute(self, z: torch.Tensor, loop: str, deferred: list[DeferredCheck] | None) -> torch.Tensor:
+    def _compute(self, z: torch.Tensor, deferred: list[DeferredCheck] | None) -> torch.Tensor:
         init = self._init(z)
         finite = None
         if self.cost == "cv":
@@ -495,7 +472,6 @@ class M3GLoss(MultiViewLoss):
                 init,
                 self.anderson,
                 self.init_potentials,
-                loop=loop,
                 hints=hints,
                 block=self.solver_block,
                 deferred=deferred,
@@ -550,7 +526,7 @@ class M3GLoss(MultiViewLoss):
         self.potentials = potentials
 
     def extra_repr(self) -> str:
-        return f"epsilon={self.epsilon}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, warm_start={self.warm_start}, anderson={self.anderson}, init_potentials={self.init_potentials!r}, solver_loop={self.solver_loop!r}"
+        return f"epsilon={self.epsilon}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, warm_start={self.warm_start}, anderson={self.anderson}, init_potentials={self.init_potentials!r}, solver_block={self.solver_block}"
 
 
 def _center(potentials: torch.Tensor) -> torch.Tensor:

@@ -6,19 +6,19 @@ per-operation dispatch: ~25 tensor / numpy operations per sweep plus ~30 around 
 forward and the backward are one compiled function each (numba, compiled on first use and cached on
 disk), called on numpy views of the input's memory, plus one autograd node.
 
-Same mathematics as the general path (:func:`.m3g._factorized` with
-:func:`.sinkhorn._three_view_solve`): normalization ``x / max(||x||, eps)`` (eps ``1e-6`` float32,
+Same mathematics as the sweep blocks (:func:`.m3g._factorized` with
+:func:`.sinkhorn._three_view_sweep`): normalization ``x / max(||x||, eps)`` (eps ``1e-6`` float32,
 ``1e-12`` float64, as :func:`.base.normalize`), Gram blocks and backward GEMMs in the input dtype,
 the sweeps in float64 (exp-domain scalings ``u, v, w`` of the max-shifted kernels, Gauss-Seidel
 order of Alg. 1, stopping rule ``sum_l ||m_l(P) - 1/n||_1 < tol`` after every sweep and, on a warm
-start, before the first), hence the same sweep counts; values and gradients agree with the general
-path to float32 round-off (tested).
+start, before the first), hence the same sweep counts; values and gradients agree with the blocks
+and the float64 reference to float32 round-off (tested).
 
 :func:`fused_three_view` returns ``None`` whenever it does not apply (numba not installed or
-``MVAPP_M3G_FUSED=0``, not CPU, ``k != 3``, ``n > FUSED_MAX_N``, dtype not float32 / float64, a
-non-finite input -- the general path then raises the usual error --, a kernel log-range beyond
-float64, or an underflowing marginal); the caller then runs the general path, which handles all
-of those. Anderson acceleration / the diagonal start (``anderson``, ``init_potentials``) do not
+``MVAPP_M3G_FUSED=0``, not CPU, ``(k, n)`` outside :data:`NUMBA_ON_CPU`, dtype not float32 /
+float64, a non-finite input -- the blocks then raise the usual error --, a kernel log-range beyond
+float64, or an underflowing marginal); the caller then runs the sweep blocks, which handle all of
+those. Anderson acceleration / the diagonal start (``anderson``, ``init_potentials``) do not
 apply here (3-5 sweeps at epsilon 0.2).
 """
 
@@ -35,9 +35,14 @@ import torch
 
 from .sinkhorn import _REL_UNDERFLOW, _THREE_VIEW_SPAN_F64, MMSinkhornResult
 
-# Largest n routed here (CPU): above it the compiled float64 sweeps stop winning (docs/benchmarks.md).
-FUSED_MAX_N = 96
-# MVAPP_M3G_FUSED=0 turns the fast path off (benchmarks / debugging).
+#: Where these kernels replace the compiled sweep blocks on the CPU: ``{k: (largest n, the measurement)}``.
+#: Kept only where the CPU bench (``scripts/bench/bench_m3g_cpu.py``: numba vs the compiled block, fwd+bwd,
+#: one process, float32, d 64, epsilon 0.2, tol 1e-3, one thread) measured numba >= 1.5x faster; every
+#: other size runs the blocks.
+NUMBA_ON_CPU: dict[int, tuple[int, str]] = {
+    3: (64, "numba 8.6x the compiled block at n = 32, ?x at n = 64"),
+}
+# MVAPP_M3G_FUSED=0 turns the numba path off (benchmarks, tests of the blocks, debugging).
 _ENV_SWITCH = "MVAPP_M3G_FUSED"
 
 # kernel status codes
@@ -253,6 +258,23 @@ class _FusedGradient(torch.autograd.Function):
         return torch.from_numpy(grad), None, None
 
 
+def numba_takes(x: object) -> bool:
+    """Whether raw embeddings ``x`` ``(n, k, d)`` go to the numba kernels (CPU float32 / float64 tensor,
+    ``(k, n)`` within :data:`NUMBA_ON_CPU`, numba available and not switched off); the kernels may still
+    decline the values (see the module docstring)."""
+    return (
+        isinstance(x, torch.Tensor)
+        and x.dim() == 3
+        and x.shape[1] in NUMBA_ON_CPU
+        and 2 <= x.shape[0] <= NUMBA_ON_CPU[x.shape[1]][0]
+        and x.shape[2] >= 1
+        and x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.float64)
+        and x.layout == torch.strided
+        and fused_available()
+    )
+
+
 def fused_three_view(
     x: torch.Tensor, epsilon: float, tol: float, max_iter: int, init: torch.Tensor | None
 ) -> tuple[FusedForward, float, MMSinkhornResult] | None:
@@ -264,17 +286,7 @@ def fused_three_view(
     them into the M3G value and gets the loss tensor from ``forward.attach(value)``. ``None`` when
     the fast path does not apply (see the module docstring).
     """
-    if (
-        not isinstance(x, torch.Tensor)
-        or x.dim() != 3
-        or x.shape[1] != 3
-        or not 2 <= x.shape[0] <= FUSED_MAX_N
-        or x.shape[2] < 1
-        or x.device.type != "cpu"
-        or x.dtype not in (torch.float32, torch.float64)
-        or x.layout != torch.strided
-        or not fused_available()
-    ):
+    if not numba_takes(x):
         return None
     forward_kernel, backward_kernel = _kernels()
     n = x.shape[0]
@@ -323,4 +335,4 @@ class FusedForward:
         return _FusedGradient.apply(self.x, value, self.saved)
 
 
-__all__ = ["FUSED_MAX_N", "FusedForward", "fused_available", "fused_three_view"]
+__all__ = ["NUMBA_ON_CPU", "FusedForward", "fused_available", "fused_three_view", "numba_takes"]

@@ -6,16 +6,18 @@ uniform marginals ``1/n``. Updates follow Alg. 1 (Gauss-Seidel: ``g_1``, then ``
 ``g_1``, ...); after every full sweep the stopping rule is ``sum_l ||m_l(P) - 1/n||_1 < tol``.
 
 * :func:`mm_sinkhorn_dense` -- the materialized log-domain solver on a full ``(n,)*k`` log-kernel
-  (temporaries processed in chunks along the first axis). Used for non-pairwise costs, as the
-  numerical fallback and as the reference.
+  (temporaries processed in chunks along the first axis). The reference (in float64, the tests'
+  oracle), the solver of non-pairwise costs, and the last numerical fallback.
 * :func:`mm_sinkhorn_pairwise` -- for kernels that factorize over view pairs,
-  ``A[i_1..i_k] = sum_{l<m} L_lm[i_l, i_m] - offset``. The last view ``q`` is summed out with a
-  GEMM against pre-stabilized exp-domain factors, so one sweep costs two ``n^k`` GEMMs plus
-  ``O(k n^(k-1))`` element-wise work and memory ``O(n^(k-1))``; potentials stay in the log domain and
-  every exp-domain factor carries its own max shift. If a marginal sum may have lost accuracy to
-  underflow (or is not finite) the solve escalates, each time from the last good potentials:
-  re-absorb the potentials into the factors, then (float32) continue factorized in float64, then
-  the dense exact log-domain path.
+  ``A[i_1..i_k] = sum_{l<m} L_lm[i_l, i_m] - offset``: the one solver of M3G's ``cv`` cost, on CPU
+  and GPU alike. The last view ``q`` is summed out with a GEMM against pre-stabilized exp-domain
+  factors, so one sweep costs two ``n^k`` GEMMs plus ``O(k n^(k-1))`` element-wise work and memory
+  ``O(n^(k-1))``; potentials stay in the log domain and every exp-domain factor carries its own max
+  shift (``k = 3``: closed-form sweeps on three ``(n, n)`` kernels). Sweeps are pure functions of
+  tensors, run in blocks compiled by ``torch.compile`` (:mod:`._compile`; eager when compiling is off
+  or fails, same values) with the stopping rule on the device and one host read per block. A marginal
+  sum that may have lost accuracy to underflow (or is not finite) escalates: float32 re-runs the
+  blocks in float64, then the dense exact log-domain path.
 
 Both return a :class:`MMSinkhornResult` with the pairwise marginals ``P_lm`` (``l < m``) that the
 Danskin gradient of M3G needs.
@@ -47,9 +49,10 @@ class MMSinkhornResult:
     ``pair_marginals``: ``(k, k, n, n)``; entry ``[l, m]`` for ``l < m`` is the sum of ``P`` (or of
     ``P * pair_weight`` on the dense path) over every axis but ``l`` and ``m``; other entries are 0.
     ``mass``: ``sum(P)``. ``marginal_error``: ``sum_l ||m_l(P) - 1/n||_1`` of the returned plan.
-    ``path``: ``"factorized"``, ``"dense"``, or a numerical fallback of :func:`mm_sinkhorn_pairwise`:
-    ``"factorized->float64"`` (float32 solve retried in float64), ``"factorized->float64->dense"``
-    (that retry failed too) or ``"factorized->dense"`` (float64 input: no retry, straight to dense).
+    ``path``: ``"dense"``, ``"factorized-k3"`` (the closed-form ``k = 3`` sweeps), ``"factorized"``, or a
+    numerical fallback of :func:`mm_sinkhorn_pairwise`: ``"factorized->float64"`` (float32 solve retried
+    in float64), ``"factorized->float64->dense"`` (that retry failed too) or ``"factorized->dense"``
+    (float64 input: no retry, straight to dense); ``"fused-k3"``: the numba ``k = 3`` loss (:mod:`.m3g_fast`).
     """
 
     log_potentials: torch.Tensor
@@ -140,19 +143,17 @@ def mm_sinkhorn_dense(
     init: torch.Tensor | None = None,
     pair_weight: torch.Tensor | None = None,
     chunk_elems: int = 1 << 24,
-    iterations_done: int = 0,
 ) -> MMSinkhornResult:
     """Alg. 1 on a materialized log-kernel ``A = -C / epsilon`` of shape ``(n,)*k``.
 
     ``init``: starting log-potentials ``(k, n)`` (zeros by default). ``pair_weight``: optional
     ``(n,)*k`` tensor; the returned pair sums are then those of ``P * pair_weight``.
-    ``iterations_done`` counts sweeps already spent (by a caller falling back to this path) against
-    ``max_iter``. Runs in ``log_kernel``'s dtype; memory ``n^k`` plus chunk temporaries.
+    Runs in ``log_kernel``'s dtype; memory ``n^k`` plus chunk temporaries.
     """
     k, n = log_kernel.dim(), log_kernel.shape[0]
     log_target = -math.log(n)
     g = torch.zeros(k, n, dtype=log_kernel.dtype, device=log_kernel.device) if init is None else init.clone()
-    iterations, error, converged = iterations_done, float("inf"), False
+    iterations, error, converged = 0, float("inf"), False
     while iterations < max_iter:
         for view in range(k):
             g[view] += log_target - _dense_log_marginal(log_kernel, g, view, chunk_elems)
@@ -162,34 +163,16 @@ def mm_sinkhorn_dense(
         if error < tol:
             converged = True
             break
-    if iterations == iterations_done:  # max_iter already spent: report the incoming plan
-        marg = _dense_marginals(log_kernel, g, chunk_elems)
-        error = float((marg - 1.0 / n).abs().sum())
     pairs = _dense_pair_sums(log_kernel, g, chunk_elems, pair_weight)
     mass = float(marg[0].sum())
     return MMSinkhornResult(g, pairs, mass, iterations, error, converged, "dense")
 
 
 # --------------------------------------------------------------------------- factorized (pairwise)
-class _NumericalTrouble(Exception):
-    """An exp-domain intermediate of the factorized path underflowed or is not finite."""
-
-
-def _check(values: torch.Tensor, tiny: float) -> None:
-    """Raise :class:`_NumericalTrouble` unless every entry is finite and ``>= tiny`` (NaN fails)."""
-    if not float(values.amin()) >= tiny:
-        raise _NumericalTrouble
-
-
-def _times_exp(values: torch.Tensor, log_scale: float | torch.Tensor) -> torch.Tensor:
-    """``values * exp(log_scale)`` computed in float64 (small tensors only), cast back. A 0-d
-    tensor ``log_scale`` (device loop) is not read: its caller checks ``|log_scale| < 700`` on the
-    device (:func:`_scale_ok`)."""
-    if isinstance(log_scale, torch.Tensor):
-        return (values.double() * log_scale.exp()).to(values.dtype)
-    if not abs(log_scale) < 700.0:
-        raise _NumericalTrouble
-    return (values.double() * math.exp(log_scale)).to(values.dtype)
+def _times_exp(values: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
+    """``values * exp(log_scale)`` computed in float64 (small tensors only), cast back. ``log_scale`` is
+    a 0-d tensor, not read: the sweep checks ``|log_scale| < 700`` on the device (:func:`_scale_ok`)."""
+    return (values.double() * log_scale.exp()).to(values.dtype)
 
 
 class _PairwiseFactors:
@@ -200,26 +183,24 @@ class _PairwiseFactors:
     and ``logB[I] = sum_{l<m<q} L_lm[i_l, i_m] + sum_{l<r} a_l[i_l]``:
 
     * ``xe = exp(logX - xs[I'])`` ``(n^(r-1), n)``, row-shifted (``xs`` the row max);
-    * ``be = exp(logB + xs[I'] - bs)`` ``(n^(r-1), n)``, ``bs`` its global max;
+    * ``be = exp(logB + xs[I'] - bs)`` ``(n^(r-1), n)``, ``bs`` its global max (0-d float64 tensor);
     * ``last = L_{r-1, q}`` ``(n, n)``.
 
-    ``P[I, i_q] = be[I] xe[I', i_q] exp(last[j, i_q] + sum_l (g - a)_l - offset + bs)``; the solver
-    handles the remaining exp factor with per-vector shifts. :meth:`absorb` folds the current
-    potentials into ``be`` / ``xe`` (re-stabilization when the plan drifts away from the shifts).
+    ``P[I, i_q] = be[I] xe[I', i_q] exp(last[j, i_q] + sum_l (g - a)_l - offset + bs)``; the sweep
+    handles the remaining exp factor with per-vector shifts. The starting potentials are absorbed
+    (a warm start's plan is then near the shifts).
     """
 
-    def __init__(self, log_factors: torch.Tensor, offset: float, *, device_loop: bool = False) -> None:
+    def __init__(self, log_factors: torch.Tensor, potentials: torch.Tensor) -> None:
         k, _, n, _ = log_factors.shape
-        self.device_loop = device_loop  # keep ``bs`` a 0-d float64 tensor (no host read)
         self.k, self.n, self.r, self.q = k, n, k - 1, k - 1
-        self.offset = offset
         q, r = self.q, self.r
         dtype, device = log_factors.dtype, log_factors.device
         # pair sums grown one axis at a time (each term added at its smallest size)
         log_x = torch.zeros(n, dtype=dtype, device=device)
         for l in range(r - 1):
             log_x = log_x.unsqueeze(-2) + log_factors[l, q]  # (n,)*(l+1) + (n_q,)
-        self.log_x = log_x.reshape(-1, n)  # (n^(r-1), n)
+        log_x = log_x.reshape(-1, n) + potentials[q]  # (n^(r-1), n)
         log_b = torch.zeros((), dtype=dtype, device=device)
         for m in range(r):
             log_b = log_b.unsqueeze(-1).expand(*log_b.shape, n).clone()
@@ -227,69 +208,16 @@ class _PairwiseFactors:
                 shape = [1] * (m + 1)
                 shape[l], shape[m] = n, n
                 log_b += log_factors[l, m].reshape(shape)
-        self.log_b = log_b  # (n,)*r
         self.last = log_factors[r - 1, q]
-        self.absorb(torch.zeros(k, n, dtype=dtype, device=device))
-
-    def absorb(self, potentials: torch.Tensor) -> None:
-        """Fold ``potentials`` ``(k, n)`` into ``xe`` / ``be`` (two exp passes over ``n^(k-1)``)."""
-        n, r, q = self.n, self.r, self.q
         self.absorbed = potentials.clone()
-        log_x = self.log_x + potentials[q]
         xs = log_x.amax(dim=1)
         self.xe = (log_x - xs[:, None]).exp_()
-        log_b = self.log_b + xs.reshape((n,) * (r - 1) + (1,))
+        log_b = log_b + xs.reshape((n,) * (r - 1) + (1,))
         for l in range(r):
             log_b = log_b + potentials[l].reshape((n,) + (1,) * (r - 1 - l))
         bs = log_b.max()
-        self.bs = bs.double() if self.device_loop else float(bs)
-        self.be = (log_b - (bs if self.device_loop else self.bs)).exp_().reshape(-1, n)  # (n^(r-1), n)
-
-    # The heavy (n^(k-1) / n^k) steps of a host-loop sweep; :class:`.sinkhorn_fast.FusedPairwiseFactors`
-    # runs them as compiled kernels (same values).
-    def rest_plan(self, m1: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """GEMM 1: the rest plan ``q0 = be * (xe @ M1)`` ``(n^(r-1), n)`` (up to ``(x)v exp(log_scale)``)
-        and its right chain: ``right[l]`` = ``q0`` contracted with ``v_{l+1}..v_{r-1}`` ``(n^(l+1),)``."""
-        q0 = self.be * (self.xe @ m1)
-        return q0, _right_chain(q0.reshape(-1), v)
-
-    def last_rest_marginals(self, rows: torch.Tensor, q0: torch.Tensor) -> torch.Tensor:
-        """``rows @ q0``: ``(c, n)`` marginals of view ``r-1`` for ``c`` left vectors ``rows`` ``(c, n^(r-1))``."""
-        return rows @ q0
-
-    def last_column(self, v: torch.Tensor, m1: torch.Tensor) -> torch.Tensor:
-        """GEMM 2: view ``q``'s marginal ``(n,)`` up to ``exp(log_scale)``."""
-        return _last_pair(self, v, m1).sum(dim=0)
-
-    def pair_marginals(self, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
-        """All pair marginals ``(k, k, n, n)`` (see :func:`_pairwise_marginals`)."""
-        return _pairwise_marginals(self, q0, v, m1, log_scale)
-
-    def sweep(
-        self,
-        g: torch.Tensor,
-        iterations: int,
-        tol: float,
-        max_iter: int,
-        tiny: float,
-        check_first: bool = False,
-        mixer: AndersonMixer | None = None,
-    ) -> MMSinkhornResult | None:
-        """One host-loop sweep (:func:`_pairwise_sweep`)."""
-        return _pairwise_sweep(self, g, iterations, tol, max_iter, tiny, check_first, mixer)
-
-
-#: ``log_factors -> factors class or None``: the compiled sweeps for ``k > 3`` (:mod:`.sinkhorn_fast` registers
-#: them when the ``multiview_app.losses`` package is imported; this module never imports that one, which
-#: subclasses :class:`_PairwiseFactors`). ``None``: the general torch path only.
-_FUSED_FACTORS: Callable[[torch.Tensor], type[_PairwiseFactors] | None] | None = None
-
-
-def register_fused_factors(chooser: Callable[[torch.Tensor], type[_PairwiseFactors] | None] | None) -> None:
-    """Route :func:`mm_sinkhorn_pairwise`'s host-loop sweeps (``k > 3``) through ``chooser(log_factors)``'s
-    factor class when it returns one (``None`` unregisters)."""
-    global _FUSED_FACTORS
-    _FUSED_FACTORS = chooser
+        self.bs = bs.double()
+        self.be = (log_b - bs).exp_().reshape(-1, n)  # (n^(r-1), n)
 
 
 def _right_chain(flat_plan: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
@@ -303,211 +231,12 @@ def _right_chain(flat_plan: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]
     return right
 
 
-def mm_sinkhorn_pairwise(
-    log_factors: torch.Tensor,
-    offset: float,
-    tol: float,
-    max_iter: int,
-    *,
-    init: torch.Tensor | None = None,
-    chunk_elems: int = 1 << 24,
-    anderson: int = 0,
-    loop: str = "host",
-    hints: LoopHints | None = None,
-    block: int = 0,
-    deferred: list[DeferredCheck] | None = None,
-) -> MMSinkhornResult:
-    """Alg. 1 for ``A[i_1..i_k] = sum_{l<m} log_factors[l, m][i_l, i_m] - offset``.
-
-    ``log_factors``: ``(k, k, n, n)``, only ``l < m`` entries are read. ``init``: starting
-    log-potentials ``(k, n)`` (warm start; zeros by default). With ``init`` the stopping rule is also
-    checked before the first sweep (a plan that already meets ``tol`` costs 0 sweeps). Never
-    materializes ``n^k`` unless it falls back to :func:`mm_sinkhorn_dense`. ``k = 3`` first tries
-    :func:`_three_view_solve` (closed-form sweeps). Escalation on underflow, each step
-    continuing from the last good potentials (reported in ``path``): re-absorb the potentials into
-    the factors; for float32, redo the factorized solve in float64 (exponent range e^+-709 instead
-    of e^+-87, e.g. the very first sweeps at tiny epsilon); finally the dense log-domain path.
-
-    ``loop``: ``"host"`` (the loop above: Python reads the stopping rule and checks every sweep) or
-    ``"device"`` (same sweeps, rule, checks and results; nothing read inside the loop, one host read
-    per block of sweeps; see :class:`LoopHints` -- ``hints`` carries the block size between calls,
-    ``block`` > 0 fixes the first block). Numerical trouble on the device loop re-runs the host
-    loop. ``deferred``: 0-d tensors the device loop reads back with its first block, each with the
-    function that raises on a bad value (a caller's input checks without a read of their own).
-    """
-    k, n = log_factors.shape[0], log_factors.shape[2]
-    if loop not in ("host", "device"):
-        raise ValueError(f"mm_sinkhorn_pairwise: loop must be 'host' or 'device', got {loop!r}")
-
-    def raise_on_bad_init(finite: float | bool) -> None:
-        if init is not None and (tuple(init.shape) != (k, n) or not finite):
-            raise ValueError(f"mm_sinkhorn_pairwise: init must be finite of shape {(k, n)}, got {tuple(init.shape)}")
-
-    raise_on_bad_init(True)  # the shape
-    if loop == "device":
-        checks = list(deferred or [])
-        if init is not None:
-            checks.append((torch.isfinite(init).all(), raise_on_bad_init))
-        hints = hints if hints is not None else LoopHints()
-        solve = _three_view_device if k == 3 else functools.partial(_pairwise_device, anderson=anderson)
-        result = solve(log_factors, offset, tol, max_iter, init, hints=hints, block=block, deferred=checks)
-        if result is None and log_factors.dtype == torch.float32:  # the float64 retry: same blocks, float64
-            init64 = None if init is None else init.double()
-            result = solve(log_factors.double(), offset, tol, max_iter, init64, hints=hints, block=block, deferred=[])
-            if result is not None:
-                result.log_potentials = result.log_potentials.float()
-                result.pair_marginals = result.pair_marginals.float()
-                result.path = f"{result.path}->float64"
-        if result is not None:
-            return result
-    elif init is not None:
-        raise_on_bad_init(bool(torch.isfinite(init).all()))
-    if k == 3:
-        try:
-            return _three_view_solve(log_factors, offset, tol, max_iter, init)
-        except _NumericalTrouble:
-            pass
-    factors, name = _PairwiseFactors, "factorized"
-    if k > 3 and _FUSED_FACTORS is not None:  # small CPU problems: the compiled sweeps (same values)
-        fused = _FUSED_FACTORS(log_factors)
-        if fused is not None:
-            factors, name = fused, "factorized-fused"
-    g = torch.zeros(k, n, dtype=log_factors.dtype, device=log_factors.device)
-    if init is not None:
-        g.copy_(init)
-    try:
-        result = _pairwise_solve(
-            log_factors, offset, tol, max_iter, g, 0, check_first=init is not None, anderson=anderson, factors=factors
-        )
-        result.path = name
-        return result
-    except _NumericalTrouble as trouble:
-        iterations = trouble.args[0] if trouble.args else 0
-    path = f"{name}->dense"
-    if log_factors.dtype != torch.float64:
-        path = f"{name}->float64->dense"  # the float64 retry below ran (and failed) when it ends here
-        g64 = g.double()
-        try:
-            result = _pairwise_solve(
-                log_factors.double(), offset, tol, max_iter, g64, iterations, anderson=anderson, factors=factors
-            )
-        except _NumericalTrouble as trouble:
-            iterations = trouble.args[0] if trouble.args else iterations
-            g = g64.to(g.dtype)
-        else:
-            result.log_potentials = result.log_potentials.to(g.dtype)
-            result.pair_marginals = result.pair_marginals.to(g.dtype)
-            result.path = f"{name}->float64"
-            return result
-    good = g if bool(torch.isfinite(g).all()) else torch.zeros_like(g)
-    log_kernel = pairwise_sum_tensor(log_factors, offset)
-    result = mm_sinkhorn_dense(
-        log_kernel, tol, max_iter, init=good, chunk_elems=chunk_elems, iterations_done=min(iterations, max_iter)
-    )
-    result.path = path
-    return result
-
-
 # k = 3 closed form: the three exp-domain factors are max-shifted to <= 1, so a kernel entry is at
 # least exp(-sum of the three log-ranges). The solve runs in float32 (float32 input) while that sum
 # is below _THREE_VIEW_SPAN_F32 (entries >= e^-40, far from float32's e^-87), else in float64 up to
 # _THREE_VIEW_SPAN_F64 (float64 reaches e^-708); beyond, the general path.
 _THREE_VIEW_SPAN_F32 = 40.0
 _THREE_VIEW_SPAN_F64 = 600.0
-
-
-def _three_view_solve(
-    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None
-) -> MMSinkhornResult:
-    """Alg. 1 for ``k = 3`` with closed-form sweeps (exp domain, scalings ``u, v, w``).
-
-    ``P[i, j, l] = u_i v_j w_l K01[i, j] K02[i, l] K12[j, l]`` with ``K = exp(L - max L)`` ``(n, n)``;
-    see :func:`_three_view_sweeps`. Runs in float32 for float32 input when the kernel's log-range
-    allows, else in float64. Raises
-    :class:`_NumericalTrouble` (caller: general path) when the range does not fit float64 or a
-    marginal sum underflows / is not finite. Same iterates and stopping rule as
-    :func:`mm_sinkhorn_dense`.
-    """
-    n = log_factors.shape[2]
-    logs = torch.stack([log_factors[0, 1], log_factors[0, 2], log_factors[1, 2]])  # (3, n, n)
-    shifts = logs.amax(dim=(1, 2))
-    span = float((shifts - logs.amin(dim=(1, 2))).sum())
-    if log_factors.dtype == torch.float32 and span <= _THREE_VIEW_SPAN_F32:
-        dtype = torch.float32
-    elif span <= _THREE_VIEW_SPAN_F64:
-        dtype = torch.float64
-    else:
-        raise _NumericalTrouble
-    logs, shifts = logs.to(dtype), shifts.to(dtype)
-    kernels = (logs - shifts[:, None, None]).exp_()
-    const = float(shifts.sum()) - offset  # log P = log(u v w K01 K02 K12) with u = exp(g0 + const)
-    g = torch.zeros(3, n, dtype=dtype, device=logs.device) if init is None else init.to(dtype, copy=True)
-    g[0] += const
-    tiny = torch.finfo(dtype).tiny * float(n) ** 3 / _REL_UNDERFLOW
-    k01, k02, k12 = kernels
-    out = _three_view_sweeps(k01, k02, k12, g.exp(), tol, max_iter, init is not None, tiny)
-    (p01, p02, p12, potentials), iterations, error, converged = out
-    pairs = torch.zeros(3, 3, n, n, dtype=dtype, device=logs.device)
-    pairs[0, 1], pairs[0, 2], pairs[1, 2] = p01, p02, p12
-    potentials[0] -= const
-    # any inf / NaN entry makes a sum non-finite
-    mass, pairs_total, potentials_total = torch.stack([pairs[0, 1].sum(), pairs.sum(), potentials.sum()]).tolist()
-    if not (math.isfinite(pairs_total) and math.isfinite(potentials_total)):
-        raise _NumericalTrouble
-    dtype = log_factors.dtype
-    return MMSinkhornResult(potentials.to(dtype), pairs.to(dtype), mass, iterations, error, converged, "factorized-k3")
-
-
-def _three_view_sweeps(
-    k01: torch.Tensor,
-    k02: torch.Tensor,
-    k12: torch.Tensor,
-    scalings: torch.Tensor,
-    tol: float,
-    max_iter: int,
-    warm: bool,
-    tiny: float,
-) -> tuple[tuple[torch.Tensor, ...], int, float, bool]:
-    """The sweeps of :func:`_three_view_solve` on ``(n, n)`` kernels.
-
-    ``scalings`` ``(3, n)``: starting ``u, v, w``. Per sweep: ``Q = K01 * ((K02 w) K12^T)`` (one
-    GEMM) is the pair plan ``P01 / (u v^T)`` of the incoming ``w``: its row / column sums are the
-    marginals of views 0 and 1 (stopping rule, checked on the incoming plan, before the first sweep
-    only when ``warm``) and give the Gauss-Seidel updates of ``u`` and then ``v`` (two GEMVs); view
-    2's marginal needs one more GEMM, ``colsum(K02 * ((u K01 v) K12))``. No ``n^3`` array.
-    Returns ``((P01, P02, P12, log-scalings (3, n)), sweeps, marginal error, converged)``.
-    """
-    n = k01.shape[0]
-    target = 1.0 / n
-    u, v, w = scalings[0], scalings[1], scalings[2]
-    iterations, error, converged, k12_t, wm = 0, float("inf"), False, k12.T, None
-    while True:
-        q = k01 * ((k02 * w) @ k12_t)  # P01 / (u v^T) for the current w
-        row = q @ v
-        if iterations > 0 or warm:  # stopping rule on the incoming plan
-            err = (torch.cat([u * row, v * (q.T @ u)]) - target).abs().sum()
-            if iterations == 0:  # warm start: view 2 is not exact yet
-                wm = (k01 * u[:, None] * v) @ k12
-                err = err + (w * (k02 * wm).sum(0) - target).abs().sum()
-            error = float(err)
-            if not math.isfinite(error):
-                raise _NumericalTrouble
-            converged = error < tol
-            if converged or iterations >= max_iter:
-                break
-        u = target / row
-        col = q.T @ u
-        v = target / col
-        wm = (k01 * u[:, None] * v) @ k12  # (n_i, n_l): u_i sum_j K01 v_j K12[j, l]
-        last = (k02 * wm).sum(0)
-        w = target / last
-        if not float(torch.cat([row, col, last]).min()) >= tiny:  # underflow or NaN
-            raise _NumericalTrouble
-        iterations += 1
-    p01 = u[:, None] * q * v
-    p02 = k02 * wm * w
-    p12 = (v[:, None] * w) * k12 * ((k01 * u[:, None]).T @ k02)
-    return (p01, p02, p12, torch.stack([u, v, w]).log()), iterations, error, converged
 
 
 def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
@@ -523,133 +252,6 @@ def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.
             shape[l], shape[m] = n, n
             out += pair_terms[l, m].reshape(shape)
     return out
-
-
-def _pairwise_solve(
-    log_factors: torch.Tensor,
-    offset: float,
-    tol: float,
-    max_iter: int,
-    g: torch.Tensor,
-    iterations: int,
-    check_first: bool = False,
-    anderson: int = 0,
-    factors: type[_PairwiseFactors] = _PairwiseFactors,
-) -> MMSinkhornResult:
-    """Factorized sweeps from potentials ``g`` ``(k, n)`` after ``iterations`` sweeps; updates ``g``
-    in place (kept valid for a fallback). ``check_first``: apply the stopping rule before the first
-    sweep too (warm start). ``factors``: the class running the sweeps' heavy steps (the general torch
-    one, or the compiled kernels of :mod:`.sinkhorn_fast`).
-
-    On an underflow the current potentials are absorbed into the factors and the sweep is redone;
-    a second failure in the same sweep raises :class:`_NumericalTrouble` (dense fallback).
-    """
-    k, n = log_factors.shape[0], log_factors.shape[2]
-    tiny = torch.finfo(log_factors.dtype).tiny * float(n) ** k / _REL_UNDERFLOW
-    fac = factors(log_factors, offset)
-    if bool(g.abs().amax() > 0):
-        fac.absorb(g)
-    absorbed_at = -1
-    mixer = AndersonMixer(anderson) if anderson > 0 else None
-    while True:
-        start = g.clone()
-        try:
-            outcome = fac.sweep(g, iterations, tol, max_iter, tiny, check_first, mixer)
-        except _NumericalTrouble:
-            g.copy_(start)
-            if mixer is not None:
-                mixer.reset()
-            if absorbed_at == iterations:
-                raise _NumericalTrouble(iterations) from None
-            fac.absorb(g)
-            absorbed_at = iterations
-            continue
-        if outcome is not None:
-            return outcome
-        iterations += 1
-
-
-def _pairwise_sweep(
-    fac: _PairwiseFactors,
-    g: torch.Tensor,
-    iterations: int,
-    tol: float,
-    max_iter: int,
-    tiny: float,
-    check_first: bool = False,
-    mixer: AndersonMixer | None = None,
-) -> MMSinkhornResult | None:
-    """One sweep of Alg. 1 on the factors (``g`` updated in place), or the final result.
-
-    GEMM 1 sums out view ``q``; the rest plan is ``q0 * (x)v * exp(log_scale)`` (``q0`` ``(n,)*r``).
-    In Gauss-Seidel order the axes after ``l`` still carry the old scalings when ``l`` is updated, so
-    one right-to-left chain of GEMVs (``right[l]`` = ``q0`` contracted with ``v_{l+1}..v_{r-1}``)
-    serves every update; the last rest view and the stopping rule (on the incoming plan, skipped
-    before the first sweep) share one two-row GEMM over ``q0``. GEMM 2 gives view ``q``'s marginal.
-    Returns the result once converged or after ``max_iter`` sweeps, else None.
-    """
-    n, r, q = fac.n, fac.r, fac.q
-    log_n, target = math.log(n), 1.0 / n
-    g_in = g.clone()
-    m1_shift, m1 = _column_factor(fac, g)
-    h, h_max, v = _rest_scalings(fac, g, m1_shift)
-    log_scale = fac.bs - fac.offset + float(h_max.sum())
-    v_in, log_scale_in = v.clone(), log_scale
-    q0, right = fac.rest_plan(m1, v)  # right[l]: q0 contracted on the axes after l, flattened (n^(l+1),)
-    incoming = []  # marginals of the incoming plan (stopping rule)
-    finished = converged = False
-    error = float("inf")
-    for l in range(r):
-        if l < r - 1:
-            partial = _left_vector(v, l) @ right[l].reshape(-1, n)
-            if l > 0:
-                incoming.append(_left_vector(v_in, l) @ right[l].reshape(-1, n))
-            else:
-                incoming.append(partial)
-        else:  # incoming and updated plan in one pass over q0
-            both = fac.last_rest_marginals(torch.stack([_left_vector(v_in, l), _left_vector(v, l)]), q0)
-            incoming.append(both[0])
-            partial = both[1]
-            _check(both[0], tiny)
-            if iterations > 0 or check_first:
-                marg = _times_exp(torch.stack(incoming) * v_in, log_scale_in)
-                error = float((marg - target).abs().sum())  # view q is exact after its update
-                if iterations == 0:  # warm start: view q's marginal is not exact yet
-                    col = _times_exp(fac.last_column(v_in, m1), log_scale_in)
-                    error += float((col - target).abs().sum())
-                if not math.isfinite(error):
-                    raise _NumericalTrouble
-                converged = error < tol
-            finished = converged or iterations >= max_iter
-            if finished:
-                break
-        _check(partial, tiny)
-        # log m_l = (h_l - max h_l) + log(partial) + log_scale; g_l -= log n + log m_l
-        step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
-        g[l] += step
-        h[l] += step
-        new_max = h[l].amax()
-        log_scale += float(new_max - h_max[l])
-        h_max[l] = new_max
-        v[l] = (h[l] - new_max).exp()
-    if finished:  # the incoming plan is the output: undo this sweep's rest updates
-        g.copy_(g_in)
-        pairs = fac.pair_marginals(q0, v_in, m1, log_scale_in)
-        mass = float(pairs[0, 1].sum())
-        if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
-            raise _NumericalTrouble
-        return MMSinkhornResult(g, pairs, mass, iterations, error, converged, "factorized")
-    if mixer is not None and iterations > 0:  # g_in[q] is then view q's update for g_in[:r]
-        mixed = mixer.mix(g_in[:r], g[:r], error)
-        if mixed is not None:
-            g[:r] = mixed
-            h, h_max, v = _rest_scalings(fac, g, m1_shift)
-            log_scale = fac.bs - fac.offset + float(h_max.sum())
-    # --- GEMM 2: marginal of view q with the new rest potentials
-    col = fac.last_column(v, m1)
-    _check(col, tiny)
-    g[q] += -log_n - col.log() - log_scale
-    return None
 
 
 def _sweep_gemm1(fac: _PairwiseFactors, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -683,44 +285,12 @@ def _rest_scalings(
     return h, h_max, (h - h_max[:, None]).exp_()
 
 
-class AndersonMixer:
-    """Anderson acceleration (type II, depth ``depth``) of the rest views' potentials, host loop.
-
-    One sweep is a fixed-point map ``y -> Phi(y)`` of the rest potentials ``y = g[:r]`` (view
-    ``q`` is their exact update). :meth:`mix` gets the sweep's input ``y``, its output ``Phi(y)``
-    and the stopping-rule error of the incoming plan, and returns the extrapolation
-    ``Phi(y_t) - sum_i gamma_i (Phi(y_i+1) - Phi(y_i))`` with ``gamma`` the regularized
-    least-squares fit of the residual ``Phi(y_t) - y_t`` by the residual differences, or None
-    (plain sweep: too little history, the error grew since the last call -- the history is then
-    dropped --, or a non-finite extrapolation). Only the iterates change, not the stopping rule on
-    the plan. The arithmetic is :func:`_anderson_mix` (shared with the device loop); this class
-    keeps its history between sweeps and reads its decision.
-    """
-
-    def __init__(self, depth: int) -> None:
-        self.depth = depth
-        self.reset()
-
-    def reset(self) -> None:
-        self.history: tuple[torch.Tensor, ...] | None = None
-
-    def mix(self, inputs: torch.Tensor, outputs: torch.Tensor, error: float) -> torch.Tensor | None:
-        """Extrapolated rest potentials ``(r, n)`` (dtype of ``outputs``) or None."""
-        device = outputs.device
-        if self.history is None:
-            rings = torch.zeros(2, self.depth + 1, outputs.numel(), dtype=torch.float64, device=device)
-            count = torch.zeros((), dtype=torch.int64, device=device)
-            self.history = (rings[0], rings[1], count, torch.full((), math.inf, dtype=torch.float64, device=device))
-        error_tensor = torch.tensor(error, dtype=torch.float64, device=device)
-        active = torch.ones((), dtype=torch.bool, device=device)
-        mixed, use, self.history = _anderson_mix(self.history, inputs, outputs, error_tensor, active)
-        return mixed if bool(use) else None
-
-
 def _left_vector(v: torch.Tensor, count: int) -> torch.Tensor:
     """``prod_{a<count} v_a[i_a]`` flattened ``(n^count,)`` (``[1.]`` when ``count == 0``)."""
-    out = torch.ones(1, dtype=v.dtype, device=v.device)
-    for a in range(count):
+    if count == 0:
+        return v.new_ones(1)
+    out = v[0]
+    for a in range(1, count):
         out = (out[:, None] * v[a][None, :]).reshape(-1)
     return out
 
@@ -737,7 +307,7 @@ def _last_pair(fac: _PairwiseFactors, v: torch.Tensor, m1: torch.Tensor) -> torc
 
 
 def _pairwise_marginals(
-    fac: _PairwiseFactors, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: float
+    fac: _PairwiseFactors, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: torch.Tensor
 ) -> torch.Tensor:
     """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the current plan."""
     k, n, r, q = fac.k, fac.n, fac.r, fac.q
@@ -759,16 +329,13 @@ def _pairwise_marginals(
     return pairs
 
 
-# --------------------------------------------------------------------------- device-resident loop
-# ``loop="device"`` of :func:`mm_sinkhorn_pairwise`: the same sweeps, stopping rule and checks as the
-# host loop above, with nothing read by Python inside the loop. Scalars (log-scales, errors, the
-# stopping decision, underflow flags, the sweep counter) stay 0-d device tensors; sweeps run in
-# blocks; once the incoming plan of a sweep meets the stopping rule (or max_iter is reached) the
-# state is frozen (``torch.where``) and later sweeps of the block are no-ops, so the result is that
-# of stopping at the first converged sweep. One host read per block (flags, counters, the final
-# mass). Any numerical trouble flagged on the device re-runs the whole solve on the host loop (same
-# result as the host loop; rare: it is the host loop's escalation case).
-SOLVER_LOOPS = ("auto", "host", "device")
+# --------------------------------------------------------------------------- the sweep blocks
+# Nothing is read by Python inside the loop. Scalars (log-scales, errors, the stopping decision,
+# underflow flags, the sweep counter) stay 0-d device tensors; sweeps run in blocks (compiled, see
+# :mod:`._compile`); once the incoming plan of a sweep meets the stopping rule (or max_iter is reached)
+# the state is frozen (``torch.where``) and later sweeps of the block are no-ops, so the result is that
+# of stopping at the first converged sweep. One host read per block (flags, counters, the final mass).
+# Numerical trouble flagged on the device escalates (:func:`mm_sinkhorn_pairwise`).
 _FIRST_BLOCK = 8  # sweep positions of the first block when no earlier solve of the problem is known
 
 
@@ -840,14 +407,22 @@ def _scale_ok(log_scale: torch.Tensor) -> torch.Tensor:
     return log_scale.abs() < 700.0
 
 
-def _block_sizes(hints: LoopHints, block: int) -> Any:
+#: The second block as a multiple of the first, per device type. A host read costs nothing on the CPU, so
+#: its later blocks are small (a solve a little longer than the last one costs one more read, not masked
+#: sweeps: a masked sweep costs as much as a live one there). On a GPU a read is a synchronization: the
+#: second block is twice the first, so a solve up to 3x the last one's length reads twice.
+_SECOND_BLOCK = {"cpu": 1 / 8}
+_SECOND_BLOCK_ELSEWHERE = 2.0
+
+
+def _block_sizes(hints: LoopHints, block: int, device_type: str) -> Any:
     """Sweep positions per block. The first: ``block`` (> 0), else the last solve's positions (a
-    repeated problem reads back once), else :data:`_FIRST_BLOCK`. Then an eighth of the first (at
-    least 4; a solve a little longer than the last one costs one more read, not a quarter of
-    masked sweeps -- a masked sweep costs as much as a live one), doubling from then on."""
+    repeated problem reads back once), else :data:`_FIRST_BLOCK`. Then :data:`_SECOND_BLOCK` times
+    the first (at least 4; a cold start with no estimate: twice the first), doubling from then on."""
     first = block if block > 0 else hints.positions or _FIRST_BLOCK
     yield first
-    size = max(4, math.ceil(first / 8)) if block > 0 or hints.positions else 2 * first
+    factor = _SECOND_BLOCK.get(device_type, _SECOND_BLOCK_ELSEWHERE)
+    size = max(4, math.ceil(first * factor)) if block > 0 or hints.positions else 2 * first
     while True:
         yield size
         size *= 2
@@ -932,7 +507,7 @@ def _run_blocks(
     trouble.
     """
     position, readbacks = 0, 0
-    for size in _block_sizes(hints, block):
+    for size in _block_sizes(hints, block, runner.device_type):
         stop = min(position + size, max_iter + 1)  # position max_iter always stops
         runner.run(position, stop - position)
         position = stop
@@ -951,11 +526,14 @@ def _run_blocks(
     raise AssertionError("unreachable: position max_iter always stops")
 
 
-# --------------------------------------------------------------------------- k = 3 sweep (device loop)
+# --------------------------------------------------------------------------- k = 3 closed-form sweep
 def _three_view_sweep(consts: tuple, scalings: tuple, flags: Flags, *, check: bool, warm_first: bool) -> tuple:
-    """One sweep of :func:`_three_view_sweeps` on the device, the state frozen once stopped.
+    """One ``k = 3`` sweep of Alg. 1 (Gauss-Seidel ``u``, ``v``, ``w``), the state frozen once stopped.
 
-    ``consts``: ``(k01, k02, k12, limits)``; ``scalings``: ``(u, v, w)`` ``(n,)`` each. ``check``: the
+    ``Q = K01 * ((K02 w) K12^T)`` (one GEMM) is the pair plan ``P01 / (u v^T)`` of the incoming ``w``:
+    its row / column sums are the marginals of views 0 and 1 (stopping rule on the incoming plan) and
+    give the updates of ``u`` and then ``v`` (two GEMVs); view 2's marginal needs one more GEMM,
+    ``colsum(K02 * ((u K01 v) K12))``. No ``n^3`` array. ``consts``: ``(k01, k02, k12, limits)``; ``scalings``: ``(u, v, w)`` ``(n,)`` each. ``check``: the
     stopping rule runs on the incoming plan (every sweep but a cold start's first); ``warm_first``:
     the first sweep of a warm start (view 2's marginal counts too).
     """
@@ -1012,12 +590,14 @@ def _three_view_device(
     block: int,
     deferred: list[DeferredCheck],
 ) -> MMSinkhornResult | None:
-    """:func:`_three_view_solve` on the device loop (same sweeps, dtype rule, checks), or None
-    (the host path must run: numerical trouble or a kernel range beyond float64).
+    """Alg. 1 for ``k = 3`` with closed-form sweeps (:func:`_three_view_sweep`) in blocks, or None
+    (numerical trouble or a kernel range beyond float64: the general factorized blocks run).
 
-    The float32 / float64 choice needs the kernel's log-range: the loop runs in the dtype the last
-    solve of the problem needed (float32 for float32 input at first); the range is read back with
-    the first block, and a wrong guess re-runs the solve in the right dtype.
+    ``P[i, j, l] = u_i v_j w_l K01[i, j] K02[i, l] K12[j, l]`` with ``K = exp(L - max L)`` ``(n, n)``.
+    The solve runs in float32 for float32 input while the kernel's log-range allows
+    (:data:`_THREE_VIEW_SPAN_F32`), else in float64. That choice needs the range: the loop runs in the
+    dtype the last solve of the problem needed (float32 for float32 input at first); the range is read
+    back with the first block, and a wrong guess re-runs the solve in the right dtype.
     """
     n = log_factors.shape[2]
     logs = torch.stack([log_factors[0, 1], log_factors[0, 2], log_factors[1, 2]])  # (3, n, n)
@@ -1052,7 +632,7 @@ def _three_view_device(
             needed = torch.float32
         elif span_value <= _THREE_VIEW_SPAN_F64:
             needed = torch.float64
-        else:  # beyond float64 (or NaN): the host path's general solver
+        else:  # beyond float64 (or NaN): the general factorized blocks
             return False
         if needed != dtype:
             hints.k3_float64 = needed == torch.float64
@@ -1061,7 +641,7 @@ def _three_view_device(
         return True
 
     outcome = _run_blocks(runner, outputs, max_iter, hints, block, deferred, on_readback)
-    if wrong_dtype:  # the guessed dtype was not the host rule's: again in the right one
+    if wrong_dtype:  # the guessed dtype was not the range's: again in the right one
         return _three_view_device(log_factors, offset, tol, max_iter, init, hints, block, [])
     if outcome is None:
         return None
@@ -1081,7 +661,7 @@ def _three_view_device(
     )
 
 
-# --------------------------------------------------------------------------- k > 3 sweep (device loop)
+# --------------------------------------------------------------------------- factorized sweep (every k)
 def _anderson_mix(
     history: tuple[torch.Tensor, ...],
     inputs: torch.Tensor,
@@ -1090,9 +670,12 @@ def _anderson_mix(
     active: torch.Tensor,
     regularization: float = 1e-10,
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-    """:class:`AndersonMixer` on the device: ``(mixed (r, n), use, history)``.
+    """Anderson acceleration (type II) of the rest views' potentials: ``(mixed (r, n), use, history)``.
 
-    ``history``: a ring of the last ``depth + 1`` outputs / residuals (float64, ``(depth + 1, r n)``
+    One sweep is a fixed-point map ``y -> Phi(y)`` of ``y = g[:r]`` (view ``q`` is their exact update);
+    the extrapolation is ``Phi(y_t) - sum_i gamma_i (Phi(y_i+1) - Phi(y_i))`` with ``gamma`` the
+    regularized least-squares fit of the residual ``Phi(y_t) - y_t`` by the residual differences. Only
+    the iterates change, not the stopping rule on the plan. ``history``: a ring of the last ``depth + 1`` outputs / residuals (float64, ``(depth + 1, r n)``
     each), the valid-entry count and the last error (0-d). The restart rule and the non-finite reset
     are selects; the least-squares system is padded to ``depth x depth`` with identity rows for the
     missing history (same solution). ``use`` False: plain sweep. The history changes only where
@@ -1137,7 +720,14 @@ class _FactorView:
 
 
 def _factorized_sweep(consts: tuple, state: tuple, flags: Flags, *, check: bool, warm_first: bool, mix: bool) -> tuple:
-    """One sweep of :func:`_pairwise_sweep` on the device, the state frozen once stopped.
+    """One factorized sweep of Alg. 1 (potentials ``g`` in the log domain), the state frozen once stopped.
+
+    GEMM 1 sums out view ``q``; the rest plan is ``q0 * (x)v * exp(log_scale)`` (``q0`` ``(n,)*r``). In
+    Gauss-Seidel order the axes after ``l`` still carry the old scalings when ``l`` is updated, so one
+    right-to-left chain of GEMVs (``right[l]`` = ``q0`` contracted with ``v_{l+1}..v_{r-1}``) serves every
+    update; the last rest view and the stopping rule (on the incoming plan) share one two-row GEMM over
+    ``q0``. GEMM 2 gives view ``q``'s marginal. Every exp-domain vector carries its own max shift; an
+    underflowing marginal sum (below ``finfo.tiny * n^k / _REL_UNDERFLOW``) flags trouble.
 
     ``consts``: ``(be, xe, last, absorbed, base, limits)`` (``base = bs - offset``, 0-d float64);
     ``state``: ``(g (k, n), *anderson history)``. ``check`` / ``warm_first``: as
@@ -1176,7 +766,7 @@ def _factorized_sweep(consts: tuple, state: tuple, flags: Flags, *, check: bool,
                     col = _times_exp(_last_pair(fac, v_in, m1).sum(dim=0), log_scale_in)
                     err = err + (col - target).abs().sum().double()
                 flags, stop = _check_stop(flags, live, err, limits)
-            late_ok = _at_least(partial, tiny)  # checks of the update (skipped by the host loop once it stops)
+            late_ok = _at_least(partial, tiny)  # checks of the update (they count only while active)
         step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
         new[l] += step
         h[l] += step
@@ -1185,7 +775,7 @@ def _factorized_sweep(consts: tuple, state: tuple, flags: Flags, *, check: bool,
         h_max[l] = new_max
         v[l] = (h[l] - new_max).exp()
     active = live if stop is None else live & ~stop
-    if mix:  # as the host loop: g[q] is view q's update of g[:r]
+    if mix:  # Anderson on the rest views (g[q] is view q's exact update of g[:r])
         mixed, use, history = _anderson_mix(tuple(history), g[:r], new[:r], err, active)
         new[:r] = torch.where(use, mixed, new[:r])
         _, h_max_mix, v_mix = _rest_scalings(fac, new, m1_shift)
@@ -1223,16 +813,15 @@ def _pairwise_device(
     block: int,
     deferred: list[DeferredCheck],
 ) -> MMSinkhornResult | None:
-    """:func:`_pairwise_solve` (from ``init``, no sweep done yet) on the device loop: the sweeps of
-    :func:`_pairwise_sweep` with the state frozen once stopped, or None on numerical trouble."""
+    """The factorized sweeps (:func:`_factorized_sweep`) from ``init`` (zeros if None) in blocks, in
+    ``log_factors``' dtype, or None on numerical trouble (an underflowing marginal, a non-finite value)."""
     k, n = log_factors.shape[0], log_factors.shape[2]
     dtype, device = log_factors.dtype, log_factors.device
     tiny = torch.finfo(dtype).tiny * float(n) ** k / _REL_UNDERFLOW
-    fac = _PairwiseFactors(log_factors, offset, device_loop=True)
     g = torch.zeros(k, n, dtype=dtype, device=device)
     if init is not None:
         g.copy_(init)
-        fac.absorb(g)  # absorbing zeros would change nothing (the host path skips it then)
+    fac = _PairwiseFactors(log_factors, g)
     consts = (fac.be, fac.xe, fac.last, fac.absorbed, fac.bs - offset, _limits(tol, max_iter, tiny, device))
     history: tuple[torch.Tensor, ...] = ()
     if anderson > 0:
@@ -1259,3 +848,70 @@ def _pairwise_device(
     return MMSinkhornResult(
         potentials, pairs, mass, int(iterations), error, converged > 0, "factorized", potentials_finite=True
     )
+
+
+# --------------------------------------------------------------------------- the solver
+def mm_sinkhorn_pairwise(
+    log_factors: torch.Tensor,
+    offset: float,
+    tol: float,
+    max_iter: int,
+    *,
+    init: torch.Tensor | None = None,
+    chunk_elems: int = 1 << 24,
+    anderson: int = 0,
+    hints: LoopHints | None = None,
+    block: int = 0,
+    deferred: list[DeferredCheck] | None = None,
+) -> MMSinkhornResult:
+    """Alg. 1 for ``A[i_1..i_k] = sum_{l<m} log_factors[l, m][i_l, i_m] - offset``, in sweep blocks.
+
+    ``log_factors``: ``(k, k, n, n)``, only ``l < m`` entries are read. ``init``: starting
+    log-potentials ``(k, n)`` (warm start; zeros by default). With ``init`` the stopping rule is also
+    checked before the first sweep (a plan that already meets ``tol`` costs 0 sweeps). ``anderson``:
+    Anderson depth of the factorized sweeps (``k = 3`` runs its closed-form sweeps plain). ``hints``
+    carries the block size between calls of one problem (:class:`LoopHints`); ``block`` > 0 fixes the
+    first block. ``deferred``: 0-d tensors read back with the first block, each with the function that
+    raises on a bad value (a caller's input checks without a read of their own). Nothing else is read
+    by Python: one host read per block.
+
+    Escalation (reported in ``path``): ``k = 3`` runs the closed-form blocks (``"factorized-k3"``);
+    on trouble, and for ``k != 3``, the factorized blocks in the input dtype (``"factorized"``); a
+    float32 solve in trouble re-runs them in float64 (``"factorized->float64"``, exponent range
+    e^+-709 instead of e^+-87, e.g. at tiny epsilon); if that fails too, the exact dense log-domain
+    solver (``"...->dense"``, memory ``n^k``).
+    """
+    k, n = log_factors.shape[0], log_factors.shape[2]
+
+    def raise_on_bad_init(finite: float | bool) -> None:
+        if init is not None and (tuple(init.shape) != (k, n) or not finite):
+            raise ValueError(f"mm_sinkhorn_pairwise: init must be finite of shape {(k, n)}, got {tuple(init.shape)}")
+
+    raise_on_bad_init(True)  # the shape
+    checks = list(deferred or [])
+    if init is not None:
+        checks.append((torch.isfinite(init).all(), raise_on_bad_init))
+    hints = hints if hints is not None else LoopHints()
+    if k == 3:
+        result = _three_view_device(log_factors, offset, tol, max_iter, init, hints, block, checks)
+        if result is not None:
+            return result
+        checks = []  # read back (and passed) with the first block
+    result = _pairwise_device(log_factors, offset, tol, max_iter, init, anderson, hints, block, checks)
+    if result is not None:
+        return result
+    path = "factorized->dense"
+    if log_factors.dtype != torch.float64:  # the float64 retry: the same blocks in float64
+        init64 = None if init is None else init.double()
+        result = _pairwise_device(log_factors.double(), offset, tol, max_iter, init64, anderson, hints, block, [])
+        if result is not None:
+            result.log_potentials = result.log_potentials.to(log_factors.dtype)
+            result.pair_marginals = result.pair_marginals.to(log_factors.dtype)
+            result.path = "factorized->float64"
+            return result
+        path = "factorized->float64->dense"
+    start = torch.zeros(k, n, dtype=log_factors.dtype, device=log_factors.device) if init is None else init
+    log_kernel = pairwise_sum_tensor(log_factors, offset)
+    result = mm_sinkhorn_dense(log_kernel, tol, max_iter, init=start, chunk_elems=chunk_elems)
+    result.path = path
+    return result

@@ -1,8 +1,8 @@
 """GPU benchmark of the loss head and training step: one command, four tables, nothing it cannot measure.
 
 1. M3G forward+backward (cost cv, float32, eps 0.2, tol 1e-3) on **fresh embeddings each call** (a pool
-   of ``--pool`` pre-generated batches cycled, never the same tensor twice in a row) for every
-   ``solver_loop`` of the loss, and ott-jax's ``MMSinkhorn`` (``jax.jit(jax.value_and_grad)``) on the
+   of ``--pool`` pre-generated batches cycled, never the same tensor twice in a row) through the loss's
+   sweep blocks, and ott-jax's ``MMSinkhorn`` (``jax.jit(jax.value_and_grad)``) on the
    same pool when ``jax`` and ``ott`` import: the **cold first call** (a fresh loss module / the jit
    compile) and the **steady state** (median of ``--repeats`` after warm-up) apart, and ott-jax's
    steady time over each candidate's. The jax backend and device are printed; a CPU jax is refused
@@ -33,6 +33,8 @@ import os
 
 # before anything can import jax: jax would otherwise preallocate ~75 % of the GPU's memory at its first use
 os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+# M3G: the sweep blocks on every device (the numba k = 3 kernels are a CPU-only path a GPU never takes)
+os.environ["MVAPP_M3G_FUSED"] = "0"
 
 import argparse  # noqa: E402 - after the environment variable on purpose
 import json  # noqa: E402
@@ -59,7 +61,6 @@ from multiview_app.bench import (  # noqa: E402
     time_call,
 )
 from multiview_app.losses import build_loss  # noqa: E402
-from multiview_app.losses.m3g import SOLVER_LOOPS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 M3G_SIZES = [(16, 6), (32, 3), (64, 3), (64, 4), (128, 4)]
@@ -103,7 +104,7 @@ class EmbeddingPool:
 def m3g_call(pool: EmbeddingPool, loop: str, eps: float = 0.2, tol: float = 1e-3) -> Callable[[], None]:
     """One M3G forward+backward on the pool's next batch; the loss module is kept across calls (the
     device loop's block size adapts from the previous call, as in training)."""
-    loss = build_loss("m3g", epsilon=eps, tol=tol, solver_loop=loop)
+    loss = build_loss("m3g", epsilon=eps, tol=tol)  # the sweep blocks (``loop`` labels the row)
 
     def call() -> None:
         x = pool.next().detach().requires_grad_()  # a new leaf view: no copy kernel, no gradient kept
@@ -304,9 +305,9 @@ def counts_headers(device: torch.device) -> list[str]:
 
 
 def solver_loops() -> list[str]:
-    """The M3G solver loops to time (every explicit ``solver_loop``, not ``auto``), device first."""
-    loops = [loop for loop in SOLVER_LOOPS if loop != "auto"]
-    return sorted(loops, key=lambda loop: loop != "device")
+    """The M3G solvers to time: the sweep blocks, the one solver (the numba k = 3 kernels, CPU-only, are
+    switched off in this script)."""
+    return ["blocks"]
 
 
 def m3g_tables(

@@ -1,17 +1,17 @@
-"""M3G on CPU, k > 3: the compiled sweeps (losses/sinkhorn_fast.py) vs the general torch path, one process.
+"""M3G on CPU: the numba k = 3 kernels vs the compiled sweep blocks, per (n, k), in one process.
 
-For each (n, k) the same float32 embeddings (d = 64; a shared direction per item plus per-view noise) go
-through ``build_loss("m3g")`` forward + backward with ``MVAPP_M3G_FUSED=1`` (compiled) and ``=0``
-(general), interleaved (``--repeats`` rounds of one timed call each, after one warm-up call that also
-compiles the kernels). Rows: the EEG demo's solver settings (epsilon 0.2, tol 1e-3, Anderson 16,
-diagonal start) and plain Alg. 1 (zero start, no Anderson). Columns: median milliseconds, the ratio
-general / compiled (> 1: compiled faster), the sweeps of both (equal unless round-off moves the stopping
-rule across tol) and the largest value difference.
+The table :data:`multiview_app.losses.m3g_fast.NUMBA_ON_CPU` (which CPU sizes the numba kernels take instead of
+the blocks) is decided from this script's ratio: numba is kept only where it is >= 1.5x faster. For each
+(n, k) the same float32 embeddings (d = 64; a shared direction per item plus per-view noise) go through
+``build_loss("m3g")`` forward + backward on the compiled blocks (``MVAPP_M3G_FUSED=0``, torch.compile on) and,
+for k = 3 (the only k with numba kernels), on the numba path (routed there for the measurement whatever the
+table says), interleaved: one untimed call each (the blocks' first call, compile included, is reported),
+then ``--repeats`` timed calls per input seed. Rows: plain Alg. 1 (zero start) and the EEG demo's solver
+settings (Anderson 16, diagonal start; k = 3 runs plain sweeps from the diagonal start on both paths).
+Columns: median milliseconds, **numba speed-up** = block ms / numba ms (median of per-input ratios; > 1:
+numba faster), whether the table routes the size to numba, the blocks' first call, sweeps, value difference.
 
-``--embeddings FILE``: instead of synthetic inputs, a tensor ``(steps, n, k, d)`` saved with
-``torch.save`` (e.g. the raw embeddings of demo training steps); every ``--stride``-th step is timed.
-
-    .venv/bin/python scripts/bench/bench_m3g_cpu.py --out bench_out [--repeats 7] [--sizes 16x6 16x5 32x4 64x4]
+    python scripts/bench/bench_m3g_cpu.py --out bench_out [--sizes 32x3 64x3 96x3 16x6] [--repeats 3] [--inputs 2]
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from pathlib import Path
 import torch
 
 from multiview_app.bench import command_line, machine_line, markdown_table, ratio, time_call
-from multiview_app.losses import build_loss
+from multiview_app.losses import build_loss, m3g_fast
 
-SIZES = ["16x6", "16x5", "32x4", "64x4"]
+SIZES = ["32x3", "64x3", "96x3", "16x6"]
 SETTINGS = {
-    "demo (anderson 16, diagonal)": {"anderson": 16, "init_potentials": "diagonal"},
     "plain": {},
+    "demo (anderson 16, diagonal)": {"anderson": 16, "init_potentials": "diagonal"},
 }
 SWITCH = "MVAPP_M3G_FUSED"
 
@@ -49,147 +49,92 @@ def run(loss: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
     return out.item(), loss.last_stats["iterations"]
 
 
-def compare(inputs: list[torch.Tensor], params: dict, repeats: int, block: bool = False) -> dict:
-    """Interleaved timings of the compiled and the general path over ``inputs`` (``block``: also the
-    device loop's torch.compile'd sweep blocks, key ``"block"``, with its first call's seconds)."""
-    loss = build_loss("m3g", epsilon=0.2, tol=1e-3, max_iter=300, **params)
-    block_loss = build_loss("m3g", epsilon=0.2, tol=1e-3, max_iter=300, solver_loop="device", **params)
-    switches = ("1", "0", "block") if block else ("1", "0")
-    times: dict[str, list[float]] = {switch: [] for switch in switches}
-    sweeps: dict[str, list[float]] = {switch: [] for switch in switches}
-    values: dict[str, list[float]] = {switch: [] for switch in switches}
-    first_call = []
-    for x in inputs:
-        for switch in switches:
-            os.environ[SWITCH] = "0" if switch == "block" else switch
-            use = block_loss if switch == "block" else loss
-            start = time.perf_counter()
-            value, count = run(use, x)  # warm-up (and the first call's compile)
-            if switch == "block":
-                first_call.append(time.perf_counter() - start)
-            times[switch].append(time_call(lambda: run(use, x), repeat=repeats, warmup=0).median)  # noqa: B023
-            sweeps[switch].append(count)
-            values[switch].append(value)
-    os.environ.pop(SWITCH, None)
-    if block:
-        return {
-            "block_ms": statistics.median(times["block"]) * 1e3,
-            "fastest_host_ms": min(statistics.median(times["1"]), statistics.median(times["0"])) * 1e3,
-            "block_ratio": statistics.median(min(a, b) / c for a, b, c in zip(times["1"], times["0"], times["block"])),
-            "numba_over_block": statistics.median(c / a for a, c in zip(times["1"], times["block"])),
-            "first_call_s": first_call[0],
-            "block_sweeps": statistics.mean(sweeps["block"]),
-            "block_diff": max(abs(a - b) for a, b in zip(values["block"], values["0"])),
-        }
-    return {
-        "fused_ms": statistics.median(times["1"]) * 1e3,
-        "general_ms": statistics.median(times["0"]) * 1e3,
-        "ratio": statistics.median(a / b for a, b in zip(times["0"], times["1"])),
-        "sweeps": (statistics.mean(sweeps["1"]), statistics.mean(sweeps["0"])),
-        "same_sweeps": sweeps["1"] == sweeps["0"],
-        "max_diff": max(abs(a - b) for a, b in zip(values["1"], values["0"])),
+def compare(n: int, k: int, inputs: list[torch.Tensor], params: dict, repeats: int) -> dict:
+    """Interleaved timings of the compiled blocks and (k = 3) the numba kernels over ``inputs``."""
+    paths = ["block", "numba"] if k in m3g_fast.NUMBA_ON_CPU else ["block"]
+    losses = {path: build_loss("m3g", epsilon=0.2, tol=1e-3, max_iter=300, **params) for path in paths}
+    times: dict[str, list[float]] = {path: [] for path in paths}
+    sweeps: dict[str, list[float]] = {path: [] for path in paths}
+    values: dict[str, list[float]] = {path: [] for path in paths}
+    first_call = None
+    table = m3g_fast.NUMBA_ON_CPU.get(k)
+    if table is not None:  # the numba path measured at this n whatever the table says
+        m3g_fast.NUMBA_ON_CPU[k] = (max(n, table[0]), table[1])
+    try:
+        for x in inputs:
+            for path in paths:
+                os.environ[SWITCH] = "1" if path == "numba" else "0"
+                start = time.perf_counter()
+                value, count = run(losses[path], x)  # untimed (the blocks' first call compiles)
+                if path == "block" and first_call is None:
+                    first_call = time.perf_counter() - start
+                times[path].append(time_call(lambda: run(losses[path], x), repeat=repeats, warmup=0).median)  # noqa: B023
+                sweeps[path].append(count)
+                values[path].append(value)
+    finally:
+        os.environ.pop(SWITCH, None)
+        if table is not None:
+            m3g_fast.NUMBA_ON_CPU[k] = table
+    out = {
+        "block_ms": statistics.median(times["block"]) * 1e3,
+        "first_call_s": first_call,
+        "block_sweeps": statistics.mean(sweeps["block"]),
     }
+    if "numba" in paths:
+        out["numba_ms"] = statistics.median(times["numba"]) * 1e3
+        out["speedup"] = statistics.median(b / a for a, b in zip(times["numba"], times["block"]))
+        out["numba_sweeps"] = statistics.mean(sweeps["numba"])
+        out["diff"] = max(abs(a - b) for a, b in zip(values["numba"], values["block"]))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for bench_m3g_cpu.md")
     parser.add_argument("--sizes", nargs="+", default=SIZES, help="n x k, e.g. 16x6")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--inputs", type=int, default=3, help="synthetic input seeds per size")
-    parser.add_argument("--embeddings", type=Path, help="(steps, n, k, d) raw embeddings saved with torch.save")
-    parser.add_argument("--stride", type=int, default=10, help="with --embeddings: every stride-th step")
-    parser.add_argument(
-        "--block",
-        action="store_true",
-        help="instead: the device loop's compiled sweep blocks vs the fastest host path (numba or general)",
-    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--inputs", type=int, default=2, help="synthetic input seeds per size")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the project's choice on <= 2 usable CPUs (multiview_app/threads.py)
-    cases: list[tuple[str, list[torch.Tensor]]] = []
-    if args.embeddings is not None:
-        steps = torch.load(args.embeddings, weights_only=True).float()
-        if steps.dim() != 4:
-            raise SystemExit(f"--embeddings {args.embeddings}: expected (steps, n, k, d), got {tuple(steps.shape)}")
-        _, n, k, _ = steps.shape
-        cases.append((f"{n}x{k} ({args.embeddings.name}, every {args.stride}th step)", list(steps[:: args.stride])))
-    else:
-        for size in args.sizes:
-            n, k = (int(part) for part in size.lower().split("x"))
-            cases.append((f"{n}x{k}", [synthetic(n, k, seed=seed) for seed in range(args.inputs)]))
-    if args.block:
-        block_table(cases, args)
-        return
+    os.environ.setdefault("MVAPP_M3G_COMPILE", "1")
     rows = []
-    for label, inputs in cases:
+    for size in args.sizes:
+        n, k = (int(part) for part in size.lower().split("x"))
+        inputs = [synthetic(n, k, seed=seed) for seed in range(args.inputs)]
+        routed = k in m3g_fast.NUMBA_ON_CPU and n <= m3g_fast.NUMBA_ON_CPU[k][0]
         for setting, params in SETTINGS.items():
-            result = compare(inputs, params, args.repeats)
+            result = compare(n, k, inputs, params, args.repeats)
+            has_numba = "numba_ms" in result
             rows.append(
                 [
-                    label,
+                    f"{n}x{k}",
                     setting,
-                    f"{result['general_ms']:.3g}",
-                    f"{result['fused_ms']:.3g}",
-                    ratio(result["ratio"], 1.0),
-                    "{:.1f} / {:.1f}".format(*result["sweeps"]),
-                    "yes" if result["same_sweeps"] else "no",
-                    f"{result['max_diff']:.1e}",
-                ]
-            )
-            print(" | ".join(rows[-1]), flush=True)
-    table = markdown_table(
-        [
-            "n x k",
-            "solver",
-            "general ms",
-            "compiled ms",
-            "general / compiled",
-            "sweeps (compiled / general)",
-            "same sweeps",
-            "max |value diff|",
-        ],
-        rows,
-    )
-    report = f"{table}\n\n{machine_line()}\n\n`{command_line()}`\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_m3g_cpu.md").write_text(report)
-    print(report)
-
-
-def block_table(cases: list[tuple[str, list[torch.Tensor]]], args: argparse.Namespace) -> None:
-    """``--block``: the compiled sweep blocks (``solver_loop="device"``, torch.compile) vs the fastest host path."""
-    rows = []
-    for label, inputs in cases:
-        for setting, params in SETTINGS.items():
-            result = compare(inputs, params, args.repeats, block=True)
-            rows.append(
-                [
-                    label,
-                    setting,
-                    f"{result['fastest_host_ms']:.3g}",
+                    f"{result['numba_ms']:.3g}" if has_numba else "- (no kernel)",
                     f"{result['block_ms']:.3g}",
-                    ratio(result["block_ratio"], 1.0),
-                    ratio(result["numba_over_block"], 1.0),
+                    ratio(result["speedup"], 1.0) if has_numba else "-",
+                    "numba" if routed else "blocks",
                     f"{result['first_call_s']:.0f}",
-                    f"{result['block_sweeps']:.1f}",
-                    f"{result['block_diff']:.1e}",
+                    f"{result['numba_sweeps']:.1f} / {result['block_sweeps']:.1f}"
+                    if has_numba
+                    else f"- / {result['block_sweeps']:.1f}",
+                    f"{result['diff']:.1e}" if has_numba else "-",
                 ]
             )
             print(" | ".join(rows[-1]), flush=True)
     headers = [
         "n x k",
-        "solver",
-        "fastest host ms",
+        "solver settings",
+        "numba ms",
         "compiled block ms",
-        "fastest host / block",
-        "block / numba",
+        "numba speed-up (block / numba)",
+        "routed to",
         "block first call s",
-        "block sweeps",
+        "sweeps numba / block",
         "max |value diff|",
     ]
     report = f"{markdown_table(headers, rows)}\n\n{machine_line()}\n\n`{command_line()}`\n"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_m3g_cpu_block.md").write_text(report)
+    (args.out / "bench_m3g_cpu.md").write_text(report)
     print(report)
 
 
