@@ -29,7 +29,7 @@ def _compiling(monkeypatch) -> None:
     blocks (not the numba k = 3 kernels)."""
     monkeypatch.setenv(_compile.ENV_SWITCH, "1")
     monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
-    monkeypatch.setattr(sinkhorn, "_UNROLLS", (2, 1))
+    monkeypatch.setattr(sinkhorn, "_CPU_UNROLLS", (2, 1))  # an unrolled graph too (a GPU's are)
     _compile._FAILURE.clear()
 
 
@@ -55,10 +55,10 @@ def test_compiled_block_equals_eager_and_the_float64_reference(warm: bool, monke
         built = _solve(factors, offset, True, monkeypatch, init=init, anderson=5)
     assert _compile.compile_failure() is None
     assert any(key[0] == "pairwise" for key in _compile._CACHE)  # the blocks did go through torch.compile
-    for result in (eager, built):  # Anderson: other iterates, the same converged plan
+    for result in (eager, built):  # Anderson: other iterates, the same plan up to the stopping tolerance
         assert result.converged and result.marginal_error < TOL
-        assert torch.allclose(result.pair_marginals, reference.pair_marginals, atol=1e-10, rtol=0)
-        assert float(result.log_potentials.sum()) == pytest.approx(float(reference.log_potentials.sum()), abs=1e-7)
+        assert torch.allclose(result.pair_marginals, reference.pair_marginals, atol=10 * TOL, rtol=0)
+        assert float(result.log_potentials.sum()) == pytest.approx(float(reference.log_potentials.sum()), abs=1e-6)
     assert built.iterations == eager.iterations
     assert torch.allclose(built.log_potentials, eager.log_potentials, atol=1e-12, rtol=0)
     assert torch.allclose(built.pair_marginals, eager.pair_marginals, atol=1e-14, rtol=0)
@@ -148,7 +148,7 @@ def _ops_per_sweep(k: int, n: int, dtype: torch.dtype, compile_on: bool, monkeyp
 )
 def test_eager_sweep_operation_count_is_pinned(k: int, n: int, bound: int, monkeypatch) -> None:
     # the eager block (no compiler): what a sweep costs in dispatches without torch.compile
-    # (measured 414 at k6-n16 and 114 at k3-n64); k6-n16 is slow (~40 s on a loaded 2-core CPU)
+    # (measured 369 at k6-n16 and 114 at k3-n64); k6-n16 is slow (~40 s on a loaded 2-core CPU)
     per_sweep = _ops_per_sweep(k, n, torch.float32, False, monkeypatch)
     assert 0 < per_sweep <= bound, per_sweep
 
@@ -164,10 +164,11 @@ def test_compiled_sweep_is_a_handful_of_operations(monkeypatch) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("k", "n", "bound"), [(6, 16, 12), (3, 64, 12)], ids=["k6-n16", "k3-n64"])
+@pytest.mark.parametrize(("k", "n", "bound"), [(6, 16, 14), (3, 64, 6)], ids=["k6-n16", "k3-n64"])
 def test_compiled_sweep_operation_count_is_pinned_at_bar_sizes(k: int, n: int, bound: int, monkeypatch) -> None:
-    # the bar sizes of the eager pins above, compiled (first compile of their graphs: minutes on a loaded
-    # 2-core CPU, seconds with inductor's on-disk cache warm)
+    # the bar sizes of the eager pins above, compiled: measured 10.5 (k6-n16; eager 369) and 4.0 (k3-n64;
+    # eager 114) aten operations per sweep, the GEMMs the graph calls out to. Compiling their graphs costs
+    # 5 min (k6-n16) and 2.5 min (k3-n64) on a loaded 2-core CPU, seconds with inductor's on-disk cache warm
     built = _ops_per_sweep(k, n, torch.float32, True, monkeypatch)
     assert _compile.compile_failure() is None
     assert 0 <= built <= bound, built

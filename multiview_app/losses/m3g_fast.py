@@ -38,9 +38,9 @@ from .sinkhorn import _REL_UNDERFLOW, _THREE_VIEW_SPAN_F64, MMSinkhornResult
 #: Where these kernels replace the compiled sweep blocks on the CPU: ``{k: (largest n, the measurement)}``.
 #: Kept only where the CPU bench (``scripts/bench/bench_m3g_cpu.py``: numba vs the compiled block, fwd+bwd,
 #: one process, float32, d 64, epsilon 0.2, tol 1e-3, one thread) measured numba >= 1.5x faster; every
-#: other size runs the blocks.
+#: other size runs the blocks (k > 3 numba kernels measured 0.79-1.16x at 16 x 6 and 32 x 4: removed).
 NUMBA_ON_CPU: dict[int, tuple[int, str]] = {
-    3: (64, "numba 8.6x the compiled block at n = 32, ?x at n = 64"),
+    3: (64, "numba 4.9x / 3.3x (n 32), 1.6x / 1.7x (n 64), 1.05x / 0.87x (n 96), plain / Anderson-diagonal"),
 }
 # MVAPP_M3G_FUSED=0 turns the numba path off (benchmarks, tests of the blocks, debugging).
 _ENV_SWITCH = "MVAPP_M3G_FUSED"
