@@ -19,9 +19,10 @@ excerpt / synthetic subject, the median over people and the min-max range.
 
 Realism per cohort: the band-power classifier of ``eval.realism`` (log relative band power, balanced
 logistic regression, W/N1/N2/N3) fitted on one cohort's synthetic C3-M2 epochs stages the real central
-epochs; beside it the ceiling, fitted on the other real excerpts (leave one excerpt out). Per draw seed
-``--seed`` .. ``--seed`` + 2: pooled kappa, and W / N1 recall per excerpt (excerpts with >= 3 epochs of the
-stage) and pooled. Writes ``DIR/wake_n1.md`` / ``.json`` and the figure.
+epochs, and fitted on every real epoch stages the cohort's synthetic ones (the direction of a stager
+trained on real nights); beside them the ceiling, fitted on the other real excerpts (leave one excerpt
+out). Per draw seed ``--seed`` .. ``--seed`` + 2: pooled kappa, and W / N1 recall pooled and per real
+excerpt / synthetic subject (those with >= 3 epochs of the stage). Writes ``DIR/wake_n1.md`` / ``.json`` and the figure.
 """
 
 from __future__ import annotations
@@ -176,10 +177,12 @@ def real_people(folder: Path) -> tuple[dict[str, dict], tuple[np.ndarray, np.nda
     return people, tuple(np.concatenate(p) for p in pooled)
 
 
-def synthetic_people(cohort: str, subjects: int, seed: int) -> tuple[dict[str, dict], tuple[np.ndarray, np.ndarray]]:
+def synthetic_people(
+    cohort: str, subjects: int, seed: int
+) -> tuple[dict[str, dict], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per synthetic subject of ``cohort``: :func:`person_summary` of C3-M2, Fpz-Cz, E1-M2 and Chin1-Chin2;
-    and every C3-M2 epoch ``(e, 3000)`` uV with its label ``(e,)``."""
-    people, epochs, labels = {}, [], []
+    and every C3-M2 epoch ``(e, 3000)`` uV with its label and subject ``(e,)``."""
+    people, epochs, labels, subject = {}, [], [], []
     for s in range(subjects):
         traits = SubjectTraits.sample(np.random.default_rng([seed, s])).with_cohort(
             cohort, np.random.default_rng([seed, s, 7])
@@ -195,11 +198,13 @@ def synthetic_people(cohort: str, subjects: int, seed: int) -> tuple[dict[str, d
         people[f"{cohort}-{s}"] = person_summary(central, frontal, peripheral, night.stages)
         epochs.append(central[0])
         labels.append(central[1])
-    return people, (np.concatenate(epochs), np.concatenate(labels))
+        subject.append(np.full(central[1].shape, f"{cohort}-{s}"))
+    return people, (np.concatenate(epochs), np.concatenate(labels), np.concatenate(subject))
 
 
 def recall_by_excerpt(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray) -> dict[str, dict]:
-    """W and N1 recall pooled and per excerpt (excerpts with >= ``RECALL_MIN_EPOCHS`` of the stage)."""
+    """W and N1 recall pooled and per group (real excerpt or synthetic subject; groups with >=
+    ``RECALL_MIN_EPOCHS`` epochs of the stage)."""
     out = {}
     for stage in ("W", "N1"):
         code = STAGES.index(stage)
@@ -213,20 +218,33 @@ def recall_by_excerpt(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray
 
 
 def realism(
-    real: tuple[np.ndarray, np.ndarray, np.ndarray], synthetic: dict[str, tuple[np.ndarray, np.ndarray]], seed: int
+    real: tuple[np.ndarray, np.ndarray, np.ndarray],
+    synthetic: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    seed: int,
 ) -> dict[str, list[dict]]:
-    """Per training source (each cohort's synthetic epochs; the other real excerpts) and draw seed: pooled
-    kappa on the real epochs of W/N1/N2/N3 and :func:`recall_by_excerpt`."""
+    """Per direction and draw seed: fitted on each cohort's synthetic epochs, staging the real ones; fitted
+    on every real epoch, staging each cohort's synthetic ones (the direction of a stager trained on real
+    nights); fitted on the other real excerpts (ceiling). Pooled kappa on W/N1/N2/N3 and
+    :func:`recall_by_excerpt` (per real excerpt or synthetic subject)."""
     epochs, labels, groups = real
-    keep = np.isin(labels, REALISM_CLASSES)
     out: dict[str, list[dict]] = {}
-    for name, train in synthetic.items():
-        out[f"trained on synthetic {name}"] = []
-        for d in range(DRAWS):
-            result = cross_staging(train, (epochs, labels), SFREQ, REALISM_CLASSES, seed=seed + d, predictions=True)
-            out[f"trained on synthetic {name}"].append(
-                {"kappa": result["kappa"], **recall_by_excerpt(labels[keep], result["predicted"], groups[keep])}
-            )
+    for name, (syn_epochs, syn_labels, _) in synthetic.items():
+        for label, train, (test_epochs, test_labels, test_groups) in (
+            (f"trained on synthetic {name}, stages real", (syn_epochs, syn_labels), real),
+            (f"trained on real, stages synthetic {name}", (epochs, labels), synthetic[name]),
+        ):
+            keep = np.isin(test_labels, REALISM_CLASSES)
+            out[label] = []
+            for d in range(DRAWS):
+                result = cross_staging(
+                    train, (test_epochs, test_labels), SFREQ, REALISM_CLASSES, seed=seed + d, predictions=True
+                )
+                out[label].append(
+                    {
+                        "kappa": result["kappa"],
+                        **recall_by_excerpt(test_labels[keep], result["predicted"], test_groups[keep]),
+                    }
+                )
     out["trained on the other real excerpts (ceiling)"] = []
     for d in range(DRAWS):
         result = leave_one_group_out_staging(
@@ -257,12 +275,12 @@ def realism_rows(results: dict[str, list[dict]]) -> tuple[list[str], list[list[s
         for name, draws in results.items()
     ]
     header = [
-        "band-power classifier staging the real DREAMS central epochs",
+        "band-power classifier (central lead, W/N1/N2/N3)",
         "kappa (draws)",
         "W recall pooled (draws)",
-        f"W recall per excerpt, median (min-max), >= {RECALL_MIN_EPOCHS} W epochs",
+        f"W recall per excerpt / subject, median (min-max), >= {RECALL_MIN_EPOCHS} W epochs",
         "N1 recall pooled (draws)",
-        f"N1 recall per excerpt, median (min-max), >= {RECALL_MIN_EPOCHS} N1 epochs",
+        f"N1 recall per excerpt / subject, median (min-max), >= {RECALL_MIN_EPOCHS} N1 epochs",
     ]
     return header, rows
 
@@ -299,7 +317,7 @@ def table(groups: dict[str, dict[str, dict]]) -> tuple[list[str], list[list[str]
         for key, label in (
             ("sem_rms_uv", f"EOG rms uV {SEM_BAND[0]:g}-{SEM_BAND[1]:g} Hz (slow eye movements)"),
             ("sem_rms_uv_over_n2", "slow-eye-movement rms / own N2"),
-            ("fast_eye_per_min", f"fast eye movements / min (|slope| > {FAST_EYE_SLOPE_X:g} x own N2 median)"),
+            ("fast_eye_per_min", f"fast eye movements / min (slope above {FAST_EYE_SLOPE_X:g} x own N2 median)"),
             ("emg_rms_uv", f"EMG rms uV {EMG_BAND[0]:g}-{EMG_BAND[1]:g} Hz"),
             ("emg_rms_uv_over_n2", "EMG rms / own N2"),
         ):
@@ -376,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         + markdown_table(header, rows)
         + "\n\n"
         + markdown_table(*realism_rows(results))
-        + f"\n\nkappa on W/N1/N2/N3 of every real central epoch; draw seeds {args.seed}..{args.seed + DRAWS - 1}; "
-        "per-excerpt recall of the first draw."
+        + f"\n\nkappa on W/N1/N2/N3 of every staged epoch; draw seeds {args.seed}..{args.seed + DRAWS - 1}; "
+        "recall per excerpt / subject: the first draw."
     )
     (out / "wake_n1.md").write_text(text + "\n")
     (out / "wake_n1.json").write_text(
