@@ -320,7 +320,8 @@ SLOW_WAVE_STAGES = (N2, N3)
 """Stages whose delta rhythm carries the cohort's age / sex effect (``SubjectTraits.slow_wave_scale``):
 the SC study measured the sleep slow waves (Mourtazaev et al. 1995, above), not wake or N1 / REM delta.
 Applied to every stage's delta (before), the effect left the SC cohort's wake and N1 with a relative
-delta of 0.51 / 0.39 on the central lead against the real DREAMS 0.63 / 0.59 (per-person medians;
+delta of 0.51 / 0.39 on the central lead against the real DREAMS 0.63 / 0.59 (young-adult cohort 0.72 /
+0.57; now SC 0.73 / 0.54; per-person medians, 6 synthetic subjects per cohort, 8 excerpts;
 ``scripts/reproduce/eeg_generator/compare_wake_n1.py``)."""
 SC_WHITE_NOISE_UV = WHITE_NOISE_UV
 """Range of an SC subject's white (amplifier / electrode) noise, uV rms over 0-fs/2: the base cohort's.
@@ -328,8 +329,9 @@ It was 2.5-5 uV (an ASSUMPTION: SC nights were recorded at home on ambulatory ca
 1987-1991, Kemp et al., IEEE-BME 47(9):1185-1194, 2000; no published noise floor was found), which the
 real central lead refutes: with it the SC cohort's relative beta was 2-3x the real DREAMS one in every
 stage (per-person medians, N2 0.030 vs 0.012, N1 0.086 vs 0.032, W 0.10 vs 0.047) and a classifier
-trained on SC nights staged the real excerpts at kappa 0.22 (0.35 with the base range; young-adult
-cohort 0.46, real ceiling 0.39; ``scripts/reproduce/eeg_generator/compare_wake_n1.py``)."""
+trained on SC nights staged the real excerpts at kappa 0.21-0.24 over three draws (now 0.33-0.37, with
+the slow-wave and arousal changes; young-adult cohort 0.45-0.49, real leave-one-excerpt-out ceiling
+0.37-0.40; ``scripts/reproduce/eeg_generator/compare_wake_n1.py``)."""
 SC_ARTIFACT_SCALE = 1.5
 """Movement-burst / sweat rate multiplier of SC subjects (home ambulatory recordings over a day-night
 period): an ASSUMPTION (no published artifact rate; see ``reference.ARTIFACT_RATES``)."""
