@@ -195,6 +195,13 @@ def test_collapse_stats_of_collapsed_and_spread_rows() -> None:
     assert float(stats["collapse/feature_rankme"]) == pytest.approx(1.0, abs=1e-3)
     spread = torch.eye(4).repeat(2, 1).view(4, 2, 4) * 5.0  # each row a scaled basis vector, every one twice
     assert float(collapse_stats(spread)["collapse/rankme"]) == pytest.approx(4.0, abs=1e-3)
+    # features are centered first: a shared offset (all-positive ReLU features) is not counted as spread;
+    # isotropic noise in 3 dimensions around it has RankMe about 3, uncentered much less
+    g = torch.Generator().manual_seed(0)
+    rows = torch.tensor([10.0, 0.0, 0.0, 0.0]) + torch.randn(256, 4, generator=g) * torch.tensor([0, 1.0, 1.0, 1.0])
+    centered = float(collapse_stats(rows.view(128, 2, 4), "features")["collapse/feature_rankme"])
+    assert centered == pytest.approx(3.0, abs=0.5)
+    assert centered > float(collapse_stats(rows.view(128, 2, 4))["collapse/rankme"]) + 0.5
 
 
 def test_predictor_learning_rate_scale_makes_its_own_parameter_group(tmp_path: Path) -> None:

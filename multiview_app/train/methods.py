@@ -11,8 +11,8 @@ optimizer step. The :class:`~multiview_app.train.trainer.Trainer` stays generic 
   ``loss(online predictions, target projections)`` (no online-online term). On logging steps it adds
   ``collapse/embedding_std`` (mean per-dimension std of the normalized online projections; 0 when
   collapsed, about ``1 / sqrt(d)`` when spread) and ``collapse/rankme`` (RankMe, Garrido et al. 2023),
-  and the same two of the online encoder's features (what a probe reads; L2-normalized per row):
-  ``collapse/feature_std``, ``collapse/feature_rankme``; kept as device tensors until the trainer
+  and the same two of the online encoder's features (what a probe reads; L2-normalized per row, centered
+  before RankMe): ``collapse/feature_std``, ``collapse/feature_rankme``; kept as device tensors until the trainer
   reads the step's values.
 
 Both EMA methods update the target after the optimizer step with
@@ -67,14 +67,20 @@ COLLAPSE_KEYS: dict[str, tuple[str, str]] = {
     "projections": ("collapse/embedding_std", "collapse/rankme"),
     "features": ("collapse/feature_std", "collapse/feature_rankme"),
 }
+#: whether :func:`collapse_stats` centers the rows before RankMe: the encoder's (post-ReLU, all
+#: positive) features share one large mean direction, and what a standardizing probe reads is the
+#: spread around it; projections uncentered, as RankMe (Garrido et al. 2023) defines it
+CENTERED: dict[str, bool] = {"projections": False, "features": True}
 
 
 def collapse_stats(x: torch.Tensor, of: str = "projections") -> dict[str, torch.Tensor]:
-    """Mean per-dimension std and RankMe of ``x`` ``(n, k, d)`` with every row L2-normalized (device
-    tensors, no host read), under the names ``COLLAPSE_KEYS[of]``."""
+    """Mean per-dimension std and RankMe of ``x`` ``(n, k, d)`` with every row L2-normalized (and the
+    rows centered before RankMe when ``CENTERED[of]``); device tensors, no host read; under the names
+    ``COLLAPSE_KEYS[of]``."""
     rows = F.normalize(x.detach().float().reshape(-1, x.shape[-1]), dim=-1)  # (n k, d)
     std_key, rank_key = COLLAPSE_KEYS[of]
-    return {std_key: rows.std(dim=0).mean(), rank_key: effective_rank_tensor(rows)}
+    spread = rows - rows.mean(dim=0) if CENTERED[of] else rows
+    return {std_key: rows.std(dim=0).mean(), rank_key: effective_rank_tensor(spread)}
 
 
 class TrainMethod:
