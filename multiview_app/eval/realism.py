@@ -1,5 +1,5 @@
 """Realism of synthetic EEG, both ways: a classifier fitted on one source's epochs (e.g. real DREAMS)
-stages another's (synthetic), and the reverse (issue 25, item 3); and the same classifier's ceiling on
+stages another's (synthetic), and the reverse; and the same classifier's ceiling on
 real data alone: fitted on all recordings but one, it stages the held-out one (leave one group out)."""
 
 from __future__ import annotations

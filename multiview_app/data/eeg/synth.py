@@ -58,7 +58,7 @@ EEG_POSITION: dict[str, tuple[float, float]] = {
 }
 BIPOLAR_DERIVATIONS: dict[str, tuple[str, str]] = {"EEG Fpz-Cz": ("Fpz", "Cz"), "EEG Pz-Oz": ("Pz", "Oz")}
 """Sleep-EDF's EEG derivations are bipolar (Kemp et al. 2000; PhysioNet Sleep-EDF Expanded description):
-each is generated as the difference of its two electrodes' potentials (issue 26 item 4), so sources
+each is generated as the difference of its two electrodes' potentials, so sources
 both electrodes see alike cancel (a central spindle or K-complex is small and inverted on Fpz-Cz) and
 the spatially incoherent part adds; the PhysioNet-format derivations are mastoid-referenced (one
 active site each). The region weights and positions of the electrodes below are assumptions."""
@@ -121,7 +121,7 @@ class Transient:
 
 # N1, N2 and REM backgrounds are low-amplitude mixed-frequency (AASM), N2's delta low enough that
 # K-complexes stand out for a blind 75-uV detector. W, N1, N2 and N3 amplitudes are set so that the
-# central derivation (C3-M2) matches the DREAMS excerpts' central lead (C3-A1 / Cz-A1, issue 25 item 3,
+# central derivation (C3-M2) matches the DREAMS excerpts' central lead (C3-A1 / Cz-A1,
 # ``reference.DREAMS_CENTRAL_BAND_RMS_UV``): per stage, the median in-band rms of delta, theta, alpha,
 # sigma and beta within ~15 % (was: W alpha 8.3 vs 3.2 uV, W delta 7.3 vs 10.5, N3 delta 36.5 vs 22.4,
 # N2 delta 11.4 vs 15.1); REM (5 real epochs) and the region weights (topography) stay assumptions.
@@ -199,7 +199,7 @@ RHYTHM_SUBJECT_GAIN_SD = 0.15
 """Standard deviation of the log of a subject's gain of each background rhythm (transients keep 0.3).
 0.15 (was 0.3, i.e. 0.6 in log power): between the 8 DREAMS subjects, the per-subject median log
 relative power of the central lead varies with SD 0.23-0.27 for alpha and theta in N2 / N3 (synthetic
-at 0.3: 0.55-0.74 for alpha; ``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` data, issue 25 item 3)."""
+at 0.3: 0.55-0.74 for alpha; ``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` data)."""
 RHYTHM_EPOCH_JITTER = 0.2
 """Standard deviation of the log per-epoch amplitude of each background rhythm (independent per rhythm,
 spatially correlated across derivations). 0.2 (was 0.35): the DREAMS central epochs' log relative band
@@ -299,7 +299,7 @@ class SubjectTraits:
 
 COHORTS = ("young-adult", "sleep-edf-sc")
 """Subject populations: the generator's base traits (young-adult-like; the PhysioNet-format nights) and
-the Sleep-EDF SC cohort (issue 26 item 4; the Sleep-EDF-format nights of ``synth_psg``)."""
+the Sleep-EDF SC cohort (the Sleep-EDF-format nights of ``synth_psg``)."""
 SC_FEMALE_SHARE = 40 / 74
 """Females among the SC study's subjects: 40 females and 34 males aged 26-101 (Mourtazaev, Kemp,
 Zwinderman, Kamphuisen, "Age and gender affect different characteristics of slow waves in the sleep
@@ -358,14 +358,14 @@ EPOCHS_PER_MINUTE = 60.0 / EPOCH_SECONDS
 N3_MINUTES = (38.0, 28.0, 15.0, 9.0)
 """N3 per NREM-REM cycle (minutes, times the subject's ``n3_scale``); none from cycle 5 on: slow-wave
 sleep is concentrated in the first cycles (Carskadon & Dement, "Normal human sleep: an overview").
-Cycles 3-4 raised from 12 / 5 min (issue 25 item 3): the 20 real Sleep-EDF SC nights hold 9.8 ± 14 min
+Cycles 3-4 raised from 12 / 5 min: the 20 real Sleep-EDF SC nights hold 9.8 ± 14 min
 of N3 in the last third of the sleep period (synthetic was 4.4) and an N3 share of 0.149 (was 0.135;
 ``reference.SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE``)."""
 REM_MINUTES = (11.0, 19.0, 25.0, 30.0, 32.0, 34.0)
 """REM per cycle (minutes, times ``rem_scale``): REM periods lengthen across the night."""
 BOUT_MINUTES = {N1: (2.5, 1.0), N2: (8.0, 1.0), N3: (5.0, 0.35), REM: (11.0, 1.0)}
 """Stage bouts inside a cycle segment: gamma-distributed durations (mean minutes, shape). Measured
-against the 20 real Sleep-EDF SC hypnograms (issue 25 item 3, ``reference.SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE``):
+against the 20 real Sleep-EDF SC hypnograms (``reference.SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE``):
 real bouts are short and skewed (median / mean minutes N2 2.5 / 5.3, N3 1 / 3.7, REM 5.5 / 7.5; 47 % of
 real N3 bouts last one epoch: N3 flickers with N2), so shapes <= 1 replace the former shapes 1.5-2.5
 (means 8 / 7 / 16 min), which gave N3 bouts of median 4.5 min (KS 0.56) and REM of 9.5 min (KS 0.28)."""
@@ -1150,7 +1150,7 @@ def write_physionet2018_night(
 
 WRITERS = {"sleep-edf": write_sleep_edf_night, "physionet2018": write_physionet2018_night}
 WRITER_COHORT = {"sleep-edf": "sleep-edf-sc", "physionet2018": "young-adult"}
-"""The subject population of each format's synthetic nights (issue 26 item 4: the Sleep-EDF-format
+"""The subject population of each format's synthetic nights (the Sleep-EDF-format
 population differs from the PhysioNet-format one as the SC cohort, aged 25-101, does)."""
 COHORT_STREAM = 7
 """Seed-sequence entry of the cohort draws (``default_rng([seed, subject, COHORT_STREAM])``)."""
