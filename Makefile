@@ -42,7 +42,7 @@ run-full: $(RUN_STAMP)
 	DEMO_CEILING=true bash scripts/run_eeg_demo.sh
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n auto tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -93,6 +93,12 @@ class OptimConfig(_Strict):
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(1.0, gt=0.0)
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    predictor_lr_scale: float = Field(
+        1.0,
+        gt=0.0,
+        description="learning rate of the predictor head = lr * this (SimSiam Sec. 4.2, BYOL: a faster predictor "
+        "keeps it near its optimum); the schedule applies to it too",
+    )
 
 
 class TrainConfig(_Strict):

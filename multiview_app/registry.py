@@ -18,7 +18,9 @@ class Registry(Generic[T]):
     ``ValueError("unknown loss 'foo'; available: a, b")``.
 
     ``modules`` names the modules whose import registers the entries; they are imported once,
-    lazily, on the first lookup (so importing the registry stays cheap and cycle-free). A module that
+    lazily, on the first lookup (so importing the registry stays cheap and cycle-free), each with the
+    submodules its ``REGISTERING_MODULES`` names (a package whose registering parts need torch leaves them
+    out of its own import, e.g. ``data/eeg``: its file writers and readers run without torch). A module that
     needs an optional package which is not installed (:mod:`multiview_app.extras`) is skipped: its
     entries are missing, and looking up a missing name says which ``pip install 'multiview_app[<extra>]'``
     brings the skipped modules. Any other import error propagates.
@@ -43,7 +45,9 @@ class Registry(Generic[T]):
         self._loaded = True
         for module in self.modules:
             try:
-                importlib.import_module(module)
+                imported = importlib.import_module(module)
+                for submodule in getattr(imported, "REGISTERING_MODULES", ()):
+                    importlib.import_module(f"{module}.{submodule}")
             except ModuleNotFoundError as exc:
                 extra = extra_for(exc.name or "")
                 if extra is None:  # not an optional package: a real error

@@ -35,7 +35,12 @@ from multiview_app.experiments.training import ensure_trained
 from multiview_app.train.metrics import read_metrics
 from multiview_app.train.run_io import atomic_write_json, atomic_write_text
 
-COLLAPSE_KEYS = ("stats/collapse/embedding_std", "stats/collapse/rankme")
+COLLAPSE_KEYS = (
+    "stats/collapse/embedding_std",
+    "stats/collapse/rankme",
+    "stats/collapse/feature_std",
+    "stats/collapse/feature_rankme",
+)
 
 
 def parse_settings(text: str) -> dict[str, list[str]]:
@@ -94,16 +99,18 @@ def decide(rows: list[dict[str, Any]], settings: list[str]) -> tuple[str, dict[s
 def write(rows: list[dict[str, Any]], settings: dict[str, list[str]], args: argparse.Namespace) -> str:
     lines = [
         "| setting | overrides | loss | seed | val kNN | random-init val kNN | kNN gain | val logreg | "
-        "embedding std | RankMe |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "embedding std | RankMe | feature std | feature RankMe |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         t, ri = r["trained"], r["random_init"]
-        std, rank = r.get(COLLAPSE_KEYS[0]), r.get(COLLAPSE_KEYS[1])
+        std, rank, feature_std, feature_rank = (r.get(key) for key in COLLAPSE_KEYS)
         lines.append(
             f"| {r['setting']} | {' '.join(r['overrides']) or '-'} | {r['loss']} | {r['seed']} | {t['knn_acc']:.3f} | "
             f"{ri['knn_acc']:.3f} | {t['knn_acc'] - ri['knn_acc']:+.3f} | {t['logreg_acc']:.3f} | "
-            f"{'-' if std is None else f'{std:.3f}'} | {'-' if rank is None else f'{rank:.1f}'} |"
+            f"{'-' if std is None else f'{std:.3f}'} | {'-' if rank is None else f'{rank:.1f}'} | "
+            f"{'-' if feature_std is None else f'{feature_std:.3f}'} | "
+            f"{'-' if feature_rank is None else f'{feature_rank:.1f}'} |"
         )
     winner, scores, delta = decide(rows, list(settings))
     lines += ["", "| setting | mean val kNN gain |", "|---|---|"]

@@ -1,4 +1,4 @@
-"""The EEG encoder's channel modes compared on the demo's protocols (issue 27 item 5, issue 25 item 4).
+"""The EEG encoder's channel modes compared on the demo's protocols.
 
     python scripts/compare_channel_modes.py --out OUT [--real-psg DIR] [--modes montage,embedding,agnostic]
         [--pretrain-seeds 0,1,2] [--protocols cross-dataset,dreams]

@@ -9,8 +9,9 @@ probed the same way (``--no-supervised`` skips it).
 
 ``--seeds``: one run per loss and seed (``train.seed``; seed 0 is the run ``digits_<loss>``, seed s the run
 ``digits_<loss>_seed<s>``); with more than one seed the table ends with the mean +- std (population) over
-seeds of each loss's accuracies and its collapse stats (``collapse/embedding_std`` / ``collapse/rankme`` of
-the last logged step; BYOL rows only).
+seeds of each loss's accuracies and its collapse stats of the last logged step (BYOL rows only): embedding
+std / RankMe of the online projections (``collapse/embedding_std`` / ``collapse/rankme``) and of the online
+encoder's features, what the probe reads (``collapse/feature_std`` / ``collapse/feature_rankme``).
 
 Resumable (``multiview_app.experiments.reproduce.train_unless_done``): a loss whose run has its results row is taken as it
 is; a finished model (model.safetensors) is reused, never retrained (its linear probe runs again when
@@ -36,7 +37,12 @@ SUPERVISED = "supervised_ce"
 """The supervised ceiling's row (configs/digits_supervised_ce.yaml)."""
 
 
-COLLAPSE_KEYS = ("stats/collapse/embedding_std", "stats/collapse/rankme")
+COLLAPSE_KEYS = (
+    "stats/collapse/embedding_std",
+    "stats/collapse/rankme",
+    "stats/collapse/feature_std",
+    "stats/collapse/feature_rankme",
+)
 """Collapse stats of the BYOL method, read from the last metrics row that has them."""
 
 
@@ -56,7 +62,7 @@ def run_one(loss: str, steps: int, runs_dir: Path, fresh: bool, seed: int = 0) -
         return {
             "loss": loss,
             "seed": seed,
-            "collapse": {k: collapse[-1][k] for k in COLLAPSE_KEYS} if collapse else {},
+            "collapse": {k: collapse[-1][k] for k in COLLAPSE_KEYS if k in collapse[-1]} if collapse else {},
             "steps": run.steps,
             "wall_s": run.train_s + time.perf_counter() - start,
             "items_per_s": run.items_per_s,
@@ -119,8 +125,8 @@ def seed_summary(rows: list[dict]) -> list[str]:
         "Mean +- std over seeds:",
         "",
         "| loss | seeds | kNN acc | random-init kNN | kNN gain | logreg acc | random-init logreg | "
-        "embedding std | RankMe |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "embedding std | RankMe | feature std | feature RankMe |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for loss in dict.fromkeys(r["loss"] for r in rows):
         group = [r for r in rows if r["loss"] == loss]
@@ -130,12 +136,13 @@ def seed_summary(rows: list[dict]) -> list[str]:
             for metric in ("knn_acc", "logreg_acc")
         }
         gain = [r["trained"]["knn_acc"] - r["random_init"]["knn_acc"] for r in group]
-        stds = [r["collapse"][COLLAPSE_KEYS[0]] for r in group if r.get("collapse")]
-        ranks = [r["collapse"][COLLAPSE_KEYS[1]] for r in group if r.get("collapse")]
+        collapse = {key: [r["collapse"][key] for r in group if key in r.get("collapse", {})] for key in COLLAPSE_KEYS}
+        stds, ranks, feature_stds, feature_ranks = collapse.values()
         lines.append(
             f"| {loss} | {','.join(str(r.get('seed', 0)) for r in group)} | {cell(score['trained/knn_acc'])} | "
             f"{cell(score['random_init/knn_acc'])} | {cell(gain)} | {cell(score['trained/logreg_acc'])} | "
-            f"{cell(score['random_init/logreg_acc'])} | {cell(stds)} | {cell(ranks, 1)} |"
+            f"{cell(score['random_init/logreg_acc'])} | {cell(stds)} | {cell(ranks, 1)} | "
+            f"{cell(feature_stds)} | {cell(feature_ranks, 1)} |"
         )
     return lines
 

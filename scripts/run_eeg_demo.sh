@@ -14,9 +14,13 @@
 #   view augmentations off). Use a fresh DEMO_DATA folder per generator seed pair: existing files are reused.
 # Speed (docs/eeg.md "Demo"): torch runs with one intra-op thread (OMP_NUM_THREADS=1 unless set:
 # on 2 shared cores the default two threads made a training step ~8x slower; every mvapp process
-# prints its choice, "torch threads: ..."), and the two datasets are synthesized/prepared, and the two
-# evaluations run, as two concurrent processes. DEMO_TRAIN_THREADS=N gives the training alone N threads
-# (MVAPP_NUM_THREADS; unset: one), e.g. 2 on an otherwise idle 2-core machine (docs/eeg.md, issue 28 item 7).
+# prints its choice, "torch threads: ..."); every stage but the PhysioNet-format synthesis (two writer processes)
+# is one single-threaded process, so the second core runs the Sleep-EDF-format side (only the cross-dataset
+# evaluation reads it) beside the PhysioNet-format prepare and the training, and the two evaluations run as two
+# concurrent processes. DEMO_TRAIN_THREADS=N gives the training alone N threads (MVAPP_NUM_THREADS; unset: one),
+# e.g. 2 on an otherwise idle 2-core machine (docs/eeg.md). glibc keeps freed memory for reuse
+# (MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ unless set): the synthesis and evaluations otherwise spent a
+# quarter of their CPU time in the kernel, mapping and faulting in fresh pages for every large temporary array.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MVAPP="${MVAPP:-.venv/bin/mvapp}"
@@ -74,6 +78,7 @@ CACHE="$DATA/physionet2018_cache"
 EDF_RAW="$DATA/sleep_edf_raw"
 EDF_CACHE="$DATA/sleep_edf_cache"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-1073741824}" MALLOC_TRIM_THRESHOLD_="${MALLOC_TRIM_THRESHOLD_:-4294967296}"
 start=$SECONDS
 PHASES=()  # "name seconds" of every phase, printed at the end
 phase_done() {  # phase_done NAME SINCE: record and print the wall seconds of a phase that began at SINCE
@@ -93,8 +98,9 @@ synth() {  # synth FORMAT SUBJECTS OUT SEED WORKERS
 echo "== 1/5 synthesize $SUBJECTS PhysioNet-2018-format nights (WFDB; pretraining) and $EDF_SUBJECTS Sleep-EDF-format"
 echo "       nights (EDF; cross-dataset staging, disjoint seed): ${HOURS}-h nights as ${COMPRESS}x compressed excerpts"
 echo "== 2/5 prepare (read, resample to 100 Hz, band-pass 0.5-30 Hz, 30-s windows), each dataset as soon as it is written"
-# the two datasets concurrently (the PhysioNet side, on the critical path, with two writer processes); the
-# Sleep-EDF side's output is printed after the other's
+# the PhysioNet side (the critical path: its synthesis with two writer processes, then its prepare, then the
+# training); the Sleep-EDF side starts once the PhysioNet nights are written and runs beside the PhysioNet prepare
+# and the training on the core they leave free; its output is printed after the training's
 mkdir -p "$DATA"
 # M3G's sweep blocks (torch.compile, multiview_app/losses/_compile.py) compile on first use (minutes of CPU cold,
 # then cached on disk): warm inductor's cache beside the synthesis, so the training waits less for it (best
@@ -109,17 +115,13 @@ edf_side() {  # the Sleep-EDF-format nights, synthesized then prepared (its wall
   synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" "$EDF_SEED" 1 && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE"
   echo "   [Sleep-EDF-format synthesize + prepare, concurrent: $((SECONDS - since)) s wall]"
 }
-edf_side > "$DATA/sleep_edf.log" 2>&1 &
-edf_job=$!
 t=$SECONDS
 synth physionet2018 "$SUBJECTS" "$RAW" "$PSG_SEED" 2  # two writer processes (the same files): the critical path
 phase_done "synthesize PhysioNet-format" "$t"; t=$SECONDS
+edf_side > "$DATA/sleep_edf.log" 2>&1 &
+edf_job=$!
 "$MVAPP" data prepare physionet2018 --source "$RAW" --out "$CACHE"
-phase_done "prepare PhysioNet-format" "$t"; t=$SECONDS
-edf_status=0; wait "$edf_job" || edf_status=$?
-cat "$DATA/sleep_edf.log"; rm -f "$DATA/sleep_edf.log"
-phase_done "wait for the Sleep-EDF-format side" "$t"
-[ "$edf_status" -eq 0 ] || { echo "Sleep-EDF-format synthesis/prepare failed (exit $edf_status)" >&2; exit "$edf_status"; }
+phase_done "prepare PhysioNet-format" "$t"
 
 echo "== 3/5 train M3G, k = 6 channels as views, $STEPS steps, batch $BATCH, lr $LR, encoder $ENCODER (one set of weights for every channel)"
 echo "       view augmentations: ${AUGMENT:-none}"
@@ -134,6 +136,10 @@ MVAPP_NUM_THREADS="${DEMO_TRAIN_THREADS:-${MVAPP_NUM_THREADS:-}}" \
   model.encoders.eeg="$ENCODER" train.checkpoint_every=0 train.log_every=10 \
   loss.epsilon="$EPSILON" loss.max_iter=300 ${AUGMENT_ARGS[@]+"${AUGMENT_ARGS[@]}"}
 phase_done "train" "$t"; t=$SECONDS
+edf_status=0; wait "$edf_job" || edf_status=$?
+cat "$DATA/sleep_edf.log"; rm -f "$DATA/sleep_edf.log"
+phase_done "wait for the Sleep-EDF-format side" "$t"; t=$SECONDS
+[ "$edf_status" -eq 0 ] || { echo "Sleep-EDF-format synthesis/prepare failed (exit $edf_status)" >&2; exit "$edf_status"; }
 if [ ${#CEILING_ARGS[@]} -eq 0 ]; then
   echo "       supervised ceiling: the same encoder trained end to end on the pretraining nights' stages (cross-entropy,"
   echo "       steps chosen on validation subjects of the pretraining data), probed like the pretrained encoder"

@@ -1,6 +1,6 @@
 """Synthetic-to-real transfer: the demo's pretrained EEG encoder stages the real DREAMS excerpts.
 
-One command for a user with the DREAMS Sleep Spindles download (issue 25 item 4):
+One command for a user with the DREAMS Sleep Spindles download:
 
     python scripts/transfer_dreams.py --real-psg DIR --out OUT [--run RUN ... | --pretrain-seeds 0,1,2]
 

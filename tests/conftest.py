@@ -11,6 +11,12 @@ import pytest
 # minutes on a 2-core CPU); tests/test_m3g_compiled.py turns compiling on for itself. Subprocesses inherit it.
 os.environ.setdefault("MVAPP_M3G_COMPILE", "0")
 
+# Under pytest-xdist (``make test`` runs two workers on a 2-core machine) each worker and the CLI processes it
+# starts use one intra-op thread, so the two workers do not oversubscribe the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+
 
 @pytest.fixture(autouse=True)
 def _fresh_decoded_splits():

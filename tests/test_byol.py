@@ -12,7 +12,7 @@ from multiview_app.config import ConfigError
 from multiview_app.losses import build_loss
 from multiview_app.losses.contrastive import BYOLAverage, BYOLLoss, BYOLPairwise
 from multiview_app.models import build_model
-from multiview_app.train.methods import BYOLMethod, build_method
+from multiview_app.train.methods import BYOLMethod, build_method, collapse_stats
 from multiview_app.train.run_io import model_spec
 from tests._train_helpers import tiny_config
 
@@ -133,10 +133,11 @@ def test_loss_is_zero_when_predictions_match_targets_and_checks_shapes() -> None
     assert issubclass(BYOLPairwise, BYOLLoss) and issubclass(BYOLAverage, BYOLLoss)
 
 
-def _byol_config(tmp_path: Path, name: str = "byol_ave", k: int = 3, **teacher: object):
+def _byol_config(tmp_path: Path, name: str = "byol_ave", k: int = 3, optim: dict | None = None, **teacher: object):
     return tiny_config(
         tmp_path,
         "byol",
+        **({"optim": optim} if optim else {}),
         views={"k": k},
         loss={"name": name},
         model={
@@ -177,9 +178,43 @@ def test_byol_method_gradients_reach_only_the_online_branch(tmp_path: Path, name
     loss.backward()
     assert fired == [] and all(p.grad is None for p in target_params)
     assert model.predictors["image"].net[0].weight.grad.abs().sum() > 0  # the predictor trains
-    assert set(stats) >= {"collapse/embedding_std", "collapse/rankme"}
-    assert all(isinstance(stats[key], torch.Tensor) for key in ("collapse/embedding_std", "collapse/rankme"))
+    keys = ("collapse/embedding_std", "collapse/rankme", "collapse/feature_std", "collapse/feature_rankme")
+    assert set(stats) >= set(keys) and all(isinstance(stats[key], torch.Tensor) for key in keys)
     assert 0 < float(stats["collapse/embedding_std"]) and 1 <= float(stats["collapse/rankme"]) <= 16
+    assert 0 < float(stats["collapse/feature_std"]) and 1 <= float(stats["collapse/feature_rankme"]) <= 16
+    features = model.features(_tiny_batch(cfg))  # the stats of the features are those of what a probe reads
+    torch.testing.assert_close(out.features, features)
+    torch.testing.assert_close(stats["collapse/feature_rankme"], collapse_stats(features, "features")[keys[3]])
+
+
+def test_collapse_stats_of_collapsed_and_spread_rows() -> None:
+    """All rows on one direction: std 0 and RankMe 1; rows on d orthogonal directions: RankMe d."""
+    one = torch.ones(8, 2, 4) * torch.tensor([3.0, 0.0, 0.0, 0.0])
+    stats = collapse_stats(one, "features")
+    assert float(stats["collapse/feature_std"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(stats["collapse/feature_rankme"]) == pytest.approx(1.0, abs=1e-3)
+    spread = torch.eye(4).repeat(2, 1).view(4, 2, 4) * 5.0  # each row a scaled basis vector, every one twice
+    assert float(collapse_stats(spread)["collapse/rankme"]) == pytest.approx(4.0, abs=1e-3)
+    # features are centered first: a shared offset (all-positive ReLU features) is not counted as spread;
+    # isotropic noise in 3 dimensions around it has RankMe about 3, uncentered much less
+    g = torch.Generator().manual_seed(0)
+    rows = torch.tensor([10.0, 0.0, 0.0, 0.0]) + torch.randn(256, 4, generator=g) * torch.tensor([0, 1.0, 1.0, 1.0])
+    centered = float(collapse_stats(rows.view(128, 2, 4), "features")["collapse/feature_rankme"])
+    assert centered == pytest.approx(3.0, abs=0.5)
+    assert centered > float(collapse_stats(rows.view(128, 2, 4))["collapse/rankme"]) + 0.5
+
+
+def test_predictor_learning_rate_scale_makes_its_own_parameter_group(tmp_path: Path) -> None:
+    from multiview_app.train.trainer import param_groups
+
+    cfg = _byol_config(tmp_path, optim={"lr": 0.002, "predictor_lr_scale": 10.0})
+    model = build_model(**model_spec(cfg))
+    rest, head = param_groups(model, cfg.optim)
+    assert head["lr"] == pytest.approx(0.02) and "lr" not in rest
+    assert {id(p) for p in head["params"]} == {id(p) for p in model.predictors.parameters()}
+    assert len(rest["params"]) + len(head["params"]) == len(list(model.parameters()))
+    plain = param_groups(model, _byol_config(tmp_path).optim)  # scale 1: one group of every parameter
+    assert len(plain) == 1 and len(plain[0]["params"]) == len(list(model.parameters()))
 
 
 def test_byol_method_ema_update_moves_the_target_towards_the_online_weights(tmp_path: Path) -> None:

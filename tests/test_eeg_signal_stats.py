@@ -105,6 +105,14 @@ def test_cross_staging_of_two_sources_with_the_same_stages() -> None:
     epochs, labels = _rhythm_epochs(0, 10)
     with pytest.raises(ValueError, match="has no training epoch"):
         cross_staging((epochs[labels != 1], labels[labels != 1]), (epochs, labels), 100.0)
+    # predictions (opt-in): one label per test epoch of the classes, in test order, agreeing with the metrics
+    test = _rhythm_epochs(1, 20)
+    keep = test[1] != 3
+    with_predictions = cross_staging(_rhythm_epochs(0, 30), test, 100.0, classes=(0, 1, 2), predictions=True)
+    assert "predicted" not in cross_staging(_rhythm_epochs(0, 30), test, 100.0, classes=(0, 1, 2))
+    predicted = with_predictions["predicted"]
+    assert predicted.shape == (keep.sum(),)
+    assert with_predictions["accuracy"] == pytest.approx(float((predicted == test[1][keep]).mean()))
 
 
 def test_leave_one_group_out_holds_each_group_out_of_its_own_fit() -> None:
@@ -127,6 +135,13 @@ def test_leave_one_group_out_holds_each_group_out_of_its_own_fit() -> None:
     assert all(result["per_group"][g]["kappa"] > 0.9 for g in "abc") and result["per_group"]["d"]["kappa"] < 0.0
     assert result["test_per_class"] == dict.fromkeys(["W", "N1", "N2", "N3"], 43)
     assert 0.0 < result["pooled"]["kappa"] < min(result["per_group"][g]["kappa"] for g in "abc")
+    true, predicted, held_out = leave_one_group_out_staging(epochs, labels, groups, 100.0, predictions=True)[
+        "predicted"
+    ]
+    assert list(dict.fromkeys(held_out.tolist())) == ["a", "b", "c", "d"] and true.size == predicted.size == 4 * 43
+    for g in "abcd":  # each group's predictions are its fold's
+        mine = held_out == g
+        assert result["per_group"][g]["accuracy"] == pytest.approx(float((predicted[mine] == true[mine]).mean()))
     with pytest.raises(ValueError, match="held-out group 'a': realism classifier: a class of .* has no training epoch"):
         keep = ~((groups != "a") & (labels == 1))  # N1 only in group "a"
         leave_one_group_out_staging(epochs[keep], labels[keep], groups[keep], 100.0)

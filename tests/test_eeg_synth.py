@@ -283,7 +283,8 @@ def test_sleep_edf_sc_cohort_traits_follow_the_published_directions() -> None:
         assert after.awakening_prob >= before.awakening_prob
         ages.append(after.age_years)
         n3.append(after.n3_scale / before.n3_scale)
-        delta.append(after.delta_scale / before.delta_scale / synth.SC_AGE_EFFECTS["delta_by_sex"][after.sex])
+        assert after.delta_scale == before.delta_scale  # the age effect is on the NREM slow waves only
+        delta.append(after.slow_wave_scale / synth.SC_AGE_EFFECTS["delta_by_sex"][after.sex])
         awakening.append(after.awakening_scale / before.awakening_scale)
         arousal.append(after.arousal_scale / before.arousal_scale)
     order = np.argsort(ages)
@@ -302,3 +303,55 @@ def test_sleep_edf_sc_cohort_traits_follow_the_published_directions() -> None:
         base(s).with_cohort("sleep-edf-sc", np.random.default_rng([0, s, synth.COHORT_STREAM])).sex for s in range(200)
     ]
     assert abs(sexes.count("F") / 200 - synth.SC_FEMALE_SHARE) < 0.1
+
+
+def _central_delta_power(traits: SubjectTraits, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """C3-M2 0.5-3.5 Hz power per epoch ``(e,)`` and the stages ``(e,)`` of a compressed night."""
+    night = synth_night(["C3-M2"], 9, 100.0, traits, np.random.default_rng([seed, 1]), compress=6)
+    return _epochs(_band(night.signals["C3-M2"], 0.5, 3.5)).var(axis=1), night.stages
+
+
+def test_cohort_age_effect_shrinks_nrem_slow_waves_and_leaves_wake_and_n1_delta() -> None:
+    """The SC cohort's age / sex effect (``slow_wave_scale``) acts on the N2 / N3 delta rhythm only: the
+    same night drawn with the scale halved has about a quarter of the N3 delta power and the same W / N1
+    delta power (wake and N1 delta are not the slow waves the SC study measured)."""
+    from multiview_app.data.eeg import synth
+
+    traits = SubjectTraits.sample(np.random.default_rng([9, 0]))
+    full, stages = _central_delta_power(traits, 9)
+    traits.slow_wave_scale = 0.5
+    half, same_stages = _central_delta_power(traits, 9)
+    assert np.array_equal(stages, same_stages)
+    slow = np.isin(stages, synth.SLOW_WAVE_STAGES)
+    near_slow = slow | np.r_[False, slow[:-1]] | np.r_[slow[1:], False]  # the envelope interpolates between epochs
+    ratio = half / full
+    for stage in (synth.W, synth.N1):
+        chosen = ~near_slow & (stages == stage)
+        assert chosen.sum() >= 3, synth.STAGES[stage]
+        np.testing.assert_allclose(ratio[chosen], 1.0, rtol=1e-3)
+    n3 = (stages == synth.N3) & np.r_[False, stages[:-1] == synth.N3] & np.r_[stages[1:] == synth.N3, False]
+    assert n3.sum() >= 5 and 0.2 < np.median(ratio[n3]) < 0.4  # amplitude 0.5: power ~0.25 (+ other sources)
+
+
+def test_sleep_edf_cohort_wake_and_n1_match_the_real_dreams_central_lead() -> None:
+    """Sleep-EDF-format (SC cohort) nights: C3-M2 median relative band power of W and N1 within the real
+    DREAMS central interquartile range widened by half its width (as the young-adult test above); the SC
+    noise floor and all-stage delta loss of the first SC cohort left N1 beta at 0.086 and delta at 0.39
+    (real IQR 0.024-0.048 and 0.53-0.77)."""
+    from multiview_app.data.eeg import synth
+    from multiview_app.eval.bandpower import relative_band_powers
+
+    rel, stages = [], []
+    for s in range(3):
+        traits = SubjectTraits.sample(np.random.default_rng([0, s])).with_cohort(
+            "sleep-edf-sc", np.random.default_rng([0, s, synth.COHORT_STREAM])
+        )
+        night = synth_night(["C3-M2"], 9, 100.0, traits, np.random.default_rng([0, s, 2]), compress=6)
+        rel.append(relative_band_powers(_epochs(_band(night.signals["C3-M2"], 0.5, 30.0))[:, None], 100.0)[:, 0])
+        stages.append(night.stages)
+    rel, stages = np.concatenate(rel), np.concatenate(stages)
+    for k, name in ((synth.W, "W"), (synth.N1, "N1")):
+        median = np.median(rel[stages == k], axis=0)
+        for band, value, (low, high) in zip(BANDS, median, DREAMS_CENTRAL_RELATIVE_POWER_IQR[name]):
+            margin = 0.5 * (high - low)
+            assert low - margin <= value <= high + margin, f"{name} {band}: {value:.3f} vs real IQR [{low}, {high}]"

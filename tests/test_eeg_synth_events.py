@@ -455,7 +455,10 @@ replaced them by fingerprints): (1) the published arousal index (EXTRA_AROUSALS_
 background with larger K-complexes (docs/eeg.md, "What changed for the demo's EEG windows"); before
 it: a5ca8764cb43573f, 9ba6a7614197df9c, 1a9c77f755ef39a0; after it: 324b4cf0c3539947,
 67af9dec30b0a599, 91d9673bd1f30264 (on an AVX2 machine: byte digests of filtered float32 windows
-differ between CPUs, see :data:`PIN_TOLERANCE`)."""
+differ between CPUs, see :data:`PIN_TOLERANCE`). (3) Wake / N1 against the real DREAMS epochs (fingerprints
+rewritten): the SC cohort's age / sex effect on the N2 / N3 slow waves only, the SC noise floor equal to the
+base cohort's, arousal bursts 3 / 2 uV alpha / beta (were 6 / 4), wake beta alike with eyes open and
+closed and a smaller alpha contrast (``synth.EYES_OPEN`` / ``EYES_CLOSED``); all three keys move."""
 
 # Windows per segment of the per-window profiles (1 h of 30-s windows).
 PIN_SEGMENT = 120

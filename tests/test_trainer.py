@@ -137,6 +137,7 @@ def test_ema_teacher_with_predictor(tmp_path: Path) -> None:
     assert momenta[0] == pytest.approx(0.9) and momenta == sorted(momenta) and momenta[-1] < 1.0
     # collapse monitoring on every logged row: embedding std of the online projections and RankMe
     assert all(r["stats/collapse/embedding_std"] > 0 and r["stats/collapse/rankme"] >= 1 for r in records)
+    assert all(r["stats/collapse/feature_std"] > 0 and r["stats/collapse/feature_rankme"] >= 1 for r in records)
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in records)
     _, model = load_run(result.run_dir)
     assert model.has_predictor

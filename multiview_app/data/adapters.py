@@ -89,8 +89,9 @@ class DataAdapter:
         return len(self.class_names)
 
 
-#: One package per modality (``data/<modality>/``); importing one registers its adapters and view
-#: policies. A new modality is its folder plus one line here.
+#: One package per modality (``data/<modality>/``); importing one (with the submodules its
+#: ``REGISTERING_MODULES`` names, if any) registers its adapters and view policies. A new modality is its
+#: folder plus one line here.
 MODALITY_PACKAGES: tuple[str, ...] = (
     "multiview_app.data.images",
     "multiview_app.data.eeg",

@@ -1,5 +1,5 @@
 """Realism of synthetic EEG, both ways: a classifier fitted on one source's epochs (e.g. real DREAMS)
-stages another's (synthetic), and the reverse (issue 25, item 3); and the same classifier's ceiling on
+stages another's (synthetic), and the reverse; and the same classifier's ceiling on
 real data alone: fitted on all recordings but one, it stages the held-out one (leave one group out)."""
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def cross_staging(
     sfreq: float,
     classes: tuple[int, ...] = (0, 1, 2, 3),
     seed: int = 0,
+    predictions: bool = False,
 ) -> dict[str, Any]:
     """Realism check: a classifier fitted on one source's epochs stages another's. ``train`` / ``test``:
     ``(epochs (e, T) uV, labels (e,))``; features: log relative band powers (``eval.bandpower``);
@@ -50,10 +51,12 @@ def cross_staging(
     x_train, y_train, _ = _features(*train, sfreq, classes)
     x_test, y_test, _ = _features(*test, sfreq, classes)
     model, drawn = _fit_balanced(x_train, y_train, classes, seed)
+    predicted = model.predict(x_test)
     return {
-        **staging_metrics(y_test, model.predict(x_test)),
+        **staging_metrics(y_test, predicted),
         "train_per_class": drawn,
         "test_per_class": {STAGES[c]: int((y_test == c).sum()) for c in classes},
+        **({"predicted": predicted} if predictions else {}),
     }
 
 
@@ -64,6 +67,7 @@ def leave_one_group_out_staging(
     sfreq: float,
     classes: tuple[int, ...] = (0, 1, 2, 3),
     seed: int = 0,
+    predictions: bool = False,
 ) -> dict[str, Any]:
     """The ceiling of :func:`cross_staging`'s classifier on one source: for each group (e.g. each real
     recording) the same classifier, fitted on a class-balanced draw of the other groups' epochs, stages
@@ -72,7 +76,8 @@ def leave_one_group_out_staging(
     Returns ``pooled`` (``staging_metrics`` of every held-out prediction together), ``per_group``
     (``{str(group): metrics + test_per_class + train_per_class}``, groups in sorted order),
     ``skipped_groups`` (groups without a test epoch of ``classes``: not staged) and ``test_per_class``
-    of the pooled predictions. A fold whose other groups lack a class raises ``ValueError`` naming it."""
+    of the pooled predictions; ``predictions``: also ``predicted``, the pooled ``(true labels, predicted
+    labels, groups)`` (each ``(e',)``, held-out groups in sorted order). A fold whose other groups lack a class raises ``ValueError`` naming it."""
     epochs, labels, groups = np.asarray(epochs), np.asarray(labels), np.asarray(groups)
     if not epochs.shape[0] == labels.shape[0] == groups.shape[0]:
         raise ValueError(
@@ -81,7 +86,7 @@ def leave_one_group_out_staging(
         )
     x, y, keep = _features(epochs, labels, sfreq, classes)
     g = groups[keep]
-    y_true, y_pred, per_group, skipped = [], [], {}, []
+    y_true, y_pred, y_group, per_group, skipped = [], [], [], {}, []
     for group in sorted(set(groups.tolist())):
         test = g == group
         if not test.any():
@@ -94,6 +99,7 @@ def leave_one_group_out_staging(
         predicted = model.predict(x[test])
         y_true.append(y[test])
         y_pred.append(predicted)
+        y_group.append(g[test])
         per_group[str(group)] = {
             **staging_metrics(y[test], predicted),
             "train_per_class": drawn,
@@ -101,11 +107,12 @@ def leave_one_group_out_staging(
         }
     if not per_group:
         raise ValueError(f"leave_one_group_out_staging: no group holds an epoch of {[STAGES[c] for c in classes]}")
-    pooled_true = np.concatenate(y_true)
+    pooled_true, pooled_pred = np.concatenate(y_true), np.concatenate(y_pred)
     return {
-        "pooled": staging_metrics(pooled_true, np.concatenate(y_pred)),
+        "pooled": staging_metrics(pooled_true, pooled_pred),
         "per_group": per_group,
         "skipped_groups": skipped,
         "seed": seed,
         "test_per_class": {STAGES[c]: int((pooled_true == c).sum()) for c in classes},
+        **({"predicted": (pooled_true, pooled_pred, np.concatenate(y_group))} if predictions else {}),
     }

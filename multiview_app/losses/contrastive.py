@@ -1,4 +1,4 @@
-"""Contrastive and BYOL-style multi-view losses (issue 2, losses 1-6).
+"""Contrastive and BYOL-style multi-view losses.
 
 Notation: ``z`` is ``(n, k, d)`` and already L2-normalized by :class:`MultiViewLoss`;
 ``s(a, b) = <z_a, z_b> / tau``; item ``i``, views ``alpha, beta, gamma``. The *negatives* of an

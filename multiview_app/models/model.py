@@ -98,18 +98,23 @@ class MultiViewModel(nn.Module):
         """Encode one modality's views -> ``(n, k_m, f)``."""
         return encode_views(self.encoders[modality], views, names)
 
-    def _per_view(self, batch: ViewBatch, fn: Any) -> torch.Tensor:
-        """Apply ``fn(modality, views, names) -> (n, k_m, x)`` per modality, reassemble ``(n, k, x)``."""
+    def _view_parts(self, batch: ViewBatch, fn: Any) -> list[torch.Tensor]:
+        """Apply ``fn(modality, views, names) -> (n, k_m, x)`` per modality -> the k views' ``(n, x)`` in view order."""
         groups = self._groups(batch)
         parts: list[torch.Tensor | None] = [None] * batch.k
         for modality, idx in groups.items():
             out = fn(modality, [batch.views[i] for i in idx], [batch.view_names[i] for i in idx])
             for j, i in enumerate(idx):
                 parts[i] = out[:, j]
-        dims = {p.shape[-1] for p in parts}  # type: ignore[union-attr]
+        return parts  # type: ignore[return-value]
+
+    def _per_view(self, batch: ViewBatch, fn: Any) -> torch.Tensor:
+        """Apply ``fn(modality, views, names) -> (n, k_m, x)`` per modality, reassemble ``(n, k, x)``."""
+        parts = self._view_parts(batch, fn)
+        dims = {p.shape[-1] for p in parts}
         if len(dims) > 1:
             raise ValueError(f"modalities give different widths {sorted(dims)}; they must match to stack views")
-        return torch.stack(parts, dim=1)  # type: ignore[arg-type]
+        return torch.stack(parts, dim=1)
 
     def features(self, batch: ViewBatch) -> torch.Tensor:
         """Encoder features ``(n, k, f)`` (what evaluators use)."""
@@ -129,20 +134,30 @@ class MultiViewModel(nn.Module):
 
         return F.normalize(self._per_view(batch, project), dim=-1)
 
-    def embed_online(self, batch: ViewBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """BYOL's online branch in one pass: ``(predictions, projections)``, each L2-normalized
-        ``(n, k, d)`` (predictions = projections when the model has no predictor)."""
+    def embed_online(self, batch: ViewBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """BYOL's online branch in one pass: ``(predictions, projections, features)``; predictions and
+        projections L2-normalized ``(n, k, d)`` (predictions = projections when the model has no
+        predictor); features the encoders' ``(n, k, f)`` (what a probe reads), None when the
+        modalities' encoders differ in width."""
+        widths: dict[str, int] = {}  # encoder width per modality
 
-        def project_and_predict(modality: str, views: list[torch.Tensor], names: list[str]) -> torch.Tensor:
+        def run(modality: str, views: list[torch.Tensor], names: list[str]) -> torch.Tensor:
             feats = self._encode(modality, views, names)  # (n, k_m, f)
             n, k_m, f = feats.shape
+            widths[modality] = f
             projections = self.projectors[modality](feats.transpose(0, 1).reshape(k_m * n, f))
             predictor = self.predictors[modality] if modality in self.predictors else nn.Identity()
             both = torch.cat([predictor(projections), projections], dim=-1)  # (k_m * n, 2 d)
-            return both.view(k_m, n, -1).transpose(0, 1)
+            return torch.cat([both.view(k_m, n, -1).transpose(0, 1), feats], dim=-1)  # (n, k_m, 2 d + f)
 
-        predictions, projections = self._per_view(batch, project_and_predict).chunk(2, dim=-1)
-        return F.normalize(predictions, dim=-1), F.normalize(projections, dim=-1)
+        parts = self._view_parts(batch, run)
+        view_widths = [widths[m] for m in batch.modalities]
+        heads = torch.stack([p[:, : p.shape[-1] - f] for p, f in zip(parts, view_widths)], dim=1)  # (n, k, 2 d)
+        predictions, projections = heads.chunk(2, dim=-1)
+        features = None
+        if len(set(view_widths)) == 1:
+            features = torch.stack([p[:, -view_widths[0] :] for p in parts], dim=1)  # (n, k, f)
+        return F.normalize(predictions, dim=-1), F.normalize(projections, dim=-1), features
 
     def forward(self, batch: ViewBatch) -> torch.Tensor:
         return self.embed(batch)

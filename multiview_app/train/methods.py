@@ -11,7 +11,9 @@ optimizer step. The :class:`~multiview_app.train.trainer.Trainer` stays generic 
   ``loss(online predictions, target projections)`` (no online-online term). On logging steps it adds
   ``collapse/embedding_std`` (mean per-dimension std of the normalized online projections; 0 when
   collapsed, about ``1 / sqrt(d)`` when spread) and ``collapse/rankme`` (RankMe, Garrido et al. 2023),
-  kept as device tensors until the trainer reads the step's values.
+  and the same two of the online encoder's features (what a probe reads; L2-normalized per row, centered
+  before RankMe): ``collapse/feature_std``, ``collapse/feature_rankme``; kept as device tensors until the trainer
+  reads the step's values.
 
 Both EMA methods update the target after the optimizer step with
 ``cosine_momentum(step, total_steps, model.teacher.momentum_base)`` and save it in the checkpoint as
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..config import Config
@@ -47,6 +50,7 @@ class StepOutputs:
     online: torch.Tensor
     target: torch.Tensor | None = None
     projections: torch.Tensor | None = None
+    features: torch.Tensor | None = None
     labels: torch.Tensor | None = None
 
 
@@ -58,11 +62,25 @@ def loss_stats(loss_fn: nn.Module) -> dict[str, Any]:
     return stats.raw() if isinstance(stats, LazyStats) else dict(stats)
 
 
-def collapse_stats(projections: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``collapse/embedding_std`` and ``collapse/rankme`` of normalized projections ``(n, k, d)``
-    (device tensors, no host read)."""
-    rows = projections.detach().float().reshape(-1, projections.shape[-1])  # (n k, d)
-    return {"collapse/embedding_std": rows.std(dim=0).mean(), "collapse/rankme": effective_rank_tensor(rows)}
+#: stat names of :func:`collapse_stats` per what is measured: (std key, RankMe key)
+COLLAPSE_KEYS: dict[str, tuple[str, str]] = {
+    "projections": ("collapse/embedding_std", "collapse/rankme"),
+    "features": ("collapse/feature_std", "collapse/feature_rankme"),
+}
+#: whether :func:`collapse_stats` centers the rows before RankMe: the encoder's (post-ReLU, all
+#: positive) features share one large mean direction, and what a standardizing probe reads is the
+#: spread around it; projections uncentered, as RankMe (Garrido et al. 2023) defines it
+CENTERED: dict[str, bool] = {"projections": False, "features": True}
+
+
+def collapse_stats(x: torch.Tensor, of: str = "projections") -> dict[str, torch.Tensor]:
+    """Mean per-dimension std and RankMe of ``x`` ``(n, k, d)`` with every row L2-normalized (and the
+    rows centered before RankMe when ``CENTERED[of]``); device tensors, no host read; under the names
+    ``COLLAPSE_KEYS[of]``."""
+    rows = F.normalize(x.detach().float().reshape(-1, x.shape[-1]), dim=-1)  # (n k, d)
+    std_key, rank_key = COLLAPSE_KEYS[of]
+    spread = rows - rows.mean(dim=0) if CENTERED[of] else rows
+    return {std_key: rows.std(dim=0).mean(), rank_key: effective_rank_tensor(spread)}
 
 
 class TrainMethod:
@@ -155,18 +173,20 @@ class BYOLMethod(EMATeacherMethod):
         super().__init__(cfg, model, loss_fn, device)
 
     def forward(self, step_module: nn.Module, batch: ViewBatch) -> StepOutputs:
-        predictions, projections = step_module(batch)
+        predictions, projections, features = step_module(batch)
         with torch.no_grad():
             target = self.teacher.embed(batch).detach()
-        return StepOutputs(predictions, target=target, projections=projections)
+        return StepOutputs(predictions, target=target, projections=projections, features=features)
 
     def loss(
         self, out: StepOutputs, loss_fn: nn.Module, call: LossCall, gather: Gather, log_step: bool
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         loss = call(loss_fn, out.online, out.target)  # per process (BYOL losses are never gathered)
         stats = loss_stats(loss_fn)
-        if log_step and out.projections is not None:
-            stats.update(collapse_stats(out.projections))
+        if log_step:
+            for of in COLLAPSE_KEYS:
+                if getattr(out, of) is not None:
+                    stats.update(collapse_stats(getattr(out, of), of))
         return loss, stats
 
 
@@ -192,6 +212,7 @@ def build_method(cfg: Config, model: nn.Module, loss_fn: nn.Module, device: torc
 
 
 __all__ = [
+    "COLLAPSE_KEYS",
     "METHODS",
     "BYOLMethod",
     "EMATeacherMethod",

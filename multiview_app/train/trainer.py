@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
-from ..config import Config, dump_config, resolve_paths
+from ..config import Config, OptimConfig, dump_config, resolve_paths
 from ..console import info
 from ..data.batch import ViewBatch, to_device
 from ..data.streaming import STREAM_KEYS, StreamingDataset, StreamPosition
@@ -243,7 +243,7 @@ class EmbedStep(nn.Module):
     """The DDP-wrapped unit, so that the gradient synchronisation hooks of DDP see the forward pass:
     ``forward(batch)`` -> ``model.embed(batch)`` ``(n, k, d)`` (``output="embed"``), the encoder's
     ``model.features(batch)`` ``(n, k, f)`` (``"features"``, e.g. the supervised head) or BYOL's online
-    ``model.embed_online(batch)`` = (predictions, projections) ``(n, k, d)`` each (``"online"``)."""
+    ``model.embed_online(batch)`` = (predictions, projections, encoder features) (``"online"``)."""
 
     OUTPUTS: ClassVar[dict[str, str]] = {"embed": "embed", "features": "features", "online": "embed_online"}
 
@@ -256,6 +256,19 @@ class EmbedStep(nn.Module):
 
     def forward(self, batch: ViewBatch) -> Any:
         return getattr(self.model, self.OUTPUTS[self.output])(batch)
+
+
+def param_groups(model: nn.Module, optim: OptimConfig) -> list[dict[str, Any]]:
+    """AdamW parameter groups of ``model``: the predictor heads at ``lr * optim.predictor_lr_scale``
+    (when it is not 1 and the model has predictors), everything else at ``optim.lr``."""
+    predictors = getattr(model, "predictors", None)
+    scaled = isinstance(predictors, nn.Module) and optim.predictor_lr_scale != 1.0
+    head = list(predictors.parameters()) if scaled else []
+    if not head:
+        return [{"params": list(model.parameters())}]
+    ids = {id(p) for p in head}
+    rest = [p for p in model.parameters() if id(p) not in ids]
+    return [{"params": rest}, {"params": head, "lr": optim.lr * optim.predictor_lr_scale}]
 
 
 def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
@@ -525,7 +538,7 @@ class Trainer:
         loss_params = [p for p in loss_fn.parameters() if p.requires_grad]  # e.g. a learnable logit scale
         optimizer = (
             torch.optim.AdamW(  # on CUDA the fused kernel: a few launches per step instead of one per op and group
-                [{"params": step_module.parameters()}, {"params": loss_params, "weight_decay": 0.0}],
+                [*param_groups(model, cfg.optim), {"params": loss_params, "weight_decay": 0.0}],
                 lr=cfg.optim.lr,
                 betas=cfg.optim.betas,
                 weight_decay=cfg.optim.weight_decay,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +24,9 @@ def find_records(source: Path) -> list[Path]:
     return [h.with_suffix("") for h in sorted(source.rglob("*.hea"))]
 
 
-def signal_files(record: Path) -> list[Path]:
-    """The signal file(s) a record's header points to."""
-    header = _read_header(record)
+def signal_files(record: Path, header: Any = None) -> list[Path]:
+    """The signal file(s) a record's header (``header``: that header, already read) points to."""
+    header = _read_header(record) if header is None else header
     return sorted({record.parent / name for name in header.file_name})
 
 
@@ -38,9 +39,10 @@ def _read_header(record: Path):
         raise ValueError(f"{record}.hea: corrupt WFDB header ({err})") from None
 
 
-def check_wfdb_integrity(record: Path) -> None:
-    """Raise ``ValueError`` naming the file when a signal file is missing or shorter than the header says."""
-    header = _read_header(record)
+def check_wfdb_integrity(record: Path, header: Any = None) -> None:
+    """Raise ``ValueError`` naming the file when a signal file is missing or shorter than the header says
+    (``header``: the record's header, already read)."""
+    header = _read_header(record) if header is None else header
     per_file: dict[str, int] = {}
     for name, fmt in zip(header.file_name, header.fmt):
         if fmt not in BYTES_PER_SAMPLE:
@@ -141,8 +143,8 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
     """
     import wfdb
 
-    check_wfdb_integrity(record)
-    header = _read_header(record)
+    header = _read_header(record)  # parsed once here (wfdb's parser costs ~20 ms a header)
+    check_wfdb_integrity(record, header)
     picked = resolve_channels(channels, list(header.sig_name), Path(f"{record}.hea"))
     annotation_file = Path(f"{record}.arousal")
     if not annotation_file.exists():
@@ -179,7 +181,7 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
     grid_start = min(s for s, code in notes if code >= 0)  # the scored 30-s grid starts at the first stage note
     n_epochs = max(0, (data.shape[1] - grid_start) // spe)
     labels = stage_epochs_from_notes(notes, data.shape[1], fs, counts, start=grid_start)
-    sources = [*signal_files(record), Path(f"{record}.hea"), annotation_file]
+    sources = [*signal_files(record, header), Path(f"{record}.hea"), annotation_file]
     mat = arousal_mat_path(record)
     if mat.exists():  # the per-sample stages are the authority; the notes are checked against them
         from_mat = stage_epochs_from_samples(read_arousal_mat(mat), grid_start, n_epochs, spe, Counter())

@@ -1,4 +1,4 @@
-"""The generator's provenance in synthetic recordings (issue 26 item 5): which generator version, seed
+"""The generator's provenance in synthetic recordings: which generator version, seed
 and synthetic person wrote a file, stored where each real format keeps free text (the EDF header's
 recording field, WFDB header comments), read back at prepare time into the cache manifest, and the
 recordings' identity for the sleep-staging overlap guard: source sha256 and, for synthetic files, the
@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 GENERATOR = "mvapp-synth"
-GENERATOR_VERSION = 2
-"""Version of the synthetic generator (``synth.py``): 1 = before the real-data calibration of issue 25 item
-3 (files written before it carry no provenance), 2 = real-data night structure and central amplitudes,
-the SC cohort and bipolar Sleep-EDF derivations (issue 26 item 4)."""
+GENERATOR_VERSION = 3
+"""Version of the synthetic generator (``synth.py``): 1 = before the real-data calibration (files written
+before it carry no provenance), 2 = real-data night structure and central amplitudes,
+the SC cohort and bipolar Sleep-EDF derivations, 3 = wake and N1 closer to the real DREAMS epochs (the SC age
+effect on N2 / N3 slow waves only, a lower SC noise floor, arousal and wake alpha / beta levels)."""
 _TOKENS = re.compile(rf"{GENERATOR}/(\d+) seed=(-?\d+) person=(\d+) night=(\d+)")
 EDF_RECORDING_FIELD = (88, 168)
 """Byte range of an EDF header's 80-character local recording identification."""

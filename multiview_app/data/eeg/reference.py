@@ -110,7 +110,7 @@ Zeitlhofer et al., "Topographic distribution of sleep spindles in young healthy 
 Res 6(3):149-155, 1997; abstract retrieved). Published densities are detector outputs (they depend
 on the amplitude threshold), so the generator is compared through a detector too: the generated
 rate is 3.5 / min x the subject's gain (N2; was 5 / min, whose detected ~3.7 / min was above both DREAMS
-experts, 2.0 / 3.0 per min, and whose sigma share was twice the real central one: issue 25 item 3), and the
+experts, 2.0 / 3.0 per min, and whose sigma share was twice the real central one), and the
 test's envelope detector finds it inside mean +- SD; the generated rate itself is not a published value."""
 
 AROUSAL_INDEX_PER_HOUR = {"10-19 y": 13.8, "20-39 y": 14.7, "40-59 y": 17.8, ">=60 y": 27.1}

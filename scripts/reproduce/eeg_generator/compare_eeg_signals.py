@@ -1,4 +1,4 @@
-"""Signals of the generator vs the real DREAMS excerpts, central derivation (issue 25, item 3, first cut).
+"""Signals of the generator vs the real DREAMS excerpts, central derivation.
 
 Usage: python scripts/reproduce/eeg_generator/compare_eeg_signals.py --out DIR [--real-psg DIR] [--subjects 6] [--seed 0]
 

@@ -1,4 +1,4 @@
-"""Night structure of the synthetic generator vs the 20 real Sleep-EDF SC hypnograms (issue 25, item 3).
+"""Night structure of the synthetic generator vs the 20 real Sleep-EDF SC hypnograms.
 
 Usage: python scripts/reproduce/eeg_generator/compare_night_structure.py --out DIR [--real-psg DIR] [--nights 20] [--hours 9] [--seed 0]
 

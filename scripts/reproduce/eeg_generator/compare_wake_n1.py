@@ -3,16 +3,26 @@
 Usage: python scripts/reproduce/eeg_generator/compare_wake_n1.py --out DIR [--real-psg DIR] [--subjects 6] [--seed 0] [--figure PNG]
 
 Real EEG: the central derivation (C3-A1 / CZ-A1) of the 8 DREAMS excerpts (``--real-psg``, default
-``$MVAPP_REAL_PSG``; read in place), 30-s epochs by the card's rule; real EOG / EMG: ``excerpt3.edf``, the only
-full PSG (EOG1-A1, EOG2-A1, EMG1 at 50 Hz; one person). Synthetic: C3-M2, E1-M2 and Chin1-Chin2 of ``--subjects``
-compressed 9-h nights per cohort (``SubjectTraits.sample(default_rng([seed, s]))``, then ``with_cohort``: the
-young-adult cohort of the PhysioNet-format nights, the SC cohort of the Sleep-EDF-format ones). EEG as prepared
-windows (100 Hz, 0.5-30 Hz, not z-scored); EOG / EMG resampled to the real file's 50 Hz. Per stage W / N1 (N2 for
-reference): median Welch spectrum (log10 uV^2/Hz), relative band power and the alpha (8-12 Hz) share, EEG epoch SD,
-EOG rms in 0.3-4 Hz (eye movements, blinks) and EMG rms in 10-24 Hz (the band both rates hold), and each stage's
-level relative to the same person's N2 (removes the gain of the recording). Excerpt 3 is sampled at 50 Hz: its
-spectrum and beta power end at 25 Hz (the figure shows 0.5-24 Hz). Spread: per real excerpt / synthetic
-subject, the median over people and the min-max range. Writes ``DIR/wake_n1.md`` / ``.json`` and the figure.
+``$MVAPP_REAL_PSG``; read in place), 30-s epochs by the card's rule; real frontal bipolar EEG, EOG and EMG:
+``excerpt3.edf``, the only full PSG (a 46-year-old man by its header; FP1-A1 minus C3-A1 = FP1-C3, the
+nearest real derivation to Sleep-EDF's Fpz-Cz; EOG1-A1, EMG1; 50 Hz). The other excerpts' ages are not in
+the files. Synthetic: C3-M2, EEG Fpz-Cz, E1-M2 and Chin1-Chin2 of ``--subjects`` compressed 9-h nights per
+cohort (``SubjectTraits.sample(default_rng([seed, s]))``, then ``with_cohort``: the young-adult cohort of
+the PhysioNet-format nights, the SC cohort, aged 25-101, of the Sleep-EDF-format ones). EEG as prepared
+windows (100 Hz, 0.5-30 Hz, not z-scored); EOG / EMG resampled to the real file's 50 Hz. Per stage (W and N1;
+N2, N3, REM for context): median Welch spectrum (log10 uV^2/Hz), relative band power, EEG epoch SD, EOG rms
+in 0.3-2 Hz (slow eye movements), fast eye movements per minute (|slope| of the 0.3-4 Hz EOG above 6
+times its median in the person's N2, onsets >= 0.3 s apart; blinks count too), EMG rms in 10-24 Hz (the band both rates hold), and
+each stage's level relative to the same person's N2 (removes the gain of the recording). Excerpt 3 is
+sampled at 50 Hz: its spectrum and beta power end at 25 Hz (the figure shows 0.5-24 Hz). Spread: per real
+excerpt / synthetic subject, the median over people and the min-max range.
+
+Realism per cohort: the band-power classifier of ``eval.realism`` (log relative band power, balanced
+logistic regression, W/N1/N2/N3) fitted on one cohort's synthetic C3-M2 epochs stages the real central
+epochs, and fitted on every real epoch stages the cohort's synthetic ones (the direction of a stager
+trained on real nights); beside them the ceiling, fitted on the other real excerpts (leave one excerpt
+out). Per draw seed ``--seed`` .. ``--seed`` + 2: pooled kappa, and W / N1 recall pooled and per real
+excerpt / synthetic subject (those with >= 3 epochs of the stage). Writes ``DIR/wake_n1.md`` / ``.json`` and the figure.
 """
 
 from __future__ import annotations
@@ -32,15 +42,20 @@ from multiview_app.data.eeg.signal_stats import stage_epochs
 from multiview_app.data.eeg.stages import EPOCH_SECONDS, STAGES
 from multiview_app.data.eeg.synth import SubjectTraits, synth_night
 from multiview_app.eval.bandpower import BANDS
+from multiview_app.eval.realism import cross_staging, leave_one_group_out_staging
 
 REAL_PSG_ENV = "MVAPP_REAL_PSG"
 SFREQ = 100.0
 PERIPHERAL_SFREQ = 50.0  # the real EOG / EMG rate (excerpt3.edf)
-EOG_BAND, EMG_BAND = (0.3, 4.0), (10.0, 24.0)
-COMPARED = ("W", "N1", "N2")
+SEM_BAND, EMG_BAND = (0.3, 2.0), (10.0, 24.0)
+FAST_EYE_BAND, FAST_EYE_SLOPE_X, FAST_EYE_GAP_S = (0.3, 4.0), 6.0, 0.3
+COMPARED = ("W", "N1", "N2", "N3", "REM")
 COHORTS = ("young-adult", "sleep-edf-sc")
-REAL_PERIPHERAL = {"eog": "EOG1-A1", "emg": "EMG1"}
-SYNTH_PERIPHERAL = {"eog": "E1-M2", "emg": "Chin1-Chin2"}
+REAL_CHANNELS = {"frontal": ("FP1-A1", "C3-A1"), "eog": "EOG1-A1", "emg": "EMG1"}
+SYNTH_CHANNELS = {"central": "C3-M2", "frontal": "EEG Fpz-Cz", "eog": "E1-M2", "emg": "Chin1-Chin2"}
+REALISM_CLASSES = (0, 1, 2, 3)
+RECALL_MIN_EPOCHS = 3
+DRAWS = 3
 
 
 def eeg_features(epochs: np.ndarray) -> dict[str, np.ndarray]:
@@ -53,96 +68,226 @@ def eeg_features(epochs: np.ndarray) -> dict[str, np.ndarray]:
     return {
         "freqs": freqs[keep],
         "log_psd": np.log10(psd[:, keep] + 1e-12),
-        "relative": powers / powers.sum(axis=1, keepdims=True),
+        "relative": powers / np.maximum(powers.sum(axis=1, keepdims=True), 1e-12),
         "sd": epochs.std(axis=1),
     }
 
 
-def band_rms(signal: np.ndarray, fs: float, labels: np.ndarray, band: tuple[float, float]) -> np.ndarray:
-    """rms uV in ``band`` of every 30-s epoch of one channel at ``fs`` (resampled to 50 Hz first)."""
+def peripheral_epochs(signal: np.ndarray, fs: float, n_labels: int, band: tuple[float, float]) -> np.ndarray:
+    """One channel at ``fs`` -> 50 Hz, band-passed to ``band``, cut into 30-s epochs ``(e, 1500)``."""
     x = bandpass(resample(np.asarray(signal, dtype=np.float64), fs, PERIPHERAL_SFREQ), PERIPHERAL_SFREQ, *band)
     per_epoch = int(EPOCH_SECONDS * PERIPHERAL_SFREQ)
-    n = min(labels.size, x.size // per_epoch)
-    return np.sqrt((x[: n * per_epoch].reshape(n, per_epoch) ** 2).mean(axis=1))
+    n = min(n_labels, x.size // per_epoch)
+    return x[: n * per_epoch].reshape(n, per_epoch)
+
+
+def fast_eye_movements_per_min(epochs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per 30-s EOG epoch ``(e, T)`` (50 Hz, 0.3-4 Hz): onsets of a ``|slope|`` above ``FAST_EYE_SLOPE_X``
+    times the median ``|slope|`` of the person's N2 epochs (a threshold free of the recording's gain), at
+    least ``FAST_EYE_GAP_S`` apart, per minute ``(e,)``."""
+    slope = np.abs(np.diff(epochs, axis=1))
+    n2 = labels[: len(epochs)] == STAGES.index("N2")
+    steep = slope > FAST_EYE_SLOPE_X * np.median(slope[n2] if n2.any() else slope)
+    gap = int(FAST_EYE_GAP_S * PERIPHERAL_SFREQ)
+    counts = np.zeros(len(epochs))
+    for i, row in enumerate(steep):
+        last = -gap - 1
+        for t in np.flatnonzero(row):
+            if t - last > gap:
+                counts[i] += 1
+            last = t
+    return counts * 60.0 / EPOCH_SECONDS
+
+
+def peripheral_features(eog: np.ndarray, emg: np.ndarray, fs: float, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """Per 30-s epoch: slow-eye-movement rms, fast eye movements per minute, EMG rms (each ``(e,)``)."""
+    rms = lambda x: np.sqrt((x**2).mean(axis=1))  # noqa: E731
+    return {
+        "sem_rms_uv": rms(peripheral_epochs(eog, fs, labels.size, SEM_BAND)),
+        "fast_eye_per_min": fast_eye_movements_per_min(peripheral_epochs(eog, fs, labels.size, FAST_EYE_BAND), labels),
+        "emg_rms_uv": rms(peripheral_epochs(emg, fs, labels.size, EMG_BAND)),
+    }
+
+
+PERIPHERAL_KEYS = ("sem_rms_uv", "fast_eye_per_min", "emg_rms_uv")
 
 
 def person_summary(
-    eeg: tuple[np.ndarray, np.ndarray], peripheral: dict[str, np.ndarray] | None, labels30: np.ndarray | None
+    central: tuple[np.ndarray, np.ndarray],
+    frontal: tuple[np.ndarray, np.ndarray] | None,
+    peripheral: dict[str, np.ndarray] | None,
+    labels30: np.ndarray | None,
 ) -> dict[str, dict]:
-    """Per stage of one person: epochs, median spectrum, median relative power, median SD, and (when given)
-    median EOG / EMG rms, each also over the person's N2 median."""
-    epochs, labels = eeg
-    feats = eeg_features(epochs)
-    out: dict[str, dict] = {}
-    for stage in COMPARED:
-        code = STAGES.index(stage)
-        chosen = labels == code
-        if not chosen.any():
+    """Per stage of one person: epochs, median central spectrum / relative power / SD, the same of the
+    frontal bipolar derivation (when given, keys ``frontal_*``), median EOG / EMG features (when given), and
+    SD / EOG / EMG over the person's N2 median."""
+    out: dict[str, dict] = {stage: {} for stage in COMPARED}
+    for prefix, eeg in (("", central), ("frontal_", frontal)):
+        if eeg is None:
             continue
-        row = {
-            "epochs": int(chosen.sum()),
-            "log_psd": np.median(feats["log_psd"][chosen], axis=0).tolist(),
-            "relative": dict(zip(BANDS, np.median(feats["relative"][chosen], axis=0).tolist())),
-            "sd_uv": float(np.median(feats["sd"][chosen])),
-        }
-        if peripheral is not None and labels30 is not None:
-            for name, rms in peripheral.items():
-                picked = rms[labels30[: rms.size] == code]
+        epochs, labels = eeg
+        feats = eeg_features(epochs)
+        for stage in COMPARED:
+            chosen = labels == STAGES.index(stage)
+            if chosen.any():
+                out[stage].update(
+                    {
+                        f"{prefix}epochs": int(chosen.sum()),
+                        f"{prefix}log_psd": np.median(feats["log_psd"][chosen], axis=0).tolist(),
+                        f"{prefix}relative": dict(zip(BANDS, np.median(feats["relative"][chosen], axis=0).tolist())),
+                        f"{prefix}sd_uv": float(np.median(feats["sd"][chosen])),
+                    }
+                )
+    if peripheral is not None and labels30 is not None:
+        for stage in COMPARED:
+            for name, values in peripheral.items():
+                picked = values[labels30[: values.size] == STAGES.index(stage)]
                 if picked.size:
-                    row[f"{name}_rms_uv"] = float(np.median(picked))
-        out[stage] = row
+                    out[stage][name] = float(np.median(picked))
+    out = {stage: row for stage, row in out.items() if row}
+    reference = out.get("N2", {})
     for row in out.values():
-        if "N2" in out:
-            row["sd_over_n2"] = row["sd_uv"] / out["N2"]["sd_uv"]
-            for name in ("eog", "emg"):
-                if f"{name}_rms_uv" in row and f"{name}_rms_uv" in out["N2"]:
-                    row[f"{name}_over_n2"] = row[f"{name}_rms_uv"] / out["N2"][f"{name}_rms_uv"]
+        for key in ("sd_uv", "frontal_sd_uv", *PERIPHERAL_KEYS):
+            if key in row and reference.get(key):
+                row[f"{key}_over_n2"] = row[key] / reference[key]
     return out
 
 
-def real_people(folder: Path) -> dict[str, dict]:
-    """Per DREAMS excerpt: :func:`person_summary` of its central EEG (EOG / EMG for excerpt 3's full PSG)."""
+def real_people(folder: Path) -> tuple[dict[str, dict], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per DREAMS excerpt: :func:`person_summary` of its central EEG (frontal bipolar, EOG and EMG for
+    excerpt 3's full PSG); and every central epoch ``(e, 3000)`` uV with its label and excerpt ``(e,)``."""
     excerpts, _ = find_excerpts(folder)
     if not excerpts:
         raise SystemExit(f"{folder}: no DREAMS excerpts (excerptN.txt) found")
-    people = {}
+    people, pooled = {}, ([], [], [])
     for excerpt in excerpts:
         recording = read_dreams(excerpt, ["central"])
-        eeg = stage_epochs(recording.signals[0], recording.sfreqs[0], recording.epoch_labels, SFREQ)
+        central = stage_epochs(recording.signals[0], recording.sfreqs[0], recording.epoch_labels, SFREQ)
+        for store, values in zip(pooled, (*central, np.full(central[1].shape, excerpt.name))):
+            store.append(values)
         edf = folder / f"{excerpt.name}.edf"
-        peripheral = labels30 = None
+        frontal = peripheral = labels30 = None
         if edf.is_file():
-            data, _ = edf_microvolts(edf, list(REAL_PERIPHERAL.values()))
+            active, reference = REAL_CHANNELS["frontal"]
+            data, _ = edf_microvolts(edf, [active, reference, REAL_CHANNELS["eog"], REAL_CHANNELS["emg"]])
             labels30, _ = rk_epochs(read_rk_hypnogram(folder / f"Hypnogram_{excerpt.name}.txt"))
-            peripheral = {
-                name: band_rms(row, PERIPHERAL_SFREQ, labels30, EOG_BAND if name == "eog" else EMG_BAND)
-                for name, row in zip(REAL_PERIPHERAL, data)
-            }
-        people[excerpt.name] = person_summary(eeg, peripheral, labels30)
-    return people
+            frontal = stage_epochs(data[0] - data[1], PERIPHERAL_SFREQ, labels30, SFREQ)
+            peripheral = peripheral_features(data[2], data[3], PERIPHERAL_SFREQ, labels30)
+        people[excerpt.name] = person_summary(central, frontal, peripheral, labels30)
+    return people, tuple(np.concatenate(p) for p in pooled)
 
 
-def synthetic_people(cohort: str, subjects: int, seed: int) -> dict[str, dict]:
-    """Per synthetic subject of ``cohort``: :func:`person_summary` of C3-M2, E1-M2 and Chin1-Chin2."""
-    people = {}
-    channels = ["C3-M2", *SYNTH_PERIPHERAL.values()]
+def synthetic_people(
+    cohort: str, subjects: int, seed: int
+) -> tuple[dict[str, dict], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per synthetic subject of ``cohort``: :func:`person_summary` of C3-M2, Fpz-Cz, E1-M2 and Chin1-Chin2;
+    and every C3-M2 epoch ``(e, 3000)`` uV with its label and subject ``(e,)``."""
+    people, epochs, labels, subject = {}, [], [], []
     for s in range(subjects):
         traits = SubjectTraits.sample(np.random.default_rng([seed, s])).with_cohort(
             cohort, np.random.default_rng([seed, s, 7])
         )
-        night = synth_night(channels, 9.0, SFREQ, traits, np.random.default_rng([seed, s, 2]), compress=4)
-        eeg = stage_epochs(night.signals["C3-M2"], SFREQ, night.stages, SFREQ)
-        peripheral = {
-            name: band_rms(night.signals[ch], SFREQ, night.stages, EOG_BAND if name == "eog" else EMG_BAND)
-            for name, ch in SYNTH_PERIPHERAL.items()
+        night = synth_night(
+            list(SYNTH_CHANNELS.values()), 9.0, SFREQ, traits, np.random.default_rng([seed, s, 2]), compress=4
+        )
+        central = stage_epochs(night.signals[SYNTH_CHANNELS["central"]], SFREQ, night.stages, SFREQ)
+        frontal = stage_epochs(night.signals[SYNTH_CHANNELS["frontal"]], SFREQ, night.stages, SFREQ)
+        peripheral = peripheral_features(
+            night.signals[SYNTH_CHANNELS["eog"]], night.signals[SYNTH_CHANNELS["emg"]], SFREQ, night.stages
+        )
+        people[f"{cohort}-{s}"] = person_summary(central, frontal, peripheral, night.stages)
+        epochs.append(central[0])
+        labels.append(central[1])
+        subject.append(np.full(central[1].shape, f"{cohort}-{s}"))
+    return people, (np.concatenate(epochs), np.concatenate(labels), np.concatenate(subject))
+
+
+def recall_by_excerpt(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray) -> dict[str, dict]:
+    """W and N1 recall pooled and per group (real excerpt or synthetic subject; groups with >=
+    ``RECALL_MIN_EPOCHS`` epochs of the stage)."""
+    out = {}
+    for stage in ("W", "N1"):
+        code = STAGES.index(stage)
+        per = {
+            str(g): float((y_pred[(groups == g) & (y_true == code)] == code).mean())
+            for g in sorted(set(groups.tolist()))
+            if ((groups == g) & (y_true == code)).sum() >= RECALL_MIN_EPOCHS
         }
-        people[f"{cohort}-{s}"] = person_summary(eeg, peripheral, night.stages)
-    return people
+        out[stage] = {"pooled": float((y_pred[y_true == code] == code).mean()), "per_excerpt": per}
+    return out
+
+
+def realism(
+    real: tuple[np.ndarray, np.ndarray, np.ndarray],
+    synthetic: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    seed: int,
+) -> dict[str, list[dict]]:
+    """Per direction and draw seed: fitted on each cohort's synthetic epochs, staging the real ones; fitted
+    on every real epoch, staging each cohort's synthetic ones (the direction of a stager trained on real
+    nights); fitted on the other real excerpts (ceiling). Pooled kappa on W/N1/N2/N3 and
+    :func:`recall_by_excerpt` (per real excerpt or synthetic subject)."""
+    epochs, labels, groups = real
+    out: dict[str, list[dict]] = {}
+    for name, (syn_epochs, syn_labels, _) in synthetic.items():
+        for label, train, (test_epochs, test_labels, test_groups) in (
+            (f"trained on synthetic {name}, stages real", (syn_epochs, syn_labels), real),
+            (f"trained on real, stages synthetic {name}", (epochs, labels), synthetic[name]),
+        ):
+            keep = np.isin(test_labels, REALISM_CLASSES)
+            out[label] = []
+            for d in range(DRAWS):
+                result = cross_staging(
+                    train, (test_epochs, test_labels), SFREQ, REALISM_CLASSES, seed=seed + d, predictions=True
+                )
+                out[label].append(
+                    {
+                        "kappa": result["kappa"],
+                        **recall_by_excerpt(test_labels[keep], result["predicted"], test_groups[keep]),
+                    }
+                )
+    out["trained on the other real excerpts (ceiling)"] = []
+    for d in range(DRAWS):
+        result = leave_one_group_out_staging(
+            epochs, labels, groups, SFREQ, REALISM_CLASSES, seed=seed + d, predictions=True
+        )
+        out["trained on the other real excerpts (ceiling)"].append(
+            {"kappa": result["pooled"]["kappa"], **recall_by_excerpt(*result["predicted"])}
+        )
+    return out
+
+
+def realism_rows(results: dict[str, list[dict]]) -> tuple[list[str], list[list[str]]]:
+    """Per training source: kappa per draw, W / N1 recall pooled per draw and per excerpt (draw 1)."""
+
+    def per_excerpt(stage: str, draws: list[dict]) -> str:
+        values = np.array(list(draws[0][stage]["per_excerpt"].values()))
+        return f"{np.median(values):.2f} ({values.min():.2f}-{values.max():.2f}) n={values.size}"
+
+    rows = [
+        [
+            name,
+            " / ".join(f"{d['kappa']:.2f}" for d in draws),
+            " / ".join(f"{d['W']['pooled']:.2f}" for d in draws),
+            per_excerpt("W", draws),
+            " / ".join(f"{d['N1']['pooled']:.2f}" for d in draws),
+            per_excerpt("N1", draws),
+        ]
+        for name, draws in results.items()
+    ]
+    header = [
+        "band-power classifier (central lead, W/N1/N2/N3)",
+        "kappa (draws)",
+        "W recall pooled (draws)",
+        f"W recall per excerpt / subject, median (min-max), >= {RECALL_MIN_EPOCHS} W epochs",
+        "N1 recall pooled (draws)",
+        f"N1 recall per excerpt / subject, median (min-max), >= {RECALL_MIN_EPOCHS} N1 epochs",
+    ]
+    return header, rows
 
 
 def spread(people: dict[str, dict], stage: str, key: str, band: str | None = None) -> str:
     """``median (min-max)`` over people of one statistic (``n`` people when fewer than all have it)."""
-    values = [p[stage][key][band] if band else p[stage][key] for p in people.values() if stage in p and key in p[stage]]
+    values = [p[stage][key][band] if band else p[stage][key] for p in people.values() if key in p.get(stage, {})]
     if not values:
         return "-"
     v = np.asarray(values)
@@ -153,56 +298,69 @@ def spread(people: dict[str, dict], stage: str, key: str, band: str | None = Non
 def table(groups: dict[str, dict[str, dict]]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for stage in COMPARED:
-        rows.append([stage, "epochs per person"] + [spread(g, stage, "epochs") for g in groups.values()])
-        for band in BANDS:
+        for prefix, lead in (("", "central"), ("frontal_", "frontal bipolar")):
             rows.append(
-                [stage, f"relative {band} power"] + [spread(g, stage, "relative", band) for g in groups.values()]
+                [stage, f"{lead}: epochs per person"] + [spread(g, stage, f"{prefix}epochs") for g in groups.values()]
+            )
+            for band in BANDS:
+                rows.append(
+                    [stage, f"{lead}: relative {band} power"]
+                    + [spread(g, stage, f"{prefix}relative", band) for g in groups.values()]
+                )
+            rows.append(
+                [stage, f"{lead}: EEG epoch SD uV"] + [spread(g, stage, f"{prefix}sd_uv") for g in groups.values()]
+            )
+            rows.append(
+                [stage, f"{lead}: EEG SD / own N2"]
+                + [spread(g, stage, f"{prefix}sd_uv_over_n2") for g in groups.values()]
             )
         for key, label in (
-            ("sd_uv", "EEG epoch SD uV"),
-            ("sd_over_n2", "EEG SD / own N2"),
-            ("eog_rms_uv", f"EOG rms uV {EOG_BAND[0]:g}-{EOG_BAND[1]:g} Hz"),
-            ("eog_over_n2", "EOG / own N2"),
+            ("sem_rms_uv", f"EOG rms uV {SEM_BAND[0]:g}-{SEM_BAND[1]:g} Hz (slow eye movements)"),
+            ("sem_rms_uv_over_n2", "slow-eye-movement rms / own N2"),
+            ("fast_eye_per_min", f"fast eye movements / min (slope above {FAST_EYE_SLOPE_X:g} x own N2 median)"),
             ("emg_rms_uv", f"EMG rms uV {EMG_BAND[0]:g}-{EMG_BAND[1]:g} Hz"),
-            ("emg_over_n2", "EMG / own N2"),
+            ("emg_rms_uv_over_n2", "EMG rms / own N2"),
         ):
             rows.append([stage, label] + [spread(g, stage, key) for g in groups.values()])
     return ["stage", "statistic (median over people, min-max)", *groups], rows
 
 
 def figure(groups: dict[str, dict[str, dict]], freqs: np.ndarray, path: Path) -> None:
-    """Median spectra of W and N1 (per group: median over people, band = min-max of people) and the EOG / EMG
-    level over the person's own N2."""
+    """Median spectra of W and N1, central (all excerpts) and frontal bipolar (real: excerpt 3), per group
+    (median over people, band = min-max of people), and the EOG / EMG level over the person's own N2."""
     from multiview_app.experiments.reproduce import new_figure
 
-    fig, axes = new_figure(3, (13.0, 3.6))
+    fig, axes = new_figure(5, (22.0, 3.8))
     shown = freqs <= PERIPHERAL_SFREQ / 2 - 1  # excerpt 3 is sampled at 50 Hz: nothing above 25 Hz
-    for ax, stage in zip(axes[:2], ("W", "N1")):
+    panels = [(stage, prefix) for prefix in ("", "frontal_") for stage in ("W", "N1")]
+    for ax, (stage, prefix) in zip(axes[:4], panels):
         for name, people in groups.items():
-            curves = np.array([p[stage]["log_psd"] for p in people.values() if stage in p])[:, shown]
+            curves = [p[stage][f"{prefix}log_psd"] for p in people.values() if f"{prefix}log_psd" in p.get(stage, {})]
+            if not curves:
+                continue
+            curves = np.array(curves)[:, shown]
             ax.plot(freqs[shown], np.median(curves, axis=0), label=f"{name} (n={len(curves)})")
             ax.fill_between(freqs[shown], curves.min(axis=0), curves.max(axis=0), alpha=0.15)
-        ax.set_title(f"{stage}: central EEG spectrum (median, min-max)", fontsize=9)
+        lead = "central C3/Cz" if not prefix else "frontal bipolar (FP1-C3 / Fpz-Cz)"
+        ax.set_title(f"{stage}: {lead}", fontsize=9)
         ax.set_xlabel("Hz")
         ax.set_ylabel("log10 uV^2/Hz")
         ax.legend(fontsize=7)
-    ax = axes[2]
-    labels = [f"{kind} {stage}" for kind in ("EOG", "EMG") for stage in ("W", "N1")]
+    ax = axes[4]
+    keys = {"SEM": "sem_rms_uv_over_n2", "fast eye": "fast_eye_per_min", "EMG": "emg_rms_uv_over_n2"}
+    labels = [f"{kind} {stage}" for kind in keys for stage in ("W", "N1")]
     x = np.arange(len(labels))
     for i, (name, people) in enumerate(groups.items()):
         values = [
-            np.median(
-                [p[s][f"{k.lower()}_over_n2"] for p in people.values() if f"{k.lower()}_over_n2" in p.get(s, {})]
-                or [np.nan]
-            )
-            for k in ("EOG", "EMG")
+            np.median([p[s][key] for p in people.values() if key in p.get(s, {})] or [np.nan])
+            for key in keys.values()
             for s in ("W", "N1")
         ]
         ax.bar(x + (i - 1) * 0.27, values, width=0.27, label=name)
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_xticks(x, labels, fontsize=7, rotation=30)
     ax.set_yscale("log")
-    ax.set_title("EOG / EMG rms over own N2 (real: excerpt 3)")
+    ax.set_title("EOG / EMG over own N2; fast eye movements / min (real: excerpt 3)", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -224,14 +382,25 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--real-psg (or ${REAL_PSG_ENV}) is required: the folder holding dreams-spindles/")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    groups = {"real DREAMS": real_people(Path(args.real_psg) / "dreams-spindles")}
+    real_summary, real_epochs = real_people(Path(args.real_psg) / "dreams-spindles")
+    groups, synthetic = {"real DREAMS": real_summary}, {}
     for cohort in COHORTS:
-        groups[f"synthetic {cohort}"] = synthetic_people(cohort, args.subjects, args.seed)
+        groups[f"synthetic {cohort}"], synthetic[cohort] = synthetic_people(cohort, args.subjects, args.seed)
+    results = realism(real_epochs, synthetic, args.seed)
     freqs = eeg_features(np.zeros((1, int(EPOCH_SECONDS * SFREQ))))["freqs"]
     header, rows = table(groups)
-    text = f"`{command_line()}`\n\n" + markdown_table(header, rows)
+    text = (
+        f"`{command_line()}`\n\n"
+        + markdown_table(header, rows)
+        + "\n\n"
+        + markdown_table(*realism_rows(results))
+        + f"\n\nkappa on W/N1/N2/N3 of every staged epoch; draw seeds {args.seed}..{args.seed + DRAWS - 1}; "
+        "recall per excerpt / subject: the first draw."
+    )
     (out / "wake_n1.md").write_text(text + "\n")
-    (out / "wake_n1.json").write_text(json.dumps({"freqs": freqs.tolist(), "groups": groups}, indent=1))
+    (out / "wake_n1.json").write_text(
+        json.dumps({"freqs": freqs.tolist(), "groups": groups, "realism": results}, indent=1)
+    )
     figure(groups, freqs, Path(args.figure) if args.figure else out / "wake_n1.png")
     print(text)
     return 0
