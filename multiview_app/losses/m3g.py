@@ -37,6 +37,7 @@ from .sinkhorn import (
     mm_sinkhorn_pairwise,
     pairwise_sum_tensor,
 )
+from .sinkhorn_fast import mm_sinkhorn_pairwise_numba, numba_takes_pairwise
 
 COSTS = ("cv", "csd")
 # cold-start potentials of the factorized solver: zeros (Alg. 1) or the diagonal split
@@ -274,17 +275,26 @@ def _factorized(
         scale, offset = 2.0 * s / epsilon, s * k * (k - 1) / epsilon
         if init is None and init_potentials == "diagonal":
             init = _diagonal_split(grams, scale, offset)
-        result = mm_sinkhorn_pairwise(
-            grams * scale,
-            offset,
-            tol,
-            max_iter,
-            init=init,
-            anderson=anderson,
-            hints=hints,
-            block=block,
-            deferred=deferred,
-        )
+        log_factors = grams * scale
+        result = None
+        valid_init = init is None or (tuple(init.shape) == (k, n) and bool(torch.isfinite(init).all()))
+        if valid_init and numba_takes_pairwise(log_factors):  # small CPU k > 3 problems (the dispatch table)
+            for tensor, raise_on_bad in deferred or []:  # a read costs nothing on the CPU
+                raise_on_bad(float(tensor))
+            deferred = None
+            result = mm_sinkhorn_pairwise_numba(log_factors, offset, tol, max_iter, init, anderson)
+        if result is None:
+            result = mm_sinkhorn_pairwise(
+                log_factors,
+                offset,
+                tol,
+                max_iter,
+                init=init,
+                anderson=anderson,
+                hints=hints,
+                block=block,
+                deferred=deferred,
+            )
         # (1/n) sum_i sum_{l<m} G_lm[i, i]: half of all block diagonals minus the self blocks
         block_diagonals = grams.diagonal(dim1=-2, dim2=-1)  # (k, k, n)
         totals = torch.stack([block_diagonals.sum(), block_diagonals.diagonal().sum()]).double()
@@ -372,10 +382,13 @@ class M3GLoss(MultiViewLoss):
     view ``-(A[i,...,i] + log n) / k``: the plan of aligned views; with ``anderson`` the fastest
     start on aligned views). Cost ``cv``, every ``k``; a warm start takes precedence.
 
-    Solver (cost ``cv``): the sweeps run in blocks compiled by ``torch.compile`` (:mod:`.sinkhorn`), with
+    Solver (cost ``cv``): the sweeps run in blocks (:mod:`.sinkhorn`; compiled by ``torch.compile`` on a GPU,
+    eager on the CPU unless ``MVAPP_M3G_COMPILE=1``: :mod:`._compile`), with
     the stopping rule, checks and sweep counter on the device: one host read per block and none elsewhere
     in the call, on the CPU and the GPU alike. Small CPU ``k = 3`` problems (the sizes of
-    :data:`.m3g_fast.NUMBA_ON_CPU`) run in two numba kernels instead (same sweeps, value and gradient).
+    :data:`.m3g_fast.NUMBA_ON_CPU`) run in two numba kernels instead, small CPU ``k > 3`` problems (the
+    same table, the EEG demo's 16 x 6 among them) in numba sweeps driven by a host loop (:mod:`.sinkhorn_fast`);
+    same sweeps, value and gradient.
     ``solver_block``: sweeps in the first block (0 = adaptive: the last call's count for the same
     ``(n, k)``; then a second block sized per device type, doubling: :data:`.sinkhorn._SECOND_BLOCK`). The former ``solver_loop`` parameter is refused with
     an error saying so (there is one loop).
@@ -396,8 +409,8 @@ class M3GLoss(MultiViewLoss):
 
     gather_across_processes: ClassVar[bool] = False
     removed_parameters: ClassVar[dict[str, str]] = {
-        "solver_loop": "the sweeps always run in device-resident blocks (compiled; CPU and GPU alike, numba "
-        "kernels for small k = 3 problems on the CPU): remove the key",
+        "solver_loop": "the sweeps always run in device-resident blocks (CPU and GPU alike; numba kernels for "
+        "the small CPU problems of the dispatch table): remove the key",
     }
 
     def __init__(

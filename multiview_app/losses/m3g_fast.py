@@ -265,8 +265,8 @@ def numba_takes(x: object) -> bool:
     return (
         isinstance(x, torch.Tensor)
         and x.dim() == 3
-        and x.shape[1] in NUMBA_ON_CPU
-        and 2 <= x.shape[0] <= NUMBA_ON_CPU[x.shape[1]][0]
+        and x.shape[1] == 3
+        and 2 <= x.shape[0] <= NUMBA_ON_CPU[3][0]
         and x.shape[2] >= 1
         and x.device.type == "cpu"
         and x.dtype in (torch.float32, torch.float64)

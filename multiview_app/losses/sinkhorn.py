@@ -14,8 +14,8 @@ uniform marginals ``1/n``. Updates follow Alg. 1 (Gauss-Seidel: ``g_1``, then ``
   factors, so one sweep costs two ``n^k`` GEMMs plus ``O(k n^(k-1))`` element-wise work and memory
   ``O(n^(k-1))``; potentials stay in the log domain and every exp-domain factor carries its own max
   shift (``k = 3``: closed-form sweeps on three ``(n, n)`` kernels). Sweeps are pure functions of
-  tensors, run in blocks compiled by ``torch.compile`` (:mod:`._compile`; eager when compiling is off
-  or fails, same values) with the stopping rule on the device and one host read per block. A marginal
+  tensors, run in blocks (compiled by ``torch.compile`` on a GPU, eager on the CPU by default, same
+  values: :mod:`._compile`) with the stopping rule on the device and one host read per block. A marginal
   sum that may have lost accuracy to underflow (or is not finite) escalates: float32 re-runs the
   blocks in float64, then the dense exact log-domain path.
 
@@ -52,7 +52,8 @@ class MMSinkhornResult:
     ``path``: ``"dense"``, ``"factorized-k3"`` (the closed-form ``k = 3`` sweeps), ``"factorized"``, or a
     numerical fallback of :func:`mm_sinkhorn_pairwise`: ``"factorized->float64"`` (float32 solve retried
     in float64), ``"factorized->float64->dense"`` (that retry failed too) or ``"factorized->dense"``
-    (float64 input: no retry, straight to dense); ``"fused-k3"``: the numba ``k = 3`` loss (:mod:`.m3g_fast`).
+    (float64 input: no retry, straight to dense); ``"fused-k3"``: the numba ``k = 3`` loss (:mod:`.m3g_fast`);
+    ``"factorized-numba"``: the numba ``k > 3`` sweeps (:mod:`.sinkhorn_fast`).
     """
 
     log_potentials: torch.Tensor

@@ -1,17 +1,20 @@
-"""M3G on CPU: the numba k = 3 kernels vs the compiled sweep blocks, per (n, k), in one process.
+"""M3G on CPU: the numba kernels vs the eager and the compiled sweep blocks, per (n, k), in one process.
 
 The table :data:`multiview_app.losses.m3g_fast.NUMBA_ON_CPU` (which CPU sizes the numba kernels take instead of
-the blocks) is decided from this script's ratio: numba is kept only where it is >= 1.5x faster. For each
-(n, k) the same float32 embeddings (d = 64; a shared direction per item plus per-view noise) go through
-``build_loss("m3g")`` forward + backward on the compiled blocks (``MVAPP_M3G_FUSED=0``, torch.compile on) and,
-for k = 3 (the only k with numba kernels), on the numba path (routed there for the measurement whatever the
-table says), interleaved: one untimed call each (the blocks' first call, compile included, is reported),
-then ``--repeats`` timed calls per input seed. Rows: plain Alg. 1 (zero start) and the EEG demo's solver
-settings (Anderson 16, diagonal start; k = 3 runs plain sweeps from the diagonal start on both paths).
-Columns: median milliseconds, **numba speed-up** = block ms / numba ms (median of per-input ratios; > 1:
-numba faster), whether the table routes the size to numba, the blocks' first call, sweeps, value difference.
+the blocks: ``k = 3`` in :mod:`multiview_app.losses.m3g_fast`, ``k > 3`` in :mod:`multiview_app.losses.sinkhorn_fast`)
+is decided from this script's ratios. For each (n, k) and solver setting, every call gets fresh float32 embeddings
+(d = 64; a shared direction per item plus per-view noise) and runs ``build_loss("m3g")`` forward + backward on
+each path in turn, the order rotated from call to call (paired, alternating: a busy machine slows all paths
+alike): the numba kernels (routed there whatever the table says), the sweep blocks run eagerly
+(``MVAPP_M3G_COMPILE=0``) and compiled by torch.compile (``MVAPP_M3G_COMPILE=1``). Each path's first call is
+untimed and reported (the compiled blocks' is inductor's compile: cold with ``--cold``, which points inductor at
+a fresh cache folder; numba's loads its on-disk cache or compiles), then ``--warmup`` untimed calls (the block
+sizes adapt), then ``--calls`` timed ones. Rows: plain Alg. 1 (zero start) and the EEG demo's solver settings
+(Anderson 16, diagonal start; ``k = 3`` runs plain sweeps from the diagonal start on every path).
+Columns: median milliseconds per path; speed-ups as medians of the per-call ratios (> 1: numba faster); the
+first calls; sweeps; the largest value difference from the numba path; where the table routes the size.
 
-    python scripts/bench/bench_m3g_cpu.py --out bench_out [--sizes 32x3 64x3 96x3 16x6] [--repeats 3] [--inputs 2]
+    python scripts/bench/bench_m3g_cpu.py --out bench_out [--sizes 16x6 16x4 32x4] [--calls 15] [--cold]
 """
 
 from __future__ import annotations
@@ -19,20 +22,22 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from multiview_app.bench import command_line, machine_line, markdown_table, ratio, time_call
-from multiview_app.losses import build_loss, m3g_fast
+from multiview_app.bench import command_line, machine_line, markdown_table
+from multiview_app.losses import build_loss, m3g_fast, sinkhorn_fast
 
-SIZES = ["32x3", "64x3", "96x3", "16x6"]
+SIZES = ["32x3", "64x3", "96x3", "16x6", "16x4", "32x4", "64x4", "128x4", "32x6"]
 SETTINGS = {
     "plain": {},
-    "demo (anderson 16, diagonal)": {"anderson": 16, "init_potentials": "diagonal"},
+    "demo": {"anderson": 16, "init_potentials": "diagonal"},  # the EEG demo's solver settings
 }
-SWITCH = "MVAPP_M3G_FUSED"
+# path -> (MVAPP_M3G_FUSED, MVAPP_M3G_COMPILE)
+PATHS = {"numba": ("1", "0"), "eager": ("0", "0"), "compiled": ("0", "1")}
 
 
 def synthetic(n: int, k: int, d: int = 64, seed: int = 0, noise: float = 1.0) -> torch.Tensor:
@@ -41,96 +46,122 @@ def synthetic(n: int, k: int, d: int = 64, seed: int = 0, noise: float = 1.0) ->
     return torch.randn(n, 1, d, generator=g) + noise * torch.randn(n, k, d, generator=g)
 
 
-def run(loss: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
-    """Forward + backward once; ``(value, sweeps)``."""
+def run(loss: torch.nn.Module, x: torch.Tensor, path: str) -> tuple[float, float, float]:
+    """Forward + backward once on ``path``; ``(seconds, value, sweeps)``."""
+    os.environ["MVAPP_M3G_FUSED"], os.environ["MVAPP_M3G_COMPILE"] = PATHS[path]
     leaf = x.clone().requires_grad_()
+    start = time.perf_counter()
     out = loss(leaf)
     out.backward()
-    return out.item(), loss.last_stats["iterations"]
+    seconds = time.perf_counter() - start
+    return seconds, out.item(), loss.last_stats["iterations"]
 
 
-def compare(n: int, k: int, inputs: list[torch.Tensor], params: dict, repeats: int) -> dict:
-    """Interleaved timings of the compiled blocks and (k = 3) the numba kernels over ``inputs``."""
-    paths = ["block", "numba"] if k in m3g_fast.NUMBA_ON_CPU else ["block"]
+def compare(n: int, k: int, params: dict, paths: list[str], calls: int, warmup: int) -> dict:
+    """Paired timings of ``paths`` on fresh inputs, the order rotated per call."""
     losses = {path: build_loss("m3g", epsilon=0.2, tol=1e-3, max_iter=300, **params) for path in paths}
-    times: dict[str, list[float]] = {path: [] for path in paths}
+    seconds: dict[str, list[float]] = {path: [] for path in paths}
     sweeps: dict[str, list[float]] = {path: [] for path in paths}
     values: dict[str, list[float]] = {path: [] for path in paths}
-    first_call = None
-    table = m3g_fast.NUMBA_ON_CPU.get(k)
-    if table is not None:  # the numba path measured at this n whatever the table says
-        m3g_fast.NUMBA_ON_CPU[k] = (max(n, table[0]), table[1])
-    try:
-        for x in inputs:
-            for path in paths:
-                os.environ[SWITCH] = "1" if path == "numba" else "0"
-                start = time.perf_counter()
-                value, count = run(losses[path], x)  # untimed (the blocks' first call compiles)
-                if path == "block" and first_call is None:
-                    first_call = time.perf_counter() - start
-                times[path].append(time_call(lambda: run(losses[path], x), repeat=repeats, warmup=0).median)  # noqa: B023
+    first: dict[str, float] = {}
+    for call in range(1 + warmup + calls):
+        x = synthetic(n, k, seed=1000 * call + 7)
+        shift = call % len(paths)
+        for path in paths[shift:] + paths[:shift]:
+            took, value, count = run(losses[path], x, path)
+            if call == 0:
+                first[path] = took
+            elif call > warmup:
+                seconds[path].append(took)
                 sweeps[path].append(count)
                 values[path].append(value)
-    finally:
-        os.environ.pop(SWITCH, None)
-        if table is not None:
-            m3g_fast.NUMBA_ON_CPU[k] = table
-    out = {
-        "block_ms": statistics.median(times["block"]) * 1e3,
-        "first_call_s": first_call,
-        "block_sweeps": statistics.mean(sweeps["block"]),
-    }
+    out: dict = {"first": first}
+    for path in paths:
+        out[f"{path}_ms"] = statistics.median(seconds[path]) * 1e3
+        out[f"{path}_sweeps"] = statistics.mean(sweeps[path])
+    for slow, fast in (("compiled", "numba"), ("eager", "numba"), ("eager", "compiled")):
+        if slow in paths and fast in paths:
+            out[f"{slow}/{fast}"] = statistics.median(s / f for s, f in zip(seconds[slow], seconds[fast]))
     if "numba" in paths:
-        out["numba_ms"] = statistics.median(times["numba"]) * 1e3
-        out["speedup"] = statistics.median(b / a for a, b in zip(times["numba"], times["block"]))
-        out["numba_sweeps"] = statistics.mean(sweeps["numba"])
-        out["diff"] = max(abs(a - b) for a, b in zip(values["numba"], values["block"]))
+        out["diff"] = max(
+            abs(a - b) for path in paths if path != "numba" for a, b in zip(values[path], values["numba"])
+        )
     return out
+
+
+def numba_kernels(k: int) -> bool:
+    """Whether numba kernels exist for ``k`` views (numba importable)."""
+    return (m3g_fast._kernels() if k == 3 else sinkhorn_fast._kernels()) is not None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for bench_m3g_cpu.md")
     parser.add_argument("--sizes", nargs="+", default=SIZES, help="n x k, e.g. 16x6")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--inputs", type=int, default=2, help="synthetic input seeds per size")
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    parser.add_argument("--calls", type=int, default=15, help="timed calls per path (fresh inputs each)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per path after the first")
+    parser.add_argument("--cold", action="store_true", help="inductor compiles into a fresh cache folder")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the project's choice on <= 2 usable CPUs (multiview_app/threads.py)
-    os.environ.setdefault("MVAPP_M3G_COMPILE", "1")
+    if args.cold:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_m3g_cpu_inductor_")
+    saved = {key: os.environ.get(key) for key in ("MVAPP_M3G_FUSED", "MVAPP_M3G_COMPILE")}
+    table = dict(m3g_fast.NUMBA_ON_CPU)
     rows = []
-    for size in args.sizes:
-        n, k = (int(part) for part in size.lower().split("x"))
-        inputs = [synthetic(n, k, seed=seed) for seed in range(args.inputs)]
-        routed = k in m3g_fast.NUMBA_ON_CPU and n <= m3g_fast.NUMBA_ON_CPU[k][0]
-        for setting, params in SETTINGS.items():
-            result = compare(n, k, inputs, params, args.repeats)
-            has_numba = "numba_ms" in result
-            rows.append(
-                [
-                    f"{n}x{k}",
-                    setting,
-                    f"{result['numba_ms']:.3g}" if has_numba else "- (no kernel)",
-                    f"{result['block_ms']:.3g}",
-                    ratio(result["speedup"], 1.0) if has_numba else "-",
-                    "numba" if routed else "blocks",
-                    f"{result['first_call_s']:.0f}",
-                    f"{result['numba_sweeps']:.1f} / {result['block_sweeps']:.1f}"
-                    if has_numba
-                    else f"- / {result['block_sweeps']:.1f}",
-                    f"{result['diff']:.1e}" if has_numba else "-",
-                ]
-            )
-            print(" | ".join(rows[-1]), flush=True)
+    try:
+        for size in args.sizes:
+            n, k = (int(part) for part in size.lower().split("x"))
+            routed = k in table and n <= table[k][0]
+            paths = [path for path in args.paths if path != "numba" or numba_kernels(k)]
+            m3g_fast.NUMBA_ON_CPU[k] = (n, "bench")  # the numba path measured at this n whatever the table says
+            for setting in args.settings:
+                result = compare(n, k, SETTINGS[setting], paths, args.calls, args.warmup)
+                cell = {path: f"{result[f'{path}_ms']:.3g}" if path in paths else "-" for path in PATHS}
+                speed = {
+                    key: f"{result[key]:.2f}x" if key in result else "-"
+                    for key in ("compiled/numba", "eager/numba", "eager/compiled")
+                }
+                first = {path: f"{result['first'][path]:.1f}" if path in paths else "-" for path in PATHS}
+                rows.append(
+                    [
+                        f"{n}x{k}",
+                        setting,
+                        *cell.values(),
+                        *speed.values(),
+                        "numba" if routed else "blocks",
+                        first["compiled"],
+                        first["numba"],
+                        " / ".join(f"{result[f'{path}_sweeps']:.1f}" if path in paths else "-" for path in PATHS),
+                        f"{result['diff']:.1e}" if "diff" in result else "-",
+                    ]
+                )
+                print(" | ".join(rows[-1]), flush=True)
+            m3g_fast.NUMBA_ON_CPU.clear()
+            m3g_fast.NUMBA_ON_CPU.update(table)
+    finally:
+        m3g_fast.NUMBA_ON_CPU.clear()
+        m3g_fast.NUMBA_ON_CPU.update(table)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     headers = [
         "n x k",
         "solver settings",
         "numba ms",
+        "eager block ms",
         "compiled block ms",
-        "numba speed-up (block / numba)",
+        "numba speed-up vs compiled",
+        "numba speed-up vs eager",
+        "compiled speed-up vs eager",
         "routed to",
-        "block first call s",
-        "sweeps numba / block",
-        "max |value diff|",
+        f"compiled first call s ({'cold' if args.cold else 'inductor cache as found'})",
+        "numba first call s",
+        "sweeps numba / eager / compiled",
+        "max |value diff| vs numba",
     ]
     report = f"{markdown_table(headers, rows)}\n\n{machine_line()}\n\n`{command_line()}`\n"
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,259 @@
+"""numba sweeps of the factorized MM-Sinkhorn for ``k > 3`` on small CPU problems (cost ``cv`` of M3G).
+
+Where the CPU bench measured them ahead of the sweep blocks (the ``k > 3`` rows of
+:data:`.m3g_fast.NUMBA_ON_CPU`; the EEG demo's ``n = 16`` items, ``k = 6`` views among them) a sweep's heavy
+``n^(k-1)`` steps -- GEMM 1 with its right chain, the marginal of view ``r - 1``, GEMM 2 (view ``q``'s
+marginal) and the final pair marginals -- each run as one compiled loop (:mod:`._pairwise_kernels`, numba,
+compiled on first use per dtype and cached on disk) on numpy views of the same memory; sums over the
+``n^(k-2)`` rows are accumulated in float64. A host loop drives them: Python reads the stopping rule every
+sweep (a read costs nothing on the CPU).
+
+Same sweeps as the blocks (:func:`.sinkhorn._factorized_sweep`): Gauss-Seidel order, the stopping rule
+``sum_l ||m_l(P) - 1/n||_1 < tol`` on the incoming plan (and before the first sweep on a warm start), the
+underflow checks and Anderson mixing (the one arithmetic, :func:`.sinkhorn._anderson_mix`, with its history
+kept here between sweeps); values, gradients and sweep counts agree with the blocks to round-off (tested).
+On an underflow the current potentials are absorbed into the factors and the sweep is redone; a second one
+in the same sweep returns None and the caller runs the blocks (with their float64 retry and dense fallback).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from types import ModuleType
+
+import numpy as np
+import torch
+
+from .m3g_fast import NUMBA_ON_CPU, fused_available
+from .sinkhorn import (
+    _REL_UNDERFLOW,
+    MMSinkhornResult,
+    _anderson_mix,
+    _column_factor,
+    _left_vector,
+    _rest_scalings,
+)
+
+# :func:`._pairwise_kernels.sweep_rest` outcomes
+_UPDATED, _FINISHED, _TROUBLE = 0, 1, 2
+
+
+class _NumericalTrouble(Exception):
+    """An exp-domain intermediate underflowed or is not finite."""
+
+
+def _check(values: torch.Tensor, tiny: float) -> None:
+    """Raise :class:`_NumericalTrouble` unless every entry is finite and ``>= tiny`` (NaN fails)."""
+    if not float(values.amin()) >= tiny:
+        raise _NumericalTrouble
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels() -> ModuleType | None:
+    """The compiled kernels (:mod:`._pairwise_kernels`), or None when numba is not installed."""
+    try:
+        from . import _pairwise_kernels
+    except ImportError:
+        return None
+    return _pairwise_kernels
+
+
+def numba_takes_pairwise(log_factors: torch.Tensor) -> bool:
+    """Whether the solve of ``log_factors`` ``(k, k, n, n)`` runs here: ``k > 3`` with ``n`` within the
+    ``k`` row of :data:`.m3g_fast.NUMBA_ON_CPU`, a CPU float32 / float64 tensor, numba available and
+    not switched off (``MVAPP_M3G_FUSED=0``)."""
+    if not isinstance(log_factors, torch.Tensor) or log_factors.dim() != 4:
+        return False
+    k, n = log_factors.shape[0], log_factors.shape[2]
+    return (
+        k > 3
+        and k in NUMBA_ON_CPU
+        and 2 <= n <= NUMBA_ON_CPU[k][0]
+        and log_factors.device.type == "cpu"
+        and log_factors.dtype in (torch.float32, torch.float64)
+        and log_factors.layout == torch.strided
+        and fused_available()
+        and _kernels() is not None
+    )
+
+
+class _HostAnderson:
+    """The history of :func:`.sinkhorn._anderson_mix` between host-loop sweeps, and its decision read."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.reset()
+
+    def reset(self) -> None:
+        self.history: tuple[torch.Tensor, ...] | None = None
+
+    def mix(self, inputs: torch.Tensor, outputs: torch.Tensor, error: float) -> torch.Tensor | None:
+        """Extrapolated rest potentials ``(r, n)`` (dtype of ``outputs``) or None (plain sweep)."""
+        if self.history is None:
+            rings = torch.zeros(2, self.depth + 1, outputs.numel(), dtype=torch.float64)
+            count = torch.zeros((), dtype=torch.int64)
+            self.history = (rings[0], rings[1], count, torch.full((), math.inf, dtype=torch.float64))
+        error_tensor = torch.tensor(error, dtype=torch.float64)
+        active = torch.ones((), dtype=torch.bool)
+        mixed, use, self.history = _anderson_mix(self.history, inputs, outputs, error_tensor, active)
+        return mixed if bool(use) else None
+
+
+class _NumbaFactors:
+    """Exp-domain factors of :class:`.sinkhorn._PairwiseFactors` (``xe`` / ``be`` ``(n^(r-1), n)`` in the
+    input dtype, ``bs``, ``absorbed``, ``last``) with the potentials ``(k, n)`` absorbed, filled by a compiled pass (the log-domain sums are never
+    materialized), with the work buffers of the compiled sweep."""
+
+    def __init__(self, log_factors: torch.Tensor, offset: float, potentials: torch.Tensor) -> None:
+        k, n = log_factors.shape[0], log_factors.shape[2]
+        self.k, self.n, self.r, self.q = k, n, k - 1, k - 1
+        self.offset = offset
+        self.dtype = log_factors.dtype
+        self.kernels = _kernels()
+        self.log_factors64 = log_factors.detach().to(torch.float64).contiguous().numpy()
+        self.last = log_factors[k - 2, k - 1]
+        rows = n ** (k - 2)
+        self.xe = torch.empty(rows, n, dtype=self.dtype)
+        self.be = torch.empty(rows, n, dtype=self.dtype)
+        self._q0 = torch.empty(rows, n, dtype=self.dtype)
+        # work buffers of the compiled sweep (float64 unless noted)
+        r = k - 1
+        self._h, self._h_max = np.empty((r, n)), np.empty(r)
+        self._v, self._v_in = np.empty((r, n)), np.empty((r, n))
+        self._chain = np.empty(sum(n ** (l + 1) for l in range(r - 1)))
+        self._left, self._left_in = np.empty(rows), np.empty(rows)
+        self._coupling = np.empty((n, n), dtype=self.xe.numpy().dtype)
+        self._col, self._scalars = np.empty(n), np.empty(4)
+        self.absorb(potentials)
+
+    def absorb(self, potentials: torch.Tensor) -> None:
+        """Fold ``potentials`` ``(k, n)`` into ``xe`` / ``be`` (one compiled pass)."""
+        self.absorbed = potentials.clone()
+        self.bs = float(
+            self.kernels.absorb(
+                self.log_factors64, potentials.detach().double().numpy(), self.xe.numpy(), self.be.numpy()
+            )
+        )
+
+    def pair_marginals(self, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
+        """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the plan ``q0 * (x)v * exp(log_scale)``."""
+        if not abs(log_scale) < 700.0:
+            raise _NumericalTrouble
+        k, n = self.k, self.n
+        pairs = np.zeros((k, k, n, n))
+        self.kernels.pair_sums(
+            self.xe.numpy(),
+            self.be.numpy(),
+            q0.numpy(),
+            _left_vector(v.double(), self.r - 1).numpy(),
+            v[-1].double().numpy(),
+            m1.T.contiguous().numpy(),
+            pairs,
+        )
+        return torch.from_numpy(pairs * math.exp(log_scale)).to(self.dtype)
+
+    def sweep(
+        self,
+        g: torch.Tensor,
+        iterations: int,
+        tol: float,
+        max_iter: int,
+        tiny: float,
+        check_first: bool,
+        mixer: _HostAnderson | None,
+    ) -> MMSinkhornResult | None:
+        """One sweep (``g`` ``(k, n)`` updated in place): the rest views' part compiled
+        (:func:`._pairwise_kernels.sweep_rest`, float64), then Anderson mixing and view ``q``'s update.
+        Returns the result once converged or after ``max_iter`` sweeps, else None; raises
+        :class:`_NumericalTrouble` on an underflow."""
+        r, q, n = self.r, self.q, self.n
+        m1_shift, m1 = _column_factor(self, g)
+        m1_np = m1.numpy()
+        rest = g.detach().double().numpy().copy()  # updated in place (rest views)
+        status = self.kernels.sweep_rest(
+            self.xe.numpy(),
+            self.be.numpy(),
+            self._q0.numpy(),
+            m1_np,
+            m1_shift.double().numpy(),
+            rest,
+            self.absorbed.double().numpy(),
+            self.bs,
+            float(self.offset),
+            iterations,
+            check_first,
+            tol,
+            max_iter,
+            tiny,
+            self._h,
+            self._h_max,
+            self._v,
+            self._v_in,
+            self._chain,
+            self._left,
+            self._left_in,
+            self._coupling,
+            self._col,
+            self._scalars,
+        )
+        if status == _TROUBLE:
+            raise _NumericalTrouble
+        error, converged, log_scale, log_scale_in = self._scalars.tolist()
+        if status == _FINISHED:  # the incoming plan is the output (g unchanged)
+            pairs = self.pair_marginals(self._q0, torch.from_numpy(self._v_in), m1, log_scale_in)
+            mass = float(pairs[0, 1].sum())
+            if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
+                raise _NumericalTrouble
+            return MMSinkhornResult(g, pairs, mass, iterations, error, converged > 0, "factorized-numba")
+        g_in = g[:r].clone()
+        g[:r] = torch.from_numpy(rest[:r]).to(self.dtype)
+        v = self._v
+        if mixer is not None and iterations > 0:  # g_in[q] is then view q's update for g_in[:r]
+            mixed = mixer.mix(g_in, g[:r], error)
+            if mixed is not None:
+                g[:r] = mixed
+                _, h_max, v_mixed = _rest_scalings(self, g, m1_shift)
+                log_scale = self.bs - self.offset + float(h_max.sum())
+                v = v_mixed.double().numpy()
+        self.kernels.last_column_of(self.xe.numpy(), self.be.numpy(), v, m1_np, self._left, self._coupling, self._col)
+        col = torch.from_numpy(self._col).to(self.dtype)
+        _check(col, tiny)
+        g[q] += -math.log(n) - col.log() - log_scale
+        return None
+
+
+def mm_sinkhorn_pairwise_numba(
+    log_factors: torch.Tensor, offset: float, tol: float, max_iter: int, init: torch.Tensor | None, anderson: int
+) -> MMSinkhornResult | None:
+    """Alg. 1 for ``A = sum_{l<m} log_factors[l, m][i_l, i_m] - offset`` (``(k, k, n, n)``, ``k > 3``) on the
+    numba sweeps from ``init`` (``(k, n)`` warm start, zeros if None; the stopping rule is then also checked
+    before the first sweep), in the input dtype; ``path`` ``"factorized-numba"``. None on numerical trouble
+    that re-absorbing the potentials does not cure (the caller runs the sweep blocks)."""
+    k, n = log_factors.shape[0], log_factors.shape[2]
+    tiny = torch.finfo(log_factors.dtype).tiny * float(n) ** k / _REL_UNDERFLOW
+    g = torch.zeros(k, n, dtype=log_factors.dtype)
+    if init is not None:
+        g.copy_(init)
+    fac = _NumbaFactors(log_factors, offset, g)
+    mixer = _HostAnderson(anderson) if anderson > 0 else None
+    iterations, absorbed_at = 0, -1
+    while True:
+        start = g.clone()
+        try:
+            outcome = fac.sweep(g, iterations, tol, max_iter, tiny, init is not None, mixer)
+        except _NumericalTrouble:
+            g.copy_(start)
+            if mixer is not None:
+                mixer.reset()
+            if absorbed_at == iterations:
+                return None
+            fac.absorb(g)
+            absorbed_at = iterations
+            continue
+        if outcome is not None:
+            return outcome
+        iterations += 1
+
+
+__all__ = ["mm_sinkhorn_pairwise_numba", "numba_takes_pairwise"]
