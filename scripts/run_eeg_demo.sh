@@ -102,12 +102,12 @@ echo "== 2/5 prepare (read, resample to 100 Hz, band-pass 0.5-30 Hz, 30-s window
 # training); the Sleep-EDF side starts once the PhysioNet nights are written and runs beside the PhysioNet prepare
 # and the training on the core they leave free; its output is printed after the training's
 mkdir -p "$DATA"
-# M3G's sweep blocks (torch.compile, multiview_app/losses/_compile.py) compile on first use (minutes of CPU cold,
-# then cached on disk): warm inductor's cache beside the synthesis, so the training waits less for it (best
-# effort: without it the training compiles them itself; same results either way)
+# M3G's CPU solver at the demo's size (the numba k > 3 sweeps, multiview_app/losses/sinkhorn_fast.py) compiles on
+# first use (~20-70 s CPU, then cached on disk): warm numba's cache beside the synthesis, so the training does not
+# wait for it (best effort: without it the training compiles them itself; same results either way)
 warm_job=""
 if [ -x "$(dirname "$MVAPP")/python" ]; then
-  "$(dirname "$MVAPP")/python" -m multiview_app.losses.warmup "$BATCH" 6 > "$DATA/compile_warmup.log" 2>&1 &
+  "$(dirname "$MVAPP")/python" -m multiview_app.losses.warmup "$BATCH" 6 > "$DATA/numba_warmup.log" 2>&1 &
   warm_job=$!
 fi
 edf_side() {  # the Sleep-EDF-format nights, synthesized then prepared (its wall time on the last line)
@@ -128,7 +128,7 @@ echo "       view augmentations: ${AUGMENT:-none}"
 rm -rf "runs/$RUN_NAME"  # the demo always starts a fresh run
 t=$SECONDS
 if [ -n "$warm_job" ]; then
-  wait "$warm_job" && cat "$DATA/compile_warmup.log" || echo "   (compile warm-up failed, see $DATA/compile_warmup.log: the training compiles the blocks)"
+  wait "$warm_job" && cat "$DATA/numba_warmup.log" || echo "   (numba warm-up failed, see $DATA/numba_warmup.log: the training compiles the kernels)"
 fi
 MVAPP_NUM_THREADS="${DEMO_TRAIN_THREADS:-${MVAPP_NUM_THREADS:-}}" \
   "$MVAPP" train --config configs/eeg_synthetic_m3g.yaml --name "$RUN_NAME" \

@@ -173,6 +173,12 @@ def test_matches_materialized_reference_gradient() -> None:
 
 
 # --------------------------------------------------------------------------- the table; where it must not run
+def test_the_measured_table_routes_the_eeg_demo(monkeypatch) -> None:
+    monkeypatch.undo()  # the table as shipped
+    factors = torch.zeros(6, 6, 16, 16)  # the EEG demo: 16 items, 6 views, float32 on the CPU
+    assert sinkhorn_fast.numba_takes_pairwise(factors) == m3g_fast.fused_available()
+
+
 def test_declined_cases_run_the_blocks(monkeypatch, fused_calls) -> None:
     raw = raw_embeddings(4, 4, seed=8)
     monkeypatch.setenv("MVAPP_M3G_FUSED", "0")

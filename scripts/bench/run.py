@@ -51,7 +51,7 @@ SUITES: dict[str, list[Bench]] = {
         Bench("bench_m3g", "M3G vs the materialized reference (ott-jax with --with-ott)", has_quick=True),
         Bench(
             "bench_m3g_cpu",
-            "M3G on CPU: numba k = 3 kernels vs the compiled sweep blocks per (n, k), the numba dispatch table's ratio",
+            "M3G on CPU: numba kernels vs the eager and compiled sweep blocks per (n, k), the numba dispatch table's ratios",
             needs_out=True,
         ),
         Bench("bench_m3g_warm", "MM-Sinkhorn warm start / Anderson / diagonal init inside training"),
