@@ -84,6 +84,20 @@ def test_compiled_loss_value_and_gradient_equal_eager_and_the_reference(monkeypa
     assert torch.allclose(g_built, torch.autograd.grad(reference, x)[0], atol=1e-8, rtol=0)
 
 
+@pytest.mark.parametrize(
+    ("switch", "cpu", "cuda"), [(None, False, True), ("1", True, True), ("0", False, False)], ids=["unset", "1", "0"]
+)
+def test_compiling_is_off_on_the_cpu_by_default_and_switchable(switch, cpu: bool, cuda: bool, monkeypatch) -> None:
+    # a cold inductor compile costs minutes on a small CPU: opt in with MVAPP_M3G_COMPILE=1; a GPU compiles by default
+    if switch is None:
+        monkeypatch.delenv(_compile.ENV_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(_compile.ENV_SWITCH, switch)
+    assert (_compile.compile_enabled("cpu"), _compile.compile_enabled("cuda")) == (cpu, cuda)
+    plain = lambda value: value  # noqa: E731
+    assert (_compile.compiled(("switch-test", switch), plain, "cpu") is plain) == (not cpu)
+
+
 def test_a_failed_compile_warns_once_and_gives_the_eager_result(monkeypatch) -> None:
     factors, offset = _problem(4, 3, seed=3)
     eager = _solve(factors, offset, False, monkeypatch)
