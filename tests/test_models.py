@@ -15,6 +15,7 @@ from multiview_app.models import (
     MultiViewModel,
     Predictor,
     Projector,
+    ViewBatchNorm1d,
     available_encoders,
     build_encoder,
     build_model,
@@ -231,3 +232,71 @@ def test_cosine_momentum():
     values = [cosine_momentum(s, 10, 0.9) for s in range(11)]
     assert all(b >= a for a, b in zip(values, values[1:]))
     assert math.isclose(cosine_momentum(5, 0, 0.9), 1.0)
+
+
+def _view_batch_norm_reference(x: torch.Tensor, bn: nn.BatchNorm1d) -> torch.Tensor:
+    """Brute force: every view ``x[v]`` ``(n, h)`` normalized by its own biased batch statistics."""
+    out = []
+    for view in x:
+        mean, var = view.mean(dim=0), view.var(dim=0, unbiased=False)
+        out.append((view - mean) / torch.sqrt(var + bn.eps) * bn.weight + bn.bias)
+    return torch.stack(out)
+
+
+def test_view_batch_norm_takes_statistics_per_view() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 6, 4, dtype=torch.float64) * torch.tensor([1.0, 3.0, 0.5], dtype=torch.float64)[:, None, None]
+    bn = ViewBatchNorm1d(4).double()
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 2.0)
+        bn.bias.uniform_(-1.0, 1.0)
+    torch.testing.assert_close(bn(x), _view_batch_norm_reference(x, bn))
+    # running statistics: the views' mean batch mean and mean unbiased variance, BatchNorm's momentum
+    torch.testing.assert_close(bn.running_mean, 0.1 * x.mean(dim=1).mean(dim=0))
+    torch.testing.assert_close(bn.running_var, 0.9 + 0.1 * x.var(dim=1, unbiased=True).mean(dim=0))
+    assert int(bn.num_batches_tracked) == 1
+    # a shift shared by the rows of one view is removed per view, survives BatchNorm over all rows
+    shift = torch.tensor([5.0, -2.0, 0.0], dtype=torch.float64)[:, None, None]
+    torch.testing.assert_close(bn(x + shift), bn(x))
+    plain = nn.BatchNorm1d(4).double()
+    assert not torch.allclose(plain((x + shift).reshape(-1, 4)), plain(x.reshape(-1, 4)))
+    # eval mode: the running statistics for every view, as plain BatchNorm on the rows
+    bn.eval()
+    plain.load_state_dict(bn.state_dict())
+    plain.eval()
+    torch.testing.assert_close(bn(x), plain(x.reshape(-1, 4)).view_as(x))
+
+
+def test_view_batch_norm_with_one_view_is_batch_norm_and_gradchecks() -> None:
+    torch.manual_seed(1)
+    x = torch.randn(8, 5, dtype=torch.float64)
+    bn, plain = ViewBatchNorm1d(5).double(), nn.BatchNorm1d(5).double()
+    torch.testing.assert_close(bn(x[None])[0], plain(x))
+    torch.testing.assert_close(bn(x), plain(x))  # (m, h): one view
+    torch.testing.assert_close(bn.running_var, plain.running_var)
+    x3 = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ViewBatchNorm1d(3).double(), (x3,))
+    with pytest.raises(ValueError, match=r"needs >= 2 items per view"):
+        ViewBatchNorm1d(3)(torch.randn(2, 1, 3))
+    with pytest.raises(ValueError, match=r"expects \(v, n, h\)"):
+        ViewBatchNorm1d(3)(torch.randn(2, 1, 3, 3))
+
+
+def test_model_with_view_batch_heads_normalizes_each_view_apart() -> None:
+    model = build_model(
+        {"image": {"name": "small_cnn", "width": 8}},
+        {"hidden_dim": 32, "out_dim": 16, "norm": "view_batch"},
+        {"hidden_dim": 8, "norm": "view_batch"},
+    )
+    assert isinstance(model.projectors["image"].net[1], ViewBatchNorm1d)
+    batch = _batch(n=4, k=3)
+    with torch.no_grad():
+        feats = model.features(batch)  # (n, k, f)
+        projector = model.projectors["image"]
+        lin1, bn, act, lin2 = projector.net
+        manual = lin2(act(_view_batch_norm_reference(lin1(feats.transpose(0, 1)), bn)))  # (k, n, d)
+        z = model.embed(batch, use_predictor=False)
+    torch.testing.assert_close(z, nn.functional.normalize(manual.transpose(0, 1), dim=-1), atol=1e-5, rtol=0)
+    predictions, projections, _ = model.embed_online(batch)
+    torch.testing.assert_close(projections, z, atol=1e-5, rtol=0)
+    assert predictions.shape == (4, 3, 16)

@@ -9,7 +9,7 @@ encoder (register it with ``register_encoder``).
 from __future__ import annotations
 
 from .encoders import ENCODERS, Encoder, available_encoders, build_encoder, register_encoder  # noqa: F401 - importable for new encoders
-from .heads import Predictor, Projector  # noqa: F401
+from .heads import Predictor, Projector, ViewBatchNorm1d  # noqa: F401
 from .model import MultiViewModel, build_model
 from .teacher import EMATeacher, cosine_momentum  # noqa: F401
 

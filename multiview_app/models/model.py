@@ -116,6 +116,11 @@ class MultiViewModel(nn.Module):
             raise ValueError(f"modalities give different widths {sorted(dims)}; they must match to stack views")
         return torch.stack(parts, dim=1)
 
+    def _project(self, modality: str, feats: torch.Tensor) -> torch.Tensor:
+        """Encoder features ``(n, k_m, f)`` -> projections ``(k_m, n, d)``: one projector call over all views,
+        so that BatchNorm heads see every view (``norm: view_batch``: each view's statistics apart)."""
+        return self.projectors[modality](feats.transpose(0, 1))
+
     def features(self, batch: ViewBatch) -> torch.Tensor:
         """Encoder features ``(n, k, f)`` (what evaluators use)."""
         return self._per_view(batch, self._encode)
@@ -124,13 +129,10 @@ class MultiViewModel(nn.Module):
         """L2-normalized embeddings ``(n, k, d)``; the predictor is applied when present and asked for."""
 
         def project(modality: str, views: list[torch.Tensor], names: list[str]) -> torch.Tensor:
-            feats = self._encode(modality, views, names)  # (n, k_m, f)
-            n, k_m, f = feats.shape
-            # one projector call over all views (k_m * n rows) so BatchNorm heads see every view
-            z = self.projectors[modality](feats.transpose(0, 1).reshape(k_m * n, f))
+            z = self._project(modality, self._encode(modality, views, names))  # (k_m, n, d)
             if use_predictor and modality in self.predictors:
                 z = self.predictors[modality](z)
-            return z.view(k_m, n, -1).transpose(0, 1)
+            return z.transpose(0, 1)
 
         return F.normalize(self._per_view(batch, project), dim=-1)
 
@@ -143,12 +145,11 @@ class MultiViewModel(nn.Module):
 
         def run(modality: str, views: list[torch.Tensor], names: list[str]) -> torch.Tensor:
             feats = self._encode(modality, views, names)  # (n, k_m, f)
-            n, k_m, f = feats.shape
-            widths[modality] = f
-            projections = self.projectors[modality](feats.transpose(0, 1).reshape(k_m * n, f))
+            widths[modality] = feats.shape[-1]
+            projections = self._project(modality, feats)  # (k_m, n, d)
             predictor = self.predictors[modality] if modality in self.predictors else nn.Identity()
-            both = torch.cat([predictor(projections), projections], dim=-1)  # (k_m * n, 2 d)
-            return torch.cat([both.view(k_m, n, -1).transpose(0, 1), feats], dim=-1)  # (n, k_m, 2 d + f)
+            both = torch.cat([predictor(projections), projections], dim=-1)  # (k_m, n, 2 d)
+            return torch.cat([both.transpose(0, 1), feats], dim=-1)  # (n, k_m, 2 d + f)
 
         parts = self._view_parts(batch, run)
         view_widths = [widths[m] for m in batch.modalities]
