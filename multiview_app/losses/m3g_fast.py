@@ -36,10 +36,12 @@ import torch
 from .sinkhorn import _REL_UNDERFLOW, _THREE_VIEW_SPAN_F64, MMSinkhornResult
 
 #: Where numba kernels replace the sweep blocks on the CPU (``k = 3``: this module's; ``k > 3``: the sweeps of
-#: :mod:`.sinkhorn_fast`): ``{k: (largest n, the measurement)}``. A size is routed to numba only where the CPU
-#: bench measured it >= 1.5x faster than the block the CPU runs by default -- the eager one (:mod:`._compile`:
-#: CPU compiling is off by default) -- with the EEG demo's solver settings (Anderson 16, diagonal start), and no
-#: slower with plain Alg. 1; every other size runs the blocks. Speed-ups: numba vs the eager block, plain / demo
+#: :mod:`.sinkhorn_fast`): ``{k: (largest n, the measurement)}``. A size is routed to numba where the CPU
+#: bench measured it faster than the block the CPU runs by default -- the eager one (:mod:`._compile`: CPU
+#: compiling is off by default, a cold compile costs 1-2 minutes per size) -- both with the EEG demo's solver
+#: settings (Anderson 16, diagonal start) and with plain Alg. 1, so that no size runs slower than before the
+#: blocks existed (the sizes where numba is >= 1.5x faster than the eager block: k = 3 n <= 64, k = 4 n <= 32,
+#: k = 5 n <= 16, k = 6 n <= 32); every other size runs the blocks. Speed-ups: numba vs the eager block, plain / demo
 #: settings, and vs the compiled block (demo settings; k = 3: plain / demo), from
 #: ``python scripts/bench/bench_m3g_cpu.py --out OUT --sizes 16x6 16x4 32x4 64x4 128x4 32x6 --settings demo
 #: --calls 11 --cold`` and ``... --sizes 16x6 16x4 32x4 64x4 8x5 16x5 32x5 64x3 96x3 128x3 --settings plain
@@ -47,8 +49,8 @@ from .sinkhorn import _REL_UNDERFLOW, _THREE_VIEW_SPAN_F64, MMSinkhornResult
 #: tol 1e-3, one thread, fresh inputs every call, the paths alternating; a shared 2-core machine at load 3-6.
 NUMBA_ON_CPU: dict[int, tuple[int, str]] = {
     3: (64, "vs eager 8.0x / 6.7x (n 64), 0.17x / 0.72x (n 96); vs compiled 1.6x / 1.7x (n 64), 1.05x / 0.87x (n 96)"),
-    4: (32, "vs eager 4.8x / 2.1-2.4x (n 16), 2.6x / 1.8-2.3x (n 32), 1.17x / 1.1-1.2x (n 64), - / 0.88x (n 128)"),
-    5: (16, "vs eager 6.2x / 2.5x (n 8), 3.0x / 2.2x (n 16), 1.39x / 1.29x (n 32)"),
+    4: (64, "vs eager 4.8x / 2.1-2.4x (n 16), 2.6x / 1.8-2.3x (n 32), 1.17x / 1.1-1.2x (n 64), - / 0.88x (n 128)"),
+    5: (32, "vs eager 6.2x / 2.5x (n 8), 3.0x / 2.2x (n 16), 1.39x / 1.29x (n 32)"),
     6: (32, "vs eager 1.25x / 1.6-1.7x (n 16), 2.1x / 1.75x (n 32); vs compiled 1.16x (n 16), 1.22x (n 32)"),
 }
 # MVAPP_M3G_FUSED=0 turns the numba path off (benchmarks, tests of the blocks, debugging).
