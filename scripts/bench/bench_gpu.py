@@ -33,9 +33,6 @@ import os
 
 # before anything can import jax: jax would otherwise preallocate ~75 % of the GPU's memory at its first use
 os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-# M3G: the sweep blocks on every device (the numba k = 3 kernels are a CPU-only path a GPU never takes)
-os.environ["MVAPP_M3G_FUSED"] = "0"
-
 import argparse  # noqa: E402 - after the environment variable on purpose
 import json  # noqa: E402
 import statistics  # noqa: E402
@@ -499,6 +496,20 @@ def device_lines(device: torch.device) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, str]:
+    """Run the bench with M3G on the sweep blocks on every device (the numba kernels are a CPU-only path a GPU
+    never takes): ``MVAPP_M3G_FUSED=0`` for the call, restored after it (the module is imported by tests)."""
+    saved = os.environ.get("MVAPP_M3G_FUSED")
+    os.environ["MVAPP_M3G_FUSED"] = "0"
+    try:
+        return _main(argv)
+    finally:
+        if saved is None:
+            os.environ.pop("MVAPP_M3G_FUSED", None)
+        else:
+            os.environ["MVAPP_M3G_FUSED"] = saved
+
+
+def _main(argv: list[str] | None) -> dict[str, str]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for bench_gpu.md (and scratch runs)")
     parser.add_argument(
