@@ -26,7 +26,6 @@ def _one_thread_every_size_routed(monkeypatch):
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     monkeypatch.setattr(m3g_fast, "NUMBA_ON_CPU", {**m3g_fast.NUMBA_ON_CPU, 4: (64, ""), 5: (64, ""), 6: (64, "")})
-    monkeypatch.setattr(sinkhorn_fast, "NUMBA_ON_CPU", m3g_fast.NUMBA_ON_CPU)
     yield
     torch.set_num_threads(before)
 

@@ -235,6 +235,13 @@ def _check_init(init_potentials: str) -> str:
     return init_potentials
 
 
+def _cv_log_kernel(k: int, epsilon: float) -> tuple[float, float]:
+    """``(scale, offset)`` of the ``cv`` log-kernel over the pairwise Gram blocks:
+    ``-C / eps = sum_{l<m} scale G_lm - offset`` with ``scale = 2 s / eps``, ``offset = s k (k-1) / eps``."""
+    s = _cv_scale(k)
+    return 2.0 * s / epsilon, s * k * (k - 1) / epsilon
+
+
 def _diagonal_split(grams: torch.Tensor, scale: float, offset: float) -> torch.Tensor:
     """Cold-start log-potentials ``(k, n)``: ``g_l[i] = -(A[i,...,i] + log n) / k`` for every view.
 
@@ -271,8 +278,7 @@ def _factorized(
     s = _cv_scale(k)
     with torch.no_grad():
         grams = _pair_grams(z.detach())
-        # -C/eps = sum_{l<m} (2 s / eps) G_lm - s k (k-1) / eps
-        scale, offset = 2.0 * s / epsilon, s * k * (k - 1) / epsilon
+        scale, offset = _cv_log_kernel(k, epsilon)
         if init is None and init_potentials == "diagonal":
             init = _diagonal_split(grams, scale, offset)
         log_factors = grams * scale
@@ -451,10 +457,8 @@ class M3GLoss(MultiViewLoss):
         if numba_takes(z):
             start = init
             if init is None and self.init_potentials == "diagonal":  # the blocks' cold start, as there
-                k = z.shape[1]
-                s = _cv_scale(k)
                 grams = _pair_grams(normalize(z.detach()))
-                start = _diagonal_split(grams, 2.0 * s / self.epsilon, s * k * (k - 1) / self.epsilon)
+                start = _diagonal_split(grams, *_cv_log_kernel(z.shape[1], self.epsilon))
             fused = fused_three_view(z, self.epsilon, self.tol, self.max_iter, start)
         if fused is not None:
             forward, diag_cost, result = fused

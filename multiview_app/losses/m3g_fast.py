@@ -269,20 +269,28 @@ class _FusedGradient(torch.autograd.Function):
         return torch.from_numpy(grad), None, None
 
 
+def numba_routes(tensor: torch.Tensor, k: int, n: int) -> bool:
+    """Whether a problem of ``k`` views and ``n`` items held in ``tensor`` goes to numba: ``(k, n)`` within
+    :data:`NUMBA_ON_CPU`, a strided CPU float32 / float64 tensor, numba available and not switched off."""
+    return (
+        k in NUMBA_ON_CPU
+        and 2 <= n <= NUMBA_ON_CPU[k][0]
+        and tensor.device.type == "cpu"
+        and tensor.dtype in (torch.float32, torch.float64)
+        and tensor.layout == torch.strided
+        and fused_available()
+    )
+
+
 def numba_takes(x: object) -> bool:
-    """Whether raw embeddings ``x`` ``(n, k, d)`` go to the numba kernels (CPU float32 / float64 tensor,
-    ``(k, n)`` within :data:`NUMBA_ON_CPU`, numba available and not switched off); the kernels may still
-    decline the values (see the module docstring)."""
+    """Whether raw embeddings ``x`` ``(n, 3, d)`` go to this module's k = 3 kernels (:func:`numba_routes`);
+    the kernels may still decline the values (see the module docstring)."""
     return (
         isinstance(x, torch.Tensor)
         and x.dim() == 3
         and x.shape[1] == 3
-        and 2 <= x.shape[0] <= NUMBA_ON_CPU[3][0]
         and x.shape[2] >= 1
-        and x.device.type == "cpu"
-        and x.dtype in (torch.float32, torch.float64)
-        and x.layout == torch.strided
-        and fused_available()
+        and numba_routes(x, 3, x.shape[0])
     )
 
 
@@ -346,4 +354,4 @@ class FusedForward:
         return _FusedGradient.apply(self.x, value, self.saved)
 
 
-__all__ = ["NUMBA_ON_CPU", "FusedForward", "fused_available", "fused_three_view", "numba_takes"]
+__all__ = ["NUMBA_ON_CPU", "FusedForward", "fused_available", "fused_three_view", "numba_routes", "numba_takes"]

@@ -25,7 +25,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from .m3g_fast import NUMBA_ON_CPU, fused_available
+from .m3g_fast import numba_routes
 from .sinkhorn import (
     _REL_UNDERFLOW,
     MMSinkhornResult,
@@ -66,16 +66,7 @@ def numba_takes_pairwise(log_factors: torch.Tensor) -> bool:
     if not isinstance(log_factors, torch.Tensor) or log_factors.dim() != 4:
         return False
     k, n = log_factors.shape[0], log_factors.shape[2]
-    return (
-        k > 3
-        and k in NUMBA_ON_CPU
-        and 2 <= n <= NUMBA_ON_CPU[k][0]
-        and log_factors.device.type == "cpu"
-        and log_factors.dtype in (torch.float32, torch.float64)
-        and log_factors.layout == torch.strided
-        and fused_available()
-        and _kernels() is not None
-    )
+    return k > 3 and numba_routes(log_factors, k, n) and _kernels() is not None
 
 
 class _HostAnderson:
