@@ -13,7 +13,8 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +114,21 @@ def peak_rss_growth(fn: Callable[[], Any]) -> tuple[float, float, Any]:
     result = fn()
     seconds = time.perf_counter() - start
     return max(status_kib("VmHWM") - before, 0) / 1024, seconds, result
+
+
+@contextmanager
+def kept_environment(*keys: str) -> Iterator[None]:
+    """Environment variables ``keys`` as they were before the block, whatever it set (a bench switches solver
+    paths through them; a test process that imports the bench must not inherit its switches)."""
+    saved = {key: os.environ.get(key) for key in keys}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def status_kib(field: str) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from multiview_app.bench import Timing, markdown_table, ratio, time_call
+from multiview_app.bench import Timing, kept_environment, markdown_table, ratio, time_call
 
 
 def test_time_call_runs_warmup_then_repeat_and_reports_median() -> None:
@@ -37,3 +39,17 @@ def test_peak_rss_growth_sees_an_allocation_after_an_earlier_peak() -> None:
     mib, seconds, total = peak_rss_growth(lambda: float(np.ones(8 * 2**20).sum()))  # 64 MiB
     assert total == 8 * 2**20 and seconds >= 0
     assert 48 <= mib <= 256, mib
+
+
+def test_kept_environment_restores_set_and_unset_keys(monkeypatch) -> None:
+    monkeypatch.setenv("MVAPP_BENCH_SET", "before")
+    monkeypatch.delenv("MVAPP_BENCH_UNSET", raising=False)
+    with kept_environment("MVAPP_BENCH_SET", "MVAPP_BENCH_UNSET"):
+        os.environ["MVAPP_BENCH_SET"] = "inside"
+        os.environ["MVAPP_BENCH_UNSET"] = "inside"
+    assert os.environ["MVAPP_BENCH_SET"] == "before"
+    assert "MVAPP_BENCH_UNSET" not in os.environ
+    with pytest.raises(RuntimeError), kept_environment("MVAPP_BENCH_SET"):
+        os.environ["MVAPP_BENCH_SET"] = "inside"
+        raise RuntimeError("a failing bench")
+    assert os.environ["MVAPP_BENCH_SET"] == "before"

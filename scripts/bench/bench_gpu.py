@@ -50,6 +50,7 @@ import torch  # noqa: E402
 from multiview_app.bench import (  # noqa: E402
     Timing,
     command_line,
+    kept_environment,
     machine_line,
     markdown_table,
     peak_rss_growth,
@@ -498,15 +499,9 @@ def device_lines(device: torch.device) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, str]:
     """Run the bench with M3G on the sweep blocks on every device (the numba kernels are a CPU-only path a GPU
     never takes): ``MVAPP_M3G_FUSED=0`` for the call, restored after it (the module is imported by tests)."""
-    saved = os.environ.get("MVAPP_M3G_FUSED")
-    os.environ["MVAPP_M3G_FUSED"] = "0"
-    try:
+    with kept_environment("MVAPP_M3G_FUSED"):
+        os.environ["MVAPP_M3G_FUSED"] = "0"
         return _main(argv)
-    finally:
-        if saved is None:
-            os.environ.pop("MVAPP_M3G_FUSED", None)
-        else:
-            os.environ["MVAPP_M3G_FUSED"] = saved
 
 
 def _main(argv: list[str] | None) -> dict[str, str]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from multiview_app.bench import command_line, machine_line, markdown_table
+from multiview_app.bench import command_line, kept_environment, machine_line, markdown_table
 from multiview_app.losses import build_loss, m3g_fast, sinkhorn_fast
 
 SIZES = ["32x3", "64x3", "96x3", "16x6", "16x4", "32x4", "64x4", "128x4", "32x6"]
@@ -107,47 +107,42 @@ def main() -> None:
     torch.set_num_threads(1)  # the project's choice on <= 2 usable CPUs (multiview_app/threads.py)
     if args.cold:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_m3g_cpu_inductor_")
-    saved = {key: os.environ.get(key) for key in ("MVAPP_M3G_FUSED", "MVAPP_M3G_COMPILE")}
     table = dict(m3g_fast.NUMBA_ON_CPU)
     rows = []
-    try:
-        for size in args.sizes:
-            n, k = (int(part) for part in size.lower().split("x"))
-            routed = k in table and n <= table[k][0]
-            paths = [path for path in args.paths if path != "numba" or numba_kernels(k)]
-            m3g_fast.NUMBA_ON_CPU[k] = (n, "bench")  # the numba path measured at this n whatever the table says
-            for setting in args.settings:
-                result = compare(n, k, SETTINGS[setting], paths, args.calls, args.warmup)
-                cell = {path: f"{result[f'{path}_ms']:.3g}" if path in paths else "-" for path in PATHS}
-                speed = {
-                    key: f"{result[key]:.2f}x" if key in result else "-"
-                    for key in ("compiled/numba", "eager/numba", "eager/compiled")
-                }
-                first = {path: f"{result['first'][path]:.1f}" if path in paths else "-" for path in PATHS}
-                rows.append(
-                    [
-                        f"{n}x{k}",
-                        setting,
-                        *cell.values(),
-                        *speed.values(),
-                        "numba" if routed else "blocks",
-                        first["compiled"],
-                        first["numba"],
-                        " / ".join(f"{result[f'{path}_sweeps']:.1f}" if path in paths else "-" for path in PATHS),
-                        f"{result['diff']:.1e}" if "diff" in result else "-",
-                    ]
-                )
-                print(" | ".join(rows[-1]), flush=True)
+    with kept_environment("MVAPP_M3G_FUSED", "MVAPP_M3G_COMPILE"):
+        try:
+            for size in args.sizes:
+                n, k = (int(part) for part in size.lower().split("x"))
+                routed = k in table and n <= table[k][0]
+                paths = [path for path in args.paths if path != "numba" or numba_kernels(k)]
+                m3g_fast.NUMBA_ON_CPU[k] = (n, "bench")  # the numba path measured at this n whatever the table says
+                for setting in args.settings:
+                    result = compare(n, k, SETTINGS[setting], paths, args.calls, args.warmup)
+                    cell = {path: f"{result[f'{path}_ms']:.3g}" if path in paths else "-" for path in PATHS}
+                    speed = {
+                        key: f"{result[key]:.2f}x" if key in result else "-"
+                        for key in ("compiled/numba", "eager/numba", "eager/compiled")
+                    }
+                    first = {path: f"{result['first'][path]:.1f}" if path in paths else "-" for path in PATHS}
+                    rows.append(
+                        [
+                            f"{n}x{k}",
+                            setting,
+                            *cell.values(),
+                            *speed.values(),
+                            "numba" if routed else "blocks",
+                            first["compiled"],
+                            first["numba"],
+                            " / ".join(f"{result[f'{path}_sweeps']:.1f}" if path in paths else "-" for path in PATHS),
+                            f"{result['diff']:.1e}" if "diff" in result else "-",
+                        ]
+                    )
+                    print(" | ".join(rows[-1]), flush=True)
+                m3g_fast.NUMBA_ON_CPU.clear()
+                m3g_fast.NUMBA_ON_CPU.update(table)
+        finally:
             m3g_fast.NUMBA_ON_CPU.clear()
             m3g_fast.NUMBA_ON_CPU.update(table)
-    finally:
-        m3g_fast.NUMBA_ON_CPU.clear()
-        m3g_fast.NUMBA_ON_CPU.update(table)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     headers = [
         "n x k",
         "solver settings",
