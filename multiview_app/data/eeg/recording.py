@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ...fileio import sha256_file  # noqa: F401  (re-exported: the EEG cache's checksums)
+from .events import ScoredEvent
 from .stages import EPOCH_SECONDS, UNSCORED
 
 CHANNEL_PREFIXES = ("EEG ", "EOG ", "EMG ", "ECG ")
@@ -29,6 +30,12 @@ class Recording:
             ``UNSCORED``), already truncated to the signal length.
         counts: reader-level counts (excluded epochs, hypnogram beyond signal, ...).
         grid_start_seconds: where epoch 0 starts in the signals (PhysioNet 2018: the first stage note).
+        channel_types: signal type of each channel in MNE's vocabulary (``signals.SIGNAL_TYPES``); empty
+            when the reader does not say (EEG-only readers).
+        channel_units: unit of each signal array after the reader's conversion (``uV``, ``mV``, ``%``,
+            ``arbitrary``); empty means every channel is in microvolts.
+        events: scored events (:class:`~multiview_app.data.eeg.events.ScoredEvent`); ``None`` when the
+            dataset scores no events (Sleep-EDF), ``[]`` when it does and this night has none.
     """
 
     recording: str
@@ -40,6 +47,9 @@ class Recording:
     epoch_labels: np.ndarray
     counts: Counter = field(default_factory=Counter)
     grid_start_seconds: float = 0.0
+    channel_types: list[str] = field(default_factory=list)
+    channel_units: list[str] = field(default_factory=list)
+    events: list[ScoredEvent] | None = None
 
 
 def _normalize(name: str) -> str:
