@@ -700,19 +700,20 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def paired_lines(paired: dict[str, dict[str, Any]], shots: list[str], capped: set[str], width: int) -> list[str]:
-    """The paired block of :func:`format_table`: trained minus each row by test subject, mean [95 % bootstrap
-    CI] over subjects and the subjects ahead of n (``eval.protocols.stats``)."""
+    """The paired block of :func:`format_table`: trained minus each row by test subject, mean [95 % BCa
+    interval], exact sign-flip p and the subjects ahead of n (``eval.protocols.stats``)."""
     n = max(cell["n"] for cells in paired.values() for cell in cells.values())
     lines = [
         "",
         f"balanced_accuracy, trained minus each row per test subject (fits sharing a subject averaged first): "
-        f"mean [95 % bootstrap CI over subjects, {stats.RESAMPLES} resamples], subjects ahead / n (n = {n})",
-        f"{'trained minus':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>45}" for s in shots),
+        f"mean [95 % BCa bootstrap CI over subjects, {stats.RESAMPLES} resamples], exact sign-flip p, "
+        f"subjects ahead / n (n = {n}; with n = {n} the smallest possible p is {stats.smallest_sign_flip_p(n):.3g})",
+        f"{'trained minus':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>58}" for s in shots),
     ]
     for name, per_shot in paired.items():
         lines.append(
             f"{name:<{width}}"
-            + "".join(f"{stats.ci_text(per_shot[s]):>45}" if s in per_shot else f"{'-':>45}" for s in shots)
+            + "".join(f"{stats.ci_text(per_shot[s]):>58}" if s in per_shot else f"{'-':>58}" for s in shots)
         )
     return lines
 
