@@ -221,6 +221,6 @@ def event_summary_line(counts: dict[str, int]) -> str | None:
         for name, n in sorted(counts.items())
         if name != NO_SCORED_EVENTS and (n or name in TARGET_CLASSES)
     ]
-    if counts.get(NO_SCORED_EVENTS):
-        parts.append(f"none scored by this dataset ({counts[NO_SCORED_EVENTS]} recordings)")
+    if n := counts.get(NO_SCORED_EVENTS, 0):
+        parts.append(f"none scored by this dataset ({n} recording{'s' if n != 1 else ''})")
     return f"events: {', '.join(parts)}" if parts else None

@@ -156,7 +156,9 @@ def scored_events(
     ``mat`` (``-1`` runs of ``data/arousals``; None when ``mat`` or that vector is absent). Counted:
     ``events_beyond_signal``, ``arousal_targets_length_differs_from_signal``."""
     events = events_from_notes([(s / fs, t) for s, t in notes], counts)
-    counts["events_beyond_signal"] += sum(e.onset >= n_samples / fs for e in events)
+    beyond = sum(e.onset >= n_samples / fs for e in events)
+    if beyond:
+        counts["events_beyond_signal"] += beyond
     targets = read_arousal_targets(mat) if mat.exists() else None
     if targets is None:
         return events, None
