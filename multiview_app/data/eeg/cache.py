@@ -6,10 +6,11 @@ Layout of a cache directory::
     windows/<recording>.npy  # (w, c, T) float32/float16, np.load(..., mmap_mode="r")
 
 Each manifest recording holds ``recording, subject, file, n_windows, labels (w,), epochs (w,),
-sources [{path, sha256}], counts``. Preparation is incremental (recordings whose sources have the
-same checksums and an intact window file are skipped), every write is atomic (temp file +
-``os.replace``) and the manifest is rewritten after each recording, so an interrupted run resumes
-where it stopped. While preparing, the manifest says ``"complete": false``; only the last write of a
+sources [{path, sha256}], counts`` and, when the dataset scores events (PhysioNet 2018),
+``event_targets {class: (w,)}, ahi, severity, event_counts {label: n}`` (:func:`.events.event_record`).
+Preparation is incremental (recordings whose sources have the same checksums and an intact window
+file are skipped), every write is atomic (temp file + ``os.replace``) and the manifest is rewritten
+after each recording, so an interrupted run resumes where it stopped. While preparing, the manifest says ``"complete": false``; only the last write of a
 finished ``prepare`` sets it to true, so a cache from an interrupted or failed run never reads as
 complete (:func:`load_manifest` refuses it and names the command that finishes it).
 """
@@ -29,6 +30,7 @@ from ...fileio import atomic_write_bytes, sha256_file
 from ...registry import Registry
 from .contract import SOURCE_UNITS
 from .dreams import expected_checksums, find_excerpts, inspect_excerpt, read_dreams, verify_checksums
+from .events import event_record, event_summary, event_summary_line
 from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
 from .provenance import read_provenance
@@ -208,6 +210,7 @@ def prepare(
         "errors": [],
         "dropped": Counter(),
         "reader_counts": Counter(),
+        "events": Counter(),
         "not_selected": {k: v for k, v in not_selected.items() if v},
     }
     for entry in progress_display(entries, desc=f"prepare {dataset}", disable=not progress):
@@ -253,6 +256,7 @@ def prepare(
             "epochs": epochs.tolist(),
             "sources": checksums,
             **_provenance(entry.files),
+            **event_record(recording, epochs),
             "counts": {
                 **dict(recording.counts),
                 **{(f"dropped_{k}" if k in DROP_REASONS else k): v for k, v in dropped.items()},
@@ -266,6 +270,7 @@ def prepare(
         summary["prepared"].append(entry.recording)
         summary["dropped"].update({k: v for k, v in dropped.items() if k in DROP_REASONS})
         summary["reader_counts"].update(recording.counts)
+        summary["events"].update(event_summary(record))
         summary["reader_counts"].update({k: v for k, v in dropped.items() if k not in DROP_REASONS})
     manifest["complete"] = True
     save_manifest(out, manifest)  # last write: from here on the cache reads as complete
@@ -273,6 +278,7 @@ def prepare(
     summary["cache"] = str(out)
     summary["dropped"] = dict(summary["dropped"])
     summary["reader_counts"] = {k: v for k, v in summary["reader_counts"].items() if v}
+    summary["events"] = dict(summary["events"])
     summary["windows_per_stage"] = {
         stage: int(sum(r["labels"].count(i) for r in manifest["recordings"])) for i, stage in enumerate(STAGES)
     }
@@ -311,6 +317,8 @@ def summary_table(summary: dict) -> str:
     for label, counts in (("dropped", summary["dropped"]), ("not used", summary["not_selected"])):
         if _pairs(counts):
             lines.append(f"{label}: {_pairs(counts)}")
+    if events_line := event_summary_line(summary.get("events", {})):
+        lines.append(events_line)
     lines.append(f"details (reader counts, per recording): {summary['summary_file']}")
     lines += [f"  skipped (unreadable): {error}" for error in summary["errors"]]
     return "\n".join(lines)

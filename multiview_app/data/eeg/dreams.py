@@ -335,6 +335,7 @@ def read_dreams(excerpt: Excerpt, channels: list[str], layout: ExcerptLayout | N
         sfreqs=[layout.sfreq] * len(picked),
         epoch_labels=labels,
         counts=counts,
+        events=None,  # the excerpts carry no scored events (excerpt EDF event channels: the generic EDF reader)
     )
 
 

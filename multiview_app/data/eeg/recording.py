@@ -36,6 +36,9 @@ class Recording:
             ``arbitrary``); empty means every channel is in microvolts.
         events: scored events (:class:`~multiview_app.data.eeg.events.ScoredEvent`); ``None`` when the
             dataset scores no events (Sleep-EDF), ``[]`` when it does and this night has none.
+        arousal_unscored: ``[(start s, end s), ...]`` from the recording start where arousals were not
+            scored (PhysioNet 2018: ``-1`` in ``data/arousals``, the apnea / hypopnea regions); ``None``
+            when the dataset gives no such mask.
     """
 
     recording: str
@@ -50,6 +53,7 @@ class Recording:
     channel_types: list[str] = field(default_factory=list)
     channel_units: list[str] = field(default_factory=list)
     events: list[ScoredEvent] | None = None
+    arousal_unscored: list[tuple[float, float]] | None = None
 
 
 def _normalize(name: str) -> str:
