@@ -519,3 +519,41 @@ def read_psg(
         ),
         report,
     )
+
+
+PSG_SUFFIXES = (".edf", ".bdf")
+"""Files ``mvapp data prepare edf`` reads (case-insensitive)."""
+
+
+def find_psg_files(source: Path) -> list[Path]:
+    """Every EDF / BDF under ``source`` (recursive, sorted)."""
+    return sorted(p for p in source.rglob("*") if p.suffix.lower() in PSG_SUFFIXES and p.is_file())
+
+
+def psg_recording_id(path: Path, source: Path) -> str:
+    """Recording id of ``path``: its path under ``source`` without suffix, ``/`` -> ``_`` (``night1``, ``lab_a_night1``)."""
+    return "_".join(path.relative_to(source).with_suffix("").parts)
+
+
+def for_cache(recording: Recording, report: ReadReport, requested: list[str], recording_id: str) -> Recording:
+    """The recording as the EEG window cache takes it: one channel per requested name (``channel_names`` =
+    ``requested``), each in microvolts; the report goes into ``counts`` (``left_out:<label>:<reason>``,
+    ``misc:<label>``, ``not_signal:<label>``, ``unknown_stage_label:<label>``, ``unknown_event_label:<label>``)
+    so the cache manifest keeps it. ``ValueError`` naming the file for a group of several channels or a
+    channel not in microvolts."""
+    path = recording.sources[0]
+    if len(recording.channel_names) != len(requested):
+        raise ValueError(
+            f"{path}: channels {requested} name {len(recording.channel_names)} channels "
+            f"({', '.join(recording.channel_names)}); the window cache takes one channel per name"
+        )
+    other = [f"{n} ({u})" for n, u in zip(recording.channel_names, recording.channel_units) if u != "uV"]
+    if other:
+        raise ValueError(f"{path}: channels {', '.join(other)} are not in uV; the EEG window cache holds uV channels")
+    recording.recording, recording.channel_names = recording_id, list(requested)
+    entries = [f"left_out:{o.label}:{o.reason}" for o in report.left_out]
+    entries += [f"misc:{label}" for label in report.misc] + [f"not_signal:{label}" for label in report.not_signals]
+    recording.counts.update(entries)
+    recording.counts.update({f"unknown_stage_label:{k}": v for k, v in report.unknown_stages.items()})
+    recording.counts.update({f"unknown_event_label:{k}": v for k, v in report.unknown_events.items()})
+    return recording
