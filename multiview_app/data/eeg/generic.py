@@ -75,7 +75,8 @@ class StageSource:
 @dataclass
 class FileSignal:
     """One signal as stored: ``data (n,)`` in the file's physical unit ``unit_text``, at ``sfreq`` Hz;
-    ``limits``: the lowest / highest value the file can store for it; ``file_type``: its MNE type, if stated."""
+    ``limits``: the lowest / highest value the file can store for it; ``file_type``: its MNE type, if stated;
+    ``step``: its quantization step (physical units per digital unit; 0: unknown)."""
 
     label: str
     data: np.ndarray
@@ -83,6 +84,14 @@ class FileSignal:
     unit_text: str
     limits: tuple[float, float] | None
     file_type: str | None
+    step: float = 0.0
+
+    def codes(self) -> np.ndarray:
+        """``(n,)`` values as codes: within one quantization step of an integer -> that integer (a stage or
+        event code stored with a physical range that does not map it exactly), else rounded to 6 decimals."""
+        nearest = np.round(np.nan_to_num(self.data))
+        snap = np.abs(self.data - nearest) <= max(self.step, 1e-6)
+        return np.where(snap, nearest, np.round(np.nan_to_num(self.data), 6))
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,7 @@ class ReadReport:
     not_signals: list[str] = field(default_factory=list)
     unknown_stages: Counter = field(default_factory=Counter)
     unknown_events: Counter = field(default_factory=Counter)
+    unknown_annotations: Counter = field(default_factory=Counter)
 
 
 def edf_label_type(label: str) -> str | None:
@@ -136,6 +146,7 @@ def read_psg_file(path: Path) -> tuple[list[FileSignal], list[Annotation]]:
                 signal.physical_dimension,
                 limits,
                 edf_label_type(signal.label),
+                abs(physical[1] - physical[0]) / max(abs(digital[1] - digital[0]), 1),
             )
         )
     return signals, annotations
@@ -288,7 +299,7 @@ def stages_from_channel(
 ) -> np.ndarray:
     """30-s codes from a stage channel: one label per scoring period (``seconds``, detected when None; a
     period's first sample, blocks that change inside counted), mapped, then :func:`majority_epochs`."""
-    signal.data = np.round(signal.data, 6)
+    signal.data = signal.codes()
     period = seconds or scoring_period(signal, path)
     block, per_epoch = period * signal.sfreq, EPOCH_SECONDS / period
     if block < 1 or not np.isclose(block, round(block)) or not np.isclose(per_epoch, round(per_epoch)):
@@ -318,14 +329,14 @@ def events_from_annotations(
     rows: list[Annotation], stage_map: StageMap, report: ReadReport, counts: Counter
 ) -> list[ScoredEvent] | None:
     """Scored events of the annotations that are not stages (None when every annotation is a stage); a text
-    the stage map does not know is counted (``unknown_event_labels``)."""
+    the stage map knows neither as a stage nor as an event is counted (``unknown_annotation_labels``)."""
     others = [row for row in rows if row[2].strip() and stage_map.stage_code(row[2]) is None]
     events = []
     for onset, duration, text in others:
         label = stage_map.event_label(text)
         if label is None:
-            report.unknown_events[text] += 1
-            counts["unknown_event_labels"] += 1
+            report.unknown_annotations[text] += 1
+            counts["unknown_annotation_labels"] += 1
         else:
             events.append(ScoredEvent(onset, duration, label))
     return events if others else None
@@ -334,7 +345,7 @@ def events_from_annotations(
 def events_from_channel(signal: FileSignal, codes: dict[str, str], report: ReadReport, counts: Counter) -> list:
     """Scored events of an event channel: each run of one non-zero code is an event, labelled by ``codes``
     (``*``: any code); an unmapped code is counted (``unknown_event_labels``)."""
-    values = np.nan_to_num(np.round(signal.data, 6))
+    values = signal.codes()
     change = np.flatnonzero(np.diff(values) != 0) + 1
     events = []
     for start, stop in zip(np.r_[0, change], np.r_[change, values.size]):
@@ -538,7 +549,7 @@ def psg_recording_id(path: Path, source: Path) -> str:
 def for_cache(recording: Recording, report: ReadReport, requested: list[str], recording_id: str) -> Recording:
     """The recording as the EEG window cache takes it: one channel per requested name (``channel_names`` =
     ``requested``), each in microvolts; the report goes into ``counts`` (``left_out:<label>:<reason>``,
-    ``misc:<label>``, ``not_signal:<label>``, ``unknown_stage_label:<label>``, ``unknown_event_label:<label>``)
+    ``misc:<label>``, ``not_signal:<label>``, ``unknown_{stage,event,annotation}_label:<label>``)
     so the cache manifest keeps it. ``ValueError`` naming the file for a group of several channels or a
     channel not in microvolts."""
     path = recording.sources[0]
@@ -556,4 +567,5 @@ def for_cache(recording: Recording, report: ReadReport, requested: list[str], re
     recording.counts.update(entries)
     recording.counts.update({f"unknown_stage_label:{k}": v for k, v in report.unknown_stages.items()})
     recording.counts.update({f"unknown_event_label:{k}": v for k, v in report.unknown_events.items()})
+    recording.counts.update({f"unknown_annotation_label:{k}": v for k, v in report.unknown_annotations.items()})
     return recording
