@@ -319,3 +319,32 @@ def test_dreams_excerpt3_through_the_generic_reader() -> None:
     assert recording.channel_units[recording.channel_names.index("C3-A1")] == "uV" and 10 < c3.std() < 40
     assert len(recording.events) == 39 and {e.label for e in recording.events} == {"resp_event_unspecified"}
     assert all(14 <= e.duration <= 30 for e in recording.events)
+
+
+# ----------------------------------------------------------------------------- docs/eeg.md "Your own PSG"
+
+
+def _doc_blocks(language: str) -> list[str]:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "eeg.md").read_text()
+    section = text.split("## Your own PSG\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
+
+
+def test_docs_route_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    write, read = _doc_blocks("python")
+    exec(compile(write, "docs/eeg.md", "exec"), {})
+    prepare, info = _doc_blocks("bash")[0].strip().splitlines()
+    assert main(shlex.split(prepare)[1:]) == 0
+    assert "channels left out (channel:reason recordings): F4-M1:flat 1" in capsys.readouterr().out
+    assert main(shlex.split(info)[1:]) == 0
+    namespace: dict = {}
+    exec(compile(read, "docs/eeg.md", "exec"), namespace)
+    assert [(o.label, o.reason) for o in namespace["report"].left_out] == [("F4-M1", "flat")]
+    assert namespace["report"].unknown_annotations == Counter({"Leg twitch": 1})
+    (example,) = _doc_blocks("yaml")
+    (tmp_path / "my-lab.yaml").write_text(example)
+    lab = load_stage_map(tmp_path / "my-lab.yaml")
+    assert lab.stage_code("4") == STAGES.index("N3") and lab.event_channels["flow_events"]["2"] == "resp_hypopnea"

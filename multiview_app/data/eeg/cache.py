@@ -364,6 +364,9 @@ def summary_table(summary: dict) -> str:
     for label, counts in (("dropped", summary["dropped"]), ("not used", summary["not_selected"])):
         if _pairs(counts):
             lines.append(f"{label}: {_pairs(counts)}")
+    left_out = {k.split(":", 1)[1]: v for k, v in summary.get("reader_counts", {}).items() if k.startswith("left_out:")}
+    if left_out:  # edf / bids: channels:reason -> recordings
+        lines.append(f"channels left out (channel:reason recordings): {_pairs(left_out)}")
     lines.append(f"details (reader counts, per recording): {summary['summary_file']}")
     lines += [f"  skipped (unreadable): {error}" for error in summary["errors"]]
     return "\n".join(lines)
