@@ -158,6 +158,17 @@ def test_csv_hypnogram_unknown_labels_counted_and_one_source_only(tmp_path: Path
         read_psg(write_psg(tmp_path / "none.edf"), stages="csv")
 
 
+def test_csv_scored_every_5_s_is_combined_by_the_majority_rule(tmp_path: Path) -> None:
+    path = write_psg(tmp_path / "night.edf")
+    rows = ["W"] * 6 + ["N2", "N2", "N1", "N2", "N2", "N1"] + ["N2", "N2", "N3", "N3", "N3", "N2"]
+    path.with_suffix(".csv").write_text(
+        "stage,onset,duration\n" + "".join(f"{s},{5 * i},5\n" for i, s in enumerate(rows))
+    )
+    recording, _ = read_psg(path, stages="csv")
+    assert recording.epoch_labels[:4].tolist() == [0, 2, EXCLUDED, UNSCORED]  # the 4th epoch has no row
+    assert recording.counts["stage_epochs_no_majority"] == 1 and recording.counts["stage_epochs_unanimous"] == 1
+
+
 def test_stage_channel_with_5_s_labels_majority_rule_user_map_and_event_channel(tmp_path: Path) -> None:
     labels5 = [0] * 6 + [2, 2, 2, 2, 2, 1] + [2, 2, 2, 3, 3, 1] + [9] * 6 + [7] * 6 + [5] * 6
     labels5 += [2] * (SECONDS // 5 - len(labels5)).__int__()

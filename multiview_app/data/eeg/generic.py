@@ -127,7 +127,11 @@ def read_psg_file(path: Path) -> tuple[list[FileSignal], list[Annotation]]:
     cannot read raises ``ValueError`` naming it."""
     import edfio
 
-    bdf = path.read_bytes()[:1] == b"\xff"
+    try:
+        with open(path, "rb") as handle:
+            bdf = handle.read(1) == b"\xff"  # BDF's header starts with 0xFF "BIOSEMI", EDF's with "0"
+    except OSError as err:
+        raise ValueError(f"{path}: unreadable ({err})") from None
     try:
         edf = edfio.read_bdf(path) if bdf else edfio.read_edf(path)
         annotations = [(float(a.onset), float(a.duration or 0.0), str(a.text)) for a in edf.annotations]
@@ -204,7 +208,7 @@ def signal_channels(
         else:
             unit_name, factor = unit
             limits = tuple(sorted(v * factor for v in signal.limits)) if signal.limits else None
-            values = signal.data * factor
+            values = signal.data if factor == 1.0 else signal.data * factor
             quality = assess_channel(signal.label, values, unit_name, limits, _valid_range(kind, unit_name, vocabulary))
             verdict = None if quality.usable else LeftOut(signal.label, str(quality.problem), quality.detail)
         if verdict is not None:
@@ -249,7 +253,9 @@ def _intervals_to_epochs(intervals: list[tuple[float, float, int]], n_epochs: in
     per_epoch = int(round(EPOCH_SECONDS / period))
     codes = np.full(n_epochs * per_epoch, UNSCORED, dtype=np.int64)
     for onset, duration, code in intervals:
-        codes[int(round(onset / period)) : int(round((onset + duration) / period))] = code
+        first, stop = int(round(onset / period)), int(round((onset + duration) / period))
+        codes[first:stop] = code
+        counts["stage_periods_beyond_signal"] += max(0, stop - max(first, codes.size))
     epochs, rule_counts = majority_epochs(codes, per_epoch, "stage")
     counts.update(rule_counts)
     unscored = (codes.reshape(n_epochs, per_epoch) == UNSCORED).all(axis=1)
