@@ -197,10 +197,9 @@ def signal_channels(
         if types.get(signal.label):
             signal.file_type = types[signal.label]
         kind = channel_type(signal, stage_map, vocabulary)
-        if kind is None or kind == "misc":
-            if kind is None:
-                report.misc.append(signal.label)
-                counts["channels_misc_unknown_label"] += 1
+        if kind is None:  # no alias, no usable type: kept as misc, reported
+            report.misc.append(signal.label)
+            counts["channels_misc_unknown_label"] += 1
             kind = "misc"
         unit = canonical(signal, kind, vocabulary, counts)
         if isinstance(unit, LeftOut):
