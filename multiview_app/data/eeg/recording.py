@@ -10,7 +10,7 @@ import numpy as np
 
 from ...fileio import sha256_file  # noqa: F401  (re-exported: the EEG cache's checksums)
 from .events import ScoredEvent
-from .stages import EPOCH_SECONDS, UNSCORED
+from .stages import EPOCH_SECONDS, EXCLUDED, STAGES, UNSCORED
 
 CHANNEL_PREFIXES = ("EEG ", "EOG ", "EMG ", "ECG ")
 
@@ -110,3 +110,36 @@ def label_epochs_from_intervals(
     if hypnogram_end < n_signal_epochs:
         counts["signal_beyond_hypnogram_epochs"] += n_signal_epochs - hypnogram_end
     return labels
+
+
+MAJORITY_SHARE = 2 / 3
+"""Share of a 30-s epoch (20 s) one stage must cover to label an epoch scored in shorter periods (AASM's
+majority rule; DREAMS: 4 of six 5-s labels)."""
+
+
+def majority_votes(per_epoch: int) -> int:
+    """Periods of ``per_epoch`` per 30-s epoch one stage needs: ``ceil(MAJORITY_SHARE * per_epoch)``."""
+    return int(np.ceil(MAJORITY_SHARE * per_epoch - 1e-9))
+
+
+def majority_epochs(codes: np.ndarray, per_epoch: int, prefix: str) -> tuple[np.ndarray, Counter]:
+    """Stage codes of consecutive scoring periods ``(n,)`` -> 30-s codes ``(n // per_epoch,)``.
+
+    ``codes`` hold 0..4 (a stage), ``EXCLUDED`` (movement / no stage) or any other negative code (unknown:
+    votes for nothing). An epoch takes the stage that at least :func:`majority_votes` of its ``per_epoch``
+    periods name, else ``EXCLUDED``. Counts ``{prefix}_epochs_{unanimous, majority, no_majority, movement}``
+    (movement: ``EXCLUDED`` holds the majority) and ``{prefix}_labels_after_last_epoch``."""
+    needed = majority_votes(per_epoch)
+    n_epochs = codes.size // per_epoch
+    grid = np.asarray(codes[: n_epochs * per_epoch], dtype=np.int64).reshape(n_epochs, per_epoch)
+    votes = np.stack([(grid == stage).sum(axis=1) for stage in range(len(STAGES))], axis=1)  # (E, 5)
+    top, best = votes.max(axis=1), votes.argmax(axis=1)
+    movement = (grid == EXCLUDED).sum(axis=1) >= needed
+    kept = top >= needed
+    counts: Counter = Counter()
+    counts[f"{prefix}_epochs_unanimous"] += int((top == per_epoch).sum())
+    counts[f"{prefix}_epochs_majority"] += int((kept & (top < per_epoch)).sum())
+    counts[f"{prefix}_epochs_movement"] += int(movement.sum())
+    counts[f"{prefix}_epochs_no_majority"] += int((~kept & ~movement).sum())
+    counts[f"{prefix}_labels_after_last_epoch"] += int(codes.size - n_epochs * per_epoch)
+    return np.where(kept, best, EXCLUDED).astype(np.int64), counts
