@@ -29,7 +29,7 @@ TRANSITION_SECONDS = 20.0
 """Stage-dependent levels change smoothly over this time at stage boundaries (assumption)."""
 
 # ----------------------------------------------------------------------------- heart (per stage W, N1, N2, N3, REM)
-HR_OFFSET_BPM = np.array([0.0, -2.0, -5.0, -7.0, -3.0])
+HR_OFFSET_BPM = np.array([0.0, -2.0, -6.0, -8.0, -3.5])
 """Heart rate relative to quiet wake in bed: lowest in N3, REM between N2 and wake (Trinder J et al.,
 "Autonomic activity during human sleep as a function of time and sleep stage", J Sleep Res 10:253-264,
 2001; Cajochen C et al., "Heart rate dynamics during human sleep", Physiol Behav 1994; magnitudes from memory)."""
@@ -37,9 +37,9 @@ REM_ONSET_SURGE_BPM = 3.0
 REM_ONSET_SURGE_TAU_S = 300.0
 """Rapid heart-rate rise at NREM -> REM transitions followed by a slow decline (Cajochen et al. 1994, retrieved
 abstract; magnitude and time constant assumptions)."""
-NIGHT_TREND_BPM = -3.0
+NIGHT_TREND_BPM_PER_HOUR = -0.4
 """Decline of heart rate across the night (Cajochen et al. 1994: declining trend over successive cycles;
-magnitude assumption)."""
+magnitude assumption: ~3 bpm over 8 h)."""
 HF_POWER_MS2 = np.array([400.0, 500.0, 700.0, 600.0, 400.0])
 LF_HF_RATIO = np.array([1.1, 1.0, 0.6, 0.35, 1.2])
 """High-frequency (0.15-0.4 Hz, respiratory sinus arrhythmia) RR power and LF/HF ratio of a young adult:
@@ -146,7 +146,7 @@ def cardio_traits(rng: np.random.Generator, cohort: str) -> CardioTraits:
     ahi_class = str(rng.choice(list(AHI_CLASS_RANGE), p=class_probs))
     return CardioTraits(
         cohort=cohort,
-        resting_hr_bpm=float(np.clip(rng.normal(hr_mean, hr_sd), 50.0, 85.0)),
+        resting_hr_bpm=float(np.clip(rng.normal(hr_mean, hr_sd), 55.0, 85.0)),
         hrv_scale=float(hrv_scale * rng.lognormal(0.0, 0.25)),
         breathing_rate_bpm=float(np.clip(rng.normal(14.0, 1.2), 12.0, 16.0)),
         tidal_scale=float(rng.lognormal(0.0, 0.15)),
@@ -217,9 +217,11 @@ def _decaying_pulses(starts: np.ndarray, n: int, tau_s: float) -> np.ndarray:
 
 
 def _breathing_controls(
-    track: np.ndarray, traits: CardioTraits, recovery: np.ndarray, rng: np.random.Generator
+    track: np.ndarray, traits: CardioTraits, recovery: np.ndarray, in_event: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Breathing phase (cycles) and tidal volume (L) per control sample, both ``(n,)``."""
+    """Breathing phase (cycles) and tidal volume (L) per control sample, both ``(n,)``; ``recovery``: tidal
+    multiplier after events, ``in_event``: where a respiratory event holds the drive (no sighs, no
+    breath-to-breath tidal noise there, so the drop is measured against the pre-event breathing)."""
     n = track.size
     rate_factor = _smooth_level(track, RATE_FACTOR)
     rate_hz = traits.breathing_rate_bpm / 60.0 * rate_factor
@@ -228,8 +230,8 @@ def _breathing_controls(
     minute_ventilation = _smooth_level(track, MINUTE_VENTILATION_L)
     tidal = traits.tidal_scale * minute_ventilation / (traits.breathing_rate_bpm * rate_factor)
     tidal_noise = _smooth_level(track, TIDAL_CV) * _band_limited(n, CTRL_HZ, (0.02, 0.3), rng)
-    tidal = tidal * np.clip(1.0 + tidal_noise, 0.3, 2.0)
-    return phase, tidal * recovery * _sigh_gain(track, phase, rng)
+    tidal = tidal * np.clip(1.0 + np.where(in_event, 0.0, tidal_noise), 0.3, 2.0)
+    return phase, tidal * recovery * np.where(in_event, 1.0, _sigh_gain(track, phase, rng))
 
 
 def _sigh_gain(track: np.ndarray, phase: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -305,7 +307,7 @@ def _rr_ms(track: np.ndarray, phase: np.ndarray, traits: CardioTraits, hr_change
         traits.resting_hr_bpm
         + _smooth_level(track, HR_OFFSET_BPM)
         + REM_ONSET_SURGE_BPM * np.minimum(rem_surge, 1.0)
-        + NIGHT_TREND_BPM * np.arange(n) / max(n - 1, 1)
+        + NIGHT_TREND_BPM_PER_HOUR * np.arange(n) / (3600.0 * CTRL_HZ)
         + hr_change
     )
     hf_sd = np.sqrt(_smooth_level(track, HF_POWER_MS2)) * traits.hrv_scale
@@ -381,7 +383,9 @@ def synth_cardiorespiratory(
     track = _stage_track(stages, n_ctrl)
     plan = sdb_events.plan_events(stages, seconds, traits, rng)
     airway = sdb_events.airway_controls(plan, n_ctrl, CTRL_HZ)
-    phase, tidal = _breathing_controls(track, traits, sdb_events.recovery_gain(plan, n_ctrl, CTRL_HZ), rng)
+    recovery = sdb_events.recovery_gain(plan, n_ctrl, CTRL_HZ)
+    in_event = (airway["patency"] < 1.0) | (airway["drive"] != 1.0)
+    phase, tidal = _breathing_controls(track, traits, recovery, in_event, rng)
     t = np.arange(n_fs) / fs
     movement = _movement(track, rng)
     controls = {"phase": phase, "tidal": tidal, "abdomen_share": _smooth_level(track, ABDOMEN_SHARE), **airway}

@@ -45,10 +45,10 @@ EVENT_SECONDS_RANGE = (12.0, 75.0)
 """Shortest and longest event (s): >= 10 s by the AASM rule, 12 s leaves a margin for measurement."""
 MIN_GAP_SECONDS = 12.0
 """Free time after an event before the next may start (recovery breaths; assumption, no source)."""
-APNEA_PATENCY = (0.0, 0.05)
-"""Residual airflow fraction of an apnea (AASM: drop >= 90 %; ours 95-100 % for a measurement margin)."""
-HYPOPNEA_PATENCY = (0.35, 0.55)
-"""Residual airflow fraction of a hypopnea (AASM: drop >= 30 %; ours 45-65 %, assumption)."""
+APNEA_PATENCY = (0.0, 0.04)
+"""Residual airflow fraction of an apnea (AASM: drop >= 90 %; ours 96-100 % for a measurement margin)."""
+HYPOPNEA_PATENCY = (0.3, 0.5)
+"""Residual airflow fraction of a hypopnea (AASM: drop >= 30 %; ours 50-70 %, assumption, leaving a margin for the erratic REM breathing)."""
 MIXED_CENTRAL_FRACTION = (0.3, 0.6)
 """Central (effortless) part of a mixed apnea, as a fraction of its length (assumption)."""
 OBSTRUCTIVE_CRESCENDO = 0.3
@@ -132,16 +132,16 @@ def _draw_candidates(
 
 
 def _accept(candidates: dict[str, np.ndarray], stages: np.ndarray, seconds: float, wanted: int) -> np.ndarray:
-    """Indices of the first ``wanted`` candidates (in draw order) that lie inside sleep and keep
+    """Indices of the first ``wanted`` candidates (in draw order) that lie wholly inside sleep epochs and keep
     ``MIN_GAP_SECONDS`` from every accepted one; sorted by onset."""
-    asleep = (stages >= 1) & (stages <= 4)
+    awake_before = np.concatenate([[0], np.cumsum((stages < 1) | (stages > 4))])  # wake epochs before epoch i
     starts: list[float] = []
     ends: list[float] = []
     chosen: list[int] = []
     for index, (onset, duration) in enumerate(zip(candidates["onset"], candidates["duration"])):
         end = onset + duration
-        last_epoch = int(end // EPOCH_SECONDS)
-        if end + MIN_GAP_SECONDS > seconds or last_epoch >= stages.size or not asleep[last_epoch]:
+        first, last = int(onset // EPOCH_SECONDS), int(end // EPOCH_SECONDS)
+        if end + MIN_GAP_SECONDS > seconds or last >= stages.size or awake_before[last + 1] > awake_before[first]:
             continue
         slot = bisect.bisect_left(starts, onset)
         if slot > 0 and ends[slot - 1] + MIN_GAP_SECONDS > onset:
