@@ -41,11 +41,13 @@ NIGHT_TREND_BPM_PER_HOUR = -0.4
 """Decline of heart rate across the night (Cajochen et al. 1994: declining trend over successive cycles;
 magnitude assumption: ~3 bpm over 8 h)."""
 HF_POWER_MS2 = np.array([400.0, 500.0, 700.0, 600.0, 400.0])
-LF_HF_RATIO = np.array([1.1, 1.0, 0.6, 0.35, 1.2])
+LF_HF_RATIO = np.array([0.8, 0.9, 0.5, 0.25, 0.65])
 """High-frequency (0.15-0.4 Hz, respiratory sinus arrhythmia) RR power and LF/HF ratio of a young adult:
 vagal predominance rising through NREM (LF/HF falling from N1 to N3), LF/HF in REM close to wake (Bonnet MH,
 Arand DL, "Heart rate variability: sleep stage, time of night, and arousal influences", Electroencephalogr
-Clin Neurophysiol 102:390-396, 1997; Busek P et al., Physiol Res 54:369-376, 2005; values from memory)."""
+Clin Neurophysiol 102:390-396, 1997; Busek P et al., Physiol Res 54:369-376, 2005; values from memory). The
+ratios here are of the generated LF and RSA components; NeuroKit2's ``hrv_frequency`` on the beats reads
+~1.0 in W, ~1.3 in REM and ~0.5 in N3 (slow drifts and breathing-rate changes add LF power)."""
 VLF_SD_MS = np.array([25.0, 20.0, 18.0, 10.0, 30.0])
 """Slow (< 0.04 Hz) RR fluctuation: N3 most regular, REM most erratic (assumption, consistent with the
 sources above)."""
@@ -138,6 +140,19 @@ women and 49.7 % of men aged 40-85, retrieved). HRV falls with age (Umetani K et
 OSA without heart failure, longer with age (Kwon Y et al., J Clin Sleep Med 10(7):759-765, 2014; retrieved)."""
 
 
+BREATHING_RATE_WAKE = (14.5, 1.2, 12.5, 17.0)
+"""Quiet-wake breathing rate (breaths/min): mean, SD, clip range; adult resting 12-20 /min, sleep stages
+faster (``RATE_FACTOR``), so the range keeps every stage within 12-20 (assumption)."""
+SUBJECT_SPREAD = {"hrv": 0.25, "tidal": 0.15, "desat": 0.2, "r_amplitude": 0.2}
+"""Log-normal SDs of the per-subject scales (assumptions; no source)."""
+CENTRAL_SHARE_RANGE = (0.02, 0.15)
+"""Share of central among apneas in (mostly obstructive) sleep-disordered breathing (assumption; central
+sleep apnea proper is rare in the general population)."""
+ONE_PERCENT_OXIMETER_SHARE = 0.7
+"""Share of subjects recorded with a 1 %-resolution oximeter (PSG systems commonly store integer SpO2; the
+rest 0.1 %; assumption)."""
+
+
 def cardio_traits(rng: np.random.Generator, cohort: str) -> CardioTraits:
     """Draw one subject's traits for ``cohort`` ("young-adult" or "sleep-edf-sc": older, more SDB)."""
     if cohort not in COHORTS:
@@ -147,17 +162,17 @@ def cardio_traits(rng: np.random.Generator, cohort: str) -> CardioTraits:
     return CardioTraits(
         cohort=cohort,
         resting_hr_bpm=float(np.clip(rng.normal(hr_mean, hr_sd), 55.0, 85.0)),
-        hrv_scale=float(hrv_scale * rng.lognormal(0.0, 0.25)),
-        breathing_rate_bpm=float(np.clip(rng.normal(14.0, 1.2), 12.0, 16.0)),
-        tidal_scale=float(rng.lognormal(0.0, 0.15)),
+        hrv_scale=float(hrv_scale * rng.lognormal(0.0, SUBJECT_SPREAD["hrv"])),
+        breathing_rate_bpm=float(np.clip(rng.normal(*BREATHING_RATE_WAKE[:2]), *BREATHING_RATE_WAKE[2:])),
+        tidal_scale=float(rng.lognormal(0.0, SUBJECT_SPREAD["tidal"])),
         spo2_baseline=float(rng.uniform(*spo2_range)),
         ahi_class=ahi_class,
         ahi=float(rng.uniform(*AHI_CLASS_RANGE[ahi_class])),
         circulation_delay_s=float(np.clip(rng.normal(delay_mean, delay_sd), 12.0, 35.0)),
-        desat_scale=float(rng.lognormal(0.0, 0.2)),
-        central_share=float(rng.uniform(0.02, 0.15)),
-        oximeter_resolution=1.0 if rng.random() < 0.7 else 0.1,
-        r_amplitude_mv=float(rng.lognormal(0.0, 0.2)),
+        desat_scale=float(rng.lognormal(0.0, SUBJECT_SPREAD["desat"])),
+        central_share=float(rng.uniform(*CENTRAL_SHARE_RANGE)),
+        oximeter_resolution=1.0 if rng.random() < ONE_PERCENT_OXIMETER_SHARE else 0.1,
+        r_amplitude_mv=float(rng.lognormal(0.0, SUBJECT_SPREAD["r_amplitude"])),
     )
 
 
