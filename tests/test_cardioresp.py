@@ -131,7 +131,7 @@ def test_apneas_and_hypopneas_follow_aasm_rules(apnea_night) -> None:
 def test_effort_obstructive_paradoxical_central_absent(apnea_night) -> None:
     _, night, _ = apnea_night
     fs, chest, abd = 50.0, night.signals["CHEST"], night.signals["ABD"]
-    checked = {"resp_obstructiveapnea": 0, "resp_centralapnea": 0}
+    checked = {"resp_obstructiveapnea": 0, "resp_centralapnea": 0, "resp_mixedapnea": 0}
     for onset, duration, label in night.events:
         before = _window(chest + abd, fs, onset - 30, onset)
         if label == "resp_obstructiveapnea":
@@ -143,6 +143,9 @@ def test_effort_obstructive_paradoxical_central_absent(apnea_night) -> None:
             assert inside_abd.std() > 0.3 * before.std()  # effort continues
         elif label == "resp_centralapnea":
             assert _window(chest + abd, fs, onset + 1, onset + duration - 1).std() < 0.15 * before.std()
+        elif label == "resp_mixedapnea":  # central first quarter, effort back in the last quarter
+            assert _window(chest + abd, fs, onset + 0.5, onset + 0.25 * duration).std() < 0.15 * before.std()
+            assert _window(abd, fs, onset + 0.75 * duration, onset + duration).std() > 0.3 * before.std()
         else:
             continue
         checked[label] += 1
@@ -203,3 +206,10 @@ def test_deterministic_and_rates(fs: float) -> None:
     np.testing.assert_array_equal(first.beat_times, second.beat_times)
     assert first.events == second.events
     assert not np.array_equal(first.signals["ECG"], other.signals["ECG"])
+
+
+def test_night_longer_than_hypnogram_is_wake_after_it() -> None:
+    stages = _hypnogram([(N2, 4)])
+    night = synth_cardiorespiratory(stages, 50.0, 400.0, _traits(50.0), np.random.default_rng(0))
+    assert night.signals["SaO2"].shape == (20000,)
+    assert all(onset + duration <= 240.0 for onset, duration, _ in night.events)
