@@ -122,10 +122,13 @@ def test_apneas_and_hypopneas_follow_aasm_rules(apnea_night) -> None:
         assert 0.0 <= arousal - (onset + duration) <= 3.0  # each event ends with an arousal
         baseline = np.percentile(np.abs(_window(flow, fs, onset - 120, onset)), 95)
         peak = np.abs(_window(flow, fs, onset + 0.5, onset + duration - 0.5)).max()
+        if label == "arousal_rera":  # flow only flattened (no apnea / hypopnea), effort rising
+            assert peak > 0.5 * baseline, (onset, peak / baseline)
+            continue
         limit = 0.3 if label == "resp_hypopnea" else 0.9  # AASM: >= 30 % / >= 90 % drop
         assert peak <= (1.0 - limit) * baseline, (label, onset, peak / baseline)
     labels = {label for _, _, label in night.events}
-    assert {"resp_obstructiveapnea", "resp_centralapnea", "resp_hypopnea"} <= labels
+    assert {"resp_obstructiveapnea", "resp_centralapnea", "resp_hypopnea", "arousal_rera"} <= labels
 
 
 def test_effort_obstructive_paradoxical_central_absent(apnea_night) -> None:
@@ -166,7 +169,7 @@ def test_desaturation_follows_the_event(apnea_night) -> None:
         own = _window(spo2, fs, falls_from, stop)
         drop = float(_window(spo2, fs, onset, falls_from + 1.0).max() - own.min())
         isolated = onset - ends[index] >= 30.0 and stop - end > traits.circulation_delay_s
-        if label != "resp_hypopnea" and duration >= 15 and isolated:  # 15 s x 0.26 %/s ~ 4 %
+        if label.endswith("apnea") and duration >= 15 and isolated:  # 15 s x 0.26 %/s ~ 4 %
             assert drop >= 3.0, (label, onset, duration, drop)
         if drop >= 3.0:
             nadir = falls_from + np.argmin(own) / fs
@@ -178,7 +181,10 @@ def test_desaturation_follows_the_event(apnea_night) -> None:
 def test_realised_ahi_close_to_trait(apnea_night) -> None:
     stages, night, traits = apnea_night
     sleep_hours = float(((stages >= 1) & (stages <= 4)).sum()) * 30.0 / 3600.0
-    assert abs(len(night.events) / sleep_hours - traits.ahi) <= 0.1 * traits.ahi
+    apneas_hypopneas = sum(label.startswith("resp_") for _, _, label in night.events)
+    assert abs(apneas_hypopneas / sleep_hours - traits.ahi) <= 0.1 * traits.ahi
+    reras = sum(label == "arousal_rera" for _, _, label in night.events)
+    assert abs(reras / sleep_hours - traits.rera_index) <= 0.2 * traits.rera_index + 1.0
 
 
 def test_cohort_traits() -> None:

@@ -117,7 +117,8 @@ class CardioTraits:
     tidal_scale: float  # multiplies the Douglas tidal volumes
     spo2_baseline: float  # % awake
     ahi_class: str  # "none" | "mild" | "moderate" | "severe"
-    ahi: float  # events / hour of sleep
+    ahi: float  # apneas + hypopneas / hour of sleep
+    rera_index: float  # respiratory-effort-related arousals / hour of sleep
     circulation_delay_s: float  # lung-to-finger circulation time
     desat_scale: float  # multiplies desaturation slopes
     central_share: float  # share of central among non-mixed apneas
@@ -145,6 +146,10 @@ BREATHING_RATE_WAKE = (14.5, 1.2, 12.5, 17.0)
 faster (``RATE_FACTOR``), so the range keeps every stage within 12-20 (assumption)."""
 SUBJECT_SPREAD = {"hrv": 0.25, "tidal": 0.15, "desat": 0.2, "r_amplitude": 0.2}
 """Log-normal SDs of the per-subject scales (assumptions; no source)."""
+RERA_PER_AHI = (0.2, 0.5)
+RERA_BASE_PER_HOUR = (0.5, 3.0)
+"""RERA index = U(RERA_BASE_PER_HOUR) + U(RERA_PER_AHI) x AHI (assumption: RERAs accompany obstructive SDB
+and occur at a few per hour in normal sleepers; no source retrieved)."""
 CENTRAL_SHARE_RANGE = (0.02, 0.15)
 """Share of central among apneas in (mostly obstructive) sleep-disordered breathing (assumption; central
 sleep apnea proper is rare in the general population)."""
@@ -159,6 +164,7 @@ def cardio_traits(rng: np.random.Generator, cohort: str) -> CardioTraits:
         raise ValueError(f"unknown cohort {cohort!r}; expected one of {sorted(COHORTS)}")
     class_probs, (hr_mean, hr_sd), hrv_scale, spo2_range, (delay_mean, delay_sd) = COHORTS[cohort]
     ahi_class = str(rng.choice(list(AHI_CLASS_RANGE), p=class_probs))
+    ahi = float(rng.uniform(*AHI_CLASS_RANGE[ahi_class]))
     return CardioTraits(
         cohort=cohort,
         resting_hr_bpm=float(np.clip(rng.normal(hr_mean, hr_sd), 55.0, 85.0)),
@@ -167,7 +173,8 @@ def cardio_traits(rng: np.random.Generator, cohort: str) -> CardioTraits:
         tidal_scale=float(rng.lognormal(0.0, SUBJECT_SPREAD["tidal"])),
         spo2_baseline=float(rng.uniform(*spo2_range)),
         ahi_class=ahi_class,
-        ahi=float(rng.uniform(*AHI_CLASS_RANGE[ahi_class])),
+        ahi=ahi,
+        rera_index=float(rng.uniform(*RERA_BASE_PER_HOUR) + rng.uniform(*RERA_PER_AHI) * ahi),
         circulation_delay_s=float(np.clip(rng.normal(delay_mean, delay_sd), 12.0, 35.0)),
         desat_scale=float(rng.lognormal(0.0, SUBJECT_SPREAD["desat"])),
         central_share=float(rng.uniform(*CENTRAL_SHARE_RANGE)),

@@ -22,9 +22,16 @@ from .stages import EPOCH_SECONDS
 if TYPE_CHECKING:
     from .cardioresp import CardioTraits
 
-OBSTRUCTIVE, CENTRAL, MIXED, HYPOPNEA = range(4)
-EVENT_LABELS: tuple[str, ...] = ("resp_obstructiveapnea", "resp_centralapnea", "resp_mixedapnea", "resp_hypopnea")
-"""Event kind code -> label of the PhysioNet/CinC 2018 ``.arousal`` annotation vocabulary."""
+OBSTRUCTIVE, CENTRAL, MIXED, HYPOPNEA, RERA = range(5)
+EVENT_LABELS: tuple[str, ...] = (
+    "resp_obstructiveapnea",
+    "resp_centralapnea",
+    "resp_mixedapnea",
+    "resp_hypopnea",
+    "arousal_rera",
+)
+"""Event kind code -> label of the PhysioNet/CinC 2018 ``.arousal`` annotation vocabulary (the first four
+count in the AHI; a RERA is an effort-related arousal without apnea or hypopnea)."""
 
 HYPOPNEA_SHARE = 0.72
 """Share of hypopneas among events: hypopnea index 11.5 of AHI 15.7 /h in 836 mild-moderate OSA patients
@@ -49,6 +56,10 @@ APNEA_PATENCY = (0.0, 0.04)
 """Residual airflow fraction of an apnea (AASM: drop >= 90 %; ours 96-100 % for a measurement margin)."""
 HYPOPNEA_PATENCY = (0.3, 0.5)
 """Residual airflow fraction of a hypopnea (AASM: drop >= 30 %; ours 50-70 %, assumption, leaving a margin for the erratic REM breathing)."""
+RERA_PATENCY = (0.75, 0.9)
+"""Airflow of a respiratory-effort-related arousal: flattened by 10-25 %, short of the hypopnea's 30 % (AASM 2012
+RERA: increasing effort or flow flattening for >= 10 s ending in an arousal; the range is an assumption). The
+flow stays at this level while the effort rises (``OBSTRUCTIVE_CRESCENDO``)."""
 MIXED_CENTRAL_FRACTION = (0.3, 0.6)
 """Central (effortless) part of a mixed apnea, as a fraction of its length (assumption)."""
 OBSTRUCTIVE_CRESCENDO = 0.3
@@ -158,17 +169,20 @@ def _accept(candidates: dict[str, np.ndarray], stages: np.ndarray, seconds: floa
 
 def plan_events(stages: np.ndarray, seconds: float, traits: CardioTraits, rng: np.random.Generator) -> EventPlan:
     """Respiratory events for per-epoch ``stages`` ``(e,)`` over ``seconds``: round(AHI x hours of sleep)
-    of them (fewer only when the sleep time cannot hold them), none in wake or unscored epochs."""
+    apneas / hypopneas and round(RERA index x hours) RERAs (fewer RERAs, then fewer events, only when the
+    sleep time cannot hold them), none in wake or unscored epochs."""
     stages = np.asarray(stages[: int(np.ceil(seconds / EPOCH_SECONDS))], dtype=int)
     sleep_hours = float(((stages >= 1) & (stages <= 4)).sum()) * EPOCH_SECONDS / 3600.0
-    wanted = int(round(traits.ahi * sleep_hours))
-    if wanted == 0:
-        empty = np.zeros(0)
-        return EventPlan(empty, empty, np.zeros(0, dtype=int), empty, empty, np.zeros(0, dtype=int), empty)
+    apneas_hypopneas, reras = int(round(traits.ahi * sleep_hours)), int(round(traits.rera_index * sleep_hours))
+    wanted = apneas_hypopneas + reras
     candidates = _draw_candidates(stages, 8 * wanted + 32, traits, rng)
-    keep = _accept(candidates, stages, seconds, wanted)
+    keep = _accept(candidates, stages, seconds, wanted) if wanted else np.zeros(0, dtype=int)
     picked = {name: values[keep] for name, values in candidates.items()}
     lag = picked.pop("lag")
+    as_rera = rng.permutation(keep.size) < keep.size - apneas_hypopneas  # the AHI events come first when short
+    picked["kind"][as_rera] = RERA
+    picked["patency"][as_rera] = rng.uniform(*RERA_PATENCY, int(as_rera.sum()))
+    picked["central_fraction"][as_rera] = 0.0
     return EventPlan(**picked, arousal=picked["onset"] + picked["duration"] + lag)
 
 
@@ -182,22 +196,26 @@ def airway_controls(plan: EventPlan, n: int, ctrl_hz: float) -> dict[str, np.nda
     ``drive`` (breathing effort, 0 in central parts, crescendo in obstructed parts) and ``paradox``
     (0 in phase ... 1 rib cage fully out of phase with the abdomen)."""
     patency, drive, paradox = np.ones(n), np.ones(n), np.zeros(n)
-    for onset, duration, residual, central in zip(plan.onset, plan.duration, plan.patency, plan.central_fraction):
+    for onset, duration, kind, residual, central in zip(
+        plan.onset, plan.duration, plan.kind, plan.patency, plan.central_fraction
+    ):
         effort_start = onset + central * duration
-        span = _spans(onset, onset + duration, ctrl_hz, n)
-        patency[span] = residual if central < 1.0 else 1.0
+        patency[_spans(onset, onset + duration, ctrl_hz, n)] = residual if kind != CENTRAL else 1.0
         drive[_spans(onset, effort_start, ctrl_hz, n)] = 0.0
         obstructed = _spans(effort_start, onset + duration, ctrl_hz, n)
         elapsed = np.arange(obstructed.stop - obstructed.start) / ctrl_hz
-        if residual < APNEA_PATENCY[1] + 1e-9 and elapsed.size:
+        if kind in (OBSTRUCTIVE, MIXED, RERA) and elapsed.size:
             drive[obstructed] = 1.0 + OBSTRUCTIVE_CRESCENDO * elapsed / max(elapsed[-1], 1e-9)
+        if kind in (OBSTRUCTIVE, MIXED) and elapsed.size:
             paradox[obstructed] = np.clip(elapsed / PARADOX_RAMP_SECONDS, 0.0, 1.0)
+        if kind == RERA:  # flow limited: the rising effort meets a narrowing airway, flow stays flat
+            patency[obstructed] = residual / drive[obstructed]
     return {"patency": patency, "drive": drive, "paradox": paradox}
 
 
 def ventilation_lost(plan: EventPlan) -> np.ndarray:
     """Fraction of ventilation lost during each event ``(k,)`` (1 for apneas)."""
-    return np.where(plan.kind == HYPOPNEA, 1.0 - plan.patency, 1.0)
+    return np.where((plan.kind == HYPOPNEA) | (plan.kind == RERA), 1.0 - plan.patency, 1.0)
 
 
 def desaturation(plan: EventPlan, traits: CardioTraits, n: int, ctrl_hz: float) -> np.ndarray:
