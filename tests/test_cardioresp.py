@@ -214,8 +214,10 @@ def test_deterministic_and_rates(fs: float) -> None:
     assert not np.array_equal(first.signals["ECG"], other.signals["ECG"])
 
 
-def test_night_longer_than_hypnogram_is_wake_after_it() -> None:
-    stages = _hypnogram([(N2, 4)])
-    night = synth_cardiorespiratory(stages, 50.0, 400.0, _traits(50.0), np.random.default_rng(0))
-    assert night.signals["SaO2"].shape == (20000,)
-    assert all(onset + duration <= 240.0 for onset, duration, _ in night.events)
+def test_unscored_epochs_and_time_past_the_hypnogram_hold_no_events() -> None:
+    stages = np.concatenate([_hypnogram([(N2, 4)]), [-1, -1], _hypnogram([(N2, 3)])])  # -1: excluded epochs
+    night = synth_cardiorespiratory(stages, 50.0, 500.0, _traits(60.0), np.random.default_rng(0))
+    assert night.signals["SaO2"].shape == (25000,)
+    assert night.events
+    for onset, duration, _ in night.events:
+        assert onset + duration <= 450.0 and not (onset < 300.0 and onset + duration > 240.0)

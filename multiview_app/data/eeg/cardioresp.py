@@ -344,7 +344,7 @@ def _rr_ms(track: np.ndarray, phase: np.ndarray, traits: CardioTraits, hr_change
 def _beat_times(rr_ms: np.ndarray, seconds: float, rng: np.random.Generator) -> np.ndarray:
     """R-peak times (s) ``(b,)``: integral pulse frequency modulation of the RR process, a beat where the
     integral of 1/RR crosses an integer (linear interpolation inside a control step)."""
-    beats_done = np.concatenate([[rng.random()], rng.random() + np.cumsum(1000.0 / rr_ms) / CTRL_HZ])
+    beats_done = rng.random() + np.concatenate([[0.0], np.cumsum(1000.0 / rr_ms) / CTRL_HZ])  # random start phase
     t_ctrl = np.arange(beats_done.size) / CTRL_HZ
     crossings = np.arange(np.ceil(beats_done[0]), np.floor(beats_done[-1]) + 1)
     times = np.interp(crossings, beats_done, t_ctrl)
