@@ -4,7 +4,8 @@ Respiratory events follow the AASM 2012 scoring rules (Berry RB et al., "Rules f
 events in sleep: update of the 2007 AASM Manual", J Clin Sleep Med 8(5):597-619, 2012): an apnea is an
 airflow drop >= 90 % for >= 10 s (obstructive: effort continues; central: effort absent; mixed: absent
 first, then resumes), a hypopnea a drop >= 30 % for >= 10 s with a >= 3 % desaturation or an arousal
-(rule 1A). Events are planned on the hypnogram (sleep epochs only), then turned into slow control
+(rule 1A); a respiratory-effort-related arousal (RERA) flattens the flow less than a hypopnea while the
+effort rises, and ends in an arousal. Events are planned on the hypnogram (sleep epochs only), then turned into slow control
 signals at ``ctrl_hz`` (airway patency, breathing drive, thoraco-abdominal paradox, SpO2 deficit, heart
 rate change, recovery hyperpnoea) that :mod:`.cardioresp` applies to its signals.
 """
@@ -73,8 +74,9 @@ DESAT_RISE_PER_S = 0.44
 """SpO2 desaturation and resaturation slopes (%/s), 0.26 +- 0.02 and 0.44 +- 0.03 in 33 OSA patients
 (abstract 392, SLEEP supplement, see above; retrieved). The fall here is scaled by the ventilation lost."""
 REM_DESAT_FACTOR = 1.2
-"""Deeper desaturations in REM (lower REM SpO2 nadir: PMC10372281 Table 2; Japanese OSA study 2008,
-"AHI during REM and NREM sleep"; the factor is an assumption)."""
+"""Deeper desaturations in REM (lower REM SpO2 nadir: PMC10372281 Table 2; "Apnoea-hypopnoea index during REM
+and NREM sleep in obstructive sleep apnoea", 102 Japanese patients, 2008, authors and journal not retrieved:
+longer apneas and lower SpO2 in REM; the factor is an assumption)."""
 MAX_DESAT_PERCENT = 40.0
 """Cap of one event's desaturation (keeps SpO2 >= 50 %)."""
 APNEA_BRADYCARDIA_BPM = 4.0
@@ -97,7 +99,7 @@ class EventPlan:
 
     onset: np.ndarray  # seconds
     duration: np.ndarray  # seconds
-    kind: np.ndarray  # OBSTRUCTIVE / CENTRAL / MIXED / HYPOPNEA
+    kind: np.ndarray  # OBSTRUCTIVE / CENTRAL / MIXED / HYPOPNEA / RERA
     patency: np.ndarray  # residual airflow fraction while obstructed
     central_fraction: np.ndarray  # effortless leading part (1 central, 0 obstructive / hypopnea)
     stage: np.ndarray  # stage code at onset
