@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _eeg_helpers import real_psg
 
 from multiview_app.data.eeg.synth import hypnogram_annotations, synth_psg, write_edf
 from multiview_app.eval import yasa as yasa_eval
@@ -94,3 +95,14 @@ def test_agreement_ignores_unscored_epochs_and_reports_recall_per_stage() -> Non
     assert result["epochs"] == 6
     assert result["recall"] == {"W": 0.5, "N1": 0.0, "N2": 1.0, "N3": None, "REM": 1.0}
     assert result["confusion"][0] == [1, 0, 1, 0, 0]
+
+
+@needs_yasa
+def test_real_dreams_excerpts_are_staged_and_a_50_hz_one_skipped() -> None:
+    folder = real_psg("dreams-spindles")
+    night = yasa_eval.stage_source(folder / "excerpt1.txt")
+    assert (night.eeg, night.eog, night.sfreq) == ("C3-A1", None, 100.0)
+    assert night.predicted.shape == night.labels.shape == (60,)
+    assert yasa_eval.agreement(night.labels, night.predicted)["kappa"] > 0.3  # real EEG: YASA agrees with the scorer
+    with pytest.raises(yasa_eval.YasaSkip, match=r"sampling rate 50 Hz: YASA needs more than 80 Hz"):
+        yasa_eval.stage_source(folder / "excerpt3.edf")

@@ -54,11 +54,11 @@ class Leads:
 LEADS: dict[str, Leads] = {
     "sleep-edf": Leads(eeg=("EEG Fpz-Cz",), eog=("EOG horizontal",)),
     "physionet2018": Leads(eeg=("C4-M1", "C3-M2"), eog=("E1-M2",)),
-    "dreams": Leads(eeg=("central",), eog=("EOG1-A1",)),
+    "dreams": Leads(eeg=("C3-A1", "CZ-A1"), eog=("EOG1-A1",)),
 }
 """YASA was trained on a central EEG (C4-M1 preferred) and E1-M2 (Vallat & Walker 2021). Sleep-EDF has no
-central lead: its Fpz-Cz (frontal-central) is the EEG, its horizontal EOG the EOG. DREAMS: the excerpt's
-central derivation (C3-A1 / CZ-A1), EOG1-A1 where the excerpt is a full PSG (``excerpt3.edf``)."""
+central lead: its Fpz-Cz (frontal-central) is the EEG, its horizontal EOG the EOG. DREAMS: the excerpt's one
+central derivation (C3-A1 or CZ-A1), EOG1-A1 where the excerpt is a full PSG (``excerpt3.edf``)."""
 
 
 class YasaSkip(ValueError):
@@ -224,16 +224,14 @@ def _physionet2018_source(record: Path) -> tuple[list[str], str, Callable[[list[
 
 
 def _dreams_source(signal_file: Path) -> tuple[list[str], str, Callable[[list[str]], Recording]]:
-    """(channels, EDF patient field, reader) of a DREAMS excerpt; ``central`` stands for its central lead."""
-    from ..data.eeg.dreams import find_excerpts, inspect_excerpt, known_derivations, read_dreams
+    """(channels, EDF patient field, reader) of a DREAMS excerpt."""
+    from ..data.eeg.dreams import find_excerpts, inspect_excerpt, read_dreams
     from ..data.eeg.sleep_edf import read_edf_header
 
     excerpt = next(e for e in find_excerpts(signal_file.parent)[0] if e.name == signal_file.stem.lower())
     layout = inspect_excerpt(excerpt)
-    central = {d.lower() for d in known_derivations()}
-    channels = ["central" if c.lower() in central else c for c in layout.channels]
     patient = read_edf_header(excerpt.signal_file).patient if excerpt.signal_file.suffix.lower() == ".edf" else ""
-    return channels, patient, lambda picked: read_dreams(excerpt, picked, layout)
+    return layout.channels, patient, lambda picked: read_dreams(excerpt, picked, layout)
 
 
 def source_kind(path: Path) -> str:
