@@ -206,7 +206,8 @@ def _sleep_edf_source(psg: Path) -> tuple[list[str], str, Callable[[list[str]], 
 
     header = read_edf_header(psg)
     hypnograms = [hyp for p, hyp in find_pairs(psg.parent, include_st=True)[0] if p.resolve() == psg.resolve()]
-    return header.labels, header.patient, lambda channels: read_sleep_edf(psg, hypnograms[0], channels)
+    hypnogram = hypnograms[0] if hypnograms else None  # None: the reader names the missing file
+    return header.labels, header.patient, lambda channels: read_sleep_edf(psg, hypnogram, channels)
 
 
 def _physionet2018_source(record: Path) -> tuple[list[str], str, Callable[[list[str]], Recording]]:
