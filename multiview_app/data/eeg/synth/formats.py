@@ -1,0 +1,155 @@
+"""One synthetic night per real format: Sleep-EDF SC (EDF PSG + hypnogram, optional SC-length wake
+padding) and PhysioNet 2018 (WFDB record with stage and arousal notes); :data:`WRITERS` maps the
+``synth-psg --format`` names to them and :data:`WRITER_COHORT` to their subject populations."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+
+from ..stages import EPOCH_SECONDS, EXCLUDED, PHYSIONET2018_EEG
+from .brain import SyntheticNight, synth_night
+from .parameters import N1, N2, N3, REM, SIDE_STREAMS, SubjectTraits, W, side_stream
+from .writers import DEFAULT_START, hypnogram_annotations, write_edf, write_wfdb_record
+
+SLEEP_EDF_SYNTH_CHANNELS = ["EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal", "EMG submental"]
+SC_RECORD_HOURS = 20.0
+"""Length of Sleep-EDF SC recordings (day-night, mostly wake around the night; ~20 h per the issue,
+not checked against the SC documentation): full synthetic Sleep-EDF nights are padded to it."""
+SC_PADDING_BEFORE = 0.6
+"""Share of the wake padding placed before the night (the rest after): an assumption."""
+SC_MIN_NIGHT_HOURS = 6.0
+"""Shortest night padded by default: from 6 h on, the wake before sleep and after the final
+awakening is >= 35 min (``synth_hypnogram``), so the readers' 30-min crop (plus the 1-min filter
+margin) lies inside the night and the padding is cropped away without touching a window."""
+
+
+def default_record_hours(fmt: str, hours: float, compress: int) -> float | None:
+    """Recording length when ``--record-hours`` is not given: :data:`SC_RECORD_HOURS` for full
+    Sleep-EDF nights of at least :data:`SC_MIN_NIGHT_HOURS`, else None (no padding; a compressed
+    excerpt's wake is all inside the readers' crop, so padding would add windows)."""
+    if fmt == "sleep-edf" and compress == 1 and SC_MIN_NIGHT_HOURS <= hours < SC_RECORD_HOURS:
+        return SC_RECORD_HOURS
+    return None
+
+
+def _wake_padding(
+    night: SyntheticNight, epochs: int, traits: SubjectTraits, rng: np.random.Generator, mains_hz: float
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """``epochs`` of wake (own random stream ``rng``) for every channel of ``night``, each clipped to
+    the night's range (an amplifier's range; keeps the night's EDF scaling, hence its digital
+    values), and their labels with "Movement time" epochs as in the night."""
+    padding = synth_night(
+        list(night.signals), 0.0, night.fs, traits, rng, mains_hz=mains_hz, stages=np.full(epochs, W, dtype=np.int64)
+    )
+    signals = {c: np.clip(x, night.signals[c].min(), night.signals[c].max()) for c, x in padding.signals.items()}
+    labels = padding.stages.copy()
+    labels[rng.random(epochs) < 0.03] = EXCLUDED
+    return signals, labels
+
+
+def write_sleep_edf_night(
+    out_dir: Path,
+    subject: int,
+    night: int,
+    hours: float,
+    traits: SubjectTraits,
+    rng: np.random.Generator,
+    compress: int = 1,
+    record_hours: float | None = None,
+    provenance: str = "",
+) -> tuple[list[Path], np.ndarray]:
+    """SC4ssN E0-PSG.edf (EEG Fpz-Cz, Pz-Oz, EOG at 100 Hz; EMG submental as 1 Hz RMS envelope, as
+    in Sleep-EDF SC) + SC4ssN E<scorer>-Hypnogram.edf. Returns the paths and the true stages.
+    ``record_hours`` > the night: wake padding (``SC_PADDING_BEFORE`` of it before the night, the
+    rest after; own random stream) makes an SC-length day-night recording; the header start moves
+    back by the padding before, and the night's samples, labels and EDF scaling are unchanged."""
+    fs = 100.0
+    night_data = synth_night(SLEEP_EDF_SYNTH_CHANNELS, hours, fs, traits, rng, compress)
+    stages = night_data.stages.copy()
+    movement = np.flatnonzero((stages == W) & (rng.random(stages.size) < 0.03))
+    stages[movement] = EXCLUDED  # scored as "Movement time"
+    signals = dict(night_data.signals)
+    pad = max(0, int(round((record_hours or 0.0) * 3600 / EPOCH_SECONDS)) - stages.size)
+    before = int(round(SC_PADDING_BEFORE * pad))
+    if pad:
+        extra, labels = _wake_padding(night_data, pad, traits, side_stream(rng, SIDE_STREAMS["day_padding"]), 50.0)
+        cut = before * int(EPOCH_SECONDS * fs)
+        signals = {c: np.concatenate([extra[c][:cut], x, extra[c][cut:]]) for c, x in signals.items()}
+        stages = np.concatenate([labels[:before], stages, labels[before:]])
+    emg = signals["EMG submental"]
+    emg_rms = np.sqrt((emg.reshape(-1, int(fs)) ** 2).mean(axis=1))
+    name = f"SC4{subject:02d}{night + 1}"
+    start = DEFAULT_START + dt.timedelta(days=3 * subject + night, seconds=-before * EPOCH_SECONDS)
+    header = {"start": start, "patient": f"SC4{subject:02d}", "recording_additional": provenance}
+    psg = out_dir / f"{name}E0-PSG.edf"
+    hyp = out_dir / f"{name}E{'CHJMPRVW'[subject % 8]}-Hypnogram.edf"
+    write_edf(
+        psg,
+        {
+            "EEG Fpz-Cz": (signals["EEG Fpz-Cz"], fs),
+            "EEG Pz-Oz": (signals["EEG Pz-Oz"], fs),
+            "EOG horizontal": (signals["EOG horizontal"], fs),
+            "EMG submental": (emg_rms, 1.0),
+        },
+        record_seconds=EPOCH_SECONDS,
+        **header,
+    )
+    annotations = hypnogram_annotations(stages, rng)
+    annotations.append((stages.size * EPOCH_SECONDS, 1800.0, "Sleep stage ?"))  # unscored tail, as in SC files
+    write_edf(hyp, {}, annotations, **header)
+    return [psg, hyp], stages
+
+
+PHYSIONET_SYNTH_CHANNELS = list(PHYSIONET2018_EEG) + ["E1-M2", "Chin1-Chin2"]
+
+
+def write_physionet2018_night(
+    out_dir: Path,
+    subject: int,
+    night: int,
+    hours: float,
+    traits: SubjectTraits,
+    rng: np.random.Generator,
+    compress: int = 1,
+    record_hours: float | None = None,
+    provenance: str = "",
+) -> tuple[list[Path], np.ndarray]:
+    """WFDB record ``tr<NN>-<SSSS>`` at 200 Hz with the six EEG derivations, E1-M2 and Chin1-Chin2,
+    plus ``.arousal`` aux notes W/N1/N2/N3/R at every stage change (and a few arousal notes).
+    ``record_hours`` must be None: challenge records cover the night only (lights off to on)."""
+    if record_hours is not None:
+        raise ValueError("synth-psg: --record-hours applies to the sleep-edf format only")
+    fs = 200.0
+    night_data = synth_night(PHYSIONET_SYNTH_CHANNELS, hours, fs, traits, rng, compress, mains_hz=60.0)
+    stages = night_data.stages
+    spe = int(EPOCH_SECONDS * fs)
+    change = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
+    text = {W: "W", N1: "N1", N2: "N2", N3: "N3", REM: "R"}
+    notes = [(int(i * spe), text[int(stages[i])]) for i in change]
+    for i in rng.choice(stages.size, size=min(3, stages.size), replace=False):  # arousal notes are not stages
+        notes += [(int(i * spe + spe // 3), "(arousal_rera"), (int(i * spe + spe // 2), "arousal_rera)")]
+    notes.sort()
+    record = f"tr{3 + night:02d}-{subject:04d}"
+    paths = write_wfdb_record(
+        out_dir,
+        record,
+        night_data.signals,
+        fs,
+        notes,
+        comments=[
+            f"subject: S{subject:04d}",
+            f"night: {night + 1}",
+            "synthetic: multiview_app",
+            *([f"generator: {provenance}"] if provenance else []),
+        ],
+    )
+    return paths, stages
+
+
+WRITERS = {"sleep-edf": write_sleep_edf_night, "physionet2018": write_physionet2018_night}
+WRITER_COHORT = {"sleep-edf": "sleep-edf-sc", "physionet2018": "young-adult"}
+"""The subject population of each format's synthetic nights (the Sleep-EDF-format
+population differs from the PhysioNet-format one as the SC cohort, aged 25-101, does)."""
