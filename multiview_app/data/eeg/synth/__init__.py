@@ -14,8 +14,9 @@ FFT convolution of event trains with templates).
 One module per concern: ``parameters`` (constants, rhythm tables, :class:`SubjectTraits`, cohorts, random
 side streams), ``hypnogram``, ``waveforms`` (noise, envelopes, event trains, templates), ``brain``
 (:func:`synth_night`: EEG / EOG / EMG), ``arousals``, ``artifacts``, ``writers`` (EDF, WFDB,
-``-arousal.mat``), ``formats`` (one night per real format, :data:`WRITERS`) and ``jobs``
-(:func:`synth_psg`). This package re-exports the names other modules import from it.
+``-arousal.mat``), ``psg`` (whole-PSG nights: the bridge to the cardiorespiratory generator), ``formats``
+(one night per real format, :data:`WRITERS`) and ``jobs`` (:func:`synth_psg`). This package re-exports the
+names other modules import from it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..stages import EPOCH_SECONDS, EXCLUDED, PHYSIONET2018_EEG, STAGES
 from .arousals import (
     POSTERIOR_WEIGHTS,
     add_arousals,
+    add_respiratory_arousals,
 )
 from .artifacts import (
     Artifacts,
@@ -59,10 +61,12 @@ from .hypnogram import (
     REM_MINUTES,
     eyes_closed_epochs,
     full_night_excerpt,
+    night_hypnogram,
     synth_hypnogram,
 )
 from .jobs import (
     COHORT_STREAM,
+    RecordingJob,
     synth_psg,
 )
 from .parameters import (
@@ -114,6 +118,25 @@ from .parameters import (
     W,
     arousal_index_ratio,
     side_stream,
+)
+from .psg import (
+    APNEA_HYPOPNEA_LABELS,
+    ARBITRARY_UNIT,
+    AROUSAL_PREFIX,
+    PHYSIONET_PSG_CHANNELS,
+    PSG_UNITS,
+    SIGNAL_SETS,
+    SLEEP_EDF_RESP_CHANNEL,
+    SLEEP_EDF_RESP_HZ,
+    SPONTANEOUS_AROUSAL,
+    arousal_targets,
+    cardioresp_module,
+    cardiorespiratory_night,
+    draw_cardio_traits,
+    event_notes,
+    night_events,
+    oro_nasal_respiration,
+    physionet_psg_signals,
 )
 from .waveforms import (
     _templates as _templates,
@@ -194,11 +217,13 @@ __all__ = [
     "INTERRUPTION",
     "INTERRUPTION_EPOCHS",
     "synth_hypnogram",
+    "night_hypnogram",
     "full_night_excerpt",
     "eyes_closed_epochs",
     "spatial_correlation",
     "POSTERIOR_WEIGHTS",
     "add_arousals",
+    "add_respiratory_arousals",
     "Artifacts",
     "add_artifacts",
     "SyntheticNight",
@@ -213,6 +238,23 @@ __all__ = [
     "hypnogram_annotations",
     "write_wfdb_record",
     "write_arousal_mat",
+    "SIGNAL_SETS",
+    "ARBITRARY_UNIT",
+    "PHYSIONET_PSG_CHANNELS",
+    "PSG_UNITS",
+    "SLEEP_EDF_RESP_CHANNEL",
+    "SLEEP_EDF_RESP_HZ",
+    "APNEA_HYPOPNEA_LABELS",
+    "AROUSAL_PREFIX",
+    "SPONTANEOUS_AROUSAL",
+    "cardioresp_module",
+    "draw_cardio_traits",
+    "cardiorespiratory_night",
+    "physionet_psg_signals",
+    "oro_nasal_respiration",
+    "night_events",
+    "event_notes",
+    "arousal_targets",
     "SLEEP_EDF_SYNTH_CHANNELS",
     "SC_RECORD_HOURS",
     "SC_PADDING_BEFORE",
@@ -224,5 +266,6 @@ __all__ = [
     "WRITERS",
     "WRITER_COHORT",
     "COHORT_STREAM",
+    "RecordingJob",
     "synth_psg",
 ]

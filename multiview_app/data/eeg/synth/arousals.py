@@ -25,6 +25,13 @@ POSTERIOR_WEIGHTS = (0.5, 0.8, 1.0)
 """Region weights (frontal, central, occipital) of an arousal's alpha / beta burst."""
 
 
+def _arousal_seconds(traits: SubjectTraits, rng: np.random.Generator) -> float:
+    """One arousal's duration (s): ``uniform(1 - spread, 1 + spread)`` x the subject's mean, at least
+    :data:`AROUSAL_MIN_SECONDS` (:data:`AROUSAL_SECONDS`)."""
+    spread = AROUSAL_SECONDS["spread"]
+    return max(AROUSAL_MIN_SECONDS, rng.uniform(1.0 - spread, 1.0 + spread) * traits.arousal_seconds)
+
+
 def _arousal_onsets(
     stages: np.ndarray, traits: SubjectTraits, fs: float, rng: np.random.Generator, per_hour: float = AROUSALS_PER_HOUR
 ) -> list[tuple[int, int]]:
@@ -36,9 +43,7 @@ def _arousal_onsets(
     count = rng.poisson(per_hour * traits.arousal_scale * sleep.size * EPOCH_SECONDS / 3600.0)
     out = []
     for e in rng.choice(sleep, size=min(count, sleep.size), replace=False) if sleep.size else ():
-        spread = AROUSAL_SECONDS["spread"]
-        seconds = max(AROUSAL_MIN_SECONDS, rng.uniform(1.0 - spread, 1.0 + spread) * traits.arousal_seconds)
-        length = min(int(seconds * fs), spe - 1)
+        length = min(int(_arousal_seconds(traits, rng) * fs), spe - 1)
         out.append((int(e) * spe + int(rng.integers(0, spe - length)), length))
     return out
 
@@ -84,3 +89,32 @@ def add_arousals(
     for start, length in extra:
         _add_arousal(out, emg, start, length, posterior, traits, fs, extra_rng)
     return arousals + extra
+
+
+def add_respiratory_arousals(
+    out: np.ndarray,
+    emg: np.ndarray,
+    topography: np.ndarray,
+    onsets_seconds: np.ndarray | None,
+    traits: SubjectTraits,
+    fs: float,
+    rng: np.random.Generator,
+) -> list[tuple[int, int]]:
+    """Add an arousal in place (as :func:`add_arousals`: EEG sources ``out (s, n)``, ``emg (n,)``) starting at
+    each of ``onsets_seconds (k,)`` (the ends of respiratory events), durations drawn as the spontaneous
+    ones' from the ``respiratory_arousals`` side stream of ``rng``; onsets outside the night are skipped and
+    the last arousal is cut at its end. None or empty: nothing drawn. Returns ``[(start sample, length)]``."""
+    if onsets_seconds is None or len(onsets_seconds) == 0:
+        return []
+    own = side_stream(rng, SIDE_STREAMS["respiratory_arousals"])
+    posterior = topography @ np.array(POSTERIOR_WEIGHTS)  # (s,)
+    n = emg.size
+    arousals = []
+    for onset in np.sort(np.asarray(onsets_seconds, dtype=float)):
+        start = int(round(onset * fs))
+        length = min(int(_arousal_seconds(traits, own) * fs), n - start)
+        if start < 0 or length < int(AROUSAL_MIN_SECONDS * fs) // 2:  # outside the night or too short to show
+            continue
+        _add_arousal(out, emg, start, length, posterior, traits, fs, own)
+        arousals.append((start, length))
+    return arousals

@@ -10,9 +10,9 @@ import numpy as np
 from scipy.signal import oaconvolve
 
 from ..stages import EPOCH_SECONDS
-from .arousals import add_arousals
+from .arousals import add_arousals, add_respiratory_arousals
 from .artifacts import Artifacts, add_artifacts
-from .hypnogram import eyes_closed_epochs, full_night_excerpt, synth_hypnogram
+from .hypnogram import eyes_closed_epochs, night_hypnogram
 from .parameters import (
     BIPOLAR_DERIVATIONS,
     EEG_TOPOGRAPHY,
@@ -248,22 +248,24 @@ def synth_night(
     compress: int = 1,
     mains_hz: float = 50.0,
     stages: np.ndarray | None = None,
+    arousal_onsets: np.ndarray | None = None,
 ) -> SyntheticNight:
     """Generate one night: every channel ``(n,)`` in uV with ``n = epochs * 30 s * fs``.
 
     ``hours``-long night's hypnogram, or with ``compress > 1`` a shorter excerpt with its stage
     proportions (:func:`full_night_excerpt`); ``stages (e,)``: this hypnogram instead (``hours`` and
-    ``compress`` ignored; e.g. wake padding). Physiology (rhythms and their jitter, spatially correlated
+    ``compress`` ignored; e.g. wake padding). ``arousal_onsets (k,)`` (seconds): an EEG arousal and a chin-EMG
+    burst start at each (the ends of respiratory events; own random stream; None: none). Physiology (rhythms and their jitter, spatially correlated
     by :func:`spatial_correlation`; transients; ocular leakage; arousals) is generated on the EEG sources,
     bipolar derivations (:data:`BIPOLAR_DERIVATIONS`) are their electrodes' difference, then artifacts and
     noise (line noise at ``mains_hz``, omitted above 0.45 ``fs``) are added per derivation. Wake epochs are
     eyes open or closed (:func:`eyes_closed_epochs`). ``meta``: ``eyes_closed (e,)``, ``phasic_rem (e,)``,
-    ``arousals [(start, length)]``, ``sweat_episodes``, ``movement_epochs``, ``movements [(start,
+    ``arousals [(start, length)]`` (spontaneous), ``respiratory_arousals`` (at ``arousal_onsets``), ``sweat_episodes``, ``movement_epochs``, ``movements [(start,
     length)]``, ``pops [(channel, start, step uV)]``, ``events`` (onset samples per transient and eye
     movement), ``eye_movement_signs`` (saccades / slow rolls: +1 rightward; blinks always move the eyes
     up), ``mains_hz`` (None when omitted)."""
     if stages is None:
-        stages = full_night_excerpt(synth_hypnogram(int(round(hours * 3600 / EPOCH_SECONDS)), traits, rng), compress)
+        stages = night_hypnogram(hours, compress, traits, rng)
     check_channels(channels)
     n = int(stages.size * EPOCH_SECONDS * fs)
     closed = eyes_closed_epochs(stages, traits, rng)
@@ -279,6 +281,7 @@ def synth_night(
     out += 0.12 * topography[:, 0][:, None] * eyes.eog[None]  # ocular leakage into frontal EEG
     emg = _chin_emg(stages, closed, n, fs, rng)
     arousals = add_arousals(out, emg, topography, stages, traits, fs, rng)
+    respiratory = add_respiratory_arousals(out, emg, topography, arousal_onsets, traits, fs, rng)
     out = derivation_matrix(sources, derivations) @ out  # (c, s) @ (s, n): bipolar derivations as differences
     artifacts = add_artifacts(out, emg, derivations, stages, traits, fs, mains_hz, rng)
     signals = _channel_signals(channels, out, derivations, emg, eyes, artifacts, traits, fs, rng)
@@ -286,6 +289,7 @@ def synth_night(
         "eyes_closed": closed,
         "phasic_rem": eyes.phasic_epochs,
         "arousals": arousals,
+        "respiratory_arousals": respiratory,
         "sweat_episodes": artifacts.sweat,
         "movement_epochs": artifacts.movement_epochs,
         "movements": artifacts.movements,

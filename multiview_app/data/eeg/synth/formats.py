@@ -6,13 +6,29 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..stages import EPOCH_SECONDS, EXCLUDED, PHYSIONET2018_EEG
 from .brain import SyntheticNight, synth_night
+from .hypnogram import night_hypnogram
 from .parameters import N1, N2, N3, REM, SIDE_STREAMS, SubjectTraits, W, side_stream
-from .writers import DEFAULT_START, hypnogram_annotations, write_edf, write_wfdb_record
+from .psg import (
+    PSG_UNITS,
+    SLEEP_EDF_RESP_CHANNEL,
+    SLEEP_EDF_RESP_HZ,
+    arousal_targets,
+    cardiorespiratory_night,
+    event_notes,
+    night_events,
+    oro_nasal_respiration,
+    physionet_psg_signals,
+)
+from .writers import DEFAULT_START, hypnogram_annotations, write_arousal_mat, write_edf, write_wfdb_record
+
+if TYPE_CHECKING:
+    from ..cardioresp import CardioTraits
 
 SLEEP_EDF_SYNTH_CHANNELS = ["EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal", "EMG submental"]
 SC_RECORD_HOURS = 20.0
@@ -50,6 +66,32 @@ def _wake_padding(
     return signals, labels
 
 
+def _sleep_edf_cardio(
+    stages: np.ndarray, pad: int, before: int, fs: float, cardio_traits: CardioTraits | None, rng: np.random.Generator
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Whole-PSG part of a Sleep-EDF recording (None, None without ``cardio_traits``): the 1 Hz oro-nasal
+    respiration of the night ``stages (e,)`` with ``pad`` wake epochs (``before`` of them first), and the
+    night's respiratory arousal onsets (seconds from the night's start)."""
+    if cardio_traits is None:
+        return None, None
+    padded = np.concatenate([np.full(before, W), stages, np.full(pad - before, W)])
+    cardio = cardiorespiratory_night(padded, fs, cardio_traits, rng)
+    return oro_nasal_respiration(cardio.signals["AIRFLOW"], fs), cardio.arousal_onsets - before * EPOCH_SECONDS
+
+
+def _sleep_edf_channels(
+    signals: dict[str, np.ndarray], fs: float, respiration: np.ndarray | None
+) -> dict[str, tuple[np.ndarray, float]]:
+    """The PSG file's channels in Sleep-EDF SC order, label -> (samples, rate): EEG and EOG at ``fs``, the
+    oro-nasal ``respiration`` at 1 Hz when given, the submental EMG as its 1 Hz RMS envelope."""
+    channels = {c: (signals[c], fs) for c in ("EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal")}
+    if respiration is not None:
+        channels[SLEEP_EDF_RESP_CHANNEL] = (respiration, SLEEP_EDF_RESP_HZ)
+    emg = signals["EMG submental"]
+    channels["EMG submental"] = (np.sqrt((emg.reshape(-1, int(fs)) ** 2).mean(axis=1)), 1.0)
+    return channels
+
+
 def write_sleep_edf_night(
     out_dir: Path,
     subject: int,
@@ -60,43 +102,37 @@ def write_sleep_edf_night(
     compress: int = 1,
     record_hours: float | None = None,
     provenance: str = "",
+    cardio_traits: CardioTraits | None = None,
 ) -> tuple[list[Path], np.ndarray]:
     """SC4ssN E0-PSG.edf (EEG Fpz-Cz, Pz-Oz, EOG at 100 Hz; EMG submental as 1 Hz RMS envelope, as
     in Sleep-EDF SC) + SC4ssN E<scorer>-Hypnogram.edf. Returns the paths and the true stages.
     ``record_hours`` > the night: wake padding (``SC_PADDING_BEFORE`` of it before the night, the
     rest after; own random stream) makes an SC-length day-night recording; the header start moves
-    back by the padding before, and the night's samples, labels and EDF scaling are unchanged."""
+    back by the padding before, and the night's samples, labels and EDF scaling are unchanged.
+    ``cardio_traits`` (whole PSG): a 1 Hz "Resp oro-nasal" channel too, and EEG arousals / chin-EMG
+    bursts at the ends of respiratory events (own random streams; the other channels' draws unchanged)."""
     fs = 100.0
-    night_data = synth_night(SLEEP_EDF_SYNTH_CHANNELS, hours, fs, traits, rng, compress)
+    stages = night_hypnogram(hours, compress, traits, rng)
+    pad = max(0, int(round((record_hours or 0.0) * 3600 / EPOCH_SECONDS)) - stages.size)
+    before = int(round(SC_PADDING_BEFORE * pad))
+    respiration, onsets = _sleep_edf_cardio(stages, pad, before, fs, cardio_traits, rng)
+    night_data = synth_night(SLEEP_EDF_SYNTH_CHANNELS, hours, fs, traits, rng, stages=stages, arousal_onsets=onsets)
     stages = night_data.stages.copy()
     movement = np.flatnonzero((stages == W) & (rng.random(stages.size) < 0.03))
     stages[movement] = EXCLUDED  # scored as "Movement time"
     signals = dict(night_data.signals)
-    pad = max(0, int(round((record_hours or 0.0) * 3600 / EPOCH_SECONDS)) - stages.size)
-    before = int(round(SC_PADDING_BEFORE * pad))
     if pad:
         extra, labels = _wake_padding(night_data, pad, traits, side_stream(rng, SIDE_STREAMS["day_padding"]), 50.0)
         cut = before * int(EPOCH_SECONDS * fs)
         signals = {c: np.concatenate([extra[c][:cut], x, extra[c][cut:]]) for c, x in signals.items()}
         stages = np.concatenate([labels[:before], stages, labels[before:]])
-    emg = signals["EMG submental"]
-    emg_rms = np.sqrt((emg.reshape(-1, int(fs)) ** 2).mean(axis=1))
     name = f"SC4{subject:02d}{night + 1}"
     start = DEFAULT_START + dt.timedelta(days=3 * subject + night, seconds=-before * EPOCH_SECONDS)
     header = {"start": start, "patient": f"SC4{subject:02d}", "recording_additional": provenance}
     psg = out_dir / f"{name}E0-PSG.edf"
     hyp = out_dir / f"{name}E{'CHJMPRVW'[subject % 8]}-Hypnogram.edf"
-    write_edf(
-        psg,
-        {
-            "EEG Fpz-Cz": (signals["EEG Fpz-Cz"], fs),
-            "EEG Pz-Oz": (signals["EEG Pz-Oz"], fs),
-            "EOG horizontal": (signals["EOG horizontal"], fs),
-            "EMG submental": (emg_rms, 1.0),
-        },
-        record_seconds=EPOCH_SECONDS,
-        **header,
-    )
+    units = {SLEEP_EDF_RESP_CHANNEL: PSG_UNITS["AIRFLOW"]}
+    write_edf(psg, _sleep_edf_channels(signals, fs, respiration), record_seconds=EPOCH_SECONDS, units=units, **header)
     annotations = hypnogram_annotations(stages, rng)
     annotations.append((stages.size * EPOCH_SECONDS, 1800.0, "Sleep stage ?"))  # unscored tail, as in SC files
     write_edf(hyp, {}, annotations, **header)
@@ -104,6 +140,34 @@ def write_sleep_edf_night(
 
 
 PHYSIONET_SYNTH_CHANNELS = list(PHYSIONET2018_EEG) + ["E1-M2", "Chin1-Chin2"]
+
+
+def _stage_notes(stages: np.ndarray, fs: float) -> list[tuple[int, str]]:
+    """``.arousal`` stage notes W/N1/N2/N3/R ``[(sample, text)]`` at every stage change of ``stages (e,)``."""
+    spe = int(EPOCH_SECONDS * fs)
+    change = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
+    text = {W: "W", N1: "N1", N2: "N2", N3: "N3", REM: "R"}
+    return [(int(i * spe), text[int(stages[i])]) for i in change]
+
+
+def _placeholder_arousal_notes(n_epochs: int, fs: float, rng: np.random.Generator) -> list[tuple[int, str]]:
+    """EEG-only records: a few ``arousal_rera`` note pairs at random epochs (notes that are not stages, for
+    the readers to skip; no arousal in the signals)."""
+    spe = int(EPOCH_SECONDS * fs)
+    notes = []
+    for i in rng.choice(n_epochs, size=min(3, n_epochs), replace=False):
+        notes += [(int(i * spe + spe // 3), "(arousal_rera"), (int(i * spe + spe // 2), "arousal_rera)")]
+    return notes
+
+
+def _write_psg_arousal_mat(
+    out_dir: Path, record: str, stages: np.ndarray, events: list[tuple[float, float, str]], fs: float
+) -> Path:
+    """``<record>-arousal.mat``: per-sample stages of ``stages (e,)`` and arousal targets of ``events``."""
+    per_sample = np.repeat(stages, int(EPOCH_SECONDS * fs))
+    path = out_dir / f"{record}-arousal.mat"
+    write_arousal_mat(path, per_sample, arousal_targets(events, per_sample.size, fs))
+    return path
 
 
 def write_physionet2018_night(
@@ -116,36 +180,36 @@ def write_physionet2018_night(
     compress: int = 1,
     record_hours: float | None = None,
     provenance: str = "",
+    cardio_traits: CardioTraits | None = None,
 ) -> tuple[list[Path], np.ndarray]:
     """WFDB record ``tr<NN>-<SSSS>`` at 200 Hz with the six EEG derivations, E1-M2 and Chin1-Chin2,
     plus ``.arousal`` aux notes W/N1/N2/N3/R at every stage change (and a few arousal notes).
-    ``record_hours`` must be None: challenge records cover the night only (lights off to on)."""
+    ``record_hours`` must be None: challenge records cover the night only (lights off to on).
+    ``cardio_traits`` (whole PSG): ABD, CHEST, AIRFLOW, SaO2 and ECG too (:data:`PSG_UNITS`), EEG arousals
+    and chin-EMG bursts at the ends of respiratory events, the respiratory events and spontaneous arousals as
+    ``"(label"`` / ``"label)"`` notes instead of the placeholder ones, and ``<record>-arousal.mat``."""
     if record_hours is not None:
         raise ValueError("synth-psg: --record-hours applies to the sleep-edf format only")
     fs = 200.0
-    night_data = synth_night(PHYSIONET_SYNTH_CHANNELS, hours, fs, traits, rng, compress, mains_hz=60.0)
-    stages = night_data.stages
-    spe = int(EPOCH_SECONDS * fs)
-    change = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
-    text = {W: "W", N1: "N1", N2: "N2", N3: "N3", REM: "R"}
-    notes = [(int(i * spe), text[int(stages[i])]) for i in change]
-    for i in rng.choice(stages.size, size=min(3, stages.size), replace=False):  # arousal notes are not stages
-        notes += [(int(i * spe + spe // 3), "(arousal_rera"), (int(i * spe + spe // 2), "arousal_rera)")]
-    notes.sort()
-    record = f"tr{3 + night:02d}-{subject:04d}"
-    paths = write_wfdb_record(
-        out_dir,
-        record,
-        night_data.signals,
-        fs,
-        notes,
-        comments=[
-            f"subject: S{subject:04d}",
-            f"night: {night + 1}",
-            "synthetic: multiview_app",
-            *([f"generator: {provenance}"] if provenance else []),
-        ],
+    stages = night_hypnogram(hours, compress, traits, rng)
+    cardio = None if cardio_traits is None else cardiorespiratory_night(stages, fs, cardio_traits, rng)
+    onsets = None if cardio is None else cardio.arousal_onsets
+    brain = synth_night(
+        PHYSIONET_SYNTH_CHANNELS, hours, fs, traits, rng, mains_hz=60.0, stages=stages, arousal_onsets=onsets
     )
+    record = f"tr{3 + night:02d}-{subject:04d}"
+    notes = _stage_notes(stages, fs)
+    signals, units, paths = brain.signals, "uV", []
+    if cardio is None:
+        notes += _placeholder_arousal_notes(stages.size, fs, rng)
+    else:
+        events = night_events(cardio.events, brain.meta["arousals"], fs)
+        notes += event_notes(events, stages.size * int(EPOCH_SECONDS * fs), fs)
+        signals, units = physionet_psg_signals(brain.signals, cardio)
+        paths.append(_write_psg_arousal_mat(out_dir, record, stages, events, fs))
+    comments = [f"subject: S{subject:04d}", f"night: {night + 1}", "synthetic: multiview_app"]
+    comments += [f"generator: {provenance}"] if provenance else []
+    paths = write_wfdb_record(out_dir, record, signals, fs, sorted(notes), comments=comments, units=units) + paths
     return paths, stages
 
 

@@ -104,6 +104,12 @@ def synth_hypnogram(n_epochs: int, traits: SubjectTraits, rng: np.random.Generat
     return labels
 
 
+def night_hypnogram(hours: float, compress: int, traits: SubjectTraits, rng: np.random.Generator) -> np.ndarray:
+    """The stages ``(e,)`` of a ``hours``-long night (:func:`synth_hypnogram`), or with ``compress > 1`` its
+    excerpt (:func:`full_night_excerpt`): the hypnogram :func:`~.brain.synth_night` draws first."""
+    return full_night_excerpt(synth_hypnogram(int(round(hours * 3600 / EPOCH_SECONDS)), traits, rng), compress)
+
+
 def full_night_excerpt(stages: np.ndarray, compress: int, crop_wake_minutes: float = 30.0) -> np.ndarray:
     """A ``compress``-times shorter night with the stage proportions of the full night ``stages``
     as the readers crop it: the span the reader keeps (``crop_wake_minutes`` of wake around sleep)

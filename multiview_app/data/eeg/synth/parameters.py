@@ -343,5 +343,15 @@ def side_stream(rng: np.random.Generator, key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 1000 + key)))
 
 
-SIDE_STREAMS = {"second_eog": 1, "day_padding": 2, "extra_arousals": 3}
-"""Keys of :func:`side_stream` per feature added after the demo's measurements started."""
+SIDE_STREAMS = {
+    "second_eog": 1,
+    "day_padding": 2,
+    "extra_arousals": 3,
+    "respiratory_arousals": 4,
+    "cardio_traits": 5,
+    "cardiorespiratory": 6,
+}
+"""Keys of :func:`side_stream` per feature added after the demo's measurements started. The last three serve
+whole-PSG nights (``synth-psg --signals psg``): the EEG arousals ending respiratory events (from the night's
+stream), the subject's cardiorespiratory traits (from the subject's ``default_rng([seed, subject])``) and the
+night's cardiorespiratory signals (from the night's stream); EEG-only nights never draw from them."""

@@ -27,8 +27,10 @@ def write_edf(
     start: dt.datetime = DEFAULT_START,
     patient: str = "X",
     recording_additional: str = "",
+    units: dict[str, str] | None = None,
 ) -> None:
-    """Write an EDF(+) file atomically; ``signals``: label -> (uV samples, sampling rate);
+    """Write an EDF(+) file atomically; ``signals``: label -> (samples, sampling rate), in uV unless
+    ``units`` names the label's unit (e.g. ``"NU"``: arbitrary);
     ``record_seconds``: data-record duration (Sleep-EDF PSG files use 30 s); ``start`` and
     ``patient`` (a code without spaces) go into the header (a PSG and its hypnogram share them);
     ``recording_additional``: space-separated tokens appended to the header's recording field (the
@@ -44,7 +46,7 @@ def write_edf(
                 np.asarray(data, dtype=np.float64),
                 sampling_frequency=fs,
                 label=label,
-                physical_dimension="uV",
+                physical_dimension=(units or {}).get(label, "uV"),
                 physical_range=(low - pad, high + pad),
             )
         )
@@ -96,13 +98,19 @@ def write_wfdb_record(
     fs: float,
     stage_notes: list[tuple[int, str]],
     comments: list[str] | None = None,
-    units: str = "uV",
+    units: str | dict[str, str] = "uV",
 ) -> list[Path]:
-    """Write ``record``.hea/.mat-free 16-bit ``.dat`` + ``.arousal`` (aux-note stage annotations);
-    ``signals`` are given in ``units``."""
+    """Write ``record``.hea/.mat-free 16-bit ``.dat`` + ``.arousal`` (aux-note annotations: stages, and
+    events as ``"(label"`` / ``"label)"``); ``signals`` ``(n,)`` each, in ``units`` (one for all, or one per
+    channel name)."""
     import wfdb
 
     names = list(signals)
+    if isinstance(units, dict):
+        missing = [c for c in names if c not in units]
+        if missing:
+            raise ValueError(f"synth-psg: WFDB record {record!r}: no unit for channel(s) {missing}")
+    unit_list = [units[c] for c in names] if isinstance(units, dict) else [units] * len(names)
     p_signal = np.stack([signals[c] for c in names], axis=1)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         if "." in record:
@@ -114,7 +122,7 @@ def write_wfdb_record(
             p_signal=p_signal,
             fs=fs,
             fmt=["16"] * len(names),
-            units=[units] * len(names),
+            units=unit_list,
             sig_name=names,
             comments=comments or [],
         )
@@ -153,14 +161,19 @@ def _fast_checked_record() -> type:
     return FastCheckedRecord
 
 
-def write_arousal_mat(path: Path, per_sample: np.ndarray) -> None:
+def write_arousal_mat(path: Path, per_sample: np.ndarray, arousals: np.ndarray | None = None) -> None:
     """Write a challenge-style ``-arousal.mat`` (MAT v7.3 / HDF5): ``data/sleep_stages/<stage>``
     one-hot uint8 vectors ``(1, n)`` from per-sample codes ``(n,)`` (``UNSCORED`` -> ``undefined``),
-    and an all-zero ``data/arousals``."""
+    and ``data/arousals`` ``(1, n)`` int8: ``arousals (n,)`` (1 target arousal, 0 none, -1 not scored), or
+    all zero when None."""
     import h5py
 
     from ..stages import PHYSIONET2018_MAT_STAGES
 
+    if arousals is None:
+        arousals = np.zeros(per_sample.size, dtype=np.int8)
+    if arousals.shape != per_sample.shape:
+        raise ValueError(f"{path.name}: data/arousals {arousals.shape} and sleep stages {per_sample.shape} differ")
     tmp = temp_sibling(path, path.suffix)
     try:
         with h5py.File(tmp, "w") as handle:
@@ -168,7 +181,7 @@ def write_arousal_mat(path: Path, per_sample: np.ndarray) -> None:
             stages = data.create_group("sleep_stages")
             for name, code in PHYSIONET2018_MAT_STAGES.items():
                 stages.create_dataset(name, data=(per_sample == code).astype(np.uint8)[None], compression="gzip")
-            data.create_dataset("arousals", data=np.zeros((1, per_sample.size), dtype=np.uint8), compression="gzip")
+            data.create_dataset("arousals", data=arousals.astype(np.int8)[None], compression="gzip")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
