@@ -130,6 +130,24 @@ def _events_from_notes(notes) -> list[tuple[float, float, str]]:
     return events
 
 
+def test_psg_and_eeg_nights_prepare_to_the_same_stages(tmp_path: Path, stub_cardioresp) -> None:
+    """The PhysioNet reader takes a whole-PSG record (extra channels, event notes, -arousal.mat) as the EEG-only
+    one: same labels, the .mat stages agreeing with the stage notes."""
+    import json
+
+    from multiview_app.data.eeg.cache import prepare
+    from multiview_app.data.eeg.preprocess import PrepareOptions
+
+    records = {}
+    for mode in synth.SIGNAL_SETS:
+        synth.synth_psg(tmp_path / mode, 1, 1, "physionet2018", hours=0.5, seed=3, progress=False, signals=mode)
+        cache = tmp_path / f"cache_{mode}"
+        prepare("physionet2018", tmp_path / mode, cache, PrepareOptions(channels=PHYSIONET_ORDER[:6]))
+        records[mode] = json.loads((cache / "manifest.json").read_text())["recordings"][0]
+    assert records["psg"]["labels"] == records["eeg"]["labels"]
+    assert records["psg"]["counts"]["stage_notes_disagreeing_with_mat_epochs"] == 0
+
+
 def test_eeg_mode_writes_no_cardiorespiratory_channels(tmp_path: Path) -> None:
     paths = synth.synth_psg(tmp_path, 1, 1, "physionet2018", hours=0.5, progress=False)
     assert not any(p.name.endswith("-arousal.mat") for p in paths)

@@ -199,7 +199,9 @@ def write_physionet2018_night(
     )
     record = f"tr{3 + night:02d}-{subject:04d}"
     notes = _stage_notes(stages, fs)
-    signals, units, paths = brain.signals, "uV", []
+    signals: dict[str, np.ndarray] = brain.signals
+    units: str | dict[str, str] = "uV"
+    paths: list[Path] = []
     if cardio is None:
         notes += _placeholder_arousal_notes(stages.size, fs, rng)
     else:
