@@ -102,8 +102,9 @@ def add_respiratory_arousals(
 ) -> list[tuple[int, int]]:
     """Add an arousal in place (as :func:`add_arousals`: EEG sources ``out (s, n)``, ``emg (n,)``) starting at
     each of ``onsets_seconds (k,)`` (the ends of respiratory events), durations drawn as the spontaneous
-    ones' from the ``respiratory_arousals`` side stream of ``rng``; onsets outside the night are skipped and
-    the last arousal is cut at its end. None or empty: nothing drawn. Returns ``[(start sample, length)]``."""
+    ones' from the ``respiratory_arousals`` side stream of ``rng``. Arousals run to the night's end at most;
+    those starting outside the night, or cut below half :data:`AROUSAL_MIN_SECONDS` there, are skipped.
+    None or empty: nothing drawn. Returns ``[(start sample, length)]``."""
     if onsets_seconds is None or len(onsets_seconds) == 0:
         return []
     own = side_stream(rng, SIDE_STREAMS["respiratory_arousals"])

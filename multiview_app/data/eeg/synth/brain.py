@@ -239,6 +239,29 @@ def _channel_signals(
     return signals
 
 
+def _night_meta(
+    closed: np.ndarray,
+    events: dict[str, np.ndarray],
+    eyes: EyeMovements,
+    arousals: dict[str, list[tuple[int, int]]],
+    artifacts: Artifacts,
+    mains_hz: float | None,
+) -> dict:
+    """:attr:`SyntheticNight.meta` (keys listed in :func:`synth_night`) from what the night's parts drew."""
+    return {
+        "eyes_closed": closed,
+        "phasic_rem": eyes.phasic_epochs,
+        **arousals,
+        "sweat_episodes": artifacts.sweat,
+        "movement_epochs": artifacts.movement_epochs,
+        "movements": artifacts.movements,
+        "pops": artifacts.pops,
+        "events": {**events, **eyes.events},
+        "eye_movement_signs": eyes.signs,
+        "mains_hz": mains_hz,
+    }
+
+
 def synth_night(
     channels: list[str],
     hours: float,
@@ -254,16 +277,17 @@ def synth_night(
 
     ``hours``-long night's hypnogram, or with ``compress > 1`` a shorter excerpt with its stage
     proportions (:func:`full_night_excerpt`); ``stages (e,)``: this hypnogram instead (``hours`` and
-    ``compress`` ignored; e.g. wake padding). ``arousal_onsets (k,)`` (seconds): an EEG arousal and a chin-EMG
-    burst start at each (the ends of respiratory events; own random stream; None: none). Physiology (rhythms and their jitter, spatially correlated
-    by :func:`spatial_correlation`; transients; ocular leakage; arousals) is generated on the EEG sources,
+    ``compress`` ignored; e.g. wake padding). ``arousal_onsets (k,)`` (seconds): an EEG arousal and a
+    chin-EMG burst start at each (the ends of respiratory events; own random stream; None: none).
+    Physiology (rhythms and their jitter, spatially correlated by :func:`spatial_correlation`;
+    transients; ocular leakage; arousals) is generated on the EEG sources,
     bipolar derivations (:data:`BIPOLAR_DERIVATIONS`) are their electrodes' difference, then artifacts and
     noise (line noise at ``mains_hz``, omitted above 0.45 ``fs``) are added per derivation. Wake epochs are
     eyes open or closed (:func:`eyes_closed_epochs`). ``meta``: ``eyes_closed (e,)``, ``phasic_rem (e,)``,
-    ``arousals [(start, length)]`` (spontaneous), ``respiratory_arousals`` (at ``arousal_onsets``), ``sweat_episodes``, ``movement_epochs``, ``movements [(start,
-    length)]``, ``pops [(channel, start, step uV)]``, ``events`` (onset samples per transient and eye
-    movement), ``eye_movement_signs`` (saccades / slow rolls: +1 rightward; blinks always move the eyes
-    up), ``mains_hz`` (None when omitted)."""
+    ``arousals [(start, length)]`` (spontaneous), ``respiratory_arousals`` (at ``arousal_onsets``, same form),
+    ``sweat_episodes``, ``movement_epochs``, ``movements [(start, length)]``, ``pops [(channel, start, step
+    uV)]``, ``events`` (onset samples per transient and eye movement), ``eye_movement_signs`` (saccades / slow
+    rolls: +1 rightward; blinks always move the eyes up), ``mains_hz`` (None when omitted)."""
     if stages is None:
         stages = night_hypnogram(hours, compress, traits, rng)
     check_channels(channels)
@@ -280,22 +304,11 @@ def synth_night(
     eyes = _eye_movements(stages, closed, templates, n, fs, rng)
     out += 0.12 * topography[:, 0][:, None] * eyes.eog[None]  # ocular leakage into frontal EEG
     emg = _chin_emg(stages, closed, n, fs, rng)
-    arousals = add_arousals(out, emg, topography, stages, traits, fs, rng)
+    spontaneous = add_arousals(out, emg, topography, stages, traits, fs, rng)
     respiratory = add_respiratory_arousals(out, emg, topography, arousal_onsets, traits, fs, rng)
     out = derivation_matrix(sources, derivations) @ out  # (c, s) @ (s, n): bipolar derivations as differences
     artifacts = add_artifacts(out, emg, derivations, stages, traits, fs, mains_hz, rng)
     signals = _channel_signals(channels, out, derivations, emg, eyes, artifacts, traits, fs, rng)
-    meta = {
-        "eyes_closed": closed,
-        "phasic_rem": eyes.phasic_epochs,
-        "arousals": arousals,
-        "respiratory_arousals": respiratory,
-        "sweat_episodes": artifacts.sweat,
-        "movement_epochs": artifacts.movement_epochs,
-        "movements": artifacts.movements,
-        "pops": artifacts.pops,
-        "events": {**events, **eyes.events},
-        "eye_movement_signs": eyes.signs,
-        "mains_hz": mains_hz if mains_hz < 0.45 * fs else None,
-    }
+    arousals = {"arousals": spontaneous, "respiratory_arousals": respiratory}
+    meta = _night_meta(closed, events, eyes, arousals, artifacts, mains_hz if mains_hz < 0.45 * fs else None)
     return SyntheticNight(signals=signals, fs=fs, stages=stages, meta=meta)
