@@ -200,10 +200,18 @@ def test_arousal_targets_mark_arousals_and_leave_apneas_unscored() -> None:
     assert merged == [(0.0, 5.0, "arousal_spontaneous")]  # overlapping spontaneous arousals: one pair of notes
 
 
-def test_the_cli_signal_sets_are_the_generators() -> None:
+def test_the_cli_signal_sets_are_the_generators(tmp_path: Path, stub_cardioresp, capsys) -> None:
+    from multiview_app.cli import main
     from multiview_app.data.cli import SYNTH_SIGNALS
 
     assert SYNTH_SIGNALS == synth.SIGNAL_SETS
+    command = ["data", "synth-psg", "--subjects", "1", "--format", "physionet2018", "--hours", "0.5"]
+    assert main([*command, "--signals", "psg", "--out", str(tmp_path / "psg")]) == 0
+    assert (tmp_path / "psg" / "tr03-0000-arousal.mat").exists()
+    assert wfdb.rdheader(str(tmp_path / "psg" / "tr03-0000")).sig_name == PHYSIONET_ORDER
+    with pytest.raises(SystemExit):
+        main([*command, "--signals", "ecg", "--out", str(tmp_path / "bad")])
+    assert "--signals: invalid choice: 'ecg'" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(importlib.util.find_spec(MODULE) is None, reason="cardioresp.py not merged yet")
