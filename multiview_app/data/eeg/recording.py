@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ...fileio import sha256_file  # noqa: F401  (re-exported: the EEG cache's checksums)
-from .stages import EPOCH_SECONDS, UNSCORED
+from .events import ScoredEvent
+from .stages import EPOCH_SECONDS, EXCLUDED, STAGES, UNSCORED
 
 CHANNEL_PREFIXES = ("EEG ", "EOG ", "EMG ", "ECG ")
 
@@ -29,6 +30,15 @@ class Recording:
             ``UNSCORED``), already truncated to the signal length.
         counts: reader-level counts (excluded epochs, hypnogram beyond signal, ...).
         grid_start_seconds: where epoch 0 starts in the signals (PhysioNet 2018: the first stage note).
+        channel_types: signal type of each channel in MNE's vocabulary (``signals.SIGNAL_TYPES``); empty
+            when the reader does not say (EEG-only readers).
+        channel_units: unit of each signal array after the reader's conversion (``uV``, ``mV``, ``%``,
+            ``arbitrary``); empty means every channel is in microvolts.
+        events: scored events (:class:`~multiview_app.data.eeg.events.ScoredEvent`); ``None`` when the
+            dataset scores no events (Sleep-EDF), ``[]`` when it does and this night has none.
+        arousal_unscored: ``[(start s, end s), ...]`` from the recording start where arousals were not
+            scored (PhysioNet 2018: ``-1`` in ``data/arousals``, the apnea / hypopnea regions); ``None``
+            when the dataset gives no such mask.
     """
 
     recording: str
@@ -40,6 +50,10 @@ class Recording:
     epoch_labels: np.ndarray
     counts: Counter = field(default_factory=Counter)
     grid_start_seconds: float = 0.0
+    channel_types: list[str] = field(default_factory=list)
+    channel_units: list[str] = field(default_factory=list)
+    events: list[ScoredEvent] | None = None
+    arousal_unscored: list[tuple[float, float]] | None = None
 
 
 def _normalize(name: str) -> str:
@@ -96,3 +110,36 @@ def label_epochs_from_intervals(
     if hypnogram_end < n_signal_epochs:
         counts["signal_beyond_hypnogram_epochs"] += n_signal_epochs - hypnogram_end
     return labels
+
+
+MAJORITY_SHARE = 2 / 3
+"""Share of a 30-s epoch (20 s) one stage must cover to label an epoch scored in shorter periods (AASM's
+majority rule; DREAMS: 4 of six 5-s labels)."""
+
+
+def majority_votes(per_epoch: int) -> int:
+    """Periods of ``per_epoch`` per 30-s epoch one stage needs: ``ceil(MAJORITY_SHARE * per_epoch)``."""
+    return int(np.ceil(MAJORITY_SHARE * per_epoch - 1e-9))
+
+
+def majority_epochs(codes: np.ndarray, per_epoch: int, prefix: str) -> tuple[np.ndarray, Counter]:
+    """Stage codes of consecutive scoring periods ``(n,)`` -> 30-s codes ``(n // per_epoch,)``.
+
+    ``codes`` hold 0..4 (a stage), ``EXCLUDED`` (movement / no stage) or any other negative code (unknown:
+    votes for nothing). An epoch takes the stage that at least :func:`majority_votes` of its ``per_epoch``
+    periods name, else ``EXCLUDED``. Counts ``{prefix}_epochs_{unanimous, majority, no_majority, movement}``
+    (movement: ``EXCLUDED`` holds the majority) and ``{prefix}_labels_after_last_epoch``."""
+    needed = majority_votes(per_epoch)
+    n_epochs = codes.size // per_epoch
+    grid = np.asarray(codes[: n_epochs * per_epoch], dtype=np.int64).reshape(n_epochs, per_epoch)
+    votes = np.stack([(grid == stage).sum(axis=1) for stage in range(len(STAGES))], axis=1)  # (E, 5)
+    top, best = votes.max(axis=1), votes.argmax(axis=1)
+    movement = (grid == EXCLUDED).sum(axis=1) >= needed
+    kept = top >= needed
+    counts: Counter = Counter()
+    counts[f"{prefix}_epochs_unanimous"] += int((top == per_epoch).sum())
+    counts[f"{prefix}_epochs_majority"] += int((kept & (top < per_epoch)).sum())
+    counts[f"{prefix}_epochs_movement"] += int(movement.sum())
+    counts[f"{prefix}_epochs_no_majority"] += int((~kept & ~movement).sum())
+    counts[f"{prefix}_labels_after_last_epoch"] += int(codes.size - n_epochs * per_epoch)
+    return np.where(kept, best, EXCLUDED).astype(np.int64), counts

@@ -248,6 +248,7 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
         sfreqs=[sfreq] * len(picked),
         epoch_labels=labels,
         counts=counts,
+        events=None,  # Sleep-EDF scores stages only (the prepare summary says so)
     )
 
 
