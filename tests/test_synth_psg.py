@@ -116,6 +116,20 @@ def test_psg_physionet_record_has_the_challenge_channels_events_and_targets(tmp_
     assert (targets[sample["resp_hypopnea"] : sample["resp_hypopnea"] + int(15 * FS)] == -1).all()
     assert (targets[sample["arousal_rera"] : sample["arousal_rera"] + int(10 * FS)] == 1).all()
     assert set(np.unique(targets)) == {-1, 0, 1}
+    _check_the_reader_takes_the_events(tmp_path / "tr03-0000", _events_from_notes(notes))
+
+
+def _check_the_reader_takes_the_events(record: Path, written: list[tuple[float, float, str]]) -> None:
+    """The PhysioNet reader returns the written events and the apneas / hypopneas as arousal-unscored spans."""
+    from multiview_app.data.eeg.physionet2018 import read_physionet2018
+
+    recording = read_physionet2018(record, PHYSIONET_ORDER[:6])
+    read = sorted((e.onset, e.label) for e in recording.events)
+    expected = sorted((onset, label) for onset, _, label in written)
+    assert [label for _, label in read] == [label for _, label in expected]
+    np.testing.assert_allclose([onset for onset, _ in read], [onset for onset, _ in expected], atol=1 / FS)
+    apneas = sorted((o, o + d) for o, d, label in written if label in synth.APNEA_HYPOPNEA_LABELS)
+    np.testing.assert_allclose(np.array(recording.arousal_unscored, dtype=float), np.array(apneas), atol=1 / FS)
 
 
 def _events_from_notes(notes) -> list[tuple[float, float, str]]:
@@ -216,9 +230,12 @@ def test_the_cli_signal_sets_are_the_generators(tmp_path: Path, stub_cardioresp,
 
 @pytest.mark.skipif(importlib.util.find_spec(MODULE) is None, reason="cardioresp.py not merged yet")
 def test_the_real_cardiorespiratory_generator_fills_a_psg_record(tmp_path: Path) -> None:
+    from multiview_app.data.eeg.physionet2018 import read_physionet2018
+
     synth.synth_psg(tmp_path, 1, 1, "physionet2018", hours=1.0, seed=1, progress=False, signals="psg")
     record = wfdb.rdrecord(str(tmp_path / "tr03-0000"))
     assert record.sig_name == PHYSIONET_ORDER and record.units == UNITS
-    _paired(list(wfdb.rdann(str(tmp_path / "tr03-0000"), "arousal").aux_note))
+    events = _paired(list(wfdb.rdann(str(tmp_path / "tr03-0000"), "arousal").aux_note))
+    assert len(read_physionet2018(tmp_path / "tr03-0000", PHYSIONET_ORDER[:6]).events) == sum(events.values())
     saturation = record.p_signal[:, PHYSIONET_ORDER.index("SaO2")]
     assert 50 < np.median(saturation) <= 100
