@@ -353,8 +353,8 @@ def test_artifact_rates_are_realized():
 def test_pops_and_sweat_land_in_their_annotated_places(monkeypatch):
     """With the pop and sweat rates raised (so one short night has many), each pop is a step of the
     annotated size in its channel only, and each sweat episode raises the 0.1-0.5 Hz power there."""
-    monkeypatch.setattr(synth, "EPOCHS_PER_POP", 4.0)
-    monkeypatch.setattr(synth, "SWEAT_PER_1000_EPOCHS", 15.0)
+    monkeypatch.setattr(synth.artifacts, "EPOCHS_PER_POP", 4.0)  # the module that draws pops and sweat
+    monkeypatch.setattr(synth.artifacts, "SWEAT_PER_1000_EPOCHS", 15.0)
     traits = SubjectTraits.sample(np.random.default_rng([7, 0]))
     channels = ["F3-M2", "O2-M1"]
     night = synth_night(channels, 2, FS, traits, np.random.default_rng([7, 0, 0, 1]))

@@ -19,6 +19,8 @@ PREPARE_BAND = (0.5, 30.0)
 
 SYNTH_FORMATS = ("sleep-edf", "physionet2018")
 """Formats ``synth-psg`` writes = ``eeg.synth.WRITERS`` (a literal for the same reason; a test checks)."""
+SYNTH_SIGNALS = ("eeg", "psg")
+"""Signal sets ``synth-psg --signals`` takes = ``eeg.synth.SIGNAL_SETS`` (a literal; a test checks)."""
 
 
 def default_channels() -> dict[str, list[str]]:
@@ -66,6 +68,14 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         help="sleep-edf: pad each recording with wake to this length, as the ~20-h SC day-night "
         "files (the readers crop it); 0 = no padding (default: 20 for full nights of >= 6 h, "
         "else no padding)",
+    )
+    synth.add_argument(
+        "--signals",
+        choices=SYNTH_SIGNALS,
+        default="eeg",
+        help="eeg: EEG, EOG and chin EMG; psg: the whole PSG (physionet2018: ABD, CHEST, AIRFLOW, SaO2, ECG, "
+        "respiratory events and arousals in .arousal and -arousal.mat; sleep-edf: Resp oro-nasal at 1 Hz) "
+        "(default: %(default)s)",
     )
     synth.add_argument("--seed", type=nonnegative_int, default=0)
     synth.add_argument(
@@ -213,6 +223,7 @@ def _synth(args: argparse.Namespace) -> int:
         compress=args.compress,
         record_hours=args.record_hours,
         workers=args.workers,
+        signals=args.signals,
     )
     print(f"wrote {len(files)} files ({args.subjects} subjects x {args.nights} nights, {args.format}) to {args.out}")
     return 0

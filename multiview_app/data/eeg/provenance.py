@@ -12,7 +12,7 @@ from typing import Any
 
 GENERATOR = "mvapp-synth"
 GENERATOR_VERSION = 3
-"""Version of the synthetic generator (``synth.py``): 1 = before the real-data calibration (files written
+"""Version of the synthetic generator (``synth/``): 1 = before the real-data calibration (files written
 before it carry no provenance), 2 = real-data night structure and central amplitudes,
 the SC cohort and bipolar Sleep-EDF derivations, 3 = wake and N1 closer to the real DREAMS epochs (the SC age
 effect on N2 / N3 slow waves only, a lower SC noise floor, arousal and wake alpha / beta levels)."""

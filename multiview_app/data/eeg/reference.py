@@ -1,4 +1,4 @@
-"""Reference values the synthetic PSG (``synth.py``) is checked against (tests/test_eeg_synth.py,
+"""Reference values the synthetic PSG (``synth/``) is checked against (tests/test_eeg_synth.py,
 tests/test_eeg_synth_events.py, scripts/reproduce/eeg_generator/figure_eeg_synth.py, docs/eeg.md). Source and certainty
 are stated next to each value: "retrieved" = the abstract or table stating the number was read (the
 full papers were not), "from memory" / "UNVERIFIED" = not checked against any text."""
