@@ -11,12 +11,16 @@ from typing import Any
 import numpy as np
 
 from .recording import Recording, resolve_channels
+from .signals import load_vocabulary
 from .stages import EPOCH_SECONDS, PHYSIONET2018_LABELS, PHYSIONET2018_MAT_STAGES, UNSCORED
 
 TO_MICROVOLTS = {"uv": 1.0, "µv": 1.0, "mv": 1e3, "v": 1e6, "nv": 1e-3}
-"""Scale from a WFDB header's unit (lower-case) to microvolts."""
+"""Scale from a voltage unit (lower-case) to microvolts."""
+
+CARD = "physionet2018"
 
 BYTES_PER_SAMPLE = {"16": 2, "24": 3, "32": 4, "80": 1, "8": 1, "61": 2, "160": 2}
+SAMPLE_BITS = {"16": 16, "24": 24, "32": 32, "80": 8, "8": 8, "61": 16, "160": 16, "212": 12, "310": 10, "311": 10}
 
 
 def find_records(source: Path) -> list[Path]:
@@ -130,8 +134,22 @@ def stage_epochs_from_samples(
     return labels
 
 
-def read_physionet2018(record: Path, channels: list[str]) -> Recording:
-    """Read the picked ``channels`` (microvolts) of a WFDB record and its per-epoch stages.
+def storable_limits(header: Any, index: int, factor: float) -> tuple[float, float] | None:
+    """Lowest and highest physical value signal ``index`` of a WFDB ``header`` can store (its sample
+    format's integer range through its ADC gain and baseline), times ``factor``; None when unknown."""
+    bits, gain = SAMPLE_BITS.get(str(header.fmt[index])), float(header.adc_gain[index] or 0.0)
+    if bits is None or gain <= 0:
+        return None
+    baseline = float(header.baseline[index])
+    low, high = -(2 ** (bits - 1)) + 1, 2 ** (bits - 1) - 1  # the lowest code is WFDB's "no sample"
+    return (low - baseline) / gain * factor, (high - baseline) / gain * factor
+
+
+def read_physionet2018(record: Path, channels: list[str] | None) -> Recording:
+    """Read the picked ``channels`` (every signal when None) of a WFDB record and its per-epoch stages;
+    each signal in its type's canonical unit (EEG, EOG, EMG microvolts, ECG millivolts, SaO2 %, effort
+    belts and airflow as recorded; types from the card ``datasets/physionet2018.yaml`` and the PSG
+    vocabulary, ``Recording.channel_types``).
 
     The 30-s grid starts at the first stage note (``Recording.grid_start_seconds``). A stage note
     labels the samples up to the next note (see :func:`stage_epochs_from_notes`); epochs that
@@ -145,7 +163,9 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
 
     header = _read_header(record)  # parsed once here (wfdb's parser costs ~20 ms a header)
     check_wfdb_integrity(record, header)
-    picked = resolve_channels(channels, list(header.sig_name), Path(f"{record}.hea"))
+    picked = resolve_channels(
+        list(header.sig_name) if channels is None else channels, list(header.sig_name), Path(f"{record}.hea")
+    )
     annotation_file = Path(f"{record}.arousal")
     if not annotation_file.exists():
         raise ValueError(f"{record}.hea: no sleep-stage annotation file '{annotation_file.name}' next to it")
@@ -159,14 +179,10 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
         raise ValueError(f"{annotation_file}: cannot read annotations ({err})") from None
     order = [list(signal.sig_name).index(p) for p in picked]
     data = np.asarray(signal.p_signal, dtype=np.float64)[:, order].T  # (c, n) in the header's units
-    units = [str(u).strip().lower() for u in np.asarray(signal.units)[order]]
-    unknown = sorted({u for u in units if u not in TO_MICROVOLTS})
-    if unknown:
-        raise ValueError(
-            f"{record}.hea: unit(s) {unknown} of channels {picked} are not voltages; "
-            f"expected one of {', '.join(TO_MICROVOLTS)}"
-        )
-    data *= np.array([TO_MICROVOLTS[u] for u in units])[:, None]  # -> microvolts
+    units = [str(u).strip() for u in np.asarray(signal.units)[order]]
+    types, canonical, factors = load_vocabulary().conversions(f"{record}.hea", picked, units, CARD)
+    data *= np.array(factors)[:, None]  # -> each type's canonical unit (EEG: microvolts)
+    indices = [list(header.sig_name).index(p) for p in picked]
     fs = float(signal.fs)
     counts: Counter = Counter()
     notes = [
@@ -198,12 +214,15 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
         recording=record.name,
         subject=subject_from_comments(list(header.comments or []), record.name),
         sources=sources,
-        channel_names=list(channels),
+        channel_names=list(picked if channels is None else channels),
         signals=list(data),
         sfreqs=[fs] * len(picked),
         epoch_labels=labels,
         counts=counts,
         grid_start_seconds=grid_start / fs,
+        channel_types=types,
+        channel_units=canonical,
+        channel_limits=[storable_limits(header, i, f) for i, f in zip(indices, factors)],
     )
 
 
