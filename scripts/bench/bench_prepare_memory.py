@@ -35,6 +35,9 @@ SIGNALS = {  # PhysioNet 2018 order: label -> (unit, kind of synthetic signal)
     "SaO2": ("%", "spo2"),
     "ECG": ("mV", "ecg"),
 }
+RANGES = {"eeg": 1000.0, "eog": 1000.0, "emg": 1000.0, "resp": 10.0, "spo2": 110.0, "ecg": 10.0}
+"""Physical range +-R of each kind of signal in the written header (fixed ADC gains, as a recorder has:
+a signal at +-R sits at the limits of the 16-bit format, i.e. is saturated)."""
 STAGE_NOTES = ("W", "N1", "N2", "N3", "R")
 EPOCH = 30.0
 
@@ -76,13 +79,17 @@ def write_psg_night(
     signals.update(edit or {})
     names = [(rename or {}).get(label, label) for label in SIGNALS]
     folder.mkdir(parents=True, exist_ok=True)
+    ranges = [RANGES[kind] for _, kind in SIGNALS.values()]
+    gains = [32767.0 / r for r in ranges]
     wfdb.wrsamp(
         record,
         fs=fs,
         units=[unit for unit, _ in SIGNALS.values()],
         sig_name=names,
-        p_signal=np.stack(list(signals.values()), axis=1),
+        p_signal=np.stack([np.clip(x, -r, r) for x, r in zip(signals.values(), ranges)], axis=1),
         fmt=["16"] * len(SIGNALS),
+        adc_gain=gains,
+        baseline=[0] * len(SIGNALS),
         comments=[f"subject: S{seed:04d}"],
         write_dir=str(folder),
     )
