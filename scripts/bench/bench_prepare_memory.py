@@ -81,18 +81,28 @@ def write_psg_night(
     folder.mkdir(parents=True, exist_ok=True)
     ranges = [RANGES[kind] for _, kind in SIGNALS.values()]
     gains = [32767.0 / r for r in ranges]
-    wfdb.wrsamp(
-        record,
+    digital = np.empty((signals["F3-M2"].size, len(SIGNALS)), dtype="<i2")  # 16-bit interleaved, as wrsamp writes
+    for column, (x, gain) in enumerate(zip(signals.values(), gains)):
+        digital[:, column] = np.clip(np.round(x * gain), -32767, 32767)
+    digital.tofile(folder / f"{record}.dat")
+    wfdb.Record(
+        record_name=record,
+        n_sig=len(SIGNALS),
         fs=fs,
-        units=[unit for unit, _ in SIGNALS.values()],
-        sig_name=names,
-        p_signal=np.stack([np.clip(x, -r, r) for x, r in zip(signals.values(), ranges)], axis=1),
+        sig_len=digital.shape[0],
+        file_name=[f"{record}.dat"] * len(SIGNALS),
         fmt=["16"] * len(SIGNALS),
         adc_gain=gains,
         baseline=[0] * len(SIGNALS),
+        units=[unit for unit, _ in SIGNALS.values()],
+        sig_name=names,
+        adc_res=[16] * len(SIGNALS),
+        adc_zero=[0] * len(SIGNALS),
+        init_value=[int(v) for v in digital[0]],
+        checksum=[int(v) for v in digital.sum(axis=0, dtype=np.int64) % 65536],
+        block_size=[0] * len(SIGNALS),
         comments=[f"subject: S{seed:04d}"],
-        write_dir=str(folder),
-    )
+    ).wrheader(write_dir=str(folder))
     change = np.flatnonzero(np.r_[True, stages[1:] != stages[:-1]])
     samples = (change * EPOCH * fs).astype(np.int64)
     wfdb.wrann(
@@ -141,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=float, default=8.0, help="length of each synthetic night")
     parser.add_argument("--modalities", default="six", help="--modalities of prepare")
     parser.add_argument("--work", type=Path, default=Path("runs/bench_prepare_memory"), help="nights and caches")
+    parser.add_argument("--quick", action="store_true", help="smoke sizes: 1 and 2 nights of 20 min")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.nights, args.hours = [1, 2], 1 / 3
     nights = args.work / "nights"
     started = time.perf_counter()
     for i in range(max(args.nights)):
