@@ -266,14 +266,16 @@ def _modal_record(run: _Run, entry: SourceEntry) -> tuple[dict, Recording, Count
     """Read every signal of ``entry``, window each asked modality group on shared epochs
     (:func:`~.modalities.modal_windows`), write ``windows/<recording>/<group>.npy``; its manifest record
     (``modalities``: per group its file and channels; ``missing_modalities``, ``left_out_channels``,
-    ``upsampled_channels``, ``invalid_<group>`` per window)."""
+    ``upsampled_channels``, ``invalid_<group>`` per window). Its ``file`` is the brain group's when that
+    holds every ``--channels`` channel (the EEG view of the recording), else None."""
     recording = entry.read(None)
     result = modal_windows(recording, run.asked or {}, run.options, run.card)
     files = {group: f"windows/{entry.recording}/{group}.npy" for group in result.windows}
     for group, windows in result.windows.items():
         _save(run, files[group], windows)
     dropped = Counter({k: v for k, v in result.counts.items() if v})
-    record = _record(entry, recording, files.get("brain"), result.labels, result.epochs, dropped)
+    whole_brain = result.channels.get("brain", {}).get("channels") == list(run.options.channels)
+    record = _record(entry, recording, files["brain"] if whole_brain else None, result.labels, result.epochs, dropped)
     record["modalities"] = {group: {"file": files[group], **result.channels[group]} for group in files}
     record["missing_modalities"] = result.missing
     record["left_out_channels"] = result.left_out

@@ -254,7 +254,7 @@ def modal_windows(
         counts["resampled_channels"] += n_resampled
         nan |= nan_group
     counts["nan"] += int((nan & keep).sum())
-    keep &= ~nan
+    keep &= ~nan & bool(spans)  # no group: no windows
     stds, flat = {}, np.zeros(keep.size, dtype=bool)
     for group, windows in spans.items():
         flat_group, stds[group] = flat_windows(windows, keep, options.flat_ratio)

@@ -169,30 +169,13 @@ def read_physionet2018(record: Path, channels: list[str] | None) -> Recording:
     annotation_file = Path(f"{record}.arousal")
     if not annotation_file.exists():
         raise ValueError(f"{record}.hea: no sleep-stage annotation file '{annotation_file.name}' next to it")
-    try:
-        signal = wfdb.rdrecord(str(record), channel_names=picked)
-    except Exception as err:
-        raise ValueError(f"{record}: cannot read WFDB record ({err})") from None
+    data, fs, described = _read_signals(record, header, picked)
     try:
         annotation = wfdb.rdann(str(record), "arousal")
     except Exception as err:
         raise ValueError(f"{annotation_file}: cannot read annotations ({err})") from None
-    order = [list(signal.sig_name).index(p) for p in picked]
-    data = np.asarray(signal.p_signal, dtype=np.float64)[:, order].T  # (c, n) in the header's units
-    units = [str(u).strip() for u in np.asarray(signal.units)[order]]
-    types, canonical, factors = load_vocabulary().conversions(f"{record}.hea", picked, units, CARD)
-    data *= np.array(factors)[:, None]  # -> each type's canonical unit (EEG: microvolts)
-    indices = [list(header.sig_name).index(p) for p in picked]
-    fs = float(signal.fs)
     counts: Counter = Counter()
-    notes = [
-        (int(s), PHYSIONET2018_LABELS[str(t).strip()])
-        for s, t in zip(annotation.sample, annotation.aux_note or [])
-        if str(t).strip() in PHYSIONET2018_LABELS
-    ]
-    counts["non_stage_notes"] += len(annotation.sample) - len(notes)
-    if not any(code >= 0 for _, code in notes):
-        raise ValueError(f"{annotation_file}: no sleep-stage notes (expected aux notes W, N1, N2, N3, R)")
+    notes = stage_notes(annotation, annotation_file, counts)
     spe = int(round(EPOCH_SECONDS * fs))
     grid_start = min(s for s, code in notes if code >= 0)  # the scored 30-s grid starts at the first stage note
     n_epochs = max(0, (data.shape[1] - grid_start) // spe)
@@ -220,10 +203,42 @@ def read_physionet2018(record: Path, channels: list[str] | None) -> Recording:
         epoch_labels=labels,
         counts=counts,
         grid_start_seconds=grid_start / fs,
-        channel_types=types,
-        channel_units=canonical,
-        channel_limits=[storable_limits(header, i, f) for i, f in zip(indices, factors)],
+        **described,
     )
+
+
+def stage_notes(annotation: Any, annotation_file: Path, counts: Counter) -> list[tuple[int, int]]:
+    """``(sample, stage code)`` of the stage notes of a ``wfdb`` annotation (other notes counted
+    ``non_stage_notes``); ``ValueError`` naming ``annotation_file`` when it has none."""
+    notes = [
+        (int(s), PHYSIONET2018_LABELS[str(t).strip()])
+        for s, t in zip(annotation.sample, annotation.aux_note or [])
+        if str(t).strip() in PHYSIONET2018_LABELS
+    ]
+    counts["non_stage_notes"] += len(annotation.sample) - len(notes)
+    if not any(code >= 0 for _, code in notes):
+        raise ValueError(f"{annotation_file}: no sleep-stage notes (expected aux notes W, N1, N2, N3, R)")
+    return notes
+
+
+def _read_signals(record: Path, header: Any, picked: list[str]) -> tuple[np.ndarray, float, dict[str, list]]:
+    """The ``picked`` signals of a WFDB record ``(c, n)`` float64, each in its type's canonical unit, the
+    record's rate, and what :class:`Recording` says of them (``channel_types``, ``channel_units``,
+    ``channel_limits``)."""
+    import wfdb
+
+    try:
+        signal = wfdb.rdrecord(str(record), channel_names=picked)
+    except Exception as err:
+        raise ValueError(f"{record}: cannot read WFDB record ({err})") from None
+    order = [list(signal.sig_name).index(p) for p in picked]
+    data = np.asarray(signal.p_signal, dtype=np.float64)[:, order].T  # (c, n) in the header's units
+    units = [str(u).strip() for u in np.asarray(signal.units)[order]]
+    types, canonical, factors = load_vocabulary().conversions(f"{record}.hea", picked, units, CARD)
+    data *= np.array(factors)[:, None]  # -> each type's canonical unit (EEG: microvolts)
+    indices = [list(header.sig_name).index(p) for p in picked]
+    limits = [storable_limits(header, i, f) for i, f in zip(indices, factors)]
+    return data, float(signal.fs), {"channel_types": types, "channel_units": canonical, "channel_limits": limits}
 
 
 def stage_epochs_from_notes(

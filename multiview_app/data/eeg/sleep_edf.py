@@ -261,13 +261,7 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str] | None
     if len(set(orig_rates)) > 1:
         counts["mixed_rate_channels"] += len(picked)
     intervals = stage_intervals(annotations, hypnogram, shift, counts)
-    psg_seconds = data.shape[1] / sfreq
-    scored = [(onset, onset + duration) for onset, duration, code in intervals if code >= 0]
-    if not scored or max(end for _, end in scored) <= 0 or min(start for start, _ in scored) >= psg_seconds:
-        raise ValueError(
-            f"{hypnogram}: its scored stages (header start {hyp_header.start}) do not overlap its "
-            f"PSG {psg} (header start {psg_header.start}, {psg_seconds / 3600:.2f} h)"
-        )
+    check_overlap(intervals, (psg, psg_header), (hypnogram, hyp_header), data.shape[1] / sfreq)
     n_epochs = int(data.shape[1] // (EPOCH_SECONDS * sfreq))
     labels = label_epochs_from_intervals(intervals, n_epochs, counts)
     counts["excluded_epochs"] += int((labels == -1).sum())
@@ -283,6 +277,22 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str] | None
         counts=counts,
         **described,
     )
+
+
+def check_overlap(
+    intervals: list[tuple[float, float, int]],
+    psg: tuple[Path, EdfHeader],
+    hypnogram: tuple[Path, EdfHeader],
+    psg_seconds: float,
+) -> None:
+    """``ValueError`` naming both files when the scored ``intervals`` (onset s, duration s, code) of the
+    hypnogram do not overlap the ``psg_seconds`` of its PSG."""
+    scored = [(onset, onset + duration) for onset, duration, code in intervals if code >= 0]
+    if not scored or max(end for _, end in scored) <= 0 or min(start for start, _ in scored) >= psg_seconds:
+        raise ValueError(
+            f"{hypnogram[0]}: its scored stages (header start {hypnogram[1].start}) do not overlap its "
+            f"PSG {psg[0]} (header start {psg[1].start}, {psg_seconds / 3600:.2f} h)"
+        )
 
 
 def stage_intervals(
