@@ -167,7 +167,7 @@ def test_bad_channels_are_left_out_and_sensor_off_windows_marked(six_cache: tupl
     summary = json.loads((out / "prepare_summary.json").read_text())["modalities"]
     assert summary["invalid_windows"] == {"oximetry": int(invalid.sum())} and invalid.sum() == 3
     assert "2 recordings miss a modality (2 recording-modality pairs, listed below), 2 channels left out" in printed
-    assert "missing heart in tr00-0002: no ecg channel in the file" in printed
+    assert "tr00-0002 misses heart (no ecg channel in the file)" in printed
     assert "left out CHEST (breathing) of tr00-0001: flat" in printed
     assert "windows with invalid oximetry (marked, kept): 3" in printed
 

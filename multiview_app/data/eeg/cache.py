@@ -464,7 +464,10 @@ def modality_lines(modal: dict[str, Any]) -> list[str]:
         f"modality ({len(missing)} recording-modality pairs{', listed below' if missing else ''}), "
         f"{len(modal['left_out_channels'])} channels left out, {len(modal['upsampled'])} recordings upsampled"
     ]
-    lines += [f"  missing {m['group']} in {m['recording']}: {m['reason']}" for m in missing]
+    by_recording: dict[str, list[str]] = {}
+    for m in missing:
+        by_recording.setdefault(m["recording"], []).append(f"{m['group']} ({m['reason']})")
+    lines += [f"  {recording} misses {', '.join(groups)}" for recording, groups in by_recording.items()]
     lines += [
         f"  left out {c['channel']} ({c['group']}) of {c['recording']}: {c['problem']} ({c['detail']})"
         for c in modal["left_out_channels"]
