@@ -232,7 +232,9 @@ def _read_signals(record: Path, header: Any, picked: list[str]) -> tuple[np.ndar
     except Exception as err:
         raise ValueError(f"{record}: cannot read WFDB record ({err})") from None
     order = [list(signal.sig_name).index(p) for p in picked]
-    data = np.asarray(signal.p_signal, dtype=np.float64)[:, order].T  # (c, n) in the header's units
+    data = np.asarray(signal.p_signal, dtype=np.float64).T  # (c, n) in the header's units
+    if order != list(range(len(order))):
+        data = data[order]  # a copy only when the picks are not in file order (every signal: none)
     units = [str(u).strip() for u in np.asarray(signal.units)[order]]
     types, canonical, factors = load_vocabulary().conversions(f"{record}.hea", picked, units, CARD)
     data *= np.array(factors)[:, None]  # -> each type's canonical unit (EEG: microvolts)
