@@ -33,6 +33,8 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "edfio": "eeg",
     "wfdb": "eeg",
     "h5py": "eeg",
+    "yasa": "yasa",
+    "lightgbm": "yasa",
     "braindecode": "eeg-models",
     "torchvision": "images",
     "timm": "images",

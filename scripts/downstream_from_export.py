@@ -72,28 +72,16 @@ def sleep_staging(
     combine: str | None = "concat",
 ) -> dict[str, Any]:
     """The sleep-staging evaluator's in-domain protocol on an export (classifier trained on the
-    run's train subjects, scored on its test subjects; ``C=None`` tunes C on validation subjects
-    drawn as the evaluator does): ``{str(s): {metric: {mean, std}}}``."""
-    from multiview_app.eval.protocols.staging import few_shot_protocol, split_validation
+    run's train subjects, scored on its test subjects; ``C=None`` chooses C by cross-validation inside the
+    drawn windows, as the evaluator does): ``{str(s): {metric: {mean, std}}}``."""
+    from multiview_app.eval.protocols.staging import few_shot_protocol
 
     features, labels, subjects, manifest = item_features(export_dir, combine)
-    train_subjects = sorted(set(subjects["train"].tolist()))
-    fit, val = (
-        split_validation(train_subjects, int(manifest["data"]["options"].get("split_seed", 0)))
-        if C is None
-        else (train_subjects, [])
-    )
-    in_fit, in_val = np.isin(subjects["train"], fit), np.isin(subjects["train"], val)
-    split_feats = {
-        "export": {"train": features["train"][in_fit], "val": features["train"][in_val], "test": features["test"]}
-    }
-    results, drawn, _ = few_shot_protocol(
-        split_feats, labels["train"][in_fit], labels["test"], shots, seeds, C, y_val=labels["train"][in_val]
-    )
+    split_feats = {"export": {"train": features["train"], "test": features["test"]}}
+    results, drawn, _ = few_shot_protocol(split_feats, labels["train"], labels["test"], shots, seeds, C)
     return {
         "results": results["export"],
         "drawn_per_class": drawn,
-        "validation_subjects": val,
         "windows": {s: int(v.size) for s, v in labels.items()},
     }
 
@@ -129,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         "--C",
         type=float,
         default=None,
-        help="inverse L2 strength (default: sleep staging tunes it on validation subjects as the "
-        "evaluator does; classes use 1.0)",
+        help="inverse L2 strength (default: sleep staging chooses it by cross-validation inside the drawn "
+        "windows as the evaluator does; classes use 1.0)",
     )
     parser.add_argument("--knn-k", type=int, default=20)
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")

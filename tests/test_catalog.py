@@ -62,7 +62,7 @@ def test_code_reads_label_maps_and_channels_from_the_cards() -> None:
         if card.modality == "eeg":
             assert tuple(card.labels.classes) == stages.STAGES
             assert card.labels.epoch_seconds == stages.EPOCH_SECONDS
-    assert set(preparable()) == {"sleep-edf", "physionet2018", "dreams"}
+    assert set(preparable()) == {"sleep-edf", "physionet2018", "dreams", "edf", "bids"}
     dreams = get_card("dreams_spindles")
     assert stages.DREAMS_LABELS == dreams.label_codes(stages.EXCLUDED)
     assert stages.DREAMS_LABELS["1"] == stages.DREAMS_LABELS["0"] == stages.STAGES.index("N3")  # R&K S3 + S4 -> N3

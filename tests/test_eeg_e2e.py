@@ -79,7 +79,7 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
         assert 0.0 <= scores["accuracy"]["mean"] <= 1.0 and -1.0 <= scores["kappa"]["mean"] <= 1.0
         assert set(scores) >= {"accuracy", "balanced_accuracy", "macro_f1", "kappa", "per_class_f1"}
     assert result["protocol"] == "in-domain" and result["pretraining_subjects"] == result["subjects"]["train"]
-    assert "C tuned on validation subjects" in result["classifier"] and len(result["validation_subjects"][0]) == 1
+    assert "cross-validation inside the s drawn windows" in result["classifier"] and "validation_subjects" not in result
     assert len(result["drawn_per_class"]["5"]) == 2  # every seed's draw is kept
     assert all(v <= 5 for drawn in result["drawn_per_class"]["5"] for v in drawn.values())
     assert (
@@ -191,13 +191,11 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     assert (run / "eval" / "sleep_staging.json").read_text() == in_domain  # never overwritten
     assert Path(cross["plots"]["confusion"]).name == "sleep_staging_physionet2018_confusion.png"
     assert cross["classifier"] == "standardized logistic regression (C=1.0)"
-    # the papers' classifier, lr tuned on a validation subject carved from the classifier-training subjects
+    # the papers' classifier, lr and epochs chosen by cross-validation inside the drawn windows
     assert (
         main(["eval", "sleep-staging", "--run", str(run), "--classifier", "paper", "--shots", "5", "--seeds", "1"]) == 0
     )
     paper = json.loads((run / "eval" / "sleep_staging.json").read_text())
-    assert paper["classifier"].startswith("paper: learned channel combination") and "lr tuned" in paper["classifier"]
-    assert (
-        len(paper["validation_subjects"][0]) == 1 and paper["validation_subjects"][0][0] in result["subjects"]["train"]
-    )
+    assert paper["classifier"].startswith("paper: learned channel combination") and "lr over" in paper["classifier"]
+    assert "validation_subjects" not in paper  # nothing but the drawn windows chooses lr and epochs
     assert paper["results"]["bandpower"]["5"]["runs"][0]["hyperparameter"] in (1e-3, 1e-2)

@@ -135,22 +135,52 @@ def test_paper_classifier_learns_the_channel_combination_and_stops_early():
     assert 1 <= fitted.epochs <= 40
 
 
-def test_tuning_uses_validation_windows_for_every_row():
+def test_c_is_chosen_inside_the_drawn_windows_for_every_row():
     rng = np.random.default_rng(5)
-    y_train, y_val, y_test = rng.integers(0, 5, 300), rng.integers(0, 5, 150), rng.integers(0, 5, 150)
+    y_train, y_test = rng.integers(0, 5, 300), rng.integers(0, 5, 150)
     centres = rng.normal(0, 1, (5, 20))
     feats = {
         name: {
-            split: centres[y] + rng.normal(0, 2, (y.size, 20))
-            for split, y in (("train", y_train), ("val", y_val), ("test", y_test))
+            split: centres[y] + rng.normal(0, 2, (y.size, 20)) for split, y in (("train", y_train), ("test", y_test))
         }
         for name in ("a", "b")
     }
-    results, _, _ = few_shot_protocol(feats, y_train, y_test, (10,), seeds=2, C=None, y_val=y_val)
-    chosen = {r["hyperparameter"] for name in results for r in results[name]["10"]["runs"]}
-    assert chosen <= {0.01, 0.1, 1.0, 10.0}
-    with pytest.raises(ValueError, match="need validation windows"):
-        few_shot_protocol(feats, y_train, y_test, (10,), seeds=1, C=None)
+    results, _, _ = few_shot_protocol(feats, y_train, y_test, (10,), seeds=2, C=None)
+    runs = [r for name in results for r in results[name]["10"]["runs"]]
+    assert {r["hyperparameter"] for r in runs} <= {0.01, 0.1, 1.0, 10.0}
+    assert {r["chosen_by"] for r in runs} == {"inner-cv"}
+
+
+@pytest.mark.parametrize("shots", [1, 3, 10])
+def test_the_classifier_sees_exactly_s_labels_per_class(monkeypatch, shots: int):
+    """s in the tables is every label a classifier ever sees: the inner cross-validation and the final fit
+    only ever get the s drawn windows per class, never a validation set."""
+    from multiview_app.eval.protocols import staging
+
+    rng = np.random.default_rng(0)
+    y_train, y_test = np.repeat(np.arange(5), 40), np.repeat(np.arange(5), 10)
+    feats = {
+        "a": {
+            split: np.eye(5)[y] + rng.normal(0, 1, (y.size, 5)) for split, y in (("train", y_train), ("test", y_test))
+        }
+    }
+    seen: list[np.ndarray] = []
+    real_fit = staging.fit_linear_classifier
+
+    def recording_fit(x, y, **kwargs):
+        seen.append(np.asarray(x))
+        return real_fit(x, y, **kwargs)
+
+    monkeypatch.setattr(staging, "fit_linear_classifier", recording_fit)
+    results, drawn, _ = few_shot_protocol(feats, y_train, y_test, (shots,), seeds=1, C=None)
+    labelled = {row.tobytes() for x in seen for row in x}
+    assert len(labelled) == 5 * shots  # every row a fit ever saw is one of the s drawn windows per class
+    assert drawn[str(shots)][0] == {stage: shots for stage in ("W", "N1", "N2", "N3", "REM")}
+    chosen_by = results["a"][str(shots)]["runs"][0]["chosen_by"]
+    assert chosen_by == ("fixed" if shots < 2 else "inner-cv")
+    if shots < 2:
+        assert results["a"]["1"]["runs"][0]["hyperparameter"] == staging.FIXED_C
+        assert "fixed value 1" in staging.fixed_hyperparameter_note(results)
 
 
 def test_combined_row_concatenates_band_powers_and_encoder_features():
@@ -238,26 +268,29 @@ def test_capped_draws_are_fitted_once_with_the_same_results(monkeypatch: pytest.
     from multiview_app.eval.protocols import staging
 
     rng = np.random.default_rng(0)
-    y_train, y_val, y_test = np.repeat(np.arange(5), 8), np.repeat(np.arange(5), 6), np.repeat(np.arange(5), 10)
+    y_train, y_test = np.repeat(np.arange(5), 8), np.repeat(np.arange(5), 10)
     feats = {
         row: {
             split: np.eye(5)[y][:, [0, 1, 2, 3, 4, 0]] * scale + rng.normal(0, 1.0, (y.size, 6))
-            for split, y in (("train", y_train), ("val", y_val), ("test", y_test))
+            for split, y in (("train", y_train), ("test", y_test))
         }
         for row, scale in (("trained", 1.0), ("bandpower", 0.5))
     }
     calls: list[int] = []
     real_fit = staging.fit_linear_classifier
     monkeypatch.setattr(staging, "fit_linear_classifier", lambda *a, **k: calls.append(1) or real_fit(*a, **k))
-    cached = staging.few_shot_staging(feats, y_train, y_test, (3, 50), 3, None, y_val=y_val)
+    cached = staging.few_shot_staging(feats, y_train, y_test, (3, 50), 3, None)
     fits_cached = len(calls)
     real_fit_predict = staging._fit_predict
-    monkeypatch.setattr(staging, "_fit_predict", lambda *a: real_fit_predict(*a[:8]))  # no reuse
+    monkeypatch.setattr(staging, "_fit_predict", lambda *a: real_fit_predict(*a[:6]))  # no reuse
     calls.clear()
-    fresh = staging.few_shot_staging(feats, y_train, y_test, (3, 50), 3, None, y_val=y_val)
+    fresh = staging.few_shot_staging(feats, y_train, y_test, (3, 50), 3, None)
     grid = len(staging.C_GRID)
-    assert len(calls) == 2 * grid * (3 + 3)  # rows x C x (seeds at s=3 + seeds at s=50)
-    assert fits_cached == 2 * grid * (3 + 1)  # s=50 draws all 8 windows per class: one fit per row and C
+    inner = grid * 3 + 1  # per row and draw: C grid x 3 inner folds (s = 3; 8 windows at s = 50: 5 folds) + final
+    inner_50 = grid * 5 + 1
+    assert len(calls) == 2 * (3 * inner + 3 * inner_50)  # rows x (seeds at s=3 + seeds at s=50)
+    # s=50 draws all 8 windows per class, the same for every seed: its final fit is reused
+    assert fits_cached == 2 * (3 * inner + 3 * inner_50 - 2)
     assert cached["results"] == fresh["results"] and cached["confusion"] == fresh["confusion"]
     for row in feats:
         np.testing.assert_array_equal(cached["predictions"][row], fresh["predictions"][row])

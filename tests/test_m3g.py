@@ -39,7 +39,9 @@ def brute_force_m3g(z: torch.Tensor, epsilon: float, cost: str, iters: int) -> f
     c = torch.zeros(shape, dtype=torch.float64)
     for idx in itertools.product(range(n), repeat=k):
         pts = [z[idx[l], l] for l in range(k)]
-        if cost == "cv":
+        if cost == "circular_variance":  # Eq. 12: 1 - R^2
+            c[idx] = 1 - float(torch.stack(pts).mean(0).norm() ** 2)
+        elif cost == "cv":
             c[idx] = (2 / (k - 1)) ** 2 * sum(2 - 2 * float(pts[l] @ pts[m]) for l in range(k) for m in range(l + 1, k))
         else:
             c[idx] = -math.log(max(float(torch.stack(pts).mean(0).norm() ** 2), 1e-6))
@@ -470,3 +472,30 @@ def test_diagonal_split_gives_aligned_views_the_diagonal_plan() -> None:
 def test_bad_acceleration_parameters_raise(params: dict) -> None:
     with pytest.raises(ValueError, match="anderson|init_potentials"):
         build_loss("m3g", **params)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_cv_cost_is_scaled_circular_variance_with_rescaled_epsilon(k: int) -> None:
+    """The documented deviation: Alg. 2's cv cost is a_k (1 - R^2), a_k = 4 k^2 / (k-1)^2, so
+    M3G_alg2(z; eps) = a_k M3G_eq12(z; eps / a_k) (the objective is 1-homogeneous in (C, eps))."""
+    z = embeddings(4, k, seed=k)
+    eps = 0.3
+    a_k = 4 * k**2 / (k - 1) ** 2
+    alg2 = brute_force_m3g(z, eps, "cv", iters=400)
+    eq12 = brute_force_m3g(z, eps / a_k, "circular_variance", iters=400)
+    assert alg2 == pytest.approx(a_k * eq12, rel=1e-9, abs=1e-12)
+    loss, _ = m3g_materialized(z, epsilon=eps, cost="cv", tol=1e-10, max_iter=5000)
+    assert float(loss) == pytest.approx(alg2, rel=1e-3)  # the solver at its tolerance
+
+
+def test_entropy_offset_follows_eq8() -> None:
+    """The identity term is h(J, C) = <J, C> + eps <J, log J - 1> = diag - eps (log n + 1) (Eq. 8), not
+    Eq. 14's printed + eps log n: with it the gap is >= 0 and vanishes for views the plan cannot improve."""
+    n, eps = 5, 0.2
+    z = embeddings(n, 3, seed=7)
+    j = torch.zeros((n,) * 3, dtype=torch.float64)
+    j[tuple(torch.arange(n) for _ in range(3))] = 1.0 / n
+    support = j > 0
+    entropy_term = eps * float((j[support] * (j[support].log() - 1)).sum())
+    assert entropy_term == pytest.approx(-eps * (math.log(n) + 1), rel=1e-12)
+    assert brute_force_m3g(z, eps, "cv", iters=400) >= -1e-9

@@ -1,5 +1,6 @@
 """Every workflow block of README.md (``<!-- workflow: NAME -->`` + a bash fence) runs as written, in order,
-from a fresh folder holding only the repository's configs/ and scripts/, at a tiny size: the only edits are
+in a folder holding the repository's configs/ and scripts/ and the state `make run` leaves (its demo_data/
+caches, made here at a tiny size: the README says each block runs after `make run`), at a tiny size: the only edits are
 the substitutions below (fewer nights, steps, draws; narrower encoders: the EEG config's paper width 256 made
 its feature extraction take minutes on CPU; digit-domain images decoded in this process), and each must
 match the README, so a README change that no longer fits them fails here instead of going stale."""
@@ -25,13 +26,9 @@ NARROW_DIGITS_CNN = "model.encoders.image.width=8"
 #: workflow -> (README text, tiny replacement); every pair must occur in its block
 TINY: dict[str, list[tuple[str, str]]] = {
     "eeg": [
-        ("--subjects 12 ", "--subjects 6 "),
-        ("--hours 9 ", "--hours 4 "),
-        (
-            "train.max_steps=400 model.encoders.eeg.width=32",
-            "train.max_steps=3 model.encoders.eeg.width=16 model.projector.hidden_dim=32",
-        ),
-        ("--seeds 3", "--seeds 1 --shots 5"),
+        ("train.max_steps=400 ", "train.max_steps=3 model.projector.hidden_dim=32 "),
+        ("--folds 2 --seeds 3", "--folds 2 --seeds 1 --shots 5"),
+        ("--folds 5 --seeds 3", "--folds 2 --seeds 1 --shots 5"),
     ],
     "domains": [
         ("synth-domains --out data/digit-domains", "synth-domains --out data/digit-domains --limit 40"),
@@ -83,11 +80,36 @@ def run_line(line: str, cwd: Path) -> None:
         raise AssertionError(f"README command the test cannot run: {line!r}")
 
 
+#: what `make run` leaves behind (scripts/run_eeg_demo.sh), at a tiny size: its two prepared caches
+MAKE_RUN_STATE = [
+    "mvapp data synth-psg --subjects 6 --nights 1 --format physionet2018 --hours 4 --compress 6 --seed 0 "
+    "--out demo_data/physionet2018_raw",
+    "mvapp data prepare physionet2018 --source demo_data/physionet2018_raw --out demo_data/physionet2018_cache",
+    "mvapp data synth-psg --subjects 4 --nights 1 --format sleep-edf --hours 4 --compress 6 --seed 1000 "
+    "--out demo_data/sleep_edf_raw",
+    "mvapp data prepare sleep-edf --source demo_data/sleep_edf_raw --out demo_data/sleep_edf_cache",
+]
+
+
+@pytest.fixture(scope="module")
+def make_run_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with demo_data/ as `make run` leaves it (tiny), made once for every block."""
+    root = tmp_path_factory.mktemp("after_make_run")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        for line in MAKE_RUN_STATE:
+            run_line(line, root)
+    return root / "demo_data"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TINY))
-def test_readme_workflow_runs_in_order_at_tiny_size(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readme_workflow_runs_in_order_at_tiny_size(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_run_state: Path
+) -> None:
     for folder in ("configs", "scripts"):
         (tmp_path / folder).symlink_to(ROOT / folder, target_is_directory=True)
+    (tmp_path / "demo_data").symlink_to(make_run_state, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     lines = workflow_blocks()[name]

@@ -99,7 +99,7 @@ def test_ceiling_trains_on_pretraining_nights_only_and_appears_as_a_row(
     assert CEILING_ROW in result["results"] and CEILING_ROW in result["paired"]
     table = format_table(result)
     assert CEILING_ROW in table and "subjects ahead" in table and "fits won" not in table
-    assert f"(n = {len(test_subjects)})" in table
+    assert f"(n = {len(test_subjects)};" in table
     assert result[CEILING_ROW] == {"run": record["run"], "weights": record["weights"]}
 
 

@@ -93,7 +93,22 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         default=None,
         help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations; "
-        "DREAMS 'central', each excerpt's C3-A1 or CZ-A1)",
+        "DREAMS 'central', each excerpt's C3-A1 or CZ-A1; edf and bids: required)",
+    )
+    prep.add_argument(
+        "--stages",
+        default=None,
+        metavar="SOURCE",
+        help="edf / bids: where stages come from: auto (the CSV hypnogram <file>.csv beside the file, or the "
+        "EDF+ stage annotations, whichever exists), csv, annotations, channel:LABEL or channel:LABEL:SECONDS "
+        "(a stage signal; its scoring period is detected when not given) (default: edf auto, bids annotations)",
+    )
+    prep.add_argument(
+        "--stage-map",
+        default=None,
+        metavar="MAP",
+        help="edf / bids: stage and event label map: aasm, rk, dreams (datasets/modalities/stage-maps.yaml) "
+        "or a YAML file of the same form (default: aasm)",
     )
     prep.add_argument("--sfreq", type=positive_float, default=100.0, help="target sampling rate (Hz)")
     prep.add_argument(
@@ -254,6 +269,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
         args.source.mkdir(parents=True, exist_ok=True)
         download_sleep_physionet(args.download, [1, 2], args.source)
+    reader_options = _reader_options(args)
     try:
         options = PrepareOptions(
             channels=args.channels or default_channels()[args.dataset],
@@ -274,9 +290,27 @@ def _prepare(args: argparse.Namespace) -> int:
         on_error="skip" if args.skip_bad else "raise",
         include_st=args.include_st,
         modalities=args.modalities,
+        reader_options=reader_options,
     )
     print(summary_table(summary))
     return 0
+
+
+GENERIC_FORMATS = {"edf": "auto", "bids": "annotations"}
+"""``prepare`` datasets that read the user's own PSG, with their default ``--stages``."""
+
+
+def _reader_options(args: argparse.Namespace) -> dict[str, str] | None:
+    """``--stages`` / ``--stage-map`` of ``edf`` and ``bids`` (with their defaults); refused for other datasets,
+    as is an edf / bids run without ``--channels``."""
+    if args.dataset not in GENERIC_FORMATS:
+        given = [flag for flag, value in (("--stages", args.stages), ("--stage-map", args.stage_map)) if value]
+        if given:
+            raise ValueError(f"{', '.join(given)}: only for {' and '.join(GENERIC_FORMATS)}, not {args.dataset}")
+        return None
+    if not args.channels:
+        raise ValueError(f"{args.dataset}: name the channels to prepare with --channels (e.g. --channels C3-M2 O1-M2)")
+    return {"stages": args.stages or GENERIC_FORMATS[args.dataset], "stage_map": args.stage_map or "aasm"}
 
 
 def _info(args: argparse.Namespace) -> int:

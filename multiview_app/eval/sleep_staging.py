@@ -61,12 +61,12 @@ from .protocols.staging import (
     capped_shots,
     classifier_description,
     combined_features,
+    fixed_hyperparameter_note,
     missing_class_note,
     paired_differences,
     pool_results,
     pool_rows,
     row_normalized,
-    split_validation,
     stage_mask,
     warning_note,
 )
@@ -159,10 +159,10 @@ def run_sleep_staging(
     embeddings (logreg only). ``combined`` (with ``baselines``) adds the ``bandpower+trained`` row.
 
     ``classifier``: ``logreg`` (standardized logistic regression on concatenated/averaged channel
-    features; ``C=None`` tunes C on validation subjects) or ``paper`` (learned channel combination +
-    linear classifier on encoder outputs pooled into ``TIME_BINS`` time bins, AdamW, early stopping;
-    ``lr=None`` tunes the learning rate). Validation subjects (``VALIDATION_FRACTION`` of the
-    classifier-training subjects, at least one) are used only when tuning or for ``paper``.
+    features; ``C=None`` chooses C) or ``paper`` (learned channel combination + linear classifier on
+    encoder outputs pooled into ``TIME_BINS`` time bins, AdamW; ``lr=None`` chooses the learning rate).
+    C, the learning rate and the paper classifier's epochs are chosen by stratified cross-validation
+    inside the s drawn windows per class, so s is every label a classifier sees.
     """
     from ..data.eeg.views import staging_views
 
@@ -234,8 +234,6 @@ def run_sleep_staging(
             + ", ".join(f"{k} {n}" for k, n in excluded.items() if n)
             + ")"
         )
-    tune = classifier == "paper" or (C is None)
-
     fold_results: list[dict[str, Any]] = []
     drawn: dict[str, list[dict[str, int]]] = {}
     collected: list[warnings.WarningMessage] = []
@@ -243,16 +241,10 @@ def run_sleep_staging(
     predictions: dict[str, np.ndarray] = {}
     first_test = np.zeros(0, dtype=bool)
     confusion = np.zeros((len(STAGES), len(STAGES)), dtype=np.int64)
-    validation_subjects: list[list[str]] = []
-    fold_masks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (train, val, test) window masks per fold
-    for fold, (train_subjects, test_subjects) in enumerate(plan["folds"]):
-        fit_subjects, val_subjects = (
-            split_validation(train_subjects, plan["split_seed"] + fold) if tune else (list(train_subjects), [])
-        )
-        validation_subjects.append(val_subjects)
-        fold_masks.append(
-            (np.isin(subjects, fit_subjects), np.isin(subjects, val_subjects), np.isin(subjects, test_subjects))
-        )
+    fold_masks = [  # (train, test) window masks per fold: C / lr are chosen inside the drawn train windows
+        (np.isin(subjects, train_subjects), np.isin(subjects, test_subjects))
+        for train_subjects, test_subjects in plan["folds"]
+    ]
     _FOLD_JOB.update(
         features=features,
         labels=labels,
@@ -265,7 +257,7 @@ def run_sleep_staging(
     finally:
         _FOLD_JOB.clear()
     for fold, (fits, caught) in enumerate(fold_fits):
-        test = fold_masks[fold][2]
+        test = fold_masks[fold][1]
         collected += caught
         fold_results.append(fits["results"])
         test_labels.append(labels[test])
@@ -275,7 +267,10 @@ def run_sleep_staging(
         if fold == 0:
             predictions, first_test = fits["predictions"], test
     pooled = pool_rows(fold_results, list(features), shots)
-    notes = [note for note in [missing_class_note(drawn, test_labels), warning_note(collected)] if note] + skipped_notes
+    fixed_note = fixed_hyperparameter_note({name: row for part in fold_results for name, row in part.items()})
+    notes = [
+        note for note in [missing_class_note(drawn, test_labels), fixed_note, warning_note(collected)] if note
+    ] + skipped_notes
     stem = plan["name"]
     title = (
         f"{plan['dataset']}, {classifier_label(classifier, C, lr)}: trained encoder, s={max(shots)}, "
@@ -302,7 +297,6 @@ def run_sleep_staging(
         "channels": adapter.channel_names,
         "combine": combine,
         "classifier": classifier_description(classifier, C, lr),
-        "validation_subjects": validation_subjects,
         "pretraining_subjects": plan["pretraining_subjects"],
         "subjects": {"train": sorted(set(plan["folds"][0][0])), "test": sorted(set(plan["folds"][0][1]))},
         "folds": [{"train": sorted(tr), "test": sorted(te)} for tr, te in plan["folds"]],
@@ -334,16 +328,16 @@ def run_sleep_staging(
 
 
 _FOLD_JOB: dict[str, Any] = {}
-"""The features ``{row: (N, ...)}``, labels ``(N,)``, per-fold ``(train, val, test)`` masks and protocol options
+"""The features ``{row: (N, ...)}``, labels ``(N,)``, per-fold ``(train, test)`` masks and protocol options
 of the evaluation whose folds are being fitted (read by :func:`_fit_fold` in this process or in a forked worker)."""
 
 
 def _fit_fold(fold: int) -> tuple[dict[str, Any], list[warnings.WarningMessage]]:
     """The ``few-shot-staging`` fits of one subject fold of :data:`_FOLD_JOB`, with the warnings they raised."""
     job = _FOLD_JOB
-    train, val, test = job["masks"][fold]
+    train, test = job["masks"][fold]
     labels, opts = job["labels"], job["options"]
-    split_feats = {name: {"train": f[train], "test": f[test], "val": f[val]} for name, f in job["features"].items()}
+    split_feats = {name: {"train": f[train], "test": f[test]} for name, f in job["features"].items()}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fits = get_protocol("few-shot-staging")(
@@ -353,7 +347,6 @@ def _fit_fold(fold: int) -> tuple[dict[str, Any], list[warnings.WarningMessage]]
             opts["shots"],
             opts["seeds"],
             opts["C"],
-            y_val=labels[val],
             classifier=opts["classifier"],
             lr=opts["lr"],
             test_subjects=job["subjects"][test],
@@ -700,19 +693,20 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def paired_lines(paired: dict[str, dict[str, Any]], shots: list[str], capped: set[str], width: int) -> list[str]:
-    """The paired block of :func:`format_table`: trained minus each row by test subject, mean [95 % bootstrap
-    CI] over subjects and the subjects ahead of n (``eval.protocols.stats``)."""
+    """The paired block of :func:`format_table`: trained minus each row by test subject, mean [95 % BCa
+    interval], exact sign-flip p and the subjects ahead of n (``eval.protocols.stats``)."""
     n = max(cell["n"] for cells in paired.values() for cell in cells.values())
     lines = [
         "",
         f"balanced_accuracy, trained minus each row per test subject (fits sharing a subject averaged first): "
-        f"mean [95 % bootstrap CI over subjects, {stats.RESAMPLES} resamples], subjects ahead / n (n = {n})",
-        f"{'trained minus':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>45}" for s in shots),
+        f"mean [95 % BCa bootstrap CI over subjects, {stats.RESAMPLES} resamples], exact sign-flip p, "
+        f"subjects ahead / n (n = {n}; with n = {n} the smallest possible p is {stats.smallest_sign_flip_p(n):.3g})",
+        f"{'trained minus':<{width}}" + "".join(f"{'s=' + s + ('*' if s in capped else ''):>58}" for s in shots),
     ]
     for name, per_shot in paired.items():
         lines.append(
             f"{name:<{width}}"
-            + "".join(f"{stats.ci_text(per_shot[s]):>45}" if s in per_shot else f"{'-':>45}" for s in shots)
+            + "".join(f"{stats.ci_text(per_shot[s]):>58}" if s in per_shot else f"{'-':>58}" for s in shots)
         )
     return lines
 
@@ -772,14 +766,15 @@ class SleepStaging(Evaluator):
             "--C",
             type=positive_float,
             default=None,
-            help=f"fixed inverse L2 strength of the logistic regression (default: tuned over {list(C_GRID)} "
-            "on validation subjects, for every row alike)",
+            help=f"fixed inverse L2 strength of the logistic regression (default: chosen over {list(C_GRID)} "
+            "by stratified cross-validation inside the s drawn windows, for every row alike)",
         )
         parser.add_argument(
             "--lr",
             type=positive_float,
             default=None,
-            help=f"fixed learning rate of the paper classifier (default: tuned over {list(LR_GRID)})",
+            help=f"fixed learning rate of the paper classifier (default: chosen over {list(LR_GRID)} by "
+            "cross-validation inside the drawn windows)",
         )
         parser.add_argument(
             "--pool-runs",

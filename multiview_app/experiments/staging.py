@@ -11,7 +11,7 @@ from typing import Any
 from ..data.eeg.stages import STAGES
 from ..eval.protocols.probe import mean_std
 from ..eval.protocols.staging import pool_results
-from ..eval.protocols.stats import ci_text, paired_summary, unit_means
+from ..eval.protocols.stats import ci_text, paired_summary, smallest_sign_flip_p, unit_means
 from ..eval.sleep_staging import run_sleep_staging
 
 TABLE_METRICS = ("balanced_accuracy", "kappa")
@@ -207,8 +207,9 @@ def table_lines(
         lines += [
             "",
             "paired differences M3G - baseline (trained encoder, balanced accuracy) by test subject, the "
-            "seeds and draws sharing a subject averaged first: mean [95 % bootstrap CI over subjects], "
-            f"subjects with M3G ahead (n = {n})",
+            "seeds and draws sharing a subject averaged first: mean [95 % BCa bootstrap CI over subjects], "
+            f"exact sign-flip p, subjects with M3G ahead (n = {n}; smallest possible p "
+            f"{smallest_sign_flip_p(n):.3g})",
             "",
             f"| baseline | {cells} |",
             "|---|" + "---|" * len(shots),

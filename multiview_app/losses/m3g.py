@@ -331,10 +331,24 @@ class M3GLoss(MultiViewLoss):
     Alg. 1, log domain), with the cost tensor of Alg. 2 (``cv``) or Eq. 13 (``csd``); >= 0 at convergence.
     The gradient is Danskin's (``dM3G/dC = J - P``), not back-propagated through the iterations.
 
-    Deviations from the paper: cost ``cv`` never materializes the ``n^k`` tensor (a factorized solver over
-    the pairwise Gram blocks; same value); cost ``csd`` clamps ``R^2`` at 1e-6 before the log; the options
-    below (warm start, Anderson acceleration, diagonal initial potentials, block size) change the speed,
-    not the converged value or gradient.
+    Deviations from the paper:
+
+    * **cv scale.** Cost ``cv`` follows Alg. 2, ``C = (2/(k-1))^2 sum_{l<m} ||z_l - z_m||^2``, not Eq. 12's
+      circular variance ``1 - R^2``. For unit vectors ``sum_{l<m} ||z_l - z_m||^2 = k^2 (1 - R^2)``, so
+      ``C = a_k (1 - R^2)`` with ``a_k = 4 k^2 / (k-1)^2`` (16 at k = 2, 9 at k = 3, 7.1 at k = 4, 5.8 at
+      k = 6). Since the objective is 1-homogeneous in ``(C, epsilon)``,
+      ``M3G_alg2(z; epsilon) = a_k * M3G_eq12(z; epsilon / a_k)``: an ``epsilon`` used with Alg. 2's cost
+      equals ``epsilon / a_k`` on the circular variance, so the same ``epsilon`` means a different entropic
+      strength at each ``k`` and against cost ``csd`` (whose scale is that of ``-log R^2``, no ``a_k``).
+      Carry a tuned ``epsilon`` from ``k`` to ``k'`` as ``epsilon * a_k' / a_k`` to keep its strength.
+    * **entropy offset.** The identity term is ``h(J, C) = <J, C> + epsilon <J, log J - 1> =
+      (1/n) sum_i C[i..i] - epsilon (log n + 1)``, as Eq. 8 defines ``h``; the printed Eq. 14 writes
+      ``+ epsilon log n``. With Eq. 8's offset ``M3G >= 0`` and ``= 0`` exactly when the identity
+      matching is the entropic optimum's value.
+    * cost ``cv`` never materializes the ``n^k`` tensor (a factorized solver over the pairwise Gram blocks;
+      same value); cost ``csd`` clamps ``R^2`` at 1e-6 before the log; the options below (warm start,
+      Anderson acceleration, diagonal initial potentials, block size) change the speed, not the converged
+      value or gradient.
 
     Parameters
     ----------

@@ -11,10 +11,11 @@ from pathlib import Path
 def _train_epilog() -> str:
     """Examples and the configs shipped with the checkout (the project's ``configs/`` folder), for ``--help``."""
     folder = Path(__file__).resolve().parents[2] / "configs"
-    names = sorted(p.name for p in folder.glob("*.yaml") if not p.name.startswith(("base_", "tune_")))
+    names = sorted(p.name for p in folder.glob("*.yaml") if not p.name.startswith(("base_", "tune_", "demo_")))
     shipped = (
         (
-            f"configs shipped in {folder} (base_*.yaml are shared bases, tune_*.yaml are for mvapp tune):\n  "
+            f"configs shipped in {folder} (not listed: base_*.yaml shared bases, tune_*.yaml for mvapp tune, "
+            "demo_*.yaml the demo scripts' settings):\n  "
             + "\n  ".join(", ".join(names[i : i + 4]) for i in range(0, len(names), 4))
         )
         if names

@@ -13,10 +13,11 @@ types, units, recorded rates), ``missing_modalities`` (group: reason), ``left_ou
 Every group of a recording holds the same windows (``epochs``).
 
 Each manifest recording holds ``recording, subject, file, n_windows, labels (w,), epochs (w,),
-sources [{path, sha256}], counts``. Preparation is incremental (recordings whose sources have the
-same checksums and an intact window file are skipped), every write is atomic (temp file +
-``os.replace``) and the manifest is rewritten after each recording, so an interrupted run resumes
-where it stopped. While preparing, the manifest says ``"complete": false``; only the last write of a
+sources [{path, sha256}], counts`` and, when the dataset scores events (PhysioNet 2018),
+``event_targets {class: (w,)}, ahi, severity, event_counts {label: n}`` (:func:`.events.event_record`).
+Preparation is incremental (recordings whose sources have the same checksums and an intact window
+file are skipped), every write is atomic (temp file + ``os.replace``) and the manifest is rewritten
+after each recording, so an interrupted run resumes where it stopped. While preparing, the manifest says ``"complete": false``; only the last write of a
 finished ``prepare`` sets it to true, so a cache from an interrupted or failed run never reads as
 complete (:func:`load_manifest` refuses it and names the command that finishes it).
 """
@@ -34,8 +35,11 @@ import numpy as np
 
 from ...fileio import atomic_write_bytes, sha256_file
 from ...registry import Registry
+from .bids import events_tsv, find_bids_recordings, read_bids
 from .contract import SOURCE_UNITS
 from .dreams import expected_checksums, find_excerpts, inspect_excerpt, read_dreams, verify_checksums
+from .events import event_record, event_summary, event_summary_line
+from .generic import StageSource, find_psg_files, for_cache, psg_recording_id, read_psg
 from .modalities import modal_windows, parse_modalities
 from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
@@ -43,6 +47,7 @@ from .provenance import read_provenance
 from .recording import Recording
 from .signals import load_vocabulary
 from .sleep_edf import count_st_nights, find_pairs, read_sleep_edf, recording_id
+from .stage_maps import DEFAULT_STAGE_MAP, load_stage_map
 from .stages import EPOCH_SECONDS, STAGES
 
 MANIFEST = "manifest.json"
@@ -60,7 +65,8 @@ class SourceEntry:
 
 
 DATASETS: Registry[Callable[..., tuple[list[SourceEntry], dict[str, int]]]] = Registry("EEG dataset")
-"""dataset name -> ``entries(source, include_st=False) -> (entries, not_selected counts)``."""
+"""dataset name -> ``entries(source, include_st=False, **reader_options) -> (entries, not_selected counts)``
+(reader options: ``stages``, ``stage_map`` of ``edf`` and ``bids``)."""
 
 
 @DATASETS.register("sleep-edf")
@@ -114,7 +120,55 @@ def dreams_entries(source: Path, include_st: bool = False) -> tuple[list[SourceE
     return entries, not_selected
 
 
-SOURCE_PATTERNS = {"sleep-edf": "*-PSG.edf", "physionet2018": "*.hea", "dreams": "excerptN.txt or excerptN.edf"}
+@DATASETS.register("edf")
+def edf_entries(
+    source: Path, include_st: bool = False, stages: str = "auto", stage_map: str = DEFAULT_STAGE_MAP
+) -> tuple[list[SourceEntry], dict[str, int]]:
+    """Your own PSG: every ``*.edf`` / ``*.bdf`` under ``source`` (:mod:`.generic`); the CSV hypnogram beside a
+    file and a user's stage-map file are among its checksummed sources."""
+    source_kind, mapping = StageSource.parse(stages), load_stage_map(stage_map)  # a bad option fails first
+    entries = []
+    for path in find_psg_files(source):
+        csv = path.with_suffix(".csv")
+        files = [path, *([csv] if source_kind.kind in ("auto", "csv") and csv.exists() else [])]
+        key = psg_recording_id(path, source)
+
+        def read(channels: list[str], path: Path = path, key: str = key) -> Recording:
+            return for_cache(*read_psg(path, source_kind, mapping, channels=channels), channels, key)
+
+        entries.append(SourceEntry(key, files + ([mapping.file] if mapping.file else []), read))
+    return entries, {}
+
+
+@DATASETS.register("bids")
+def bids_entries(
+    source: Path, include_st: bool = False, stages: str = "annotations", stage_map: str = DEFAULT_STAGE_MAP
+) -> tuple[list[SourceEntry], dict[str, int]]:
+    """A BIDS EEG dataset (:mod:`.bids`): stages and events from each recording's ``events.tsv``."""
+    if StageSource.parse(stages).kind not in ("auto", "annotations"):
+        raise ValueError(f"bids: --stages {stages}: stages come from events.tsv (--stages annotations)")
+    mapping, entries = load_stage_map(stage_map), []
+    for bids_path in find_bids_recordings(source):
+        events = events_tsv(bids_path)
+        files = [bids_path.fpath, *([events] if events.exists() else []), *([mapping.file] if mapping.file else [])]
+
+        def read(channels: list[str], bids_path=bids_path) -> Recording:
+            return for_cache(*read_bids(bids_path, mapping, channels), channels, bids_path.fpath.stem)
+
+        entries.append(SourceEntry(bids_path.fpath.stem, files, read))
+    return entries, {}
+
+
+MODALITY_DATASETS = ("sleep-edf", "physionet2018", "dreams")
+"""Datasets whose readers read every signal with its type and unit (``entry.read(None)``): ``--modalities``."""
+
+SOURCE_PATTERNS = {
+    "sleep-edf": "*-PSG.edf",
+    "physionet2018": "*.hea",
+    "dreams": "excerptN.txt or excerptN.edf",
+    "edf": "*.edf or *.bdf",
+    "bids": "sub-*/[ses-*/]eeg/*_eeg.edf or .bdf",
+}
 """What ``prepare`` looks for in ``--source``, per dataset (for the "nothing found" message)."""
 
 
@@ -297,6 +351,7 @@ def _record(
         "epochs": epochs.tolist(),
         "sources": [],  # set by the caller (checksums taken before reading)
         **_provenance(entry.files),
+        **event_record(recording, epochs),
         "counts": {
             **dict(recording.counts),
             **{(f"dropped_{k}" if k in DROP_REASONS else k): v for k, v in dropped.items()},
@@ -328,6 +383,7 @@ def _prepare_entry(run: _Run, entry: SourceEntry, on_error: str) -> None:
     run.summary["prepared"].append(entry.recording)
     run.summary["dropped"].update({k: v for k, v in dropped.items() if k in DROP_REASONS})
     run.summary["reader_counts"].update(recording.counts)
+    run.summary["events"].update(event_summary(record))
     run.summary["reader_counts"].update({k: v for k, v in dropped.items() if k not in DROP_REASONS})
 
 
@@ -340,12 +396,14 @@ def prepare(
     on_error: Literal["raise", "skip"] = "raise",
     progress: bool = True,
     include_st: bool = False,
+    reader_options: dict[str, str] | None = None,
     modalities: str | None = None,
 ) -> dict:
     """Prepare every recording of ``source`` into the cache ``out``; returns a summary dict
     (prepared, skipped_existing, duplicates, errors, not_selected, windows, dropped counts by reason).
     Sleep-EDF: SC nights only unless ``include_st``. DREAMS: every excerpt is checked before the first
-    write (see :func:`dreams_entries`). ``modalities`` (a preset or comma list of modality groups,
+    write (see :func:`dreams_entries`). ``reader_options``: ``stages`` / ``stage_map`` of ``edf`` and
+    ``bids`` (kept in the manifest: a cache keeps one set). ``modalities`` (a preset or comma list of modality groups,
     :func:`~.modalities.parse_modalities`): one window file per group and recording, and the summary's
     ``modalities`` (missing groups, left-out channels, upsampled recordings, invalid windows)."""
     from ...console import progress as progress_display
@@ -355,10 +413,17 @@ def prepare(
     if not source.is_dir():
         raise ValueError(f"--source {source}: not a folder")
     asked = parse_modalities(modalities) if modalities else None
-    entries, not_selected = DATASETS.get(dataset)(source, include_st=include_st)
+    if asked is not None and dataset not in MODALITY_DATASETS:
+        raise ValueError(
+            f"--modalities: available for {', '.join(MODALITY_DATASETS)}; prepare {dataset} without it (its reader "
+            "hands the EEG window cache one microvolt channel per --channels name)"
+        )
+    entries, not_selected = DATASETS.get(dataset)(source, include_st=include_st, **(reader_options or {}))
     if not entries:
         raise ValueError(f"--source {source}: no {dataset} recordings found ({SOURCE_PATTERNS[dataset]} files)")
     settings = {"dataset": dataset, "options": options.model_dump(), "dtype": dtype}
+    if reader_options:
+        settings["reader_options"] = dict(reader_options)
     if asked is not None:
         settings["modalities"] = asked
     summary: dict[str, Any] = {
@@ -368,6 +433,7 @@ def prepare(
         "errors": [],
         "dropped": Counter(),
         "reader_counts": Counter(),
+        "events": Counter(),
         "not_selected": {k: v for k, v in not_selected.items() if v},
     }
     run = _Run(out, _open_manifest(out, settings, options), summary, options, dtype, asked, preparable().get(dataset))
@@ -385,6 +451,7 @@ def _finish(run: _Run) -> dict:
     summary["cache"] = str(out)
     summary["dropped"] = dict(summary["dropped"])
     summary["reader_counts"] = {k: v for k, v in summary["reader_counts"].items() if v}
+    summary["events"] = dict(summary["events"])
     summary["windows_per_stage"] = {
         stage: int(sum(r["labels"].count(i) for r in manifest["recordings"])) for i, stage in enumerate(STAGES)
     }
@@ -451,6 +518,11 @@ def summary_table(summary: dict) -> str:
             lines.append(f"{label}: {_pairs(counts)}")
     if "modalities" in summary:
         lines += modality_lines(summary["modalities"])
+    if events_line := event_summary_line(summary.get("events", {})):
+        lines.append(events_line)
+    left_out = {k.split(":", 1)[1]: v for k, v in summary.get("reader_counts", {}).items() if k.startswith("left_out:")}
+    if left_out:  # edf / bids: channels:reason -> recordings
+        lines.append(f"channels left out (channel:reason recordings): {_pairs(left_out)}")
     lines.append(f"details (reader counts, per recording): {summary['summary_file']}")
     lines += [f"  skipped (unreadable): {error}" for error in summary["errors"]]
     return "\n".join(lines)

@@ -18,16 +18,16 @@ import numpy as np
 
 from ..catalog import get_card
 from .physionet2018 import TO_MICROVOLTS
-from .recording import Recording, resolve_channels, sha256_file
+from .recording import Recording, majority_epochs, majority_votes, resolve_channels, sha256_file
 from .sleep_edf import check_edf_integrity, edf_channels
-from .stages import DREAMS_LABELS, EPOCH_SECONDS, EXCLUDED, STAGES
+from .stages import DREAMS_LABELS, EPOCH_SECONDS
 
 CARD = "dreams_spindles"
 SHA256SUMS = "SHA256SUMS"
 CENTRAL = "central"
 """Channel name for "the excerpt's one central derivation" (C3-A1 or CZ-A1, see the card)."""
 
-MAJORITY_LABELS = 4
+MAJORITY_LABELS = majority_votes(6)
 """Of the six 5-s labels of a 30-s epoch, at least this many (20 s) must name one stage to keep it."""
 
 UNIT_TOLERANCE = 1e-3
@@ -168,23 +168,12 @@ def read_rk_hypnogram(path: Path) -> np.ndarray:
 def rk_epochs(labels5: np.ndarray) -> tuple[np.ndarray, Counter]:
     """5-s R&K labels ``(n,)`` -> 30-s stage codes ``(n // 6,)`` by the card's rule: S3 + S4 -> N3,
     movement is no stage; an epoch is kept with the stage at least :data:`MAJORITY_LABELS` of its six
-    labels name (unanimous or majority), else ``EXCLUDED``. Returns the codes and the counts
-    ``dreams_epochs_{unanimous, majority, no_majority, movement}`` (+ ``dreams_labels_after_last_epoch``)."""
+    labels name (unanimous or majority), else ``EXCLUDED`` (:func:`~.recording.majority_epochs`). Returns
+    the codes and the counts ``dreams_epochs_{unanimous, majority, no_majority, movement}``
+    (+ ``dreams_labels_after_last_epoch``)."""
     per_epoch = int(round(EPOCH_SECONDS / scored_seconds()))
-    n_epochs = labels5.size // per_epoch
-    codes = np.asarray([DREAMS_LABELS[str(int(v))] for v in labels5[: n_epochs * per_epoch]], dtype=np.int64)
-    grid = codes.reshape(n_epochs, per_epoch)
-    votes = np.stack([(grid == stage).sum(axis=1) for stage in range(len(STAGES))], axis=1)  # (E, 5)
-    top, best = votes.max(axis=1), votes.argmax(axis=1)
-    movement = (grid == EXCLUDED).sum(axis=1) >= MAJORITY_LABELS
-    kept = top >= MAJORITY_LABELS
-    counts: Counter = Counter()
-    counts["dreams_epochs_unanimous"] += int((top == per_epoch).sum())
-    counts["dreams_epochs_majority"] += int((kept & (top < per_epoch)).sum())
-    counts["dreams_epochs_movement"] += int(movement.sum())
-    counts["dreams_epochs_no_majority"] += int((~kept & ~movement).sum())
-    counts["dreams_labels_after_last_epoch"] += int(labels5.size - n_epochs * per_epoch)
-    return np.where(kept, best, EXCLUDED).astype(np.int64), counts
+    codes = np.asarray([DREAMS_LABELS[str(int(v))] for v in labels5], dtype=np.int64)
+    return majority_epochs(codes, per_epoch, "dreams")
 
 
 def _text_header(path: Path) -> tuple[str, int]:
@@ -364,6 +353,7 @@ def read_dreams(excerpt: Excerpt, channels: list[str] | None, layout: ExcerptLay
         sfreqs=[layout.sfreq] * len(picked),
         epoch_labels=labels,
         counts=counts,
+        events=None,  # the excerpts carry no scored events (excerpt EDF event channels: the generic EDF reader)
         **described,
     )
 

@@ -1,6 +1,8 @@
 """PhysioNet/CinC Challenge 2018 reader: WFDB records (``.hea`` + signal file) with sleep-stage aux
 notes in the ``.arousal`` annotation file (W/N1/N2/N3/R at each stage change) and, when present,
-the per-sample ``sleep_stages`` of the record's ``-arousal.mat`` (the authority)."""
+the per-sample ``sleep_stages`` of the record's ``-arousal.mat`` (the authority). Scored events are
+``(label`` ... ``label)`` aux-note pairs of the same file; the ``.mat``'s ``data/arousals`` marks where
+arousals were not scored."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .events import ScoredEvent, events_from_notes, intervals_from_mask
 from .recording import Recording, resolve_channels
 from .signals import load_vocabulary
 from .stages import EPOCH_SECONDS, PHYSIONET2018_LABELS, PHYSIONET2018_MAT_STAGES, UNSCORED
@@ -80,6 +83,34 @@ def arousal_mat_path(record: Path) -> Path:
     return record.parent / f"{record.name}-arousal.mat"
 
 
+def _read_mat_entry(path: Path, key: str) -> dict[str, np.ndarray] | np.ndarray | None:
+    """``data/<key>`` of a challenge ``-arousal.mat`` (MAT v7.3 / HDF5, or MAT v5): a group / struct as
+    ``{field: (n,)}``, an array as ``(n,)``; None when the file has no such entry. ``ValueError`` naming
+    the file and the entry when it cannot be read."""
+    try:
+        import h5py
+
+        if h5py.is_hdf5(path):
+            with h5py.File(path, "r") as handle:
+                if key not in handle["data"]:
+                    return None
+                entry = handle["data"][key]
+                if isinstance(entry, h5py.Group):
+                    return {name: np.asarray(entry[name]).reshape(-1) for name in entry}
+                return np.asarray(entry).reshape(-1)
+        from scipy.io import loadmat
+
+        data = loadmat(path, squeeze_me=True, struct_as_record=False)["data"]
+        if key not in data._fieldnames:
+            return None
+        entry = getattr(data, key)
+        if hasattr(entry, "_fieldnames"):
+            return {name: np.asarray(getattr(entry, name)).reshape(-1) for name in entry._fieldnames}
+        return np.asarray(entry).reshape(-1)
+    except Exception as err:  # h5py / scipy raise many types on bad files
+        raise ValueError(f"{path}: cannot read data/{key} ({type(err).__name__}: {err})") from None
+
+
 def read_arousal_mat(path: Path) -> np.ndarray:
     """Per-sample stage codes ``(n,)`` (0..4, ``UNSCORED`` where ``undefined`` or no stage is set)
     from ``data/sleep_stages`` of a challenge ``-arousal.mat`` (MAT v7.3 / HDF5, or MAT v5).
@@ -87,21 +118,10 @@ def read_arousal_mat(path: Path) -> np.ndarray:
     Raises ``ValueError`` naming the file when it cannot be read, a stage vector is missing, the
     vectors differ in length or a sample has two stages.
     """
-    vectors: dict[str, np.ndarray] = {}
-    try:
-        import h5py
-
-        if h5py.is_hdf5(path):
-            with h5py.File(path, "r") as handle:
-                group = handle["data"]["sleep_stages"]
-                vectors = {name: np.asarray(group[name]).reshape(-1) for name in group}
-        else:
-            from scipy.io import loadmat
-
-            stages = loadmat(path, squeeze_me=True, struct_as_record=False)["data"].sleep_stages
-            vectors = {name: np.asarray(getattr(stages, name)).reshape(-1) for name in stages._fieldnames}
-    except Exception as err:  # h5py / scipy raise many types on bad files
-        raise ValueError(f"{path}: cannot read data/sleep_stages ({type(err).__name__}: {err})") from None
+    vectors = _read_mat_entry(path, "sleep_stages")
+    if not isinstance(vectors, dict):
+        found = "absent" if vectors is None else "an array, expected a group of stage vectors"
+        raise ValueError(f"{path}: cannot read data/sleep_stages ({found})")
     missing = [name for name in PHYSIONET2018_MAT_STAGES if name not in vectors]
     lengths = {v.size for v in vectors.values()}
     if missing or len(lengths) != 1:
@@ -118,6 +138,48 @@ def read_arousal_mat(path: Path) -> np.ndarray:
     set_any = stacked.any(axis=0)
     per_sample[set_any] = codes[stacked[:, set_any].argmax(axis=0)]
     return per_sample
+
+
+def read_arousal_targets(path: Path) -> np.ndarray | None:
+    """Per-sample arousal targets ``(n,)`` int8 from ``data/arousals`` of a challenge ``-arousal.mat``:
+    1 inside target arousals, 0 outside, -1 where arousals were not scored (apnea / hypopnea regions);
+    None when the file has no ``data/arousals``. ``ValueError`` naming the file for other values."""
+    values = _read_mat_entry(path, "arousals")
+    if values is None:
+        return None
+    if isinstance(values, dict) or not np.isin(values, (-1, 0, 1)).all():
+        raise ValueError(f"{path}: data/arousals must be one vector of -1, 0 and 1 per sample")
+    return values.astype(np.int8)
+
+
+def scored_events(
+    notes: list[tuple[int, str]], fs: float, n_samples: int, mat: Path, counts: Counter
+) -> tuple[list[ScoredEvent], list[tuple[float, float]] | None]:
+    """The events of a record's non-stage ``.arousal`` aux ``notes`` ``(sample, text)`` (``(label`` ...
+    ``label)`` pairs: :func:`~.events.events_from_notes`) and the arousal-unscored intervals (s) of its
+    ``mat`` (``-1`` runs of ``data/arousals``; None when ``mat`` or that vector is absent). Counted:
+    ``events_beyond_signal``, ``arousal_targets_length_differs_from_signal``."""
+    events = events_from_notes([(s / fs, t) for s, t in notes], counts)
+    beyond = sum(e.onset >= n_samples / fs for e in events)
+    if beyond:
+        counts["events_beyond_signal"] += beyond
+    targets = read_arousal_targets(mat) if mat.exists() else None
+    if targets is None:
+        return events, None
+    if targets.size != n_samples:
+        counts["arousal_targets_length_differs_from_signal"] += 1
+    return events, intervals_from_mask(targets < 0, fs)
+
+
+def _labels_from_mat(mat: Path, labels: np.ndarray, grid_start: int, spe: int, counts: Counter) -> np.ndarray:
+    """The ``(E,)`` epoch labels of ``mat``'s per-sample stages (the authority); epochs where the
+    stage-note ``labels`` disagree are counted."""
+    from_mat = stage_epochs_from_samples(read_arousal_mat(mat), grid_start, labels.size, spe, Counter())
+    both = (labels >= 0) & (from_mat >= 0)
+    counts["stage_notes_disagreeing_with_mat_epochs"] += int((labels[both] != from_mat[both]).sum())
+    counts["epochs_scored_by_notes_undefined_in_mat"] += int(((labels >= 0) & (from_mat < 0)).sum())
+    counts.pop("epochs_after_last_stage_note", None)  # the .mat decides the tail
+    return from_mat
 
 
 def stage_epochs_from_samples(
@@ -155,7 +217,9 @@ def read_physionet2018(record: Path, channels: list[str] | None) -> Recording:
     labels the samples up to the next note (see :func:`stage_epochs_from_notes`); epochs that
     straddle a stage change are ``UNSCORED`` (counted); notes beyond the signal are truncated and
     counted. When ``<record>-arousal.mat`` exists its per-sample ``sleep_stages`` (``undefined``
-    included) decide the labels and epochs where the notes disagree are counted. Raises
+    included) decide the labels and epochs where the notes disagree are counted. Scored events
+    (``Recording.events``, a list) come from the other aux notes and the arousal-unscored intervals
+    from the ``.mat``'s ``data/arousals`` (:func:`scored_events`). Raises
     ``ValueError`` naming the file on corrupt/truncated records, a missing ``.arousal`` file, or
     an absent channel.
     """
@@ -175,21 +239,18 @@ def read_physionet2018(record: Path, channels: list[str] | None) -> Recording:
     except Exception as err:
         raise ValueError(f"{annotation_file}: cannot read annotations ({err})") from None
     counts: Counter = Counter()
-    notes = stage_notes(annotation, annotation_file, counts)
+    texts = [(int(s), str(t).strip()) for s, t in zip(annotation.sample, annotation.aux_note or [])]
+    notes = stage_notes(texts, len(annotation.sample), annotation_file, counts)
     spe = int(round(EPOCH_SECONDS * fs))
     grid_start = min(s for s, code in notes if code >= 0)  # the scored 30-s grid starts at the first stage note
-    n_epochs = max(0, (data.shape[1] - grid_start) // spe)
     labels = stage_epochs_from_notes(notes, data.shape[1], fs, counts, start=grid_start)
     sources = [*signal_files(record, header), Path(f"{record}.hea"), annotation_file]
     mat = arousal_mat_path(record)
     if mat.exists():  # the per-sample stages are the authority; the notes are checked against them
-        from_mat = stage_epochs_from_samples(read_arousal_mat(mat), grid_start, n_epochs, spe, Counter())
-        both = (labels >= 0) & (from_mat >= 0)
-        counts["stage_notes_disagreeing_with_mat_epochs"] += int((labels[both] != from_mat[both]).sum())
-        counts["epochs_scored_by_notes_undefined_in_mat"] += int(((labels >= 0) & (from_mat < 0)).sum())
-        counts.pop("epochs_after_last_stage_note", None)  # the .mat decides the tail
-        labels = from_mat
+        labels = _labels_from_mat(mat, labels, grid_start, spe, counts)
         sources.append(mat)
+    other_notes = [(s, t) for s, t in texts if t not in PHYSIONET2018_LABELS]
+    events, unscored = scored_events(other_notes, fs, data.shape[1], mat, counts)
     if grid_start:
         counts["grid_start_seconds"] += int(round(grid_start / fs))
     counts["unscored_epochs"] += int((labels == UNSCORED).sum())
@@ -203,19 +264,20 @@ def read_physionet2018(record: Path, channels: list[str] | None) -> Recording:
         epoch_labels=labels,
         counts=counts,
         grid_start_seconds=grid_start / fs,
+        events=events,
+        arousal_unscored=unscored,
         **described,
     )
 
 
-def stage_notes(annotation: Any, annotation_file: Path, counts: Counter) -> list[tuple[int, int]]:
-    """``(sample, stage code)`` of the stage notes of a ``wfdb`` annotation (other notes counted
-    ``non_stage_notes``); ``ValueError`` naming ``annotation_file`` when it has none."""
-    notes = [
-        (int(s), PHYSIONET2018_LABELS[str(t).strip()])
-        for s, t in zip(annotation.sample, annotation.aux_note or [])
-        if str(t).strip() in PHYSIONET2018_LABELS
-    ]
-    counts["non_stage_notes"] += len(annotation.sample) - len(notes)
+def stage_notes(
+    texts: list[tuple[int, str]], n_notes: int, annotation_file: Path, counts: Counter
+) -> list[tuple[int, int]]:
+    """``(sample, stage code)`` of the stage notes among the ``(sample, aux note)`` ``texts`` of an
+    annotation file of ``n_notes`` annotations (the others counted ``non_stage_notes``); ``ValueError``
+    naming ``annotation_file`` when it has none."""
+    notes = [(s, PHYSIONET2018_LABELS[t]) for s, t in texts if t in PHYSIONET2018_LABELS]
+    counts["non_stage_notes"] += n_notes - len(notes)
     if not any(code >= 0 for _, code in notes):
         raise ValueError(f"{annotation_file}: no sleep-stage notes (expected aux notes W, N1, N2, N3, R)")
     return notes

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...fileio import sha256_file  # noqa: F401  (re-exported: the EEG cache's checksums)
 from .events import ScoredEvent
-from .stages import EPOCH_SECONDS, UNSCORED
+from .stages import EPOCH_SECONDS, EXCLUDED, STAGES, UNSCORED
 
 CHANNEL_PREFIXES = ("EEG ", "EOG ", "EMG ", "ECG ")
 
@@ -40,6 +40,9 @@ class Recording:
             channel's unit; None when unknown): a channel sitting at them is saturated.
         events: scored events (:class:`~multiview_app.data.eeg.events.ScoredEvent`); ``None`` when the
             dataset scores no events (Sleep-EDF), ``[]`` when it does and this night has none.
+        arousal_unscored: ``[(start s, end s), ...]`` from the recording start where arousals were not
+            scored (PhysioNet 2018: ``-1`` in ``data/arousals``, the apnea / hypopnea regions); ``None``
+            when the dataset gives no such mask.
     """
 
     recording: str
@@ -56,6 +59,7 @@ class Recording:
     events: list[ScoredEvent] | None = None
     native_sfreqs: list[float] = field(default_factory=list)
     channel_limits: list[tuple[float, float] | None] = field(default_factory=list)
+    arousal_unscored: list[tuple[float, float]] | None = None
 
 
 def _normalize(name: str) -> str:
@@ -112,3 +116,36 @@ def label_epochs_from_intervals(
     if hypnogram_end < n_signal_epochs:
         counts["signal_beyond_hypnogram_epochs"] += n_signal_epochs - hypnogram_end
     return labels
+
+
+MAJORITY_SHARE = 2 / 3
+"""Share of a 30-s epoch (20 s) one stage must cover to label an epoch scored in shorter periods (AASM's
+majority rule; DREAMS: 4 of six 5-s labels)."""
+
+
+def majority_votes(per_epoch: int) -> int:
+    """Periods of ``per_epoch`` per 30-s epoch one stage needs: ``ceil(MAJORITY_SHARE * per_epoch)``."""
+    return int(np.ceil(MAJORITY_SHARE * per_epoch - 1e-9))
+
+
+def majority_epochs(codes: np.ndarray, per_epoch: int, prefix: str) -> tuple[np.ndarray, Counter]:
+    """Stage codes of consecutive scoring periods ``(n,)`` -> 30-s codes ``(n // per_epoch,)``.
+
+    ``codes`` hold 0..4 (a stage), ``EXCLUDED`` (movement / no stage) or any other negative code (unknown:
+    votes for nothing). An epoch takes the stage that at least :func:`majority_votes` of its ``per_epoch``
+    periods name, else ``EXCLUDED``. Counts ``{prefix}_epochs_{unanimous, majority, no_majority, movement}``
+    (movement: ``EXCLUDED`` holds the majority) and ``{prefix}_labels_after_last_epoch``."""
+    needed = majority_votes(per_epoch)
+    n_epochs = codes.size // per_epoch
+    grid = np.asarray(codes[: n_epochs * per_epoch], dtype=np.int64).reshape(n_epochs, per_epoch)
+    votes = np.stack([(grid == stage).sum(axis=1) for stage in range(len(STAGES))], axis=1)  # (E, 5)
+    top, best = votes.max(axis=1), votes.argmax(axis=1)
+    movement = (grid == EXCLUDED).sum(axis=1) >= needed
+    kept = top >= needed
+    counts: Counter = Counter()
+    counts[f"{prefix}_epochs_unanimous"] += int((top == per_epoch).sum())
+    counts[f"{prefix}_epochs_majority"] += int((kept & (top < per_epoch)).sum())
+    counts[f"{prefix}_epochs_movement"] += int(movement.sum())
+    counts[f"{prefix}_epochs_no_majority"] += int((~kept & ~movement).sum())
+    counts[f"{prefix}_labels_after_last_epoch"] += int(codes.size - n_epochs * per_epoch)
+    return np.where(kept, best, EXCLUDED).astype(np.int64), counts

@@ -276,6 +276,7 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str] | None
         epoch_labels=labels,
         counts=counts,
         **described,
+        events=None,  # Sleep-EDF scores stages only (the prepare summary says so)
     )
 
 

@@ -54,19 +54,23 @@ class FittedChannelClassifier:
 def fit_channel_classifier(
     x: np.ndarray,
     y: np.ndarray,
-    x_val: np.ndarray,
-    y_val: np.ndarray,
+    x_val: np.ndarray | None,
+    y_val: np.ndarray | None,
     *,
     lr: float,
     weight_decay: float = 1e-2,
     seed: int = 0,
+    epochs: int | None = None,
 ) -> FittedChannelClassifier:
     """AdamW on cross-entropy, mini-batches of 64, at most ``MAX_EPOCHS`` epochs; stops when the
     validation loss has not improved for ``PATIENCE`` epochs and keeps the best epoch's weights.
 
     ``x (N, C, F)``, ``y (N,)``; validation ``x_val (M, C, F)``, ``y_val (M,)`` (labels the training
-    set lacks are ignored in the validation loss).
+    set lacks are ignored in the validation loss). Without validation windows (``x_val`` None) it trains
+    exactly ``epochs`` epochs (chosen beforehand, e.g. by inner cross-validation) and keeps the last.
     """
+    if x_val is None and epochs is None:
+        raise ValueError("channel classifier: without validation windows, give the number of epochs")
     if x.ndim != 3 or len(x) != len(y) or len(x) == 0:
         raise ValueError(f"channel classifier: expected features (N, C, F) and labels (N,), got {x.shape}, {y.shape}")
     if len(np.unique(y)) < 2:
@@ -76,25 +80,46 @@ def fit_channel_classifier(
     x = np.nan_to_num(x)
     mean = x.mean(axis=0, keepdims=True)
     std = x.std(axis=0, keepdims=True) + 1e-6
-    generator = torch.Generator().manual_seed(seed)
     torch_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     model = ChannelCombinationClassifier(x.shape[1], x.shape[2], len(classes))
     torch.random.set_rng_state(torch_state)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     xt = torch.from_numpy(((x - mean) / std).astype(np.float32))
     yt = torch.tensor([index[int(c)] for c in y])
+    if x_val is None:
+        x_val, y_val = x[:0], y[:0]
     keep = np.isin(y_val, classes)
     xv = torch.from_numpy(((np.nan_to_num(x_val[keep]) - mean) / std).astype(np.float32))
     yv = torch.tensor([index[int(c)] for c in y_val[keep]])
+    best_epoch = _train(model, (xt, yt), (xv, yv), lr, weight_decay, seed, epochs)
+    return FittedChannelClassifier(model, mean, std, classes, best_epoch)
+
+
+def _train(
+    model: nn.Module,
+    train: tuple[torch.Tensor, torch.Tensor],
+    val: tuple[torch.Tensor, torch.Tensor],
+    lr: float,
+    weight_decay: float,
+    seed: int,
+    epochs: int | None,
+) -> int:
+    """Train ``model`` in place; early stopping on ``val`` unless ``epochs`` is given (then exactly that many,
+    keeping the last). Leaves the kept weights loaded, in eval mode; returns their epoch."""
+    (xt, yt), (xv, yv) = train, val
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     best, best_state, best_epoch, since = float("inf"), copy.deepcopy(model.state_dict()), 0, 0
-    for epoch in range(1, MAX_EPOCHS + 1):
+    for epoch in range(1, (epochs or MAX_EPOCHS) + 1):
         model.train()
         for batch in torch.randperm(len(xt), generator=generator).split(BATCH_SIZE):
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(xt[batch]), yt[batch]).backward()
             optimizer.step()
         model.eval()
+        if epochs is not None:  # a fixed number of epochs: keep the last
+            best_state, best_epoch = copy.deepcopy(model.state_dict()), epoch
+            continue
         with torch.no_grad():
             val_loss = float(nn.functional.cross_entropy(model(xv), yv)) if len(yv) else 0.0
         if val_loss < best - 1e-6:
@@ -105,4 +130,4 @@ def fit_channel_classifier(
                 break
     model.load_state_dict(best_state)
     model.eval()
-    return FittedChannelClassifier(model, mean, std, classes, best_epoch)
+    return best_epoch

@@ -3,8 +3,9 @@
 For every ``s`` in ``shots`` and every seed, ``s`` windows per class are drawn from the classifier's
 training windows (class-balanced; capped by what exists, the counts drawn are reported), a classifier
 (standardized logistic regression, or the papers' channel-combination classifier) is fitted, its C /
-learning rate chosen on validation windows by balanced accuracy when a grid is given, and every test
-window is scored: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1, per-class F1.
+learning rate (and the paper classifier's epochs) chosen by stratified cross-validation inside those same
+drawn windows when a grid is given (``min(5, s)`` folds; fewer than 2 windows in a class: ``FIXED_C``), so
+``s`` is every label the classifier ever sees; and every test window is scored: balanced accuracy and Cohen's kappa (headline), accuracy, macro-F1, per-class F1.
 The same draws serve every feature set (row), so rows can be compared fit by fit
 (:func:`paired_differences`). Fits are pooled over folds, seeds and pretraining runs by
 :func:`pool_rows` / :func:`pool_results`.
@@ -32,16 +33,22 @@ METRICS = ("balanced_accuracy", "kappa", "accuracy", "macro_f1")
 """Headline first: balanced accuracy and kappa do not reward the class prior."""
 
 C_GRID = (0.01, 0.1, 1.0, 10.0)
-"""Logistic-regression C values tuned on validation subjects (every row alike)."""
+"""Logistic-regression C values, chosen by cross-validation inside the drawn windows (every row alike)."""
 
 LR_GRID = (1e-3, 1e-2)
-"""Learning rates of the paper classifier tuned on validation subjects (every row alike)."""
+"""Learning rates of the paper classifier, chosen by cross-validation inside the drawn windows."""
 
-VALIDATION_FRACTION = 0.2
-"""Share of the classifier-training subjects held out as validation subjects (at least one)."""
+INNER_FOLDS = 5
+"""Stratified folds of the inner cross-validation: ``min(INNER_FOLDS, fewest windows of a drawn class)``."""
 
-VALIDATION_PER_CLASS = 100
-"""Windows per class of the (class-balanced) validation set drawn from the validation subjects."""
+FIXED_C = 1.0
+"""C used when a drawn class has fewer than 2 windows (no stratified split exists); printed once."""
+
+FIXED_LR = 1e-3
+"""The paper classifier's learning rate when no inner split exists (trained for ``FIXED_EPOCHS``)."""
+
+FIXED_EPOCHS = 20
+"""Epochs of the paper classifier when no inner split exists to stop early on."""
 
 TIME_BINS = 4
 """The paper classifier pools encoder outputs into this many time bins."""
@@ -116,17 +123,15 @@ def few_shot_protocol(
     seeds: int,
     C: float | None = 1.0,
     *,
-    y_val: np.ndarray | None = None,
     classifier: Literal["logreg", "paper"] = "logreg",
     lr: float | None = None,
     test_subjects: np.ndarray | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, int]]], dict[str, np.ndarray]]:
     """Fit/score a classifier per feature set, ``s`` in ``shots`` and seed (same draws for all sets).
 
-    ``features``: name -> {"train": (N_tr, ...), "test": (N_te, ...)[, "val": (N_va, ...)]}
-    (2-D for ``logreg``, ``(N, C, F)`` for ``paper``). ``C=None`` (``lr=None`` for ``paper``)
-    tunes it on the validation windows (``y_val``, a class-balanced draw of up to
-    ``VALIDATION_PER_CLASS`` per class and seed) by balanced accuracy, for every row alike.
+    ``features``: name -> {"train": (N_tr, ...), "test": (N_te, ...)} (2-D for ``logreg``, ``(N, C, F)``
+    for ``paper``). ``C=None`` (``lr=None`` for ``paper``) chooses it by stratified cross-validation
+    inside the drawn windows (:func:`select_by_inner_cv`) by balanced accuracy, for every row alike.
     Returns results ``[name][str(s)]`` = :func:`summarize_runs` plus the per-seed ``runs`` (each
     with the ``hyperparameter`` used), the windows drawn per class for every seed
     (``[str(s)][seed]``), and the test predictions of every set at the largest ``s``, seed 0.
@@ -139,7 +144,6 @@ def few_shot_protocol(
         shots,
         seeds,
         C,
-        y_val=y_val,
         classifier=classifier,
         lr=lr,
         test_subjects=test_subjects,
@@ -156,7 +160,6 @@ def few_shot_staging(
     seeds: int,
     C: float | None = 1.0,
     *,
-    y_val: np.ndarray | None = None,
     classifier: Literal["logreg", "paper"] = "logreg",
     lr: float | None = None,
     test_subjects: np.ndarray | None = None,
@@ -173,7 +176,7 @@ def few_shot_staging(
     set's test predictions ``(N_te,)`` at the largest ``s``, seed 0 (an array, for plots).
     """
     with threadpool_limits(1):  # small BLAS problems: multi-threading only oversubscribes (measured 60x slower)
-        return _few_shot_staging(features, y_train, y_test, shots, seeds, C, y_val, classifier, lr, test_subjects)
+        return _few_shot_staging(features, y_train, y_test, shots, seeds, C, classifier, lr, test_subjects)
 
 
 def _few_shot_staging(
@@ -183,7 +186,6 @@ def _few_shot_staging(
     shots: tuple[int, ...],
     seeds: int,
     C: float | None,
-    y_val: np.ndarray | None,
     classifier: Literal["logreg", "paper"],
     lr: float | None,
     test_subjects: np.ndarray | None,
@@ -193,8 +195,6 @@ def _few_shot_staging(
             f"sleep staging: test_subjects {np.shape(test_subjects)} does not match the test labels {np.shape(y_test)}"
         )
     grid = ((C,) if C is not None else C_GRID) if classifier == "logreg" else ((lr,) if lr is not None else LR_GRID)
-    if (len(grid) > 1 or classifier == "paper") and (y_val is None or y_val.size == 0):
-        raise ValueError("sleep staging: tuning C / lr and the paper classifier need validation windows")
     results: dict[str, dict[str, Any]] = {name: {} for name in features}
     drawn_per_shot: dict[str, list[dict[str, int]]] = {}
     predictions: dict[str, np.ndarray] = {}
@@ -210,24 +210,11 @@ def _few_shot_staging(
         for seed in range(seeds):
             index, drawn = shot_draw(y_train, s, seed)
             drawn_per_shot[str(s)].append(drawn)
-            val_index = (
-                balanced_sample(y_val, VALIDATION_PER_CLASS, np.random.default_rng([seed, s, 7]))[0]
-                if y_val is not None and y_val.size
-                else None
-            )
             for name, split_feats in features.items():
-                predicted, chosen = _fit_predict(
-                    classifier,
-                    grid,
-                    split_feats,
-                    index,
-                    y_train,
-                    val_index,
-                    y_val,
-                    seed,
-                    None if fitted is None else fitted[name],
+                predicted, chosen, source = _fit_predict(
+                    classifier, grid, split_feats, index, y_train, seed, None if fitted is None else fitted[name]
                 )
-                fit = {**staging_metrics(y_test, predicted), "hyperparameter": chosen}
+                fit = {**staging_metrics(y_test, predicted), "hyperparameter": chosen, "chosen_by": source}
                 if test_subjects is not None:
                     fit["per_subject"] = per_subject_balanced_accuracy(y_test, predicted, test_subjects)
                 runs[name].append(fit)
@@ -270,40 +257,92 @@ def _fit_predict(
     feats: dict[str, np.ndarray],
     index: np.ndarray,
     y_train: np.ndarray,
-    val_index: np.ndarray | None,
-    y_val: np.ndarray | None,
     seed: int,
     fitted: dict[tuple[bytes, float], Any] | None = None,
-) -> tuple[np.ndarray, float]:
-    """Fit one classifier per grid value on the drawn windows; the best on the validation windows
-    (balanced accuracy; the only one without tuning) predicts the test windows.
+) -> tuple[np.ndarray, float, str]:
+    """Choose the grid value by :func:`select_by_inner_cv` on the drawn windows ``index``, fit on all of
+    them and predict the test windows. Returns predictions ``(N_te,)``, the value and how it was chosen
+    (``given``, ``inner-cv`` or ``fixed``).
 
-    ``fitted`` (logreg only: its lbfgs solver does not use the seed): the classifiers fitted so far for this
-    row, by (drawn indices, grid value); a draw fitted before (another seed drew the same windows) is reused."""
+    ``fitted`` (logreg only: its lbfgs solver does not use the seed): the final classifiers fitted so far
+    for this row, by (drawn indices, value); a draw fitted before (another seed drew the same windows) is
+    reused."""
     from .channel_classifier import fit_channel_classifier
 
-    best: tuple[float, Any, float] | None = None
-    x_val = feats["val"][val_index] if val_index is not None else None
-    yv = y_val[val_index] if val_index is not None and y_val is not None else None
+    x, y = feats["train"][index], y_train[index]
+    value, epochs, source = select_by_inner_cv(classifier, grid, x, y, seed)
+    if classifier == "paper":
+        model = fit_channel_classifier(x, y, None, None, lr=value, seed=seed, epochs=epochs)
+    elif fitted is not None and (index.tobytes(), value) in fitted:
+        model = fitted[index.tobytes(), value]
+    else:
+        model = fit_linear_classifier(x, y, C=value, seed=seed)
+        if fitted is not None:
+            fitted[index.tobytes(), value] = model
+    return model.predict(np.nan_to_num(feats["test"])), float(value), source
+
+
+def inner_folds(y: np.ndarray) -> int:
+    """Stratified folds available inside drawn labels ``y (n,)``: ``min(INNER_FOLDS, fewest per class)``."""
+    return int(min(INNER_FOLDS, np.unique(y, return_counts=True)[1].min())) if y.size else 0
+
+
+def select_by_inner_cv(
+    classifier: str, grid: tuple[float, ...], x: np.ndarray, y: np.ndarray, seed: int
+) -> tuple[float, int | None, str]:
+    """The grid value (C, or the paper classifier's learning rate) with the best mean balanced accuracy
+    over stratified folds of the drawn windows ``x (n, ...)`` / ``y (n,)`` only, and for ``paper`` the
+    epochs to train (mean of the folds' early-stopping epochs). One given value: ``given``; a class with
+    fewer than 2 windows: :data:`FIXED_C` / :data:`FIXED_LR` (``fixed``)."""
+    from sklearn.model_selection import StratifiedKFold
+
+    from .channel_classifier import fit_channel_classifier
+
+    if len(grid) == 1 and classifier == "logreg":
+        return grid[0], None, "given"
+    folds = inner_folds(y)
+    if folds < 2:
+        return (FIXED_C, None, "fixed") if classifier == "logreg" else (grid[0], FIXED_EPOCHS, "fixed")
+    # the folds depend on the drawn windows only: a draw capped for every class gets the same choice every seed
+    splits = list(StratifiedKFold(folds, shuffle=True, random_state=0).split(np.zeros(len(y)), y))
+    best: tuple[float, float, int | None] | None = None
     for value in grid:
-        if classifier == "paper":
-            model = fit_channel_classifier(feats["train"][index], y_train[index], x_val, yv, lr=value, seed=seed)
-        elif fitted is not None and (index.tobytes(), value) in fitted:
-            model = fitted[index.tobytes(), value]
-        else:
-            model = fit_linear_classifier(feats["train"][index], y_train[index], C=value, seed=seed)
-            if fitted is not None:
-                fitted[index.tobytes(), value] = model
-        if len(grid) == 1:
-            best = (0.0, model, value)
-            break
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
-            score = balanced_accuracy_score(yv, model.predict(np.nan_to_num(x_val)))
+        scores, epochs = [], []
+        for train, held in splits:
+            if classifier == "paper":
+                model = fit_channel_classifier(x[train], y[train], x[held], y[held], lr=value, seed=seed)
+                epochs.append(model.epochs)
+            else:
+                model = fit_linear_classifier(x[train], y[train], C=value, seed=seed)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+                scores.append(balanced_accuracy_score(y[held], model.predict(np.nan_to_num(x[held]))))
+        score = float(np.mean(scores))
         if best is None or score > best[0]:
-            best = (score, model, value)
+            best = (score, value, max(1, int(round(np.mean(epochs)))) if epochs else None)
     assert best is not None
-    return best[1].predict(np.nan_to_num(feats["test"])), float(best[2])
+    return best[1], best[2], "given" if len(grid) == 1 else "inner-cv"
+
+
+def fixed_hyperparameter_note(results: dict[str, dict[str, Any]]) -> str | None:
+    """One line when some fit used the fixed C / learning rate (a drawn class had < 2 windows), else None."""
+    fixed = sorted(
+        {
+            (s, r["hyperparameter"])
+            for per_s in results.values()
+            for s, cell in per_s.items()
+            for r in cell["runs"]
+            if r.get("chosen_by") == "fixed"
+        }
+    )
+    if not fixed:
+        return None
+    shots = sorted({s for s, _ in fixed}, key=int)
+    values = sorted({v for _, v in fixed})
+    return (
+        f"s = {', '.join(shots)}: a drawn class had fewer than 2 windows, so no inner cross-validation; "
+        f"used the fixed value {', '.join(f'{v:g}' for v in values)} (C = {FIXED_C:g} for logistic regression)"
+    )
 
 
 def capped_shots(drawn: dict[str, list[dict[str, int]]]) -> list[str]:
@@ -412,28 +451,15 @@ def pool_results(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def classifier_description(classifier: str, C: float | None, lr: float | None) -> str:
     """What the table's classifier was, in one phrase (printed in the header, stored in the JSON)."""
+    inner = f"stratified {INNER_FOLDS}-fold (at most s) cross-validation inside the s drawn windows"
     if classifier == "paper":
-        rate = f"lr {lr}" if lr is not None else f"lr tuned on validation subjects over {list(LR_GRID)}"
+        rate = f"lr {lr}" if lr is not None else f"lr over {list(LR_GRID)} by {inner}"
         return (
             f"paper: learned channel combination + linear classifier on {TIME_BINS} time bins, AdamW "
-            f"({rate}), early stopping on validation subjects"
+            f"({rate}; epochs: the inner folds' early-stopping epochs)"
         )
-    strength = f"C={C}" if C is not None else f"C tuned on validation subjects over {list(C_GRID)}"
+    strength = f"C={C}" if C is not None else f"C over {list(C_GRID)} by {inner}"
     return f"standardized logistic regression ({strength})"
-
-
-def split_validation(subjects: list[str], seed: int) -> tuple[list[str], list[str]]:
-    """Classifier-training subjects -> (fit subjects, validation subjects): ``VALIDATION_FRACTION``
-    of them (at least one) drawn with ``seed``; ``ValueError`` when fewer than two subjects."""
-    if len(subjects) < 2:
-        raise ValueError(
-            f"sleep staging: tuning C / lr or the paper classifier needs >= 2 classifier-training "
-            f"subjects (one for validation), got {list(subjects)}; pass --C (logreg) instead"
-        )
-    order = np.random.default_rng(seed).permutation(len(subjects))
-    n_val = min(len(subjects) - 1, max(1, int(round(VALIDATION_FRACTION * len(subjects)))))
-    val = sorted(subjects[i] for i in order[:n_val])
-    return sorted(set(subjects) - set(val)), val
 
 
 def warning_note(caught: list[warnings.WarningMessage]) -> str | None:
