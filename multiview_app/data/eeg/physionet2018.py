@@ -208,10 +208,8 @@ def storable_limits(header: Any, index: int, factor: float) -> tuple[float, floa
 
 
 def read_physionet2018(record: Path, channels: list[str] | None) -> Recording:
-    """Read the picked ``channels`` (every signal when None) of a WFDB record and its per-epoch stages;
-    each signal in its type's canonical unit (EEG, EOG, EMG microvolts, ECG millivolts, SaO2 %, effort
-    belts and airflow as recorded; types from the card ``datasets/physionet2018.yaml`` and the PSG
-    vocabulary, ``Recording.channel_types``).
+    """Read the picked ``channels`` (every signal when None) of a WFDB record, each in its type's canonical
+    unit (EEG, EOG, EMG uV, ECG mV, SaO2 %, effort and airflow as recorded: :func:`_read_signals`), and its stages.
 
     The 30-s grid starts at the first stage note (``Recording.grid_start_seconds``). A stage note
     labels the samples up to the next note (see :func:`stage_epochs_from_notes`); epochs that
