@@ -102,6 +102,11 @@ class DatasetCard(_Card):
     layout: str
     channels: list[Channel] = Field(default_factory=list)
     default_channels: list[str] = Field(default_factory=list)
+    allow_upsampling: bool = Field(
+        False,
+        description="prepare --modalities may resample a channel above its recorded rate (reported per "
+        "recording); otherwise a modality group asked at a higher rate than a channel's is an error",
+    )
     domains: list[str] = Field(default_factory=list)
     recordings: dict[str, RecordingFacts] = Field(default_factory=dict)
     labels: Labels

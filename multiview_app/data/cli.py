@@ -153,6 +153,14 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         "between windows; or microvolts (median removed, units of 25 uV: absolute amplitude "
         "kept across recordings) (default: %(default)s)",
     )
+    prep.add_argument(
+        "--modalities",
+        default=None,
+        help="every PSG signal, one window file per modality group: a preset (sleepfm, six, eeg) or a comma "
+        "list of groups (brain, eyes, muscle, heart, breathing, oximetry; group=LABEL+LABEL picks channels); "
+        "brain takes --channels; rates, bands and scaling per group from datasets/modalities/psg.yaml "
+        "(default: EEG channels only, one window file per recording)",
+    )
     prep.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings (listed) instead of failing")
     prep.add_argument(
         "--download",
@@ -292,6 +300,7 @@ def _prepare(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         on_error="skip" if args.skip_bad else "raise",
         include_st=args.include_st,
+        modalities=args.modalities,
         reader_options=reader_options,
     )
     print(summary_table(summary))

@@ -72,6 +72,11 @@ SUITES: dict[str, list[Bench]] = {
         Bench("bench_eeg", "EEG prepare vs braindecode's pipeline; loader throughput"),
         Bench("bench_eeg_encoders", "parameters and training steps/s of every EEG encoder, ratio vs conv"),
         Bench("bench_eeg_demo", "where the EEG demo's time goes; torch threads; eval batch size"),
+        Bench(
+            "bench_prepare_memory",
+            "peak RSS of prepare --modalities at 5 vs 40 whole-PSG nights; cache size per night",
+            has_quick=True,
+        ),
         Bench("bench_domains", "domain-tuple loader vs the training step"),
         Bench("bench_export", "mvapp export throughput and peak memory"),
     ],

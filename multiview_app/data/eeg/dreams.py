@@ -19,7 +19,7 @@ import numpy as np
 from ..catalog import get_card
 from .physionet2018 import TO_MICROVOLTS
 from .recording import Recording, majority_epochs, majority_votes, resolve_channels, sha256_file
-from .sleep_edf import check_edf_integrity
+from .sleep_edf import check_edf_integrity, edf_channels
 from .stages import DREAMS_LABELS, EPOCH_SECONDS
 
 CARD = "dreams_spindles"
@@ -32,6 +32,8 @@ MAJORITY_LABELS = majority_votes(6)
 
 UNIT_TOLERANCE = 1e-3
 """Relative slack when comparing a channel's largest value with its header's physical range."""
+
+VOLTAGE_UNITS = ("uV", "mV")
 
 _SIGNAL_NAME = re.compile(r"^(excerpt\d+)\.(txt|edf)$", re.IGNORECASE)
 
@@ -291,16 +293,43 @@ def resolve_dreams_channels(requested: list[str], available: list[str], source: 
     return resolve_channels([central[0] if name == CENTRAL else name for name in requested], available, source)
 
 
-def read_dreams(excerpt: Excerpt, channels: list[str], layout: ExcerptLayout | None = None) -> Recording:
-    """Read the picked ``channels`` (microvolts) and the 30-s labels of one excerpt (``layout``: from
+def edf_signals(path: Path, picked: list[str]) -> tuple[list[np.ndarray], dict, Counter]:
+    """The ``picked`` channels of an excerpt's EDF, each ``(n,)`` in its type's canonical unit: voltages
+    through :func:`edf_microvolts` (which corrects the ``UV`` dimension), SpO2 and other non-voltage
+    signals as written; returns the signals, what :class:`Recording` says of the channels (types, units,
+    native rates, limits; see :func:`~.sleep_edf.edf_channels`) and the unit counts."""
+    import mne
+
+    described = edf_channels(path, check_edf_integrity(path), picked, CARD)
+    factors = described.pop("factors")
+    volts = [name for name, unit in zip(picked, described["channel_units"]) if unit in VOLTAGE_UNITS]
+    data, counts = edf_microvolts(path, volts) if volts else (np.zeros((0, 0)), Counter())
+    by_name = {name: row for name, row in zip(volts, data)}
+    others = [name for name in picked if name not in by_name]
+    if others:
+        raw = mne.io.read_raw_edf(path, preload=False, verbose="error")
+        for name, row in zip(others, raw.get_data(picks=others)):
+            by_name[name] = row * factors[picked.index(name)]
+    signals = []
+    for name, unit in zip(picked, described["channel_units"]):
+        row = by_name[name].astype(np.float64)
+        signals.append(row / 1000.0 if name in volts and unit == "mV" else row)  # ECG: microvolts -> mV
+    return signals, described, counts
+
+
+def read_dreams(excerpt: Excerpt, channels: list[str] | None, layout: ExcerptLayout | None = None) -> Recording:
+    """Read the picked ``channels`` (every signal when None; EEG, EOG, EMG in microvolts, each signal in
+    its type's canonical unit) and the 30-s labels of one excerpt (``layout``: from
     :func:`inspect_excerpt`, done here when not given). One recording per subject: subject = excerpt."""
     layout = layout or inspect_excerpt(excerpt)
-    picked = resolve_dreams_channels(channels, layout.channels, excerpt.signal_file)
+    picked = resolve_dreams_channels(
+        layout.channels if channels is None else channels, layout.channels, excerpt.signal_file
+    )
     labels, counts = rk_epochs(layout.labels5)
+    described: dict = {"channel_types": ["eeg"] * len(picked), "channel_units": ["uV"] * len(picked)}
     if excerpt.signal_file.suffix.lower() == ".edf":
-        data, unit_counts = edf_microvolts(excerpt.signal_file, picked)
+        signals, described, unit_counts = edf_signals(excerpt.signal_file, picked)
         counts.update(unit_counts)
-        signals = [row.astype(np.float64) for row in data]
     else:
         try:
             samples = np.loadtxt(excerpt.signal_file, skiprows=1, dtype=np.float64, ndmin=1)
@@ -312,19 +341,20 @@ def read_dreams(excerpt: Excerpt, channels: list[str], layout: ExcerptLayout | N
                 "expected one number per line"
             )
         signals = [samples]
-    if CENTRAL in channels:
+    if channels is not None and CENTRAL in channels:
         counts[f"derivation_{picked[channels.index(CENTRAL)]}"] += 1
     counts["samples_after_hypnogram"] += layout.extra_samples
     return Recording(
         recording=excerpt.name,
         subject=excerpt.name,
         sources=[excerpt.signal_file, excerpt.hypnogram],
-        channel_names=list(channels),
+        channel_names=list(picked if channels is None else channels),
         signals=signals,
         sfreqs=[layout.sfreq] * len(picked),
         epoch_labels=labels,
         counts=counts,
         events=None,  # the excerpts carry no scored events (excerpt EDF event channels: the generic EDF reader)
+        **described,
     )
 
 

@@ -14,12 +14,16 @@ import numpy as np
 
 from .events import ScoredEvent, events_from_notes, intervals_from_mask
 from .recording import Recording, resolve_channels
+from .signals import load_vocabulary
 from .stages import EPOCH_SECONDS, PHYSIONET2018_LABELS, PHYSIONET2018_MAT_STAGES, UNSCORED
 
 TO_MICROVOLTS = {"uv": 1.0, "µv": 1.0, "mv": 1e3, "v": 1e6, "nv": 1e-3}
-"""Scale from a WFDB header's unit (lower-case) to microvolts."""
+"""Scale from a voltage unit (lower-case) to microvolts."""
+
+CARD = "physionet2018"
 
 BYTES_PER_SAMPLE = {"16": 2, "24": 3, "32": 4, "80": 1, "8": 1, "61": 2, "160": 2}
+SAMPLE_BITS = {"16": 16, "24": 24, "32": 32, "80": 8, "8": 8, "61": 16, "160": 16, "212": 12, "310": 10, "311": 10}
 
 
 def find_records(source: Path) -> list[Path]:
@@ -192,8 +196,20 @@ def stage_epochs_from_samples(
     return labels
 
 
-def read_physionet2018(record: Path, channels: list[str]) -> Recording:
-    """Read the picked ``channels`` (microvolts) of a WFDB record and its per-epoch stages.
+def storable_limits(header: Any, index: int, factor: float) -> tuple[float, float] | None:
+    """Lowest and highest physical value signal ``index`` of a WFDB ``header`` can store (its sample
+    format's integer range through its ADC gain and baseline), times ``factor``; None when unknown."""
+    bits, gain = SAMPLE_BITS.get(str(header.fmt[index])), float(header.adc_gain[index] or 0.0)
+    if bits is None or gain <= 0:
+        return None
+    baseline = float(header.baseline[index])
+    low, high = -(2 ** (bits - 1)) + 1, 2 ** (bits - 1) - 1  # the lowest code is WFDB's "no sample"
+    return (low - baseline) / gain * factor, (high - baseline) / gain * factor
+
+
+def read_physionet2018(record: Path, channels: list[str] | None) -> Recording:
+    """Read the picked ``channels`` (every signal when None) of a WFDB record, each in its type's canonical
+    unit (EEG, EOG, EMG uV, ECG mV, SaO2 %, effort and airflow as recorded: :func:`_read_signals`), and its stages.
 
     The 30-s grid starts at the first stage note (``Recording.grid_start_seconds``). A stage note
     labels the samples up to the next note (see :func:`stage_epochs_from_notes`); epochs that
@@ -209,35 +225,20 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
 
     header = _read_header(record)  # parsed once here (wfdb's parser costs ~20 ms a header)
     check_wfdb_integrity(record, header)
-    picked = resolve_channels(channels, list(header.sig_name), Path(f"{record}.hea"))
+    picked = resolve_channels(
+        list(header.sig_name) if channels is None else channels, list(header.sig_name), Path(f"{record}.hea")
+    )
     annotation_file = Path(f"{record}.arousal")
     if not annotation_file.exists():
         raise ValueError(f"{record}.hea: no sleep-stage annotation file '{annotation_file.name}' next to it")
-    try:
-        signal = wfdb.rdrecord(str(record), channel_names=picked)
-    except Exception as err:
-        raise ValueError(f"{record}: cannot read WFDB record ({err})") from None
+    data, fs, described = _read_signals(record, header, picked)
     try:
         annotation = wfdb.rdann(str(record), "arousal")
     except Exception as err:
         raise ValueError(f"{annotation_file}: cannot read annotations ({err})") from None
-    order = [list(signal.sig_name).index(p) for p in picked]
-    data = np.asarray(signal.p_signal, dtype=np.float64)[:, order].T  # (c, n) in the header's units
-    units = [str(u).strip().lower() for u in np.asarray(signal.units)[order]]
-    unknown = sorted({u for u in units if u not in TO_MICROVOLTS})
-    if unknown:
-        raise ValueError(
-            f"{record}.hea: unit(s) {unknown} of channels {picked} are not voltages; "
-            f"expected one of {', '.join(TO_MICROVOLTS)}"
-        )
-    data *= np.array([TO_MICROVOLTS[u] for u in units])[:, None]  # -> microvolts
-    fs = float(signal.fs)
     counts: Counter = Counter()
     texts = [(int(s), str(t).strip()) for s, t in zip(annotation.sample, annotation.aux_note or [])]
-    notes = [(s, PHYSIONET2018_LABELS[t]) for s, t in texts if t in PHYSIONET2018_LABELS]
-    counts["non_stage_notes"] += len(annotation.sample) - len(notes)
-    if not any(code >= 0 for _, code in notes):
-        raise ValueError(f"{annotation_file}: no sleep-stage notes (expected aux notes W, N1, N2, N3, R)")
+    notes = stage_notes(texts, len(annotation.sample), annotation_file, counts)
     spe = int(round(EPOCH_SECONDS * fs))
     grid_start = min(s for s, code in notes if code >= 0)  # the scored 30-s grid starts at the first stage note
     labels = stage_epochs_from_notes(notes, data.shape[1], fs, counts, start=grid_start)
@@ -255,7 +256,7 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
         recording=record.name,
         subject=subject_from_comments(list(header.comments or []), record.name),
         sources=sources,
-        channel_names=list(channels),
+        channel_names=list(picked if channels is None else channels),
         signals=list(data),
         sfreqs=[fs] * len(picked),
         epoch_labels=labels,
@@ -263,7 +264,43 @@ def read_physionet2018(record: Path, channels: list[str]) -> Recording:
         grid_start_seconds=grid_start / fs,
         events=events,
         arousal_unscored=unscored,
+        **described,
     )
+
+
+def stage_notes(
+    texts: list[tuple[int, str]], n_notes: int, annotation_file: Path, counts: Counter
+) -> list[tuple[int, int]]:
+    """``(sample, stage code)`` of the stage notes among the ``(sample, aux note)`` ``texts`` of an
+    annotation file of ``n_notes`` annotations (the others counted ``non_stage_notes``); ``ValueError``
+    naming ``annotation_file`` when it has none."""
+    notes = [(s, PHYSIONET2018_LABELS[t]) for s, t in texts if t in PHYSIONET2018_LABELS]
+    counts["non_stage_notes"] += n_notes - len(notes)
+    if not any(code >= 0 for _, code in notes):
+        raise ValueError(f"{annotation_file}: no sleep-stage notes (expected aux notes W, N1, N2, N3, R)")
+    return notes
+
+
+def _read_signals(record: Path, header: Any, picked: list[str]) -> tuple[np.ndarray, float, dict[str, list]]:
+    """The ``picked`` signals of a WFDB record ``(c, n)`` float64, each in its type's canonical unit, the
+    record's rate, and what :class:`Recording` says of them (``channel_types``, ``channel_units``,
+    ``channel_limits``)."""
+    import wfdb
+
+    try:
+        signal = wfdb.rdrecord(str(record), channel_names=picked)
+    except Exception as err:
+        raise ValueError(f"{record}: cannot read WFDB record ({err})") from None
+    order = [list(signal.sig_name).index(p) for p in picked]
+    data = np.asarray(signal.p_signal, dtype=np.float64).T  # (c, n) in the header's units
+    if order != list(range(len(order))):
+        data = data[order]  # a copy only when the picks are not in file order (every signal: none)
+    units = [str(u).strip() for u in np.asarray(signal.units)[order]]
+    types, canonical, factors = load_vocabulary().conversions(f"{record}.hea", picked, units, CARD)
+    data *= np.array(factors)[:, None]  # -> each type's canonical unit (EEG: microvolts)
+    indices = [list(header.sig_name).index(p) for p in picked]
+    limits = [storable_limits(header, i, f) for i, f in zip(indices, factors)]
+    return data, float(signal.fs), {"channel_types": types, "channel_units": canonical, "channel_limits": limits}
 
 
 def stage_epochs_from_notes(

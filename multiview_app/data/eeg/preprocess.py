@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
@@ -133,6 +134,110 @@ def wake_crop_mask(labels: np.ndarray, keep_minutes: float | None) -> np.ndarray
     return keep
 
 
+@dataclass
+class EpochPlan:
+    """Which 30-s epochs of a recording can become windows, before looking at the signals.
+
+    Attributes:
+        labels: ``(E,)`` labels of the grid epochs every channel covers.
+        span: the epochs filtered (the candidates plus up to 2 epochs margin each side).
+        keep: ``(span epochs,)`` bool: scored and not wake-cropped.
+        counts: ``excluded``, ``unscored``, ``wake_cropped`` epochs.
+    """
+
+    labels: np.ndarray
+    span: slice
+    keep: np.ndarray
+    counts: Counter
+
+
+def grid_offsets(recording: Recording, sfreqs: list[float]) -> list[int]:
+    """Sample of epoch 0's start in each channel of rate ``sfreqs`` (the grid starts at ``grid_start_seconds``)."""
+    return [int(round(recording.grid_start_seconds * fs)) for fs in sfreqs]
+
+
+def plan_epochs(
+    recording: Recording, signals: list[np.ndarray], sfreqs: list[float], crop_wake_minutes: float | None
+) -> EpochPlan:
+    """The :class:`EpochPlan` of ``recording`` for the channels ``signals`` ``[(n_c,)]`` at ``sfreqs``."""
+    counts: Counter = Counter()
+    labels = recording.epoch_labels
+    offsets = grid_offsets(recording, sfreqs)
+    n_epochs = min(
+        [labels.size]
+        + [int((len(x) - offset) // (EPOCH_SECONDS * fs)) for x, fs, offset in zip(signals, sfreqs, offsets)]
+    )
+    labels = labels[:n_epochs]
+    # Only the span of epochs that can be kept is filtered (real Sleep-EDF nights are ~22 h of which
+    # ~9 h survive wake cropping), plus a 60-s margin on each side against filter edge effects.
+    candidates = np.flatnonzero((labels >= 0) & wake_crop_mask(labels, crop_wake_minutes))
+    first, stop = (int(candidates[0]), int(candidates[-1]) + 1) if candidates.size else (0, 0)
+    margin = min(2, first), min(2, n_epochs - stop)
+    span = slice(first - margin[0], stop + margin[1])
+    keep = labels >= 0
+    counts["excluded"] += int((labels == -1).sum())
+    counts["unscored"] += int((labels == UNSCORED).sum())
+    cropped = ~wake_crop_mask(labels, crop_wake_minutes) & keep
+    counts["wake_cropped"] += int(cropped.sum())
+    return EpochPlan(labels, span, (keep & ~cropped)[span], counts)  # every candidate lies inside the span
+
+
+def span_windows(
+    recording: Recording,
+    signals: list[np.ndarray],
+    sfreqs: list[float],
+    span: slice,
+    sfreq: float,
+    band: tuple[float | None, float | None],
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The ``span`` epochs of channels ``signals`` ``[(n_c,)]`` (rates ``sfreqs``) resampled to ``sfreq``
+    and band-passed (``band``: low, high edge): ``windows (span epochs, c, T)`` float32, ``nan (span
+    epochs,)`` bool (a non-finite sample, set to 0 before filtering) and the number of resampled channels."""
+    window = int(round(EPOCH_SECONDS * sfreq))
+    resampled, nan_epochs, n_resampled = [], np.zeros(span.stop - span.start, dtype=bool), 0
+    for signal, fs, offset in zip(signals, sfreqs, grid_offsets(recording, sfreqs)):
+        per_epoch = int(round(EPOCH_SECONDS * fs))
+        signal = np.asarray(signal[offset + span.start * per_epoch : offset + span.stop * per_epoch], dtype=np.float32)
+        bad = ~np.isfinite(signal)
+        if bad.any():
+            nan_epochs[np.unique(np.flatnonzero(bad) // per_epoch)] = True
+            signal = np.where(bad, np.float32(0.0), signal)
+        n_resampled += int(not np.isclose(fs, sfreq))
+        resampled.append(resample(signal, fs, sfreq).astype(np.float32))
+    n_span = span.stop - span.start
+    data = np.stack([s[: n_span * window] for s in resampled])  # (c, n)
+    if n_span:
+        check_highpass_length(recording.recording, data.shape[-1], sfreq, band[0])
+        data = bandpass(data, sfreq, *band)
+    return data.reshape(data.shape[0], n_span, window).transpose(1, 0, 2), nan_epochs, n_resampled
+
+
+def flat_windows(windows: np.ndarray, keep: np.ndarray, ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """``windows (w, c, T)`` -> ``(flat (w,), std (w, c))``: a window is flat when a channel's std is
+    0 or below ``ratio`` x that channel's median std over the ``keep (w,)`` windows."""
+    std = windows.std(axis=-1)  # (w, c)
+    reference = np.median(std[keep], axis=0) if keep.any() else np.ones(std.shape[1], dtype=np.float32)
+    return (std < ratio * reference[None, :]).any(axis=1) | (std == 0).any(axis=1), std
+
+
+def scale_windows(
+    kept: np.ndarray, std: np.ndarray, scaling: str, offset: float = 0.0, scale: float = 1.0
+) -> np.ndarray:
+    """Scale ``kept (w, c, T)`` (``std (w, c)``: their stds): ``window`` per-window z-score;
+    ``recording`` / ``robust`` :func:`robust_scale`; ``microvolts`` median removed, units of
+    :data:`MICROVOLTS_PER_UNIT`; ``affine`` ``(x - offset) / scale``; ``none`` as they are."""
+    if scaling == "window":
+        return (kept - kept.mean(axis=-1, keepdims=True)) / std[:, :, None]
+    if not kept.size or scaling == "none":
+        return kept
+    if scaling == "microvolts":
+        median = np.median(kept.transpose(1, 0, 2).reshape(kept.shape[1], -1), axis=1)  # (c,)
+        return (kept - median[None, :, None]) / np.float32(MICROVOLTS_PER_UNIT)
+    if scaling == "affine":
+        return (kept - np.float32(offset)) / np.float32(scale)
+    return robust_scale(kept)
+
+
 def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter]:
     """Cut a recording into standardized windows.
 
@@ -142,63 +247,19 @@ def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndar
     ``labels (w,)`` int64 in 0..4, ``epochs (w,)`` epoch index from the recording start, and the
     counts of dropped epochs by reason (``excluded``, ``unscored``, ``wake_cropped``, ``nan``, ``flat``).
     """
-    counts: Counter = Counter()
-    window = options.window_samples
-    labels = recording.epoch_labels
-    offsets = [int(round(recording.grid_start_seconds * fs)) for fs in recording.sfreqs]  # epoch 0's first sample
-    n_epochs = min(
-        [labels.size]
-        + [
-            int((len(x) - offset) // (EPOCH_SECONDS * fs))
-            for x, fs, offset in zip(recording.signals, recording.sfreqs, offsets)
-        ]
+    plan = plan_epochs(recording, recording.signals, recording.sfreqs, options.crop_wake_minutes)
+    windows, nan_epochs, n_resampled = span_windows(
+        recording, recording.signals, recording.sfreqs, plan.span, options.sfreq, (options.l_freq, options.h_freq)
     )
-    labels = labels[:n_epochs]
-    # Only the span of epochs that can be kept is filtered (real Sleep-EDF nights are ~22 h of which
-    # ~9 h survive wake cropping), plus a 60-s margin on each side against filter edge effects.
-    candidates = np.flatnonzero((labels >= 0) & wake_crop_mask(labels, options.crop_wake_minutes))
-    first, stop = (int(candidates[0]), int(candidates[-1]) + 1) if candidates.size else (0, 0)
-    margin = min(2, first), min(2, n_epochs - stop)
-    span = slice(first - margin[0], stop + margin[1])
-    resampled, nan_epochs = [], np.zeros(span.stop - span.start, dtype=bool)
-    for signal, fs, offset in zip(recording.signals, recording.sfreqs, offsets):
-        per_epoch = int(round(EPOCH_SECONDS * fs))
-        signal = np.asarray(signal[offset + span.start * per_epoch : offset + span.stop * per_epoch], dtype=np.float32)
-        bad = ~np.isfinite(signal)
-        if bad.any():
-            nan_epochs[np.unique(np.flatnonzero(bad) // per_epoch)] = True
-            signal = np.where(bad, np.float32(0.0), signal)
-        if not np.isclose(fs, options.sfreq):
-            counts["resampled_channels"] += 1
-        resampled.append(resample(signal, fs, options.sfreq).astype(np.float32))
-    n_span = span.stop - span.start
-    data = np.stack([s[: n_span * window] for s in resampled])  # (c, n)
-    if n_span:
-        check_highpass_length(recording.recording, data.shape[-1], options.sfreq, options.l_freq)
-        data = bandpass(data, options.sfreq, options.l_freq, options.h_freq)
-    windows = data.reshape(data.shape[0], n_span, window).transpose(1, 0, 2)  # (span epochs, c, T)
-
-    keep = labels >= 0
-    counts["excluded"] += int((labels == -1).sum())
-    counts["unscored"] += int((labels == UNSCORED).sum())
-    cropped = ~wake_crop_mask(labels, options.crop_wake_minutes) & keep
-    counts["wake_cropped"] += int(cropped.sum())
-    keep = (keep & ~cropped)[span]  # every candidate lies inside the span
+    counts: Counter = Counter({"resampled_channels": n_resampled} if n_resampled else {})
+    counts.update(plan.counts)
+    keep = plan.keep
     counts["nan"] += int((nan_epochs & keep).sum())
     keep &= ~nan_epochs
-    std = windows.std(axis=-1)  # (span epochs, c)
-    reference = np.median(std[keep], axis=0) if keep.any() else np.ones(std.shape[1], dtype=np.float32)
-    flat = (std < options.flat_ratio * reference[None, :]).any(axis=1) | (std == 0).any(axis=1)
+    flat, std = flat_windows(windows, keep, options.flat_ratio)
     counts["flat"] += int((flat & keep).sum())
     keep &= ~flat
     local = np.flatnonzero(keep)
-    kept = windows[local]
-    if options.scaling == "window":
-        kept = (kept - kept.mean(axis=-1, keepdims=True)) / std[local][:, :, None]
-    elif options.scaling == "microvolts" and kept.size:
-        median = np.median(kept.transpose(1, 0, 2).reshape(kept.shape[1], -1), axis=1)  # (c,)
-        kept = (kept - median[None, :, None]) / np.float32(MICROVOLTS_PER_UNIT)
-    elif kept.size:
-        kept = robust_scale(kept)
-    epochs = local + span.start
-    return kept.astype(np.float32), labels[epochs].astype(np.int64), epochs.astype(np.int64), counts
+    kept = scale_windows(windows[local], std[local], options.scaling)
+    epochs = local + plan.span.start
+    return kept.astype(np.float32), plan.labels[epochs].astype(np.int64), epochs.astype(np.int64), counts

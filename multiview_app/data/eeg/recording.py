@@ -34,6 +34,10 @@ class Recording:
             when the reader does not say (EEG-only readers).
         channel_units: unit of each signal array after the reader's conversion (``uV``, ``mV``, ``%``,
             ``arbitrary``); empty means every channel is in microvolts.
+        native_sfreqs: rate of each channel as stored in the file (EDF readers hand signals at mne's common
+            rate, the highest of the file); empty means ``sfreqs``.
+        channel_limits: per channel, the lowest and highest value the file can store for it (in the
+            channel's unit; None when unknown): a channel sitting at them is saturated.
         events: scored events (:class:`~multiview_app.data.eeg.events.ScoredEvent`); ``None`` when the
             dataset scores no events (Sleep-EDF), ``[]`` when it does and this night has none.
         arousal_unscored: ``[(start s, end s), ...]`` from the recording start where arousals were not
@@ -53,6 +57,8 @@ class Recording:
     channel_types: list[str] = field(default_factory=list)
     channel_units: list[str] = field(default_factory=list)
     events: list[ScoredEvent] | None = None
+    native_sfreqs: list[float] = field(default_factory=list)
+    channel_limits: list[tuple[float, float] | None] = field(default_factory=list)
     arousal_unscored: list[tuple[float, float]] | None = None
 
 

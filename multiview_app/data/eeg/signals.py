@@ -29,6 +29,9 @@ SIGNAL_TYPES: tuple[str, ...] = ("eeg", "eog", "emg", "ecg", "resp", "bio", "mis
 
 CHANNEL_PREFIXES = ("EEG ", "EOG ", "EMG ", "ECG ")
 
+VOLTAGE_FACTORS = {("mV", "uV"): 1000.0, ("uV", "mV"): 0.001}
+"""Factor from one canonical voltage unit into the other."""
+
 
 class UnknownChannelError(ValueError):
     """A channel label that matches no alias (the message names the file, the label and the known aliases)."""
@@ -117,6 +120,55 @@ class Vocabulary(BaseModel):
         unit, factor = self.units[key]
         return unit, float(factor)
 
+    def conversion(self, unit_text: str, kind: str) -> tuple[str, float] | None:
+        """``(unit, factor)`` turning a signal of type ``kind`` written in ``unit_text`` into the type's
+        canonical unit (``canonical_units``): voltages convert between uV and mV, a type whose canonical
+        unit is ``arbitrary`` takes any unit as read; None when the unit does not fit the type (a
+        temperature for an EEG channel) or is unknown."""
+        target = self.canonical_units[kind]
+        try:
+            unit, factor = self.canonical_unit(unit_text)
+        except ValueError:
+            return (target, 1.0) if target == "arbitrary" else None
+        if unit == target or target == "arbitrary":
+            return target, factor if unit == target else 1.0
+        if {unit, target} == {"uV", "mV"}:
+            return target, factor * VOLTAGE_FACTORS[(unit, target)]
+        return None
+
+    def card_type(self, label: str, card: str | None) -> str:
+        """Signal type of channel ``label``: the dataset card ``card``'s channel ``kind`` when the card
+        lists the label (name or alias) with a kind of the vocabulary, else by the aliases, else ``misc``."""
+        kind = card_kinds(card).get(normalize_label(label)) if card else None
+        return kind or self.type_of(label) or "misc"
+
+    def conversions(
+        self, source: Path | str, labels: list[str], unit_texts: list[str], card: str | None
+    ) -> tuple[list[str], list[str], list[float]]:
+        """Per channel: ``(types, canonical units, factors)`` that turn each channel (written in
+        ``unit_texts``) into its type's canonical unit (a ``misc`` channel in a voltage unit stays a
+        voltage, in uV). ``ValueError`` naming ``source``, the units and channels that fit no type."""
+        types = [self.card_type(label, card) for label in labels]
+        units, factors, bad = [], [], []
+        for label, text, kind in zip(labels, unit_texts, types):
+            fit = self.conversion(text, kind)
+            if kind == "misc":
+                fit = self.conversion(text, "eeg") or fit
+            if fit is None:
+                bad.append((label, text, kind))
+                continue
+            units.append(fit[0])
+            factors.append(fit[1])
+        if bad:
+            targets = sorted({self.canonical_units[k] for _, _, k in bad})
+            what = "voltages" if set(targets) <= {"uV", "mV"} else f"in {' / '.join(targets)}"
+            raise ValueError(
+                f"{source}: unit(s) {sorted({t.strip().lower() for _, t, _ in bad})} of channels "
+                f"{[label for label, _, _ in bad]} (types {sorted({k for _, _, k in bad})}) are not {what}; "
+                f"expected one of {', '.join(u for u, (c, _) in self.units.items() if c in targets) or targets}"
+            )
+        return types, units, factors
+
 
 def normalize_label(label: str) -> str:
     """Lower-case label without an ``EEG `` / ``EOG `` / ``EMG `` / ``ECG `` prefix."""
@@ -125,6 +177,23 @@ def normalize_label(label: str) -> str:
         if label.upper().startswith(prefix) and len(label) > len(prefix):
             label = label[len(prefix) :]
     return label.strip().lower()
+
+
+@cache
+def card_kinds(card: str) -> dict[str, str]:
+    """Normalized label (name and aliases) -> signal type, for the channels of dataset card ``card``
+    whose ``kind`` is a type of the vocabulary ({} for an unknown card)."""
+    from ..catalog import load_catalog
+
+    found = load_catalog().get(card)
+    if found is None:
+        return {}
+    return {
+        normalize_label(label): channel.kind
+        for channel in found.channels
+        if channel.kind in SIGNAL_TYPES
+        for label in [channel.name, *channel.aliases]
+    }
 
 
 def vocabulary_path() -> Path:

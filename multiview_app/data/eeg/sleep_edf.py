@@ -11,10 +11,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .recording import Recording, label_epochs_from_intervals, resolve_channels
+from .signals import load_vocabulary
 from .stages import EPOCH_SECONDS, SLEEP_EDF_LABELS, UNSCORED
 
 if TYPE_CHECKING:
     import mne
+
+CARD = "sleep-edf"
+
+MNE_TO_FILE_UNITS = {"uV": 1e6, "\u00b5V": 1e6, "\u03bcV": 1e6, "mV": 1e3}
+"""Factor from mne's EDF values back to the file's physical dimension: mne turns exactly these dimensions
+into volts and reads every other one (``UV``, ``%``, ``DegC``, empty) as written."""
 
 PAIR_KEY_LENGTH = 7  # SC4ssNE: the 8th character names the scorer and differs between the two files
 
@@ -190,10 +197,34 @@ def subject_id(psg: Path) -> str:
     return psg.name[:5]
 
 
-def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Recording:
-    """Read the picked ``channels`` of ``psg`` and the per-epoch labels of ``hypnogram``.
+def edf_channels(path: Path, header: EdfHeader, picked: list[str], card: str) -> dict:
+    """What :class:`Recording` says of the ``picked`` channels of an EDF: ``channel_types``,
+    ``channel_units`` (each type's canonical unit), ``native_sfreqs``, ``channel_limits`` (the header's
+    physical range in that unit), and ``factors`` from mne's values into those units."""
+    rows = [header.labels.index(name) if name in header.labels else None for name in picked]
+    dims = [header.physical_dimensions[i] if i is not None else "uV" for i in rows]
+    types, units, factors = load_vocabulary().conversions(path, picked, dims, card)
+    limits = [
+        None
+        if i is None or not np.isfinite(header.physical_ranges[i]).all()
+        else tuple(sorted(v * f for v in header.physical_ranges[i]))
+        for i, f in zip(rows, factors)
+    ]
+    return {
+        "channel_types": types,
+        "channel_units": units,
+        "native_sfreqs": [header.native_rate(name) if i is not None else float("nan") for name, i in zip(picked, rows)],
+        "channel_limits": limits,
+        "factors": [MNE_TO_FILE_UNITS.get(dim.strip(), 1.0) * f for dim, f in zip(dims, factors)],
+    }
 
-    Signals are returned in microvolts. The hypnogram is aligned to the PSG by the start date/time
+
+def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str] | None) -> Recording:
+    """Read the picked ``channels`` (every signal when None) of ``psg`` and the per-epoch labels of
+    ``hypnogram``.
+
+    Each signal is returned in its type's canonical unit (EEG, EOG, EMG: microvolts; types from the
+    card ``datasets/sleep-edf.yaml`` and the PSG vocabulary, :func:`edf_channels`). The hypnogram is aligned to the PSG by the start date/time
     in each file's own EDF header (a hypnogram starting 90 s after its PSG shifts the labels by 3
     epochs; counted ``hypnogram_offset_seconds``). "Sleep stage ?" and "Movement time" become
     ``EXCLUDED`` (counted in ``excluded_epochs``); stages 3 and 4 become N3. Raises ``ValueError``
@@ -213,10 +244,12 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
         raw = mne.io.read_raw_edf(psg, preload=False, verbose="error")
     except Exception as err:  # mne raises many types on bad files
         raise ValueError(f"{psg}: cannot read EDF ({err})") from None
-    picked = resolve_channels(channels, list(raw.ch_names), psg)
+    picked = resolve_channels(list(raw.ch_names) if channels is None else channels, list(raw.ch_names), psg)
     sfreq = float(raw.info["sfreq"])  # mne upsamples every channel to the highest native rate
     orig_rates = [psg_header.native_rate(name) if name in psg_header.labels else sfreq for name in picked]
-    data = raw.get_data(picks=picked) * 1e6  # (c, n) volts -> microvolts; only the picked channels are read
+    described = edf_channels(psg, psg_header, picked, CARD)
+    factors = np.array(described.pop("factors"))[:, None]
+    data = raw.get_data(picks=picked) * factors  # (c, n) -> canonical units; only the picked channels are read
     try:
         annotations = mne.read_annotations(hypnogram)
     except Exception as err:
@@ -228,13 +261,7 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
     if len(set(orig_rates)) > 1:
         counts["mixed_rate_channels"] += len(picked)
     intervals = stage_intervals(annotations, hypnogram, shift, counts)
-    psg_seconds = data.shape[1] / sfreq
-    scored = [(onset, onset + duration) for onset, duration, code in intervals if code >= 0]
-    if not scored or max(end for _, end in scored) <= 0 or min(start for start, _ in scored) >= psg_seconds:
-        raise ValueError(
-            f"{hypnogram}: its scored stages (header start {hyp_header.start}) do not overlap its "
-            f"PSG {psg} (header start {psg_header.start}, {psg_seconds / 3600:.2f} h)"
-        )
+    check_overlap(intervals, (psg, psg_header), (hypnogram, hyp_header), data.shape[1] / sfreq)
     n_epochs = int(data.shape[1] // (EPOCH_SECONDS * sfreq))
     labels = label_epochs_from_intervals(intervals, n_epochs, counts)
     counts["excluded_epochs"] += int((labels == -1).sum())
@@ -243,13 +270,30 @@ def read_sleep_edf(psg: Path, hypnogram: Path | None, channels: list[str]) -> Re
         recording=recording_id(psg),
         subject=subject_id(psg),
         sources=[psg, hypnogram],
-        channel_names=list(channels),
+        channel_names=list(picked if channels is None else channels),
         signals=[row.astype(np.float64) for row in data],
         sfreqs=[sfreq] * len(picked),
         epoch_labels=labels,
         counts=counts,
+        **described,
         events=None,  # Sleep-EDF scores stages only (the prepare summary says so)
     )
+
+
+def check_overlap(
+    intervals: list[tuple[float, float, int]],
+    psg: tuple[Path, EdfHeader],
+    hypnogram: tuple[Path, EdfHeader],
+    psg_seconds: float,
+) -> None:
+    """``ValueError`` naming both files when the scored ``intervals`` (onset s, duration s, code) of the
+    hypnogram do not overlap the ``psg_seconds`` of its PSG."""
+    scored = [(onset, onset + duration) for onset, duration, code in intervals if code >= 0]
+    if not scored or max(end for _, end in scored) <= 0 or min(start for start, _ in scored) >= psg_seconds:
+        raise ValueError(
+            f"{hypnogram[0]}: its scored stages (header start {hypnogram[1].start}) do not overlap its "
+            f"PSG {psg[0]} (header start {psg[1].start}, {psg_seconds / 3600:.2f} h)"
+        )
 
 
 def stage_intervals(
