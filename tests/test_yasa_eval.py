@@ -106,3 +106,38 @@ def test_real_dreams_excerpts_are_staged_and_a_50_hz_one_skipped() -> None:
     assert yasa_eval.agreement(night.labels, night.predicted)["kappa"] > 0.3  # real EEG: YASA agrees with the scorer
     with pytest.raises(yasa_eval.YasaSkip, match=r"sampling rate 50 Hz: YASA needs more than 80 Hz"):
         yasa_eval.stage_source(folder / "excerpt3.edf")
+
+
+@needs_yasa
+def test_yasa_row_stages_the_cached_test_windows_from_their_sources(tmp_path: Path) -> None:
+    """The staging evaluator's ``yasa`` row: every test window of a prepared cache gets YASA's stage of its
+    epoch, read from the recording's source file, the same fit at every s and draw."""
+    from multiview_app.data.eeg.cache import load_manifest, prepare
+    from multiview_app.data.eeg.preprocess import PrepareOptions
+    from multiview_app.eval.sleep_staging import _yasa_fold_fits
+
+    synth_psg(tmp_path / "raw", 2, 1, "sleep-edf", hours=8.0, seed=5, progress=False, compress=12)
+    prepare("sleep-edf", tmp_path / "raw", tmp_path / "cache", PrepareOptions(channels=["Fpz-Cz"]), progress=False)
+    records = load_manifest(tmp_path / "cache")["recordings"]
+    meta = {
+        "recording": [r["recording"] for r in records for _ in r["epochs"]],
+        "subject": [r["subject"] for r in records for _ in r["epochs"]],
+        "window": [e for r in records for e in r["epochs"]],
+    }
+    labels = np.array([y for r in records for y in r["labels"]])
+    first = np.array([m == records[0]["recording"] for m in meta["recording"]])
+    fits = _yasa_fold_fits(tmp_path / "cache", meta, labels, [first, ~first], (5, 10), 2)
+    assert isinstance(fits, list) and len(fits) == 2
+    for fold, test in zip(fits, [first, ~first]):
+        runs = fold["5"]["runs"]
+        assert len(runs) == 2 and runs[0] is runs[1] and fold["10"]["runs"][0] is runs[0]
+        assert set(runs[0]["per_subject"]) == {records[0 if test is first else 1]["subject"]}
+        assert 0.0 <= runs[0]["balanced_accuracy"] <= 1.0
+    staged = yasa_eval.stage_source(yasa_eval.manifest_source(records[0]["sources"]))
+    expected = staged.predicted[np.array(records[0]["epochs"]) - staged.first_epoch]
+    from multiview_app.eval.protocols.staging import staging_metrics
+
+    assert fits[0]["5"]["runs"][0]["kappa"] == staging_metrics(labels[first], expected)["kappa"]
+    yasa_eval.manifest_source(records[1]["sources"]).unlink()  # a source gone: the row is left out, with the reason
+    note = _yasa_fold_fits(tmp_path / "cache", meta, labels, [first, ~first], (5,), 1)
+    assert isinstance(note, str) and note.startswith("no yasa row:") and records[1]["recording"] in note

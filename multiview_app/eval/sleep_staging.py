@@ -68,9 +68,11 @@ from .protocols.staging import (
     pool_rows,
     row_normalized,
     stage_mask,
+    staging_metrics,
     warning_note,
 )
 from .supervised_ceiling import CEILING_DIR, CEILING_FILE, CEILING_ROW, ceiling_record, ceiling_weights
+from .yasa import YASA_ROW
 
 DEFAULT_SHOTS = (10, 50, 100, 1000)
 ENCODER_WEIGHTS = {"trained": "final", "random_init": "init"}
@@ -137,8 +139,14 @@ def run_sleep_staging(
     accept_input_differences: bool = False,
     workers: int = 1,
     ceiling: bool = True,
+    yasa: bool = False,
 ) -> dict[str, Any]:
     """Run the protocol above on ``run_dir``; write and return the result dict.
+
+    ``yasa``: add the ``yasa`` row, YASA's pretrained classifier staging every test night zero-shot from its
+    source file (``eval.yasa``; the few-shot protocol does not apply to a fixed model, so every s column holds
+    the same predictions). When a test recording cannot be staged (no EEG lead, source missing) the row is
+    left out and a note gives the reason.
 
     ``ceiling`` (with ``baselines``): add the ``supervised_ceiling`` row, the run's encoder architecture
     trained end to end on the pretraining nights' stages (``<run>/ceiling``, trained by ``mvapp experiment
@@ -266,7 +274,16 @@ def run_sleep_staging(
             drawn.setdefault(s, []).extend(per_seed)
         if fold == 0:
             predictions, first_test = fits["predictions"], test
-    pooled = pool_rows(fold_results, list(features), shots)
+    rows = list(features)
+    if yasa:
+        yasa_fits = _yasa_fold_fits(adapter.cache_dir, meta, labels, [m[1] for m in fold_masks], shots, seeds)
+        if isinstance(yasa_fits, str):
+            skipped_notes.append(yasa_fits)
+        else:
+            for part, fits in zip(fold_results, yasa_fits):
+                part[YASA_ROW] = fits
+            rows.append(YASA_ROW)
+    pooled = pool_rows(fold_results, rows, shots)
     fixed_note = fixed_hyperparameter_note({name: row for part in fold_results for name, row in part.items()})
     notes = [
         note for note in [missing_class_note(drawn, test_labels), fixed_note, warning_note(collected)] if note
@@ -325,6 +342,38 @@ def run_sleep_staging(
     }
     atomic_write_json(run_dir / "eval" / f"{stem}.json", result)
     return result
+
+
+def _yasa_fold_fits(
+    cache_dir: Path, meta: dict[str, list[Any]], labels: np.ndarray, tests: list[np.ndarray], shots: Any, seeds: int
+) -> list[dict[str, Any]] | str:
+    """The ``yasa`` row's fits per fold (``{str(s): {"runs": [fit] * seeds}}``: a fixed model, the same at
+    every s and draw, so paired differences line up fit by fit), or the note saying why the row is left out."""
+    from ..extras import MissingExtraError
+    from .protocols.staging import per_subject_balanced_accuracy
+    from .yasa import window_predictions
+
+    recordings, subjects = np.asarray(meta["recording"]), np.asarray(meta["subject"])
+    test_any = np.any(tests, axis=0)
+    try:
+        predicted, skipped = window_predictions(cache_dir, recordings[test_any], np.asarray(meta["window"])[test_any])
+    except MissingExtraError as err:
+        return f"no {YASA_ROW} row: {err}"
+    if skipped or (predicted < 0).any():
+        reasons = "; ".join(skipped) or f"{int((predicted < 0).sum())} test windows outside YASA's staged span"
+        return f"no {YASA_ROW} row: {reasons}"
+    every = np.full(len(labels), -1, dtype=np.int64)
+    every[test_any] = predicted
+    out = []
+    for test in tests:
+        fit = {
+            **staging_metrics(labels[test], every[test]),
+            "hyperparameter": None,
+            "chosen_by": "pretrained",
+            "per_subject": per_subject_balanced_accuracy(labels[test], every[test], subjects[test]),
+        }
+        out.append({str(s): {"runs": [fit] * seeds} for s in shots})
+    return out
 
 
 _FOLD_JOB: dict[str, Any] = {}
@@ -803,6 +852,12 @@ class SleepStaging(Evaluator):
             "nights' stages; `mvapp experiment supervised-ceiling --run RUN` trains it)",
         )
         parser.add_argument(
+            "--yasa",
+            action="store_true",
+            help=f"add the {YASA_ROW} row: YASA's pretrained classifier (extra [yasa]) stages every test night "
+            "zero-shot from its source file (EEG + EOG where present; the same predictions at every s)",
+        )
+        parser.add_argument(
             "--no-combined",
             action="store_true",
             help=f"skip the {COMBINED_ROW} row (band powers concatenated with the trained features)",
@@ -859,6 +914,7 @@ class SleepStaging(Evaluator):
                 accept_input_differences=args.accept_input_differences,
                 workers=args.workers,
                 ceiling=not args.no_ceiling,
+                yasa=args.yasa,
             )
             for run in [Path(run_dir), *(args.pool_runs or [])]
         ]

@@ -380,3 +380,49 @@ __all__ = [
     "stage_source",
     "stage_with_yasa",
 ]
+
+
+YASA_ROW = "yasa"
+"""The staging tables' row of YASA's pretrained classifier (zero-shot: the same predictions at every s)."""
+
+
+def manifest_source(sources: list[dict[str, str]]) -> Path:
+    """The file of a cache recording's ``sources`` that :func:`stage_source` reads (a Sleep-EDF PSG, a WFDB
+    ``.hea``, a DREAMS excerpt); ``ValueError`` naming the files when none is."""
+    for entry in sources:
+        path = Path(entry["path"])
+        try:
+            source_kind(path)
+        except ValueError:
+            continue
+        return path
+    raise ValueError(f"no source YASA can stage among {[s['path'] for s in sources]}")
+
+
+def window_predictions(
+    cache_dir: str | Path, recordings: np.ndarray, epochs: np.ndarray, progress: bool = False
+) -> tuple[np.ndarray, list[str]]:
+    """YASA's stage for every cached window: ``recordings (N,)`` / ``epochs (N,)`` (the window's epoch on its
+    reader's grid, the adapter's ``window`` meta) -> ``(N,)`` codes 0..4, -1 where YASA staged nothing (a
+    recording skipped, or a window outside the staged span), and one line per skipped recording with its
+    reason. Reads each recording's SOURCE file (from the cache manifest), never the z-scored windows."""
+    from ..data.eeg.cache import load_manifest
+
+    by_id = {r["recording"]: r for r in load_manifest(cache_dir)["recordings"]}
+    predicted = np.full(len(recordings), -1, dtype=np.int64)
+    skipped: list[str] = []
+    for recording in dict.fromkeys(np.asarray(recordings).tolist()):
+        mask = np.asarray(recordings) == recording
+        try:
+            staged = stage_source(manifest_source(by_id[recording]["sources"]))
+        except (YasaSkip, ValueError, OSError) as err:  # no EEG lead, unreadable or missing source
+            skipped.append(f"{recording}: {err}")
+            continue
+        offset = np.asarray(epochs)[mask] - staged.first_epoch
+        inside = (offset >= 0) & (offset < staged.predicted.size)
+        values = np.full(mask.sum(), -1, dtype=np.int64)
+        values[inside] = staged.predicted[offset[inside]]
+        predicted[mask] = values
+        if progress:
+            print(f"yasa: staged {recording} ({int(inside.sum())} of {int(mask.sum())} windows)")
+    return predicted, skipped
