@@ -200,8 +200,15 @@ def stage_dreams(
     if ceiling:
         train_supervised_ceiling(run, progress=False)
     n_excerpts = len(json.loads((cache / "manifest.json").read_text())["recordings"])
-    result = staging_result(
-        run, cache=cache.resolve(), folds=n_excerpts, shots=list(shots), draws=draws, combine=combine, stages=stages
+    result = staging_result(  # with YASA's pretrained stager as a zero-shot row (extra [yasa]; else a note says why)
+        run,
+        cache=cache.resolve(),
+        folds=n_excerpts,
+        shots=list(shots),
+        draws=draws,
+        combine=combine,
+        stages=stages,
+        yasa=True,
     )
     check_leave_one_out(result, n_excerpts)
     return result

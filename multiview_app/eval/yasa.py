@@ -38,6 +38,11 @@ from ..extras import require
 YASA_EXTRA = "yasa"
 MIN_SFREQ = 80.0
 """YASA refuses recordings sampled at 80 Hz or less."""
+
+UPSAMPLE_TO = 100.0
+"""Where the dataset card allows upsampling (DREAMS: excerpt 3 at 50 Hz), a recording at or below
+:data:`MIN_SFREQ` is resampled to this rate for YASA (which resamples to 100 Hz itself); it carries no
+content above its own Nyquist frequency, and :class:`StagedNight` says it was upsampled."""
 YASA_CODES: dict[str, int] = {"W": 0, "WAKE": 0, "N1": 1, "N2": 2, "N3": 3, "R": 4, "REM": 4}
 """YASA's stage names (``yasa.Hypnogram`` values, or the classifiers' own in yasa < 0.7) -> code."""
 CROP_WAKE_MINUTES = 30.0
@@ -79,6 +84,7 @@ class StagedNight:
         predicted: ``(E,)`` YASA's codes 0..4.
         eeg_uv: ``(E, T)`` the EEG lead of the staged epochs in microvolts, at ``sfreq``.
         sfreq: sampling rate of ``eeg_uv``.
+        upsampled_from: the recording's rate when it was upsampled to :data:`UPSAMPLE_TO` (else None).
     """
 
     recording: str
@@ -93,6 +99,7 @@ class StagedNight:
     predicted: np.ndarray
     eeg_uv: np.ndarray
     sfreq: float
+    upsampled_from: float | None = None
 
 
 def import_yasa() -> ModuleType:
@@ -258,8 +265,12 @@ def stage_source(
     crop_wake_minutes: float | None = CROP_WAKE_MINUTES,
     age: float | None = None,
     male: bool | None = None,
+    upsample: bool = False,
 ) -> StagedNight:
     """Read one source file with its reader and stage it with YASA on the reader's epoch grid.
+
+    ``upsample``: a recording at or below :data:`MIN_SFREQ` is resampled to :data:`UPSAMPLE_TO` instead of
+    skipped (for datasets whose card allows upsampling).
 
     EEG: :data:`LEADS` (first present), EOG when the file has one (the eeg+eog classifier). Age and sex:
     ``age`` / ``male`` when given, else the header's (:func:`demographics_from_text`), else omitted.
@@ -282,6 +293,11 @@ def stage_source(
     age = header_age if age is None else age
     male = header_male if male is None else male
     first, labels, signals, sfreq = staged_span(recording, crop_wake_minutes)
+    upsampled_from = None
+    if upsample and sfreq <= MIN_SFREQ:
+        from ..data.eeg.preprocess import resample
+
+        signals, upsampled_from, sfreq = [resample(x, sfreq, UPSAMPLE_TO) for x in signals], sfreq, UPSAMPLE_TO
     predicted = stage_with_yasa(signals[0], sfreq, signals[1] if eog else None, age=age, male=male)
     both = age is not None and male is not None
     spe = int(round(EPOCH_SECONDS * sfreq))
@@ -296,8 +312,9 @@ def stage_source(
         first_epoch=first,
         labels=labels,
         predicted=predicted,
-        eeg_uv=signals[0].reshape(-1, spe),
+        eeg_uv=signals[0][: labels.size * spe].reshape(-1, spe),
         sfreq=sfreq,
+        upsampled_from=upsampled_from,
     )
 
 
@@ -406,15 +423,19 @@ def window_predictions(
     reader's grid, the adapter's ``window`` meta) -> ``(N,)`` codes 0..4, -1 where YASA staged nothing (a
     recording skipped, or a window outside the staged span), and one line per skipped recording with its
     reason. Reads each recording's SOURCE file (from the cache manifest), never the z-scored windows."""
+    from ..data.catalog import preparable
     from ..data.eeg.cache import load_manifest
 
-    by_id = {r["recording"]: r for r in load_manifest(cache_dir)["recordings"]}
+    manifest = load_manifest(cache_dir)
+    by_id = {r["recording"]: r for r in manifest["recordings"]}
+    card = preparable().get(manifest.get("dataset", ""))
+    upsample = bool(card is not None and card.allow_upsampling)
     predicted = np.full(len(recordings), -1, dtype=np.int64)
     skipped: list[str] = []
     for recording in dict.fromkeys(np.asarray(recordings).tolist()):
         mask = np.asarray(recordings) == recording
         try:
-            staged = stage_source(manifest_source(by_id[recording]["sources"]))
+            staged = stage_source(manifest_source(by_id[recording]["sources"]), upsample=upsample)
         except (YasaSkip, ValueError, OSError) as err:  # no EEG lead, unreadable or missing source
             skipped.append(f"{recording}: {err}")
             continue
@@ -423,6 +444,7 @@ def window_predictions(
         values = np.full(mask.sum(), -1, dtype=np.int64)
         values[inside] = staged.predicted[offset[inside]]
         predicted[mask] = values
-        if progress:
-            print(f"yasa: staged {recording} ({int(inside.sum())} of {int(mask.sum())} windows)")
+        if progress or staged.upsampled_from:
+            rate = f", upsampled from {staged.upsampled_from:g} Hz" if staged.upsampled_from else ""
+            print(f"yasa: staged {recording} ({int(inside.sum())} of {int(mask.sum())} windows{rate})")
     return predicted, skipped

@@ -29,14 +29,17 @@ def staging_result(
     draws: int,
     combine: str = "concat",
     stages: list[str] | None = None,
+    yasa: bool = False,
 ) -> dict[str, Any]:
     """The sleep-staging result of one run (in-domain, or on another dataset's ``cache``: cross-dataset,
     or e.g. the real DREAMS excerpts): the stored ``eval/sleep_staging[_<dataset>].json`` when it holds
-    the same shots, draws, folds, cache, ``combine`` and ``stages``, per-subject scores in its fits and the
-    supervised-ceiling checkpoint the run's record names now, else a fresh evaluation (baselines included, C tuned)."""
+    the same shots, draws, folds, cache, ``combine`` and ``stages``, per-subject scores in its fits, the
+    supervised-ceiling checkpoint the run's record names now and (``yasa``) a ``yasa`` row, else a fresh
+    evaluation (baselines included, C chosen inside the drawn windows)."""
     from ..data.eeg.cache import load_manifest
     from ..eval.sleep_staging import ceiling_description
     from ..eval.supervised_ceiling import CEILING_ROW, ceiling_record, ceiling_weights
+    from ..eval.yasa import YASA_ROW
 
     stem = f"sleep_staging_{load_manifest(cache)['dataset']}" if cache else "sleep_staging"
     stored = run_dir / "eval" / f"{stem}.json"
@@ -52,6 +55,7 @@ def staging_result(
             and result.get("stages") == (list(stages) if stages else list(STAGES))
             and (cache is None or Path(result["cache"]).resolve() == cache.resolve())
             and result.get(CEILING_ROW) == ceiling_description(ceiling_weights(record) if record else None)
+            and (not yasa or YASA_ROW in result["results"])
         ):
             return result
     return run_sleep_staging(
@@ -64,6 +68,7 @@ def staging_result(
         progress=False,
         combine=combine,
         stages=stages,
+        yasa=yasa,
     )
 
 
