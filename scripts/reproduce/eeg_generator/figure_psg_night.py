@@ -9,8 +9,8 @@ seed 11 draws a moderate sleep-apnoea subject) is written into ``--data`` (defau
 back with ``read_physionet2018``. The real column reads ``dreams-spindles/excerpt3.edf`` under ``--real-psg``
 (default ``$MVAPP_REAL_PSG``) with ``read_psg`` (stages from its ``hypnogram`` channel, events from
 ``event_pneumo``); without it the column holds a note. Heart rate comes from NeuroKit2's R peaks of the ECG
-(30-s means), breathing is the airflow's 10-s RMS over the night's median, SpO2 is drawn where the reader
-kept it (excerpt3's SAO2 reads ~0 and is left out, so its panel says so).
+(30-s means; 10-s over the 30-min real excerpt), breathing is the airflow's 10-s RMS over the night's median,
+SpO2 is drawn where the reader kept it (excerpt3's SAO2 reads ~0 and is left out, so its panel says so).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def real_column(path: Path) -> Column:
         f"real: DREAMS {path.name} ({recording.epoch_labels.size * EPOCH_SECONDS / 60:.0f} min)",
         ("minutes", 60.0),
         recording.epoch_labels,
-        heart_rate(*_signal(recording, "ECG")),
+        heart_rate(*_signal(recording, "ECG"), bin_s=10.0),
         airflow_envelope(*_signal(recording, "NAF1")),
         "NAF1 nasal flow RMS / median",
         _left_out_note(report, "SAO2"),
