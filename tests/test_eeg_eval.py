@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -171,7 +173,14 @@ def test_the_classifier_sees_exactly_s_labels_per_class(monkeypatch, shots: int)
         seen.append(np.asarray(x))
         return real_fit(x, y, **kwargs)
 
+    real_path = staging._c_path_scores
+
+    def recording_path(grid, x, y, train, held, seed):
+        seen.extend([np.asarray(x)[train], np.asarray(x)[held]])
+        return real_path(grid, x, y, train, held, seed)
+
     monkeypatch.setattr(staging, "fit_linear_classifier", recording_fit)
+    monkeypatch.setattr(staging, "_c_path_scores", recording_path)
     results, drawn, _ = few_shot_protocol(feats, y_train, y_test, (shots,), seeds=1, C=None)
     labelled = {row.tobytes() for x in seen for row in x}
     assert len(labelled) == 5 * shots  # every row a fit ever saw is one of the s drawn windows per class
@@ -276,21 +285,20 @@ def test_capped_draws_are_fitted_once_with_the_same_results(monkeypatch: pytest.
         }
         for row, scale in (("trained", 1.0), ("bandpower", 0.5))
     }
-    calls: list[int] = []
-    real_fit = staging.fit_linear_classifier
-    monkeypatch.setattr(staging, "fit_linear_classifier", lambda *a, **k: calls.append(1) or real_fit(*a, **k))
+    calls: list[str] = []
+    real_fit, real_path = staging.fit_linear_classifier, staging._c_path_scores
+    monkeypatch.setattr(staging, "fit_linear_classifier", lambda *a, **k: calls.append("final") or real_fit(*a, **k))
+    monkeypatch.setattr(staging, "_c_path_scores", lambda *a: calls.append("fold") or real_path(*a))
     cached = staging.few_shot_staging(feats, y_train, y_test, (3, 50), 3, None)
-    fits_cached = len(calls)
+    counted_cached = Counter(calls)
     real_fit_predict = staging._fit_predict
     monkeypatch.setattr(staging, "_fit_predict", lambda *a: real_fit_predict(*a[:6]))  # no reuse
     calls.clear()
     fresh = staging.few_shot_staging(feats, y_train, y_test, (3, 50), 3, None)
-    grid = len(staging.C_GRID)
-    inner = grid * 3 + 1  # per row and draw: C grid x 3 inner folds (s = 3; 8 windows at s = 50: 5 folds) + final
-    inner_50 = grid * 5 + 1
-    assert len(calls) == 2 * (3 * inner + 3 * inner_50)  # rows x (seeds at s=3 + seeds at s=50)
-    # s=50 draws all 8 windows per class, the same for every seed: its final fit is reused
-    assert fits_cached == 2 * (3 * inner + 3 * inner_50 - 2)
+    # per row and draw: one C path per inner fold (s = 3: 3 folds; s = 50 draws all 8 windows: 5 folds) + a final fit
+    assert Counter(calls) == {"fold": 2 * (3 * 3 + 3 * 5), "final": 2 * (3 + 3)}
+    # s=50 draws all 8 windows per class, the same for every seed: its choice and final fit are made once
+    assert counted_cached == {"fold": 2 * (3 * 3 + 1 * 5), "final": 2 * (3 + 1)}
     assert cached["results"] == fresh["results"] and cached["confusion"] == fresh["confusion"]
     for row in feats:
         np.testing.assert_array_equal(cached["predictions"][row], fresh["predictions"][row])

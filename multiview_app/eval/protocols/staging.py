@@ -258,19 +258,25 @@ def _fit_predict(
     index: np.ndarray,
     y_train: np.ndarray,
     seed: int,
-    fitted: dict[tuple[bytes, float], Any] | None = None,
+    fitted: dict[tuple[bytes, Any], Any] | None = None,
 ) -> tuple[np.ndarray, float, str]:
     """Choose the grid value by :func:`select_by_inner_cv` on the drawn windows ``index``, fit on all of
     them and predict the test windows. Returns predictions ``(N_te,)``, the value and how it was chosen
     (``given``, ``inner-cv`` or ``fixed``).
 
-    ``fitted`` (logreg only: its lbfgs solver does not use the seed): the final classifiers fitted so far
-    for this row, by (drawn indices, value); a draw fitted before (another seed drew the same windows) is
-    reused."""
+    ``fitted`` (logreg only: its lbfgs solver does not use the seed): the choices and final classifiers made
+    so far for this row, by (drawn indices, value); a draw seen before (another seed drew the same windows, as
+    every seed does when each class is capped) reuses both."""
     from .channel_classifier import fit_channel_classifier
 
     x, y = feats["train"][index], y_train[index]
-    value, epochs, source = select_by_inner_cv(classifier, grid, x, y, seed)
+    key = (index.tobytes(), "choice")  # the choice for this draw (logreg: the same for every seed)
+    if fitted is not None and key in fitted:
+        value, epochs, source = fitted[key]
+    else:
+        value, epochs, source = select_by_inner_cv(classifier, grid, x, y, seed)
+        if fitted is not None:
+            fitted[key] = (value, epochs, source)
     if classifier == "paper":
         model = fit_channel_classifier(x, y, None, None, lr=value, seed=seed, epochs=epochs)
     elif fitted is not None and (index.tobytes(), value) in fitted:
@@ -305,23 +311,46 @@ def select_by_inner_cv(
         return (FIXED_C, None, "fixed") if classifier == "logreg" else (grid[0], FIXED_EPOCHS, "fixed")
     # the folds depend on the drawn windows only: a draw capped for every class gets the same choice every seed
     splits = list(StratifiedKFold(folds, shuffle=True, random_state=0).split(np.zeros(len(y)), y))
-    best: tuple[float, float, int | None] | None = None
+    if classifier == "logreg":
+        scores = np.mean([_c_path_scores(grid, x, y, train, held, seed) for train, held in splits], axis=0)
+        return grid[int(np.argmax(scores))], None, "inner-cv"
+    best: tuple[float, float, int] | None = None
     for value in grid:
         scores, epochs = [], []
         for train, held in splits:
-            if classifier == "paper":
-                model = fit_channel_classifier(x[train], y[train], x[held], y[held], lr=value, seed=seed)
-                epochs.append(model.epochs)
-            else:
-                model = fit_linear_classifier(x[train], y[train], C=value, seed=seed)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
-                scores.append(balanced_accuracy_score(y[held], model.predict(np.nan_to_num(x[held]))))
-        score = float(np.mean(scores))
-        if best is None or score > best[0]:
-            best = (score, value, max(1, int(round(np.mean(epochs)))) if epochs else None)
+            model = fit_channel_classifier(x[train], y[train], x[held], y[held], lr=value, seed=seed)
+            epochs.append(model.epochs)
+            scores.append(_balanced_accuracy(y[held], model.predict(np.nan_to_num(x[held]))))
+        if best is None or float(np.mean(scores)) > best[0]:
+            best = (float(np.mean(scores)), value, max(1, int(round(np.mean(epochs)))))
     assert best is not None
     return best[1], best[2], "given" if len(grid) == 1 else "inner-cv"
+
+
+def _balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+        return float(balanced_accuracy_score(y_true, y_pred))
+
+
+def _c_path_scores(
+    grid: tuple[float, ...], x: np.ndarray, y: np.ndarray, train: np.ndarray, held: np.ndarray, seed: int
+) -> list[float]:
+    """Balanced accuracy on the held-out fold of the standardized logistic regression at each C of ``grid``,
+    fitted on ``train`` along the C path in ascending order, each fit warm-started from the previous one
+    (the same optimum as a cold fit, in fewer lbfgs iterations). Returns the scores in ``grid`` order."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(np.nan_to_num(x[train]))
+    fit_x, held_x = scaler.transform(np.nan_to_num(x[train])), scaler.transform(np.nan_to_num(x[held]))
+    # tol 1e-3: the path only ranks the C values (measured: the same ranking as 1e-4, ~20 % fewer iterations)
+    model = LogisticRegression(max_iter=1000, tol=1e-3, random_state=seed, warm_start=True)
+    scores = {}
+    for value in sorted(grid):
+        model.set_params(C=value).fit(fit_x, y[train])
+        scores[value] = _balanced_accuracy(y[held], model.predict(held_x))
+    return [scores[value] for value in grid]
 
 
 def fixed_hyperparameter_note(results: dict[str, dict[str, Any]]) -> str | None:
