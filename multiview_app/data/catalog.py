@@ -147,6 +147,14 @@ class DatasetCard(_Card):
         }
 
 
+def validation_message(where: object, err: ValidationError) -> str:
+    """``<where>: <dotted key>: <what is wrong>`` of a YAML file's first validation error (cards, the PSG
+    vocabulary, stage maps)."""
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return f"{where}: {key}: {first['msg']}"
+
+
 def catalog_dir() -> Path:
     """The folder holding the cards (see module docstring for the search order)."""
     env = os.environ.get("MVAPP_DATASETS_DIR")
@@ -165,9 +173,7 @@ def read_card(path: str | Path) -> DatasetCard:
     try:
         card = DatasetCard.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ValueError(f"{path}: {key}: {first['msg']}") from None
+        raise ValueError(validation_message(path, err)) from None
     if card.name != path.stem:
         raise ValueError(f"{path}: name '{card.name}' differs from the file name '{path.stem}'")
     return card

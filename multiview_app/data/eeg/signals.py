@@ -22,7 +22,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..catalog import catalog_dir
+from ..catalog import catalog_dir, validation_message
 
 SIGNAL_TYPES: tuple[str, ...] = ("eeg", "eog", "emg", "ecg", "resp", "bio", "misc")
 """Channel types, in MNE's vocabulary (``bio``: SpO2 and other slow physiological signals)."""
@@ -212,9 +212,7 @@ def load_vocabulary(path: str | None = None) -> Vocabulary:
     try:
         return Vocabulary.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ValueError(f"{file}: {key}: {first['msg']}") from None
+        raise ValueError(validation_message(file, err)) from None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..catalog import EXCLUDE, catalog_dir, get_card
+from ..catalog import EXCLUDE, catalog_dir, get_card, validation_message
 from .signals import SIGNAL_TYPES, load_vocabulary, normalize_label
 from .stages import EXCLUDED, STAGES
 
@@ -155,9 +155,7 @@ def _parse(raw: object, where: str) -> StageMapSpec:
     try:
         return StageMapSpec.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ValueError(f"{where}: {key}: {first['msg']}") from None
+        raise ValueError(validation_message(where, err)) from None
 
 
 def load_stage_map(name: str | Path = DEFAULT_STAGE_MAP) -> StageMap:
