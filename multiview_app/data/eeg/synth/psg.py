@@ -39,8 +39,10 @@ SPONTANEOUS_AROUSAL = "arousal_spontaneous"
 
 def cardioresp_module() -> ModuleType:
     """The cardiorespiratory generator (imported on first use, so EEG-only synthesis does not need it)."""
-    try:
-        from .. import cardioresp
+    from importlib import import_module
+
+    try:  # through sys.modules (not the package attribute), so a stand-in module registered there is used
+        cardioresp = import_module(f"{__package__.rsplit('.', 1)[0]}.cardioresp")
     except ImportError as error:
         raise ImportError(
             "synth-psg --signals psg: the cardiorespiratory generator multiview_app.data.eeg.cardioresp "
