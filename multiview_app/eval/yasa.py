@@ -430,16 +430,17 @@ def window_predictions(
     by_id = {r["recording"]: r for r in manifest["recordings"]}
     card = preparable().get(manifest.get("dataset", ""))
     upsample = bool(card is not None and card.allow_upsampling)
+    recordings, epochs = np.asarray(recordings), np.asarray(epochs)
     predicted = np.full(len(recordings), -1, dtype=np.int64)
     skipped: list[str] = []
-    for recording in dict.fromkeys(np.asarray(recordings).tolist()):
-        mask = np.asarray(recordings) == recording
+    for recording in dict.fromkeys(recordings.tolist()):
+        mask = recordings == recording
         try:
             staged = stage_source(manifest_source(by_id[recording]["sources"]), upsample=upsample)
         except (YasaSkip, ValueError, OSError) as err:  # no EEG lead, unreadable or missing source
             skipped.append(f"{recording}: {err}")
             continue
-        offset = np.asarray(epochs)[mask] - staged.first_epoch
+        offset = epochs[mask] - staged.first_epoch
         inside = (offset >= 0) & (offset < staged.predicted.size)
         values = np.full(mask.sum(), -1, dtype=np.int64)
         values[inside] = staged.predicted[offset[inside]]

@@ -32,9 +32,6 @@ from .stages import EPOCH_SECONDS, UNSCORED
 VOLTS = {"uV": 1e-6, "mV": 1e-3}
 """Voltage units in volts: an EEG written in mV is converted to its canonical uV (and an ECG the other way)."""
 
-UNIT_VALID_RANGES = {"bpm": (20.0, 250.0)}
-"""Physiological range by unit, for channels whose modality group has none (a pulse rate reading ~0 is a
-disconnected sensor)."""
 
 EDF_TYPE_PREFIXES = {"EEG": "eeg", "EOG": "eog", "EMG": "emg", "ECG": "ecg", "RESP": "resp", "BIO": "bio"}
 EDF_TYPE_PREFIXES |= {"SAO2": "bio", "MISC": "misc", "TEMP": "misc"}
@@ -180,12 +177,6 @@ def canonical(signal: FileSignal, kind: str, vocabulary: Vocabulary, counts: Cou
     return LeftOut(signal.label, "unit", detail)
 
 
-def _valid_range(kind: str, unit: str, vocabulary: Vocabulary) -> tuple[float, float] | None:
-    group = vocabulary.group_of_type(kind)
-    spec = vocabulary.groups[group] if group else None
-    return spec.valid_range if spec and spec.valid_range else UNIT_VALID_RANGES.get(unit)
-
-
 def signal_channels(
     signals: list[FileSignal], stage_map: StageMap, types: dict[str, str], report: ReadReport, counts: Counter
 ) -> list[tuple[FileSignal, np.ndarray, str, str]]:
@@ -208,7 +199,7 @@ def signal_channels(
             unit_name, factor = unit
             limits = tuple(sorted(v * factor for v in signal.limits)) if signal.limits else None
             values = signal.data if factor == 1.0 else signal.data * factor
-            quality = assess_channel(signal.label, values, unit_name, limits, _valid_range(kind, unit_name, vocabulary))
+            quality = assess_channel(signal.label, values, unit_name, limits, vocabulary.valid_range(kind, unit_name))
             verdict = None if quality.usable else LeftOut(signal.label, str(quality.problem), quality.detail)
         if verdict is not None:
             report.left_out.append(verdict)

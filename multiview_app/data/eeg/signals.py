@@ -76,6 +76,16 @@ class Vocabulary(BaseModel):
     canonical_units: dict[str, str]
     aliases: dict[str, list[str]]
     events: dict[str, str]
+    unit_valid_ranges: dict[str, tuple[float, float]] = {}
+
+    def valid_range(self, kind: str, unit: str) -> tuple[float, float] | None:
+        """The physiological range of a channel of type ``kind`` in ``unit``: its modality group's
+        ``valid_range``, else ``unit_valid_ranges`` of its unit (ungrouped channels such as a pulse rate)."""
+        group = self.group_of_type(kind)
+        spec = self.groups[group] if group else None
+        if spec is not None and spec.valid_range is not None:
+            return spec.valid_range
+        return self.unit_valid_ranges.get(unit)
 
     @model_validator(mode="after")
     def _check_references(self) -> Vocabulary:
