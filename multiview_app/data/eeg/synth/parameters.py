@@ -141,7 +141,11 @@ the real DREAMS N1 on the central lead (relative alpha 0.111 pooled, per-person 
 the young-adult / SC cohorts, against the real 0.093 / 0.097; now 0.089, 0.085 / 0.094;
 ``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` / ``compare_wake_n1.py``, seed 0); N1 is
 the wake alpha giving way to low-amplitude mixed-frequency EEG (AASM). 1.4 uV (tried) undershot
-the real (0.066) and a classifier trained on the real epochs then found only 0.55-0.61 of synthetic N1."""
+the real (0.066) and a classifier trained on the real epochs then found only 0.52-0.61 of synthetic N1
+(0.71-0.78 at 2.1, 0.83-0.95 at 2.8; its ceiling on real N1 is 0.50-0.54). On fresh SC nights (YASA,
+seed 6000) the cohort's median Fpz-Cz relative delta is ordered (N1 0.69, N2 0.70, N3 0.85), but single
+men of 54 and 90 years still have N1 >= N2 (0.74 / 0.73, 0.70 / 0.64): their N2 also carries more theta
+and sigma than N1."""
 TRANSIENTS: dict[str, Transient] = {  # spindles and K-complexes mark N2 (AASM): none in W, N1, REM
     "spindle": Transient((0.0, 0.0, 3.5, 1.5, 0.0), 17.0, (0.55, 1.0, 0.4)),  # DREAMS N2 sigma, experts 2.0-3.0 / min
     "k_complex": Transient((0.0, 0.0, 1.2, 0.6, 0.0), 90.0, (1.0, 0.85, 0.35)),
@@ -155,7 +159,11 @@ EOG_EVENTS: dict[str, tuple[float, float, float, float, float]] = {  # rate per 
 }
 """Slow rolling eye movements are the EOG sign of N1 (AASM scoring manual: slow eye movements at
 drowsiness / N1 onset); 6 per minute in N1 (was 3, an assumption like the new value: no published
-per-minute rate was found) so that most N1 epochs hold at least one (P = 1 - exp(-3) = 0.95 vs 0.78)."""
+per-minute rate was found) so that most N1 epochs hold at least one (P = 1 - exp(-3) = 0.95 vs 0.78).
+The one real recording with EOG (DREAMS excerpt 3) neither supports nor refutes it: its N1 0.3-2 Hz EOG
+rms is 14.9 uV (synthetic 4.5-5.4 at 3 / min, 6.9-7.2 now) but 0.79 x its own N2 (synthetic 1.0-1.2,
+now 1.35-1.55; ``compare_wake_n1.py``, seed 0). YASA reads slow rolls as an N1 cue: with the N1 alpha
+change, N1 recall 0.29 vs 0.14 (3 SC nights, seed 4100)."""
 EYES_OPEN = {"alpha": 0.45, "beta": 1.1, "muscle": 1.4, "blink": 1.9, "saccade": 1.9, "slow_roll": 0.0, "emg": 1.2}
 EYES_CLOSED = {"alpha": 1.35, "beta": 1.1, "muscle": 0.7, "blink": 0.05, "saccade": 0.1, "slow_roll": 1.5, "emg": 0.8}
 """Wake epochs are eyes open (blinks, saccades, EMG; alpha blocked) or eyes closed (posterior alpha, few
