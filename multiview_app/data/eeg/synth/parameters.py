@@ -162,8 +162,8 @@ drowsiness / N1 onset); 6 per minute in N1 (was 3, an assumption like the new va
 per-minute rate was found) so that most N1 epochs hold at least one (P = 1 - exp(-3) = 0.95 vs 0.78).
 The one real recording with EOG (DREAMS excerpt 3) neither supports nor refutes it: its N1 0.3-2 Hz EOG
 rms is 14.9 uV (synthetic 4.5-5.4 at 3 / min, 6.9-7.2 now) but 0.79 x its own N2 (synthetic 1.0-1.2,
-now 1.35-1.55; ``compare_wake_n1.py``, seed 0). YASA reads slow rolls as an N1 cue: with the N1 alpha
-change, N1 recall 0.29 vs 0.14 (3 SC nights, seed 4100)."""
+now 1.35-1.55; ``compare_wake_n1.py``, seed 0). YASA reads slow rolls as an N1 cue: with N1 alpha 1.4 uV
+(tried), N1 recall 0.29 vs 0.14 (3 SC nights, seed 4100)."""
 EYES_OPEN = {"alpha": 0.45, "beta": 1.1, "muscle": 1.4, "blink": 1.9, "saccade": 1.9, "slow_roll": 0.0, "emg": 1.2}
 EYES_CLOSED = {"alpha": 1.35, "beta": 1.1, "muscle": 0.7, "blink": 0.05, "saccade": 0.1, "slow_roll": 1.5, "emg": 0.8}
 """Wake epochs are eyes open (blinks, saccades, EMG; alpha blocked) or eyes closed (posterior alpha, few
