@@ -333,6 +333,28 @@ def test_cohort_age_effect_shrinks_nrem_slow_waves_and_leaves_wake_and_n1_delta(
     assert n3.sum() >= 5 and 0.2 < np.median(ratio[n3]) < 0.4  # amplitude 0.5: power ~0.25 (+ other sources)
 
 
+def test_cohort_age_effect_keeps_an_n1_sized_nrem_delta_background() -> None:
+    """The age / sex effect scales the slow waves above the N2 / N3 delta background
+    (``RHYTHMS["delta_background"]``), not the background: with no slow waves at all (scale 0) N2 and N3
+    keep at least N1's delta power, so delta stays ordered N1 <= N2 <= N3 in the oldest subjects (with
+    the whole N2 delta scaled, older men's N2 had less delta than their N1)."""
+    from multiview_app.data.eeg import synth
+
+    traits = SubjectTraits.sample(np.random.default_rng([9, 0]))
+    traits.slow_wave_scale = 0.0
+    power, stages = _central_delta_power(traits, 9)
+    before, after = np.r_[-1, stages[:-1]], np.r_[stages[1:], -1]  # the envelope interpolates between epochs
+    chosen = {
+        synth.N1: (stages == synth.N1)
+        & ~np.isin(before, synth.SLOW_WAVE_STAGES)
+        & ~np.isin(after, synth.SLOW_WAVE_STAGES),
+        **{s: (stages == s) & (before == s) & (after == s) for s in synth.SLOW_WAVE_STAGES},
+    }
+    assert all(c.sum() >= 3 for c in chosen.values()), {s: int(c.sum()) for s, c in chosen.items()}
+    median = {s: np.median(power[c]) for s, c in chosen.items()}
+    assert median[synth.N2] > 0.8 * median[synth.N1] and median[synth.N3] > 0.8 * median[synth.N1]
+
+
 def test_sleep_edf_cohort_wake_and_n1_match_the_real_dreams_central_lead() -> None:
     """Sleep-EDF-format (SC cohort) nights: C3-M2 median relative band power of W and N1 within the real
     DREAMS central interquartile range widened by half its width (as the young-adult test above); the SC

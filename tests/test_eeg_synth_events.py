@@ -458,7 +458,10 @@ it: a5ca8764cb43573f, 9ba6a7614197df9c, 1a9c77f755ef39a0; after it: 324b4cf0c353
 differ between CPUs, see :data:`PIN_TOLERANCE`). (3) Wake / N1 against the real DREAMS epochs (fingerprints
 rewritten): the SC cohort's age / sex effect on the N2 / N3 slow waves only, the SC noise floor equal to the
 base cohort's, arousal bursts 3 / 2 uV alpha / beta (were 6 / 4), wake beta alike with eyes open and
-closed and a smaller alpha contrast (``synth.EYES_OPEN`` / ``EYES_CLOSED``); all three keys move."""
+closed and a smaller alpha contrast (``synth.EYES_OPEN`` / ``EYES_CLOSED``); all three keys move. (4) Generator 4
+(fingerprints rewritten): an N2 / N3 delta background the SC age / sex effect leaves alone
+(``RHYTHMS["delta_background"]``), N1 sleep alpha 2.1 uV and 6 slow rolls per minute, REM interrupted by N2 as
+in the real SC hypnograms (``hypnogram.INTERRUPTION``); the new rhythm's draws move every key."""
 
 # Windows per segment of the per-window profiles (1 h of 30-s windows).
 PIN_SEGMENT = 120

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 GENERATOR = "mvapp-synth"
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 """Version of the synthetic generator (``synth/``): 1 = before the real-data calibration (files written
 before it carry no provenance), 2 = real-data night structure and central amplitudes,
 the SC cohort and bipolar Sleep-EDF derivations, 3 = wake and N1 closer to the real DREAMS epochs (the SC age
-effect on N2 / N3 slow waves only, a lower SC noise floor, arousal and wake alpha / beta levels)."""
+effect on N2 / N3 slow waves only, a lower SC noise floor, arousal and wake alpha / beta levels), 4 = an N2 /
+N3 delta background the SC age / sex effect leaves alone (delta ordered N3 > N2 > N1 in older subjects), the real
+DREAMS wake theta / beta and a larger wake alpha, N1 alpha dropout and more slow rolling eye movements, REM
+interrupted by N2 as in the real SC hypnograms."""
 _TOKENS = re.compile(rf"{GENERATOR}/(\d+) seed=(-?\d+) person=(\d+) night=(\d+)")
 EDF_RECORDING_FIELD = (88, 168)
 """Byte range of an EDF header's 80-character local recording identification."""

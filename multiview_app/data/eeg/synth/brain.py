@@ -124,9 +124,10 @@ def _background_rhythms(
         band = rhythm.band if name != "alpha" else (traits.alpha_hz + rhythm.band[0], traits.alpha_hz + rhythm.band[1])
         mixed = _correlated(mixing, _band_noise(n, fs, band, rng, count, rhythm.slope, soft=True))  # (s, n)
         channel_jitter = np.exp(RHYTHM_EPOCH_JITTER * _correlated(mixing, rng.standard_normal((count, n_epochs))))
-        scale = traits.band_gain[RHYTHM_GAIN_OF.get(name, name)] * (traits.delta_scale if name == "delta" else 1.0)
+        delta = name in ("delta", "delta_background")  # the subject's age-like delta amplitude: both parts
+        scale = traits.band_gain[RHYTHM_GAIN_OF.get(name, name)] * (traits.delta_scale if delta else 1.0)
         amp = _per_epoch(rhythm.amplitude, stages, closed, name)[None] * channel_jitter * scale  # (s, e)
-        if name == "delta" and traits.slow_wave_scale != 1.0:
+        if name == "delta" and traits.slow_wave_scale != 1.0:  # the cohort's effect: slow waves, not background
             amp = amp * np.where(np.isin(stages, SLOW_WAVE_STAGES), traits.slow_wave_scale, 1.0)[None]
         gains = topography @ np.asarray(rhythm.topography) / np.asarray(rhythm.topography).max()
         for c in range(count):

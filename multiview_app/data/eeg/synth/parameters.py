@@ -107,7 +107,9 @@ class Transient:
 # sigma and beta within ~15 % (was: W alpha 8.3 vs 3.2 uV, W delta 7.3 vs 10.5, N3 delta 36.5 vs 22.4,
 # N2 delta 11.4 vs 15.1); REM (5 real epochs) and the region weights (topography) stay assumptions.
 RHYTHMS: dict[str, Rhythm] = {
-    "delta": Rhythm((0.5, 3.5), (11.5, 7.5, 12.5, 23.5, 6.5), (1.0, 0.8, 0.55), slope=1.5),
+    # N2 / N3: the slow waves above the unscaled ``delta_background`` (10.0 / 22.3 uV; with the background's
+    # 7.5 uV the totals are the former 12.5 / 23.5 uV, so a young-adult subject's delta is unchanged)
+    "delta": Rhythm((0.5, 3.5), (11.5, 7.5, 10.0, 22.3, 6.5), (1.0, 0.8, 0.55), slope=1.5),
     "theta": Rhythm((4.0, 7.5), (2.4, 3.2, 4.8, 5.3, 4.0), (0.7, 1.0, 0.6), slope=1.0),
     # around the subject's alpha peak; posterior (assumption: central weight 0.3, was 0.55, so that
     # central wake alpha is the real 3.2 uV while occipital eyes-closed alpha stays the largest)
@@ -118,11 +120,32 @@ RHYTHMS: dict[str, Rhythm] = {
         (12.0, 15.0), (1.5, 0.8, 2.2, 1.5, 0.0), (0.55, 1.0, 0.4)
     ),  # 12-15 Hz background (real in every stage)
     # 8-12 Hz power of real central sleep EEG (DREAMS: 3.5 / 3.9 / 4.5 uV rms in N1 / N2 / N3, more than
-    # central wake's 3.2), central rather than posterior, so that the occipital N1 alpha dropout stays
-    "alpha_sleep": Rhythm((8.0, 12.0), (0.0, 2.8, 2.85, 3.6, 0.0), (0.6, 1.0, 0.4)),
+    # central wake's 3.2), central rather than posterior, so that the occipital N1 alpha dropout stays.
+    # N1 2.1 (was 2.8): N1 is scored when the wake alpha drops out (AASM); see ``RHYTHM_GAIN_OF``
+    "alpha_sleep": Rhythm((8.0, 12.0), (0.0, 2.1, 2.85, 3.6, 0.0), (0.6, 1.0, 0.4)),
+    # N2 / N3 delta background that the cohort's age / sex effect leaves alone (``SLOW_WAVE_STAGES``):
+    # N1's 7.5 uV, so that delta stays ordered N3 > N2 > N1 in older SC subjects (``RHYTHM_GAIN_OF``)
+    "delta_background": Rhythm((0.5, 3.5), (0.0, 0.0, 7.5, 7.5, 0.0), (1.0, 0.8, 0.55), slope=1.5),
 }
-RHYTHM_GAIN_OF = {"sigma": "spindle", "alpha_sleep": "alpha"}
-"""Rhythms added later take the subject's gain of a related event type (so no trait draw moved)."""
+RHYTHM_GAIN_OF = {"sigma": "spindle", "alpha_sleep": "alpha", "delta_background": "delta"}
+"""Rhythms added later take the subject's gain of a related event type (so no trait draw moved).
+
+``delta_background`` (generator 4): the SC cohort's age / sex factor (``SubjectTraits.slow_wave_scale``)
+scaled all of the N2 / N3 delta but not N1's 7.5 uV, so in older men (factor down to ~0.4) the Fpz-Cz
+relative delta came out N1 > N2 (YASA on 3 SC nights: N1 0.61, N2 0.54, N3 0.76), against the
+AASM / real ordering N1 < N2 < N3 (``reference.DREAMS_CENTRAL_BAND_RMS_UV``: 8.5 / 15.1 / 22.4 uV). The
+SC study measured the age / sex effect on the sleep slow waves (Mourtazaev et al. 1995, below), so
+the factor now scales only the slow waves above an N1-sized background; both keep the subject's
+age-like ``delta_scale``. ``alpha_sleep`` N1 2.1 uV (was 2.8): the synthetic N1 carried more alpha than
+the real DREAMS N1 on the central lead (relative alpha 0.111 pooled, per-person medians 0.113 / 0.131 in
+the young-adult / SC cohorts, against the real 0.093 / 0.097; now 0.089, 0.085 / 0.094;
+``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` / ``compare_wake_n1.py``, seed 0); N1 is
+the wake alpha giving way to low-amplitude mixed-frequency EEG (AASM). 1.4 uV (tried) undershot
+the real (0.066) and a classifier trained on the real epochs then found only 0.52-0.61 of synthetic N1
+(0.71-0.78 at 2.1, 0.83-0.95 at 2.8; its ceiling on real N1 is 0.50-0.54). On fresh SC nights (YASA,
+seed 6000) the cohort's median Fpz-Cz relative delta is ordered (N1 0.69, N2 0.70, N3 0.85), but single
+men of 54 and 90 years still have N1 >= N2 (0.74 / 0.73, 0.70 / 0.64): their N2 also carries more theta
+and sigma than N1."""
 TRANSIENTS: dict[str, Transient] = {  # spindles and K-complexes mark N2 (AASM): none in W, N1, REM
     "spindle": Transient((0.0, 0.0, 3.5, 1.5, 0.0), 17.0, (0.55, 1.0, 0.4)),  # DREAMS N2 sigma, experts 2.0-3.0 / min
     "k_complex": Transient((0.0, 0.0, 1.2, 0.6, 0.0), 90.0, (1.0, 0.85, 0.35)),
@@ -131,9 +154,16 @@ TRANSIENTS: dict[str, Transient] = {  # spindles and K-complexes mark N2 (AASM):
 }
 EOG_EVENTS: dict[str, tuple[float, float, float, float, float]] = {  # rate per minute per stage
     "blink": (8.0, 1.0, 0.0, 0.0, 0.5),
-    "slow_roll": (0.5, 3.0, 0.3, 0.0, 0.3),
+    "slow_roll": (0.5, 6.0, 0.3, 0.0, 0.3),  # N1 6 (was 3): see below
     "saccade": (3.0, 0.3, 0.0, 0.0, 5.0),
 }
+"""Slow rolling eye movements are the EOG sign of N1 (AASM scoring manual: slow eye movements at
+drowsiness / N1 onset); 6 per minute in N1 (was 3, an assumption like the new value: no published
+per-minute rate was found) so that most N1 epochs hold at least one (P = 1 - exp(-3) = 0.95 vs 0.78).
+The one real recording with EOG (DREAMS excerpt 3) neither supports nor refutes it: its N1 0.3-2 Hz EOG
+rms is 14.9 uV (synthetic 4.5-5.4 at 3 / min, 6.9-7.2 now) but 0.79 x its own N2 (synthetic 1.0-1.2,
+now 1.35-1.55; ``compare_wake_n1.py``, seed 0). YASA reads slow rolls as an N1 cue: with N1 alpha 1.4 uV
+(tried), N1 recall 0.29 vs 0.14 (3 SC nights, seed 4100)."""
 EYES_OPEN = {"alpha": 0.45, "beta": 1.1, "muscle": 1.4, "blink": 1.9, "saccade": 1.9, "slow_roll": 0.0, "emg": 1.2}
 EYES_CLOSED = {"alpha": 1.35, "beta": 1.1, "muscle": 0.7, "blink": 0.05, "saccade": 0.1, "slow_roll": 1.5, "emg": 0.8}
 """Wake epochs are eyes open (blinks, saccades, EMG; alpha blocked) or eyes closed (posterior alpha, few
@@ -310,7 +340,8 @@ the SC study measured the sleep slow waves (Mourtazaev et al. 1995, above), not 
 Applied to every stage's delta (before), the effect left the SC cohort's wake and N1 with a relative
 delta of 0.51 / 0.39 on the central lead against the real DREAMS 0.63 / 0.59 (young-adult cohort 0.72 /
 0.57; now SC 0.73 / 0.54; per-person medians, 6 synthetic subjects per cohort, 8 excerpts;
-``scripts/reproduce/eeg_generator/compare_wake_n1.py``)."""
+``scripts/reproduce/eeg_generator/compare_wake_n1.py``). Generator 4: only the slow waves above the
+N2 / N3 delta background (``RHYTHMS["delta_background"]``, unscaled) carry it."""
 SC_WHITE_NOISE_UV = WHITE_NOISE_UV
 """Range of an SC subject's white (amplifier / electrode) noise, uV rms over 0-fs/2: the base cohort's.
 It was 2.5-5 uV (an ASSUMPTION: SC nights were recorded at home on ambulatory cassette recorders in
