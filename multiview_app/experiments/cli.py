@@ -44,6 +44,44 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         help="step budget of the selection run (default: the run's train.max_steps)",
     )
     ceiling.set_defaults(func=run_supervised_ceiling)
+    headline = sub.add_parser(
+        "eeg-demo",
+        help="the README's EEG headline: the demo (make run) pretrained with several seeds, each staging the "
+        "Sleep-EDF-format nights cross-dataset; mean, seeds x subjects interval and min-max over seeds",
+        description="Pretrain the demo's encoder once per seed (configs/demo_eeg.yaml, DEMO_<KEY> overrides), "
+        "stage the demo's Sleep-EDF-format nights with each run, and pool the seeds.",
+        epilog="example: mvapp experiment eeg-demo --seeds 0,1,2 --publish",
+    )
+    headline.add_argument("--seeds", default="0,1,2", help="comma-separated pretraining seeds (default: %(default)s)")
+    headline.add_argument(
+        "--data",
+        type=Path,
+        default=Path("demo_data"),
+        help="the demo's data folder, made unless present (default: %(default)s, make run's)",
+    )
+    headline.add_argument(
+        "--runs",
+        type=Path,
+        default=Path("runs") / "eeg_demo_seeds",
+        help="where the seed runs go (default: %(default)s)",
+    )
+    headline.add_argument("--no-ceiling", action="store_true", help="skip the supervised-ceiling row (~90 s per seed)")
+    headline.add_argument(
+        "--publish",
+        action="store_true",
+        help="write the table to docs/results/eeg_cross_dataset.md and the README block (run from the repository root)",
+    )
+    headline.set_defaults(func=run_eeg_demo_headline)
+    dreams = sub.add_parser(
+        "dreams-transfer",
+        help="synthetic-to-real: the demo's encoder (pretrained per seed) stages the real DREAMS excerpts "
+        "leave-one-excerpt-out, beside band power, handcrafted features, the supervised ceiling and YASA",
+        description="Prepare the DREAMS excerpts, pretrain the demo's encoder once per seed unless --run is "
+        "given, stage the excerpts leave-one-excerpt-out and pool the seeds.",
+        epilog="example: mvapp experiment dreams-transfer --real-psg ../shared/real-psg --out runs/dreams --publish",
+    )
+    add_dreams_arguments(dreams)
+    dreams.set_defaults(func=run_dreams_transfer)
 
 
 def run_supervised_ceiling(args: argparse.Namespace) -> int:
@@ -190,4 +228,108 @@ def run_domain_generalization(args: argparse.Namespace) -> int:
     )
     print(write_summary(results, run_dir)["table"])
     print(f"wrote {run_dir}")
+    return 0
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` -> ``[0, 1, 2]``; one clear error otherwise."""
+    try:
+        seeds = [int(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds: expected comma-separated integers such as 0,1,2, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds: expected distinct comma-separated integers such as 0,1,2, got {text!r}")
+    return seeds
+
+
+@resumable
+def run_eeg_demo_headline(args: argparse.Namespace) -> int:
+    """Pretrain per seed unless done, stage, pool; print the table; ``--publish`` writes it into the docs."""
+    import json
+
+    from .headline import TABLE, headline
+    from .publish import publish
+
+    seeds = parse_seeds(args.seeds)
+    table, summary = headline(seeds, args.data, args.runs, ceiling=not args.no_ceiling)
+    command = f"mvapp experiment eeg-demo --seeds {','.join(map(str, seeds))}" + (
+        " --no-ceiling" if args.no_ceiling else ""
+    )
+    summary["command"] = command
+    text = f"{table}\n\nCommand: `{command}` ({summary['data']})."
+    args.runs.mkdir(parents=True, exist_ok=True)
+    (args.runs / f"{TABLE}.md").write_text(text + "\n")
+    (args.runs / f"{TABLE}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(text)
+    if args.publish:
+        for path in publish(TABLE, text, summary, Path.cwd()):
+            print(f"wrote {path}")
+    return 0
+
+
+def add_dreams_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``mvapp experiment dreams-transfer``."""
+    from .dreams import REAL_PSG_ENV, SHOTS, STAGES
+
+    parser.add_argument(
+        "--real-psg", type=Path, default=None, help=f"folder holding dreams-spindles/ (default: ${REAL_PSG_ENV})"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output folder (cache, runs, table, JSON)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated pretraining seeds (default: %(default)s)")
+    parser.add_argument(
+        "--run", type=Path, nargs="+", default=None, help="pretrained run(s) to transfer instead (default: pretrain)"
+    )
+    parser.add_argument(
+        "--data", type=Path, default=None, help="the demo's data folder, made unless present (default: OUT/demo_data)"
+    )
+    parser.add_argument(
+        "--shots",
+        type=positive_int,
+        nargs="+",
+        default=list(SHOTS),
+        help="labelled windows per class (default: %(default)s)",
+    )
+    parser.add_argument("--stages", nargs="+", default=list(STAGES), help="stages staged (default: %(default)s)")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the supervised-ceiling row")
+    parser.add_argument(
+        "--publish", action="store_true", help="write the table to docs/results/dreams_transfer.md and the README block"
+    )
+
+
+@resumable
+def run_dreams_transfer(args: argparse.Namespace) -> int:
+    """Prepare, pretrain unless --run, stage, pool; print the page; ``--publish`` writes the table into the docs."""
+    import json
+    import os
+    import shlex
+
+    from . import dreams
+    from .publish import publish
+
+    real_psg = args.real_psg or os.environ.get(dreams.REAL_PSG_ENV)
+    if real_psg is None:
+        raise ValueError(f"--real-psg DIR (or ${dreams.REAL_PSG_ENV}) is required: the folder holding dreams-spindles/")
+    seeds = parse_seeds(args.seeds)
+    results, runs, cache = dreams.transfer(
+        Path(real_psg),
+        args.out,
+        seeds=seeds,
+        runs=args.run,
+        data=args.data,
+        shots=args.shots,
+        stages=args.stages,
+        ceiling=not args.no_ceiling,
+    )
+    unit_seeds = seeds if args.run is None else list(range(len(runs)))
+    command = "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
+    text, summary = dreams.report(results, unit_seeds, cache, command)
+    summary["runs"] = [str(r) for r in runs]
+    (args.out / f"{dreams.TABLE}.md").write_text(
+        text + "\n\nper-class F1:\n\n" + "\n".join(summary["per_class_f1"]) + "\n"
+    )
+    (args.out / f"{dreams.TABLE}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(text)
+    if args.publish:
+        for path in publish(dreams.TABLE, text, summary, Path.cwd()):
+            print(f"wrote {path}")
     return 0
