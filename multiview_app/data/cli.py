@@ -320,7 +320,10 @@ def _reader_options(args: argparse.Namespace) -> dict[str, str] | None:
             raise ValueError(f"{', '.join(given)}: only for {' and '.join(GENERIC_FORMATS)}, not {args.dataset}")
         return None
     if not args.channels:
-        raise ValueError(f"{args.dataset}: name the channels to prepare with --channels (e.g. --channels C3-M2 O1-M2)")
+        raise ValueError(
+            f"{args.dataset}: name the channels to prepare with --channels (e.g. --channels C3-M2 O1-M2; with "
+            "--modalities they are the brain group's)"
+        )
     return {"stages": args.stages or GENERIC_FORMATS[args.dataset], "stage_map": args.stage_map or "aasm"}
 
 
