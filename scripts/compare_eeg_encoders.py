@@ -74,9 +74,9 @@ def validation_scores(run_dir: Path, weights: str) -> dict[str, Any]:
     """The tune objective's few-shot staging fit (50 shots, seed 0) on the validation subjects: pooled
     balanced accuracy and kappa, and the balanced accuracy of each validation subject."""
     from multiview_app.data.eeg.views import staging_views
+    from multiview_app.eval.features import window_features
     from multiview_app.eval.protocols import get_protocol
     from multiview_app.eval.protocols.staging import shot_draw, staging_metrics
-    from multiview_app.eval.sleep_staging import window_features
     from multiview_app.train.run_io import load_run
     from multiview_app.tune.objective import VAL_SPLIT, MetricState
 

@@ -17,7 +17,9 @@ def test_readme_tables_equal_the_files_their_commands_wrote() -> None:
         assert found, f"{page}: no published table blocks"
         for name, body in found.items():
             path = ROOT / TABLES / f"{name}.md"
-            assert path.is_file(), f"{page} holds table {name!r} but {path} does not exist: run its command with --publish"
+            assert path.is_file(), (
+                f"{page} holds table {name!r} but {path} does not exist: run its command with --publish"
+            )
             assert body.strip() == path.read_text().strip(), (
                 f"{page}: table {name!r} differs from {path}; re-run its command with --publish instead of editing it"
             )

@@ -34,12 +34,13 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader
 
 from ..argtypes import open_fraction, positive_float, positive_int
 from ..data.eeg.provenance import recording_identities
@@ -47,9 +48,8 @@ from ..data.eeg.stages import STAGES
 from ..train.input_contract import check_run_input, format_input_differences
 from ..train.run_io import atomic_write_json, load_run
 from . import Evaluator, register_evaluator
-from . import features as feature_path
 from .bandpower import bandpower_features, bandpower_time_bins
-from .features import Combine, FeatureKind, combine_views
+from .features import window_features
 from .handcrafted import handcrafted_per_channel, handcrafted_row
 from .protocols import get_protocol, stats
 from .protocols.staging import (
@@ -253,17 +253,15 @@ def run_sleep_staging(
         (np.isin(subjects, train_subjects), np.isin(subjects, test_subjects))
         for train_subjects, test_subjects in plan["folds"]
     ]
-    _FOLD_JOB.update(
+    job = FoldJob(
         features=features,
         labels=labels,
         subjects=subjects,
         masks=fold_masks,
         options={"shots": shots, "seeds": seeds, "C": C, "classifier": classifier, "lr": lr},
     )
-    try:  # the paper classifier trains with torch: never in a fork of a process that ran torch threads
-        fold_fits = _map_folds(len(fold_masks), workers if classifier == "logreg" else 1)
-    finally:
-        _FOLD_JOB.clear()
+    # the paper classifier trains with torch: never in a fork of a process that ran torch threads
+    fold_fits = map_folds(job, workers if classifier == "logreg" else 1)
     for fold, (fits, caught) in enumerate(fold_fits):
         test = fold_masks[fold][1]
         collected += caught
@@ -376,45 +374,81 @@ def _yasa_fold_fits(
     return out
 
 
-_FOLD_JOB: dict[str, Any] = {}
-"""The features ``{row: (N, ...)}``, labels ``(N,)``, per-fold ``(train, test)`` masks and protocol options
-of the evaluation whose folds are being fitted (read by :func:`_fit_fold` in this process or in a forked worker)."""
+@dataclass(frozen=True)
+class FoldJob:
+    """The inputs of every subject fold's fits: features ``{row: (N, ...)}``, labels ``(N,)``, subjects
+    ``(N,)``, per-fold ``(train, test)`` window masks and the protocol options."""
+
+    features: dict[str, np.ndarray]
+    labels: np.ndarray
+    subjects: np.ndarray
+    masks: list[tuple[np.ndarray, np.ndarray]]
+    options: dict[str, Any]
 
 
-def _fit_fold(fold: int) -> tuple[dict[str, Any], list[warnings.WarningMessage]]:
-    """The ``few-shot-staging`` fits of one subject fold of :data:`_FOLD_JOB`, with the warnings they raised."""
-    job = _FOLD_JOB
-    train, test = job["masks"][fold]
-    labels, opts = job["labels"], job["options"]
-    split_feats = {name: {"train": f[train], "test": f[test]} for name, f in job["features"].items()}
+FoldFits = tuple[dict[str, Any], list[warnings.WarningMessage]]
+
+
+def fit_fold(job: FoldJob, fold: int) -> FoldFits:
+    """The ``few-shot-staging`` fits of one subject fold of ``job``, with the warnings they raised."""
+    train, test = job.masks[fold]
+    opts = job.options
+    split_feats = {name: {"train": f[train], "test": f[test]} for name, f in job.features.items()}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fits = get_protocol("few-shot-staging")(
             split_feats,
-            labels[train],
-            labels[test],
+            job.labels[train],
+            job.labels[test],
             opts["shots"],
             opts["seeds"],
             opts["C"],
             classifier=opts["classifier"],
             lr=opts["lr"],
-            test_subjects=job["subjects"][test],
+            test_subjects=job.subjects[test],
         )
     # plain fields only: a worker process sends them back pickled
     return fits, [warnings.WarningMessage(w.message, w.category, w.filename, w.lineno) for w in caught]
 
 
-def _map_folds(folds: int, workers: int) -> list[tuple[dict[str, Any], list[warnings.WarningMessage]]]:
-    """:func:`_fit_fold` of every fold, in fold order: in this process, or in ``workers`` forked processes
-    (Linux; elsewhere in this process) that inherit :data:`_FOLD_JOB` without copying it."""
+def _fit_and_send(job: FoldJob, fold: int, connection: Any) -> None:
+    """In a forked worker: :func:`fit_fold` and send ``("ok", fits)`` or ``("error", text)`` back."""
+    try:
+        connection.send(("ok", fit_fold(job, fold)))
+    except BaseException as err:  # noqa: BLE001 - reported to the parent, which raises it
+        connection.send(("error", f"{type(err).__name__}: {err}"))
+    finally:
+        connection.close()
+
+
+def map_folds(job: FoldJob, workers: int) -> list[FoldFits]:
+    """:func:`fit_fold` of every fold of ``job``, in fold order: in this process, or in at most ``workers``
+    forked processes at a time (Linux; elsewhere in this process). A forked worker gets ``job`` as its
+    argument without a copy (the fork shares the parent's memory); only its fits come back pickled."""
     import multiprocessing
 
+    folds = len(job.masks)
     if workers <= 1 or folds <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [_fit_fold(fold) for fold in range(folds)]
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(min(workers, folds), mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_fit_fold, range(folds)))
+        return [fit_fold(job, fold) for fold in range(folds)]
+    context, pending, running, done = multiprocessing.get_context("fork"), list(range(folds)), [], {}
+    while pending or running:
+        while pending and len(running) < workers:
+            fold = pending.pop(0)
+            receive, send = context.Pipe(duplex=False)
+            worker = context.Process(target=_fit_and_send, args=(job, fold, send))
+            worker.start()
+            send.close()
+            running.append((fold, worker, receive))
+        fold, worker, receive = running.pop(0)
+        try:
+            status, value = receive.recv()
+        except EOFError:
+            status, value = "error", "the worker process died without a result"
+        worker.join()
+        if status != "ok":
+            raise RuntimeError(f"sleep staging, subject fold {fold + 1}: {value}")
+        done[fold] = value
+    return [done[fold] for fold in range(folds)]
 
 
 @torch.no_grad()
@@ -590,30 +624,6 @@ def _refuse_pretraining(test_subjects: list[str], pretraining_subjects: list[str
             f"{option} would put pretraining subjects into the test set: {', '.join(overlap)}; "
             "staging must be scored on subjects the encoder never saw"
         )
-
-
-def window_features(
-    model: Any,
-    adapter: Any,
-    policy: Any,
-    split: str,
-    batch_size: int,
-    device: str,
-    *,
-    rows: np.ndarray | list[int] | None = None,
-    combine: Combine = "concat",
-    kind: FeatureKind = "encoder",
-    progress: bool = False,
-) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
-    """Per-window features of ``split`` (only the windows ``rows`` when given): the views' features
-    combined (``(N, k * f)`` concatenated, ``(N, f)`` averaged), labels ``(N,)`` and the windows'
-    meta (subject, recording, window). The one feature path of this evaluator and of ``mvapp tune``'s
-    sleep-staging objective."""
-    dataset = None if rows is None else Subset(adapter.split(split), np.asarray(rows).tolist())
-    feats, labels, meta = feature_path.extract_features(
-        model, adapter, policy, split, batch_size, device, progress, dataset=dataset, kind=kind
-    )
-    return combine_views(feats, combine), labels, meta
 
 
 def classifier_label(classifier: str, C: float | None, lr: float | None) -> str:

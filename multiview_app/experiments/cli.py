@@ -251,12 +251,10 @@ def run_eeg_demo_headline(args: argparse.Namespace) -> int:
     from .publish import publish
 
     seeds = parse_seeds(args.seeds)
-    table, summary = headline(seeds, args.data, args.runs, ceiling=not args.no_ceiling)
     command = f"mvapp experiment eeg-demo --seeds {','.join(map(str, seeds))}" + (
         " --no-ceiling" if args.no_ceiling else ""
     )
-    summary["command"] = command
-    text = f"{table}\n\nCommand: `{command}` ({summary['data']})."
+    text, summary = headline(seeds, args.data, args.runs, command, ceiling=not args.no_ceiling)
     args.runs.mkdir(parents=True, exist_ok=True)
     (args.runs / f"{TABLE}.md").write_text(text + "\n")
     (args.runs / f"{TABLE}.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -320,9 +318,12 @@ def run_dreams_transfer(args: argparse.Namespace) -> int:
         stages=args.stages,
         ceiling=not args.no_ceiling,
     )
-    unit_seeds = seeds if args.run is None else list(range(len(runs)))
+    if args.run is not None:  # the runs' own training seeds
+        from ..train.run_io import load_run_config
+
+        seeds = [load_run_config(run).train.seed for run in runs]
     command = "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
-    text, summary = dreams.report(results, unit_seeds, cache, command)
+    text, summary = dreams.report(results, seeds, cache, command)
     summary["runs"] = [str(r) for r in runs]
     (args.out / f"{dreams.TABLE}.md").write_text(
         text + "\n\nper-class F1:\n\n" + "\n".join(summary["per_class_f1"]) + "\n"

@@ -26,6 +26,8 @@ REAL_PSG_ENV = "MVAPP_REAL_PSG"
 """Environment variable naming the folder that holds ``dreams-spindles/``."""
 SHOTS = (10, 20, 40)
 STAGES = ("W", "N1", "N2", "N3")
+ROWS = ("trained", "bandpower", "handcrafted", "supervised_ceiling", "yasa")
+PAIRED = ("bandpower", "handcrafted", "yasa")
 TABLE = "dreams_transfer"
 """The published table's name (docs/results/dreams_transfer.md, the README block)."""
 
@@ -124,16 +126,16 @@ def report(results: list[dict[str, Any]], seeds: Sequence[int], cache: Path, com
     """The Markdown page (pooled table over seeds, windows, per-class F1) and its numbers."""
     from ..eval.protocols.staging import pool_results
 
-    summary = summarize(results, seeds)
+    summary = summarize(results, seeds, rows=ROWS, paired=PAIRED)
     pooled = pool_results(results) if len(results) > 1 else results[0]
     excluded = {k: n for k, n in results[0]["excluded_windows_per_stage"].items() if n}
     per_stage = ", ".join(f"{k} {n}" for k, n in results[0]["test_windows_per_stage"].items() if n)
     n_excerpts = len(summary["units"])
-    table = markdown_table(summary, "DREAMS (real EEG)", unit="excerpt")
-    text = (
-        f"{table}\n\nCommand: `{command}` ({n_excerpts} real DREAMS excerpts, one subject each, "
-        f"leave-one-excerpt-out; staged windows per class: {per_stage}; excluded: {excluded or 'none'})."
+    footer = (
+        f"Command: `{command}` ({n_excerpts} real DREAMS excerpts, one subject each; staged windows per class: "
+        f"{per_stage}; excluded: {excluded or 'none'})."
     )
+    text = markdown_table(summary, "DREAMS (real EEG)", unit="excerpt", footer=footer)
     summary.update(command=command, cache=str(cache), per_class_f1=per_class_f1_table(pooled))
     return text, summary
 

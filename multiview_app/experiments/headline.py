@@ -19,6 +19,10 @@ SHOTS = (10, 50, 100)
 """The demo's few-shot columns (labelled windows per class)."""
 FOLDS = 5
 """Subject folds of the cross-dataset staging (the demo's)."""
+ROWS = ("trained", "bandpower", "handcrafted", "supervised_ceiling")
+"""The table's rows (random init and the rest stay in each run's evaluation JSON)."""
+PAIRED = ("bandpower", "handcrafted")
+"""The rows the pretrained encoder is compared with per test subject."""
 TABLE = "eeg_cross_dataset"
 """The published table's name (docs/results/eeg_cross_dataset.md, the README block)."""
 
@@ -49,17 +53,21 @@ def stage_seeds(seeds: Sequence[int], data: Path, runs: Path, ceiling: bool = Tr
     return results
 
 
-def headline(seeds: Sequence[int], data: Path, runs: Path, ceiling: bool = True) -> tuple[str, dict[str, Any]]:
-    """The headline table (Markdown) and its numbers, with the data and settings it was measured on."""
+def headline(
+    seeds: Sequence[int], data: Path, runs: Path, command: str, ceiling: bool = True
+) -> tuple[str, dict[str, Any]]:
+    """The headline table (Markdown, ending with ``command``) and its numbers, with the data and settings."""
     settings = demo_settings()
-    summary = summarize(stage_seeds(seeds, data, runs, ceiling), seeds)
+    summary = summarize(stage_seeds(seeds, data, runs, ceiling), seeds, rows=ROWS, paired=PAIRED)
     summary["settings"] = settings
     summary["data"] = (
         f"pretraining: {settings['subjects']} synthetic PhysioNet-2018-format nights (generator seed "
         f"{settings['psg_seed']}); staged: {settings['edf_subjects']} Sleep-EDF-format nights (generator seed "
         f"{settings['edf_seed']}), {FOLDS} subject folds x {settings['seeds']} draws"
     )
-    return markdown_table(summary, "EEG features (cross-dataset)"), summary
+    summary["command"] = command
+    footer = f"Command: `{command}` ({summary['data']})."
+    return markdown_table(summary, "EEG features (cross-dataset)", footer=footer), summary
 
 
-__all__ = ["FOLDS", "SHOTS", "TABLE", "headline", "stage_seeds"]
+__all__ = ["FOLDS", "PAIRED", "ROWS", "SHOTS", "TABLE", "headline", "stage_seeds"]

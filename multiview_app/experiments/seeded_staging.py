@@ -75,31 +75,38 @@ def paired_cell(trained: np.ndarray, other: np.ndarray) -> dict[str, Any]:
     }
 
 
-def summarize(results: Sequence[dict[str, Any]], seeds: Sequence[int]) -> dict[str, Any]:
+def summarize(
+    results: Sequence[dict[str, Any]],
+    seeds: Sequence[int],
+    rows: Sequence[str] = tuple(ROW_LABELS),
+    paired: Sequence[str] = BASELINES,
+) -> dict[str, Any]:
     """Per-seed staging results of one protocol -> ``{"seeds", "shots", "units", "rows", "paired"}``: every
-    :data:`ROW_LABELS` row present in all results, per s, as :func:`row_cell`; the trained row minus each
-    :data:`BASELINES` row as :func:`paired_cell`."""
+    row of ``rows`` (in :data:`ROW_LABELS` order) present in all results, per s, as :func:`row_cell`; the trained
+    row minus each row of ``paired`` present as :func:`paired_cell`."""
     if len(results) != len(seeds) or not results:
         raise ValueError(f"summarize: {len(results)} results for seeds {list(seeds)}")
     shots = [str(s) for s in results[0]["shots"]]
-    names = [row for row in ROW_LABELS if all(row in r["results"] for r in results)]
-    rows: dict[str, dict[str, Any]] = {row: {} for row in names}
-    paired: dict[str, dict[str, Any]] = {row: {} for row in names if row in BASELINES}
+    present = [row for row in ROW_LABELS if all(row in r["results"] for r in results)]
+    names = [row for row in present if row in rows or row in paired or row == "trained"]
+    cells: dict[str, dict[str, Any]] = {row: {} for row in names if row in rows or row == "trained"}
+    differences: dict[str, dict[str, Any]] = {row: {} for row in names if row in paired and row != "trained"}
     units: list[str] = []
     for shot in shots:
         matrices = {}
         for row in names:
             matrices[row], units = unit_matrix(results, row, shot)
-            rows[row][shot] = row_cell(matrices[row])
-        for row in paired:
-            paired[row][shot] = paired_cell(matrices["trained"], matrices[row])
+            if row in cells:
+                cells[row][shot] = row_cell(matrices[row])
+        for row in differences:
+            differences[row][shot] = paired_cell(matrices["trained"], matrices[row])
     return {
         "seeds": list(seeds),
         "shots": shots,
         "units": units,
         "capped_shots": sorted(set().union(*(r.get("capped_shots", []) for r in results))),
-        "rows": rows,
-        "paired": paired,
+        "rows": cells,
+        "paired": differences,
     }
 
 
@@ -111,9 +118,10 @@ def _paired_text(cell: dict[str, Any]) -> str:
     return f"{cell['mean']:+.3f} [{cell['ci_low']:+.3f}, {cell['ci_high']:+.3f}] p {cell['p']:.2g}"
 
 
-def markdown_table(summary: dict[str, Any], title: str, unit: str = "test subject") -> str:
+def markdown_table(summary: dict[str, Any], title: str, unit: str = "test subject", footer: str = "") -> str:
     """The table: one line per row (mean [95 % CI over seeds x units]), the min-max of the trained row's
-    per-seed means, and the paired rows; s columns capped by the windows that exist carry ``*``."""
+    per-seed means, and the paired rows; s columns capped by the windows that exist carry ``*``; ``footer``
+    ends the legend line (e.g. the command)."""
     shots, capped = summary["shots"], set(summary["capped_shots"])
     seeds = ", ".join(map(str, summary["seeds"]))
     n = len(summary["units"])
@@ -130,9 +138,9 @@ def markdown_table(summary: dict[str, Any], title: str, unit: str = "test subjec
     legend = (
         f"Balanced accuracy, mean over pretraining seeds {seeds} x folds x few-shot draws [95 % CI over seeds x "
         f"{unit}s, two-stage bootstrap]; n = {n} {unit}s, smallest possible sign-flip p "
-        f"{smallest_sign_flip_p(n):.2g}."
+        f"{smallest_sign_flip_p(n):.2g}. {footer}"
     )
-    return "\n".join([*lines, "", legend])
+    return "\n".join([*lines, "", legend.strip()])
 
 
 __all__ = ["BASELINES", "ROW_LABELS", "markdown_table", "paired_cell", "row_cell", "summarize", "unit_matrix"]
