@@ -28,9 +28,14 @@ EVENT_C = 1.0
 
 
 def _threshold(score: np.ndarray, prevalence: float) -> float:
-    """The score above which the training windows' share equals their ``prevalence`` (so the raw index
-    counts about as many windows as were scored positive; a probability of 0.5 marks none when events are rare)."""
-    return float(np.quantile(score, 1.0 - prevalence)) if score.size else 0.5
+    """The score between the ``k``-th and ``k + 1``-th highest training scores ``(m,)``, ``k`` the
+    training windows scored positive, so the raw index counts as many windows as were scored positive
+    (a probability of 0.5 marks none when events are rare)."""
+    ranked = np.sort(score)[::-1]
+    k = int(round(prevalence * ranked.size))
+    if k <= 0 or k >= ranked.size:
+        return float(ranked[0]) if k <= 0 else float(ranked[-1]) - 1.0
+    return float(0.5 * (ranked[k - 1] + ranked[k]))
 
 
 def _raw_index(windows: EvalWindows, positive: np.ndarray, nights: np.ndarray) -> np.ndarray:
