@@ -199,7 +199,7 @@ def test_tables_are_markdown_with_n_and_intervals() -> None:
     retrieval = evaluate_retrieval(features, windows, n_candidates=40, queries=50, resamples=RESAMPLES)
     text = format_tables([staging, events, retrieval])
     assert "| features | balanced accuracy | kappa | macro AUROC | n |" in text
-    assert "| brain | 1.000 [1.000, 1.000] |" in text
+    assert "| brain | 1.000 (1.000 [1.000, 1.000]) |" in text
     assert "| query -> candidates | recall@1 | recall@10 | chance @1 | chance @10 | n |" in text
     assert "0.025 | 0.250 | 4 |" in text  # chance at N = 40 beside n = 4 subjects
     assert "**AHI per night**" in text and "| features | Spearman | severity accuracy | nights |" in text

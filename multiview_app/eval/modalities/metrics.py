@@ -43,16 +43,17 @@ def binary_metrics(y: np.ndarray, score: np.ndarray) -> dict[str, float]:
 def subject_cell(
     value: float, per_unit: Iterable[tuple[Hashable, float]], resamples: int | None = None
 ) -> dict[str, Any]:
-    """A table cell: ``value`` (over every test window) and ``{ci_low, ci_high, n}``, the BCa interval
-    (``eval.protocols.stats.bootstrap_ci``) of the per-unit mean, fits sharing a unit averaged first; NaN
-    unit values (a subject without both classes) are left out, and n counts the units kept."""
+    """A table cell: ``value`` (over every test window) and ``{subject_mean, ci_low, ci_high, n}``: the mean
+    over units and its BCa interval (``eval.protocols.stats.bootstrap_ci``), fits sharing a unit averaged
+    first; NaN unit values (a subject without both classes) are left out, and n counts the units kept."""
     units = {u: v for u, v in unit_means(per_unit).items() if np.isfinite(v)}
     cell: dict[str, Any] = {"value": float(value), "n": len(units), "units": {str(u): v for u, v in units.items()}}
     if units:
         kwargs = {"resamples": resamples} if resamples else {}
+        cell["subject_mean"] = float(np.mean(list(units.values())))
         cell["ci_low"], cell["ci_high"] = bootstrap_ci(list(units.values()), **kwargs)
     else:
-        cell["ci_low"] = cell["ci_high"] = float("nan")
+        cell["subject_mean"] = cell["ci_low"] = cell["ci_high"] = float("nan")
     return cell
 
 

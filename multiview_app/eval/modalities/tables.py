@@ -1,6 +1,6 @@
 """Markdown tables of the modality evaluators' results: rows = feature sets (modality subsets,
-baselines, ...) or modality pairs, columns = metrics, each cell ``value [95 % BCa interval over
-subjects]`` with n, in the spirit of the sleep-staging evaluator's table."""
+baselines, ...) or modality pairs, columns = metrics, each cell ``value (subject mean [95 % BCa
+interval])`` with n, in the spirit of the sleep-staging evaluator's table."""
 
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ LABELS = {
 
 
 def cell_text(cell: dict[str, Any]) -> str:
-    """``0.812 [0.790, 0.835]``, or ``n/a`` for a NaN value; the interval is left out when it is NaN."""
+    """``0.812 (0.806 [0.790, 0.835])``: the value over every held-out window (staging: mean over fits), then
+    the mean over subjects and its interval (left out when NaN); ``n/a`` for a NaN value."""
     if not np.isfinite(cell["value"]):
         return "n/a"
     if not np.isfinite(cell.get("ci_low", np.nan)):
         return f"{cell['value']:.3f}"
-    return f"{cell['value']:.3f} [{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]"
+    return f"{cell['value']:.3f} ({cell['subject_mean']:.3f} [{cell['ci_low']:.3f}, {cell['ci_high']:.3f}])"
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -52,7 +53,7 @@ def _staging(result: dict[str, Any]) -> list[str]:
         lines += [
             "",
             f"**Staging, {setting}** ({result['dataset']}; mean over {block['fits']} fits, "
-            "[95 % BCa interval of the mean over test subjects], n = subjects)",
+            "(mean over test subjects [95 % BCa interval]), n = subjects)",
             "",
         ]
         lines += markdown(
@@ -72,7 +73,7 @@ def _events(result: dict[str, Any]) -> list[str]:
     lines = [
         "",
         f"**{title} per window** ({result['dataset']}; pooled over every held-out window "
-        "[95 % BCa interval of the mean over subjects], n = subjects)",
+        "(mean over subjects [95 % BCa interval]), n = subjects)",
         "",
     ]
     lines += markdown(
@@ -98,7 +99,7 @@ def _retrieval(result: dict[str, Any]) -> list[str]:
         "",
         f"**Cross-modal retrieval** ({result['dataset']}; {result['queries']} queries, N = {n} candidates: half from "
         f"the query's night >= {result['min_gap_seconds'] / 60:g} min away; over every query "
-        "[95 % BCa interval of the mean over subjects])",
+        "(mean over subjects [95 % BCa interval]))",
         "",
     ]
     return lines + markdown(
