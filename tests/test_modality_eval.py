@@ -217,3 +217,40 @@ def test_no_function_in_eval_modalities_exceeds_60_lines() -> None:
     }
     assert "staging.py:evaluate_staging" in lengths
     assert not {name: n for name, n in lengths.items() if n > 60}
+
+
+def _package_imports(path: Path, package: str) -> set[str]:
+    """Absolute names of the modules ``path`` (a module of ``package``) imports, relative imports resolved."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            found.add(".".join([*base, *([node.module] if node.module else [])]))
+    return found
+
+
+def test_modality_evaluation_is_maths_on_arrays() -> None:
+    """eval/modalities/ reads caches and arrays: no run folders (train/), models, losses, adapters, view
+    policies, tune or experiments, and no evaluator above it."""
+    forbidden = (
+        "multiview_app.train",
+        "multiview_app.models",
+        "multiview_app.losses",
+        "multiview_app.data.adapters",
+        "multiview_app.data.views",
+        "multiview_app.tune",
+        "multiview_app.experiments",
+        "multiview_app.eval.sleep_staging",
+        "multiview_app.eval.evaluator",
+    )
+    package = Path(modalities.__file__).parent
+    offenders = {
+        path.name: sorted(m for m in _package_imports(path, "multiview_app.eval.modalities") if m.startswith(forbidden))
+        for path in package.glob("*.py")
+    }
+    assert "multiview_app.eval.protocols.stats" in _package_imports(
+        package / "metrics.py", "multiview_app.eval.modalities"
+    )
+    assert not {k: v for k, v in offenders.items() if v}, offenders
