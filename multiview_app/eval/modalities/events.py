@@ -6,7 +6,8 @@ is ``-1``, the arousals the challenge did not score, are neither trained on nor 
 (average precision, the PhysioNet 2018 challenge's metric) are taken over every held-out window, with
 their BCa interval over subjects. The AHI of a night is its windows predicted positive per hour of
 scored sleep, calibrated per fold by a straight line fitted on the training nights (true AHI against
-their raw index), then compared with the true AHI: Spearman correlation and severity-class accuracy.
+their raw index, each training night scored by a classifier fitted without its subject, as a test night
+is), then compared with the true AHI: Spearman correlation and severity-class accuracy.
 """
 
 from __future__ import annotations
@@ -62,14 +63,31 @@ def _fold_scores(x: np.ndarray, target: np.ndarray, train: np.ndarray, seed: int
     return score, _threshold(score[fit], float(target[fit].mean()))
 
 
-def _ahi_fold(windows: EvalWindows, score: np.ndarray, threshold: float, train: np.ndarray, test: np.ndarray):
-    """Calibrated AHI of the fold's test nights: ``{night: (true, predicted)}`` and the line used."""
-    positive = score > threshold
-    train_nights, test_nights = np.unique(windows.nights[train]), np.unique(windows.nights[test])
-    slope, intercept = calibrate(
-        _raw_index(windows, positive, train_nights), np.array([windows.night_ahi[n] for n in train_nights])
-    )
-    predicted = np.maximum(slope * _raw_index(windows, positive, test_nights) + intercept, 0.0)
+def _held_out_raw(x: np.ndarray, windows: EvalWindows, target: np.ndarray, train: np.ndarray) -> dict[str, float]:
+    """Raw index of every training night, each scored by a classifier fitted on the other training subjects
+    (so the calibration line maps held-out raw indices, as the test nights' are); a subject whose removal
+    leaves one class, or a fold with one training subject, is scored by the fold's own classifier."""
+    raw: dict[str, float] = {}
+    subjects = np.unique(windows.subjects[train])
+    for subject in subjects:
+        held = train & (windows.subjects == subject)
+        rest = train & ~held & (target >= 0)
+        fit_on = rest if subjects.size > 1 and np.unique(target[rest]).size == 2 else train
+        score, threshold = _fold_scores(x, target, fit_on)
+        nights = np.unique(windows.nights[held])
+        raw.update(zip(nights.tolist(), _raw_index(windows, score > threshold, nights).tolist()))
+    return raw
+
+
+def _ahi_fold(
+    x: np.ndarray, windows: EvalWindows, target: np.ndarray, fold: tuple[np.ndarray, float], test: np.ndarray
+):
+    """Calibrated AHI of the fold's test nights (``fold``: its scores ``(n,)`` and threshold): ``{night:
+    (true, predicted)}`` and the line, fitted on the training nights' held-out raw indices."""
+    raw = _held_out_raw(x, windows, target, ~test)
+    slope, intercept = calibrate(np.array(list(raw.values())), np.array([windows.night_ahi[n] for n in raw]))
+    test_nights = np.unique(windows.nights[test])
+    predicted = np.maximum(slope * _raw_index(windows, fold[0] > fold[1], test_nights) + intercept, 0.0)
     return {str(n): (float(windows.night_ahi[n]), float(p)) for n, p in zip(test_nights, predicted)}, (slope, intercept)
 
 
@@ -97,7 +115,7 @@ def _row(
         fold_score, threshold = _fold_scores(x, y, ~test)
         score[test] = fold_score[test]
         if with_ahi:
-            fold_nights, line = _ahi_fold(windows, fold_score, threshold, ~test, test)
+            fold_nights, line = _ahi_fold(x, windows, y, (fold_score, threshold), test)
             nights.update(fold_nights)
             lines.append(line)
     scored = y >= 0
