@@ -173,6 +173,10 @@ def test_evaluations_the_data_cannot_support_name_the_dataset_and_what_it_lacks(
         evaluate_retrieval(
             {"a": np.ones((len(sleep_edf), 2)), "b": np.ones((len(sleep_edf), 2))}, sleep_edf, n_candidates=100
         )
+    lonely = toy_windows()
+    lonely.targets["arousal"] = np.where(lonely.subjects == "S0", lonely.targets["arousal"], 0)
+    with pytest.raises(UnsupportedEvaluation, match=r"without test subjects \['S0'\] the training windows hold one"):
+        evaluate_events({"x": np.zeros((len(lonely), 1))}, lonely, "arousal")
     one_subject = toy_windows(nights=1)
     with pytest.raises(UnsupportedEvaluation, match=r"toy .*'staging'.*second subject"):
         evaluate_staging({"x": np.zeros((len(one_subject), 1))}, one_subject)

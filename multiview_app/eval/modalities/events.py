@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 from ...data.eeg.events import APNEA_HYPOPNEA, severity
 from ...data.eeg.stages import EPOCH_SECONDS
 from ..protocols.probe import fit_linear_classifier
-from .data import EvalWindows, check_features, require, subject_folds
+from .data import EvalWindows, UnsupportedEvaluation, check_features, require, subject_folds
 from .metrics import binary_metrics, subject_cell
 
 EVENT_C = 1.0
@@ -112,6 +112,11 @@ def _row(
     score, nights, lines = np.full(len(windows), np.nan), {}, []
     for test_subjects in subject_folds(windows.subjects, folds):
         test = np.isin(windows.subjects, test_subjects)
+        if np.unique(y[~test & (y >= 0)]).size < 2:
+            raise UnsupportedEvaluation(
+                f"{windows.dataset} cannot support the '{target}' evaluation with these folds: without test "
+                f"subjects {test_subjects.tolist()} the training windows hold one class only; use fewer folds or more subjects"
+            )
         fold_score, threshold = _fold_scores(x, y, ~test)
         score[test] = fold_score[test]
         if with_ahi:
