@@ -13,7 +13,7 @@ import pytest
 
 from multiview_app.cli import main
 from multiview_app.data.eeg.cache import load_manifest
-from multiview_app.eval.modalities import UnsupportedEvaluation, evaluate_staging
+from multiview_app.eval.modalities import UnsupportedEvaluation, cache_windows, evaluate_events, evaluate_staging
 from multiview_app.eval.modalities.baselines import (
     airflow_features,
     fill_failed,
@@ -87,3 +87,24 @@ def test_spo2_statistics_of_a_synthetic_psg_night(synthetic_psg_cache: Path) -> 
     assert spo2.shape == (len(windows), 3)
     assert np.all((spo2[:, 0] >= 90) & (spo2[:, 0] <= 100))  # mean SpO2 in percent
     assert np.all(spo2[:, 1] <= spo2[:, 0] + 1e-9)
+
+
+def test_a_cache_without_scored_events_cannot_give_breathing_events() -> None:
+    """A Sleep-EDF modality cache's records carry no event fields (the dataset scores none): its windows have
+    no targets, and asking for apnea / hypopnea detection names the dataset and what it lacks."""
+    records = [
+        {
+            "recording": f"SC40{i}1E0",
+            "subject": f"SC40{i}",
+            "n_windows": 10,
+            "labels": [0, 1, 2, 3, 4] * 2,
+            "epochs": list(range(10)),
+        }
+        for i in range(2)
+    ]
+    windows = cache_windows({"dataset": "sleep-edf", "recordings": records}, records)
+    assert windows.targets == {} and windows.night_ahi == {} and windows.sleep_hours["SC4001E0"] == 8 * 30 / 3600
+    with pytest.raises(
+        UnsupportedEvaluation, match=r"^sleep-edf cannot support the 'apnea_hypopnea' evaluation.*no events"
+    ):
+        evaluate_events({"band power": np.zeros((20, 5))}, windows)
