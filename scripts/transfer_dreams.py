@@ -12,7 +12,7 @@ One command for a user with the DREAMS Sleep Spindles download:
 3. stages the excerpts few-shot, **leave-one-excerpt-out** (``mvapp eval sleep-staging --cache ... --folds F``
    with F = the number of excerpts: every excerpt is its own subject, so each fold tests one excerpt; the
    classifier and its C are fitted and tuned on the other excerpts only) on ``--stages`` (default W N1 N2 N3:
-   DREAMS holds 5 REM windows, which are excluded and counted), pooled over pretraining runs x folds x seeds,
+   DREAMS holds 5 REM windows, which are excluded and counted), pooled over pretraining runs x folds x draws,
    with the supervised-ceiling row (each run's encoder trained on its pretraining nights' stages; ``--no-ceiling``
    skips it) and the paired differences by excerpt (mean, 95 % bootstrap CI over excerpts, excerpts ahead);
 4. writes ``OUT/transfer_dreams.md`` and ``OUT/transfer_dreams.json`` and prints the table.
@@ -52,7 +52,7 @@ DEMO_KNOBS = (
     "DEMO_BATCH",
     "DEMO_ENCODER",
     "DEMO_EPSILON",
-    "DEMO_SEEDS",
+    "DEMO_DRAWS",
     "DEMO_PSG_SEED",
     "DEMO_EDF_SEED",
     "DEMO_AUGMENT",
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         help="folder of the demo's synthetic data, synthesized once and reused (default: OUT/demo_data)",
     )
     parser.add_argument("--shots", type=positive_int, nargs="+", default=[10, 20, 40])
-    parser.add_argument("--seeds", type=positive_int, default=3, help="few-shot draws per fold (default: %(default)s)")
+    parser.add_argument("--draws", type=positive_int, default=3, help="few-shot draws per fold (default: %(default)s)")
     parser.add_argument("--stages", nargs="+", default=["W", "N1", "N2", "N3"])
     parser.add_argument(
         "--no-ceiling",
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = args.run or [pretrain(args.out.resolve(), int(s), args.data) for s in args.pretrain_seeds.split(",")]
     combine = demo_settings()["DEMO_COMBINE"]
     results = [
-        stage_dreams(run, cache, args.shots, args.seeds, args.stages, combine, not args.no_ceiling) for run in runs
+        stage_dreams(run, cache, args.shots, args.draws, args.stages, combine, not args.no_ceiling) for run in runs
     ]
     pooled = pool_results(results) if len(results) > 1 else results[0]
     command = "python scripts/transfer_dreams.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -81,7 +81,7 @@ def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
                 "--shots",
                 "5",
                 "10",
-                "--seeds",
+                "--draws",
                 "2",
             ]
         )

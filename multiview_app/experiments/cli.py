@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from ..argtypes import nonnegative_int, positive_float, positive_int
+from ..argtypes import nonnegative_int, positive_float, positive_int, seed_list
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
@@ -103,7 +103,9 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
         default=None,
         help="with --config: a domain name or 'all' (default: the config's data.options.holdout)",
     )
-    parser.add_argument("--seeds", default="0", help="with --config: comma-separated seeds")
+    parser.add_argument(
+        "--seeds", type=seed_list, default="0", help="with --config: training seeds, comma-separated (e.g. 0,1)"
+    )
     parser.add_argument(
         "--protocol",
         choices=["generalization", "adaptation", "both"],
@@ -173,13 +175,12 @@ def run_domain_generalization(args: argparse.Namespace) -> int:
     holdout = args.holdout or options.get("holdout") or options.get("adapt")
     if holdout is None:
         raise ValueError("--config: set data.options.holdout (or adapt) or pass --holdout DOMAIN|all")
-    seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
     protocols = ("generalization", "adaptation") if args.protocol == "both" else (args.protocol,)
     results = train_and_evaluate(
         args.config,
         run_dir,
         "all" if holdout == "all" else [holdout],
-        seeds,
+        args.seeds,
         args.set,
         protocols=protocols,
         C=args.C,
