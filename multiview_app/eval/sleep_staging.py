@@ -885,7 +885,7 @@ class SleepStaging(Evaluator):
             help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
             "windows are excluded and counted in the output (default: every stage)",
         )
-        parser.add_argument("--device", default="cpu")
+        parser.add_argument("--device", default="cpu", help="torch device of the feature extraction")
         parser.add_argument(
             "--workers",
             type=positive_int,

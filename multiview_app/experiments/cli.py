@@ -16,25 +16,44 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..argtypes import nonnegative_int, positive_float, positive_int, seed_list
+from ..cli import describe
+
+DG_EXAMPLES = (
+    "mvapp experiment domain-generalization --run runs/dg_m3g --config configs/domains_digits_m3g.yaml "
+    "--holdout sketch --seeds 0,1",
+    "mvapp experiment domain-generalization --run runs/dg_m3g        # evaluate an existing run",
+)
+CEILING_EXAMPLE = "mvapp experiment supervised-ceiling --run runs/eeg_m3g"
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser(
-        "experiment", help="train runs unless done, then evaluate them (domain-generalization, supervised-ceiling)"
+        "experiment",
+        **describe(
+            "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling)",
+            DG_EXAMPLES[0],
+            CEILING_EXAMPLE,
+        ),
     )
     sub = group.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
     parser = sub.add_parser(
         "domain-generalization",
-        help="leave-one-domain-out with training-domain-validation model selection (DomainBed): "
-        "pretrain one run per held-out domain and seed (--config) or evaluate --run",
+        **describe(
+            "leave-one-domain-out with training-domain-validation model selection (DomainBed): "
+            "pretrain one run per held-out domain and seed (--config) or evaluate --run",
+            *DG_EXAMPLES,
+        ),
     )
     add_domain_generalization_arguments(parser)
     parser.set_defaults(func=run_domain_generalization)
     ceiling = sub.add_parser(
         "supervised-ceiling",
-        help="train the supervised ceiling of an EEG run unless done: its encoder trained end to "
-        "end on the pretraining nights' stages, its checkpoint chosen on validation subjects "
-        "(the sleep-staging evaluator's supervised_ceiling row)",
+        **describe(
+            "train the supervised ceiling of an EEG run unless done: its encoder trained end to "
+            "end on the pretraining nights' stages, its checkpoint chosen on validation subjects "
+            "(the sleep-staging evaluator's supervised_ceiling row)",
+            CEILING_EXAMPLE,
+        ),
     )
     ceiling.add_argument("--run", required=True, type=Path, help="the pretraining run folder (EEG windows)")
     ceiling.add_argument(
@@ -132,7 +151,7 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
         help="ERM's own step budget (default 600; its checkpoint is chosen by training-domain "
         "validation, never the pretraining train.max_steps)",
     )
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="torch device of the evaluation")
     parser.add_argument(
         "--threads",
         type=nonnegative_int,
