@@ -349,7 +349,7 @@ def test_eeg_per_view_rows_and_downstream_reproduces_sleep_staging(eeg_setup: di
         folder = tmp_path / "pv" if export_views == "per-view" else tmp_path / "concat"
         if export_views == "concat":
             export_embeddings(run, folder, views="concat", progress=False)
-        assert script.main([str(folder), "--shots", "5", "20", "--seeds", "2", "--json", str(tmp_path / "r.json")]) == 0
+        assert script.main([str(folder), "--shots", "5", "20", "--draws", "2", "--json", str(tmp_path / "r.json")]) == 0
         result = json.loads((tmp_path / "r.json").read_text())
         for s in ("5", "20"):
             for metric in ("accuracy", "kappa", "macro_f1"):

@@ -64,7 +64,7 @@ def test_encoder_folder_loads_without_the_run_and_gives_the_runs_features(
         assert fact in card, fact
     assert {p.suffix for p in moved.iterdir()} <= {".safetensors", ".json", ".md", ".onnx"}  # never a pickle
     assert "this folder holds the encoder alone, in `encoder.safetensors`" in card
-    assert "EEG" not in card and "encoder.input_contract: the image size and preprocessing" in card
+    assert "EEG" not in card and "input_contract" not in card and "input as in the Input section above" in card
 
 
 def test_every_exported_file_gets_the_umask_mode(cnn_run: Path, tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     if result.already_finished:  # resuming a finished run trains nothing (Trainer._finished_already)
         print(result.notes[-1])
         return 0
-    print(f"{trained_line(result)}, final loss {result.final_loss:.4f}")
+    print(trained_line(result))
     for report in result.reports:
         print(report)
     summary_path = result.run_dir / SUMMARY_FILE
@@ -92,14 +92,15 @@ def _run(args: argparse.Namespace) -> int:
 
 def trained_line(result: TrainResult) -> str:
     """What this process trained and, after a resume, what the run holds: ``trained 354 steps (46 -> 400) in
-    70.1 s (...items/s); the run: 400 steps in 82.7 s`` (``trained 400 steps in 82.7 s (...)`` for a new run)."""
-    rate = f"({result.items_per_s:.1f} items/s)"
+    70.1 s (...items/s), final loss 3.1; the run: 400 steps in 82.7 s`` (a new run: ``trained 400 steps in
+    82.7 s (...items/s), final loss 3.1``)."""
+    this = f"in {result.wall_time_s:.1f} s ({result.items_per_s:.1f} items/s), final loss {result.final_loss:.4f}"
     if not result.start_step:
-        return f"trained {_steps(result.steps)} in {result.wall_time_s:.1f} s {rate}"
+        return f"trained {_steps(result.steps)} {this}"
     run_time = "time of earlier steps not recorded" if result.run_time_s is None else f"{result.run_time_s:.1f} s"
     return (
-        f"trained {_steps(result.steps_run)} ({result.start_step} -> {result.steps}) in {result.wall_time_s:.1f} s "
-        f"{rate}; the run: {_steps(result.steps)} in {run_time}"
+        f"trained {_steps(result.steps_run)} ({result.start_step} -> {result.steps}) {this}; "
+        f"the run: {_steps(result.steps)} in {run_time}"
     )
 
 
