@@ -69,7 +69,8 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     assert (run / "model.safetensors").is_file() and (run / "init.safetensors").is_file()
 
     assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "20", "--draws", "2"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert (out + err).count("no supervised_ceiling row") == 1  # each message once (not also as a warning)
     assert "bandpower" in out and "random_init" in out and "s=20" in out
     result = json.loads((run / "eval" / "sleep_staging.json").read_text())
     assert set(result["subjects"]["train"]).isdisjoint(result["subjects"]["test"])
