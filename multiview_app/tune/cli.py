@@ -80,7 +80,10 @@ def _add_report_parser(sub: argparse._SubParsersAction) -> None:
             REPORT_EXAMPLE,
         ),
     )
-    report.epilog += "\nbrowse a study live: optuna-dashboard <runs-dir>/tune/<study>/journal.log (or the RDB URL)"
+    report.epilog += (
+        "\nplots: optimization history, parameter importances (Pareto front + pareto_front.csv with several "
+        "objectives);\nbrowse a study live: optuna-dashboard <runs-dir>/tune/<study>/journal.log (or the RDB URL)"
+    )
     report.add_argument("--study-name", required=True, help="the study to report")
     _add_storage(report)
     report.add_argument("--runs-dir", default="runs", help="runs folder holding tune/<study>/")
@@ -136,6 +139,7 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import optuna
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     from .report import format_report, write_report
     from .study import open_storage
 
