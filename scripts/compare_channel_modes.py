@@ -16,7 +16,7 @@ changing only ``model.encoders.eeg.channel_mode``:
 Protocols (the demo's evaluation settings; the existing evaluator, ``experiments.staging.staging_result``):
 
 - ``cross-dataset``: few-shot staging of the demo's Sleep-EDF-format nights (Fpz-Cz, Pz-Oz: derivations never
-  seen in pretraining), 5 subject folds, s = 10 50 100 1000, ``DEMO_SEEDS`` draws;
+  seen in pretraining), 5 subject folds, s = 10 50 100 1000, ``DEMO_DRAWS`` draws;
 - ``dreams``: the 8 real DREAMS excerpts (central C3-A1 / CZ-A1), leave-one-excerpt-out, W/N1/N2/N3,
   s = 10 20 40, 3 draws (``mvapp experiment dreams-transfer``'s protocol; needs ``--real-psg`` or ``$MVAPP_REAL_PSG``).
 
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                         cache=caches["sleep-edf"],
                         folds=args.cross_folds,
                         shots=shots[protocol],
-                        draws=int(knobs["seeds"]),
+                        draws=int(knobs["draws"]),
                         combine=knobs["combine"],
                     )
                 timing[f"{protocol}_s"] = round(time.perf_counter() - began, 1)

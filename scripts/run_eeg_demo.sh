@@ -30,7 +30,7 @@ PY="$(dirname "$MVAPP")/python"; [ -x "$PY" ] || PY=python3
 settings="$("$PY" - "$DEMO_CONFIG" <<'PYTHON'
 import sys, yaml
 path = sys.argv[1]
-keys = "data subjects edf_subjects hours compress steps lr batch encoder epsilon seeds psg_seed edf_seed augment combine ceiling".split()
+keys = "data subjects edf_subjects hours compress steps lr batch encoder epsilon draws psg_seed edf_seed augment combine ceiling".split()
 try:
     cfg = yaml.safe_load(open(path))
 except OSError as error:
@@ -56,7 +56,7 @@ LR="${DEMO_LR:-${CFG[lr]}}"
 BATCH="${DEMO_BATCH:-${CFG[batch]}}"
 ENCODER="${DEMO_ENCODER:-${CFG[encoder]}}"
 EPSILON="${DEMO_EPSILON:-${CFG[epsilon]}}"
-SEEDS="${DEMO_SEEDS:-${CFG[seeds]}}"
+DRAWS="${DEMO_DRAWS:-${CFG[draws]}}"
 PSG_SEED="${DEMO_PSG_SEED:-${CFG[psg_seed]}}"
 EDF_SEED="${DEMO_EDF_SEED:-${CFG[edf_seed]}}"
 if [ "$PSG_SEED" = "$EDF_SEED" ]; then
@@ -160,14 +160,14 @@ fi
 CROSS_LOG="runs/$RUN_NAME/eval_cross_dataset.log"
 cross_eval() {
   local since=$SECONDS
-  "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots "${SHOTS[@]}" --seeds "$SEEDS" \
+  "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots "${SHOTS[@]}" --draws "$DRAWS" \
     --folds 5 --combine "$COMBINE" --workers 2 ${CEILING_ARGS[@]+"${CEILING_ARGS[@]}"} ${YASA_ARGS[@]+"${YASA_ARGS[@]}"}
   echo "   [cross-dataset evaluation, concurrent with the in-domain one: $((SECONDS - since)) s wall]"
 }
 cross_eval > "$CROSS_LOG" 2>&1 &
 cross_job=$!
 echo "== 4/5 in-domain few-shot sleep staging: the run's 4 held-out subjects in 2 test folds of 2"
-"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots "${SHOTS[@]}" --seeds "$SEEDS" --folds 2 --combine "$COMBINE" \
+"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots "${SHOTS[@]}" --draws "$DRAWS" --folds 2 --combine "$COMBINE" \
   --workers 2 ${CEILING_ARGS[@]+"${CEILING_ARGS[@]}"}
 phase_done "in-domain evaluation" "$t"
 cross_status=0; wait "$cross_job" || cross_status=$?

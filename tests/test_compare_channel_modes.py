@@ -20,7 +20,7 @@ TOY_DEMO = {
     "DEMO_HOURS": "1",
     "DEMO_COMPRESS": "1",
     "DEMO_STEPS": "2",
-    "DEMO_SEEDS": "2",
+    "DEMO_DRAWS": "2",
     "DEMO_ENCODER": "{name: conv, width: 8, out_dim: 8, dropout: 0.0, channel_mode: agnostic, unknown_rate: 0.0, channel_vocab: [F3-M2, F4-M1, C3-M2, C4-M1, O1-M2, O2-M1]}",
     "DEMO_AUGMENT": "",
 }

@@ -55,8 +55,7 @@ def _tiny_run(tmp_path: Path) -> Path:
     return tmp_path / "runs" / "tiny"
 
 
-def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("DEMO_SEEDS", "2")  # few-shot draws per fold
+def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
     dreams = real_psg("dreams-spindles")
     toy = tmp_path / "real" / "dreams-spindles"
     toy.mkdir(parents=True)
@@ -68,7 +67,7 @@ def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys, monkeypatch
     run = _tiny_run(tmp_path)
     out = tmp_path / "out"
     argv = ["experiment", "dreams-transfer", "--real-psg", str(tmp_path / "real"), "--out", str(out)]
-    assert main([*argv, "--run", str(run), "--shots", "5", "10"]) == 0
+    assert main([*argv, "--run", str(run), "--shots", "5", "10", "--draws", "2"]) == 0
     printed = capsys.readouterr().out
     summary = json.loads((out / "dreams_transfer.json").read_text())
     assert (out / "dreams_transfer.md").read_text().split("\n\nper-class F1")[0] in printed

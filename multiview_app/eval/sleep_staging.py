@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..argtypes import open_fraction, positive_float, positive_int
+from ..argtypes import open_fraction, positive_float, positive_int, renamed_option
 from ..data.eeg.provenance import recording_identities
 from ..data.eeg.stages import STAGES
 from ..train.input_contract import check_run_input, format_input_differences
@@ -725,7 +725,7 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"sleep staging, {result['protocol']} ({result['dataset']}, {source}): {len(result['folds'])} fold(s), "
         f"{len(result['subjects']['test'])} test subjects in fold 1, {result['windows']['test']} test windows, "
-        f"mean ± std over {n_runs} fits (folds x seeds); classifier: {result['classifier']}"
+        f"mean ± std over {n_runs} fits (folds x draws); classifier: {result['classifier']}"
         + (f"; {result['features']} outputs" if result.get("features", "encoder") != "encoder" else "")
     ]
     width = max(12, *(len(name) + 1 for name in result["results"]))
@@ -795,7 +795,8 @@ class SleepStaging(Evaluator):
             "--folds",
             type=positive_int,
             default=None,
-            help="subject-wise folds of the test subjects (mean ± std over folds x seeds)",
+            help="subject-wise folds of the test subjects, >= 2 (mean ± std over folds x draws; "
+            "default: one split, the run's own or --test-fraction)",
         )
         parser.add_argument(
             "--shots",
@@ -805,7 +806,15 @@ class SleepStaging(Evaluator):
             help="windows per class (default: %(default)s)",
         )
         parser.add_argument(
-            "--seeds", type=positive_int, default=5, help="repetitions (different few-shot draws; default: %(default)s)"
+            "--draws",
+            type=positive_int,
+            default=5,
+            help="few-shot draws per fold (s windows per class drawn again, seeds 0 .. N-1; default: %(default)s)",
+        )
+        renamed_option(
+            parser,
+            "--seeds",
+            "the number of few-shot draws is --draws N (e.g. --draws 3); --seeds lists seeds elsewhere",
         )
         parser.add_argument(
             "--combine",
@@ -842,7 +851,7 @@ class SleepStaging(Evaluator):
             default=None,
             metavar="RUN",
             help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
-            "report mean ± std over runs x folds x seeds (eval/<name>_pooled.json in --run)",
+            "report mean ± std over runs x folds x draws (eval/<name>_pooled.json in --run)",
         )
         parser.add_argument(
             "--batch-size",
@@ -886,7 +895,7 @@ class SleepStaging(Evaluator):
             help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
             "windows are excluded and counted in the output (default: every stage)",
         )
-        parser.add_argument("--device", default="cpu")
+        parser.add_argument("--device", default="cpu", help="torch device of the feature extraction")
         parser.add_argument(
             "--workers",
             type=positive_int,
@@ -910,7 +919,7 @@ class SleepStaging(Evaluator):
                 test_fraction=args.test_fraction,
                 folds=args.folds,
                 shots=tuple(args.shots),
-                seeds=args.seeds,
+                seeds=args.draws,
                 combine=args.combine,
                 C=args.C,
                 batch_size=args.batch_size,
@@ -935,8 +944,6 @@ class SleepStaging(Evaluator):
             atomic_write_json(Path(result["output"]), result)
         print(format_table(result))
         print(f"plots: {', '.join(result['plots'].values())}")
-        if result["notes"]:
-            print(f"warning: {'; '.join(result['notes'])}", file=sys.stderr)  # one summarized line
         if results[0].get("input_differences"):
             print(f"note: {format_input_differences(results[0]['input_differences'])}", file=sys.stderr)
         return result

@@ -15,26 +15,45 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from ..argtypes import nonnegative_int, positive_float, positive_int
+from ..argtypes import nonnegative_int, positive_float, positive_int, seed_list
+from ..cli import describe
+
+DG_EXAMPLES = (
+    "mvapp experiment domain-generalization --run runs/dg_m3g --config configs/domains_digits_m3g.yaml "
+    "--holdout sketch --seeds 0,1",
+    "mvapp experiment domain-generalization --run runs/dg_m3g        # evaluate an existing run",
+)
+CEILING_EXAMPLE = "mvapp experiment supervised-ceiling --run runs/eeg_m3g"
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser(
-        "experiment", help="train runs unless done, then evaluate them (domain-generalization, supervised-ceiling)"
+        "experiment",
+        **describe(
+            "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling)",
+            DG_EXAMPLES[0],
+            CEILING_EXAMPLE,
+        ),
     )
     sub = group.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
     parser = sub.add_parser(
         "domain-generalization",
-        help="leave-one-domain-out with training-domain-validation model selection (DomainBed): "
-        "pretrain one run per held-out domain and seed (--config) or evaluate --run",
+        **describe(
+            "leave-one-domain-out with training-domain-validation model selection (DomainBed): "
+            "pretrain one run per held-out domain and seed (--config) or evaluate --run",
+            *DG_EXAMPLES,
+        ),
     )
     add_domain_generalization_arguments(parser)
     parser.set_defaults(func=run_domain_generalization)
     ceiling = sub.add_parser(
         "supervised-ceiling",
-        help="train the supervised ceiling of an EEG run unless done: its encoder trained end to "
-        "end on the pretraining nights' stages, its checkpoint chosen on validation subjects "
-        "(the sleep-staging evaluator's supervised_ceiling row)",
+        **describe(
+            "train the supervised ceiling of an EEG run unless done: its encoder trained end to "
+            "end on the pretraining nights' stages, its checkpoint chosen on validation subjects "
+            "(the sleep-staging evaluator's supervised_ceiling row)",
+            CEILING_EXAMPLE,
+        ),
     )
     ceiling.add_argument("--run", required=True, type=Path, help="the pretraining run folder (EEG windows)")
     ceiling.add_argument(
@@ -141,7 +160,9 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
         default=None,
         help="with --config: a domain name or 'all' (default: the config's data.options.holdout)",
     )
-    parser.add_argument("--seeds", default="0", help="with --config: comma-separated seeds")
+    parser.add_argument(
+        "--seeds", type=seed_list, default="0", help="with --config: training seeds, comma-separated (e.g. 0,1)"
+    )
     parser.add_argument(
         "--protocol",
         choices=["generalization", "adaptation", "both"],
@@ -168,7 +189,7 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
         help="ERM's own step budget (default 600; its checkpoint is chosen by training-domain "
         "validation, never the pretraining train.max_steps)",
     )
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="torch device of the evaluation")
     parser.add_argument(
         "--threads",
         type=nonnegative_int,
@@ -211,13 +232,12 @@ def run_domain_generalization(args: argparse.Namespace) -> int:
     holdout = args.holdout or options.get("holdout") or options.get("adapt")
     if holdout is None:
         raise ValueError("--config: set data.options.holdout (or adapt) or pass --holdout DOMAIN|all")
-    seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
     protocols = ("generalization", "adaptation") if args.protocol == "both" else (args.protocol,)
     results = train_and_evaluate(
         args.config,
         run_dir,
         "all" if holdout == "all" else [holdout],
-        seeds,
+        args.seeds,
         args.set,
         protocols=protocols,
         C=args.C,
@@ -288,6 +308,9 @@ def add_dreams_arguments(parser: argparse.ArgumentParser) -> None:
         help="labelled windows per class (default: %(default)s)",
     )
     parser.add_argument("--stages", nargs="+", default=list(STAGES), help="stages staged (default: %(default)s)")
+    parser.add_argument(
+        "--draws", type=positive_int, default=None, help="few-shot draws per fold (default: configs/demo_eeg.yaml's)"
+    )
     parser.add_argument("--no-ceiling", action="store_true", help="skip the supervised-ceiling row")
     parser.add_argument(
         "--publish", action="store_true", help="write the table to docs/results/dreams_transfer.md and the README block"
@@ -317,6 +340,7 @@ def run_dreams_transfer(args: argparse.Namespace) -> int:
         shots=args.shots,
         stages=args.stages,
         ceiling=not args.no_ceiling,
+        draws=args.draws,
     )
     if args.run is not None:  # the runs' own training seeds
         from ..train.run_io import load_run_config

@@ -107,8 +107,10 @@ def transfer(
     shots: Sequence[int] = SHOTS,
     stages: Sequence[str] = STAGES,
     ceiling: bool = True,
+    draws: int | None = None,
 ) -> tuple[list[dict[str, Any]], list[Path], Path]:
-    """Prepare, pretrain unless ``runs`` are given, stage: ``(per-run results, runs, cache)``."""
+    """Prepare, pretrain unless ``runs`` are given, stage with ``draws`` few-shot draws per fold (default the
+    demo's): ``(per-run results, runs, cache)``."""
     from tqdm.auto import tqdm
 
     out.mkdir(parents=True, exist_ok=True)
@@ -116,7 +118,7 @@ def transfer(
     settings = demo_settings()
     runs = list(runs or [pretrain(out / "runs", seed, data or out / "demo_data", settings) for seed in seeds])
     results = [
-        stage_dreams(run, cache, shots, int(settings["seeds"]), stages, settings["combine"], ceiling)
+        stage_dreams(run, cache, shots, draws or int(settings["draws"]), stages, settings["combine"], ceiling)
         for run in tqdm(runs, desc="DREAMS staging", unit="run")
     ]
     return results, runs, cache

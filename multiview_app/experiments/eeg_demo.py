@@ -26,7 +26,7 @@ DEMO_CONFIG = Path("configs") / "demo_eeg.yaml"
 TRAIN_CONFIG = Path("configs") / "eeg_synthetic_m3g.yaml"
 """The training config the demo overrides."""
 DEMO_KEYS = (
-    "data subjects edf_subjects hours compress steps lr batch encoder epsilon seeds psg_seed edf_seed augment "
+    "data subjects edf_subjects hours compress steps lr batch encoder epsilon draws psg_seed edf_seed augment "
     "combine ceiling"
 ).split()
 """Every key of the demo config (the script refuses a file with others)."""

@@ -46,7 +46,7 @@ def stage_seeds(seeds: Sequence[int], data: Path, runs: Path, ceiling: bool = Tr
                 cache=cache,
                 folds=FOLDS,
                 shots=list(SHOTS),
-                draws=int(settings["seeds"]),
+                draws=int(settings["draws"]),
                 combine=settings["combine"],
             )
         )
@@ -63,7 +63,7 @@ def headline(
     summary["data"] = (
         f"pretraining: {settings['subjects']} synthetic PhysioNet-2018-format nights (generator seed "
         f"{settings['psg_seed']}); staged: {settings['edf_subjects']} Sleep-EDF-format nights (generator seed "
-        f"{settings['edf_seed']}), {FOLDS} subject folds x {settings['seeds']} draws"
+        f"{settings['edf_seed']}), {FOLDS} subject folds x {settings['draws']} draws"
     )
     summary["command"] = command
     footer = f"Command: `{command}` ({summary['data']})."
