@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -274,10 +275,16 @@ def run_sleep_staging(
             predictions, first_test = fits["predictions"], test
     rows = list(features)
     if yasa:
+        began = time.perf_counter()
         yasa_fits = _yasa_fold_fits(adapter.cache_dir, meta, labels, [m[1] for m in fold_masks], shots, seeds)
         if isinstance(yasa_fits, str):
             skipped_notes.append(yasa_fits)
         else:
+            n_nights = len(set(np.asarray(meta["recording"])[np.any([m[1] for m in fold_masks], axis=0)]))
+            skipped_notes.append(
+                f"{YASA_ROW} row: {n_nights} test nights staged from their source files in "
+                f"{time.perf_counter() - began:.0f} s (one process)"
+            )
             for part, fits in zip(fold_results, yasa_fits):
                 part[YASA_ROW] = fits
             rows.append(YASA_ROW)
