@@ -260,7 +260,7 @@ def test_resume_latest_with_only_a_run_name(
     # asked to extend it, it resumes from its last checkpoint
     assert main(["train", "--resume", "latest", "--name", "named", "train.max_steps=3", "--accept-config-changes"]) == 0
     out = capsys.readouterr().out
-    assert "resumed from" in out and "trained 3 steps" in out
+    assert "resumed from" in out and "trained 1 step (2 -> 3) in " in out and "; the run: 3 steps in " in out
     assert main(["train", "--resume", "latest", "--name", "missing"]) == 2
     assert "no run config at" in capsys.readouterr().err
     assert main(["train", "--resume", "latest"]) == 2
