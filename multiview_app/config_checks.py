@@ -98,11 +98,11 @@ def _check_data(cfg: Config) -> None:
 
 def _check_model_options(cfg: Config) -> None:
     """Encoder, projector and predictor options must be options of what they build."""
-    from .models.encoders import ENCODERS, available_encoders, encoder_options_model
+    from .models.encoders import ENCODERS, encoder_key, encoder_options_model, unknown_encoder_message
     from .models.heads import Predictor, Projector
 
     for modality, spec in cfg.model.encoders.items():
-        key = f"{modality}/{spec['name']}"
+        key = encoder_key(modality, spec["name"])
         if key in ENCODERS:
             options = {k: v for k, v in spec.items() if k != "name"}
             validate_options(
@@ -112,11 +112,8 @@ def _check_model_options(cfg: Config) -> None:
                 component_wording("option", f"encoder {key!r}"),
                 ConfigError,
             )
-        elif modality != "image":  # image names fall back to timm (any timm keyword)
-            raise ConfigError(
-                f"model.encoders.{modality}.name: unknown encoder {spec['name']!r} for modality {modality!r}; "
-                f"available: {', '.join(available_encoders(modality)) or '(none)'}"
-            )
+        elif modality != "image" or "/" in spec["name"]:  # image names fall back to timm (any timm keyword)
+            raise ConfigError(f"model.encoders.{modality}.name: {unknown_encoder_message(modality, spec['name'])}")
     for section, head, options in (
         ("projector", Projector, cfg.model.projector),
         ("predictor", Predictor, cfg.model.predictor),
@@ -165,9 +162,9 @@ def component_options_model(where: str, name: Any) -> type[BaseModel] | None:
             from .data.views import VIEW_POLICIES
 
             return VIEW_POLICIES.get(str(name)).Options
-        from .models.encoders import encoder_options_model
+        from .models.encoders import encoder_key, encoder_options_model
 
-        return encoder_options_model(f"{where.rsplit('.', 1)[1]}/{name}")
+        return encoder_options_model(encoder_key(where.rsplit(".", 1)[1], str(name)))
     except ValueError:
         return None
 
