@@ -148,10 +148,8 @@ def unknown_encoder_message(modality: str, name: str) -> str:
     when it has none (a PSG modality names a full key such as ``eeg/conv``)."""
     own = available_encoders(modality) if "/" not in name else []
     listed = own or available_encoders()
-    return (
-        f"unknown encoder '{name}' for modality '{modality}'; registered encoders"
-        f"{'' if own else ' (give a full key, e.g. eeg/conv)'}: {', '.join(listed)}"
-    )
+    where = "available" if own else "available (the registered encoders; give a full key such as eeg/conv)"
+    return f"unknown encoder '{name}' for modality '{modality}'; {where}: {', '.join(listed)}"
 
 
 def encoder_options_model(key: str) -> type[ComponentOptions]:

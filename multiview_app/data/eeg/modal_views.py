@@ -108,10 +108,11 @@ def check_group_augment(group: str, spec: GroupAugment, sfreq: float, where: str
         )
 
 
-def resolve_modalities(spec: str | dict[str, ModalitySpec]) -> dict[str, ModalitySpec]:
-    """``data.options.modalities``: a preset name of psg.yaml or a mapping -> ``{modality: ModalitySpec}``."""
+def resolve_modalities(spec: str | dict[str, Any]) -> dict[str, ModalitySpec]:
+    """``data.options.modalities``: a preset name of psg.yaml or a mapping (of :class:`ModalitySpec` or its
+    dicts) -> ``{modality: ModalitySpec}``."""
     if isinstance(spec, dict):
-        return spec
+        return {name: ModalitySpec.model_validate(value) for name, value in spec.items()}
     presets = load_vocabulary().presets
     if spec not in presets:
         raise ValueError(f"data.options.modalities: unknown preset '{spec}'; presets: {', '.join(presets)}")
