@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from multiview_app import load_encoder
+from multiview_app.cli import main
 from multiview_app.config import load_config
 from multiview_app.data.adapters import build_adapter
 from multiview_app.data.eeg.cache import prepare
@@ -27,6 +29,7 @@ from multiview_app.data.eeg.preprocess import PrepareOptions
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
 from multiview_app.data.eeg.synth import synth_psg
 from multiview_app.data.views import build_view_policy
+from multiview_app.export import load_embeddings
 from multiview_app.models import build_model
 from multiview_app.models.modal_embed import fuse, modality_embeddings
 from multiview_app.train.input_contract import check_modality_encoders
@@ -228,3 +231,27 @@ def test_a_few_training_steps_of_each_config(cache: Path, tmp_path: Path, config
     model = build_model(cfg.model.encoders, cfg.model.projector)
     batch = policy.train_views(raw_batch(adapter.split("train"), [0, 1, 2, 3]), torch.Generator().manual_seed(0))
     assert tuple(model.embed(batch).shape) == (4, 6 if six else 3, 8)
+
+
+@pytest.mark.slow
+def test_export_writes_a_row_per_modality_and_a_fused_row(cache: Path, tmp_path: Path) -> None:
+    """A night without heart: NaN heart rows, a fused row from what it has; each encoder with its own contract."""
+    partial = without_group(cache, tmp_path / "partial", 0, "heart")
+    overrides = [*TINY, f"data.options.cache={partial}", f"output.runs_dir={tmp_path}", "train.max_steps=1"]
+    run = train(load_config(CONFIGS / "psg_modalities_sleepfm.yaml", overrides, name="tiny")).run_dir
+    assert main(["export", "--run", str(run), "--out", str(tmp_path / "emb"), "--format", "parquet"]) == 0
+    rows, meta, manifest = load_embeddings(tmp_path / "emb")
+    table = meta.to_pandas()
+    assert manifest["view_names"] == ["brain", "heart", "breathing", "fused"] and len(table) == 4 * len(
+        table.item_id.unique()
+    )
+    rows = np.asarray(rows)
+    no_heart = (table.modalities == "brain,breathing").to_numpy()
+    assert no_heart.any() and np.isnan(rows[no_heart & (table.modality == "heart").to_numpy()]).all()
+    assert np.isfinite(rows[(table.modality != "heart").to_numpy()]).all()
+    assert main(["export", "--run", str(run), "--out", str(tmp_path / "mean"), "--views", "mean"]) != 0
+    assert main(["export-model", "--run", str(run), "--out", str(tmp_path / "enc"), "--modality", "breathing"]) == 0
+    config = json.loads((tmp_path / "enc" / "config.json").read_text())
+    assert config["input"]["kind"] == "psg_modality" and config["input"]["contract"]["in_channels"] == 4
+    assert config["input"]["contract"]["upsampled"] == {"oximetry": 1.0}
+    assert tuple(load_encoder(tmp_path / "enc")(torch.randn(2, 4, 300)).shape) == (2, 64)
