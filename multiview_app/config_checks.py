@@ -91,9 +91,26 @@ def _check_data(cfg: Config) -> None:
             f"views.policy: unknown view policy {cfg.views.policy!r}; "
             f"available: {', '.join(available_view_policies())}{VIEW_POLICIES.missing_hint()}"
         )
-    validate_options(
-        VIEW_POLICIES.get(cfg.views.policy).Options, cfg.views.options, "views.options", SECTION_KEYS, ConfigError
-    )
+    policy = VIEW_POLICIES.get(cfg.views.policy)
+    validate_options(policy.Options, cfg.views.options, "views.options", SECTION_KEYS, ConfigError)
+    _check_policy_fits_adapter(cfg.views.policy, policy.modality, cfg.data.adapter)
+
+
+def _check_policy_fits_adapter(name: str, policy_modality: str, adapter_name: str) -> None:
+    """A view policy made for one kind of data refuses an adapter of another (e.g. channels as views, made
+    for EEG window caches, on a ``psg_modalities`` adapter, whose views are modalities)."""
+    from .data.adapters import ADAPTERS
+    from .data.views import available_view_policies
+
+    adapter_modality = ADAPTERS.get(adapter_name).modality
+    if policy_modality and adapter_modality and policy_modality != adapter_modality:
+        from .data.views import VIEW_POLICIES
+
+        fitting = [p for p in available_view_policies() if VIEW_POLICIES.get(p).modality in ("", adapter_modality)]
+        raise ConfigError(
+            f"views.policy: {name!r} works on {policy_modality!r} data but data.adapter {adapter_name!r} gives "
+            f"{adapter_modality!r} data; policies for it: {', '.join(fitting)}"
+        )
 
 
 def _check_model_options(cfg: Config) -> None:
