@@ -75,11 +75,15 @@ def check_modality_encoders(encoders: dict[str, Any], contracts: dict[str, dict[
         rate, channels = takes["sfreq"], takes["in_channels"]
         rate_differs = rate is not None and abs(float(rate) - float(contract["sfreq"])) > 1e-6
         if rate_differs or (channels is not None and int(channels) != contract["in_channels"]):
+            takes_text = f"{channels if channels is not None else 'any number of'} channel(s) at " + (
+                f"{rate:g} Hz" if rate is not None else "any rate"
+            )
+            has = (
+                f"{contract['in_channels']} channel(s) ({', '.join(contract['channels'])}) at {contract['sfreq']:g} Hz"
+            )
             raise ValueError(
-                f"model.encoders.{modality}: encoder {key} takes {channels if channels is not None else 'any number of'} "
-                f"channel(s) at {f'{rate:g} Hz' if rate is not None else 'any rate'}, but modality '{modality}' of "
-                f"{contract['source_cache']} has {contract['in_channels']} channel(s) ({', '.join(contract['channels'])}) "
-                f"at {contract['sfreq']:g} Hz; set model.encoders.{modality}.in_channels / sfreq to the data's"
+                f"model.encoders.{modality}: encoder {key} takes {takes_text}, but modality '{modality}' of "
+                f"{contract['source_cache']} has {has}; set model.encoders.{modality}.in_channels / sfreq to the data's"
             )
 
 
