@@ -91,18 +91,35 @@ def _check_data(cfg: Config) -> None:
             f"views.policy: unknown view policy {cfg.views.policy!r}; "
             f"available: {', '.join(available_view_policies())}{VIEW_POLICIES.missing_hint()}"
         )
-    validate_options(
-        VIEW_POLICIES.get(cfg.views.policy).Options, cfg.views.options, "views.options", SECTION_KEYS, ConfigError
-    )
+    policy = VIEW_POLICIES.get(cfg.views.policy)
+    validate_options(policy.Options, cfg.views.options, "views.options", SECTION_KEYS, ConfigError)
+    _check_policy_fits_adapter(cfg.views.policy, policy.modality, cfg.data.adapter)
+
+
+def _check_policy_fits_adapter(name: str, policy_modality: str, adapter_name: str) -> None:
+    """A view policy made for one kind of data refuses an adapter of another (e.g. channels as views, made
+    for EEG window caches, on a ``psg_modalities`` adapter, whose views are modalities)."""
+    from .data.adapters import ADAPTERS
+    from .data.views import available_view_policies
+
+    adapter_modality = ADAPTERS.get(adapter_name).modality
+    if policy_modality and adapter_modality and policy_modality != adapter_modality:
+        from .data.views import VIEW_POLICIES
+
+        fitting = [p for p in available_view_policies() if VIEW_POLICIES.get(p).modality in ("", adapter_modality)]
+        raise ConfigError(
+            f"views.policy: {name!r} works on {policy_modality!r} data but data.adapter {adapter_name!r} gives "
+            f"{adapter_modality!r} data; policies for it: {', '.join(fitting)}"
+        )
 
 
 def _check_model_options(cfg: Config) -> None:
     """Encoder, projector and predictor options must be options of what they build."""
-    from .models.encoders import ENCODERS, available_encoders, encoder_options_model
+    from .models.encoders import ENCODERS, encoder_key, encoder_options_model, unknown_encoder_message
     from .models.heads import Predictor, Projector
 
     for modality, spec in cfg.model.encoders.items():
-        key = f"{modality}/{spec['name']}"
+        key = encoder_key(modality, spec["name"])
         if key in ENCODERS:
             options = {k: v for k, v in spec.items() if k != "name"}
             validate_options(
@@ -112,11 +129,8 @@ def _check_model_options(cfg: Config) -> None:
                 component_wording("option", f"encoder {key!r}"),
                 ConfigError,
             )
-        elif modality != "image":  # image names fall back to timm (any timm keyword)
-            raise ConfigError(
-                f"model.encoders.{modality}.name: unknown encoder {spec['name']!r} for modality {modality!r}; "
-                f"available: {', '.join(available_encoders(modality)) or '(none)'}"
-            )
+        elif modality != "image" or "/" in spec["name"]:  # image names fall back to timm (any timm keyword)
+            raise ConfigError(f"model.encoders.{modality}.name: {unknown_encoder_message(modality, spec['name'])}")
     for section, head, options in (
         ("projector", Projector, cfg.model.projector),
         ("predictor", Predictor, cfg.model.predictor),
@@ -165,9 +179,9 @@ def component_options_model(where: str, name: Any) -> type[BaseModel] | None:
             from .data.views import VIEW_POLICIES
 
             return VIEW_POLICIES.get(str(name)).Options
-        from .models.encoders import encoder_options_model
+        from .models.encoders import encoder_key, encoder_options_model
 
-        return encoder_options_model(f"{where.rsplit('.', 1)[1]}/{name}")
+        return encoder_options_model(encoder_key(where.rsplit(".", 1)[1], str(name)))
     except ValueError:
         return None
 

@@ -247,3 +247,37 @@ def flatnce_surrogate(z: torch.Tensor, tau: float = 0.1) -> torch.Tensor:
                     cs.append(torch.logsumexp(neg - u[i, a] @ u[i, b] / tau, dim=0))
     c = torch.stack(cs)
     return torch.exp(c - c.detach()).mean()
+
+
+def _ce_both_ways(a: list[torch.Tensor], b: list[torch.Tensor], scale: float) -> float:
+    """``CE(L, I) + CE(L^T, I)`` of ``L[i][j] = scale * <a_i, b_j>``, each batch-averaged (loops)."""
+    n = len(a)
+    logits = [[scale * _dot(a[i], b[j]) for j in range(n)] for i in range(n)]
+    rows = sum(-logits[i][i] + _lse(logits[i]) for i in range(n)) / n
+    columns = sum(-logits[j][j] + _lse([logits[i][j] for i in range(n)]) for j in range(n)) / n
+    return rows + columns
+
+
+def sleepfm_loo(z: torch.Tensor, t: float = 0.0) -> float:
+    """SleepFM leave-one-out: ``r_m`` = plain mean of the other views (not renormalized), scale ``exp(max(t, 0))``."""
+    z = _unit(z)
+    n, k, _ = z.shape
+    scale = math.exp(max(t, 0.0))
+    total = 0.0
+    for m in range(k):
+        rest = [_mean_rest(z, i, m, renormalize=False) for i in range(n)]
+        total += _ce_both_ways([z[i, m] for i in range(n)], rest, scale)
+    return total / (2 * k)
+
+
+def sleepfm_pairwise(z: torch.Tensor, t: float = 0.0) -> float:
+    """SleepFM pairwise: every ordered pair (m, j), both directions, mean of the 2 k (k - 1) cross-entropies."""
+    z = _unit(z)
+    n, k, _ = z.shape
+    scale = math.exp(max(t, 0.0))
+    total = 0.0
+    for m in range(k):
+        for j in range(k):
+            if m != j:
+                total += _ce_both_ways([z[i, m] for i in range(n)], [z[i, j] for i in range(n)], scale)
+    return total / (2 * k * (k - 1))

@@ -61,6 +61,30 @@ def model_outputs(model: torch.nn.Module, batch: Any, kind: FeatureKind) -> torc
     raise ValueError(f"features: expected one of {', '.join(FEATURE_KINDS)}, got {kind!r}")
 
 
+def item_groups(dataset: Any) -> np.ndarray | None:
+    """``(N,)`` group id of each item when the dataset has ``batch_groups`` (a PSG modality split: items of
+    one modality set), through ``Subset`` wrappers; None otherwise."""
+    if isinstance(dataset, Subset):
+        parent = item_groups(dataset.dataset)
+        return None if parent is None else parent[np.asarray(dataset.indices, dtype=np.int64)]
+    groups = getattr(dataset, "batch_groups", None)
+    return None if groups is None else np.asarray(groups)
+
+
+def same_group_batches(dataset: Any, batch_size: int) -> list[list[int]] | None:
+    """Consecutive batches of at most ``batch_size`` items, in dataset order, cut where the item group
+    (:func:`item_groups`) changes, so a batch never mixes modality sets; None for a dataset without groups."""
+    groups = item_groups(dataset)
+    if groups is None:
+        return None
+    batches: list[list[int]] = []
+    for i, group in enumerate(groups.tolist()):
+        if not batches or len(batches[-1]) == batch_size or groups[batches[-1][-1]] != group:
+            batches.append([])
+        batches[-1].append(i)
+    return batches
+
+
 @torch.no_grad()
 def iter_feature_batches(
     model: torch.nn.Module,
@@ -86,9 +110,9 @@ def iter_feature_batches(
             "features: this split is streamed (data.options.stream: true) and has no end; use the test "
             "split, or read the shards with stream: false"
         )
-    loader = DataLoader(
-        dataset, batch_size=batch_size, shuffle=False, collate_fn=default_collate, num_workers=num_workers
-    )
+    batches = same_group_batches(dataset, batch_size)
+    sizes = {"batch_size": batch_size, "shuffle": False} if batches is None else {"batch_sampler": batches}
+    loader = DataLoader(dataset, collate_fn=default_collate, num_workers=num_workers, **sizes)
     with eval_mode(model.to(device)):
         for raw in progress_display(loader, desc=desc, unit="batch", disable=not progress, leave=False):
             batch = policy.eval_views(to_device(raw, torch.device(device)))

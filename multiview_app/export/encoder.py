@@ -128,8 +128,23 @@ def run_metrics(run_dir: Path, limit: int = 12) -> dict[str, dict[str, float]]:
     return metrics
 
 
+def _psg_modality_input(run_dir: Path, modality: str) -> dict[str, Any] | None:
+    """A PSG modality run's contract of ``modality`` (its groups, channels, rate, upsampled groups), else None."""
+    from ..train.input_contract import read_run_contract
+
+    contract = read_run_contract(run_dir) or {}
+    own = contract.get("modalities", {}).get(modality)
+    if own is None:
+        return None
+    return {"kind": "psg_modality", "contract": own, "contract_origin": "input_contract.json of the run"}
+
+
 def _input_description(cfg: Any, run_dir: Path, modality: str) -> dict[str, Any]:
-    """What the encoder's input must be: the EEG contract, image size + preprocessing, or the text tower."""
+    """What the encoder's input must be: the EEG contract, a PSG modality's contract, image size +
+    preprocessing, or the text tower."""
+    psg = _psg_modality_input(run_dir, modality)
+    if psg is not None:
+        return psg
     if modality == "eeg":
         from ..data.adapters import build_adapter
         from ..data.views import build_view_policy
@@ -416,6 +431,8 @@ def model_card(config: dict[str, Any]) -> str:
             "units, window or scaling, naming each field; channels outside the list are encoded as "
             "the channel names row says, absent ones get no view (nothing is zero-filled).",
         ]
+    elif description["kind"] == "psg_modality":
+        lines += psg_modality_lines(config["modality"], description["contract"])
     elif description["kind"] == "image":
         lines += [f"- tensor `{description['shape']}` {description['dtype']}", f"- {description['preprocessing']}"]
     else:
@@ -458,6 +475,24 @@ def model_card(config: dict[str, Any]) -> str:
         ]
     lines += ["", f"Files: `{WEIGHTS_FILE}` (safetensors, sha256 `{config['weights_sha256']}`), `{CONFIG_FILE}`.", ""]
     return "\n".join(lines)
+
+
+def psg_modality_lines(modality: str, contract: dict[str, Any]) -> list[str]:
+    """The model card's input lines of a PSG modality encoder (``train/input_contract.py`` modality contract)."""
+    upsampled = contract.get("upsampled") or {}
+    lines = [
+        f"PSG modality `{modality}` (from input_contract.json of the run): float32 `(n, {contract['in_channels']}, "
+        f"{contract['window_samples']})` at {contract['sfreq']:g} Hz, 30-s windows of a cache prepared with "
+        f"`mvapp data prepare ... --modalities`:",
+        f"- cache groups, in channel order: {', '.join(contract['groups'])}",
+        f"- channels: {', '.join(contract['channels'])}",
+        "- scaling per group: " + ", ".join(f"{g} {s}" for g, s in contract.get("scaling", {}).items()),
+    ]
+    lines += [
+        f"- group {group} is cached at {rate:g} Hz and upsampled to {contract['sfreq']:g} Hz (linear interpolation)"
+        for group, rate in upsampled.items()
+    ]
+    return lines
 
 
 # ----------------------------------------------------------------------------- load

@@ -282,6 +282,40 @@ def feature_rows(
     return np.ascontiguousarray(rows, dtype=np.float32), columns
 
 
+FUSED = "fused"
+"""View and modality name of the fused row of a PSG modality export (mean of the normalized modalities)."""
+
+
+def with_fused_modalities(part: FeatureBatch, names: list[str] | None) -> FeatureBatch:
+    """A PSG modality run's feature batch as one view per configured modality ``names`` (NaN rows for the
+    modalities an item lacks) plus the fused view (mean of the present modalities' L2-normalized features,
+    :func:`~multiview_app.models.modal_embed.fuse`); other runs' batches unchanged (``names`` None)."""
+    if names is None:
+        return part
+    from ..models.modal_embed import fuse
+
+    n, _, width = part.features.shape
+    features = np.full((n, len(names) + 1, width), np.nan, dtype=np.float32)
+    for j, modality in enumerate(part.modalities):
+        features[:, names.index(modality)] = part.features[:, j]
+    features[:, -1] = fuse(torch.from_numpy(part.features)).numpy()
+    views = [*names, FUSED]
+    return FeatureBatch(features, part.labels, part.meta, views, views)
+
+
+def fused_modalities(policy: Any, views: Views) -> list[str] | None:
+    """The configured modalities of a PSG modality run (policy ``modalities``), else None; such a run exports
+    ``--views per-view`` only (items differ in which modalities they have)."""
+    specs = getattr(policy, "specs", None)
+    if specs is None or getattr(policy, "modality", "") != "psg":
+        return None
+    if views != "per-view":
+        raise ExportError(
+            f"--views {views}: a PSG modality run exports one row per modality plus a fused row (--views per-view)"
+        )
+    return list(specs)
+
+
 def view_column(policy: Any) -> str:
     """The metadata column naming each per-view row's view (:data:`VIEW_COLUMNS`)."""
     return VIEW_COLUMNS.get(type(policy).__name__, VIEW_NAME_COLUMN)
@@ -399,10 +433,11 @@ def export_model(
     if first_split is None:
         raise ExportError(f"--split {split}: no items in {', '.join(sizes)}")
     check_modality(model, policy, adapter.split(first_split), adapter_name, whose)
+    modality_names = fused_modalities(policy, views)
     with closing(
         iter_feature_batches(model, Subset(adapter.split(first_split), [0]), policy, 1, device, features)
     ) as it:
-        probe = next(it)  # one item: eval views, widths, view names
+        probe = with_fused_modalities(next(it), modality_names)  # one item: eval views, widths, view names
     k, f = probe.features.shape[1:]
     rows_per_item = k if views == "per-view" else 1
     dim = f * k if views == "concat" else f
@@ -456,6 +491,7 @@ def export_model(
                     position = seg.start
                     dataset = Subset(adapter.split(seg.split), range(seg.start, seg.stop))
                     for part in iter_feature_batches(model, dataset, policy, batch_size, device, features, num_workers):
+                        part = with_fused_modalities(part, modality_names)
                         rows, columns = feature_rows(
                             part, seg.split, position, views, normalize, adapter.class_names, plan["view_column"]
                         )

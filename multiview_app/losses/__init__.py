@@ -18,6 +18,8 @@ Classes, their registry names and papers:
 * :class:`InfoNCEAverageLoss` (``infonce_ave``): M3G paper Eq. 4
 * :class:`BYOLPairwise` (``byol_pwe``), :class:`BYOLAverage` (``byol_ave``), their base :class:`BYOLLoss`:
   Grill et al., arXiv:2006.07733; M3G paper Eq. 2
+* :class:`SleepFMLeaveOneOutLoss` (``sleepfm_loo``), :class:`SleepFMPairwiseLoss` (``sleepfm_pairwise``):
+  Thapa et al., ICML 2024 (SleepFM)
 * :class:`SupervisedCELoss` (``supervised_ce``): the supervised ERM baseline
 """
 
@@ -30,7 +32,7 @@ from .base import MultiViewLoss, check_embeddings
 #: Losses by name; registering sets the class's ``name``.
 LOSSES: Registry[type[MultiViewLoss]] = Registry(
     "loss",
-    modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb", "supervised")],
+    modules=[f"{__name__}.{m}" for m in ("contrastive", "flatnce", "m3g", "mveb", "sleepfm", "supervised")],
     name_attribute="name",
 )
 
@@ -49,6 +51,7 @@ from .contrastive import (  # noqa: E402
 from .flatnce import FlatNCELoss  # noqa: E402
 from .m3g import M3GLoss  # noqa: E402
 from .mveb import MVEBLoss  # noqa: E402
+from .sleepfm import SleepFMLeaveOneOutLoss, SleepFMPairwiseLoss  # noqa: E402
 from .supervised import SupervisedCELoss  # noqa: E402
 
 
@@ -126,6 +129,8 @@ __all__ = [
     "MultiViewLoss",
     "PolyViewArithmeticLoss",
     "PolyViewGeometricLoss",
+    "SleepFMLeaveOneOutLoss",
+    "SleepFMPairwiseLoss",
     "SufficientStatisticsLoss",
     "SupervisedCELoss",
     "available_losses",

@@ -58,6 +58,8 @@ class BraindecodeSleepEncoder(Encoder):
     """
 
     key: ClassVar[str]
+    #: one channel per view: what a modality run checks against a modality's channel count
+    fixed_in_channels: ClassVar[int] = 1
 
     def __init__(
         self, out_dim: int, sfreq: float, window_seconds: float, pretrained_path: str | None, **net_kwargs: Any

@@ -32,8 +32,39 @@ from ..registry import Registry
 #: Encoders by ``"<modality>/<name>"``; the listed modules register more on first lookup.
 ENCODERS: Registry[Callable[..., nn.Module]] = Registry(
     "encoder",
-    modules=("multiview_app.models.eeg", "multiview_app.models.braindecode_sleep", "multiview_app.models.clip"),
+    modules=(
+        "multiview_app.models.eeg",
+        "multiview_app.models.braindecode_sleep",
+        "multiview_app.models.clip",
+        "multiview_app.models.physio",
+    ),
 )
+
+
+def encoder_key(modality: str, name: str) -> str:
+    """Registry key of encoder ``name`` of ``modality``: ``"<modality>/<name>"``, or ``name`` itself when it is
+    a full key (``"eeg/conv"`` for a PSG modality such as ``brain``, whose encoder is registered under another
+    modality's name)."""
+    return name if "/" in name else f"{modality}/{name}"
+
+
+def encoder_input(key: str, options: dict[str, Any]) -> dict[str, Any]:
+    """What the registered encoder ``key`` built with ``options`` takes: ``{"sfreq": Hz or None (any rate),
+    "in_channels": count or None (any)}``, from its ``sfreq`` / ``in_channels`` options (their defaults when
+    not given) or its class's ``fixed_in_channels``."""
+    import inspect
+
+    factory = ENCODERS.get(key)
+    params = inspect.signature(factory).parameters
+
+    def value(name: str) -> Any:
+        return options.get(name, params[name].default) if name in params else None
+
+    channels = value("in_channels")
+    return {
+        "sfreq": value("sfreq"),
+        "in_channels": channels if channels is not None else getattr(factory, "fixed_in_channels", None),
+    }
 
 
 def _default_forward_views(
@@ -112,6 +143,15 @@ def available_encoders(modality: str | None = None) -> list[str]:
     return [k for k in ENCODERS.names() if modality is None or k.startswith(f"{modality}/")]
 
 
+def unknown_encoder_message(modality: str, name: str) -> str:
+    """The error of an unregistered encoder: the modality's registered encoders, or every registered one
+    when it has none (a PSG modality names a full key such as ``eeg/conv``)."""
+    own = available_encoders(modality) if "/" not in name else []
+    listed = own or available_encoders()
+    where = "available" if own else "available (the registered encoders; give a full key such as eeg/conv)"
+    return f"unknown encoder '{name}' for modality '{modality}'; {where}: {', '.join(listed)}"
+
+
 def encoder_options_model(key: str) -> type[ComponentOptions]:
     """The options model of the registered encoder ``"<modality>/<name>"`` (an :class:`Encoder`'s ``Options``;
     for another factory, derived from its signature). Raises ``ValueError`` for an unknown key."""
@@ -135,16 +175,13 @@ def build_encoder(modality: str, name: str, **kwargs: Any) -> nn.Module:
     >>> encoder(torch.randn(2, 3, 32, 32)).shape == (2, encoder.num_features)
     True
     """
-    key = f"{modality}/{name}"
+    key = encoder_key(modality, name)
     if key in ENCODERS:
         factory = ENCODERS.get(key)
-    elif modality == "image":
+    elif modality == "image" and "/" not in name:
         return TimmImageEncoder(name, **kwargs)
     else:
-        raise ValueError(
-            f"unknown encoder '{name}' for modality '{modality}'; available: "
-            f"{', '.join(available_encoders(modality)) or '(none)'}"
-        )
+        raise ValueError(unknown_encoder_message(modality, name))
     prefix = f"bad arguments for encoder '{key}': "
     validate_options(
         encoder_options_model(key),
@@ -311,8 +348,11 @@ __all__ = [
     "available_encoders",
     "build_encoder",
     "encode_views",
+    "encoder_input",
+    "encoder_key",
     "encoder_options_model",
     "load_pretrained",
     "load_state_dict_file",
     "register_encoder",
+    "unknown_encoder_message",
 ]

@@ -28,7 +28,14 @@ def eval_view_names(adapter: Any, policy: Any) -> list[str]:
 
 
 def run_input_contract(cfg: Config, adapter: Any, policy: Any) -> dict[str, Any] | None:
-    """The contract of the encoder of ``adapter``'s modality trained under ``cfg`` (None: the adapter has none)."""
+    """The contract of the encoder of ``adapter``'s modality trained under ``cfg`` (None: the adapter has none);
+    for an adapter of several modalities (``modality_contracts``, PSG modalities as views), one per modality,
+    each checked against its encoder (:func:`check_modality_encoders`)."""
+    per_modality = getattr(adapter, "modality_contracts", None)
+    if per_modality is not None:
+        contracts = per_modality()
+        check_modality_encoders(dict(cfg.model.encoders), contracts)
+        return {"modalities": contracts}
     make = getattr(adapter, "input_contract", None)
     encoder = cfg.model.encoders.get(getattr(adapter, "modality", ""))
     if make is None or encoder is None:
@@ -41,12 +48,43 @@ def run_input_contract(cfg: Config, adapter: Any, policy: Any) -> dict[str, Any]
 def check_encoder_input(modality: str, encoder: dict[str, Any], contract: dict[str, Any]) -> None:
     """An encoder class built for one input (e.g. braindecode's: a rate and a window) refuses a contract it
     cannot read through its classmethod ``check_input_contract(options, contract)`` (one ``ValueError``)."""
-    from ..models.encoders import ENCODERS
+    from ..models.encoders import ENCODERS, encoder_key
 
-    key = f"{modality}/{encoder.get('name')}"
+    key = encoder_key(modality, str(encoder.get("name")))
     check = getattr(ENCODERS.get(key), "check_input_contract", None) if key in ENCODERS else None
     if check is not None:
         check({k: v for k, v in encoder.items() if k != "name"}, contract)
+
+
+def check_modality_encoders(encoders: dict[str, Any], contracts: dict[str, dict[str, Any]]) -> None:
+    """Every modality of ``contracts`` has an encoder in ``encoders`` (``model.encoders``; else an error listing
+    the registered encoders) whose rate and channel count, where it declares them
+    (:func:`~multiview_app.models.encoders.encoder_input`), fit the modality's input; else an error naming both."""
+    from ..models.encoders import available_encoders, encoder_input, encoder_key
+
+    for modality, contract in contracts.items():
+        spec = encoders.get(modality)
+        if spec is None:
+            raise ValueError(
+                f"model.encoders: modality '{modality}' of the data ({', '.join(contract['groups'])}: "
+                f"{len(contract['channels'])} channels at {contract['sfreq']:g} Hz) has no encoder; give "
+                f"model.encoders.{modality}.name, one of the registered encoders: {', '.join(available_encoders())}"
+            )
+        key = encoder_key(modality, str(spec.get("name")))
+        takes = encoder_input(key, {k: v for k, v in spec.items() if k != "name"})
+        rate, channels = takes["sfreq"], takes["in_channels"]
+        rate_differs = rate is not None and abs(float(rate) - float(contract["sfreq"])) > 1e-6
+        if rate_differs or (channels is not None and int(channels) != contract["in_channels"]):
+            takes_text = f"{channels if channels is not None else 'any number of'} channel(s) at " + (
+                f"{rate:g} Hz" if rate is not None else "any rate"
+            )
+            has = (
+                f"{contract['in_channels']} channel(s) ({', '.join(contract['channels'])}) at {contract['sfreq']:g} Hz"
+            )
+            raise ValueError(
+                f"model.encoders.{modality}: encoder {key} takes {takes_text}, but modality '{modality}' of "
+                f"{contract['source_cache']} has {has}; set model.encoders.{modality}.in_channels / sfreq to the data's"
+            )
 
 
 def write_run_contract(run_dir: str | Path, cfg: Config, adapter: Any, policy: Any) -> Path | None:
@@ -92,6 +130,7 @@ def format_input_differences(lines: list[str]) -> str:
 __all__ = [
     "ACCEPT_HINT",
     "CONTRACT_FILE",
+    "check_modality_encoders",
     "check_run_input",
     "eval_view_names",
     "format_input_differences",

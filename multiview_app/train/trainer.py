@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
@@ -135,12 +136,37 @@ class TrainResult:
         return self.steps - self.start_step
 
 
+def group_batches(groups: np.ndarray, per_batch: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Global micro-batches of items that share a group id (``groups (N,)``, e.g. the modality set of
+    each item of a PSG modality split, so every batch has one k): each group's items in a random order cut
+    into batches of ``per_batch`` (its incomplete tail dropped), then the batches of all groups in a random
+    order."""
+    batches: list[torch.Tensor] = []
+    for group in np.unique(groups):
+        members = torch.from_numpy(np.flatnonzero(groups == group))
+        members = members[torch.randperm(members.numel(), generator=generator)]
+        batches += list(members[: members.numel() // per_batch * per_batch].split(per_batch))
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in order]
+
+
+def micro_batches_per_epoch(dataset: Any, num_items: int, per_batch: int) -> int:
+    """Global micro-batches of one epoch: ``num_items // per_batch``, or with the dataset's ``batch_groups``
+    the sum over groups (batches never mix groups)."""
+    groups = getattr(dataset, "batch_groups", None)
+    if groups is None:
+        return num_items // per_batch
+    return int(sum(count // per_batch for count in np.unique(np.asarray(groups), return_counts=True)[1]))
+
+
 class EpochBatchSampler(Sampler[list[int]]):
     """Micro-batches of one epoch for one process, starting at micro-batch ``start``.
 
     The epoch's order is ``randperm(num_items)`` seeded by ``(seed, epoch)``; it is cut into
     ``num_batches`` global micro-batches of ``items * world`` indices and process ``rank`` takes
     its contiguous slice of each (incomplete tail dropped, so every process sees the same n).
+    With ``groups`` (an id per item, a dataset's ``batch_groups``) every global micro-batch holds items of
+    one group (:func:`group_batches`).
     """
 
     def __init__(
@@ -153,17 +179,22 @@ class EpochBatchSampler(Sampler[list[int]]):
         rank: int = 0,
         world: int = 1,
         start: int = 0,
+        groups: np.ndarray | None = None,
     ) -> None:
         self.num_items, self.items, self.num_batches = num_items, items, num_batches
         self.seed, self.epoch, self.rank, self.world, self.start = seed, epoch, rank, world, start
+        self.groups = groups
 
     def __iter__(self) -> Iterator[list[int]]:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        order = torch.randperm(self.num_items, generator=gen)
         per_batch = self.items * self.world
+        if self.groups is not None:
+            chunks = group_batches(np.asarray(self.groups), per_batch, gen)
+        else:
+            order = torch.randperm(self.num_items, generator=gen)
+            chunks = [order[b * per_batch : (b + 1) * per_batch] for b in range(self.num_batches)]
         for b in range(self.start, self.num_batches):
-            chunk = order[b * per_batch : (b + 1) * per_batch]
-            yield chunk[self.rank * self.items : (self.rank + 1) * self.items].tolist()
+            yield chunks[b][self.rank * self.items : (self.rank + 1) * self.items].tolist()
 
     def __len__(self) -> int:
         return max(0, self.num_batches - self.start)
@@ -500,7 +531,7 @@ class Trainer:
         if isinstance(train_set, StreamingDataset):
             return self._plan_stream(adapter, policy, train_set, items, world)
         n_items = len(train_set)  # type: ignore[arg-type]
-        steps_per_epoch = n_items // (items * world) // tcfg.grad_accum
+        steps_per_epoch = micro_batches_per_epoch(train_set, n_items, items * world) // tcfg.grad_accum
         if steps_per_epoch < 1:
             raise ValueError(
                 f"data: the train split has {n_items} items, fewer than one optimizer step needs "
@@ -789,7 +820,15 @@ class Trainer:
             return DataLoader(plan.train_set, batch_size=plan.items, drop_last=True, **common)
         set_dataset_epoch(plan.train_set, at.epoch)
         sampler = EpochBatchSampler(
-            plan.n_items, plan.items, plan.micro_per_epoch, tcfg.seed, at.epoch, rank, plan.world, at.position
+            plan.n_items,
+            plan.items,
+            plan.micro_per_epoch,
+            tcfg.seed,
+            at.epoch,
+            rank,
+            plan.world,
+            at.position,
+            getattr(plan.train_set, "batch_groups", None),
         )
         return DataLoader(plan.train_set, batch_sampler=sampler, **common)
 

@@ -66,6 +66,7 @@ SUITES: dict[str, list[Bench]] = {
             needs_out=True,
         ),
         Bench("bench_cli_startup", "mvapp --help start-up vs import torch"),
+        Bench("bench_psg_modalities", "PSG modalities as views: training step vs the EEG demo's step (goal <= 1.5x)"),
     ],
     "data": [
         Bench("bench_augment", "batched image augmentation vs a per-image torchvision loop"),

@@ -12,10 +12,10 @@ from types import ModuleType
 
 from .stages import STAGES
 
-REGISTERING_MODULES: tuple[str, ...] = ("adapter", "views")
+REGISTERING_MODULES: tuple[str, ...] = ("adapter", "views", "modal_views")
 """Submodules whose import registers this package's entries (imported by the registries' lazy load)."""
 
-__all__ = ["REGISTERING_MODULES", "STAGES", "adapter", "views"]
+__all__ = ["REGISTERING_MODULES", "STAGES", "adapter", "modal_views", "views"]
 
 
 def __getattr__(name: str) -> ModuleType:

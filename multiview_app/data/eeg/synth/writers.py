@@ -8,6 +8,7 @@ import functools
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -126,6 +127,7 @@ def write_wfdb_record(
             sig_name=names,
             comments=comments or [],
         )
+        _fixed_percent_range(written, unit_list)
         written.set_d_features(do_adc=True)
         written.set_defaults()
         written.wrsamp(write_dir=tmp)
@@ -138,6 +140,21 @@ def write_wfdb_record(
             os.replace(Path(tmp) / f"{record}{suffix}", out_dir / f"{record}{suffix}")
             paths.append(out_dir / f"{record}{suffix}")
     return paths
+
+
+PERCENT_ADC_GAIN = 100.0
+"""ADC units per % of a channel in % (SpO2), baseline 0: a fixed range of +-327 % at 0.01 % steps, as an
+oximeter stores it, so a night's highest and lowest SpO2 are not at the storable extremes (fitted to the
+data's own min and max, a plateau at the night's highest SpO2 would read as a saturated channel)."""
+
+
+def _fixed_percent_range(record: Any, units: list[str]) -> None:
+    """Set ``record``'s ADC gain and baseline: fitted to the data (wfdb's choice) except for channels in %."""
+    if "%" not in units:
+        return  # wfdb fits every channel (the bytes of the EEG-only nights)
+    gains, baselines = record.calc_adc_params()
+    record.adc_gain = [PERCENT_ADC_GAIN if u == "%" else g for u, g in zip(units, gains)]
+    record.baseline = [0 if u == "%" else b for u, b in zip(units, baselines)]
 
 
 @functools.cache
