@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_m3g import embeddings
 
-from multiview_app.losses import build_loss
+from multiview_app.losses import _compile, build_loss, m3g
 from multiview_app.losses.base import normalize
 from multiview_app.losses.m3g import _cv_scale, _pair_grams, m3g_materialized
 from multiview_app.losses.sinkhorn import LoopHints, mm_sinkhorn_dense, mm_sinkhorn_pairwise, pairwise_sum_tensor
@@ -23,8 +23,8 @@ def _blocks_without_numba(monkeypatch) -> None:
     """The sweep blocks (the numba k = 3 kernels are tested in test_m3g.py), run eagerly (compiling every
     shape here would take minutes on a CPU; the compiled blocks are tested against the eager ones in
     test_m3g_compiled.py)."""
-    monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
-    monkeypatch.setenv("MVAPP_M3G_COMPILE", "0")
+    monkeypatch.setattr(m3g, "AUTO_OVERRIDE", "blocks")
+    monkeypatch.setattr(_compile, "SWITCH", "0")
 
 
 def _run(z: torch.Tensor, calls: int = 1, **params) -> tuple[list[float], torch.Tensor, dict, torch.nn.Module]:
