@@ -233,3 +233,16 @@ def test_conversion_counter_catches_a_per_sweep_read() -> None:
     # the same measurement on the dense solver (cost csd), which reads its stopping rule every sweep
     seen = _conversions_per_call(4, 6, torch.float32, cost="csd")
     assert len(seen) > 2, seen  # more than the blocks' bound above
+
+
+@pytest.mark.parametrize("backend", ["blocks", "numba", "dense"])
+def test_a_cpu_solve_runs_at_one_thread_and_restores_the_count(backend: str, monkeypatch) -> None:
+    # a parallel region of the small solver ops waits for a core another process holds (busy machine)
+    if backend == "numba":
+        pytest.importorskip("numba")
+    changes: list[int] = []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # as if torch ran 2 intra-op threads
+    monkeypatch.setattr(torch, "set_num_threads", changes.append)
+    x = embeddings(6, 4, seed=3).requires_grad_()
+    build_loss("m3g", epsilon=0.5, backend=backend)(x).backward()
+    assert changes and changes[::2] == [1] * (len(changes) // 2) and changes[1::2] == [2] * (len(changes) // 2)

@@ -19,10 +19,12 @@ back-propagation through the iterations.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -50,12 +52,12 @@ _CSD_MIN_R2 = 1e-6
 #: materialized ``n^k`` solver: the float64 reference and the only solver of cost ``csd``), ``auto``
 #: (:func:`choose_backend`).
 BACKENDS = ("auto", "blocks", "numba", "dense")
-#: What ``auto`` runs on the CPU: numba up to this many items per view count k, the eager blocks above (and on
-#: every other device / dtype). A size is listed where numba measured >= 1.5x faster than the eager blocks, both
-#: with plain sweeps and with the EEG demo's settings (Anderson 16, diagonal start); from
-#: ``python scripts/bench/bench_m3g_cpu.py --out OUT --sizes 64x3 96x3 16x4 32x4 64x4 8x5 16x5 32x5 16x6 32x6
-#: --settings plain demo --paths numba eager`` (docs/benchmarks.md, "M3G on the CPU").
-AUTO_NUMBA_ON_CPU: dict[int, int] = {3: 64, 4: 32, 5: 16, 6: 32}
+#: What ``auto`` runs on the CPU: numba up to this many items per view count k (where it measured faster than
+#: the eager blocks, with plain sweeps and with the EEG demo's settings: Anderson 16, diagonal start), the eager
+#: blocks above and on every other device / dtype. From ``python scripts/bench/bench_m3g_cpu.py --out OUT
+#: --sizes 64x3 96x3 16x4 32x4 64x4 128x4 8x5 16x5 32x5 16x6 32x6 --settings plain demo --paths numba eager``
+#: (docs/benchmarks.md, "M3G on the CPU").
+AUTO_NUMBA_ON_CPU: dict[int, int] = {3: 64, 4: 64, 5: 32, 6: 32}
 #: ``MVAPP_M3G_BACKEND=blocks|numba|dense`` replaces what ``auto`` picks for cost ``cv`` (benchmarks,
 #: debugging); read once, at import. An explicit ``backend`` other than ``auto`` ignores it.
 ENV_BACKEND = "MVAPP_M3G_BACKEND"
@@ -140,6 +142,39 @@ def solve(
     changing the value: numba -> the blocks; blocks in float32 -> the blocks in float64 -> dense
     (reported in ``stats``: ``fallback``, ``float64_retry``).
     """
+    with one_cpu_thread(z.device):
+        return _solve(z, options, backend, init, hints, raw)
+
+
+@contextlib.contextmanager
+def one_cpu_thread(device: torch.device) -> Iterator[None]:
+    """Run a block at one torch intra-op thread when ``device`` is the CPU (restored after).
+
+    The solver's operations are small (``n <= 128`` items, ``k <= 6`` views): a second thread gains little on
+    a quiet machine, but on a busy one every parallel region waits at its barrier for a core another process
+    holds, which made a fwd+bwd 10-30x slower (docs/benchmarks.md, "CPU under contention"). A switch costs
+    well under a microsecond.
+    """
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _solve(
+    z: torch.Tensor,
+    options: SolverOptions,
+    backend: str,
+    init: torch.Tensor | None,
+    hints: LoopHints | None,
+    raw: bool,
+) -> Solution:
+    """:func:`solve` at the thread count it runs with."""
     n, k = (z.shape[0], z.shape[1]) if z.dim() == 3 else (0, 0)
     backend = choose_backend(backend, options.cost, z.device.type, z.dtype, k, n)
     if backend == "numba" and raw and k == 3:
@@ -212,9 +247,10 @@ class _PairSurrogate(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         z, weights = ctx.saved_tensors
         n, k, d = z.shape
-        sym = (weights + weights.permute(1, 0, 3, 2)).transpose(1, 2).reshape(k * n, k * n)
-        grad = (sym @ z.transpose(0, 1).reshape(k * n, d)).view(k, n, d).transpose(0, 1)
-        return grad * grad_out, None, None
+        with one_cpu_thread(z.device):
+            sym = (weights + weights.permute(1, 0, 3, 2)).transpose(1, 2).reshape(k * n, k * n)
+            grad = (sym @ z.transpose(0, 1).reshape(k * n, d)).view(k, n, d).transpose(0, 1)
+            return grad * grad_out, None, None
 
 
 def _cost_of_sum(pair_sum: torch.Tensor, k: int, cost: str) -> tuple[torch.Tensor, torch.Tensor]:
