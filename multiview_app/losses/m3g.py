@@ -31,7 +31,16 @@ from typing import Any, ClassVar
 import torch
 
 from . import LOSSES, m3g_fast, sinkhorn_fast
-from .base import LazyStats, MultiViewLoss, SolverTally, check_embeddings, check_positive, nonfinite_count, normalize
+from .base import (
+    LazyStats,
+    MultiViewLoss,
+    SolverTally,
+    _Normalize,
+    check_embeddings,
+    check_positive,
+    nonfinite_count,
+    normalize,
+)
 from .sinkhorn import (
     DeferredCheck,
     LoopHints,
@@ -185,7 +194,7 @@ def _solve(
     if raw:
         z = check_embeddings(z, check_finite=False)
         deferred = [nonfinite_count(z)]
-        z = normalize(z)
+        z = _NormalizeOneThread.apply(z, 1e-12 if z.dtype == torch.float64 else 1e-6)
     if backend == "dense":
         _read_now(deferred)
         loss, stats, potentials = _materialized(z, options.epsilon, options.cost, options.tol, options.max_iter, init)
@@ -194,6 +203,15 @@ def _solve(
         z, options, init, hints=hints, deferred=deferred, numba=backend == "numba"
     )
     return Solution(loss, stats, potentials, result.potentials_finite)
+
+
+class _NormalizeOneThread(_Normalize):
+    """:func:`.base.normalize` whose backward also runs at one CPU thread (:func:`one_cpu_thread`)."""
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        with one_cpu_thread(grad.device):
+            return _Normalize.backward(ctx, grad)
 
 
 def _read_now(deferred: list[DeferredCheck] | None) -> None:
