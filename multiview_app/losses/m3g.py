@@ -146,7 +146,7 @@ def solve(
     """M3G of embeddings ``z`` ``(n, k, d)`` on the backend :func:`choose_backend` picks.
 
     ``raw``: ``z`` is not yet checked / L2-normalized (done here; the numba ``k = 3`` kernels fuse both into
-    the loss); else ``z`` is normalized. ``init``: warm-start log-potentials ``(k, n)``; ``hints``: the
+    the loss); else ``z`` is normalized (numba at ``k = 3`` then runs the blocks; numba has no ``k = 2`` kernel). ``init``: warm-start log-potentials ``(k, n)``; ``hints``: the
     block sizes of the last solve of this ``(n, k)`` (blocks). Numerical trouble falls back, never silently
     changing the value: numba -> the blocks; blocks in float32 -> the blocks in float64 -> dense
     (reported in ``stats``: ``fallback``, ``float64_retry``).
