@@ -28,7 +28,6 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "pyarrow": "eval",
     "tensorboard": "eval",
     "numba": "fast",
-    "opt_einsum": "fast",
     "mne": "eeg",
     "edfio": "eeg",
     "wfdb": "eeg",

@@ -83,7 +83,7 @@ def test_loss_forward_and_backward_read_nothing_back(
     name: str, params: dict[str, Any], n: int, k: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if name == "m3g":  # the blocks with a GPU's block schedule (on the CPU a read costs nothing)
-        monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
+        params = {**params, "backend": "blocks"}
         monkeypatch.setattr(sinkhorn, "_SECOND_BLOCK", {})
     loss = build_loss(name, **{**BASE_PARAMS.get(name, {}), **params})
     loss.check_finite = False  # as the trainer sets it

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from multiview_app.losses import build_loss, m3g_fast
+from multiview_app.losses import build_loss, m3g
 from multiview_app.losses.base import normalize
 from multiview_app.losses.m3g import m3g_factorized, m3g_materialized
 
@@ -330,8 +330,7 @@ def _fused_ran(out: torch.Tensor) -> bool:
 
 
 def _value_grad_stats(raw: torch.Tensor, monkeypatch, fused: bool, **params) -> tuple[float, torch.Tensor, dict, bool]:
-    monkeypatch.setenv("MVAPP_M3G_FUSED", "1" if fused else "0")
-    loss = build_loss("m3g", **params)
+    loss = build_loss("m3g", backend="numba" if fused else "blocks", **params)
     x = raw.clone().requires_grad_()
     out = loss(x)
     out.backward()
@@ -393,9 +392,8 @@ def test_fused_three_view_warm_start_and_declined_inputs(monkeypatch) -> None:
     z1 = embeddings(9, 3, seed=5, noise=2.0)
     z2 = normalize(z1 + 0.02 * embeddings(9, 3, seed=6))
     results = {}
-    for fused in (True, False):  # same warm-start sequence through both paths
-        monkeypatch.setenv("MVAPP_M3G_FUSED", "1" if fused else "0")
-        loss = build_loss("m3g", epsilon=0.2, tol=1e-10, max_iter=20000, warm_start=True)
+    for fused, backend in ((True, "numba"), (False, "blocks")):  # same warm-start sequence through both paths
+        loss = build_loss("m3g", epsilon=0.2, tol=1e-10, max_iter=20000, warm_start=True, backend=backend)
         loss(z1)
         x = z2.clone().requires_grad_()
         out = loss(x)
@@ -405,7 +403,6 @@ def test_fused_three_view_warm_start_and_declined_inputs(monkeypatch) -> None:
     assert torch.allclose(results[True][1], results[False][1], atol=1e-12)
     assert results[True][2] == results[False][2]
     assert torch.allclose(results[True][3], results[False][3], atol=1e-8)
-    monkeypatch.setenv("MVAPP_M3G_FUSED", "1")
     loss = build_loss("m3g")
     bad = embeddings(5, 3).clone()
     bad[0, 0, 0] = float("nan")
@@ -414,9 +411,12 @@ def test_fused_three_view_warm_start_and_declined_inputs(monkeypatch) -> None:
     assert not _fused_ran(loss(embeddings(5, 3).half().requires_grad_()))  # half: general path (float32)
     assert not _fused_ran(loss(embeddings(5, 4).requires_grad_()))  # k = 4
     assert _fused_ran(loss(embeddings(5, 3).requires_grad_()))
-    largest = m3g_fast.NUMBA_ON_CPU[3][0]
+    largest = m3g.AUTO_NUMBA_ON_CPU[3]
     assert _fused_ran(loss(embeddings(largest, 3, d=4).requires_grad_()))
     assert not _fused_ran(loss(embeddings(largest + 1, 3, d=4).requires_grad_()))  # beyond the measured table
+    monkeypatch.setattr(m3g, "AUTO_OVERRIDE", "blocks")  # MVAPP_M3G_BACKEND=blocks at import
+    assert not _fused_ran(loss(embeddings(5, 3).requires_grad_()))
+    assert _fused_ran(build_loss("m3g", backend="numba")(embeddings(largest + 1, 3, d=4).requires_grad_()))
 
 
 def test_removed_solver_loop_parameter_names_its_replacement() -> None:
@@ -499,3 +499,22 @@ def test_entropy_offset_follows_eq8() -> None:
     entropy_term = eps * float((j[support] * (j[support].log() - 1)).sum())
     assert entropy_term == pytest.approx(-eps * (math.log(n) + 1), rel=1e-12)
     assert brute_force_m3g(z, eps, "cv", iters=400) >= -1e-9
+
+
+@pytest.mark.parametrize("backend", ["blocks", "numba", "dense"])
+@pytest.mark.parametrize("k", [3, 4, 6])
+def test_every_backend_equals_the_dense_float64_reference(backend: str, k: int) -> None:
+    # value and gradient w.r.t. the raw input (normalization included), at the view counts the configs use
+    if backend == "numba":
+        pytest.importorskip("numba")
+    raw = 2.0 * embeddings(5, k, d=4, seed=k, noise=1.5)
+    loss = build_loss("m3g", epsilon=0.5, tol=1e-11, max_iter=100000, backend=backend)
+    x = raw.clone().requires_grad_()
+    value = loss(x)
+    (grad,) = torch.autograd.grad(value, x)
+    x_ref = raw.clone().requires_grad_()
+    reference, _ = m3g_materialized(normalize(x_ref), 0.5, "cv", 1e-11, 100000)
+    (reference_grad,) = torch.autograd.grad(reference, x_ref)
+    assert loss.last_stats["converged"] == 1.0
+    assert value.item() == pytest.approx(reference.item(), abs=1e-10)
+    assert torch.allclose(grad, reference_grad, atol=1e-9)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from test_m3g import embeddings
 
-from multiview_app.losses import _compile, build_loss, sinkhorn
+from multiview_app.losses import _compile, build_loss, m3g, sinkhorn
 from multiview_app.losses.base import normalize
 from multiview_app.losses.m3g import _cv_scale, _pair_grams, m3g_materialized
 from multiview_app.losses.sinkhorn import LoopHints, mm_sinkhorn_dense, mm_sinkhorn_pairwise, pairwise_sum_tensor
@@ -27,8 +27,8 @@ EPSILON, TOL = 0.2, 1e-9
 def _compiling(monkeypatch) -> None:
     """Compiling on (whatever the environment says), unrolls of 2 and 1 sweeps only (fewer graphs), the
     blocks (not the numba k = 3 kernels)."""
-    monkeypatch.setenv(_compile.ENV_SWITCH, "1")
-    monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
+    monkeypatch.setattr(_compile, "SWITCH", "1")
+    monkeypatch.setattr(m3g, "AUTO_OVERRIDE", "blocks")
     monkeypatch.setattr(sinkhorn, "_CPU_UNROLLS", (2, 1))  # an unrolled graph too (a GPU's are)
     _compile._FAILURE.clear()
 
@@ -39,7 +39,7 @@ def _problem(k: int, n: int, seed: int = 7, dtype: torch.dtype = torch.float64) 
 
 
 def _solve(factors: torch.Tensor, offset: float, compile_on: bool, monkeypatch, **kwargs) -> sinkhorn.MMSinkhornResult:
-    monkeypatch.setenv(_compile.ENV_SWITCH, "1" if compile_on else "0")
+    monkeypatch.setattr(_compile, "SWITCH", "1" if compile_on else "0")
     return mm_sinkhorn_pairwise(factors, offset, TOL, 5000, hints=LoopHints(), block=3, **kwargs)
 
 
@@ -69,7 +69,7 @@ def test_compiled_loss_value_and_gradient_equal_eager_and_the_reference(monkeypa
     z = embeddings(3, 4, seed=7, noise=1.5)
     results = []
     for compile_on in (False, True):
-        monkeypatch.setenv(_compile.ENV_SWITCH, "1" if compile_on else "0")
+        monkeypatch.setattr(_compile, "SWITCH", "1" if compile_on else "0")
         loss = build_loss("m3g", epsilon=EPSILON, tol=TOL, anderson=5, solver_block=3)
         x = z.clone().requires_grad_()
         value = loss(x)
@@ -89,10 +89,7 @@ def test_compiled_loss_value_and_gradient_equal_eager_and_the_reference(monkeypa
 )
 def test_compiling_is_off_on_the_cpu_by_default_and_switchable(switch, cpu: bool, cuda: bool, monkeypatch) -> None:
     # a cold inductor compile costs minutes on a small CPU: opt in with MVAPP_M3G_COMPILE=1; a GPU compiles by default
-    if switch is None:
-        monkeypatch.delenv(_compile.ENV_SWITCH, raising=False)
-    else:
-        monkeypatch.setenv(_compile.ENV_SWITCH, switch)
+    monkeypatch.setattr(_compile, "SWITCH", switch or "")  # MVAPP_M3G_COMPILE as read at import
     assert (_compile.compile_enabled("cpu"), _compile.compile_enabled("cuda")) == (cpu, cuda)
     plain = lambda value: value  # noqa: E731
     assert (_compile.compiled(("switch-test", switch), plain, "cpu") is plain) == (not cpu)
@@ -139,7 +136,7 @@ def _ops_per_sweep(k: int, n: int, dtype: torch.dtype, compile_on: bool, monkeyp
     """aten operations per steady sweep: a solve of 3 + 8 positions minus one of 3 (same first block
     and outputs), profiled on the CPU after a warm-up solve (compiling, caching)."""
     factors, offset = _problem(k, n, seed=5, dtype=dtype)
-    monkeypatch.setenv(_compile.ENV_SWITCH, "1" if compile_on else "0")
+    monkeypatch.setattr(_compile, "SWITCH", "1" if compile_on else "0")
 
     def count(sweeps: int) -> int:
         def solve() -> None:  # tol 0: never converges, max_iter sweeps exactly

@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_m3g import embeddings
 
-from multiview_app.losses import build_loss
+from multiview_app.losses import _compile, build_loss, m3g
 from multiview_app.losses.base import normalize
 from multiview_app.losses.m3g import _cv_scale, _pair_grams, m3g_materialized
 from multiview_app.losses.sinkhorn import LoopHints, mm_sinkhorn_dense, mm_sinkhorn_pairwise, pairwise_sum_tensor
@@ -23,8 +23,8 @@ def _blocks_without_numba(monkeypatch) -> None:
     """The sweep blocks (the numba k = 3 kernels are tested in test_m3g.py), run eagerly (compiling every
     shape here would take minutes on a CPU; the compiled blocks are tested against the eager ones in
     test_m3g_compiled.py)."""
-    monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
-    monkeypatch.setenv("MVAPP_M3G_COMPILE", "0")
+    monkeypatch.setattr(m3g, "AUTO_OVERRIDE", "blocks")
+    monkeypatch.setattr(_compile, "SWITCH", "0")
 
 
 def _run(z: torch.Tensor, calls: int = 1, **params) -> tuple[list[float], torch.Tensor, dict, torch.nn.Module]:
@@ -233,3 +233,16 @@ def test_conversion_counter_catches_a_per_sweep_read() -> None:
     # the same measurement on the dense solver (cost csd), which reads its stopping rule every sweep
     seen = _conversions_per_call(4, 6, torch.float32, cost="csd")
     assert len(seen) > 2, seen  # more than the blocks' bound above
+
+
+@pytest.mark.parametrize("backend", ["blocks", "numba", "dense"])
+def test_a_cpu_solve_runs_at_one_thread_and_restores_the_count(backend: str, monkeypatch) -> None:
+    # a parallel region of the small solver ops waits for a core another process holds (busy machine)
+    if backend == "numba":
+        pytest.importorskip("numba")
+    changes: list[int] = []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # as if torch ran 2 intra-op threads
+    monkeypatch.setattr(torch, "set_num_threads", changes.append)
+    x = embeddings(6, 4, seed=3).requires_grad_()
+    build_loss("m3g", epsilon=0.5, backend=backend)(x).backward()
+    assert changes and changes[::2] == [1] * (len(changes) // 2) and changes[1::2] == [2] * (len(changes) // 2)

@@ -1,6 +1,6 @@
 """numba k > 3 MM-Sinkhorn sweeps (losses/sinkhorn_fast.py) vs the sweep blocks: values, gradients, sweep
-counts, warm start, Anderson / diagonal start, the escalations, the dispatch table, and every case where they
-must not run. The table is widened to every tested size here (the measured one routes only a few sizes)."""
+counts, warm start, Anderson / diagonal start, the escalations, the auto table, and every case where they
+must not run. The auto table is widened to every tested size here (the measured one routes only a few sizes)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from multiview_app.losses import build_loss, m3g, m3g_fast, sinkhorn_fast
+from multiview_app.losses import build_loss, m3g, sinkhorn_fast
 from multiview_app.losses.base import normalize
 from multiview_app.losses.m3g import _cv_scale, _diagonal_split, _pair_grams, m3g_materialized
 from multiview_app.losses.sinkhorn import mm_sinkhorn_dense, mm_sinkhorn_pairwise, pairwise_sum_tensor
@@ -25,23 +25,24 @@ pytest.importorskip("numba")
 def _one_thread_every_size_routed(monkeypatch):
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    monkeypatch.setattr(m3g_fast, "NUMBA_ON_CPU", {**m3g_fast.NUMBA_ON_CPU, 4: (64, ""), 5: (64, ""), 6: (64, "")})
+    monkeypatch.setattr(m3g, "AUTO_NUMBA_ON_CPU", {**m3g.AUTO_NUMBA_ON_CPU, 4: 64, 5: 64, 6: 64})
+    monkeypatch.setattr(m3g, "AUTO_OVERRIDE", None)
     yield
     torch.set_num_threads(before)
 
 
 @pytest.fixture
 def fused_calls(monkeypatch) -> list[bool]:
-    """Records, per M3G solve, whether the numba sweeps were chosen."""
+    """Records, per M3G solve, whether the dispatch chose the numba backend."""
     calls: list[bool] = []
-    original = m3g.numba_takes_pairwise
+    original = m3g.choose_backend
 
-    def spy(log_factors):
-        chosen = original(log_factors)
-        calls.append(chosen)
+    def spy(*args):
+        chosen = original(*args)
+        calls.append(chosen == "numba")
         return chosen
 
-    monkeypatch.setattr(m3g, "numba_takes_pairwise", spy)
+    monkeypatch.setattr(m3g, "choose_backend", spy)
     return calls
 
 
@@ -53,8 +54,7 @@ def raw_embeddings(n: int, k: int, d: int = 6, seed: int = 0, noise: float = 1.0
 
 
 def run_loss(raw: torch.Tensor, monkeypatch, fused: bool, **params) -> tuple[float, torch.Tensor, dict]:
-    monkeypatch.setenv("MVAPP_M3G_FUSED", "1" if fused else "0")
-    loss = build_loss("m3g", **params)
+    loss = build_loss("m3g", backend="numba" if fused else "blocks", **params)
     x = raw.clone().requires_grad_()
     out = loss(x)
     (grad,) = torch.autograd.grad(out, x)
@@ -130,8 +130,8 @@ def test_warm_start_sequence_equals_the_blocks(monkeypatch) -> None:
     z2 = z1 + 0.05 * raw_embeddings(5, 5, seed=2)
     results = {}
     for fused in (True, False):
-        monkeypatch.setenv("MVAPP_M3G_FUSED", "1" if fused else "0")
-        loss = build_loss("m3g", epsilon=0.2, tol=1e-9, max_iter=5000, warm_start=True, anderson=5)
+        backend = "numba" if fused else "blocks"
+        loss = build_loss("m3g", epsilon=0.2, tol=1e-9, max_iter=5000, warm_start=True, anderson=5, backend=backend)
         loss(z1)
         x = z2.clone().requires_grad_()
         out = loss(x)
@@ -174,29 +174,61 @@ def test_matches_materialized_reference_gradient() -> None:
 # --------------------------------------------------------------------------- the table; where it must not run
 def test_the_measured_table_routes_the_eeg_demo(monkeypatch) -> None:
     monkeypatch.undo()  # the table as shipped
-    factors = torch.zeros(6, 6, 16, 16)  # the EEG demo: 16 items, 6 views, float32 on the CPU
-    assert sinkhorn_fast.numba_takes_pairwise(factors) == m3g_fast.fused_available()
+    # the EEG demo: 16 items, 6 views, float32 on the CPU
+    assert m3g.choose_backend("auto", "cv", "cpu", torch.float32, 6, 16) == "numba"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("auto", "cv", "cpu", torch.float32, 4, 4), "numba"),
+        (("auto", "cv", "cpu", torch.float32, 4, 65), "blocks"),  # above the table's largest n
+        (("auto", "cv", "cpu", torch.float16, 4, 4), "blocks"),  # dtype
+        (("auto", "cv", "cuda", torch.float32, 4, 4), "blocks"),  # device
+        (("numba", "cv", "cuda", torch.float32, 4, 4), "blocks"),
+        (("auto", "cv", "cpu", torch.float32, 7, 4), "blocks"),  # k beyond the table
+        (("auto", "csd", "cpu", torch.float32, 4, 4), "dense"),
+        (("dense", "cv", "cpu", torch.float32, 4, 4), "dense"),
+        (("blocks", "cv", "cpu", torch.float32, 4, 4), "blocks"),
+    ],
+)
+def test_the_dispatch_table(args: tuple, expected: str) -> None:
+    assert m3g.choose_backend(*args) == expected
+
+
+def test_the_environment_overrides_auto_only(monkeypatch) -> None:
+    monkeypatch.setattr(m3g, "AUTO_OVERRIDE", "dense")
+    assert m3g.choose_backend("auto", "cv", "cpu", torch.float32, 4, 4) == "dense"
+    assert m3g.choose_backend("blocks", "cv", "cpu", torch.float32, 4, 4) == "blocks"
+    loss = build_loss("m3g", epsilon=0.5)
+    loss(raw_embeddings(4, 4, seed=8))
+    assert loss.last_stats["iterations"] > 0
 
 
 def test_declined_cases_run_the_blocks(monkeypatch, fused_calls) -> None:
     raw = raw_embeddings(4, 4, seed=8)
-    monkeypatch.setenv("MVAPP_M3G_FUSED", "0")
-    build_loss("m3g", epsilon=0.5)(raw)
-    monkeypatch.setenv("MVAPP_M3G_FUSED", "1")
+    build_loss("m3g", epsilon=0.5, backend="blocks")(raw)
     build_loss("m3g", epsilon=0.5)(raw)
     assert fused_calls == [False, True]
-    monkeypatch.setitem(m3g_fast.NUMBA_ON_CPU, 4, (3, ""))  # n = 4 above the table's largest n
+    monkeypatch.setitem(m3g.AUTO_NUMBA_ON_CPU, 4, 3)  # n = 4 above the table's largest n
     build_loss("m3g", epsilon=0.5)(raw)
     assert fused_calls[-1] is False
-    factors, _ = _factors(4, 4, seed=8)
-    assert not sinkhorn_fast.numba_takes_pairwise(factors.half())  # dtype
-    assert not sinkhorn_fast.numba_takes_pairwise(factors[:3, :3])  # k = 3: m3g_fast's kernels
-    assert not sinkhorn_fast.numba_takes_pairwise(factors.to_sparse())  # layout
-    assert not m3g_fast.numba_takes(raw.float())  # k = 4 never goes to the k = 3 kernels
+    build_loss("m3g", epsilon=0.5)(raw.half())  # dtype
+    assert fused_calls[-1] is False
+
+
+def test_bad_backends_raise(monkeypatch) -> None:
+    with pytest.raises(ValueError, match="unknown backend 'gpu'"):
+        build_loss("m3g", backend="gpu")
+    with pytest.raises(ValueError, match="backend 'numba' solves cost 'cv' only"):
+        build_loss("m3g", cost="csd", backend="numba")
+    monkeypatch.setattr(sinkhorn_fast, "kernels", lambda: None)
+    with pytest.raises(ValueError, match="needs numba"):
+        build_loss("m3g", backend="numba")
 
 
 def test_without_numba_the_blocks_run(monkeypatch, fused_calls) -> None:
-    monkeypatch.setattr(sinkhorn_fast, "_kernels", lambda: None)
+    monkeypatch.setattr(sinkhorn_fast, "kernels", lambda: None)
     build_loss("m3g", epsilon=0.5)(raw_embeddings(4, 4, seed=9))
     assert fused_calls == [False]
 
@@ -219,8 +251,7 @@ def test_float32_underflow_continues_on_the_blocks_in_float64(monkeypatch) -> No
     raw = raw_embeddings(4, 4, seed=2, noise=3.0, dtype=torch.float32)
     results = {}
     for fused in (True, False):
-        monkeypatch.setenv("MVAPP_M3G_FUSED", "1" if fused else "0")
-        loss = build_loss("m3g", epsilon=0.01, max_iter=300)
+        loss = build_loss("m3g", epsilon=0.01, max_iter=300, backend="numba" if fused else "blocks")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             results[fused] = (loss(raw).item(), dict(loss.last_stats))

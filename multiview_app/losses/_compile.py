@@ -7,7 +7,8 @@ runs eagerly -- the same function, hence the same result -- after ONE warning na
 
 Where it compiles by default (:data:`COMPILE_BY_DEFAULT`): on a GPU, not on the CPU, where inductor's first
 compile of a problem size costs minutes that a training run does not win back (``scripts/bench/bench_m3g_cpu.py``).
-``MVAPP_M3G_COMPILE=1`` compiles on every device, ``MVAPP_M3G_COMPILE=0`` on none (debugging, quick tests).
+``MVAPP_M3G_COMPILE=1`` compiles on every device, ``MVAPP_M3G_COMPILE=0`` on none (debugging, quick tests); read
+once, at import (:data:`SWITCH`).
 
 The compiled functions must be pure (no in-place change of an input): a failed compiled call is
 simply re-run eagerly.
@@ -25,11 +26,13 @@ import torch
 
 #: ``MVAPP_M3G_COMPILE=0``: eager sweeps everywhere (same values); ``1``: compiled everywhere; unset: the default.
 ENV_SWITCH = "MVAPP_M3G_COMPILE"
+#: the switch's value, read once at import ("" when unset)
+SWITCH = os.environ.get(ENV_SWITCH, "")
 #: Whether the blocks compile without ``MVAPP_M3G_COMPILE``, per device type (others: True). The CPU runs them
 #: eagerly: ``scripts/bench/bench_m3g_cpu.py --cold`` (2-core machine) measured a cold compile of 68-122 s per
 #: problem size and solver setting (16 x 6 .. 128 x 4) for a saving of 0.07-0.2 s per call over the eager block,
 #: so compiling pays back only after ~600-1,500 calls of one size -- more than the EEG demo's 400 steps -- and
-#: the small sizes where it saves most run numba kernels (:data:`.m3g_fast.NUMBA_ON_CPU`).
+#: the small sizes where it saves most run numba kernels (:data:`.m3g.AUTO_NUMBA_ON_CPU`).
 COMPILE_BY_DEFAULT = {"cpu": False}
 
 _CACHE: dict[Hashable, Callable[..., Any]] = {}
@@ -38,7 +41,7 @@ _FAILURE: list[str] = []  # the reason compiling failed (then everything runs ea
 
 def compile_enabled(device_type: str) -> bool:
     """Whether blocks on ``device_type`` are compiled (switched on or the device's default, no earlier failure)."""
-    switch = os.environ.get(ENV_SWITCH, "")
+    switch = SWITCH
     wanted = switch == "1" if switch in ("0", "1") else COMPILE_BY_DEFAULT.get(device_type, True)
     return wanted and not _FAILURE
 

@@ -1,6 +1,6 @@
 """numba kernels of the fused ``k > 3`` factorized MM-Sinkhorn (imported only by :mod:`.sinkhorn_fast`).
 
-This module imports numba at import time; :func:`.sinkhorn_fast._kernels` imports it lazily, so the
+This module imports numba at import time; :func:`.sinkhorn_fast.kernels` imports it lazily, so the
 package runs without numba. Every function is compiled on first use (per input dtype) and cached on
 disk. Plain loops only (no array expressions): short compile times.
 

@@ -19,16 +19,28 @@ back-propagation through the iterations.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import os
 import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from . import LOSSES
-from .base import LazyStats, MultiViewLoss, SolverTally, check_embeddings, check_positive, nonfinite_count, normalize
-from .m3g_fast import fused_three_view, numba_takes
+from . import LOSSES, m3g_fast, sinkhorn_fast
+from .base import (
+    LazyStats,
+    MultiViewLoss,
+    SolverTally,
+    _Normalize,
+    check_embeddings,
+    check_positive,
+    nonfinite_count,
+    normalize,
+)
 from .sinkhorn import (
     DeferredCheck,
     LoopHints,
@@ -37,13 +49,189 @@ from .sinkhorn import (
     mm_sinkhorn_pairwise,
     pairwise_sum_tensor,
 )
-from .sinkhorn_fast import mm_sinkhorn_pairwise_numba, numba_takes_pairwise
 
 COSTS = ("cv", "csd")
 # cold-start potentials of the factorized solver: zeros (Alg. 1) or the diagonal split
 INIT_POTENTIALS = ("zeros", "diagonal")
 # R^2 is clamped to at least this before the log of the csd cost (k antipodal-cancelling views).
 _CSD_MIN_R2 = 1e-6
+
+#: Backends of the solve (``M3GLoss(backend=...)``): ``blocks`` (torch sweeps, :mod:`.sinkhorn`; every device),
+#: ``numba`` (CPU kernels, :mod:`.m3g_fast` for k = 3, :mod:`.sinkhorn_fast` for k > 3), ``dense`` (the
+#: materialized ``n^k`` solver: the float64 reference and the only solver of cost ``csd``), ``auto``
+#: (:func:`choose_backend`).
+BACKENDS = ("auto", "blocks", "numba", "dense")
+#: What ``auto`` runs on the CPU: numba up to this many items per view count k (where it measured faster than
+#: the eager blocks, with plain sweeps and with the EEG demo's settings: Anderson 16, diagonal start), the eager
+#: blocks above and on every other device / dtype. From ``python scripts/bench/bench_m3g_cpu.py --out OUT
+#: --sizes 64x3 96x3 16x4 32x4 64x4 128x4 8x5 16x5 32x5 16x6 32x6 --settings plain demo --paths numba eager``
+#: (docs/benchmarks.md, "M3G on the CPU").
+AUTO_NUMBA_ON_CPU: dict[int, int] = {3: 64, 4: 64, 5: 32, 6: 32}
+#: ``MVAPP_M3G_BACKEND=blocks|numba|dense`` replaces what ``auto`` picks for cost ``cv`` (benchmarks,
+#: debugging); read once, at import. An explicit ``backend`` other than ``auto`` ignores it.
+ENV_BACKEND = "MVAPP_M3G_BACKEND"
+AUTO_OVERRIDE: str | None = os.environ.get(ENV_BACKEND) or None
+
+
+def numba_available() -> bool:
+    """Whether the numba backend can run (numba importable)."""
+    return m3g_fast.kernels() is not None and sinkhorn_fast.kernels() is not None
+
+
+def choose_backend(backend: str, cost: str, device_type: str, dtype: torch.dtype, k: int, n: int) -> str:
+    """The backend of one solve of ``n`` items x ``k`` views (the one dispatch of the solver).
+
+    ``backend`` other than ``"auto"`` is used as given. ``"auto"``: ``dense`` for cost ``csd``; else
+    :data:`AUTO_OVERRIDE` when set, else ``numba`` on the CPU (float32 / float64, numba installed) for the
+    sizes of :data:`AUTO_NUMBA_ON_CPU`, else ``blocks``. A numba choice the input does not allow (another
+    device or dtype) runs the blocks.
+    """
+    if backend == "auto":
+        if cost != "cv":
+            return "dense"
+        if AUTO_OVERRIDE is not None:
+            backend = AUTO_OVERRIDE
+        else:
+            backend = "numba" if n <= AUTO_NUMBA_ON_CPU.get(k, 0) else "blocks"
+    numba_fits = device_type == "cpu" and dtype in (torch.float32, torch.float64) and numba_available()
+    return "blocks" if backend == "numba" and not numba_fits else backend
+
+
+def _check_backend(backend: str, cost: str) -> str:
+    """Validate ``backend`` for ``cost``; one ``ValueError`` naming the problem."""
+    if backend not in BACKENDS:
+        raise ValueError(f"loss 'm3g': unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if cost != "cv" and backend in ("blocks", "numba"):
+        raise ValueError(
+            f"loss 'm3g': backend {backend!r} solves cost 'cv' only; cost {cost!r} needs 'dense' or 'auto'"
+        )
+    if backend == "numba" and not numba_available():
+        raise ValueError("loss 'm3g': backend 'numba' needs numba: pip install 'multiview_app[fast]'")
+    return backend
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    """Parameters of one M3G solve (see :class:`M3GLoss`)."""
+
+    epsilon: float = 0.2
+    cost: str = "cv"
+    tol: float = 1e-3
+    max_iter: int = 1000
+    anderson: int = 0
+    init_potentials: str = "zeros"
+    block: int = 0
+
+
+@dataclass
+class Solution:
+    """One solve: the loss (0-d, Danskin gradient), its stats, the final log-potentials ``(k, n)`` and
+    whether the solver already checked them finite (None: not checked)."""
+
+    loss: torch.Tensor
+    stats: LazyStats
+    potentials: torch.Tensor
+    finite: bool | None = None
+
+
+def solve(
+    z: torch.Tensor,
+    options: SolverOptions,
+    backend: str = "auto",
+    *,
+    init: torch.Tensor | None = None,
+    hints: LoopHints | None = None,
+    raw: bool = False,
+) -> Solution:
+    """M3G of embeddings ``z`` ``(n, k, d)`` on the backend :func:`choose_backend` picks.
+
+    ``raw``: ``z`` is not yet checked / L2-normalized (done here; the numba ``k = 3`` kernels fuse both into
+    the loss); else ``z`` is normalized (numba at ``k = 3`` then runs the blocks; numba has no ``k = 2`` kernel). ``init``: warm-start log-potentials ``(k, n)``; ``hints``: the
+    block sizes of the last solve of this ``(n, k)`` (blocks). Numerical trouble falls back, never silently
+    changing the value: numba -> the blocks; blocks in float32 -> the blocks in float64 -> dense
+    (reported in ``stats``: ``fallback``, ``float64_retry``).
+    """
+    with one_cpu_thread(z.device):
+        return _solve(z, options, backend, init, hints, raw)
+
+
+@contextlib.contextmanager
+def one_cpu_thread(device: torch.device) -> Iterator[None]:
+    """Run a block at one torch intra-op thread when ``device`` is the CPU (restored after).
+
+    The solver's operations are small (``n <= 128`` items, ``k <= 6`` views): a second thread gains little on
+    a quiet machine, but on a busy one every parallel region waits at its barrier for a core another process
+    holds, which made a fwd+bwd 10-30x slower (docs/benchmarks.md, "CPU under contention"). A switch costs
+    well under a microsecond.
+    """
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _solve(
+    z: torch.Tensor,
+    options: SolverOptions,
+    backend: str,
+    init: torch.Tensor | None,
+    hints: LoopHints | None,
+    raw: bool,
+) -> Solution:
+    """:func:`solve` at the thread count it runs with."""
+    n, k = (z.shape[0], z.shape[1]) if z.dim() == 3 else (0, 0)
+    backend = choose_backend(backend, options.cost, z.device.type, z.dtype, k, n)
+    if backend == "numba" and raw and k == 3:
+        fused = _fused(z, options, init)
+        if fused is not None:
+            return fused
+    deferred = None
+    if raw:
+        z = check_embeddings(z, check_finite=False)
+        deferred = [nonfinite_count(z)]
+        z = _NormalizeOneThread.apply(z, 1e-12 if z.dtype == torch.float64 else 1e-6)
+    if backend == "dense":
+        _read_now(deferred)
+        loss, stats, potentials = _materialized(z, options.epsilon, options.cost, options.tol, options.max_iter, init)
+        return Solution(loss, stats, potentials)
+    loss, stats, potentials, result = _factorized(
+        z, options, init, hints=hints, deferred=deferred, numba=backend == "numba"
+    )
+    return Solution(loss, stats, potentials, result.potentials_finite)
+
+
+class _NormalizeOneThread(_Normalize):
+    """:func:`.base.normalize` whose backward also runs at one CPU thread (:func:`one_cpu_thread`)."""
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        with one_cpu_thread(grad.device):
+            return _Normalize.backward(ctx, grad)
+
+
+def _read_now(deferred: list[DeferredCheck] | None) -> None:
+    """Run the deferred input checks at once (a read costs nothing on the CPU paths)."""
+    for tensor, raise_on_bad in deferred or []:
+        raise_on_bad(float(tensor))
+
+
+def _fused(x: torch.Tensor, options: SolverOptions, init: torch.Tensor | None) -> Solution | None:
+    """The numba ``k = 3`` loss on raw ``x`` ``(n, 3, d)`` (:mod:`.m3g_fast`), or None where it declines."""
+    start = init
+    if init is None and options.init_potentials == "diagonal":  # the blocks' cold start, as there
+        grams = _pair_grams(normalize(x.detach()))
+        start = _diagonal_split(grams, *_cv_log_kernel(3, options.epsilon))
+    fused = m3g_fast.fused_three_view(x, options.epsilon, options.tol, options.max_iter, start)
+    if fused is None:
+        return None
+    forward, diag_cost, result = fused
+    stats = _value_and_stats(diag_cost, result, options.epsilon)
+    return Solution(forward.attach(stats["loss"]), stats, result.log_potentials.to(x.dtype))
 
 
 def _cv_scale(k: int) -> float:
@@ -77,9 +265,10 @@ class _PairSurrogate(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         z, weights = ctx.saved_tensors
         n, k, d = z.shape
-        sym = (weights + weights.permute(1, 0, 3, 2)).transpose(1, 2).reshape(k * n, k * n)
-        grad = (sym @ z.transpose(0, 1).reshape(k * n, d)).view(k, n, d).transpose(0, 1)
-        return grad * grad_out, None, None
+        with one_cpu_thread(z.device):
+            sym = (weights + weights.permute(1, 0, 3, 2)).transpose(1, 2).reshape(k * n, k * n)
+            grad = (sym @ z.transpose(0, 1).reshape(k * n, d)).view(k, n, d).transpose(0, 1)
+            return grad * grad_out, None, None
 
 
 def _cost_of_sum(pair_sum: torch.Tensor, k: int, cost: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -222,8 +411,10 @@ def m3g_factorized(
     (see :func:`_diagonal_split`). Returns ``(loss, stats)``; ``stats["fallback"]`` is 1 when an
     underflow sent the solve to the exact dense path.
     """
-    anderson = _check_count("anderson", anderson, 0)
-    loss, stats, _, _ = _factorized(z, epsilon, tol, max_iter, init, anderson, _check_init(init_potentials))
+    options = SolverOptions(
+        epsilon, "cv", tol, max_iter, _check_count("anderson", anderson, 0), _check_init(init_potentials)
+    )
+    loss, stats, _, _ = _factorized(z, options, init)
     return loss, stats
 
 
@@ -259,36 +450,34 @@ def _diagonal_split(grams: torch.Tensor, scale: float, offset: float) -> torch.T
 
 def _factorized(
     z: torch.Tensor,
-    epsilon: float,
-    tol: float,
-    max_iter: int,
+    options: SolverOptions,
     init: torch.Tensor | None,
-    anderson: int = 0,
-    init_potentials: str = "zeros",
     *,
     hints: LoopHints | None = None,
-    block: int = 0,
     deferred: list[DeferredCheck] | None = None,
+    numba: bool = False,
 ) -> tuple[torch.Tensor, LazyStats, torch.Tensor, MMSinkhornResult]:
-    """:func:`m3g_factorized` plus the final log-potentials ``(k, n)`` and the solve. ``hints`` ..
-    ``deferred``: see :func:`.sinkhorn.mm_sinkhorn_pairwise` (the value and the diagonal cost stay on
-    the device)."""
-    epsilon, _, tol, max_iter = _check_params(epsilon, "cv", tol, max_iter)
+    """:func:`m3g_factorized` plus the final log-potentials ``(k, n)`` and the solve, for normalized ``z``
+    ``(n, k, d)``. ``numba``: ``k > 3`` sweeps on the numba kernels (:mod:`.sinkhorn_fast`; the blocks where
+    they decline); else the blocks (:func:`.sinkhorn.mm_sinkhorn_pairwise`; ``hints`` / ``deferred`` as there:
+    the value and the diagonal cost stay on the device)."""
+    epsilon, _, tol, max_iter = _check_params(options.epsilon, "cv", options.tol, options.max_iter)
     n, k, _ = z.shape
     s = _cv_scale(k)
     with torch.no_grad():
         grams = _pair_grams(z.detach())
         scale, offset = _cv_log_kernel(k, epsilon)
-        if init is None and init_potentials == "diagonal":
+        if init is None and options.init_potentials == "diagonal":
             init = _diagonal_split(grams, scale, offset)
         log_factors = grams * scale
         result = None
         valid_init = init is None or (tuple(init.shape) == (k, n) and bool(torch.isfinite(init).all()))
-        if valid_init and numba_takes_pairwise(log_factors):  # small CPU k > 3 problems (the dispatch table)
-            for tensor, raise_on_bad in deferred or []:  # a read costs nothing on the CPU
-                raise_on_bad(float(tensor))
+        if numba and k > 3 and valid_init and log_factors.layout == torch.strided:
+            _read_now(deferred)
             deferred = None
-            result = mm_sinkhorn_pairwise_numba(log_factors, offset, tol, max_iter, init, anderson)
+            result = sinkhorn_fast.mm_sinkhorn_pairwise_numba(
+                log_factors, offset, tol, max_iter, init, options.anderson
+            )
         if result is None:
             result = mm_sinkhorn_pairwise(
                 log_factors,
@@ -296,9 +485,9 @@ def _factorized(
                 tol,
                 max_iter,
                 init=init,
-                anderson=anderson,
+                anderson=options.anderson,
                 hints=hints,
-                block=block,
+                block=options.block,
                 deferred=deferred,
             )
         # (1/n) sum_i sum_{l<m} G_lm[i, i]: half of all block diagonals minus the self blocks
@@ -361,6 +550,8 @@ class M3GLoss(MultiViewLoss):
         Sweep limit.
     warm_start, anderson, init_potentials, solver_block
         Solver options, described below.
+    backend : {"auto", "blocks", "numba", "dense"}, default "auto"
+        Which solver runs, described below.
 
     Returns
     -------
@@ -402,13 +593,15 @@ class M3GLoss(MultiViewLoss):
     view ``-(A[i,...,i] + log n) / k``: the plan of aligned views; with ``anderson`` the fastest
     start on aligned views). Cost ``cv``, every ``k``; a warm start takes precedence.
 
-    Solver (cost ``cv``): the sweeps run in blocks (:mod:`.sinkhorn`; compiled by ``torch.compile`` on a GPU,
-    eager on the CPU unless ``MVAPP_M3G_COMPILE=1``: :mod:`._compile`), with
-    the stopping rule, checks and sweep counter on the device: one host read per block and none elsewhere
-    in the call, on the CPU and the GPU alike. Small CPU ``k = 3`` problems (the sizes of
-    :data:`.m3g_fast.NUMBA_ON_CPU`) run in two numba kernels instead, small CPU ``k > 3`` problems (the
-    same table, the EEG demo's 16 x 6 among them) in numba sweeps driven by a host loop (:mod:`.sinkhorn_fast`);
-    same sweeps, value and gradient.
+    ``backend``: which solver runs (:func:`solve`, the one dispatch; same value and gradient on every backend,
+    all tested against the dense float64 reference). ``"blocks"``: torch sweeps in blocks (:mod:`.sinkhorn`;
+    compiled by ``torch.compile`` on a GPU, eager on the CPU unless ``MVAPP_M3G_COMPILE=1``: :mod:`._compile`),
+    the stopping rule, checks and sweep counter on the device, one host read per block. ``"numba"``: CPU
+    kernels, ``k = 3`` fused with the normalization and the backward (:mod:`.m3g_fast`), ``k > 3`` sweeps driven
+    by a host loop (:mod:`.sinkhorn_fast`); where the input does not fit (another device, dtype) or the
+    values underflow, the blocks run. ``"dense"``: the ``n^k`` log-domain solver (cost ``csd``'s only one).
+    ``"auto"`` (default): the table :data:`AUTO_NUMBA_ON_CPU` (numba for small CPU problems, else the blocks;
+    ``dense`` for ``csd``); ``MVAPP_M3G_BACKEND`` (read once at import) replaces what ``auto`` picks.
     ``solver_block``: sweeps in the first block (0 = adaptive: the last call's count for the same
     ``(n, k)``; then a second block sized per device type, doubling: :data:`.sinkhorn._SECOND_BLOCK`). The former ``solver_loop`` parameter is refused with
     an error saying so (there is one loop).
@@ -430,7 +623,7 @@ class M3GLoss(MultiViewLoss):
     gather_across_processes: ClassVar[bool] = False
     removed_parameters: ClassVar[dict[str, str]] = {
         "solver_loop": "the sweeps always run in device-resident blocks (CPU and GPU alike; numba kernels for "
-        "the small CPU problems of the dispatch table): remove the key",
+        "the small CPU problems of the dispatch table, see backend): remove the key",
     }
 
     def __init__(
@@ -443,9 +636,11 @@ class M3GLoss(MultiViewLoss):
         anderson: int = 0,
         init_potentials: str = "zeros",
         solver_block: int = 0,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
         self.epsilon, self.cost, self.tol, self.max_iter = _check_params(epsilon, cost, tol, max_iter)
+        self.backend = _check_backend(backend, self.cost)
         if not isinstance(warm_start, bool):
             raise ValueError(f"loss 'm3g': parameter warm_start must be true or false, got {warm_start!r}")
         self.warm_start = warm_start
@@ -460,58 +655,30 @@ class M3GLoss(MultiViewLoss):
         self._warned = False
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        """Loss of raw embeddings ``z`` ``(n, k, d)``. Cost ``cv``: small CPU ``k = 3`` problems take the
-        numba path of :mod:`.m3g_fast` (same value and gradient), everything else (and every input that
-        path declines) the sweep blocks, whose first block also reads back the input's NaN / Inf check
-        (no read of its own). Cost ``csd``: the dense solver."""
-        if self.cost != "cv" or not isinstance(z, torch.Tensor):
+        """Loss of raw embeddings ``z`` ``(n, k, d)`` (checked and L2-normalized by :func:`solve`; the blocks
+        read the NaN / Inf check back with their first block, no read of its own)."""
+        if not isinstance(z, torch.Tensor):
             return super().forward(z)
-        init = self._init(z)
-        fused = None
-        if numba_takes(z):
-            start = init
-            if init is None and self.init_potentials == "diagonal":  # the blocks' cold start, as there
-                grams = _pair_grams(normalize(z.detach()))
-                start = _diagonal_split(grams, *_cv_log_kernel(z.shape[1], self.epsilon))
-            fused = fused_three_view(z, self.epsilon, self.tol, self.max_iter, start)
-        if fused is not None:
-            forward, diag_cost, result = fused
-            stats = _value_and_stats(diag_cost, result, self.epsilon)
-            self.last_stats = self._finish(stats, result.log_potentials.to(z.dtype), warm_started=init is not None)
-            return forward.attach(stats["loss"])
-        z = check_embeddings(z, min_views=self.min_views, check_finite=False)
-        deferred = [nonfinite_count(z)]
-        self.last_stats = LazyStats()
-        loss = self._compute(normalize(z), deferred)
-        self._record_loss(loss)
-        return loss
+        return self._solve(z, raw=True)
 
     def compute(self, z: torch.Tensor) -> torch.Tensor:
         """M3G of normalized ``z`` ``(n, k, d)``."""
-        return self._compute(z, None)
+        return self._solve(z, raw=False)
 
-    def _compute(self, z: torch.Tensor, deferred: list[DeferredCheck] | None) -> torch.Tensor:
+    def _solve(self, z: torch.Tensor, *, raw: bool) -> torch.Tensor:
         init = self._init(z)
-        finite = None
-        if self.cost == "cv":
-            hints = self._loop_hints.setdefault((z.shape[0], z.shape[1]), LoopHints())
-            loss, stats, potentials, result = _factorized(
-                z,
-                self.epsilon,
-                self.tol,
-                self.max_iter,
-                init,
-                self.anderson,
-                self.init_potentials,
-                hints=hints,
-                block=self.solver_block,
-                deferred=deferred,
-            )
-            finite = result.potentials_finite
-        else:
-            loss, stats, potentials = _materialized(z, self.epsilon, self.cost, self.tol, self.max_iter, init)
-        self.last_stats = self._finish(stats, potentials, warm_started=init is not None, finite=finite)
-        return loss
+        if raw and self.cost != "cv":  # the dense path checks its input at once (check_finite as every loss)
+            z = normalize(check_embeddings(z, min_views=self.min_views, check_finite=self.check_finite))
+            raw = False
+        hints = self._loop_hints.setdefault((z.shape[0], z.shape[1]), LoopHints()) if z.dim() == 3 else None
+        options = SolverOptions(
+            self.epsilon, self.cost, self.tol, self.max_iter, self.anderson, self.init_potentials, self.solver_block
+        )
+        solution = solve(z, options, self.backend, init=init, hints=hints, raw=raw)
+        self.last_stats = self._finish(
+            solution.stats, solution.potentials, warm_started=init is not None, finite=solution.finite
+        )
+        return solution.loss
 
     def _init(self, z: torch.Tensor) -> torch.Tensor | None:
         """Warm-start log-potentials ``(k, n)`` for ``z`` ``(n, k, d)``, or None (cold start)."""
@@ -557,7 +724,7 @@ class M3GLoss(MultiViewLoss):
         self.potentials = potentials
 
     def extra_repr(self) -> str:
-        return f"epsilon={self.epsilon}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, warm_start={self.warm_start}, anderson={self.anderson}, init_potentials={self.init_potentials!r}, solver_block={self.solver_block}"
+        return f"epsilon={self.epsilon}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, warm_start={self.warm_start}, anderson={self.anderson}, init_potentials={self.init_potentials!r}, solver_block={self.solver_block}, backend={self.backend!r}"
 
 
 def _center(potentials: torch.Tensor) -> torch.Tensor:

@@ -14,11 +14,11 @@ order of Alg. 1, stopping rule ``sum_l ||m_l(P) - 1/n||_1 < tol`` after every sw
 start, before the first), hence the same sweep counts; values and gradients agree with the blocks
 and the float64 reference to float32 round-off (tested).
 
-:func:`fused_three_view` returns ``None`` whenever it does not apply (numba not installed or
-``MVAPP_M3G_FUSED=0``, not CPU, ``(k, n)`` outside :data:`NUMBA_ON_CPU`, dtype not float32 /
-float64, a non-finite input -- the blocks then raise the usual error --, a kernel log-range beyond
-float64, or an underflowing marginal); the caller then runs the sweep blocks, which handle all of
-those. Anderson acceleration / the diagonal start (``anderson``, ``init_potentials``) do not
+The numba backend of :func:`.m3g.solve` at ``k = 3`` (which sizes: :data:`.m3g.AUTO_NUMBA_ON_CPU`).
+:func:`fused_three_view` returns ``None`` whenever it does not apply (numba not installed, not CPU,
+dtype not float32 / float64, a non-finite input -- the blocks then raise the usual error --, a kernel
+log-range beyond float64, or an underflowing marginal); the caller then runs the sweep blocks, which
+handle all of those. Anderson acceleration / the diagonal start (``anderson``, ``init_potentials``) do not
 apply here (3-5 sweeps at epsilon 0.2).
 """
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -34,27 +33,6 @@ import numpy as np
 import torch
 
 from .sinkhorn import _REL_UNDERFLOW, _THREE_VIEW_SPAN_F64, MMSinkhornResult
-
-#: Where numba kernels replace the sweep blocks on the CPU (``k = 3``: this module's; ``k > 3``: the sweeps of
-#: :mod:`.sinkhorn_fast`): ``{k: (largest n, the measurement)}``. A size is routed to numba where the CPU
-#: bench measured it faster than the block the CPU runs by default -- the eager one (:mod:`._compile`: CPU
-#: compiling is off by default, a cold compile costs 1-2 minutes per size) -- both with the EEG demo's solver
-#: settings (Anderson 16, diagonal start) and with plain Alg. 1, so that no size runs slower than before the
-#: blocks existed (the sizes where numba is >= 1.5x faster than the eager block: k = 3 n <= 64, k = 4 n <= 32,
-#: k = 5 n <= 16, k = 6 n <= 32); every other size runs the blocks. Speed-ups: numba vs the eager block, plain / demo
-#: settings, and vs the compiled block (demo settings; k = 3: plain / demo), from
-#: ``python scripts/bench/bench_m3g_cpu.py --out OUT --sizes 16x6 16x4 32x4 64x4 128x4 32x6 --settings demo
-#: --calls 11 --cold`` and ``... --sizes 16x6 16x4 32x4 64x4 8x5 16x5 32x5 64x3 96x3 128x3 --settings plain
-#: demo --paths numba eager --calls 11`` (32 x 6 plain: ``--calls 5``); fwd+bwd, float32, d 64, epsilon 0.2,
-#: tol 1e-3, one thread, fresh inputs every call, the paths alternating; a shared 2-core machine at load 3-6.
-NUMBA_ON_CPU: dict[int, tuple[int, str]] = {
-    3: (64, "vs eager 8.0x / 6.7x (n 64), 0.17x / 0.72x (n 96); vs compiled 1.6x / 1.7x (n 64), 1.05x / 0.87x (n 96)"),
-    4: (64, "vs eager 4.8x / 2.1-2.4x (n 16), 2.6x / 1.8-2.3x (n 32), 1.17x / 1.1-1.2x (n 64), - / 0.88x (n 128)"),
-    5: (32, "vs eager 6.2x / 2.5x (n 8), 3.0x / 2.2x (n 16), 1.39x / 1.29x (n 32)"),
-    6: (32, "vs eager 1.25x / 1.6-1.7x (n 16), 2.1x / 1.75x (n 32); vs compiled 1.16x (n 16), 1.22x (n 32)"),
-}
-# MVAPP_M3G_FUSED=0 turns the numba path off (benchmarks, tests of the blocks, debugging).
-_ENV_SWITCH = "MVAPP_M3G_FUSED"
 
 # kernel status codes
 _OK, _NOT_FINITE, _SPAN, _UNDERFLOW = 0, 1, 2, 3
@@ -237,7 +215,7 @@ def _backward_kernel(
 
 
 @functools.lru_cache(maxsize=1)
-def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+def kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     """The two kernels compiled by numba (on-disk cache), or None when numba is not installed."""
     try:
         import numba
@@ -245,11 +223,6 @@ def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
         return None
     jit = numba.njit(cache=True, nogil=True)
     return jit(_forward_kernel), jit(_backward_kernel)
-
-
-def fused_available() -> bool:
-    """Whether the fast path can run at all (numba importable and not switched off)."""
-    return os.environ.get(_ENV_SWITCH, "1") != "0" and _kernels() is not None
 
 
 # --------------------------------------------------------------------------- autograd glue
@@ -269,28 +242,19 @@ class _FusedGradient(torch.autograd.Function):
         return torch.from_numpy(grad), None, None
 
 
-def numba_routes(tensor: torch.Tensor, k: int, n: int) -> bool:
-    """Whether a problem of ``k`` views and ``n`` items held in ``tensor`` goes to numba: ``(k, n)`` within
-    :data:`NUMBA_ON_CPU`, a strided CPU float32 / float64 tensor, numba available and not switched off."""
-    return (
-        k in NUMBA_ON_CPU
-        and 2 <= n <= NUMBA_ON_CPU[k][0]
-        and tensor.device.type == "cpu"
-        and tensor.dtype in (torch.float32, torch.float64)
-        and tensor.layout == torch.strided
-        and fused_available()
-    )
-
-
-def numba_takes(x: object) -> bool:
-    """Whether raw embeddings ``x`` ``(n, 3, d)`` go to this module's k = 3 kernels (:func:`numba_routes`);
-    the kernels may still decline the values (see the module docstring)."""
+def _applies(x: object) -> bool:
+    """Whether raw embeddings ``x`` ``(n, 3, d)`` fit the kernels: a strided CPU float32 / float64 tensor,
+    numba installed (the values may still be declined, see the module docstring)."""
     return (
         isinstance(x, torch.Tensor)
         and x.dim() == 3
         and x.shape[1] == 3
+        and x.shape[0] >= 2
         and x.shape[2] >= 1
-        and numba_routes(x, 3, x.shape[0])
+        and x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.float64)
+        and x.layout == torch.strided
+        and kernels() is not None
     )
 
 
@@ -305,9 +269,9 @@ def fused_three_view(
     them into the M3G value and gets the loss tensor from ``forward.attach(value)``. ``None`` when
     the fast path does not apply (see the module docstring).
     """
-    if not numba_takes(x):
+    if not _applies(x):
         return None
-    forward_kernel, backward_kernel = _kernels()
+    forward_kernel, backward_kernel = kernels()
     n = x.shape[0]
     s = 1.0  # cv scale (2 / (k - 1))^2 at k = 3
     eps_norm = 1e-12 if x.dtype == torch.float64 else 1e-6
@@ -354,4 +318,4 @@ class FusedForward:
         return _FusedGradient.apply(self.x, value, self.saved)
 
 
-__all__ = ["NUMBA_ON_CPU", "FusedForward", "fused_available", "fused_three_view", "numba_routes", "numba_takes"]
+__all__ = ["FusedForward", "fused_three_view", "kernels"]

@@ -1,7 +1,7 @@
 """numba sweeps of the factorized MM-Sinkhorn for ``k > 3`` on small CPU problems (cost ``cv`` of M3G).
 
-Where the CPU bench measured them ahead of the sweep blocks (the ``k > 3`` rows of
-:data:`.m3g_fast.NUMBA_ON_CPU`; the EEG demo's ``n = 16`` items, ``k = 6`` views among them) a sweep's heavy
+The numba backend of :func:`.m3g.solve` for ``k > 3`` (which sizes: :data:`.m3g.AUTO_NUMBA_ON_CPU`; the EEG
+demo's ``n = 16`` items, ``k = 6`` views among them): a sweep's heavy
 ``n^(k-1)`` steps -- GEMM 1 with its right chain, the marginal of view ``r - 1``, GEMM 2 (view ``q``'s
 marginal) and the final pair marginals -- each run as one compiled loop (:mod:`._pairwise_kernels`, numba,
 compiled on first use per dtype and cached on disk) on numpy views of the same memory; sums over the
@@ -25,7 +25,6 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from .m3g_fast import numba_routes
 from .sinkhorn import (
     _REL_UNDERFLOW,
     MMSinkhornResult,
@@ -50,23 +49,13 @@ def _check(values: torch.Tensor, tiny: float) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _kernels() -> ModuleType | None:
+def kernels() -> ModuleType | None:
     """The compiled kernels (:mod:`._pairwise_kernels`), or None when numba is not installed."""
     try:
         from . import _pairwise_kernels
     except ImportError:
         return None
     return _pairwise_kernels
-
-
-def numba_takes_pairwise(log_factors: torch.Tensor) -> bool:
-    """Whether the solve of ``log_factors`` ``(k, k, n, n)`` runs here: ``k > 3`` with ``n`` within the
-    ``k`` row of :data:`.m3g_fast.NUMBA_ON_CPU`, a CPU float32 / float64 tensor, numba available and
-    not switched off (``MVAPP_M3G_FUSED=0``)."""
-    if not isinstance(log_factors, torch.Tensor) or log_factors.dim() != 4:
-        return False
-    k, n = log_factors.shape[0], log_factors.shape[2]
-    return k > 3 and numba_routes(log_factors, k, n) and _kernels() is not None
 
 
 class _HostAnderson:
@@ -101,7 +90,7 @@ class _NumbaFactors:
         self.k, self.n, self.r, self.q = k, n, k - 1, k - 1
         self.offset = offset
         self.dtype = log_factors.dtype
-        self.kernels = _kernels()
+        self.kernels = kernels()
         self.log_factors64 = log_factors.detach().to(torch.float64).contiguous().numpy()
         self.last = log_factors[k - 2, k - 1]
         rows = n ** (k - 2)
@@ -247,4 +236,4 @@ def mm_sinkhorn_pairwise_numba(
         iterations += 1
 
 
-__all__ = ["mm_sinkhorn_pairwise_numba", "numba_takes_pairwise"]
+__all__ = ["kernels", "mm_sinkhorn_pairwise_numba"]

@@ -1,7 +1,7 @@
 """``python -m multiview_app.losses.warmup [N K]``: run M3G's CPU solver once for batches of ``N`` items and ``K``
 views (default 16 x 6 with Anderson 16 and the diagonal start: the EEG demo's loss) before a training needs it,
 so that what it compiles on first use is in the on-disk caches: the numba kernels where the dispatch table
-(:data:`.m3g_fast.NUMBA_ON_CPU`) routes the size, else the sweep blocks' inductor graphs when CPU compiling is
+(:data:`.m3g.AUTO_NUMBA_ON_CPU`) routes the size, else the sweep blocks' inductor graphs when CPU compiling is
 on (``MVAPP_M3G_COMPILE=1``; eager blocks need nothing); prints the seconds spent. The EEG demo
 (``scripts/run_eeg_demo.sh``) runs it beside its synthesis."""
 

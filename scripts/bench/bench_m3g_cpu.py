@@ -1,12 +1,11 @@
-"""M3G on CPU: the numba kernels vs the eager and the compiled sweep blocks, per (n, k), in one process.
+"""M3G on CPU: the numba backend vs the eager and the compiled sweep blocks, per (n, k), in one process.
 
-The table :data:`multiview_app.losses.m3g_fast.NUMBA_ON_CPU` (which CPU sizes the numba kernels take instead of
-the blocks: ``k = 3`` in :mod:`multiview_app.losses.m3g_fast`, ``k > 3`` in :mod:`multiview_app.losses.sinkhorn_fast`)
-is decided from this script's ratios. For each (n, k) and solver setting, every call gets fresh float32 embeddings
+The table :data:`multiview_app.losses.m3g.AUTO_NUMBA_ON_CPU` (which CPU sizes ``backend="auto"`` gives the numba
+kernels instead of the blocks) is decided from this script's ratios. For each (n, k) and solver setting, every call gets fresh float32 embeddings
 (d = 64; a shared direction per item plus per-view noise) and runs ``build_loss("m3g")`` forward + backward on
 each path in turn, the order rotated from call to call (paired, alternating: a busy machine slows all paths
-alike): the numba kernels (routed there whatever the table says), the sweep blocks run eagerly
-(``MVAPP_M3G_COMPILE=0``) and compiled by torch.compile (``MVAPP_M3G_COMPILE=1``). Each path's first call is
+alike): ``backend="numba"``, and ``backend="blocks"`` run eagerly and compiled by torch.compile (the switch
+:data:`multiview_app.losses._compile.SWITCH` set per call). Each path's first call is
 untimed and reported (the compiled blocks' is inductor's compile: cold with ``--cold``, which points inductor at
 a fresh cache folder; numba's loads its on-disk cache or compiles), then ``--warmup`` untimed calls (the block
 sizes adapt), then ``--calls`` timed ones. Rows: plain Alg. 1 (zero start) and the EEG demo's solver settings
@@ -28,16 +27,16 @@ from pathlib import Path
 
 import torch
 
-from multiview_app.bench import command_line, kept_environment, machine_line, markdown_table
-from multiview_app.losses import build_loss, m3g_fast, sinkhorn_fast
+from multiview_app.bench import command_line, machine_line, markdown_table
+from multiview_app.losses import _compile, build_loss, m3g
 
 SIZES = ["32x3", "64x3", "96x3", "16x6", "16x4", "32x4", "64x4", "128x4", "32x6"]
 SETTINGS = {
     "plain": {},
     "demo": {"anderson": 16, "init_potentials": "diagonal"},  # the EEG demo's solver settings
 }
-# path -> (MVAPP_M3G_FUSED, MVAPP_M3G_COMPILE)
-PATHS = {"numba": ("1", "0"), "eager": ("0", "0"), "compiled": ("0", "1")}
+# path -> (backend, compile switch)
+PATHS = {"numba": ("numba", "0"), "eager": ("blocks", "0"), "compiled": ("blocks", "1")}
 
 
 def synthetic(n: int, k: int, d: int = 64, seed: int = 0, noise: float = 1.0) -> torch.Tensor:
@@ -48,7 +47,7 @@ def synthetic(n: int, k: int, d: int = 64, seed: int = 0, noise: float = 1.0) ->
 
 def run(loss: torch.nn.Module, x: torch.Tensor, path: str) -> tuple[float, float, float]:
     """Forward + backward once on ``path``; ``(seconds, value, sweeps)``."""
-    os.environ["MVAPP_M3G_FUSED"], os.environ["MVAPP_M3G_COMPILE"] = PATHS[path]
+    _compile.SWITCH = PATHS[path][1]
     leaf = x.clone().requires_grad_()
     start = time.perf_counter()
     out = loss(leaf)
@@ -59,7 +58,9 @@ def run(loss: torch.nn.Module, x: torch.Tensor, path: str) -> tuple[float, float
 
 def compare(n: int, k: int, params: dict, paths: list[str], calls: int, warmup: int) -> dict:
     """Paired timings of ``paths`` on fresh inputs, the order rotated per call."""
-    losses = {path: build_loss("m3g", epsilon=0.2, tol=1e-3, max_iter=300, **params) for path in paths}
+    losses = {
+        path: build_loss("m3g", epsilon=0.2, tol=1e-3, max_iter=300, backend=PATHS[path][0], **params) for path in paths
+    }
     seconds: dict[str, list[float]] = {path: [] for path in paths}
     sweeps: dict[str, list[float]] = {path: [] for path in paths}
     values: dict[str, list[float]] = {path: [] for path in paths}
@@ -89,11 +90,6 @@ def compare(n: int, k: int, params: dict, paths: list[str], calls: int, warmup: 
     return out
 
 
-def numba_kernels(k: int) -> bool:
-    """Whether numba kernels exist for ``k`` views (numba importable)."""
-    return (m3g_fast._kernels() if k == 3 else sinkhorn_fast._kernels()) is not None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for bench_m3g_cpu.md")
@@ -107,42 +103,37 @@ def main() -> None:
     torch.set_num_threads(1)  # the project's choice on <= 2 usable CPUs (multiview_app/threads.py)
     if args.cold:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_m3g_cpu_inductor_")
-    table = dict(m3g_fast.NUMBA_ON_CPU)
     rows = []
-    with kept_environment("MVAPP_M3G_FUSED", "MVAPP_M3G_COMPILE"):
-        try:
-            for size in args.sizes:
-                n, k = (int(part) for part in size.lower().split("x"))
-                routed = k in table and n <= table[k][0]
-                paths = [path for path in args.paths if path != "numba" or numba_kernels(k)]
-                m3g_fast.NUMBA_ON_CPU[k] = (n, "bench")  # the numba path measured at this n whatever the table says
-                for setting in args.settings:
-                    result = compare(n, k, SETTINGS[setting], paths, args.calls, args.warmup)
-                    cell = {path: f"{result[f'{path}_ms']:.3g}" if path in paths else "-" for path in PATHS}
-                    speed = {
-                        key: f"{result[key]:.2f}x" if key in result else "-"
-                        for key in ("compiled/numba", "eager/numba", "eager/compiled")
-                    }
-                    first = {path: f"{result['first'][path]:.1f}" if path in paths else "-" for path in PATHS}
-                    rows.append(
-                        [
-                            f"{n}x{k}",
-                            setting,
-                            *cell.values(),
-                            *speed.values(),
-                            "numba" if routed else "blocks",
-                            first["compiled"],
-                            first["numba"],
-                            " / ".join(f"{result[f'{path}_sweeps']:.1f}" if path in paths else "-" for path in PATHS),
-                            f"{result['diff']:.1e}" if "diff" in result else "-",
-                        ]
-                    )
-                    print(" | ".join(rows[-1]), flush=True)
-                m3g_fast.NUMBA_ON_CPU.clear()
-                m3g_fast.NUMBA_ON_CPU.update(table)
-        finally:
-            m3g_fast.NUMBA_ON_CPU.clear()
-            m3g_fast.NUMBA_ON_CPU.update(table)
+    switch = _compile.SWITCH
+    try:
+        for size in args.sizes:
+            n, k = (int(part) for part in size.lower().split("x"))
+            routed = m3g.choose_backend("auto", "cv", "cpu", torch.float32, k, n)
+            paths = [path for path in args.paths if path != "numba" or m3g.numba_available()]
+            for setting in args.settings:
+                result = compare(n, k, SETTINGS[setting], paths, args.calls, args.warmup)
+                cell = {path: f"{result[f'{path}_ms']:.3g}" if path in paths else "-" for path in PATHS}
+                speed = {
+                    key: f"{result[key]:.2f}x" if key in result else "-"
+                    for key in ("compiled/numba", "eager/numba", "eager/compiled")
+                }
+                first = {path: f"{result['first'][path]:.1f}" if path in paths else "-" for path in PATHS}
+                rows.append(
+                    [
+                        f"{n}x{k}",
+                        setting,
+                        *cell.values(),
+                        *speed.values(),
+                        routed,
+                        first["compiled"],
+                        first["numba"],
+                        " / ".join(f"{result[f'{path}_sweeps']:.1f}" if path in paths else "-" for path in PATHS),
+                        f"{result['diff']:.1e}" if "diff" in result else "-",
+                    ]
+                )
+                print(" | ".join(rows[-1]), flush=True)
+    finally:
+        _compile.SWITCH = switch
     headers = [
         "n x k",
         "solver settings",
@@ -152,7 +143,7 @@ def main() -> None:
         "numba speed-up vs compiled",
         "numba speed-up vs eager",
         "compiled speed-up vs eager",
-        "routed to",
+        "auto picks",
         f"compiled first call s ({'cold' if args.cold else 'inductor cache as found'})",
         "numba first call s",
         "sweeps numba / eager / compiled",
