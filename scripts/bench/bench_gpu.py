@@ -50,7 +50,6 @@ import torch  # noqa: E402
 from multiview_app.bench import (  # noqa: E402
     Timing,
     command_line,
-    kept_environment,
     machine_line,
     markdown_table,
     peak_rss_growth,
@@ -102,7 +101,7 @@ class EmbeddingPool:
 def m3g_call(pool: EmbeddingPool, loop: str, eps: float = 0.2, tol: float = 1e-3) -> Callable[[], None]:
     """One M3G forward+backward on the pool's next batch; the loss module is kept across calls (the
     device loop's block size adapts from the previous call, as in training)."""
-    loss = build_loss("m3g", epsilon=eps, tol=tol)  # the sweep blocks (``loop`` labels the row)
+    loss = build_loss("m3g", epsilon=eps, tol=tol, backend="blocks")  # the sweep blocks (``loop`` labels the row)
 
     def call() -> None:
         x = pool.next().detach().requires_grad_()  # a new leaf view: no copy kernel, no gradient kept
@@ -497,11 +496,9 @@ def device_lines(device: torch.device) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, str]:
-    """Run the bench with M3G on the sweep blocks on every device (the numba kernels are a CPU-only path a GPU
-    never takes): ``MVAPP_M3G_FUSED=0`` for the call, restored after it (the module is imported by tests)."""
-    with kept_environment("MVAPP_M3G_FUSED"):
-        os.environ["MVAPP_M3G_FUSED"] = "0"
-        return _main(argv)
+    """Run the bench; its M3G rows use the sweep blocks (``backend="blocks"``) on every device, the path a GPU
+    takes (the numba kernels are CPU-only)."""
+    return _main(argv)
 
 
 def _main(argv: list[str] | None) -> dict[str, str]:
