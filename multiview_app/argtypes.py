@@ -3,13 +3,26 @@
 
 The CLI's grammar: ``--seeds`` is always a list of seeds (``--seeds 0,1``, :func:`seed_list`); a count of
 repetitions has its own name (``--draws N``). :func:`renamed_option` keeps an old spelling as an error
-that names the new one.
+that names the new one. Options listed as data (:data:`Option`) are added by :func:`add_options`.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
+
+Option = tuple[tuple[str, ...], dict[str, Any]]
+"""One command-line option as data: ``(flags or positional name, add_argument keywords)``. A callable
+``choices`` is called when the option is added (choices read on demand, e.g. from the dataset catalog)."""
+
+
+def add_options(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:
+    """``parser.add_argument`` for every option of ``options``, in order."""
+    for flags, keywords in options:
+        if callable(keywords.get("choices")):
+            keywords = {**keywords, "choices": keywords["choices"]()}
+        parser.add_argument(*flags, **keywords)
 
 
 def _int_at_least(text: str, minimum: int) -> int:

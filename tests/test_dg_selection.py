@@ -120,7 +120,8 @@ def test_evaluator_picks_the_best_checkpoint_not_the_last(
     from multiview_app.config import load_config
     from multiview_app.data.adapters import build_adapter
     from multiview_app.data.views import build_view_policy
-    from multiview_app.eval.domain_generalization import METRICS, domain_features, evaluate_run, write_summary
+    from multiview_app.eval.domain_generalization import domain_features, evaluate_run
+    from multiview_app.eval.domain_report import METRICS, write_summary
     from multiview_app.eval.protocols.probe import fit_linear_classifier
     from multiview_app.experiments.domains import ensure_pretrained, run_config
     from multiview_app.train.run_io import load_run
@@ -162,7 +163,7 @@ def test_evaluator_picks_the_best_checkpoint_not_the_last(
 
 
 def test_one_held_out_domain_figure_is_bars_several_are_matrices_with_a_colour_bar() -> None:
-    from multiview_app.eval.domain_generalization import one_vs_one_figure
+    from multiview_app.eval.domain_report import one_vs_one_figure
 
     domains = ["a", "b", "c", "d"]
     one = {
@@ -332,7 +333,7 @@ def test_defaults_named_settings_parse_and_refuse() -> None:
 def test_erm_paragraph_says_how_much_the_last_checkpoint_still_gained() -> None:
     """An ERM run chosen at its budget's last step reads as a plateau when it gained at most ERM_RISING over
     the checkpoint before, else as still rising; each ERM run counts once however many results share it."""
-    from multiview_app.eval.domain_generalization import ERM_RISING, format_erm, last_step_gains
+    from multiview_app.eval.domain_report import ERM_RISING, format_erm, last_step_gains
 
     def result(erm_id: str, selected: str, step_480: float, final: float, seed: int) -> dict:
         grid = [

@@ -445,7 +445,7 @@ def test_evaluator_end_to_end_and_holdout_all(
 ) -> None:
     import json
 
-    from multiview_app.eval.domain_generalization import format_table
+    from multiview_app.eval.domain_report import format_table
 
     config = tiny_three_domain_config(digit_root, tmp_path, {"name": "m3g", "epsilon": 0.05}, holdout="sketch")
     out = tmp_path / "dg"
@@ -492,7 +492,7 @@ def test_evaluator_end_to_end_and_holdout_all(
 
 
 def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
-    from multiview_app.eval.domain_generalization import combine_results, format_table
+    from multiview_app.eval.domain_report import combine_results, format_table
 
     def run(loss: str, holdout: str, seen: list[str], acc: float, seed: int = 0) -> dict:
         scores = {
@@ -537,7 +537,7 @@ def test_combine_results_mean_std_over_seeds_and_matrix() -> None:
 def test_reference_columns_count_distinct_models_only() -> None:
     """--protocol both with one seed: the generalization and adaptation runs share one random init and one
     ERM model; the table counts each once (n = 1, no std), while the trained column has one run per protocol."""
-    from multiview_app.eval.domain_generalization import combine_results, format_table
+    from multiview_app.eval.domain_report import combine_results, format_table
 
     def run(protocol: str, seed: int, trained: float) -> dict:
         scores = {
@@ -572,7 +572,7 @@ def test_reference_columns_count_distinct_models_only() -> None:
 
 
 def test_adaptation_gain_paired_by_seed_mean_std() -> None:
-    from multiview_app.eval.domain_generalization import adaptation_gain, format_gain
+    from multiview_app.eval.domain_report import adaptation_gain, format_gain
 
     def run(protocol: str, seed: int, acc: float, adapt_views: str | None = None) -> dict:
         return {
@@ -608,7 +608,7 @@ def test_adaptation_gain_paired_by_seed_mean_std() -> None:
 def test_paired_differences_m3g_minus_each_row_by_domain_and_seed() -> None:
     """m3g minus every other row, paired by (held-out domain, seed); unpaired runs left out; Avg over the seeds
     that cover every domain; wins / losses counted over the pairs; no m3g row -> no table."""
-    from multiview_app.eval.domain_generalization import (
+    from multiview_app.eval.domain_report import (
         combine_results,
         format_paired,
         paired_anchors,
@@ -801,7 +801,7 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
     from multiview_app.data.batch import ViewBatch
     from multiview_app.data.domains.views import nearest_indices
     from multiview_app.data.images.augment import augment
-    from multiview_app.eval.domain_generalization import column_name
+    from multiview_app.eval.domain_report import column_name
     from multiview_app.experiments.domains import train_and_evaluate
     from multiview_app.models import build_model
     from multiview_app.train.trainer import train
@@ -884,7 +884,7 @@ def test_nearest_neighbour_target_views(digit_root: Path, tmp_path: Path, monkey
 
 
 def test_adaptation_and_generalization_share_one_table(digit_root: Path, tmp_path: Path) -> None:
-    from multiview_app.eval.domain_generalization import write_summary
+    from multiview_app.eval.domain_report import write_summary
     from multiview_app.experiments.domains import train_and_evaluate
 
     config = tiny_three_domain_config(digit_root, tmp_path, {"name": "pvc_geometric", "tau": 0.2})

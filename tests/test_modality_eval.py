@@ -211,18 +211,6 @@ def test_tables_are_markdown_with_n_and_intervals() -> None:
         format_tables([{"task": "nope"}])
 
 
-def test_no_function_in_eval_modalities_exceeds_60_lines() -> None:
-    package = Path(modalities.__file__).parent
-    lengths = {
-        f"{path.name}:{node.name}": node.end_lineno - node.lineno + 1
-        for path in sorted(package.glob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
-    assert "staging.py:evaluate_staging" in lengths
-    assert not {name: n for name, n in lengths.items() if n > 60}
-
-
 def _package_imports(path: Path, package: str) -> set[str]:
     """Absolute names of the modules ``path`` (a module of ``package``) imports, relative imports resolved."""
     found: set[str] = set()

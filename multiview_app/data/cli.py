@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..argtypes import nonnegative_float, nonnegative_int, positive_float, positive_int
+from ..argtypes import Option, add_options, nonnegative_float, nonnegative_int, positive_float, positive_int
 from ..cli import describe
 
 PREPARE_BAND = (0.5, 30.0)
@@ -32,8 +34,20 @@ def default_channels() -> dict[str, list[str]]:
     return {name: list(card.default_channels) for name, card in preparable().items()}
 
 
+@dataclass(frozen=True)
+class DataCommand:
+    """A ``mvapp data`` subcommand: its name, one-line summary, example command line, handler (returns the exit
+    code) and options as data."""
+
+    name: str
+    summary: str
+    example: str
+    handler: Callable[[argparse.Namespace], int]
+    options: tuple[Option, ...]
+
+
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
-    """Register the ``data`` group on the ``mvapp`` parser."""
+    """Register the ``data`` group on the ``mvapp`` parser (its subcommands: :data:`DATA_COMMANDS`)."""
     data = subparsers.add_parser(
         "data",
         **describe(
@@ -42,194 +56,15 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     commands = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
-    formats = sorted(default_channels())
+    for command in DATA_COMMANDS:
+        parser = commands.add_parser(command.name, **describe(command.summary, command.example))
+        add_options(parser, command.options)
+        parser.set_defaults(func=command.handler)
 
-    listing = commands.add_parser(
-        "list", **describe("print the dataset catalog (datasets/*.yaml cards)", "mvapp data list --json")
-    )
-    listing.add_argument("--json", action="store_true", help="one JSON object per dataset instead of a table")
-    listing.set_defaults(func=_list)
 
-    synth = commands.add_parser(
-        "synth-psg",
-        **describe(
-            "write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format",
-            "mvapp data synth-psg --subjects 4 --format sleep-edf --hours 9 --compress 6 --out demo_data/sleep_edf_raw",
-        ),
-    )
-    synth.add_argument("--subjects", type=positive_int, required=True, help="subjects (people) to write")
-    synth.add_argument("--nights", type=positive_int, default=1, help="nights per subject")
-    synth.add_argument("--format", choices=SYNTH_FORMATS, required=True, help="file layout of the dataset")
-    synth.add_argument("--out", type=Path, required=True, help="folder to write the recordings into")
-    synth.add_argument(
-        "--hours",
-        type=positive_float,
-        default=9.0,
-        help="length of each full night, wake around sleep included (default: %(default)s)",
-    )
-    synth.add_argument(
-        "--compress",
-        type=positive_int,
-        default=1,
-        help="write K-times shorter excerpts keeping the full night's stage proportions "
-        "(every K-th epoch; default: %(default)s = full nights)",
-    )
-    synth.add_argument(
-        "--record-hours",
-        type=nonnegative_float,
-        default=None,
-        help="sleep-edf: pad each recording with wake to this length, as the ~20-h SC day-night "
-        "files (the readers crop it); 0 = no padding (default: 20 for full nights of >= 6 h, "
-        "else no padding)",
-    )
-    synth.add_argument(
-        "--signals",
-        choices=SYNTH_SIGNALS,
-        default="eeg",
-        help="eeg: EEG, EOG and chin EMG; psg: the whole PSG (physionet2018: ABD, CHEST, AIRFLOW, SaO2, ECG, "
-        "respiratory events and arousals in .arousal and -arousal.mat; sleep-edf: Resp oro-nasal at 1 Hz) "
-        "(default: %(default)s)",
-    )
-    synth.add_argument("--seed", type=nonnegative_int, default=0)
-    synth.add_argument(
-        "--workers",
-        type=positive_int,
-        default=1,
-        help="processes writing nights at the same time (the same files; default: %(default)s)",
-    )
-    synth.add_argument(
-        "--overwrite", action="store_true", help="write into a non-empty --out (files of the same name are replaced)"
-    )
-    synth.set_defaults(func=_synth)
-
-    prep = commands.add_parser(
-        "prepare",
-        **describe(
-            "read recordings into a memory-mapped window cache",
-            "mvapp data prepare physionet2018 --source demo_data/physionet2018_raw --out demo_data/physionet2018_cache",
-        ),
-    )
-    prep.add_argument("dataset", choices=formats, help="the dataset's format (its card in datasets/)")
-    prep.add_argument(
-        "--source",
-        type=Path,
-        required=True,
-        help="folder with the downloaded/synthesized files (dreams: the extracted DatabaseSpindles)",
-    )
-    prep.add_argument("--out", type=Path, required=True, help="cache folder (created; prepared recordings are skipped)")
-    prep.add_argument(
-        "--channels",
-        nargs="+",
-        default=None,
-        help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations; "
-        "DREAMS 'central', each excerpt's C3-A1 or CZ-A1; edf and bids: required)",
-    )
-    prep.add_argument(
-        "--stages",
-        default=None,
-        metavar="SOURCE",
-        help="edf / bids: where stages come from: auto (the CSV hypnogram <file>.csv beside the file, or the "
-        "EDF+ stage annotations, whichever exists), csv, annotations, channel:LABEL or channel:LABEL:SECONDS "
-        "(a stage signal; its scoring period is detected when not given) (default: edf auto, bids annotations)",
-    )
-    prep.add_argument(
-        "--stage-map",
-        default=None,
-        metavar="MAP",
-        help="edf / bids: stage and event label map: aasm, rk, dreams (datasets/modalities/stage-maps.yaml) "
-        "or a YAML file of the same form (default: aasm)",
-    )
-    prep.add_argument("--sfreq", type=positive_float, default=100.0, help="target sampling rate (Hz)")
-    prep.add_argument(
-        "--l-freq",
-        type=_optional_float,
-        default=PREPARE_BAND[0],
-        help="band-pass low edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)",
-    )
-    prep.add_argument(
-        "--h-freq",
-        type=_optional_float,
-        default=PREPARE_BAND[1],
-        help="band-pass high edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)",
-    )
-    prep.add_argument(
-        "--crop-wake-minutes",
-        type=_optional_float,
-        default=30.0,
-        help="wake kept before the first / after the last sleep epoch, or 'none' to keep all (default: %(default)s)",
-    )
-    prep.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    prep.add_argument(
-        "--include-st",
-        action="store_true",
-        help="sleep-edf: also read the ST (telemetry, temazepam study) nights; default: SC nights only",
-    )
-    prep.add_argument(
-        "--scaling",
-        choices=["window", "recording", "microvolts"],
-        default="window",
-        help="per-window z-scoring; per-recording robust scaling that keeps amplitude differences "
-        "between windows; or microvolts (median removed, units of 25 uV: absolute amplitude "
-        "kept across recordings) (default: %(default)s)",
-    )
-    prep.add_argument(
-        "--modalities",
-        default=None,
-        help="every PSG signal, one window file per modality group: a preset (sleepfm, six, eeg) or a comma "
-        "list of groups (brain, eyes, muscle, heart, breathing, oximetry; group=LABEL+LABEL picks channels); "
-        "brain takes --channels; rates, bands and scaling per group from datasets/modalities/psg.yaml "
-        "(default: EEG channels only, one window file per recording)",
-    )
-    prep.add_argument("--skip-bad", action="store_true", help="skip unreadable recordings (listed) instead of failing")
-    prep.add_argument(
-        "--download",
-        nargs="+",
-        type=nonnegative_int,
-        metavar="SUBJECT",
-        default=None,
-        help="sleep-edf only: first fetch these SC subjects (night 1 and 2) into --source via mne (needs internet)",
-    )
-    prep.set_defaults(func=_prepare)
-
-    domains = commands.add_parser(
-        "synth-domains",
-        **describe(
-            "write six digit image domains (scikit-learn's handwritten digits) in the DomainNet layout",
-            "mvapp data synth-domains --out data/digit-domains",
-        ),
-    )
-    domains.add_argument(
-        "--out", type=Path, required=True, help="folder to write <domain>/<class>/<image> + split files"
-    )
-    domains.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the domains' renderings")
-    domains.add_argument(
-        "--limit", type=positive_int, default=None, help="only the first N digits (tiny test fixtures)"
-    )
-    domains.set_defaults(func=_synth_domains)
-
-    captions = commands.add_parser(
-        "caption-domains",
-        **describe(
-            "caption the synth-domains images (digit, stroke, rendering): TSV + images + tar shards",
-            "mvapp data caption-domains --domains-dir data/digit-domains --out data/digit-domain-pairs",
-        ),
-    )
-    captions.add_argument("--domains-dir", type=Path, required=True, help="a `mvapp data synth-domains` folder")
-    captions.add_argument("--out", type=Path, required=True, help="new folder: train.tsv, test.tsv, images/, shards/")
-    captions.add_argument("--domains", default=None, help="comma-separated subset (default: every domain present)")
-    captions.add_argument("--samples-per-shard", type=positive_int, default=500, help="image-text pairs per tar shard")
-    captions.set_defaults(func=_caption_domains)
-
-    info = commands.add_parser(
-        "info",
-        **describe(
-            "summarise a prepared cache (recordings, channels, windows per stage)",
-            "mvapp data info demo_data/physionet2018_cache",
-        ),
-    )
-    info.add_argument("cache", type=Path, help="a prepared cache folder (mvapp data prepare --out)")
-    info.add_argument("--json", action="store_true", help="the full record as JSON (per subject, the dataset card)")
-    info.set_defaults(func=_info)
+def _preparable() -> list[str]:
+    """The dataset formats ``data prepare`` reads (the catalog's preparable cards, read on demand)."""
+    return sorted(default_channels())
 
 
 def refuse_non_empty_out(out: Path, overwrite: bool) -> None:
@@ -390,3 +225,223 @@ def _list(args: argparse.Namespace) -> int:
         f"{len(cards)} datasets (cards in {catalog_dir()}); `mvapp data list --json` for sources and how to obtain each"
     )
     return 0
+
+
+DATA_COMMANDS: tuple[DataCommand, ...] = (
+    DataCommand(
+        "list",
+        "print the dataset catalog (datasets/*.yaml cards)",
+        "mvapp data list --json",
+        _list,
+        ((("--json",), dict(action="store_true", help="one JSON object per dataset instead of a table")),),
+    ),
+    DataCommand(
+        "synth-psg",
+        "write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format",
+        "mvapp data synth-psg --subjects 4 --format sleep-edf --hours 9 --compress 6 --out demo_data/sleep_edf_raw",
+        _synth,
+        (
+            (("--subjects",), dict(type=positive_int, required=True, help="subjects (people) to write")),
+            (("--nights",), dict(type=positive_int, default=1, help="nights per subject")),
+            (("--format",), dict(choices=SYNTH_FORMATS, required=True, help="file layout of the dataset")),
+            (("--out",), dict(type=Path, required=True, help="folder to write the recordings into")),
+            (
+                ("--hours",),
+                dict(
+                    type=positive_float,
+                    default=9.0,
+                    help="length of each full night, wake around sleep included (default: %(default)s)",
+                ),
+            ),
+            (
+                ("--compress",),
+                dict(
+                    type=positive_int,
+                    default=1,
+                    help="write K-times shorter excerpts keeping the full night's stage proportions "
+                    "(every K-th epoch; default: %(default)s = full nights)",
+                ),
+            ),
+            (
+                ("--record-hours",),
+                dict(
+                    type=nonnegative_float,
+                    default=None,
+                    help="sleep-edf: pad each recording with wake to this length, as the ~20-h SC day-night "
+                    "files (the readers crop it); 0 = no padding (default: 20 for full nights of >= 6 h, "
+                    "else no padding)",
+                ),
+            ),
+            (
+                ("--signals",),
+                dict(
+                    choices=SYNTH_SIGNALS,
+                    default="eeg",
+                    help="eeg: EEG, EOG and chin EMG; psg: the whole PSG (physionet2018: ABD, CHEST, AIRFLOW, SaO2, ECG, "
+                    "respiratory events and arousals in .arousal and -arousal.mat; sleep-edf: Resp oro-nasal at 1 Hz) "
+                    "(default: %(default)s)",
+                ),
+            ),
+            (("--seed",), dict(type=nonnegative_int, default=0)),
+            (
+                ("--workers",),
+                dict(
+                    type=positive_int,
+                    default=1,
+                    help="processes writing nights at the same time (the same files; default: %(default)s)",
+                ),
+            ),
+            (
+                ("--overwrite",),
+                dict(action="store_true", help="write into a non-empty --out (files of the same name are replaced)"),
+            ),
+        ),
+    ),
+    DataCommand(
+        "prepare",
+        "read recordings into a memory-mapped window cache",
+        "mvapp data prepare physionet2018 --source demo_data/physionet2018_raw --out demo_data/physionet2018_cache",
+        _prepare,
+        (
+            (("dataset",), dict(choices=_preparable, help="the dataset's format (its card in datasets/)")),
+            (
+                ("--source",),
+                dict(
+                    type=Path,
+                    required=True,
+                    help="folder with the downloaded/synthesized files (dreams: the extracted DatabaseSpindles)",
+                ),
+            ),
+            (
+                ("--out",),
+                dict(type=Path, required=True, help="cache folder (created; prepared recordings are skipped)"),
+            ),
+            (
+                ("--channels",),
+                dict(
+                    nargs="+",
+                    default=None,
+                    help="channel names (default: Sleep-EDF Fpz-Cz Pz-Oz; PhysioNet 2018 the six EEG derivations; "
+                    "DREAMS 'central', each excerpt's C3-A1 or CZ-A1; edf and bids: required)",
+                ),
+            ),
+            (
+                ("--stages",),
+                dict(
+                    default=None,
+                    metavar="SOURCE",
+                    help="edf / bids: where stages come from: auto (the CSV hypnogram <file>.csv beside the file, or the "
+                    "EDF+ stage annotations, whichever exists), csv, annotations, channel:LABEL or channel:LABEL:SECONDS "
+                    "(a stage signal; its scoring period is detected when not given) (default: edf auto, bids annotations)",
+                ),
+            ),
+            (
+                ("--stage-map",),
+                dict(
+                    default=None,
+                    metavar="MAP",
+                    help="edf / bids: stage and event label map: aasm, rk, dreams (datasets/modalities/stage-maps.yaml) "
+                    "or a YAML file of the same form (default: aasm)",
+                ),
+            ),
+            (("--sfreq",), dict(type=positive_float, default=100.0, help="target sampling rate (Hz)")),
+            (
+                ("--l-freq",),
+                dict(
+                    type=_optional_float,
+                    default=PREPARE_BAND[0],
+                    help="band-pass low edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)",
+                ),
+            ),
+            (
+                ("--h-freq",),
+                dict(
+                    type=_optional_float,
+                    default=PREPARE_BAND[1],
+                    help="band-pass high edge in Hz, or 'none' (default: %(default)s, as the band-power baseline)",
+                ),
+            ),
+            (
+                ("--crop-wake-minutes",),
+                dict(
+                    type=_optional_float,
+                    default=30.0,
+                    help="wake kept before the first / after the last sleep epoch, or 'none' to keep all (default: %(default)s)",
+                ),
+            ),
+            (("--dtype",), dict(choices=["float32", "float16"], default="float32")),
+            (
+                ("--include-st",),
+                dict(
+                    action="store_true",
+                    help="sleep-edf: also read the ST (telemetry, temazepam study) nights; default: SC nights only",
+                ),
+            ),
+            (
+                ("--scaling",),
+                dict(
+                    choices=["window", "recording", "microvolts"],
+                    default="window",
+                    help="per-window z-scoring; per-recording robust scaling that keeps amplitude differences "
+                    "between windows; or microvolts (median removed, units of 25 uV: absolute amplitude "
+                    "kept across recordings) (default: %(default)s)",
+                ),
+            ),
+            (
+                ("--modalities",),
+                dict(
+                    default=None,
+                    help="every PSG signal, one window file per modality group: a preset (sleepfm, six, eeg) or a comma "
+                    "list of groups (brain, eyes, muscle, heart, breathing, oximetry; group=LABEL+LABEL picks channels); "
+                    "brain takes --channels; rates, bands and scaling per group from datasets/modalities/psg.yaml "
+                    "(default: EEG channels only, one window file per recording)",
+                ),
+            ),
+            (("--skip-bad",), dict(action="store_true", help="skip unreadable recordings (listed) instead of failing")),
+            (
+                ("--download",),
+                dict(
+                    nargs="+",
+                    type=nonnegative_int,
+                    metavar="SUBJECT",
+                    default=None,
+                    help="sleep-edf only: first fetch these SC subjects (night 1 and 2) into --source via mne (needs internet)",
+                ),
+            ),
+        ),
+    ),
+    DataCommand(
+        "synth-domains",
+        "write six digit image domains (scikit-learn's handwritten digits) in the DomainNet layout",
+        "mvapp data synth-domains --out data/digit-domains",
+        _synth_domains,
+        (
+            (("--out",), dict(type=Path, required=True, help="folder to write <domain>/<class>/<image> + split files")),
+            (("--seed",), dict(type=nonnegative_int, default=0, help="seed of the domains' renderings")),
+            (("--limit",), dict(type=positive_int, default=None, help="only the first N digits (tiny test fixtures)")),
+        ),
+    ),
+    DataCommand(
+        "caption-domains",
+        "caption the synth-domains images (digit, stroke, rendering): TSV + images + tar shards",
+        "mvapp data caption-domains --domains-dir data/digit-domains --out data/digit-domain-pairs",
+        _caption_domains,
+        (
+            (("--domains-dir",), dict(type=Path, required=True, help="a `mvapp data synth-domains` folder")),
+            (("--out",), dict(type=Path, required=True, help="new folder: train.tsv, test.tsv, images/, shards/")),
+            (("--domains",), dict(default=None, help="comma-separated subset (default: every domain present)")),
+            (("--samples-per-shard",), dict(type=positive_int, default=500, help="image-text pairs per tar shard")),
+        ),
+    ),
+    DataCommand(
+        "info",
+        "summarise a prepared cache (recordings, channels, windows per stage)",
+        "mvapp data info demo_data/physionet2018_cache",
+        _info,
+        (
+            (("cache",), dict(type=Path, help="a prepared cache folder (mvapp data prepare --out)")),
+            (("--json",), dict(action="store_true", help="the full record as JSON (per subject, the dataset card)")),
+        ),
+    ),
+)
+"""The ``mvapp data`` subcommands in help order."""

@@ -75,6 +75,49 @@ def probe_model(
     }
 
 
+def _probe_settings(
+    ecfg: Any, batch_size: int | None, knn_k: int | None, combine: Combine | None, max_train_items: int | None
+) -> tuple[int, int, Combine, int | None]:
+    """``(batch_size, knn_k, combine, max_train_items)``: each argument, or the run's ``eval`` config value
+    ``ecfg`` where it is unset; a count that is not an integer >= 1 is refused (ValueError naming it)."""
+    batch_size = ecfg.batch_size if batch_size is None else batch_size
+    knn_k = ecfg.knn_k if knn_k is None else knn_k
+    combine = combine or ecfg.combine
+    max_train_items = ecfg.max_train_items if max_train_items is None else max_train_items
+    for label, value in (("batch_size", batch_size), ("knn_k", knn_k), ("max_train_items", max_train_items or 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"linear probe: {label} must be an integer >= 1, got {value!r}")
+    return batch_size, knn_k, combine, max_train_items
+
+
+def _probe_encoders(
+    run_dir: Path, adapter: Any, policy: Any, **probe_options: Any
+) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """``({encoder: scores}, the last probe's output)``: :func:`probe_model` of the trained and the random-init
+    encoder of ``run_dir`` (``probe_options``: its keyword arguments)."""
+    results: dict[str, dict[str, float]] = {}
+    probed: dict[str, Any] = {}
+    for label, weights in ENCODER_WEIGHTS.items():
+        _, model = load_run(run_dir, weights)
+        probed = probe_model(model, adapter, policy, **probe_options)
+        results[label] = probed["scores"]
+    return results, probed
+
+
+def _adapter_and_views(cfg: Any, split: str) -> tuple[Any, Any]:
+    """The run's data adapter and view policy (from its config ``cfg``); an adapter without ``split`` is
+    refused (ValueError naming its splits)."""
+    from ..data.adapters import build_adapter
+    from ..data.views import build_view_policy
+
+    adapter = build_adapter(cfg.data.adapter, cfg.data.options)
+    if split not in adapter.splits:
+        raise ValueError(
+            f"data adapter '{cfg.data.adapter}' has no '{split}' split (splits: {', '.join(adapter.splits)})"
+        )
+    return adapter, build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
+
+
 def run_linear_probe(
     run_dir: str | Path,
     *,
@@ -90,46 +133,26 @@ def run_linear_probe(
     """Evaluate ``run_dir`` (trained and random-init encoder) on ``split`` (``test``; ``val`` for
     hyperparameter search); write ``eval/linear_probe.json`` (``eval/linear_probe_<split>.json``
     for another split). Unset arguments come from the run's ``eval`` config section."""
-    from ..data.adapters import build_adapter
-    from ..data.views import build_view_policy
-
     run_dir = Path(run_dir)
     cfg, _ = load_run(run_dir, "init")  # config check before heavy work
-    ecfg = cfg.eval
-    batch_size = ecfg.batch_size if batch_size is None else batch_size
-    knn_k = ecfg.knn_k if knn_k is None else knn_k
-    combine = combine or ecfg.combine
-    max_train_items = ecfg.max_train_items if max_train_items is None else max_train_items
-    for label, value in (("batch_size", batch_size), ("knn_k", knn_k), ("max_train_items", max_train_items or 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"linear probe: {label} must be an integer >= 1, got {value!r}")
+    batch_size, knn_k, combine, max_train_items = _probe_settings(cfg.eval, batch_size, knn_k, combine, max_train_items)
     if not C > 0:
         raise ValueError(f"linear probe: C must be > 0, got {C!r}")
-    adapter = build_adapter(cfg.data.adapter, cfg.data.options)
-    if split not in adapter.splits:
-        raise ValueError(
-            f"data adapter '{cfg.data.adapter}' has no '{split}' split (splits: {', '.join(adapter.splits)})"
-        )
-    policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
+    adapter, policy = _adapter_and_views(cfg, split)
 
-    results: dict[str, dict[str, float]] = {}
-    probed: dict[str, Any] = {}
-    for label, weights in ENCODER_WEIGHTS.items():
-        _, model = load_run(run_dir, weights)
-        probed = probe_model(
-            model,
-            adapter,
-            policy,
-            eval_split=split,
-            batch_size=batch_size,
-            knn_k=knn_k,
-            C=C,
-            combine=combine,
-            max_train_items=max_train_items,
-            device=device,
-            progress=progress,
-        )
-        results[label] = probed["scores"]
+    results, probed = _probe_encoders(
+        run_dir,
+        adapter,
+        policy,
+        eval_split=split,
+        batch_size=batch_size,
+        knn_k=knn_k,
+        C=C,
+        combine=combine,
+        max_train_items=max_train_items,
+        device=device,
+        progress=progress,
+    )
     result = {
         "evaluator": "linear-probe",
         "run": str(run_dir),

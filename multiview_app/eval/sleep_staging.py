@@ -27,6 +27,9 @@ encoder's features (``bandpower+trained``: does SSL add to the hand-made feature
 per-class F1, as mean +- std over folds x seeds. Paired differences (trained minus every other row) are taken
 per test subject, the fits sharing a subject averaged first, with a 95 % bootstrap CI over subjects
 (:mod:`multiview_app.eval.protocols.stats`).
+
+The module plans (:mod:`.staging_plan`), runs (:func:`staging_windows`, :func:`fit_subject_folds`) and reports
+(:func:`write_result`, :func:`format_table`).
 """
 
 from __future__ import annotations
@@ -43,8 +46,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..argtypes import open_fraction, positive_float, positive_int, renamed_option
-from ..data.eeg.provenance import recording_identities
+from ..argtypes import Option, add_options, open_fraction, positive_float, positive_int, renamed_option
 from ..data.eeg.stages import STAGES
 from ..train.input_contract import check_run_input, format_input_differences
 from ..train.run_io import atomic_write_json, load_run
@@ -72,6 +74,7 @@ from .protocols.staging import (
     staging_metrics,
     warning_note,
 )
+from .staging_plan import CROSS_DATASET_TEST_FRACTION, plan_evaluation
 from .supervised_ceiling import CEILING_DIR, CEILING_FILE, CEILING_ROW, ceiling_record, ceiling_weights
 from .yasa import YASA_ROW
 
@@ -81,8 +84,6 @@ FEATURE_BATCH = 16
 """Windows per feature-extraction batch (x every channel): small batches keep the conv activations
 in cache (width-32 encoder on CPU, one thread: 96 channel-windows per batch ran ~3-4x faster than
 1,536; docs/benchmarks.md)."""
-CROSS_DATASET_TEST_FRACTION = 0.2
-"""Share of the other dataset's subjects held out in the cross-dataset protocol (Brüsch et al.: 20 %)."""
 HANDCRAFTED_ROW = "handcrafted"
 """Row of the strong hand-crafted features (eval/handcrafted.py: fine log spectrum, ratios, spectral edges,
 Hjorth, moments, percentiles, within-window variation; per channel, for the paper classifier not time-binned)."""
@@ -117,32 +118,13 @@ def _windows(dataset: Any, batch_size: int) -> np.ndarray:
     return np.concatenate([batch["x"].numpy() for batch in loader])
 
 
-def run_sleep_staging(
-    run_dir: str | Path,
-    *,
-    cache: str | None = None,
-    channels: list[str] | None = None,
-    test_fraction: float | None = None,
-    folds: int | None = None,
-    shots: tuple[int, ...] = DEFAULT_SHOTS,
-    seeds: int = 5,
-    combine: Literal["concat", "mean"] = "concat",
-    C: float | None = None,
-    batch_size: int = FEATURE_BATCH,
-    baselines: bool = True,
-    device: str = "cpu",
-    progress: bool = True,
-    classifier: Literal["logreg", "paper"] = "logreg",
-    lr: float | None = None,
-    feature_kind: Literal["encoder", "projector"] = "encoder",
-    combined: bool = True,
-    stages: list[str] | None = None,
-    accept_input_differences: bool = False,
-    workers: int = 1,
-    ceiling: bool = True,
-    yasa: bool = False,
-) -> dict[str, Any]:
-    """Run the protocol above on ``run_dir``; write and return the result dict.
+@dataclass(frozen=True)
+class StagingOptions:
+    """The options of :func:`run_sleep_staging` (its keyword arguments).
+
+    ``cache`` / ``channels`` / ``test_fraction`` / ``folds``: which windows and subjects (:func:`.staging_plan.plan_evaluation`).
+    ``shots``: windows per class drawn for the classifier; ``seeds``: draws per fold (seeds 0 .. N-1).
+    ``combine``: per-channel features concatenated or averaged. ``batch_size``: windows per feature batch.
 
     ``yasa``: add the ``yasa`` row, YASA's pretrained classifier staging every test night zero-shot from its
     source file (``eval.yasa``; the few-shot protocol does not apply to a fixed model, so every s column holds
@@ -173,171 +155,271 @@ def run_sleep_staging(
     C, the learning rate and the paper classifier's epochs are chosen by stratified cross-validation
     inside the s drawn windows per class, so s is every label a classifier sees.
     """
-    from ..data.eeg.views import staging_views
 
+    cache: str | None = None
+    channels: list[str] | None = None
+    test_fraction: float | None = None
+    folds: int | None = None
+    shots: tuple[int, ...] = DEFAULT_SHOTS
+    seeds: int = 5
+    combine: Literal["concat", "mean"] = "concat"
+    C: float | None = None
+    batch_size: int = FEATURE_BATCH
+    baselines: bool = True
+    device: str = "cpu"
+    progress: bool = True
+    classifier: Literal["logreg", "paper"] = "logreg"
+    lr: float | None = None
+    feature_kind: Literal["encoder", "projector"] = "encoder"
+    combined: bool = True
+    stages: list[str] | None = None
+    accept_input_differences: bool = False
+    workers: int = 1
+    ceiling: bool = True
+    yasa: bool = False
+
+
+@dataclass
+class StagingWindows:
+    """Every row's features over the kept windows and what describes them: ``features {row: (N, ...)}``,
+    ``labels (N,)``, ``subjects (N,)``, ``meta {field: [N values]}``, the windows removed per stage by
+    ``--stages``, the probed ceiling checkpoint (or None) and the notes on rows left out."""
+
+    features: dict[str, np.ndarray]
+    labels: np.ndarray
+    subjects: np.ndarray
+    meta: dict[str, list[Any]]
+    excluded: dict[str, int]
+    ceiling_source: tuple[Path, str] | None
+    notes: list[str]
+
+
+@dataclass
+class StagingFits:
+    """The subject folds' fits gathered: ``results`` per fold ``{row: ...}``, ``test_masks`` per fold ``(N,)``,
+    the classes drawn per shot, the warnings caught, the test labels per fold, the first fold's predictions
+    ``{row: (n_test,)}`` and test mask, and the trained row's confusion counts pooled over fits ``(5, 5)``."""
+
+    results: list[dict[str, Any]]
+    test_masks: list[np.ndarray]
+    drawn: dict[str, list[dict[str, int]]]
+    caught: list[warnings.WarningMessage]
+    test_labels: list[np.ndarray]
+    predictions: dict[str, np.ndarray]
+    first_test: np.ndarray
+    confusion: np.ndarray
+
+
+def run_sleep_staging(run_dir: str | Path, **options: Any) -> dict[str, Any]:
+    """Run the protocol above on ``run_dir``; write and return the result dict.
+
+    ``options``: the fields of :class:`StagingOptions` (an unknown name raises TypeError). The steps: the plan
+    (:func:`.staging_plan.plan_evaluation`), every row's features (:func:`staging_windows`), the subject folds' fits
+    (:func:`fit_subject_folds`, then the optional ``yasa`` row) and the report (:func:`write_result`).
+    """
+    opts = StagingOptions(**options)
     run_dir = Path(run_dir)
-    if feature_kind != "encoder" and classifier == "paper":
+    if opts.feature_kind != "encoder" and opts.classifier == "paper":
         raise ValueError(
-            f"--features {feature_kind}: the paper classifier needs the encoder's time bins (--features encoder)"
+            f"--features {opts.feature_kind}: the paper classifier needs the encoder's time bins (--features encoder)"
         )
     cfg, _ = load_run(run_dir, "init")
-    plan = plan_evaluation(cfg, run_dir, cache=cache, channels=channels, test_fraction=test_fraction, folds=folds)
-    adapter = plan["adapter"]
-    input_differences = check_run_input(run_dir, adapter, accept=accept_input_differences)
-    policy = staging_views(cfg.views, adapter)
+    plan = plan_evaluation(
+        cfg, run_dir, cache=opts.cache, channels=opts.channels, test_fraction=opts.test_fraction, folds=opts.folds
+    )
+    input_differences = check_run_input(run_dir, plan["adapter"], accept=opts.accept_input_differences)
+    windows = staging_windows(run_dir, cfg, plan, opts)
+    fits = fit_subject_folds(windows, plan, opts)
+    rows = list(windows.features)
+    if opts.yasa and _add_yasa_row(plan["adapter"].cache_dir, windows, fits, opts):
+        rows.append(YASA_ROW)
+    return write_result(run_dir, cfg, plan, opts, windows, fits, rows, input_differences)
 
+
+def _window_features(
+    model: Any, adapter: Any, policy: Any, opts: StagingOptions, progress: bool = False
+) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
+    """One encoder's per-window features ``(N, ...)`` over the adapter's ``train`` split, with the labels
+    ``(N,)`` and the window metadata."""
+    return window_features(
+        model,
+        adapter,
+        policy,
+        "train",
+        opts.batch_size,
+        opts.device,
+        combine=opts.combine,
+        kind=opts.feature_kind,
+        progress=progress,
+    )
+
+
+def _classifier_features(
+    model: Any, adapter: Any, policy: Any, opts: StagingOptions, per_window: np.ndarray | None = None
+) -> np.ndarray:
+    """One encoder's features as ``opts.classifier`` reads them: time bins ``(N, k, d * TIME_BINS)`` for
+    ``paper``, else the per-window features (``per_window`` when already extracted)."""
+    if opts.classifier == "paper":
+        return time_binned_features(model, adapter, policy, opts.batch_size, opts.device)
+    return _window_features(model, adapter, policy, opts)[0] if per_window is None else per_window
+
+
+def staging_windows(run_dir: Path, cfg: Any, plan: dict[str, Any], opts: StagingOptions) -> StagingWindows:
+    """Every row's features over the plan's cache: the trained and random-init encoders, the supervised
+    ceiling and the baselines (with ``opts.baselines``), restricted to ``opts.stages``."""
+    from ..data.eeg.views import staging_views
+
+    adapter = plan["adapter"]
+    policy = staging_views(cfg.views, adapter)
     features: dict[str, np.ndarray] = {}
-    labels = subjects = np.zeros(0)
-    meta: dict[str, list[Any]] = {}
+    labels, meta = np.zeros(0), {}
     for name, weights in ENCODER_WEIGHTS.items():
         _, model = load_run(run_dir, weights)
-        per_window, labels, meta = window_features(
-            model, adapter, policy, "train", batch_size, device, combine=combine, kind=feature_kind, progress=progress
-        )
-        features[name] = (
-            time_binned_features(model, adapter, policy, batch_size, device) if classifier == "paper" else per_window
-        )
-    skipped_notes: list[str] = []
+        per_window, labels, meta = _window_features(model, adapter, policy, opts, progress=opts.progress)
+        features[name] = _classifier_features(model, adapter, policy, opts, per_window)
+    notes: list[str] = []
     ceiling_source = None
-    if baselines and ceiling:
-        ceiling_source = _ceiling_run(run_dir, plan["pretraining_subjects"], skipped_notes)
+    if opts.baselines and opts.ceiling:
+        ceiling_source = _ceiling_run(run_dir, plan["pretraining_subjects"], notes)
         if ceiling_source is not None:
             _, model = load_run(*ceiling_source)
-            features[CEILING_ROW] = (
-                time_binned_features(model, adapter, policy, batch_size, device)
-                if classifier == "paper"
-                else window_features(
-                    model, adapter, policy, "train", batch_size, device, combine=combine, kind=feature_kind
-                )[0]
-            )
-    subjects = np.asarray(meta["subject"])
-    keep = stage_mask(labels, stages)
+            features[CEILING_ROW] = _classifier_features(model, adapter, policy, opts)
+    if opts.baselines:
+        _add_baseline_rows(features, adapter, opts, notes)
+    keep = stage_mask(labels, opts.stages)
     excluded = {STAGES[c]: int(((labels == c) & ~keep).sum()) for c in range(len(STAGES))}
-    if baselines:
-        windows = _windows(adapter.split("train"), batch_size)
-        features["bandpower"] = (
-            bandpower_time_bins(windows, adapter.sfreq, TIME_BINS)
-            if classifier == "paper"
-            else bandpower_features(windows, adapter.sfreq)
-        )
-        features[HANDCRAFTED_ROW] = (
-            handcrafted_per_channel(windows, adapter.sfreq)
-            if classifier == "paper"
-            else handcrafted_row(windows, adapter.sfreq)
-        )
-        if combined:
-            try:
-                features[COMBINED_ROW] = combined_features(features["bandpower"], features["trained"])
-            except ValueError:  # a stacked run under the paper classifier: fewer encoder views than channels
-                skipped_notes.append(
-                    f"{COMBINED_ROW} skipped: the paper classifier pairs features per channel and "
-                    f"this run's {features['trained'].shape[1]} encoder views are not the "
-                    f"{features['bandpower'].shape[1]} channels"
-                )
-    features = {name: f[keep] for name, f in features.items()}
-    labels, subjects = labels[keep], subjects[keep]
-    meta = {k: np.asarray(v)[keep].tolist() for k, v in meta.items()}
     if not keep.all():
-        skipped_notes.append(
-            f"--stages {' '.join(stages or [])}: excluded {int((~keep).sum())} windows ("
+        notes.append(
+            f"--stages {' '.join(opts.stages or [])}: excluded {int((~keep).sum())} windows ("
             + ", ".join(f"{k} {n}" for k, n in excluded.items() if n)
             + ")"
         )
-    fold_results: list[dict[str, Any]] = []
-    drawn: dict[str, list[dict[str, int]]] = {}
-    collected: list[warnings.WarningMessage] = []
-    test_labels: list[np.ndarray] = []
-    predictions: dict[str, np.ndarray] = {}
-    first_test = np.zeros(0, dtype=bool)
-    confusion = np.zeros((len(STAGES), len(STAGES)), dtype=np.int64)
-    fold_masks = [  # (train, test) window masks per fold: C / lr are chosen inside the drawn train windows
-        (np.isin(subjects, train_subjects), np.isin(subjects, test_subjects))
+    return StagingWindows(
+        features={name: f[keep] for name, f in features.items()},
+        labels=labels[keep],
+        subjects=np.asarray(meta["subject"])[keep],
+        meta={k: np.asarray(v)[keep].tolist() for k, v in meta.items()},
+        excluded=excluded,
+        ceiling_source=ceiling_source,
+        notes=notes,
+    )
+
+
+def _add_baseline_rows(features: dict[str, np.ndarray], adapter: Any, opts: StagingOptions, notes: list[str]) -> None:
+    """Add the band-power, hand-crafted and (with ``opts.combined``) ``bandpower+trained`` rows to
+    ``features``; a combined row that cannot be paired per channel is left out with a note."""
+    windows = _windows(adapter.split("train"), opts.batch_size)
+    paper = opts.classifier == "paper"
+    features["bandpower"] = (
+        bandpower_time_bins(windows, adapter.sfreq, TIME_BINS) if paper else bandpower_features(windows, adapter.sfreq)
+    )
+    features[HANDCRAFTED_ROW] = (
+        handcrafted_per_channel(windows, adapter.sfreq) if paper else handcrafted_row(windows, adapter.sfreq)
+    )
+    if not opts.combined:
+        return
+    try:
+        features[COMBINED_ROW] = combined_features(features["bandpower"], features["trained"])
+    except ValueError:  # a stacked run under the paper classifier: fewer encoder views than channels
+        notes.append(
+            f"{COMBINED_ROW} skipped: the paper classifier pairs features per channel and "
+            f"this run's {features['trained'].shape[1]} encoder views are not the "
+            f"{features['bandpower'].shape[1]} channels"
+        )
+
+
+def fit_subject_folds(windows: StagingWindows, plan: dict[str, Any], opts: StagingOptions) -> StagingFits:
+    """Every row's few-shot fits on each subject fold of ``plan`` (C / lr chosen inside the drawn train
+    windows), in ``opts.workers`` processes for ``logreg``, gathered in fold order."""
+    fold_masks = [  # (train, test) window masks per fold
+        (np.isin(windows.subjects, train_subjects), np.isin(windows.subjects, test_subjects))
         for train_subjects, test_subjects in plan["folds"]
     ]
     job = FoldJob(
-        features=features,
-        labels=labels,
-        subjects=subjects,
+        features=windows.features,
+        labels=windows.labels,
+        subjects=windows.subjects,
         masks=fold_masks,
-        options={"shots": shots, "seeds": seeds, "C": C, "classifier": classifier, "lr": lr},
+        options={"shots": opts.shots, "seeds": opts.seeds, "C": opts.C, "classifier": opts.classifier, "lr": opts.lr},
+    )
+    gathered = StagingFits(
+        results=[],
+        test_masks=[test for _, test in fold_masks],
+        drawn={},
+        caught=[],
+        test_labels=[],
+        predictions={},
+        first_test=np.zeros(0, dtype=bool),
+        confusion=np.zeros((len(STAGES), len(STAGES)), dtype=np.int64),
     )
     # the paper classifier trains with torch: never in a fork of a process that ran torch threads
-    fold_fits = map_folds(job, workers if classifier == "logreg" else 1)
-    for fold, (fits, caught) in enumerate(fold_fits):
+    for fold, (fits, caught) in enumerate(map_folds(job, opts.workers if opts.classifier == "logreg" else 1)):
         test = fold_masks[fold][1]
-        collected += caught
-        fold_results.append(fits["results"])
-        test_labels.append(labels[test])
-        confusion += np.asarray(fits["confusion"]["trained"], dtype=np.int64)
+        gathered.caught += caught
+        gathered.results.append(fits["results"])
+        gathered.test_labels.append(windows.labels[test])
+        gathered.confusion += np.asarray(fits["confusion"]["trained"], dtype=np.int64)
         for s, per_seed in fits["drawn_per_class"].items():
-            drawn.setdefault(s, []).extend(per_seed)
+            gathered.drawn.setdefault(s, []).extend(per_seed)
         if fold == 0:
-            predictions, first_test = fits["predictions"], test
-    rows = list(features)
-    if yasa:
-        began = time.perf_counter()
-        yasa_fits = _yasa_fold_fits(adapter.cache_dir, meta, labels, [m[1] for m in fold_masks], shots, seeds)
-        if isinstance(yasa_fits, str):
-            skipped_notes.append(yasa_fits)
-        else:
-            n_nights = len(set(np.asarray(meta["recording"])[np.any([m[1] for m in fold_masks], axis=0)]))
-            skipped_notes.append(
-                f"{YASA_ROW} row: {n_nights} test nights staged from their source files in "
-                f"{time.perf_counter() - began:.0f} s (one process)"
-            )
-            for part, fits in zip(fold_results, yasa_fits):
-                part[YASA_ROW] = fits
-            rows.append(YASA_ROW)
-    pooled = pool_rows(fold_results, rows, shots)
-    fixed_note = fixed_hyperparameter_note({name: row for part in fold_results for name, row in part.items()})
+            gathered.predictions, gathered.first_test = fits["predictions"], test
+    return gathered
+
+
+def _add_yasa_row(cache_dir: Path, windows: StagingWindows, fits: StagingFits, opts: StagingOptions) -> bool:
+    """Add the ``yasa`` row to every fold's results (True), or a note saying why it is left out (False)."""
+    began = time.perf_counter()
+    yasa_fits = _yasa_fold_fits(cache_dir, windows.meta, windows.labels, fits.test_masks, opts.shots, opts.seeds)
+    if isinstance(yasa_fits, str):
+        windows.notes.append(yasa_fits)
+        return False
+    n_nights = len(set(np.asarray(windows.meta["recording"])[np.any(fits.test_masks, axis=0)]))
+    windows.notes.append(
+        f"{YASA_ROW} row: {n_nights} test nights staged from their source files in "
+        f"{time.perf_counter() - began:.0f} s (one process)"
+    )
+    for part, row in zip(fits.results, yasa_fits):
+        part[YASA_ROW] = row
+    return True
+
+
+def write_result(
+    run_dir: Path,
+    cfg: Any,
+    plan: dict[str, Any],
+    opts: StagingOptions,
+    windows: StagingWindows,
+    fits: StagingFits,
+    rows: list[str],
+    input_differences: Any,
+) -> dict[str, Any]:
+    """Pool the fits of ``rows``, draw the plots and write ``<run>/eval/<plan name>.json``; return the result."""
+    pooled = pool_rows(fits.results, rows, opts.shots)
+    fixed_note = fixed_hyperparameter_note({name: row for part in fits.results for name, row in part.items()})
     notes = [
-        note for note in [missing_class_note(drawn, test_labels), fixed_note, warning_note(collected)] if note
-    ] + skipped_notes
+        note
+        for note in [missing_class_note(fits.drawn, fits.test_labels), fixed_note, warning_note(fits.caught)]
+        if note
+    ] + windows.notes
     stem = plan["name"]
     title = (
-        f"{plan['dataset']}, {classifier_label(classifier, C, lr)}: trained encoder, s={max(shots)}, "
-        f"{len(plan['folds']) * seeds} fits"
+        f"{plan['dataset']}, {classifier_label(opts.classifier, opts.C, opts.lr)}: trained encoder, "
+        f"s={max(opts.shots)}, {len(plan['folds']) * opts.seeds} fits"
     )
+    first_meta = {k: np.asarray(v)[fits.first_test].tolist() for k, v in windows.meta.items()}
     plots = _plots(
         run_dir,
         stem,
-        labels[first_test],
-        predictions["trained"],
-        {k: np.asarray(v)[first_test].tolist() for k, v in meta.items()},
-        max(shots),
-        confusion,
+        windows.labels[fits.first_test],
+        fits.predictions["trained"],
+        first_meta,
+        max(opts.shots),
+        fits.confusion,
         title,
     )
     result = {
-        "evaluator": "sleep-staging",
-        "protocol": plan["protocol"],
-        "run": str(run_dir),
-        "loss": cfg.loss.name,
-        "pretraining_cache": plan["pretraining_cache"],
-        "cache": str(adapter.cache_dir),
-        "dataset": plan["dataset"],
-        "channels": adapter.channel_names,
-        "combine": combine,
-        "classifier": classifier_description(classifier, C, lr),
-        "pretraining_subjects": plan["pretraining_subjects"],
-        "subjects": {"train": sorted(set(plan["folds"][0][0])), "test": sorted(set(plan["folds"][0][1]))},
-        "folds": [{"train": sorted(tr), "test": sorted(te)} for tr, te in plan["folds"]],
-        "windows": {
-            "train": int(np.isin(subjects, plan["folds"][0][0]).sum()),
-            "test": int(sum(y.size for y in test_labels)),
-        },
-        "test_windows_per_stage": {
-            STAGES[c]: int(sum((y == c).sum() for y in test_labels)) for c in range(len(STAGES))
-        },
-        "stages": list(stages) if stages else list(STAGES),
-        "excluded_windows_per_stage": excluded,
-        "shots": list(shots),
-        "drawn_per_class": drawn,
-        "capped_shots": capped_shots(drawn),
-        "seeds": seeds,
-        "C": C,
-        "features": feature_kind,
-        CEILING_ROW: ceiling_description(ceiling_source),
+        **_describe_evaluation(run_dir, cfg, plan, opts, windows, fits),
+        CEILING_ROW: ceiling_description(windows.ceiling_source),
         "results": pooled,
         "paired": paired_differences(pooled),
         "notes": notes,
@@ -347,6 +429,44 @@ def run_sleep_staging(
     }
     atomic_write_json(run_dir / "eval" / f"{stem}.json", result)
     return result
+
+
+def _describe_evaluation(
+    run_dir: Path, cfg: Any, plan: dict[str, Any], opts: StagingOptions, windows: StagingWindows, fits: StagingFits
+) -> dict[str, Any]:
+    """The result's leading fields: what was staged (run, caches, channels, subjects, folds, windows per
+    split and stage) and how (classifier, shots, draws, features)."""
+    adapter, test_labels = plan["adapter"], fits.test_labels
+    return {
+        "evaluator": "sleep-staging",
+        "protocol": plan["protocol"],
+        "run": str(run_dir),
+        "loss": cfg.loss.name,
+        "pretraining_cache": plan["pretraining_cache"],
+        "cache": str(adapter.cache_dir),
+        "dataset": plan["dataset"],
+        "channels": adapter.channel_names,
+        "combine": opts.combine,
+        "classifier": classifier_description(opts.classifier, opts.C, opts.lr),
+        "pretraining_subjects": plan["pretraining_subjects"],
+        "subjects": {"train": sorted(set(plan["folds"][0][0])), "test": sorted(set(plan["folds"][0][1]))},
+        "folds": [{"train": sorted(tr), "test": sorted(te)} for tr, te in plan["folds"]],
+        "windows": {
+            "train": int(np.isin(windows.subjects, plan["folds"][0][0]).sum()),
+            "test": int(sum(y.size for y in test_labels)),
+        },
+        "test_windows_per_stage": {
+            STAGES[c]: int(sum((y == c).sum() for y in test_labels)) for c in range(len(STAGES))
+        },
+        "stages": list(opts.stages) if opts.stages else list(STAGES),
+        "excluded_windows_per_stage": windows.excluded,
+        "shots": list(opts.shots),
+        "drawn_per_class": fits.drawn,
+        "capped_shots": capped_shots(fits.drawn),
+        "seeds": opts.seeds,
+        "C": opts.C,
+        "features": opts.feature_kind,
+    }
 
 
 def _yasa_fold_fits(
@@ -473,164 +593,6 @@ def time_binned_features(model: Any, adapter: Any, policy: Any, batch_size: int,
         per_view = [encoder.time_bins(v, name, TIME_BINS).flatten(1) for v, name in zip(views.views, views.view_names)]
         out.append(torch.stack(per_view, dim=1).cpu().numpy())
     return np.concatenate(out).astype(np.float32)
-
-
-def _resolved(path: str | Path) -> Path:
-    return Path(path).expanduser().resolve()
-
-
-def plan_evaluation(
-    cfg: Any,
-    run_dir: Path,
-    *,
-    cache: str | None,
-    channels: list[str] | None,
-    test_fraction: float | None,
-    folds: int | None,
-) -> dict[str, Any]:
-    """Which windows, which subjects train the classifier and which are tested, under which name.
-
-    Returns ``adapter`` (every subject of the evaluation cache in its ``train`` split), ``folds``
-    [(classifier-training subjects, test subjects)], ``protocol``, ``name`` (output file stem),
-    ``dataset``, ``pretraining_subjects``, ``pretraining_cache``. Raises ``ValueError`` when a test
-    set would contain a pretraining subject (naming them) or the options cannot give a test set.
-    """
-    from ..data.adapters import build_adapter
-    from ..data.eeg.cache import load_manifest
-
-    if folds is not None and folds < 2:
-        raise ValueError(f"--folds must be >= 2 (got {folds}); omit it for a single split")
-    if "eeg" not in cfg.model.encoders:  # an image / text run: no cache makes it an EEG encoder
-        from . import available_evaluators
-
-        others = ", ".join(f"mvapp eval {name}" for name in available_evaluators() if name != "sleep-staging")
-        raise ValueError(
-            f"run {run_dir} has no EEG encoder (it was trained on '{cfg.data.adapter}' data, encoders: "
-            f"{', '.join(cfg.model.encoders)}): sleep staging needs a run trained on EEG windows (e.g. "
-            f"mvapp train --config configs/eeg_sleepedf_m3g.yaml); evaluate this run with {others}"
-        )
-    if cfg.data.adapter != "eeg_windows" and cache is None:
-        raise ValueError(f"run {run_dir} was trained on '{cfg.data.adapter}' data; pass --cache <prepared EEG cache>")
-    pretraining_subjects: list[str] = []
-    pretraining_cache = None
-    run_options: dict[str, Any] = {}
-    run_dataset = None
-    if cfg.data.adapter == "eeg_windows":
-        run_options = dict(cfg.data.options)
-        run_adapter = build_adapter("eeg_windows", run_options)
-        pretraining_subjects = run_adapter.split_subjects["train"]
-        pretraining_cache = str(run_adapter.cache_dir)
-        run_dataset = run_adapter.manifest["dataset"]
-    in_domain = cache is None or (pretraining_cache is not None and _resolved(cache) == _resolved(pretraining_cache))
-    eval_cache = pretraining_cache if in_domain else str(cache)
-    dataset = load_manifest(eval_cache)["dataset"]
-    base = {k: v for k, v in run_options.items() if k not in ("cache", "channels", "test_subjects", "test_fraction")}
-    if not in_domain:
-        base = {"split_seed": run_options.get("split_seed", 0)}
-    everyone = build_adapter(
-        "eeg_windows",
-        {
-            **base,
-            "cache": eval_cache,
-            "test_fraction": 0.0,
-            **({"channels": channels} if channels else {"channels": run_options.get("channels")} if in_domain else {}),
-        },
-    )
-    all_subjects = everyone.split_subjects["train"]
-    rng_seed = int(base.get("split_seed", 0))
-    if in_domain:
-        held_out = [s for s in all_subjects if s not in set(pretraining_subjects)]
-        if test_fraction is not None:
-            proposed = build_adapter(
-                "eeg_windows", {**run_options, "test_fraction": test_fraction, "test_subjects": None}
-            ).split_subjects["test"]
-            _refuse_pretraining(proposed, pretraining_subjects, f"--test-fraction {test_fraction}")
-            held_out = proposed
-        if not held_out:
-            raise ValueError(
-                f"run {run_dir} pretrained on every subject of {eval_cache}: nothing is held out for "
-                "in-domain staging; evaluate on another cache (--cache)"
-            )
-        candidates, classifier_pool = held_out, pretraining_subjects
-    else:
-        candidates = all_subjects
-        classifier_pool = []
-    if folds is not None:
-        if folds > len(candidates):
-            raise ValueError(
-                f"--folds {folds}: only {len(candidates)} candidate test subjects ({', '.join(candidates)})"
-            )
-        order = np.random.default_rng(rng_seed).permutation(len(candidates))
-        test_sets = [[candidates[i] for i in part] for part in np.array_split(order, folds)]
-    elif in_domain:
-        test_sets = [candidates]
-    else:
-        fraction = CROSS_DATASET_TEST_FRACTION if test_fraction is None else test_fraction
-        split = build_adapter(
-            "eeg_windows",
-            {
-                "cache": eval_cache,
-                "test_fraction": fraction,
-                "split_seed": rng_seed,
-                **({"channels": channels} if channels else {}),
-            },
-        )
-        test_sets = [split.split_subjects["test"]]
-    option = f"--cache {cache}" if cache else "the run's split"
-    pretraining_files = (
-        recording_digests(run_adapter.manifest, pretraining_subjects) if cfg.data.adapter == "eeg_windows" else {}
-    )
-    for test_set in test_sets:
-        if in_domain:  # one cache, one naming: a subject name is a person
-            _refuse_pretraining(test_set, pretraining_subjects, option)
-        _refuse_same_recordings(recording_digests(everyone.manifest, test_set), pretraining_files, option)
-    plan_folds = [(sorted(set(classifier_pool) | (set(candidates) - set(t))), sorted(t)) for t in test_sets]
-    for train_set, _ in plan_folds:
-        if not train_set:
-            raise ValueError("sleep staging: no subject left to train the classifier on")
-    if in_domain:
-        protocol, name = "in-domain", "sleep_staging"
-    else:
-        protocol = "cross-dataset" if dataset != run_dataset else "in-domain (other cache)"
-        name = f"sleep_staging_{dataset}" if dataset != run_dataset else f"sleep_staging_{_resolved(eval_cache).name}"
-    return {
-        "adapter": everyone,
-        "folds": plan_folds,
-        "protocol": protocol,
-        "name": name,
-        "dataset": dataset,
-        "split_seed": rng_seed,
-        "pretraining_subjects": pretraining_subjects,
-        "pretraining_cache": pretraining_cache,
-    }
-
-
-def recording_digests(manifest: dict[str, Any], subjects: list[str]) -> dict[str, str]:
-    """``{sha256 of a source file or synthetic person: "subject <name> (<file>)"}`` for the recordings of
-    ``subjects`` in a prepared cache's manifest (``data.eeg.provenance.recording_identities``)."""
-    return recording_identities(manifest, subjects)  # sha256 of each source, and a synthetic file's person
-
-
-def _refuse_same_recordings(test_files: dict[str, str], pretraining_files: dict[str, str], option: str) -> None:
-    """Refuse a test set holding a file the encoder was pretrained on (same bytes), naming both."""
-    same = sorted(digest for digest in test_files if digest in pretraining_files)
-    if same:
-        pairs = "; ".join(f"{test_files[d]} is {pretraining_files[d]}" for d in same[:5])
-        more = f" (+{len(same) - 5} more)" if len(same) > 5 else ""
-        raise ValueError(
-            f"{option} would test on recordings the encoder was pretrained on "
-            f"(same sha256 or synthetic person): "
-            f"{pairs}{more}; staging must be scored on recordings the encoder never saw"
-        )
-
-
-def _refuse_pretraining(test_subjects: list[str], pretraining_subjects: list[str], option: str) -> None:
-    overlap = sorted(set(test_subjects) & set(pretraining_subjects))
-    if overlap:
-        raise ValueError(
-            f"{option} would put pretraining subjects into the test set: {', '.join(overlap)}; "
-            "staging must be scored on subjects the encoder never saw"
-        )
 
 
 def classifier_label(classifier: str, C: float | None, lr: float | None) -> str:
@@ -777,6 +739,163 @@ def paired_lines(paired: dict[str, dict[str, Any]], shots: list[str], capped: se
     return lines
 
 
+STAGING_ARGUMENTS: tuple[Option, ...] = (
+    (
+        ("--cache",),
+        dict(default=None, help="stage another prepared cache (cross-dataset, e.g. Sleep-EDF; default: the run's own)"),
+    ),
+    (("--channels",), dict(nargs="+", default=None, help="channels of the cache to use (default: all)")),
+    (
+        ("--test-fraction",),
+        dict(
+            type=open_fraction,
+            default=None,
+            help="share of subjects held out (default: the run's split in-domain, "
+            f"{CROSS_DATASET_TEST_FRACTION} cross-dataset)",
+        ),
+    ),
+    (
+        ("--folds",),
+        dict(
+            type=positive_int,
+            default=None,
+            help="subject-wise folds of the test subjects, >= 2 (mean ± std over folds x draws; "
+            "default: one split, the run's own or --test-fraction)",
+        ),
+    ),
+    (
+        ("--shots",),
+        dict(
+            type=positive_int, nargs="+", default=list(DEFAULT_SHOTS), help="windows per class (default: %(default)s)"
+        ),
+    ),
+    (
+        ("--draws",),
+        dict(
+            type=positive_int,
+            default=5,
+            help="few-shot draws per fold (s windows per class drawn again, seeds 0 .. N-1; default: %(default)s)",
+        ),
+    ),
+    (
+        ("--combine",),
+        dict(choices=["concat", "mean"], default="concat", help="per-channel features (default: %(default)s)"),
+    ),
+    (
+        ("--classifier",),
+        dict(
+            choices=["logreg", "paper"],
+            default="logreg",
+            help="logreg: standardized logistic regression on the channel features; paper: learned "
+            "channel combination + linear classifier on 4 time bins, AdamW, early stopping "
+            "(default: %(default)s)",
+        ),
+    ),
+    (
+        ("--C",),
+        dict(
+            type=positive_float,
+            default=None,
+            help=f"fixed inverse L2 strength of the logistic regression (default: chosen over {list(C_GRID)} "
+            "by stratified cross-validation inside the s drawn windows, for every row alike)",
+        ),
+    ),
+    (
+        ("--lr",),
+        dict(
+            type=positive_float,
+            default=None,
+            help=f"fixed learning rate of the paper classifier (default: chosen over {list(LR_GRID)} by "
+            "cross-validation inside the drawn windows)",
+        ),
+    ),
+    (
+        ("--pool-runs",),
+        dict(
+            nargs="+",
+            type=Path,
+            default=None,
+            metavar="RUN",
+            help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
+            "report mean ± std over runs x folds x draws (eval/<name>_pooled.json in --run)",
+        ),
+    ),
+    (
+        ("--batch-size",),
+        dict(
+            type=positive_int, default=FEATURE_BATCH, help="windows per feature-extraction batch (default: %(default)s)"
+        ),
+    ),
+    (
+        ("--no-baselines",),
+        dict(
+            action="store_true",
+            help=f"skip the non-learned baselines (band power, {HANDCRAFTED_ROW}) and the {COMBINED_ROW} row",
+        ),
+    ),
+    (
+        ("--no-ceiling",),
+        dict(
+            action="store_true",
+            help=f"skip the {CEILING_ROW} row (the run's encoder trained end to end on the pretraining "
+            "nights' stages; `mvapp experiment supervised-ceiling --run RUN` trains it)",
+        ),
+    ),
+    (
+        ("--yasa",),
+        dict(
+            action="store_true",
+            help=f"add the {YASA_ROW} row: YASA's pretrained classifier (extra [yasa]) stages every test night "
+            "zero-shot from its source file (EEG + EOG where present; the same predictions at every s)",
+        ),
+    ),
+    (
+        ("--no-combined",),
+        dict(
+            action="store_true",
+            help=f"skip the {COMBINED_ROW} row (band powers concatenated with the trained features)",
+        ),
+    ),
+    (
+        ("--features",),
+        dict(
+            choices=["encoder", "projector"],
+            default="encoder",
+            help="encoder backbone features or the normalized projector output (logreg only; default: %(default)s)",
+        ),
+    ),
+    (
+        ("--stages",),
+        dict(
+            nargs="+",
+            choices=list(STAGES),
+            default=None,
+            help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
+            "windows are excluded and counted in the output (default: every stage)",
+        ),
+    ),
+    (("--device",), dict(default="cpu", help="torch device of the feature extraction")),
+    (
+        ("--workers",),
+        dict(
+            type=positive_int,
+            default=1,
+            help="processes fitting the subject folds' logistic regressions at the same time (the same "
+            "result; the paper classifier always uses one; default: %(default)s)",
+        ),
+    ),
+    (
+        ("--accept-input-differences",),
+        dict(
+            action="store_true",
+            help="stage a cache whose rate / band / units / window / scaling differ from the run's "
+            "input_contract.json (refused otherwise; every difference is listed in the output)",
+        ),
+    ),
+)
+"""The options of ``mvapp eval sleep-staging``: ``(flags, add_argument keywords)`` in help order."""
+
+
 @register_evaluator
 class SleepStaging(Evaluator):
     """Few-shot sleep staging on frozen per-channel EEG features (trained vs random-init vs band power)."""
@@ -785,136 +904,11 @@ class SleepStaging(Evaluator):
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--cache",
-            default=None,
-            help="stage another prepared cache (cross-dataset, e.g. Sleep-EDF; default: the run's own)",
-        )
-        parser.add_argument("--channels", nargs="+", default=None, help="channels of the cache to use (default: all)")
-        parser.add_argument(
-            "--test-fraction",
-            type=open_fraction,
-            default=None,
-            help="share of subjects held out (default: the run's split in-domain, "
-            f"{CROSS_DATASET_TEST_FRACTION} cross-dataset)",
-        )
-        parser.add_argument(
-            "--folds",
-            type=positive_int,
-            default=None,
-            help="subject-wise folds of the test subjects, >= 2 (mean ± std over folds x draws; "
-            "default: one split, the run's own or --test-fraction)",
-        )
-        parser.add_argument(
-            "--shots",
-            type=positive_int,
-            nargs="+",
-            default=list(DEFAULT_SHOTS),
-            help="windows per class (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--draws",
-            type=positive_int,
-            default=5,
-            help="few-shot draws per fold (s windows per class drawn again, seeds 0 .. N-1; default: %(default)s)",
-        )
+        add_options(parser, STAGING_ARGUMENTS)
         renamed_option(
             parser,
             "--seeds",
             "the number of few-shot draws is --draws N (e.g. --draws 3); --seeds lists seeds elsewhere",
-        )
-        parser.add_argument(
-            "--combine",
-            choices=["concat", "mean"],
-            default="concat",
-            help="per-channel features (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--classifier",
-            choices=["logreg", "paper"],
-            default="logreg",
-            help="logreg: standardized logistic regression on the channel features; paper: learned "
-            "channel combination + linear classifier on 4 time bins, AdamW, early stopping "
-            "(default: %(default)s)",
-        )
-        parser.add_argument(
-            "--C",
-            type=positive_float,
-            default=None,
-            help=f"fixed inverse L2 strength of the logistic regression (default: chosen over {list(C_GRID)} "
-            "by stratified cross-validation inside the s drawn windows, for every row alike)",
-        )
-        parser.add_argument(
-            "--lr",
-            type=positive_float,
-            default=None,
-            help=f"fixed learning rate of the paper classifier (default: chosen over {list(LR_GRID)} by "
-            "cross-validation inside the drawn windows)",
-        )
-        parser.add_argument(
-            "--pool-runs",
-            nargs="+",
-            type=Path,
-            default=None,
-            metavar="RUN",
-            help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
-            "report mean ± std over runs x folds x draws (eval/<name>_pooled.json in --run)",
-        )
-        parser.add_argument(
-            "--batch-size",
-            type=positive_int,
-            default=FEATURE_BATCH,
-            help="windows per feature-extraction batch (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--no-baselines",
-            action="store_true",
-            help=f"skip the non-learned baselines (band power, {HANDCRAFTED_ROW}) and the {COMBINED_ROW} row",
-        )
-        parser.add_argument(
-            "--no-ceiling",
-            action="store_true",
-            help=f"skip the {CEILING_ROW} row (the run's encoder trained end to end on the pretraining "
-            "nights' stages; `mvapp experiment supervised-ceiling --run RUN` trains it)",
-        )
-        parser.add_argument(
-            "--yasa",
-            action="store_true",
-            help=f"add the {YASA_ROW} row: YASA's pretrained classifier (extra [yasa]) stages every test night "
-            "zero-shot from its source file (EEG + EOG where present; the same predictions at every s)",
-        )
-        parser.add_argument(
-            "--no-combined",
-            action="store_true",
-            help=f"skip the {COMBINED_ROW} row (band powers concatenated with the trained features)",
-        )
-        parser.add_argument(
-            "--features",
-            choices=["encoder", "projector"],
-            default="encoder",
-            help="encoder backbone features or the normalized projector output (logreg only; default: %(default)s)",
-        )
-        parser.add_argument(
-            "--stages",
-            nargs="+",
-            choices=list(STAGES),
-            default=None,
-            help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
-            "windows are excluded and counted in the output (default: every stage)",
-        )
-        parser.add_argument("--device", default="cpu", help="torch device of the feature extraction")
-        parser.add_argument(
-            "--workers",
-            type=positive_int,
-            default=1,
-            help="processes fitting the subject folds' logistic regressions at the same time (the same "
-            "result; the paper classifier always uses one; default: %(default)s)",
-        )
-        parser.add_argument(
-            "--accept-input-differences",
-            action="store_true",
-            help="stage a cache whose rate / band / units / window / scaling differ from the run's "
-            "input_contract.json (refused otherwise; every difference is listed in the output)",
         )
 
     def run(self, run_dir: str | Path, args: argparse.Namespace) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from ..argtypes import nonnegative_int, positive_float, positive_int, seed_list
+from ..argtypes import Option, add_options, nonnegative_int, positive_float, positive_int, seed_list
 from ..cli import describe
 
 DG_EXAMPLES = (
@@ -26,7 +26,69 @@ DG_EXAMPLES = (
 CEILING_EXAMPLE = "mvapp experiment supervised-ceiling --run runs/eeg_m3g"
 
 
+DG_SUMMARY = (
+    "leave-one-domain-out with training-domain-validation model selection (DomainBed): "
+    "pretrain one run per held-out domain and seed (--config) or evaluate --run"
+)
+CEILING_SUMMARY = (
+    "train the supervised ceiling of an EEG run unless done: its encoder trained end to "
+    "end on the pretraining nights' stages, its checkpoint chosen on validation subjects "
+    "(the sleep-staging evaluator's supervised_ceiling row)"
+)
+EEG_DEMO_PARSER = dict(
+    help="the README's EEG headline: the demo (make run) pretrained with several seeds, each staging the "
+    "Sleep-EDF-format nights cross-dataset; mean, seeds x subjects interval and min-max over seeds",
+    description="Pretrain the demo's encoder once per seed (configs/demo_eeg.yaml, DEMO_<KEY> overrides), "
+    "stage the demo's Sleep-EDF-format nights with each run, and pool the seeds.",
+    epilog="example: mvapp experiment eeg-demo --seeds 0,1,2 --publish",
+)
+DREAMS_PARSER = dict(
+    help="synthetic-to-real: the demo's encoder (pretrained per seed) stages the real DREAMS excerpts "
+    "leave-one-excerpt-out, beside band power, handcrafted features, the supervised ceiling and YASA",
+    description="Prepare the DREAMS excerpts, pretrain the demo's encoder once per seed unless --run is "
+    "given, stage the excerpts leave-one-excerpt-out and pool the seeds.",
+    epilog="example: mvapp experiment dreams-transfer --real-psg ../shared/real-psg --out runs/dreams --publish",
+)
+CEILING_OPTIONS: tuple[Option, ...] = (
+    (("--run",), dict(required=True, type=Path, help="the pretraining run folder (EEG windows)")),
+    (
+        ("--steps",),
+        dict(
+            type=positive_int,
+            default=None,
+            help="step budget of the selection run (default: the run's train.max_steps)",
+        ),
+    ),
+)
+"""Options of ``mvapp experiment supervised-ceiling``."""
+EEG_DEMO_OPTIONS: tuple[Option, ...] = (
+    (("--seeds",), dict(default="0,1,2", help="comma-separated pretraining seeds (default: %(default)s)")),
+    (
+        ("--data",),
+        dict(
+            type=Path,
+            default=Path("demo_data"),
+            help="the demo's data folder, made unless present (default: %(default)s, make run's)",
+        ),
+    ),
+    (
+        ("--runs",),
+        dict(type=Path, default=Path("runs") / "eeg_demo_seeds", help="where the seed runs go (default: %(default)s)"),
+    ),
+    (("--no-ceiling",), dict(action="store_true", help="skip the supervised-ceiling row (~90 s per seed)")),
+    (
+        ("--publish",),
+        dict(
+            action="store_true",
+            help="write the table to docs/results/eeg_cross_dataset.md and the README block (run from the repository root)",
+        ),
+    ),
+)
+"""Options of ``mvapp experiment eeg-demo``."""
+
+
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the ``experiment`` group and its experiments on the ``mvapp`` parser."""
     group = subparsers.add_parser(
         "experiment",
         **describe(
@@ -36,71 +98,24 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     sub = group.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
-    parser = sub.add_parser(
-        "domain-generalization",
-        **describe(
-            "leave-one-domain-out with training-domain-validation model selection (DomainBed): "
-            "pretrain one run per held-out domain and seed (--config) or evaluate --run",
-            *DG_EXAMPLES,
+    experiments = (
+        (
+            "domain-generalization",
+            describe(DG_SUMMARY, *DG_EXAMPLES),
+            add_domain_generalization_arguments,
+            run_domain_generalization,
         ),
+        ("supervised-ceiling", describe(CEILING_SUMMARY, CEILING_EXAMPLE), CEILING_OPTIONS, run_supervised_ceiling),
+        ("eeg-demo", EEG_DEMO_PARSER, EEG_DEMO_OPTIONS, run_eeg_demo_headline),
+        ("dreams-transfer", DREAMS_PARSER, add_dreams_arguments, run_dreams_transfer),
     )
-    add_domain_generalization_arguments(parser)
-    parser.set_defaults(func=run_domain_generalization)
-    ceiling = sub.add_parser(
-        "supervised-ceiling",
-        **describe(
-            "train the supervised ceiling of an EEG run unless done: its encoder trained end to "
-            "end on the pretraining nights' stages, its checkpoint chosen on validation subjects "
-            "(the sleep-staging evaluator's supervised_ceiling row)",
-            CEILING_EXAMPLE,
-        ),
-    )
-    ceiling.add_argument("--run", required=True, type=Path, help="the pretraining run folder (EEG windows)")
-    ceiling.add_argument(
-        "--steps",
-        type=positive_int,
-        default=None,
-        help="step budget of the selection run (default: the run's train.max_steps)",
-    )
-    ceiling.set_defaults(func=run_supervised_ceiling)
-    headline = sub.add_parser(
-        "eeg-demo",
-        help="the README's EEG headline: the demo (make run) pretrained with several seeds, each staging the "
-        "Sleep-EDF-format nights cross-dataset; mean, seeds x subjects interval and min-max over seeds",
-        description="Pretrain the demo's encoder once per seed (configs/demo_eeg.yaml, DEMO_<KEY> overrides), "
-        "stage the demo's Sleep-EDF-format nights with each run, and pool the seeds.",
-        epilog="example: mvapp experiment eeg-demo --seeds 0,1,2 --publish",
-    )
-    headline.add_argument("--seeds", default="0,1,2", help="comma-separated pretraining seeds (default: %(default)s)")
-    headline.add_argument(
-        "--data",
-        type=Path,
-        default=Path("demo_data"),
-        help="the demo's data folder, made unless present (default: %(default)s, make run's)",
-    )
-    headline.add_argument(
-        "--runs",
-        type=Path,
-        default=Path("runs") / "eeg_demo_seeds",
-        help="where the seed runs go (default: %(default)s)",
-    )
-    headline.add_argument("--no-ceiling", action="store_true", help="skip the supervised-ceiling row (~90 s per seed)")
-    headline.add_argument(
-        "--publish",
-        action="store_true",
-        help="write the table to docs/results/eeg_cross_dataset.md and the README block (run from the repository root)",
-    )
-    headline.set_defaults(func=run_eeg_demo_headline)
-    dreams = sub.add_parser(
-        "dreams-transfer",
-        help="synthetic-to-real: the demo's encoder (pretrained per seed) stages the real DREAMS excerpts "
-        "leave-one-excerpt-out, beside band power, handcrafted features, the supervised ceiling and YASA",
-        description="Prepare the DREAMS excerpts, pretrain the demo's encoder once per seed unless --run is "
-        "given, stage the excerpts leave-one-excerpt-out and pool the seeds.",
-        epilog="example: mvapp experiment dreams-transfer --real-psg ../shared/real-psg --out runs/dreams --publish",
-    )
-    add_dreams_arguments(dreams)
-    dreams.set_defaults(func=run_dreams_transfer)
+    for name, keywords, options, run in experiments:
+        parser = sub.add_parser(name, **keywords)
+        if callable(options):  # built on demand: their defaults come from modules that load numpy
+            options(parser)
+        else:
+            add_options(parser, options)
+        parser.set_defaults(func=run)
 
 
 def run_supervised_ceiling(args: argparse.Namespace) -> int:
@@ -204,7 +219,7 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
 def run_domain_generalization(args: argparse.Namespace) -> int:
     """Train unless done and evaluate (module docstring); print the whole table and what was written."""
     from ..config import load_config
-    from ..eval.domain_generalization import KIND, write_summary
+    from ..eval.domain_report import KIND, write_summary
     from ..threads import configure_torch_threads
     from .domains import THREADS_OPTION, evaluate_with_erm, train_and_evaluate
 

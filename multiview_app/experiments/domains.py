@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, load_config
-from ..eval.domain_generalization import KIND, domain_target, evaluate_run
+from ..eval.domain_generalization import domain_target, evaluate_run
+from ..eval.domain_report import KIND
 from ..eval.erm import DEFAULT_STEPS, erm_config, erm_run_summary
 from ..train.run_io import atomic_write_json, load_run_config
 from .training import ensure_trained

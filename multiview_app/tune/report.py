@@ -170,12 +170,9 @@ def _plots(study: Any, folder: Path, metric: str, complete: int) -> tuple[dict[s
     return written, skipped
 
 
-def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]:
-    """Write the outputs into ``folder``; returns ``report.json``'s content."""
-    from .study import FAIL_REASON_ATTR, METRICS_ATTR
-
-    folder.mkdir(parents=True, exist_ok=True)
-    trials = study.get_trials(deepcopy=False)
+def _write_trials_csv(study: Any, folder: Path) -> None:
+    """Every trial of ``study`` (number, value(s), params, state, start, duration, user attributes) as
+    ``folder/TRIALS_FILE``."""
     frame = study.trials_dataframe(
         attrs=(
             "number",
@@ -188,10 +185,11 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
         )
     )
     atomic_write_text(folder / TRIALS_FILE, frame.to_csv(index=False))
-    counts: dict[str, int] = {}
-    for trial in trials:
-        counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
-    best = best_trials(study)
+
+
+def _write_best_configs(study: Any, best: list[Any], folder: Path) -> list[str]:
+    """The config of every best trial (``BEST_CONFIG_FILE`` for the first, ``pareto_trial_<n>.yaml`` for the
+    others of a Pareto front) written into ``folder``; returns their paths."""
     best_files = []
     for rank, trial in enumerate(best):
         file = BEST_CONFIG_FILE if rank == 0 else f"pareto_trial_{trial.number}.yaml"
@@ -202,6 +200,21 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
             ),
         )
         best_files.append(str(folder / file))
+    return best_files
+
+
+def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]:
+    """Write the outputs into ``folder``; returns ``report.json``'s content."""
+    from .study import FAIL_REASON_ATTR, METRICS_ATTR
+
+    folder.mkdir(parents=True, exist_ok=True)
+    trials = study.get_trials(deepcopy=False)
+    _write_trials_csv(study, folder)
+    counts: dict[str, int] = {}
+    for trial in trials:
+        counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
+    best = best_trials(study)
+    best_files = _write_best_configs(study, best, folder)
     metrics = study.user_attrs.get(METRICS_ATTR) or [f"objective_{i}" for i in range(len(study.directions))]
     complete = counts.get("COMPLETE", 0)
     written, skipped = _plots(study, folder, metrics[0], complete) if plots and best else ({}, {})

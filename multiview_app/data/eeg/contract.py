@@ -16,6 +16,7 @@ the encoder handles it; a missing channel gets no view (never a zero-filled one)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,57 +248,83 @@ def compare_input(contract: EEGInputContract, manifest: dict[str, Any], channels
     saying how each channel is encoded.
     """
     facts = cache_facts(manifest)
+    return [
+        *_timing_differences(contract, facts),
+        *_signal_differences(contract, facts),
+        *_channel_differences(contract, channels),
+    ]
+
+
+def _blocking_or_note(name: str, ours: Any, theirs: Any, blocking: Callable[[], Difference]) -> Difference:
+    """A non-blocking note when ``ours`` or ``theirs`` was not recorded, else the ``blocking`` difference."""
+    if UNKNOWN in (ours, theirs):
+        return Difference(name, ours, theirs, "cannot be checked (not recorded); assumed equal", False)
+    return blocking()
+
+
+def _timing_differences(contract: EEGInputContract, facts: dict[str, Any]) -> list[Difference]:
+    """Sampling rate and window length (in seconds, else in samples) of ``contract`` against the cache's ``facts``."""
     found: list[Difference] = []
-
-    def unknown_note(name: str, ours: Any, theirs: Any) -> bool:
-        if UNKNOWN in (ours, theirs):
-            found.append(Difference(name, ours, theirs, "cannot be checked (not recorded); assumed equal", False))
-            return True
-        return False
-
-    if _differs(contract.sfreq, facts["sfreq"]) and not unknown_note("sampling rate", contract.sfreq, facts["sfreq"]):
+    if _differs(contract.sfreq, facts["sfreq"]):
         found.append(
-            Difference(
+            _blocking_or_note(
                 "sampling rate",
-                _hz(contract.sfreq),
-                _hz(facts["sfreq"]),
-                f"would resample {facts['sfreq']:g} -> {contract.sfreq:g} Hz (polyphase)",
-                True,
+                contract.sfreq,
+                facts["sfreq"],
+                lambda: Difference(
+                    "sampling rate",
+                    _hz(contract.sfreq),
+                    _hz(facts["sfreq"]),
+                    f"would resample {facts['sfreq']:g} -> {contract.sfreq:g} Hz (polyphase)",
+                    True,
+                ),
             )
         )
-    if _differs(contract.window_seconds, facts["window_seconds"]) and not unknown_note(
-        "window length", contract.window_seconds, facts["window_seconds"]
-    ):
+    seconds = contract.window_seconds, facts["window_seconds"]
+    if _differs(*seconds):
         found.append(
-            Difference(
+            _blocking_or_note(
                 "window length",
-                f"{contract.window_seconds:g} s",
-                f"{facts['window_seconds']:g} s",
-                f"would cut {contract.window_seconds:g}-s windows",
-                True,
+                *seconds,
+                lambda: Difference(
+                    "window length",
+                    f"{seconds[0]:g} s",
+                    f"{seconds[1]:g} s",
+                    f"would cut {seconds[0]:g}-s windows",
+                    True,
+                ),
             )
         )
-    elif _differs(contract.window_samples, facts["window_samples"]) and not unknown_note(
-        "window samples", contract.window_samples, facts["window_samples"]
-    ):
+    if (not _differs(*seconds) or UNKNOWN in seconds) and _differs(contract.window_samples, facts["window_samples"]):
         found.append(
-            Difference(
+            _blocking_or_note(
                 "window samples",
                 contract.window_samples,
                 facts["window_samples"],
-                "follows the sampling rate (resample)",
-                True,
+                lambda: Difference(
+                    "window samples",
+                    contract.window_samples,
+                    facts["window_samples"],
+                    "follows the sampling rate (resample)",
+                    True,
+                ),
             )
         )
+    return found
+
+
+def _signal_differences(contract: EEGInputContract, facts: dict[str, Any]) -> list[Difference]:
+    """Band-pass, units and scaling of ``contract`` against the cache's ``facts``."""
+    found: list[Difference] = []
     band_ours, band_theirs = (contract.l_freq, contract.h_freq), (facts["l_freq"], facts["h_freq"])
-    if band_ours != band_theirs and not unknown_note("band-pass", _band_text(*band_ours), _band_text(*band_theirs)):
+    if band_ours != band_theirs:
+        ours, theirs = _band_text(*band_ours), _band_text(*band_theirs)
         found.append(
-            Difference(
+            _blocking_or_note(
                 "band-pass",
-                _band_text(*band_ours),
-                _band_text(*band_theirs),
-                _band_action(contract, *band_theirs),
-                True,
+                ours,
+                theirs,
+                lambda: Difference("band-pass", ours, theirs, _band_action(contract, *band_theirs), True),
             )
         )
     units = f"{facts['units']} before scaling"
@@ -305,17 +332,16 @@ def compare_input(contract: EEGInputContract, manifest: dict[str, Any], channels
         found.append(
             Difference("units", contract.units, units, f"would convert the source signals to {contract.units}", True)
         )
-    if _differs(contract.scaling, facts["scaling"]) and not unknown_note("scaling", contract.scaling, facts["scaling"]):
+    if _differs(contract.scaling, facts["scaling"]):
+        action = f"would re-scale: {SCALING_TEXT.get(contract.scaling, contract.scaling)}"
         found.append(
-            Difference(
+            _blocking_or_note(
                 "scaling",
                 contract.scaling,
                 facts["scaling"],
-                f"would re-scale: {SCALING_TEXT.get(contract.scaling, contract.scaling)}",
-                True,
+                lambda: Difference("scaling", contract.scaling, facts["scaling"], action, True),
             )
         )
-    found += _channel_differences(contract, channels)
     return found
 
 

@@ -305,7 +305,7 @@ def main() -> int:
     configure_torch_threads(args.threads or None, setting_name=THREADS_OPTION)  # re-applied before each evaluation
 
     from multiview_app.data.domains.synth import synth_domains
-    from multiview_app.eval.domain_generalization import KIND, write_summary
+    from multiview_app.eval.domain_report import KIND, write_summary
     from multiview_app.experiments.domains import (
         REFERENCE_CACHE,
         all_domains,

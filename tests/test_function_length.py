@@ -1,0 +1,85 @@
+"""The package stays readable: no function or method in ``multiview_app/`` exceeds 60 lines (decorators left out,
+signature and docstring included). The test walks every module's AST and names each offender as ``path:qualname``.
+
+The allowlist below holds only functions of ``losses/`` and ``export/`` that were over the limit when this test was
+written; each entry is removed when its function is split. A new long function anywhere fails the test.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import multiview_app
+
+MAX_LINES = 60
+PACKAGE = Path(multiview_app.__file__).parent
+
+ALLOWED = {
+    # losses/: the M3G solver is being consolidated into one dispatch; these kernels are split or deleted there.
+    "losses/_pairwise_kernels.py:sweep_rest",
+    "losses/_pairwise_kernels.py:absorb",
+    "losses/m3g_fast.py:_forward_kernel",
+    "losses/sinkhorn.py:_three_view_device",
+    "losses/sinkhorn.py:_factorized_sweep",
+    "losses/sinkhorn.py:mm_sinkhorn_pairwise",
+    "losses/sinkhorn_fast.py:_NumbaFactors.sweep",
+    # export/: the exporters are being split into plan / write / model card where they are changed now.
+    "export/export.py:export_model",
+    "export/export.py:export_embeddings",
+    "export/encoder.py:model_card",
+    "export/encoder.py:export_encoder",
+}
+ALLOWED_PACKAGES = ("losses/", "export/")
+
+
+def function_lengths(path: Path) -> dict[str, int]:
+    """``{qualname: lines}`` of every function and method in the module at ``path`` (nested ones included, named
+    ``outer.inner``; a method ``Class.method``)."""
+    lengths: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lengths[prefix + child.name] = child.end_lineno - child.lineno + 1
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text(), filename=str(path)), "")
+    return lengths
+
+
+def package_lengths() -> dict[str, int]:
+    """``{"path:qualname": lines}`` over every module under ``multiview_app/`` (path relative to the package)."""
+    return {
+        f"{path.relative_to(PACKAGE).as_posix()}:{name}": n
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name, n in function_lengths(path).items()
+    }
+
+
+def test_function_lengths_see_nested_functions_and_methods(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "class A:\n    def m(self):\n        def inner():\n            pass\n\n\ndef f():\n    return 1\n"
+    )
+    assert function_lengths(module) == {"A.m": 3, "A.m.inner": 2, "f": 2}
+
+
+def test_no_package_function_exceeds_60_lines() -> None:
+    lengths = package_lengths()
+    # the walk saw the package, its subpackages and methods
+    assert {"train/trainer.py:Trainer.fit", "data/eeg/synth/brain.py:synth_night"} <= set(lengths)
+    too_long = {name: n for name, n in lengths.items() if n > MAX_LINES and name not in ALLOWED}
+    assert not too_long, f"functions over {MAX_LINES} lines (split them by meaning): {too_long}"
+
+
+def test_allowlist_is_limited_to_losses_and_export_and_current() -> None:
+    lengths = package_lengths()
+    outside = sorted(name for name in ALLOWED if not name.startswith(ALLOWED_PACKAGES))
+    assert not outside, f"the allowlist may only name losses/ and export/ functions: {outside}"
+    stale = sorted(name for name in ALLOWED if lengths.get(name, 0) <= MAX_LINES)
+    assert not stale, f"these allowed functions are now <= {MAX_LINES} lines or gone: remove them from ALLOWED: {stale}"
