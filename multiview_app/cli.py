@@ -6,7 +6,9 @@ and sets ``func(args) -> int`` on its parsers. Add a group by appending its modu
 traceback); informational notes wait for the command's first output and are dropped when it fails
 before any (``multiview_app/console.py``), so a bad input prints exactly that one line.
 
-Contract for ``add_subparser``: its first call is ``subparsers.add_parser(<command>, help=...)``.
+Contract for ``add_subparser``: its first call is ``subparsers.add_parser(<command>, help=...)``. Every
+parser's ``--help`` has a one-line description and at least one example (:func:`describe` builds both),
+and shows every default (:class:`HelpfulParser`); ``tests/test_cli_help.py`` walks every subcommand.
 To keep ``mvapp --help`` / ``--version`` fast (no torch import), the parser is built in two passes:
 every group module is only asked for that first call (the rest of its ``add_subparser`` is cut
 short), and only the group named on the command line is then built in full. Group modules must
@@ -41,10 +43,29 @@ GROUP_MODULES: list[str] = [
 ]
 #: ``(old group, subcommand) -> new group``: old spellings of moved subcommands (rewritten by :func:`forward`)
 FORWARDS: dict[tuple[str, str], str] = {("eval", "domain-generalization"): "experiment"}
+#: ``group -> (its subcommands, the one an option right after the group means)``: ``mvapp tune --config F``
+#: is ``mvapp tune search --config F`` (rewritten by :func:`forward`)
+DEFAULT_SUBCOMMANDS: dict[str, tuple[tuple[str, ...], str]] = {"tune": (("search", "report"), "search")}
+
+
+def describe(summary: str, *examples: str) -> dict[str, Any]:
+    """``add_parser`` keywords of a command: ``summary`` (one line) as its ``help`` in the parent's list and as
+    its description, and ``examples`` (command lines, ``# comment`` allowed) as its epilog."""
+    heading = "example:" if len(examples) == 1 else "examples:"
+    return {
+        "help": summary,
+        "description": summary[:1].upper() + summary[1:] + ("" if summary.endswith(".") else "."),
+        "epilog": "\n".join([heading, *(f"  {line}" for line in examples)]),
+    }
 
 
 class HelpfulParser(argparse.ArgumentParser):
-    """``ArgumentParser`` whose help shows every option's default (sub-parsers inherit the class)."""
+    """``ArgumentParser`` whose help shows every option's default and keeps the epilog's lines (examples)
+    as written (sub-parsers inherit the class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
@@ -95,7 +116,11 @@ def group_commands() -> dict[str, tuple[str, str | None]]:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``mvapp`` parser; only ``command``'s group is built in full (every group when None and
     the command line names none that exists, so that argparse reports the error)."""
-    parser = HelpfulParser(prog="mvapp", description="multi-view representation learning")
+    parser = HelpfulParser(
+        prog="mvapp",
+        description="Multi-view representation learning: train, evaluate, export (mvapp COMMAND --help for each).",
+        epilog="examples:\n  mvapp train --config configs/digits_m3g.yaml\n  mvapp eval linear-probe --run runs/digits_m3g",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action="version", version=f"mvapp {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -108,7 +133,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                 if old_group == name
             ]
             if moved:
-                subparsers.choices[name].epilog = "moved: " + "; ".join(moved)
+                group = subparsers.choices[name]
+                group.epilog = "\n".join([*filter(None, [group.epilog]), "moved: " + "; ".join(moved)])
         else:
             subparsers.add_parser(name, help=help_text, add_help=False)
     return parser
@@ -120,13 +146,19 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 
 def forward(argv: Iterable[str]) -> list[str]:
-    """``argv`` with a moved subcommand's old group replaced by its new one (:data:`FORWARDS`); the
-    group and subcommand are the first two arguments that are not options (the top-level options
-    take no value)."""
+    """``argv`` with a moved subcommand's old group replaced by its new one (:data:`FORWARDS`), and a
+    group's default subcommand inserted where an option or override follows the group directly
+    (:data:`DEFAULT_SUBCOMMANDS`); the group and subcommand are the first two arguments that are not
+    options (the top-level options take no value)."""
     argv = list(argv)
     words = [i for i, a in enumerate(argv) if not a.startswith("-")][:2]
     if len(words) == 2 and (argv[words[0]], argv[words[1]]) in FORWARDS:
         argv[words[0]] = FORWARDS[argv[words[0]], argv[words[1]]]
+    if words and argv[words[0]] in DEFAULT_SUBCOMMANDS and len(argv) > words[0] + 1:
+        subcommands, default = DEFAULT_SUBCOMMANDS[argv[words[0]]]
+        following = argv[words[0] + 1]
+        if following not in (*subcommands, "-h", "--help") and (following.startswith("-") or "=" in following):
+            argv.insert(words[0] + 1, default)
     return argv
 
 

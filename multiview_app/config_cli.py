@@ -9,12 +9,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .cli import describe
+
+EXAMPLE = "mvapp config show --config configs/digits_m3g.yaml loss.epsilon=0.1"
+
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     """``mvapp config show --config FILE [overrides...]``."""
-    group = subparsers.add_parser("config", help="inspect configs")
-    sub = group.add_subparsers(dest="config_command", required=True)
-    show = sub.add_parser("show", help="print the resolved, validated config as YAML")
+    group = subparsers.add_parser("config", **describe("inspect configs", EXAMPLE))
+    sub = group.add_subparsers(dest="config_command", required=True, metavar="CONFIG_COMMAND")
+    show = sub.add_parser(
+        "show", **describe("print the resolved, validated config (overrides applied) as YAML", EXAMPLE)
+    )
     show.add_argument("--config", required=True, help="YAML config file")
     show.add_argument("overrides", nargs="*", help="dotted overrides, e.g. loss.epsilon=0.1")
     show.set_defaults(func=_cmd_show)

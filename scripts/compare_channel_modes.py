@@ -5,7 +5,7 @@
 
 Every mode is pretrained exactly as ``scripts/run_eeg_demo.sh`` pretrains its encoder (M3G, k = 6 PhysioNet
 derivations as views; the demo's data and training settings, read from the demo script's defaults and
-overridden by ``DEMO_X`` environment variables as the script itself does: ``transfer_dreams.demo_settings``),
+overridden by ``DEMO_X`` environment variables as the script itself does: ``multiview_app.experiments.eeg_demo.demo_settings``),
 changing only ``model.encoders.eeg.channel_mode``:
 
 - ``agnostic``: the demo's default (the papers' shared network, no channel information);
@@ -16,11 +16,11 @@ changing only ``model.encoders.eeg.channel_mode``:
 Protocols (the demo's evaluation settings; the existing evaluator, ``experiments.staging.staging_result``):
 
 - ``cross-dataset``: few-shot staging of the demo's Sleep-EDF-format nights (Fpz-Cz, Pz-Oz: derivations never
-  seen in pretraining), 5 subject folds, s = 10 50 100 1000, ``DEMO_SEEDS`` draws;
+  seen in pretraining), 5 subject folds, s = 10 50 100 1000, ``DEMO_DRAWS`` draws;
 - ``dreams``: the 8 real DREAMS excerpts (central C3-A1 / CZ-A1), leave-one-excerpt-out, W/N1/N2/N3,
-  s = 10 20 40, 3 draws (``scripts/transfer_dreams.py``'s protocol; needs ``--real-psg`` or ``$MVAPP_REAL_PSG``).
+  s = 10 20 40, 3 draws (``mvapp experiment dreams-transfer``'s protocol; needs ``--real-psg`` or ``$MVAPP_REAL_PSG``).
 
-Layout under OUT (shared with ``scripts/transfer_dreams.py --out OUT``, whose seed runs are the ``agnostic``
+Layout under OUT (shared with ``mvapp experiment dreams-transfer --out OUT``, whose seed runs are the ``agnostic``
 runs here): ``demo_data/`` (synthesized and prepared once), ``dreams_cache/``, ``runs/<name>`` (finished runs and
 their stored evaluations are reused: rerunning the command resumes), ``channel_modes.md`` / ``.json``.
 Table: per protocol, mode and s, the trained encoder's balanced accuracy and kappa as mean ± std over the
@@ -39,13 +39,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from transfer_dreams import REAL_PSG_ENV, RUN_NAME, demo_config, demo_data, demo_settings, prepare_dreams, stage_dreams
-
 from multiview_app.argtypes import positive_int
 from multiview_app.bench import command_line, machine_line, markdown_table
 from multiview_app.eval.protocols.probe import mean_std
 from multiview_app.eval.protocols.stats import unit_means
 from multiview_app.experiments import ensure_trained
+from multiview_app.experiments.dreams import REAL_PSG_ENV, prepare_dreams, stage_dreams
+from multiview_app.experiments.eeg_demo import RUN_NAME, demo_config, demo_data, demo_settings
 from multiview_app.experiments.reproduce import parse_list
 from multiview_app.experiments.staging import staging_result
 from multiview_app.fileio import atomic_write_text
@@ -69,7 +69,7 @@ BASELINES = {"handcrafted": "handcrafted", "band power": "bandpower"}
 
 
 def run_name(mode: str, seed: int) -> str:
-    """``agnostic`` runs carry ``scripts/transfer_dreams.py``'s names (the same runs); the others add the mode."""
+    """``agnostic`` runs carry ``mvapp experiment dreams-transfer``'s names (the same runs); the others add the mode."""
     return f"{RUN_NAME}_seed{seed}" if mode == "agnostic" else f"{RUN_NAME}_{mode}_seed{seed}"
 
 
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     knobs = demo_settings()
-    knobs["DEMO_ENCODER"] = os.environ.get("DEMO_ENCODER") or CONV_ENCODER  # channel modes are eeg/conv's
+    knobs["encoder"] = os.environ.get("DEMO_ENCODER") or CONV_ENCODER  # channel modes are eeg/conv's
     caches = demo_data((args.data or out / "demo_data").resolve(), knobs, sleep_edf="cross-dataset" in protocols)
     if "dreams" in protocols:
         caches["dreams"] = prepare_dreams(Path(args.real_psg), out).resolve()
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                         shots["dreams"],
                         args.dreams_draws,
                         DREAMS_STAGES,
-                        knobs["DEMO_COMBINE"],
+                        knobs["combine"],
                     )
                 else:
                     result = staging_result(
@@ -217,15 +217,15 @@ def main(argv: list[str] | None = None) -> int:
                         cache=caches["sleep-edf"],
                         folds=args.cross_folds,
                         shots=shots[protocol],
-                        draws=int(knobs["DEMO_SEEDS"]),
-                        combine=knobs["DEMO_COMBINE"],
+                        draws=int(knobs["draws"]),
+                        combine=knobs["combine"],
                     )
                 timing[f"{protocol}_s"] = round(time.perf_counter() - began, 1)
                 per_seed[protocol][mode].append(seed_summary(result, shots[protocol]))
             timings.append(timing)
             print(f"{mode} seed {seed}: {json.dumps(timing)}", flush=True)
     summaries = {p: {m: over_seeds(per_seed[p][m], shots[p]) for m in modes} for p in protocols}
-    settings = {k: knobs[k] for k in sorted(knobs) if not k.startswith("DEMO_TRAIN_THREADS")}
+    settings = {k: knobs[k] for k in sorted(knobs) if k != "data"}
     header = [
         f"command: `{command_line()}`",
         "",

@@ -10,7 +10,7 @@ epsilon 0.2, the view augmentations of ``scripts/run_eeg_demo.sh``. Rows: each e
 random initialization. Needs the extra ``eeg-models`` for the braindecode encoders.
 
     OMP_NUM_THREADS=1 python scripts/compare_eeg_encoders.py --cache demo_data/physionet2018_cache \\
-        --seeds 0 1 --out runs/compare_eeg_encoders
+        --seeds 0,1 --out runs/compare_eeg_encoders
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from multiview_app.argtypes import seed_list
 
 #: The encoders compared, as ``model.encoders.eeg`` (the demo's conv encoder: width 32, dropout 0, agnostic).
 ENCODERS: dict[str, str] = {
@@ -74,9 +76,9 @@ def validation_scores(run_dir: Path, weights: str) -> dict[str, Any]:
     """The tune objective's few-shot staging fit (50 shots, seed 0) on the validation subjects: pooled
     balanced accuracy and kappa, and the balanced accuracy of each validation subject."""
     from multiview_app.data.eeg.views import staging_views
+    from multiview_app.eval.features import window_features
     from multiview_app.eval.protocols import get_protocol
     from multiview_app.eval.protocols.staging import shot_draw, staging_metrics
-    from multiview_app.eval.sleep_staging import window_features
     from multiview_app.train.run_io import load_run
     from multiview_app.tune.objective import VAL_SPLIT, MetricState
 
@@ -103,7 +105,7 @@ def validation_scores(run_dir: Path, weights: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", required=True, help="the demo's prepared PhysioNet-2018-format cache")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=seed_list, default="0,1", help="training seeds, comma-separated")
     parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=list(ENCODERS))
     parser.add_argument("--out", default="runs/compare_eeg_encoders")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """Train a scikit-learn classifier on an ``mvapp export`` folder and print its metrics.
 
     python scripts/downstream_from_export.py EXPORT_DIR [--task auto|sleep-staging|classes]
-        [--shots 1000] [--seeds 5] [--C C] [--knn-k 20] [--json OUT.json]
+        [--shots 1000] [--draws 5] [--C C] [--knn-k 20] [--json OUT.json]
 
 The export must hold the ``train`` and ``test`` splits (``mvapp export --split all``).
 Per-view exports are combined per item first (``--combine``: concat in view order, the
@@ -11,7 +11,7 @@ sleep-staging evaluator's default, or mean).
   (``eval.sleep_staging.few_shot_protocol``: same class-balanced draws per s and seed, same
   standardized logistic regression, C tuned on the same validation subjects unless ``--C``) on the
   exported features; for the run's trained weights, ``--combine concat`` and the evaluator's
-  ``--shots/--seeds/--C`` it reproduces the evaluator's ``trained`` row (single split, no ``--folds``).
+  ``--shots/--draws/--C`` it reproduces the evaluator's ``trained`` row (single split, no ``--folds``).
 - ``classes`` (image exports, e.g. digits): logistic regression + kNN accuracy on the test split
   (the linear-probe evaluator's probe; use ``--combine`` = the run's ``eval.combine``).
 """
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         help="per-view rows -> item (default: concat for sleep staging, mean for classes)",
     )
     parser.add_argument("--shots", type=int, nargs="+", default=[1000], help="sleep staging: windows per class")
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--draws", type=int, default=5, help="sleep staging: few-shot draws per s")
     parser.add_argument(
         "--C",
         type=float,
@@ -132,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             result = sleep_staging(
                 args.export,
                 tuple(args.shots),
-                args.seeds,
+                args.draws,
                 args.C,
                 args.combine or ("concat" if manifest["views"] == "per-view" else None),
             )
-            print(f"sleep staging on {args.export} ({result['windows']['test']} test windows, {args.seeds} seeds)")
+            print(f"sleep staging on {args.export} ({result['windows']['test']} test windows, {args.draws} draws)")
             for s, scores in result["results"].items():
                 print(
                     f"  s={s}: "

@@ -30,7 +30,7 @@ PY="$(dirname "$MVAPP")/python"; [ -x "$PY" ] || PY=python3
 settings="$("$PY" - "$DEMO_CONFIG" <<'PYTHON'
 import sys, yaml
 path = sys.argv[1]
-keys = "data subjects edf_subjects hours compress steps lr batch encoder epsilon seeds psg_seed edf_seed augment combine ceiling".split()
+keys = "data subjects edf_subjects hours compress steps lr batch encoder epsilon draws psg_seed edf_seed augment combine ceiling".split()
 try:
     cfg = yaml.safe_load(open(path))
 except OSError as error:
@@ -56,7 +56,7 @@ LR="${DEMO_LR:-${CFG[lr]}}"
 BATCH="${DEMO_BATCH:-${CFG[batch]}}"
 ENCODER="${DEMO_ENCODER:-${CFG[encoder]}}"
 EPSILON="${DEMO_EPSILON:-${CFG[epsilon]}}"
-SEEDS="${DEMO_SEEDS:-${CFG[seeds]}}"
+DRAWS="${DEMO_DRAWS:-${CFG[draws]}}"
 PSG_SEED="${DEMO_PSG_SEED:-${CFG[psg_seed]}}"
 EDF_SEED="${DEMO_EDF_SEED:-${CFG[edf_seed]}}"
 if [ "$PSG_SEED" = "$EDF_SEED" ]; then
@@ -68,17 +68,20 @@ COMBINE="${DEMO_COMBINE:-${CFG[combine]}}"
 CEILING="${DEMO_CEILING:-${CFG[ceiling]}}"
 # s = 1000 (every window a class has) only in the full demo: with C chosen by cross-validation inside the drawn
 # windows its fits cost as much as the three smaller columns together, and `make run` keeps to 5 minutes
+# the full demo also stages whole (uncompressed) Sleep-EDF-format nights, adding YASA's zero-shot row: its rolling
+# context needs real time order, and the compressed nights keep every 6th epoch
 case "${CEILING,,}" in
-  true|1|yes) CEILING_ARGS=(); SHOTS=(10 50 100 1000) ;;
-  false|0|no) CEILING_ARGS=(--no-ceiling); SHOTS=(10 50 100) ;;
+  true|1|yes) CEILING_ARGS=(); SHOTS=(10 50 100 1000); EDF_COMPRESS=1; YASA_ARGS=(--yasa) ;;
+  false|0|no) CEILING_ARGS=(--no-ceiling); SHOTS=(10 50 100); EDF_COMPRESS="$COMPRESS"; YASA_ARGS=() ;;
   *) echo "DEMO_CEILING / ceiling: expected true or false, got '$CEILING'" >&2; exit 2 ;;
 esac
 read -r -a AUGMENT_ARGS <<< "$AUGMENT"  # word-split without globbing ("[0.5,2.0]" stays literal)
 RUN_NAME="eeg_synthetic_m3g_demo"
 RAW="$DATA/physionet2018_raw"
 CACHE="$DATA/physionet2018_cache"
-EDF_RAW="$DATA/sleep_edf_raw"
-EDF_CACHE="$DATA/sleep_edf_cache"
+EDF_STEM="sleep_edf$([ "$EDF_COMPRESS" = "$COMPRESS" ] || echo "_compress$EDF_COMPRESS")"
+EDF_RAW="$DATA/${EDF_STEM}_raw"
+EDF_CACHE="$DATA/${EDF_STEM}_cache"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-1073741824}" MALLOC_TRIM_THRESHOLD_="${MALLOC_TRIM_THRESHOLD_:-4294967296}"
 start=$SECONDS
@@ -88,17 +91,18 @@ phase_done() {  # phase_done NAME SINCE: record and print the wall seconds of a 
   echo "   [$1: $((SECONDS - $2)) s wall]"
 }
 
-synth() {  # synth FORMAT SUBJECTS OUT SEED WORKERS
+synth() {  # synth FORMAT SUBJECTS OUT SEED WORKERS COMPRESS
   if compgen -G "$3/*" > /dev/null; then
     echo "   (found existing files in $3; delete the folder to regenerate)"
   else
-    "$MVAPP" data synth-psg --subjects "$2" --nights 1 --format "$1" --hours "$HOURS" --compress "$COMPRESS" \
+    "$MVAPP" data synth-psg --subjects "$2" --nights 1 --format "$1" --hours "$HOURS" --compress "$6" \
       --out "$3" --seed "$4" --workers "$5"
   fi
 }
 
 echo "== 1/5 synthesize $SUBJECTS PhysioNet-2018-format nights (WFDB; pretraining) and $EDF_SUBJECTS Sleep-EDF-format"
 echo "       nights (EDF; cross-dataset staging, disjoint seed): ${HOURS}-h nights as ${COMPRESS}x compressed excerpts"
+[ "$EDF_COMPRESS" = "$COMPRESS" ] || echo "       (the Sleep-EDF-format nights whole, --compress $EDF_COMPRESS, for YASA's zero-shot row)"
 echo "== 2/5 prepare (read, resample to 100 Hz, band-pass 0.5-30 Hz, 30-s windows), each dataset as soon as it is written"
 # the PhysioNet side (the critical path: its synthesis with two writer processes, then its prepare, then the
 # training); the Sleep-EDF side starts once the PhysioNet nights are written and runs beside the PhysioNet prepare
@@ -114,11 +118,11 @@ if [ -x "$(dirname "$MVAPP")/python" ]; then
 fi
 edf_side() {  # the Sleep-EDF-format nights, synthesized then prepared (its wall time on the last line)
   local since=$SECONDS
-  synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" "$EDF_SEED" 1 && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE"
+  synth sleep-edf "$EDF_SUBJECTS" "$EDF_RAW" "$EDF_SEED" 1 "$EDF_COMPRESS" && "$MVAPP" data prepare sleep-edf --source "$EDF_RAW" --out "$EDF_CACHE"
   echo "   [Sleep-EDF-format synthesize + prepare, concurrent: $((SECONDS - since)) s wall]"
 }
 t=$SECONDS
-synth physionet2018 "$SUBJECTS" "$RAW" "$PSG_SEED" 2  # two writer processes (the same files): the critical path
+synth physionet2018 "$SUBJECTS" "$RAW" "$PSG_SEED" 2 "$COMPRESS"  # two writer processes (the same files): the critical path
 phase_done "synthesize PhysioNet-format" "$t"; t=$SECONDS
 edf_side > "$DATA/sleep_edf.log" 2>&1 &
 edf_job=$!
@@ -156,14 +160,14 @@ fi
 CROSS_LOG="runs/$RUN_NAME/eval_cross_dataset.log"
 cross_eval() {
   local since=$SECONDS
-  "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots "${SHOTS[@]}" --seeds "$SEEDS" \
-    --folds 5 --combine "$COMBINE" --workers 2 ${CEILING_ARGS[@]+"${CEILING_ARGS[@]}"}
+  "$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --cache "$EDF_CACHE" --shots "${SHOTS[@]}" --draws "$DRAWS" \
+    --folds 5 --combine "$COMBINE" --workers 2 ${CEILING_ARGS[@]+"${CEILING_ARGS[@]}"} ${YASA_ARGS[@]+"${YASA_ARGS[@]}"}
   echo "   [cross-dataset evaluation, concurrent with the in-domain one: $((SECONDS - since)) s wall]"
 }
 cross_eval > "$CROSS_LOG" 2>&1 &
 cross_job=$!
 echo "== 4/5 in-domain few-shot sleep staging: the run's 4 held-out subjects in 2 test folds of 2"
-"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots "${SHOTS[@]}" --seeds "$SEEDS" --folds 2 --combine "$COMBINE" \
+"$MVAPP" eval sleep-staging --run "runs/$RUN_NAME" --shots "${SHOTS[@]}" --draws "$DRAWS" --folds 2 --combine "$COMBINE" \
   --workers 2 ${CEILING_ARGS[@]+"${CEILING_ARGS[@]}"}
 phase_done "in-domain evaluation" "$t"
 cross_status=0; wait "$cross_job" || cross_status=$?

@@ -691,9 +691,9 @@ def _(tmp, shared):
     return ["eval", "sleep-staging", "--run", str(shared.run), "--shots", "0", "10"], ["--shots", "got '0'"]
 
 
-@case("sleep staging with negative seeds")
+@case("sleep staging with negative draws")
 def _(tmp, shared):
-    return ["eval", "sleep-staging", "--run", str(shared.run), "--seeds", "-1"], ["--seeds", "got '-1'"]
+    return ["eval", "sleep-staging", "--run", str(shared.run), "--draws", "-1"], ["--draws", "got '-1'"]
 
 
 @case("sleep staging with a test fraction above 1")

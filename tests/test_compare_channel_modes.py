@@ -1,7 +1,7 @@
 """scripts/compare_channel_modes.py at toy size (cross-dataset protocol only: no real data needed): each mode is
 the demo's run with only ``channel_mode`` changed, the table's cells are the mean ± std over pretraining seeds of
 the stored evaluations, and a second call retrains and re-evaluates nothing. Also the one mechanism that both
-this script and scripts/transfer_dreams.py use for the demo's settings (``DEMO_X`` overrides)."""
+this script and ``mvapp experiment dreams-transfer`` use for the demo's settings (``DEMO_X`` overrides)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ TOY_DEMO = {
     "DEMO_HOURS": "1",
     "DEMO_COMPRESS": "1",
     "DEMO_STEPS": "2",
-    "DEMO_SEEDS": "2",
+    "DEMO_DRAWS": "2",
     "DEMO_ENCODER": "{name: conv, width: 8, out_dim: 8, dropout: 0.0, channel_mode: agnostic, unknown_rate: 0.0, channel_vocab: [F3-M2, F4-M1, C3-M2, C4-M1, O1-M2, O2-M1]}",
     "DEMO_AUGMENT": "",
 }
 
 
 def _mvapp_in_process(*args: str) -> None:
-    """``transfer_dreams.mvapp`` (the demo data's ``mvapp data synth-psg`` / ``prepare``) in this process: a
+    """``experiments.eeg_demo.mvapp`` (the demo data's ``mvapp data synth-psg`` / ``prepare``) in this process: a
     fresh interpreter per call cost more than the commands; the subprocess itself is exercised by
     test_transfer_dreams.py (``prepare_dreams``)."""
     assert main(list(args)) == 0, args
@@ -38,17 +38,11 @@ def script():
     return load_script("compare_channel_modes")
 
 
-def test_demo_settings_follow_the_demo_script_and_its_environment_overrides(script) -> None:
-    transfer = load_script("transfer_dreams")
-    defaults = transfer.demo_defaults()
-    assert transfer.demo_settings(env={}) == defaults
-    assert set(transfer.DEMO_KNOBS) <= set(defaults)
-    chosen = transfer.demo_settings(env={"DEMO_STEPS": "120", "DEMO_LR": "", "DEMO_AUGMENT": ""})
-    assert chosen["DEMO_STEPS"] == "120"
-    assert chosen["DEMO_LR"] == defaults["DEMO_LR"]  # ${DEMO_LR:-d}: empty means the default
-    assert chosen["DEMO_AUGMENT"] == ""  # ${DEMO_AUGMENT-d}: empty turns the augmentations off, as in the script
-    conv = {**chosen, "DEMO_ENCODER": script.CONV_ENCODER}  # the channel modes are eeg/conv's
-    cfg = transfer.demo_config(Path("/nonexistent/cache"), Path("/tmp/runs"), "x", 3, conv, script.MODES["montage"])
+def test_channel_modes_change_only_the_channel_mode_of_the_demo_config(script) -> None:
+    from multiview_app.experiments.eeg_demo import demo_config, demo_settings
+
+    conv = {**demo_settings(env={"DEMO_STEPS": "120"}), "encoder": script.CONV_ENCODER}  # the modes are eeg/conv's
+    cfg = demo_config(Path("/nonexistent/cache"), Path("/tmp/runs"), "x", 3, conv, script.MODES["montage"])
     assert (cfg.train.max_steps, cfg.train.seed, cfg.model.encoders["eeg"]["channel_mode"]) == (120, 3, "montage")
 
 
@@ -58,7 +52,7 @@ def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(
 ) -> None:
     for key, value in TOY_DEMO.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setitem(script.demo_data.__globals__, "mvapp", _mvapp_in_process)  # transfer_dreams.mvapp
+    monkeypatch.setitem(script.demo_data.__globals__, "mvapp", _mvapp_in_process)  # experiments.eeg_demo.mvapp
     out = tmp_path / "out"
     argv = [
         "--out",
@@ -85,7 +79,7 @@ def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(
         and "minus band power" in table
     )
     runs = {mode: [out / "runs" / script.run_name(mode, seed) for seed in (0, 1)] for mode in ("agnostic", "montage")}
-    assert runs["agnostic"][0].name == "eeg_synthetic_m3g_demo_seed0"  # scripts/transfer_dreams.py's run names
+    assert runs["agnostic"][0].name == "eeg_synthetic_m3g_demo_seed0"  # mvapp experiment dreams-transfer's run names
     for mode, folders in runs.items():
         saved = [(f / "config.yaml").read_text() for f in folders]
         assert all(f"channel_mode: {mode}" in text and "max_steps: 2" in text for text in saved)

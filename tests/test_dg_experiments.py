@@ -112,7 +112,7 @@ def test_old_eval_spelling_forwards_to_the_experiment_command() -> None:
         "domain-generalization",
     ]
     args = build_parser("experiment").parse_args(forward(argv))
-    assert args.func is run_domain_generalization and args.seeds == "0,1" and args.threads == 1
+    assert args.func is run_domain_generalization and args.seeds == [0, 1] and args.threads == 1
 
 
 def test_eval_help_names_the_moved_subcommand(capsys: pytest.CaptureFixture[str]) -> None:

@@ -285,7 +285,7 @@ def test_export_on_a_matching_cache_passes_and_records_channel_differences(eeg_r
     lines = manifest["input_differences"]
     assert any("channel Fpz-Cz" in line and "'unknown channel' embedding" in line for line in lines)
     assert any("channel F3-M2" in line and "nothing zero-filled" in line for line in lines)
-    assert sorted(set(table.column("view").to_pylist())) == sorted(renamed)  # no view for the absent F3-M2
+    assert sorted(set(table.column("channel").to_pylist())) == sorted(renamed)  # no view for the absent F3-M2
 
 
 def test_export_prints_the_channel_differences_under_one_note(eeg_run: Path, tmp_path: Path, capsys) -> None:

@@ -68,8 +68,9 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     run = runs / "tiny"
     assert (run / "model.safetensors").is_file() and (run / "init.safetensors").is_file()
 
-    assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "20", "--seeds", "2"]) == 0
-    out = capsys.readouterr().out
+    assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "20", "--draws", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert (out + err).count("no supervised_ceiling row") == 1  # each message once (not also as a warning)
     assert "bandpower" in out and "random_init" in out and "s=20" in out
     result = json.loads((run / "eval" / "sleep_staging.json").read_text())
     assert set(result["subjects"]["train"]).isdisjoint(result["subjects"]["test"])
@@ -99,7 +100,7 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
                 str(run),
                 "--shots",
                 "5",
-                "--seeds",
+                "--draws",
                 "1",
                 "--features",
                 "projector",
@@ -117,7 +118,7 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
         "handcrafted",
     }
     assert projected["results"]["bandpower"]["5"]["runs"] == result["results"]["bandpower"]["5"]["runs"][:1]
-    assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "--seeds", "1"]) == 0  # restore
+    assert main(["eval", "sleep-staging", "--run", str(run), "--shots", "5", "--draws", "1"]) == 0  # restore
     capsys.readouterr()
     result = json.loads((run / "eval" / "sleep_staging.json").read_text())
     in_domain = (run / "eval" / "sleep_staging.json").read_text()
@@ -175,7 +176,7 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
                 str(other_cache),
                 "--shots",
                 "5",
-                "--seeds",
+                "--draws",
                 "1",
                 "--C",
                 "1",
@@ -193,7 +194,7 @@ def test_eeg_pipeline_end_to_end(tmp_path, capsys):
     assert cross["classifier"] == "standardized logistic regression (C=1.0)"
     # the papers' classifier, lr and epochs chosen by cross-validation inside the drawn windows
     assert (
-        main(["eval", "sleep-staging", "--run", str(run), "--classifier", "paper", "--shots", "5", "--seeds", "1"]) == 0
+        main(["eval", "sleep-staging", "--run", str(run), "--classifier", "paper", "--shots", "5", "--draws", "1"]) == 0
     )
     paper = json.loads((run / "eval" / "sleep_staging.json").read_text())
     assert paper["classifier"].startswith("paper: learned channel combination") and "lr over" in paper["classifier"]

@@ -73,7 +73,7 @@ def test_export_equals_evaluator_features_with_metadata(digits_run: Path, tmp_pa
     np.testing.assert_array_equal(meta["label"], labels)
     assert meta["label_name"][:4] == [str(y) for y in labels[:4]]
     assert meta["source"] == parts[0][2]["source"] + parts[1][2]["source"]
-    assert set(meta["view"]) == {"test"} and set(meta["modality"]) == {"image"}
+    assert set(meta["transform"]) == {"test"} and "view" not in meta and set(meta["modality"]) == {"image"}
     assert manifest["splits"] == {"train": n_train, "test": 1797 - n_train} and manifest["rows"] == 1797
     assert manifest["weights_file"] == "model.safetensors" and len(manifest["weights_sha256"]) == 64
     assert set(manifest["versions"]) >= {"python", "torch", "numpy", "pyarrow", "multiview_app"}
@@ -337,7 +337,7 @@ def test_eeg_per_view_rows_and_downstream_reproduces_sleep_staging(eeg_setup: di
     assert manifest["view_names"] == ["Fpz-Cz", "Pz-Oz"] and manifest["rows_per_item"] == 2
     np.testing.assert_array_equal(np.asarray(rows)[test], feats.reshape(-1, feats.shape[-1]))
     tested = table.filter(pa.array(test))
-    assert tested.column("view").to_pylist()[:4] == ["Fpz-Cz", "Pz-Oz", "Fpz-Cz", "Pz-Oz"]
+    assert tested.column("channel").to_pylist()[:4] == ["Fpz-Cz", "Pz-Oz", "Fpz-Cz", "Pz-Oz"]
     assert tested.column("recording").to_pylist()[::2] == meta["recording"]
     assert tested.column("subject").to_pylist()[::2] == meta["subject"]
     np.testing.assert_array_equal(tested.column("onset").to_numpy()[::2], np.asarray(meta["window"]) * 30.0)
@@ -349,7 +349,7 @@ def test_eeg_per_view_rows_and_downstream_reproduces_sleep_staging(eeg_setup: di
         folder = tmp_path / "pv" if export_views == "per-view" else tmp_path / "concat"
         if export_views == "concat":
             export_embeddings(run, folder, views="concat", progress=False)
-        assert script.main([str(folder), "--shots", "5", "20", "--seeds", "2", "--json", str(tmp_path / "r.json")]) == 0
+        assert script.main([str(folder), "--shots", "5", "20", "--draws", "2", "--json", str(tmp_path / "r.json")]) == 0
         result = json.loads((tmp_path / "r.json").read_text())
         for s in ("5", "20"):
             for metric in ("accuracy", "kappa", "macro_f1"):

@@ -64,6 +64,7 @@ def test_encoder_folder_loads_without_the_run_and_gives_the_runs_features(
         assert fact in card, fact
     assert {p.suffix for p in moved.iterdir()} <= {".safetensors", ".json", ".md", ".onnx"}  # never a pickle
     assert "this folder holds the encoder alone, in `encoder.safetensors`" in card
+    assert "EEG" not in card and "input_contract" not in card and "input as in the Input section above" in card
 
 
 def test_every_exported_file_gets_the_umask_mode(cnn_run: Path, tmp_path: Path) -> None:
@@ -89,6 +90,19 @@ def test_model_card_lists_the_runs_evaluation_metrics(cnn_run: Path, tmp_path: P
     config = json.loads((tmp_path / "enc" / CONFIG_FILE).read_text())
     assert config["source"]["metrics"] == {"linear_probe": {"accuracy": 0.8125, "knn.top1_accuracy": 0.75}}
     assert "linear_probe: accuracy = 0.8125, knn.top1_accuracy = 0.75" in (tmp_path / "enc" / "README.md").read_text()
+
+
+def test_model_card_lists_the_scores_of_a_linear_probe_that_ran(cnn_run: Path, tmp_path: Path) -> None:
+    """The linear-probe evaluator's own result file (``results.trained.logreg_acc``, ...) reaches the card."""
+    from multiview_app.eval.linear_probe import run_linear_probe
+
+    run = shutil.copytree(cnn_run, tmp_path / "run")
+    probe = run_linear_probe(run, max_train_items=64, progress=False)
+    assert main(["export-model", "--run", str(run), "--out", str(tmp_path / "enc")]) == 0
+    card = (tmp_path / "enc" / "README.md").read_text()
+    listed = json.loads((tmp_path / "enc" / CONFIG_FILE).read_text())["source"]["metrics"]["linear_probe"]
+    assert listed["results.trained.logreg_acc"] == pytest.approx(probe["results"]["trained"]["logreg_acc"])
+    assert "- linear_probe: results.trained.logreg_acc = " in card and "- none" not in card
 
 
 def test_other_weights_say_their_steps_and_carry_no_final_metrics(cnn_run: Path, tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ def test_core_modules_and_every_loss_run_without_the_optional_packages() -> None
 def test_cli_names_the_extra_in_one_line() -> None:
     result = _run_blocked("""
         from multiview_app.cli import main
-        raise SystemExit(main(["tune", "--config", "configs/tune_digits_m3g.yaml", "--study-name", "x", "--trials", "1", "--runs-dir", "/tmp/mv_extras_runs"]))
+        raise SystemExit(main(["tune", "--config", "configs/tune_digits_m3g.yaml", "--study-name", "x", "--trials", "1", "output.runs_dir=/tmp/mv_extras_runs"]))
     """)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()

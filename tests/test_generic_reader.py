@@ -359,3 +359,21 @@ def test_docs_route_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (tmp_path / "my-lab.yaml").write_text(example)
     lab = load_stage_map(tmp_path / "my-lab.yaml")
     assert lab.stage_code("4") == STAGES.index("N3") and lab.event_channels["flow_events"]["2"] == "resp_hypopnea"
+
+
+def test_prepare_edf_with_modalities_caches_one_file_per_group(tmp_path: Path, edf_plus: Path) -> None:
+    """Your own EDF as modalities: every usable signal is read with its type, one window file per group; the
+    flat F4-M1 and the saturated ABD are left out and reported, never used."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "night1.edf").symlink_to(edf_plus)
+    out = tmp_path / "cache"
+    args = ["data", "prepare", "edf", "--source", str(source), "--out", str(out), "--channels", "C3-M2"]
+    assert main([*args, "--stages", "annotations", "--modalities", "brain,heart,breathing,oximetry"]) == 0
+    record = json.loads((out / "manifest.json").read_text())["recordings"][0]
+    assert set(record["modalities"]) == {"brain", "heart", "breathing", "oximetry"}
+    assert record["modalities"]["breathing"]["channels"] == ["Resp chest"]  # ABD saturated: left out
+    windows = {g: np.load(out / record["modalities"][g]["file"], mmap_mode="r") for g in record["modalities"]}
+    assert windows["heart"].shape[1:] == (1, 200 * 30) and windows["oximetry"].shape[1:] == (1, 30)
+    assert {w.shape[0] for w in windows.values()} == {len(AASM)}  # shared epochs
+    assert "ABD:saturated" in (out / "prepare_summary.json").read_text()  # reported

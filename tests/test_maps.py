@@ -59,11 +59,13 @@ def test_color_by_names_what_the_export_holds(digits_export: Path, tmp_path: Pat
     with pytest.raises(
         ValueError,
         match=r"--color-by subject: the export has no such column; its metadata columns: "
-        r"item_id, split, index, view",
+        r"item_id, split, index, transform",
     ):
         maps.plot_embeddings(digits_export, tmp_path, method="tsne", color_by="subject", max_points=50)
     summary = maps.plot_embeddings(digits_export, tmp_path, method="tsne", color_by="modality", max_points=50)
     assert summary.column == "modality" and summary.categories == 1
+    summary = maps.plot_embeddings(digits_export, tmp_path, method="tsne", color_by="view", max_points=50)
+    assert summary.column == "transform"  # --color-by view: the column naming each row's view
 
 
 def test_cli_maps_a_run_after_exporting_it(digits_export: Path, tmp_path: Path, capsys) -> None:

@@ -27,8 +27,8 @@ NARROW_DIGITS_CNN = "model.encoders.image.width=8"
 TINY: dict[str, list[tuple[str, str]]] = {
     "eeg": [
         ("train.max_steps=400 ", "train.max_steps=3 model.projector.hidden_dim=32 "),
-        ("--folds 2 --seeds 3", "--folds 2 --seeds 1 --shots 5"),
-        ("--folds 5 --seeds 3", "--folds 2 --seeds 1 --shots 5"),
+        ("--folds 2 --draws 3", "--folds 2 --draws 1 --shots 5"),
+        ("--folds 5 --draws 3", "--folds 2 --draws 1 --shots 5"),
     ],
     "domains": [
         ("synth-domains --out data/digit-domains", "synth-domains --out data/digit-domains --limit 40"),

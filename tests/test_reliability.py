@@ -43,7 +43,7 @@ def test_help_and_version_do_not_import_torch(flag: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["data", "synth-psg", "--help"], ["--nights NIGHTS       default: 1", "(default: 9.0)"]),
+        (["data", "synth-psg", "--help"], ["--nights NIGHTS       nights per subject (default: 1)", "(default: 9.0)"]),
         (["data", "prepare", "--help"], ["(default: 100.0)", "default: float32"]),
         (["eval", "linear-probe", "--help"], ["(default: cpu)", "(default: 1.0)"]),
     ],

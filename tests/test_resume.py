@@ -277,3 +277,34 @@ def test_extending_a_finished_run_without_a_final_checkpoint_is_refused(tmp_path
     # naming the older checkpoint retrains steps 3-5 on purpose and still keeps the finished model
     result = train(longer, resume=str(list_checkpoints(cfg.run_dir)[-1]), accept_config_changes=True)
     assert result.steps == 5 and (cfg.run_dir / "final_step3" / "model.safetensors").read_bytes() == before
+
+
+def test_the_final_message_counts_this_process_steps_and_the_runs_total(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resumed run reports the steps this process ran (start -> end) and the run's total steps and training
+    time (earlier processes' time is kept in the checkpoint); a new run reports its steps once."""
+    from multiview_app.cli import main
+    from multiview_app.train.cli import trained_line
+
+    section = {"max_steps": 4, "checkpoint_every": 2}
+    crashed = tiny_config(tmp_path, "run", train=section)
+    with pytest.raises(Crash):
+        train(crashed, callbacks=[crash_at(3)])
+    ckpt = list_checkpoints(crashed.run_dir)[-1]
+    before = json.loads((ckpt / "trainer_state.json").read_text())["train_time_s"]
+    assert ckpt.name == "step_00000002" and before > 0
+
+    assert main(["train", "--resume", str(crashed.run_dir)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("trained "))
+    assert line.startswith("trained 2 steps (2 -> 4) in ") and "; the run: 4 steps in " in line
+
+    longer = tiny_config(tmp_path, "run", train={"max_steps": 5, "checkpoint_every": 2})
+    result = train(longer, resume=str(crashed.run_dir), accept_config_changes=True)
+    assert (result.start_step, result.steps_run, result.steps) == (4, 1, 5)
+    assert result.run_time_s is not None and result.run_time_s > before + result.wall_time_s
+    assert trained_line(result).startswith("trained 1 step (4 -> 5) in ")
+
+    fresh = train(tiny_config(tmp_path, "fresh", train={"max_steps": 2, "checkpoint_every": 0}))
+    assert fresh.start_step == 0 and fresh.run_time_s == pytest.approx(fresh.wall_time_s)
+    assert trained_line(fresh).startswith("trained 2 steps in ") and "the run" not in trained_line(fresh)

@@ -112,7 +112,8 @@ def test_the_staging_row_probes_the_checkpoint_the_validation_subjects_chose(tmp
 
     from multiview_app.data.adapters import build_adapter
     from multiview_app.data.eeg.views import staging_views
-    from multiview_app.eval.sleep_staging import _ceiling_run, window_features
+    from multiview_app.eval.features import window_features
+    from multiview_app.eval.sleep_staging import _ceiling_run
     from multiview_app.eval.supervised_ceiling import CANDIDATES, model_validation_score
     from multiview_app.experiments.staging import train_supervised_ceiling
     from multiview_app.train.run_io import load_run

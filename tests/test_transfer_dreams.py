@@ -1,5 +1,5 @@
 """``mvapp eval sleep-staging --stages`` (windows of other stages excluded and counted) and
-``scripts/transfer_dreams.py`` at toy size on three real DREAMS excerpts (skipped when absent)."""
+``mvapp experiment dreams-transfer`` at toy size on three real DREAMS excerpts (skipped when absent)."""
 
 from __future__ import annotations
 
@@ -65,32 +65,15 @@ def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
             (toy / file).symlink_to(dreams / file)
     (toy / "SHA256SUMS").symlink_to(dreams / "SHA256SUMS")
     run = _tiny_run(tmp_path)
-    spec = importlib.util.spec_from_file_location("transfer_dreams", ROOT / "scripts" / "transfer_dreams.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     out = tmp_path / "out"
-    assert (
-        script.main(
-            [
-                "--real-psg",
-                str(tmp_path / "real"),
-                "--out",
-                str(out),
-                "--run",
-                str(run),
-                "--shots",
-                "5",
-                "10",
-                "--seeds",
-                "2",
-            ]
-        )
-        == 0
-    )
+    argv = ["experiment", "dreams-transfer", "--real-psg", str(tmp_path / "real"), "--out", str(out)]
+    assert main([*argv, "--run", str(run), "--shots", "5", "10", "--draws", "2"]) == 0
     printed = capsys.readouterr().out
-    result = json.loads((out / "transfer_dreams.json").read_text())
-    assert (out / "transfer_dreams.md").read_text().strip() in printed
-    assert printed.count("| trained | ") == 2 and "F1 N3" in printed  # per-class F1 rows, one per s
+    summary = json.loads((out / "dreams_transfer.json").read_text())
+    assert (out / "dreams_transfer.md").read_text().split("\n\nper-class F1")[0] in printed
+    assert sum(line.startswith("| trained | ") for line in summary["per_class_f1"]) == 2  # per-class F1, one per s
+    assert summary["units"] == chosen and summary["paired"]["bandpower"]["5"]["n"] == 3  # excerpts, not fits
+    result = json.loads((run / "eval" / "sleep_staging_dreams.json").read_text())
     # leave-one-excerpt-out: 3 folds, each testing one excerpt never used to fit or tune the classifier
     assert sorted(f["test"][0] for f in result["folds"]) == chosen
     for fold in result["folds"]:
@@ -105,7 +88,8 @@ def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
     assert sum(r["n_windows"] for r in cache_counts) == (
         result["windows"]["test"] + sum(result["excluded_windows_per_stage"].values())
     )
-    assert "supervised_ceiling" in result["paired"] and result["paired"]["bandpower"]["5"]["n"] == 3  # excerpts
+    assert "supervised_ceiling" in summary["paired"]
+    assert ("yasa" in result["results"]) == (importlib.util.find_spec("yasa") is not None)  # zero-shot row
     for row in ("trained", "random_init", "supervised_ceiling", "bandpower", "handcrafted", "bandpower+trained"):
         for s in ("5", "10"):
             cell = result["results"][row][s]

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from ..argtypes import nonnegative_float, nonnegative_int, positive_float, positive_int
+from ..cli import describe
 
 PREPARE_BAND = (0.5, 30.0)
 """Default band-pass of ``data prepare`` = ``eeg.preprocess.DEFAULT_BAND`` (a literal here so that
@@ -33,21 +34,33 @@ def default_channels() -> dict[str, list[str]]:
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``data`` group on the ``mvapp`` parser."""
-    data = subparsers.add_parser("data", help="synthesize, prepare and inspect datasets")
+    data = subparsers.add_parser(
+        "data",
+        **describe(
+            "synthesize, prepare and inspect datasets",
+            "mvapp data prepare sleep-edf --source demo_data/sleep_edf_raw --out demo_data/sleep_edf_cache",
+        ),
+    )
     commands = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
     formats = sorted(default_channels())
 
-    listing = commands.add_parser("list", help="print the dataset catalog (datasets/*.yaml cards)")
+    listing = commands.add_parser(
+        "list", **describe("print the dataset catalog (datasets/*.yaml cards)", "mvapp data list --json")
+    )
     listing.add_argument("--json", action="store_true", help="one JSON object per dataset instead of a table")
     listing.set_defaults(func=_list)
 
     synth = commands.add_parser(
-        "synth-psg", help="write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format"
+        "synth-psg",
+        **describe(
+            "write synthetic polysomnography in Sleep-EDF or PhysioNet 2018 format",
+            "mvapp data synth-psg --subjects 4 --format sleep-edf --hours 9 --compress 6 --out demo_data/sleep_edf_raw",
+        ),
     )
-    synth.add_argument("--subjects", type=positive_int, required=True)
-    synth.add_argument("--nights", type=positive_int, default=1)
-    synth.add_argument("--format", choices=SYNTH_FORMATS, required=True)
-    synth.add_argument("--out", type=Path, required=True)
+    synth.add_argument("--subjects", type=positive_int, required=True, help="subjects (people) to write")
+    synth.add_argument("--nights", type=positive_int, default=1, help="nights per subject")
+    synth.add_argument("--format", choices=SYNTH_FORMATS, required=True, help="file layout of the dataset")
+    synth.add_argument("--out", type=Path, required=True, help="folder to write the recordings into")
     synth.add_argument(
         "--hours",
         type=positive_float,
@@ -89,8 +102,14 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     )
     synth.set_defaults(func=_synth)
 
-    prep = commands.add_parser("prepare", help="read recordings into a memory-mapped window cache")
-    prep.add_argument("dataset", choices=formats)
+    prep = commands.add_parser(
+        "prepare",
+        **describe(
+            "read recordings into a memory-mapped window cache",
+            "mvapp data prepare physionet2018 --source demo_data/physionet2018_raw --out demo_data/physionet2018_cache",
+        ),
+    )
+    prep.add_argument("dataset", choices=formats, help="the dataset's format (its card in datasets/)")
     prep.add_argument(
         "--source",
         type=Path,
@@ -174,28 +193,41 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
     domains = commands.add_parser(
         "synth-domains",
-        help="write six digit image domains (scikit-learn's handwritten digits) in the DomainNet layout",
+        **describe(
+            "write six digit image domains (scikit-learn's handwritten digits) in the DomainNet layout",
+            "mvapp data synth-domains --out data/digit-domains",
+        ),
     )
     domains.add_argument(
         "--out", type=Path, required=True, help="folder to write <domain>/<class>/<image> + split files"
     )
-    domains.add_argument("--seed", type=nonnegative_int, default=0)
+    domains.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the domains' renderings")
     domains.add_argument(
         "--limit", type=positive_int, default=None, help="only the first N digits (tiny test fixtures)"
     )
     domains.set_defaults(func=_synth_domains)
 
     captions = commands.add_parser(
-        "caption-domains", help="caption the synth-domains images (digit, stroke, rendering): TSV + images + tar shards"
+        "caption-domains",
+        **describe(
+            "caption the synth-domains images (digit, stroke, rendering): TSV + images + tar shards",
+            "mvapp data caption-domains --domains-dir data/digit-domains --out data/digit-domain-pairs",
+        ),
     )
     captions.add_argument("--domains-dir", type=Path, required=True, help="a `mvapp data synth-domains` folder")
     captions.add_argument("--out", type=Path, required=True, help="new folder: train.tsv, test.tsv, images/, shards/")
     captions.add_argument("--domains", default=None, help="comma-separated subset (default: every domain present)")
-    captions.add_argument("--samples-per-shard", type=positive_int, default=500)
+    captions.add_argument("--samples-per-shard", type=positive_int, default=500, help="image-text pairs per tar shard")
     captions.set_defaults(func=_caption_domains)
 
-    info = commands.add_parser("info", help="summarise a prepared cache (recordings, channels, windows per stage)")
-    info.add_argument("cache", type=Path)
+    info = commands.add_parser(
+        "info",
+        **describe(
+            "summarise a prepared cache (recordings, channels, windows per stage)",
+            "mvapp data info demo_data/physionet2018_cache",
+        ),
+    )
+    info.add_argument("cache", type=Path, help="a prepared cache folder (mvapp data prepare --out)")
     info.add_argument("--json", action="store_true", help="the full record as JSON (per subject, the dataset card)")
     info.set_defaults(func=_info)
 
@@ -320,7 +352,10 @@ def _reader_options(args: argparse.Namespace) -> dict[str, str] | None:
             raise ValueError(f"{', '.join(given)}: only for {' and '.join(GENERIC_FORMATS)}, not {args.dataset}")
         return None
     if not args.channels:
-        raise ValueError(f"{args.dataset}: name the channels to prepare with --channels (e.g. --channels C3-M2 O1-M2)")
+        raise ValueError(
+            f"{args.dataset}: name the channels to prepare with --channels (e.g. --channels C3-M2 O1-M2; with "
+            "--modalities they are the brain group's)"
+        )
     return {"stages": args.stages or GENERIC_FORMATS[args.dataset], "stage_map": args.stage_map or "aasm"}
 
 

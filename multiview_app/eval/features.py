@@ -176,3 +176,27 @@ def combine_views(features: np.ndarray, how: Combine = "mean") -> np.ndarray:
     if how == "concat":
         return features.reshape(features.shape[0], -1)
     raise ValueError(f"combine: expected mean, concat or first, got {how!r}")
+
+
+def window_features(
+    model: Any,
+    adapter: Any,
+    policy: Any,
+    split: str,
+    batch_size: int,
+    device: str,
+    *,
+    rows: np.ndarray | list[int] | None = None,
+    combine: Combine = "concat",
+    kind: FeatureKind = "encoder",
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
+    """Per-window features of ``split`` (only the windows ``rows`` when given): the views' features
+    combined (``(N, k * f)`` concatenated, ``(N, f)`` averaged), labels ``(N,)`` and the windows'
+    meta (subject, recording, window). The one feature path of the sleep-staging evaluator, its supervised
+    ceiling and ``mvapp tune``'s sleep-staging objective."""
+    dataset = None if rows is None else Subset(adapter.split(split), np.asarray(rows).tolist())
+    feats, labels, meta = extract_features(
+        model, adapter, policy, split, batch_size, device, progress, dataset=dataset, kind=kind
+    )
+    return combine_views(feats, combine), labels, meta

@@ -99,12 +99,29 @@ def stage_bouts(stages: np.ndarray, min_minutes: float = MIN_BOUT_MINUTES) -> li
     ]
 
 
+def r_peaks(ecg: np.ndarray, fs: float) -> np.ndarray:
+    """Sample indices of the R peaks of an ECG segment ``(n,)`` (NeuroKit2 ``ecg_peaks``, default method)."""
+    import neurokit2 as nk
+
+    _, info = nk.ecg_peaks(ecg, sampling_rate=int(round(fs)))
+    return np.asarray(info["ECG_R_Peaks"])
+
+
+def breaths(effort: np.ndarray, fs: float) -> tuple[np.ndarray, dict]:
+    """A breathing-effort segment ``(n,)`` cleaned (NeuroKit2 ``rsp_clean``) and its peaks and troughs
+    (``rsp_peaks`` info: ``RSP_Peaks``, ``RSP_Troughs`` sample indices)."""
+    import neurokit2 as nk
+
+    cleaned = nk.rsp_clean(effort, sampling_rate=int(round(fs)))
+    _, info = nk.rsp_peaks(cleaned, sampling_rate=int(round(fs)))
+    return cleaned, info
+
+
 def _heart_measures(ecg: np.ndarray, fs: float) -> dict[str, float]:
     """Heart rate (bpm), RMSSD (ms) and LF/HF of an ECG segment ``(n,)``."""
     import neurokit2 as nk
 
-    _, info = nk.ecg_peaks(ecg, sampling_rate=int(round(fs)))
-    peaks = np.asarray(info["ECG_R_Peaks"])
+    peaks = r_peaks(ecg, fs)
     if peaks.size < 30:
         return {"heart_rate_bpm": np.nan, "rmssd_ms": np.nan, "lf_hf": np.nan}
     time_domain = nk.hrv_time(peaks, sampling_rate=int(round(fs)))
@@ -121,8 +138,7 @@ def _breathing_measures(effort: np.ndarray, fs: float) -> dict[str, float]:
     import neurokit2 as nk
 
     rate = int(round(fs))
-    cleaned = nk.rsp_clean(effort, sampling_rate=rate)
-    _, info = nk.rsp_peaks(cleaned, sampling_rate=rate)
+    cleaned, info = breaths(effort, fs)
     breaths_per_min = nk.rsp_rate(cleaned, troughs=info, sampling_rate=rate)
     intervals = np.diff(np.asarray(info["RSP_Troughs"])) / fs
     return {
@@ -131,7 +147,7 @@ def _breathing_measures(effort: np.ndarray, fs: float) -> dict[str, float]:
     }
 
 
-def _effort(signals: Mapping[str, np.ndarray]) -> np.ndarray | None:
+def breathing_effort(signals: Mapping[str, np.ndarray]) -> np.ndarray | None:
     """Breathing effort: CHEST + ABD, else whichever of ABD / CHEST / AIRFLOW is there (``None`` if none)."""
     if "CHEST" in signals and "ABD" in signals:
         return np.asarray(signals["CHEST"], dtype=float) + np.asarray(signals["ABD"], dtype=float)
@@ -147,7 +163,7 @@ def bout_measures(signals: Mapping[str, np.ndarray], fs: float, start: float, st
         warnings.simplefilter("ignore")  # NeuroKit2's notes on short records / default methods
         if "ECG" in signals:
             measures.update(_heart_measures(np.asarray(signals["ECG"][window], dtype=float), fs))
-        effort = _effort(signals)
+        effort = breathing_effort(signals)
         if effort is not None:
             measures.update(_breathing_measures(effort[window], fs))
     if "SaO2" in signals:

@@ -33,23 +33,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader
 
-from ..argtypes import open_fraction, positive_float, positive_int
+from ..argtypes import open_fraction, positive_float, positive_int, renamed_option
 from ..data.eeg.provenance import recording_identities
 from ..data.eeg.stages import STAGES
 from ..train.input_contract import check_run_input, format_input_differences
 from ..train.run_io import atomic_write_json, load_run
 from . import Evaluator, register_evaluator
-from . import features as feature_path
 from .bandpower import bandpower_features, bandpower_time_bins
-from .features import Combine, FeatureKind, combine_views
+from .features import window_features
 from .handcrafted import handcrafted_per_channel, handcrafted_row
 from .protocols import get_protocol, stats
 from .protocols.staging import (
@@ -253,17 +254,15 @@ def run_sleep_staging(
         (np.isin(subjects, train_subjects), np.isin(subjects, test_subjects))
         for train_subjects, test_subjects in plan["folds"]
     ]
-    _FOLD_JOB.update(
+    job = FoldJob(
         features=features,
         labels=labels,
         subjects=subjects,
         masks=fold_masks,
         options={"shots": shots, "seeds": seeds, "C": C, "classifier": classifier, "lr": lr},
     )
-    try:  # the paper classifier trains with torch: never in a fork of a process that ran torch threads
-        fold_fits = _map_folds(len(fold_masks), workers if classifier == "logreg" else 1)
-    finally:
-        _FOLD_JOB.clear()
+    # the paper classifier trains with torch: never in a fork of a process that ran torch threads
+    fold_fits = map_folds(job, workers if classifier == "logreg" else 1)
     for fold, (fits, caught) in enumerate(fold_fits):
         test = fold_masks[fold][1]
         collected += caught
@@ -276,10 +275,16 @@ def run_sleep_staging(
             predictions, first_test = fits["predictions"], test
     rows = list(features)
     if yasa:
+        began = time.perf_counter()
         yasa_fits = _yasa_fold_fits(adapter.cache_dir, meta, labels, [m[1] for m in fold_masks], shots, seeds)
         if isinstance(yasa_fits, str):
             skipped_notes.append(yasa_fits)
         else:
+            n_nights = len(set(np.asarray(meta["recording"])[np.any([m[1] for m in fold_masks], axis=0)]))
+            skipped_notes.append(
+                f"{YASA_ROW} row: {n_nights} test nights staged from their source files in "
+                f"{time.perf_counter() - began:.0f} s (one process)"
+            )
             for part, fits in zip(fold_results, yasa_fits):
                 part[YASA_ROW] = fits
             rows.append(YASA_ROW)
@@ -376,45 +381,81 @@ def _yasa_fold_fits(
     return out
 
 
-_FOLD_JOB: dict[str, Any] = {}
-"""The features ``{row: (N, ...)}``, labels ``(N,)``, per-fold ``(train, test)`` masks and protocol options
-of the evaluation whose folds are being fitted (read by :func:`_fit_fold` in this process or in a forked worker)."""
+@dataclass(frozen=True)
+class FoldJob:
+    """The inputs of every subject fold's fits: features ``{row: (N, ...)}``, labels ``(N,)``, subjects
+    ``(N,)``, per-fold ``(train, test)`` window masks and the protocol options."""
+
+    features: dict[str, np.ndarray]
+    labels: np.ndarray
+    subjects: np.ndarray
+    masks: list[tuple[np.ndarray, np.ndarray]]
+    options: dict[str, Any]
 
 
-def _fit_fold(fold: int) -> tuple[dict[str, Any], list[warnings.WarningMessage]]:
-    """The ``few-shot-staging`` fits of one subject fold of :data:`_FOLD_JOB`, with the warnings they raised."""
-    job = _FOLD_JOB
-    train, test = job["masks"][fold]
-    labels, opts = job["labels"], job["options"]
-    split_feats = {name: {"train": f[train], "test": f[test]} for name, f in job["features"].items()}
+FoldFits = tuple[dict[str, Any], list[warnings.WarningMessage]]
+
+
+def fit_fold(job: FoldJob, fold: int) -> FoldFits:
+    """The ``few-shot-staging`` fits of one subject fold of ``job``, with the warnings they raised."""
+    train, test = job.masks[fold]
+    opts = job.options
+    split_feats = {name: {"train": f[train], "test": f[test]} for name, f in job.features.items()}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fits = get_protocol("few-shot-staging")(
             split_feats,
-            labels[train],
-            labels[test],
+            job.labels[train],
+            job.labels[test],
             opts["shots"],
             opts["seeds"],
             opts["C"],
             classifier=opts["classifier"],
             lr=opts["lr"],
-            test_subjects=job["subjects"][test],
+            test_subjects=job.subjects[test],
         )
     # plain fields only: a worker process sends them back pickled
     return fits, [warnings.WarningMessage(w.message, w.category, w.filename, w.lineno) for w in caught]
 
 
-def _map_folds(folds: int, workers: int) -> list[tuple[dict[str, Any], list[warnings.WarningMessage]]]:
-    """:func:`_fit_fold` of every fold, in fold order: in this process, or in ``workers`` forked processes
-    (Linux; elsewhere in this process) that inherit :data:`_FOLD_JOB` without copying it."""
+def _fit_and_send(job: FoldJob, fold: int, connection: Any) -> None:
+    """In a forked worker: :func:`fit_fold` and send ``("ok", fits)`` or ``("error", text)`` back."""
+    try:
+        connection.send(("ok", fit_fold(job, fold)))
+    except BaseException as err:  # noqa: BLE001 - reported to the parent, which raises it
+        connection.send(("error", f"{type(err).__name__}: {err}"))
+    finally:
+        connection.close()
+
+
+def map_folds(job: FoldJob, workers: int) -> list[FoldFits]:
+    """:func:`fit_fold` of every fold of ``job``, in fold order: in this process, or in at most ``workers``
+    forked processes at a time (Linux; elsewhere in this process). A forked worker gets ``job`` as its
+    argument without a copy (the fork shares the parent's memory); only its fits come back pickled."""
     import multiprocessing
 
+    folds = len(job.masks)
     if workers <= 1 or folds <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [_fit_fold(fold) for fold in range(folds)]
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(min(workers, folds), mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_fit_fold, range(folds)))
+        return [fit_fold(job, fold) for fold in range(folds)]
+    context, pending, running, done = multiprocessing.get_context("fork"), list(range(folds)), [], {}
+    while pending or running:
+        while pending and len(running) < workers:
+            fold = pending.pop(0)
+            receive, send = context.Pipe(duplex=False)
+            worker = context.Process(target=_fit_and_send, args=(job, fold, send))
+            worker.start()
+            send.close()
+            running.append((fold, worker, receive))
+        fold, worker, receive = running.pop(0)
+        try:
+            status, value = receive.recv()
+        except EOFError:
+            status, value = "error", "the worker process died without a result"
+        worker.join()
+        if status != "ok":
+            raise RuntimeError(f"sleep staging, subject fold {fold + 1}: {value}")
+        done[fold] = value
+    return [done[fold] for fold in range(folds)]
 
 
 @torch.no_grad()
@@ -592,30 +633,6 @@ def _refuse_pretraining(test_subjects: list[str], pretraining_subjects: list[str
         )
 
 
-def window_features(
-    model: Any,
-    adapter: Any,
-    policy: Any,
-    split: str,
-    batch_size: int,
-    device: str,
-    *,
-    rows: np.ndarray | list[int] | None = None,
-    combine: Combine = "concat",
-    kind: FeatureKind = "encoder",
-    progress: bool = False,
-) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
-    """Per-window features of ``split`` (only the windows ``rows`` when given): the views' features
-    combined (``(N, k * f)`` concatenated, ``(N, f)`` averaged), labels ``(N,)`` and the windows'
-    meta (subject, recording, window). The one feature path of this evaluator and of ``mvapp tune``'s
-    sleep-staging objective."""
-    dataset = None if rows is None else Subset(adapter.split(split), np.asarray(rows).tolist())
-    feats, labels, meta = feature_path.extract_features(
-        model, adapter, policy, split, batch_size, device, progress, dataset=dataset, kind=kind
-    )
-    return combine_views(feats, combine), labels, meta
-
-
 def classifier_label(classifier: str, C: float | None, lr: float | None) -> str:
     """The classifier in a few words, for plot titles (``logreg, C tuned``; ``paper classifier, lr 0.01``)."""
     if classifier == "paper":
@@ -715,7 +732,7 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"sleep staging, {result['protocol']} ({result['dataset']}, {source}): {len(result['folds'])} fold(s), "
         f"{len(result['subjects']['test'])} test subjects in fold 1, {result['windows']['test']} test windows, "
-        f"mean ± std over {n_runs} fits (folds x seeds); classifier: {result['classifier']}"
+        f"mean ± std over {n_runs} fits (folds x draws); classifier: {result['classifier']}"
         + (f"; {result['features']} outputs" if result.get("features", "encoder") != "encoder" else "")
     ]
     width = max(12, *(len(name) + 1 for name in result["results"]))
@@ -785,7 +802,8 @@ class SleepStaging(Evaluator):
             "--folds",
             type=positive_int,
             default=None,
-            help="subject-wise folds of the test subjects (mean ± std over folds x seeds)",
+            help="subject-wise folds of the test subjects, >= 2 (mean ± std over folds x draws; "
+            "default: one split, the run's own or --test-fraction)",
         )
         parser.add_argument(
             "--shots",
@@ -795,7 +813,15 @@ class SleepStaging(Evaluator):
             help="windows per class (default: %(default)s)",
         )
         parser.add_argument(
-            "--seeds", type=positive_int, default=5, help="repetitions (different few-shot draws; default: %(default)s)"
+            "--draws",
+            type=positive_int,
+            default=5,
+            help="few-shot draws per fold (s windows per class drawn again, seeds 0 .. N-1; default: %(default)s)",
+        )
+        renamed_option(
+            parser,
+            "--seeds",
+            "the number of few-shot draws is --draws N (e.g. --draws 3); --seeds lists seeds elsewhere",
         )
         parser.add_argument(
             "--combine",
@@ -832,7 +858,7 @@ class SleepStaging(Evaluator):
             default=None,
             metavar="RUN",
             help="also evaluate these runs (e.g. other pretraining seeds / folds) the same way and "
-            "report mean ± std over runs x folds x seeds (eval/<name>_pooled.json in --run)",
+            "report mean ± std over runs x folds x draws (eval/<name>_pooled.json in --run)",
         )
         parser.add_argument(
             "--batch-size",
@@ -876,7 +902,7 @@ class SleepStaging(Evaluator):
             help="stage only these classes (e.g. W N1 N2 N3 when REM is too rare); the other "
             "windows are excluded and counted in the output (default: every stage)",
         )
-        parser.add_argument("--device", default="cpu")
+        parser.add_argument("--device", default="cpu", help="torch device of the feature extraction")
         parser.add_argument(
             "--workers",
             type=positive_int,
@@ -900,7 +926,7 @@ class SleepStaging(Evaluator):
                 test_fraction=args.test_fraction,
                 folds=args.folds,
                 shots=tuple(args.shots),
-                seeds=args.seeds,
+                seeds=args.draws,
                 combine=args.combine,
                 C=args.C,
                 batch_size=args.batch_size,
@@ -925,8 +951,6 @@ class SleepStaging(Evaluator):
             atomic_write_json(Path(result["output"]), result)
         print(format_table(result))
         print(f"plots: {', '.join(result['plots'].values())}")
-        if result["notes"]:
-            print(f"warning: {'; '.join(result['notes'])}", file=sys.stderr)  # one summarized line
         if results[0].get("input_differences"):
             print(f"note: {format_input_differences(results[0]['input_differences'])}", file=sys.stderr)
         return result

@@ -146,9 +146,9 @@ def model_validation_score(cfg: Config, model: Any, *, batch_size: int = 16, dev
 
     from ..data.adapters import build_adapter
     from ..data.eeg.views import staging_views
+    from .features import window_features
     from .protocols.probe import fit_linear_classifier
     from .protocols.staging import shot_draw
-    from .sleep_staging import window_features
 
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     policy = staging_views(cfg.views, adapter)

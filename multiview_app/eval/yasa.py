@@ -74,17 +74,28 @@ class YasaSkip(ValueError):
 class StagedNight:
     """YASA's staging of one recording on its reader's epoch grid.
 
-    Attributes:
-        recording, subject: the reader's ids.
-        source: the signal file (Sleep-EDF PSG, WFDB record, DREAMS excerpt).
-        eeg, eog: the derivations staged (``eog`` None: the EEG-only classifier).
-        age, male: what was passed to YASA (None: not known, the classifier without demographics).
-        first_epoch: index on the reader's grid (``Recording.epoch_labels``) of the first staged epoch.
-        labels: ``(E,)`` the scorer's codes of the staged epochs (``EXCLUDED`` / ``UNSCORED`` kept).
-        predicted: ``(E,)`` YASA's codes 0..4.
-        eeg_uv: ``(E, T)`` the EEG lead of the staged epochs in microvolts, at ``sfreq``.
-        sfreq: sampling rate of ``eeg_uv``.
-        upsampled_from: the recording's rate when it was upsampled to :data:`UPSAMPLE_TO` (else None).
+    Attributes
+    ----------
+    recording, subject : str
+        The reader's ids.
+    source : Path
+        The signal file (Sleep-EDF PSG, WFDB record, DREAMS excerpt).
+    eeg, eog : str, str or None
+        The derivations staged (``eog`` None: the EEG-only classifier).
+    age, male : float or None, bool or None
+        What was passed to YASA (None: not known, the classifier without demographics).
+    first_epoch : int
+        Index on the reader's grid (``Recording.epoch_labels``) of the first staged epoch.
+    labels : numpy.ndarray
+        ``(E,)`` the scorer's codes of the staged epochs (``EXCLUDED`` / ``UNSCORED`` kept).
+    predicted : numpy.ndarray
+        ``(E,)`` YASA's codes 0..4.
+    eeg_uv : numpy.ndarray
+        ``(E, T)`` the EEG lead of the staged epochs in microvolts, at ``sfreq``.
+    sfreq : float
+        Sampling rate of ``eeg_uv``.
+    upsampled_from : float or None
+        The recording's rate when it was upsampled to :data:`UPSAMPLE_TO` (else None).
     """
 
     recording: str

@@ -15,26 +15,45 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from ..argtypes import nonnegative_int, positive_float, positive_int
+from ..argtypes import nonnegative_int, positive_float, positive_int, seed_list
+from ..cli import describe
+
+DG_EXAMPLES = (
+    "mvapp experiment domain-generalization --run runs/dg_m3g --config configs/domains_digits_m3g.yaml "
+    "--holdout sketch --seeds 0,1",
+    "mvapp experiment domain-generalization --run runs/dg_m3g        # evaluate an existing run",
+)
+CEILING_EXAMPLE = "mvapp experiment supervised-ceiling --run runs/eeg_m3g"
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser(
-        "experiment", help="train runs unless done, then evaluate them (domain-generalization, supervised-ceiling)"
+        "experiment",
+        **describe(
+            "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling)",
+            DG_EXAMPLES[0],
+            CEILING_EXAMPLE,
+        ),
     )
     sub = group.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
     parser = sub.add_parser(
         "domain-generalization",
-        help="leave-one-domain-out with training-domain-validation model selection (DomainBed): "
-        "pretrain one run per held-out domain and seed (--config) or evaluate --run",
+        **describe(
+            "leave-one-domain-out with training-domain-validation model selection (DomainBed): "
+            "pretrain one run per held-out domain and seed (--config) or evaluate --run",
+            *DG_EXAMPLES,
+        ),
     )
     add_domain_generalization_arguments(parser)
     parser.set_defaults(func=run_domain_generalization)
     ceiling = sub.add_parser(
         "supervised-ceiling",
-        help="train the supervised ceiling of an EEG run unless done: its encoder trained end to "
-        "end on the pretraining nights' stages, its checkpoint chosen on validation subjects "
-        "(the sleep-staging evaluator's supervised_ceiling row)",
+        **describe(
+            "train the supervised ceiling of an EEG run unless done: its encoder trained end to "
+            "end on the pretraining nights' stages, its checkpoint chosen on validation subjects "
+            "(the sleep-staging evaluator's supervised_ceiling row)",
+            CEILING_EXAMPLE,
+        ),
     )
     ceiling.add_argument("--run", required=True, type=Path, help="the pretraining run folder (EEG windows)")
     ceiling.add_argument(
@@ -44,6 +63,44 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         help="step budget of the selection run (default: the run's train.max_steps)",
     )
     ceiling.set_defaults(func=run_supervised_ceiling)
+    headline = sub.add_parser(
+        "eeg-demo",
+        help="the README's EEG headline: the demo (make run) pretrained with several seeds, each staging the "
+        "Sleep-EDF-format nights cross-dataset; mean, seeds x subjects interval and min-max over seeds",
+        description="Pretrain the demo's encoder once per seed (configs/demo_eeg.yaml, DEMO_<KEY> overrides), "
+        "stage the demo's Sleep-EDF-format nights with each run, and pool the seeds.",
+        epilog="example: mvapp experiment eeg-demo --seeds 0,1,2 --publish",
+    )
+    headline.add_argument("--seeds", default="0,1,2", help="comma-separated pretraining seeds (default: %(default)s)")
+    headline.add_argument(
+        "--data",
+        type=Path,
+        default=Path("demo_data"),
+        help="the demo's data folder, made unless present (default: %(default)s, make run's)",
+    )
+    headline.add_argument(
+        "--runs",
+        type=Path,
+        default=Path("runs") / "eeg_demo_seeds",
+        help="where the seed runs go (default: %(default)s)",
+    )
+    headline.add_argument("--no-ceiling", action="store_true", help="skip the supervised-ceiling row (~90 s per seed)")
+    headline.add_argument(
+        "--publish",
+        action="store_true",
+        help="write the table to docs/results/eeg_cross_dataset.md and the README block (run from the repository root)",
+    )
+    headline.set_defaults(func=run_eeg_demo_headline)
+    dreams = sub.add_parser(
+        "dreams-transfer",
+        help="synthetic-to-real: the demo's encoder (pretrained per seed) stages the real DREAMS excerpts "
+        "leave-one-excerpt-out, beside band power, handcrafted features, the supervised ceiling and YASA",
+        description="Prepare the DREAMS excerpts, pretrain the demo's encoder once per seed unless --run is "
+        "given, stage the excerpts leave-one-excerpt-out and pool the seeds.",
+        epilog="example: mvapp experiment dreams-transfer --real-psg ../shared/real-psg --out runs/dreams --publish",
+    )
+    add_dreams_arguments(dreams)
+    dreams.set_defaults(func=run_dreams_transfer)
 
 
 def run_supervised_ceiling(args: argparse.Namespace) -> int:
@@ -103,7 +160,9 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
         default=None,
         help="with --config: a domain name or 'all' (default: the config's data.options.holdout)",
     )
-    parser.add_argument("--seeds", default="0", help="with --config: comma-separated seeds")
+    parser.add_argument(
+        "--seeds", type=seed_list, default="0", help="with --config: training seeds, comma-separated (e.g. 0,1)"
+    )
     parser.add_argument(
         "--protocol",
         choices=["generalization", "adaptation", "both"],
@@ -130,7 +189,7 @@ def add_domain_generalization_arguments(parser: argparse.ArgumentParser) -> None
         help="ERM's own step budget (default 600; its checkpoint is chosen by training-domain "
         "validation, never the pretraining train.max_steps)",
     )
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="torch device of the evaluation")
     parser.add_argument(
         "--threads",
         type=nonnegative_int,
@@ -173,13 +232,12 @@ def run_domain_generalization(args: argparse.Namespace) -> int:
     holdout = args.holdout or options.get("holdout") or options.get("adapt")
     if holdout is None:
         raise ValueError("--config: set data.options.holdout (or adapt) or pass --holdout DOMAIN|all")
-    seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
     protocols = ("generalization", "adaptation") if args.protocol == "both" else (args.protocol,)
     results = train_and_evaluate(
         args.config,
         run_dir,
         "all" if holdout == "all" else [holdout],
-        seeds,
+        args.seeds,
         args.set,
         protocols=protocols,
         C=args.C,
@@ -190,4 +248,113 @@ def run_domain_generalization(args: argparse.Namespace) -> int:
     )
     print(write_summary(results, run_dir)["table"])
     print(f"wrote {run_dir}")
+    return 0
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` -> ``[0, 1, 2]``; one clear error otherwise."""
+    try:
+        seeds = [int(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds: expected comma-separated integers such as 0,1,2, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds: expected distinct comma-separated integers such as 0,1,2, got {text!r}")
+    return seeds
+
+
+@resumable
+def run_eeg_demo_headline(args: argparse.Namespace) -> int:
+    """Pretrain per seed unless done, stage, pool; print the table; ``--publish`` writes it into the docs."""
+    import json
+
+    from .headline import TABLE, headline
+    from .publish import publish
+
+    seeds = parse_seeds(args.seeds)
+    command = f"mvapp experiment eeg-demo --seeds {','.join(map(str, seeds))}" + (
+        " --no-ceiling" if args.no_ceiling else ""
+    )
+    text, summary = headline(seeds, args.data, args.runs, command, ceiling=not args.no_ceiling)
+    args.runs.mkdir(parents=True, exist_ok=True)
+    (args.runs / f"{TABLE}.md").write_text(text + "\n")
+    (args.runs / f"{TABLE}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(text)
+    if args.publish:
+        for path in publish(TABLE, text, summary, Path.cwd()):
+            print(f"wrote {path}")
+    return 0
+
+
+def add_dreams_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``mvapp experiment dreams-transfer``."""
+    from .dreams import REAL_PSG_ENV, SHOTS, STAGES
+
+    parser.add_argument(
+        "--real-psg", type=Path, default=None, help=f"folder holding dreams-spindles/ (default: ${REAL_PSG_ENV})"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output folder (cache, runs, table, JSON)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated pretraining seeds (default: %(default)s)")
+    parser.add_argument(
+        "--run", type=Path, nargs="+", default=None, help="pretrained run(s) to transfer instead (default: pretrain)"
+    )
+    parser.add_argument(
+        "--data", type=Path, default=None, help="the demo's data folder, made unless present (default: OUT/demo_data)"
+    )
+    parser.add_argument(
+        "--shots",
+        type=positive_int,
+        nargs="+",
+        default=list(SHOTS),
+        help="labelled windows per class (default: %(default)s)",
+    )
+    parser.add_argument("--stages", nargs="+", default=list(STAGES), help="stages staged (default: %(default)s)")
+    parser.add_argument(
+        "--draws", type=positive_int, default=None, help="few-shot draws per fold (default: configs/demo_eeg.yaml's)"
+    )
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the supervised-ceiling row")
+    parser.add_argument(
+        "--publish", action="store_true", help="write the table to docs/results/dreams_transfer.md and the README block"
+    )
+
+
+@resumable
+def run_dreams_transfer(args: argparse.Namespace) -> int:
+    """Prepare, pretrain unless --run, stage, pool; print the page; ``--publish`` writes the table into the docs."""
+    import json
+    import os
+    import shlex
+
+    from . import dreams
+    from .publish import publish
+
+    real_psg = args.real_psg or os.environ.get(dreams.REAL_PSG_ENV)
+    if real_psg is None:
+        raise ValueError(f"--real-psg DIR (or ${dreams.REAL_PSG_ENV}) is required: the folder holding dreams-spindles/")
+    seeds = parse_seeds(args.seeds)
+    results, runs, cache = dreams.transfer(
+        Path(real_psg),
+        args.out,
+        seeds=seeds,
+        runs=args.run,
+        data=args.data,
+        shots=args.shots,
+        stages=args.stages,
+        ceiling=not args.no_ceiling,
+        draws=args.draws,
+    )
+    if args.run is not None:  # the runs' own training seeds
+        from ..train.run_io import load_run_config
+
+        seeds = [load_run_config(run).train.seed for run in runs]
+    command = "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
+    text, summary = dreams.report(results, seeds, cache, command)
+    summary["runs"] = [str(r) for r in runs]
+    (args.out / f"{dreams.TABLE}.md").write_text(
+        text + "\n\nper-class F1:\n\n" + "\n".join(summary["per_class_f1"]) + "\n"
+    )
+    (args.out / f"{dreams.TABLE}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(text)
+    if args.publish:
+        for path in publish(dreams.TABLE, text, summary, Path.cwd()):
+            print(f"wrote {path}")
     return 0

@@ -7,11 +7,19 @@ import argparse
 from pathlib import Path
 
 from ..argtypes import nonnegative_int, positive_float, positive_int
+from ..cli import describe
 from .options import ALL_SPLITS, DEFAULT_MAX_SHARD_MB, FEATURE_KINDS, FILE_FORMATS, VIEW_MODES
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("export", help="export embeddings of a dataset split (for downstream classifiers)")
+    parser = subparsers.add_parser(
+        "export",
+        **describe(
+            "export embeddings of a dataset split (for downstream classifiers)",
+            "mvapp export --run runs/digits_m3g --out exports/digits_m3g                 # every split, one row per view",
+            "mvapp export --run runs/eeg_m3g --out exports/eeg_edf data.options.cache=demo_data/sleep_edf_cache",
+        ),
+    )
     parser.add_argument("--run", required=True, type=Path, help="run folder (runs/<name>)")
     parser.add_argument("--out", required=True, type=Path, help="output folder (new or empty; see --overwrite)")
     parser.add_argument("--weights", default="final", help="final, init (random-init reference) or step_N (checkpoint)")

@@ -87,7 +87,14 @@ def _run_steps_and_loss(run_dir: Path, weights: str) -> dict[str, Any]:
     return {"steps": last.get("step"), "final_loss": last.get("loss")}
 
 
-HEADLINE_KEYS = ("accuracy", "balanced_accuracy", "kappa", "top1", "recall", "macro_f1")
+#: substrings of the metric keys a model card lists: accuracies (``accuracy``, the probe's ``logreg_acc`` /
+#: ``knn_acc``), kappa, top-1, recall (``R@K`` of the retrieval evaluator) and macro F1
+HEADLINE_KEYS = ("acc", "kappa", "top1", "recall", "R@", "macro_f1")
+#: the model card's load snippet comment by the ``input`` kind of config.json (only EEG encoders carry an
+#: ``input_contract``; the others' input is the card's Input section)
+LOAD_COMMENTS: dict[str, str] = {
+    "eeg_windows": "eval mode; encoder.input_contract: the EEG window contract above",
+}
 
 
 def _headline_numbers(result: Any, prefix: str = "", depth: int = 0) -> dict[str, float]:
@@ -431,13 +438,14 @@ def model_card(config: dict[str, Any]) -> str:
     else:
         lines += [f"- {description.get('note', '')}"]
     lines += ["", f"Output: `{config['num_features']}` features per input (the backbone, before the projector)."]
+    load_comment = LOAD_COMMENTS.get(description["kind"], "eval mode; input as in the Input section above")
     lines += [
         "",
         "## Load",
         "```python",
         "from multiview_app import load_encoder",
         "",
-        'encoder = load_encoder("<this folder>")  # eval mode; encoder.input_contract: the EEG contract',
+        f'encoder = load_encoder("<this folder>")  # {load_comment}',
         "```",
     ]
     if "timm" in config:

@@ -44,13 +44,17 @@ MANIFEST = "manifest.json"
 PLAN = ".export-plan.json"
 METADATA = "metadata.parquet"
 Views = Literal["per-view", "mean", "concat"]
+#: What the name of a policy's evaluation view is, by policy class: the column of per-view rows that holds it
+#: (the transform stack of an augmentation view, e.g. ``test``; the EEG channel); others: ``view_name``.
+VIEW_COLUMNS: dict[str, str] = {"AugmentPolicy": "transform", "ChannelViews": "channel"}
+VIEW_NAME_COLUMN = "view_name"
 #: Metadata columns the export itself writes, with their types (adapter columns with the same name
 #: get a ``meta_`` prefix; their types are inferred).
 OWN_COLUMN_TYPES: dict[str, pa.DataType] = {
     "item_id": pa.string(),
     "split": pa.string(),
     "index": pa.int64(),
-    "view": pa.string(),
+    **{column: pa.string() for column in sorted({*VIEW_COLUMNS.values(), VIEW_NAME_COLUMN})},
     "view_index": pa.int64(),
     "modality": pa.string(),
     "label": pa.int64(),
@@ -242,9 +246,11 @@ def feature_rows(
     views: Views,
     normalize: bool,
     class_names: list[str],
+    view_name_column: str = VIEW_NAME_COLUMN,
 ) -> tuple[np.ndarray, dict[str, list[Any]]]:
     """Rows ``(n * k, f)`` (per-view, item-major), ``(n, f)`` (mean) or ``(n, k * f)`` (concat) of a
-    feature batch and their metadata columns (own columns first, then the adapter's)."""
+    feature batch and their metadata columns (own columns first, then the adapter's); per-view rows name
+    their view in ``view_name_column`` (:func:`view_column`)."""
     n, k, _ = part.features.shape
     index = list(range(first_index, first_index + n))
     labels = part.labels.tolist()
@@ -263,7 +269,7 @@ def feature_rows(
     if views == "per-view":
         rows = part.features.reshape(n * k, -1)
         columns = {key: [v for v in values for _ in range(k)] for key, values in columns.items()}
-        columns["view"] = list(part.view_names) * n
+        columns[view_name_column] = list(part.view_names) * n
         columns["view_index"] = list(range(k)) * n
         columns["modality"] = list(part.modalities) * n
         columns.update({key: [v for v in values for _ in range(k)] for key, values in item_columns.items()})
@@ -308,6 +314,11 @@ def fused_modalities(policy: Any, views: Views) -> list[str] | None:
             f"--views {views}: a PSG modality run exports one row per modality plus a fused row (--views per-view)"
         )
     return list(specs)
+
+
+def view_column(policy: Any) -> str:
+    """The metadata column naming each per-view row's view (:data:`VIEW_COLUMNS`)."""
+    return VIEW_COLUMNS.get(type(policy).__name__, VIEW_NAME_COLUMN)
 
 
 # ----------------------------------------------------------------------------- output folder
@@ -440,6 +451,7 @@ def export_model(
         "features": features,
         "views": views,
         "view_names": probe.view_names,
+        "view_column": view_column(policy) if views == "per-view" else None,
         "modalities": probe.modalities,
         "normalize": normalize,
         "file_format": file_format,
@@ -480,7 +492,9 @@ def export_model(
                     dataset = Subset(adapter.split(seg.split), range(seg.start, seg.stop))
                     for part in iter_feature_batches(model, dataset, policy, batch_size, device, features, num_workers):
                         part = with_fused_modalities(part, modality_names)
-                        rows, columns = feature_rows(part, seg.split, position, views, normalize, adapter.class_names)
+                        rows, columns = feature_rows(
+                            part, seg.split, position, views, normalize, adapter.class_names, plan["view_column"]
+                        )
                         try:
                             writer.append(rows, columns)
                         except OSError as exc:

@@ -53,13 +53,16 @@ def sample_rows(rows: int, max_points: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(rows, size=max_points, replace=False))
 
 
-def color_column(columns: Sequence[str], table: Any, color_by: str) -> str | None:
-    """The metadata column behind ``color_by`` (``label`` -> ``label_name``; an adapter column may carry
-    a ``meta_`` prefix); ``auto``: the first of :data:`AUTO_ORDER` with more than one value. ValueError
-    naming the available columns when asked for one the export lacks."""
+def color_column(columns: Sequence[str], table: Any, color_by: str, view_name_column: str | None = None) -> str | None:
+    """The metadata column behind ``color_by`` (``label`` -> ``label_name``; ``view`` -> the export's column
+    naming each row's view, ``view_name_column`` (``transform``, ``channel``, ``view_name``); an adapter
+    column may carry a ``meta_`` prefix); ``auto``: the first of :data:`AUTO_ORDER` with more than one value.
+    ValueError naming the available columns when asked for one the export lacks."""
+    views = [view_name_column] if view_name_column else ["view_name"]
 
     def resolve(name: str) -> str | None:
-        candidates = ["label_name", "label"] if name == "label" else [name, f"meta_{name}"]
+        by_name = {"label": ["label_name", "label"], "view": views}
+        candidates = by_name.get(name, [name, f"meta_{name}"])
         return next((c for c in candidates if c in columns), None)
 
     if color_by != "auto":
@@ -187,7 +190,7 @@ def plot_embeddings(
     points = np.asarray(embeddings[index], dtype=np.float32)
     sampled = table.take(index)
     columns = [c for c in table.column_names]
-    column = color_column(columns, table, color_by)
+    column = color_column(columns, table, color_by, manifest.get("view_column"))
     notes = []
     if column is None:
         notes.append(
@@ -209,7 +212,7 @@ def plot_embeddings(
         notes.append(f"{categories} categories of {column}: colours only, no legend")
     board = None
     if tensorboard is not None:
-        meta_columns = [c for c in ("label_name", "split", "view", "modality", "item_id") if c in columns]
+        meta_columns = [c for c in ("label_name", "split", "modality", "item_id") if c in columns]
         meta_columns += [c for c in columns if c not in meta_columns and c not in ("index", "view_index", "label")]
         board = str(write_projector(Path(tensorboard), points, sampled, meta_columns, tag=export_dir.name or "export"))
     summary = MapSummary(

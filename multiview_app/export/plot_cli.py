@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..argtypes import nonnegative_int, positive_int
+from ..cli import describe
 
 # choices repeated from export/maps.py (which imports numpy): ``mvapp --help`` stays light; a test checks them equal
 METHODS = ("umap", "tsne")
@@ -15,7 +16,13 @@ DEFAULT_MAX_POINTS = 5000
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
-    group = subparsers.add_parser("plot", help="pictures of a run's outputs (embedding maps)")
+    group = subparsers.add_parser(
+        "plot",
+        **describe(
+            "pictures of a run's outputs (embedding maps)",
+            "mvapp plot embeddings --export exports/digits_export --color-by label",
+        ),
+    )
     sub = group.add_subparsers(dest="plot", required=True, metavar="PLOT")
     parser = sub.add_parser(
         "embeddings",

@@ -171,11 +171,25 @@ def build_model(
 ) -> MultiViewModel:
     """Build a :class:`MultiViewModel` from plain dicts.
 
-    Args:
-        encoders: ``{modality: {"name": <encoder name>, **encoder kwargs}}``.
-        projector: :class:`Projector` kwargs except ``in_dim`` (``hidden_dim``, ``out_dim``, ``norm``);
-            one projector per modality, input width = that encoder's ``num_features``.
-        predictor: :class:`Predictor` kwargs except ``in_dim`` (``hidden_dim``, ``norm``), or None.
+    Parameters
+    ----------
+    encoders : dict
+        ``{modality: {"name": <encoder name>, **encoder kwargs}}``.
+    projector : dict
+        :class:`Projector` kwargs except ``in_dim`` (``hidden_dim``, ``out_dim``, ``norm``); one projector
+        per modality, input width = that encoder's ``num_features``.
+    predictor : dict or None
+        :class:`Predictor` kwargs except ``in_dim`` (``hidden_dim``, ``norm``), or None.
+
+    Returns
+    -------
+    MultiViewModel
+        Encoders, projectors (and predictors) per modality; embeds a batch of k views to ``(n, k, d)``.
+
+    Raises
+    ------
+    ValueError
+        For an empty ``encoders`` or an encoder spec without ``name``.
 
     Examples
     --------

@@ -6,6 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the trainer (torch) is imported only when a training runs
+    from .trainer import TrainResult
 
 
 def _train_epilog() -> str:
@@ -76,10 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     if result.already_finished:  # resuming a finished run trains nothing (Trainer._finished_already)
         print(result.notes[-1])
         return 0
-    print(
-        f"trained {result.steps} steps in {result.wall_time_s:.1f} s ({result.items_per_s:.1f} items/s), "
-        f"final loss {result.final_loss:.4f}"
-    )
+    print(trained_line(result))
     for report in result.reports:
         print(report)
     summary_path = result.run_dir / SUMMARY_FILE
@@ -87,6 +88,24 @@ def _run(args: argparse.Namespace) -> int:
         print(format_summary(json.loads(summary_path.read_text())))
     print(f"outputs in {result.run_dir}")
     return 0
+
+
+def trained_line(result: TrainResult) -> str:
+    """What this process trained and, after a resume, what the run holds: ``trained 354 steps (46 -> 400) in
+    70.1 s (...items/s), final loss 3.1; the run: 400 steps in 82.7 s`` (a new run: ``trained 400 steps in
+    82.7 s (...items/s), final loss 3.1``)."""
+    this = f"in {result.wall_time_s:.1f} s ({result.items_per_s:.1f} items/s), final loss {result.final_loss:.4f}"
+    if not result.start_step:
+        return f"trained {_steps(result.steps)} {this}"
+    run_time = "time of earlier steps not recorded" if result.run_time_s is None else f"{result.run_time_s:.1f} s"
+    return (
+        f"trained {_steps(result.steps_run)} ({result.start_step} -> {result.steps}) {this}; "
+        f"the run: {_steps(result.steps)} in {run_time}"
+    )
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
 
 
 def _saved_config(resume: str | None, name: str | None) -> str:

@@ -112,7 +112,9 @@ class StopRequest:
 
 @dataclass
 class TrainResult:
-    """Summary of a finished run."""
+    """Summary of a finished run: ``steps`` is the run's total, ``wall_time_s`` and ``items_per_s`` are this
+    process's (the steps from ``start_step`` on); ``run_time_s`` is the training time of all the run's steps,
+    earlier processes included (None when a checkpoint from before it was recorded was resumed)."""
 
     run_dir: Path
     steps: int
@@ -125,6 +127,13 @@ class TrainResult:
     reports: list[str] = field(default_factory=list)  # console texts of the callbacks' results
     #: True when ``resume`` found the run finished (``model.safetensors`` written) and nothing was trained
     already_finished: bool = False
+    start_step: int = 0  # the step this process started from (> 0 after a resume)
+    run_time_s: float | None = None
+
+    @property
+    def steps_run(self) -> int:
+        """Optimizer steps this process ran."""
+        return self.steps - self.start_step
 
 
 def group_batches(groups: np.ndarray, per_batch: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -404,6 +413,9 @@ class Trainer:
         self._first_nonfinite: torch.Tensor | None = None  # device flag of _flag_nonfinite
         self._stream_positions: dict[int, StreamPosition] = {}  # streamed split: this process's workers
         self._solver_announced = False  # the first unconverged solve was reported (_solver_window)
+        #: training seconds of the run before this process (from the resumed checkpoint; None: not recorded)
+        self._prior_train_s: float | None = 0.0
+        self._process_start = time.perf_counter()  # reset when this process's training starts (fit)
 
     # ------------------------------------------------------------------ setup
     def _make_accelerator(self) -> Any:
@@ -599,6 +611,7 @@ class Trainer:
                 self._note(format_input_differences(differences))
             state = load_checkpoint(accelerator, ckpt, parts.loss_fn, self._extra_states(parts))
             at = Position(int(state["step"]), int(state["epoch"]), int(state["batch_position"]))
+            self._prior_train_s = state.get("train_time_s") if at.step else 0.0
             if at.step > plan.total_steps:
                 raise ValueError(
                     f"--resume: checkpoint {ckpt} is at step {at.step}, beyond the run's {plan.total_steps} steps "
@@ -675,9 +688,9 @@ class Trainer:
             at = self._start_or_resume(accelerator, parts, plan)
             start_step = at.step
             accelerator.init_trackers("tb")
-            run_start = time.perf_counter()
+            self._process_start = time.perf_counter()
             last_loss = self._run_epochs(accelerator, plan, parts, at)
-            wall = time.perf_counter() - run_start
+            wall = time.perf_counter() - self._process_start
             self._save_checkpoint(accelerator, plan, parts, at)  # the final state: extending the run starts here
             evaluation, reports = self._finish(accelerator, parts, at.step)
         finally:
@@ -693,6 +706,8 @@ class Trainer:
             self.notes,
             accelerator.is_main_process,
             reports,
+            start_step=start_step,
+            run_time_s=None if self._prior_train_s is None else self._prior_train_s + wall,
         )
 
     def _run_epochs(self, accelerator: Any, plan: DataPlan, parts: Parts, at: Position) -> float:
@@ -946,6 +961,7 @@ class Trainer:
             "epoch": ep,
             "batch_position": pos,
             "total_steps": plan.total_steps,
+            "train_time_s": self._train_time_s(),
             "data_rng": {
                 "seed": tcfg.seed,
                 "permutation": "randperm(seed*1000003+epoch)",
@@ -969,6 +985,13 @@ class Trainer:
             parts.loss_fn,
             self._extra_states(parts),
         )
+
+    def _train_time_s(self) -> float | None:
+        """Training seconds of the run up to now: earlier processes' (from the resumed checkpoint) plus this
+        process's since its training started; None when the resumed checkpoint did not record its time."""
+        if self._prior_train_s is None:
+            return None
+        return round(self._prior_train_s + time.perf_counter() - self._process_start, 3)
 
     def _gather_stream_positions(self, accelerator: Any) -> list[list[list[int]]]:
         """``[rank][worker] = [epoch, offset]`` of every process's DataLoader workers (all processes call it)."""

@@ -1,4 +1,5 @@
-"""``mvapp tune --config FILE --trials N [overrides...]`` and ``mvapp tune report --study-name S``."""
+"""``mvapp tune search --config FILE --trials N [overrides...]`` (``mvapp tune --config ...`` for short) and
+``mvapp tune report --study-name S``."""
 
 from __future__ import annotations
 
@@ -7,69 +8,41 @@ import sys
 from pathlib import Path
 
 from ..argtypes import positive_float, positive_int
+from ..cli import describe
 
-REPORT_HELP = """usage: mvapp tune report --study-name S [--storage URL] [--runs-dir DIR] [--no-plots]
-
-Write the outputs of a study (finished or still running) into <runs-dir>/tune/<study>/: best_config.yaml
-(the base config + the best parameters, ready for mvapp train), trials.csv, report.json, plots
-(optimization history, parameter importances; Pareto front + pareto_front.csv with several objectives) and
-notes (importances from few trials, the objective's resolution in val items). Browse the study live:
-optuna-dashboard <runs-dir>/tune/<study>/journal.log (or the RDB URL).
-
-options:
-  --study-name S   the study to report (required)
-  --storage URL    RDB URL (postgresql://, mysql://) or journal .log path (default: the journal file in
-                   <runs-dir>/tune/<study>/)
-  --runs-dir DIR   runs folder holding tune/<study>/ (default: runs)
-  --no-plots       skip the PNG plots
-"""
-
-
-class _Help(argparse.Action):
-    """``-h``: the ``report`` help after ``mvapp tune report``, else the search help."""
-
-    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
-        super().__init__(
-            option_strings,
-            dest=argparse.SUPPRESS,
-            default=argparse.SUPPRESS,
-            nargs=0,
-            help="show this help message and exit ('mvapp tune report --help': the report's)",
-        )
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: object,
-        option_string: str | None = None,
-    ) -> None:
-        if (getattr(namespace, "rest", None) or [])[:1] == ["report"]:
-            print(REPORT_HELP, end="")
-        else:
-            parser.print_help()
-        parser.exit()
+SEARCH_EXAMPLES = (
+    "mvapp tune search --config configs/tune_digits_m3g.yaml --trials 8 --workers 2",
+    "mvapp tune --config configs/tune_digits_m3g.yaml --trials 8     # the same: search is the default",
+)
+REPORT_EXAMPLE = "mvapp tune report --study-name tune_digits_m3g"
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    group = subparsers.add_parser(
         "tune",
-        help="hyperparameter search with Optuna ('mvapp tune report --study-name S' for the outputs)",
-        description="Search tune.space of a config: every trial is a training run scored on the val split. "
-        "'mvapp tune report --study-name S [--storage URL]' writes the best YAML, trials CSV and plots.",
-        add_help=False,
+        **describe(
+            "hyperparameter search with Optuna (search), and the outputs of a study (report)",
+            *SEARCH_EXAMPLES,
+            REPORT_EXAMPLE,
+        ),
     )
-    parser.add_argument("-h", "--help", action=_Help)
-    parser.add_argument("--config", help="YAML config with a tune section (tune.space; default: the loss's space)")
+    sub = group.add_subparsers(dest="tune_command", required=True, metavar="TUNE_COMMAND")
+    parser = sub.add_parser(
+        "search",
+        **describe(
+            "search tune.space of a config: every trial is a training run scored on the val split",
+            *SEARCH_EXAMPLES,
+        ),
+    )
+    parser.add_argument(
+        "--config", required=True, help="YAML config (its tune.space; default: the loss's search space)"
+    )
+    parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.max_steps=60")
     parser.add_argument(
         "--trials", type=positive_int, default=20, help="finished (complete or pruned) trials the study should hold"
     )
     parser.add_argument("--study-name", help="study name (default: the config file's stem)")
-    parser.add_argument(
-        "--storage",
-        help="RDB URL (postgresql://, mysql://) or journal .log path "
-        "(default: journal file in <runs_dir>/tune/<study>/)",
-    )
+    _add_storage(parser)
     parser.add_argument("--workers", type=positive_int, default=1, help="trials run at the same time by this process")
     parser.add_argument(
         "--timeout", type=positive_float, default=None, help="stop starting trials after this many seconds"
@@ -84,34 +57,54 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         help="fork: trials fork from a process with the trainer imported (Linux, 1 process per "
         "trial); spawn: a fresh python per trial",
     )
-    parser.add_argument("--runs-dir", default=None, help="report: runs folder holding tune/<study>/ (default: runs)")
-    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument(
-        "rest", nargs="*", metavar="overrides", help="dotted overrides (e.g. train.max_steps=60), or 'report'"
-    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots of the report")
     parser.set_defaults(func=_run)
+    _add_report_parser(sub)
+
+
+def _add_storage(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage",
+        help="RDB URL (postgresql://, mysql://) or journal .log path "
+        "(default: the journal file in <runs_dir>/tune/<study>/)",
+    )
+
+
+def _add_report_parser(sub: argparse._SubParsersAction) -> None:
+    """``mvapp tune report``: the outputs of a study, finished or still running."""
+    report = sub.add_parser(
+        "report",
+        **describe(
+            "write a study's outputs into <runs-dir>/tune/<study>/: best_config.yaml (ready for mvapp train), "
+            "trials.csv, report.json and plots",
+            REPORT_EXAMPLE,
+        ),
+    )
+    report.epilog += (
+        "\nplots: optimization history, parameter importances (Pareto front + pareto_front.csv with several "
+        "objectives);\nbrowse a study live: optuna-dashboard <runs-dir>/tune/<study>/journal.log (or the RDB URL)"
+    )
+    report.add_argument("--study-name", required=True, help="the study to report")
+    _add_storage(report)
+    report.add_argument("--runs-dir", default="runs", help="runs folder holding tune/<study>/")
+    report.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    report.set_defaults(func=_report)
 
 
 def _run(args: argparse.Namespace) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours
-    if args.rest[:1] == ["report"]:
-        if args.rest[1:]:
-            raise ValueError(f"mvapp tune report takes no overrides (got {' '.join(args.rest[1:])})")
-        return _report(args)
     from ..config import load_config
     from .report import format_report, write_report
     from .runner import ForkServer, fork_supported
     from .study import Search, pruning_note
 
-    if not args.config:
-        raise ValueError("mvapp tune: --config FILE is required")
     study_name = args.study_name or Path(args.config).stem
     # the fork server imports the training stack while this process loads the config and the study
     server = ForkServer() if args.launcher == "fork" and args.gpus == 1 and fork_supported() else None
     try:
-        cfg = load_config(args.config, args.rest)
+        cfg = load_config(args.config, args.overrides)
         note = pruning_note(cfg)
         if note:
             print(f"note: {note}", flush=True)
@@ -146,13 +139,11 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import optuna
 
-    from ..config import OutputConfig
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     from .report import format_report, write_report
     from .study import open_storage
 
-    if not args.study_name:
-        raise ValueError("mvapp tune report: --study-name is required")
-    folder = Path(args.runs_dir or OutputConfig().runs_dir) / "tune" / args.study_name
+    folder = Path(args.runs_dir) / "tune" / args.study_name
     if args.storage is None and not (folder / "journal.log").is_file():
         raise FileNotFoundError(f"no study journal at {folder / 'journal.log'}; pass --runs-dir or --storage URL")
     storage = open_storage(args.storage, folder)

@@ -9,7 +9,7 @@ Metrics (``tune.metric``) and their direction:
   the linear-probe evaluator's ``eval.linear_probe.probe_model``); default for image adapters.
 - ``sleep_staging.<accuracy|balanced_accuracy|macro_f1|kappa>`` (maximize): the ``few-shot-staging``
   protocol (``tune.shots`` windows per class, seed 0, C = 1) fitted on train subjects, scored on the
-  validation subjects (features by the sleep-staging evaluator's ``eval.sleep_staging.window_features``);
+  validation subjects (features by the sleep-staging evaluator's ``eval.features.window_features``);
   ``balanced_accuracy`` is the EEG default.
 - ``train_time_s`` (minimize): wall time of the training loop (for multi-objective searches).
 
@@ -238,9 +238,9 @@ def _staging_score(metric: Metric, model: Any, state: MetricState) -> float:
     labels (:func:`~multiview_app.eval.protocols.staging.shot_draw`), so the fit and the score are
     those of the whole train split."""
     from ..data.eeg.views import staging_views
+    from ..eval.features import window_features
     from ..eval.protocols import get_protocol
     from ..eval.protocols.staging import shot_draw
-    from ..eval.sleep_staging import window_features
 
     if "few-shot-staging" not in state.results:  # every sleep_staging.* score comes from one protocol run
         policy = staging_views(state.cfg.views, state.adapter)

@@ -159,7 +159,7 @@ def bids_entries(
     return entries, {}
 
 
-MODALITY_DATASETS = ("sleep-edf", "physionet2018", "dreams")
+MODALITY_DATASETS = ("sleep-edf", "physionet2018", "dreams", "edf", "bids")
 """Datasets whose readers read every signal with its type and unit (``entry.read(None)``): ``--modalities``."""
 
 SOURCE_PATTERNS = {

@@ -542,13 +542,18 @@ def psg_recording_id(path: Path, source: Path) -> str:
     return "_".join(path.relative_to(source).with_suffix("").parts)
 
 
-def for_cache(recording: Recording, report: ReadReport, requested: list[str], recording_id: str) -> Recording:
-    """The recording as the EEG window cache takes it: one channel per requested name (``channel_names`` =
-    ``requested``), each in microvolts; the report goes into ``counts`` (``left_out:<label>:<reason>``,
+def for_cache(recording: Recording, report: ReadReport, requested: list[str] | None, recording_id: str) -> Recording:
+    """The recording as the window cache takes it: for the EEG cache one channel per requested name
+    (``channel_names`` = ``requested``), each in microvolts; for a modality cache (``requested`` None) every
+    usable signal with its type and unit. The report goes into ``counts`` (``left_out:<label>:<reason>``,
     ``misc:<label>``, ``not_signal:<label>``, ``unknown_{stage,event,annotation}_label:<label>``)
     so the cache manifest keeps it. ``ValueError`` naming the file for a group of several channels or a
     channel not in microvolts."""
     path = recording.sources[0]
+    if requested is None:
+        recording.recording = recording_id
+        _count_report(recording, report)
+        return recording
     if len(recording.channel_names) != len(requested):
         raise ValueError(
             f"{path}: channels {requested} name {len(recording.channel_names)} channels "
@@ -558,10 +563,15 @@ def for_cache(recording: Recording, report: ReadReport, requested: list[str], re
     if other:
         raise ValueError(f"{path}: channels {', '.join(other)} are not in uV; the EEG window cache holds uV channels")
     recording.recording, recording.channel_names = recording_id, list(requested)
+    _count_report(recording, report)
+    return recording
+
+
+def _count_report(recording: Recording, report: ReadReport) -> None:
+    """The read report's left-out, misc, non-signal and unknown labels, counted into ``recording.counts``."""
     entries = [f"left_out:{o.label}:{o.reason}" for o in report.left_out]
     entries += [f"misc:{label}" for label in report.misc] + [f"not_signal:{label}" for label in report.not_signals]
     recording.counts.update(entries)
     recording.counts.update({f"unknown_stage_label:{k}": v for k, v in report.unknown_stages.items()})
     recording.counts.update({f"unknown_event_label:{k}": v for k, v in report.unknown_events.items()})
     recording.counts.update({f"unknown_annotation_label:{k}": v for k, v in report.unknown_annotations.items()})
-    return recording

@@ -90,6 +90,33 @@ def sign_flip_p(values: Iterable[float], *, resamples: int = RESAMPLES, seed: in
     return float(result.pvalue)
 
 
+def seeds_subjects_ci(
+    scores: np.ndarray, *, resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED
+) -> tuple[float, float]:
+    """Two-stage bootstrap interval of the mean of ``scores (S, N)``: S pretraining seeds x N test subjects,
+    each cell one seed's score on one subject (its fits averaged first). Every resample draws S seeds with
+    replacement, then N subjects with replacement, and takes the mean of the crossed cells, so the interval
+    covers both the pretraining run and the test subjects; percentile interval (BCa has no two-stage form).
+    With S = 1 it is the subject bootstrap alone; equal cells give ``(v, v)``."""
+    x = np.asarray(scores, dtype=np.float64)
+    if x.ndim != 2 or 0 in x.shape or not np.isfinite(x).all():
+        raise ValueError(f"seeds_subjects_ci: expected finite scores (seeds, subjects), got shape {x.shape}")
+    if not 0.0 < level < 1.0 or resamples < 1:
+        raise ValueError(f"seeds_subjects_ci: need 0 < level < 1 and resamples >= 1, got {level}, {resamples}")
+    if np.ptp(x) == 0.0:
+        return float(x[0, 0]), float(x[0, 0])
+    rng = np.random.default_rng(seed)
+    n_seeds, n_subjects = x.shape
+    seed_draws = rng.integers(0, n_seeds, size=(resamples, n_seeds))
+    subject_draws = rng.integers(0, n_subjects, size=(resamples, n_subjects))
+    # mean over the crossed cells x[s_i, u_j] = mean_i mean_j: gather rows, then columns, per resample
+    rows = x[seed_draws]  # (B, S, N)
+    means = np.take_along_axis(rows, subject_draws[:, None, :].repeat(n_seeds, axis=1), axis=2).mean(axis=(1, 2))
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
 def smallest_sign_flip_p(n: int) -> float:
     """The smallest two-sided sign-flip p with ``n`` units: ``2 / 2^n`` (all units on one side)."""
     return min(1.0, 2.0 / 2.0**n)
@@ -131,6 +158,7 @@ __all__ = [
     "bootstrap_ci",
     "ci_text",
     "paired_summary",
+    "seeds_subjects_ci",
     "sign_flip_p",
     "smallest_sign_flip_p",
     "unit_means",

@@ -1,0 +1,100 @@
+"""Evaluation of PSG modalities as views, on frozen per-window features (arrays, no models):
+
+* staging from each modality alone, each leave-one-out subset and all together (:mod:`.staging`);
+* apnea / hypopnea and arousal detection per window, and the per-night AHI (:mod:`.events`);
+* cross-modal retrieval of the matching epoch for every ordered modality pair (:mod:`.retrieval`);
+* per-modality handcrafted baselines from the field's libraries (:mod:`.baselines`, :mod:`.cache`);
+* Markdown tables (:mod:`.tables`) and one error, :class:`UnsupportedEvaluation`, for an evaluation the
+  data cannot support (it names the dataset and what it lacks).
+
+Every evaluator takes feature sets as named rows (``{name: (n, d)}``), so learned embeddings, their
+random-init counterparts and handcrafted baselines share one table::
+
+    windows, baseline_rows, info = cache_baselines("cache/psg")      # or EvalWindows(...) from arrays
+    results = evaluate_modalities(embeddings, windows, extra_rows=baseline_rows)
+    print(format_tables(results))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...data.eeg.events import APNEA_HYPOPNEA, AROUSAL
+from .cache import cache_baselines, cache_windows
+from .data import REQUIREMENTS, EvalWindows, UnsupportedEvaluation, require, subject_folds
+from .events import evaluate_events
+from .retrieval import evaluate_retrieval
+from .staging import ALL, evaluate_staging, modality_subsets, subset_features
+from .tables import format_tables
+
+NO_RESPIRATORY = ("brain", "heart", "muscle")
+"""The modalities of the sleep-disordered-breathing row without airflow or SpO2."""
+
+
+def breathing_rows(features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Rows of the apnea / hypopnea table: every modality together, and brain + heart + muscle (those
+    of them present) when that leaves some modality out."""
+    rows = {ALL: np.concatenate(list(features.values()), axis=1)}
+    kept = [m for m in NO_RESPIRATORY if m in features]
+    if kept and len(kept) < len(features):
+        rows[" + ".join(kept)] = np.concatenate([features[m] for m in kept], axis=1)
+    return rows
+
+
+def evaluate_modalities(
+    features: dict[str, np.ndarray],
+    windows: EvalWindows,
+    *,
+    extra_rows: dict[str, np.ndarray] | None = None,
+    tasks: tuple[str, ...] = ("staging", APNEA_HYPOPNEA, AROUSAL, "retrieval"),
+    shots: int = 50,
+    seeds: int = 3,
+    folds: int | None = None,
+    n_candidates: int = 1000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Every asked evaluation of per-modality features ``{modality: (n, d)}`` on ``windows``; ``extra_rows``
+    (baselines, random init, ...) join the staging and event tables. An asked task the data cannot support
+    raises :class:`UnsupportedEvaluation` (leave it out of ``tasks``)."""
+    extra = dict(extra_rows or {})
+    runs = {
+        "staging": lambda: evaluate_staging(
+            {**subset_features(features, modality_subsets(list(features))), **extra},
+            windows,
+            shots=shots,
+            seeds=seeds,
+            folds=folds,
+        ),
+        APNEA_HYPOPNEA: lambda: evaluate_events(
+            {**breathing_rows(features), **extra}, windows, APNEA_HYPOPNEA, folds=folds
+        ),
+        AROUSAL: lambda: evaluate_events({**breathing_rows(features), **extra}, windows, AROUSAL, folds=folds),
+        "retrieval": lambda: evaluate_retrieval(features, windows, n_candidates=n_candidates, seed=seed),
+    }
+    unknown = [t for t in tasks if t not in runs]
+    if unknown:
+        raise ValueError(f"evaluate_modalities: unknown task(s) {unknown}; expected some of {list(runs)}")
+    for task in tasks:  # every check first: one error before any fit
+        require("ahi" if task == APNEA_HYPOPNEA and windows.night_ahi else task, windows, features)
+    return [runs[task]() for task in tasks]
+
+
+__all__ = [
+    "REQUIREMENTS",
+    "EvalWindows",
+    "UnsupportedEvaluation",
+    "breathing_rows",
+    "cache_baselines",
+    "cache_windows",
+    "evaluate_events",
+    "evaluate_modalities",
+    "evaluate_retrieval",
+    "evaluate_staging",
+    "format_tables",
+    "modality_subsets",
+    "require",
+    "subject_folds",
+    "subset_features",
+]

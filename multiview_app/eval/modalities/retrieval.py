@@ -1,0 +1,128 @@
+"""Cross-modal retrieval of the matching epoch, for every ordered modality pair.
+
+A query is one window's embedding in modality ``a``; its candidates are ``n_candidates`` windows'
+embeddings in modality ``b``: the same window (the match), ``n_candidates / 2 - 1`` windows of the
+query's own night at least ``min_gap`` seconds away (so a subject or night fingerprint cannot solve it)
+and ``n_candidates / 2`` windows of other nights. Candidates are ranked by cosine similarity;
+recall@1 and @10 (tie-aware, ``eval.protocols.retrieval.recall_at_k``) are reported beside chance
+(1 / N and 10 / N), with their BCa interval over the queries' subjects. Queries and candidates are drawn
+once per call with ``seed``: every pair sees the same ones.
+"""
+
+from __future__ import annotations
+
+from itertools import permutations
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..protocols.retrieval import recall_at_k
+from .data import EvalWindows, UnsupportedEvaluation, check_features, require
+from .metrics import subject_cell
+
+N_CANDIDATES = 1000
+"""Candidates per query, the match included."""
+MIN_GAP_SECONDS = 300.0
+"""Own-night candidates lie at least this far (onset to onset) from the query."""
+RECALL_KS = (1, 10)
+"""Recall@K reported."""
+CHUNK = 128
+"""Queries scored at a time (bounds the memory of the similarity rows)."""
+
+
+def _night_pools(windows: EvalWindows, index: int, min_gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Windows of ``index``'s own night at least ``min_gap`` s away, and windows of other nights."""
+    own = windows.nights == windows.nights[index]
+    far = np.abs(windows.onsets - windows.onsets[index]) >= min_gap
+    return np.flatnonzero(own & far), np.flatnonzero(~own)
+
+
+def candidate_sets(
+    windows: EvalWindows, queries: np.ndarray, n_candidates: int, min_gap: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Candidate windows ``(q, n_candidates)`` of each query window ``(q,)``: column 0 the query's own
+    window, then ``n_candidates // 2 - 1`` own-night windows at least ``min_gap`` s away, then the rest
+    from other nights, each drawn without replacement. :class:`~.data.UnsupportedEvaluation` when a
+    night is too short or there are too few windows in other nights."""
+    half = n_candidates // 2
+    out = np.empty((len(queries), n_candidates), dtype=np.int64)
+    for row, index in enumerate(queries):
+        own, other = _night_pools(windows, int(index), min_gap)
+        if own.size < half - 1 or other.size < n_candidates - half:
+            raise UnsupportedEvaluation(
+                f"{windows.dataset} cannot support retrieval among {n_candidates} candidates: night "
+                f"{windows.nights[index]} has {own.size} windows at least {min_gap:g} s from a query (needs "
+                f"{half - 1}) and the other nights {other.size} (need {n_candidates - half}); lower n_candidates"
+            )
+        out[row, 0] = index
+        out[row, 1:half] = rng.choice(own, half - 1, replace=False)
+        out[row, half:] = rng.choice(other, n_candidates - half, replace=False)
+    return out
+
+
+def _normalized(x: np.ndarray) -> np.ndarray:
+    return (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def pair_similarity(query: np.ndarray, candidate: np.ndarray, queries: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    """Cosine similarity ``(q, N)`` of query embeddings ``query[queries]`` (``query (n, d)``) with their
+    candidates ``candidate[sets]`` (``candidate (n, d)``, ``sets (q, N)``)."""
+    za, zb = _normalized(query), _normalized(candidate)
+    out = np.empty(sets.shape, dtype=np.float32)
+    for start in range(0, len(queries), CHUNK):
+        rows = slice(start, start + CHUNK)
+        out[rows] = np.einsum("qd,qnd->qn", za[queries[rows]], zb[sets[rows]])
+    return out
+
+
+def _recalls(similarity: np.ndarray, subjects: np.ndarray, resamples: int | None) -> dict[str, Any]:
+    """Recall@K cells: over every query, and per subject of the queries ``subjects (q,)``."""
+    positives = torch.zeros(similarity.shape, dtype=torch.bool)
+    positives[:, 0] = True
+    sim = torch.from_numpy(similarity)
+    pooled = recall_at_k(sim, positives, RECALL_KS)
+    per_subject = {s: recall_at_k(sim[subjects == s], positives[subjects == s], RECALL_KS) for s in np.unique(subjects)}
+    return {
+        f"R@{k}": subject_cell(pooled[k], [(s, r[k]) for s, r in per_subject.items()], resamples) for k in RECALL_KS
+    }
+
+
+def evaluate_retrieval(
+    features: dict[str, np.ndarray],
+    windows: EvalWindows,
+    *,
+    n_candidates: int = N_CANDIDATES,
+    queries: int = 1000,
+    min_gap: float = MIN_GAP_SECONDS,
+    seed: int = 0,
+    resamples: int | None = None,
+) -> dict[str, Any]:
+    """Retrieval table of every ordered pair of ``features`` (modality -> ``(n, d)``, one ``d`` for all).
+
+    ``queries`` windows (all when fewer) are drawn with ``seed``, and their candidates by
+    :func:`candidate_sets`. Returns ``{"task", "dataset", "n_candidates", "queries", "chance": {"R@K"},
+    "rows": {"a -> b": {"R@K": cell}}}``."""
+    require("retrieval", windows, features)
+    features = check_features(features, windows)
+    dims = {m: x.shape[1] for m, x in features.items()}
+    if len(set(dims.values())) > 1:
+        raise ValueError(f"{windows.dataset}: retrieval needs one embedding size for every modality; got {dims}")
+    rng = np.random.default_rng(seed)
+    chosen = np.sort(rng.choice(len(windows), min(queries, len(windows)), replace=False))
+    sets = candidate_sets(windows, chosen, n_candidates, min_gap, rng)
+    rows = {
+        f"{a} -> {b}": _recalls(
+            pair_similarity(features[a], features[b], chosen, sets), windows.subjects[chosen], resamples
+        )
+        for a, b in permutations(features, 2)
+    }
+    return {
+        "task": "retrieval",
+        "dataset": windows.dataset,
+        "n_candidates": n_candidates,
+        "queries": len(chosen),
+        "min_gap_seconds": min_gap,
+        "chance": {f"R@{k}": k / n_candidates for k in RECALL_KS},
+        "rows": rows,
+    }

@@ -1,0 +1,154 @@
+"""Sleep staging from frozen features of each modality alone, of each leave-one-out subset and of all
+together, few-shot (``s`` windows per class, the few-shot protocol's draws and inner-CV choice of C) and
+with every training label; balanced accuracy, Cohen's kappa and macro AUROC (one-vs-rest, SleepFM's
+metric), each with its BCa interval over test subjects, and the reference row (all modalities) minus
+every other row per subject (``eval.protocols.stats``)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import cohen_kappa_score
+from threadpoolctl import threadpool_limits
+
+from ..protocols.probe import fit_linear_classifier
+from ..protocols.staging import C_GRID, per_subject_balanced_accuracy, select_by_inner_cv, shot_draw, staging_metrics
+from ..protocols.stats import paired_summary, unit_means
+from .data import EvalWindows, check_features, require, subject_folds
+from .metrics import macro_auroc, subject_cell
+
+ALL = "all"
+"""Row of every modality's features concatenated."""
+
+STAGING_METRICS = ("balanced_accuracy", "kappa", "macro_auroc")
+"""Columns of the staging table (balanced accuracy per subject is also the paired unit)."""
+
+
+def modality_subsets(modalities: list[str]) -> dict[str, list[str]]:
+    """Rows of the staging table: each modality alone, each leave-one-out subset (``all - m``) and all.
+    One modality gives one row; two give each alone and all (a leave-one-out subset is one alone)."""
+    rows = {m: [m] for m in modalities}
+    if len(modalities) > 2:
+        rows.update({f"{ALL} - {m}": [o for o in modalities if o != m] for m in modalities})
+    if len(modalities) > 1:
+        rows[ALL] = list(modalities)
+    return rows
+
+
+def subset_features(features: dict[str, np.ndarray], subsets: dict[str, list[str]]) -> dict[str, np.ndarray]:
+    """Row name -> its modalities' features ``(n, d_m)`` concatenated ``(n, sum d_m)``; ``ValueError``
+    naming a modality that has no features."""
+    missing = sorted({m for mods in subsets.values() for m in mods} - set(features))
+    if missing:
+        raise ValueError(f"modality subsets: no features for {missing}; have {sorted(features)}")
+    return {name: np.concatenate([features[m] for m in mods], axis=1) for name, mods in subsets.items()}
+
+
+def _fit(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, C: float | None, seed: int):
+    """Standardized logistic regression (C given, or chosen by the few-shot protocol's inner CV) on
+    ``x (m, d)`` / ``y (m,)``: predictions ``(t,)``, probabilities ``(t, k)`` and classes ``(k,)`` of ``x_test``."""
+    value = C if C is not None else select_by_inner_cv("logreg", C_GRID, x, y, seed)[0]
+    model = fit_linear_classifier(x, y, C=value, seed=seed)
+    return model.predict(x_test), model.predict_proba(x_test), model.classes_
+
+
+def _fit_record(y: np.ndarray, pred: np.ndarray, proba: np.ndarray, classes: np.ndarray, subjects: np.ndarray):
+    """One fit's metrics over its test windows and per test subject."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # kappa of a subject with one stage and one prediction: NaN, left out
+        kappa = {str(s): float(cohen_kappa_score(y[subjects == s], pred[subjects == s])) for s in np.unique(subjects)}
+        return {
+            "balanced_accuracy": staging_metrics(y, pred)["balanced_accuracy"],
+            "kappa": float(cohen_kappa_score(y, pred)),
+            "macro_auroc": macro_auroc(y, proba, classes),
+            "per_subject": {
+                "balanced_accuracy": per_subject_balanced_accuracy(y, pred, subjects),
+                "kappa": kappa,
+                "macro_auroc": {
+                    str(s): macro_auroc(y[subjects == s], proba[subjects == s], classes) for s in np.unique(subjects)
+                },
+            },
+        }
+
+
+def _setting_fits(
+    rows: dict[str, np.ndarray], windows: EvalWindows, shots: int | None, seeds: int, folds: int | None, C: float | None
+) -> dict[str, list[dict[str, Any]]]:
+    """Every row's fits (fold x seed; all labels: one per fold) of one setting (``shots`` per class, or
+    ``None``: every label); the same draws for every row."""
+    fits: dict[str, list[dict[str, Any]]] = {name: [] for name in rows}
+    scored = windows.stages >= 0
+    for test_subjects in subject_folds(windows.subjects[scored], folds):
+        test = scored & np.isin(windows.subjects, test_subjects)
+        train = scored & ~test
+        y_train, y_test = windows.stages[train], windows.stages[test]
+        for seed in range(seeds if shots is not None else 1):
+            index = shot_draw(y_train, shots, seed)[0] if shots is not None else np.arange(y_train.size)
+            for name, x in rows.items():
+                pred, proba, classes = _fit(x[train][index], y_train[index], x[test], C, seed)
+                fits[name].append(_fit_record(y_test, pred, proba, classes, windows.subjects[test]))
+    return fits
+
+
+def _summary(fits: list[dict[str, Any]], resamples: int | None) -> dict[str, Any]:
+    """A row's cells: per metric the mean over fits and the BCa interval over subjects."""
+    return {
+        metric: subject_cell(
+            float(np.nanmean([f[metric] for f in fits])),
+            [(s, v) for f in fits for s, v in f["per_subject"][metric].items()],
+            resamples,
+        )
+        for metric in STAGING_METRICS
+    }
+
+
+def _paired(fits: dict[str, list[dict[str, Any]]], reference: str) -> dict[str, dict[str, Any]]:
+    """``reference`` minus every other row, per subject balanced accuracy (fits sharing a subject averaged)."""
+    if reference not in fits:
+        return {}
+    out = {}
+    for name, theirs in fits.items():
+        if name != reference:
+            pairs = [
+                (s, v - b["per_subject"]["balanced_accuracy"][s])
+                for a, b in zip(fits[reference], theirs)
+                for s, v in a["per_subject"]["balanced_accuracy"].items()
+            ]
+            out[name] = paired_summary(unit_means(pairs))
+    return out
+
+
+def evaluate_staging(
+    rows: dict[str, np.ndarray],
+    windows: EvalWindows,
+    *,
+    shots: int = 50,
+    seeds: int = 3,
+    folds: int | None = None,
+    C: float | None = None,
+    reference: str = ALL,
+    resamples: int | None = None,
+) -> dict[str, Any]:
+    """Staging table of the feature sets ``rows`` (name -> ``(n, d)``; :func:`subset_features` makes the
+    modality rows, any named set such as a handcrafted baseline or random-init embeddings may join).
+
+    Subject folds (``folds``; ``None``: leave one subject out) hold out test subjects; per fold, ``shots``
+    windows per class (``seeds`` draws, :func:`~..protocols.staging.shot_draw`) or every training window
+    fit a standardized logistic regression (``C=None``: chosen by the few-shot protocol's inner CV).
+    Returns ``{"task", "dataset", "settings": {setting: {"rows": {row: {metric: cell}}, "paired": {row:
+    paired_summary}}}}`` with settings ``few-shot s=<shots>`` and ``all labels``; a cell is
+    :func:`~.metrics.subject_cell` (value = mean over fits, interval over subjects)."""
+    require("staging", windows)
+    rows = check_features(rows, windows)
+    settings = {}
+    with threadpool_limits(1):
+        for label, s in ((f"few-shot s={shots}", shots), ("all labels", None)):
+            fits = _setting_fits(rows, windows, s, seeds, folds, C)
+            settings[label] = {
+                "rows": {name: _summary(f, resamples) for name, f in fits.items()},
+                "paired": _paired(fits, reference),
+                "fits": len(next(iter(fits.values()))),
+            }
+    return {"task": "staging", "dataset": windows.dataset, "reference": reference, "settings": settings}

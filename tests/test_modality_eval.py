@@ -1,0 +1,260 @@
+"""Modality evaluation on frozen features (``eval/modalities``): small arrays whose answer is known
+(staging, events, AHI calibration, retrieval and its candidate rule), the one error for an evaluation
+the data cannot support, the tables, and no function over 60 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import multiview_app.eval.modalities as modalities
+from multiview_app.eval.modalities import (
+    EvalWindows,
+    UnsupportedEvaluation,
+    evaluate_events,
+    evaluate_modalities,
+    evaluate_retrieval,
+    evaluate_staging,
+    format_tables,
+    modality_subsets,
+    subset_features,
+)
+from multiview_app.eval.modalities.events import calibrate
+from multiview_app.eval.modalities.metrics import macro_auroc
+from multiview_app.eval.modalities.retrieval import candidate_sets
+
+RESAMPLES = 200  # bootstrap draws in these tests (the default 10,000 only slows them)
+
+
+def toy_windows(nights: int = 4, per_night: int = 60, seed: int = 0, dataset: str = "toy") -> EvalWindows:
+    """``nights`` nights of ``per_night`` 30-s windows, one subject per night, every stage and ~15 % apnea
+    windows in each night, arousals with some excluded, and the true AHI of each night."""
+    rng = np.random.default_rng(seed)
+    n = nights * per_night
+    night = np.repeat([f"night{i}" for i in range(nights)], per_night)
+    stages = np.tile(np.arange(per_night) % 5, nights)
+    apnea = ((rng.random(n) < 0.15) & (stages >= 1)).astype(int)  # events during sleep only
+    arousal = (rng.random(n) < 0.2).astype(int)
+    arousal[rng.random(n) < 0.1] = -1
+    hours = {k: float(((stages >= 1) & (night == k)).sum()) * 30 / 3600 for k in np.unique(night)}
+    return EvalWindows(
+        dataset,
+        subjects=np.char.replace(night, "night", "S"),
+        nights=night,
+        onsets=np.tile(np.arange(per_night) * 30.0, nights),
+        stages=stages,
+        targets={"apnea_hypopnea": apnea, "arousal": arousal},
+        night_ahi={k: float((apnea & (night == k)).sum()) / hours[k] for k in hours},
+        sleep_hours=hours,
+    )
+
+
+def test_features_encoding_the_stage_give_kappa_one_and_noise_gives_chance() -> None:
+    windows = toy_windows()
+    rng = np.random.default_rng(1)
+    rows = {"perfect": np.eye(5)[windows.stages] * 3.0, "noise": rng.normal(size=(len(windows), 4))}
+    result = evaluate_staging(rows, windows, shots=5, seeds=2, C=1.0, reference="perfect", resamples=RESAMPLES)
+    for setting in ("few-shot s=5", "all labels"):
+        perfect = result["settings"][setting]["rows"]["perfect"]
+        assert perfect["kappa"]["value"] == pytest.approx(1.0)
+        assert perfect["balanced_accuracy"]["value"] == pytest.approx(1.0)
+        assert perfect["macro_auroc"]["value"] == pytest.approx(1.0)
+        assert perfect["kappa"]["n"] == 4  # per-subject units: 4 subjects, never the fits
+        noise = result["settings"][setting]["rows"]["noise"]
+        assert noise["balanced_accuracy"]["value"] < 0.5
+        paired = result["settings"][setting]["paired"]["noise"]
+        assert paired["n"] == 4 and paired["ahead"] == 4 and paired["ci_low"] > 0
+    assert result["settings"]["few-shot s=5"]["fits"] == 4 * 2  # leave-one-subject-out folds x seeds
+
+
+def test_modality_subsets_are_each_alone_each_left_out_and_all() -> None:
+    subsets = modality_subsets(["brain", "heart", "breathing"])
+    assert subsets == {
+        "brain": ["brain"],
+        "heart": ["heart"],
+        "breathing": ["breathing"],
+        "all - brain": ["heart", "breathing"],
+        "all - heart": ["brain", "breathing"],
+        "all - breathing": ["brain", "heart"],
+        "all": ["brain", "heart", "breathing"],
+    }
+    features = {"brain": np.ones((3, 2)), "heart": np.zeros((3, 1)), "breathing": np.full((3, 4), 2.0)}
+    assert subset_features(features, subsets)["all - heart"].shape == (3, 6)
+    assert list(modality_subsets(["brain", "heart"])) == ["brain", "heart", "all"]
+    with pytest.raises(ValueError, match=r"no features for \['heart'\]"):
+        subset_features({"brain": np.ones((3, 2))}, {"x": ["heart"]})
+
+
+def test_macro_auroc_scores_the_classes_present_and_a_class_the_classifier_never_saw() -> None:
+    y = np.array([0, 0, 1, 1, 2, 2])
+    proba = np.array([[0.9, 0.1], [0.8, 0.2], [0.2, 0.8], [0.1, 0.9], [0.5, 0.5], [0.5, 0.5]])
+    # class 2 is absent from the classifier: a constant score, AUROC 0.5; classes 0 and 1 rank their windows first
+    assert macro_auroc(y, proba, np.array([0, 1])) == pytest.approx((1.0 + 1.0 + 0.5) / 3)
+    assert np.isnan(macro_auroc(np.zeros(4, int), proba[:4], np.array([0, 1])))
+
+
+def test_calibration_recovers_a_linear_map() -> None:
+    raw = np.array([1.0, 4.0, 9.0, 12.5, 20.0])
+    assert calibrate(raw, 2.5 * raw + 3.0) == pytest.approx((2.5, 3.0))
+    assert calibrate(np.full(3, 2.0), np.array([1.0, 2.0, 6.0])) == (0.0, 3.0)  # no spread: the mean
+
+
+def test_separable_events_give_auroc_one_and_excluded_arousals_are_left_out() -> None:
+    windows = toy_windows()
+    apnea = windows.targets["apnea_hypopnea"]
+    rows = {"apnea-coded": np.stack([apnea * 2.0, np.zeros(len(windows))], axis=1)}
+    result = evaluate_events(rows, windows, resamples=RESAMPLES)
+    row = result["rows"]["apnea-coded"]
+    assert row["auroc"]["value"] == pytest.approx(1.0) and row["auprc"]["value"] == pytest.approx(1.0)
+    assert len(row["ahi"]["nights"]) == 4 and row["ahi"]["severity_accuracy"]["n"] == 4
+    arousal = windows.targets["arousal"]
+    coded = {"arousal-coded": np.maximum(arousal, 0)[:, None] * 1.0}
+    result = evaluate_events(coded, windows, "arousal", resamples=RESAMPLES)
+    assert result["rows"]["arousal-coded"]["windows"] == int((arousal >= 0).sum())
+    assert result["rows"]["arousal-coded"]["auprc"]["value"] == pytest.approx(1.0)
+    assert "ahi" not in result["rows"]["arousal-coded"]
+
+
+def test_ahi_from_perfect_windows_tracks_the_true_index() -> None:
+    windows = toy_windows(nights=6, per_night=120, seed=3)
+    apnea = windows.targets["apnea_hypopnea"]
+    result = evaluate_events({"coded": apnea[:, None] * 1.0}, windows, folds=3, resamples=RESAMPLES)
+    ahi = result["rows"]["coded"]["ahi"]
+    true = [v["true"] for v in ahi["nights"].values()]
+    predicted = [v["predicted"] for v in ahi["nights"].values()]
+    # every event window predicted positive: the raw index is the true one and the fitted line the identity
+    assert predicted == pytest.approx(true)
+    assert ahi["spearman"] == pytest.approx(1.0) and ahi["severity_accuracy"]["value"] == 1.0
+    assert all(line == pytest.approx((1.0, 0.0), abs=1e-9) for line in result["rows"]["coded"]["ahi"]["calibration"])
+
+
+def test_identical_features_retrieve_their_epoch_and_noise_sits_at_chance() -> None:
+    windows = toy_windows(nights=4, per_night=80)
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=(len(windows), 8))
+    features = {"brain": z, "heart": z.copy(), "breathing": rng.normal(size=z.shape)}
+    result = evaluate_retrieval(features, windows, n_candidates=40, queries=100, resamples=RESAMPLES)
+    assert set(result["rows"]) == {f"{a} -> {b}" for a in features for b in features if a != b}
+    assert result["rows"]["brain -> heart"]["R@1"]["value"] == 1.0
+    assert result["rows"]["heart -> brain"]["R@10"]["value"] == 1.0
+    assert result["chance"] == {"R@1": 1 / 40, "R@10": 10 / 40}
+    assert result["rows"]["brain -> breathing"]["R@10"]["value"] < 0.5
+    again = evaluate_retrieval(features, windows, n_candidates=40, queries=100, resamples=RESAMPLES)
+    assert again["rows"] == result["rows"]  # seeded
+
+
+def test_candidates_follow_the_rule_half_own_night_five_minutes_away() -> None:
+    windows = toy_windows(nights=3, per_night=80)
+    queries = np.arange(0, len(windows), 7)
+    sets = candidate_sets(windows, queries, 40, 300.0, np.random.default_rng(0))
+    assert sets.shape == (len(queries), 40)
+    for query, candidates in zip(queries, sets):
+        assert candidates[0] == query and np.unique(candidates).size == 40
+        own = windows.nights[candidates[1:]] == windows.nights[query]
+        assert own.sum() == 19  # with the match: half of the 40 from the query's night
+        gaps = np.abs(windows.onsets[candidates[1:]][own] - windows.onsets[query])
+        assert gaps.min() >= 300.0
+
+
+def test_evaluations_the_data_cannot_support_name_the_dataset_and_what_it_lacks() -> None:
+    sleep_edf = toy_windows(dataset="sleep-edf")
+    sleep_edf.targets, sleep_edf.night_ahi = {}, {}
+    x = {"all": np.zeros((len(sleep_edf), 2))}
+    with pytest.raises(UnsupportedEvaluation, match=r"sleep-edf .*'apnea_hypopnea'.*no per-window 'apnea_hypopnea'"):
+        evaluate_events(x, sleep_edf)
+    with pytest.raises(UnsupportedEvaluation, match=r"sleep-edf .*arousals"):
+        evaluate_events(x, sleep_edf, "arousal")
+    with pytest.raises(UnsupportedEvaluation, match=r"sleep-edf .*'retrieval'.*a second modality"):
+        evaluate_retrieval({"brain": np.zeros((len(sleep_edf), 2))}, sleep_edf)
+    with pytest.raises(UnsupportedEvaluation, match=r"needs 49\)"):
+        evaluate_retrieval(
+            {"a": np.ones((len(sleep_edf), 2)), "b": np.ones((len(sleep_edf), 2))}, sleep_edf, n_candidates=100
+        )
+    lonely = toy_windows()
+    lonely.targets["arousal"] = np.where(lonely.subjects == "S0", lonely.targets["arousal"], 0)
+    with pytest.raises(UnsupportedEvaluation, match=r"without test subjects \['S0'\] the training windows hold one"):
+        evaluate_events({"x": np.zeros((len(lonely), 1))}, lonely, "arousal")
+    one_subject = toy_windows(nights=1)
+    with pytest.raises(UnsupportedEvaluation, match=r"toy .*'staging'.*second subject"):
+        evaluate_staging({"x": np.zeros((len(one_subject), 1))}, one_subject)
+    with pytest.raises(UnsupportedEvaluation, match=r"sleep-edf"):  # checked before any fit
+        evaluate_modalities({"brain": np.zeros((len(sleep_edf), 2))}, sleep_edf, tasks=("staging", "arousal"))
+
+
+def test_tables_are_markdown_with_n_and_intervals() -> None:
+    windows = toy_windows()
+    rng = np.random.default_rng(0)
+    features = {
+        "brain": np.eye(5)[windows.stages] + 0.1 * rng.normal(size=(len(windows), 5)),
+        "heart": rng.normal(size=(len(windows), 5)),
+    }
+    staging = evaluate_staging(
+        subset_features(features, modality_subsets(list(features))),
+        windows,
+        shots=5,
+        seeds=1,
+        C=1.0,
+        resamples=RESAMPLES,
+    )
+    events = evaluate_events({"all": np.concatenate(list(features.values()), axis=1)}, windows, resamples=RESAMPLES)
+    retrieval = evaluate_retrieval(features, windows, n_candidates=40, queries=50, resamples=RESAMPLES)
+    text = format_tables([staging, events, retrieval])
+    assert "| features | balanced accuracy | kappa | macro AUROC | n |" in text
+    assert "| brain | 1.000 (1.000 [1.000, 1.000]) |" in text
+    assert "| query -> candidates | recall@1 | recall@10 | chance @1 | chance @10 | n |" in text
+    assert "0.025 | 0.250 | 4 |" in text  # chance at N = 40 beside n = 4 subjects
+    assert "**AHI per night**" in text and "| features | Spearman | severity accuracy | nights |" in text
+    with pytest.raises(ValueError, match="unknown task"):
+        format_tables([{"task": "nope"}])
+
+
+def test_no_function_in_eval_modalities_exceeds_60_lines() -> None:
+    package = Path(modalities.__file__).parent
+    lengths = {
+        f"{path.name}:{node.name}": node.end_lineno - node.lineno + 1
+        for path in sorted(package.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    assert "staging.py:evaluate_staging" in lengths
+    assert not {name: n for name, n in lengths.items() if n > 60}
+
+
+def _package_imports(path: Path, package: str) -> set[str]:
+    """Absolute names of the modules ``path`` (a module of ``package``) imports, relative imports resolved."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            found.add(".".join([*base, *([node.module] if node.module else [])]))
+    return found
+
+
+def test_modality_evaluation_is_maths_on_arrays() -> None:
+    """eval/modalities/ reads caches and arrays: no run folders (train/), models, losses, adapters, view
+    policies, tune or experiments, and no evaluator above it."""
+    forbidden = (
+        "multiview_app.train",
+        "multiview_app.models",
+        "multiview_app.losses",
+        "multiview_app.data.adapters",
+        "multiview_app.data.views",
+        "multiview_app.tune",
+        "multiview_app.experiments",
+        "multiview_app.eval.sleep_staging",
+        "multiview_app.eval.evaluator",
+    )
+    package = Path(modalities.__file__).parent
+    offenders = {
+        path.name: sorted(m for m in _package_imports(path, "multiview_app.eval.modalities") if m.startswith(forbidden))
+        for path in package.glob("*.py")
+    }
+    assert "multiview_app.eval.protocols.stats" in _package_imports(
+        package / "metrics.py", "multiview_app.eval.modalities"
+    )
+    assert not {k: v for k, v in offenders.items() if v}, offenders
