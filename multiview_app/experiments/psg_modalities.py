@@ -425,8 +425,8 @@ def experiment(config: Path, out: Path, data: Path, sizes: Sizes, overrides: lis
     summary (``pooled``, ``notes``, ``runs``, ``modalities``, the paths written)."""
     from ..config import load_config
 
-    options = load_config(config, overrides).data.options
-    pretrain, evaluation = prepare_data(data.resolve(), sizes, cache_modalities(options))
+    cfg = load_config(config, overrides)
+    pretrain, evaluation = prepare_data(data.resolve(), sizes, cache_modalities(cfg.data.options))
     runs = train_runs(config, pretrain, (out / "runs").resolve(), sizes, overrides)
     notes: list[str] = []
     per_method, baselines, _ = evaluate_runs(runs, evaluation, sizes, notes)
@@ -434,7 +434,7 @@ def experiment(config: Path, out: Path, data: Path, sizes: Sizes, overrides: lis
         "command": command,
         "config": str(config),
         "sizes": asdict(sizes),
-        "modalities": list(load_config(config, overrides).model.encoders),
+        "modalities": list(cfg.model.encoders),
         "caches": {"pretrain": str(pretrain), "evaluation": str(evaluation)},
         "runs": {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()},
         "pooled": pool(per_method, baselines),
