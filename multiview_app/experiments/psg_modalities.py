@@ -37,6 +37,8 @@ TABLE = "psg_modalities"
 """Stem of the written files (``OUT/psg_modalities.md``, ``.json``, ``.png``)."""
 LOSSES = ("sleepfm_pairwise", "sleepfm_loo", "infonce_ave", "m3g", "pvc_geometric", "mveb")
 """Losses compared by default."""
+SYNTH_WORKERS = 2
+"""Processes writing nights at the same time (``synth-psg --workers``: the same files as one process)."""
 RANDOM_INIT = "random init"
 """Method name of the runs' initial weights."""
 HANDCRAFTED = "handcrafted"
@@ -101,6 +103,7 @@ def night_set(data: Path, name: str, nights: int, seed: int, sizes: Sizes, modal
         mvapp(
             *("data", "synth-psg", "--subjects", str(nights), "--format", "physionet2018", "--signals", "psg"),
             *("--hours", str(sizes.hours), "--compress", str(sizes.compress), "--seed", str(seed), "--out", str(raw)),
+            *("--workers", str(min(SYNTH_WORKERS, nights))),
         )
     if not (cache / "manifest.json").is_file():
         mvapp("data", "prepare", "physionet2018", "--source", str(raw), "--out", str(cache), "--modalities", modalities)
