@@ -18,7 +18,7 @@ INSTALL = $(PY) -m pip install --quiet
 BOOTSTRAP = $(PY) -m pip install --quiet --upgrade pip
 endif
 
-.PHONY: setup setup-run run run-full test bench docs lint clean
+.PHONY: setup setup-run run run-full run-psg test bench docs lint clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ run: $(RUN_STAMP)
 run-full: $(RUN_STAMP)
 	$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' && $(INSTALL) -e '.[all,yasa]' || echo "YASA needs Python >= 3.11: its row is left out"
 	DEMO_CEILING=true bash scripts/run_eeg_demo.sh
+
+# the PSG modality demo: synthetic whole-PSG nights, one encoder per modality (k = 3), M3G and SleepFM's
+# leave-one-out loss, frozen-feature tables and figure in runs/psg_demo (sizes: configs/demo_psg.yaml)
+run-psg: $(RUN_STAMP)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/mvapp experiment psg-modalities \
+		--config configs/psg_modalities_sleepfm.yaml --sizes configs/demo_psg.yaml --data demo_data/psg --out runs/psg_demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto tests

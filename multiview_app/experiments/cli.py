@@ -1,5 +1,8 @@
 """``mvapp experiment <name>``: experiments that train runs unless done and evaluate them.
 
+``psg-modalities``: PSG modalities as views, from synthetic nights to tables and a figure
+(:mod:`.psg_modalities`).
+
 ``domain-generalization``: with ``--config``, one pretraining run per held-out domain, seed and protocol
 under the ``--run`` folder, each evaluated, one combined table (:func:`.domains.train_and_evaluate`);
 without it, the existing run folder ``--run`` is evaluated (its ERM baseline trained unless done first:
@@ -24,8 +27,17 @@ DG_EXAMPLES = (
     "mvapp experiment domain-generalization --run runs/dg_m3g        # evaluate an existing run",
 )
 CEILING_EXAMPLE = "mvapp experiment supervised-ceiling --run runs/eeg_m3g"
+PSG_EXAMPLE = (
+    "mvapp experiment psg-modalities --config configs/psg_modalities_sleepfm.yaml --sizes configs/demo_psg.yaml "
+    "--out runs/psg_demo"
+)
 
 
+PSG_SUMMARY = (
+    "PSG modalities as views: synthesize whole-PSG nights unless present, train one run per loss and seed "
+    "unless done, evaluate frozen per-modality features (staging, breathing events, AHI, cross-modal "
+    "retrieval) beside random init and handcrafted baselines, write tables and a figure"
+)
 DG_SUMMARY = (
     "leave-one-domain-out with training-domain-validation model selection (DomainBed): "
     "pretrain one run per held-out domain and seed (--config) or evaluate --run"
@@ -92,7 +104,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser(
         "experiment",
         **describe(
-            "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling)",
+            "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling, psg-modalities)",
             DG_EXAMPLES[0],
             CEILING_EXAMPLE,
         ),
@@ -108,6 +120,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         ("supervised-ceiling", describe(CEILING_SUMMARY, CEILING_EXAMPLE), CEILING_OPTIONS, run_supervised_ceiling),
         ("eeg-demo", EEG_DEMO_PARSER, EEG_DEMO_OPTIONS, run_eeg_demo_headline),
         ("dreams-transfer", DREAMS_PARSER, add_dreams_arguments, run_dreams_transfer),
+        ("psg-modalities", describe(PSG_SUMMARY, PSG_EXAMPLE), add_psg_modalities_arguments, run_psg_modalities),
     )
     for name, keywords, options, run in experiments:
         parser = sub.add_parser(name, **keywords)
@@ -372,4 +385,60 @@ def run_dreams_transfer(args: argparse.Namespace) -> int:
     if args.publish:
         for path in publish(dreams.TABLE, text, summary, Path.cwd()):
             print(f"wrote {path}")
+    return 0
+
+
+def add_psg_modalities_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``mvapp experiment psg-modalities``."""
+    from .psg_modalities import LOSSES
+
+    parser.add_argument(
+        "--config", type=Path, required=True, help="training config of a psg_modalities run (e.g. k = 3 or k = 6)"
+    )
+    parser.add_argument(
+        "--sizes",
+        type=Path,
+        default=None,
+        help="YAML file of the experiment's sizes (nights, eval_nights, hours, compress, seed, eval_seed, steps, "
+        "batch, candidates, shots, draws, seeds, losses; default: none, i.e. 8 + 8 nights of 9 h, the config's "
+        "steps, 3 seeds, every loss)",
+    )
+    parser.add_argument(
+        "--seeds", type=seed_list, default=None, help="comma-separated pretraining seeds (default: the sizes', 0,1,2)"
+    )
+    parser.add_argument(
+        "--losses",
+        nargs="+",
+        default=None,
+        help=f"losses compared (default: the sizes', {' '.join(LOSSES)})",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="folder of the nights and caches, made unless present (default: OUT/data)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs") / "psg_modalities",
+        help="output folder: runs/, psg_modalities.md, .json and .png (default: %(default)s)",
+    )
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="training config overrides")
+
+
+@resumable
+def run_psg_modalities(args: argparse.Namespace) -> int:
+    """Prepare, train unless done, evaluate, pool; print the page's tables and what was written."""
+    import dataclasses
+
+    from .psg_modalities import TABLE, experiment, load_sizes
+
+    sizes = load_sizes(args.sizes)
+    chosen = {"seeds": args.seeds, "losses": args.losses}
+    sizes = dataclasses.replace(sizes, **{k: v for k, v in chosen.items() if v is not None})
+    command = "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
+    summary = experiment(args.config, args.out, args.data or args.out / "data", sizes, list(args.set), command)
+    print((args.out / f"{TABLE}.md").read_text().split("## Notes")[0])
+    print(f"wrote {args.out / TABLE}.md, .json and {summary['figure']}")
     return 0

@@ -1,0 +1,455 @@
+"""``mvapp experiment psg-modalities``: PSG modalities as views, from synthetic nights to tables and a figure.
+
+1. :func:`prepare_data`: whole-PSG nights (``mvapp data synth-psg --signals psg --format physionet2018``)
+   synthesized unless present, in two sets with their own generator seeds: the **pretraining** nights and
+   fresh **evaluation** nights (other people), each prepared with ``--modalities`` matching the config's.
+2. :func:`train_runs`: one run per (loss, seed) on the pretraining nights (``ensure_trained``: a finished
+   run with the same config is reused, an interrupted one resumed).
+3. :func:`embed`: each run's encoders embed every evaluation window per modality (frozen encoder features,
+   :func:`~multiview_app.models.modal_embed.modality_embeddings`); the run's initial weights give the
+   random-init row.
+4. :func:`evaluate_runs`: ``evaluate_modalities`` per run (staging, apnea / hypopnea with the per-night AHI,
+   arousal, retrieval; subject folds and per-subject intervals are the evaluators'); the handcrafted
+   baselines of the evaluation cache are evaluated once on the same folds. A task the nights cannot support
+   (e.g. too few scored events) is left out with its reason in the notes.
+5. :func:`pool` / :func:`report` / :func:`figure`: per-seed values pooled (mean and min-max over seeds),
+   ``psg_modalities.md`` + ``.json`` and ``psg_modalities.png`` (retrieval recall@10 matrix, per-modality
+   staging bars, AHI scatter).
+
+Sizes (nights, hours, steps, ...) come from a small YAML file (:class:`Sizes`, ``--sizes``;
+``configs/demo_psg.yaml`` is ``make run-psg``'s).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .eeg_demo import mvapp
+
+TABLE = "psg_modalities"
+"""Stem of the written files (``OUT/psg_modalities.md``, ``.json``, ``.png``)."""
+LOSSES = ("sleepfm_pairwise", "sleepfm_loo", "infonce_ave", "m3g", "pvc_geometric", "mveb")
+"""Losses compared by default."""
+SYNTH_WORKERS = 2
+"""Processes writing nights at the same time (``synth-psg --workers``: the same files as one process)."""
+RANDOM_INIT = "random init"
+"""Method name of the runs' initial weights."""
+HANDCRAFTED = "handcrafted"
+"""Method name of the baseline rows (one evaluation, no seeds)."""
+METRICS = {
+    "staging": ("balanced_accuracy", "kappa", "macro_auroc"),
+    "apnea_hypopnea": ("auroc", "auprc"),
+    "arousal": ("auroc", "auprc"),
+    "retrieval": ("R@1", "R@10"),
+}
+"""Task -> the metrics pooled over seeds."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big the experiment is (keys of a ``--sizes`` YAML file; the defaults are the full experiment)."""
+
+    nights: int = 8  #: pretraining nights (one per subject)
+    eval_nights: int = 8  #: evaluation nights (fresh people: generator seed ``eval_seed``)
+    hours: float = 9.0  #: night length before compression
+    compress: int = 1  #: every K-th epoch of a full night (``synth-psg --compress``)
+    seed: int = 0  #: generator seed of the pretraining nights
+    eval_seed: int = 1000  #: generator seed of the evaluation nights (must differ)
+    steps: int | None = None  #: training steps (None: the config's ``train.max_steps``)
+    batch: int | None = None  #: items per step (None: the config's ``train.batch_size``)
+    candidates: int = 1000  #: retrieval candidates per query
+    shots: int = 50  #: labelled windows per class in few-shot staging
+    draws: int = 3  #: few-shot draws per fold
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  #: pretraining seeds
+    losses: list[str] = field(default_factory=lambda: list(LOSSES))  #: losses compared
+
+
+def load_sizes(path: str | Path | None) -> Sizes:
+    """:class:`Sizes` from a YAML file (None: the defaults); unknown keys are an error naming the file."""
+    if path is None:
+        return Sizes()
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    known = {f.name for f in fields(Sizes)}
+    if not isinstance(raw, dict) or set(raw) - known:
+        unknown = sorted(set(raw) - known) if isinstance(raw, dict) else raw
+        raise ValueError(f"{path}: unknown experiment sizes {unknown}; expected keys among {sorted(known)}")
+    if raw.get("seed", 0) == raw.get("eval_seed", 1000):
+        raise ValueError(f"{path}: seed and eval_seed must differ (the evaluation nights are other people)")
+    return Sizes(**raw)
+
+
+def cache_modalities(options: dict[str, Any]) -> str:
+    """``--modalities`` of ``mvapp data prepare`` for a config's ``data.options.modalities``: its preset
+    name, or the comma list of the groups its modalities take."""
+    spec = options.get("modalities", "sleepfm")
+    if isinstance(spec, str):
+        return spec
+    groups = [g for value in spec.values() for g in (value["groups"] if isinstance(value, dict) else value.groups)]
+    return ",".join(dict.fromkeys(groups))
+
+
+def night_set(data: Path, name: str, nights: int, seed: int, sizes: Sizes, modalities: str) -> Path:
+    """``data/<name>_cache``: ``nights`` whole-PSG nights (generator seed ``seed``) synthesized into
+    ``data/<name>_raw`` and prepared with ``--modalities``, each step skipped when its output exists."""
+    raw, cache = data / f"{name}_raw", data / f"{name}_cache"
+    if not raw.is_dir() or not any(raw.glob("*")):
+        mvapp(
+            *("data", "synth-psg", "--subjects", str(nights), "--format", "physionet2018", "--signals", "psg"),
+            *("--hours", str(sizes.hours), "--compress", str(sizes.compress), "--seed", str(seed), "--out", str(raw)),
+            *("--workers", str(min(SYNTH_WORKERS, nights))),
+        )
+    if not (cache / "manifest.json").is_file():
+        mvapp("data", "prepare", "physionet2018", "--source", str(raw), "--out", str(cache), "--modalities", modalities)
+    return cache
+
+
+def prepare_data(data: Path, sizes: Sizes, modalities: str) -> tuple[Path, Path]:
+    """The pretraining and evaluation caches under ``data`` (made unless present)."""
+    data.mkdir(parents=True, exist_ok=True)
+    pretrain = night_set(data, "psg_pretrain", sizes.nights, sizes.seed, sizes, modalities)
+    evaluation = night_set(data, "psg_eval", sizes.eval_nights, sizes.eval_seed, sizes, modalities)
+    return pretrain, evaluation
+
+
+def run_config(config: Path, cache: Path, runs: Path, loss: str, seed: int, sizes: Sizes, overrides: list[str]) -> Any:
+    """The training config of run ``runs/<config stem>_<loss>_seed<seed>``: every pretraining night trained on
+    (no held-out split: evaluation uses its own nights), the sizes' steps and batch, ``overrides`` last."""
+    from ..config import load_config
+
+    sized = [f"train.max_steps={sizes.steps}"] if sizes.steps else []
+    sized += [f"train.batch_size={sizes.batch}"] if sizes.batch else []
+    settings = [
+        f"output.runs_dir={runs}",
+        f"data.options.cache={cache}",
+        "data.options.test_fraction=0",
+        f"train.seed={seed}",
+        f"loss.name={loss}",
+        *sized,
+        *overrides,
+    ]
+    return load_config(config, settings, name=f"{config.stem}_{loss}_seed{seed}")
+
+
+def train_runs(
+    config: Path, cache: Path, runs: Path, sizes: Sizes, overrides: list[str]
+) -> dict[tuple[str, int], Path]:
+    """``{(loss, seed): run folder}``, each trained unless finished (``ensure_trained``, refuse-mismatch)."""
+    from .training import ensure_trained
+
+    done = {}
+    for loss in sizes.losses:
+        for seed in sizes.seeds:
+            cfg = run_config(config, cache, runs, loss, seed, sizes, overrides)
+            ensure_trained(cfg, "refuse-mismatch")
+            done[(loss, seed)] = cfg.run_dir
+    return done
+
+
+def window_order(meta: dict[str, list[Any]], windows: Any) -> np.ndarray:
+    """Item index of each evaluation window ``(n,)``: items matched by (night, onset) to ``windows``
+    (``EvalWindows`` of the cache); a window without an item is an error naming it."""
+    position = {(str(r), float(o)): i for i, (r, o) in enumerate(zip(meta["recording"], meta["onset"]))}
+    keys = [(str(n), float(o)) for n, o in zip(windows.nights, windows.onsets)]
+    missing = [k for k in keys if k not in position]
+    if missing:
+        raise ValueError(f"{windows.dataset}: {len(missing)} windows without an embedded item, e.g. {missing[0]}")
+    return np.array([position[k] for k in keys])
+
+
+def embed(run_dir: Path, weights: str, cache: Path, windows: Any) -> dict[str, np.ndarray]:
+    """``{modality: (n, f)}`` encoder features of the evaluation windows (in ``windows``' order) from the
+    run's ``weights`` (``final`` or ``init``); a modality some window lacks is an error naming it."""
+    from ..data.adapters import build_adapter
+    from ..data.views import build_view_policy
+    from ..models.modal_embed import modality_embeddings
+    from ..train.run_io import load_run
+
+    cfg, model = load_run(run_dir, weights)
+    options = {**cfg.data.options, "cache": str(cache), "test_fraction": 0.0, "test_subjects": None}
+    options.update(val_fraction=0.0, val_subjects=None, min_modalities=1)
+    adapter = build_adapter(cfg.data.adapter, options)
+    policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
+    found = modality_embeddings(model, policy, adapter.split("train"), output="features")
+    order = window_order(found.meta, windows)
+    lacking = [m for m, present in found.present.items() if not present[order].all()]
+    if lacking:
+        raise ValueError(f"{cache}: evaluation windows without modalities {lacking}; use nights that have them all")
+    return {m: x[order] for m, x in found.per_modality.items()}
+
+
+def tasks_for(windows: Any) -> tuple[str, ...]:
+    """Every task of ``evaluate_modalities`` (the events only when the windows carry scored events)."""
+    return ("staging", "apnea_hypopnea", "arousal", "retrieval") if windows.targets else ("staging", "retrieval")
+
+
+def evaluate_each(run: Any, tasks: tuple[str, ...], notes: list[str], label: str) -> list[dict[str, Any]]:
+    """``run(task)`` for each task; a task the data cannot support is left out, its reason noted."""
+    from ..eval.modalities import UnsupportedEvaluation
+
+    results = []
+    for task in tasks:
+        try:
+            results.append(run(task))
+        except UnsupportedEvaluation as err:
+            notes.append(f"{label}, {task}: left out ({err})")
+    return results
+
+
+def evaluate_runs(
+    runs: dict[tuple[str, int], Path], cache: Path, sizes: Sizes, notes: list[str]
+) -> tuple[dict[str, dict[int, list]], list[dict[str, Any]], Any]:
+    """``({method: {seed: results}}, baseline results, windows)``: each run's learned features and (per seed,
+    from the first loss's run) its random-init features through ``evaluate_modalities``; the handcrafted
+    baselines of ``cache`` once, on the same folds and draws."""
+    from ..eval.modalities import cache_baselines, evaluate_modalities, evaluate_staging
+    from ..eval.modalities.events import evaluate_events
+
+    windows, baseline_rows, info = cache_baselines(cache)
+    notes += info["notes"] + [f"{row}: {n} windows failed (column medians)" for row, n in info["failed"].items() if n]
+    tasks = tasks_for(windows)
+    options = dict(shots=sizes.shots, seeds=sizes.draws, n_candidates=sizes.candidates)
+    per_method: dict[str, dict[int, list]] = defaultdict(dict)
+    jobs = [(loss, seed, run, "final") for (loss, seed), run in runs.items()]
+    jobs += [(RANDOM_INIT, seed, runs[(sizes.losses[0], seed)], "init") for seed in sizes.seeds]
+    for method, seed, run, weights in jobs:
+        features = embed(run, weights, cache, windows)
+        per_method[method][seed] = evaluate_each(
+            lambda t, f=features: evaluate_modalities(f, windows, tasks=(t,), **options)[0],
+            tasks,
+            notes,
+            f"{method} seed {seed}",
+        )
+    single = {
+        "staging": lambda: evaluate_staging(baseline_rows, windows, shots=sizes.shots, seeds=sizes.draws),
+        "apnea_hypopnea": lambda: evaluate_events(baseline_rows, windows, "apnea_hypopnea"),
+        "arousal": lambda: evaluate_events(baseline_rows, windows, "arousal"),
+    }
+    baselines = evaluate_each(lambda t: single[t](), tuple(t for t in tasks if t in single), notes, HANDCRAFTED)
+    return dict(per_method), baselines, windows
+
+
+def flat_values(result: dict[str, Any]) -> dict[tuple[str, str, str], float]:
+    """``{(table, row, metric): value}`` of one evaluator result (staging: one table per setting)."""
+    metrics = METRICS[result["task"]]
+    if result["task"] == "staging":
+        blocks = {f"staging, {setting}": block["rows"] for setting, block in result["settings"].items()}
+    else:
+        blocks = {result["task"].replace("_", " / "): result["rows"]}
+    out = {}
+    for table, rows in blocks.items():
+        for row, cells in rows.items():
+            out.update({(table, row, m): float(cells[m]["value"]) for m in metrics if m in cells})
+            if "ahi" in cells:
+                out[(table, row, "AHI spearman")] = float(cells["ahi"]["spearman"])
+    return out
+
+
+def pool(per_method: dict[str, dict[int, list]], baselines: list[dict[str, Any]]) -> dict[str, dict[str, dict]]:
+    """``{table: {"method: row": {metric: [per-seed values]}}}`` (baseline rows under their own name)."""
+    pooled: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for method, seeds in per_method.items():
+        for results in seeds.values():
+            for result in results:
+                for (table, row, metric), value in flat_values(result).items():
+                    pooled[table][f"{method}: {row}"][metric].append(value)
+    for result in baselines:
+        for (table, row, metric), value in flat_values(result).items():
+            pooled[table][row][metric].append(value)
+    return json.loads(json.dumps(pooled))
+
+
+def spread_text(values: list[float]) -> str:
+    """``0.712 [0.701, 0.730]`` (mean [min, max] over seeds), one value alone, ``n/a`` when NaN."""
+    finite = [v for v in values if np.isfinite(v)]
+    if not finite:
+        return "n/a"
+    if len(values) == 1:
+        return f"{finite[0]:.3f}"
+    return f"{np.mean(finite):.3f} [{min(finite):.3f}, {max(finite):.3f}]"
+
+
+def pooled_tables(pooled: dict[str, dict[str, dict]]) -> list[str]:
+    """Markdown of the pooled tables: rows ``method: row``, cells mean [min, max] over seeds."""
+    from ..eval.modalities.tables import LABELS, markdown
+
+    lines = []
+    for table, rows in pooled.items():
+        metrics = list(dict.fromkeys(m for cells in rows.values() for m in cells))
+        body = [
+            [name, *(spread_text(cells.get(m, [np.nan])) for m in metrics), str(max(map(len, cells.values())))]
+            for name, cells in rows.items()
+        ]
+        lines += ["", f"**{table}** (mean [min, max] over seeds)", ""]
+        lines += markdown(["features", *(LABELS.get(m, m) for m in metrics), "seeds"], body)
+    return lines
+
+
+def report(summary: dict[str, Any], per_method: dict[str, dict[int, list]], baselines: list[dict]) -> str:
+    """The Markdown page: what ran, the pooled tables, the notes, then every run's evaluator tables (their
+    per-subject intervals)."""
+    from ..eval.modalities import format_tables
+
+    sizes = summary["sizes"]
+    lines = [
+        f"# PSG modalities as views ({summary['config']})",
+        "",
+        f"`{summary['command']}`",
+        "",
+        f"Pretrained on {sizes['nights']} synthetic whole-PSG nights (generator seed {sizes['seed']}), evaluated on "
+        f"{sizes['eval_nights']} fresh nights (seed {sizes['eval_seed']}), {sizes['hours']} h / {sizes['compress']}; "
+        f"losses {', '.join(sizes['losses'])}; pretraining seeds {', '.join(map(str, sizes['seeds']))}; frozen "
+        "encoder features, subject folds of the evaluators.",
+        *pooled_tables(summary["pooled"]),
+        "",
+        "## Notes",
+        "",
+        *([f"- {note}" for note in summary["notes"]] or ["- none"]),
+        "",
+        "## Per run (value (subject mean [95 % BCa interval]))",
+    ]
+    for method, seeds in per_method.items():
+        for seed, results in seeds.items():
+            lines += ["", f"### {method}, seed {seed}", "", format_tables(results) if results else "(nothing)"]
+    if baselines:
+        lines += ["", f"### {HANDCRAFTED} baselines", "", format_tables(baselines)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def retrieval_matrix(pooled: dict[str, dict[str, dict]], method: str, modalities: list[str]) -> np.ndarray:
+    """``(k, k)`` mean recall@10 over seeds of ``method``'s pair ``row -> column`` (NaN on the diagonal)."""
+    rows = pooled.get("retrieval", {})
+    matrix = np.full((len(modalities), len(modalities)), np.nan)
+    for i, a in enumerate(modalities):
+        for j, b in enumerate(modalities):
+            values = rows.get(f"{method}: {a} -> {b}", {}).get("R@10", [])
+            matrix[i, j] = np.mean(values) if i != j and values else np.nan
+    return matrix
+
+
+def ahi_points(per_method: dict[str, dict[int, list]], baselines: list[dict]) -> dict[str, list[tuple[float, float]]]:
+    """``{label: [(true, predicted AHI) per night and seed]}`` of each method's ``all`` row and the
+    airflow-amplitude baseline."""
+    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    sources = [(m, r, "all") for m, seeds in per_method.items() for rs in seeds.values() for r in rs]
+    sources += [(HANDCRAFTED, r, "airflow amplitude") for r in baselines]
+    for method, result, row in sources:
+        cells = result.get("rows", {}).get(row, {}) if result["task"] == "apnea_hypopnea" else {}
+        nights = cells.get("ahi", {}).get("nights", {})
+        label = row if method == HANDCRAFTED else method
+        points[label] += [(v["true"], v["predicted"]) for v in nights.values()]
+    return dict(points)
+
+
+def _matrix_panel(ax: Any, matrix: np.ndarray, modalities: list[str], title: str) -> None:
+    image = ax.imshow(matrix, vmin=0.0, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(len(modalities)), modalities, rotation=45, ha="right")
+    ax.set_yticks(range(len(modalities)), modalities)
+    for (i, j), value in np.ndenumerate(matrix):
+        if np.isfinite(value):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="w" if value < 0.6 else "k", fontsize=8)
+    ax.set_xlabel("candidates")
+    ax.set_ylabel("query")
+    ax.set_title(title, fontsize=9)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046)
+
+
+def _staging_panel(ax: Any, pooled: dict[str, dict[str, dict]], methods: list[str], modalities: list[str]) -> None:
+    table = pooled.get("staging, all labels", {})
+    groups = [*modalities, "all"]
+    width = 0.8 / max(len(methods), 1)
+    for i, method in enumerate(methods):
+        values = [table.get(f"{method}: {g}", {}).get("balanced_accuracy", [np.nan]) for g in groups]
+        means = [np.nanmean(v) for v in values]
+        spread = np.array([[m - np.nanmin(v), np.nanmax(v) - m] for m, v in zip(means, values)]).T
+        ax.bar(np.arange(len(groups)) + i * width, means, width, yerr=spread, label=method, capsize=2)
+    ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups, rotation=45, ha="right")
+    ax.set_ylabel("balanced accuracy (all labels)")
+    ax.set_ylim(0, 1)
+    ax.set_title("staging per modality (bars: mean, whiskers: min-max over seeds)", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def _ahi_panel(ax: Any, points: dict[str, list[tuple[float, float]]], note: str) -> None:
+    for label, pairs in points.items():
+        if pairs:
+            true, predicted = np.array(pairs).T
+            ax.scatter(true, predicted, s=14, label=label, alpha=0.7)
+    if any(points.values()):
+        top = max(max(max(p) for p in pairs) for pairs in points.values() if pairs) * 1.05 + 1e-9
+        ax.plot([0, top], [0, top], color="grey", lw=0.8, ls="--")
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, note, ha="center", va="center", wrap=True, fontsize=8, transform=ax.transAxes)
+    ax.set_xlabel("true AHI (events / h)")
+    ax.set_ylabel("predicted AHI")
+    ax.set_title("AHI per test night (all modalities; dashed: identity)", fontsize=9)
+
+
+def figure(path: Path, summary: dict[str, Any], per_method: dict[str, dict[int, list]], baselines: list) -> Path:
+    """``path`` (PNG): retrieval recall@10 matrix of the first loss, per-modality staging bars of every
+    method, AHI scatter (predicted vs true per night). Matplotlib's Agg backend (no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modalities, first = summary["modalities"], summary["sizes"]["losses"][0]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    chance = 10 / summary["sizes"]["candidates"]
+    matrix = retrieval_matrix(summary["pooled"], first, modalities)
+    _matrix_panel(axes[0], matrix, modalities, f"retrieval recall@10, {first} (chance {chance:.3f})")
+    _staging_panel(axes[1], summary["pooled"], [*summary["sizes"]["losses"], RANDOM_INIT], modalities)
+    skipped = [n for n in summary["notes"] if "apnea_hypopnea: left out" in n]
+    _ahi_panel(axes[2], ahi_points(per_method, baselines), skipped[0] if skipped else "no AHI evaluated")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plain(value: Any) -> Any:
+    """JSON form of numpy scalars and arrays (``json.dumps(default=...)``)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def experiment(config: Path, out: Path, data: Path, sizes: Sizes, overrides: list[str], command: str) -> dict[str, Any]:
+    """The whole experiment (module docstring); writes ``OUT/psg_modalities.{md,json,png}`` and returns the
+    summary (``pooled``, ``notes``, ``runs``, ``modalities``, the paths written)."""
+    from ..config import load_config
+
+    cfg = load_config(config, overrides)
+    pretrain, evaluation = prepare_data(data.resolve(), sizes, cache_modalities(cfg.data.options))
+    runs = train_runs(config, pretrain, (out / "runs").resolve(), sizes, overrides)
+    notes: list[str] = []
+    per_method, baselines, _ = evaluate_runs(runs, evaluation, sizes, notes)
+    summary = {
+        "command": command,
+        "config": str(config),
+        "sizes": asdict(sizes),
+        "modalities": list(cfg.model.encoders),
+        "caches": {"pretrain": str(pretrain), "evaluation": str(evaluation)},
+        "runs": {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()},
+        "pooled": pool(per_method, baselines),
+        "notes": notes,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{TABLE}.md").write_text(report(summary, per_method, baselines))
+    summary["figure"] = str(figure(out / f"{TABLE}.png", summary, per_method, baselines))
+    details = {"per_run": {m: {str(s): r for s, r in seeds.items()} for m, seeds in per_method.items()}}
+    details["baselines"] = baselines
+    (out / f"{TABLE}.json").write_text(json.dumps({**summary, **details}, indent=1, default=_plain) + "\n")
+    return summary
+
+
+__all__ = ["LOSSES", "TABLE", "Sizes", "evaluate_runs", "experiment", "figure", "load_sizes", "pool", "report"]

@@ -1,0 +1,86 @@
+"""``mvapp experiment psg-modalities`` end to end at toy size (2 + 3 short synthetic whole-PSG nights, 2 training
+steps, one seed, one loss) through the real code paths: synthesis, modality caches, training, per-modality
+embedding, the modality evaluators, the pooled tables and the figure; its functions stay under 60 lines."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from multiview_app.cli import main
+from multiview_app.experiments import psg_modalities
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "psg_modalities_sleepfm.yaml"
+TOY_SIZES = """\
+nights: 2
+eval_nights: 3
+hours: 1.5
+compress: 3
+seed: 7
+eval_seed: 8
+steps: 2
+batch: 8
+candidates: 20
+shots: 5
+draws: 1
+seeds: [0]
+losses: [sleepfm_loo]
+"""
+
+
+@pytest.mark.slow
+def test_psg_modalities_experiment_writes_tables_and_figure(tmp_path: Path) -> None:
+    sizes = tmp_path / "sizes.yaml"
+    sizes.write_text(TOY_SIZES)
+    out = tmp_path / "out"
+    argv = ["experiment", "psg-modalities", "--config", str(CONFIG), "--sizes", str(sizes), "--out", str(out)]
+    assert main(argv) == 0
+    summary = json.loads((out / "psg_modalities.json").read_text())
+    pooled = summary["pooled"]
+    assert summary["modalities"] == ["brain", "heart", "breathing"]
+    assert set(summary["runs"]) == {"sleepfm_loo seed 0"}
+    assert {"sleepfm_loo: brain -> heart", "random init: breathing -> brain"} <= set(pooled["retrieval"])
+    staging = pooled["staging, all labels"]
+    assert {"sleepfm_loo: brain", "sleepfm_loo: all", "random init: all", "band power (brain)"} <= set(staging)
+    assert 0.0 <= staging["sleepfm_loo: all"]["balanced_accuracy"][0] <= 1.0
+    page = (out / "psg_modalities.md").read_text()
+    assert "**retrieval**" in page and "**staging, all labels**" in page and "### sleepfm_loo, seed 0" in page
+    assert (out / "psg_modalities.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # training again reuses the finished run (nothing retrained: the same model file)
+    model = out / "runs" / "psg_modalities_sleepfm_sleepfm_loo_seed0" / "model.safetensors"
+    stamp = model.stat().st_mtime_ns
+    cache = Path(summary["caches"]["pretrain"])
+    runs = psg_modalities.train_runs(CONFIG, cache, (out / "runs").resolve(), psg_modalities.load_sizes(sizes), [])
+    assert list(runs.values()) == [model.parent] and model.stat().st_mtime_ns == stamp
+
+
+def test_sizes_file_with_unknown_keys_or_equal_seeds_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "sizes.yaml"
+    path.write_text("nights: 2\nnigths: 3\n")
+    with pytest.raises(ValueError, match="nigths"):
+        psg_modalities.load_sizes(path)
+    path.write_text("seed: 5\neval_seed: 5\n")
+    with pytest.raises(ValueError, match="must differ"):
+        psg_modalities.load_sizes(path)
+
+
+def test_cache_modalities_follow_the_config() -> None:
+    assert psg_modalities.cache_modalities({"modalities": "six"}) == "six"
+    spec = {"brain": {"groups": ["brain", "eyes"]}, "breathing": {"groups": ["breathing", "oximetry"], "sfreq": 10}}
+    assert psg_modalities.cache_modalities({"modalities": spec}) == "brain,eyes,breathing,oximetry"
+
+
+def test_spread_text_gives_mean_and_min_max_over_seeds() -> None:
+    assert psg_modalities.spread_text([0.5, 0.7, 0.6]) == "0.600 [0.500, 0.700]"
+    assert psg_modalities.spread_text([0.25]) == "0.250"
+    assert psg_modalities.spread_text([float("nan")]) == "n/a"
+
+
+def test_no_function_of_the_experiment_exceeds_60_lines() -> None:
+    tree = ast.parse(Path(psg_modalities.__file__).read_text())
+    lengths = {n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert "experiment" in lengths
+    assert not {name: n for name, n in lengths.items() if n > 60}
