@@ -80,6 +80,28 @@ def domains_case(workdir: Path) -> Case:
     return 2, {"image_size": 16}, raw, adapter
 
 
+def modalities_case(workdir: Path) -> Case:
+    """PSG modalities as views (SleepFM's three groups) of one tiny whole-PSG night, with the shared crop."""
+    from multiview_app.data.adapters import build_adapter
+    from multiview_app.data.eeg.cache import prepare
+    from multiview_app.data.eeg.preprocess import PrepareOptions
+    from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
+    from multiview_app.data.eeg.synth import synth_psg
+
+    root = workdir / "psg_case"
+    if not (root / "cache" / "manifest.json").is_file():
+        synth_psg(
+            root / "raw", subjects=1, nights=1, fmt="physionet2018", hours=1, compress=6, progress=False, signals="psg"
+        )
+        options = PrepareOptions(channels=list(PHYSIONET2018_EEG))
+        prepare("physionet2018", root / "raw", root / "cache", options, progress=False, modalities="sleepfm")
+    adapter = build_adapter(
+        "psg_modalities", {"cache": str(root / "cache"), "modalities": "sleepfm", "test_fraction": 0.0}
+    )
+    raw = default_collate([adapter.split("train")[i] for i in range(6)])
+    return len(adapter.modality_names), {"crop_seconds": 20}, raw, adapter
+
+
 #: A raw batch and options per view policy; a new policy needs a case here (tests/test_device_cases.py
 #: fails for a registered policy without one).
 POLICY_CASES: dict[str, Callable[[Path], Case]] = {
@@ -87,6 +109,7 @@ POLICY_CASES: dict[str, Callable[[Path], Case]] = {
     "channels": eeg_case,
     "pairs": pairs_case,
     "domains": domains_case,
+    "modalities": modalities_case,
 }
 
 

@@ -116,7 +116,7 @@ def test_console_script_exit_code_and_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "mvapp: error: loss.epsiln: unknown parameter for loss 'm3g'; valid: epsilon, cost, tol, max_iter, warm_start, anderson, init_potentials, "
-        "solver_block"
+        "solver_block, backend"
     ]
 
 

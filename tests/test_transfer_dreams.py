@@ -88,7 +88,7 @@ def test_transfer_dreams_toy_leave_one_excerpt_out(tmp_path, capsys):
     assert sum(r["n_windows"] for r in cache_counts) == (
         result["windows"]["test"] + sum(result["excluded_windows_per_stage"].values())
     )
-    assert "supervised_ceiling" in summary["paired"]
+    assert "supervised_ceiling" in summary["rows"] and "handcrafted" in summary["paired"]
     assert ("yasa" in result["results"]) == (importlib.util.find_spec("yasa") is not None)  # zero-shot row
     for row in ("trained", "random_init", "supervised_ceiling", "bandpower", "handcrafted", "bandpower+trained"):
         for s in ("5", "10"):

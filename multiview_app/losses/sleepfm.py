@@ -117,8 +117,10 @@ class SleepFMPairwiseLoss(SleepFMLoss):
         k = z.shape[1]
         views = z.transpose(0, 1)  # (k, n, d)
         logits = self.scale(z) * torch.einsum("mid,jed->mjie", views, views)  # (k, k, n, n): z_m z_j^T
-        off_diagonal = ~torch.eye(k, dtype=torch.bool, device=z.device)
-        return symmetric_ce(logits[off_diagonal]).sum() / (2 * k * (k - 1))
+        # the ordered pairs m != j as flat indices into (k * k): a gather, not a boolean mask (which reads the
+        # mask's count back to the host)
+        pairs = torch.tensor([m * k + j for m in range(k) for j in range(k) if m != j], device=z.device)
+        return symmetric_ce(logits.flatten(0, 1).index_select(0, pairs)).sum() / (2 * k * (k - 1))
 
 
 __all__ = ["SleepFMLeaveOneOutLoss", "SleepFMLoss", "SleepFMPairwiseLoss", "symmetric_ce"]

@@ -231,8 +231,8 @@ class ForkServer:
             try:
                 self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
-            except BrokenPipeError:
-                raise TrialFailed("tune fork server died") from None
+            except (BrokenPipeError, ValueError):  # ValueError: its stdin closed (the study is being interrupted)
+                raise TrialFailed("tune fork server died or was closed") from None
             answer = self.proc.stdout.readline()
         if not answer:
             raise TrialFailed("tune fork server died")
