@@ -16,6 +16,19 @@ from .contract import EEGInputContract, check_input, contract_for
 from .stages import EPOCH_SECONDS, STAGES
 
 
+def window_meta(record: dict[str, Any], index: int, labels: np.ndarray, epochs: np.ndarray) -> dict[str, Any]:
+    """The label and metadata of item ``index`` (a window of the manifest ``record``): label, index, subject,
+    recording, window (its epoch in the night) and onset in seconds; shared by every window dataset."""
+    return {
+        "label": int(labels[index]),
+        "index": int(index),
+        "subject": record["subject"],
+        "recording": record["recording"],
+        "window": int(epochs[index]),
+        "onset": float(epochs[index] * EPOCH_SECONDS),
+    }
+
+
 class WindowDataset(Dataset):
     """Windows of some recordings of a cache. Item: ``{"x": (c, T) float32, "label", "index",
     "subject", "recording", "window", "onset"}`` where ``window`` is the epoch index in its night and
@@ -64,15 +77,7 @@ class WindowDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         record = self.recordings[int(self.recording_of[index])]
-        return {
-            "x": torch.from_numpy(self.window(index)),
-            "label": int(self.labels[index]),
-            "index": int(index),
-            "subject": record["subject"],
-            "recording": record["recording"],
-            "window": int(self.epochs[index]),
-            "onset": float(self.epochs[index] * EPOCH_SECONDS),
-        }
+        return {"x": torch.from_numpy(self.window(index)), **window_meta(record, index, self.labels, self.epochs)}
 
     def __getstate__(self) -> dict[str, Any]:  # workers re-open their own memory maps
         return {**self.__dict__, "_maps": {}}

@@ -39,7 +39,7 @@ from ..batch import ViewBatch
 from ..catalog import catalog_dir
 from ..views import VIEW_POLICIES, PolicyOptions, ViewPolicy, draw_device
 from . import augment
-from .adapter import EEGWindowsAdapter
+from .adapter import EEGWindowsAdapter, window_meta
 from .signals import load_vocabulary
 from .stages import EPOCH_SECONDS
 
@@ -190,12 +190,7 @@ class ModalWindowDataset(Dataset):
         return {
             **item,
             SET_KEY: ",".join(self.present[recording]),
-            "label": int(self.labels[index]),
-            "index": int(index),
-            "subject": record["subject"],
-            "recording": record["recording"],
-            "window": int(self.epochs[index]),
-            "onset": float(self.epochs[index] * EPOCH_SECONDS),
+            **window_meta(record, index, self.labels, self.epochs),
         }
 
     def __getstate__(self) -> dict[str, Any]:  # workers re-open their own memory maps
