@@ -377,3 +377,31 @@ def test_prepare_edf_with_modalities_caches_one_file_per_group(tmp_path: Path, e
     assert windows["heart"].shape[1:] == (1, 200 * 30) and windows["oximetry"].shape[1:] == (1, 30)
     assert {w.shape[0] for w in windows.values()} == {len(AASM)}  # shared epochs
     assert "ABD:saturated" in (out / "prepare_summary.json").read_text()  # reported
+
+
+def test_emg_rms_envelope_joins_muscle_without_the_band_pass(tmp_path: Path) -> None:
+    """A file's own EMG RMS envelope is a muscle channel that keeps its slow course: only the muscle group's
+    robust scaling, no 10-45 Hz band-pass (which would leave it near zero); the raw chin EMG beside it is
+    band-passed, and the manifest says which channel is an envelope."""
+    t100 = np.arange(int(SECONDS * 100)) / 100
+    envelope = 5.0 + 3.0 * np.sin(2 * np.pi * t100 / 120.0)  # uV, one slow cycle every 2 min
+    chin = np.random.default_rng(1).normal(0, 5, t100.size) + 40 * np.sin(2 * np.pi * 0.2 * t100)  # drift
+    extra = [
+        {"label": "EMG RMS", "data": envelope, "fs": 100, "unit": "uV"},
+        {"label": "Chin1-Chin2", "data": chin, "fs": 100, "unit": "uV"},
+    ]
+    source = tmp_path / "src"
+    source.mkdir()
+    write_psg(source / "night1.edf", _stage_rows(AASM), extra=extra)
+    out = tmp_path / "cache"
+    args = ["data", "prepare", "edf", "--source", str(source), "--out", str(out), "--stages", "annotations"]
+    assert main([*args, "--channels", "C3-M2", "--modalities", "muscle"]) == 0
+    record = json.loads((out / "manifest.json").read_text())["recordings"][0]["modalities"]["muscle"]
+    assert record["channels"] == ["EMG RMS", "Chin1-Chin2"] and record["envelopes"] == [True, False]
+    windows = np.load(out / record["file"])  # (w, 2, 3000)
+    kept = windows[:, 0].reshape(-1)
+    assert np.corrcoef(kept, envelope[: kept.size])[0, 1] > 0.99  # the envelope's course, robust-scaled
+    chin_spectrum = np.abs(np.fft.rfft(windows[:, 1].reshape(-1)))
+    frequencies = np.fft.rfftfreq(windows[:, 1].size, 1 / 100)
+    drift, band = chin_spectrum[(frequencies > 0.1) & (frequencies < 1.0)], chin_spectrum[frequencies > 10.0]
+    assert drift.max() < 3 * np.median(band)  # the 0.2 Hz drift is gone: band-passed as raw EMG

@@ -228,7 +228,36 @@ def group_info(recording: Recording, indices: list[int]) -> dict[str, list]:
         "types": [recording.channel_types[i] for i in indices],
         "units": [recording.channel_units[i] for i in indices],
         "native_sfreqs": [native_rate(recording, i) for i in indices],
+        "envelopes": [load_vocabulary().is_envelope(recording.channel_names[i]) for i in indices],
     }
+
+
+def group_span(
+    recording: Recording, indices: list[int], spec: GroupSpec, span: slice
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`span_windows` of one group's channels ``indices`` at the group's rate and band, except that a
+    channel the vocabulary lists under ``envelopes`` (a file's own EMG RMS envelope) takes no band-pass:
+    ``(windows (span epochs, c, T) in the order of indices, nan (span epochs,), resampled channels)``."""
+    vocabulary = load_vocabulary()
+    envelope = np.array([vocabulary.is_envelope(recording.channel_names[i]) for i in indices], dtype=bool)
+    parts, nan, n_resampled = [], np.zeros(span.stop - span.start, dtype=bool), 0
+    for subset, band in ((~envelope, (spec.l_freq, spec.h_freq)), (envelope, (None, None))):
+        if not subset.any():
+            continue
+        chosen = [indices[j] for j in np.flatnonzero(subset)]
+        windows, nan_part, resampled = span_windows(
+            recording,
+            [recording.signals[i] for i in chosen],
+            [recording.sfreqs[i] for i in chosen],
+            span,
+            spec.sfreq,
+            band,
+        )
+        parts.append(windows)
+        nan |= nan_part
+        n_resampled += resampled
+    order = np.argsort(np.r_[np.flatnonzero(~envelope), np.flatnonzero(envelope)], kind="stable")
+    return np.concatenate(parts, axis=1)[:, order], nan, n_resampled
 
 
 def modal_windows(
@@ -246,11 +275,7 @@ def modal_windows(
     counts, keep = Counter(plan.counts), plan.keep
     spans, nan = {}, np.zeros(keep.size, dtype=bool)
     for group, indices in chosen.picks.items():
-        spec = groups[group]
-        signals, rates = [recording.signals[i] for i in indices], [recording.sfreqs[i] for i in indices]
-        spans[group], nan_group, n_resampled = span_windows(
-            recording, signals, rates, plan.span, spec.sfreq, (spec.l_freq, spec.h_freq)
-        )
+        spans[group], nan_group, n_resampled = group_span(recording, indices, groups[group], plan.span)
         counts["resampled_channels"] += n_resampled
         nan |= nan_group
     counts["nan"] += int((nan & keep).sum())

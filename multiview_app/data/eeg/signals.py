@@ -75,6 +75,7 @@ class Vocabulary(BaseModel):
     units: dict[str, tuple[str, float]]
     canonical_units: dict[str, str]
     aliases: dict[str, list[str]]
+    envelopes: dict[str, list[str]] = {}
     events: dict[str, str]
     unit_valid_ranges: dict[str, tuple[float, float]] = {}
 
@@ -96,18 +97,25 @@ class Vocabulary(BaseModel):
         missing = [t for t in SIGNAL_TYPES if t not in self.canonical_units]
         if missing:
             raise ValueError(f"canonical_units: no unit for types {missing}")
-        bad = sorted(set(self.aliases) - set(SIGNAL_TYPES))
-        if bad:
-            raise ValueError(f"aliases: unknown types {bad}; types: {SIGNAL_TYPES}")
+        for key in ("aliases", "envelopes"):
+            bad = sorted(set(getattr(self, key)) - set(SIGNAL_TYPES))
+            if bad:
+                raise ValueError(f"{key}: unknown types {bad}; types: {SIGNAL_TYPES}")
         return self
 
     def type_of(self, label: str, mne_type: str | None = None) -> str | None:
         """The signal type of ``label`` by its aliases, else ``mne_type`` when it is a known type, else None."""
         key = normalize_label(label)
-        for kind, labels in self.aliases.items():
-            if key in {normalize_label(a) for a in labels}:
-                return kind
+        for table in (self.aliases, self.envelopes):
+            for kind, labels in table.items():
+                if key in {normalize_label(a) for a in labels}:
+                    return kind
         return mne_type if mne_type in SIGNAL_TYPES and mne_type != "misc" else None
+
+    def is_envelope(self, label: str) -> bool:
+        """Whether channel ``label`` is listed under ``envelopes`` (an amplitude envelope: no band-pass)."""
+        key = normalize_label(label)
+        return any(key in {normalize_label(a) for a in labels} for labels in self.envelopes.values())
 
     def group_of_type(self, kind: str) -> str | None:
         """The modality group holding signal type ``kind`` (None: ``misc`` and other ungrouped types)."""
@@ -120,7 +128,8 @@ class Vocabulary(BaseModel):
 
     def aliases_of_group(self, group: str) -> list[str]:
         """Every known label of the types of modality group ``group``."""
-        return [a for kind in self.groups[group].types for a in self.aliases.get(kind, [])]
+        tables = (self.aliases, self.envelopes)
+        return [a for kind in self.groups[group].types for table in tables for a in table.get(kind, [])]
 
     def canonical_unit(self, unit_text: str) -> tuple[str, float]:
         """``(canonical unit, factor)`` for a file's unit text; raises ``ValueError`` for an unknown unit."""
