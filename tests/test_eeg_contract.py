@@ -31,7 +31,7 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "eeg_synthetic_m3g.ya
 
 def prepared_cache(folder: Path, channels: list[str] | None = None, **options) -> Path:
     """:func:`fake_cache` whose manifest records the preparation options of ``mvapp data prepare``
-    (defaults: 100 Hz, 0.5-30 Hz, window scaling) updated by ``options``; ``channels`` renames the channels."""
+    (defaults: 100 Hz, 0.5-30 Hz, recording scaling) updated by ``options``; ``channels`` renames the channels."""
     fake_cache(folder, subjects=4, windows=6)
     manifest = json.loads((folder / "manifest.json").read_text())
     prepared = PrepareOptions(channels=channels or CHANNELS, **options)
@@ -103,7 +103,7 @@ def test_run_writes_its_contract_from_the_cache_manifest_and_config(eeg_run: Pat
     assert contract["channels"] == CHANNELS and contract["views"] == CHANNELS
     assert contract["derivations"][3] == {"name": "O2-M1", "active": "O2", "reference": "M1"}
     assert (contract["sfreq"], contract["window_seconds"], contract["window_samples"]) == (100.0, 30.0, 3000)
-    assert (contract["l_freq"], contract["h_freq"], contract["scaling"]) == (0.5, 30.0, "window")
+    assert (contract["l_freq"], contract["h_freq"], contract["scaling"]) == (0.5, 30.0, "recording")
     assert contract["units"] == "uV before scaling" and contract["dataset"] == "physionet2018"
     assert (contract["channel_mode"], contract["channel_vocab"], contract["unknown_rate"]) == (
         "embedding",
@@ -127,7 +127,7 @@ def test_a_prepared_cache_records_every_field_of_the_contract(tmp_path: Path) ->
         progress=False,
     )
     manifest = json.loads((tmp_path / "cache" / "manifest.json").read_text())
-    assert manifest["units"] == "uV" and manifest["options"]["scaling"] == "window"
+    assert manifest["units"] == "uV" and manifest["options"]["scaling"] == "recording"
     contract = contract_for(manifest, ["central"], ["central"], {"name": "conv", "channel_mode": "agnostic"})
     assert '"unknown"' not in json.dumps(contract.to_dict())  # no field the manifest left unsaid
     assert (
@@ -137,7 +137,7 @@ def test_a_prepared_cache_records_every_field_of_the_contract(tmp_path: Path) ->
         contract.h_freq,
         contract.scaling,
         contract.units,
-    ) == (100.0, 3000, 0.5, 35.0, "window", "uV before scaling")
+    ) == (100.0, 3000, 0.5, 35.0, "recording", "uV before scaling")
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,7 @@ def test_a_prepared_cache_records_every_field_of_the_contract(tmp_path: Path) ->
             "the cache has lost 20-30 Hz",
         ),
         ("no filter", {"l_freq": None, "h_freq": None}, "band-pass: encoder 0.5-30 Hz, cache none", "would band-pass"),
-        ("scaling", {"scaling": "recording"}, "scaling: encoder window, cache recording", "would re-scale"),
+        ("scaling", {"scaling": "window"}, "scaling: encoder recording, cache window", "would re-scale"),
     ],
 )
 def test_each_differing_field_is_named_with_what_would_be_done(field, options, named, action, tmp_path: Path) -> None:
@@ -171,7 +171,7 @@ def test_each_differing_field_is_named_with_what_would_be_done(field, options, n
     assert named in message and action in message and f"cache {cache}" in message
     assert (
         "mvapp data prepare physionet2018" in message
-        and "--sfreq 100 --l-freq 0.5 --h-freq 30 --scaling window" in message
+        and "--sfreq 100 --l-freq 0.5 --h-freq 30 --scaling recording" in message
     )
     lines = check_input(_contract(), manifest, CHANNELS, cache=cache, whose="run R", accept=True)
     assert any(named in line and line.endswith("(accepted)") for line in lines)
@@ -243,7 +243,7 @@ def test_differences_are_reported_under_one_heading() -> None:
 
 
 def test_export_on_a_differing_cache_is_refused_naming_each_field(eeg_run: Path, tmp_path: Path, capsys) -> None:
-    other = prepared_cache(tmp_path / "other", sfreq=200.0, l_freq=0.3, h_freq=35.0, scaling="recording")
+    other = prepared_cache(tmp_path / "other", sfreq=200.0, l_freq=0.3, h_freq=35.0, scaling="window")
     args = ["export", "--run", str(eeg_run), "--out", str(tmp_path / "x"), f"data.options.cache={other}"]
     assert main(args) == 2
     error = capsys.readouterr().err
@@ -251,7 +251,7 @@ def test_export_on_a_differing_cache_is_refused_naming_each_field(eeg_run: Path,
         "sampling rate: encoder 100 Hz, cache 200 Hz -> would resample 200 -> 100 Hz",
         "window samples: encoder 3000, cache 6000",
         "band-pass: encoder 0.5-30 Hz, cache 0.3-35 Hz",
-        "scaling: encoder window, cache recording",
+        "scaling: encoder recording, cache window",
         "--accept-input-differences",
     ):
         assert named in error, named
@@ -363,7 +363,7 @@ def test_exported_eeg_encoder_knows_its_contract_and_its_onnx_graph_equals_pytor
         "sampling rate: 100 Hz",
         "band-pass: 0.5-30 Hz",
         "3000 samples",
-        "scaling: window",
+        "scaling: recording",
         "uV before scaling",
         "unknown_rate 0.1",
     ):

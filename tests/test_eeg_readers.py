@@ -72,7 +72,7 @@ def test_sleep_edf_round_trip_labels_match_the_hypnogram(sleep_edf_dir):
 def test_window_labels_equal_the_synthetic_stages(sleep_edf_dir):
     source, truths = sleep_edf_dir
     rec = read_sleep_edf(*find_pairs(source)[0][0], ["Fpz-Cz", "Pz-Oz"])
-    windows, labels, epochs, counts = make_windows(rec, PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"]))
+    windows, labels, epochs, counts = make_windows(rec, PrepareOptions(channels=["Fpz-Cz", "Pz-Oz"], scaling="window"))
     assert windows.shape == (len(labels), 2, 3000) and windows.dtype == np.float32
     np.testing.assert_array_equal(labels, truths[0][epochs])
     assert (labels >= 0).all() and counts["excluded"] == int((truths[0] == EXCLUDED).sum())
@@ -452,10 +452,8 @@ def test_recording_scaling_keeps_amplitude_differences():
     amplitude = np.array([10.0, 10.0, 80.0, 80.0, 10.0, 10.0])  # N3-like large-amplitude epochs 2, 3
     signal = np.concatenate([a * rng.normal(0, 1, 3000) for a in amplitude])
     rec = Recording("r", "s", [Path("x")], ["A"], [signal], [fs], np.array([0, 2, 3, 3, 2, 0]), Counter())
-    window_scaled, *_ = make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None))
-    recording_scaled, *_ = make_windows(
-        rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, scaling="recording")
-    )
+    window_scaled, *_ = make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None, scaling="window"))
+    recording_scaled, *_ = make_windows(rec, PrepareOptions(channels=["A"], crop_wake_minutes=None))  # the default
     np.testing.assert_allclose(window_scaled.std(-1)[:, 0], 1.0, atol=1e-3)  # z-scoring erases amplitude
     stds = recording_scaled.std(-1)[:, 0]
     assert stds[2] / stds[0] == pytest.approx(8.0, rel=0.1)  # one scale per recording keeps the ratio

@@ -461,7 +461,10 @@ base cohort's, arousal bursts 3 / 2 uV alpha / beta (were 6 / 4), wake beta alik
 closed and a smaller alpha contrast (``synth.EYES_OPEN`` / ``EYES_CLOSED``); all three keys move. (4) Generator 4
 (fingerprints rewritten): an N2 / N3 delta background the SC age / sex effect leaves alone
 (``RHYTHMS["delta_background"]``), N1 sleep alpha 2.1 uV and 6 slow rolls per minute, REM interrupted by N2 as
-in the real SC hypnograms (``hypnogram.INTERRUPTION``); the new rhythm's draws move every key."""
+in the real SC hypnograms (``hypnogram.INTERRUPTION``); the new rhythm's draws move every key. (5) Not a generator
+change: ``prepare``'s default scaling became ``recording`` (per-recording robust scaling, chosen on validation
+subjects for the demo's encoder, docs/eeg.md), so the windows are no longer z-scored per window; every key
+moves, the labels stay."""
 
 # Windows per segment of the per-window profiles (1 h of 30-s windows).
 PIN_SEGMENT = 120

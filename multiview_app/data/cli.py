@@ -381,9 +381,9 @@ DATA_COMMANDS: tuple[DataCommand, ...] = (
                 ("--scaling",),
                 dict(
                     choices=["window", "recording", "microvolts"],
-                    default="window",
-                    help="per-window z-scoring; per-recording robust scaling that keeps amplitude differences "
-                    "between windows; or microvolts (median removed, units of 25 uV: absolute amplitude "
+                    default="recording",
+                    help="per-recording robust scaling that keeps amplitude differences between windows (chosen "
+                    "on validation subjects for the demo's encoder, docs/eeg.md); per-window z-scoring; or microvolts (median removed, units of 25 uV: absolute amplitude "
                     "kept across recordings) (default: %(default)s)",
                 ),
             ),

@@ -43,7 +43,7 @@ class PrepareOptions(BaseModel):
     crop_wake_minutes: float | None = Field(30.0, ge=0, description="wake kept before first / after last sleep")
     flat_ratio: float = Field(1e-3, gt=0, description="window flat if its std < ratio x the channel's median std")
     scaling: Literal["window", "recording", "microvolts"] = Field(
-        "window",
+        "recording",
         description="window: per-window per-channel z-score; recording: per-channel median and "
         "IQR/1.349 of the recording's kept windows (keeps amplitude differences, e.g. N3 delta); "
         "microvolts: per-channel median removed, in units of MICROVOLTS_PER_UNIT (25 uV; "
@@ -241,8 +241,8 @@ def scale_windows(
 def make_windows(recording: Recording, options: PrepareOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter]:
     """Cut a recording into standardized windows.
 
-    Returns ``windows (w, c, T)`` float32 (per-window per-channel zero mean, unit std; or, with
-    ``scaling="recording"``, per-channel robust scaling over the recording, see :func:`robust_scale`; with
+    Returns ``windows (w, c, T)`` float32 (by default per-channel robust scaling over the recording, see
+    :func:`robust_scale`; with ``scaling="window"``, per-window per-channel zero mean, unit std; with
     ``scaling="microvolts"``, the recording's per-channel median removed, in units of :data:`MICROVOLTS_PER_UNIT`),
     ``labels (w,)`` int64 in 0..4, ``epochs (w,)`` epoch index from the recording start, and the
     counts of dropped epochs by reason (``excluded``, ``unscored``, ``wake_cropped``, ``nan``, ``flat``).
