@@ -167,7 +167,8 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser(
         "experiment",
         **describe(
-            "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling, psg-modalities)",
+            "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling, psg-modalities, "
+            "psg-real)",
             DG_EXAMPLES[0],
             CEILING_EXAMPLE,
         ),
