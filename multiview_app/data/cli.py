@@ -169,6 +169,7 @@ def _prepare(args: argparse.Namespace) -> int:
         include_st=args.include_st,
         modalities=args.modalities,
         reader_options=reader_options,
+        max_rate=args.max_rate,
     )
     print(summary_table(summary))
     return 0
@@ -395,6 +396,17 @@ DATA_COMMANDS: tuple[DataCommand, ...] = (
                     "list of groups (brain, eyes, muscle, heart, breathing, oximetry; group=LABEL+LABEL picks channels); "
                     "brain takes --channels; rates, bands and scaling per group from datasets/modalities/psg.yaml "
                     "(default: EEG channels only, one window file per recording)",
+                ),
+            ),
+            (
+                ("--max-rate",),
+                dict(
+                    type=positive_float,
+                    default=None,
+                    metavar="HZ",
+                    help="with --modalities: prepare each modality group at min(its rate, HZ), its band's high edge "
+                    "moved below the new Nyquist frequency (e.g. 50 for a 50-Hz recording, and for training data "
+                    "meant to match it; kept in the manifest) (default: each group's rate in psg.yaml)",
                 ),
             ),
             (("--skip-bad",), dict(action="store_true", help="skip unreadable recordings (listed) instead of failing")),

@@ -3,6 +3,9 @@
 ``psg-modalities``: PSG modalities as views, from synthetic nights to tables and a figure
 (:mod:`.psg_modalities`).
 
+``psg-real``: one real PSG night (an EDF, e.g. DREAMS excerpt 3 at 50 Hz) staged by a classifier trained
+on synthetic nights' frozen per-modality features, every group at a capped rate (:mod:`.psg_real`).
+
 ``domain-generalization``: with ``--config``, one pretraining run per held-out domain, seed and protocol
 under the ``--run`` folder, each evaluated, one combined table (:func:`.domains.train_and_evaluate`);
 without it, the existing run folder ``--run`` is evaluated (its ERM baseline trained unless done first:
@@ -32,6 +35,15 @@ PSG_EXAMPLE = (
     "--out runs/psg_demo"
 )
 
+PSG_REAL_EXAMPLE = (
+    "mvapp experiment psg-real --edf ../shared/real-psg/dreams-spindles/excerpt3.edf --stages channel:hypnogram "
+    "--stage-map dreams --config configs/psg_modalities_sleepfm.yaml --out runs/psg_real"
+)
+PSG_REAL_SUMMARY = (
+    "stage one real PSG night (an EDF): synthesize whole-PSG nights, prepare them and the file with the config's "
+    "modality groups at a capped rate, train briefly on the synthetic nights, fit logistic regression on their "
+    "frozen per-modality features, write the real night's confusion matrix, balanced accuracy and kappa"
+)
 
 PSG_SUMMARY = (
     "PSG modalities as views: synthesize whole-PSG nights unless present, train one run per loss and seed "
@@ -99,12 +111,64 @@ EEG_DEMO_OPTIONS: tuple[Option, ...] = (
 """Options of ``mvapp experiment eeg-demo``."""
 
 
+PSG_REAL_OPTIONS: tuple[Option, ...] = (
+    (("--edf",), dict(type=Path, required=True, help="the real recording (EDF / EDF+ / BDF), read in place")),
+    (
+        ("--stages",),
+        dict(default="channel:hypnogram", metavar="SOURCE", help="its stages (as prepare edf) (default: %(default)s)"),
+    ),
+    (("--stage-map",), dict(default="dreams", metavar="MAP", help="its stage label map (default: %(default)s)")),
+    (
+        ("--channels",),
+        dict(nargs="+", default=None, help="its brain channels (default: every channel the reader types as EEG)"),
+    ),
+    (
+        ("--config",),
+        dict(
+            type=Path,
+            default=Path("configs") / "psg_modalities_sleepfm.yaml",
+            help="training config of a psg_modalities run (default: %(default)s)",
+        ),
+    ),
+    (
+        ("--max-rate",),
+        dict(
+            type=positive_float,
+            default=50.0,
+            metavar="HZ",
+            help="every modality group prepared at min(its rate, HZ), synthetic and real (default: %(default)s)",
+        ),
+    ),
+    (("--nights",), dict(type=positive_int, default=4, help="synthetic training nights (default: %(default)s)")),
+    (("--hours",), dict(type=positive_float, default=2.0, help="synthetic night length (default: %(default)s)")),
+    (("--compress",), dict(type=positive_int, default=3, help="every K-th epoch of a night (default: %(default)s)")),
+    (("--steps",), dict(type=positive_int, default=200, help="training steps (default: %(default)s)")),
+    (("--batch",), dict(type=positive_int, default=16, help="items per training step (default: %(default)s)")),
+    (
+        ("--seed",),
+        dict(type=nonnegative_int, default=0, help="nights' generator and training seed (default: %(default)s)"),
+    ),
+    (("--loss",), dict(default=None, help="training loss (default: the config's)")),
+    (
+        ("--out",),
+        dict(
+            type=Path,
+            default=Path("runs") / "psg_real",
+            help="output folder: data/, runs/, psg_real.md and .json (default: %(default)s)",
+        ),
+    ),
+    (("--set",), dict(nargs="*", default=[], metavar="KEY=VALUE", help="training config overrides")),
+)
+"""Options of ``mvapp experiment psg-real``."""
+
+
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``experiment`` group and its experiments on the ``mvapp`` parser."""
     group = subparsers.add_parser(
         "experiment",
         **describe(
-            "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling, psg-modalities)",
+            "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling, psg-modalities, "
+            "psg-real)",
             DG_EXAMPLES[0],
             CEILING_EXAMPLE,
         ),
@@ -121,6 +185,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         ("eeg-demo", EEG_DEMO_PARSER, EEG_DEMO_OPTIONS, run_eeg_demo_headline),
         ("dreams-transfer", DREAMS_PARSER, add_dreams_arguments, run_dreams_transfer),
         ("psg-modalities", describe(PSG_SUMMARY, PSG_EXAMPLE), add_psg_modalities_arguments, run_psg_modalities),
+        ("psg-real", describe(PSG_REAL_SUMMARY, PSG_REAL_EXAMPLE), PSG_REAL_OPTIONS, run_psg_real),
     )
     for name, keywords, options, run in experiments:
         parser = sub.add_parser(name, **keywords)
@@ -441,4 +506,24 @@ def run_psg_modalities(args: argparse.Namespace) -> int:
     summary = experiment(args.config, args.out, args.data or args.out / "data", sizes, list(args.set), command)
     print((args.out / f"{TABLE}.md").read_text().split("## Notes")[0])
     print(f"wrote {args.out / TABLE}.md, .json and {summary['figure']}")
+    return 0
+
+
+@resumable
+def run_psg_real(args: argparse.Namespace) -> int:
+    """Prepare, train unless done, stage the real night; print the page and what was written."""
+    import dataclasses
+
+    from ..config import load_config
+    from .psg_modalities import Sizes
+    from .psg_real import TABLE, RealNight, experiment
+
+    loss = args.loss or load_config(args.config, list(args.set)).loss.name
+    sizes = Sizes(nights=args.nights, hours=args.hours, compress=args.compress, seed=args.seed, steps=args.steps)
+    sizes = dataclasses.replace(sizes, batch=args.batch, seeds=[args.seed], losses=[loss])
+    night = RealNight(args.edf, args.stages, args.stage_map, list(args.channels or []))
+    command = "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
+    experiment(args.config, night, args.out, sizes, args.max_rate, list(args.set), command)
+    print((args.out / f"{TABLE}.md").read_text())
+    print(f"wrote {args.out / TABLE}.md and .json")
     return 0

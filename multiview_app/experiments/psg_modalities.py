@@ -95,9 +95,12 @@ def cache_modalities(options: dict[str, Any]) -> str:
     return ",".join(dict.fromkeys(groups))
 
 
-def night_set(data: Path, name: str, nights: int, seed: int, sizes: Sizes, modalities: str) -> Path:
+def night_set(
+    data: Path, name: str, nights: int, seed: int, sizes: Sizes, modalities: str, prepare_args: tuple[str, ...] = ()
+) -> Path:
     """``data/<name>_cache``: ``nights`` whole-PSG nights (generator seed ``seed``) synthesized into
-    ``data/<name>_raw`` and prepared with ``--modalities``, each step skipped when its output exists."""
+    ``data/<name>_raw`` and prepared with ``--modalities`` (and ``prepare_args``, e.g. ``--max-rate 50``),
+    each step skipped when its output exists."""
     raw, cache = data / f"{name}_raw", data / f"{name}_cache"
     if not raw.is_dir() or not any(raw.glob("*")):
         mvapp(
@@ -106,7 +109,10 @@ def night_set(data: Path, name: str, nights: int, seed: int, sizes: Sizes, modal
             *("--workers", str(min(SYNTH_WORKERS, nights))),
         )
     if not (cache / "manifest.json").is_file():
-        mvapp("data", "prepare", "physionet2018", "--source", str(raw), "--out", str(cache), "--modalities", modalities)
+        mvapp(
+            *("data", "prepare", "physionet2018", "--source", str(raw), "--out", str(cache)),
+            *("--modalities", modalities, *prepare_args),
+        )
     return cache
 
 
@@ -163,9 +169,9 @@ def window_order(meta: dict[str, list[Any]], windows: Any) -> np.ndarray:
     return np.array([position[k] for k in keys])
 
 
-def embed(run_dir: Path, weights: str, cache: Path, windows: Any) -> dict[str, np.ndarray]:
-    """``{modality: (n, f)}`` encoder features of the evaluation windows (in ``windows``' order) from the
-    run's ``weights`` (``final`` or ``init``); a modality some window lacks is an error naming it."""
+def cache_embeddings(run_dir: Path, weights: str, cache: Path) -> Any:
+    """Frozen encoder features (``ModalEmbeddings``: per modality ``(n, f)``, presence, labels, meta) of every
+    window of the modality cache ``cache`` (no split) from the run's ``weights`` (``final`` or ``init``)."""
     from ..data.adapters import build_adapter
     from ..data.views import build_view_policy
     from ..models.modal_embed import modality_embeddings
@@ -176,7 +182,13 @@ def embed(run_dir: Path, weights: str, cache: Path, windows: Any) -> dict[str, n
     options.update(val_fraction=0.0, val_subjects=None, min_modalities=1)
     adapter = build_adapter(cfg.data.adapter, options)
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
-    found = modality_embeddings(model, policy, adapter.split("train"), output="features")
+    return modality_embeddings(model, policy, adapter.split("train"), output="features")
+
+
+def embed(run_dir: Path, weights: str, cache: Path, windows: Any) -> dict[str, np.ndarray]:
+    """``{modality: (n, f)}`` encoder features of the evaluation windows (in ``windows``' order) from the
+    run's ``weights`` (``final`` or ``init``); a modality some window lacks is an error naming it."""
+    found = cache_embeddings(run_dir, weights, cache)
     order = window_order(found.meta, windows)
     lacking = [m for m, present in found.present.items() if not present[order].all()]
     if lacking:

@@ -10,6 +10,8 @@ A modality cache's manifest also holds ``modalities`` (the asked groups) and ``m
 group's types, rate, band, scaling); each of its recordings ``modalities`` (per group: file, channels,
 types, units, recorded rates), ``missing_modalities`` (group: reason), ``left_out_channels``,
 ``upsampled_channels`` and ``invalid_<group>`` (a boolean per window, for groups with a valid range).
+A modality cache prepared with a rate cap (``--max-rate``) holds ``max_rate``, and each capped group in
+``modality_groups`` its psg.yaml rate and band as ``capped_from``.
 Every group of a recording holds the same windows (``epochs``).
 
 Each manifest recording holds ``recording, subject, file, n_windows, labels (w,), epochs (w,),
@@ -40,7 +42,7 @@ from .contract import SOURCE_UNITS
 from .dreams import expected_checksums, find_excerpts, inspect_excerpt, read_dreams, verify_checksums
 from .events import event_record, event_summary, event_summary_line
 from .generic import StageSource, find_psg_files, for_cache, psg_recording_id, read_psg
-from .modalities import modal_windows, parse_modalities
+from .modalities import group_specs, modal_windows, parse_modalities
 from .physionet2018 import arousal_mat_path, find_records, read_physionet2018, signal_files
 from .preprocess import DROP_REASONS, PrepareOptions, make_windows
 from .provenance import read_provenance
@@ -235,11 +237,11 @@ def _open_manifest(out: Path, settings: dict[str, Any], options: PrepareOptions)
             "duplicates": [],
         }
         if "modalities" in settings:
-            manifest["modality_groups"] = modality_groups(list(settings["modalities"]))
+            manifest["modality_groups"] = modality_groups(list(settings["modalities"]), settings.get("max_rate"))
         manifest["complete"] = False  # until the last write of prepare
         return manifest
     manifest = load_manifest(out, allow_partial=True)
-    keys = [*settings, *(["modalities"] if "modalities" in manifest and "modalities" not in settings else [])]
+    keys = [*settings, *(k for k in ("modalities", "max_rate") if k in manifest and k not in settings)]
     previous, current = {k: manifest.get(k) for k in keys}, {k: settings.get(k) for k in keys}
     if previous != current:
         raise ValueError(
@@ -250,17 +252,23 @@ def _open_manifest(out: Path, settings: dict[str, Any], options: PrepareOptions)
     return manifest
 
 
-def modality_groups(groups: list[str]) -> dict[str, dict[str, Any]]:
+def modality_groups(groups: list[str], max_rate: float | None = None) -> dict[str, dict[str, Any]]:
     """What a modality cache's manifest says of each group: signal types, rate, band, scaling (and its
-    offset / scale, valid range) and window length in samples, from ``datasets/modalities/psg.yaml``."""
-    specs = load_vocabulary().groups
-    return {
+    offset / scale, valid range) and window length in samples, from ``datasets/modalities/psg.yaml``;
+    with ``max_rate``, the capped rate and band (:func:`~.modalities.group_specs`) and, for a capped group,
+    ``capped_from`` (its psg.yaml ``sfreq``, ``l_freq``, ``h_freq``)."""
+    specs, table = group_specs(groups, max_rate), load_vocabulary().groups
+    described = {
         group: {
             **specs[group].model_dump(exclude={"note"}),
             "window_samples": int(round(EPOCH_SECONDS * specs[group].sfreq)),
         }
         for group in groups
     }
+    for group in groups:
+        if specs[group] != table[group]:
+            described[group]["capped_from"] = table[group].model_dump(include={"sfreq", "l_freq", "h_freq"})
+    return described
 
 
 @dataclass
@@ -274,6 +282,7 @@ class _Run:
     dtype: str
     asked: dict[str, list[str] | None] | None
     card: Any
+    max_rate: float | None = None
 
     def __post_init__(self) -> None:
         self.by_id = {r["recording"]: r for r in self.manifest["recordings"]}
@@ -323,7 +332,7 @@ def _modal_record(run: _Run, entry: SourceEntry) -> tuple[dict, Recording, Count
     ``upsampled_channels``, ``invalid_<group>`` per window). Its ``file`` is the brain group's when that
     holds every ``--channels`` channel (the EEG view of the recording), else None."""
     recording = entry.read(None)
-    result = modal_windows(recording, run.asked or {}, run.options, run.card)
+    result = modal_windows(recording, run.asked or {}, run.options, run.card, run.max_rate)
     files = {group: f"windows/{entry.recording}/{group}.npy" for group in result.windows}
     for group, windows in result.windows.items():
         _save(run, files[group], windows)
@@ -387,6 +396,25 @@ def _prepare_entry(run: _Run, entry: SourceEntry, on_error: str) -> None:
     run.summary["reader_counts"].update({k: v for k, v in dropped.items() if k not in DROP_REASONS})
 
 
+def asked_modalities(
+    dataset: str, modalities: str | None, max_rate: float | None
+) -> dict[str, list[str] | None] | None:
+    """The groups asked by ``modalities`` (:func:`~.modalities.parse_modalities`; None: an EEG cache), checked
+    before anything is read: a dataset whose reader has no modalities, ``max_rate`` without ``modalities``
+    and a band that does not fit the cap are ``ValueError`` naming the option."""
+    asked = parse_modalities(modalities) if modalities else None
+    if asked is not None and dataset not in MODALITY_DATASETS:
+        raise ValueError(
+            f"--modalities: available for {', '.join(MODALITY_DATASETS)}; prepare {dataset} without it (its reader "
+            "hands the EEG window cache one microvolt channel per --channels name)"
+        )
+    if max_rate is not None and asked is None:
+        raise ValueError("--max-rate caps the modality groups' rates: use it with --modalities")
+    if asked is not None:
+        group_specs(list(asked), max_rate)
+    return asked
+
+
 def prepare(
     dataset: str,
     source: str | Path,
@@ -398,6 +426,7 @@ def prepare(
     include_st: bool = False,
     reader_options: dict[str, str] | None = None,
     modalities: str | None = None,
+    max_rate: float | None = None,
 ) -> dict:
     """Prepare every recording of ``source`` into the cache ``out``; returns a summary dict
     (prepared, skipped_existing, duplicates, errors, not_selected, windows, dropped counts by reason).
@@ -405,19 +434,16 @@ def prepare(
     write (see :func:`dreams_entries`). ``reader_options``: ``stages`` / ``stage_map`` of ``edf`` and
     ``bids`` (kept in the manifest: a cache keeps one set). ``modalities`` (a preset or comma list of modality groups,
     :func:`~.modalities.parse_modalities`): one window file per group and recording, and the summary's
-    ``modalities`` (missing groups, left-out channels, upsampled recordings, invalid windows)."""
+    ``modalities`` (missing groups, left-out channels, upsampled recordings, invalid windows). ``max_rate``
+    (with ``modalities`` only): every group at ``min(its rate, max_rate)`` Hz, its band below the new
+    Nyquist frequency (:func:`~.modalities.group_specs`; kept in the manifest)."""
     from ...console import progress as progress_display
     from ..catalog import preparable
 
     source, out = Path(source), Path(out)
     if not source.is_dir():
         raise ValueError(f"--source {source}: not a folder")
-    asked = parse_modalities(modalities) if modalities else None
-    if asked is not None and dataset not in MODALITY_DATASETS:
-        raise ValueError(
-            f"--modalities: available for {', '.join(MODALITY_DATASETS)}; prepare {dataset} without it (its reader "
-            "hands the EEG window cache one microvolt channel per --channels name)"
-        )
+    asked = asked_modalities(dataset, modalities, max_rate)
     entries, not_selected = DATASETS.get(dataset)(source, include_st=include_st, **(reader_options or {}))
     if not entries:
         raise ValueError(f"--source {source}: no {dataset} recordings found ({SOURCE_PATTERNS[dataset]} files)")
@@ -426,6 +452,8 @@ def prepare(
         settings["reader_options"] = dict(reader_options)
     if asked is not None:
         settings["modalities"] = asked
+    if max_rate is not None:
+        settings["max_rate"] = float(max_rate)
     summary: dict[str, Any] = {
         "prepared": [],
         "skipped_existing": [],
@@ -436,7 +464,8 @@ def prepare(
         "events": Counter(),
         "not_selected": {k: v for k, v in not_selected.items() if v},
     }
-    run = _Run(out, _open_manifest(out, settings, options), summary, options, dtype, asked, preparable().get(dataset))
+    manifest = _open_manifest(out, settings, options)
+    run = _Run(out, manifest, summary, options, dtype, asked, preparable().get(dataset), max_rate)
     for entry in progress_display(entries, desc=f"prepare {dataset}", disable=not progress):
         _prepare_entry(run, entry, on_error)
     return _finish(run)

@@ -10,6 +10,8 @@ reads every signal of a recording with its type and unit, then for each asked gr
   (:func:`~.channel_quality.assess_channel`), reported with the reason, never used silently;
 * refuses a group asked at a rate above a channel's recorded rate, unless the dataset card allows
   upsampling (``allow_upsampling``), then reports the upsampled channels;
+* with a rate cap (``--max-rate``, :func:`group_specs`), prepares each group at ``min(rate, cap)`` with its
+  band's high edge moved below the new Nyquist frequency (a 50-Hz recording: every group at 50 Hz or less);
 * resamples, band-passes, cuts into 30-s windows on the shared epoch grid and scales per the group.
 
 Every group of a recording keeps the same epochs (an epoch dropped in one group is dropped in all), so
@@ -33,6 +35,9 @@ from .stages import EPOCH_SECONDS
 
 if TYPE_CHECKING:
     from ..catalog import DatasetCard
+
+NYQUIST_FRACTION = 0.9
+"""A capped group's band high edge, as a fraction of its new Nyquist frequency (22.5 Hz at a 50-Hz cap)."""
 
 WINDOW_SCALED = ("window",)
 """Scalings that divide each window by its own std: a flat window of such a group is dropped."""
@@ -59,6 +64,34 @@ def parse_modalities(spec: str, vocabulary: Vocabulary | None = None) -> dict[st
                 f"group ({', '.join(vocabulary.groups)}); expected a preset or a comma list of groups"
             )
     return {group: asked[group] for group in vocabulary.groups if group in asked}
+
+
+def capped_spec(group: str, spec: GroupSpec, max_rate: float) -> GroupSpec:
+    """``spec`` at ``min(spec.sfreq, max_rate)``; a high edge at or above the new Nyquist frequency moves to
+    :data:`NYQUIST_FRACTION` of it. ``ValueError`` naming the group, its band and the cap when the low edge
+    does not fit below the new high edge."""
+    if spec.sfreq <= max_rate:
+        return spec
+    nyquist = max_rate / 2
+    h_freq = spec.h_freq if spec.h_freq is None or spec.h_freq < nyquist else round(NYQUIST_FRACTION * nyquist, 6)
+    if spec.l_freq is not None and h_freq is not None and spec.l_freq >= h_freq:
+        raise ValueError(
+            f"--max-rate {max_rate:g}: modality group {group}'s band {spec.l_freq:g}-{spec.h_freq:g} Hz does not fit "
+            f"below the Nyquist frequency {nyquist:g} Hz (the high edge would be {h_freq:g} Hz, under the low edge); "
+            f"expected --max-rate above {2 * spec.l_freq / NYQUIST_FRACTION:g} Hz, or leave {group} out of --modalities"
+        )
+    return GroupSpec.model_validate({**spec.model_dump(), "sfreq": float(max_rate), "h_freq": h_freq})
+
+
+def group_specs(groups: list[str], max_rate: float | None = None) -> dict[str, GroupSpec]:
+    """Each of ``groups``' preprocessing (``datasets/modalities/psg.yaml``), capped at ``max_rate`` Hz when
+    given (:func:`capped_spec`); ``ValueError`` for a cap that is not positive or a band that cannot fit."""
+    specs = load_vocabulary().groups
+    if max_rate is None:
+        return {group: specs[group] for group in groups}
+    if not max_rate > 0:
+        raise ValueError(f"--max-rate: expected a rate in Hz above 0, got {max_rate:g}")
+    return {group: capped_spec(group, specs[group], float(max_rate)) for group in groups}
 
 
 @dataclass
@@ -179,14 +212,19 @@ class GroupPicks:
 
 
 def pick_groups(
-    recording: Recording, asked: dict[str, list[str] | None], brain: list[str], card: DatasetCard | None
+    recording: Recording,
+    asked: dict[str, list[str] | None],
+    brain: list[str],
+    card: DatasetCard | None,
+    specs: dict[str, GroupSpec] | None = None,
 ) -> GroupPicks:
     """Channels of each ``asked`` group (``brain``: the EEG pick unless labels are asked for), their
-    rate check (:func:`check_rates`) and quality check (:func:`usable_channels`)."""
-    vocabulary, aliases = load_vocabulary(), card_aliases(card)
+    rate check (:func:`check_rates`, at the group's rate in ``specs``, default psg.yaml's) and quality
+    check (:func:`usable_channels`)."""
+    specs, aliases = specs or group_specs(list(asked)), card_aliases(card)
     result = GroupPicks({}, {}, [], [])
     for group, labels in asked.items():
-        spec = vocabulary.groups[group]
+        spec = specs[group]
         wanted = list(brain) if labels is None and group == "brain" else labels
         indices = select_channels(recording, group, wanted, aliases)
         if not indices:
@@ -261,13 +299,18 @@ def group_span(
 
 
 def modal_windows(
-    recording: Recording, asked: dict[str, list[str] | None], options: PrepareOptions, card: DatasetCard | None
+    recording: Recording,
+    asked: dict[str, list[str] | None],
+    options: PrepareOptions,
+    card: DatasetCard | None,
+    max_rate: float | None = None,
 ) -> ModalWindows:
     """Windows of every asked group of ``recording`` (read with every signal) on shared epochs: an epoch
     is kept when scored, not wake-cropped (``options``), finite in every group and not flat in a
-    window-scaled group (brain, eyes). ``ValueError`` (see :func:`pick_groups`) names file and channel."""
-    groups = load_vocabulary().groups
-    chosen = pick_groups(recording, asked, options.channels, card)
+    window-scaled group (brain, eyes); each group at its rate, capped at ``max_rate`` (:func:`group_specs`).
+    ``ValueError`` (see :func:`pick_groups`) names file and channel."""
+    groups = group_specs(list(asked), max_rate)
+    chosen = pick_groups(recording, asked, options.channels, card, groups)
     used = sorted({i for indices in chosen.picks.values() for i in indices})
     plan = plan_epochs(
         recording, [recording.signals[i] for i in used], [recording.sfreqs[i] for i in used], options.crop_wake_minutes
