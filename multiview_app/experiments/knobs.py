@@ -39,7 +39,7 @@ def _check_type(name: str, value: Any, default: Any, source: str) -> Any:
 
 
 def load_knobs(cls: type[K], path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> K:
-    """``cls`` (a dataclass whose fields all have defaults) from the YAML mapping at ``path`` (None: the
+    """``cls`` (a dataclass whose fields all have defaults or default factories) from the YAML mapping at ``path`` (None: the
     defaults), then ``overrides`` (``KEY=VALUE``); unknown keys or values of the wrong kind raise
     ``ValueError`` naming the file or ``--set``."""
     raw: dict[str, Any] = {}
@@ -47,7 +47,10 @@ def load_knobs(cls: type[K], path: str | Path | None, overrides: list[str] | tup
         raw = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: expected a mapping of experiment knobs, got {type(raw).__name__}")
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    defaults = {
+        f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+    }
     values = {}
     for source, mapping in ((str(path), raw), ("--set", parse_overrides(overrides))):
         unknown = sorted(set(mapping) - set(defaults))
