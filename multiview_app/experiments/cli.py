@@ -9,8 +9,8 @@ without it, the existing run folder ``--run`` is evaluated (its ERM baseline tra
 :func:`.domains.evaluate_with_erm`). The former spelling ``mvapp eval domain-generalization`` is forwarded
 here by the console script (``multiview_app/cli.py``: ``FORWARDS``).
 
-``digits``, ``pairs``, ``domains-grid``: the results tables of docs/results.md (:mod:`.digits_table`,
-:mod:`.pairs_table`, :mod:`.domains_grid`), their knobs read from ``configs/experiment_<name>.yaml``
+``digits``, ``pairs``, ``domains-grid``, ``channel-modes``: the results tables of docs/results.md
+(:mod:`.digits_table`, :mod:`.pairs_table`, :mod:`.domains_grid`, :mod:`.channel_modes`), their knobs read from ``configs/experiment_<name>.yaml``
 (:mod:`.knobs`) with ``--set KEY=VALUE`` overrides.
 """
 
@@ -179,6 +179,36 @@ GRID_OPTIONS: tuple[Option, ...] = (
     (("--groups",), dict(default=None, help=argparse.SUPPRESS)),  # a worker's share: domain:seed,...
 )
 """Options of ``mvapp experiment domains-grid``."""
+MODES_PARSER = describe(
+    "the EEG encoder's channel modes (agnostic, embedding, montage) each pretrained as the demo per seed, staged "
+    "cross-dataset and on the real DREAMS excerpts beside handcrafted and band-power rows",
+    "mvapp experiment channel-modes --out runs/channel_modes --real-psg ../shared/real-psg",
+)
+MODES_OPTIONS: tuple[Option, ...] = (
+    *knob_options("channel_modes", "channel_modes")[:2],
+    (
+        ("--out",),
+        dict(
+            type=Path,
+            default=Path("runs") / "channel_modes",
+            help="folder of the data, runs and table; shares its agnostic runs with dreams-transfer --out "
+            "(default: %(default)s)",
+        ),
+    ),
+    (
+        ("--data",),
+        dict(type=Path, default=None, help="the demo's data folder, made unless present (default: OUT/demo_data)"),
+    ),
+    (
+        ("--real-psg",),
+        dict(
+            type=Path,
+            default=None,
+            help="folder holding dreams-spindles/ for the dreams protocol (default: $MVAPP_REAL_PSG)",
+        ),
+    ),
+)
+"""Options of ``mvapp experiment channel-modes``."""
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
@@ -207,6 +237,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         ("digits", DIGITS_PARSER, (*knob_options("digits", "results_digits"), FRESH), run_digits),
         ("pairs", PAIRS_PARSER, (*knob_options("pairs", "results_pairs"), FRESH), run_pairs),
         ("domains-grid", GRID_PARSER, GRID_OPTIONS, run_domains_grid),
+        ("channel-modes", MODES_PARSER, MODES_OPTIONS, run_channel_modes),
     )
     for name, keywords, options, run in experiments:
         parser = sub.add_parser(name, **keywords)
@@ -581,3 +612,18 @@ def run_domains_grid(args: argparse.Namespace) -> int:
         worker_base=(*worker_base, "--out", str(args.out), "--mode", args.mode),
     )
     return experiment(knobs, run)
+
+
+@resumable
+def run_channel_modes(args: argparse.Namespace) -> int:
+    """Prepare, train every mode and seed unless done, evaluate, pool; print the page."""
+    import os
+
+    from .channel_modes import ChannelModesKnobs, experiment
+    from .dreams import REAL_PSG_ENV
+    from .knobs import load_knobs
+
+    knobs = load_knobs(ChannelModesKnobs, args.config, args.set)
+    real_psg = args.real_psg or (Path(os.environ[REAL_PSG_ENV]) if os.environ.get(REAL_PSG_ENV) else None)
+    print(experiment(knobs, args.out, args.data, real_psg, command_text(args)))
+    return 0
