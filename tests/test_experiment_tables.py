@@ -12,6 +12,7 @@ import yaml
 from _domain_cases import tiny_domain_config
 
 from multiview_app.cli import main
+from multiview_app.experiments.channel_modes import ChannelModesKnobs
 from multiview_app.experiments.digits_table import DigitsKnobs
 from multiview_app.experiments.domains_grid import GridKnobs, job_shares, run_workers, worker_command
 from multiview_app.experiments.knobs import load_knobs, parse_overrides
@@ -20,7 +21,10 @@ from multiview_app.experiments.pairs_table import PairsKnobs
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize(("cls", "name"), [(DigitsKnobs, "digits"), (PairsKnobs, "pairs"), (GridKnobs, "domains_grid")])
+@pytest.mark.parametrize(
+    ("cls", "name"),
+    [(DigitsKnobs, "digits"), (PairsKnobs, "pairs"), (GridKnobs, "domains_grid"), (ChannelModesKnobs, "channel_modes")],
+)
 def test_shipped_knobs_files_hold_the_defaults(cls: type, name: str) -> None:
     """Each configs/experiment_<name>.yaml names every knob, with the dataclass's default."""
     path = ROOT / "configs" / f"experiment_{name}.yaml"
