@@ -12,10 +12,13 @@
 - :mod:`.domains`: domain generalization: the runs of a leave-one-domain-out sweep and their ERM
   baselines trained unless done (policy ``resume``), each run folder evaluated by
   :mod:`multiview_app.eval.domain_generalization` (which trains nothing);
-- :mod:`.cli`: ``mvapp experiment <name>`` (``domain-generalization``, ``supervised-ceiling``).
+- :mod:`.digits_table`, :mod:`.pairs_table`, :mod:`.domains_grid`, :mod:`.channel_modes`: the results tables of docs/results.md, their
+  knobs read by :mod:`.knobs` from ``configs/experiment_<name>.yaml``;
+- :mod:`.cli`: ``mvapp experiment <name>`` (``domain-generalization``, ``supervised-ceiling``, ``digits``, ``pairs``,
+  ``domains-grid``, ``channel-modes``, ...).
 
 Experiments may import ``train/`` and ``eval/``; nothing below them imports ``experiments/``
-(tests/test_layout.py). Scripts (``scripts/reproduce_*.py``, ``scripts/results_*.py``) are thin
+(tests/test_layout.py). The paper reproductions (``scripts/reproduce/<paper>/*.py``) are thin
 wrappers over this package.
 """
 

@@ -11,6 +11,10 @@ under the ``--run`` folder, each evaluated, one combined table (:func:`.domains.
 without it, the existing run folder ``--run`` is evaluated (its ERM baseline trained unless done first:
 :func:`.domains.evaluate_with_erm`). The former spelling ``mvapp eval domain-generalization`` is forwarded
 here by the console script (``multiview_app/cli.py``: ``FORWARDS``).
+
+``digits``, ``pairs``, ``domains-grid``, ``channel-modes``: the results tables of docs/results.md
+(:mod:`.digits_table`, :mod:`.pairs_table`, :mod:`.domains_grid`, :mod:`.channel_modes`), their knobs read from ``configs/experiment_<name>.yaml``
+(:mod:`.knobs`) with ``--set KEY=VALUE`` overrides.
 """
 
 from __future__ import annotations
@@ -111,6 +115,114 @@ EEG_DEMO_OPTIONS: tuple[Option, ...] = (
 """Options of ``mvapp experiment eeg-demo``."""
 
 
+def knob_options(name: str, out: str) -> tuple[Option, ...]:
+    """``--config`` (the knobs file ``configs/experiment_<name>.yaml``), ``--set`` and ``--out`` of a results
+    table experiment whose runs and table go to ``runs/<out>`` by default."""
+    return (
+        (
+            ("--config",),
+            dict(
+                type=Path,
+                default=Path("configs") / f"experiment_{name}.yaml",
+                help="YAML file of the experiment's knobs (default: %(default)s)",
+            ),
+        ),
+        (
+            ("--set",),
+            dict(
+                nargs="*",
+                default=[],
+                metavar="KEY=VALUE",
+                help="knob overrides, each value read as YAML, e.g. 'seeds=[0,1]'",
+            ),
+        ),
+        (
+            ("--out",),
+            dict(type=Path, default=Path("runs") / out, help="folder of the runs and the table (default: %(default)s)"),
+        ),
+    )
+
+
+FRESH: Option = (("--fresh",), dict(action="store_true", help="retrain every run even when a finished one exists"))
+DIGITS_PARSER = describe(
+    "linear probe (logistic regression, kNN) of every loss on digits beside the random init and the supervised "
+    "ceiling, one run per loss and seed trained unless done",
+    "mvapp experiment digits --set steps=400 'seeds=[0,1,2]' 'losses=[byol_pwe,byol_ave]'",
+)
+PAIRS_PARSER = describe(
+    "image-text retrieval recall (R@1/5/10 both ways, zero-shot accuracy) of the paired configs, each trained "
+    "unless done, beside the random init",
+    "mvapp experiment pairs --set steps=800 --out runs/results_pairs_800",
+)
+GRID_PARSER = describe(
+    "the leave-one-domain-out + adaptation grid on the digit domains (M3G Table 2 / Fig. 2): every loss, "
+    "held-out domain and seed pretrained unless done, evaluated with training-domain validation, tables written "
+    "between the domains markers of --docs",
+    "mvapp experiment domains-grid --jobs 2 --docs docs/results.md --figures docs/figures",
+)
+GRID_OPTIONS: tuple[Option, ...] = (
+    *knob_options("domains_grid", "results_domains"),
+    (
+        ("--docs",),
+        dict(
+            type=Path,
+            default=None,
+            help="Markdown file whose section between the domains markers is (re)written (default: OUT/results.md)",
+        ),
+    ),
+    (("--figures",), dict(type=Path, default=None, help="figure folder (default: OUT/figures)")),
+    (
+        ("--mode",),
+        dict(
+            choices=("train", "no-train", "pretrain-only", "only-finished"),
+            default="train",
+            help="train and evaluate what is missing; no-train: evaluate finished pretraining only; pretrain-only; "
+            "only-finished: tables from the evaluations already written (default: %(default)s)",
+        ),
+    ),
+    (
+        ("--jobs",),
+        dict(
+            type=positive_int,
+            default=1,
+            help="worker processes, each taking whole (held-out domain, seed) groups (default: %(default)s)",
+        ),
+    ),
+    (("--groups",), dict(default=None, help=argparse.SUPPRESS)),  # a worker's share: domain:seed,...
+)
+"""Options of ``mvapp experiment domains-grid``."""
+MODES_PARSER = describe(
+    "the EEG encoder's channel modes (agnostic, embedding, montage) each pretrained as the demo per seed, staged "
+    "cross-dataset and on the real DREAMS excerpts beside handcrafted and band-power rows",
+    "mvapp experiment channel-modes --out runs/channel_modes --real-psg ../shared/real-psg",
+)
+MODES_OPTIONS: tuple[Option, ...] = (
+    *knob_options("channel_modes", "channel_modes")[:2],
+    (
+        ("--out",),
+        dict(
+            type=Path,
+            default=Path("runs") / "channel_modes",
+            help="folder of the data, runs and table; shares its agnostic runs with dreams-transfer --out "
+            "(default: %(default)s)",
+        ),
+    ),
+    (
+        ("--data",),
+        dict(type=Path, default=None, help="the demo's data folder, made unless present (default: OUT/demo_data)"),
+    ),
+    (
+        ("--real-psg",),
+        dict(
+            type=Path,
+            default=None,
+            help="folder holding dreams-spindles/ for the dreams protocol (default: $MVAPP_REAL_PSG)",
+        ),
+    ),
+)
+"""Options of ``mvapp experiment channel-modes``."""
+
+
 PSG_REAL_OPTIONS: tuple[Option, ...] = (
     (("--edf",), dict(type=Path, required=True, help="the real recording (EDF / EDF+ / BDF), read in place")),
     (
@@ -168,7 +280,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         "experiment",
         **describe(
             "train runs unless done, then evaluate them (domain-generalization, supervised-ceiling, psg-modalities, "
-            "psg-real)",
+            "psg-real, digits, pairs, domains-grid, ...)",
             DG_EXAMPLES[0],
             CEILING_EXAMPLE,
         ),
@@ -186,6 +298,10 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         ("dreams-transfer", DREAMS_PARSER, add_dreams_arguments, run_dreams_transfer),
         ("psg-modalities", describe(PSG_SUMMARY, PSG_EXAMPLE), add_psg_modalities_arguments, run_psg_modalities),
         ("psg-real", describe(PSG_REAL_SUMMARY, PSG_REAL_EXAMPLE), PSG_REAL_OPTIONS, run_psg_real),
+        ("digits", DIGITS_PARSER, (*knob_options("digits", "results_digits"), FRESH), run_digits),
+        ("pairs", PAIRS_PARSER, (*knob_options("pairs", "results_pairs"), FRESH), run_pairs),
+        ("domains-grid", GRID_PARSER, GRID_OPTIONS, run_domains_grid),
+        ("channel-modes", MODES_PARSER, MODES_OPTIONS, run_channel_modes),
     )
     for name, keywords, options, run in experiments:
         parser = sub.add_parser(name, **keywords)
@@ -509,6 +625,74 @@ def run_psg_modalities(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_text(args: argparse.Namespace) -> str:
+    """The command line as typed (``mvapp experiment ...``), named in the tables it writes."""
+    return "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
+
+
+@resumable
+def run_digits(args: argparse.Namespace) -> int:
+    """Train every loss and seed unless done, probe, write ``OUT/digits.md`` / ``.json``; print the table."""
+    from .digits_table import TABLE, DigitsKnobs, experiment
+    from .knobs import load_knobs
+
+    summary = experiment(load_knobs(DigitsKnobs, args.config, args.set), args.out, command_text(args), args.fresh)
+    print((args.out / f"{TABLE}.md").read_text())
+    print(f"wrote {args.out / TABLE}.md and .json")
+    return 1 if summary["failures"] else 0
+
+
+@resumable
+def run_pairs(args: argparse.Namespace) -> int:
+    """Train every paired config unless done, score retrieval, write ``OUT/pairs.md`` / ``.json``; print it."""
+    from .knobs import load_knobs
+    from .pairs_table import TABLE, PairsKnobs, experiment
+
+    summary = experiment(load_knobs(PairsKnobs, args.config, args.set), args.out, command_text(args), args.fresh)
+    print((args.out / f"{TABLE}.md").read_text())
+    print(f"wrote {args.out / TABLE}.md and .json")
+    return 1 if summary["failures"] else 0
+
+
+@resumable
+def run_domains_grid(args: argparse.Namespace) -> int:
+    """Plan, train and evaluate as ``--mode`` says, write the section into ``--docs`` (module docstring of
+    :mod:`.domains_grid`)."""
+    from ..threads import configure_torch_threads
+    from .domains_grid import GridKnobs, GridRun, experiment
+    from .knobs import load_knobs
+
+    knobs = load_knobs(GridKnobs, args.config, args.set)
+    configure_torch_threads(knobs.threads or None, setting_name="the knob threads")  # re-applied per evaluation
+    worker_base = ["--config", str(args.config), *(["--set", *args.set] if args.set else [])]
+    run = GridRun(
+        out=args.out,
+        docs=args.docs or args.out / "results.md",
+        figures=args.figures or args.out / "figures",
+        mode=args.mode,
+        jobs=args.jobs,
+        groups=args.groups,
+        command=command_text(args),
+        worker_base=(*worker_base, "--out", str(args.out), "--mode", args.mode),
+    )
+    return experiment(knobs, run)
+
+
+@resumable
+def run_channel_modes(args: argparse.Namespace) -> int:
+    """Prepare, train every mode and seed unless done, evaluate, pool; print the page."""
+    import os
+
+    from .channel_modes import ChannelModesKnobs, experiment
+    from .dreams import REAL_PSG_ENV
+    from .knobs import load_knobs
+
+    knobs = load_knobs(ChannelModesKnobs, args.config, args.set)
+    real_psg = args.real_psg or (Path(os.environ[REAL_PSG_ENV]) if os.environ.get(REAL_PSG_ENV) else None)
+    print(experiment(knobs, args.out, args.data, real_psg, command_text(args)))
+    return 0
+
+
 @resumable
 def run_psg_real(args: argparse.Namespace) -> int:
     """Prepare, train unless done, stage the real night; print the page and what was written."""
@@ -522,8 +706,7 @@ def run_psg_real(args: argparse.Namespace) -> int:
     sizes = Sizes(nights=args.nights, hours=args.hours, compress=args.compress, seed=args.seed, steps=args.steps)
     sizes = dataclasses.replace(sizes, batch=args.batch, seeds=[args.seed], losses=[loss])
     night = RealNight(args.edf, args.stages, args.stage_map, list(args.channels or []))
-    command = "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
-    experiment(args.config, night, args.out, sizes, args.max_rate, list(args.set), command)
+    experiment(args.config, night, args.out, sizes, args.max_rate, list(args.set), command_text(args))
     print((args.out / f"{TABLE}.md").read_text())
     print(f"wrote {args.out / TABLE}.md and .json")
     return 0

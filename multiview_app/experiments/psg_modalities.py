@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from .eeg_demo import mvapp
 
@@ -72,17 +71,14 @@ class Sizes:
 
 
 def load_sizes(path: str | Path | None) -> Sizes:
-    """:class:`Sizes` from a YAML file (None: the defaults); unknown keys are an error naming the file."""
-    if path is None:
-        return Sizes()
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    known = {f.name for f in fields(Sizes)}
-    if not isinstance(raw, dict) or set(raw) - known:
-        unknown = sorted(set(raw) - known) if isinstance(raw, dict) else raw
-        raise ValueError(f"{path}: unknown experiment sizes {unknown}; expected keys among {sorted(known)}")
-    if raw.get("seed", 0) == raw.get("eval_seed", 1000):
+    """:class:`Sizes` from a YAML file (None: the defaults) by :func:`.knobs.load_knobs` (unknown keys and
+    values of the wrong kind are errors naming the file); equal night seeds are refused."""
+    from .knobs import load_knobs
+
+    sizes = load_knobs(Sizes, path)
+    if sizes.seed == sizes.eval_seed:
         raise ValueError(f"{path}: seed and eval_seed must differ (the evaluation nights are other people)")
-    return Sizes(**raw)
+    return sizes
 
 
 def cache_modalities(options: dict[str, Any]) -> str:

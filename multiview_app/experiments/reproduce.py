@@ -1,7 +1,6 @@
-"""Shared pieces of the reproduction and results scripts (``scripts/reproduce/<paper>/*.py``,
-``scripts/results_*.py``): the digits runner (train ``configs/digits_<loss>.yaml`` with overrides, reusing a
-finished run, and read back its metrics and linear-probe accuracies), comma-separated list options, and the
-table + figure outputs. Training unless done, saved results rows and sweeps are :mod:`multiview_app.experiments`
+"""Shared pieces of the reproduction scripts (``scripts/reproduce/<paper>/*.py``): the digits runner (train
+``configs/digits_<loss>.yaml`` with overrides, reusing a finished run, and read back its metrics and linear-probe
+accuracies), comma-separated list options, and the table + figure outputs. Training unless done, saved results rows and sweeps are :mod:`multiview_app.experiments`
 (``train_unless_done`` = ``ensure_trained(cfg, "reuse")``). The scripts run from a clone: :data:`ROOT` is the
 repository root (its ``configs/``; outputs default under its ``runs/``)."""
 

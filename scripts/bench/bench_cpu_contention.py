@@ -34,6 +34,7 @@ from types import ModuleType
 
 import numpy as np
 import torch
+from _shared import embeddings
 
 from multiview_app.bench import command_line, machine_line, markdown_table, time_call
 from multiview_app.losses import build_loss
@@ -81,8 +82,7 @@ class CompetingLoad:
 
 def m3g_inputs(n: int, k: int, d: int = 64) -> torch.Tensor:
     """Fixed L2-normalized ``(n, k, d)`` float32 embeddings (seed 0)."""
-    generator = torch.Generator().manual_seed(0)
-    return torch.nn.functional.normalize(torch.randn(n, k, d, generator=generator), dim=-1)
+    return torch.nn.functional.normalize(embeddings(n, k, d, signal=0), dim=-1)
 
 
 def m3g_call(n: int, k: int, d: int = 64) -> Callable[[], None]:

@@ -23,7 +23,7 @@ reference cache), the current path on a cold reference cache (the first run of a
 warm one (every later loss / protocol of that target and seed: random init and ERM are read back). All
 three results must be identical (printed; exit 1 if not).
 
-With ``--preload-sweep N`` it times what a sweep (``scripts/reproduce/m3g/results_domains.py``: a pretraining, an ERM and an
+With ``--preload-sweep N`` it times what a sweep (``mvapp experiment domains-grid``: a pretraining, an ERM and an
 evaluation per run, each building the adapter anew) spends decoding: N adapters of the config, preloaded, each
 reading every split of every domain, without (``MVAPP_DECODE_CACHE_MB=0``) and with the in-process decoded-split
 cache; same pixels required (exit 1 if not).

@@ -46,6 +46,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _shared import embeddings  # noqa: E402
 
 from multiview_app.bench import (  # noqa: E402
     Timing,
@@ -74,12 +75,6 @@ NOT_ON_CPU = "n/a (CPU)"
 # ---------------------------------------------------------------- fresh embeddings
 
 
-def make_embeddings(n: int, k: int, d: int = 128, seed: int = 0) -> torch.Tensor:
-    """``(n, k, d)`` float32: a shared direction per item plus unit view noise (as bench_m3g.py)."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 1, d, generator=g) + torch.randn(n, k, d, generator=g)
-
-
 class EmbeddingPool:
     """``size`` pre-generated ``(n, k, d)`` batches (seeds ``seed .. seed + size - 1``) on ``device``,
     handed out in turn: every call of a timed function sees a batch other than the previous call's,
@@ -88,7 +83,7 @@ class EmbeddingPool:
     def __init__(self, n: int, k: int, *, size: int, device: torch.device | str, d: int = 128, seed: int = 0) -> None:
         if size < 2:
             raise ValueError(f"EmbeddingPool: size must be >= 2 (fresh embeddings each call), got {size}")
-        self.batches = [make_embeddings(n, k, d, seed + i).to(device) for i in range(size)]
+        self.batches = [embeddings(n, k, d, seed + i).to(device) for i in range(size)]
         self.position = 0
 
     def next(self) -> torch.Tensor:

@@ -41,6 +41,8 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 
+from _shared import embeddings  # noqa: E402
+
 from multiview_app.bench import peak_rss_growth  # noqa: E402
 from multiview_app.losses import build_loss  # noqa: E402
 
@@ -110,11 +112,6 @@ def implementation(name: str, tau: float) -> Callable[[torch.Tensor], torch.Tens
 
 
 # --------------------------------------------------------------------------- measurement
-def make_input(n: int, k: int, d: int, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, k, d, generator=g)
-
-
 def forward_backward(fn: Callable[[torch.Tensor], torch.Tensor], z: torch.Tensor) -> float:
     """One forward + backward; returns the loss value."""
     x = z.detach().clone().requires_grad_()
@@ -141,8 +138,8 @@ def probe_memory(name: str, n: int, k: int, d: int, tau: float) -> dict[str, flo
     """Child-process entry: peak RSS growth (MiB), seconds and value of one forward+backward of ``name``."""
     fn = implementation(name, tau)
     assert fn is not None
-    forward_backward(fn, make_input(4, k, d))  # load kernels / libraries on a tiny input
-    z = make_input(n, k, d)
+    forward_backward(fn, embeddings(4, k, d, signal=0))  # load kernels / libraries on a tiny input
+    z = embeddings(n, k, d, signal=0)
     mib, seconds, value = peak_rss_growth(lambda: forward_backward(fn, z))
     return {"mib": mib, "seconds": seconds, "value": value}
 
@@ -176,7 +173,7 @@ def run_rows(
     threads: int,
 ) -> None:
     """Print a markdown table; ``rows`` are ``(ours, reference)`` implementation names."""
-    z = make_input(n, k, d)
+    z = embeddings(n, k, d, signal=0)
     print(f"\n### {title}: n={n}, k={k}, d={d}, tau={tau}, float32, {threads} thread(s), median of {repeats}\n")
     print(
         "| loss | reference | ours (ms) | reference (ms) | speed-up (ref / ours) | ours peak MiB | ref peak MiB | memory ratio | value ours | value ref |"
@@ -214,7 +211,7 @@ def section_pvc(args: argparse.Namespace) -> None:
     rows = [("pvc_geometric", "paper_loop_geometric"), ("pvc_arithmetic", "paper_loop_arithmetic")]
     run_rows("pvc vs the paper's loop pseudocode", rows, n, k, 128, 0.1, args.repeats, not args.quick, args.threads)
     # the matmul share of the reference: how much of its time is not the Python loop
-    z = make_input(n, k, 128)
+    z = embeddings(n, k, 128, signal=0)
     weights = torch.randn(n, k, k, n, generator=torch.Generator().manual_seed(1))
     gram_only = lambda x: (torch.einsum("jmd,knd->jmnk", x, x) * weights).sum()  # noqa: E731
     t_gram, t_ref = median_times([gram_only, implementation("paper_loop_geometric", 0.1)], z, args.repeats)
@@ -253,7 +250,7 @@ def section_chunked(args: argparse.Namespace) -> None:
     print("| loss | n | k | n*k | implementation | ms | vs chunked | peak MiB | value |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n, k in sizes:
-        z = make_input(n, k, d)
+        z = embeddings(n, k, d, signal=0)
         names = ["pvc_geometric:chunked", "pvc_geometric:dense", "flatnce:chunked", "infonce_pwe:chunked"]
         if k == 2:
             names.append("lightly_ntxent")

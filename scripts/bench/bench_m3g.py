@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _shared import embeddings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,13 +111,6 @@ def median_time(fn: Callable[[], object], repeats: int, budget_s: float, stat: s
         if time.perf_counter() - start > budget_s:
             break
     return (min(times) if stat == "min" else statistics.median(times)), len(times)
-
-
-def make_inputs(n: int, k: int, d: int, seed: int, signal: float) -> torch.Tensor:
-    """``(n, k, d)`` float32: ``signal`` x a shared direction per item + unit-variance view noise."""
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randn(n, 1, d, generator=g)
-    return signal * base + torch.randn(n, k, d, generator=g)
 
 
 # --------------------------------------------------------------------------- ott-jax subprocess
@@ -230,7 +224,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def bench_row(n: int, k: int, eps: float, args: argparse.Namespace, ott_python: str | None, tmp: Path) -> dict:
     """Measure one (n, k, epsilon) row."""
-    raw = make_inputs(n, k, 128, seed=1000 * k + n, signal=args.signal)
+    raw = embeddings(n, k, 128, seed=1000 * k + n, signal=args.signal)
     loss = build_loss("m3g", epsilon=eps)
 
     def ours() -> float:

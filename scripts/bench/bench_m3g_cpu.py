@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from _shared import embeddings
 
 from multiview_app.bench import command_line, machine_line, markdown_table
 from multiview_app.losses import _compile, build_loss, m3g
@@ -37,12 +38,6 @@ SETTINGS = {
 }
 # path -> (backend, compile switch)
 PATHS = {"numba": ("numba", "0"), "eager": ("blocks", "0"), "compiled": ("blocks", "1")}
-
-
-def synthetic(n: int, k: int, d: int = 64, seed: int = 0, noise: float = 1.0) -> torch.Tensor:
-    """Float32 ``(n, k, d)``: a shared direction per item plus per-view noise."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 1, d, generator=g) + noise * torch.randn(n, k, d, generator=g)
 
 
 def run(loss: torch.nn.Module, x: torch.Tensor, path: str) -> tuple[float, float, float]:
@@ -66,7 +61,7 @@ def compare(n: int, k: int, params: dict, paths: list[str], calls: int, warmup: 
     values: dict[str, list[float]] = {path: [] for path in paths}
     first: dict[str, float] = {}
     for call in range(1 + warmup + calls):
-        x = synthetic(n, k, seed=1000 * call + 7)
+        x = embeddings(n, k, 64, seed=1000 * call + 7)
         shift = call % len(paths)
         for path in paths[shift:] + paths[:shift]:
             took, value, count = run(losses[path], x, path)

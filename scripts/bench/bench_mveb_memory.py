@@ -25,25 +25,18 @@ import time
 from pathlib import Path
 
 import torch
+from _shared import embeddings
 
 from multiview_app.bench import command_line, machine_line, markdown_table, peak_rss_growth
 from multiview_app.losses import build_loss
 
 
-def make_input(
-    n: int, k: int, d: int, seed: int = 0, signal: float = 1.0, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """``(n, k, d)``: ``signal`` x a shared direction per item + unit-variance view noise."""
-    g = torch.Generator().manual_seed(seed)
-    return (signal * torch.randn(n, 1, d, generator=g) + torch.randn(n, k, d, generator=g)).to(dtype)
-
-
 def probe(chunked: bool, n: int, k: int, d: int) -> dict[str, float]:
     """Child-process entry: peak RSS growth (MiB), seconds and value of one forward+backward."""
     loss = build_loss("mveb", chunked=chunked)
-    small = make_input(8, k, d).requires_grad_()
+    small = embeddings(8, k, d).requires_grad_()
     loss(small).backward()  # load kernels / libraries on a tiny input
-    z = make_input(n, k, d).requires_grad_()
+    z = embeddings(n, k, d).requires_grad_()
 
     def forward_backward() -> torch.Tensor:
         value = loss(z)
@@ -67,7 +60,7 @@ def run_probe(chunked: bool, n: int, k: int, d: int, threads: int) -> dict[str, 
 def agreement(n: int, k: int, d: int) -> list[str]:
     """Value and gradient of both paths in float64 on one input: ``[value dense, value chunked,
     |value diff|, max |grad diff| / max |grad|]``."""
-    z = make_input(n, k, d, seed=1, dtype=torch.float64)
+    z = embeddings(n, k, d, seed=1, dtype=torch.float64)
     results = []
     for chunked in (False, True):
         x = z.clone().requires_grad_()

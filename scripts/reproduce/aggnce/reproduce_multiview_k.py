@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ks", default="2,3,5")
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--families", default="aggnce:growing,pvc_geometric:growing,pvc_geometric:fixed")
+    parser.add_argument("--families", default=",".join(f"{loss}:{mode}" for loss, mode in FAMILIES))
     parser.add_argument("--small", action="store_true", help="16 px images, width-16 encoder")
     parser.add_argument("--seeds", default="0", help="training seeds, comma-separated")
     parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "repro_multiview_k"))

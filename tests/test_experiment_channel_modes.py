@@ -1,7 +1,7 @@
-"""scripts/compare_channel_modes.py at toy size (cross-dataset protocol only: no real data needed): each mode is
+"""``mvapp experiment channel-modes`` at toy size (cross-dataset protocol only: no real data needed): each mode is
 the demo's run with only ``channel_mode`` changed, the table's cells are the mean ± std over pretraining seeds of
 the stored evaluations, and a second call retrains and re-evaluates nothing. Also the one mechanism that both
-this script and ``mvapp experiment dreams-transfer`` use for the demo's settings (``DEMO_X`` overrides)."""
+this experiment and ``mvapp experiment dreams-transfer`` use for the demo's settings (``DEMO_X`` overrides)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _train_helpers import load_script
 
 from multiview_app.cli import main
+from multiview_app.experiments import channel_modes, eeg_demo
 
 TOY_DEMO = {
     "DEMO_SUBJECTS": "3",
@@ -33,43 +33,26 @@ def _mvapp_in_process(*args: str) -> None:
     assert main(list(args)) == 0, args
 
 
-@pytest.fixture(scope="module")
-def script():
-    return load_script("compare_channel_modes")
-
-
-def test_channel_modes_change_only_the_channel_mode_of_the_demo_config(script) -> None:
+def test_channel_modes_change_only_the_channel_mode_of_the_demo_config() -> None:
     from multiview_app.experiments.eeg_demo import demo_config, demo_settings
 
-    conv = {**demo_settings(env={"DEMO_STEPS": "120"}), "encoder": script.CONV_ENCODER}  # the modes are eeg/conv's
-    cfg = demo_config(Path("/nonexistent/cache"), Path("/tmp/runs"), "x", 3, conv, script.MODES["montage"])
+    conv = {**demo_settings(env={"DEMO_STEPS": "120"}), "encoder": channel_modes.CONV_ENCODER}  # eeg/conv's modes
+    cfg = demo_config(Path("/nonexistent/cache"), Path("/tmp/runs"), "x", 3, conv, channel_modes.MODES["montage"])
     assert (cfg.train.max_steps, cfg.train.seed, cfg.model.encoders["eeg"]["channel_mode"]) == (120, 3, "montage")
 
 
 @pytest.mark.slow
 def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(
-    script, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for key, value in TOY_DEMO.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setitem(script.demo_data.__globals__, "mvapp", _mvapp_in_process)  # experiments.eeg_demo.mvapp
+    monkeypatch.delenv("MVAPP_REAL_PSG", raising=False)
+    monkeypatch.setattr(eeg_demo, "mvapp", _mvapp_in_process)
     out = tmp_path / "out"
-    argv = [
-        "--out",
-        str(out),
-        "--modes",
-        "agnostic,montage",
-        "--pretrain-seeds",
-        "0,1",
-        "--protocols",
-        "cross-dataset",
-        "--cross-shots",
-        "2",
-        "4",
-        "--cross-folds",
-        "2",
-    ]
-    assert script.main(argv) == 0
+    knobs = ["modes=[agnostic,montage]", "seeds=[0,1]", "protocols=[cross-dataset]", "cross_shots=[2,4]"]
+    argv = ["experiment", "channel-modes", "--out", str(out), "--set", *knobs, "cross_folds=2"]
+    assert main(argv) == 0
     summary = json.loads((out / "channel_modes.json").read_text())
     table = (out / "channel_modes.md").read_text()
     assert (
@@ -78,7 +61,9 @@ def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(
         and "minus handcrafted" in table
         and "minus band power" in table
     )
-    runs = {mode: [out / "runs" / script.run_name(mode, seed) for seed in (0, 1)] for mode in ("agnostic", "montage")}
+    runs = {
+        mode: [out / "runs" / channel_modes.run_name(mode, seed) for seed in (0, 1)] for mode in ("agnostic", "montage")
+    }
     assert runs["agnostic"][0].name == "eeg_synthetic_m3g_demo_seed0"  # mvapp experiment dreams-transfer's run names
     for mode, folders in runs.items():
         saved = [(f / "config.yaml").read_text() for f in folders]
@@ -113,8 +98,11 @@ def test_toy_comparison_means_over_seeds_of_the_stored_evaluations_and_resumes(
         for f in folders
         for p in (f / "model.safetensors", f / "eval" / "sleep_staging_sleep-edf.json")
     }
-    assert script.main(argv) == 0  # resumes: nothing retrained, nothing re-evaluated
+    assert main(argv) == 0  # resumes: nothing retrained, nothing re-evaluated
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
     assert all(t["reused"] for t in json.loads((out / "channel_modes.json").read_text())["timings"])
-    with pytest.raises(SystemExit):
-        script.main([*argv[:2], "--modes", "electrodes"])
+    capsys.readouterr()
+    assert main([*argv[:4], "--set", "modes=[electrodes]"]) == 2
+    assert "unknown ['electrodes']" in capsys.readouterr().err
+    assert main([*argv[:4], "--set", "protocols=[dreams]"]) == 2  # no --real-psg, no $MVAPP_REAL_PSG
+    assert "dreams needs --real-psg" in capsys.readouterr().err
