@@ -34,13 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from multiview_app.argtypes import positive_int
-from multiview_app.bench import command_line, machine_line, markdown_table
 from multiview_app.eval.protocols.probe import mean_std
 from multiview_app.eval.protocols.stats import unit_means
 from multiview_app.experiments import ensure_trained
@@ -50,6 +50,10 @@ from multiview_app.experiments.reproduce import parse_list
 from multiview_app.experiments.staging import staging_result
 from multiview_app.fileio import atomic_write_text
 from multiview_app.threads import configure_torch_threads
+
+# the bench helpers (``scripts/bench/common.py``; scripts are not a package)
+_COMMON = runpy.run_path(str(Path(__file__).resolve().parent / "bench" / "common.py"))
+command_line, machine_line, markdown_table = _COMMON["command_line"], _COMMON["machine_line"], _COMMON["markdown_table"]
 
 MODES: dict[str, list[str]] = {
     "agnostic": [],  # the demo config's own setting

@@ -191,7 +191,7 @@ def test_preallocation_is_off_before_jax_is_imported(tmp_path: Path) -> None:
     """)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(REPO)]),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(REPO), str(SCRIPT.parent)]),  # + its common.py
         "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
     }
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path, timeout=120)

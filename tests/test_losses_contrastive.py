@@ -165,13 +165,9 @@ def test_float32_small_temperature_is_finite_and_accurate(name: str, tau: float)
 
 def test_benchmark_paper_loop_reference_matches_geometric() -> None:
     """The benchmark's re-implementation of the paper's pseudocode computes Eq. 13-14 geometric PVC."""
-    import importlib.util
-    from pathlib import Path
+    from _train_helpers import load_script
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "bench_losses.py"
-    spec = importlib.util.spec_from_file_location("bench_losses_under_test", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/bench_losses")  # loads its helper module scripts/bench/common.py first
     for k in (2, 3, 5):
         z = embeddings(6, k, 4, seed=30 + k)
         expected = build_loss("pvc_geometric", tau=0.2)(z).item()

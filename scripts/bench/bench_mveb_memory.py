@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 import torch
+from common import command_line, machine_line, markdown_table, peak_rss_growth
 
-from multiview_app.bench import command_line, machine_line, markdown_table, peak_rss_growth
 from multiview_app.losses import build_loss
 
 
