@@ -1,4 +1,4 @@
-"""The bad-input corpus (issue 16 §6; listed with outcomes in docs/reliability.md).
+"""The bad-input corpus (issue 16 §6; grouped with one outcome per group in docs/reliability.md).
 
 Every case runs the real CLI entry point (``multiview_app.cli.main``, what the ``mvapp`` console
 script calls) and asserts: exit code != 0; exactly one error line on stderr, starting with

@@ -1,5 +1,5 @@
 """A bench suite's tables land between the script's two markers in docs/benchmarks.md and nothing else on the
-page changes (``multiview_app/bench_docs.py``, ``scripts/bench/run.py --write-docs``)."""
+page changes (``scripts/bench/common.py``, ``scripts/bench/run.py --write-docs``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from _train_helpers import load_script
 
-from multiview_app.bench_docs import DOCS, markdown_tables, markers, section_body, write_docs_section
+common = load_script("bench/common", register=True)
+DOCS, markdown_tables, markers = common.DOCS, common.markdown_tables, common.markers
+section_body, write_docs_section = common.section_body, common.write_docs_section
 
 PAGE = """# Benchmarks
 

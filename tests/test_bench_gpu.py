@@ -191,7 +191,7 @@ def test_preallocation_is_off_before_jax_is_imported(tmp_path: Path) -> None:
     """)
     env = {
         **os.environ,
-        # the script's folder, as `python scripts/bench/bench_gpu.py` has it (its sibling _shared)
+        # the script's folder, as `python scripts/bench/bench_gpu.py` has it (its sibling common.py)
         "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(REPO), str(SCRIPT.parent)]),
         "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
     }

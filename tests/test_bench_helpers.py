@@ -1,12 +1,15 @@
-"""multiview_app.bench: the timing / table helpers behind scripts/bench/bench_*.py."""
+"""scripts/bench/common.py: the timing / table helpers behind scripts/bench/bench_*.py."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from _train_helpers import load_script
 
-from multiview_app.bench import Timing, kept_environment, markdown_table, ratio, time_call
+common = load_script("bench/common", register=True)
+Timing, kept_environment, markdown_table = common.Timing, common.kept_environment, common.markdown_table
+ratio, time_call, peak_rss_growth = common.ratio, common.time_call, common.peak_rss_growth
 
 
 def test_time_call_runs_warmup_then_repeat_and_reports_median() -> None:
@@ -31,8 +34,6 @@ def test_peak_rss_growth_sees_an_allocation_after_an_earlier_peak() -> None:
     """The peak is reset before the call: a 64 MiB buffer shows up even after a larger earlier peak
     (ru_maxrss would report 0 growth there)."""
     import numpy as np
-
-    from multiview_app.bench import peak_rss_growth
 
     earlier = np.ones(32 * 2**20)  # 256 MiB touched, then freed
     del earlier

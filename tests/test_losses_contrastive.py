@@ -167,7 +167,7 @@ def test_benchmark_paper_loop_reference_matches_geometric() -> None:
     """The benchmark's re-implementation of the paper's pseudocode computes Eq. 13-14 geometric PVC."""
     from _train_helpers import load_script
 
-    bench = load_script("bench/bench_losses")  # and its sibling _shared
+    bench = load_script("bench/bench_losses")  # and its sibling common.py
     for k in (2, 3, 5):
         z = embeddings(6, k, 4, seed=30 + k)
         expected = build_loss("pvc_geometric", tau=0.2)(z).item()

@@ -1,6 +1,6 @@
 """Data adapters: turn source files into a torch ``Dataset`` of item dicts per split.
 
-Contract (docs/architecture.md, "Data adapters")::
+Contract (docs/architecture.md, "How to add a dataset"; the item dict: "Contracts", "Views and batch")::
 
     adapter = build_adapter("digits", {"load_size": 32})
     adapter.modality      # "image"

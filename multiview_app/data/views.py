@@ -1,6 +1,6 @@
 """View policies: raw batch (on the device) -> :class:`ViewBatch` of k views.
 
-Contract (docs/architecture.md, "View policies")::
+Contract (docs/architecture.md, "Contracts", "Views and batch")::
 
     policy = build_view_policy("augment", k=2, options={"image_size": 32}, adapter=adapter)
     views = policy.train_views(raw, generator)   # k random views

@@ -2,8 +2,8 @@
 
 ``export_embeddings(run_dir, out_dir, ...)`` writes an export folder (``embeddings*.npy`` or
 ``embeddings*.parquet``, ``metadata.parquet``, ``manifest.json`` last); ``load_embeddings(dir)``
-returns ``(embeddings (rows, dim), metadata table, manifest)`` memory-mapped. See
-docs/architecture.md, "Export".
+returns ``(embeddings (rows, dim), metadata table, manifest)`` memory-mapped. Options, the folder's
+files and common errors: the user guide docs/export.md, "``mvapp export``: embeddings".
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,67 @@ def _weights_of(encoder: nn.Module) -> tuple[dict[str, torch.Tensor], str]:
     return state, owner
 
 
+def _write_weights(state: dict[str, torch.Tensor], out_dir: Path, modality: str, name: str) -> Path:
+    """``encoder.safetensors`` of ``state`` in ``out_dir`` (atomic; umask's mode), tagged with format, modality
+    and encoder name."""
+    from safetensors.torch import save_file
+
+    return atomic_write_with(
+        out_dir / WEIGHTS_FILE,
+        lambda tmp: save_file(
+            state, str(tmp), metadata={"format": ENCODER_FORMAT, "modality": modality, "encoder": name}
+        ),
+    )
+
+
+def _tensor_facts(
+    encoder: nn.Module, modality: str, name: str, args: dict[str, Any], state: dict[str, torch.Tensor], owner: str
+) -> dict[str, Any]:
+    """The head of ``config.json``: format, modality, encoder name and build ``args``, width, the weights file
+    and whose state dict it holds, and every tensor's ``{shape, dtype}`` (the sha256 is added once written)."""
+    return {
+        "format": ENCODER_FORMAT,
+        "modality": modality,
+        "encoder": name,
+        "encoder_args": args,
+        "num_features": int(encoder.num_features),
+        "weights_file": WEIGHTS_FILE,
+        "weights_of": owner,
+        "weights_sha256": None,
+        "tensors": {
+            k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")} for k, v in state.items()
+        },
+    }
+
+
+def _source(cfg: Any, run_dir: Path, weights: str) -> dict[str, Any]:
+    """The ``source`` section of ``config.json``: the run, its weights, loss, data, views, steps, last loss and
+    metrics (``eval/*.json``, which score the final weights: empty for other weights)."""
+    from ..train.run_io import resolve_weights
+
+    facts = _run_steps_and_loss(run_dir, weights)
+    return {
+        "run": str(run_dir.resolve()),
+        "weights": weights,
+        "weights_file": str(resolve_weights(run_dir, weights).name),
+        "loss": {"name": cfg.loss.name, **cfg.loss.params},
+        "data": {"adapter": cfg.data.adapter, "options": cfg.data.options},
+        "views": {"policy": cfg.views.policy, "k": cfg.views.k, "options": cfg.views.options},
+        "steps": facts["steps"],
+        "final_loss": facts["final_loss"],
+        "metrics": run_metrics(run_dir) if weights == "final" else {},
+    }
+
+
+def _timm_facts(encoder: TimmImageEncoder, args: dict[str, Any]) -> dict[str, Any]:
+    """How timm builds a timm image encoder (``config.json``'s ``timm`` section)."""
+    return {
+        "model_name": encoder.model_name,
+        "create_model": dict(encoder.create_kwargs),
+        "small_input_stem": bool(args.get("small_input_stem", False)),
+    }
+
+
 def export_encoder(
     run_dir: str | Path,
     out_dir: str | Path,
@@ -223,9 +285,7 @@ def export_encoder(
 ) -> dict[str, Any]:
     """Write the encoder of ``modality`` of run ``run_dir`` (``weights``: final, init or step_N) to
     ``out_dir`` (see the module docstring); returns the written config."""
-    from safetensors.torch import save_file
-
-    from ..train.run_io import load_run, resolve_weights
+    from ..train.run_io import load_run
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     missing = missing_onnx_packages() if onnx else []
@@ -234,51 +294,19 @@ def export_encoder(
     cfg, model = load_run(run_dir, weights)
     modality = _choose_modality(dict(model.encoders), modality, run_dir)
     encoder = model.encoders[modality].eval()
-    spec = dict(cfg.model.encoders[modality])
-    name = spec.pop("name")
-    spec.pop("pretrained_path", None)  # the weights come from this folder
+    args = dict(cfg.model.encoders[modality])
+    name = args.pop("name")
+    args.pop("pretrained_path", None)  # the weights come from this folder
     state, owner = _weights_of(encoder)
     input_description = _input_description(cfg, run_dir, modality)
     _prepare_out(out_dir, run_dir, overwrite)
 
-    weights_path = atomic_write_with(
-        out_dir / WEIGHTS_FILE,
-        lambda tmp: save_file(
-            state, str(tmp), metadata={"format": ENCODER_FORMAT, "modality": modality, "encoder": name}
-        ),
-    )  # umask's mode
-    facts = _run_steps_and_loss(run_dir, weights)
-    config: dict[str, Any] = {
-        "format": ENCODER_FORMAT,
-        "modality": modality,
-        "encoder": name,
-        "encoder_args": spec,
-        "num_features": int(encoder.num_features),
-        "weights_file": WEIGHTS_FILE,
-        "weights_of": owner,
-        "weights_sha256": sha256_file(weights_path),
-        "tensors": {
-            k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")} for k, v in state.items()
-        },
-        "input": input_description,
-        "source": {
-            "run": str(run_dir.resolve()),
-            "weights": weights,
-            "weights_file": str(resolve_weights(run_dir, weights).name),
-            "loss": {"name": cfg.loss.name, **cfg.loss.params},
-            "data": {"adapter": cfg.data.adapter, "options": cfg.data.options},
-            "views": {"policy": cfg.views.policy, "k": cfg.views.k, "options": cfg.views.options},
-            "steps": facts["steps"],
-            "final_loss": facts["final_loss"],
-            "metrics": run_metrics(run_dir) if weights == "final" else {},  # eval/*.json score the final weights
-        },
-    }
+    config = _tensor_facts(encoder, modality, name, args, state, owner)
+    config["weights_sha256"] = sha256_file(_write_weights(state, out_dir, modality, name))
+    config["input"] = input_description
+    config["source"] = _source(cfg, run_dir, weights)
     if owner == "timm":
-        config["timm"] = {
-            "model_name": encoder.model_name,
-            "create_model": dict(encoder.create_kwargs),
-            "small_input_stem": bool(spec.get("small_input_stem", False)),
-        }
+        config["timm"] = _timm_facts(encoder, args)
     if onnx:
         config["onnx"] = write_onnx(encoder, config, out_dir / ONNX_FILE)
     atomic_write_text(out_dir / CARD_FILE, model_card(config))
@@ -387,11 +415,11 @@ def _onnx_difference(path: Path, module: nn.Module, example: torch.Tensor, batch
 # ----------------------------------------------------------------------------- model card
 
 
-def model_card(config: dict[str, Any]) -> str:
-    """The ``README.md`` of an encoder folder: data, loss, steps, metrics, input, how to load it."""
+def _card_training(config: dict[str, Any]) -> list[str]:
+    """The model card's title, provenance paragraph and Training section."""
     source = config["source"]
     loss = ", ".join(f"{k}={v}" for k, v in source["loss"].items() if k != "name")
-    lines = [
+    return [
         f"# {config['modality']} encoder `{config['encoder']}` (multiview_app)",
         "",
         f"Self-supervised {config['modality']} encoder exported by `mvapp export-model` from run `{source['run']}` "
@@ -403,10 +431,13 @@ def model_card(config: dict[str, Any]) -> str:
         f"- data: adapter `{source['data']['adapter']}`, options `{json.dumps(source['data']['options'])}`",
         f"- views: policy `{source['views']['policy']}`, k = {source['views']['k']}",
         f"- optimizer steps: {source['steps']}; last logged loss: {source['final_loss']}",
-        "",
-        "## Metrics (the run's eval/*.json)",
     ]
+
+
+def _card_metrics(source: dict[str, Any]) -> list[str]:
+    """The model card's Metrics section: one line per ``eval/*.json`` file, or why there is none."""
     metrics = source["metrics"]
+    lines = ["## Metrics (the run's eval/*.json)"]
     lines += [
         f"- {stem}: " + ", ".join(f"{k} = {v:.4g}" for k, v in values.items()) for stem, values in metrics.items()
     ]
@@ -414,33 +445,84 @@ def model_card(config: dict[str, Any]) -> str:
         lines.append(f"- none for these ({source['weights']}) weights: the run's evaluations score its final weights")
     elif not metrics:
         lines.append("- none: the run was not evaluated before the export (run `mvapp eval ...` and export again)")
-    lines += ["", "## Input"]
-    description = config["input"]
-    if description["kind"] == "eeg_windows":
-        from ..data.eeg.contract import EEGInputContract
+    return lines
 
-        contract = EEGInputContract.from_dict(description["contract"], "config.json input.contract")
-        lines += [
-            f"EEG input contract (from {description['contract_origin']}); windows prepared by "
-            "`mvapp data prepare` with these settings, float32 `(n, channels, samples)`:"
-        ]
-        lines += [f"- {row}" for row in contract.describe()]
-        lines += [
-            "",
-            "Feature extraction through multiview_app on another cache refuses a different rate, band, "
-            "units, window or scaling, naming each field; channels outside the list are encoded as "
-            "the channel names row says, absent ones get no view (nothing is zero-filled).",
-        ]
-    elif description["kind"] == "psg_modality":
-        lines += psg_modality_lines(config["modality"], description["contract"])
-    elif description["kind"] == "image":
-        lines += [f"- tensor `{description['shape']}` {description['dtype']}", f"- {description['preprocessing']}"]
-    else:
-        lines += [f"- {description.get('note', '')}"]
-    lines += ["", f"Output: `{config['num_features']}` features per input (the backbone, before the projector)."]
-    load_comment = LOAD_COMMENTS.get(description["kind"], "eval mode; input as in the Input section above")
-    lines += [
+
+def _eeg_input_lines(config: dict[str, Any]) -> list[str]:
+    """Input lines of an EEG window encoder: its input contract, field by field."""
+    from ..data.eeg.contract import EEGInputContract
+
+    description = config["input"]
+    contract = EEGInputContract.from_dict(description["contract"], "config.json input.contract")
+    return [
+        f"EEG input contract (from {description['contract_origin']}); windows prepared by "
+        "`mvapp data prepare` with these settings, float32 `(n, channels, samples)`:",
+        *[f"- {row}" for row in contract.describe()],
         "",
+        "Feature extraction through multiview_app on another cache refuses a different rate, band, "
+        "units, window or scaling, naming each field; channels outside the list are encoded as "
+        "the channel names row says, absent ones get no view (nothing is zero-filled).",
+    ]
+
+
+def _image_input_lines(config: dict[str, Any]) -> list[str]:
+    """Input lines of an image encoder: tensor shape, dtype and preprocessing."""
+    description = config["input"]
+    return [f"- tensor `{description['shape']}` {description['dtype']}", f"- {description['preprocessing']}"]
+
+
+#: the model card's Input lines by the ``input`` kind of config.json (other kinds: the description's note)
+INPUT_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "eeg_windows": _eeg_input_lines,
+    "psg_modality": lambda config: psg_modality_lines(config["modality"], config["input"]["contract"]),
+    "image": _image_input_lines,
+}
+
+
+def _card_input(config: dict[str, Any]) -> list[str]:
+    """The model card's Input section and the output width."""
+    kind = config["input"]["kind"]
+    lines = INPUT_LINES.get(kind, lambda c: [f"- {c['input'].get('note', '')}"])(config)
+    return [
+        "## Input",
+        *lines,
+        "",
+        f"Output: `{config['num_features']}` features per input (the backbone, before the projector).",
+    ]
+
+
+def _card_timm(timm: dict[str, Any]) -> list[str]:
+    """How to build a timm encoder's model in timm alone and load the weights into it."""
+    timm_args = ", ".join(f"{k}={v!r}" for k, v in timm["create_model"].items())
+    lines = [
+        "In timm alone (the weights are the timm model's own state dict):",
+        "```python",
+        "import timm",
+        "from safetensors.torch import load_file",
+        "",
+        f"model = timm.create_model({timm['model_name']!r}, {timm_args})",
+    ]
+    if timm["small_input_stem"]:
+        lines += [
+            "model.conv1 = torch.nn.Conv2d(3, model.conv1.out_channels, 3, 1, 1, bias=False)  # small-input stem",
+            "model.maxpool = torch.nn.Identity()",
+        ]
+    return [*lines, f'model.load_state_dict(load_file("{WEIGHTS_FILE}"))', "```"]
+
+
+def _card_onnx(onnx: dict[str, Any]) -> list[str]:
+    """The ONNX graph's input, output and check against PyTorch."""
+    return [
+        f"ONNX: `{onnx['file']}`, input `x` {onnx['input']['shape']} (axes {onnx['input']['axes']}), output "
+        f"`features` (axes {onnx['output']['axes']}); dynamic batch; outputs equal PyTorch's within "
+        f"{onnx['checked_max_abs_diff']:.2g} under onnxruntime {onnx['onnxruntime']} when written.",
+    ]
+
+
+def _card_load(config: dict[str, Any]) -> list[str]:
+    """The model card's Load section: ``load_encoder``, then timm alone and ONNX where the folder has them."""
+    load_comment = LOAD_COMMENTS.get(config["input"]["kind"], "eval mode; input as in the Input section above")
+    lines = [
         "## Load",
         "```python",
         "from multiview_app import load_encoder",
@@ -449,32 +531,18 @@ def model_card(config: dict[str, Any]) -> str:
         "```",
     ]
     if "timm" in config:
-        timm_args = ", ".join(f"{k}={v!r}" for k, v in config["timm"]["create_model"].items())
-        lines += [
-            "",
-            "In timm alone (the weights are the timm model's own state dict):",
-            "```python",
-            "import timm",
-            "from safetensors.torch import load_file",
-            "",
-            f"model = timm.create_model({config['timm']['model_name']!r}, {timm_args})",
-        ]
-        if config["timm"]["small_input_stem"]:
-            lines += [
-                "model.conv1 = torch.nn.Conv2d(3, model.conv1.out_channels, 3, 1, 1, bias=False)  # small-input stem",
-                "model.maxpool = torch.nn.Identity()",
-            ]
-        lines += [f'model.load_state_dict(load_file("{WEIGHTS_FILE}"))', "```"]
+        lines += ["", *_card_timm(config["timm"])]
     if "onnx" in config:
-        onnx = config["onnx"]
-        lines += [
-            "",
-            f"ONNX: `{onnx['file']}`, input `x` {onnx['input']['shape']} (axes {onnx['input']['axes']}), output "
-            f"`features` (axes {onnx['output']['axes']}); dynamic batch; outputs equal PyTorch's within "
-            f"{onnx['checked_max_abs_diff']:.2g} under onnxruntime {onnx['onnxruntime']} when written.",
-        ]
-    lines += ["", f"Files: `{WEIGHTS_FILE}` (safetensors, sha256 `{config['weights_sha256']}`), `{CONFIG_FILE}`.", ""]
-    return "\n".join(lines)
+        lines += ["", *_card_onnx(config["onnx"])]
+    return lines
+
+
+def model_card(config: dict[str, Any]) -> str:
+    """The ``README.md`` of an encoder folder (``config``: its ``config.json``): data, loss, steps, metrics,
+    input, how to load it."""
+    files = f"Files: `{WEIGHTS_FILE}` (safetensors, sha256 `{config['weights_sha256']}`), `{CONFIG_FILE}`."
+    sections = [_card_training(config), _card_metrics(config["source"]), _card_input(config), _card_load(config)]
+    return "\n\n".join("\n".join(section) for section in sections) + f"\n\n{files}\n"
 
 
 def psg_modality_lines(modality: str, contract: dict[str, Any]) -> list[str]:

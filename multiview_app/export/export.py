@@ -17,12 +17,12 @@ import math
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +44,7 @@ MANIFEST = "manifest.json"
 PLAN = ".export-plan.json"
 METADATA = "metadata.parquet"
 Views = Literal["per-view", "mean", "concat"]
+T = TypeVar("T")
 #: What the name of a policy's evaluation view is, by policy class: the column of per-view rows that holds it
 #: (the transform stack of an augmentation view, e.g. ``test``; the EEG channel); others: ``view_name``.
 VIEW_COLUMNS: dict[str, str] = {"AugmentPolicy": "transform", "ChannelViews": "channel"}
@@ -145,6 +146,17 @@ class Processes:
         flag = torch.tensor([1 if ok else 0], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         return bool(flag.item())
+
+    def on_main(self, fn: Callable[[], T], what: str) -> T | None:
+        """``fn()`` on the main process (None on the others), then :meth:`settle` (a collective)."""
+        result, error = None, None
+        if self.is_main:
+            try:
+                result = fn()
+            except BaseException as exc:  # noqa: BLE001 - shared with the other processes, then re-raised
+                error = exc
+        self.settle(error, what)
+        return result
 
     def settle(self, error: BaseException | None, what: str) -> None:
         """Agree on success; re-raise this process's error, or report another process's failure."""
@@ -385,150 +397,172 @@ def _shard_done(out_dir: Path, shard: Shard) -> bool:
     return shard.metadata is None or (out_dir / shard.metadata).is_file() or (out_dir / METADATA).is_file()
 
 
-# ----------------------------------------------------------------------------- export
+# ----------------------------------------------------------------------------- export: plan
 
 
-def export_model(
+@dataclass(frozen=True)
+class Request:
+    """The options of one export that shape its rows and files (as :func:`export_model` takes them)."""
+
+    split: str
+    features: FeatureKind
+    views: Views
+    normalize: bool
+    file_format: FileFormat
+    batch_size: int
+    num_workers: int
+    max_shard_mb: float
+
+    def check(self) -> None:
+        """An :class:`ExportError` naming the option whose value is not one of its choices."""
+        for option, value, choices in (
+            ("--features", self.features, FEATURE_KINDS),
+            ("--views", self.views, VIEW_MODES),
+            ("--format", self.file_format, FILE_FORMATS),
+        ):
+            if value not in choices:
+                raise ExportError(f"{option}: expected one of {', '.join(choices)}, got {value!r}")
+
+
+@dataclass
+class Job:
+    """Everything every process of one export needs: the source (model, adapter, view policy, device), the
+    request, the plan (written as ``.export-plan.json``, the manifest's base), its shards, the configured
+    modalities of a PSG modality run (None otherwise) and whether the rows come out L2-normalized."""
+
+    model: torch.nn.Module
+    adapter: Any
+    policy: Any
+    device: str
+    request: Request
+    plan: dict[str, Any]
+    shards: list[Shard]
+    modality_names: list[str] | None
+    normalized: bool
+
+
+def _probe(
+    model: torch.nn.Module, dataset: Any, policy: Any, device: str, features: FeatureKind, names: list[str] | None
+) -> FeatureBatch:
+    """The feature batch ``(1, k, f)`` of the first item of ``dataset``: eval views, widths, view names."""
+    with closing(iter_feature_batches(model, Subset(dataset, [0]), policy, 1, device, features)) as it:
+        return with_fused_modalities(next(it), names)
+
+
+def plan_export(
     model: torch.nn.Module,
     adapter: Any,
     policy: Any,
-    out_dir: str | Path,
-    *,
-    split: str = ALL_SPLITS,
-    features: FeatureKind = "encoder",
-    views: Views = "per-view",
-    normalize: bool = False,
-    file_format: FileFormat = "npy",
-    batch_size: int = 256,
-    num_workers: int = 0,
-    device: str | None = None,
-    max_shard_mb: float = DEFAULT_MAX_SHARD_MB,
-    overwrite: bool = False,
-    progress: bool = True,
+    request: Request,
+    sizes: dict[str, int],
+    world: int,
+    device: str,
     provenance: dict[str, Any] | None = None,
-    adapter_name: str | None = None,
+    adapter_name: str = "",
     whose: str = "",
-) -> dict[str, Any]:
-    """Stream the embeddings of ``split`` (a split of ``adapter`` or ``all``) into ``out_dir``.
-
-    Every process of a launch calls this with the same arguments; returns the manifest (also on
-    non-main processes, read back after the main process wrote it). ``provenance`` (run, weights,
-    config hash, ...) is recorded in the plan and the manifest.
-    """
-    from ..console import progress as progress_display
-
-    if features not in FEATURE_KINDS:
-        raise ExportError(f"--features: expected one of {', '.join(FEATURE_KINDS)}, got {features!r}")
-    if views not in VIEW_MODES:
-        raise ExportError(f"--views: expected one of {', '.join(VIEW_MODES)}, got {views!r}")
-    if file_format not in FILE_FORMATS:
-        raise ExportError(f"--format: expected one of {', '.join(FILE_FORMATS)}, got {file_format!r}")
-    out_dir = Path(out_dir)
-    adapter_name = adapter_name or type(adapter).__name__
-    sizes = _split_sizes(adapter, split, adapter_name)
-    procs = Processes()
-    device = device or str(procs.device)
-
-    first_split = next(name for name, size in sizes.items() if size > 0) if any(sizes.values()) else None
+) -> Job:
+    """Check the model against the data (:func:`check_modality`), probe one item for the row width and cut
+    the ``sizes`` items (``{split: items}``) into shards for ``world`` processes (:func:`plan_shards`)."""
+    first_split = next((name for name, size in sizes.items() if size > 0), None)
     if first_split is None:
-        raise ExportError(f"--split {split}: no items in {', '.join(sizes)}")
+        raise ExportError(f"--split {request.split}: no items in {', '.join(sizes)}")
     check_modality(model, policy, adapter.split(first_split), adapter_name, whose)
-    modality_names = fused_modalities(policy, views)
-    with closing(
-        iter_feature_batches(model, Subset(adapter.split(first_split), [0]), policy, 1, device, features)
-    ) as it:
-        probe = with_fused_modalities(next(it), modality_names)  # one item: eval views, widths, view names
+    names = fused_modalities(policy, request.views)
+    probe = _probe(model, adapter.split(first_split), policy, device, request.features, names)
     k, f = probe.features.shape[1:]
-    rows_per_item = k if views == "per-view" else 1
-    dim = f * k if views == "concat" else f
-    shards = plan_shards(sizes, rows_per_item, dim, procs.world, max_shard_mb * 2**20, file_format)
-    normalized = normalize or (features == "projector" and views == "per-view")
+    rows_per_item = k if request.views == "per-view" else 1
+    dim = f * k if request.views == "concat" else f
+    max_bytes = request.max_shard_mb * 2**20
+    shards = plan_shards(sizes, rows_per_item, dim, world, max_bytes, request.file_format)
     plan = {
         "format": EXPORT_FORMAT,
         **(provenance or {}),
-        "split": split,
+        "split": request.split,
         "splits": sizes,
-        "features": features,
-        "views": views,
+        "features": request.features,
+        "views": request.views,
         "view_names": probe.view_names,
-        "view_column": view_column(policy) if views == "per-view" else None,
+        "view_column": view_column(policy) if request.views == "per-view" else None,
         "modalities": probe.modalities,
-        "normalize": normalize,
-        "file_format": file_format,
+        "normalize": request.normalize,
+        "file_format": request.file_format,
         "dim": int(dim),
         "rows_per_item": rows_per_item,
         "shards": [[s.item_start, s.item_stop] for s in shards],
     }
+    normalized = request.normalize or (request.features == "projector" and request.views == "per-view")
+    return Job(model, adapter, policy, device, request, plan, shards, names, normalized)
 
-    error: BaseException | None = None
-    mode = "resume"
-    if procs.is_main:
-        try:
-            mode = prepare_out(out_dir, plan, overwrite)
-        except BaseException as exc:  # noqa: BLE001 - shared with the other processes, then re-raised
-            error = exc
-    procs.settle(error, "preparing --out")
 
-    mine = [s for s in shards if s.index % procs.world == procs.rank]
-    todo = [s for s in mine if not _shard_done(out_dir, s)]
-    start = time.perf_counter()
+# ----------------------------------------------------------------------------- export: write
+
+
+def _segment_rows(job: Job, seg: Segment) -> Iterator[tuple[np.ndarray, dict[str, list[Any]]]]:
+    """``(rows, metadata columns)`` of each feature batch of the items of one shard segment (:func:`feature_rows`)."""
+    request = job.request
+    position = seg.start
+    dataset = Subset(job.adapter.split(seg.split), range(seg.start, seg.stop))
+    for part in iter_feature_batches(
+        job.model, dataset, job.policy, request.batch_size, job.device, request.features, request.num_workers
+    ):
+        part = with_fused_modalities(part, job.modality_names)
+        rows, columns = feature_rows(
+            part,
+            seg.split,
+            position,
+            request.views,
+            request.normalize,
+            job.adapter.class_names,
+            job.plan["view_column"],
+        )
+        yield rows, columns
+        position += part.features.shape[0]
+
+
+def _write_shard(job: Job, shard: Shard, out_dir: Path, bar: Any) -> int:
+    """Write the embeddings (and npy metadata part) of ``shard``; returns the rows written."""
     written = 0
+    meta_path = None if shard.metadata is None else out_dir / shard.metadata
+    with ShardWriter(
+        out_dir / shard.embeddings, meta_path, shard.rows, job.request.file_format, column_types=OWN_COLUMN_TYPES
+    ) as writer:
+        for seg in shard.segments:
+            for rows, columns in _segment_rows(job, seg):
+                try:
+                    writer.append(rows, columns)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"writing {out_dir / shard.embeddings}: {exc.strerror or exc}") from None
+                written += len(rows)
+                bar.update(len(rows))
+        writer.commit()
+    return written
+
+
+def _write_shards(job: Job, out_dir: Path, procs: Processes, progress: bool) -> tuple[int, float]:
+    """Write this process's unfinished shards (every ``world``-th from its rank); returns ``(rows, seconds)``
+    after every process finished (an error in any of them is raised in all, :meth:`Processes.settle`)."""
+    from ..console import progress as progress_display
+
+    todo = [s for s in job.shards if s.index % procs.world == procs.rank and not _shard_done(out_dir, s)]
     bar = progress_display(
         total=sum(s.rows for s in todo),
         unit="row",
         unit_scale=True,
-        desc=f"export {split}",
+        desc=f"export {job.request.split}",
         disable=not (progress and procs.is_main),
         leave=False,
     )
+    start, written, error = time.perf_counter(), 0, None
     try:
         for shard in todo:
-            meta_path = None if shard.metadata is None else out_dir / shard.metadata
-            with ShardWriter(
-                out_dir / shard.embeddings, meta_path, shard.rows, file_format, column_types=OWN_COLUMN_TYPES
-            ) as writer:
-                for seg in shard.segments:
-                    position = seg.start
-                    dataset = Subset(adapter.split(seg.split), range(seg.start, seg.stop))
-                    for part in iter_feature_batches(model, dataset, policy, batch_size, device, features, num_workers):
-                        part = with_fused_modalities(part, modality_names)
-                        rows, columns = feature_rows(
-                            part, seg.split, position, views, normalize, adapter.class_names, plan["view_column"]
-                        )
-                        try:
-                            writer.append(rows, columns)
-                        except OSError as exc:
-                            raise OSError(
-                                exc.errno, f"writing {out_dir / shard.embeddings}: {exc.strerror or exc}"
-                            ) from None
-                        position += part.features.shape[0]
-                        written += len(rows)
-                        bar.update(len(rows))
-                writer.commit()
+            written += _write_shard(job, shard, out_dir, bar)
     except BaseException as exc:  # noqa: BLE001 - every process must reach settle()
         error = exc
     finally:
         bar.close()
     elapsed = time.perf_counter() - start
     procs.settle(error, "export")
-
-    manifest: dict[str, Any] = {}
-    if procs.is_main:
-        try:
-            manifest = _finalize(out_dir, plan, shards, normalized, procs.world, mode)
-            manifest["timing"] = {
-                "rows_written_by_main": written,
-                "seconds": round(elapsed, 3),
-                "rows_per_s_main": round(written / elapsed, 1) if elapsed > 0 else None,
-            }
-            atomic_write_json(out_dir / MANIFEST, manifest)
-            (out_dir / PLAN).unlink(missing_ok=True)
-        except BaseException as exc:  # noqa: BLE001
-            error = exc
-    procs.settle(error, "writing the manifest")
-    if not procs.is_main:
-        manifest = json.loads((out_dir / MANIFEST).read_text())
-    return manifest
+    return written, elapsed
 
 
 def _finalize(
@@ -586,6 +620,85 @@ def _finalize(
     return manifest
 
 
+def _write_manifest(job: Job, out_dir: Path, world: int, mode: str, written: int, elapsed: float) -> dict[str, Any]:
+    """Build the manifest (:func:`_finalize`) with the main process's timing, write it and drop the plan file."""
+    manifest = _finalize(out_dir, job.plan, job.shards, job.normalized, world, mode)
+    manifest["timing"] = {
+        "rows_written_by_main": written,
+        "seconds": round(elapsed, 3),
+        "rows_per_s_main": round(written / elapsed, 1) if elapsed > 0 else None,
+    }
+    atomic_write_json(out_dir / MANIFEST, manifest)
+    (out_dir / PLAN).unlink(missing_ok=True)
+    return manifest
+
+
+def export_model(
+    model: torch.nn.Module,
+    adapter: Any,
+    policy: Any,
+    out_dir: str | Path,
+    *,
+    split: str = ALL_SPLITS,
+    features: FeatureKind = "encoder",
+    views: Views = "per-view",
+    normalize: bool = False,
+    file_format: FileFormat = "npy",
+    batch_size: int = 256,
+    num_workers: int = 0,
+    device: str | None = None,
+    max_shard_mb: float = DEFAULT_MAX_SHARD_MB,
+    overwrite: bool = False,
+    progress: bool = True,
+    provenance: dict[str, Any] | None = None,
+    adapter_name: str | None = None,
+    whose: str = "",
+) -> dict[str, Any]:
+    """Stream the embeddings of ``split`` (a split of ``adapter`` or ``all``) into ``out_dir``.
+
+    Every process of a launch calls this with the same arguments; returns the manifest (also on
+    non-main processes, read back after the main process wrote it). ``provenance`` (run, weights,
+    config hash, ...) is recorded in the plan and the manifest. Rows are ``(items * k, f)`` per-view,
+    ``(items, f)`` mean or ``(items, k * f)`` concat (:func:`feature_rows`).
+    """
+    request = Request(split, features, views, normalize, file_format, batch_size, num_workers, max_shard_mb)
+    request.check()
+    out_dir = Path(out_dir)
+    adapter_name = adapter_name or type(adapter).__name__
+    sizes = _split_sizes(adapter, split, adapter_name)
+    procs = Processes()
+    device = device or str(procs.device)
+    job = plan_export(model, adapter, policy, request, sizes, procs.world, device, provenance, adapter_name, whose)
+    mode = procs.on_main(lambda: prepare_out(out_dir, job.plan, overwrite), "preparing --out")
+    written, elapsed = _write_shards(job, out_dir, procs, progress)
+    manifest = procs.on_main(
+        lambda: _write_manifest(job, out_dir, procs.world, mode, written, elapsed), "writing the manifest"
+    )
+    return manifest if procs.is_main else json.loads((out_dir / MANIFEST).read_text())
+
+
+def run_provenance(
+    run_dir: Path, weights: str, run_cfg: Config, cfg: Config, adapter: Any, input_differences: Any
+) -> dict[str, Any]:
+    """What an export of run ``run_dir`` records about its source: the run, its weights (file, sha256), the
+    effective config's hash, the loss, the data and view policy (``cfg``, the run's ``run_cfg`` with the
+    export's data / views), the classes and the input differences to the run's contract."""
+    weight_file = resolve_weights(run_dir, weights)
+    return {
+        "run": str(run_dir.resolve()),
+        "weights": weights,
+        "weights_file": str(weight_file.relative_to(run_dir)),
+        "weights_sha256": sha256_file(weight_file),
+        "config_hash": config_hash(cfg),
+        "loss": run_cfg.loss.name,
+        "data": {"adapter": cfg.data.adapter, "options": cfg.data.options},
+        "view_policy": {"policy": cfg.views.policy, "k": cfg.views.k, "options": cfg.views.options},
+        "modality": adapter.modality,
+        "class_names": list(adapter.class_names),
+        "input_differences": input_differences,
+    }
+
+
 def export_embeddings(
     run_dir: str | Path,
     out_dir: str | Path,
@@ -618,24 +731,10 @@ def export_embeddings(
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     _check_out(run_dir, out_dir)
     run_cfg, model = load_run(run_dir, weights)
-    weight_file = resolve_weights(run_dir, weights)
     cfg = data_config(run_cfg, config_file, overrides)
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
     input_differences = check_run_input(run_dir, adapter, accept=accept_input_differences)
-    provenance = {
-        "run": str(run_dir.resolve()),
-        "weights": weights,
-        "weights_file": str(weight_file.relative_to(run_dir)),
-        "weights_sha256": sha256_file(weight_file),
-        "config_hash": config_hash(cfg),
-        "loss": run_cfg.loss.name,
-        "data": {"adapter": cfg.data.adapter, "options": cfg.data.options},
-        "view_policy": {"policy": cfg.views.policy, "k": cfg.views.k, "options": cfg.views.options},
-        "modality": adapter.modality,
-        "class_names": list(adapter.class_names),
-        "input_differences": input_differences,
-    }
     return export_model(
         model,
         adapter,
@@ -652,7 +751,7 @@ def export_embeddings(
         max_shard_mb=max_shard_mb,
         overwrite=overwrite,
         progress=progress,
-        provenance=provenance,
+        provenance=run_provenance(run_dir, weights, run_cfg, cfg, adapter, input_differences),
         adapter_name=cfg.data.adapter,
         whose=f" of run {run_dir}",
     )

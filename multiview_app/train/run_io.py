@@ -1,9 +1,10 @@
 """Run-folder I/O: atomic writes, model weights (safetensors, never pickle), ``load_run``.
 
-Layout of ``runs/<name>/`` (docs/architecture.md): ``config.yaml``, ``metrics.jsonl``, ``tb/``,
-``checkpoints/step_XXXXXXXX/`` (the last one holds the final state), ``init.safetensors``,
-``model.safetensors`` (its header records its ``step``), ``model.json``, ``eval/<kind>.json``, ``plots/``,
-``curves.png``; ``final_step<N>/`` keeps a finished model that a longer resumed run replaced.
+Layout of ``runs/<name>/`` (docs/architecture.md, "Contracts", "Trainer and run folder"): ``config.yaml``,
+``metrics.jsonl``, ``tb/``, ``checkpoints/step_XXXXXXXX/`` (the last one holds the final state),
+``init.safetensors``, ``model.safetensors`` (its header records its ``step``), ``model.json``,
+``eval/<kind>.json``, ``plots/``, ``curves.png``; ``final_step<N>/`` keeps a finished model that a longer
+resumed run replaced.
 """
 
 from __future__ import annotations

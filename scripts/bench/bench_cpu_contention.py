@@ -34,9 +34,8 @@ from types import ModuleType
 
 import numpy as np
 import torch
-from _shared import embeddings
+from common import command_line, embeddings, machine_line, markdown_table, time_call
 
-from multiview_app.bench import command_line, machine_line, markdown_table, time_call
 from multiview_app.losses import build_loss
 from multiview_app.threads import choose_threads
 

@@ -139,8 +139,9 @@ def eval_rates(run: Path, erm_run: Path, max_candidates: int | None) -> int:
     import json
     import tempfile
 
+    from common import machine_line, markdown_table, ratio
+
     import multiview_app.eval.protocols.domains as protocol
-    from multiview_app.bench import machine_line, markdown_table, ratio
     from multiview_app.eval.domain_generalization import evaluate_run
     from multiview_app.eval.protocols.probe import fit_linear_classifier
 
@@ -187,7 +188,8 @@ def preload_sweep(root: Path, config: Path, repeats: int) -> int:
     """Seconds for ``repeats`` adapter builds reading every split, without / with the decoded-split cache."""
     import os
 
-    from multiview_app.bench import machine_line, markdown_table, ratio
+    from common import machine_line, markdown_table, ratio
+
     from multiview_app.data.domains.adapter import DECODED_SPLITS
 
     cfg = load_config(config, [f"data.options.root={root}", "data.options.holdout=null"])

@@ -24,7 +24,7 @@
 
 ``--quick``: small sizes, 2 repeats, 3 training steps (the CPU test and ``scripts/gpu_check.sh
 --cpu-smoke`` run it). Each table is printed as soon as it is done; all of them, the backend lines, the
-machine and the command line (``multiview_app.bench``) are written to ``OUT/bench_gpu.md``.
+machine and the command line (``scripts/bench/common.py``) are written to ``OUT/bench_gpu.md``.
 """
 
 from __future__ import annotations
@@ -46,11 +46,10 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from _shared import embeddings  # noqa: E402
-
-from multiview_app.bench import (  # noqa: E402
+from common import (  # noqa: E402
     Timing,
     command_line,
+    embeddings,
     machine_line,
     markdown_table,
     peak_rss_growth,
@@ -58,6 +57,7 @@ from multiview_app.bench import (  # noqa: E402
     synchronize,
     time_call,
 )
+
 from multiview_app.losses import build_loss  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ def cold_and_steady(
     fn: Callable[[], Any], *, repeat: int, warmup: int, device: torch.device | str | None = None
 ) -> tuple[float, Timing]:
     """``(seconds of the first call, steady-state timings)``: the first ``fn()`` timed on its own, then
-    ``warmup`` untimed and ``repeat`` timed calls (:func:`multiview_app.bench.time_call`)."""
+    ``warmup`` untimed and ``repeat`` timed calls (:func:`common.time_call`)."""
     synchronize(device)
     start = time.perf_counter()
     fn()

@@ -20,7 +20,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from multiview_app.bench import command_line, machine_line, markdown_table, ratio
+from common import command_line, machine_line, markdown_table, ratio
+
 from multiview_app.config import load_config
 from multiview_app.eval.knn_monitor import TIME_KEY, KnnMonitor
 from multiview_app.train.metrics import read_metrics

@@ -41,9 +41,8 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from _shared import embeddings  # noqa: E402
+from common import embeddings, peak_rss_growth  # noqa: E402
 
-from multiview_app.bench import peak_rss_growth  # noqa: E402
 from multiview_app.losses import build_loss  # noqa: E402
 
 LARGE_NUM = 1e9

@@ -31,12 +31,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _shared import embeddings
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from multiview_app.bench import machine_line  # noqa: E402
-from multiview_app.bench_docs import DOCS, markdown_tables, section_body, write_docs_section  # noqa: E402
+from common import DOCS, embeddings, machine_line, markdown_tables, section_body, write_docs_section  # noqa: E402
+
 from multiview_app.losses import build_loss  # noqa: E402
 from multiview_app.losses.base import normalize  # noqa: E402
 from multiview_app.losses.m3g import m3g_materialized  # noqa: E402
@@ -119,6 +118,7 @@ import json, os, statistics, sys, time
 import numpy as np
 import jax, jax.numpy as jnp
 from ott.experimental.mmsinkhorn import MMSinkhorn
+from common import embeddings
 
 def rss(key):
     with open("/proc/self/status") as fh:
@@ -313,7 +313,7 @@ def render(rows: list[dict], args: argparse.Namespace, ott_note: str) -> str:
 
 
 def write_docs(table: str, command: str, args: argparse.Namespace) -> None:
-    """The table between the ``bench_m3g`` markers of docs/benchmarks.md (``multiview_app/bench_docs.py``, the
+    """The table between the ``bench_m3g`` markers of docs/benchmarks.md (``common.py``, the
     suite runner's ``--write-docs``); the section's prose stays as written."""
     machine = f"torch threads {args.threads}; {machine_line()}"
     write_docs_section("bench_m3g", section_body(command, machine, markdown_tables(table)))

@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 
 import torch
-from _shared import embeddings
+from common import command_line, embeddings, machine_line, markdown_table
 
-from multiview_app.bench import command_line, machine_line, markdown_table
 from multiview_app.losses import _compile, build_loss, m3g
 
 SIZES = ["32x3", "64x3", "96x3", "16x6", "16x4", "32x4", "64x4", "128x4", "32x6"]

@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 
 import torch
-from _shared import embeddings
+from common import command_line, embeddings, machine_line, markdown_table, peak_rss_growth
 
-from multiview_app.bench import command_line, machine_line, markdown_table, peak_rss_growth
 from multiview_app.losses import build_loss
 
 

@@ -26,8 +26,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from common import machine_line
 
-from multiview_app.bench import machine_line
 from multiview_app.config import load_config
 from multiview_app.data.eeg.modal_views import resolve_modalities
 from multiview_app.data.views import build_view_policy

@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 import torch
+from common import command_line, machine_line
 
-from multiview_app.bench import command_line, machine_line
 from multiview_app.config import load_config
 from multiview_app.data.views import items_per_batch
 from multiview_app.train.metrics import PHASES, read_metrics

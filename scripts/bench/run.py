@@ -1,5 +1,5 @@
 """Run one benchmark suite: every script of the suite in its own process, one after the other; each prints its
-Markdown table and the machine line (``multiview_app/bench.py``).
+Markdown table and the machine line (``common.py``).
 
     python scripts/bench/run.py --list                 # the suites and their scripts
     python scripts/bench/run.py losses                 # loss head vs paper pseudocode, lightly, open_clip; memory
@@ -9,7 +9,7 @@ Markdown table and the machine line (``multiview_app/bench.py``).
 
 ``--write-docs [PAGE]``: every script that succeeds gets its printed Markdown tables, the command and the machine written
 between its two marker lines in docs/benchmarks.md (``<!-- bench:SCRIPT -->`` ... ``<!-- /bench:SCRIPT -->``,
-``multiview_app/bench_docs.py``); nothing else on the page changes. Single scripts keep their own options: ``python scripts/bench/<script>.py --help``. Exit status: 0 when every
+``common.py``); nothing else on the page changes. Single scripts keep their own options: ``python scripts/bench/<script>.py --help``. Exit status: 0 when every
 script succeeded, else 1 (the failed scripts are named).
 """
 
@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from multiview_app.bench_docs import DOCS, host_line, markdown_tables, section_body, write_docs_section
+from common import DOCS, host_line, markdown_tables, section_body, write_docs_section
 
 HERE = Path(__file__).resolve().parent
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 from pathlib import Path
 
 import numpy as np
 
-from multiview_app.bench import command_line, markdown_table
 from multiview_app.data.eeg.dreams import find_excerpts, read_dreams, read_spindle_scoring
 from multiview_app.data.eeg.preprocess import resample
 from multiview_app.data.eeg.signal_stats import (
@@ -40,6 +40,10 @@ from multiview_app.data.eeg.stages import STAGES
 from multiview_app.data.eeg.synth import SubjectTraits, synth_night
 from multiview_app.eval.bandpower import BANDS
 from multiview_app.eval.realism import cross_staging, leave_one_group_out_staging
+
+# the bench helpers (``scripts/bench/common.py``; scripts are not a package)
+_COMMON = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "common.py"))
+command_line, markdown_table = _COMMON["command_line"], _COMMON["markdown_table"]
 
 REAL_PSG_ENV = "MVAPP_REAL_PSG"
 SFREQ = 100.0

@@ -15,15 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 from pathlib import Path
 
 import numpy as np
 
-from multiview_app.bench import command_line, markdown_table
 from multiview_app.data.eeg.night_structure import compare_nights, comparison_rows, night_metrics
 from multiview_app.data.eeg.sleep_edf import hypnogram_epochs
 from multiview_app.data.eeg.stages import STAGES
 from multiview_app.data.eeg.synth import SubjectTraits, synth_hypnogram
+
+# the bench helpers (``scripts/bench/common.py``; scripts are not a package)
+_COMMON = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "common.py"))
+command_line, markdown_table = _COMMON["command_line"], _COMMON["markdown_table"]
 
 REAL_PSG_ENV = "MVAPP_REAL_PSG"
 

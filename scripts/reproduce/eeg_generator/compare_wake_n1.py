@@ -30,12 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 from pathlib import Path
 
 import numpy as np
 from scipy.signal import welch
 
-from multiview_app.bench import command_line, markdown_table
 from multiview_app.data.eeg.dreams import edf_microvolts, find_excerpts, read_dreams, read_rk_hypnogram, rk_epochs
 from multiview_app.data.eeg.preprocess import bandpass, resample
 from multiview_app.data.eeg.signal_stats import stage_epochs
@@ -43,6 +43,10 @@ from multiview_app.data.eeg.stages import EPOCH_SECONDS, STAGES
 from multiview_app.data.eeg.synth import SubjectTraits, synth_night
 from multiview_app.eval.bandpower import BANDS
 from multiview_app.eval.realism import cross_staging, leave_one_group_out_staging
+
+# the bench helpers (``scripts/bench/common.py``; scripts are not a package)
+_COMMON = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "common.py"))
+command_line, markdown_table = _COMMON["command_line"], _COMMON["markdown_table"]
 
 REAL_PSG_ENV = "MVAPP_REAL_PSG"
 SFREQ = 100.0

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import runpy
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from multiview_app.bench import command_line, markdown_table
 from multiview_app.data.eeg.events import ahi, event_counts, severity
 from multiview_app.data.eeg.physionet2018 import read_physionet2018
 from multiview_app.data.eeg.recording import Recording
@@ -29,6 +29,10 @@ from multiview_app.data.eeg.synth import synth_psg
 from multiview_app.data.eeg.synth.formats import WRITER_COHORT
 from multiview_app.data.eeg.synth.psg import draw_cardio_traits
 from multiview_app.eval.physiology import PUBLISHED_RANGES, PhysiologyRow, physiology_table
+
+# the bench helpers (``scripts/bench/common.py``; scripts are not a package)
+_COMMON = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "common.py"))
+command_line, markdown_table = _COMMON["command_line"], _COMMON["markdown_table"]
 
 FORMAT = "physionet2018"
 

@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import runpy
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from multiview_app.bench import command_line, markdown_table
 from multiview_app.data.eeg.bands import relative_band_powers
 from multiview_app.data.eeg.stages import STAGES
 from multiview_app.data.eeg.synth import WRITER_COHORT, synth_psg
 from multiview_app.eval.yasa import StagedNight, agreement, stage_folder
+
+# the bench helpers (``scripts/bench/common.py``; scripts are not a package)
+_COMMON = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "common.py"))
+command_line, markdown_table = _COMMON["command_line"], _COMMON["markdown_table"]
 
 FORMATS = tuple(WRITER_COHORT)
 
