@@ -202,7 +202,7 @@ def test_tables_are_markdown_with_n_and_intervals() -> None:
     events = evaluate_events({"all": np.concatenate(list(features.values()), axis=1)}, windows, resamples=RESAMPLES)
     retrieval = evaluate_retrieval(features, windows, n_candidates=40, queries=50, resamples=RESAMPLES)
     text = format_tables([staging, events, retrieval])
-    assert "| features | balanced accuracy | kappa | macro AUROC | n |" in text
+    assert "| features | balanced accuracy | macro-F1 | kappa | macro AUROC | n |" in text
     assert "| brain | 1.000 (1.000 [1.000, 1.000]) |" in text
     assert "| query -> candidates | recall@1 | recall@10 | chance @1 | chance @10 | n |" in text
     assert "0.025 | 0.250 | 4 |" in text  # chance at N = 40 beside n = 4 subjects
