@@ -38,6 +38,12 @@ PREDICT_BATCH = 64
 """Windows per forward pass when scoring."""
 
 
+def row_label(table: str, row: str) -> str:
+    """The pooled tables' name of ``row`` in ``table``: the end-to-end model trained with every label (any
+    table but a few-shot one) is the supervised ceiling, and says so."""
+    return f"{row} = {CEILING}" if row == E2E_ROW and "few-shot" not in table else row
+
+
 def window_inputs(dataset: Any, policy: Any, items: np.ndarray) -> Callable[[np.ndarray], Any]:
     """``windows (m,) -> ViewBatch``: the model input of evaluation windows, window ``w`` being item
     ``items[w]`` of the modality split ``dataset``, collated and assembled by ``policy.eval_views``. Every
@@ -126,4 +132,4 @@ class EndToEnd:
         return predict_proba(model, head, self.inputs, np.asarray(test)), classes
 
 
-__all__ = ["CEILING", "E2E_ROW", "EndToEnd", "predict_proba", "train_model", "window_inputs"]
+__all__ = ["CEILING", "E2E_ROW", "EndToEnd", "predict_proba", "row_label", "train_model", "window_inputs"]

@@ -34,7 +34,8 @@ import numpy as np
 import yaml
 
 from .eeg_demo import mvapp
-from .psg_end_to_end import CEILING, E2E_ROW
+from .psg_end_to_end import E2E_ROW, row_label
+from .psg_goals import goals_markdown, measure_goals, paired_vs_brain
 
 TABLE = "psg_modalities"
 """Stem of the written files (``OUT/psg_modalities.md``, ``.json``, ``.png``)."""
@@ -290,12 +291,6 @@ TABLE_NAMES = {"staging": "staging", "missing_modalities": "missing modalities"}
 """Staging-type result ``task`` -> the stem of its pooled tables (``<stem>, <setting>``)."""
 
 
-def row_label(table: str, row: str) -> str:
-    """The pooled tables' name of ``row``: the end-to-end model trained with every label is the
-    supervised ceiling, and says so."""
-    return f"{row} = {CEILING}" if row == E2E_ROW and "few-shot" not in table else row
-
-
 def flat_values(result: dict[str, Any]) -> dict[tuple[str, str, str], float]:
     """``{(table, row, metric): value}`` of one evaluator result (staging: one table per setting)."""
     metrics = METRICS[result["task"]]
@@ -354,6 +349,12 @@ def pooled_tables(pooled: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
+def goals(pooled: dict[str, dict[str, dict]], per_method: dict[str, dict[int, list]], sizes: Sizes) -> list[dict]:
+    """The issue's goals as measured on the pooled tables (:mod:`.psg_goals`)."""
+    context = {"losses": sizes.losses, "candidates": sizes.candidates, "paired": paired_vs_brain(per_method)}
+    return measure_goals(pooled, context)
+
+
 def report(summary: dict[str, Any], per_method: dict[str, dict[int, list]], baselines: list[dict]) -> str:
     """The Markdown page: what ran, the pooled tables, the notes, then every run's evaluator tables (their
     per-subject intervals)."""
@@ -370,6 +371,7 @@ def report(summary: dict[str, Any], per_method: dict[str, dict[int, list]], base
         f"losses {', '.join(sizes['losses'])}; pretraining seeds {', '.join(map(str, sizes['seeds']))}; frozen "
         "encoder features, subject folds of the evaluators.",
         *pooled_tables(summary["pooled"]),
+        *goals_markdown(summary.get("goals", [])),
         "",
         "## Notes",
         "",
@@ -506,6 +508,7 @@ def experiment(config: Path, out: Path, data: Path, sizes: Sizes, overrides: lis
         "pooled": pool(per_method, baselines),
         "notes": notes,
     }
+    summary["goals"] = goals(summary["pooled"], per_method, sizes)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{TABLE}.md").write_text(report(summary, per_method, baselines))
     summary["figure"] = str(figure(out / f"{TABLE}.png", summary, per_method, baselines))
