@@ -246,7 +246,8 @@ def test_staging_with_each_modality_removed_pairs_every_row_against_all() -> Non
     block = result["settings"]["all labels"]
     assert set(block["paired"]) == {"all - brain (fused)", "all - heart (fused)", "all - breathing (fused)"}
     assert block["paired"]["all - brain (fused)"]["ci_low"] > 0  # the stage lives in the brain only
-    assert block["rows"]["all - heart (fused)"]["balanced_accuracy"]["value"] > 0.9
+    accuracy = {name: cells["balanced_accuracy"]["value"] for name, cells in block["rows"].items()}
+    assert accuracy["all - heart (fused)"] > accuracy["all - brain (fused)"] + 0.3
     text = format_tables([result])
     assert "**Staging with each modality removed at inference (fused embedding of the others), all labels**" in text
     assert "| all (fused) minus | difference [95 % CI], p, subjects ahead |" in text
