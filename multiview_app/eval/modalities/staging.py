@@ -1,8 +1,10 @@
 """Sleep staging from frozen features of each modality alone, of each leave-one-out subset and of all
 together, few-shot (``s`` windows per class, the few-shot protocol's draws and inner-CV choice of C) and
-with every training label; balanced accuracy, Cohen's kappa and macro AUROC (one-vs-rest, SleepFM's
-metric), each with its BCa interval over test subjects, and the reference row (all modalities) minus
-every other row per subject (``eval.protocols.stats``)."""
+with every training label; balanced accuracy, macro-F1, Cohen's kappa and macro AUROC (one-vs-rest,
+SleepFM's metric), each with its BCa interval over test subjects, and the reference row (all modalities)
+minus every other row per subject (``eval.protocols.stats``). The same table, on the fused embedding of
+the modalities present (:func:`missing_modality_rows`), gives staging with each modality removed at
+inference (:func:`evaluate_missing_modalities`)."""
 
 from __future__ import annotations
 
