@@ -202,13 +202,90 @@ def test_tables_are_markdown_with_n_and_intervals() -> None:
     events = evaluate_events({"all": np.concatenate(list(features.values()), axis=1)}, windows, resamples=RESAMPLES)
     retrieval = evaluate_retrieval(features, windows, n_candidates=40, queries=50, resamples=RESAMPLES)
     text = format_tables([staging, events, retrieval])
-    assert "| features | balanced accuracy | kappa | macro AUROC | n |" in text
+    assert "| features | balanced accuracy | macro-F1 | kappa | macro AUROC | n |" in text
     assert "| brain | 1.000 (1.000 [1.000, 1.000]) |" in text
     assert "| query -> candidates | recall@1 | recall@10 | chance @1 | chance @10 | n |" in text
     assert "0.025 | 0.250 | 4 |" in text  # chance at N = 40 beside n = 4 subjects
     assert "**AHI per night**" in text and "| features | Spearman | severity accuracy | nights |" in text
     with pytest.raises(ValueError, match="unknown task"):
         format_tables([{"task": "nope"}])
+
+
+def test_missing_modality_rows_fuse_the_present_modalities_as_inference_does() -> None:
+    """The table "with each modality removed" stages from the fused embedding of the modalities left: the
+    mean of their L2-normalized vectors, not renormalized, exactly ``models.modal_embed.fuse``."""
+    import torch
+
+    from multiview_app.models.modal_embed import fuse
+
+    rng = np.random.default_rng(3)
+    features = {m: rng.normal(size=(7, 4)) * s for m, s in (("brain", 1.0), ("heart", 5.0), ("breathing", 0.1))}
+    rows = modalities.missing_modality_rows(features)
+    assert list(rows) == ["all (fused)", "all - brain (fused)", "all - heart (fused)", "all - breathing (fused)"]
+    by_hand = (features["brain"] / np.linalg.norm(features["brain"], axis=1, keepdims=True)) / 2 + (
+        features["breathing"] / np.linalg.norm(features["breathing"], axis=1, keepdims=True)
+    ) / 2
+    np.testing.assert_allclose(rows["all - heart (fused)"], by_hand, rtol=1e-12)
+    stacked = torch.from_numpy(np.stack(list(features.values()), axis=1))  # (n, k, d)
+    np.testing.assert_allclose(rows["all (fused)"], fuse(stacked).numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="one width"):
+        modalities.missing_modality_rows({"brain": np.ones((3, 2)), "heart": np.ones((3, 5))})
+
+
+def test_staging_with_each_modality_removed_pairs_every_row_against_all() -> None:
+    windows = toy_windows()
+    rng = np.random.default_rng(0)
+    stage = np.eye(5)[windows.stages]
+    features = {
+        "brain": stage + 0.05 * rng.normal(size=(len(windows), 5)),
+        "heart": rng.normal(size=(len(windows), 5)),
+        "breathing": rng.normal(size=(len(windows), 5)),
+    }
+    [result] = evaluate_modalities(features, windows, tasks=("missing_modalities",), shots=5, seeds=1)
+    assert result["task"] == "missing_modalities" and result["reference"] == "all (fused)"
+    block = result["settings"]["all labels"]
+    assert set(block["paired"]) == {"all - brain (fused)", "all - heart (fused)", "all - breathing (fused)"}
+    assert block["paired"]["all - brain (fused)"]["ci_low"] > 0  # the stage lives in the brain only
+    accuracy = {name: cells["balanced_accuracy"]["value"] for name, cells in block["rows"].items()}
+    assert accuracy["all - heart (fused)"] > accuracy["all - brain (fused)"] + 0.3
+    text = format_tables([result])
+    assert "**Staging with each modality removed at inference (fused embedding of the others), all labels**" in text
+    assert "| all (fused) minus | difference [95 % CI], p, subjects ahead |" in text
+    with pytest.raises(UnsupportedEvaluation, match=r"a second modality"):
+        evaluate_modalities({"brain": features["brain"]}, windows, tasks=("missing_modalities",))
+
+
+class OracleRow:
+    """A trainable row that records what the evaluators train it on and predicts the true label."""
+
+    def __init__(self, labels: np.ndarray, subjects: np.ndarray) -> None:
+        self.labels, self.subjects, self.calls = labels, subjects, []
+
+    def fit_predict(self, train, labels, test, seed):
+        self.calls.append((np.asarray(train), np.asarray(test), seed))
+        held_out = set(self.subjects) - set(self.subjects[train])
+        assert held_out and (held_out <= set(self.subjects[test]))  # subject folds: a test subject never learnt
+        if len(test) < len(self.labels):  # staging scores the fold's test windows (events: every window)
+            assert not set(self.subjects[train]) & set(self.subjects[test])
+        np.testing.assert_array_equal(labels, self.labels[train])
+        classes = np.unique(labels)
+        return (self.labels[test][:, None] == classes[None]).astype(float), classes
+
+
+def test_trainable_rows_are_trained_per_fold_on_the_feature_rows_draws() -> None:
+    windows = toy_windows()
+    oracle = OracleRow(windows.stages, windows.subjects)
+    result = evaluate_staging(
+        {"oracle": oracle, "x": np.eye(5)[windows.stages]}, windows, shots=5, seeds=2, C=1.0, resamples=RESAMPLES
+    )
+    assert len(oracle.calls) == 4 * 2 + 4  # few-shot: folds x draws, then all labels: one per fold
+    assert [len(train) for train, _, _ in oracle.calls[:8]] == [25] * 8  # 5 windows per class
+    assert [seed for _, _, seed in oracle.calls[:8]] == [0, 1] * 4
+    assert result["settings"]["all labels"]["rows"]["oracle"]["kappa"]["value"] == pytest.approx(1.0)
+    events = OracleRow(windows.targets["apnea_hypopnea"], windows.subjects)
+    table = evaluate_events({"oracle": events}, windows, resamples=RESAMPLES)["rows"]["oracle"]
+    assert table["auroc"]["value"] == pytest.approx(1.0) and "ahi" not in table  # no per-night refits
+    assert len(events.calls) == 4 and all(len(test) == len(windows) for _, test, _ in events.calls)
 
 
 def _package_imports(path: Path, package: str) -> set[str]:

@@ -28,6 +28,8 @@ shots: 5
 draws: 1
 seeds: [0]
 losses: [sleepfm_loo]
+e2e_steps: 2
+e2e_tasks: [staging, apnea_hypopnea]
 """
 
 
@@ -46,8 +48,18 @@ def test_psg_modalities_experiment_writes_tables_and_figure(tmp_path: Path) -> N
     staging = pooled["staging, all labels"]
     assert {"sleepfm_loo: brain", "sleepfm_loo: all", "random init: all", "band power (brain)"} <= set(staging)
     assert 0.0 <= staging["sleepfm_loo: all"]["balanced_accuracy"][0] <= 1.0
+    # the end-to-end model on the same folds (with every label: the supervised ceiling), few-shot on the same draws
+    assert 0.0 <= staging["end-to-end CNN = supervised ceiling"]["macro_auroc"][0] <= 1.0
+    assert "end-to-end CNN" in pooled["staging, few-shot s=5"]
+    assert "end-to-end CNN" not in str(pooled.get("arousal", {}))  # not among the sizes' e2e_tasks
+    removed = pooled["missing modalities, all labels"]
+    assert {"sleepfm_loo: all (fused)", "sleepfm_loo: all - heart (fused)", "random init: all - brain (fused)"} <= set(
+        removed
+    )
+    assert {g["status"] for g in summary["goals"]} <= {"met", "not met", "not measured"}
     page = (out / "psg_modalities.md").read_text()
     assert "**retrieval**" in page and "**staging, all labels**" in page and "### sleepfm_loo, seed 0" in page
+    assert "## Goals (as measured)" in page and "Staging with each modality removed at inference" in page
     assert (out / "psg_modalities.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # training again reuses the finished run (nothing retrained: the same model file)
     model = out / "runs" / "psg_modalities_sleepfm_sleepfm_loo_seed0" / "model.safetensors"

@@ -8,13 +8,15 @@
 3. :func:`embed`: each run's encoders embed every evaluation window per modality (frozen encoder features,
    :func:`~multiview_app.models.modal_embed.modality_embeddings`); the run's initial weights give the
    random-init row.
-4. :func:`evaluate_runs`: ``evaluate_modalities`` per run (staging, apnea / hypopnea with the per-night AHI,
-   arousal, retrieval; subject folds and per-subject intervals are the evaluators'); the handcrafted
-   baselines of the evaluation cache are evaluated once on the same folds. A task the nights cannot support
-   (e.g. too few scored events) is left out with its reason in the notes.
+4. :func:`evaluate_runs`: ``evaluate_modalities`` per run (staging, staging with each modality removed at
+   inference, apnea / hypopnea with the per-night AHI, arousal, retrieval; subject folds and per-subject
+   intervals are the evaluators'); the handcrafted baselines of the evaluation cache and the end-to-end
+   supervised model (:mod:`.psg_end_to_end`, trained per fold from the labels) are evaluated once on the
+   same folds. A task the nights cannot support (e.g. too few scored events) is left out with its reason
+   in the notes.
 5. :func:`pool` / :func:`report` / :func:`figure`: per-seed values pooled (mean and min-max over seeds),
-   ``psg_modalities.md`` + ``.json`` and ``psg_modalities.png`` (retrieval recall@10 matrix, per-modality
-   staging bars, AHI scatter).
+   ``psg_modalities.md`` (with the issue's goals as measured, :mod:`.psg_goals`) + ``.json`` and
+   ``psg_modalities.png`` (retrieval recall@10 matrix, per-modality staging bars, AHI scatter).
 
 Sizes (nights, hours, steps, ...) come from a small YAML file (:class:`Sizes`, ``--sizes``;
 ``configs/demo_psg.yaml`` is ``make run-psg``'s).
@@ -31,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from .eeg_demo import mvapp
+from .psg_end_to_end import E2E_ROW, row_label
+from .psg_goals import goals_markdown, measure_goals, paired_vs_brain
 
 TABLE = "psg_modalities"
 """Stem of the written files (``OUT/psg_modalities.md``, ``.json``, ``.png``)."""
@@ -43,12 +47,15 @@ RANDOM_INIT = "random init"
 HANDCRAFTED = "handcrafted"
 """Method name of the baseline rows (one evaluation, no seeds)."""
 METRICS = {
-    "staging": ("balanced_accuracy", "kappa", "macro_auroc"),
+    "staging": ("balanced_accuracy", "macro_f1", "kappa", "macro_auroc"),
+    "missing_modalities": ("balanced_accuracy", "macro_f1", "kappa", "macro_auroc"),
     "apnea_hypopnea": ("auroc", "auprc"),
     "arousal": ("auroc", "auprc"),
     "retrieval": ("R@1", "R@10"),
 }
 """Task -> the metrics pooled over seeds."""
+E2E_TASKS = ("staging", "apnea_hypopnea", "arousal")
+"""Tasks the end-to-end model can be trained for (its labels: stages, apnea / hypopnea, arousal per window)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,9 @@ class Sizes:
     draws: int = 3  #: few-shot draws per fold
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  #: pretraining seeds
     losses: list[str] = field(default_factory=lambda: list(LOSSES))  #: losses compared
+    e2e_steps: int = 300  #: training steps of each end-to-end fit (fixed a priori; 0: no end-to-end rows)
+    e2e_lr: float = 1e-3  #: AdamW learning rate of the end-to-end model (fixed a priori)
+    e2e_tasks: list[str] = field(default_factory=lambda: list(E2E_TASKS))  #: tasks with an end-to-end row
 
 
 def load_sizes(path: str | Path | None) -> Sizes:
@@ -78,6 +88,8 @@ def load_sizes(path: str | Path | None) -> Sizes:
     sizes = load_knobs(Sizes, path)
     if sizes.seed == sizes.eval_seed:
         raise ValueError(f"{path}: seed and eval_seed must differ (the evaluation nights are other people)")
+    if set(sizes.e2e_tasks) - set(E2E_TASKS):
+        raise ValueError(f"{path}: e2e_tasks {sizes.e2e_tasks}: expected some of {list(E2E_TASKS)}")
     return sizes
 
 
@@ -165,20 +177,27 @@ def window_order(meta: dict[str, list[Any]], windows: Any) -> np.ndarray:
     return np.array([position[k] for k in keys])
 
 
+def eval_split(cfg: Any, cache: Path) -> tuple[Any, Any]:
+    """``(view policy, dataset)`` of every window of ``cache`` under the run config ``cfg`` (no subject
+    held out, items with any number of modalities)."""
+    from ..data.adapters import build_adapter
+    from ..data.views import build_view_policy
+
+    options = {**cfg.data.options, "cache": str(cache), "test_fraction": 0.0, "test_subjects": None}
+    options.update(val_fraction=0.0, val_subjects=None, min_modalities=1)
+    adapter = build_adapter(cfg.data.adapter, options)
+    return build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter), adapter.split("train")
+
+
 def cache_embeddings(run_dir: Path, weights: str, cache: Path) -> Any:
     """Frozen encoder features (``ModalEmbeddings``: per modality ``(n, f)``, presence, labels, meta) of every
     window of the modality cache ``cache`` (no split) from the run's ``weights`` (``final`` or ``init``)."""
-    from ..data.adapters import build_adapter
-    from ..data.views import build_view_policy
     from ..models.modal_embed import modality_embeddings
     from ..train.run_io import load_run
 
     cfg, model = load_run(run_dir, weights)
-    options = {**cfg.data.options, "cache": str(cache), "test_fraction": 0.0, "test_subjects": None}
-    options.update(val_fraction=0.0, val_subjects=None, min_modalities=1)
-    adapter = build_adapter(cfg.data.adapter, options)
-    policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
-    return modality_embeddings(model, policy, adapter.split("train"), output="features")
+    policy, dataset = eval_split(cfg, cache)
+    return modality_embeddings(model, policy, dataset, output="features")
 
 
 def embed(run_dir: Path, weights: str, cache: Path, windows: Any) -> dict[str, np.ndarray]:
@@ -192,9 +211,26 @@ def embed(run_dir: Path, weights: str, cache: Path, windows: Any) -> dict[str, n
     return {m: x[order] for m, x in found.per_modality.items()}
 
 
+def end_to_end_row(run_dir: Path, cache: Path, windows: Any, sizes: Sizes) -> Any:
+    """The end-to-end supervised row (:class:`~.psg_end_to_end.EndToEnd`): the run's architecture from its
+    initial weights, reading the evaluation windows of ``cache`` in ``windows``' order, with the sizes'
+    budget (batch: the sizes', else the run's)."""
+    from ..data.eeg.stages import EPOCH_SECONDS
+    from ..train.run_io import load_run
+    from .psg_end_to_end import EndToEnd, window_inputs
+
+    cfg, model = load_run(run_dir, "init")
+    policy, dataset = eval_split(cfg, cache)
+    meta = {"recording": [dataset.recordings[r]["recording"] for r in dataset.recording_of]}
+    meta["onset"] = (dataset.epochs * EPOCH_SECONDS).tolist()
+    inputs = window_inputs(dataset, policy, window_order(meta, windows))
+    return EndToEnd(model, inputs, sizes.e2e_steps, sizes.e2e_lr, sizes.batch or cfg.train.batch_size)
+
+
 def tasks_for(windows: Any) -> tuple[str, ...]:
     """Every task of ``evaluate_modalities`` (the events only when the windows carry scored events)."""
-    return ("staging", "apnea_hypopnea", "arousal", "retrieval") if windows.targets else ("staging", "retrieval")
+    events = ("apnea_hypopnea", "arousal") if windows.targets else ()
+    return ("staging", "missing_modalities", *events, "retrieval")
 
 
 def evaluate_each(run: Any, tasks: tuple[str, ...], notes: list[str], label: str) -> list[dict[str, Any]]:
@@ -215,9 +251,9 @@ def evaluate_runs(
 ) -> tuple[dict[str, dict[int, list]], list[dict[str, Any]], Any]:
     """``({method: {seed: results}}, baseline results, windows)``: each run's learned features and (per seed,
     from the first loss's run) its random-init features through ``evaluate_modalities``; the handcrafted
-    baselines of ``cache`` once, on the same folds and draws."""
-    from ..eval.modalities import cache_baselines, evaluate_modalities, evaluate_staging
-    from ..eval.modalities.events import evaluate_events
+    baselines of ``cache`` and the end-to-end model once (:func:`evaluate_baselines`), on the same folds
+    and draws."""
+    from ..eval.modalities import cache_baselines, evaluate_modalities
 
     windows, baseline_rows, info = cache_baselines(cache)
     notes += info["notes"] + [f"{row}: {n} windows failed (column medians)" for row, n in info["failed"].items() if n]
@@ -234,25 +270,47 @@ def evaluate_runs(
             notes,
             f"{method} seed {seed}",
         )
+    first = runs[(sizes.losses[0], sizes.seeds[0])]
+    e2e = end_to_end_row(first, cache, windows, sizes) if sizes.e2e_steps > 0 and sizes.e2e_tasks else None
+    return dict(per_method), evaluate_baselines(baseline_rows, e2e, windows, tasks, sizes, notes), windows
+
+
+def evaluate_baselines(
+    rows: dict[str, Any], e2e: Any, windows: Any, tasks: tuple[str, ...], sizes: Sizes, notes: list[str]
+) -> list[dict[str, Any]]:
+    """The rows evaluated once on the staging and event tasks among ``tasks``, with the runs' folds and
+    few-shot draws: the handcrafted ``rows`` and, for the sizes' ``e2e_tasks``, the end-to-end model ``e2e``
+    (trained per fold; None: no end-to-end row)."""
+    from ..eval.modalities import evaluate_staging
+    from ..eval.modalities.events import evaluate_events
+
+    def with_e2e(task: str) -> dict[str, Any]:
+        return {**rows, E2E_ROW: e2e} if e2e is not None and task in sizes.e2e_tasks else rows
+
     single = {
-        "staging": lambda: evaluate_staging(baseline_rows, windows, shots=sizes.shots, seeds=sizes.draws),
-        "apnea_hypopnea": lambda: evaluate_events(baseline_rows, windows, "apnea_hypopnea"),
-        "arousal": lambda: evaluate_events(baseline_rows, windows, "arousal"),
+        "staging": lambda: evaluate_staging(with_e2e("staging"), windows, shots=sizes.shots, seeds=sizes.draws),
+        "apnea_hypopnea": lambda: evaluate_events(with_e2e("apnea_hypopnea"), windows, "apnea_hypopnea"),
+        "arousal": lambda: evaluate_events(with_e2e("arousal"), windows, "arousal"),
     }
-    baselines = evaluate_each(lambda t: single[t](), tuple(t for t in tasks if t in single), notes, HANDCRAFTED)
-    return dict(per_method), baselines, windows
+    return evaluate_each(lambda t: single[t](), tuple(t for t in tasks if t in single), notes, "baselines")
+
+
+TABLE_NAMES = {"staging": "staging", "missing_modalities": "missing modalities"}
+"""Staging-type result ``task`` -> the stem of its pooled tables (``<stem>, <setting>``)."""
 
 
 def flat_values(result: dict[str, Any]) -> dict[tuple[str, str, str], float]:
     """``{(table, row, metric): value}`` of one evaluator result (staging: one table per setting)."""
     metrics = METRICS[result["task"]]
-    if result["task"] == "staging":
-        blocks = {f"staging, {setting}": block["rows"] for setting, block in result["settings"].items()}
+    if result["task"] in TABLE_NAMES:
+        stem = TABLE_NAMES[result["task"]]
+        blocks = {f"{stem}, {setting}": block["rows"] for setting, block in result["settings"].items()}
     else:
         blocks = {result["task"].replace("_", " / "): result["rows"]}
     out = {}
     for table, rows in blocks.items():
-        for row, cells in rows.items():
+        for name, cells in rows.items():
+            row = row_label(table, name)
             out.update({(table, row, m): float(cells[m]["value"]) for m in metrics if m in cells})
             if "ahi" in cells:
                 out[(table, row, "AHI spearman")] = float(cells["ahi"]["spearman"])
@@ -299,6 +357,12 @@ def pooled_tables(pooled: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
+def goals(pooled: dict[str, dict[str, dict]], per_method: dict[str, dict[int, list]], sizes: Sizes) -> list[dict]:
+    """The issue's goals as measured on the pooled tables (:mod:`.psg_goals`)."""
+    context = {"losses": sizes.losses, "candidates": sizes.candidates, "paired": paired_vs_brain(per_method)}
+    return measure_goals(pooled, context)
+
+
 def report(summary: dict[str, Any], per_method: dict[str, dict[int, list]], baselines: list[dict]) -> str:
     """The Markdown page: what ran, the pooled tables, the notes, then every run's evaluator tables (their
     per-subject intervals)."""
@@ -315,6 +379,7 @@ def report(summary: dict[str, Any], per_method: dict[str, dict[int, list]], base
         f"losses {', '.join(sizes['losses'])}; pretraining seeds {', '.join(map(str, sizes['seeds']))}; frozen "
         "encoder features, subject folds of the evaluators.",
         *pooled_tables(summary["pooled"]),
+        *goals_markdown(summary.get("goals", [])),
         "",
         "## Notes",
         "",
@@ -326,7 +391,7 @@ def report(summary: dict[str, Any], per_method: dict[str, dict[int, list]], base
         for seed, results in seeds.items():
             lines += ["", f"### {method}, seed {seed}", "", format_tables(results) if results else "(nothing)"]
     if baselines:
-        lines += ["", f"### {HANDCRAFTED} baselines", "", format_tables(baselines)]
+        lines += ["", f"### {HANDCRAFTED} baselines and {E2E_ROW}", "", format_tables(baselines)]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -451,6 +516,7 @@ def experiment(config: Path, out: Path, data: Path, sizes: Sizes, overrides: lis
         "pooled": pool(per_method, baselines),
         "notes": notes,
     }
+    summary["goals"] = goals(summary["pooled"], per_method, sizes)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{TABLE}.md").write_text(report(summary, per_method, baselines))
     summary["figure"] = str(figure(out / f"{TABLE}.png", summary, per_method, baselines))

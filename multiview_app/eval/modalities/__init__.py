@@ -1,6 +1,7 @@
 """Evaluation of PSG modalities as views, on frozen per-window features (arrays, no models):
 
-* staging from each modality alone, each leave-one-out subset and all together (:mod:`.staging`);
+* staging from each modality alone, each leave-one-out subset and all together (:mod:`.staging`), and
+  with each modality removed at inference (the fused embedding of the others, ``missing_modalities``);
 * apnea / hypopnea and arousal detection per window, and the per-night AHI (:mod:`.events`);
 * cross-modal retrieval of the matching epoch for every ordered modality pair (:mod:`.retrieval`);
 * per-modality handcrafted baselines from the field's libraries (:mod:`.baselines`, :mod:`.cache`);
@@ -23,10 +24,18 @@ import numpy as np
 
 from ...data.eeg.events import APNEA_HYPOPNEA, AROUSAL
 from .cache import cache_baselines, cache_windows
-from .data import REQUIREMENTS, EvalWindows, UnsupportedEvaluation, require, subject_folds
+from .data import REQUIREMENTS, EvalWindows, TrainableRow, UnsupportedEvaluation, require, subject_folds, trainable
 from .events import evaluate_events
 from .retrieval import evaluate_retrieval
-from .staging import ALL, evaluate_staging, modality_subsets, subset_features
+from .staging import (
+    ALL,
+    evaluate_missing_modalities,
+    evaluate_staging,
+    fused,
+    missing_modality_rows,
+    modality_subsets,
+    subset_features,
+)
 from .tables import format_tables
 
 NO_RESPIRATORY = ("brain", "heart", "muscle")
@@ -48,7 +57,7 @@ def evaluate_modalities(
     windows: EvalWindows,
     *,
     extra_rows: dict[str, np.ndarray] | None = None,
-    tasks: tuple[str, ...] = ("staging", APNEA_HYPOPNEA, AROUSAL, "retrieval"),
+    tasks: tuple[str, ...] = ("staging", "missing_modalities", APNEA_HYPOPNEA, AROUSAL, "retrieval"),
     shots: int = 50,
     seeds: int = 3,
     folds: int | None = None,
@@ -67,6 +76,9 @@ def evaluate_modalities(
             seeds=seeds,
             folds=folds,
         ),
+        "missing_modalities": lambda: evaluate_missing_modalities(
+            features, windows, shots=shots, seeds=seeds, folds=folds
+        ),
         APNEA_HYPOPNEA: lambda: evaluate_events(
             {**breathing_rows(features), **extra}, windows, APNEA_HYPOPNEA, folds=folds
         ),
@@ -84,17 +96,22 @@ def evaluate_modalities(
 __all__ = [
     "REQUIREMENTS",
     "EvalWindows",
+    "TrainableRow",
     "UnsupportedEvaluation",
     "breathing_rows",
     "cache_baselines",
     "cache_windows",
     "evaluate_events",
+    "evaluate_missing_modalities",
     "evaluate_modalities",
     "evaluate_retrieval",
     "evaluate_staging",
     "format_tables",
+    "fused",
+    "missing_modality_rows",
     "modality_subsets",
     "require",
     "subject_folds",
     "subset_features",
+    "trainable",
 ]

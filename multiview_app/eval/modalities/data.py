@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,11 +59,32 @@ class EvalWindows:
         return len(self.subjects)
 
 
-def check_features(features: dict[str, np.ndarray], windows: EvalWindows) -> dict[str, np.ndarray]:
-    """``features``: name -> ``(n, d)``, as float64 without NaN; ``ValueError`` naming a set whose windows
-    do not match ``windows`` (``n``) or that is not 2-D."""
+class TrainableRow(Protocol):
+    """A row that learns from the labels instead of reading frozen features (the end-to-end model of the
+    PSG experiment): the staging and event evaluators call it per fold, on the same training windows (and
+    few-shot draws) as the feature rows."""
+
+    def fit_predict(
+        self, train: np.ndarray, labels: np.ndarray, test: np.ndarray, seed: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Train on windows ``train (m,)`` (indices into the evaluated windows) with ``labels (m,)``, then
+        score windows ``test (t,)``: class probabilities ``(t, c)`` and their classes ``(c,)``."""
+        ...
+
+
+def trainable(row: Any) -> bool:
+    """Whether a row is a :class:`TrainableRow` (else a feature array ``(n, d)``)."""
+    return callable(getattr(row, "fit_predict", None))
+
+
+def check_features(features: dict[str, Any], windows: EvalWindows) -> dict[str, Any]:
+    """``features``: name -> ``(n, d)``, as float64 without NaN (a :class:`TrainableRow` passes as it is);
+    ``ValueError`` naming a set whose windows do not match ``windows`` (``n``) or that is not 2-D."""
     out = {}
     for name, x in features.items():
+        if trainable(x):
+            out[name] = x
+            continue
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2 or len(x) != len(windows):
             raise ValueError(f"{windows.dataset}: features '{name}' are {x.shape}, expected ({len(windows)}, d)")
@@ -99,7 +121,7 @@ def _needs_ahi(windows: EvalWindows, _: dict[str, np.ndarray]) -> str | None:
 
 
 def _needs_two_modalities(_: EvalWindows, features: dict[str, np.ndarray]) -> str | None:
-    return None if len(features) >= 2 else f"a second modality to retrieve across (has {list(features)})"
+    return None if len(features) >= 2 else f"a second modality to retrieve across or leave out (has {list(features)})"
 
 
 def _needs_several_nights(windows: EvalWindows, _: dict[str, np.ndarray]) -> str | None:
@@ -109,6 +131,7 @@ def _needs_several_nights(windows: EvalWindows, _: dict[str, np.ndarray]) -> str
 
 REQUIREMENTS: dict[str, tuple[Callable[[EvalWindows, dict[str, np.ndarray]], str | None], ...]] = {
     "staging": (_needs_stages, _needs_subjects),
+    "missing_modalities": (_needs_stages, _needs_subjects, _needs_two_modalities),
     "apnea_hypopnea": (_needs_target(APNEA_HYPOPNEA, "breathing events (apnea / hypopnea)"), _needs_subjects),
     "ahi": (_needs_target(APNEA_HYPOPNEA, "breathing events (apnea / hypopnea)"), _needs_ahi, _needs_subjects),
     "arousal": (_needs_target(AROUSAL, "arousals"), _needs_subjects),

@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 from ...data.eeg.events import APNEA_HYPOPNEA, severity
 from ...data.eeg.stages import EPOCH_SECONDS
 from ..protocols.probe import fit_linear_classifier
-from .data import EvalWindows, UnsupportedEvaluation, check_features, require, subject_folds
+from .data import EvalWindows, UnsupportedEvaluation, check_features, require, subject_folds, trainable
 from .metrics import binary_metrics, subject_cell
 
 EVENT_C = 1.0
@@ -54,12 +54,17 @@ def calibrate(raw: np.ndarray, true: np.ndarray) -> tuple[float, float]:
     return float(slope), float(intercept)
 
 
-def _fold_scores(x: np.ndarray, target: np.ndarray, train: np.ndarray, seed: int = 0) -> tuple[np.ndarray, float]:
-    """Scores ``(n,)`` of every window by the classifier fitted on the scored ``train`` windows, and the
-    threshold matching the training prevalence."""
+def _fold_scores(x: Any, target: np.ndarray, train: np.ndarray, seed: int = 0) -> tuple[np.ndarray, float]:
+    """Scores ``(n,)`` of every window by the classifier fitted on the scored ``train`` windows (a feature
+    row ``(n, d)``: logistic regression; a trainable row: its own fit), and the threshold matching the
+    training prevalence."""
     fit = train & (target >= 0)
-    model = fit_linear_classifier(x[fit], target[fit], C=EVENT_C, seed=seed)
-    score = model.predict_proba(x)[:, list(model.classes_).index(1)]
+    if trainable(x):
+        proba, classes = x.fit_predict(np.flatnonzero(fit), target[fit], np.arange(target.size), seed)
+    else:
+        model = fit_linear_classifier(x[fit], target[fit], C=EVENT_C, seed=seed)
+        proba, classes = model.predict_proba(x), model.classes_
+    score = proba[:, list(classes).index(1)]
     return score, _threshold(score[fit], float(target[fit].mean()))
 
 
@@ -105,9 +110,11 @@ def _ahi_summary(nights: dict[str, tuple[float, float]], resamples: int | None) 
 
 
 def _row(
-    x: np.ndarray, windows: EvalWindows, target: str, folds: int | None, with_ahi: bool, resamples: int | None
+    x: Any, windows: EvalWindows, target: str, folds: int | None, with_ahi: bool, resamples: int | None
 ) -> dict[str, Any]:
-    """One feature set's out-of-fold scores -> its cells (and AHI per night when ``with_ahi``)."""
+    """One feature set's out-of-fold scores -> its cells (and AHI per night when ``with_ahi``; never for a
+    trainable row, whose calibration would train it again per training subject)."""
+    with_ahi = with_ahi and not trainable(x)
     y = windows.targets[target]
     score, nights, lines = np.full(len(windows), np.nan), {}, []
     for test_subjects in subject_folds(windows.subjects, folds):
@@ -138,7 +145,7 @@ def _row(
 
 
 def evaluate_events(
-    rows: dict[str, np.ndarray],
+    rows: dict[str, Any],
     windows: EvalWindows,
     target: str = APNEA_HYPOPNEA,
     *,
@@ -147,7 +154,8 @@ def evaluate_events(
     resamples: int | None = None,
 ) -> dict[str, Any]:
     """Event table of the feature sets ``rows`` (name -> ``(n, d)``; e.g. every modality, brain + heart +
-    muscle, the airflow-amplitude baseline) for ``target`` (``apnea_hypopnea`` or ``arousal``).
+    muscle, the airflow-amplitude baseline; a :class:`~.data.TrainableRow` is trained per fold, without
+    AHI) for ``target`` (``apnea_hypopnea`` or ``arousal``).
 
     ``folds``: subject folds (``None``: leave one subject out). ``ahi``: also the per-night AHI (default:
     for ``apnea_hypopnea`` when the windows carry a true AHI per night). :class:`~.data.UnsupportedEvaluation`

@@ -13,6 +13,7 @@ from ..protocols import stats
 
 LABELS = {
     "balanced_accuracy": "balanced accuracy",
+    "macro_f1": "macro-F1",
     "kappa": "kappa",
     "macro_auroc": "macro AUROC",
     "auroc": "AUROC",
@@ -46,13 +47,20 @@ def _metric_rows(rows: dict[str, dict[str, Any]], metrics: list[str], extra: Cal
     ]
 
 
+STAGING_TITLES = {
+    "staging": "Staging",
+    "missing_modalities": "Staging with each modality removed at inference (fused embedding of the others)",
+}
+"""Staging-type result ``task`` -> its table title."""
+
+
 def _staging(result: dict[str, Any]) -> list[str]:
-    metrics = ["balanced_accuracy", "kappa", "macro_auroc"]
+    metrics = ["balanced_accuracy", "macro_f1", "kappa", "macro_auroc"]
     lines = []
     for setting, block in result["settings"].items():
         lines += [
             "",
-            f"**Staging, {setting}** ({result['dataset']}; mean over {block['fits']} fits, "
+            f"**{STAGING_TITLES[result['task']]}, {setting}** ({result['dataset']}; mean over {block['fits']} fits, "
             "(mean over test subjects [95 % BCa interval]), n = subjects)",
             "",
         ]
@@ -110,6 +118,7 @@ def _retrieval(result: dict[str, Any]) -> list[str]:
 
 WRITERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "staging": _staging,
+    "missing_modalities": _staging,
     "apnea_hypopnea": _events,
     "arousal": _events,
     "retrieval": _retrieval,
