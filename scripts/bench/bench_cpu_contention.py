@@ -9,7 +9,7 @@ The competing load is started by this script: ``--load`` Python busy loops in su
 per count given), pinned to this process's CPUs (``os.sched_setaffinity``), running only during the contended
 rounds. Cases: M3G forward + backward (float32, epsilon 0.2, tol 1e-3, d = 64, L2-normalized embeddings, the same
 tensors for every variant) at ``--shapes`` (n, k), and one optimizer step of the EEG demo's model and loss
-(``scripts/bench/bench_eeg_demo.py``: conv width 32, M3G k = 6, n = 16, Anderson 16). Rounds alternate quiet /
+(``scripts/bench/bench_train.py --setup eeg-demo``: conv width 32, M3G k = 6, n = 16, Anderson 16). Rounds alternate quiet /
 contended (``--rounds`` of each); each cell is the median over rounds of each round's median. With ``--with-ott``
 every condition also times ott-jax's ``MMSinkhorn`` fwd+bwd on the same embeddings (a subprocess of the ott venv,
 ``scripts/bench/bench_m3g.py``'s script; one XLA thread when the project runs one torch thread) and prints the
@@ -184,7 +184,7 @@ def main() -> None:
         cases[f"M3G fwd+bwd (n={n}, k={k})"] = lambda call=call: time_call(call, repeat=args.repeat, warmup=1).median
     if not args.no_eeg:
         eeg, eeg_batch = (
-            _sibling("bench_eeg_demo"),
+            _sibling("bench_train"),
             torch.randn(16, 6, 3000, generator=torch.Generator().manual_seed(0)),
         )
         cases["EEG demo training step (n=16, k=6)"] = lambda: eeg.step_seconds(
