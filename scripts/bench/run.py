@@ -61,7 +61,12 @@ SUITES: dict[str, list[Bench]] = {
             "M3G on CPU: numba kernels vs the eager and compiled sweep blocks per (n, k), the numba dispatch table's ratios",
             needs_out=True,
         ),
-        Bench("bench_m3g_warm", "MM-Sinkhorn warm start / Anderson / diagonal init inside training"),
+        Bench(
+            "bench_m3g",
+            "MM-Sinkhorn warm start / Anderson / diagonal init inside training",
+            args=("--in-training",),
+            section="bench_m3g_warm",
+        ),
     ],
     "train": [
         Bench("bench_train", "training step rate and its data / encoder / loss split"),
