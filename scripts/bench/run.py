@@ -73,9 +73,11 @@ SUITES: dict[str, list[Bench]] = {
         Bench("bench_knn_monitor", "kNN monitor overhead in the training loop"),
         Bench("bench_tune", "per-trial overhead of mvapp tune, trials per hour"),
         Bench(
-            "bench_cpu_contention",
+            "bench_m3g_cpu",
             "torch's default threads vs the project's choice beside a busy process",
             needs_out=True,
+            args=("--contention",),
+            section="bench_cpu_contention",
         ),
         Bench("bench_cli_startup", "mvapp --help start-up vs import torch"),
         Bench(
