@@ -96,9 +96,9 @@ def test_every_suite_script_has_one_marker_pair_on_the_page() -> None:
     text = DOCS.read_text()
     for benches in runner.SUITES.values():
         for bench in benches:
-            start, end = markers(bench.script)
-            assert text.count(start) == 1 and text.count(end) == 1, bench.script
-            assert text.index(start) < text.index(end), bench.script
+            start, end = markers(bench.key)
+            assert text.count(start) == 1 and text.count(end) == 1, bench.key
+            assert text.index(start) < text.index(end), bench.key
 
 
 def test_runner_writes_the_printed_tables_of_a_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,19 +1,17 @@
 """Per-stage signal statistics (``data/eeg/signal_stats.py``) on signals whose answers are known, the
-DREAMS spindle-scoring reader, and ``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` on the real DREAMS excerpts
+DREAMS spindle-scoring reader, and ``mvapp experiment synth-check signals`` on the real DREAMS excerpts
 (skipped, naming the path, when ``$MVAPP_REAL_PSG`` is absent): output shape and ranges, not values."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _eeg_helpers import REAL_PSG_ENV, real_psg
+from _eeg_helpers import real_psg
 
+from multiview_app.cli import main
 from multiview_app.data.eeg.dreams import read_spindle_scoring
 from multiview_app.data.eeg.signal_stats import (
     detect_spindles,
@@ -25,8 +23,6 @@ from multiview_app.data.eeg.signal_stats import (
 from multiview_app.data.eeg.stages import STAGES
 from multiview_app.eval.bandpower import BANDS
 from multiview_app.eval.realism import cross_staging, leave_one_group_out_staging
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_rhythm_lands_in_its_band_with_its_amplitude() -> None:
@@ -161,23 +157,10 @@ def test_spindle_scoring_reader(tmp_path: Path) -> None:
         read_spindle_scoring(path)
 
 
-def test_compare_eeg_signals_script_on_the_real_excerpts(tmp_path: Path) -> None:
+def test_synth_check_signals_on_the_real_excerpts(tmp_path: Path) -> None:
     folder = real_psg("dreams-spindles")
-    env = {**os.environ, REAL_PSG_ENV: str(folder.parent)}
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "reproduce" / "eeg_generator" / "compare_eeg_signals.py"),
-            "--out",
-            str(tmp_path),
-            "--subjects",
-            "1",
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    command = ["experiment", "synth-check", "signals", "--out", str(tmp_path), "--real-psg", str(folder.parent)]
+    assert main([*command, "--subjects", "1"]) == 0
     summary = json.loads((tmp_path / "eeg_signals.json").read_text())
     real = summary["stats"]["real"]
     assert {s: real[s]["epochs"] for s in STAGES} == {"W": 54, "N1": 46, "N2": 288, "N3": 87, "REM": 5}  # the cache's

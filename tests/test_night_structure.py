@@ -1,23 +1,19 @@
 """Night-structure statistics (``data/eeg/night_structure.py``) on a night whose numbers are worked out
-by hand, and ``scripts/reproduce/eeg_generator/compare_night_structure.py`` on the 20 real Sleep-EDF hypnograms (skipped, naming
+by hand, and ``mvapp experiment synth-check night-structure`` on the 20 real Sleep-EDF hypnograms (skipped, naming
 the path, when ``$MVAPP_REAL_PSG`` is absent): output shape and ranges, not values."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _eeg_helpers import REAL_PSG_ENV, real_psg
+from _eeg_helpers import real_psg
 
+from multiview_app.cli import main
 from multiview_app.data.eeg.night_structure import compare_nights, comparison_rows, night_metrics
 from multiview_app.data.eeg.stages import STAGES
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _night() -> np.ndarray:
@@ -54,23 +50,10 @@ def test_identical_sets_compare_equal() -> None:
     assert headers[-1] == "a vs b" and all(len(row) == len(headers) for row in rows)
 
 
-def test_compare_night_structure_script_on_the_real_hypnograms(tmp_path: Path) -> None:
+def test_synth_check_night_structure_on_the_real_hypnograms(tmp_path: Path) -> None:
     folder = real_psg("sleep-edf-hypnograms")
-    env = {**os.environ, REAL_PSG_ENV: str(folder.parent)}
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "reproduce" / "eeg_generator" / "compare_night_structure.py"),
-            "--out",
-            str(tmp_path),
-            "--nights",
-            "4",
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    command = ["experiment", "synth-check", "night-structure", "--out", str(tmp_path), "--real-psg", str(folder.parent)]
+    assert main([*command, "--nights", "4"]) == 0
     summary = json.loads((tmp_path / "night_structure.json").read_text())
     assert summary["nights"] == {"synthetic": 4, "real": 20} and len(summary["real_files"]) == 20
     for name in ("synthetic", "real"):
@@ -86,4 +69,4 @@ def test_compare_night_structure_script_on_the_real_hypnograms(tmp_path: Path) -
     assert all(0.0 <= ks["statistic"] <= 1.0 and 0.0 <= ks["pvalue"] <= 1.0 for ks in summary["bout_ks"].values())
     assert sum(summary["epochs"]["real"].values()) > 15000  # ~20 cropped nights of ~9-10 h
     table = (tmp_path / "night_structure.md").read_text()
-    assert "share N3" in table and "KS" in table and "compare_night_structure.py" in table
+    assert "share N3" in table and "KS" in table and "synth-check night-structure" in table

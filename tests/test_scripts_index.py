@@ -1,5 +1,5 @@
 """scripts/: every script (in any folder) is listed in scripts/README.md by its path under scripts/, every folder
-of scripts/reproduce/ has a README, the benchmark runner's suites cover every bench script exactly once, no script
+of scripts/reproduce/ has a README, the benchmark runner's suites cover every bench script, each run with its own docs section, no script
 edits sys.path (the package is installed), and none writes into docs/ unless the command line asks for it
 (defaults of output options)."""
 
@@ -30,11 +30,13 @@ def test_every_reproduction_folder_has_a_readme() -> None:
     assert not [p.name for p in folders if not (p / "README.md").is_file()]
 
 
-def test_bench_suites_cover_every_bench_script_once() -> None:
+def test_bench_suites_cover_every_bench_script_and_docs_section_once() -> None:
     runner = load_script("bench/run", register=True)
-    in_suites = [bench.script for benches in runner.SUITES.values() for bench in benches]
+    benches = [bench for benches in runner.SUITES.values() for bench in benches]
     on_disk = sorted(p.stem for p in (SCRIPTS / "bench").glob("bench_*.py"))
-    assert sorted(in_suites) == on_disk
+    assert sorted({bench.script for bench in benches}) == on_disk
+    keys = [bench.key for bench in benches]
+    assert len(keys) == len(set(keys)), keys  # one docs section per run of a script
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,8 @@
   :mod:`multiview_app.eval.domain_generalization` (which trains nothing);
 - :mod:`.digits_table`, :mod:`.pairs_table`, :mod:`.domains_grid`, :mod:`.channel_modes`: the results tables of docs/results.md, their
   knobs read by :mod:`.knobs` from ``configs/experiment_<name>.yaml``;
+- :mod:`.synth_check`: ``mvapp experiment synth-check <check>``, the synthetic PSG generator against reference
+  values and real recordings;
 - :mod:`.cli`: ``mvapp experiment <name>`` (``domain-generalization``, ``supervised-ceiling``, ``digits``, ``pairs``,
   ``domains-grid``, ``channel-modes``, ...).
 

@@ -15,6 +15,9 @@ here by the console script (``multiview_app/cli.py``: ``FORWARDS``).
 ``digits``, ``pairs``, ``domains-grid``, ``channel-modes``: the results tables of docs/results.md
 (:mod:`.digits_table`, :mod:`.pairs_table`, :mod:`.domains_grid`, :mod:`.channel_modes`), their knobs read from ``configs/experiment_<name>.yaml``
 (:mod:`.knobs`) with ``--set KEY=VALUE`` overrides.
+
+``synth-check <check>``: checks of the synthetic PSG generator against reference values and real recordings
+(:mod:`.synth_check`).
 """
 
 from __future__ import annotations
@@ -222,6 +225,12 @@ MODES_OPTIONS: tuple[Option, ...] = (
 )
 """Options of ``mvapp experiment channel-modes``."""
 
+SYNTH_CHECK_PARSER = describe(
+    "checks of the synthetic PSG generator against reference values and real recordings (night structure, "
+    "signals, wake and N1, YASA, physiology, spectra, one PSG night)",
+    "mvapp experiment synth-check signals --out runs/eeg_signals --real-psg ../shared/real-psg",
+)
+
 
 PSG_REAL_OPTIONS: tuple[Option, ...] = (
     (("--edf",), dict(type=Path, required=True, help="the real recording (EDF / EDF+ / BDF), read in place")),
@@ -302,6 +311,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
         ("pairs", PAIRS_PARSER, (*knob_options("pairs", "results_pairs"), FRESH), run_pairs),
         ("domains-grid", GRID_PARSER, GRID_OPTIONS, run_domains_grid),
         ("channel-modes", MODES_PARSER, MODES_OPTIONS, run_channel_modes),
+        ("synth-check", SYNTH_CHECK_PARSER, add_synth_check_arguments, run_synth_check),
     )
     for name, keywords, options, run in experiments:
         parser = sub.add_parser(name, **keywords)
@@ -691,6 +701,20 @@ def run_channel_modes(args: argparse.Namespace) -> int:
     real_psg = args.real_psg or (Path(os.environ[REAL_PSG_ENV]) if os.environ.get(REAL_PSG_ENV) else None)
     print(experiment(knobs, args.out, args.data, real_psg, command_text(args)))
     return 0
+
+
+def add_synth_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """The checks of ``mvapp experiment synth-check`` (:mod:`.synth_check`)."""
+    from .synth_check import add_arguments
+
+    add_arguments(parser)
+
+
+def run_synth_check(args: argparse.Namespace) -> int:
+    """Run one generator check (:mod:`.synth_check`); print its tables."""
+    from .synth_check import run
+
+    return run(args, command_text(args))
 
 
 @resumable

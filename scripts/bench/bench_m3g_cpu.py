@@ -14,21 +14,46 @@ Columns: median milliseconds per path; speed-ups as medians of the per-call rati
 first calls; sweeps; the largest value difference from the numba path; where the table routes the size.
 
     python scripts/bench/bench_m3g_cpu.py --out bench_out [--sizes 16x6 16x4 32x4] [--calls 15] [--cold]
+
+``--contention`` (docs/benchmarks.md, "CPU under contention"): CPU loss calls and EEG training steps on a quiet vs
+a contended CPU, torch's default intra-op threads vs the project's choice (multiview_app/threads.py), and M3G
+against ott-jax under the same load. The competing load is started by this script: ``--load`` Python busy loops
+in subprocesses (one contended condition per count given), pinned to this process's CPUs, running only during
+the contended rounds. Cases: M3G forward + backward (float32, epsilon 0.2, tol 1e-3, d = 64, L2-normalized
+embeddings, the same tensors for every variant) at ``--sizes`` (default 64x4 16x6 128x3), ``--calls`` timed
+calls (default 5), and one optimizer step of the EEG demo's model and loss (``bench_train.py --setup eeg-demo``:
+conv width 32, M3G k = 6, n = 16, Anderson 16). Rounds alternate quiet / contended (``--rounds`` of each); each
+cell is the median over rounds of each round's median. With ``--with-ott`` every condition also times ott-jax's
+``MMSinkhorn`` fwd+bwd on the same embeddings (``bench_m3g.py``'s subprocess; one XLA thread when the project
+runs one torch thread) and prints the ott-jax / project ratio per condition with its change from the quiet
+ratio (goal: within 1.5x). Writes ``OUT/contention.md`` and ``.json``. Run it with ``OMP_NUM_THREADS`` unset, or
+the "default" column is not torch's default.
+
+    env -u OMP_NUM_THREADS python scripts/bench/bench_m3g_cpu.py --contention --out OUT [--load 1 2 --calls 5 --steps 3]
+        [--with-ott --ott-venv /path/to/venv]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
+import numpy as np
 import torch
-from common import command_line, embeddings, machine_line, markdown_table
+from common import command_line, embeddings, machine_line, markdown_table, time_call
 
 from multiview_app.losses import _compile, build_loss, m3g
+from multiview_app.threads import choose_threads
 
 SIZES = ["32x3", "64x3", "96x3", "16x6", "16x4", "32x4", "64x4", "128x4", "32x6"]
 SETTINGS = {
@@ -84,16 +109,234 @@ def compare(n: int, k: int, params: dict, paths: list[str], calls: int, warmup: 
     return out
 
 
-def main() -> None:
+# --------------------------------------------------------------------------- under contention
+
+M3G_SHAPES: tuple[tuple[int, int], ...] = ((64, 4), (16, 6), (128, 3))
+# a busy loop that ends when this benchmark does (its parent changes), even if the benchmark is killed
+BUSY_LOOP = (
+    "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(1_000_000):\n        pass\n"
+)
+
+
+def _sibling(name: str) -> ModuleType:
+    """``scripts/bench/<name>.py`` (e.g. the EEG demo's model and training step), loaded from beside this file."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class CompetingLoad:
+    """``count`` busy-loop subprocesses pinned to this process's CPUs while the ``with`` block runs."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> CompetingLoad:
+        cpus = os.sched_getaffinity(0)
+        for _ in range(self.count):
+            process = subprocess.Popen([sys.executable, "-c", BUSY_LOOP], stdin=subprocess.DEVNULL)
+            os.sched_setaffinity(process.pid, cpus)
+            self.processes.append(process)
+        time.sleep(0.5)  # the loops are spinning before the first timed call
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            process.wait(timeout=10)
+        self.processes.clear()
+
+
+def m3g_inputs(n: int, k: int, d: int = 64) -> torch.Tensor:
+    """Fixed L2-normalized ``(n, k, d)`` float32 embeddings (seed 0)."""
+    return torch.nn.functional.normalize(embeddings(n, k, d, signal=0), dim=-1)
+
+
+def m3g_call(n: int, k: int, d: int = 64) -> Callable[[], None]:
+    """One M3G forward + backward on :func:`m3g_inputs`."""
+    base = m3g_inputs(n, k, d)
+    loss_fn = build_loss("m3g", epsilon=0.2, tol=1e-3)
+
+    def call() -> None:
+        z = base.clone().requires_grad_(True)
+        loss_fn(z).backward()
+
+    return call
+
+
+def with_threads(count: int, fn: Callable[[], float]) -> float:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(previous)
+
+
+class OttTimer:
+    """ott-jax's M3G fwd+bwd per (n, k) in the ott venv, on the embeddings of :func:`m3g_inputs`."""
+
+    def __init__(self, venv: Path, out: Path, threads: int, repeat: int) -> None:
+        self.bench = _sibling("bench_m3g")
+        python = self.bench.ensure_ott_venv(venv)
+        if python.startswith("!"):
+            raise SystemExit(f"--with-ott: {python[1:]}")
+        self.python, self.threads, self.repeat, self.folder = python, threads, repeat, out / "ott_inputs"
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def seconds(self, n: int, k: int) -> float:
+        """Median seconds of ``repeat`` timed calls after jit and one warm-up (in one subprocess)."""
+        path = self.folder / f"z_{n}_{k}.npy"
+        np.save(path, m3g_inputs(n, k).numpy())
+        found = self.bench.run_ott(self.python, path, 0.2, self.repeat, 60.0, self.threads, 900.0)
+        if "error" in found:
+            raise SystemExit(f"ott-jax at (n={n}, k={k}): {found['error']}")
+        return found["time"]
+
+
+def ratio_table(seconds: dict, ott: dict, conditions: list[str]) -> str:
+    """ott-jax / project per M3G case, torch thread variant and condition, and the quiet ratio over each
+    contended one (goal: <= 1.5)."""
+    rows = []
+    for case, by_condition in ott.items():
+        theirs = {c: statistics.median(by_condition[c]) for c in conditions}
+        for variant, by_variant in seconds[case].items():
+            ours = {c: statistics.median(by_variant[c]) for c in conditions}
+            ratios = {c: theirs[c] / ours[c] for c in conditions}
+            cells = [
+                f"{ratios[c]:.2f}x" + ("" if c == "quiet" else f" ({ratios['quiet'] / ratios[c]:.2f})")
+                for c in conditions
+            ]
+            rows.append([case, variant, *(f"{ours[c] * 1e3:.1f} / {theirs[c] * 1e3:.1f}" for c in conditions), *cells])
+    headers = ["case", "project threads", *(f"{c}: project / ott-jax ms" for c in conditions)]
+    headers += [f"{c}: ott-jax / project" + ("" if c == "quiet" else " (quiet ratio / this)") for c in conditions]
+    return markdown_table(headers, rows)
+
+
+def contention(args: argparse.Namespace) -> None:
+    """Time the cases quiet and beside ``--load`` busy processes, per thread variant; write OUT/contention.md / .json."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        print(f"note: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} is set; the 'default' column uses it", flush=True)
+    default_threads = torch.get_num_threads()
+    chosen = choose_threads("auto", env={})  # the project's auto choice on this machine (no overrides)
+    project = f"project auto ({chosen.count} thread{'s' if chosen.count != 1 else ''})"
+    variants = {f"torch default ({default_threads} threads)": default_threads, project: chosen.count}
+    if args.only_project:
+        variants = {project: chosen.count}
+    cases: dict[str, Callable[[], float]] = {}
+    for n, k in args.sizes:
+        call = m3g_call(n, k)
+        cases[f"M3G fwd+bwd (n={n}, k={k})"] = lambda call=call: time_call(call, repeat=args.calls, warmup=1).median
+    if not args.no_eeg:
+        eeg, eeg_batch = (
+            _sibling("bench_train"),
+            torch.randn(16, 6, 3000, generator=torch.Generator().manual_seed(0)),
+        )
+        cases["EEG demo training step (n=16, k=6)"] = lambda: eeg.step_seconds(
+            torch.get_num_threads(), args.steps, eeg_batch
+        )
+    ott = None
+    if args.with_ott:
+        venv = args.ott_venv or _sibling("bench_m3g").OTT_VENV
+        ott = OttTimer(venv, args.out, chosen.count, args.calls)
+    conditions = ["quiet", *(f"{load} busy" for load in args.load)]
+    seconds, ott_seconds = measure(args, cases, variants, conditions, ott)
+    rows = []
+    for case, by_variant in seconds.items():
+        for variant, by_condition in by_variant.items():
+            med = {c: statistics.median(by_condition[c]) for c in conditions}
+            contended = [f"{med[c] * 1e3:.1f} ({med[c] / med['quiet']:.2f}x)" for c in conditions[1:]]
+            rows.append([case, variant, f"{med['quiet'] * 1e3:.1f}", *contended])
+    headers = ["case", "threads", "quiet ms", *(f"{c} ms (/ quiet)" for c in conditions[1:])]
+    text = "\n".join([markdown_table(headers, rows), ""])
+    if ott_seconds:
+        text += "\n".join([ratio_table(seconds, ott_seconds, conditions), ""])
+    text += "\n".join([f"load average at the end: {os.getloadavg()[0]:.1f}", machine_line(), command_line()])
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "contention.md").write_text(text + "\n")
+    report = {"variants": variants, "load": args.load, "machine": machine_line(), "command": command_line()}
+    (args.out / "contention.json").write_text(json.dumps({**report, "seconds": seconds, "ott": ott_seconds}, indent=1))
+
+
+def measure(
+    args: argparse.Namespace,
+    cases: dict[str, Callable[[], float]],
+    variants: dict[str, int],
+    conditions: list[str],
+    ott: OttTimer | None,
+) -> tuple[dict, dict]:
+    """``seconds[case][variant][condition]`` and ``ott[case][condition]``: one median per round."""
+    seconds = {case: {variant: {c: [] for c in conditions} for variant in variants} for case in cases}
+    ott_seconds = {f"M3G fwd+bwd (n={n}, k={k})": {c: [] for c in conditions} for n, k in args.sizes} if ott else {}
+    print(machine_line(), flush=True)
+    for round_index in range(args.rounds):
+        for condition, load in zip(conditions, [0, *args.load]):
+            with CompetingLoad(load):
+                for case, fn in cases.items():
+                    for variant, count in variants.items():
+                        value = with_threads(count, fn)
+                        seconds[case][variant][condition].append(value)
+                        print(
+                            f"round {round_index + 1} {condition:7s} {case} {variant}: {value * 1e3:.1f} ms", flush=True
+                        )
+                for n, k in args.sizes if ott else ():
+                    value = ott.seconds(n, k)
+                    ott_seconds[f"M3G fwd+bwd (n={n}, k={k})"][condition].append(value)
+                    print(
+                        f"round {round_index + 1} {condition:7s} ott-jax (n={n}, k={k}): {value * 1e3:.1f} ms",
+                        flush=True,
+                    )
+    return seconds, ott_seconds
+
+
+def parse_args() -> argparse.Namespace:
+    """The options of the table and of ``--contention``; ``--sizes`` / ``--calls`` defaults depend on the mode."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for bench_m3g_cpu.md")
-    parser.add_argument("--sizes", nargs="+", default=SIZES, help="n x k, e.g. 16x6")
+    parser.add_argument("--out", type=Path, required=True, help="folder for bench_m3g_cpu.md (contention.md)")
+    parser.add_argument("--sizes", nargs="+", default=None, help=f"n x k, e.g. 16x6 (default: {' '.join(SIZES)})")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
-    parser.add_argument("--calls", type=int, default=15, help="timed calls per path (fresh inputs each)")
+    parser.add_argument("--calls", type=int, default=None, help="timed calls per path (fresh inputs each; default 15)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls per path after the first")
     parser.add_argument("--cold", action="store_true", help="inductor compiles into a fresh cache folder")
+    group = parser.add_argument_group("under contention (--contention)")
+    group.add_argument("--contention", action="store_true", help="quiet vs beside busy processes (see above)")
+    group.add_argument("--load", type=int, nargs="+", default=[1], help="busy processes per contended condition")
+    group.add_argument("--steps", type=int, default=3, help="timed EEG training steps per round (median)")
+    group.add_argument("--rounds", type=int, default=2, help="quiet and contended rounds, alternating")
+    group.add_argument("--no-eeg", action="store_true", help="skip the EEG training step case")
+    group.add_argument(
+        "--only-project",
+        action="store_true",
+        help="time the project's choice only (torch's default is 5-100x slower on a loaded machine)",
+    )
+    group.add_argument("--with-ott", action="store_true", help="also time ott-jax's MMSinkhorn (its own venv)")
+    group.add_argument("--ott-venv", type=Path, default=None, help="venv with jax + ott-jax (bench_m3g.py's default)")
     args = parser.parse_args()
+    args.sizes = args.sizes or ([f"{n}x{k}" for n, k in M3G_SHAPES] if args.contention else SIZES)
+    args.calls = args.calls or (5 if args.contention else 15)
+    if min(args.load) < 1 or args.calls < 1 or args.steps < 1 or args.rounds < 1:
+        parser.error("--load, --calls, --steps and --rounds must be >= 1")
+    if args.contention:
+        args.sizes = [tuple(int(part) for part in size.lower().split("x")) for size in args.sizes]
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.contention:
+        contention(args)
+        return
+    numba_table(args)
+
+
+def numba_table(args: argparse.Namespace) -> None:
+    """The numba / eager / compiled table per size and solver setting, written to ``OUT/bench_m3g_cpu.md``."""
     torch.set_num_threads(1)  # the project's choice on <= 2 usable CPUs (multiview_app/threads.py)
     if args.cold:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_m3g_cpu_inductor_")

@@ -30,13 +30,20 @@ HERE = Path(__file__).resolve().parent
 
 @dataclass(frozen=True)
 class Bench:
-    """One script of a suite: its file stem, what it answers, and the options it needs."""
+    """One run of a script in a suite: its file stem, what it answers, the options it needs and the key of its
+    section in docs/benchmarks.md (default: the file stem; a script run with several setups has one per setup)."""
 
     script: str
     answers: str
     needs_out: bool = False  # the script requires --out FOLDER
     has_quick: bool = False  # the script has a --quick smoke mode
     args: tuple[str, ...] = field(default=())
+    section: str = ""
+
+    @property
+    def key(self) -> str:
+        """The marker key of its docs section (``<!-- bench:KEY -->``)."""
+        return self.section or self.script
 
 
 SUITES: dict[str, list[Bench]] = {
@@ -54,25 +61,42 @@ SUITES: dict[str, list[Bench]] = {
             "M3G on CPU: numba kernels vs the eager and compiled sweep blocks per (n, k), the numba dispatch table's ratios",
             needs_out=True,
         ),
-        Bench("bench_m3g_warm", "MM-Sinkhorn warm start / Anderson / diagonal init inside training"),
+        Bench(
+            "bench_m3g",
+            "MM-Sinkhorn warm start / Anderson / diagonal init inside training",
+            args=("--in-training",),
+            section="bench_m3g_warm",
+        ),
     ],
     "train": [
         Bench("bench_train", "training step rate and its data / encoder / loss split"),
         Bench("bench_knn_monitor", "kNN monitor overhead in the training loop"),
         Bench("bench_tune", "per-trial overhead of mvapp tune, trials per hour"),
         Bench(
-            "bench_cpu_contention",
+            "bench_m3g_cpu",
             "torch's default threads vs the project's choice beside a busy process",
             needs_out=True,
+            args=("--contention",),
+            section="bench_cpu_contention",
         ),
         Bench("bench_cli_startup", "mvapp --help start-up vs import torch"),
-        Bench("bench_psg_modalities", "PSG modalities as views: training step vs the EEG demo's step (goal <= 1.5x)"),
+        Bench(
+            "bench_train",
+            "PSG modalities as views: training step vs the EEG demo's step (goal <= 1.5x)",
+            args=("--setup", "psg-modalities"),
+            section="bench_psg_modalities",
+        ),
     ],
     "data": [
         Bench("bench_augment", "batched image augmentation vs a per-image torchvision loop"),
         Bench("bench_eeg", "EEG prepare vs braindecode's pipeline; loader throughput"),
         Bench("bench_eeg_encoders", "parameters and training steps/s of every EEG encoder, ratio vs conv"),
-        Bench("bench_eeg_demo", "where the EEG demo's time goes; torch threads; eval batch size"),
+        Bench(
+            "bench_train",
+            "where the EEG demo's time goes; torch threads; eval batch size",
+            args=("--setup", "eeg-demo"),
+            section="bench_eeg_demo",
+        ),
         Bench(
             "bench_prepare_memory",
             "peak RSS of prepare --modalities at 5 vs 40 whole-PSG nights; cache size per night",
@@ -101,7 +125,7 @@ def command(bench: Bench, quick: bool, out: Path | None) -> list[str]:
     if quick and bench.has_quick:
         argv.append("--quick")
     if bench.needs_out:
-        argv += ["--out", str((out or Path("runs") / "bench") / bench.script)]
+        argv += ["--out", str((out or Path("runs") / "bench") / bench.key)]
     return argv
 
 
@@ -123,11 +147,11 @@ def write_tables(bench: Bench, shown: str, printed: str, docs: Path) -> bool:
     script printed no table or the page lacks its markers."""
     machine = next((line.strip() for line in printed.splitlines() if " usable CPUs, load " in line), host_line())
     try:
-        write_docs_section(bench.script, section_body(shown, machine, markdown_tables(printed)), docs)
+        write_docs_section(bench.key, section_body(shown, machine, markdown_tables(printed)), docs)
     except ValueError as error:
-        print(f"{bench.script}: docs not written: {error}", file=sys.stderr)
+        print(f"{bench.key}: docs not written: {error}", file=sys.stderr)
         return False
-    print(f"wrote the {bench.script} tables into {docs}")
+    print(f"wrote the {bench.key} tables into {docs}")
     return True
 
 
@@ -150,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, benches in SUITES.items():
             print(f"{name}:")
             for bench in benches:
-                print(f"  {bench.script:<22} {bench.answers}")
+                print(f"  {bench.key:<22} {bench.answers}")
         return 0 if args.list else 2
     names = list(SUITES) if args.suite == "all" else [args.suite]
     failed = []
@@ -158,10 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         for bench in SUITES[name]:
             argv_run = command(bench, args.quick, args.out)
             shown = " ".join(["python", *(shlex.quote(a) for a in argv_run[1:])])
-            print(f"\n## {name}: {bench.script} — {bench.answers}\n$ {shown}", flush=True)
+            print(f"\n## {name}: {bench.key} — {bench.answers}\n$ {shown}", flush=True)
             status, printed = run_script(argv_run)
             if status != 0 or (args.write_docs and not write_tables(bench, shown, printed, args.write_docs)):
-                failed.append(bench.script)
+                failed.append(bench.key)
     if failed:
         print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)
         return 1

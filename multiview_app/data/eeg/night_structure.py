@@ -1,7 +1,7 @@
 """Night structure of hypnograms (``(E,)`` 30-s label codes, 0..4 = W, N1, N2, N3, REM; negative =
 excluded / unscored): stage shares, W/NREM/REM transitions per hour, sleep-onset and REM latencies,
 bout lengths per stage, N3 in the first vs the last third of the night; and the comparison of two
-sets of nights (synthetic vs real, ``scripts/reproduce/eeg_generator/compare_night_structure.py``, docs/eeg.md)."""
+sets of nights (synthetic vs real, ``mvapp experiment synth-check night-structure``, docs/eeg.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Reference values the synthetic PSG (``synth/``) is checked against (tests/test_eeg_synth.py,
-tests/test_eeg_synth_events.py, scripts/reproduce/eeg_generator/figure_eeg_synth.py, docs/eeg.md). Source and certainty
+tests/test_eeg_synth_events.py, mvapp experiment synth-check spectra, docs/eeg.md). Source and certainty
 are stated next to each value: "retrieved" = the abstract or table stating the number was read (the
 full papers were not), "from memory" / "UNVERIFIED" = not checked against any text."""
 
@@ -19,7 +19,7 @@ gives the same. The paper's table itself was still not retrievable."""
 SLEEP_EDF_SC_REAL_20_NIGHTS_EPOCHS: dict[str, int] = {"W": 3656, "N1": 1689, "N2": 8927, "N3": 3074, "REM": 3693}
 """Epochs per stage of the 20 real Sleep-EDF SC hypnogram files SC4001EC ... SC4092EC (10 subjects,
 2 nights each, the first half of the set above) as PhysioNet distributes them, COMPUTED HERE
-(2026-11-27, ``scripts/reproduce/eeg_generator/compare_night_structure.py`` on ``$MVAPP_REAL_PSG/sleep-edf-hypnograms``) with
+(2026-11-27, ``mvapp experiment synth-check night-structure`` on ``$MVAPP_REAL_PSG/sleep-edf-hypnograms``) with
 the readers' rule: 30 min of wake kept around sleep, "Sleep stage ?" / movement epochs dropped, 3 + 4
 = N3 (shares 17.4 / 8.0 / 42.4 / 14.6 / 17.6 %). Every sleep epoch of the files is kept (N1 1,689,
 N2 8,927, S3 + S4 1,700 + 1,374, REM 3,693, as the folder's README). Agrees with the 39-night counts
@@ -41,7 +41,7 @@ SLEEP_EDF_SC_REAL_NIGHT_STRUCTURE = {
     },
 }
 """Night structure of the same 20 real SC hypnograms, COMPUTED HERE (2026-11-27,
-``scripts/reproduce/eeg_generator/compare_night_structure.py``; one-epoch shares by ``night_structure.runs``): mean stage
+``mvapp experiment synth-check night-structure``; one-epoch shares by ``night_structure.runs``): mean stage
 shares over nights (replacing the memory-based proportions as the generator's night-structure
 target), W/NREM/REM transitions per hour of sleep, REM latency from the first sleep epoch and N3 in
 the first / last third of the sleep period (mean, sd over nights), and pooled bouts inside the sleep
@@ -59,7 +59,7 @@ DREAMS_CENTRAL_RELATIVE_POWER_IQR: dict[str, tuple[tuple[float, float], ...]] = 
 """Interquartile range over epochs of the relative band power (``BANDS``, total over 0.5-30 Hz) of the
 central derivation (C3-A1 in 2, Cz-A1 in 6 of the 8 DREAMS excerpts; 30-s epochs by the DREAMS
 reader's rule; W 54, N1 46, N2 288, N3 87 epochs), MEASURED HERE (2026-11-27,
-``scripts/reproduce/eeg_generator/compare_eeg_signals.py``, ``eeg_signals.json`` ``stats.real``). REM (5 epochs, one excerpt) is
+``mvapp experiment synth-check signals``, ``eeg_signals.json`` ``stats.real``). REM (5 epochs, one excerpt) is
 not given: too few to be a target. The generator's C3-M2 is checked against these (tests/test_eeg_synth.py)."""
 
 DREAMS_CENTRAL_BAND_RMS_UV: dict[str, tuple[float, float, float, float, float]] = {

@@ -1,6 +1,6 @@
 """Per-stage signal statistics of one EEG derivation in microvolts: relative band power (the
 band-power baseline's bands) and amplitude percentiles, for comparing the generator with real
-recordings (``scripts/reproduce/eeg_generator/compare_eeg_signals.py``, docs/eeg.md); and spindle density from scorings."""
+recordings (``mvapp experiment synth-check signals``, docs/eeg.md); and spindle density from scorings."""
 
 from __future__ import annotations
 

@@ -139,7 +139,7 @@ the factor now scales only the slow waves above an N1-sized background; both kee
 age-like ``delta_scale``. ``alpha_sleep`` N1 2.1 uV (was 2.8): the synthetic N1 carried more alpha than
 the real DREAMS N1 on the central lead (relative alpha 0.111 pooled, per-person medians 0.113 / 0.131 in
 the young-adult / SC cohorts, against the real 0.093 / 0.097; now 0.089, 0.085 / 0.094;
-``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` / ``compare_wake_n1.py``, seed 0); N1 is
+``mvapp experiment synth-check signals`` / ``synth-check wake-n1``, seed 0); N1 is
 the wake alpha giving way to low-amplitude mixed-frequency EEG (AASM). 1.4 uV (tried) undershot
 the real (0.066) and a classifier trained on the real epochs then found only 0.52-0.61 of synthetic N1
 (0.71-0.78 at 2.1, 0.83-0.95 at 2.8; its ceiling on real N1 is 0.50-0.54). On fresh SC nights (YASA,
@@ -162,7 +162,7 @@ drowsiness / N1 onset); 6 per minute in N1 (was 3, an assumption like the new va
 per-minute rate was found) so that most N1 epochs hold at least one (P = 1 - exp(-3) = 0.95 vs 0.78).
 The one real recording with EOG (DREAMS excerpt 3) neither supports nor refutes it: its N1 0.3-2 Hz EOG
 rms is 14.9 uV (synthetic 4.5-5.4 at 3 / min, 6.9-7.2 now) but 0.79 x its own N2 (synthetic 1.0-1.2,
-now 1.35-1.55; ``compare_wake_n1.py``, seed 0). YASA reads slow rolls as an N1 cue: with N1 alpha 1.4 uV
+now 1.35-1.55; ``synth-check wake-n1``, seed 0). YASA reads slow rolls as an N1 cue: with N1 alpha 1.4 uV
 (tried), N1 recall 0.29 vs 0.14 (3 SC nights, seed 4100)."""
 EYES_OPEN = {"alpha": 0.45, "beta": 1.1, "muscle": 1.4, "blink": 1.9, "saccade": 1.9, "slow_roll": 0.0, "emg": 1.2}
 EYES_CLOSED = {"alpha": 1.35, "beta": 1.1, "muscle": 0.7, "blink": 0.05, "saccade": 0.1, "slow_roll": 1.5, "emg": 0.8}
@@ -172,7 +172,7 @@ eye movements): multipliers of the wake entries of the tables above. Beta 1.1 in
 relative beta of 0.035 and the eyes-open ones an alpha of 0.025 against the real DREAMS wake's 0.062 and
 0.081 (pooled medians), and a band-power classifier trained on the real epochs staged a third of the
 eyes-closed wake as N1 (W recall 0.70 young-adult / 0.75 SC, now 0.86 / 0.85, three draws;
-``scripts/reproduce/eeg_generator/compare_wake_n1.py``). The posterior alpha still rises 3x in amplitude
+``mvapp experiment synth-check wake-n1``). The posterior alpha still rises 3x in amplitude
 with the eyes closed."""
 PHASIC_REM_SHARE = 0.3
 """Share of REM epochs that are phasic (bursts of rapid eye movements; tonic REM has few): an assumption."""
@@ -210,7 +210,7 @@ RHYTHM_SUBJECT_GAIN_SD = 0.15
 """Standard deviation of the log of a subject's gain of each background rhythm (transients keep 0.3).
 0.15 (was 0.3, i.e. 0.6 in log power): between the 8 DREAMS subjects, the per-subject median log
 relative power of the central lead varies with SD 0.23-0.27 for alpha and theta in N2 / N3 (synthetic
-at 0.3: 0.55-0.74 for alpha; ``scripts/reproduce/eeg_generator/compare_eeg_signals.py`` data)."""
+at 0.3: 0.55-0.74 for alpha; ``mvapp experiment synth-check signals`` data)."""
 RHYTHM_EPOCH_JITTER = 0.2
 """Standard deviation of the log per-epoch amplitude of each background rhythm (independent per rhythm,
 spatially correlated across derivations). 0.2 (was 0.35): the DREAMS central epochs' log relative band
@@ -340,7 +340,7 @@ the SC study measured the sleep slow waves (Mourtazaev et al. 1995, above), not 
 Applied to every stage's delta (before), the effect left the SC cohort's wake and N1 with a relative
 delta of 0.51 / 0.39 on the central lead against the real DREAMS 0.63 / 0.59 (young-adult cohort 0.72 /
 0.57; now SC 0.73 / 0.54; per-person medians, 6 synthetic subjects per cohort, 8 excerpts;
-``scripts/reproduce/eeg_generator/compare_wake_n1.py``). Generator 4: only the slow waves above the
+``mvapp experiment synth-check wake-n1``). Generator 4: only the slow waves above the
 N2 / N3 delta background (``RHYTHMS["delta_background"]``, unscaled) carry it."""
 SC_WHITE_NOISE_UV = WHITE_NOISE_UV
 """Range of an SC subject's white (amplifier / electrode) noise, uV rms over 0-fs/2: the base cohort's.
@@ -350,7 +350,7 @@ real central lead refutes: with it the SC cohort's relative beta was 2-3x the re
 stage (per-person medians, N2 0.030 vs 0.012, N1 0.086 vs 0.032, W 0.10 vs 0.047) and a classifier
 trained on SC nights staged the real excerpts at kappa 0.21-0.24 over three draws (now 0.33-0.37, with
 the slow-wave and arousal changes; young-adult cohort 0.45-0.49, real leave-one-excerpt-out ceiling
-0.37-0.40; ``scripts/reproduce/eeg_generator/compare_wake_n1.py``)."""
+0.37-0.40; ``mvapp experiment synth-check wake-n1``)."""
 SC_ARTIFACT_SCALE = 1.5
 """Movement-burst / sweat rate multiplier of SC subjects (home ambulatory recordings over a day-night
 period): an ASSUMPTION (no published artifact rate; see ``reference.ARTIFACT_RATES``)."""

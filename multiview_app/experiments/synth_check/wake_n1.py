@@ -1,55 +1,43 @@
-"""Wake and N1 of the generator vs the real DREAMS W / S1 epochs, young-adult and Sleep-EDF SC cohorts apart.
+"""``mvapp experiment synth-check wake-n1``: wake and N1 of the generator against the real DREAMS W / S1 epochs,
+the young-adult and Sleep-EDF SC cohorts apart.
 
-Usage: python scripts/reproduce/eeg_generator/compare_wake_n1.py --out DIR [--real-psg DIR] [--subjects 6] [--seed 0] [--figure PNG]
+Real EEG: the central derivation (C3-A1 / CZ-A1) of the 8 DREAMS excerpts (``dreams-spindles/`` under
+``--real-psg``; read in place), 30-s epochs by the card's rule; real frontal bipolar EEG, EOG and EMG:
+``excerpt3.edf``, the only full PSG (FP1-A1 minus C3-A1 = FP1-C3, the nearest real derivation to Sleep-EDF's
+Fpz-Cz; EOG1-A1, EMG1; 50 Hz). Synthetic: C3-M2, EEG Fpz-Cz, E1-M2 and Chin1-Chin2 of ``--subjects`` compressed
+9-h nights per cohort (:func:`.common.synthetic_subject` with the cohort: the young-adult cohort of the
+PhysioNet-format nights, the SC cohort, aged 25-101, of the Sleep-EDF-format ones). EEG as prepared windows
+(100 Hz, 0.5-30 Hz, not z-scored); EOG / EMG resampled to the real file's 50 Hz. Per stage (W and N1; N2, N3,
+REM for context): median Welch spectrum, relative band power, EEG epoch SD, EOG rms in 0.3-2 Hz (slow eye
+movements), fast eye movements per minute (|slope| of the 0.3-4 Hz EOG above 6 times its median in the person's
+N2, onsets >= 0.3 s apart; blinks count too), EMG rms in 10-24 Hz, and each level relative to the same person's
+N2. Spread: per real excerpt / synthetic subject, the median over people and the min-max range.
 
-Real EEG: the central derivation (C3-A1 / CZ-A1) of the 8 DREAMS excerpts (``--real-psg``, default
-``$MVAPP_REAL_PSG``; read in place), 30-s epochs by the card's rule; real frontal bipolar EEG, EOG and EMG:
-``excerpt3.edf``, the only full PSG (a 46-year-old man by its header; FP1-A1 minus C3-A1 = FP1-C3, the
-nearest real derivation to Sleep-EDF's Fpz-Cz; EOG1-A1, EMG1; 50 Hz). The other excerpts' ages are not in
-the files. Synthetic: C3-M2, EEG Fpz-Cz, E1-M2 and Chin1-Chin2 of ``--subjects`` compressed 9-h nights per
-cohort (``SubjectTraits.sample(default_rng([seed, s]))``, then ``with_cohort``: the young-adult cohort of
-the PhysioNet-format nights, the SC cohort, aged 25-101, of the Sleep-EDF-format ones). EEG as prepared
-windows (100 Hz, 0.5-30 Hz, not z-scored); EOG / EMG resampled to the real file's 50 Hz. Per stage (W and N1;
-N2, N3, REM for context): median Welch spectrum (log10 uV^2/Hz), relative band power, EEG epoch SD, EOG rms
-in 0.3-2 Hz (slow eye movements), fast eye movements per minute (|slope| of the 0.3-4 Hz EOG above 6
-times its median in the person's N2, onsets >= 0.3 s apart; blinks count too), EMG rms in 10-24 Hz (the band both rates hold), and
-each stage's level relative to the same person's N2 (removes the gain of the recording). Excerpt 3 is
-sampled at 50 Hz: its spectrum and beta power end at 25 Hz (the figure shows 0.5-24 Hz). Spread: per real
-excerpt / synthetic subject, the median over people and the min-max range.
-
-Realism per cohort: the band-power classifier of ``eval.realism`` (log relative band power, balanced
-logistic regression, W/N1/N2/N3) fitted on one cohort's synthetic C3-M2 epochs stages the real central
-epochs, and fitted on every real epoch stages the cohort's synthetic ones (the direction of a stager
-trained on real nights); beside them the ceiling, fitted on the other real excerpts (leave one excerpt
-out). Per draw seed ``--seed`` .. ``--seed`` + 2: pooled kappa, and W / N1 recall pooled and per real
-excerpt / synthetic subject (those with >= 3 epochs of the stage). Writes ``DIR/wake_n1.md`` / ``.json`` and the figure.
+Realism per cohort: the band-power classifier of ``eval.realism`` fitted on one cohort's synthetic C3-M2 epochs
+stages the real central epochs, and fitted on every real epoch stages the cohort's synthetic ones; beside them
+the ceiling, leave one real excerpt out. Per draw seed ``--seed`` .. ``--seed`` + 2: pooled kappa, W / N1 recall
+pooled and per real excerpt / synthetic subject. Writes ``OUT/wake_n1.md`` / ``.json`` and the figure.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import runpy
 from pathlib import Path
 
 import numpy as np
 from scipy.signal import welch
 
-from multiview_app.data.eeg.dreams import edf_microvolts, find_excerpts, read_dreams, read_rk_hypnogram, rk_epochs
-from multiview_app.data.eeg.preprocess import bandpass, resample
-from multiview_app.data.eeg.signal_stats import stage_epochs
-from multiview_app.data.eeg.stages import EPOCH_SECONDS, STAGES
-from multiview_app.data.eeg.synth import SubjectTraits, synth_night
-from multiview_app.eval.bandpower import BANDS
-from multiview_app.eval.realism import cross_staging, leave_one_group_out_staging
+from ...data.eeg.dreams import edf_microvolts, read_rk_hypnogram, rk_epochs
+from ...data.eeg.preprocess import bandpass, resample
+from ...data.eeg.signal_stats import stage_epochs
+from ...data.eeg.stages import EPOCH_SECONDS, STAGES
+from ...eval.bandpower import BANDS
+from ...eval.realism import cross_staging, leave_one_group_out_staging
+from ..reproduce import new_figure
+from .common import SFREQ, dreams_central, markdown_table, real_folder, synthetic_subject, write_report
 
-# the bench helpers (``scripts/bench/common.py``; scripts are not a package)
-_COMMON = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "common.py"))
-command_line, markdown_table = _COMMON["command_line"], _COMMON["markdown_table"]
+NAME = "wake_n1"
 
-REAL_PSG_ENV = "MVAPP_REAL_PSG"
-SFREQ = 100.0
 PERIPHERAL_SFREQ = 50.0  # the real EOG / EMG rate (excerpt3.edf)
 SEM_BAND, EMG_BAND = (0.3, 2.0), (10.0, 24.0)
 FAST_EYE_BAND, FAST_EYE_SLOPE_X, FAST_EYE_GAP_S = (0.3, 4.0), 6.0, 0.3
@@ -160,24 +148,19 @@ def person_summary(
 def real_people(folder: Path) -> tuple[dict[str, dict], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per DREAMS excerpt: :func:`person_summary` of its central EEG (frontal bipolar, EOG and EMG for
     excerpt 3's full PSG); and every central epoch ``(e, 3000)`` uV with its label and excerpt ``(e,)``."""
-    excerpts, _ = find_excerpts(folder)
-    if not excerpts:
-        raise SystemExit(f"{folder}: no DREAMS excerpts (excerptN.txt) found")
     people, pooled = {}, ([], [], [])
-    for excerpt in excerpts:
-        recording = read_dreams(excerpt, ["central"])
-        central = stage_epochs(recording.signals[0], recording.sfreqs[0], recording.epoch_labels, SFREQ)
-        for store, values in zip(pooled, (*central, np.full(central[1].shape, excerpt.name))):
+    for name, _, epochs, labels in dreams_central(folder):
+        for store, values in zip(pooled, (epochs, labels, np.full(labels.shape, name))):
             store.append(values)
-        edf = folder / f"{excerpt.name}.edf"
+        edf = folder / f"{name}.edf"
         frontal = peripheral = labels30 = None
         if edf.is_file():
             active, reference = REAL_CHANNELS["frontal"]
             data, _ = edf_microvolts(edf, [active, reference, REAL_CHANNELS["eog"], REAL_CHANNELS["emg"]])
-            labels30, _ = rk_epochs(read_rk_hypnogram(folder / f"Hypnogram_{excerpt.name}.txt"))
+            labels30, _ = rk_epochs(read_rk_hypnogram(folder / f"Hypnogram_{name}.txt"))
             frontal = stage_epochs(data[0] - data[1], PERIPHERAL_SFREQ, labels30, SFREQ)
             peripheral = peripheral_features(data[2], data[3], PERIPHERAL_SFREQ, labels30)
-        people[excerpt.name] = person_summary(central, frontal, peripheral, labels30)
+        people[name] = person_summary((epochs, labels), frontal, peripheral, labels30)
     return people, tuple(np.concatenate(p) for p in pooled)
 
 
@@ -188,12 +171,7 @@ def synthetic_people(
     and every C3-M2 epoch ``(e, 3000)`` uV with its label and subject ``(e,)``."""
     people, epochs, labels, subject = {}, [], [], []
     for s in range(subjects):
-        traits = SubjectTraits.sample(np.random.default_rng([seed, s])).with_cohort(
-            cohort, np.random.default_rng([seed, s, 7])
-        )
-        night = synth_night(
-            list(SYNTH_CHANNELS.values()), 9.0, SFREQ, traits, np.random.default_rng([seed, s, 2]), compress=4
-        )
+        night = synthetic_subject(list(SYNTH_CHANNELS.values()), seed, s, cohort)
         central = stage_epochs(night.signals[SYNTH_CHANNELS["central"]], SFREQ, night.stages, SFREQ)
         frontal = stage_epochs(night.signals[SYNTH_CHANNELS["frontal"]], SFREQ, night.stages, SFREQ)
         peripheral = peripheral_features(
@@ -300,6 +278,7 @@ def spread(people: dict[str, dict], stage: str, key: str, band: str | None = Non
 
 
 def table(groups: dict[str, dict[str, dict]]) -> tuple[list[str], list[list[str]]]:
+    """Per stage and statistic, :func:`spread` of each group of people (real excerpts, synthetic cohorts)."""
     rows = []
     for stage in COMPARED:
         for prefix, lead in (("", "central"), ("frontal_", "frontal bipolar")):
@@ -332,8 +311,6 @@ def table(groups: dict[str, dict[str, dict]]) -> tuple[list[str], list[list[str]
 def figure(groups: dict[str, dict[str, dict]], freqs: np.ndarray, path: Path) -> None:
     """Median spectra of W and N1, central (all excerpts) and frontal bipolar (real: excerpt 3), per group
     (median over people, band = min-max of people), and the EOG / EMG level over the person's own N2."""
-    from multiview_app.experiments.reproduce import new_figure
-
     fig, axes = new_figure(5, (22.0, 3.8))
     shown = freqs <= PERIPHERAL_SFREQ / 2 - 1  # excerpt 3 is sampled at 50 Hz: nothing above 25 Hz
     panels = [(stage, prefix) for prefix in ("", "frontal_") for stage in ("W", "N1")]
@@ -370,45 +347,22 @@ def figure(groups: dict[str, dict[str, dict]], freqs: np.ndarray, path: Path) ->
     fig.savefig(path, dpi=80)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="folder for wake_n1.md / .json")
-    parser.add_argument("--figure", help="PNG path of the figure (default: DIR/wake_n1.png)")
-    parser.add_argument(
-        "--real-psg",
-        default=os.environ.get(REAL_PSG_ENV),
-        help=f"folder holding dreams-spindles/ (default ${REAL_PSG_ENV})",
-    )
-    parser.add_argument("--subjects", type=int, default=6, help="synthetic subjects per cohort")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if not args.real_psg:
-        raise SystemExit(f"--real-psg (or ${REAL_PSG_ENV}) is required: the folder holding dreams-spindles/")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    real_summary, real_epochs = real_people(Path(args.real_psg) / "dreams-spindles")
+def run(args: argparse.Namespace, command: str) -> str:
+    """Compare, write the tables, numbers and figure (``--figure``, default ``OUT/wake_n1.png``); return the text."""
+    real_summary, real_epochs = real_people(real_folder(args.real_psg, "dreams-spindles"))
     groups, synthetic = {"real DREAMS": real_summary}, {}
     for cohort in COHORTS:
         groups[f"synthetic {cohort}"], synthetic[cohort] = synthetic_people(cohort, args.subjects, args.seed)
     results = realism(real_epochs, synthetic, args.seed)
     freqs = eeg_features(np.zeros((1, int(EPOCH_SECONDS * SFREQ))))["freqs"]
-    header, rows = table(groups)
     text = (
-        f"`{command_line()}`\n\n"
-        + markdown_table(header, rows)
+        f"`{command}`\n\n"
+        + markdown_table(*table(groups))
         + "\n\n"
         + markdown_table(*realism_rows(results))
         + f"\n\nkappa on W/N1/N2/N3 of every staged epoch; draw seeds {args.seed}..{args.seed + DRAWS - 1}; "
         "recall per excerpt / subject: the first draw."
     )
-    (out / "wake_n1.md").write_text(text + "\n")
-    (out / "wake_n1.json").write_text(
-        json.dumps({"freqs": freqs.tolist(), "groups": groups, "realism": results}, indent=1)
-    )
-    figure(groups, freqs, Path(args.figure) if args.figure else out / "wake_n1.png")
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    write_report(args.out, NAME, text, {"freqs": freqs.tolist(), "groups": groups, "realism": results})
+    figure(groups, freqs, args.figure or args.out / f"{NAME}.png")
+    return text

@@ -1,8 +1,5 @@
-"""One synthetic whole-PSG night beside the real DREAMS excerpt3 recording: hypnogram, heart rate, breathing,
-SpO2 and scored events on a shared time axis per column.
-
-Usage: python scripts/reproduce/eeg_generator/figure_psg_night.py --out PNG [--data DIR] [--hours 8.5] [--seed 11]
-       [--real-psg DIR]
+"""``mvapp experiment synth-check psg-night``: one synthetic whole-PSG night beside the real DREAMS excerpt3
+recording: hypnogram, heart rate, breathing, SpO2 and scored events on a shared time axis per column.
 
 The synthetic night (``synth-psg --format physionet2018 --signals psg --compress 1``, subject 0 of ``--seed``;
 seed 11 draws a moderate sleep-apnoea subject) is written into ``--data`` (default: a temporary folder) and read
@@ -23,14 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from multiview_app.data.eeg.events import event_classes
-from multiview_app.data.eeg.generic import ReadReport, read_psg
-from multiview_app.data.eeg.physionet2018 import read_physionet2018
-from multiview_app.data.eeg.recording import Recording
-from multiview_app.data.eeg.stages import EPOCH_SECONDS, STAGES
-from multiview_app.data.eeg.synth import synth_psg
+from ...data.eeg.events import event_classes
+from ...data.eeg.generic import ReadReport, read_psg
+from ...data.eeg.physionet2018 import read_physionet2018
+from ...data.eeg.recording import Recording
+from ...data.eeg.stages import EPOCH_SECONDS, STAGES
+from ...data.eeg.synth import synth_psg
+from .common import REAL_PSG_ENV
 
-REAL_PSG_ENV = "MVAPP_REAL_PSG"
 REAL_FILE = Path("dreams-spindles") / "excerpt3.edf"
 HYPNOGRAM_ORDER = ("N3", "N2", "N1", "REM", "W")
 """Hypnogram rows, bottom to top."""
@@ -175,25 +172,15 @@ def figure(synthetic: Column, real: Column | str, out: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
-    parser.add_argument("--data", type=Path, default=None, help="folder of the synthetic night (default: temporary)")
-    parser.add_argument("--hours", type=float, default=8.5)
-    parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--real-psg", type=Path, default=os.environ.get(REAL_PSG_ENV))
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace, command: str) -> str:
+    """Draw both columns into ``args.out`` (a PNG); return what was written."""
     with tempfile.TemporaryDirectory() as tmp:
         synthetic = synthetic_column(args.data or Path(tmp), args.hours, args.seed)
-    real_file = args.real_psg / REAL_FILE if args.real_psg else None
+    root = args.real_psg or (Path(os.environ[REAL_PSG_ENV]) if os.environ.get(REAL_PSG_ENV) else None)
+    real_file = root / REAL_FILE if root else None
     if real_file is not None and real_file.exists():
         real: Column | str = real_column(real_file)
     else:
         real = f"real panel skipped: {REAL_FILE} not found\n(--real-psg DIR or ${REAL_PSG_ENV})"
     figure(synthetic, real, args.out)
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return f"wrote {args.out}"

@@ -1,36 +1,30 @@
-"""YASA's pretrained staging (Vallat & Walker, eLife 2021) on synthetic nights, one cohort per format.
+"""``mvapp experiment synth-check yasa``: YASA's pretrained staging (Vallat & Walker, eLife 2021) on synthetic
+nights, one cohort per format.
 
-Usage: python scripts/reproduce/eeg_generator/yasa_on_synthetic.py --out DIR [--subjects 4] [--hours 9] [--seed 0]
-       [--formats sleep-edf physionet2018] [--nights DIR]
-
-Writes ``--subjects`` full (uncompressed) ``--hours`` nights per format with ``synth_psg`` (Sleep-EDF format:
-the SC cohort, Fpz-Cz + horizontal EOG; PhysioNet 2018 format: the young-adult cohort, C4-M1 + E1-M2) under
-``DIR/nights/<format>`` (or stages the nights already under ``--nights DIR/<format>``), stages every night
-from its source file with :func:`multiview_app.eval.yasa.stage_folder` (30 min of wake kept around sleep)
-and reports per cohort: Cohen's kappa and accuracy of the pooled epochs, the median of the per-night kappas,
-per-stage recall, the confusion matrix (rows: true stage, columns: YASA) and the relative delta power
-(0.5-4 Hz over 0.5-30 Hz, Welch 2-s segments, raw microvolts) of the staged EEG lead per true stage
-(median over epochs). Prints a markdown table and writes ``DIR/yasa_on_synthetic.json``.
-"""
+Writes ``--subjects`` full (uncompressed) ``--hours`` nights per format with ``synth_psg`` (Sleep-EDF format: the
+SC cohort, Fpz-Cz + horizontal EOG; PhysioNet 2018 format: the young-adult cohort, C4-M1 + E1-M2) under
+``OUT/nights/<format>`` (or stages the nights already under ``--nights DIR/<format>``), stages every night from
+its source file with :func:`multiview_app.eval.yasa.stage_folder` (30 min of wake kept around sleep) and reports
+per cohort: Cohen's kappa and accuracy of the pooled epochs, the median of the per-night kappas, per-stage recall,
+the confusion matrix (rows: true stage, columns: YASA) and the relative delta power (0.5-4 Hz over 0.5-30 Hz,
+Welch 2-s segments, raw microvolts) of the staged EEG lead per true stage (median over epochs). Writes
+``OUT/yasa_on_synthetic.md`` / ``.json``."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import runpy
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from multiview_app.data.eeg.bands import relative_band_powers
-from multiview_app.data.eeg.stages import STAGES
-from multiview_app.data.eeg.synth import WRITER_COHORT, synth_psg
-from multiview_app.eval.yasa import StagedNight, agreement, stage_folder
+from ...data.eeg.bands import relative_band_powers
+from ...data.eeg.stages import STAGES
+from ...data.eeg.synth import WRITER_COHORT, synth_psg
+from ...eval.yasa import StagedNight, agreement, stage_folder
+from .common import markdown_table, write_report
 
-# the bench helpers (``scripts/bench/common.py``; scripts are not a package)
-_COMMON = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "common.py"))
-command_line, markdown_table = _COMMON["command_line"], _COMMON["markdown_table"]
+NAME = "yasa_on_synthetic"
 
 FORMATS = tuple(WRITER_COHORT)
 
@@ -56,7 +50,9 @@ def cohort_summary(nights: list[StagedNight]) -> dict[str, Any]:
     }
 
 
-def run(out: Path, subjects: int, hours: float, seed: int, formats: list[str], nights: Path | None) -> dict[str, Any]:
+def stage_cohorts(
+    out: Path, subjects: int, hours: float, seed: int, formats: list[str], nights: Path | None
+) -> dict[str, Any]:
     """Write (unless ``nights`` is given) and stage the nights of each format: ``{cohort: summary}``."""
     results: dict[str, Any] = {}
     for offset, fmt in enumerate(formats):
@@ -65,12 +61,13 @@ def run(out: Path, subjects: int, hours: float, seed: int, formats: list[str], n
             synth_psg(folder, subjects, 1, fmt, hours=hours, seed=seed + offset, progress=False, compress=1)
         staged = stage_folder(folder)
         if not staged:
-            raise SystemExit(f"no night of {folder} could be staged")
+            raise ValueError(f"no night of {folder} could be staged")
         results[WRITER_COHORT[fmt]] = {"format": fmt, "nights": len(staged), **cohort_summary(staged)}
     return results
 
 
 def _cell(value: float | None) -> str:
+    """``value`` to 2 decimals, ``-`` when missing."""
     return "-" if value is None else f"{value:.2f}"
 
 
@@ -93,22 +90,14 @@ def report(results: dict[str, Any]) -> str:
     return "\n\n".join(blocks)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--subjects", type=int, default=4)
-    parser.add_argument("--hours", type=float, default=9.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
-    parser.add_argument("--nights", type=Path, help="stage the nights already under NIGHTS/<format> instead")
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = run(args.out, args.subjects, args.hours, args.seed, args.formats, args.nights)
+def run(args: argparse.Namespace, command: str) -> str:
+    """Write (unless ``--nights``) and stage the nights, write the tables and numbers; return the tables."""
+    formats = args.formats or list(FORMATS)
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise ValueError(f"--formats: unknown {unknown}, expected some of {list(FORMATS)}")
+    results = stage_cohorts(args.out, args.subjects, args.hours, args.seed, formats, args.nights)
     text = report(results)
-    print(text)
-    record = {"command": command_line(), "seed": args.seed, "hours": args.hours, "results": results}
-    (args.out / "yasa_on_synthetic.json").write_text(json.dumps(record, indent=1))
-
-
-if __name__ == "__main__":
-    main()
+    record = {"command": command, "seed": args.seed, "hours": args.hours, "results": results}
+    write_report(args.out, NAME, f"`{command}`\n\n{text}", record)
+    return text

@@ -1,38 +1,32 @@
-"""Heart, breathing and oximetry of synthetic whole-PSG nights, per sleep stage, beside published ranges.
-
-Usage: python scripts/reproduce/eeg_generator/physiology_table.py --out DIR [--subjects 3] [--hours 8.5] [--seed 0]
-       [--data DIR]
+"""``mvapp experiment synth-check physiology``: heart, breathing and oximetry of synthetic whole-PSG nights, per
+sleep stage, beside published ranges.
 
 Synthesizes ``--subjects`` full nights (``synth-psg --format physionet2018 --signals psg --compress 1``, the
-young-adult cohort, subjects 0 .. n-1 of ``--seed``) into ``--data`` (default ``DIR/nights``; nights already
-there are read again, not rewritten), reads each back with ``read_physionet2018`` (every signal, the
-``-arousal.mat`` stages, the ``.arousal`` events) and runs ``physiology_table`` per night. The pooled table
-weights each night's value by its analysed minutes (stage bouts >= 5 min; events per hour by time in the stage).
-Writes ``DIR/physiology_table.md`` and ``DIR/physiology_table.json`` and prints the table.
-"""
+young-adult cohort, subjects 0 .. n-1 of ``--seed``) into ``--data`` (default ``OUT/nights``; nights already there
+are read again, not rewritten), reads each back with ``read_physionet2018`` (every signal, the ``-arousal.mat``
+stages, the ``.arousal`` events) and runs ``physiology_table`` per night. The pooled table weights each night's
+value by its analysed minutes (stage bouts >= 5 min; events per hour by time in the stage). Writes
+``OUT/physiology_table.md`` / ``.json``."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import runpy
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from multiview_app.data.eeg.events import ahi, event_counts, severity
-from multiview_app.data.eeg.physionet2018 import read_physionet2018
-from multiview_app.data.eeg.recording import Recording
-from multiview_app.data.eeg.stages import STAGES
-from multiview_app.data.eeg.synth import synth_psg
-from multiview_app.data.eeg.synth.formats import WRITER_COHORT
-from multiview_app.data.eeg.synth.psg import draw_cardio_traits
-from multiview_app.eval.physiology import PUBLISHED_RANGES, PhysiologyRow, physiology_table
+from ...data.eeg.events import ahi, event_counts, severity
+from ...data.eeg.physionet2018 import read_physionet2018
+from ...data.eeg.recording import Recording
+from ...data.eeg.stages import STAGES
+from ...data.eeg.synth import synth_psg
+from ...data.eeg.synth.formats import WRITER_COHORT
+from ...data.eeg.synth.psg import draw_cardio_traits
+from ...eval.physiology import PUBLISHED_RANGES, PhysiologyRow, physiology_table
+from .common import markdown_table, write_report
 
-# the bench helpers (``scripts/bench/common.py``; scripts are not a package)
-_COMMON = runpy.run_path(str(Path(__file__).resolve().parents[2] / "bench" / "common.py"))
-command_line, markdown_table = _COMMON["command_line"], _COMMON["markdown_table"]
+NAME = "physiology_table"
 
 FORMAT = "physionet2018"
 
@@ -105,29 +99,17 @@ def table_markdown(rows: Sequence[PhysiologyRow], nights: Sequence[dict]) -> str
     return "\n\n".join([table, ahi_table, "\n".join(f"- {measure}: {source}" for measure, source in sources)])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder of the table (.md) and numbers (.json)")
-    parser.add_argument("--data", type=Path, default=None, help="folder of the nights (default OUT/nights)")
-    parser.add_argument("--subjects", type=int, default=3)
-    parser.add_argument("--hours", type=float, default=8.5)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    data = args.data or args.out / "nights"
+def run(args: argparse.Namespace, command: str) -> str:
+    """Synthesize the missing nights, read them back, pool; write the table and numbers; return the table."""
     rows, nights = [], []
-    for subject, record in enumerate(synthesize(data, args.subjects, args.hours, args.seed)):
+    for subject, record in enumerate(
+        synthesize(args.data or args.out / "nights", args.subjects, args.hours, args.seed)
+    ):
         recording = read_physionet2018(record, None)
         rows += night_rows(recording)
         nights.append(night_summary(recording, args.seed, subject))
     table = pooled(rows)
     text = table_markdown(table, nights)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "physiology_table.md").write_text(f"`{command_line()}`\n\n{text}\n")
-    numbers = {"command": command_line(), "rows": [vars(r) | {"flag": r.flag} for r in table], "nights": nights}
-    (args.out / "physiology_table.json").write_text(json.dumps(numbers, indent=1, default=float))
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    numbers = {"command": command, "rows": [vars(r) | {"flag": r.flag} for r in table], "nights": nights}
+    write_report(args.out, NAME, f"`{command}`\n\n{text}", numbers)
+    return text
