@@ -75,7 +75,7 @@ AUTO_OVERRIDE: str | None = os.environ.get(ENV_BACKEND) or None
 
 def numba_available() -> bool:
     """Whether the numba backend can run (numba importable)."""
-    return m3g_fast.kernels() is not None and sinkhorn_fast.kernels() is not None
+    return sinkhorn_fast.kernels() is not None
 
 
 def choose_backend(backend: str, cost: str, device_type: str, dtype: torch.dtype, k: int, n: int) -> str:
@@ -229,9 +229,9 @@ def _fused(x: torch.Tensor, options: SolverOptions, init: torch.Tensor | None) -
     fused = m3g_fast.fused_three_view(x, options.epsilon, options.tol, options.max_iter, start)
     if fused is None:
         return None
-    forward, diag_cost, result = fused
+    attach, diag_cost, result = fused
     stats = _value_and_stats(diag_cost, result, options.epsilon)
-    return Solution(forward.attach(stats["loss"]), stats, result.log_potentials.to(x.dtype))
+    return Solution(attach(stats["loss"]), stats, result.log_potentials.to(x.dtype))
 
 
 def _cv_scale(k: int) -> float:
