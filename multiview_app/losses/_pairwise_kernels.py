@@ -6,7 +6,7 @@ This module imports numba at import time; the package runs without numba. Every 
 * ``k = 3`` (:mod:`.m3g_fast`): :func:`fused_forward` (normalization, Gram blocks and the closed-form sweeps of
   :func:`.sinkhorn._three_view_sweep` in float64) and :func:`fused_backward` (Danskin gradient through the
   normalization).
-* ``k > 3`` (:mod:`.sinkhorn_fast`), laid out as :class:`.sinkhorn._PairwiseFactors`: ``r = k - 1`` rest views,
+* ``k > 3`` (:mod:`.sinkhorn_fast`), laid out as :class:`.sinkhorn._FactorView`: ``r = k - 1`` rest views,
   view ``q = k - 1`` summed out; a row ``I' = (i_0, .., i_{r-2})`` (row-major, ``i_0`` most significant) of
   ``R = n^(r-1)`` rows; ``xe`` / ``be`` / ``q0`` ``(R, n)`` in the solve's dtype. Sums over rows in float64.
 """
@@ -486,69 +486,6 @@ def last_column(xe: np.ndarray, be: np.ndarray, left: np.ndarray, coupling: np.n
             acc[iq] += w * xe[row, iq] * s
     for iq in range(n):
         out[iq] = acc[iq]
-
-
-@_jit
-def pair_sums(
-    xe: np.ndarray,
-    be: np.ndarray,
-    q0: np.ndarray,
-    left: np.ndarray,
-    v_last: np.ndarray,
-    m1_t: np.ndarray,
-    pairs: np.ndarray,
-) -> None:
-    """Pair marginals ``pairs[l, m]`` ``(n, n)``, ``l < m`` (float64, zeros elsewhere), of the plan with
-    rest scalings ``left[I'] v_last[j]``, up to the factor ``exp(log_scale)``:
-
-    * ``l < m <= r-1`` from the rest plan ``q0[I', j] left[I'] v_last[j]`` (view ``q`` summed out);
-    * ``(l, q)``, ``l < r-1``: from ``xe[I', iq] sum_j qn[I', j] M1[iq, j]``, ``qn = be left v_last``;
-    * ``(r-1, q)``: ``sum_I' qn[I', j] xe[I', iq] M1[iq, j]``.
-
-    ``m1_t`` ``(n_j, n_q)`` is ``M1`` transposed.
-    """
-    k = pairs.shape[0]
-    r = k - 1
-    q = k - 1
-    rows, n = xe.shape
-    digits = np.zeros(r - 1, dtype=np.int64)
-    qn = np.empty(n)
-    rest = np.empty(n)
-    t = np.empty(n)
-    for a in range(k):
-        for b in range(k):
-            for i in range(n):
-                for j in range(n):
-                    pairs[a, b, i, j] = 0.0
-    for row in range(rows):
-        _row_digits(row, n, digits)
-        w = np.float64(left[row])
-        row_sum = 0.0
-        for j in range(n):
-            rest[j] = np.float64(q0[row, j]) * w * v_last[j]
-            row_sum += rest[j]
-            qn[j] = np.float64(be[row, j]) * w * v_last[j]
-        for l in range(r - 1):
-            for j in range(n):
-                pairs[l, r - 1, digits[l], j] += rest[j]
-            for m in range(l + 1, r - 1):
-                pairs[l, m, digits[l], digits[m]] += row_sum
-        for iq in range(n):
-            t[iq] = 0.0
-        for j in range(n):
-            b = qn[j]
-            for iq in range(n):
-                x = np.float64(xe[row, iq])
-                t[iq] += b * m1_t[j, iq]
-                pairs[r - 1, q, j, iq] += b * x
-        for iq in range(n):
-            t[iq] *= xe[row, iq]
-        for l in range(r - 1):
-            for iq in range(n):
-                pairs[l, q, digits[l], iq] += t[iq]
-    for j in range(n):
-        for iq in range(n):
-            pairs[r - 1, q, j, iq] *= m1_t[j, iq]
 
 
 @_jit

@@ -1,19 +1,13 @@
 """numba sweeps of the factorized MM-Sinkhorn for ``k > 3`` on small CPU problems (cost ``cv`` of M3G).
 
-The numba backend of :func:`.m3g.solve` for ``k > 3`` (which sizes: :data:`.m3g.AUTO_NUMBA_ON_CPU`; the EEG
-demo's ``n = 16`` items, ``k = 6`` views among them): a sweep's heavy
-``n^(k-1)`` steps -- GEMM 1 with its right chain, the marginal of view ``r - 1``, GEMM 2 (view ``q``'s
-marginal) and the final pair marginals -- each run as one compiled loop (:mod:`._pairwise_kernels`, numba,
-compiled on first use per dtype and cached on disk) on numpy views of the same memory; sums over the
-``n^(k-2)`` rows are accumulated in float64. A host loop drives them: Python reads the stopping rule every
-sweep (a read costs nothing on the CPU).
-
-Same sweeps as the blocks (:func:`.sinkhorn._factorized_sweep`): Gauss-Seidel order, the stopping rule
-``sum_l ||m_l(P) - 1/n||_1 < tol`` on the incoming plan (and before the first sweep on a warm start), the
-underflow checks and Anderson mixing (the one arithmetic, :func:`.sinkhorn._anderson_mix`, with its history
-kept here between sweeps); values, gradients and sweep counts agree with the blocks to round-off (tested).
-On an underflow the current potentials are absorbed into the factors and the sweep is redone; a second one
-in the same sweep returns None and the caller runs the blocks (with their float64 retry and dense fallback).
+The numba backend of :func:`.m3g.solve` for ``k > 3`` (sizes: :data:`.m3g.AUTO_NUMBA_ON_CPU`). A sweep's heavy
+``n^(k-1)`` steps (GEMM 1 with its right chain, the rest views' updates, GEMM 2) run as compiled loops
+(:mod:`._pairwise_kernels`) on numpy views of the same memory, driven by a host loop that reads the stopping rule
+every sweep (a read costs nothing on the CPU). Same sweeps as the blocks (:func:`.sinkhorn._factorized_sweep`):
+Gauss-Seidel order, the stopping rule on the incoming plan, the underflow checks and Anderson mixing (the one
+arithmetic, :func:`.sinkhorn._anderson_mix`); values, gradients and sweep counts agree with the blocks to
+round-off (tested). On an underflow the current potentials are absorbed into the factors and the sweep is redone;
+a second one in the same sweep returns None and the caller runs the blocks.
 """
 
 from __future__ import annotations
@@ -30,7 +24,7 @@ from .sinkhorn import (
     MMSinkhornResult,
     _anderson_mix,
     _column_factor,
-    _left_vector,
+    _pairwise_marginals,
     _rest_scalings,
 )
 
@@ -78,7 +72,7 @@ class _HostAnderson:
 
 
 class _NumbaFactors:
-    """Exp-domain factors of :class:`.sinkhorn._PairwiseFactors` (``xe`` / ``be`` ``(n^(r-1), n)`` in the input
+    """Exp-domain factors of :class:`.sinkhorn._FactorView` (``xe`` / ``be`` ``(n^(r-1), n)`` in the input
     dtype, ``bs``, ``absorbed``, ``last``) with the potentials ``(k, n)`` absorbed, filled by a compiled pass (the
     log-domain sums are never materialized), with the work buffers of the compiled sweep. ``loop``:
     ``(check_first, tol, max_iter, tiny)`` of the solve."""
@@ -150,15 +144,12 @@ class _NumbaFactors:
         g[self.q] += -math.log(self.n) - col.log() - log_scale
 
     def pair_marginals(self, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
-        """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the plan ``q0 * (x)v * exp(log_scale)``;
-        raises :class:`_NumericalTrouble` on a non-finite one."""
+        """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the plan ``q0 * (x)v * exp(log_scale)``
+        (:func:`.sinkhorn._pairwise_marginals`); raises :class:`_NumericalTrouble` on a non-finite one."""
         if not abs(log_scale) < 700.0:
             raise _NumericalTrouble
-        pairs = np.zeros((self.k, self.k, self.n, self.n))
-        left = _left_vector(v.double(), self.r - 1).numpy()
-        xe, be, q0, m1_t = self.xe.numpy(), self.be.numpy(), self._q0.numpy(), m1.T.contiguous().numpy()
-        self.kernels.pair_sums(xe, be, q0, left, v[-1].double().numpy(), m1_t, pairs)
-        pairs = torch.from_numpy(pairs * math.exp(log_scale)).to(self.dtype)
+        scale = torch.tensor(log_scale, dtype=torch.float64)
+        pairs = _pairwise_marginals(self, self._q0, v.to(self.dtype), m1, scale)
         if not bool(torch.isfinite(pairs).all()):
             raise _NumericalTrouble
         return pairs
