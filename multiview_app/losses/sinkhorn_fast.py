@@ -24,7 +24,7 @@ from .sinkhorn import (
     MMSinkhornResult,
     _anderson_mix,
     _column_factor,
-    _pairwise_marginals,
+    _left_vector,
     _rest_scalings,
 )
 
@@ -145,11 +145,15 @@ class _NumbaFactors:
 
     def pair_marginals(self, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
         """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the plan ``q0 * (x)v * exp(log_scale)``
-        (:func:`.sinkhorn._pairwise_marginals`); raises :class:`_NumericalTrouble` on a non-finite one."""
+        (one compiled pass, :func:`._pairwise_kernels.pair_sums`); raises :class:`_NumericalTrouble` on a non-finite
+        one."""
         if not abs(log_scale) < 700.0:
             raise _NumericalTrouble
-        scale = torch.tensor(log_scale, dtype=torch.float64)
-        pairs = _pairwise_marginals(self, self._q0, v.to(self.dtype), m1, scale)
+        pairs = np.zeros((self.k, self.k, self.n, self.n))
+        left = _left_vector(v.double(), self.r - 1).numpy()
+        xe, be, q0, m1_t = self.xe.numpy(), self.be.numpy(), self._q0.numpy(), m1.T.contiguous().numpy()
+        self.kernels.pair_sums(xe, be, q0, left, v[-1].double().numpy(), m1_t, pairs)
+        pairs = torch.from_numpy(pairs * math.exp(log_scale)).to(self.dtype)
         if not bool(torch.isfinite(pairs).all()):
             raise _NumericalTrouble
         return pairs
