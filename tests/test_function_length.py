@@ -1,8 +1,6 @@
 """The package stays readable: no function or method in ``multiview_app/`` exceeds 60 lines (decorators left out,
 signature and docstring included). The test walks every module's AST and names each offender as ``path:qualname``.
-
-The allowlist below holds only functions of ``losses/`` that were over the limit when this test was
-written; each entry is removed when its function is split. A new long function anywhere fails the test.
+There is no allowlist: a long function anywhere fails the test.
 """
 
 from __future__ import annotations
@@ -14,18 +12,6 @@ import multiview_app
 
 MAX_LINES = 60
 PACKAGE = Path(multiview_app.__file__).parent
-
-ALLOWED = {
-    # losses/: the M3G solver is being consolidated into one dispatch; these kernels are split or deleted there.
-    "losses/_pairwise_kernels.py:sweep_rest",
-    "losses/_pairwise_kernels.py:absorb",
-    "losses/m3g_fast.py:_forward_kernel",
-    "losses/sinkhorn.py:_three_view_device",
-    "losses/sinkhorn.py:_factorized_sweep",
-    "losses/sinkhorn.py:mm_sinkhorn_pairwise",
-    "losses/sinkhorn_fast.py:_NumbaFactors.sweep",
-}
-ALLOWED_PACKAGES = ("losses/",)
 
 
 def function_lengths(path: Path) -> dict[str, int]:
@@ -68,13 +54,5 @@ def test_no_package_function_exceeds_60_lines() -> None:
     lengths = package_lengths()
     # the walk saw the package, its subpackages and methods
     assert {"train/trainer.py:Trainer.fit", "data/eeg/synth/brain.py:synth_night"} <= set(lengths)
-    too_long = {name: n for name, n in lengths.items() if n > MAX_LINES and name not in ALLOWED}
+    too_long = {name: n for name, n in lengths.items() if n > MAX_LINES}
     assert not too_long, f"functions over {MAX_LINES} lines (split them by meaning): {too_long}"
-
-
-def test_allowlist_is_limited_to_losses_and_export_and_current() -> None:
-    lengths = package_lengths()
-    outside = sorted(name for name in ALLOWED if not name.startswith(ALLOWED_PACKAGES))
-    assert not outside, f"the allowlist may only name losses/ functions: {outside}"
-    stale = sorted(name for name in ALLOWED if lengths.get(name, 0) <= MAX_LINES)
-    assert not stale, f"these allowed functions are now <= {MAX_LINES} lines or gone: remove them from ALLOWED: {stale}"

@@ -29,10 +29,8 @@ ENV_SWITCH = "MVAPP_M3G_COMPILE"
 #: the switch's value, read once at import ("" when unset)
 SWITCH = os.environ.get(ENV_SWITCH, "")
 #: Whether the blocks compile without ``MVAPP_M3G_COMPILE``, per device type (others: True). The CPU runs them
-#: eagerly: ``scripts/bench/bench_m3g_cpu.py --cold`` (2-core machine) measured a cold compile of 68-122 s per
-#: problem size and solver setting (16 x 6 .. 128 x 4) for a saving of 0.07-0.2 s per call over the eager block,
-#: so compiling pays back only after ~600-1,500 calls of one size -- more than the EEG demo's 400 steps -- and
-#: the small sizes where it saves most run numba kernels (:data:`.m3g.AUTO_NUMBA_ON_CPU`).
+#: eagerly: a cold compile costs minutes per problem size and pays back only after ~1,000 calls of it
+#: (``scripts/bench/bench_m3g_cpu.py --cold``; docs/benchmarks.md, "M3G on the CPU").
 COMPILE_BY_DEFAULT = {"cpu": False}
 
 _CACHE: dict[Hashable, Callable[..., Any]] = {}
@@ -49,12 +47,6 @@ def compile_enabled(device_type: str) -> bool:
 def compile_failure() -> str | None:
     """Why compiling was given up in this process (None: it was not)."""
     return _FAILURE[0] if _FAILURE else None
-
-
-def reset() -> None:
-    """Forget the compiled functions and any failure (tests)."""
-    _CACHE.clear()
-    _FAILURE.clear()
 
 
 def _give_up(reason: str) -> None:

@@ -75,7 +75,7 @@ AUTO_OVERRIDE: str | None = os.environ.get(ENV_BACKEND) or None
 
 def numba_available() -> bool:
     """Whether the numba backend can run (numba importable)."""
-    return m3g_fast.kernels() is not None and sinkhorn_fast.kernels() is not None
+    return sinkhorn_fast.kernels() is not None
 
 
 def choose_backend(backend: str, cost: str, device_type: str, dtype: torch.dtype, k: int, n: int) -> str:
@@ -229,9 +229,9 @@ def _fused(x: torch.Tensor, options: SolverOptions, init: torch.Tensor | None) -
     fused = m3g_fast.fused_three_view(x, options.epsilon, options.tol, options.max_iter, start)
     if fused is None:
         return None
-    forward, diag_cost, result = fused
+    attach, diag_cost, result = fused
     stats = _value_and_stats(diag_cost, result, options.epsilon)
-    return Solution(forward.attach(stats["loss"]), stats, result.log_potentials.to(x.dtype))
+    return Solution(attach(stats["loss"]), stats, result.log_potentials.to(x.dtype))
 
 
 def _cv_scale(k: int) -> float:
@@ -341,11 +341,11 @@ def _value_and_stats(diag_cost: float | torch.Tensor, result: MMSinkhornResult, 
     )
 
 
-def _diagonal(grams: torch.Tensor) -> torch.Tensor:
-    """``S[i,...,i] = sum_{l<m} G_lm[i, i]`` ``(n,)``."""
-    k = grams.shape[0]
-    upper = torch.triu(torch.ones(k, k, dtype=torch.bool, device=grams.device), diagonal=1)
-    return torch.diagonal(grams[upper], dim1=-2, dim2=-1).sum(0)
+def _pair_diagonal(grams: torch.Tensor) -> torch.Tensor:
+    """``S[i,...,i] = sum_{l<m} G_lm[i, i]`` ``(n,)`` of the Gram blocks ``(k, k, n, n)``: half of all block
+    diagonals minus the self blocks."""
+    block_diagonals = grams.diagonal(dim1=-2, dim2=-1)  # (k, k, n)
+    return (block_diagonals.sum(dim=(0, 1)) - block_diagonals.diagonal().sum(dim=1)) / 2
 
 
 def m3g_materialized(
@@ -381,8 +381,7 @@ def _materialized(
         log_kernel = cost_tensor.div_(-epsilon)
         result = mm_sinkhorn_dense(log_kernel, tol, max_iter, pair_weight=slope, init=init)
         del log_kernel
-        diag_sum = _diagonal(grams)
-        diag_cost, diag_slope = _cost_of_sum(diag_sum, k, cost)
+        diag_cost, diag_slope = _cost_of_sum(_pair_diagonal(grams), k, cost)
         # W_lm = sum (J - P) dC/dS: J puts 1/n on the diagonal of every pair block
         weights = -result.pair_marginals
         eye = torch.diag_embed(diag_slope / n)
@@ -442,9 +441,7 @@ def _diagonal_split(grams: torch.Tensor, scale: float, offset: float) -> torch.T
     the later sweeps redistribute slowly when the views are aligned).
     """
     k, n = grams.shape[0], grams.shape[2]
-    block_diagonals = grams.diagonal(dim1=-2, dim2=-1)  # (k, k, n)
-    pair_diagonal = (block_diagonals.sum(dim=(0, 1)) - block_diagonals.diagonal().sum(dim=1)) / 2  # (n,)
-    log_diagonal = scale * pair_diagonal - offset
+    log_diagonal = scale * _pair_diagonal(grams) - offset
     return (-(log_diagonal + math.log(n)) / k).expand(k, n).clone()
 
 
@@ -490,11 +487,7 @@ def _factorized(
                 block=options.block,
                 deferred=deferred,
             )
-        # (1/n) sum_i sum_{l<m} G_lm[i, i]: half of all block diagonals minus the self blocks
-        block_diagonals = grams.diagonal(dim1=-2, dim2=-1)  # (k, k, n)
-        totals = torch.stack([block_diagonals.sum(), block_diagonals.diagonal().sum()]).double()
-        pair_diagonal = (totals[0] - totals[1]) / (2 * n)
-        diag_cost = s * (k * (k - 1) - 2.0 * pair_diagonal)
+        diag_cost = s * (k * (k - 1) - 2.0 * _pair_diagonal(grams).double().mean())
         # W_lm = -2 s (I / n - P_lm) for l < m; pair_marginals is zero elsewhere
         weights = result.pair_marginals * (2.0 * s)
         weights.diagonal(dim1=-2, dim2=-1).sub_(_upper_mask(k, z.dtype, z.device) * (2.0 * s / n))
@@ -571,11 +564,8 @@ class M3GLoss(MultiViewLoss):
 
     Notes
     -----
-    ``epsilon``: entropic regularization; ``cost``: ``"cv"`` (Alg. 2, factorized solver) or
-    ``"csd"`` (Eq. 13, dense solver); ``tol``: stop when ``sum_l ||m_l(P) - 1/n||_1 < tol``;
-    ``max_iter``: sweep limit. Non-convergence sets ``last_stats["converged"] = 0``, is counted in
-    ``solver_tally`` and warns once per module instance (not when ``quiet_solver``: the trainer
-    reports the counts through the run's logger instead).
+    Non-convergence sets ``last_stats["converged"] = 0``, is counted in ``solver_tally`` and warns once per
+    module instance (not when ``quiet_solver``: the trainer reports the counts through the run's logger instead).
 
     ``warm_start``: start MM-Sinkhorn from the potentials of the previous call with the same
     ``(n, k)`` (else from zeros). The stopping rule is unchanged (and also checked before the first

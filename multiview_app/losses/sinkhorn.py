@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,59 +81,48 @@ def _chunk_rows(shape: tuple[int, ...], chunk_elems: int) -> int:
     return max(1, min(shape[0], chunk_elems // max(row, 1)))
 
 
+def _log_plan_chunks(
+    log_kernel: torch.Tensor, g: torch.Tensor, chunk_elems: int
+) -> Iterator[tuple[slice, torch.Tensor]]:
+    """``(rows, log P[rows])`` of ``P = exp(log_kernel + (+)g)`` in chunks of about ``chunk_elems`` entries
+    along axis 0 (``g`` ``(k, n)``)."""
+    n = g.shape[1]
+    step = _chunk_rows(tuple(log_kernel.shape), chunk_elems)
+    for start in range(0, n, step):
+        rows = slice(start, min(n, start + step))
+        yield rows, log_kernel[rows] + _outer_sum([g[0, rows], *g[1:]])
+
+
 def _dense_log_marginal(log_kernel: torch.Tensor, g: torch.Tensor, view: int, chunk_elems: int) -> torch.Tensor:
     """``log m_view`` of ``P = exp(log_kernel + (+)g)`` ``(n,)``, chunked along axis 0."""
-    k, n = g.shape
-    rows = _chunk_rows(tuple(log_kernel.shape), chunk_elems)
-    parts = []
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        block = log_kernel[start:stop] + _outer_sum([g[0, start:stop], *g[1:]])
-        parts.append(torch.logsumexp(block.movedim(view, 0).reshape(block.shape[view], -1), dim=1))
-    if view == 0:
-        return torch.cat(parts)
-    return torch.logsumexp(torch.stack(parts), dim=0)
+    parts = [
+        torch.logsumexp(block.movedim(view, 0).reshape(block.shape[view], -1), dim=1)
+        for _, block in _log_plan_chunks(log_kernel, g, chunk_elems)
+    ]
+    return torch.cat(parts) if view == 0 else torch.logsumexp(torch.stack(parts), dim=0)
 
 
-def _dense_marginals(log_kernel: torch.Tensor, g: torch.Tensor, chunk_elems: int) -> torch.Tensor:
-    """All ``k`` marginals ``(k, n)`` of ``P = exp(log_kernel + (+)g)`` (one exp pass, chunked)."""
+def _dense_sums(
+    log_kernel: torch.Tensor,
+    g: torch.Tensor,
+    chunk_elems: int,
+    groups: list[tuple[int, ...]],
+    weight: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """Sums of ``P`` (times ``weight`` if given) over every axis but those of each group (``(n,)`` per axis kept,
+    in the group's order), one exp pass over the chunks."""
     k, n = g.shape
-    rows = _chunk_rows(tuple(log_kernel.shape), chunk_elems)
-    marg = torch.zeros(k, n, dtype=g.dtype, device=g.device)
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        plan = (log_kernel[start:stop] + _outer_sum([g[0, start:stop], *g[1:]])).exp_()
-        for view in range(k):
-            dims = tuple(d for d in range(k) if d != view)
-            sums = plan.sum(dim=dims)
-            if view == 0:
-                marg[0, start:stop] = sums
+    sums = [torch.zeros((n,) * len(group), dtype=g.dtype, device=g.device) for group in groups]
+    for rows, block in _log_plan_chunks(log_kernel, g, chunk_elems):
+        plan = block.exp_() if weight is None else block.exp_().mul_(weight[rows])
+        for out, group in zip(sums, groups):
+            dims = tuple(d for d in range(k) if d not in group)
+            part = plan.sum(dim=dims) if dims else plan
+            if 0 in group:
+                out[rows] = part
             else:
-                marg[view] += sums
-    return marg
-
-
-def _dense_pair_sums(
-    log_kernel: torch.Tensor, g: torch.Tensor, chunk_elems: int, pair_weight: torch.Tensor | None
-) -> torch.Tensor:
-    """``(k, k, n, n)`` sums of ``P`` (times ``pair_weight`` if given) over all axes but each pair."""
-    k, n = g.shape
-    rows = _chunk_rows(tuple(log_kernel.shape), chunk_elems)
-    pairs = torch.zeros(k, k, n, n, dtype=g.dtype, device=g.device)
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        plan = (log_kernel[start:stop] + _outer_sum([g[0, start:stop], *g[1:]])).exp_()
-        if pair_weight is not None:
-            plan.mul_(pair_weight[start:stop])
-        for l in range(k):
-            for m in range(l + 1, k):
-                dims = tuple(d for d in range(k) if d not in (l, m))
-                sums = plan.sum(dim=dims) if dims else plan
-                if l == 0:
-                    pairs[l, m, start:stop] = sums
-                else:
-                    pairs[l, m] += sums
-    return pairs
+                out += part
+    return sums
 
 
 def mm_sinkhorn_dense(
@@ -159,12 +148,15 @@ def mm_sinkhorn_dense(
         for view in range(k):
             g[view] += log_target - _dense_log_marginal(log_kernel, g, view, chunk_elems)
         iterations += 1
-        marg = _dense_marginals(log_kernel, g, chunk_elems)
+        marg = torch.stack(_dense_sums(log_kernel, g, chunk_elems, [(view,) for view in range(k)]))
         error = float((marg - 1.0 / n).abs().sum())
         if error < tol:
             converged = True
             break
-    pairs = _dense_pair_sums(log_kernel, g, chunk_elems, pair_weight)
+    upper = [(l, m) for l in range(k) for m in range(l + 1, k)]
+    pairs = torch.zeros(k, k, n, n, dtype=g.dtype, device=g.device)
+    for (l, m), total in zip(upper, _dense_sums(log_kernel, g, chunk_elems, upper, pair_weight)):
+        pairs[l, m] = total
     mass = float(marg[0].sum())
     return MMSinkhornResult(g, pairs, mass, iterations, error, converged, "dense")
 
@@ -176,49 +168,40 @@ def _times_exp(values: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
     return (values.double() * log_scale.exp()).to(values.dtype)
 
 
-class _PairwiseFactors:
-    """Exp-domain factors of a pairwise log-kernel, with absorbed potentials ``a`` ``(k, n)``.
+class _FactorView:
+    """Exp-domain factors of a pairwise log-kernel with absorbed potentials ``absorbed`` ``(k, n)`` (built by
+    :func:`_pairwise_factors`; rebuilt from its tensors inside a compiled block).
 
-    Views ``0..r-1`` (``r = k - 1``) are the "rest" ``I = (I', j)`` with ``j = i_{r-1}``; view
-    ``q = k - 1`` is summed out by GEMMs. With ``logX[I', i_q] = sum_{l<r-1} L_lq[i_l, i_q] + a_q``
-    and ``logB[I] = sum_{l<m<q} L_lm[i_l, i_m] + sum_{l<r} a_l[i_l]``:
-
-    * ``xe = exp(logX - xs[I'])`` ``(n^(r-1), n)``, row-shifted (``xs`` the row max);
-    * ``be = exp(logB + xs[I'] - bs)`` ``(n^(r-1), n)``, ``bs`` its global max (0-d float64 tensor);
-    * ``last = L_{r-1, q}`` ``(n, n)``.
-
-    ``P[I, i_q] = be[I] xe[I', i_q] exp(last[j, i_q] + sum_l (g - a)_l - offset + bs)``; the sweep
-    handles the remaining exp factor with per-vector shifts. The starting potentials are absorbed
-    (a warm start's plan is then near the shifts).
+    Views ``0..r-1`` (``r = k - 1``) are the "rest" ``I = (I', j)`` with ``j = i_{r-1}``; view ``q = k - 1`` is
+    summed out by GEMMs. With ``logX[I', i_q] = sum_{l<r-1} L_lq[i_l, i_q] + a_q`` and
+    ``logB[I] = sum_{l<m<q} L_lm[i_l, i_m] + sum_{l<r} a_l[i_l]``: ``xe = exp(logX - xs[I'])`` ``(n^(r-1), n)``,
+    row-shifted (``xs`` the row max); ``be = exp(logB + xs[I'] - bs)`` ``(n^(r-1), n)``, ``bs`` its global max;
+    ``last = L_{r-1, q}`` ``(n, n)``. ``P[I, i_q] = be[I] xe[I', i_q] exp(last[j, i_q] + sum_l (g - a)_l - offset
+    + bs)``; the sweep handles the remaining exp factor with per-vector shifts.
     """
 
-    def __init__(self, log_factors: torch.Tensor, potentials: torch.Tensor) -> None:
-        k, _, n, _ = log_factors.shape
-        self.k, self.n, self.r, self.q = k, n, k - 1, k - 1
-        q, r = self.q, self.r
-        dtype, device = log_factors.dtype, log_factors.device
-        # pair sums grown one axis at a time (each term added at its smallest size)
-        log_x = torch.zeros(n, dtype=dtype, device=device)
-        for l in range(r - 1):
-            log_x = log_x.unsqueeze(-2) + log_factors[l, q]  # (n,)*(l+1) + (n_q,)
-        log_x = log_x.reshape(-1, n) + potentials[q]  # (n^(r-1), n)
-        log_b = torch.zeros((), dtype=dtype, device=device)
-        for m in range(r):
-            log_b = log_b.unsqueeze(-1).expand(*log_b.shape, n).clone()
-            for l in range(m):
-                shape = [1] * (m + 1)
-                shape[l], shape[m] = n, n
-                log_b += log_factors[l, m].reshape(shape)
-        self.last = log_factors[r - 1, q]
-        self.absorbed = potentials.clone()
-        xs = log_x.amax(dim=1)
-        self.xe = (log_x - xs[:, None]).exp_()
-        log_b = log_b + xs.reshape((n,) * (r - 1) + (1,))
-        for l in range(r):
-            log_b = log_b + potentials[l].reshape((n,) + (1,) * (r - 1 - l))
-        bs = log_b.max()
-        self.bs = bs.double()
-        self.be = (log_b - bs).exp_().reshape(-1, n)  # (n^(r-1), n)
+    def __init__(self, be: torch.Tensor, xe: torch.Tensor, last: torch.Tensor, absorbed: torch.Tensor) -> None:
+        self.be, self.xe, self.last, self.absorbed = be, xe, last, absorbed
+        self.k, self.n = absorbed.shape
+        self.r = self.q = self.k - 1
+
+
+def _pairwise_factors(log_factors: torch.Tensor, potentials: torch.Tensor) -> tuple[_FactorView, torch.Tensor]:
+    """The factors of ``log_factors`` ``(k, k, n, n)`` with ``potentials`` ``(k, n)`` absorbed (a warm start's
+    plan is then near the shifts) and ``bs`` (0-d float64)."""
+    k, _, n, _ = log_factors.shape
+    r = q = k - 1
+    log_x = torch.zeros(n, dtype=log_factors.dtype, device=log_factors.device)  # pair sums grown one axis at a time
+    for l in range(r - 1):
+        log_x = log_x.unsqueeze(-2) + log_factors[l, q]  # (n,)*(l+1) + (n_q,)
+    log_x = log_x.reshape(-1, n) + potentials[q]  # (n^(r-1), n)
+    xs = log_x.amax(dim=1)
+    log_b = pairwise_sum_tensor(log_factors[:r, :r]) + xs.reshape((n,) * (r - 1) + (1,))
+    for l in range(r):
+        log_b = log_b + potentials[l].reshape((n,) + (1,) * (r - 1 - l))
+    bs = log_b.max()
+    be = (log_b - bs).exp_().reshape(-1, n)  # (n^(r-1), n)
+    return _FactorView(be, (log_x - xs[:, None]).exp_(), log_factors[r - 1, q], potentials.clone()), bs.double()
 
 
 def _right_chain(flat_plan: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
@@ -255,7 +238,7 @@ def pairwise_sum_tensor(pair_terms: torch.Tensor, offset: float = 0.0) -> torch.
     return out
 
 
-def _sweep_gemm1(fac: _PairwiseFactors, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _sweep_gemm1(fac: _FactorView, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """GEMM 1 of a sweep from potentials ``g`` ``(k, n)``: ``R1[I', j] = sum_{i_q} xe[I', i_q] M1[i_q, j]``.
 
     Returns ``m1_shift`` ``(n_j,)`` (row max of ``last + (g - a)_q``), ``M1`` ``(n_q, n_j)`` and the
@@ -265,7 +248,7 @@ def _sweep_gemm1(fac: _PairwiseFactors, g: torch.Tensor) -> tuple[torch.Tensor, 
     return m1_shift, m1, fac.be * (fac.xe @ m1)
 
 
-def _column_factor(fac: _PairwiseFactors, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _column_factor(fac: _FactorView, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``m1_shift`` ``(n_j,)`` (row max of ``last + (g - a)_q``) and ``M1 = exp(last + (g - a)_q -
     m1_shift)^T`` ``(n_q, n_j)`` of the potentials ``g`` ``(k, n)``."""
     q = fac.q
@@ -275,7 +258,7 @@ def _column_factor(fac: _PairwiseFactors, g: torch.Tensor) -> tuple[torch.Tensor
 
 
 def _rest_scalings(
-    fac: _PairwiseFactors, g: torch.Tensor, m1_shift: torch.Tensor
+    fac: _FactorView, g: torch.Tensor, m1_shift: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-scalings ``h`` ``(r, n)`` of the rest views (``(g - a)[:r]``, view ``r-1`` plus
     ``m1_shift``), their row max ``h_max`` ``(r,)`` and ``v = exp(h - h_max)`` ``(r, n)``."""
@@ -296,7 +279,7 @@ def _left_vector(v: torch.Tensor, count: int) -> torch.Tensor:
     return out
 
 
-def _last_pair(fac: _PairwiseFactors, v: torch.Tensor, m1: torch.Tensor) -> torch.Tensor:
+def _last_pair(fac: _FactorView, v: torch.Tensor, m1: torch.Tensor) -> torch.Tensor:
     """Pair marginal of views ``(r-1, q)`` ``(n_j, n_q)`` up to the factor ``exp(log_scale)``.
 
     ``P_{r-1,q}[j, i_q] = v_{r-1}[j] M1[i_q, j] sum_{I'} V'[I'] be[I', j] xe[I', i_q]`` (one GEMM),
@@ -308,7 +291,7 @@ def _last_pair(fac: _PairwiseFactors, v: torch.Tensor, m1: torch.Tensor) -> torc
 
 
 def _pairwise_marginals(
-    fac: _PairwiseFactors, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: torch.Tensor
+    fac: _FactorView, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: torch.Tensor
 ) -> torch.Tensor:
     """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the current plan."""
     k, n, r, q = fac.k, fac.n, fac.r, fac.q
@@ -530,18 +513,52 @@ def _run_blocks(
     raise AssertionError("unreachable: position max_iter always stops")
 
 
+def _flag_trouble(flags: Flags, bad: torch.Tensor) -> Flags:
+    """``flags`` with numerical trouble also where ``bad`` (0-d bool)."""
+    position, done, trouble, *rest = flags
+    return (position, done, trouble | bad, *rest)
+
+
+def _solve_blocks(
+    problem: tuple,
+    sweeps: tuple[Callable[..., Any], Callable[..., Any]],
+    tags: tuple,
+    start: tuple[tuple, tuple],
+    finish: Callable[..., tuple],
+    loop: tuple[int, LoopHints, int, list[DeferredCheck]],
+    on_readback: Callable[[list[float]], bool] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, float, int, float, bool] | None:
+    """One solve: the ``(first, steady)`` sweeps from ``start = (consts, iterates)`` in blocks (:func:`_run_blocks`
+    with ``loop = (max_iter, hints, block, deferred)``), compiled under ``problem`` (ending with the device type) and
+    ``tags``. ``finish(consts, iterates)`` gives ``(potentials, pairs, mass, finite, *extra)`` of a state. Returns
+    ``(potentials, pairs, mass, sweeps, error, converged)``, or None on trouble or a non-finite result."""
+    consts, iterates = start
+    runner = _SweepRunner((problem, *tags), *sweeps, consts, iterates)
+    finish = compiled((*problem, "outputs"), finish, problem[-1])
+
+    def outputs() -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
+        potentials, pairs, *scalars = finish(consts, runner.iterates)
+        return (potentials, pairs), scalars
+
+    outcome = _run_blocks(runner, outputs, *loop, on_readback)
+    if outcome is None:
+        return None
+    (potentials, pairs), (_, _, iterations, error, converged, mass, finite, *_) = outcome
+    return (potentials, pairs, mass, int(iterations), error, converged > 0) if finite else None
+
+
 # --------------------------------------------------------------------------- k = 3 closed-form sweep
 def _three_view_sweep(consts: tuple, scalings: tuple, flags: Flags, *, check: bool, warm_first: bool) -> tuple:
     """One ``k = 3`` sweep of Alg. 1 (Gauss-Seidel ``u``, ``v``, ``w``), the state frozen once stopped.
 
-    ``Q = K01 * ((K02 w) K12^T)`` (one GEMM) is the pair plan ``P01 / (u v^T)`` of the incoming ``w``:
-    its row / column sums are the marginals of views 0 and 1 (stopping rule on the incoming plan) and
-    give the updates of ``u`` and then ``v`` (two GEMVs); view 2's marginal needs one more GEMM,
-    ``colsum(K02 * ((u K01 v) K12))``. No ``n^3`` array. ``consts``: ``(k01, k02, k12, limits)``; ``scalings``: ``(u, v, w)`` ``(n,)`` each. ``check``: the
-    stopping rule runs on the incoming plan (every sweep but a cold start's first); ``warm_first``:
+    ``Q = K01 * ((K02 w) K12^T)`` (one GEMM) is the pair plan ``P01 / (u v^T)`` of the incoming ``w``: its row /
+    column sums are the marginals of views 0 and 1 (stopping rule on the incoming plan) and give the updates of
+    ``u`` and then ``v`` (two GEMVs); view 2's marginal needs one more GEMM, ``colsum(K02 * ((u K01 v) K12))``. No
+    ``n^3`` array. ``consts``: ``(k01, k02, k12, limits, ...)``; ``scalings``: ``(u, v, w)`` ``(n,)`` each.
+    ``check``: the stopping rule runs on the incoming plan (every sweep but a cold start's first); ``warm_first``:
     the first sweep of a warm start (view 2's marginal counts too).
     """
-    k01, k02, k12, limits = consts
+    k01, k02, k12, limits, *_ = consts
     u, v, w = scalings
     target = 1.0 / k01.shape[0]
     live = ~flags[1]
@@ -560,16 +577,14 @@ def _three_view_sweep(consts: tuple, scalings: tuple, flags: Flags, *, check: bo
     v_new = target / col
     last = (k02 * ((k01 * u_new[:, None] * v_new) @ k12)).sum(0)
     w_new = target / last
-    ok = _at_least(torch.cat([row, col, last]), limits[2])
-    position, done, trouble, *rest = flags
-    flags = (position, done, trouble | (active & ~ok), *rest)
+    flags = _flag_trouble(flags, active & ~_at_least(torch.cat([row, col, last]), limits[2]))
     scalings = (torch.where(active, u_new, u), torch.where(active, v_new, v), torch.where(active, w_new, w))
     return scalings, _advance(flags, active, stop)
 
 
-def _three_view_outputs(consts: tuple, scalings: tuple, const: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """``(potentials (3, n), pairs (3, 3, n, n), mass, finite)`` of the plan of ``scalings``."""
-    k01, k02, k12, _ = consts
+def _three_view_outputs(consts: tuple, scalings: tuple) -> tuple[torch.Tensor, ...]:
+    """``(potentials (3, n), pairs (3, 3, n, n), mass, finite, span)`` of the plan of ``scalings``."""
+    k01, k02, k12, _, const, span = consts
     u, v, w = scalings
     n = k01.shape[0]
     q = k01 * ((k02 * w) @ k12.T)
@@ -581,7 +596,25 @@ def _three_view_outputs(consts: tuple, scalings: tuple, const: torch.Tensor) -> 
     potentials = torch.stack([u, v, w]).log()
     potentials[0] = potentials[0] - const.to(u.dtype)
     finite = torch.isfinite(pairs.sum()) & torch.isfinite(potentials.sum())
-    return potentials, pairs, pairs[0, 1].sum(), finite
+    return potentials, pairs, pairs[0, 1].sum(), finite, span
+
+
+def _three_view_consts(log_factors: torch.Tensor, offset: float, dtype: torch.dtype, limits: torch.Tensor) -> tuple:
+    """``(k01, k02, k12, limits, const, span)``: the kernels ``K = exp(L - max L)`` ``(n, n)`` in ``dtype``, the
+    log-kernel's constant ``sum max L - offset`` and the summed log-ranges (0-d, float64 / input dtype)."""
+    logs = torch.stack([log_factors[0, 1], log_factors[0, 2], log_factors[1, 2]])  # (3, n, n)
+    shifts = logs.amax(dim=(1, 2))
+    span = (shifts - logs.amin(dim=(1, 2))).sum()
+    logs, shifts = logs.to(dtype), shifts.to(dtype)
+    k01, k02, k12 = (logs - shifts[:, None, None]).exp_()
+    return k01, k02, k12, limits, shifts.sum().double() - offset, span
+
+
+def _three_view_dtype(span: float, float32_input: bool) -> torch.dtype | None:
+    """The dtype the ``k = 3`` solve needs for kernel log-range ``span`` (None: beyond float64, or NaN)."""
+    if float32_input and span <= _THREE_VIEW_SPAN_F32:
+        return torch.float32
+    return torch.float64 if span <= _THREE_VIEW_SPAN_F64 else None
 
 
 def _three_view_device(
@@ -597,72 +630,45 @@ def _three_view_device(
     """Alg. 1 for ``k = 3`` with closed-form sweeps (:func:`_three_view_sweep`) in blocks, or None
     (numerical trouble or a kernel range beyond float64: the general factorized blocks run).
 
-    ``P[i, j, l] = u_i v_j w_l K01[i, j] K02[i, l] K12[j, l]`` with ``K = exp(L - max L)`` ``(n, n)``.
-    The solve runs in float32 for float32 input while the kernel's log-range allows
-    (:data:`_THREE_VIEW_SPAN_F32`), else in float64. That choice needs the range: the loop runs in the
-    dtype the last solve of the problem needed (float32 for float32 input at first); the range is read
-    back with the first block, and a wrong guess re-runs the solve in the right dtype.
+    ``P[i, j, l] = u_i v_j w_l K01[i, j] K02[i, l] K12[j, l]`` with ``K = exp(L - max L)`` ``(n, n)``. The solve runs in float32 for float32 input while the
+    kernel's log-range allows (:data:`_THREE_VIEW_SPAN_F32`), else in float64. That choice needs the range: the
+    loop runs in the dtype the last solve of the problem needed (float32 for float32 input at first); the range is
+    read back with the first block, and a wrong guess re-runs the solve in the right dtype.
     """
-    n = log_factors.shape[2]
-    logs = torch.stack([log_factors[0, 1], log_factors[0, 2], log_factors[1, 2]])  # (3, n, n)
-    shifts = logs.amax(dim=(1, 2))
-    span = (shifts - logs.amin(dim=(1, 2))).sum()
+    n, device = log_factors.shape[2], log_factors.device
     float32_input = log_factors.dtype == torch.float32
     dtype = torch.float32 if float32_input and not hints.k3_float64 else torch.float64
-    logs, shifts = logs.to(dtype), shifts.to(dtype)
-    k01, k02, k12 = (logs - shifts[:, None, None]).exp_()
-    const = shifts.sum().double() - offset
-    g = torch.zeros(3, n, dtype=dtype, device=logs.device) if init is None else init.to(dtype, copy=True)
-    g[0] += const
-    scalings = tuple(g.exp())
     tiny = torch.finfo(dtype).tiny * float(n) ** 3 / _REL_UNDERFLOW
-    consts = (k01, k02, k12, _limits(tol, max_iter, tiny, logs.device))
+    consts = _three_view_consts(log_factors, offset, dtype, _limits(tol, max_iter, tiny, device))
+    g = torch.zeros(3, n, dtype=dtype, device=device) if init is None else init.to(dtype, copy=True)
+    g[0] += consts[4]
     warm = init is not None
     first = functools.partial(_three_view_sweep, check=warm, warm_first=warm)
     steady = functools.partial(_three_view_sweep, check=True, warm_first=False)
-    key = ("k3", n, dtype, logs.device.type)
-    runner = _SweepRunner((key, warm, None), first, steady, consts, scalings)
-    finish = compiled((*key, "outputs"), _three_view_outputs, logs.device.type)
-
-    def outputs() -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
-        potentials, pairs, mass, finite = finish(consts, runner.iterates, const)
-        return (potentials, pairs), [mass, finite, span]
-
-    wrong_dtype: list[bool] = []
+    needed: list[torch.dtype | None] = []
 
     def on_readback(values: list[float]) -> bool:
-        span_value = values[-1]
-        if float32_input and span_value <= _THREE_VIEW_SPAN_F32:
-            needed = torch.float32
-        elif span_value <= _THREE_VIEW_SPAN_F64:
-            needed = torch.float64
-        else:  # beyond float64 (or NaN): the general factorized blocks
-            return False
-        if needed != dtype:
-            hints.k3_float64 = needed == torch.float64
-            wrong_dtype.append(True)
-            return False
-        return True
+        needed.append(_three_view_dtype(values[-1], float32_input))
+        return needed[-1] == dtype
 
-    outcome = _run_blocks(runner, outputs, max_iter, hints, block, deferred, on_readback)
-    if wrong_dtype:  # the guessed dtype was not the range's: again in the right one
-        return _three_view_device(log_factors, offset, tol, max_iter, init, hints, block, [])
-    if outcome is None:
-        return None
-    (potentials, pairs), (_, _, iterations, error, converged, mass, finite, _) = outcome
-    if not finite:
-        return None
-    out_dtype = log_factors.dtype
-    return MMSinkhornResult(
-        potentials.to(out_dtype),
-        pairs.to(out_dtype),
-        mass,
-        int(iterations),
-        error,
-        converged > 0,
-        "factorized-k3",
-        potentials_finite=True,
+    problem = ("k3", n, dtype, device.type)
+    solved = _solve_blocks(
+        problem,
+        (first, steady),
+        (warm, None),
+        (consts, tuple(g.exp())),
+        _three_view_outputs,
+        (max_iter, hints, block, deferred),
+        on_readback,
     )
+    if needed and needed[-1] is not None and needed[-1] != dtype:  # a wrong guess: again in the right dtype
+        hints.k3_float64 = needed[-1] == torch.float64
+        return _three_view_device(log_factors, offset, tol, max_iter, init, hints, block, [])
+    if solved is None:
+        return None
+    potentials, pairs, *rest = solved
+    out = log_factors.dtype
+    return MMSinkhornResult(potentials.to(out), pairs.to(out), *rest, "factorized-k3", potentials_finite=True)
 
 
 # --------------------------------------------------------------------------- factorized sweep (every k)
@@ -713,88 +719,111 @@ def _anderson_mix(
     return mixed.to(outputs.dtype).view_as(outputs), active & enough & ~reset, history
 
 
-class _FactorView:
-    """The factors a device sweep reads (``k, n, r, q, be, xe, last, absorbed`` of
-    :class:`_PairwiseFactors`), rebuilt from tensors inside a compiled block."""
-
-    def __init__(self, be: torch.Tensor, xe: torch.Tensor, last: torch.Tensor, absorbed: torch.Tensor) -> None:
-        self.be, self.xe, self.last, self.absorbed = be, xe, last, absorbed
-        self.k, self.n = absorbed.shape
-        self.r = self.q = self.k - 1
-
-
 def _factorized_sweep(consts: tuple, state: tuple, flags: Flags, *, check: bool, warm_first: bool, mix: bool) -> tuple:
     """One factorized sweep of Alg. 1 (potentials ``g`` in the log domain), the state frozen once stopped.
 
-    GEMM 1 sums out view ``q``; the rest plan is ``q0 * (x)v * exp(log_scale)`` (``q0`` ``(n,)*r``). In
-    Gauss-Seidel order the axes after ``l`` still carry the old scalings when ``l`` is updated, so one
-    right-to-left chain of GEMVs (``right[l]`` = ``q0`` contracted with ``v_{l+1}..v_{r-1}``) serves every
-    update; the last rest view and the stopping rule (on the incoming plan) share one two-row GEMM over
-    ``q0``. GEMM 2 gives view ``q``'s marginal. Every exp-domain vector carries its own max shift; an
+    GEMM 1 sums out view ``q``; the rest plan is ``q0 * (x)v * exp(log_scale)`` (``q0`` ``(n,)*r``). In Gauss-Seidel
+    order the axes after ``l`` still carry the old scalings when ``l`` is updated, so one right-to-left chain of
+    GEMVs (``right[l]`` = ``q0`` contracted with ``v_{l+1}..v_{r-1}``) serves every update; the last rest view and
+    the stopping rule (on the incoming plan, :func:`_incoming_error`) share one two-row GEMM over ``q0``. GEMM 2
+    gives view ``q``'s marginal (:func:`_last_view_update`). Every exp-domain vector carries its own max shift; an
     underflowing marginal sum (below ``finfo.tiny * n^k / _REL_UNDERFLOW``) flags trouble.
 
-    ``consts``: ``(be, xe, last, absorbed, base, limits)`` (``base = bs - offset``, 0-d float64);
-    ``state``: ``(g (k, n), *anderson history)``. ``check`` / ``warm_first``: as
-    :func:`_three_view_sweep`; ``mix``: Anderson acceleration (every sweep after the first).
+    ``consts``: ``(be, xe, last, absorbed, base, limits)`` (``base = bs - offset``, 0-d float64); ``state``:
+    ``(g (k, n), *anderson history)``. ``check`` / ``warm_first``: as :func:`_three_view_sweep`; ``mix``: Anderson
+    acceleration (every sweep after the first).
     """
     *tensors, base, limits = consts
     fac = _FactorView(*tensors)
     g, *history = state
-    n, r, q = fac.n, fac.r, fac.q
-    log_n, target, tiny = math.log(n), 1.0 / n, limits[2]
+    n, r, tiny = fac.n, fac.r, limits[2]
     live = ~flags[1]
     m1_shift, m1, q0 = _sweep_gemm1(fac, g)
     h, h_max, v = _rest_scalings(fac, g, m1_shift)
     log_scale = base + h_max.sum().double()
     v_in, log_scale_in = v.clone(), log_scale
     right = _right_chain(q0.reshape(-1), v)
-    incoming = []
-    early_ok = _scale_ok(log_scale_in) if check else torch.ones_like(live)  # checks before the stop decision
-    new = g.clone()
-    stop, err = None, None
-    for l in range(r):
-        if l < r - 1:
-            partial = _left_vector(v, l) @ right[l].reshape(-1, n)
-            incoming.append(_left_vector(v_in, l) @ right[l].reshape(-1, n) if l > 0 else partial)
-            early_ok = early_ok & _at_least(partial, tiny)
-        else:
-            both = torch.stack([_left_vector(v_in, l), _left_vector(v, l)]) @ q0
-            incoming.append(both[0])
-            partial = both[1]
-            early_ok = early_ok & _at_least(both[0], tiny)
-            position, done, trouble, *rest = flags
-            flags = (position, done, trouble | (live & ~early_ok), *rest)
-            if check:
-                err = (_times_exp(torch.stack(incoming) * v_in, log_scale_in) - target).abs().sum().double()
-                if warm_first:  # warm start: view q's marginal is not exact yet
-                    col = _times_exp(_last_pair(fac, v_in, m1).sum(dim=0), log_scale_in)
-                    err = err + (col - target).abs().sum().double()
-                flags, stop = _check_stop(flags, live, err, limits)
-            late_ok = _at_least(partial, tiny)  # checks of the update (they count only while active)
-        step = -log_n - (h[l] - h_max[l]) - partial.log() - log_scale
-        new[l] += step
-        h[l] += step
-        new_max = h[l].amax()
-        log_scale = log_scale + (new_max - h_max[l]).double()
-        h_max[l] = new_max
-        v[l] = (h[l] - new_max).exp()
+    new, incoming = g.clone(), []
+    ok = _scale_ok(log_scale_in) if check else torch.ones_like(live)  # checks before the stop decision
+    for l in range(r - 1):
+        partial = _left_vector(v, l) @ right[l].reshape(-1, n)
+        incoming.append(_left_vector(v_in, l) @ right[l].reshape(-1, n) if l > 0 else partial)
+        ok = ok & _at_least(partial, tiny)
+        log_scale = _gauss_seidel(new, (h, h_max, v), l, partial, log_scale)
+    # the last rest view: its incoming and updated marginal sums in one two-row GEMM over q0
+    last_in, partial = (torch.stack([_left_vector(v_in, r - 1), _left_vector(v, r - 1)]) @ q0).unbind()
+    flags = _flag_trouble(flags, live & ~(ok & _at_least(last_in, tiny)))
+    stop = err = None
+    if check:
+        err = _incoming_error(fac, torch.stack([*incoming, last_in]), v_in, log_scale_in, m1 if warm_first else None)
+        flags, stop = _check_stop(flags, live, err, limits)
+    log_scale = _gauss_seidel(new, (h, h_max, v), r - 1, partial, log_scale)
     active = live if stop is None else live & ~stop
+    checks = (active, _at_least(partial, tiny), err, tiny)  # the update's checks count only while active
+    new, history, flags = _last_view_update(
+        fac, (g, new, tuple(history)), (v, log_scale, base, m1, m1_shift), flags, checks, mix
+    )
+    return (torch.where(active, new, g), *history), _advance(flags, active, stop)
+
+
+def _gauss_seidel(
+    g: torch.Tensor,
+    scalings: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    l: int,
+    partial: torch.Tensor,
+    log_scale: torch.Tensor,
+) -> torch.Tensor:
+    """Update of rest view ``l`` from its marginal sum ``partial`` ``(n,)``: ``g[l]`` ``(k, n)`` and the scalings
+    ``(h (r, n), h_max (r,), v (r, n))`` in place; returns the new ``log_scale``."""
+    h, h_max, v = scalings
+    step = -math.log(g.shape[1]) - (h[l] - h_max[l]) - partial.log() - log_scale
+    g[l] += step
+    h[l] += step
+    new_max = h[l].amax()
+    log_scale = log_scale + (new_max - h_max[l]).double()
+    h_max[l] = new_max
+    v[l] = (h[l] - new_max).exp()
+    return log_scale
+
+
+def _incoming_error(
+    fac: _FactorView, incoming: torch.Tensor, v_in: torch.Tensor, log_scale_in: torch.Tensor, m1: torch.Tensor | None
+) -> torch.Tensor:
+    """Stopping-rule error (0-d float64) of the incoming plan from the rest views' marginal sums ``incoming``
+    ``(r, n)``; with ``m1`` (a warm start's first check) view ``q``'s marginal counts too."""
+    target = 1.0 / fac.n
+    err = (_times_exp(incoming * v_in, log_scale_in) - target).abs().sum().double()
+    if m1 is not None:
+        col = _times_exp(_last_pair(fac, v_in, m1).sum(dim=0), log_scale_in)
+        err = err + (col - target).abs().sum().double()
+    return err
+
+
+def _last_view_update(
+    fac: _FactorView, iterates: tuple, scaled: tuple, flags: Flags, checks: tuple, mix: bool
+) -> tuple:
+    """Anderson mixing of the rest views (``mix``) and view ``q``'s exact update (GEMM 2) of ``new`` (in place).
+
+    ``iterates = (g, new, history)``, ``scaled = (v, log_scale, base, m1, m1_shift)`` of ``new``'s rest views,
+    ``checks = (active, ok, err, tiny)``. Returns ``(new, history, flags)``.
+    """
+    g, new, history = iterates
+    v, log_scale, base, m1, m1_shift = scaled
+    active, ok, err, tiny = checks
+    r, q = fac.r, fac.q
     if mix:  # Anderson on the rest views (g[q] is view q's exact update of g[:r])
-        mixed, use, history = _anderson_mix(tuple(history), g[:r], new[:r], err, active)
+        mixed, use, history = _anderson_mix(history, g[:r], new[:r], err, active)
         new[:r] = torch.where(use, mixed, new[:r])
         _, h_max_mix, v_mix = _rest_scalings(fac, new, m1_shift)
         v = torch.where(use, v_mix, v)
         log_scale = torch.where(use, base + h_max_mix.sum().double(), log_scale)
     col = _last_pair(fac, v, m1).sum(dim=0)
-    late_ok = late_ok & _at_least(col, tiny)
-    new[q] += -log_n - col.log() - log_scale
-    position, done, trouble, *rest = flags
-    flags = (position, done, trouble | (active & ~late_ok), *rest)
-    return (torch.where(active, new, g), *history), _advance(flags, active, stop)
+    new[q] += -math.log(fac.n) - col.log() - log_scale
+    return new, history, _flag_trouble(flags, active & ~(ok & _at_least(col, tiny)))
 
 
 def _factorized_outputs(consts: tuple, state: tuple) -> tuple[torch.Tensor, ...]:
-    """``(pairs (k, k, n, n), mass, finite)`` of the plan of ``state[0]`` (the potentials)."""
+    """``(potentials (k, n), pairs (k, k, n, n), mass, finite)`` of the plan of ``state[0]`` (the potentials)."""
     *tensors, base, _ = consts
     fac = _FactorView(*tensors)
     g = state[0]
@@ -803,7 +832,7 @@ def _factorized_outputs(consts: tuple, state: tuple) -> tuple[torch.Tensor, ...]
     log_scale = base + h_max.sum().double()
     pairs = _pairwise_marginals(fac, q0, v, m1, log_scale)
     finite = _scale_ok(log_scale) & torch.isfinite(pairs).all() & torch.isfinite(g).all()
-    return pairs, pairs[0, 1].sum(), finite
+    return g, pairs, pairs[0, 1].sum(), finite
 
 
 def _pairwise_device(
@@ -825,8 +854,8 @@ def _pairwise_device(
     g = torch.zeros(k, n, dtype=dtype, device=device)
     if init is not None:
         g.copy_(init)
-    fac = _PairwiseFactors(log_factors, g)
-    consts = (fac.be, fac.xe, fac.last, fac.absorbed, fac.bs - offset, _limits(tol, max_iter, tiny, device))
+    fac, bs = _pairwise_factors(log_factors, g)
+    consts = (fac.be, fac.xe, fac.last, fac.absorbed, bs - offset, _limits(tol, max_iter, tiny, device))
     history: tuple[torch.Tensor, ...] = ()
     if anderson > 0:
         rings = torch.zeros(2, anderson + 1, (k - 1) * n, dtype=torch.float64, device=device)
@@ -835,23 +864,12 @@ def _pairwise_device(
     warm = init is not None
     first = functools.partial(_factorized_sweep, check=warm, warm_first=warm, mix=False)
     steady = functools.partial(_factorized_sweep, check=True, warm_first=False, mix=anderson > 0)
-    key = ("pairwise", k, n, dtype, device.type)
-    runner = _SweepRunner((key, warm, anderson), first, steady, consts, (g, *history))
-    finish = compiled((*key, "outputs"), _factorized_outputs, device.type)
-
-    def outputs() -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
-        pairs, mass, finite = finish(consts, runner.iterates)
-        return (runner.iterates[0], pairs), [mass, finite]
-
-    outcome = _run_blocks(runner, outputs, max_iter, hints, block, deferred)
-    if outcome is None:
-        return None
-    (potentials, pairs), (_, _, iterations, error, converged, mass, finite) = outcome
-    if not finite:
-        return None
-    return MMSinkhornResult(
-        potentials, pairs, mass, int(iterations), error, converged > 0, "factorized", potentials_finite=True
+    problem = ("pairwise", k, n, dtype, device.type)
+    loop = (max_iter, hints, block, deferred)
+    solved = _solve_blocks(
+        problem, (first, steady), (warm, anderson), (consts, (g, *history)), _factorized_outputs, loop
     )
+    return None if solved is None else MMSinkhornResult(*solved, "factorized", potentials_finite=True)
 
 
 # --------------------------------------------------------------------------- the solver
@@ -870,31 +888,21 @@ def mm_sinkhorn_pairwise(
 ) -> MMSinkhornResult:
     """Alg. 1 for ``A[i_1..i_k] = sum_{l<m} log_factors[l, m][i_l, i_m] - offset``, in sweep blocks.
 
-    ``log_factors``: ``(k, k, n, n)``, only ``l < m`` entries are read. ``init``: starting
-    log-potentials ``(k, n)`` (warm start; zeros by default). With ``init`` the stopping rule is also
-    checked before the first sweep (a plan that already meets ``tol`` costs 0 sweeps). ``anderson``:
-    Anderson depth of the factorized sweeps (``k = 3`` runs its closed-form sweeps plain). ``hints``
-    carries the block size between calls of one problem (:class:`LoopHints`); ``block`` > 0 fixes the
-    first block. ``deferred``: 0-d tensors read back with the first block, each with the function that
-    raises on a bad value (a caller's input checks without a read of their own). Nothing else is read
-    by Python: one host read per block.
+    ``log_factors``: ``(k, k, n, n)``, only ``l < m`` entries are read. ``init``: starting log-potentials ``(k, n)``
+    (warm start; zeros by default). With ``init`` the stopping rule is also checked before the first sweep (a plan
+    that already meets ``tol`` costs 0 sweeps). ``anderson``: Anderson depth of the factorized sweeps (``k = 3``
+    runs its closed-form sweeps plain). ``hints`` carries the block size between calls of one problem
+    (:class:`LoopHints`); ``block`` > 0 fixes the first block. ``deferred``: 0-d tensors read back with the first
+    block, each with the function that raises on a bad value (a caller's input checks without a read of their
+    own). Nothing else is read by Python: one host read per block.
 
-    Escalation (reported in ``path``): ``k = 3`` runs the closed-form blocks (``"factorized-k3"``);
-    on trouble, and for ``k != 3``, the factorized blocks in the input dtype (``"factorized"``); a
-    float32 solve in trouble re-runs them in float64 (``"factorized->float64"``, exponent range
-    e^+-709 instead of e^+-87, e.g. at tiny epsilon); if that fails too, the exact dense log-domain
-    solver (``"...->dense"``, memory ``n^k``).
+    Escalation (reported in ``path``): ``k = 3`` runs the closed-form blocks (``"factorized-k3"``); on trouble,
+    and for ``k != 3``, the factorized blocks in the input dtype (``"factorized"``); a float32 solve in trouble
+    re-runs them in float64 (``"factorized->float64"``, exponent range e^+-709 instead of e^+-87, e.g. at tiny
+    epsilon); if that fails too, the exact dense log-domain solver (``"...->dense"``, memory ``n^k``).
     """
-    k, n = log_factors.shape[0], log_factors.shape[2]
-
-    def raise_on_bad_init(finite: float | bool) -> None:
-        if init is not None and (tuple(init.shape) != (k, n) or not finite):
-            raise ValueError(f"mm_sinkhorn_pairwise: init must be finite of shape {(k, n)}, got {tuple(init.shape)}")
-
-    raise_on_bad_init(True)  # the shape
-    checks = list(deferred or [])
-    if init is not None:
-        checks.append((torch.isfinite(init).all(), raise_on_bad_init))
+    k = log_factors.shape[0]
+    checks = _init_checks(init, k, log_factors.shape[2], deferred)
     hints = hints if hints is not None else LoopHints()
     if k == 3:
         result = _three_view_device(log_factors, offset, tol, max_iter, init, hints, block, checks)
@@ -904,6 +912,32 @@ def mm_sinkhorn_pairwise(
     result = _pairwise_device(log_factors, offset, tol, max_iter, init, anderson, hints, block, checks)
     if result is not None:
         return result
+    return _escalate(log_factors, offset, (tol, max_iter, hints, block), init, anderson, chunk_elems)
+
+
+def _init_checks(
+    init: torch.Tensor | None, k: int, n: int, deferred: list[DeferredCheck] | None
+) -> list[DeferredCheck]:
+    """The caller's deferred checks plus the warm start's: its shape ``(k, n)`` checked now, its finiteness read
+    back with the first block; one ``ValueError`` naming both."""
+
+    def raise_on_bad_init(finite: float | bool) -> None:
+        if init is not None and (tuple(init.shape) != (k, n) or not finite):
+            raise ValueError(f"mm_sinkhorn_pairwise: init must be finite of shape {(k, n)}, got {tuple(init.shape)}")
+
+    raise_on_bad_init(True)  # the shape
+    checks = list(deferred or [])
+    if init is not None:
+        checks.append((torch.isfinite(init).all(), raise_on_bad_init))
+    return checks
+
+
+def _escalate(
+    log_factors: torch.Tensor, offset: float, loop: tuple, init: torch.Tensor | None, anderson: int, chunk_elems: int
+) -> MMSinkhornResult:
+    """After the blocks' trouble: a float32 solve re-runs them in float64, then the dense exact solver
+    (``loop = (tol, max_iter, hints, block)``)."""
+    tol, max_iter, hints, block = loop
     path = "factorized->dense"
     if log_factors.dtype != torch.float64:  # the float64 retry: the same blocks in float64
         init64 = None if init is None else init.double()
@@ -914,8 +948,10 @@ def mm_sinkhorn_pairwise(
             result.path = "factorized->float64"
             return result
         path = "factorized->float64->dense"
+    k, n = log_factors.shape[0], log_factors.shape[2]
     start = torch.zeros(k, n, dtype=log_factors.dtype, device=log_factors.device) if init is None else init
-    log_kernel = pairwise_sum_tensor(log_factors, offset)
-    result = mm_sinkhorn_dense(log_kernel, tol, max_iter, init=start, chunk_elems=chunk_elems)
+    result = mm_sinkhorn_dense(
+        pairwise_sum_tensor(log_factors, offset), tol, max_iter, init=start, chunk_elems=chunk_elems
+    )
     result.path = path
     return result

@@ -1,19 +1,13 @@
 """numba sweeps of the factorized MM-Sinkhorn for ``k > 3`` on small CPU problems (cost ``cv`` of M3G).
 
-The numba backend of :func:`.m3g.solve` for ``k > 3`` (which sizes: :data:`.m3g.AUTO_NUMBA_ON_CPU`; the EEG
-demo's ``n = 16`` items, ``k = 6`` views among them): a sweep's heavy
-``n^(k-1)`` steps -- GEMM 1 with its right chain, the marginal of view ``r - 1``, GEMM 2 (view ``q``'s
-marginal) and the final pair marginals -- each run as one compiled loop (:mod:`._pairwise_kernels`, numba,
-compiled on first use per dtype and cached on disk) on numpy views of the same memory; sums over the
-``n^(k-2)`` rows are accumulated in float64. A host loop drives them: Python reads the stopping rule every
-sweep (a read costs nothing on the CPU).
-
-Same sweeps as the blocks (:func:`.sinkhorn._factorized_sweep`): Gauss-Seidel order, the stopping rule
-``sum_l ||m_l(P) - 1/n||_1 < tol`` on the incoming plan (and before the first sweep on a warm start), the
-underflow checks and Anderson mixing (the one arithmetic, :func:`.sinkhorn._anderson_mix`, with its history
-kept here between sweeps); values, gradients and sweep counts agree with the blocks to round-off (tested).
-On an underflow the current potentials are absorbed into the factors and the sweep is redone; a second one
-in the same sweep returns None and the caller runs the blocks (with their float64 retry and dense fallback).
+The numba backend of :func:`.m3g.solve` for ``k > 3`` (sizes: :data:`.m3g.AUTO_NUMBA_ON_CPU`). A sweep's heavy
+``n^(k-1)`` steps (GEMM 1 with its right chain, the rest views' updates, GEMM 2) run as compiled loops
+(:mod:`._pairwise_kernels`) on numpy views of the same memory, driven by a host loop that reads the stopping rule
+every sweep (a read costs nothing on the CPU). Same sweeps as the blocks (:func:`.sinkhorn._factorized_sweep`):
+Gauss-Seidel order, the stopping rule on the incoming plan, the underflow checks and Anderson mixing (the one
+arithmetic, :func:`.sinkhorn._anderson_mix`); values, gradients and sweep counts agree with the blocks to
+round-off (tested). On an underflow the current potentials are absorbed into the factors and the sweep is redone;
+a second one in the same sweep returns None and the caller runs the blocks.
 """
 
 from __future__ import annotations
@@ -33,9 +27,6 @@ from .sinkhorn import (
     _left_vector,
     _rest_scalings,
 )
-
-# :func:`._pairwise_kernels.sweep_rest` outcomes
-_UPDATED, _FINISHED, _TROUBLE = 0, 1, 2
 
 
 class _NumericalTrouble(Exception):
@@ -81,126 +72,91 @@ class _HostAnderson:
 
 
 class _NumbaFactors:
-    """Exp-domain factors of :class:`.sinkhorn._PairwiseFactors` (``xe`` / ``be`` ``(n^(r-1), n)`` in the
-    input dtype, ``bs``, ``absorbed``, ``last``) with the potentials ``(k, n)`` absorbed, filled by a compiled pass (the log-domain sums are never
-    materialized), with the work buffers of the compiled sweep."""
+    """Exp-domain factors of :class:`.sinkhorn._FactorView` (``xe`` / ``be`` ``(n^(r-1), n)`` in the input
+    dtype, ``bs``, ``absorbed``, ``last``) with the potentials ``(k, n)`` absorbed, filled by a compiled pass (the
+    log-domain sums are never materialized), with the work buffers of the compiled sweep. ``loop``:
+    ``(check_first, tol, max_iter, tiny)`` of the solve."""
 
-    def __init__(self, log_factors: torch.Tensor, offset: float, potentials: torch.Tensor) -> None:
+    def __init__(self, log_factors: torch.Tensor, offset: float, potentials: torch.Tensor, loop: tuple) -> None:
         k, n = log_factors.shape[0], log_factors.shape[2]
         self.k, self.n, self.r, self.q = k, n, k - 1, k - 1
-        self.offset = offset
-        self.dtype = log_factors.dtype
-        self.kernels = kernels()
+        self.offset, self.loop, self.dtype, self.kernels = offset, loop, log_factors.dtype, kernels()
         self.log_factors64 = log_factors.detach().to(torch.float64).contiguous().numpy()
         self.last = log_factors[k - 2, k - 1]
-        rows = n ** (k - 2)
-        self.xe = torch.empty(rows, n, dtype=self.dtype)
-        self.be = torch.empty(rows, n, dtype=self.dtype)
-        self._q0 = torch.empty(rows, n, dtype=self.dtype)
-        # work buffers of the compiled sweep (float64 unless noted)
-        r = k - 1
-        self._h, self._h_max = np.empty((r, n)), np.empty(r)
-        self._v, self._v_in = np.empty((r, n)), np.empty((r, n))
-        self._chain = np.empty(sum(n ** (l + 1) for l in range(r - 1)))
-        self._left, self._left_in = np.empty(rows), np.empty(rows)
-        self._coupling = np.empty((n, n), dtype=self.xe.numpy().dtype)
-        self._col, self._scalars = np.empty(n), np.empty(4)
+        rows, r = n ** (k - 2), k - 1
+        self.xe, self.be, self._q0 = torch.empty(3, rows, n, dtype=self.dtype).unbind()
+        self._v, self._left, self._coupling, self._col, self._scalars = (
+            np.empty((r, n)),
+            np.empty(rows),
+            np.empty((n, n), dtype=self.xe.numpy().dtype),
+            np.empty(n),
+            np.empty(4),
+        )
+        chain = np.empty(sum(n ** (l + 1) for l in range(r - 1)))
+        self._work = (np.empty((r, n)), np.empty(r), self._v, np.empty((r, n)), chain, self._left, np.empty(rows))
+        self._work += (self._coupling, self._col, self._scalars)
         self.absorb(potentials)
 
     def absorb(self, potentials: torch.Tensor) -> None:
         """Fold ``potentials`` ``(k, n)`` into ``xe`` / ``be`` (one compiled pass)."""
         self.absorbed = potentials.clone()
-        self.bs = float(
-            self.kernels.absorb(
-                self.log_factors64, potentials.detach().double().numpy(), self.xe.numpy(), self.be.numpy()
-            )
-        )
+        potentials64 = potentials.detach().double().numpy()
+        self.bs = float(self.kernels.absorb(self.log_factors64, potentials64, self.xe.numpy(), self.be.numpy()))
 
-    def pair_marginals(self, q0: torch.Tensor, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
-        """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the plan ``q0 * (x)v * exp(log_scale)``."""
-        if not abs(log_scale) < 700.0:
-            raise _NumericalTrouble
-        k, n = self.k, self.n
-        pairs = np.zeros((k, k, n, n))
-        self.kernels.pair_sums(
-            self.xe.numpy(),
-            self.be.numpy(),
-            q0.numpy(),
-            _left_vector(v.double(), self.r - 1).numpy(),
-            v[-1].double().numpy(),
-            m1.T.contiguous().numpy(),
-            pairs,
-        )
-        return torch.from_numpy(pairs * math.exp(log_scale)).to(self.dtype)
-
-    def sweep(
-        self,
-        g: torch.Tensor,
-        iterations: int,
-        tol: float,
-        max_iter: int,
-        tiny: float,
-        check_first: bool,
-        mixer: _HostAnderson | None,
-    ) -> MMSinkhornResult | None:
+    def sweep(self, g: torch.Tensor, iterations: int, mixer: _HostAnderson | None) -> MMSinkhornResult | None:
         """One sweep (``g`` ``(k, n)`` updated in place): the rest views' part compiled
         (:func:`._pairwise_kernels.sweep_rest`, float64), then Anderson mixing and view ``q``'s update.
         Returns the result once converged or after ``max_iter`` sweeps, else None; raises
         :class:`_NumericalTrouble` on an underflow."""
-        r, q, n = self.r, self.q, self.n
         m1_shift, m1 = _column_factor(self, g)
-        m1_np = m1.numpy()
         rest = g.detach().double().numpy().copy()  # updated in place (rest views)
+        factors = (self.xe.numpy(), self.be.numpy(), m1.numpy(), self._q0.numpy())
+        loop = (iterations, *self.loop)
+        base = self.bs - float(self.offset)
         status = self.kernels.sweep_rest(
-            self.xe.numpy(),
-            self.be.numpy(),
-            self._q0.numpy(),
-            m1_np,
-            m1_shift.double().numpy(),
-            rest,
-            self.absorbed.double().numpy(),
-            self.bs,
-            float(self.offset),
-            iterations,
-            check_first,
-            tol,
-            max_iter,
-            tiny,
-            self._h,
-            self._h_max,
-            self._v,
-            self._v_in,
-            self._chain,
-            self._left,
-            self._left_in,
-            self._coupling,
-            self._col,
-            self._scalars,
+            factors, m1_shift.double().numpy(), rest, self.absorbed.double().numpy(), base, loop, self._work
         )
-        if status == _TROUBLE:
+        if status == self.kernels.TROUBLE:
             raise _NumericalTrouble
         error, converged, log_scale, log_scale_in = self._scalars.tolist()
-        if status == _FINISHED:  # the incoming plan is the output (g unchanged)
-            pairs = self.pair_marginals(self._q0, torch.from_numpy(self._v_in), m1, log_scale_in)
-            mass = float(pairs[0, 1].sum())
-            if not math.isfinite(mass) or not bool(torch.isfinite(pairs).all()):
-                raise _NumericalTrouble
-            return MMSinkhornResult(g, pairs, mass, iterations, error, converged > 0, "factorized-numba")
-        g_in = g[:r].clone()
-        g[:r] = torch.from_numpy(rest[:r]).to(self.dtype)
-        v = self._v
+        if status == self.kernels.FINISHED:  # the incoming plan is the output (g unchanged)
+            pairs = self.pair_marginals(torch.from_numpy(self._work[3]), m1, log_scale_in)
+            return MMSinkhornResult(
+                g, pairs, float(pairs[0, 1].sum()), iterations, error, converged > 0, "factorized-numba"
+            )
+        g_in = g[: self.r].clone()
+        g[: self.r] = torch.from_numpy(rest[: self.r]).to(self.dtype)
         if mixer is not None and iterations > 0:  # g_in[q] is then view q's update for g_in[:r]
-            mixed = mixer.mix(g_in, g[:r], error)
+            mixed = mixer.mix(g_in, g[: self.r], error)
             if mixed is not None:
-                g[:r] = mixed
+                g[: self.r] = mixed
                 _, h_max, v_mixed = _rest_scalings(self, g, m1_shift)
-                log_scale = self.bs - self.offset + float(h_max.sum())
-                v = v_mixed.double().numpy()
-        self.kernels.last_column_of(self.xe.numpy(), self.be.numpy(), v, m1_np, self._left, self._coupling, self._col)
+                return self._update_last(g, v_mixed.double().numpy(), m1, self.bs - self.offset + float(h_max.sum()))
+        return self._update_last(g, self._v, m1, log_scale)
+
+    def _update_last(self, g: torch.Tensor, v: np.ndarray, m1: torch.Tensor, log_scale: float) -> None:
+        """View ``q``'s update of ``g`` ``(k, n)`` (in place) for rest scalings ``v`` ``(r, n)``."""
+        self.kernels.last_column_of(
+            self.xe.numpy(), self.be.numpy(), v, m1.numpy(), self._left, self._coupling, self._col
+        )
         col = torch.from_numpy(self._col).to(self.dtype)
-        _check(col, tiny)
-        g[q] += -math.log(n) - col.log() - log_scale
-        return None
+        _check(col, self.loop[3])
+        g[self.q] += -math.log(self.n) - col.log() - log_scale
+
+    def pair_marginals(self, v: torch.Tensor, m1: torch.Tensor, log_scale: float) -> torch.Tensor:
+        """All pair marginals ``(k, k, n, n)`` (``l < m`` filled) of the plan ``q0 * (x)v * exp(log_scale)``
+        (one compiled pass, :func:`._pairwise_kernels.pair_sums`); raises :class:`_NumericalTrouble` on a non-finite
+        one."""
+        if not abs(log_scale) < 700.0:
+            raise _NumericalTrouble
+        pairs = np.zeros((self.k, self.k, self.n, self.n))
+        left = _left_vector(v.double(), self.r - 1).numpy()
+        xe, be, q0, m1_t = self.xe.numpy(), self.be.numpy(), self._q0.numpy(), m1.T.contiguous().numpy()
+        self.kernels.pair_sums(xe, be, q0, left, v[-1].double().numpy(), m1_t, pairs)
+        pairs = torch.from_numpy(pairs * math.exp(log_scale)).to(self.dtype)
+        if not bool(torch.isfinite(pairs).all()):
+            raise _NumericalTrouble
+        return pairs
 
 
 def mm_sinkhorn_pairwise_numba(
@@ -215,13 +171,13 @@ def mm_sinkhorn_pairwise_numba(
     g = torch.zeros(k, n, dtype=log_factors.dtype)
     if init is not None:
         g.copy_(init)
-    fac = _NumbaFactors(log_factors, offset, g)
+    fac = _NumbaFactors(log_factors, offset, g, (init is not None, tol, max_iter, tiny))
     mixer = _HostAnderson(anderson) if anderson > 0 else None
     iterations, absorbed_at = 0, -1
     while True:
         start = g.clone()
         try:
-            outcome = fac.sweep(g, iterations, tol, max_iter, tiny, init is not None, mixer)
+            outcome = fac.sweep(g, iterations, mixer)
         except _NumericalTrouble:
             g.copy_(start)
             if mixer is not None:
