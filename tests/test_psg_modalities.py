@@ -144,7 +144,8 @@ def test_six_groups_share_epochs_with_their_own_rate_and_scaling(six_cache: tupl
 
 def test_brain_group_equals_the_eeg_only_cache(psg_source: Path, six_cache: tuple[Path, str], tmp_path: Path) -> None:
     out, _ = six_cache
-    prepare("physionet2018", psg_source, tmp_path / "eeg", PrepareOptions(channels=EEG), progress=False)
+    options = PrepareOptions(channels=EEG, scaling="window")  # the brain group z-scores per window
+    prepare("physionet2018", psg_source, tmp_path / "eeg", options, progress=False)
     eeg = {r["recording"]: r for r in load_manifest(tmp_path / "eeg")["recordings"]}
     assert "modality_groups" not in load_manifest(tmp_path / "eeg")  # no --modalities: the EEG cache as before
     record = next(r for r in load_manifest(out)["recordings"] if r["recording"] == "tr00-0002")
