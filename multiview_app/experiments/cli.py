@@ -640,28 +640,31 @@ def command_text(args: argparse.Namespace) -> str:
     return "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
 
 
+def run_results_table(args: argparse.Namespace, module: str, knobs: str) -> int:
+    """Run the results-table experiment of ``experiments.<module>`` with its knobs class ``knobs`` (read from
+    ``--config`` and ``--set``), print its table; 1 when a run failed."""
+    from importlib import import_module
+
+    from .knobs import load_knobs
+
+    table = import_module(f".{module}", __package__)
+    options = load_knobs(getattr(table, knobs), args.config, args.set)
+    summary = table.experiment(options, args.out, command_text(args), args.fresh)
+    print((args.out / f"{table.TABLE}.md").read_text())
+    print(f"wrote {args.out / table.TABLE}.md and .json")
+    return 1 if summary["failures"] else 0
+
+
 @resumable
 def run_digits(args: argparse.Namespace) -> int:
     """Train every loss and seed unless done, probe, write ``OUT/digits.md`` / ``.json``; print the table."""
-    from .digits_table import TABLE, DigitsKnobs, experiment
-    from .knobs import load_knobs
-
-    summary = experiment(load_knobs(DigitsKnobs, args.config, args.set), args.out, command_text(args), args.fresh)
-    print((args.out / f"{TABLE}.md").read_text())
-    print(f"wrote {args.out / TABLE}.md and .json")
-    return 1 if summary["failures"] else 0
+    return run_results_table(args, "digits_table", "DigitsKnobs")
 
 
 @resumable
 def run_pairs(args: argparse.Namespace) -> int:
     """Train every paired config unless done, score retrieval, write ``OUT/pairs.md`` / ``.json``; print it."""
-    from .knobs import load_knobs
-    from .pairs_table import TABLE, PairsKnobs, experiment
-
-    summary = experiment(load_knobs(PairsKnobs, args.config, args.set), args.out, command_text(args), args.fresh)
-    print((args.out / f"{TABLE}.md").read_text())
-    print(f"wrote {args.out / TABLE}.md and .json")
-    return 1 if summary["failures"] else 0
+    return run_results_table(args, "pairs_table", "PairsKnobs")
 
 
 @resumable
