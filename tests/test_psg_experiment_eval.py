@@ -133,3 +133,13 @@ def test_retrieval_goal_is_not_measured_below_a_hundred_candidates() -> None:
     context = {"losses": ["m3g"], "candidates": 100, "paired": paired_vs_brain(per_method)}
     [goal] = [g for g in measure_goals(pooled, context) if g["goal"].startswith("retrieval")]
     assert goal["status"] == "not measured" and "N = 100" in goal["measured"]
+
+
+def test_end_to_end_batches_are_drawn_class_balanced() -> None:
+    from multiview_app.experiments.psg_end_to_end import balanced_weights
+
+    targets = np.array([0] * 90 + [1] * 9 + [2] * 1)
+    weights = balanced_weights(targets)
+    assert weights.sum() == pytest.approx(1.0)
+    per_class = [weights[targets == c].sum() for c in range(3)]
+    assert per_class == pytest.approx([1 / 3] * 3)
