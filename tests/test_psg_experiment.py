@@ -59,7 +59,8 @@ def test_psg_modalities_experiment_writes_tables_and_figure(tmp_path: Path) -> N
     assert {"sleepfm_loo: all (fused)", "sleepfm_loo: all - heart (fused)", "random init: all - brain (fused)"} <= set(
         removed
     )
-    assert {g["status"] for g in summary["goals"]} <= {"met", "not met", "not measured"}
+    assert {g["status"] for g in summary["goals"]} <= {"met", "not met", "not measured", "reported"}
+    assert "heart-only staging, 4-class kappa" in {g["goal"] for g in summary["goals"]}
     page = (out / "psg_modalities.md").read_text()
     assert "**retrieval**" in page and "**staging, all labels**" in page and "### sleepfm_loo, seed 0" in page
     assert "## Goals (as measured)" in page and "Staging with each modality removed at inference" in page

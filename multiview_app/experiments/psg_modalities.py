@@ -48,8 +48,8 @@ RANDOM_INIT = "random init"
 HANDCRAFTED = "handcrafted"
 """Method name of the baseline rows (one evaluation, no seeds)."""
 METRICS = {
-    "staging": ("balanced_accuracy", "macro_f1", "kappa", "macro_auroc"),
-    "missing_modalities": ("balanced_accuracy", "macro_f1", "kappa", "macro_auroc"),
+    "staging": ("balanced_accuracy", "macro_f1", "kappa", "kappa_4class", "macro_auroc"),
+    "missing_modalities": ("balanced_accuracy", "macro_f1", "kappa", "kappa_4class", "macro_auroc"),
     "apnea_hypopnea": ("auroc", "auprc"),
     "arousal": ("auroc", "auprc"),
     "retrieval": ("R@1", "R@10"),
