@@ -100,3 +100,12 @@ def test_tune_report_is_a_subcommand_and_search_the_default(capsys: pytest.Captu
     with pytest.raises(SystemExit):
         main(["tune", "report", "--study-name", "s", "train.max_steps=4"])
     assert "unrecognized arguments: train.max_steps=4" in capsys.readouterr().err
+
+
+def test_train_help_lists_training_configs_only() -> None:
+    from multiview_app.train.cli import _train_epilog
+
+    listed = _train_epilog().split("):", 1)[1]
+    assert "digits_m3g.yaml" in listed
+    for prefix in ("base_", "tune_", "demo_", "experiment_"):
+        assert prefix not in listed, prefix

@@ -30,6 +30,9 @@ seeds: [0]
 losses: [sleepfm_loo]
 e2e_steps: 2
 e2e_tasks: [staging, apnea_hypopnea]
+val_nights: 3
+val_seed: 9
+grid: {sleepfm_loo: {init_log_scale: [0.0, 2.3]}}
 """
 
 
@@ -56,16 +59,25 @@ def test_psg_modalities_experiment_writes_tables_and_figure(tmp_path: Path) -> N
     assert {"sleepfm_loo: all (fused)", "sleepfm_loo: all - heart (fused)", "random init: all - brain (fused)"} <= set(
         removed
     )
-    assert {g["status"] for g in summary["goals"]} <= {"met", "not met", "not measured"}
+    assert {g["status"] for g in summary["goals"]} <= {"met", "not met", "not measured", "reported"}
+    assert "heart-only staging, 4-class kappa" in {g["goal"] for g in summary["goals"]}
     page = (out / "psg_modalities.md").read_text()
     assert "**retrieval**" in page and "**staging, all labels**" in page and "### sleepfm_loo, seed 0" in page
     assert "## Goals (as measured)" in page and "Staging with each modality removed at inference" in page
     assert (out / "psg_modalities.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the setting was chosen on the validation nights among the grid's two, and the chosen run is the comparison's
+    selection = summary["selection"]
+    assert [r["setting"] for r in selection] == ["init_log_scale0", "init_log_scale2.3"]
+    (chosen,) = [r for r in selection if r.get("chosen")]
+    assert "## Settings chosen on validation nights" in page
+    tag = chosen["setting"]
+    assert summary["runs"]["sleepfm_loo seed 0"].endswith(f"psg_modalities_sleepfm_sleepfm_loo_{tag}_seed0")
     # training again reuses the finished run (nothing retrained: the same model file)
-    model = out / "runs" / "psg_modalities_sleepfm_sleepfm_loo_seed0" / "model.safetensors"
+    model = Path(summary["runs"]["sleepfm_loo seed 0"]) / "model.safetensors"
     stamp = model.stat().st_mtime_ns
-    cache = Path(summary["caches"]["pretrain"])
-    runs = psg_modalities.train_runs(CONFIG, cache, (out / "runs").resolve(), psg_modalities.load_sizes(sizes), [])
+    cache, toy = Path(summary["caches"]["pretrain"]), psg_modalities.load_sizes(sizes)
+    train = psg_modalities.trainer(CONFIG, cache, (out / "runs").resolve(), toy, [])
+    runs = psg_modalities.train_runs(train, toy, {"sleepfm_loo": chosen["values"]})
     assert list(runs.values()) == [model.parent] and model.stat().st_mtime_ns == stamp
 
 
@@ -76,6 +88,15 @@ def test_sizes_file_with_unknown_keys_or_equal_seeds_is_refused(tmp_path: Path) 
         psg_modalities.load_sizes(path)
     path.write_text("seed: 5\neval_seed: 5\n")
     with pytest.raises(ValueError, match="must differ"):
+        psg_modalities.load_sizes(path)
+    path.write_text("val_seed: 0\n")
+    with pytest.raises(ValueError, match="must differ"):
+        psg_modalities.load_sizes(path)
+    path.write_text("grid: {m3g: {temperature: [0.1]}}\n")
+    with pytest.raises(ValueError, match=r"grid.m3g: unknown parameter\(s\) \['temperature'\]; valid: .*epsilon"):
+        psg_modalities.load_sizes(path)
+    path.write_text("grid: {m3g: {epsilon: []}}\n")
+    with pytest.raises(ValueError, match="non-empty list"):
         psg_modalities.load_sizes(path)
 
 

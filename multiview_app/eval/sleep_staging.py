@@ -706,6 +706,7 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{name:<{width}}"
                 + "".join(f"{per_shot[s][metric]['mean']:>10.3f} ± {per_shot[s][metric]['std']:.3f}" for s in shots)
             )
+    lines += subject_lines(result["results"], shots, header, width)
     if result.get("paired"):
         lines += paired_lines(result["paired"], shots, capped, width)
     for s in shots:
@@ -718,6 +719,29 @@ def format_table(result: dict[str, Any]) -> str:
     for note in result.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def subject_mean(fits: list[dict[str, Any]]) -> float:
+    """Balanced accuracy counted per test subject: each subject's fits averaged first, then the mean over
+    subjects (NaN when the fits carry no ``per_subject`` scores)."""
+    means = stats.unit_means((u, v) for fit in fits for u, v in fit.get("per_subject", {}).items())
+    return float(np.mean(list(means.values()))) if means else float("nan")
+
+
+def subject_lines(results: dict[str, Any], shots: list[str], header: str, width: int) -> list[str]:
+    """The per-subject block of :func:`format_table` (the unit the README's tables and the paired
+    differences count by; the blocks above average fits, each pooling its fold's test subjects)."""
+    rows = {name: [subject_mean(per_shot[s].get("runs", [])) for s in shots] for name, per_shot in results.items()}
+    if all(np.isnan(v) for values in rows.values() for v in values):
+        return []
+    lines = [
+        "",
+        "balanced_accuracy per test subject (each subject's fits averaged, then the mean over subjects)",
+        header,
+    ]
+    return lines + [
+        f"{name:<{width}}" + "".join(f"{v:>10.3f}{'':7}" for v in values).rstrip() for name, values in rows.items()
+    ]
 
 
 def paired_lines(paired: dict[str, dict[str, Any]], shots: list[str], capped: set[str], width: int) -> list[str]:

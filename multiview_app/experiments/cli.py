@@ -590,9 +590,9 @@ def add_psg_modalities_arguments(parser: argparse.ArgumentParser) -> None:
         "--sizes",
         type=Path,
         default=None,
-        help="YAML file of the experiment's sizes (nights, eval_nights, hours, compress, seed, eval_seed, steps, "
-        "batch, candidates, shots, draws, seeds, losses; default: none, i.e. 8 + 8 nights of 9 h, the config's "
-        "steps, 3 seeds, every loss)",
+        help="YAML file of the experiment's sizes (nights, eval_nights, val_nights, hours, compress, seed, eval_seed, "
+        "val_seed, steps, batch, candidates, shots, draws, seeds, losses, grid, e2e_*; default: none, i.e. 8 + 8 + 6 "
+        "nights of 9 h, the config's steps, 3 seeds, every loss, each loss's setting chosen on the validation nights)",
     )
     parser.add_argument(
         "--seeds", type=seed_list, default=None, help="comma-separated pretraining seeds (default: the sizes', 0,1,2)"
@@ -615,6 +615,15 @@ def add_psg_modalities_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path("runs") / "psg_modalities",
         help="output folder: runs/, psg_modalities.md, .json and .png (default: %(default)s)",
     )
+    parser.add_argument(
+        "--runs", type=Path, default=None, help="folder of the training runs, reused when finished (default: OUT/runs)"
+    )
+    parser.add_argument(
+        "--train-only",
+        action="store_true",
+        help="choose the settings and train every run, then stop (e.g. loss subsets in parallel processes sharing "
+        "--data and --runs, then one run without it evaluates them all; default: off)",
+    )
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="training config overrides")
 
 
@@ -629,7 +638,11 @@ def run_psg_modalities(args: argparse.Namespace) -> int:
     chosen = {"seeds": args.seeds, "losses": args.losses}
     sizes = dataclasses.replace(sizes, **{k: v for k, v in chosen.items() if v is not None})
     command = "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
-    summary = experiment(args.config, args.out, args.data or args.out / "data", sizes, list(args.set), command)
+    data = args.data or args.out / "data"
+    summary = experiment(args.config, args.out, data, sizes, list(args.set), command, args.runs, args.train_only)
+    if args.train_only:
+        print("\n".join(f"trained {name}: {run}" for name, run in summary["runs"].items()))
+        return 0
     print((args.out / f"{TABLE}.md").read_text().split("## Notes")[0])
     print(f"wrote {args.out / TABLE}.md, .json and {summary['figure']}")
     return 0

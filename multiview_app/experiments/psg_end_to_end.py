@@ -64,6 +64,14 @@ def fused_logits(model: nn.Module, head: SupervisedCELoss, batch: Any) -> torch.
     return head.head(fuse(model.features(batch)))
 
 
+def balanced_weights(targets: np.ndarray) -> np.ndarray:
+    """Sampling probability ``(m,)`` of each training window: ``1 / (classes * count of its class)``, so
+    every class is drawn equally often: drawn by frequency, the model learns mostly the majority stage
+    (its balanced accuracy with every label fell below its few-shot one) and understates the ceiling."""
+    counts = np.bincount(targets)
+    return 1.0 / (np.count_nonzero(counts) * counts[targets])
+
+
 def train_model(
     model: nn.Module,
     inputs: Callable[[np.ndarray], Any],
@@ -73,9 +81,10 @@ def train_model(
     seed: int,
 ) -> SupervisedCELoss:
     """Train ``model`` and a new linear head on windows ``train (m,)`` with class indices ``targets (m,)``
-    for ``spec.steps`` steps of ``spec.batch`` windows drawn at random (generator ``seed``, AdamW at
-    ``spec.lr``); returns the head (``model`` is trained in place)."""
+    for ``spec.steps`` steps of ``spec.batch`` windows drawn class-balanced (:func:`balanced_weights`;
+    generator ``seed``, AdamW at ``spec.lr``); returns the head (``model`` is trained in place)."""
     rng = np.random.default_rng(seed)
+    weights = balanced_weights(targets)
     torch.manual_seed(seed)
     with torch.no_grad():
         width = model.eval().features(inputs(train[:2])).shape[-1]
@@ -83,7 +92,7 @@ def train_model(
     optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=spec.lr)
     model.train()
     for _ in range(spec.steps):
-        pick = rng.choice(train.size, min(spec.batch, train.size), replace=False)
+        pick = rng.choice(train.size, min(spec.batch, train.size), replace=False, p=weights)
         z = fuse(model.features(inputs(train[pick])))[:, None]  # (b, 1, f): one view, the fused embedding
         loss = head(z, labels=torch.as_tensor(targets[pick]))
         optimizer.zero_grad(set_to_none=True)
@@ -132,4 +141,13 @@ class EndToEnd:
         return predict_proba(model, head, self.inputs, np.asarray(test)), classes
 
 
-__all__ = ["CEILING", "E2E_ROW", "EndToEnd", "predict_proba", "row_label", "train_model", "window_inputs"]
+__all__ = [
+    "CEILING",
+    "E2E_ROW",
+    "EndToEnd",
+    "balanced_weights",
+    "predict_proba",
+    "row_label",
+    "train_model",
+    "window_inputs",
+]

@@ -10,7 +10,10 @@ Goals (:data:`GOALS`, one checker each):
   paired 95 % interval above 0 in every seed;
 * **apnea / hypopnea**: per-window AUROC >= 0.85 from every modality;
 * **frozen >= end-to-end**: every modality's frozen features ahead of (or level with) the end-to-end model,
-  with all labels (staging macro AUROC, apnea / hypopnea AUROC) and few-shot (staging macro AUROC).
+  with all labels (staging macro AUROC, apnea / hypopnea AUROC) and few-shot (staging macro AUROC);
+* **heart-only staging** (``reported``: no "ahead" goal on synthetic nights): the heart encoder's staging
+  kappa on 4 classes (wake, light, deep, REM), all labels, beside the HRV-feature row and the published
+  ECG-only range (:data:`ECG_ONLY_KAPPA`).
 
 A goal whose rows are missing (a loss or task that did not run) is ``not measured``, with the reason.
 """
@@ -32,7 +35,11 @@ APNEA_AUROC = 0.85
 """SleepFM's sleep-disordered-breathing AUROC."""
 BRAIN = "brain"
 """The EEG modality the all-modality staging is paired against."""
-MET, NOT_MET, UNMEASURED = "met", "not met", "not measured"
+ECG_ONLY_KAPPA = (0.60, 0.66)
+"""Published 4-class staging kappa from ECG alone (the range the issue names), for the heart-only row."""
+HEART = "heart"
+"""The ECG modality of the heart-only row."""
+MET, NOT_MET, UNMEASURED, REPORTED = "met", "not met", "not measured", "reported"
 
 
 def _mean(values: list[float]) -> float:
@@ -153,12 +160,28 @@ def frozen_goal(pooled: dict[str, Any], context: dict[str, Any]) -> list[dict[st
     return out
 
 
+def heart_goal(pooled: dict[str, Any], context: dict[str, Any]) -> list[dict[str, str]]:
+    """Heart-only staging kappa (4 classes, all labels) per loss beside the HRV features and the published
+    ECG-only range; reported, not judged."""
+    rows = pooled.get("staging, all labels", {})
+    hrv = [v for name, cells in rows.items() if name.startswith("HRV") for v in cells.get("kappa_4class", [])]
+    low, high = ECG_ONLY_KAPPA
+    beside = f"; HRV features {_spread(hrv)}" if hrv else ""
+    out = []
+    for loss in context["losses"]:
+        values = rows.get(f"{loss}: {HEART}", {}).get("kappa_4class", [])
+        text = f"{_spread(values)}{beside}; published ECG-only {low:.2f}-{high:.2f}" if values else "no rows"
+        out.append(_goal("heart-only staging, 4-class kappa", loss, text, REPORTED if values else UNMEASURED))
+    return out
+
+
 GOALS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[dict[str, str]]]] = {
     "retrieval": retrieval_goal,
     "loss ordering": ordering_goal,
     "staging": staging_goal,
     "breathing events": apnea_goal,
     "frozen vs end-to-end": frozen_goal,
+    "heart-only staging": heart_goal,
 }
 """Goal family -> its checker ``(pooled tables, context) -> goal rows``."""
 

@@ -35,6 +35,7 @@ import numpy as np
 from .eeg_demo import mvapp
 from .psg_end_to_end import E2E_ROW, row_label
 from .psg_goals import goals_markdown, measure_goals, paired_vs_brain
+from .psg_select import DEFAULT_GRID, check_grid, select_settings, selection_markdown, setting_overrides, setting_tag
 
 TABLE = "psg_modalities"
 """Stem of the written files (``OUT/psg_modalities.md``, ``.json``, ``.png``)."""
@@ -47,8 +48,8 @@ RANDOM_INIT = "random init"
 HANDCRAFTED = "handcrafted"
 """Method name of the baseline rows (one evaluation, no seeds)."""
 METRICS = {
-    "staging": ("balanced_accuracy", "macro_f1", "kappa", "macro_auroc"),
-    "missing_modalities": ("balanced_accuracy", "macro_f1", "kappa", "macro_auroc"),
+    "staging": ("balanced_accuracy", "macro_f1", "kappa", "kappa_4class", "macro_auroc"),
+    "missing_modalities": ("balanced_accuracy", "macro_f1", "kappa", "kappa_4class", "macro_auroc"),
     "apnea_hypopnea": ("auroc", "auprc"),
     "arousal": ("auroc", "auprc"),
     "retrieval": ("R@1", "R@10"),
@@ -78,6 +79,9 @@ class Sizes:
     e2e_steps: int = 300  #: training steps of each end-to-end fit (fixed a priori; 0: no end-to-end rows)
     e2e_lr: float = 1e-3  #: AdamW learning rate of the end-to-end model (fixed a priori)
     e2e_tasks: list[str] = field(default_factory=lambda: list(E2E_TASKS))  #: tasks with an end-to-end row
+    val_nights: int = 6  #: validation nights choosing each loss's setting (0: the config's settings, no choice)
+    val_seed: int = 2000  #: generator seed of the validation nights (other people again)
+    grid: dict[str, dict[str, list]] = field(default_factory=lambda: dict(DEFAULT_GRID))  #: loss -> settings tried
 
 
 def load_sizes(path: str | Path | None) -> Sizes:
@@ -86,8 +90,9 @@ def load_sizes(path: str | Path | None) -> Sizes:
     from .knobs import load_knobs
 
     sizes = load_knobs(Sizes, path)
-    if sizes.seed == sizes.eval_seed:
-        raise ValueError(f"{path}: seed and eval_seed must differ (the evaluation nights are other people)")
+    if len({sizes.seed, sizes.eval_seed, sizes.val_seed}) < 3:
+        raise ValueError(f"{path}: seed, eval_seed and val_seed must differ (each night set is other people)")
+    check_grid(sizes.grid, str(path))
     if set(sizes.e2e_tasks) - set(E2E_TASKS):
         raise ValueError(f"{path}: e2e_tasks {sizes.e2e_tasks}: expected some of {list(E2E_TASKS)}")
     return sizes
@@ -124,17 +129,24 @@ def night_set(
     return cache
 
 
-def prepare_data(data: Path, sizes: Sizes, modalities: str) -> tuple[Path, Path]:
-    """The pretraining and evaluation caches under ``data`` (made unless present)."""
+def prepare_data(data: Path, sizes: Sizes, modalities: str) -> tuple[Path, Path, Path | None]:
+    """The pretraining, evaluation and validation caches under ``data`` (made unless present; no
+    validation nights when ``sizes.val_nights`` is 0)."""
     data.mkdir(parents=True, exist_ok=True)
     pretrain = night_set(data, "psg_pretrain", sizes.nights, sizes.seed, sizes, modalities)
     evaluation = night_set(data, "psg_eval", sizes.eval_nights, sizes.eval_seed, sizes, modalities)
-    return pretrain, evaluation
+    validation = None
+    if sizes.val_nights:
+        validation = night_set(data, "psg_val", sizes.val_nights, sizes.val_seed, sizes, modalities)
+    return pretrain, evaluation, validation
 
 
-def run_config(config: Path, cache: Path, runs: Path, loss: str, seed: int, sizes: Sizes, overrides: list[str]) -> Any:
-    """The training config of run ``runs/<config stem>_<loss>_seed<seed>``: every pretraining night trained on
-    (no held-out split: evaluation uses its own nights), the sizes' steps and batch, ``overrides`` last."""
+def run_config(
+    config: Path, cache: Path, runs: Path, loss: str, seed: int, sizes: Sizes, overrides: list[str], setting: dict
+) -> Any:
+    """The training config of run ``runs/<config stem>_<loss>[_<setting tag>]_seed<seed>``: every pretraining
+    night trained on (no held-out split: evaluation uses its own nights), the sizes' steps and batch, the
+    loss ``setting`` (:mod:`.psg_select`), ``overrides`` last."""
     from ..config import load_config
 
     sized = [f"train.max_steps={sizes.steps}"] if sizes.steps else []
@@ -146,24 +158,29 @@ def run_config(config: Path, cache: Path, runs: Path, loss: str, seed: int, size
         f"train.seed={seed}",
         f"loss.name={loss}",
         *sized,
+        *setting_overrides(setting),
         *overrides,
     ]
-    return load_config(config, settings, name=f"{config.stem}_{loss}_seed{seed}")
+    tag = f"_{setting_tag(setting)}" if setting else ""
+    return load_config(config, settings, name=f"{config.stem}_{loss}{tag}_seed{seed}")
 
 
-def train_runs(
-    config: Path, cache: Path, runs: Path, sizes: Sizes, overrides: list[str]
-) -> dict[tuple[str, int], Path]:
-    """``{(loss, seed): run folder}``, each trained unless finished (``ensure_trained``, refuse-mismatch)."""
+def trainer(config: Path, cache: Path, runs: Path, sizes: Sizes, overrides: list[str]) -> Any:
+    """``(loss, seed, setting) -> run folder``: the run trained unless finished (``ensure_trained``,
+    refuse-mismatch)."""
     from .training import ensure_trained
 
-    done = {}
-    for loss in sizes.losses:
-        for seed in sizes.seeds:
-            cfg = run_config(config, cache, runs, loss, seed, sizes, overrides)
-            ensure_trained(cfg, "refuse-mismatch")
-            done[(loss, seed)] = cfg.run_dir
-    return done
+    def train(loss: str, seed: int, setting: dict) -> Path:
+        cfg = run_config(config, cache, runs, loss, seed, sizes, overrides, setting)
+        ensure_trained(cfg, "refuse-mismatch")
+        return cfg.run_dir
+
+    return train
+
+
+def train_runs(train: Any, sizes: Sizes, chosen: dict[str, dict]) -> dict[tuple[str, int], Path]:
+    """``{(loss, seed): run folder}`` of every loss at its ``chosen`` setting and every pretraining seed."""
+    return {(loss, seed): train(loss, seed, chosen[loss]) for loss in sizes.losses for seed in sizes.seeds}
 
 
 def window_order(meta: dict[str, list[Any]], windows: Any) -> np.ndarray:
@@ -189,21 +206,23 @@ def eval_split(cfg: Any, cache: Path) -> tuple[Any, Any]:
     return build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter), adapter.split("train")
 
 
-def cache_embeddings(run_dir: Path, weights: str, cache: Path) -> Any:
-    """Frozen encoder features (``ModalEmbeddings``: per modality ``(n, f)``, presence, labels, meta) of every
-    window of the modality cache ``cache`` (no split) from the run's ``weights`` (``final`` or ``init``)."""
+def cache_embeddings(run_dir: Path, weights: str, cache: Path, output: str = "features") -> Any:
+    """Frozen encoder features (``output="features"``; ``"embed"``: the projected, L2-normalized embeddings
+    the loss aligns) as ``ModalEmbeddings`` (per modality ``(n, f)``, presence, labels, meta) of every window
+    of the modality cache ``cache`` (no split) from the run's ``weights`` (``final`` or ``init``)."""
     from ..models.modal_embed import modality_embeddings
     from ..train.run_io import load_run
 
     cfg, model = load_run(run_dir, weights)
     policy, dataset = eval_split(cfg, cache)
-    return modality_embeddings(model, policy, dataset, output="features")
+    return modality_embeddings(model, policy, dataset, output=output)
 
 
-def embed(run_dir: Path, weights: str, cache: Path, windows: Any) -> dict[str, np.ndarray]:
-    """``{modality: (n, f)}`` encoder features of the evaluation windows (in ``windows``' order) from the
-    run's ``weights`` (``final`` or ``init``); a modality some window lacks is an error naming it."""
-    found = cache_embeddings(run_dir, weights, cache)
+def embed(run_dir: Path, weights: str, cache: Path, windows: Any, output: str = "features") -> dict[str, np.ndarray]:
+    """``{modality: (n, f)}`` encoder features (or, ``output="embed"``, projected embeddings) of the
+    evaluation windows (in ``windows``' order) from the run's ``weights`` (``final`` or ``init``); a
+    modality some window lacks is an error naming it."""
+    found = cache_embeddings(run_dir, weights, cache, output)
     order = window_order(found.meta, windows)
     lacking = [m for m, present in found.present.items() if not present[order].all()]
     if lacking:
@@ -264,8 +283,9 @@ def evaluate_runs(
     jobs += [(RANDOM_INIT, seed, runs[(sizes.losses[0], seed)], "init") for seed in sizes.seeds]
     for method, seed, run, weights in jobs:
         features = embed(run, weights, cache, windows)
+        aligned = embed(run, weights, cache, windows, output="embed") if "retrieval" in tasks else None
         per_method[method][seed] = evaluate_each(
-            lambda t, f=features: evaluate_modalities(f, windows, tasks=(t,), **options)[0],
+            lambda t, f=features, a=aligned: evaluate_modalities(f, windows, aligned=a, tasks=(t,), **options)[0],
             tasks,
             notes,
             f"{method} seed {seed}",
@@ -377,7 +397,8 @@ def report(summary: dict[str, Any], per_method: dict[str, dict[int, list]], base
         f"Pretrained on {sizes['nights']} synthetic whole-PSG nights (generator seed {sizes['seed']}), evaluated on "
         f"{sizes['eval_nights']} fresh nights (seed {sizes['eval_seed']}), {sizes['hours']} h / {sizes['compress']}; "
         f"losses {', '.join(sizes['losses'])}; pretraining seeds {', '.join(map(str, sizes['seeds']))}; frozen "
-        "encoder features, subject folds of the evaluators.",
+        "encoder features (retrieval: the projected embeddings the loss aligns), subject folds of the evaluators.",
+        *selection_markdown(summary.get("selection", []), Sizes(**sizes)),
         *pooled_tables(summary["pooled"]),
         *goals_markdown(summary.get("goals", [])),
         "",
@@ -496,14 +517,29 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
-def experiment(config: Path, out: Path, data: Path, sizes: Sizes, overrides: list[str], command: str) -> dict[str, Any]:
+def experiment(
+    config: Path,
+    out: Path,
+    data: Path,
+    sizes: Sizes,
+    overrides: list[str],
+    command: str,
+    runs_dir: Path | None = None,
+    train_only: bool = False,
+) -> dict[str, Any]:
     """The whole experiment (module docstring); writes ``OUT/psg_modalities.{md,json,png}`` and returns the
-    summary (``pooled``, ``notes``, ``runs``, ``modalities``, the paths written)."""
+    summary (``pooled``, ``notes``, ``runs``, ``selection``, ``modalities``, the paths written). ``runs_dir``:
+    where runs live (default ``OUT/runs``); ``train_only``: stop after the settings are chosen and every run
+    is trained (returns ``runs`` and ``selection``), e.g. to train loss subsets in parallel processes."""
     from ..config import load_config
 
     cfg = load_config(config, overrides)
-    pretrain, evaluation = prepare_data(data.resolve(), sizes, cache_modalities(cfg.data.options))
-    runs = train_runs(config, pretrain, (out / "runs").resolve(), sizes, overrides)
+    pretrain, evaluation, validation = prepare_data(data.resolve(), sizes, cache_modalities(cfg.data.options))
+    train = trainer(config, pretrain, (runs_dir or out / "runs").resolve(), sizes, overrides)
+    chosen, selection = select_settings(train, validation, sizes)
+    runs = train_runs(train, sizes, chosen)
+    if train_only:
+        return {"runs": {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()}, "selection": selection}
     notes: list[str] = []
     per_method, baselines, _ = evaluate_runs(runs, evaluation, sizes, notes)
     summary = {
@@ -511,7 +547,8 @@ def experiment(config: Path, out: Path, data: Path, sizes: Sizes, overrides: lis
         "config": str(config),
         "sizes": asdict(sizes),
         "modalities": list(cfg.model.encoders),
-        "caches": {"pretrain": str(pretrain), "evaluation": str(evaluation)},
+        "caches": {"pretrain": str(pretrain), "evaluation": str(evaluation), "validation": str(validation)},
+        "selection": selection,
         "runs": {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()},
         "pooled": pool(per_method, baselines),
         "notes": notes,

@@ -170,7 +170,7 @@ def train_run(config: Path, cache: Path, runs: Path, sizes: Sizes, overrides: li
     from .training import ensure_trained
 
     fitted = input_overrides(load_config(config, overrides), cache)
-    cfg = run_config(config, cache, runs, sizes.losses[0], sizes.seeds[0], sizes, [*fitted, *overrides])
+    cfg = run_config(config, cache, runs, sizes.losses[0], sizes.seeds[0], sizes, [*fitted, *overrides], {})
     ensure_trained(cfg, "refuse-mismatch")
     return cfg.run_dir
 

@@ -15,11 +15,12 @@ if TYPE_CHECKING:  # the trainer (torch) is imported only when a training runs
 def _train_epilog() -> str:
     """Examples and the configs shipped with the checkout (the project's ``configs/`` folder), for ``--help``."""
     folder = Path(__file__).resolve().parents[2] / "configs"
-    names = sorted(p.name for p in folder.glob("*.yaml") if not p.name.startswith(("base_", "tune_", "demo_")))
+    skipped = ("base_", "tune_", "demo_", "experiment_")
+    names = sorted(p.name for p in folder.glob("*.yaml") if not p.name.startswith(skipped))
     shipped = (
         (
             f"configs shipped in {folder} (not listed: base_*.yaml shared bases, tune_*.yaml for mvapp tune, "
-            "demo_*.yaml the demo scripts' settings):\n  "
+            "demo_*.yaml the demo scripts' settings, experiment_*.yaml the knobs of mvapp experiment):\n  "
             + "\n  ".join(", ".join(names[i : i + 4]) for i in range(0, len(names), 4))
         )
         if names

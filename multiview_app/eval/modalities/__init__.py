@@ -57,6 +57,7 @@ def evaluate_modalities(
     windows: EvalWindows,
     *,
     extra_rows: dict[str, np.ndarray] | None = None,
+    aligned: dict[str, np.ndarray] | None = None,
     tasks: tuple[str, ...] = ("staging", "missing_modalities", APNEA_HYPOPNEA, AROUSAL, "retrieval"),
     shots: int = 50,
     seeds: int = 3,
@@ -66,7 +67,12 @@ def evaluate_modalities(
 ) -> list[dict[str, Any]]:
     """Every asked evaluation of per-modality features ``{modality: (n, d)}`` on ``windows``; ``extra_rows``
     (baselines, random init, ...) join the staging and event tables. An asked task the data cannot support
-    raises :class:`UnsupportedEvaluation` (leave it out of ``tasks``)."""
+    raises :class:`UnsupportedEvaluation` (leave it out of ``tasks``).
+
+    ``aligned``: per-modality embeddings ``{modality: (n, d)}`` in the space the loss aligns across
+    modalities (a run's projected embeddings), which retrieval ranks; default ``features``. Encoder
+    features of different modality encoders are not in one space, so cross-modal retrieval on them is
+    at chance by construction."""
     extra = dict(extra_rows or {})
     runs = {
         "staging": lambda: evaluate_staging(
@@ -83,7 +89,9 @@ def evaluate_modalities(
             {**breathing_rows(features), **extra}, windows, APNEA_HYPOPNEA, folds=folds
         ),
         AROUSAL: lambda: evaluate_events({**breathing_rows(features), **extra}, windows, AROUSAL, folds=folds),
-        "retrieval": lambda: evaluate_retrieval(features, windows, n_candidates=n_candidates, seed=seed),
+        "retrieval": lambda: evaluate_retrieval(
+            features if aligned is None else aligned, windows, n_candidates=n_candidates, seed=seed
+        ),
     }
     unknown = [t for t in tasks if t not in runs]
     if unknown:

@@ -27,8 +27,16 @@ ALL = "all"
 FUSED = "fused"
 """Suffix of the missing-modality rows (the fused embedding of the modalities present)."""
 
-STAGING_METRICS = ("balanced_accuracy", "macro_f1", "kappa", "macro_auroc")
+STAGING_METRICS = ("balanced_accuracy", "macro_f1", "kappa", "kappa_4class", "macro_auroc")
 """Columns of the staging table (balanced accuracy per subject is also the paired unit)."""
+FOUR_CLASS = np.array([0, 1, 1, 2, 3])
+"""Stage code (W, N1, N2, N3, REM) -> the 4 classes of cardiorespiratory staging (wake, light, deep, REM),
+the scale of the published ECG-only kappas."""
+
+
+def four_class_kappa(y: np.ndarray, pred: np.ndarray) -> float:
+    """Cohen's kappa of 5-stage labels and predictions ``(t,)`` merged to wake / light (N1 + N2) / deep / REM."""
+    return float(cohen_kappa_score(FOUR_CLASS[y], FOUR_CLASS[pred]))
 
 
 def modality_subsets(modalities: list[str]) -> dict[str, list[str]]:
@@ -93,16 +101,19 @@ def _fit_record(y: np.ndarray, pred: np.ndarray, proba: np.ndarray, classes: np.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # kappa of a subject with one stage and one prediction: NaN, left out
         kappa = {str(s): float(cohen_kappa_score(y[subjects == s], pred[subjects == s])) for s in np.unique(subjects)}
+        kappa4 = {str(s): four_class_kappa(y[subjects == s], pred[subjects == s]) for s in np.unique(subjects)}
         overall = staging_metrics(y, pred)
         return {
             "balanced_accuracy": overall["balanced_accuracy"],
             "macro_f1": overall["macro_f1"],
             "kappa": float(cohen_kappa_score(y, pred)),
+            "kappa_4class": four_class_kappa(y, pred),
             "macro_auroc": macro_auroc(y, proba, classes),
             "per_subject": {
                 "balanced_accuracy": per_subject_balanced_accuracy(y, pred, subjects),
                 "macro_f1": _per_subject_f1(y, pred, subjects),
                 "kappa": kappa,
+                "kappa_4class": kappa4,
                 "macro_auroc": {
                     str(s): macro_auroc(y[subjects == s], proba[subjects == s], classes) for s in np.unique(subjects)
                 },

@@ -15,6 +15,7 @@ LABELS = {
     "balanced_accuracy": "balanced accuracy",
     "macro_f1": "macro-F1",
     "kappa": "kappa",
+    "kappa_4class": "kappa, 4 classes",
     "macro_auroc": "macro AUROC",
     "auroc": "AUROC",
     "auprc": "AUPRC",

@@ -1,0 +1,124 @@
+"""Validation-chosen loss settings for ``mvapp experiment psg-modalities``.
+
+Before the losses are compared, each loss's temperature-like setting is chosen on **validation nights**:
+a third set of synthetic nights (other people again, generator seed ``val_seed``), used for nothing else.
+For every loss, each value of its grid (:data:`DEFAULT_GRID`, or the sizes file's ``grid``) trains one run
+with the first pretraining seed on the pretraining nights; its frozen encoder features of the validation
+nights are scored by leave-one-subject-out staging with every training label, and the value with the
+highest **macro-F1 of all modalities together** wins (ties: the earlier value in the grid). The criterion
+is fixed before any run, and the test (evaluation) nights are never read. The chosen run is reused as
+that loss's first-seed run of the comparison.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+DEFAULT_GRID: dict[str, dict[str, list[float]]] = {
+    "sleepfm_pairwise": {"init_log_scale": [0.0, 1.2, 2.3, 3.0]},
+    "sleepfm_loo": {"init_log_scale": [0.0, 1.2, 2.3, 3.0]},
+    "infonce_ave": {"tau": [0.05, 0.1, 0.2]},
+    "pvc_geometric": {"tau": [0.025, 0.05, 0.1, 0.2]},
+    "m3g": {"epsilon": [0.1, 0.2, 0.4, 0.8]},
+    "mveb": {"beta": [0.001, 0.003, 0.01, 0.03]},
+}
+"""Loss -> ``{parameter: values}`` tried on the validation nights (the grid is the product of the lists).
+Factors of about 2-3 around each loss's default, which every list holds, widened by one value where the
+best validation score sat at an end (at the CPU-size comparison's nights). SleepFM's ``init_log_scale``
+0.0 is its published start (logit scale 1); 2.3 is a temperature of 0.1, the others' default."""
+CRITERION = ("staging, all labels", "all", "macro_f1")
+"""(pooled table, row, metric) maximized on the validation nights."""
+
+
+def settings_of(grid: dict[str, dict[str, list[Any]]], loss: str) -> list[dict[str, Any]]:
+    """Every setting ``{parameter: value}`` of ``loss``'s grid (``[{}]``: no grid, the config's setting)."""
+    params = grid.get(loss, {})
+    return [dict(zip(params, values)) for values in itertools.product(*params.values())] or [{}]
+
+
+def setting_tag(setting: dict[str, Any]) -> str:
+    """A run-name tag of ``setting``: ``{"epsilon": 0.4}`` -> ``epsilon0.4`` (``""``: no setting)."""
+    return "-".join(f"{k}{v:g}" if isinstance(v, int | float) else f"{k}{v}" for k, v in setting.items())
+
+
+def setting_overrides(setting: dict[str, Any]) -> list[str]:
+    """The training-config overrides of ``setting``: ``["loss.epsilon=0.4"]``."""
+    return [f"loss.{k}={v}" for k, v in setting.items()]
+
+
+def check_grid(grid: dict[str, Any], source: str) -> dict[str, dict[str, list[Any]]]:
+    """``grid`` checked: loss -> parameter -> non-empty list; every parameter a parameter of its loss
+    (``ValueError`` naming ``source``, the loss and the valid parameters)."""
+    from ..losses import loss_parameters
+
+    if not isinstance(grid, dict):
+        raise ValueError(f"{source}: grid should map loss -> {{parameter: [values]}}, got {grid!r}")
+    for loss, params in grid.items():
+        valid = set(loss_parameters(loss))
+        if not isinstance(params, dict) or not all(isinstance(v, list) and v for v in params.values()):
+            raise ValueError(f"{source}: grid.{loss} should map parameter -> non-empty list of values, got {params!r}")
+        unknown = sorted(set(params) - valid)
+        if unknown:
+            raise ValueError(f"{source}: grid.{loss}: unknown parameter(s) {unknown}; valid: {sorted(valid)}")
+    return grid
+
+
+def validation_score(run_dir: Path, cache: Path, windows: Any, sizes: Any) -> float:
+    """:data:`CRITERION` of one run on the validation nights ``cache`` (``windows``: its ``EvalWindows``)."""
+    from ..eval.modalities import evaluate_modalities
+    from .psg_modalities import embed
+
+    features = embed(run_dir, "final", cache, windows)
+    result = evaluate_modalities(features, windows, tasks=("staging",), shots=sizes.shots, seeds=sizes.draws)[0]
+    table, row, metric = CRITERION
+    setting = table.split(", ", 1)[1]
+    return float(result["settings"][setting]["rows"][row][metric]["value"])
+
+
+def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[str, dict[str, Any]], list[dict]]:
+    """``({loss: chosen setting}, selection rows)``: every grid setting of every loss trained by
+    ``train(loss, seed, setting) -> run folder`` with the first pretraining seed and scored on the
+    validation nights ``cache`` (None: no selection, every loss at the config's setting)."""
+    if cache is None:
+        return {loss: {} for loss in sizes.losses}, []
+    from ..eval.modalities import cache_baselines
+
+    windows = cache_baselines(cache, only=[])[0]
+    chosen, rows = {}, []
+    for loss in sizes.losses:
+        scored = []
+        for setting in settings_of(sizes.grid, loss):
+            run = train(loss, sizes.seeds[0], setting)
+            scored.append((validation_score(run, cache, windows, sizes), setting))
+            rows.append({"loss": loss, "setting": setting_tag(setting) or "config", "values": setting})
+            rows[-1]["score"] = scored[-1][0]
+        best = max(range(len(scored)), key=lambda i: (scored[i][0], -i))
+        chosen[loss] = scored[best][1]
+        rows[len(rows) - len(scored) + best]["chosen"] = True
+    return chosen, rows
+
+
+def selection_markdown(rows: list[dict], sizes: Any) -> list[str]:
+    """The page's selection section: one line per loss and setting, the chosen one in bold."""
+    if not rows:
+        return []
+    from ..eval.modalities.tables import markdown
+
+    table, row, metric = CRITERION
+    lines = [
+        "",
+        "## Settings chosen on validation nights",
+        "",
+        f"{sizes.val_nights} validation nights (generator seed {sizes.val_seed}), pretraining seed {sizes.seeds[0]}; "
+        f"criterion: {metric} of the `{row}` row of `{table}` (leave-one-subject-out); ties go to the earlier value.",
+        "",
+    ]
+    body = [
+        [r["loss"], r["setting"], f"**{r['score']:.3f}**" if r.get("chosen") else f"{r['score']:.3f}"] for r in rows
+    ]
+    return lines + markdown(["loss", "setting", f"validation {metric}"], body)
+
+
+__all__ = ["CRITERION", "DEFAULT_GRID", "check_grid", "select_settings", "selection_markdown", "settings_of"]

@@ -1,0 +1,75 @@
+"""Validation-chosen loss settings of ``mvapp experiment psg-modalities`` (``experiments.psg_select``): the grid's
+settings, run tags, the choice (highest validation score, ties to the earlier value) and the retrieval space."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from multiview_app.eval.modalities import EvalWindows, evaluate_modalities
+from multiview_app.experiments import psg_select
+
+
+def test_settings_are_the_grid_product_and_tags_name_them() -> None:
+    grid = {"m3g": {"epsilon": [0.1, 0.2], "anderson": [0, 16]}}
+    settings = psg_select.settings_of(grid, "m3g")
+    assert settings == [
+        {"epsilon": 0.1, "anderson": 0},
+        {"epsilon": 0.1, "anderson": 16},
+        {"epsilon": 0.2, "anderson": 0},
+        {"epsilon": 0.2, "anderson": 16},
+    ]
+    assert psg_select.settings_of(grid, "mveb") == [{}]
+    assert psg_select.setting_tag({"epsilon": 0.4, "anderson": 16}) == "epsilon0.4-anderson16"
+    assert psg_select.setting_overrides({"tau": 0.05}) == ["loss.tau=0.05"]
+
+
+def test_default_grid_holds_each_losss_default_and_valid_parameters() -> None:
+    from multiview_app.losses import loss_parameters
+
+    psg_select.check_grid(psg_select.DEFAULT_GRID, "DEFAULT_GRID")
+    for loss, params in psg_select.DEFAULT_GRID.items():
+        defaults = loss_parameters(loss)
+        assert all(defaults[p] in values for p, values in params.items()), loss
+
+
+def test_the_highest_validation_score_wins_and_ties_go_to_the_earlier_value(monkeypatch) -> None:
+    scores = {"a0.1": 0.5, "a0.2": 0.7, "a0.4": 0.7, "b1": 0.3, "b2": 0.3}
+    monkeypatch.setattr(psg_select, "validation_score", lambda run, cache, windows, sizes: scores[run.name])
+    monkeypatch.setattr("multiview_app.eval.modalities.cache_baselines", lambda cache, only: (None, {}, {}))
+    trained = []
+
+    def train(loss: str, seed: int, setting: dict) -> Path:
+        trained.append((loss, seed))
+        return Path(f"{next(iter(setting))}{next(iter(setting.values())):g}")
+
+    grid = {"m3g": {"a": [0.1, 0.2, 0.4]}, "mveb": {"b": [1, 2]}}
+    sizes = SimpleNamespace(losses=["m3g", "mveb"], seeds=[3, 4], grid=grid)
+    chosen, rows = psg_select.select_settings(train, Path("val"), sizes)
+    assert chosen == {"m3g": {"a": 0.2}, "mveb": {"b": 1}}
+    assert trained == [("m3g", 3)] * 3 + [("mveb", 3)] * 2  # the first pretraining seed only
+    assert [r.get("chosen", False) for r in rows] == [False, True, False, True, False]
+    assert psg_select.select_settings(train, None, sizes) == ({"m3g": {}, "mveb": {}}, [])
+
+
+def test_retrieval_ranks_the_aligned_embeddings_not_the_encoder_features() -> None:
+    rng = np.random.default_rng(0)
+    n = 240
+    windows = EvalWindows(
+        dataset="toy",
+        subjects=np.repeat(np.arange(4), n // 4),
+        nights=np.repeat(np.arange(4), n // 4),
+        onsets=np.tile(np.arange(n // 4) * 30.0, 4),
+        stages=rng.integers(0, 5, n),
+    )
+    features = {"a": rng.normal(size=(n, 8)), "b": rng.normal(size=(n, 8))}  # two unrelated encoder spaces
+    shared = rng.normal(size=(n, 8))
+    aligned = {"a": shared + 0.01 * rng.normal(size=(n, 8)), "b": shared}
+    kw = dict(tasks=("retrieval",), n_candidates=40, seed=0)
+    (on_features,) = evaluate_modalities(features, windows, **kw)
+    (on_aligned,) = evaluate_modalities(features, windows, aligned=aligned, **kw)
+    assert on_aligned["rows"]["a -> b"]["R@1"]["value"] == pytest.approx(1.0)
+    assert on_features["rows"]["a -> b"]["R@1"]["value"] < 0.2
