@@ -52,11 +52,13 @@ from common import (  # noqa: E402
     embeddings,
     machine_line,
     markdown_table,
+    parse_sizes,
     peak_rss_growth,
     ratio,
     synchronize,
     time_call,
 )
+from ott_m3g import m3g_value_and_grad  # noqa: E402
 
 from multiview_app.losses import build_loss  # noqa: E402
 
@@ -160,27 +162,15 @@ def jax_comparison(torch_device: torch.device, jax: ModuleType | str) -> JaxComp
 
 
 def ott_call(pool: EmbeddingPool, jax_device: Any, eps: float = 0.2, tol: float = 1e-3) -> Callable[[], None] | str:
-    """ott-jax's M3G value and gradient (jit) on the pool's batches placed on ``jax_device`` beforehand,
-    cycled like the torch calls; or why ott does not import."""
+    """ott-jax's M3G value and gradient (``ott_m3g.py``, jit) on the pool's batches placed on ``jax_device``
+    beforehand, cycled like the torch calls; or why ott does not import."""
     try:
         import jax
-        import jax.numpy as jnp
-        from ott.experimental.mmsinkhorn import MMSinkhorn
+
+        fn = m3g_value_and_grad(eps, tol)
     except Exception as err:  # noqa: BLE001 - an optional comparison
         return f"{type(err).__name__}: {err}"
     batches = [jax.device_put(np.asarray(z.detach().cpu().numpy()), jax_device) for z in pool.batches]
-    n, k, _ = pool.batches[0].shape
-    scale = 2.0 / (k - 1)  # SqEuclidean on scaled unit vectors = the cv cost
-    solver = MMSinkhorn(threshold=tol, max_iterations=1000)
-
-    def m3g(x: Any) -> Any:
-        unit = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-        xs = tuple(scale * unit[:, view] for view in range(k))
-        out = solver(xs, epsilon=eps)
-        diag = sum(jnp.sum((xs[a] - xs[b]) ** 2) for a in range(k) for b in range(a + 1, k)) / n
-        return diag - eps * jnp.log(n) - out.ent_reg_cost
-
-    fn = jax.jit(jax.value_and_grad(m3g))
     position = [0]
 
     def call() -> None:
@@ -519,7 +509,7 @@ def _main(argv: list[str] | None) -> dict[str, str]:
         parser.error(f"--pool must be >= 2 (fresh embeddings each call), got {args.pool}")
     sizes = QUICK_SIZES if args.quick else M3G_SIZES
     if args.sizes:
-        sizes = [tuple(int(v) for v in item.split(":")) for item in args.sizes.split(",")]
+        sizes = parse_sizes(args.sizes)
     repeats = args.repeats or (2 if args.quick else 5)
     skip = set(filter(None, args.skip.split(",")))
     args.out.mkdir(parents=True, exist_ok=True)

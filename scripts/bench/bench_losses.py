@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from common import embeddings, peak_rss_growth  # noqa: E402
+from common import embeddings, parse_sizes, peak_rss_growth  # noqa: E402
 
 from multiview_app.losses import build_loss  # noqa: E402
 
@@ -240,7 +240,7 @@ def section_infonce(args: argparse.Namespace) -> None:
 def section_chunked(args: argparse.Namespace) -> None:
     sizes = [(512, 2), (256, 4)] if args.quick else [(2048, 2), (8192, 2), (16384, 2), (8192, 4)]
     if args.chunked_sizes:
-        sizes = [tuple(int(v) for v in item.split("x")) for item in args.chunked_sizes.split(",")]
+        sizes = parse_sizes(args.chunked_sizes)
     d, tau = 256, 0.1
     print(
         f"\n### blockwise (chunked) path vs dense path vs lightly NTXentLoss, d={d}, tau={tau}, float32, "

@@ -60,6 +60,11 @@ class Timing:
         """The median in milliseconds, 3 significant figures."""
         return f"{self.median * 1e3:.3g}"
 
+    def of(self, stat: str) -> float:
+        """``stat`` of the runs: ``"median"`` or ``"min"`` (robust on a loaded machine, where a ms-scale call is
+        often preempted for a whole time slice)."""
+        return self.best if stat == "min" else self.median
+
 
 def synchronize(device: torch.device | str | None = None) -> None:
     """Wait for queued work on ``device`` (no-op on CPU)."""
@@ -71,21 +76,42 @@ def synchronize(device: torch.device | str | None = None) -> None:
 
 
 def time_call(
-    fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, device: torch.device | str | None = None
+    fn: Callable[[], Any],
+    *,
+    repeat: int = 5,
+    warmup: int = 1,
+    device: torch.device | str | None = None,
+    budget_s: float = float("inf"),
 ) -> Timing:
-    """Median-ready timings of ``fn()``: ``warmup`` untimed calls, then ``repeat`` timed ones."""
+    """Median-ready timings of ``fn()``: ``warmup`` untimed calls, then ``repeat`` timed ones (fewer when the
+    timed calls pass ``budget_s`` seconds; at least one)."""
     if repeat < 1 or warmup < 0:
         raise ValueError(f"time_call: repeat must be >= 1 and warmup >= 0, got {repeat}, {warmup}")
     for _ in range(warmup):
         fn()
     synchronize(device)
-    runs = []
-    for _ in range(repeat):
+    runs: list[float] = []
+    began = time.perf_counter()
+    while len(runs) < repeat and (not runs or time.perf_counter() - began <= budget_s):
         start = time.perf_counter()
         fn()
         synchronize(device)
         runs.append(time.perf_counter() - start)
     return Timing(tuple(runs))
+
+
+def parse_sizes(text: str | Sequence[str]) -> list[tuple[int, int]]:
+    """Problem sizes ``[(n, k), ...]`` from ``"64x4,128x4"``, ``"16:6,32:3"`` or ``["16x6", "32x4"]``.
+
+    ``ValueError`` naming the item that is not ``NxK`` or ``N:K``."""
+    items = text.split(",") if isinstance(text, str) else [part for item in text for part in item.split(",")]
+    sizes = []
+    for item in filter(None, (i.strip().lower() for i in items)):
+        parts = item.replace(":", "x").split("x")
+        if len(parts) != 2 or not all(part.isdigit() for part in parts):
+            raise ValueError(f"size '{item}': expected NxK or N:K (items x views), e.g. 64x4")
+        sizes.append((int(parts[0]), int(parts[1])))
+    return sizes
 
 
 def ratio(reference: float, candidate: float) -> str:
