@@ -36,7 +36,8 @@ from torch.utils.data import ConcatDataset, Subset
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from multiview_app.cli import main as mvapp  # noqa: E402
+from common import synthetic_eeg_cache  # noqa: E402
+
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.data.adapters import build_adapter  # noqa: E402
 from multiview_app.data.views import build_view_policy  # noqa: E402
@@ -73,30 +74,7 @@ def make_runs(work: Path) -> dict[str, Path]:
         name="digits",
     )
     ensure_trained(digits, "reuse")
-    cache = work / "eeg_cache"
-    if not (cache / "manifest.json").is_file():
-        assert (
-            mvapp(
-                [
-                    "data",
-                    "synth-psg",
-                    "--subjects",
-                    "3",
-                    "--nights",
-                    "1",
-                    "--format",
-                    "physionet2018",
-                    "--hours",
-                    "1",
-                    "--out",
-                    str(work / "eeg_raw"),
-                    "--seed",
-                    "0",
-                ]
-            )
-            == 0
-        )
-        assert mvapp(["data", "prepare", "physionet2018", "--source", str(work / "eeg_raw"), "--out", str(cache)]) == 0
+    cache = synthetic_eeg_cache(work, subjects=3, hours=1)
     eeg = load_config(
         ROOT / "configs/eeg_synthetic_m3g.yaml",
         [

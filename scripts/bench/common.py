@@ -278,3 +278,13 @@ def embeddings(
     generator = torch.Generator().manual_seed(seed)
     shared = signal * torch.randn(n, 1, d, generator=generator) if signal else 0.0
     return (shared + torch.randn(n, k, d, generator=generator)).to(dtype or torch.float32)
+
+
+def synthetic_eeg_cache(folder: Path, subjects: int, hours: float, seed: int = 0) -> Path:
+    """The prepared cache of ``subjects`` synthetic PhysioNet-2018-format nights of ``hours`` each (generator seed
+    ``seed``), under ``folder``, made as the EEG demo makes its own (``mvapp data synth-psg`` then ``prepare``:
+    :func:`multiview_app.experiments.eeg_demo.demo_data`); reused when present."""
+    from multiview_app.experiments.eeg_demo import demo_data
+
+    settings = {"subjects": subjects, "hours": hours, "compress": 1, "psg_seed": seed}
+    return demo_data(folder, {key: str(value) for key, value in settings.items()})["physionet2018"]
