@@ -100,6 +100,19 @@ def time_call(
     return Timing(tuple(runs))
 
 
+def interleaved(fns: Sequence[Callable[[], Any]], *, repeat: int = 5, warmup: int = 1) -> list[Timing]:
+    """Timings of each of ``fns``, the functions alternating within every round (a machine whose load drifts
+    slows them alike): ``warmup`` untimed rounds, then ``repeat`` timed ones."""
+    runs: list[list[float]] = [[] for _ in fns]
+    for round_index in range(warmup + repeat):
+        for bucket, fn in zip(runs, fns):
+            start = time.perf_counter()
+            fn()
+            if round_index >= warmup:
+                bucket.append(time.perf_counter() - start)
+    return [Timing(tuple(bucket)) for bucket in runs]
+
+
 def parse_sizes(text: str | Sequence[str]) -> list[tuple[int, int]]:
     """Problem sizes ``[(n, k), ...]`` from ``"64x4,128x4"``, ``"16:6,32:3"`` or ``["16x6", "32x4"]``.
 
