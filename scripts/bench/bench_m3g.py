@@ -58,6 +58,7 @@ from common import (  # noqa: E402
     DOCS,
     embeddings,
     machine_line,
+    markdown_table,
     markdown_tables,
     parse_sizes,
     peak_rss_growth,
@@ -154,54 +155,43 @@ def bench_row(n: int, k: int, eps: float, args: argparse.Namespace, ott_python: 
     return row
 
 
+HEADERS = ["n", "k", "eps", "ours ms", "iters", "ref ms", "ref/ours", "ours MB", "ref MB", "mem ref/ours", "ott ms"]
+HEADERS += ["ott/ours", "ott iters", "value ours", "abs(ours-ref)", "abs(ours-ott)"]
+
+
 def render(rows: list[dict], args: argparse.Namespace, ott_note: str) -> str:
-    """Markdown table (also printed)."""
-    lines = [
-        "| n | k | eps | ours ms | iters | ref ms | ref/ours | ours MB | ref MB | mem ref/ours | ott ms | ott/ours | ott iters | value ours | abs(ours-ref) | abs(ours-ott) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    notes = []
+    """Markdown table (also printed), then a note per skipped reference or failed ott run."""
+    cells, notes = [], []
     for r in rows:
-        ott = r.get("ott", {})
-        if "error" in ott:
-            notes.append(f"(n={r['n']}, k={r['k']}, eps={r['eps']}) ott: {ott['error']}")
-        if "ref_skip" in r:
-            notes.append(f"(n={r['n']}, k={r['k']}, eps={r['eps']}) reference {r['ref_skip']}")
+        ott, where = r.get("ott", {}), f"(n={r['n']}, k={r['k']}, eps={r['eps']})"
+        notes += [f"{where} ott: {ott['error']}"] if "error" in ott else []
+        notes += [f"{where} reference {r['ref_skip']}"] if "ref_skip" in r else []
         iters = (
             f"{r['ours_iters']}"
             + ("" if r["ours_converged"] else " (not conv.)")
             + (" fallback" if r["fallback"] else "")
         )
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    str(r["n"]),
-                    str(r["k"]),
-                    str(r["eps"]),
-                    ms(r["ours_time"]),
-                    iters,
-                    ms(r.get("ref_time")),
-                    ratio(r.get("ref_time"), r["ours_time"]),
-                    fmt(r.get("ours_mb"), ".1f"),
-                    fmt(r.get("ref_mb"), ".1f"),
-                    ratio(r.get("ref_mb"), r.get("ours_mb")),
-                    ms(ott.get("time")),
-                    ratio(ott.get("time"), r["ours_time"]),
-                    str(ott.get("iterations", "-")) + ("" if ott.get("converged", True) else " (not conv.)"),
-                    f"{r['ours_value']:.5f}",
-                    fmt(abs(r["ours_value"] - r["ref_value"]) if "ref_value" in r else None, ".1e"),
-                    fmt(abs(r["ours_value"] - ott["value"]) if "value" in ott else None, ".1e"),
-                ]
-            )
-            + " |"
+        cells.append(
+            [
+                r["n"],
+                r["k"],
+                r["eps"],
+                ms(r["ours_time"]),
+                iters,
+                ms(r.get("ref_time")),
+                ratio(r.get("ref_time"), r["ours_time"]),
+            ]
+            + [fmt(r.get("ours_mb"), ".1f"), fmt(r.get("ref_mb"), ".1f"), ratio(r.get("ref_mb"), r.get("ours_mb"))]
+            + [ms(ott.get("time")), ratio(ott.get("time"), r["ours_time"])]
+            + [str(ott.get("iterations", "-")) + ("" if ott.get("converged", True) else " (not conv.)")]
+            + [
+                f"{r['ours_value']:.5f}",
+                fmt(abs(r["ours_value"] - r["ref_value"]) if "ref_value" in r else None, ".1e"),
+            ]
+            + [fmt(abs(r["ours_value"] - ott["value"]) if "value" in ott else None, ".1e")]
         )
-    text = "\n".join(lines)
-    if ott_note:
-        notes.append(ott_note)
-    if notes:
-        text += "\n\n" + "\n".join(f"- {note}" for note in notes)
-    return text
+    notes += [ott_note] if ott_note else []
+    return markdown_table(HEADERS, cells) + ("\n\n" + "\n".join(f"- {note}" for note in notes) if notes else "")
 
 
 def write_docs(table: str, command: str, args: argparse.Namespace) -> None:
