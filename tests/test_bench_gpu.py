@@ -210,16 +210,6 @@ def test_fake_eeg_cache_is_a_valid_six_channel_cache(bench, tmp_path: Path) -> N
     assert adapter.channel_names == bench.EEG_CHANNELS
 
 
-def test_demo_overrides_follow_the_demo_settings(bench, tmp_path: Path) -> None:
-    import yaml
-
-    demo = yaml.safe_load((REPO / "configs" / "demo_eeg.yaml").read_text())
-    overrides = bench.demo_overrides(tmp_path)
-    assert f"data.options.cache={tmp_path}" in overrides and f"train.batch_size={demo['batch']}" in overrides
-    assert f"model.encoders.eeg={demo['encoder']}" in overrides  # the demo's encoder spec, as run_eeg_demo.sh passes it
-    assert all(item in overrides for item in demo["augment"].split())
-
-
 @pytest.mark.slow
 def test_gpu_check_cpu_smoke_runs_every_part(tmp_path: Path) -> None:
     """``scripts/gpu_check.sh --cpu-smoke``: every part runs (tiny sizes), each with its log, and the summary."""

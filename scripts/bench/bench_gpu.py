@@ -372,33 +372,13 @@ def fake_eeg_cache(folder: Path, subjects: int, windows: int) -> Path:
     return folder
 
 
-def demo_overrides(cache: Path) -> list[str]:
-    """The overrides scripts/run_eeg_demo.sh gives its training, from configs/demo_eeg.yaml."""
-    import yaml
-
-    demo = yaml.safe_load((REPO / "configs" / "demo_eeg.yaml").read_text())
-    return [
-        f"data.options.cache={cache}",
-        "data.options.test_fraction=0.25",
-        f"train.batch_size={demo['batch']}",
-        f"optim.lr={demo['lr']}",
-        f"model.encoders.eeg={demo['encoder']}",
-        f"loss.epsilon={demo['epsilon']}",
-        "loss.max_iter=300",
-        *str(demo.get("augment") or "").split(),
-    ]
-
-
-def train_rate(config: str, overrides: list[str], runs: Path, name: str) -> tuple[float, float]:
-    """``(steps/s, data share)`` of a short run (on the trainer's device: CUDA when present): median step
-    time and ``time/data`` of the logged windows after the first (warm-up) one."""
-    from multiview_app.config import load_config
+def train_rate(cfg: Any) -> tuple[float, float]:
+    """``(steps/s, data share)`` of a short run of ``cfg`` (on the trainer's device: CUDA when present): median
+    step time and ``time/data`` of the logged windows after the first (warm-up) one."""
+    from multiview_app.train.metrics import read_metrics
     from multiview_app.train.trainer import train
 
-    cfg = load_config(config, [*overrides, f"output.runs_dir={runs}"], name=name)
-    result = train(cfg)
-    rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows = [row for row in rows if "step_time_s" in row]
+    rows = [row for row in read_metrics(train(cfg).run_dir / "metrics.jsonl") if "step_time_s" in row]
     timed = rows[1:] or rows
     step_time = statistics.median(row["step_time_s"] for row in timed)
     data_share = statistics.median(row.get("time/data", float("nan")) for row in timed)
@@ -406,23 +386,25 @@ def train_rate(config: str, overrides: list[str], runs: Path, name: str) -> tupl
 
 
 def training_table(quick: bool, tmp: Path) -> str:
-    """Steps/s of the EEG demo's training (and digits_m3g without ``quick``) on the trainer's device."""
+    """Steps/s of the EEG demo's training (``make run``'s config: ``eeg_demo.demo_config``) and, without ``quick``,
+    of digits_m3g, on the trainer's device."""
+    from multiview_app.config import load_config
+    from multiview_app.experiments.eeg_demo import demo_config, demo_settings
+
     steps, log_every = (3, 1) if quick else (60, 10)
-    common = [
-        f"train.max_steps={steps}",
-        f"train.log_every={log_every}",
-        "train.checkpoint_every=0",
-        "train.diagnostics=false",
-        "eval.linear_probe=false",
-    ]
-    cache = fake_eeg_cache(tmp / "eeg_cache", subjects=4, windows=8 if quick else 40)
-    runs = [("configs/eeg_synthetic_m3g.yaml", demo_overrides(cache), "eeg demo (m3g k=6 n=16)")]
-    if not quick:
-        runs.append(("configs/digits_m3g.yaml", [], "digits_m3g"))
+    common = [f"train.max_steps={steps}", f"train.log_every={log_every}", "train.checkpoint_every=0"]
+    common += ["train.diagnostics=false", "eval.linear_probe=false"]
+    cache, runs = fake_eeg_cache(tmp / "eeg_cache", subjects=4, windows=8 if quick else 40), tmp / "runs"
+    configs = {
+        "eeg demo (m3g k=6 n=16)": lambda: demo_config(
+            cache, runs, "eeg", 0, demo_settings(), ["data.options.test_fraction=0.25", *common]
+        ),
+        "digits_m3g": lambda: load_config(REPO / "configs/digits_m3g.yaml", [*common, f"output.runs_dir={runs}"]),
+    }
     rows = []
-    for config, extra, label in runs:
+    for label, config in list(configs.items())[: 1 if quick else 2]:
         try:
-            rate, share = train_rate(config, common + extra, tmp / "runs", label.split()[0])
+            rate, share = train_rate(config())
             rows.append([label, f"{rate:.2f}", f"{share:.2f}"])
         except Exception as err:  # noqa: BLE001 - one failing run is a row, not the end of the bench
             rows.append([label, "failed", f"{type(err).__name__}: {str(err)[:80]}"])
