@@ -72,6 +72,8 @@ BLOCKING_COPY = "cudaMemcpy"  # the synchronous copy; cudaMemcpyAsync is followe
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
 CALL_MARK = "bench_gpu::call"  # record_function range around the profiled call
 NOT_ON_CPU = "n/a (CPU)"
+BACKEND = "blocks"
+"""The M3G solver timed: the sweep blocks, the path a GPU takes (the numba kernels are CPU-only)."""
 
 
 # ---------------------------------------------------------------- fresh embeddings
@@ -95,10 +97,10 @@ class EmbeddingPool:
         return batch
 
 
-def m3g_call(pool: EmbeddingPool, loop: str, eps: float = 0.2, tol: float = 1e-3) -> Callable[[], None]:
+def m3g_call(pool: EmbeddingPool, eps: float = 0.2, tol: float = 1e-3) -> Callable[[], None]:
     """One M3G forward+backward on the pool's next batch; the loss module is kept across calls (the
     device loop's block size adapts from the previous call, as in training)."""
-    loss = build_loss("m3g", epsilon=eps, tol=tol, backend="blocks")  # the sweep blocks (``loop`` labels the row)
+    loss = build_loss("m3g", epsilon=eps, tol=tol, backend=BACKEND)
 
     def call() -> None:
         x = pool.next().detach().requires_grad_()  # a new leaf view: no copy kernel, no gradient kept
@@ -286,12 +288,6 @@ def counts_headers(device: torch.device) -> list[str]:
 # ---------------------------------------------------------------- table 1 and 2
 
 
-def solver_loops() -> list[str]:
-    """The M3G solvers to time: the sweep blocks, the one solver (the numba k = 3 kernels, CPU-only, are
-    switched off in this script)."""
-    return ["blocks"]
-
-
 def m3g_tables(
     device: torch.device,
     sizes: Sequence[tuple[int, int]],
@@ -308,12 +304,12 @@ def m3g_tables(
     for n, k in sizes:
         pool = EmbeddingPool(n, k, size=pool_size, device=device)
         results: dict[str, tuple[float, Timing]] = {}
-        for loop in solver_loops():
-            call = m3g_call(pool, loop)
-            results[f"m3g {loop} loop"] = cold_and_steady(call, repeat=repeats, warmup=2, device=device)
-            counts = count_events(profiled_events(call, device))
-            count_rows.append(count_row(n, k, loop, counts, host_reads(call), device))
-            show(f"  counts {n},{k} {loop}: {count_rows[-1][3:]}")
+        call = m3g_call(pool)
+        results[f"m3g {BACKEND} loop"] = cold_and_steady(call, repeat=repeats, warmup=2, device=device)
+        count_rows.append(
+            count_row(n, k, BACKEND, count_events(profiled_events(call, device)), host_reads(call), device)
+        )
+        show(f"  counts {n},{k} {BACKEND}: {count_rows[-1][3:]}")
         ott = ott_call(pool, jax_side.device) if jax_side.device is not None else None
         if isinstance(ott, str):
             show(f"  ott-jax not timed: ott does not import ({ott})")
@@ -463,12 +459,7 @@ def device_lines(device: torch.device) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, str]:
-    """Run the bench; its M3G rows use the sweep blocks (``backend="blocks"``) on every device, the path a GPU
-    takes (the numba kernels are CPU-only)."""
-    return _main(argv)
-
-
-def _main(argv: list[str] | None) -> dict[str, str]:
+    """Run the bench (its M3G rows use the sweep blocks on every device, :data:`BACKEND`); the tables by part."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for bench_gpu.md (and scratch runs)")
     parser.add_argument(
