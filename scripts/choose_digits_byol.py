@@ -30,7 +30,7 @@ from typing import Any
 
 from multiview_app.config import load_config
 from multiview_app.eval.linear_probe import run_linear_probe
-from multiview_app.experiments.reproduce import ROOT
+from multiview_app.experiments.reproduce import ROOT, named_settings
 from multiview_app.experiments.training import ensure_trained
 from multiview_app.train.metrics import read_metrics
 from multiview_app.train.run_io import atomic_write_json, atomic_write_text
@@ -41,17 +41,6 @@ COLLAPSE_KEYS = (
     "stats/collapse/feature_std",
     "stats/collapse/feature_rankme",
 )
-
-
-def parse_settings(text: str) -> dict[str, list[str]]:
-    """``"default;lr5=optim.lr=0.005+train.seed=1"`` -> ``{"default": [], "lr5": ["optim.lr=0.005", ...]}``."""
-    settings: dict[str, list[str]] = {}
-    for part in filter(None, (p.strip() for p in text.split(";"))):
-        name, _, overrides = part.partition("=")
-        if not name.isidentifier():
-            raise ValueError(f"--settings: setting name '{name}' must be an identifier (NAME=KEY=VALUE+...)")
-        settings[name] = [o for o in overrides.split("+") if o]
-    return settings
 
 
 def trial(loss: str, name: str, overrides: list[str], seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -127,7 +116,7 @@ def write(rows: list[dict[str, Any]], settings: dict[str, list[str]], args: argp
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--settings", default="default", help="'default;NAME=KEY=VALUE+KEY=VALUE;...' (first = default)"
+        "--settings", default="default", help="'default;NAME=KEY=VALUE+KEY=VALUE;...' (default: the config as it is)"
     )
     parser.add_argument("--losses", default="byol_pwe,byol_ave")
     parser.add_argument("--seeds", default="0")
@@ -137,7 +126,7 @@ def main() -> int:
     parser.add_argument("--table", default="trials", help="file stem of the written table in --runs-dir")
     args = parser.parse_args()
     args.runs_dir = args.runs_dir.resolve()
-    settings = parse_settings(args.settings)
+    settings = named_settings(args.settings)
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         for name, overrides in settings.items():

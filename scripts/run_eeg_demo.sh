@@ -26,46 +26,23 @@ cd "$(dirname "$0")/.."
 MVAPP="${MVAPP:-.venv/bin/mvapp}"
 DEMO_CONFIG="${DEMO_CONFIG:-configs/demo_eeg.yaml}"
 PY="$(dirname "$MVAPP")/python"; [ -x "$PY" ] || PY=python3
-# the config as key=value lines; one line naming the file and the keys when it does not fit
-settings="$("$PY" - "$DEMO_CONFIG" <<'PYTHON'
-import sys, yaml
-path = sys.argv[1]
-keys = "data subjects edf_subjects hours compress steps lr batch encoder epsilon draws psg_seed edf_seed augment combine ceiling".split()
+# the settings as the package resolves them (multiview_app/experiments/eeg_demo.py: the file's keys, DEMO_<KEY> winning)
+# as KEY=value lines (DATA, SUBJECTS, ..., CEILING); one line naming the file and the keys when it does not fit
+settings="$("$PY" -c 'import sys
+from pathlib import Path
+from multiview_app.experiments.eeg_demo import demo_settings
 try:
-    cfg = yaml.safe_load(open(path))
+    settings = demo_settings(path=Path(sys.argv[1]))
 except OSError as error:
-    sys.exit(f"{path}: cannot read the demo config ({error.strerror})")
-if not isinstance(cfg, dict):
-    sys.exit(f"{path}: expected a mapping of the demo settings {keys}, got {cfg!r}")
-if set(cfg) != set(keys):
-    sys.exit(f"{path}: missing keys {sorted(set(keys) - set(cfg))}, unknown keys {sorted(set(cfg) - set(keys))}")
-for key in keys:
-    value = cfg[key]
-    print(f"{key}={'' if value is None else str(value).lower() if isinstance(value, bool) else value}")
-PYTHON
-)"
-declare -A CFG
-while IFS='=' read -r key value; do CFG[$key]=$value; done <<< "$settings"
-DATA="${DEMO_DATA:-${CFG[data]}}"
-SUBJECTS="${DEMO_SUBJECTS:-${CFG[subjects]}}"
-EDF_SUBJECTS="${DEMO_EDF_SUBJECTS:-${CFG[edf_subjects]}}"
-HOURS="${DEMO_HOURS:-${CFG[hours]}}"
-COMPRESS="${DEMO_COMPRESS:-${CFG[compress]}}"
-STEPS="${DEMO_STEPS:-${CFG[steps]}}"
-LR="${DEMO_LR:-${CFG[lr]}}"
-BATCH="${DEMO_BATCH:-${CFG[batch]}}"
-ENCODER="${DEMO_ENCODER:-${CFG[encoder]}}"
-EPSILON="${DEMO_EPSILON:-${CFG[epsilon]}}"
-DRAWS="${DEMO_DRAWS:-${CFG[draws]}}"
-PSG_SEED="${DEMO_PSG_SEED:-${CFG[psg_seed]}}"
-EDF_SEED="${DEMO_EDF_SEED:-${CFG[edf_seed]}}"
+    sys.exit(f"{sys.argv[1]}: cannot read the demo config ({error.strerror})")
+except ValueError as error:
+    sys.exit(str(error))
+print("\n".join(f"{key.upper()}={value}" for key, value in settings.items()))' "$DEMO_CONFIG")"
+while IFS='=' read -r key value; do declare "$key=$value"; done <<< "$settings"
 if [ "$PSG_SEED" = "$EDF_SEED" ]; then
   echo "DEMO_PSG_SEED and DEMO_EDF_SEED are both $PSG_SEED: the cross-dataset nights would be the pretraining people" >&2
   exit 2
 fi
-AUGMENT="${DEMO_AUGMENT-${CFG[augment]}}"
-COMBINE="${DEMO_COMBINE:-${CFG[combine]}}"
-CEILING="${DEMO_CEILING:-${CFG[ceiling]}}"
 # s = 1000 (every window a class has) only in the full demo: with C chosen by cross-validation inside the drawn
 # windows its fits cost as much as the three smaller columns together, and `make run` keeps to 5 minutes
 # the full demo also stages whole (uncompressed) Sleep-EDF-format nights, adding YASA's zero-shot row: its rolling

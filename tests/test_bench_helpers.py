@@ -54,3 +54,25 @@ def test_kept_environment_restores_set_and_unset_keys(monkeypatch) -> None:
         os.environ["MVAPP_BENCH_SET"] = "inside"
         raise RuntimeError("a failing bench")
     assert os.environ["MVAPP_BENCH_SET"] == "before"
+
+
+def test_time_call_stops_past_its_budget_after_at_least_one_run() -> None:
+    import time
+
+    timing = time_call(lambda: time.sleep(0.002), repeat=50, warmup=0, budget_s=0.0)
+    assert len(timing.runs) == 1
+    assert Timing((3.0, 1.0, 2.0)).of("min") == 1.0 and Timing((3.0, 1.0, 2.0)).of("median") == 2.0
+
+
+def test_interleaved_alternates_the_functions_after_the_warmup_rounds() -> None:
+    order: list[str] = []
+    timings = common.interleaved([lambda: order.append("a"), lambda: order.append("b")], repeat=2, warmup=1)
+    assert order == ["a", "b"] * 3 and [len(t.runs) for t in timings] == [2, 2]
+
+
+def test_parse_sizes_reads_both_spellings_and_names_a_bad_item() -> None:
+    assert common.parse_sizes("64x4, 128X3") == [(64, 4), (128, 3)]
+    assert common.parse_sizes("16:6,32:3") == [(16, 6), (32, 3)]
+    assert common.parse_sizes(["16x6", "8x3,4x2"]) == [(16, 6), (8, 3), (4, 2)]
+    with pytest.raises(ValueError, match="size '64x': expected NxK"):
+        common.parse_sizes("64x")

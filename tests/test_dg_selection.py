@@ -330,6 +330,19 @@ def test_defaults_named_settings_parse_and_refuse() -> None:
             script.named_settings(bad)
 
 
+def test_named_settings_put_the_default_first_for_every_choice_script() -> None:
+    """The parser both choice scripts share (choose_digits_byol.py's tie rule reads the first setting as the
+    default)."""
+    from multiview_app.experiments.reproduce import named_settings
+
+    assert named_settings("lr5=optim.lr=0.005+train.seed=1;default") == {
+        "default": [],
+        "lr5": ["optim.lr=0.005", "train.seed=1"],
+    }
+    with pytest.raises(ValueError, match="must name 'default'"):
+        named_settings("lr5=optim.lr=0.005")
+
+
 def test_erm_paragraph_says_how_much_the_last_checkpoint_still_gained() -> None:
     """An ERM run chosen at its budget's last step reads as a plateau when it gained at most ERM_RISING over
     the checkpoint before, else as still rising; each ERM run counts once however many results share it."""

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _eeg_helpers import real_psg, write_dreams_excerpt, write_sha256sums
-from _train_helpers import load_script
+from _eeg_helpers import real_psg, write_dreams_excerpt, write_psg_night, write_sha256sums
 
 from multiview_app.cli import main
 from multiview_app.data.eeg.cache import load_manifest, prepare
@@ -24,7 +23,6 @@ from multiview_app.data.eeg.sleep_edf import read_sleep_edf
 from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
 from multiview_app.data.eeg.synth import DEFAULT_START, hypnogram_annotations, write_edf
 
-bench = load_script("bench/bench_prepare_memory")
 MINUTES, FS = 20, 200.0
 EEG = list(PHYSIONET2018_EEG)
 OFF_EPOCHS = range(10, 13)  # SaO2 sensor off (0 %) in these epochs of night A
@@ -45,8 +43,8 @@ def psg_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two 20-min PhysioNet-format records with all 13 signals: night A with a flat, a saturated and a
     switched-off channel, night B whose ECG has a label no vocabulary knows (no heart modality)."""
     source = tmp_path_factory.mktemp("psg")
-    bench.write_psg_night(source / "a", "tr00-0001", MINUTES, seed=1, edit=_night_a_edits())
-    bench.write_psg_night(source / "b", "tr00-0002", MINUTES, seed=2, rename={"ECG": "XYZ"})
+    write_psg_night(source / "a", "tr00-0001", MINUTES, seed=1, edit=_night_a_edits())
+    write_psg_night(source / "b", "tr00-0002", MINUTES, seed=2, rename={"ECG": "XYZ"})
     return source
 
 
@@ -206,7 +204,7 @@ def test_unknown_label_names_the_file_label_and_aliases(psg_source: Path, tmp_pa
 
 
 def test_group_above_the_recorded_rate_is_an_error(tmp_path: Path) -> None:
-    bench.write_psg_night(tmp_path / "src", "tr00-0003", 10, seed=3, fs=100.0)
+    write_psg_night(tmp_path / "src", "tr00-0003", 10, seed=3, fs=100.0)
     with pytest.raises(
         ValueError, match=r"channel 'ECG' is recorded at 100 Hz, below the 200 Hz asked for modality heart"
     ):

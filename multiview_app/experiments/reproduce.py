@@ -1,6 +1,7 @@
 """Shared pieces of the reproduction scripts (``scripts/reproduce/<paper>/*.py``): the digits runner (train
 ``configs/digits_<loss>.yaml`` with overrides, reusing a finished run, and read back its metrics and linear-probe
-accuracies), comma-separated list options, and the table + figure outputs. Training unless done, saved results rows and sweeps are :mod:`multiview_app.experiments`
+accuracies), comma-separated list options, the named override sets of the choice scripts (``--settings``), and the
+table + figure outputs. Training unless done, saved results rows and sweeps are :mod:`multiview_app.experiments`
 (``train_unless_done`` = ``ensure_trained(cfg, "reuse")``). The scripts run from a clone: :data:`ROOT` is the
 repository root (its ``configs/``; outputs default under its ``runs/``)."""
 
@@ -52,6 +53,25 @@ def parse_list(parser: argparse.ArgumentParser, flag: str, text: str, cast: Call
         raise  # unreachable: parser.error exits
 
 
+def named_settings(text: str) -> dict[str, list[str]]:
+    """Named override sets of a choice script's ``--settings "default;NAME=KEY=VALUE+KEY=VALUE;..."``:
+    ``{name: overrides}``, ``default`` first (the config as it stands: no overrides; required once, the tie rule's
+    reference), every other name an identifier with at least one override. ``ValueError`` naming the bad part."""
+    settings: dict[str, list[str]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, _, overrides = part.partition("=")
+        if name in settings:
+            raise ValueError(f"--settings: '{name}' is named twice")
+        if name == "default" and overrides:
+            raise ValueError("--settings: 'default' takes no overrides (it is the config as it stands)")
+        if name != "default" and (not name.isidentifier() or not overrides):
+            raise ValueError(f"--settings: '{part}' is not NAME=KEY=VALUE[+KEY=VALUE...] (NAME: letters, digits, _)")
+        settings[name] = [o for o in overrides.split("+") if o]
+    if "default" not in settings:
+        raise ValueError("--settings must name 'default' (the current config, the tie rule's reference)")
+    return {"default": settings.pop("default"), **settings}
+
+
 def new_figure(ncols: int, size: tuple[float, float]) -> tuple[Any, Any]:
     """A matplotlib (Agg) figure with ``ncols`` axes in one row (axes always a 1-D array)."""
     import matplotlib
@@ -89,6 +109,7 @@ __all__ = [
     "RunSummary",
     "SMALL",
     "linear_probe_results",
+    "named_settings",
     "new_figure",
     "parse_list",
     "results_row",

@@ -12,11 +12,11 @@ context.
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 import torch
 import torchvision.transforms.v2 as T
+from common import time_call
 from torch.utils.data import default_collate
 
 from multiview_app.data.adapters import build_adapter
@@ -26,13 +26,7 @@ from multiview_app.models import build_model
 
 def timeit(fn: Callable[[], object], repeats: int) -> float:
     """Median seconds of ``fn`` over ``repeats`` runs (after one warm-up)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    return time_call(fn, repeat=repeats, warmup=1).median
 
 
 def torchvision_stack(stack: str, size: int) -> T.Compose:

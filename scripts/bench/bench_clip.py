@@ -21,8 +21,6 @@ Every row is measured in this process on the same inputs; ratios are vs the refe
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,28 +29,12 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 
+from common import interleaved  # noqa: E402
+
 from multiview_app.losses import build_loss  # noqa: E402
 
-STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
-#: How repeated timings are summarized (``--statistic``): the median, or the minimum (the least
-#: disturbed repeat; on a machine shared with other jobs the disturbance only adds time).
-STATISTIC = "median"
 
-
-def interleaved_medians(fns: list[Callable[[], object]], repeats: int) -> list[float]:
-    """Seconds of each function (median, or :data:`STATISTIC`), the functions alternating within
-    every repeat (so that a machine whose load drifts affects all of them alike); one warm-up round first."""
-    times: list[list[float]] = [[] for _ in fns]
-    for r in range(repeats + 1):
-        for bucket, fn in zip(times, fns):
-            start = time.perf_counter()
-            fn()
-            if r:
-                bucket.append(time.perf_counter() - start)
-    return [STATISTICS[STATISTIC](bucket) for bucket in times]
-
-
-def bench_loss(sizes: list[tuple[int, int]], repeats: int) -> None:
+def bench_loss(sizes: list[tuple[int, int]], repeats: int, stat: str) -> None:
     from open_clip.loss import ClipLoss
 
     tau = 0.07
@@ -86,7 +68,8 @@ def bench_loss(sizes: list[tuple[int, int]], repeats: int) -> None:
 
         c = float(run_clip().detach())
         diff = max(abs(c - float(run_ours(fixed)().detach())), abs(c - float(run_ours(learn)().detach())))
-        t_clip, t_fixed, t_learn = interleaved_medians([run_clip, run_ours(fixed), run_ours(learn)], repeats)
+        timings = interleaved([run_clip, run_ours(fixed), run_ours(learn)], repeat=repeats)
+        t_clip, t_fixed, t_learn = (timing.of(stat) for timing in timings)
         print(
             f"| {n} | {d} | {t_clip * 1e3:.2f} | {t_fixed * 1e3:.2f} | {t_fixed / t_clip:.2f} | "
             f"{t_learn * 1e3:.2f} | {t_learn / t_clip:.2f} | {diff:.1e} |",
@@ -94,7 +77,7 @@ def bench_loss(sizes: list[tuple[int, int]], repeats: int) -> None:
         )
 
 
-def bench_tokens(batch: int, repeats: int) -> None:
+def bench_tokens(batch: int, repeats: int, stat: str) -> None:
     import open_clip
     from torch.utils.data import default_collate
 
@@ -136,9 +119,8 @@ def bench_tokens(batch: int, repeats: int) -> None:
         "CaptionTokenizer, warm cache",
         "training step (views + forward + backward + AdamW)",
     ]
-    times = interleaved_medians(
-        [lambda: reference(captions, context_length=length), cold, lambda: warm(captions), step], repeats
-    )
+    fns = [lambda: reference(captions, context_length=length), cold, lambda: warm(captions), step]
+    times = [timing.of(stat) for timing in interleaved(fns, repeat=repeats)]
     t_step = times[-1]
     rows = list(zip(names, times))
     print(f"| what ({batch} captions, context {length}) | time (ms) | share of the step |")
@@ -155,23 +137,21 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per row (default 15, quick 3)")
     parser.add_argument(
         "--statistic",
-        choices=sorted(STATISTICS),
+        choices=["median", "min"],
         default="median",
         help="summary of the repeats (min: least disturbed repeat, for a loaded machine)",
     )
     args = parser.parse_args()
-    global STATISTIC
-    STATISTIC = args.statistic
     torch.manual_seed(0)
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats = args.repeats or (3 if args.quick else 15)
     if args.section in ("all", "loss"):
         sizes = [(128, 64)] if args.quick else [(256, 128), (1024, 256), (2048, 512)]
-        bench_loss(sizes, repeats)
+        bench_loss(sizes, repeats, args.statistic)
         print()
     if args.section in ("all", "tokens"):
-        bench_tokens(16 if args.quick else 64, repeats)
+        bench_tokens(16 if args.quick else 64, repeats, args.statistic)
     return 0
 
 

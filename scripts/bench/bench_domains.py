@@ -40,6 +40,8 @@ from torch.utils.data import DataLoader, default_collate
 
 ROOT = Path(__file__).resolve().parents[2]
 
+from common import machine_line, markdown_table, ratio  # noqa: E402
+
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.data.adapters import build_adapter  # noqa: E402
 from multiview_app.data.domains.adapter import decode_file  # noqa: E402
@@ -139,8 +141,6 @@ def eval_rates(run: Path, erm_run: Path, max_candidates: int | None) -> int:
     import json
     import tempfile
 
-    from common import machine_line, markdown_table, ratio
-
     import multiview_app.eval.protocols.domains as protocol
     from multiview_app.eval.domain_generalization import evaluate_run
     from multiview_app.eval.protocols.probe import fit_linear_classifier
@@ -187,8 +187,6 @@ def eval_rates(run: Path, erm_run: Path, max_candidates: int | None) -> int:
 def preload_sweep(root: Path, config: Path, repeats: int) -> int:
     """Seconds for ``repeats`` adapter builds reading every split, without / with the decoded-split cache."""
     import os
-
-    from common import machine_line, markdown_table, ratio
 
     from multiview_app.data.domains.adapter import DECODED_SPLITS
 
@@ -248,27 +246,21 @@ def main() -> int:
         help="time N adapter builds reading every split, without / with the decoded-split cache",
     )
     args = parser.parse_args()
-    if args.preload_sweep:
-        if not args.root.is_dir():
-            from multiview_app.data.domains.synth import synth_domains
-
-            synth_domains(args.root)
-        torch.set_num_threads(args.threads)
-        return preload_sweep(args.root, args.config, args.preload_sweep)
+    torch.set_num_threads(args.threads)  # DataLoader workers run with 1 thread; 1 avoids OpenMP stalls on a shared CPU
     if args.eval_run is not None:
         if args.erm_run is None:
             parser.error("--eval-run needs --erm-run")
-        torch.set_num_threads(args.threads)
         return eval_rates(args.eval_run, args.erm_run, args.max_candidates)
     if not args.root.is_dir():
         from multiview_app.data.domains.synth import synth_domains
 
         synth_domains(args.root)
+    if args.preload_sweep:
+        return preload_sweep(args.root, args.config, args.preload_sweep)
     cfg = load_config(args.config, [f"data.options.root={args.root}", "data.options.preload=false"])
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)
     size = cfg.data.options.get("load_size", 32)
-    torch.set_num_threads(args.threads)  # DataLoader workers run with 1 thread; 1 avoids OpenMP stalls on a shared CPU
     load = loader_rate(adapter, policy, cfg.train.batch_size, args.batches, args.workers)
     consume = step_rate(cfg, adapter, policy, args.steps)
     paths = [p for d in adapter.seen_domains for p in adapter.split(f"{d}/train").sources][: args.files]
@@ -278,19 +270,20 @@ def main() -> int:
         f"config {args.config.name}: n = {cfg.train.batch_size}, k = {cfg.views.k}, loss {cfg.loss.name}, "
         f"{size} px, torch threads {torch.get_num_threads()}"
     )
-    print("| path | images/s | ratio |")
-    print("|---|---|---|")
-    print(
-        f"| loader: read + decode + resize ({args.workers} workers) + simclr views | {load:.0f} | "
-        f"{load / consume:.1f}x the step |"
-    )
-    print(f"| training step ({cfg.loss.name}, fwd + loss + bwd + AdamW) | {consume:.0f} | 1.0x |")
-    print(f"| decode_file (torchvision.io) | {fast:.0f} | {fast / slow:.2f}x PIL |")
-    print(f"| PIL open + RGB + resize | {slow:.0f} | 1.0x |")
-    print(
-        f"| decode_file, {args.large_size}-px JPEGs -> {args.large_load} px | {big_fast:.0f} | {big_fast / big_slow:.2f}x PIL |"
-    )
-    print(f"| PIL, {args.large_size}-px JPEGs -> {args.large_load} px | {big_slow:.0f} | 1.0x |")
+    large = f"{args.large_size}-px JPEGs -> {args.large_load} px"
+    rows = [
+        [
+            f"loader: read + decode + resize ({args.workers} workers) + simclr views",
+            f"{load:.0f}",
+            f"{load / consume:.1f}x the step",
+        ],
+        [f"training step ({cfg.loss.name}, fwd + loss + bwd + AdamW)", f"{consume:.0f}", "1.0x"],
+        ["decode_file (torchvision.io)", f"{fast:.0f}", f"{fast / slow:.2f}x PIL"],
+        ["PIL open + RGB + resize", f"{slow:.0f}", "1.0x"],
+        [f"decode_file, {large}", f"{big_fast:.0f}", f"{big_fast / big_slow:.2f}x PIL"],
+        [f"PIL, {large}", f"{big_slow:.0f}", "1.0x"],
+    ]
+    print(markdown_table(["path", "images/s", "ratio"], rows))
     return 0
 
 

@@ -161,22 +161,17 @@ def bench_prepare(args: argparse.Namespace, workdir: Path) -> list[str]:
 
 def bench_loader(args: argparse.Namespace, workdir: Path) -> list[str]:
     import torch
+    from common import synthetic_eeg_cache
     from torch.utils.data import DataLoader
 
     from multiview_app.config import load_config
     from multiview_app.data.adapters import build_adapter
-    from multiview_app.data.eeg.cache import prepare
-    from multiview_app.data.eeg.preprocess import PrepareOptions
-    from multiview_app.data.eeg.stages import PHYSIONET2018_EEG
-    from multiview_app.data.eeg.synth import synth_psg
     from multiview_app.data.views import build_view_policy
     from multiview_app.losses import build_loss
     from multiview_app.models import build_model
     from multiview_app.train.run_io import model_spec
 
-    raw, cache = workdir / "pn_raw", workdir / "pn_cache"
-    synth_psg(raw, 4, 1, "physionet2018", hours=2.0, seed=0, progress=False)
-    prepare("physionet2018", raw, cache, PrepareOptions(channels=list(PHYSIONET2018_EEG)), progress=False)
+    cache = synthetic_eeg_cache(workdir, subjects=4, hours=2)
     cfg = load_config(str(ROOT / "configs" / "eeg_synthetic_m3g.yaml"), [f"data.options.cache={cache}"])
     adapter = build_adapter(cfg.data.adapter, cfg.data.options)
     policy = build_view_policy(cfg.views.policy, cfg.views.k, cfg.views.options, adapter)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from common import markdown_table
 
 from multiview_app.argtypes import seed_list
 from multiview_app.models import build_model
@@ -89,11 +90,13 @@ def speed(args: argparse.Namespace) -> None:
         f"torch threads {args.threads}; batch {args.batch} x {len(VIEWS)} views x {args.seconds:g} s at 100 Hz; "
         f"best of {args.repeats} x {args.steps} steps"
     )
-    print(f"{'encoder':12s} {'encoder params':>15s} {'steps/s':>9s} {'vs conv':>8s}")
+    rows = []
     for name, model in models.items():
         params = sum(p.numel() for p in model.encoders["eeg"].parameters())
-        ratio = f"{best[name] / best['conv']:8.2f}x" if "conv" in best else "-"
-        print(f"{name:12s} {params:15,d} {best[name]:9.2f} {ratio}")
+        rows.append(
+            [name, f"{params:,d}", f"{best[name]:.2f}", f"{best[name] / best['conv']:.2f}x" if "conv" in best else "-"]
+        )
+    print(markdown_table(["encoder", "encoder params", "steps/s", "vs conv"], rows))
 
 
 def train(name: str, seed: int, cache: str, out: Path) -> Path:

@@ -36,7 +36,8 @@ from torch.utils.data import ConcatDataset, Subset
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from multiview_app.cli import main as mvapp  # noqa: E402
+from common import synthetic_eeg_cache  # noqa: E402
+
 from multiview_app.config import load_config  # noqa: E402
 from multiview_app.data.adapters import build_adapter  # noqa: E402
 from multiview_app.data.views import build_view_policy  # noqa: E402
@@ -73,30 +74,7 @@ def make_runs(work: Path) -> dict[str, Path]:
         name="digits",
     )
     ensure_trained(digits, "reuse")
-    cache = work / "eeg_cache"
-    if not (cache / "manifest.json").is_file():
-        assert (
-            mvapp(
-                [
-                    "data",
-                    "synth-psg",
-                    "--subjects",
-                    "3",
-                    "--nights",
-                    "1",
-                    "--format",
-                    "physionet2018",
-                    "--hours",
-                    "1",
-                    "--out",
-                    str(work / "eeg_raw"),
-                    "--seed",
-                    "0",
-                ]
-            )
-            == 0
-        )
-        assert mvapp(["data", "prepare", "physionet2018", "--source", str(work / "eeg_raw"), "--out", str(cache)]) == 0
+    cache = synthetic_eeg_cache(work, subjects=3, hours=1)
     eeg = load_config(
         ROOT / "configs/eeg_synthetic_m3g.yaml",
         [
@@ -120,8 +98,8 @@ def _setup(run: Path, times: int, limit: int | None) -> tuple[Any, Any, Any]:
     return model, RepeatedAdapter(adapter, times, limit), policy
 
 
-def evaluator_path(model: Any, adapter: Any, policy: Any, batch: int) -> int:
-    """The evaluators' path: every split's features in memory, then per-view rows. Returns rows."""
+def evaluator_path(model: Any, adapter: Any, policy: Any, batch: int, out: Path | None = None) -> int:
+    """The evaluators' path: every split's features in memory, then per-view rows (``out`` unused). Returns rows."""
     parts = [extract_features(model, adapter, policy, split, batch, progress=False)[0] for split in adapter.splits]
     rows = np.concatenate([p.reshape(-1, p.shape[-1]) for p in parts])
     return int(rows.shape[0])
@@ -132,16 +110,16 @@ def export_path(model: Any, adapter: Any, policy: Any, batch: int, out: Path) ->
     return int(manifest["rows"])
 
 
+PATHS = {"export": export_path, "evaluator": evaluator_path}
+"""The two measured paths: ``(model, adapter, policy, batch, out) -> rows``."""
+
+
 def child(kind: str, path: str, times: int, limit: int | None, run: Path, out: Path) -> None:
     """Fresh process: one measurement; prints JSON with rows, seconds and peak RSS (MiB)."""
     torch.set_num_threads(1)
     model, adapter, policy = _setup(run, times, limit)
     start = time.perf_counter()
-    rows = (
-        export_path(model, adapter, policy, BATCH[kind], out)
-        if path == "export"
-        else evaluator_path(model, adapter, policy, BATCH[kind])
-    )
+    rows = PATHS[path](model, adapter, policy, BATCH[kind], out)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
     print(json.dumps({"rows": rows, "seconds": seconds, "peak_rss_mib": peak}))
@@ -158,11 +136,7 @@ def throughput(kind: str, run: Path, out: Path, repeats: int, limit: int | None,
     for _ in range(repeats):
         for path in ("evaluator", "export"):
             wall, cpu = time.perf_counter(), time.process_time()
-            rows = (
-                export_path(model, adapter, policy, BATCH[kind], out)
-                if path == "export"
-                else evaluator_path(model, adapter, policy, BATCH[kind])
-            )
+            rows = PATHS[path](model, adapter, policy, BATCH[kind], out)
             best[path, "wall"] = max(best[path, "wall"], rows / (time.perf_counter() - wall))
             best[path, "cpu"] = max(best[path, "cpu"], rows / (time.process_time() - cpu))
     return {

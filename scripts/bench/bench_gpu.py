@@ -52,11 +52,13 @@ from common import (  # noqa: E402
     embeddings,
     machine_line,
     markdown_table,
+    parse_sizes,
     peak_rss_growth,
     ratio,
     synchronize,
     time_call,
 )
+from ott_m3g import m3g_value_and_grad  # noqa: E402
 
 from multiview_app.losses import build_loss  # noqa: E402
 
@@ -70,6 +72,8 @@ BLOCKING_COPY = "cudaMemcpy"  # the synchronous copy; cudaMemcpyAsync is followe
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
 CALL_MARK = "bench_gpu::call"  # record_function range around the profiled call
 NOT_ON_CPU = "n/a (CPU)"
+BACKEND = "blocks"
+"""The M3G solver timed: the sweep blocks, the path a GPU takes (the numba kernels are CPU-only)."""
 
 
 # ---------------------------------------------------------------- fresh embeddings
@@ -93,10 +97,10 @@ class EmbeddingPool:
         return batch
 
 
-def m3g_call(pool: EmbeddingPool, loop: str, eps: float = 0.2, tol: float = 1e-3) -> Callable[[], None]:
+def m3g_call(pool: EmbeddingPool, eps: float = 0.2, tol: float = 1e-3) -> Callable[[], None]:
     """One M3G forward+backward on the pool's next batch; the loss module is kept across calls (the
     device loop's block size adapts from the previous call, as in training)."""
-    loss = build_loss("m3g", epsilon=eps, tol=tol, backend="blocks")  # the sweep blocks (``loop`` labels the row)
+    loss = build_loss("m3g", epsilon=eps, tol=tol, backend=BACKEND)
 
     def call() -> None:
         x = pool.next().detach().requires_grad_()  # a new leaf view: no copy kernel, no gradient kept
@@ -160,27 +164,15 @@ def jax_comparison(torch_device: torch.device, jax: ModuleType | str) -> JaxComp
 
 
 def ott_call(pool: EmbeddingPool, jax_device: Any, eps: float = 0.2, tol: float = 1e-3) -> Callable[[], None] | str:
-    """ott-jax's M3G value and gradient (jit) on the pool's batches placed on ``jax_device`` beforehand,
-    cycled like the torch calls; or why ott does not import."""
+    """ott-jax's M3G value and gradient (``ott_m3g.py``, jit) on the pool's batches placed on ``jax_device``
+    beforehand, cycled like the torch calls; or why ott does not import."""
     try:
         import jax
-        import jax.numpy as jnp
-        from ott.experimental.mmsinkhorn import MMSinkhorn
+
+        fn = m3g_value_and_grad(eps, tol)
     except Exception as err:  # noqa: BLE001 - an optional comparison
         return f"{type(err).__name__}: {err}"
     batches = [jax.device_put(np.asarray(z.detach().cpu().numpy()), jax_device) for z in pool.batches]
-    n, k, _ = pool.batches[0].shape
-    scale = 2.0 / (k - 1)  # SqEuclidean on scaled unit vectors = the cv cost
-    solver = MMSinkhorn(threshold=tol, max_iterations=1000)
-
-    def m3g(x: Any) -> Any:
-        unit = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-        xs = tuple(scale * unit[:, view] for view in range(k))
-        out = solver(xs, epsilon=eps)
-        diag = sum(jnp.sum((xs[a] - xs[b]) ** 2) for a in range(k) for b in range(a + 1, k)) / n
-        return diag - eps * jnp.log(n) - out.ent_reg_cost
-
-    fn = jax.jit(jax.value_and_grad(m3g))
     position = [0]
 
     def call() -> None:
@@ -296,12 +288,6 @@ def counts_headers(device: torch.device) -> list[str]:
 # ---------------------------------------------------------------- table 1 and 2
 
 
-def solver_loops() -> list[str]:
-    """The M3G solvers to time: the sweep blocks, the one solver (the numba k = 3 kernels, CPU-only, are
-    switched off in this script)."""
-    return ["blocks"]
-
-
 def m3g_tables(
     device: torch.device,
     sizes: Sequence[tuple[int, int]],
@@ -318,12 +304,12 @@ def m3g_tables(
     for n, k in sizes:
         pool = EmbeddingPool(n, k, size=pool_size, device=device)
         results: dict[str, tuple[float, Timing]] = {}
-        for loop in solver_loops():
-            call = m3g_call(pool, loop)
-            results[f"m3g {loop} loop"] = cold_and_steady(call, repeat=repeats, warmup=2, device=device)
-            counts = count_events(profiled_events(call, device))
-            count_rows.append(count_row(n, k, loop, counts, host_reads(call), device))
-            show(f"  counts {n},{k} {loop}: {count_rows[-1][3:]}")
+        call = m3g_call(pool)
+        results[f"m3g {BACKEND} loop"] = cold_and_steady(call, repeat=repeats, warmup=2, device=device)
+        count_rows.append(
+            count_row(n, k, BACKEND, count_events(profiled_events(call, device)), host_reads(call), device)
+        )
+        show(f"  counts {n},{k} {BACKEND}: {count_rows[-1][3:]}")
         ott = ott_call(pool, jax_side.device) if jax_side.device is not None else None
         if isinstance(ott, str):
             show(f"  ott-jax not timed: ott does not import ({ott})")
@@ -382,33 +368,13 @@ def fake_eeg_cache(folder: Path, subjects: int, windows: int) -> Path:
     return folder
 
 
-def demo_overrides(cache: Path) -> list[str]:
-    """The overrides scripts/run_eeg_demo.sh gives its training, from configs/demo_eeg.yaml."""
-    import yaml
-
-    demo = yaml.safe_load((REPO / "configs" / "demo_eeg.yaml").read_text())
-    return [
-        f"data.options.cache={cache}",
-        "data.options.test_fraction=0.25",
-        f"train.batch_size={demo['batch']}",
-        f"optim.lr={demo['lr']}",
-        f"model.encoders.eeg={demo['encoder']}",
-        f"loss.epsilon={demo['epsilon']}",
-        "loss.max_iter=300",
-        *str(demo.get("augment") or "").split(),
-    ]
-
-
-def train_rate(config: str, overrides: list[str], runs: Path, name: str) -> tuple[float, float]:
-    """``(steps/s, data share)`` of a short run (on the trainer's device: CUDA when present): median step
-    time and ``time/data`` of the logged windows after the first (warm-up) one."""
-    from multiview_app.config import load_config
+def train_rate(cfg: Any) -> tuple[float, float]:
+    """``(steps/s, data share)`` of a short run of ``cfg`` (on the trainer's device: CUDA when present): median
+    step time and ``time/data`` of the logged windows after the first (warm-up) one."""
+    from multiview_app.train.metrics import read_metrics
     from multiview_app.train.trainer import train
 
-    cfg = load_config(config, [*overrides, f"output.runs_dir={runs}"], name=name)
-    result = train(cfg)
-    rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows = [row for row in rows if "step_time_s" in row]
+    rows = [row for row in read_metrics(train(cfg).run_dir / "metrics.jsonl") if "step_time_s" in row]
     timed = rows[1:] or rows
     step_time = statistics.median(row["step_time_s"] for row in timed)
     data_share = statistics.median(row.get("time/data", float("nan")) for row in timed)
@@ -416,23 +382,25 @@ def train_rate(config: str, overrides: list[str], runs: Path, name: str) -> tupl
 
 
 def training_table(quick: bool, tmp: Path) -> str:
-    """Steps/s of the EEG demo's training (and digits_m3g without ``quick``) on the trainer's device."""
+    """Steps/s of the EEG demo's training (``make run``'s config: ``eeg_demo.demo_config``) and, without ``quick``,
+    of digits_m3g, on the trainer's device."""
+    from multiview_app.config import load_config
+    from multiview_app.experiments.eeg_demo import demo_config, demo_settings
+
     steps, log_every = (3, 1) if quick else (60, 10)
-    common = [
-        f"train.max_steps={steps}",
-        f"train.log_every={log_every}",
-        "train.checkpoint_every=0",
-        "train.diagnostics=false",
-        "eval.linear_probe=false",
-    ]
-    cache = fake_eeg_cache(tmp / "eeg_cache", subjects=4, windows=8 if quick else 40)
-    runs = [("configs/eeg_synthetic_m3g.yaml", demo_overrides(cache), "eeg demo (m3g k=6 n=16)")]
-    if not quick:
-        runs.append(("configs/digits_m3g.yaml", [], "digits_m3g"))
+    common = [f"train.max_steps={steps}", f"train.log_every={log_every}", "train.checkpoint_every=0"]
+    common += ["train.diagnostics=false", "eval.linear_probe=false"]
+    cache, runs = fake_eeg_cache(tmp / "eeg_cache", subjects=4, windows=8 if quick else 40), tmp / "runs"
+    configs = {
+        "eeg demo (m3g k=6 n=16)": lambda: demo_config(
+            cache, runs, "eeg", 0, demo_settings(), ["data.options.test_fraction=0.25", *common]
+        ),
+        "digits_m3g": lambda: load_config(REPO / "configs/digits_m3g.yaml", [*common, f"output.runs_dir={runs}"]),
+    }
     rows = []
-    for config, extra, label in runs:
+    for label, config in list(configs.items())[: 1 if quick else 2]:
         try:
-            rate, share = train_rate(config, common + extra, tmp / "runs", label.split()[0])
+            rate, share = train_rate(config())
             rows.append([label, f"{rate:.2f}", f"{share:.2f}"])
         except Exception as err:  # noqa: BLE001 - one failing run is a row, not the end of the bench
             rows.append([label, "failed", f"{type(err).__name__}: {str(err)[:80]}"])
@@ -491,12 +459,7 @@ def device_lines(device: torch.device) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, str]:
-    """Run the bench; its M3G rows use the sweep blocks (``backend="blocks"``) on every device, the path a GPU
-    takes (the numba kernels are CPU-only)."""
-    return _main(argv)
-
-
-def _main(argv: list[str] | None) -> dict[str, str]:
+    """Run the bench (its M3G rows use the sweep blocks on every device, :data:`BACKEND`); the tables by part."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for bench_gpu.md (and scratch runs)")
     parser.add_argument(
@@ -519,7 +482,7 @@ def _main(argv: list[str] | None) -> dict[str, str]:
         parser.error(f"--pool must be >= 2 (fresh embeddings each call), got {args.pool}")
     sizes = QUICK_SIZES if args.quick else M3G_SIZES
     if args.sizes:
-        sizes = [tuple(int(v) for v in item.split(":")) for item in args.sizes.split(",")]
+        sizes = parse_sizes(args.sizes)
     repeats = args.repeats or (2 if args.quick else 5)
     skip = set(filter(None, args.skip.split(",")))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ Sections (``--section``; default ``all``):
   lightly's ``NTXentLoss`` (k=2, d=256) up to n*k = 32,768, where the dense logits no longer fit
   (references above ``--dense-max-nk`` are skipped: their logits alone take several GiB of a
   shared machine). Goal: peak memory < 2 GiB at n*k = 32,768, same values.
-* ``m3g``: delegates to ``scripts/bench/bench_m3g.py``'s ``main(argv)`` when that file exists.
+* ``m3g``: ``scripts/bench/bench_m3g.py``'s table (unknown options pass through to it).
 
 Timing: every row is measured in this process on the same inputs, ratios are vs the reference of
 the same row. Peak memory: each (implementation, size) runs once in a fresh child process and the
@@ -26,10 +26,8 @@ reported. ``--quick`` runs a small smoke version (smaller sizes, fewer repeats, 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
-import statistics
 import subprocess
 import sys
 import time
@@ -41,7 +39,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from common import embeddings, peak_rss_growth  # noqa: E402
+from common import embeddings, interleaved, parse_sizes, peak_rss_growth  # noqa: E402
 
 from multiview_app.losses import build_loss  # noqa: E402
 
@@ -122,15 +120,8 @@ def forward_backward(fn: Callable[[torch.Tensor], torch.Tensor], z: torch.Tensor
 def median_times(fns: list[Callable[[torch.Tensor], torch.Tensor]], z: torch.Tensor, repeats: int) -> list[float]:
     """Median seconds of ``repeats`` forward+backward calls of each function, after one warm-up
     call each; the calls are interleaved so that load from other processes hits all of them alike."""
-    for fn in fns:
-        forward_backward(fn, z)
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, bucket in zip(fns, times):
-            start = time.perf_counter()
-            forward_backward(fn, z)
-            bucket.append(time.perf_counter() - start)
-    return [statistics.median(bucket) for bucket in times]
+    calls = [lambda fn=fn: forward_backward(fn, z) for fn in fns]
+    return [timing.median for timing in interleaved(calls, repeat=repeats)]
 
 
 def probe_memory(name: str, n: int, k: int, d: int, tau: float) -> dict[str, float]:
@@ -240,7 +231,7 @@ def section_infonce(args: argparse.Namespace) -> None:
 def section_chunked(args: argparse.Namespace) -> None:
     sizes = [(512, 2), (256, 4)] if args.quick else [(2048, 2), (8192, 2), (16384, 2), (8192, 4)]
     if args.chunked_sizes:
-        sizes = [tuple(int(v) for v in item.split("x")) for item in args.chunked_sizes.split(",")]
+        sizes = parse_sizes(args.chunked_sizes)
     d, tau = 256, 0.1
     print(
         f"\n### blockwise (chunked) path vs dense path vs lightly NTXentLoss, d={d}, tau={tau}, float32, "
@@ -290,18 +281,10 @@ def section_chunked(args: argparse.Namespace) -> None:
 
 
 def section_m3g(args: argparse.Namespace, extra: list[str]) -> None:
-    path = Path(__file__).with_name("bench_m3g.py")
-    if not path.exists():
-        print("\n(m3g section: scripts/bench/bench_m3g.py not present, skipped)")
-        return
-    spec = importlib.util.spec_from_file_location("bench_m3g", path)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    if not hasattr(module, "main"):
-        print("\n(m3g section: scripts/bench/bench_m3g.py has no main(argv), skipped)")
-        return
-    module.main((["--quick"] if args.quick else []) + extra)
+    """``bench_m3g.py``'s table; the options this script does not know pass through to it."""
+    from bench_m3g import main as m3g_main
+
+    m3g_main((["--quick"] if args.quick else []) + extra)
 
 
 def main(argv: list[str] | None = None) -> None:

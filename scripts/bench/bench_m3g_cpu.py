@@ -24,7 +24,7 @@ embeddings, the same tensors for every variant) at ``--sizes`` (default 64x4 16x
 calls (default 5), and one optimizer step of the EEG demo's model and loss (``bench_train.py --setup eeg-demo``:
 conv width 32, M3G k = 6, n = 16, Anderson 16). Rounds alternate quiet / contended (``--rounds`` of each); each
 cell is the median over rounds of each round's median. With ``--with-ott`` every condition also times ott-jax's
-``MMSinkhorn`` fwd+bwd on the same embeddings (``bench_m3g.py``'s subprocess; one XLA thread when the project
+``MMSinkhorn`` fwd+bwd on the same embeddings (``ott_m3g.py`` in its venv; one XLA thread when the project
 runs one torch thread) and prints the ott-jax / project ratio per condition with its change from the quiet
 ratio (goal: within 1.5x). Writes ``OUT/contention.md`` and ``.json``. Run it with ``OMP_NUM_THREADS`` unset, or
 the "default" column is not torch's default.
@@ -36,7 +36,6 @@ the "default" column is not torch's default.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -46,16 +45,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import torch
-from common import command_line, embeddings, machine_line, markdown_table, time_call
+from common import command_line, embeddings, machine_line, markdown_table, parse_sizes, time_call
+from ott_m3g import OTT_VENV, ensure_ott_venv, run_ott
 
 from multiview_app.losses import _compile, build_loss, m3g
 from multiview_app.threads import choose_threads
 
-SIZES = ["32x3", "64x3", "96x3", "16x6", "16x4", "32x4", "64x4", "128x4", "32x6"]
+SIZES = ((32, 3), (64, 3), (96, 3), (16, 6), (16, 4), (32, 4), (64, 4), (128, 4), (32, 6))
 SETTINGS = {
     "plain": {},
     "demo": {"anderson": 16, "init_potentials": "diagonal"},  # the EEG demo's solver settings
@@ -118,15 +117,6 @@ BUSY_LOOP = (
 )
 
 
-def _sibling(name: str) -> ModuleType:
-    """``scripts/bench/<name>.py`` (e.g. the EEG demo's model and training step), loaded from beside this file."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class CompetingLoad:
     """``count`` busy-loop subprocesses pinned to this process's CPUs while the ``with`` block runs."""
 
@@ -181,8 +171,7 @@ class OttTimer:
     """ott-jax's M3G fwd+bwd per (n, k) in the ott venv, on the embeddings of :func:`m3g_inputs`."""
 
     def __init__(self, venv: Path, out: Path, threads: int, repeat: int) -> None:
-        self.bench = _sibling("bench_m3g")
-        python = self.bench.ensure_ott_venv(venv)
+        python = ensure_ott_venv(venv)
         if python.startswith("!"):
             raise SystemExit(f"--with-ott: {python[1:]}")
         self.python, self.threads, self.repeat, self.folder = python, threads, repeat, out / "ott_inputs"
@@ -192,7 +181,7 @@ class OttTimer:
         """Median seconds of ``repeat`` timed calls after jit and one warm-up (in one subprocess)."""
         path = self.folder / f"z_{n}_{k}.npy"
         np.save(path, m3g_inputs(n, k).numpy())
-        found = self.bench.run_ott(self.python, path, 0.2, self.repeat, 60.0, self.threads, 900.0)
+        found = run_ott(self.python, path, 0.2, self.repeat, 60.0, self.threads, 900.0)
         if "error" in found:
             raise SystemExit(f"ott-jax at (n={n}, k={k}): {found['error']}")
         return found["time"]
@@ -232,17 +221,15 @@ def contention(args: argparse.Namespace) -> None:
         call = m3g_call(n, k)
         cases[f"M3G fwd+bwd (n={n}, k={k})"] = lambda call=call: time_call(call, repeat=args.calls, warmup=1).median
     if not args.no_eeg:
-        eeg, eeg_batch = (
-            _sibling("bench_train"),
-            torch.randn(16, 6, 3000, generator=torch.Generator().manual_seed(0)),
-        )
-        cases["EEG demo training step (n=16, k=6)"] = lambda: eeg.step_seconds(
+        from bench_train import step_seconds  # the EEG demo's model and training step
+
+        eeg_batch = torch.randn(16, 6, 3000, generator=torch.Generator().manual_seed(0))
+        cases["EEG demo training step (n=16, k=6)"] = lambda: step_seconds(
             torch.get_num_threads(), args.steps, eeg_batch
         )
     ott = None
     if args.with_ott:
-        venv = args.ott_venv or _sibling("bench_m3g").OTT_VENV
-        ott = OttTimer(venv, args.out, chosen.count, args.calls)
+        ott = OttTimer(args.ott_venv, args.out, chosen.count, args.calls)
     conditions = ["quiet", *(f"{load} busy" for load in args.load)]
     seconds, ott_seconds = measure(args, cases, variants, conditions, ott)
     rows = []
@@ -298,7 +285,9 @@ def parse_args() -> argparse.Namespace:
     """The options of the table and of ``--contention``; ``--sizes`` / ``--calls`` defaults depend on the mode."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for bench_m3g_cpu.md (contention.md)")
-    parser.add_argument("--sizes", nargs="+", default=None, help=f"n x k, e.g. 16x6 (default: {' '.join(SIZES)})")
+    parser.add_argument(
+        "--sizes", nargs="+", default=None, help=f"n x k, e.g. 16x6 (default: {' '.join(f'{n}x{k}' for n, k in SIZES)})"
+    )
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
     parser.add_argument("--calls", type=int, default=None, help="timed calls per path (fresh inputs each; default 15)")
@@ -316,14 +305,12 @@ def parse_args() -> argparse.Namespace:
         help="time the project's choice only (torch's default is 5-100x slower on a loaded machine)",
     )
     group.add_argument("--with-ott", action="store_true", help="also time ott-jax's MMSinkhorn (its own venv)")
-    group.add_argument("--ott-venv", type=Path, default=None, help="venv with jax + ott-jax (bench_m3g.py's default)")
+    group.add_argument("--ott-venv", type=Path, default=OTT_VENV, help="venv with jax + ott-jax (ott_m3g.py's default)")
     args = parser.parse_args()
-    args.sizes = args.sizes or ([f"{n}x{k}" for n, k in M3G_SHAPES] if args.contention else SIZES)
+    args.sizes = parse_sizes(args.sizes) if args.sizes else list(M3G_SHAPES if args.contention else SIZES)
     args.calls = args.calls or (5 if args.contention else 15)
     if min(args.load) < 1 or args.calls < 1 or args.steps < 1 or args.rounds < 1:
         parser.error("--load, --calls, --steps and --rounds must be >= 1")
-    if args.contention:
-        args.sizes = [tuple(int(part) for part in size.lower().split("x")) for size in args.sizes]
     return args
 
 
@@ -343,8 +330,7 @@ def numba_table(args: argparse.Namespace) -> None:
     rows = []
     switch = _compile.SWITCH
     try:
-        for size in args.sizes:
-            n, k = (int(part) for part in size.lower().split("x"))
+        for n, k in args.sizes:
             routed = m3g.choose_backend("auto", "cv", "cpu", torch.float32, k, n)
             paths = [path for path in args.paths if path != "numba" or m3g.numba_available()]
             for setting in args.settings:

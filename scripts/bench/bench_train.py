@@ -40,7 +40,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from common import command_line, machine_line
+from common import command_line, machine_line, markdown_table
 
 from multiview_app.config import load_config
 from multiview_app.data.batch import ViewBatch
@@ -100,27 +100,23 @@ def trainer_table(args: argparse.Namespace) -> int:
         f"config {Path(args.config).name}: {items} items x {cfg.views.k} views per step, "
         f"{torch.get_num_threads()} torch threads, {args.steps} measured steps x {args.repeats} repeats\n"
     )
-    print("| measurement | prefetch on (default) | prefetch off (reference) | on / off |")
-    print("|---|---|---|---|")
     on, off = mean(True, "items_per_s"), mean(False, "items_per_s")
-    print(f"| throughput (items/s) | {on:.1f} | {off:.1f} | {on / off:.2f} |")
-    print(f"| step time (s) | {mean(True, 'step_time_s'):.3f} | {mean(False, 'step_time_s'):.3f} | |")
-    for phase in PHASES:
-        print(f"| share of step: {phase} | {mean(True, f'time/{phase}'):.1%} | {mean(False, f'time/{phase}'):.1%} | |")
-    for label, keys in (
-        ("encoder (forward + backward)", ("forward", "backward")),
-        ("data + loss (goal < 20%)", ("data", "loss")),
-    ):
-        shares = [sum(mean(p, f"time/{k}") for k in keys) for p in (True, False)]
-        print(f"| share of step: {label} | {shares[0]:.1%} | {shares[1]:.1%} | |")
+    rows = [["throughput (items/s)", f"{on:.1f}", f"{off:.1f}", f"{on / off:.2f}"]]
+    rows.append(["step time (s)", f"{mean(True, 'step_time_s'):.3f}", f"{mean(False, 'step_time_s'):.3f}", ""])
+    shares = {f"share of step: {phase}": (f"time/{phase}",) for phase in PHASES}
+    shares["share of step: encoder (forward + backward)"] = ("time/forward", "time/backward")
+    shares["share of step: data + loss (goal < 20%)"] = ("time/data", "time/loss")
+    rows += [
+        [label, *(f"{sum(mean(p, key) for key in keys):.1%}" for p in (True, False)), ""]
+        for label, keys in shares.items()
+    ]
     build = [mean(p, "data_build_s") for p in (True, False)]
-    print(f"| fetch + views per step (s, host) | {build[0]:.4f} | {build[1]:.4f} | |")
-    print(
-        f"| fetch + views / step time | {build[0] / mean(True, 'step_time_s'):.1%} | "
-        f"{build[1] / mean(False, 'step_time_s'):.1%} | |"
-    )
+    rows.append(["fetch + views per step (s, host)", f"{build[0]:.4f}", f"{build[1]:.4f}", ""])
+    steps = [build[0] / mean(True, "step_time_s"), build[1] / mean(False, "step_time_s")]
+    rows.append(["fetch + views / step time", f"{steps[0]:.1%}", f"{steps[1]:.1%}", ""])
     per_step = items * cfg.train.grad_accum
-    print(f"| steps/s (window wall time) | {on / per_step:.2f} | {off / per_step:.2f} | |")
+    rows.append(["steps/s (window wall time)", f"{on / per_step:.2f}", f"{off / per_step:.2f}", ""])
+    print(markdown_table(["measurement", "prefetch on (default)", "prefetch off (reference)", "on / off"], rows))
     print(f"\n{machine_line()}\n{command_line()}")
     return 0
 
@@ -139,13 +135,12 @@ def diagnostics_table(args: argparse.Namespace) -> int:
         f"config {Path(args.config).name}: {torch.get_num_threads()} torch threads, "
         f"{args.steps} measured steps x {args.repeats} repeats\n"
     )
-    print("| measurement | diagnostics on (default) | diagnostics off (reference) | on / off |")
-    print("|---|---|---|---|")
-    print(f"| throughput (items/s) | {on:.1f} | {off:.1f} | {on / off:.3f} |")
-    print(f"| step time (s) | {step:.3f} | {statistics.mean(r['step_time_s'] for r in runs[False]):.3f} | |")
-    print(f"| one diagnostics computation (s) | {diag:.4f} | | |")
-    print(f"| overhead per step at log_every={args.log_every} | {diag / (args.log_every * step):.2%} | | |")
-    print(f"| overhead per step at log_every=1 | {diag / step:.2%} | | |")
+    rows = [["throughput (items/s)", f"{on:.1f}", f"{off:.1f}", f"{on / off:.3f}"]]
+    rows.append(["step time (s)", f"{step:.3f}", f"{statistics.mean(r['step_time_s'] for r in runs[False]):.3f}", ""])
+    rows.append(["one diagnostics computation (s)", f"{diag:.4f}", "", ""])
+    rows.append([f"overhead per step at log_every={args.log_every}", f"{diag / (args.log_every * step):.2%}", "", ""])
+    rows.append(["overhead per step at log_every=1", f"{diag / step:.2%}", "", ""])
+    print(markdown_table(["measurement", "diagnostics on (default)", "diagnostics off (reference)", "on / off"], rows))
     print(f"\n{machine_line()}\n{command_line()}")
     return 0
 
@@ -171,13 +166,11 @@ class Variant:
 
 
 def ratio_table(title: str, rows: dict[str, list[float]], column: str, scale: float = 1.0) -> list[str]:
-    """Median of each row (x ``scale``) and its ratio to the first row's median, as Markdown lines."""
+    """Median of each row (x ``scale``) and its ratio to the first row's median: the title line, then the table."""
     reference = statistics.median(next(iter(rows.values())))
-    lines = [title, f"| variant | {column} | ratio to the reference |", "|---|---|---|"]
-    for name, values in rows.items():
-        median = statistics.median(values)
-        lines.append(f"| {name} | {median * scale:.{1 if scale > 1 else 3}f} | {median / reference:.2f} |")
-    return lines
+    medians = {name: statistics.median(values) for name, values in rows.items()}
+    cells = [[name, f"{m * scale:.{1 if scale > 1 else 3}f}", f"{m / reference:.2f}"] for name, m in medians.items()]
+    return [title, markdown_table(["variant", column, "ratio to the reference"], cells)]
 
 
 def conv_demo_model() -> torch.nn.Module:

@@ -25,12 +25,11 @@ import argparse
 import json
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
+from common import synthetic_eeg_cache
 
 from multiview_app.config import apply_overrides, config_from_dict, read_yaml
 from multiview_app.train.trainer import train
@@ -128,24 +127,6 @@ def measure(
     return rows
 
 
-def synth_eeg_cache(out: Path) -> Path:
-    """A small synthetic PhysioNet-2018-format cache (6 subjects, 1 h each)."""
-    raw_dir, cache = out / "eeg_raw", out / "eeg_cache"
-    if not (cache / "manifest.json").is_file():
-        cli = [sys.executable, "-m", "multiview_app.cli", "data"]
-        subprocess.run(
-            [*cli, "synth-psg", "--subjects", "6", "--hours", "1", "--format", "physionet2018", "--out", str(raw_dir)],
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run(
-            [*cli, "prepare", "physionet2018", "--source", str(raw_dir), "--out", str(cache)],
-            check=True,
-            capture_output=True,
-        )
-    return cache
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=60, help="length of the digits trial")
@@ -204,7 +185,7 @@ def main() -> None:
     )
     default_steps = {"digits": int(read_yaml(ROOT / "configs/digits_infonce_pwe.yaml")["train"]["max_steps"])}
     if not args.skip_eeg:
-        cache = args.eeg_cache or synth_eeg_cache(args.out)
+        cache = args.eeg_cache or synthetic_eeg_cache(args.out, subjects=6, hours=1)
         eeg_extra = [
             override("data.options.cache", str(cache)),
             "data.options.val_fraction=0.2",

@@ -60,6 +60,11 @@ class Timing:
         """The median in milliseconds, 3 significant figures."""
         return f"{self.median * 1e3:.3g}"
 
+    def of(self, stat: str) -> float:
+        """``stat`` of the runs: ``"median"`` or ``"min"`` (robust on a loaded machine, where a ms-scale call is
+        often preempted for a whole time slice)."""
+        return self.best if stat == "min" else self.median
+
 
 def synchronize(device: torch.device | str | None = None) -> None:
     """Wait for queued work on ``device`` (no-op on CPU)."""
@@ -71,21 +76,55 @@ def synchronize(device: torch.device | str | None = None) -> None:
 
 
 def time_call(
-    fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, device: torch.device | str | None = None
+    fn: Callable[[], Any],
+    *,
+    repeat: int = 5,
+    warmup: int = 1,
+    device: torch.device | str | None = None,
+    budget_s: float = float("inf"),
 ) -> Timing:
-    """Median-ready timings of ``fn()``: ``warmup`` untimed calls, then ``repeat`` timed ones."""
+    """Median-ready timings of ``fn()``: ``warmup`` untimed calls, then ``repeat`` timed ones (fewer when the
+    timed calls pass ``budget_s`` seconds; at least one)."""
     if repeat < 1 or warmup < 0:
         raise ValueError(f"time_call: repeat must be >= 1 and warmup >= 0, got {repeat}, {warmup}")
     for _ in range(warmup):
         fn()
     synchronize(device)
-    runs = []
-    for _ in range(repeat):
+    runs: list[float] = []
+    began = time.perf_counter()
+    while len(runs) < repeat and (not runs or time.perf_counter() - began <= budget_s):
         start = time.perf_counter()
         fn()
         synchronize(device)
         runs.append(time.perf_counter() - start)
     return Timing(tuple(runs))
+
+
+def interleaved(fns: Sequence[Callable[[], Any]], *, repeat: int = 5, warmup: int = 1) -> list[Timing]:
+    """Timings of each of ``fns``, the functions alternating within every round (a machine whose load drifts
+    slows them alike): ``warmup`` untimed rounds, then ``repeat`` timed ones."""
+    runs: list[list[float]] = [[] for _ in fns]
+    for round_index in range(warmup + repeat):
+        for bucket, fn in zip(runs, fns):
+            start = time.perf_counter()
+            fn()
+            if round_index >= warmup:
+                bucket.append(time.perf_counter() - start)
+    return [Timing(tuple(bucket)) for bucket in runs]
+
+
+def parse_sizes(text: str | Sequence[str]) -> list[tuple[int, int]]:
+    """Problem sizes ``[(n, k), ...]`` from ``"64x4,128x4"``, ``"16:6,32:3"`` or ``["16x6", "32x4"]``.
+
+    ``ValueError`` naming the item that is not ``NxK`` or ``N:K``."""
+    items = text.split(",") if isinstance(text, str) else [part for item in text for part in item.split(",")]
+    sizes = []
+    for item in filter(None, (i.strip().lower() for i in items)):
+        parts = item.replace(":", "x").split("x")
+        if len(parts) != 2 or not all(part.isdigit() for part in parts):
+            raise ValueError(f"size '{item}': expected NxK or N:K (items x views), e.g. 64x4")
+        sizes.append((int(parts[0]), int(parts[1])))
+    return sizes
 
 
 def ratio(reference: float, candidate: float) -> str:
@@ -252,3 +291,13 @@ def embeddings(
     generator = torch.Generator().manual_seed(seed)
     shared = signal * torch.randn(n, 1, d, generator=generator) if signal else 0.0
     return (shared + torch.randn(n, k, d, generator=generator)).to(dtype or torch.float32)
+
+
+def synthetic_eeg_cache(folder: Path, subjects: int, hours: float, seed: int = 0) -> Path:
+    """The prepared cache of ``subjects`` synthetic PhysioNet-2018-format nights of ``hours`` each (generator seed
+    ``seed``), under ``folder``, made as the EEG demo makes its own (``mvapp data synth-psg`` then ``prepare``:
+    :func:`multiview_app.experiments.eeg_demo.demo_data`); reused when present."""
+    from multiview_app.experiments.eeg_demo import demo_data
+
+    settings = {"subjects": subjects, "hours": hours, "compress": 1, "psg_seed": seed}
+    return demo_data(folder, {key: str(value) for key, value in settings.items()})["physionet2018"]

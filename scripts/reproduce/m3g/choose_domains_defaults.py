@@ -79,21 +79,15 @@ def validation_score(run_dir: Path, threads: int | None) -> dict[str, Any]:
 
 
 def named_settings(text: str) -> list[tuple[str, list[str], str]]:
-    """``--settings``: ``"default;NAME=KEY=VALUE+KEY=VALUE;..."`` -> ``[(label, overrides, run suffix)]``."""
-    trials = []
-    for part in (x.strip() for x in text.split(";") if x.strip()):
-        name, _, overrides = part.partition("=")
-        if name == "default":
-            if overrides:
-                raise SystemExit("--settings: 'default' takes no overrides (it is the config as it stands)")
-            trials.append(("default", [], ""))
-        elif not name.isidentifier() or not overrides:
-            raise SystemExit(f"--settings: '{part}' is not NAME=KEY=VALUE[+KEY=VALUE...] (NAME: letters, digits, _)")
-        else:
-            trials.append((name, overrides.split("+"), f"_{name}"))
-    if [label for label, *_ in trials].count("default") != 1:
-        raise SystemExit("--settings must name 'default' once (the current config, the tie rule's reference)")
-    return trials
+    """``--settings`` (:func:`multiview_app.experiments.reproduce.named_settings`) -> ``[(label, overrides, run
+    suffix)]``, the default without a suffix; ``SystemExit`` naming a bad part."""
+    from multiview_app.experiments.reproduce import named_settings as parse
+
+    try:
+        settings = parse(text)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    return [(name, overrides, "" if name == "default" else f"_{name}") for name, overrides in settings.items()]
 
 
 def spread_of(paths: list[Path]) -> float | None:

@@ -54,28 +54,16 @@ PRETRAIN_SEED, STAGING_SEED = 0, 1000
 
 
 def prepare_data(data: Path, args: argparse.Namespace) -> dict[str, Path]:
-    """Synthetic PhysioNet-2018-format (pretraining) and Sleep-EDF-format (staging) nights -> their
-    prepared caches; each step is skipped when its output exists. Returns ``{dataset: cache}``."""
-    from multiview_app.data.cli import default_channels
-    from multiview_app.data.eeg.cache import prepare, summary_table
-    from multiview_app.data.eeg.preprocess import PrepareOptions
-    from multiview_app.data.eeg.synth import synth_psg
+    """Synthetic PhysioNet-2018-format (pretraining) and, for the cross-dataset protocol, Sleep-EDF-format (staging)
+    nights -> their prepared caches, made as the EEG demo makes its own (``mvapp data synth-psg`` then ``prepare``:
+    :func:`~multiview_app.experiments.eeg_demo.demo_data`; each step skipped when its output exists). Returns
+    ``{dataset: cache}``."""
+    from multiview_app.experiments.eeg_demo import demo_data
 
-    plan = {"physionet2018": (args.pretrain_subjects, PRETRAIN_SEED)}
-    if "cross-dataset" in protocols(args.protocol):
-        plan["sleep-edf"] = (args.staging_subjects, STAGING_SEED)
-    caches = {}
-    for dataset, (subjects, seed) in plan.items():
-        raw, cache = data / f"{dataset.replace('-', '_')}_raw", data / f"{dataset.replace('-', '_')}_cache"
-        if not raw.is_dir() or not any(raw.iterdir()):
-            synth_psg(raw, subjects, 1, dataset, hours=args.hours, seed=seed, compress=args.compress, progress=False)
-        if not (cache / "manifest.json").is_file() or not json.loads((cache / "manifest.json").read_text()).get(
-            "complete"
-        ):
-            summary = prepare(dataset, raw, cache, PrepareOptions(channels=default_channels()[dataset]), progress=False)
-            print(summary_table(summary))
-        caches[dataset] = cache
-    return caches
+    settings = {"subjects": args.pretrain_subjects, "edf_subjects": args.staging_subjects, "hours": args.hours}
+    settings.update(compress=args.compress, psg_seed=PRETRAIN_SEED, edf_seed=STAGING_SEED)
+    cross = "cross-dataset" in protocols(args.protocol)
+    return demo_data(data, {key: str(value) for key, value in settings.items()}, sleep_edf=cross)
 
 
 def protocols(choice: str) -> tuple[str, ...]:
