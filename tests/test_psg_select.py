@@ -73,3 +73,27 @@ def test_retrieval_ranks_the_aligned_embeddings_not_the_encoder_features() -> No
     (on_aligned,) = evaluate_modalities(features, windows, aligned=aligned, **kw)
     assert on_aligned["rows"]["a -> b"]["R@1"]["value"] == pytest.approx(1.0)
     assert on_features["rows"]["a -> b"]["R@1"]["value"] < 0.2
+
+
+def test_a_runs_validation_score_is_kept_and_reused_only_while_its_inputs_match(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from multiview_app.experiments import psg_modalities
+
+    calls = []
+
+    def fake_embed(run, weights, cache, windows):
+        calls.append(run)
+        return {"a": np.zeros((4, 2))}
+
+    result = {"settings": {"all labels": {"rows": {"all": {"macro_f1": {"value": 0.61}}}}}}
+    monkeypatch.setattr(psg_modalities, "embed", fake_embed)
+    monkeypatch.setattr("multiview_app.eval.modalities.evaluate_modalities", lambda *a, **k: [result])
+    sizes = SimpleNamespace(shots=5, draws=1)
+    assert psg_select.validation_score(tmp_path, Path("val"), None, sizes) == 0.61
+    assert psg_select.validation_score(tmp_path, Path("val"), None, sizes) == 0.61
+    assert len(calls) == 1  # the second call read the kept score
+    kept = json.loads((tmp_path / psg_select.SCORE_FILE).read_text())
+    assert kept["key"]["cache"] == "val" and kept["score"] == 0.61
+    psg_select.validation_score(tmp_path, Path("val"), None, SimpleNamespace(shots=10, draws=1))
+    assert len(calls) == 2  # other shots: measured again

@@ -26,7 +26,7 @@ DEFAULT_GRID: dict[str, dict[str, list[float]]] = {
 }
 """Loss -> ``{parameter: values}`` tried on the validation nights (the grid is the product of the lists).
 Factors of about 2-3 around each loss's default, which every list holds, widened by one value where the
-best validation score sat at an end (at the CPU-size comparison's nights). SleepFM's ``init_log_scale``
+best validation score sat at an end (at the CPU-size comparison's nights; SleepFM's two losses share one grid). SleepFM's ``init_log_scale``
 0.0 is its published start (logit scale 1); 2.3 is a temperature of 0.1, the others' default."""
 CRITERION = ("staging, all labels", "all", "macro_f1")
 """(pooled table, row, metric) maximized on the validation nights."""
@@ -65,16 +65,31 @@ def check_grid(grid: dict[str, Any], source: str) -> dict[str, dict[str, list[An
     return grid
 
 
+SCORE_FILE = "validation_score.json"
+"""A run's validation score, kept in its folder with what it was measured on (reused when that matches)."""
+
+
 def validation_score(run_dir: Path, cache: Path, windows: Any, sizes: Any) -> float:
-    """:data:`CRITERION` of one run on the validation nights ``cache`` (``windows``: its ``EvalWindows``)."""
+    """:data:`CRITERION` of one run on the validation nights ``cache`` (``windows``: its ``EvalWindows``);
+    kept in ``run_dir/validation_score.json`` and reused while the cache, criterion, shots and draws match."""
+    import json
+
     from ..eval.modalities import evaluate_modalities
+    from ..fileio import atomic_write_json
     from .psg_modalities import embed
 
+    key = {"cache": str(cache), "criterion": list(CRITERION), "shots": sizes.shots, "draws": sizes.draws}
+    path = Path(run_dir) / SCORE_FILE
+    if path.is_file():
+        kept = json.loads(path.read_text())
+        if kept.get("key") == key:
+            return float(kept["score"])
     features = embed(run_dir, "final", cache, windows)
     result = evaluate_modalities(features, windows, tasks=("staging",), shots=sizes.shots, seeds=sizes.draws)[0]
     table, row, metric = CRITERION
-    setting = table.split(", ", 1)[1]
-    return float(result["settings"][setting]["rows"][row][metric]["value"])
+    score = float(result["settings"][table.split(", ", 1)[1]]["rows"][row][metric]["value"])
+    atomic_write_json(path, {"key": key, "score": score})
+    return score
 
 
 def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[str, dict[str, Any]], list[dict]]:
