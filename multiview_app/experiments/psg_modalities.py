@@ -25,6 +25,7 @@ Sizes (nights, hours, steps, ...) come from a small YAML file (:class:`Sizes`, `
 from __future__ import annotations
 
 import json
+import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -281,7 +282,8 @@ def evaluate_runs(
     per_method: dict[str, dict[int, list]] = defaultdict(dict)
     jobs = [(loss, seed, run, "final") for (loss, seed), run in runs.items()]
     jobs += [(RANDOM_INIT, seed, runs[(sizes.losses[0], seed)], "init") for seed in sizes.seeds]
-    for method, seed, run, weights in jobs:
+    for position, (method, seed, run, weights) in enumerate(jobs, 1):
+        print(f"evaluating {method} seed {seed} ({position}/{len(jobs)} feature sets)", file=sys.stderr, flush=True)
         features = embed(run, weights, cache, windows)
         aligned = embed(run, weights, cache, windows, output="embed") if "retrieval" in tasks else None
         per_method[method][seed] = evaluate_each(

@@ -13,6 +13,7 @@ that loss's first-seed run of the comparison.
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,8 @@ def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[st
         best = max(range(len(scored)), key=lambda i: (scored[i][0], -i))
         chosen[loss] = scored[best][1]
         rows[len(rows) - len(scored) + best]["chosen"] = True
+        tried = ", ".join(f"{setting_tag(s) or 'config'} {v:.3f}" for v, s in scored)
+        print(f"{loss}: {setting_tag(chosen[loss]) or 'config'} chosen on validation nights ({tried})", file=sys.stderr)
     return chosen, rows
 
 
