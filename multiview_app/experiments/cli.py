@@ -541,7 +541,6 @@ def run_dreams_transfer(args: argparse.Namespace) -> int:
     """Prepare, pretrain unless --run, stage, pool; print the page; ``--publish`` writes the table into the docs."""
     import json
     import os
-    import shlex
 
     from . import dreams
     from .publish import publish
@@ -565,8 +564,7 @@ def run_dreams_transfer(args: argparse.Namespace) -> int:
         from ..train.run_io import load_run_config
 
         seeds = [load_run_config(run).train.seed for run in runs]
-    command = "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
-    text, summary = dreams.report(results, seeds, cache, command)
+    text, summary = dreams.report(results, seeds, cache, command_text(args))
     summary["runs"] = [str(r) for r in runs]
     (args.out / f"{dreams.TABLE}.md").write_text(
         text + "\n\nper-class F1:\n\n" + "\n".join(summary["per_class_f1"]) + "\n"
@@ -637,9 +635,10 @@ def run_psg_modalities(args: argparse.Namespace) -> int:
     sizes = load_sizes(args.sizes)
     chosen = {"seeds": args.seeds, "losses": args.losses}
     sizes = dataclasses.replace(sizes, **{k: v for k, v in chosen.items() if v is not None})
-    command = "mvapp " + " ".join(shlex.quote(a) for a in getattr(args, "command_line", None) or ["experiment"])
     data = args.data or args.out / "data"
-    summary = experiment(args.config, args.out, data, sizes, list(args.set), command, args.runs, args.train_only)
+    summary = experiment(
+        args.config, args.out, data, sizes, list(args.set), command_text(args), args.runs, args.train_only
+    )
     if args.train_only:
         print("\n".join(f"trained {name}: {run}" for name, run in summary["runs"].items()))
         return 0
