@@ -24,7 +24,7 @@ from multiview_app.eval.modalities import (
 )
 from multiview_app.eval.modalities.events import calibrate
 from multiview_app.eval.modalities.metrics import macro_auroc
-from multiview_app.eval.modalities.retrieval import candidate_sets
+from multiview_app.eval.modalities.retrieval import STATE_ORACLE, candidate_sets, draw_queries, evaluate_state_oracle
 
 RESAMPLES = 200  # bootstrap draws in these tests (the default 10,000 only slows them)
 
@@ -157,6 +157,30 @@ def test_candidates_follow_the_rule_half_own_night_five_minutes_away() -> None:
         assert own.sum() == 19  # with the match: half of the 40 from the query's night
         gaps = np.abs(windows.onsets[candidates[1:]][own] - windows.onsets[query])
         assert gaps.min() >= 300.0
+
+
+def _state_ties(windows: EvalWindows, queries: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    """Brute force: per query, the candidates other than its own window sharing its whole scored state."""
+    state = np.stack([windows.stages, windows.targets["apnea_hypopnea"], windows.targets["arousal"]], axis=1)
+    return np.array([(state[row[1:]] == state[q]).all(axis=1).sum() for q, row in zip(queries, sets)])
+
+
+def test_the_state_oracle_ties_every_candidate_of_the_querys_stage_and_events() -> None:
+    windows = toy_windows(nights=4, per_night=80)
+    oracle = evaluate_state_oracle(windows, n_candidates=40, queries=100, resamples=RESAMPLES)
+    queries, sets = draw_queries(windows, 40, 100, 300.0, 0)
+    ties = _state_ties(windows, queries, sets)  # expected recall@K under random tie-breaking: min(1, K / (t + 1))
+    cells = oracle["rows"][STATE_ORACLE]
+    assert cells["R@1"]["value"] == pytest.approx(np.mean(1.0 / (ties + 1)))
+    assert cells["R@10"]["value"] == pytest.approx(np.mean(np.minimum(1.0, 10.0 / (ties + 1))))
+    # the runs' table draws the same queries and candidates: features holding the state exactly give its recall@1
+    state = np.concatenate([np.eye(5)[windows.stages], np.eye(2)[windows.targets["apnea_hypopnea"]]], axis=1)
+    state = np.concatenate([state, np.eye(3)[windows.targets["arousal"] + 1]], axis=1)
+    learned = evaluate_retrieval({"brain": state, "heart": state.copy()}, windows, n_candidates=40, queries=100)
+    assert learned["rows"]["brain -> heart"]["R@1"]["value"] == pytest.approx(cells["R@1"]["value"])
+    # one stage and no events: nothing to read, chance
+    flat = EvalWindows("flat", windows.subjects, windows.nights, windows.onsets, np.full(len(windows), 2))
+    assert evaluate_state_oracle(flat, n_candidates=40, queries=50)["rows"][STATE_ORACLE]["R@10"]["value"] == 0.25
 
 
 def test_evaluations_the_data_cannot_support_name_the_dataset_and_what_it_lacks() -> None:

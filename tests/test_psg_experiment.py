@@ -33,6 +33,9 @@ e2e_tasks: [staging, apnea_hypopnea]
 val_nights: 3
 val_seed: 9
 grid: {sleepfm_loo: {init_log_scale: [0.0, 2.3]}}
+retrieval_nights: 2
+retrieval_hours: 0.5
+retrieval_seed: 10
 """
 
 
@@ -48,6 +51,8 @@ def test_psg_modalities_experiment_writes_tables_and_figure(tmp_path: Path) -> N
     assert summary["modalities"] == ["brain", "heart", "breathing"]
     assert set(summary["runs"]) == {"sleepfm_loo seed 0"}
     assert {"sleepfm_loo: brain -> heart", "random init: breathing -> brain"} <= set(pooled["retrieval"])
+    assert 0.0 <= pooled["retrieval"]["stage + events oracle"]["R@10"][0] <= 1.0  # on the 2 retrieval nights
+    assert Path(summary["caches"]["retrieval"]).name == "psg_retrieval_cache"
     staging = pooled["staging, all labels"]
     assert {"sleepfm_loo: brain", "sleepfm_loo: all", "random init: all", "band power (brain)"} <= set(staging)
     assert 0.0 <= staging["sleepfm_loo: all"]["balanced_accuracy"][0] <= 1.0

@@ -1,16 +1,20 @@
 """``mvapp experiment psg-modalities``: PSG modalities as views, from synthetic nights to tables and a figure.
 
 1. :func:`prepare_data`: whole-PSG nights (``mvapp data synth-psg --signals psg --format physionet2018``)
-   synthesized unless present, in two sets with their own generator seeds: the **pretraining** nights and
-   fresh **evaluation** nights (other people), each prepared with ``--modalities`` matching the config's.
+   synthesized unless present, in sets with their own generator seeds (other people each): the
+   **pretraining** nights, fresh **evaluation** nights, the **validation** nights choosing each loss's
+   setting (:mod:`.psg_select`) and, when the sizes ask, long uncompressed **retrieval** nights (the issue's
+   N = 1,000 candidates, half from the query's night >= 5 min away, need >= 500 windows per night), each
+   prepared with ``--modalities`` matching the config's.
 2. :func:`train_runs`: one run per (loss, seed) on the pretraining nights (``ensure_trained``: a finished
    run with the same config is reused, an interrupted one resumed).
 3. :func:`embed`: each run's encoders embed every evaluation window per modality (frozen encoder features,
    :func:`~multiview_app.models.modal_embed.modality_embeddings`); the run's initial weights give the
    random-init row.
 4. :func:`evaluate_runs`: ``evaluate_modalities`` per run (staging, staging with each modality removed at
-   inference, apnea / hypopnea with the per-night AHI, arousal, retrieval; subject folds and per-subject
-   intervals are the evaluators'); the handcrafted baselines of the evaluation cache and the end-to-end
+   inference, apnea / hypopnea with the per-night AHI, arousal, retrieval (on the retrieval nights when
+   there are some), subject folds and per-subject intervals are the evaluators'); the stage + events oracle
+   of retrieval, the handcrafted baselines of the evaluation cache and the end-to-end
    supervised model (:mod:`.psg_end_to_end`, trained per fold from the labels) are evaluated once on the
    same folds. A task the nights cannot support (e.g. too few scored events) is left out with its reason
    in the notes.
@@ -29,7 +33,7 @@ import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -83,6 +87,18 @@ class Sizes:
     val_nights: int = 6  #: validation nights choosing each loss's setting (0: the config's settings, no choice)
     val_seed: int = 2000  #: generator seed of the validation nights (other people again)
     grid: dict[str, dict[str, list]] = field(default_factory=lambda: dict(DEFAULT_GRID))  #: loss -> settings tried
+    retrieval_nights: int = 0  #: long nights for retrieval alone (0: retrieval on the evaluation nights)
+    retrieval_hours: float = 6.0  #: their length, uncompressed (N candidates need N / 2 windows per night)
+    retrieval_seed: int = 3000  #: generator seed of the retrieval nights (other people again)
+
+
+class Caches(NamedTuple):
+    """The experiment's prepared night sets (None: a set the sizes do not ask for)."""
+
+    pretrain: Path
+    evaluation: Path
+    validation: Path | None
+    retrieval: Path | None
 
 
 def load_sizes(path: str | Path | None) -> Sizes:
@@ -91,8 +107,11 @@ def load_sizes(path: str | Path | None) -> Sizes:
     from .knobs import load_knobs
 
     sizes = load_knobs(Sizes, path)
-    if len({sizes.seed, sizes.eval_seed, sizes.val_seed}) < 3:
-        raise ValueError(f"{path}: seed, eval_seed and val_seed must differ (each night set is other people)")
+    seeds = [sizes.seed, sizes.eval_seed, sizes.val_seed] + ([sizes.retrieval_seed] if sizes.retrieval_nights else [])
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(
+            f"{path}: seed, eval_seed, val_seed (and retrieval_seed) must differ (each night set is other people)"
+        )
     check_grid(sizes.grid, str(path))
     if set(sizes.e2e_tasks) - set(E2E_TASKS):
         raise ValueError(f"{path}: e2e_tasks {sizes.e2e_tasks}: expected some of {list(E2E_TASKS)}")
@@ -110,16 +129,24 @@ def cache_modalities(options: dict[str, Any]) -> str:
 
 
 def night_set(
-    data: Path, name: str, nights: int, seed: int, sizes: Sizes, modalities: str, prepare_args: tuple[str, ...] = ()
+    data: Path,
+    name: str,
+    nights: int,
+    seed: int,
+    sizes: Sizes,
+    modalities: str,
+    prepare_args: tuple[str, ...] = (),
+    length: tuple[float, int] | None = None,
 ) -> Path:
-    """``data/<name>_cache``: ``nights`` whole-PSG nights (generator seed ``seed``) synthesized into
-    ``data/<name>_raw`` and prepared with ``--modalities`` (and ``prepare_args``, e.g. ``--max-rate 50``),
-    each step skipped when its output exists."""
+    """``data/<name>_cache``: ``nights`` whole-PSG nights (generator seed ``seed``; ``length``: hours and
+    compression, default the sizes') synthesized into ``data/<name>_raw`` and prepared with ``--modalities``
+    (and ``prepare_args``, e.g. ``--max-rate 50``), each step skipped when its output exists."""
     raw, cache = data / f"{name}_raw", data / f"{name}_cache"
+    hours, compress = length or (sizes.hours, sizes.compress)
     if not raw.is_dir() or not any(raw.glob("*")):
         mvapp(
             *("data", "synth-psg", "--subjects", str(nights), "--format", "physionet2018", "--signals", "psg"),
-            *("--hours", str(sizes.hours), "--compress", str(sizes.compress), "--seed", str(seed), "--out", str(raw)),
+            *("--hours", str(hours), "--compress", str(compress), "--seed", str(seed), "--out", str(raw)),
             *("--workers", str(min(SYNTH_WORKERS, nights))),
         )
     if not (cache / "manifest.json").is_file():
@@ -130,16 +157,26 @@ def night_set(
     return cache
 
 
-def prepare_data(data: Path, sizes: Sizes, modalities: str) -> tuple[Path, Path, Path | None]:
-    """The pretraining, evaluation and validation caches under ``data`` (made unless present; no
-    validation nights when ``sizes.val_nights`` is 0)."""
+def prepare_data(data: Path, sizes: Sizes, modalities: str) -> Caches:
+    """The night sets' caches under ``data`` (made unless present; no validation nights when
+    ``sizes.val_nights`` is 0, no retrieval nights when ``sizes.retrieval_nights`` is 0)."""
     data.mkdir(parents=True, exist_ok=True)
     pretrain = night_set(data, "psg_pretrain", sizes.nights, sizes.seed, sizes, modalities)
     evaluation = night_set(data, "psg_eval", sizes.eval_nights, sizes.eval_seed, sizes, modalities)
-    validation = None
+    validation = retrieval = None
     if sizes.val_nights:
         validation = night_set(data, "psg_val", sizes.val_nights, sizes.val_seed, sizes, modalities)
-    return pretrain, evaluation, validation
+    if sizes.retrieval_nights:
+        retrieval = night_set(
+            data,
+            "psg_retrieval",
+            sizes.retrieval_nights,
+            sizes.retrieval_seed,
+            sizes,
+            modalities,
+            length=(sizes.retrieval_hours, 1),
+        )
+    return Caches(pretrain, evaluation, validation, retrieval)
 
 
 def run_config(
@@ -266,17 +303,39 @@ def evaluate_each(run: Any, tasks: tuple[str, ...], notes: list[str], label: str
     return results
 
 
+def feature_tasks(
+    run: Path, weights: str, caches: tuple[Path, Path], windows: tuple[Any, Any], options: dict[str, Any]
+) -> Any:
+    """``task -> result`` of one feature set: the run's frozen encoder features of the evaluation cache
+    (``caches[0]``, ``windows[0]``) for every task but retrieval, which ranks its projected embeddings of
+    the retrieval cache (``caches[1]``, ``windows[1]``; the same cache when there are no retrieval nights)."""
+    from ..eval.modalities import evaluate_modalities
+
+    features = embed(run, weights, caches[0], windows[0])
+
+    def evaluate(task: str) -> dict[str, Any]:
+        if task == "retrieval":
+            aligned = embed(run, weights, caches[1], windows[1], output="embed")
+            return evaluate_modalities(aligned, windows[1], tasks=(task,), **options)[0]
+        return evaluate_modalities(features, windows[0], tasks=(task,), **options)[0]
+
+    return evaluate
+
+
 def evaluate_runs(
-    runs: dict[tuple[str, int], Path], cache: Path, sizes: Sizes, notes: list[str]
+    runs: dict[tuple[str, int], Path], cache: Path, sizes: Sizes, notes: list[str], retrieval: Path | None = None
 ) -> tuple[dict[str, dict[int, list]], list[dict[str, Any]], Any]:
     """``({method: {seed: results}}, baseline results, windows)``: each run's learned features and (per seed,
-    from the first loss's run) its random-init features through ``evaluate_modalities``; the handcrafted
-    baselines of ``cache`` and the end-to-end model once (:func:`evaluate_baselines`), on the same folds
-    and draws."""
-    from ..eval.modalities import cache_baselines, evaluate_modalities
+    from the first loss's run) its random-init features through ``evaluate_modalities`` (retrieval on the
+    ``retrieval`` nights' cache when given, else on ``cache``); the handcrafted baselines of ``cache``, the
+    end-to-end model and the retrieval's stage + events oracle once (:func:`evaluate_baselines`), on the
+    same folds, draws, queries and candidates."""
+    from ..eval.modalities import cache_baselines
 
     windows, baseline_rows, info = cache_baselines(cache)
     notes += info["notes"] + [f"{row}: {n} windows failed (column medians)" for row, n in info["failed"].items() if n]
+    pair = (cache, retrieval or cache)
+    both = (windows, windows if retrieval is None else cache_baselines(retrieval, only=[])[0])
     tasks = tasks_for(windows)
     options = dict(shots=sizes.shots, seeds=sizes.draws, n_candidates=sizes.candidates)
     per_method: dict[str, dict[int, list]] = defaultdict(dict)
@@ -284,35 +343,32 @@ def evaluate_runs(
     jobs += [(RANDOM_INIT, seed, runs[(sizes.losses[0], seed)], "init") for seed in sizes.seeds]
     for position, (method, seed, run, weights) in enumerate(jobs, 1):
         print(f"evaluating {method} seed {seed} ({position}/{len(jobs)} feature sets)", file=sys.stderr, flush=True)
-        features = embed(run, weights, cache, windows)
-        aligned = embed(run, weights, cache, windows, output="embed") if "retrieval" in tasks else None
-        per_method[method][seed] = evaluate_each(
-            lambda t, f=features, a=aligned: evaluate_modalities(f, windows, aligned=a, tasks=(t,), **options)[0],
-            tasks,
-            notes,
-            f"{method} seed {seed}",
-        )
+        evaluate = feature_tasks(run, weights, pair, both, options)
+        per_method[method][seed] = evaluate_each(evaluate, tasks, notes, f"{method} seed {seed}")
     first = runs[(sizes.losses[0], sizes.seeds[0])]
     e2e = end_to_end_row(first, cache, windows, sizes) if sizes.e2e_steps > 0 and sizes.e2e_tasks else None
-    return dict(per_method), evaluate_baselines(baseline_rows, e2e, windows, tasks, sizes, notes), windows
+    return dict(per_method), evaluate_baselines(baseline_rows, e2e, both, tasks, sizes, notes), windows
 
 
 def evaluate_baselines(
-    rows: dict[str, Any], e2e: Any, windows: Any, tasks: tuple[str, ...], sizes: Sizes, notes: list[str]
+    rows: dict[str, Any], e2e: Any, windows: tuple[Any, Any], tasks: tuple[str, ...], sizes: Sizes, notes: list[str]
 ) -> list[dict[str, Any]]:
-    """The rows evaluated once on the staging and event tasks among ``tasks``, with the runs' folds and
-    few-shot draws: the handcrafted ``rows`` and, for the sizes' ``e2e_tasks``, the end-to-end model ``e2e``
-    (trained per fold; None: no end-to-end row)."""
-    from ..eval.modalities import evaluate_staging
+    """The rows evaluated once, with the runs' folds and few-shot draws: on the staging and event tasks
+    among ``tasks`` (evaluation windows ``windows[0]``), the handcrafted ``rows`` and, for the sizes'
+    ``e2e_tasks``, the end-to-end model ``e2e`` (trained per fold; None: no end-to-end row); on retrieval
+    (``windows[1]``, the runs' queries and candidates), the stage + events oracle."""
+    from ..eval.modalities import evaluate_staging, evaluate_state_oracle
     from ..eval.modalities.events import evaluate_events
 
     def with_e2e(task: str) -> dict[str, Any]:
         return {**rows, E2E_ROW: e2e} if e2e is not None and task in sizes.e2e_tasks else rows
 
+    evaluation = windows[0]
     single = {
-        "staging": lambda: evaluate_staging(with_e2e("staging"), windows, shots=sizes.shots, seeds=sizes.draws),
-        "apnea_hypopnea": lambda: evaluate_events(with_e2e("apnea_hypopnea"), windows, "apnea_hypopnea"),
-        "arousal": lambda: evaluate_events(with_e2e("arousal"), windows, "arousal"),
+        "staging": lambda: evaluate_staging(with_e2e("staging"), evaluation, shots=sizes.shots, seeds=sizes.draws),
+        "apnea_hypopnea": lambda: evaluate_events(with_e2e("apnea_hypopnea"), evaluation, "apnea_hypopnea"),
+        "arousal": lambda: evaluate_events(with_e2e("arousal"), evaluation, "arousal"),
+        "retrieval": lambda: evaluate_state_oracle(windows[1], n_candidates=sizes.candidates),
     }
     return evaluate_each(lambda t: single[t](), tuple(t for t in tasks if t in single), notes, "baselines")
 
@@ -385,6 +441,16 @@ def goals(pooled: dict[str, dict[str, dict]], per_method: dict[str, dict[int, li
     return measure_goals(pooled, context)
 
 
+def retrieval_text(sizes: dict[str, Any]) -> str:
+    """Where retrieval ran, for the page's first paragraph."""
+    if not sizes.get("retrieval_nights"):
+        return "retrieval on the evaluation nights; "
+    return (
+        f"retrieval on {sizes['retrieval_nights']} further nights of {sizes['retrieval_hours']} h, uncompressed "
+        f"(seed {sizes['retrieval_seed']}); "
+    )
+
+
 def report(summary: dict[str, Any], per_method: dict[str, dict[int, list]], baselines: list[dict]) -> str:
     """The Markdown page: what ran, the pooled tables, the notes, then every run's evaluator tables (their
     per-subject intervals)."""
@@ -398,6 +464,7 @@ def report(summary: dict[str, Any], per_method: dict[str, dict[int, list]], base
         "",
         f"Pretrained on {sizes['nights']} synthetic whole-PSG nights (generator seed {sizes['seed']}), evaluated on "
         f"{sizes['eval_nights']} fresh nights (seed {sizes['eval_seed']}), {sizes['hours']} h / {sizes['compress']}; "
+        f"{retrieval_text(sizes)}"
         f"losses {', '.join(sizes['losses'])}; pretraining seeds {', '.join(map(str, sizes['seeds']))}; frozen "
         "encoder features (retrieval: the projected embeddings the loss aligns), subject folds of the evaluators.",
         *selection_markdown(summary.get("selection", []), Sizes(**sizes)),
@@ -536,20 +603,20 @@ def experiment(
     from ..config import load_config
 
     cfg = load_config(config, overrides)
-    pretrain, evaluation, validation = prepare_data(data.resolve(), sizes, cache_modalities(cfg.data.options))
-    train = trainer(config, pretrain, (runs_dir or out / "runs").resolve(), sizes, overrides)
-    chosen, selection = select_settings(train, validation, sizes)
+    caches = prepare_data(data.resolve(), sizes, cache_modalities(cfg.data.options))
+    train = trainer(config, caches.pretrain, (runs_dir or out / "runs").resolve(), sizes, overrides)
+    chosen, selection = select_settings(train, caches.validation, sizes)
     runs = train_runs(train, sizes, chosen)
     if train_only:
         return {"runs": {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()}, "selection": selection}
     notes: list[str] = []
-    per_method, baselines, _ = evaluate_runs(runs, evaluation, sizes, notes)
+    per_method, baselines, _ = evaluate_runs(runs, caches.evaluation, sizes, notes, caches.retrieval)
     summary = {
         "command": command,
         "config": str(config),
         "sizes": asdict(sizes),
         "modalities": list(cfg.model.encoders),
-        "caches": {"pretrain": str(pretrain), "evaluation": str(evaluation), "validation": str(validation)},
+        "caches": {name: str(path) for name, path in caches._asdict().items()},
         "selection": selection,
         "runs": {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()},
         "pooled": pool(per_method, baselines),

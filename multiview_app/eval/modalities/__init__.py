@@ -3,7 +3,8 @@
 * staging from each modality alone, each leave-one-out subset and all together (:mod:`.staging`), and
   with each modality removed at inference (the fused embedding of the others, ``missing_modalities``);
 * apnea / hypopnea and arousal detection per window, and the per-night AHI (:mod:`.events`);
-* cross-modal retrieval of the matching epoch for every ordered modality pair (:mod:`.retrieval`);
+* cross-modal retrieval of the matching epoch for every ordered modality pair, beside what the scored
+  state alone reaches (:mod:`.retrieval`);
 * per-modality handcrafted baselines from the field's libraries (:mod:`.baselines`, :mod:`.cache`);
 * Markdown tables (:mod:`.tables`) and one error, :class:`UnsupportedEvaluation`, for an evaluation the
   data cannot support (it names the dataset and what it lacks).
@@ -26,7 +27,7 @@ from ...data.eeg.events import APNEA_HYPOPNEA, AROUSAL
 from .cache import cache_baselines, cache_windows
 from .data import REQUIREMENTS, EvalWindows, TrainableRow, UnsupportedEvaluation, require, subject_folds, trainable
 from .events import evaluate_events
-from .retrieval import evaluate_retrieval
+from .retrieval import STATE_ORACLE, evaluate_retrieval, evaluate_state_oracle
 from .staging import (
     ALL,
     evaluate_missing_modalities,
@@ -103,6 +104,7 @@ def evaluate_modalities(
 
 __all__ = [
     "REQUIREMENTS",
+    "STATE_ORACLE",
     "EvalWindows",
     "TrainableRow",
     "UnsupportedEvaluation",
@@ -113,6 +115,7 @@ __all__ = [
     "evaluate_missing_modalities",
     "evaluate_modalities",
     "evaluate_retrieval",
+    "evaluate_state_oracle",
     "evaluate_staging",
     "format_tables",
     "fused",

@@ -7,6 +7,12 @@ and ``n_candidates / 2`` windows of other nights. Candidates are ranked by cosin
 recall@1 and @10 (tie-aware, ``eval.protocols.retrieval.recall_at_k``) are reported beside chance
 (1 / N and 10 / N), with their BCa interval over the queries' subjects. Queries and candidates are drawn
 once per call with ``seed``: every pair sees the same ones.
+
+:func:`evaluate_state_oracle` scores the same queries and candidates by the scored state alone (stage,
+then each event class): the recall of a reader that knows nothing of a window but what is scored about
+it. Where two modalities share nothing else (on the synthetic nights, brain and the cardiorespiratory
+signals are coupled through the hypnogram and the scored events), it is the reference a learned pair
+is read against.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ RECALL_KS = (1, 10)
 """Recall@K reported."""
 CHUNK = 128
 """Queries scored at a time (bounds the memory of the similarity rows)."""
+STATE_ORACLE = "stage + events oracle"
+"""Row name of :func:`evaluate_state_oracle`."""
 
 
 def _night_pools(windows: EvalWindows, index: int, min_gap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -88,6 +96,28 @@ def _recalls(similarity: np.ndarray, subjects: np.ndarray, resamples: int | None
     }
 
 
+def draw_queries(
+    windows: EvalWindows, n_candidates: int, queries: int, min_gap: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Query windows ``(q,)`` (``queries`` of them, all when fewer, drawn with ``seed``) and their candidate
+    sets ``(q, n_candidates)`` (:func:`candidate_sets`, same generator): one seed, one draw."""
+    rng = np.random.default_rng(seed)
+    chosen = np.sort(rng.choice(len(windows), min(queries, len(windows)), replace=False))
+    return chosen, candidate_sets(windows, chosen, n_candidates, min_gap, rng)
+
+
+def _table(windows: EvalWindows, n_candidates: int, chosen: np.ndarray, min_gap: float, rows: dict) -> dict:
+    return {
+        "task": "retrieval",
+        "dataset": windows.dataset,
+        "n_candidates": n_candidates,
+        "queries": len(chosen),
+        "min_gap_seconds": min_gap,
+        "chance": {f"R@{k}": k / n_candidates for k in RECALL_KS},
+        "rows": rows,
+    }
+
+
 def evaluate_retrieval(
     features: dict[str, np.ndarray],
     windows: EvalWindows,
@@ -100,29 +130,46 @@ def evaluate_retrieval(
 ) -> dict[str, Any]:
     """Retrieval table of every ordered pair of ``features`` (modality -> ``(n, d)``, one ``d`` for all).
 
-    ``queries`` windows (all when fewer) are drawn with ``seed``, and their candidates by
-    :func:`candidate_sets`. Returns ``{"task", "dataset", "n_candidates", "queries", "chance": {"R@K"},
-    "rows": {"a -> b": {"R@K": cell}}}``."""
+    Queries and candidates by :func:`draw_queries`. Returns ``{"task", "dataset", "n_candidates", "queries",
+    "min_gap_seconds", "chance": {"R@K"}, "rows": {"a -> b": {"R@K": cell}}}``."""
     require("retrieval", windows, features)
     features = check_features(features, windows)
     dims = {m: x.shape[1] for m, x in features.items()}
     if len(set(dims.values())) > 1:
         raise ValueError(f"{windows.dataset}: retrieval needs one embedding size for every modality; got {dims}")
-    rng = np.random.default_rng(seed)
-    chosen = np.sort(rng.choice(len(windows), min(queries, len(windows)), replace=False))
-    sets = candidate_sets(windows, chosen, n_candidates, min_gap, rng)
+    chosen, sets = draw_queries(windows, n_candidates, queries, min_gap, seed)
     rows = {
         f"{a} -> {b}": _recalls(
             pair_similarity(features[a], features[b], chosen, sets), windows.subjects[chosen], resamples
         )
         for a, b in permutations(features, 2)
     }
-    return {
-        "task": "retrieval",
-        "dataset": windows.dataset,
-        "n_candidates": n_candidates,
-        "queries": len(chosen),
-        "min_gap_seconds": min_gap,
-        "chance": {f"R@{k}": k / n_candidates for k in RECALL_KS},
-        "rows": rows,
-    }
+    return _table(windows, n_candidates, chosen, min_gap, rows)
+
+
+def state_similarity(windows: EvalWindows, chosen: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    """Agreement ``(q, N)`` of each candidate's scored state with its query's: a match of the stage
+    outweighs any match of the events, and each event class (in name order) outweighs the later ones, so
+    candidates sharing the query's whole state come first, all tied."""
+    keys = [windows.stages, *(windows.targets[name] for name in sorted(windows.targets))]
+    score = np.zeros(sets.shape, dtype=np.float32)
+    for weight, key in zip(2.0 ** np.arange(len(keys))[::-1], keys):
+        score += weight * (key[sets] == key[chosen][:, None])
+    return score
+
+
+def evaluate_state_oracle(
+    windows: EvalWindows,
+    *,
+    n_candidates: int = N_CANDIDATES,
+    queries: int = 1000,
+    min_gap: float = MIN_GAP_SECONDS,
+    seed: int = 0,
+    resamples: int | None = None,
+) -> dict[str, Any]:
+    """The retrieval table (as :func:`evaluate_retrieval`'s, same ``seed``: same queries and candidates) of
+    one row, :data:`STATE_ORACLE`: candidates ranked by :func:`state_similarity`, ties broken at random
+    (expected recall). It reads the labels, not features: a reference, not a method."""
+    chosen, sets = draw_queries(windows, n_candidates, queries, min_gap, seed)
+    cells = _recalls(state_similarity(windows, chosen, sets), windows.subjects[chosen], resamples)
+    return _table(windows, n_candidates, chosen, min_gap, {STATE_ORACLE: cells})
