@@ -147,3 +147,29 @@ def test_loss_temperature_follows_a_learnable_scale() -> None:
     with torch.no_grad():
         learned.scale.logit_scale.fill_(math.log(10.0))
     assert loss_temperature(learned) == pytest.approx(0.1)
+
+
+def test_collapse_is_flagged_from_the_last_uniformity_of_identical_but_not_spread_embeddings(tmp_path) -> None:
+    from multiview_app.train.diagnostics import (
+        COLLAPSED_UNIFORMITY,
+        SUMMARY_FILE,
+        collapse_warning,
+        run_collapse,
+        summarize_metrics,
+    )
+
+    torch.manual_seed(0)
+    point = torch.randn(1, 1, 16)
+    collapsed = point + 1e-3 * torch.randn(32, 3, 16)  # every item and view on one point
+    spread = torch.randn(32, 3, 16)
+    u_collapsed = embedding_diagnostics(collapsed)["uniformity"]
+    u_spread = embedding_diagnostics(spread)["uniformity"]
+    assert u_spread < COLLAPSED_UNIFORMITY < u_collapsed
+    healthy = summarize_metrics([{"diag/uniformity": u_collapsed}, {"diag/uniformity": u_spread}])
+    assert collapse_warning(healthy) is None  # the last log decides: this run left the plateau
+    stuck = summarize_metrics([{"diag/uniformity": u_spread}, {"diag/uniformity": u_collapsed}])
+    assert "projections collapsed" in collapse_warning(stuck) and f"{u_collapsed:.4f}" in collapse_warning(stuck)
+    assert collapse_warning({}) is None  # a run without diagnostics says nothing
+    (tmp_path / SUMMARY_FILE).write_text(json.dumps(stuck))
+    assert run_collapse(tmp_path) == pytest.approx(u_collapsed)
+    assert run_collapse(tmp_path / "missing") is None

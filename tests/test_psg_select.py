@@ -55,6 +55,24 @@ def test_the_highest_validation_score_wins_and_ties_go_to_the_earlier_value(monk
     assert psg_select.select_settings(train, None, sizes) == ({"m3g": {}, "mveb": {}}, [])
 
 
+def test_a_setting_whose_projections_collapsed_is_marked_in_the_selection(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    monkeypatch.setattr(
+        psg_select, "validation_score", lambda run, cache, windows, sizes: {"a1": 0.6, "a2": 0.8}[run.name]
+    )
+    monkeypatch.setattr("multiview_app.eval.modalities.cache_baselines", lambda cache, only: (None, {}, {}))
+    (tmp_path / "a2").mkdir()
+    (tmp_path / "a2" / "diagnostics.json").write_text(json.dumps({"diag/uniformity": {"last": -0.0012}}))
+    sizes = SimpleNamespace(losses=["pvc_geometric"], seeds=[0], grid={"pvc_geometric": {"a": [1, 2]}}, val_nights=2)
+    sizes.val_seed = 9
+    train = lambda loss, seed, setting: tmp_path / f"a{setting['a']}"  # noqa: E731
+    _, rows = psg_select.select_settings(train, Path("val"), sizes)
+    assert [r["collapsed"] for r in rows] == [None, -0.0012]
+    page = "\n".join(psg_select.selection_markdown(rows, sizes))
+    assert "| pvc_geometric | a2 | **0.800** | collapsed (-0.0012) |" in page and "| a1 | 0.600 |  |" in page
+
+
 def test_retrieval_ranks_the_aligned_embeddings_not_the_encoder_features() -> None:
     rng = np.random.default_rng(0)
     n = 240

@@ -221,6 +221,19 @@ def train_runs(train: Any, sizes: Sizes, chosen: dict[str, dict]) -> dict[tuple[
     return {(loss, seed): train(loss, seed, chosen[loss]) for loss in sizes.losses for seed in sizes.seeds}
 
 
+def collapse_notes(runs: dict[tuple[str, int], Path]) -> list[str]:
+    """A note per run whose projections collapsed (:func:`~multiview_app.train.diagnostics.run_collapse`)."""
+    from ..train.diagnostics import run_collapse
+
+    found = {(loss, seed): run_collapse(run) for (loss, seed), run in runs.items()}
+    return [
+        f"{loss} seed {seed}: projections collapsed (last diag/uniformity {u:.4f}): its retrieval ranks nearly one "
+        "point per modality; its other rows read the encoder features under that head"
+        for (loss, seed), u in found.items()
+        if u is not None
+    ]
+
+
 def window_order(meta: dict[str, list[Any]], windows: Any) -> np.ndarray:
     """Item index of each evaluation window ``(n,)``: items matched by (night, onset) to ``windows``
     (``EvalWindows`` of the cache); a window without an item is an error naming it."""
@@ -609,7 +622,7 @@ def experiment(
     runs = train_runs(train, sizes, chosen)
     if train_only:
         return {"runs": {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()}, "selection": selection}
-    notes: list[str] = []
+    notes: list[str] = collapse_notes(runs)
     per_method, baselines, _ = evaluate_runs(runs, caches.evaluation, sizes, notes, caches.retrieval)
     summary = {
         "command": command,

@@ -66,6 +66,15 @@ def check_grid(grid: dict[str, Any], source: str) -> dict[str, dict[str, list[An
     return grid
 
 
+COLLAPSED = " (collapsed)"
+"""Marks a setting whose run's projections collapsed, in the progress line."""
+COLLAPSE_NOTE = (
+    "Projections: `collapsed (u)` where the run's last `diag/uniformity` u is above -0.01, every item's projected "
+    "embedding nearly one point (the loss at its value for identical embeddings); the staging criterion reads the "
+    "encoder features, so a collapsed run can still score."
+)
+"""The selection table's note on the projections column."""
+
 SCORE_FILE = "validation_score.json"
 """A run's validation score, kept in its folder with what it was measured on (reused when that matches)."""
 
@@ -100,6 +109,7 @@ def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[st
     if cache is None:
         return {loss: {} for loss in sizes.losses}, []
     from ..eval.modalities import cache_baselines
+    from ..train.diagnostics import run_collapse
 
     windows = cache_baselines(cache, only=[])[0]
     chosen, rows = {}, []
@@ -109,11 +119,13 @@ def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[st
             run = train(loss, sizes.seeds[0], setting)
             scored.append((validation_score(run, cache, windows, sizes), setting))
             rows.append({"loss": loss, "setting": setting_tag(setting) or "config", "values": setting})
-            rows[-1]["score"] = scored[-1][0]
+            rows[-1].update(score=scored[-1][0], collapsed=run_collapse(run))
         best = max(range(len(scored)), key=lambda i: (scored[i][0], -i))
         chosen[loss] = scored[best][1]
         rows[len(rows) - len(scored) + best]["chosen"] = True
-        tried = ", ".join(f"{setting_tag(s) or 'config'} {v:.3f}" for v, s in scored)
+        tried = ", ".join(
+            f"{r['setting']} {r['score']:.3f}{COLLAPSED * bool(r['collapsed'])}" for r in rows[-len(scored) :]
+        )
         print(f"{loss}: {setting_tag(chosen[loss]) or 'config'} chosen on validation nights ({tried})", file=sys.stderr)
     return chosen, rows
 
@@ -136,7 +148,10 @@ def selection_markdown(rows: list[dict], sizes: Any) -> list[str]:
     body = [
         [r["loss"], r["setting"], f"**{r['score']:.3f}**" if r.get("chosen") else f"{r['score']:.3f}"] for r in rows
     ]
-    return lines + markdown(["loss", "setting", f"validation {metric}"], body)
+    for line, r in zip(body, rows):
+        line.append("collapsed ({:.4f})".format(r["collapsed"]) if r.get("collapsed") is not None else "")
+    lines = lines + markdown(["loss", "setting", f"validation {metric}", "projections"], body)
+    return lines + ["", COLLAPSE_NOTE]
 
 
 __all__ = ["CRITERION", "DEFAULT_GRID", "check_grid", "select_settings", "selection_markdown", "settings_of"]

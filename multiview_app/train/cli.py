@@ -59,7 +59,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from ..config import ConfigError, load_config
-    from .diagnostics import SUMMARY_FILE, format_summary
+    from .diagnostics import SUMMARY_FILE, collapse_warning, format_summary
     from .trainer import train
 
     config_path = args.config or _saved_config(args.resume, args.name)
@@ -86,7 +86,11 @@ def _run(args: argparse.Namespace) -> int:
         print(report)
     summary_path = result.run_dir / SUMMARY_FILE
     if summary_path.is_file():
-        print(format_summary(json.loads(summary_path.read_text())))
+        summary = json.loads(summary_path.read_text())
+        print(format_summary(summary))
+        warning = collapse_warning(summary)
+        if warning:
+            print(f"mvapp: {warning}", file=sys.stderr)
     print(f"outputs in {result.run_dir}")
     return 0
 

@@ -21,11 +21,13 @@ On the student embeddings ``z`` ``(n, k, d)`` of the step's last micro-batch (th
 M3G's ``iterations`` / ``marginal_error`` and the losses' own ``mi_lower_bound`` / ``ess`` are in
 ``stats/*`` (``last_stats``). :func:`write_diagnostics_summary` summarizes every ``diag/*`` and
 ``stats/*`` series of ``metrics.jsonl`` into the run report ``diagnostics.json`` at the end of the run
-(``mvapp train`` prints its first / last / min / max table).
+(``mvapp train`` prints its first / last / min / max table, and :func:`collapse_warning` when the last
+``diag/uniformity`` says the projections collapsed).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterable
@@ -162,6 +164,38 @@ def format_summary(summary: dict[str, dict[str, float]]) -> str:
 
 
 SUMMARY_FILE = "diagnostics.json"
+COLLAPSED_UNIFORMITY = -0.01
+"""``diag/uniformity`` above this at a run's last log means collapse: the items of a view sit on nearly one
+point (``E exp(-2 ||u_i - u_j||^2) >= 0.99``, a mean squared distance under about 0.005 against 2 for spread
+embeddings), and the loss sits at its value for identical embeddings (``log(n k - k + 1)`` for geometric PVC,
+``epsilon (k - 1) log n`` for M3G)."""
+
+
+def collapsed_uniformity(summary: dict[str, dict[str, float]]) -> float | None:
+    """The last ``diag/uniformity`` of a run's :func:`summarize_metrics` when it says the projections
+    collapsed (above :data:`COLLAPSED_UNIFORMITY`), else None (also without diagnostics)."""
+    last = summary.get(PREFIX + "uniformity", {}).get("last")
+    return last if last is not None and last > COLLAPSED_UNIFORMITY else None
+
+
+def run_collapse(run_dir: str | Path) -> float | None:
+    """:func:`collapsed_uniformity` of a finished run's ``diagnostics.json`` (None when it has none)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    return collapsed_uniformity(json.loads(path.read_text())) if path.is_file() else None
+
+
+def collapse_warning(summary: dict[str, dict[str, float]]) -> str | None:
+    """A one-line warning when a run's :func:`summarize_metrics` says its projections collapsed (last
+    ``diag/uniformity`` above :data:`COLLAPSED_UNIFORMITY`), else None (also without diagnostics)."""
+    last = collapsed_uniformity(summary)
+    if last is None:
+        return None
+    return (
+        f"warning: the projections collapsed (diag/uniformity {last:.4f} at the last log, above "
+        f"{COLLAPSED_UNIFORMITY}): every item's embedding is nearly one point and the loss sits at its value for "
+        "identical embeddings. Contrastive losses and M3G have a plateau there; a lower temperature or epsilon, "
+        "or another seed, usually leaves it."
+    )
 
 
 def write_diagnostics_summary(run_dir: str | Path) -> dict[str, dict[str, float]]:
@@ -172,15 +206,19 @@ def write_diagnostics_summary(run_dir: str | Path) -> dict[str, dict[str, float]
 
 
 __all__ = [
+    "COLLAPSED_UNIFORMITY",
     "DEFAULT_TAU",
     "SUMMARY_FILE",
     "alignment",
+    "collapse_warning",
+    "collapsed_uniformity",
     "effective_rank",
     "effective_rank_tensor",
     "embedding_diagnostics",
     "grad_norm",
     "loss_temperature",
     "pvc_mi_lower_bound",
+    "run_collapse",
     "step_diagnostics",
     "summarize_metrics",
     "uniformity",
