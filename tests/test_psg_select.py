@@ -55,7 +55,9 @@ def test_the_highest_validation_score_wins_and_ties_go_to_the_earlier_value(monk
     assert psg_select.select_settings(train, None, sizes) == ({"m3g": {}, "mveb": {}}, [])
 
 
-def test_a_setting_whose_projections_collapsed_is_marked_in_the_selection(tmp_path: Path, monkeypatch) -> None:
+def test_a_setting_whose_projections_collapsed_is_marked_and_chosen_only_if_all_did(
+    tmp_path: Path, monkeypatch
+) -> None:
     import json
 
     monkeypatch.setattr(
@@ -67,10 +69,14 @@ def test_a_setting_whose_projections_collapsed_is_marked_in_the_selection(tmp_pa
     sizes = SimpleNamespace(losses=["pvc_geometric"], seeds=[0], grid={"pvc_geometric": {"a": [1, 2]}}, val_nights=2)
     sizes.val_seed = 9
     train = lambda loss, seed, setting: tmp_path / f"a{setting['a']}"  # noqa: E731
-    _, rows = psg_select.select_settings(train, Path("val"), sizes)
+    chosen, rows = psg_select.select_settings(train, Path("val"), sizes)
     assert [r["collapsed"] for r in rows] == [None, -0.0012]
+    assert chosen == {"pvc_geometric": {"a": 1}}  # the higher score collapsed: the other value is chosen
     page = "\n".join(psg_select.selection_markdown(rows, sizes))
-    assert "| pvc_geometric | a2 | **0.800** | collapsed (-0.0012) |" in page and "| a1 | 0.600 |  |" in page
+    assert "| pvc_geometric | a2 | 0.800 | collapsed (-0.0012) |" in page and "| a1 | **0.600** |  |" in page
+    (tmp_path / "a1").mkdir()
+    (tmp_path / "a1" / "diagnostics.json").write_text(json.dumps({"diag/uniformity": {"last": -0.001}}))
+    assert psg_select.select_settings(train, Path("val"), sizes)[0] == {"pvc_geometric": {"a": 2}}  # all collapsed
 
 
 def test_retrieval_ranks_the_aligned_embeddings_not_the_encoder_features() -> None:

@@ -5,9 +5,11 @@ a third set of synthetic nights (other people again, generator seed ``val_seed``
 For every loss, each value of its grid (:data:`DEFAULT_GRID`, or the sizes file's ``grid``) trains one run
 with the first pretraining seed on the pretraining nights; its frozen encoder features of the validation
 nights are scored by leave-one-subject-out staging with every training label, and the value with the
-highest **macro-F1 of all modalities together** wins (ties: the earlier value in the grid). The criterion
-is fixed before any run, and the test (evaluation) nights are never read. The chosen run is reused as
-that loss's first-seed run of the comparison.
+highest **macro-F1 of all modalities together** wins (ties: the earlier value in the grid). A value whose
+run's projections collapsed (:func:`~multiview_app.train.diagnostics.run_collapse`: the loss at its value
+for identical embeddings, which the encoder-feature criterion cannot see) is chosen only when every value
+collapsed. The criterion is fixed before any run, and the test (evaluation) nights are never read. The
+chosen run is reused as that loss's first-seed run of the comparison.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ COLLAPSED = " (collapsed)"
 COLLAPSE_NOTE = (
     "Projections: `collapsed (u)` where the run's last `diag/uniformity` u is above -0.01, every item's projected "
     "embedding nearly one point (the loss at its value for identical embeddings); the staging criterion reads the "
-    "encoder features, so a collapsed run can still score."
+    "encoder features, so a collapsed run can still score; it is chosen only when every value of its loss collapsed."
 )
 """The selection table's note on the projections column."""
 
@@ -105,7 +107,8 @@ def validation_score(run_dir: Path, cache: Path, windows: Any, sizes: Any) -> fl
 def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[str, dict[str, Any]], list[dict]]:
     """``({loss: chosen setting}, selection rows)``: every grid setting of every loss trained by
     ``train(loss, seed, setting) -> run folder`` with the first pretraining seed and scored on the
-    validation nights ``cache`` (None: no selection, every loss at the config's setting)."""
+    validation nights ``cache`` (None: no selection, every loss at the config's setting); a collapsed run
+    is chosen only when every setting of its loss collapsed."""
     if cache is None:
         return {loss: {} for loss in sizes.losses}, []
     from ..eval.modalities import cache_baselines
@@ -120,12 +123,12 @@ def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[st
             scored.append((validation_score(run, cache, windows, sizes), setting))
             rows.append({"loss": loss, "setting": setting_tag(setting) or "config", "values": setting})
             rows[-1].update(score=scored[-1][0], collapsed=run_collapse(run))
-        best = max(range(len(scored)), key=lambda i: (scored[i][0], -i))
+        mine = rows[-len(scored) :]
+        eligible = [i for i, r in enumerate(mine) if r["collapsed"] is None] or list(range(len(mine)))
+        best = max(eligible, key=lambda i: (scored[i][0], -i))
         chosen[loss] = scored[best][1]
-        rows[len(rows) - len(scored) + best]["chosen"] = True
-        tried = ", ".join(
-            f"{r['setting']} {r['score']:.3f}{COLLAPSED * bool(r['collapsed'])}" for r in rows[-len(scored) :]
-        )
+        mine[best]["chosen"] = True
+        tried = ", ".join(f"{r['setting']} {r['score']:.3f}{COLLAPSED * bool(r['collapsed'])}" for r in mine)
         print(f"{loss}: {setting_tag(chosen[loss]) or 'config'} chosen on validation nights ({tried})", file=sys.stderr)
     return chosen, rows
 
