@@ -173,3 +173,18 @@ def test_collapse_is_flagged_from_the_last_uniformity_of_identical_but_not_sprea
     (tmp_path / SUMMARY_FILE).write_text(json.dumps(stuck))
     assert run_collapse(tmp_path) == pytest.approx(u_collapsed)
     assert run_collapse(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "collapsed"),
+    [
+        ("m3g", {"epsilon": 0.4}, lambda n, k: 0.4 * (k - 1) * math.log(n)),
+        ("m3g", {"epsilon": 0.2}, lambda n, k: 0.2 * (k - 1) * math.log(n)),
+        ("pvc_geometric", {"tau": 0.05}, lambda n, k: math.log(n * k - k + 1)),
+        ("sleepfm_loo", {}, lambda n, k: math.log(n)),
+    ],
+)
+def test_the_loss_of_identical_embeddings_is_the_plateau_the_docs_name(name, params, collapsed) -> None:
+    n, k = 16, 3
+    z = torch.ones(n, k, 8, dtype=torch.float64)  # every item and view on one point
+    assert float(build_loss(name, **params)(z).detach()) == pytest.approx(collapsed(n, k), rel=1e-5)
