@@ -127,13 +127,16 @@ def evaluate_retrieval(
     min_gap: float = MIN_GAP_SECONDS,
     seed: int = 0,
     resamples: int | None = None,
+    oracle: bool = False,
 ) -> dict[str, Any]:
-    """Retrieval table of every ordered pair of ``features`` (modality -> ``(n, d)``, one ``d`` for all).
+    """Retrieval table of every ordered pair of ``features`` (modality -> ``(n, d)``, one ``d`` for all),
+    and with ``oracle`` the :data:`STATE_ORACLE` row (:func:`state_similarity`; ``features`` may then be empty).
 
     Queries and candidates by :func:`draw_queries`. Returns ``{"task", "dataset", "n_candidates", "queries",
     "min_gap_seconds", "chance": {"R@K"}, "rows": {"a -> b": {"R@K": cell}}}``."""
-    require("retrieval", windows, features)
-    features = check_features(features, windows)
+    if features or not oracle:
+        require("retrieval", windows, features)
+        features = check_features(features, windows)
     dims = {m: x.shape[1] for m, x in features.items()}
     if len(set(dims.values())) > 1:
         raise ValueError(f"{windows.dataset}: retrieval needs one embedding size for every modality; got {dims}")
@@ -144,6 +147,8 @@ def evaluate_retrieval(
         )
         for a, b in permutations(features, 2)
     }
+    if oracle:
+        rows[STATE_ORACLE] = _recalls(state_similarity(windows, chosen, sets), windows.subjects[chosen], resamples)
     return _table(windows, n_candidates, chosen, min_gap, rows)
 
 
@@ -158,18 +163,8 @@ def state_similarity(windows: EvalWindows, chosen: np.ndarray, sets: np.ndarray)
     return score
 
 
-def evaluate_state_oracle(
-    windows: EvalWindows,
-    *,
-    n_candidates: int = N_CANDIDATES,
-    queries: int = 1000,
-    min_gap: float = MIN_GAP_SECONDS,
-    seed: int = 0,
-    resamples: int | None = None,
-) -> dict[str, Any]:
-    """The retrieval table (as :func:`evaluate_retrieval`'s, same ``seed``: same queries and candidates) of
-    one row, :data:`STATE_ORACLE`: candidates ranked by :func:`state_similarity`, ties broken at random
-    (expected recall). It reads the labels, not features: a reference, not a method."""
-    chosen, sets = draw_queries(windows, n_candidates, queries, min_gap, seed)
-    cells = _recalls(state_similarity(windows, chosen, sets), windows.subjects[chosen], resamples)
-    return _table(windows, n_candidates, chosen, min_gap, {STATE_ORACLE: cells})
+def evaluate_state_oracle(windows: EvalWindows, **options: Any) -> dict[str, Any]:
+    """The retrieval table of one row, :data:`STATE_ORACLE`: candidates ranked by :func:`state_similarity`,
+    ties broken at random (expected recall). ``options``: :func:`evaluate_retrieval`'s (the same ``seed``
+    draws the same queries and candidates). It reads the labels, not features: a reference, not a method."""
+    return evaluate_retrieval({}, windows, oracle=True, **options)
