@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..eval.modalities import tables
+from ..eval.modalities.cache import BASELINES
 from ..eval.modalities.retrieval import STATE_ORACLE
 from ..eval.modalities.tables import LABELS
 from .psg_end_to_end import E2E_ROW, row_label
@@ -167,7 +168,7 @@ def heart_goal(pooled: dict[str, Any], context: dict[str, Any]) -> list[dict[str
     """Heart-only staging kappa (4 classes, all labels) per loss beside the HRV features and the published
     ECG-only range; reported, not judged."""
     rows = pooled.get("staging, all labels", {})
-    hrv = [v for name, cells in rows.items() if name.startswith("HRV") for v in cells.get("kappa_4class", [])]
+    hrv = rows.get(BASELINES["heart"][0], {}).get("kappa_4class", [])
     low, high = ECG_ONLY_KAPPA
     beside = f"; HRV features {_spread(hrv)}" if hrv else ""
     out = []

@@ -620,8 +620,9 @@ def experiment(
     train = trainer(config, caches.pretrain, (runs_dir or out / "runs").resolve(), sizes, overrides)
     chosen, selection = select_settings(train, caches.validation, sizes)
     runs = train_runs(train, sizes, chosen)
+    named_runs = {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()}
     if train_only:
-        return {"runs": {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()}, "selection": selection}
+        return {"runs": named_runs, "selection": selection}
     notes: list[str] = collapse_notes(runs)
     per_method, baselines, _ = evaluate_runs(runs, caches.evaluation, sizes, notes, caches.retrieval)
     summary = {
@@ -631,7 +632,7 @@ def experiment(
         "modalities": list(cfg.model.encoders),
         "caches": {name: str(path) for name, path in caches._asdict().items()},
         "selection": selection,
-        "runs": {f"{loss} seed {seed}": str(run) for (loss, seed), run in runs.items()},
+        "runs": named_runs,
         "pooled": pool(per_method, baselines),
         "notes": notes,
     }
