@@ -74,8 +74,9 @@ def without_group(cache: Path, out: Path, recording: int, group: str) -> Path:
     return out
 
 
-def adapter_and_policy(cache: Path, modalities: object = "sleepfm", **views: object):
-    adapter = build_adapter("psg_modalities", {"cache": str(cache), "modalities": modalities, "test_fraction": 0.0})
+def adapter_and_policy(cache: Path, modalities: object = "sleepfm", data: dict | None = None, **views: object):
+    options = {"cache": str(cache), "modalities": modalities, "test_fraction": 0.0, **(data or {})}
+    adapter = build_adapter("psg_modalities", options)
     k = len(adapter.modality_names)
     return adapter, build_view_policy("modalities", k, dict(views), adapter)
 
@@ -148,6 +149,23 @@ def test_batches_are_grouped_by_modality_set(cache: Path, tmp_path: Path) -> Non
         policy.eval_views(raw_batch(train_set, [0, n_first]))
     gen = torch.Generator().manual_seed(0)
     assert sum(len(b) for b in group_batches(np.array([0, 0, 0, 1, 1]), 2, gen)) == 4  # tails dropped per group
+
+
+def test_night_batches_hold_one_night_and_one_modality_set(cache: Path, tmp_path: Path) -> None:
+    partial = without_group(cache, tmp_path / "partial", 0, "heart")
+    adapter, policy = adapter_and_policy(partial, data={"batch_within": "night"})
+    train_set = adapter.split("train")
+    nights = np.asarray([train_set[i]["recording"] for i in range(len(train_set))])
+    assert (train_set.set_ids == np.repeat([1, 0, 0], np.bincount(train_set.recording_of))).all()
+    assert len(np.unique(train_set.batch_groups)) == len(adapter.manifest["recordings"]) == 3
+    batches = micro_batches_per_epoch(train_set, len(train_set), 4)
+    assert batches == sum(count // 4 for count in np.bincount(train_set.recording_of))
+    drawn = list(EpochBatchSampler(len(train_set), 4, batches, seed=0, epoch=0, groups=train_set.batch_groups))
+    assert len(drawn) == batches and all(len(set(nights[b])) == 1 for b in drawn)
+    assert len({tuple(nights[b[:1]]) for b in drawn}) == 3  # every night is drawn
+    assert {len(policy.train_views(raw_batch(train_set, b)).views) for b in drawn} == {2, 3}
+    with pytest.raises(ValueError, match="batch_within"):
+        adapter_and_policy(cache, data={"batch_within": "subject"})
 
 
 def test_items_below_min_modalities_leave_the_train_split(cache: Path, tmp_path: Path) -> None:

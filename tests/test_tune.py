@@ -757,3 +757,31 @@ def test_default_objective_is_declared_by_the_adapter() -> None:
     assert default_metric("digits") == "linear_probe.logreg_acc"
     for name in ADAPTERS.names():
         assert default_metric(name) in METRICS, name
+
+
+def test_a_collapsed_trial_is_flagged_on_its_line_in_its_attributes_and_in_the_report(
+    tmp_path: Path, fork_server: ForkServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import multiview_app.train.diagnostics as diagnostics
+    from multiview_app.tune.report import format_report, write_report
+    from multiview_app.tune.study import COLLAPSED_ATTR, Search
+
+    config = _write(tmp_path / "c.yaml", _tune_raw(tmp_path / "runs"))
+    _enqueue(config, "c", [{"loss.tau": 0.2, "model.encoders.image.num_features": 16}])
+    # the search reads the trial's real diagnostics.json; with the threshold below any uniformity this 2-step
+    # run counts as collapsed (the threshold itself: test_diagnostics.py)
+    monkeypatch.setattr(diagnostics, "COLLAPSED_UNIFORMITY", -1e9)
+    _search(config, "c", 1, fork_server).run()
+    folder = tmp_path / "runs" / "tune" / "c"
+    last = json.loads((folder / "trial_0" / diagnostics.SUMMARY_FILE).read_text())["diag/uniformity"]["last"]
+    trial = optuna.load_study(study_name="c", storage=_journal(folder)).get_trials()[0]
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs[COLLAPSED_ATTR] == pytest.approx(last)
+    assert f"projections collapsed (diag/uniformity {last:.4f})" in capsys.readouterr().out
+    report = write_report(optuna.load_study(study_name="c", storage=_journal(folder)), folder, plots=False)
+    assert report["collapsed"] == {0: pytest.approx(last)}
+    assert "note: best trial 0's projections collapsed" in format_report(report)
+    assert "user_attrs_collapsed_uniformity" in (folder / "trials.csv").read_text().splitlines()[0]
+    monkeypatch.setattr(diagnostics, "COLLAPSED_UNIFORMITY", 1.0)  # above any uniformity (<= 0): not collapsed
+    row: dict = {}
+    Search._flag_collapse(trial, folder / "trial_0", row)
+    assert row == {}

@@ -48,7 +48,7 @@ def window_inputs(dataset: Any, policy: Any, items: np.ndarray) -> Callable[[np.
     """``windows (m,) -> ViewBatch``: the model input of evaluation windows, window ``w`` being item
     ``items[w]`` of the modality split ``dataset``, collated and assembled by ``policy.eval_views``. Every
     window must have the same modalities (``ValueError`` naming the sets found)."""
-    sets = np.unique(np.asarray(dataset.batch_groups)[items])
+    sets = np.unique(np.asarray(dataset.set_ids)[items])
     if sets.size > 1:
         found = [dataset.set_names[s] for s in sets]
         raise ValueError(f"{dataset.cache_dir}: end-to-end training needs one modality set per window, got {found}")

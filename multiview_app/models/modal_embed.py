@@ -1,7 +1,7 @@
 """Per-modality and fused embeddings of a PSG modality split, for evaluators and export.
 
 Items of a modality split (``psg_modalities`` adapter) carry the modalities their night has, so the split is
-embedded one modality set at a time (``dataset.batch_groups``), each batch through the view policy's
+embedded one modality set at a time (``dataset.set_ids``), each batch through the view policy's
 ``eval_views`` (full windows, no augmentation) and the model. The **fused** embedding of an item is the mean
 of its present modalities' L2-normalized vectors (not renormalized: its norm shrinks as the modalities
 disagree), so an item missing a modality still gets one, from what it has.
@@ -102,7 +102,7 @@ def modality_embeddings(
     was_training = model.training
     model.eval().to(device)
     collector = _Collector(list(policy.specs), len(dataset))
-    groups = np.asarray(dataset.batch_groups)
+    groups = np.asarray(dataset.set_ids)
     try:
         for group in np.unique(groups):
             members = np.flatnonzero(groups == group)

@@ -203,9 +203,20 @@ def _write_best_configs(study: Any, best: list[Any], folder: Path) -> list[str]:
     return best_files
 
 
+def collapse_note(trial: Any, attr: str) -> str | None:
+    """A note when best ``trial``'s projections collapsed (its user attribute ``attr``), else None."""
+    if attr not in trial.user_attrs:
+        return None
+    return (
+        f"best trial {trial.number}'s projections collapsed (diag/uniformity {trial.user_attrs[attr]:.4f}): its "
+        "embeddings sit at the loss's plateau, so its objective reads features of a head that learned nothing "
+        "to align; prefer the best trial that did not collapse (trials.csv, column user_attrs_collapsed_uniformity)"
+    )
+
+
 def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]:
     """Write the outputs into ``folder``; returns ``report.json``'s content."""
-    from .study import FAIL_REASON_ATTR, METRICS_ATTR
+    from .study import COLLAPSED_ATTR, FAIL_REASON_ATTR, METRICS_ATTR
 
     folder.mkdir(parents=True, exist_ok=True)
     trials = study.get_trials(deepcopy=False)
@@ -223,6 +234,7 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
         for note in (
             importance_caveat(complete) if "param_importances" in written else None,
             objective_resolution(study),
+            *(collapse_note(t, COLLAPSED_ATTR) for t in best),
         )
         if note
     ]
@@ -238,6 +250,7 @@ def write_report(study: Any, folder: Path, plots: bool = True) -> dict[str, Any]
         "best": [{"number": t.number, "values": t.values, "params": t.params} for t in best],
         "best_configs": best_files,
         "failed": {t.number: t.user_attrs.get(FAIL_REASON_ATTR, "") for t in trials if t.state.name == "FAIL"},
+        "collapsed": {t.number: t.user_attrs[COLLAPSED_ATTR] for t in trials if COLLAPSED_ATTR in t.user_attrs},
         "trials_csv": str(folder / TRIALS_FILE),
         "pareto_front_csv": None if pareto is None else str(pareto),
         "plots": written,

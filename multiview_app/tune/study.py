@@ -42,6 +42,8 @@ BASE_CONFIG_ATTR = "mvapp_base_config"  # study user attr: the resolved base con
 METRICS_ATTR = "mvapp_metrics"
 WORKER_ATTR = "mvapp_worker"  # trial system attr: "host:pid:start" of the worker running it
 FAIL_REASON_ATTR = "fail_reason"
+COLLAPSED_ATTR = "collapsed_uniformity"
+"""User attribute of a finished trial whose projections collapsed: its last ``diag/uniformity``."""
 JOURNAL_FILE = "journal.log"
 BASE_CONFIG_FILE = "base_config.yaml"
 TUNE_CALLBACK = "tune-report"
@@ -388,11 +390,24 @@ class Search:
                 row.update(state="PRUNED", value=outcome.reports[-1][1], step=outcome.pruned_at)
             else:
                 values = [outcome.values[m] for m in self.metrics]
+                self._flag_collapse(trial, run_dir, row)
                 frozen = self.study.tell(trial, values=values, skip_if_finished=True)
                 state = frozen.state.name if frozen is not None else "COMPLETE"
                 row.update(state=state, value=values[0] if single else values)
         row["duration_s"] = time.perf_counter() - began
         return row
+
+    @staticmethod
+    def _flag_collapse(trial: Any, run_dir: Path, row: dict[str, Any]) -> None:
+        """Record on ``trial`` (and its console line) that its run's projections collapsed
+        (:func:`~multiview_app.train.diagnostics.run_collapse`): a sweep over a temperature or epsilon can
+        otherwise pick a trial whose objective reads features of a head stuck at the loss's plateau."""
+        from ..train.diagnostics import run_collapse
+
+        collapsed = run_collapse(run_dir)
+        if collapsed is not None:
+            trial.set_user_attr(COLLAPSED_ATTR, collapsed)
+            row["reason"] = f"projections collapsed (diag/uniformity {collapsed:.4f})"
 
     def _worker(self, bar: Any, deadline: float | None) -> None:
         from ..console import write

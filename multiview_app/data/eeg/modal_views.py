@@ -11,7 +11,7 @@ A modality's rate is its ``sfreq`` or its fastest group's; a slower group (SpO2 
 Items: ``{"x/<group>": (c_g, T_g), "modalities": "brain,heart,breathing", "label", "index", "subject",
 "recording", "window", "onset"}``. A modality is present for an item when every one of its groups is
 in its recording (nothing is zero-filled), so ``k`` (the number of modalities present) varies between
-recordings; the train split's ``batch_groups`` (one id per modality set) make the trainer draw every
+recordings; the train split's ``batch_groups`` (one id per modality set, or per night) make the trainer draw every
 batch from one set, so a batch has one ``k`` and the losses need no mask. Items with fewer than
 ``min_modalities`` modalities are left out of the train split (a contrastive loss needs two views).
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ from .signals import load_vocabulary
 from .stages import EPOCH_SECONDS
 
 SET_KEY = "modalities"
+BatchWithin = Literal["modality_set", "night"]
 """Item key naming the item's modality set (present modalities, comma-joined, in the configured order)."""
 
 
@@ -147,11 +148,19 @@ def group_channels(recordings: list[dict], group: str, cache_dir: Path) -> list[
 class ModalWindowDataset(Dataset):
     """Windows of a modality cache's recordings, each item with the groups of its present modalities.
 
-    ``batch_groups`` ``(N,)``: the modality-set id of each item (``set_names[id]``), read by the trainer's
-    sampler (:func:`multiview_app.train.trainer.group_batches`) so a batch holds one set.
+    ``set_ids`` ``(N,)``: the modality-set id of each item (``set_names[id]``). ``batch_groups`` ``(N,)``: the
+    id the trainer's sampler (:func:`multiview_app.train.trainer.group_batches`) keeps together in a batch:
+    the modality set (``batch_within="modality_set"``), or the night (``"night"``: every item of a batch from
+    one recording, so a batch holds one set and its negatives are other times of the same night).
     """
 
-    def __init__(self, cache_dir: Path, recordings: list[dict], modalities: dict[str, ModalitySpec]) -> None:
+    def __init__(
+        self,
+        cache_dir: Path,
+        recordings: list[dict],
+        modalities: dict[str, ModalitySpec],
+        batch_within: BatchWithin = "modality_set",
+    ) -> None:
         self.cache_dir, self.modalities = cache_dir, modalities
         present = [[m for m, s in modalities.items() if set(s.groups) <= set(r["modalities"])] for r in recordings]
         self.recordings = [r for r, p in zip(recordings, present) if p]
@@ -161,7 +170,8 @@ class ModalWindowDataset(Dataset):
         self.recording_of = np.repeat(np.arange(len(self.recordings)), counts)
         self.offset_of = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
         set_of_recording = np.array([self.set_names.index(",".join(p)) for p in self.present], dtype=np.int64)
-        self.batch_groups = set_of_recording[self.recording_of] if len(counts) else np.zeros(0, dtype=np.int64)
+        self.set_ids = set_of_recording[self.recording_of] if len(counts) else np.zeros(0, dtype=np.int64)
+        self.batch_groups = self.set_ids if batch_within == "modality_set" else self.recording_of
         self.labels = np.concatenate([np.asarray(r["labels"], dtype=np.int64) for r in self.recordings] or [[]])
         self.epochs = np.concatenate([np.asarray(r["epochs"], dtype=np.int64) for r in self.recordings] or [[]])
         self._maps: dict[tuple[int, str], np.ndarray] = {}
@@ -204,7 +214,10 @@ class PSGModalitiesAdapter(EEGWindowsAdapter):
 
     Options (besides the split's): ``cache``; ``modalities`` (a preset of psg.yaml, default ``sleepfm``, or
     ``{modality: {groups: [...], sfreq: Hz}}``); ``min_modalities`` (train items with fewer present
-    modalities are left out; default 2). Attributes: ``modality_names`` (the configured modalities, in
+    modalities are left out; default 2); ``batch_within`` (what a training batch shares: ``modality_set``, the
+    default, or ``night``: every batch from one night, whose other times are then each item's negatives, so
+    a loss must tell times of one night apart rather than people; a night needs at least ``batch_size``
+    windows). Attributes: ``modality_names`` (the configured modalities, in
     order), ``modality_rates``, ``modality_channels`` (channel names per modality, group by group).
     """
 
@@ -213,6 +226,7 @@ class PSGModalitiesAdapter(EEGWindowsAdapter):
     class Options(EEGWindowsAdapter.Options):
         modalities: str | dict[str, ModalitySpec] = "sleepfm"
         min_modalities: int = Field(2, ge=1)
+        batch_within: BatchWithin = "modality_set"
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)
@@ -284,7 +298,7 @@ class PSGModalitiesAdapter(EEGWindowsAdapter):
         if name == "train":
             count = self.options.min_modalities
             recordings = [r for r in recordings if self._present_count(r) >= count]
-        return ModalWindowDataset(self.cache_dir, recordings, self.modalities)
+        return ModalWindowDataset(self.cache_dir, recordings, self.modalities, self.options.batch_within)
 
     def _present_count(self, record: dict) -> int:
         return sum(set(s.groups) <= set(record["modalities"]) for s in self.modalities.values())
