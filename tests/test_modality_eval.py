@@ -24,7 +24,16 @@ from multiview_app.eval.modalities import (
 )
 from multiview_app.eval.modalities.events import calibrate
 from multiview_app.eval.modalities.metrics import macro_auroc
-from multiview_app.eval.modalities.retrieval import STATE_ORACLE, candidate_sets, draw_queries, evaluate_state_oracle
+from multiview_app.eval.modalities.retrieval import (
+    STATE_ORACLE,
+    STATE_READER,
+    candidate_sets,
+    draw_queries,
+    evaluate_state_oracle,
+    evaluate_state_reader,
+    state_codes,
+    state_posteriors,
+)
 
 RESAMPLES = 200  # bootstrap draws in these tests (the default 10,000 only slows them)
 
@@ -181,6 +190,48 @@ def test_the_state_oracle_ties_every_candidate_of_the_querys_stage_and_events() 
     # one stage and no events: nothing to read, chance
     flat = EvalWindows("flat", windows.subjects, windows.nights, windows.onsets, np.full(len(windows), 2))
     assert evaluate_state_oracle(flat, n_candidates=40, queries=50)["rows"][STATE_ORACLE]["R@10"]["value"] == 0.25
+
+
+def test_the_state_reader_is_out_of_fold_and_ranks_by_what_each_modality_gives_away() -> None:
+    windows = toy_windows(nights=4, per_night=80)
+    state = np.stack([windows.stages, windows.targets["apnea_hypopnea"], windows.targets["arousal"]], axis=1)
+    codes = state_codes(windows)
+    same = (state[:, None] == state[None]).all(axis=2)
+    assert ((codes[:, None] == codes[None]) == same).all()  # one id per distinct (stage, apnea, arousal)
+    rng = np.random.default_rng(3)
+    exact = np.eye(codes.max() + 1)[codes] + 0.01 * rng.normal(size=(len(windows), codes.max() + 1))
+    noise = rng.normal(size=(len(windows), 6))
+    posteriors = state_posteriors({"exact": exact, "noise": noise}, windows)
+    assert posteriors["exact"].shape == (len(windows), codes.max() + 1)
+    np.testing.assert_allclose(posteriors["exact"].sum(axis=1), 1.0)
+    assert (posteriors["exact"].argmax(axis=1) == codes).mean() > 0.95
+    # out of fold: relabelling subject S0's windows leaves S0's probabilities as they were
+    held = windows.subjects == "S0"
+    relabelled = EvalWindows(
+        "toy", windows.subjects, windows.nights, windows.onsets, windows.stages.copy(), windows.targets
+    )
+    relabelled.stages[held] = (relabelled.stages[held] + 1) % 5
+    moved = state_posteriors({"exact": exact}, relabelled)["exact"]
+
+    def by_key(w: EvalWindows, probabilities: np.ndarray, subject: str) -> np.ndarray:
+        """``subject``'s probabilities ``(m, keys)`` over the (stage, events) keys of both labellings."""
+        keys = [
+            tuple(k) for k in np.unique(np.stack([w.stages, *(w.targets[k] for k in sorted(w.targets))], 1), axis=0)
+        ]
+        union = sorted(set(map(tuple, state)) | set(zip(relabelled.stages, *relabelled.targets.values())))
+        rows = w.subjects == subject
+        return np.stack([probabilities[rows, keys.index(k)] if k in keys else np.zeros(rows.sum()) for k in union], 1)
+
+    # S0's reader never saw S0's labels: the same probabilities; S1's reader trained on S0's: they move
+    np.testing.assert_allclose(by_key(relabelled, moved, "S0"), by_key(windows, posteriors["exact"], "S0"), atol=1e-9)
+    assert np.abs(by_key(relabelled, moved, "S1") - by_key(windows, posteriors["exact"], "S1")).max() > 0.01
+    oracle = evaluate_state_oracle(windows, n_candidates=40, queries=100)["rows"][STATE_ORACLE]["R@10"]["value"]
+    table = evaluate_state_reader({"brain": exact, "heart": noise}, windows, n_candidates=40, queries=100)
+    assert set(table["rows"]) == {f"{STATE_READER}: brain -> heart", f"{STATE_READER}: heart -> brain"}
+    reader = evaluate_state_reader({"brain": exact, "heart": exact.copy()}, windows, n_candidates=40, queries=100)
+    assert reader["rows"][f"{STATE_READER}: brain -> heart"]["R@10"]["value"] > 0.8 * oracle > 2 * 0.25
+    chance_pair = table["rows"][f"{STATE_READER}: brain -> heart"]["R@10"]["value"]
+    assert chance_pair < 0.25 + 0.15  # one side reads nothing: about chance (10 / 40)
 
 
 def test_evaluations_the_data_cannot_support_name_the_dataset_and_what_it_lacks() -> None:

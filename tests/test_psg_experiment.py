@@ -52,6 +52,8 @@ def test_psg_modalities_experiment_writes_tables_and_figure(tmp_path: Path) -> N
     assert set(summary["runs"]) == {"sleepfm_loo seed 0"}
     assert {"sleepfm_loo: brain -> heart", "random init: breathing -> brain"} <= set(pooled["retrieval"])
     assert 0.0 <= pooled["retrieval"]["stage + events oracle"]["R@10"][0] <= 1.0  # on the 2 retrieval nights
+    read = pooled["retrieval"]["state read from handcrafted features (supervised): heart -> breathing"]["R@10"]
+    assert len(read) == 1 and 0.0 <= read[0] <= 1.0  # once, from the retrieval nights' handcrafted features
     assert Path(summary["caches"]["retrieval"]).name == "psg_retrieval_cache"
     staging = pooled["staging, all labels"]
     assert {"sleepfm_loo: brain", "sleepfm_loo: all", "random init: all", "band power (brain)"} <= set(staging)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from multiview_app.eval.modalities import trainable
+from multiview_app.eval.modalities import STATE_ORACLE, STATE_READER, trainable
 from multiview_app.experiments import psg_modalities
 from multiview_app.experiments.psg_end_to_end import E2E_ROW, EndToEnd, row_label
 from multiview_app.experiments.psg_goals import goals_markdown, measure_goals, paired_vs_brain
@@ -112,6 +112,12 @@ def test_goals_are_read_from_the_tables_as_met_or_not() -> None:
     assert status[("retrieval recall@10 >= 10x chance", "m3g")] == "met"
     loo = goals[("retrieval recall@10 >= 10x chance", "sleepfm_loo")]
     assert loo["status"] == "not met" and "1/2 pairs >= 0.100; lowest brain -> heart 0.070" in loo["measured"]
+    reader = {f"{STATE_READER}: brain -> heart": {"R@10": [0.03]}, f"{STATE_READER}: heart -> brain": {"R@10": [0.05]}}
+    pooled["retrieval"].update({STATE_ORACLE: {"R@10": [0.127]}, **reader})
+    read = {(g["goal"], g["features"]): g for g in measure_goals(pooled, context)}
+    assert read[("retrieval recall@10 >= 10x chance", "m3g")]["measured"].endswith(
+        f"; {STATE_ORACLE} 0.127; {STATE_READER}: lowest brain -> heart 0.030, highest 0.050"
+    )
     f1 = goals[("loss ordering, staging macro-F1 (all labels, all)", "m3g >= sleepfm_loo")]
     assert f1["status"] == "met" and f1["measured"] == (
         "m3g 0.710 [0.700, 0.720] >= sleepfm_loo 0.630 [0.600, 0.660] (sleepfm_pairwise not run)"

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..eval.modalities import tables
 from ..eval.modalities.cache import BASELINES
-from ..eval.modalities.retrieval import STATE_ORACLE
+from ..eval.modalities.retrieval import STATE_ORACLE, STATE_READER
 from ..eval.modalities.tables import LABELS
 from .psg_end_to_end import E2E_ROW, row_label
 
@@ -69,10 +69,15 @@ def _pairs(pooled: dict[str, Any], loss: str) -> dict[str, list[float]]:
 
 def retrieval_goal(pooled: dict[str, Any], context: dict[str, Any]) -> list[dict[str, str]]:
     """Every pair's mean recall@10 >= 10 x chance (10 / candidates), per loss, beside the stage + events
-    oracle when it ran; not measured when 10x chance is 1 or more (fewer than 100 candidates)."""
+    oracle and the state read from handcrafted features (its lowest pair) when they ran; not measured when
+    10x chance is 1 or more (fewer than 100 candidates)."""
     bar = 10 * 10 / context["candidates"]
     reference = pooled.get("retrieval", {}).get(STATE_ORACLE, {}).get("R@10")
     oracle = f"; {STATE_ORACLE} {_mean(reference):.3f}" if reference else ""
+    read = {pair: _mean(values) for pair, values in _pairs(pooled, STATE_READER).items()}
+    if read:
+        lowest = min(read, key=read.get)
+        oracle += f"; {STATE_READER}: lowest {lowest} {read[lowest]:.3f}, highest {max(read.values()):.3f}"
     out = []
     for loss in context["losses"]:
         pairs = {pair: _mean(values) for pair, values in _pairs(pooled, loss).items()}

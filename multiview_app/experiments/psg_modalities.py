@@ -341,14 +341,24 @@ def evaluate_runs(
     """``({method: {seed: results}}, baseline results, windows)``: each run's learned features and (per seed,
     from the first loss's run) its random-init features through ``evaluate_modalities`` (retrieval on the
     ``retrieval`` nights' cache when given, else on ``cache``); the handcrafted baselines of ``cache``, the
-    end-to-end model and the retrieval's stage + events oracle once (:func:`evaluate_baselines`), on the
-    same folds, draws, queries and candidates."""
+    end-to-end model and the retrieval's references (the stage + events oracle, the state read from each
+    modality's handcrafted features) once (:func:`evaluate_baselines`), on the same folds, draws, queries and
+    candidates."""
     from ..eval.modalities import cache_baselines
+    from ..train.run_io import load_run_config
 
     windows, baseline_rows, info = cache_baselines(cache)
     notes += info["notes"] + [f"{row}: {n} windows failed (column medians)" for row, n in info["failed"].items() if n]
     pair = (cache, retrieval or cache)
-    both = (windows, windows if retrieval is None else cache_baselines(retrieval, only=[])[0])
+    retrieval_windows, retrieval_rows = (windows, baseline_rows)
+    if retrieval is not None:
+        retrieval_windows, retrieval_rows, found = cache_baselines(retrieval)
+        notes += [
+            f"retrieval nights, {row}: {n} windows failed (column medians)" for row, n in found["failed"].items() if n
+        ]
+    both = (windows, retrieval_windows)
+    first = runs[(sizes.losses[0], sizes.seeds[0])]
+    reader = handcrafted_by_modality(retrieval_rows, load_run_config(first).data.options.get("modalities", "sleepfm"))
     tasks = tasks_for(windows)
     options = dict(shots=sizes.shots, seeds=sizes.draws, n_candidates=sizes.candidates)
     per_method: dict[str, dict[int, list]] = defaultdict(dict)
@@ -358,20 +368,47 @@ def evaluate_runs(
         print(f"evaluating {method} seed {seed} ({position}/{len(jobs)} feature sets)", file=sys.stderr, flush=True)
         evaluate = feature_tasks(run, weights, pair, both, options)
         per_method[method][seed] = evaluate_each(evaluate, tasks, notes, f"{method} seed {seed}")
-    first = runs[(sizes.losses[0], sizes.seeds[0])]
     e2e = end_to_end_row(first, cache, windows, sizes) if sizes.e2e_steps > 0 and sizes.e2e_tasks else None
-    return dict(per_method), evaluate_baselines(baseline_rows, e2e, both, tasks, sizes, notes), windows
+    return dict(per_method), evaluate_baselines(baseline_rows, e2e, both, tasks, sizes, notes, reader), windows
+
+
+def handcrafted_by_modality(rows: dict[str, np.ndarray], modalities: Any) -> dict[str, np.ndarray]:
+    """``{modality: (n, f)}``: the handcrafted baseline ``rows`` of each modality's groups side by side
+    (``modalities``: the run's ``data.options.modalities``); a modality with none is left out."""
+    from ..data.eeg.modal_views import resolve_modalities
+    from ..eval.modalities.cache import BASELINES
+
+    group_of = {name: group for name, group, _ in BASELINES.values()}
+    out = {}
+    for modality, spec in resolve_modalities(modalities).items():
+        parts = [x for name, x in rows.items() if group_of.get(name) in spec.groups]
+        if parts:
+            out[modality] = np.hstack(parts)
+    return out
 
 
 def evaluate_baselines(
-    rows: dict[str, Any], e2e: Any, windows: tuple[Any, Any], tasks: tuple[str, ...], sizes: Sizes, notes: list[str]
+    rows: dict[str, Any],
+    e2e: Any,
+    windows: tuple[Any, Any],
+    tasks: tuple[str, ...],
+    sizes: Sizes,
+    notes: list[str],
+    reader: dict[str, np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows evaluated once, with the runs' folds and few-shot draws: on the staging and event tasks
     among ``tasks`` (evaluation windows ``windows[0]``), the handcrafted ``rows`` and, for the sizes'
     ``e2e_tasks``, the end-to-end model ``e2e`` (trained per fold; None: no end-to-end row); on retrieval
-    (``windows[1]``, the runs' queries and candidates), the stage + events oracle."""
-    from ..eval.modalities import evaluate_staging, evaluate_state_oracle
+    (``windows[1]``, the runs' queries and candidates), the stage + events oracle and, with ``reader``
+    (modality -> handcrafted features of ``windows[1]``), the state read from each modality."""
+    from ..eval.modalities import evaluate_staging, evaluate_state_oracle, evaluate_state_reader
     from ..eval.modalities.events import evaluate_events
+
+    def references() -> dict[str, Any]:
+        table = evaluate_state_oracle(windows[1], n_candidates=sizes.candidates)
+        if reader and len(reader) > 1:
+            table["rows"].update(evaluate_state_reader(reader, windows[1], n_candidates=sizes.candidates)["rows"])
+        return table
 
     def with_e2e(task: str) -> dict[str, Any]:
         return {**rows, E2E_ROW: e2e} if e2e is not None and task in sizes.e2e_tasks else rows
@@ -381,7 +418,7 @@ def evaluate_baselines(
         "staging": lambda: evaluate_staging(with_e2e("staging"), evaluation, shots=sizes.shots, seeds=sizes.draws),
         "apnea_hypopnea": lambda: evaluate_events(with_e2e("apnea_hypopnea"), evaluation, "apnea_hypopnea"),
         "arousal": lambda: evaluate_events(with_e2e("arousal"), evaluation, "arousal"),
-        "retrieval": lambda: evaluate_state_oracle(windows[1], n_candidates=sizes.candidates),
+        "retrieval": references,
     }
     return evaluate_each(lambda t: single[t](), tuple(t for t in tasks if t in single), notes, "baselines")
 

@@ -27,7 +27,7 @@ from ...data.eeg.events import APNEA_HYPOPNEA, AROUSAL
 from .cache import cache_baselines, cache_windows
 from .data import REQUIREMENTS, EvalWindows, TrainableRow, UnsupportedEvaluation, require, subject_folds, trainable
 from .events import evaluate_events
-from .retrieval import STATE_ORACLE, evaluate_retrieval, evaluate_state_oracle
+from .retrieval import STATE_ORACLE, STATE_READER, evaluate_retrieval, evaluate_state_oracle, evaluate_state_reader
 from .staging import (
     ALL,
     evaluate_missing_modalities,
@@ -105,6 +105,7 @@ def evaluate_modalities(
 __all__ = [
     "REQUIREMENTS",
     "STATE_ORACLE",
+    "STATE_READER",
     "EvalWindows",
     "TrainableRow",
     "UnsupportedEvaluation",
@@ -116,6 +117,7 @@ __all__ = [
     "evaluate_modalities",
     "evaluate_retrieval",
     "evaluate_state_oracle",
+    "evaluate_state_reader",
     "evaluate_staging",
     "format_tables",
     "fused",

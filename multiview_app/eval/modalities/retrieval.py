@@ -13,6 +13,12 @@ then each event class): the recall of a reader that knows nothing of a window bu
 it. Where two modalities share nothing else (on the synthetic nights, brain and the cardiorespiratory
 signals are coupled through the hypnogram and the scored events), it is the reference a learned pair
 is read against.
+
+:func:`evaluate_state_reader` is what that reference is worth when each modality must *infer* the state:
+a logistic regression per modality, trained with the labels on the other subjects' windows (leave one
+subject out), turns each window's handcrafted features into probabilities of its scored state, and the
+candidates are ranked by the cosine of those probabilities. A supervised reader of the field's features,
+not a method: it tells how much of the oracle each modality's signals give away.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ CHUNK = 128
 """Queries scored at a time (bounds the memory of the similarity rows)."""
 STATE_ORACLE = "stage + events oracle"
 """Row name of :func:`evaluate_state_oracle`."""
+STATE_READER = "state read from handcrafted features (supervised)"
+"""Method name of :func:`evaluate_state_reader`'s rows (``"<STATE_READER>: a -> b"``)."""
 
 
 def _night_pools(windows: EvalWindows, index: int, min_gap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -161,6 +169,45 @@ def state_similarity(windows: EvalWindows, chosen: np.ndarray, sets: np.ndarray)
     for weight, key in zip(2.0 ** np.arange(len(keys))[::-1], keys):
         score += weight * (key[sets] == key[chosen][:, None])
     return score
+
+
+def state_codes(windows: EvalWindows) -> np.ndarray:
+    """``(n,)`` id of each window's scored state: its stage with each event class's label (the keys of
+    :func:`state_similarity`), one id per distinct combination."""
+    keys = np.stack([windows.stages, *(windows.targets[name] for name in sorted(windows.targets))], axis=1)
+    return np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def state_posteriors(features: dict[str, np.ndarray], windows: EvalWindows) -> dict[str, np.ndarray]:
+    """Out-of-fold probabilities ``(n, s)`` of each window's state (:func:`state_codes`, ``s`` states) per
+    modality of ``features`` (modality -> ``(n, f)``): for each subject, a standardized logistic regression
+    fit on every other subject's windows; a state its training windows lack gets probability 0."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    codes = state_codes(windows)
+    out = {}
+    for modality, x in features.items():
+        probabilities = np.zeros((len(codes), int(codes.max()) + 1))
+        for subject in np.unique(windows.subjects):
+            held = windows.subjects == subject
+            if np.unique(codes[~held]).size < 2:
+                raise UnsupportedEvaluation(f"{windows.dataset}: one scored state outside subject {subject}")
+            reader = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(x[~held], codes[~held])
+            probabilities[np.ix_(held, reader[-1].classes_)] = reader.predict_proba(x[held])
+        out[modality] = probabilities
+    return out
+
+
+def evaluate_state_reader(features: dict[str, np.ndarray], windows: EvalWindows, **options: Any) -> dict[str, Any]:
+    """The retrieval table of :data:`STATE_READER` (rows ``"<STATE_READER>: a -> b"``): every ordered pair of
+    ``features`` (modality -> handcrafted ``(n, f)``, any widths) ranked by the cosine of their
+    :func:`state_posteriors`. ``options``: :func:`evaluate_retrieval`'s (the same ``seed`` draws the same
+    queries and candidates)."""
+    table = evaluate_retrieval(state_posteriors(check_features(features, windows), windows), windows, **options)
+    table["rows"] = {f"{STATE_READER}: {pair}": cells for pair, cells in table["rows"].items()}
+    return table
 
 
 def evaluate_state_oracle(windows: EvalWindows, **options: Any) -> dict[str, Any]:
