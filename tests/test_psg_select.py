@@ -79,6 +79,35 @@ def test_a_setting_whose_projections_collapsed_is_marked_and_chosen_only_if_all_
     assert psg_select.select_settings(train, Path("val"), sizes)[0] == {"pvc_geometric": {"a": 2}}  # all collapsed
 
 
+def test_with_two_selection_seeds_each_value_trains_both_and_the_mean_decides(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    scores = {("a1", 0): 0.80, ("a1", 1): 0.60, ("a2", 0): 0.75, ("a2", 1): 0.70, ("a3", 0): 0.90, ("a3", 1): 0.90}
+    monkeypatch.setattr(
+        psg_select, "validation_score", lambda run, cache, windows, sizes: scores[run.parent.name, int(run.name)]
+    )
+    monkeypatch.setattr("multiview_app.eval.modalities.cache_baselines", lambda cache, only: (None, {}, {}))
+    trained = []
+
+    def train(loss: str, seed: int, setting: dict) -> Path:
+        trained.append((setting["a"], seed))
+        (tmp_path / f"a{setting['a']}" / str(seed)).mkdir(parents=True, exist_ok=True)
+        return tmp_path / f"a{setting['a']}" / str(seed)
+
+    (tmp_path / "a3" / "1").mkdir(parents=True)  # a3's second seed collapsed, its first did not
+    (tmp_path / "a3" / "1" / "diagnostics.json").write_text(json.dumps({"diag/uniformity": {"last": -0.002}}))
+    grid = {"m3g": {"a": [1, 2, 3]}}
+    sizes = SimpleNamespace(losses=["m3g"], seeds=[0, 1, 2], grid=grid, select_seeds=2, val_nights=2, val_seed=9)
+    chosen, rows = psg_select.select_settings(train, Path("val"), sizes)
+    assert trained == [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1)]  # the first two seeds, never seed 2
+    assert [r["score"] for r in rows] == pytest.approx([0.70, 0.725, 0.90])
+    assert chosen == {"m3g": {"a": 2}}  # a1 wins seed 0 alone; the mean picks a2; a3 has a collapsed run
+    assert rows[2]["collapsed"] == -0.002
+    page = "\n".join(psg_select.selection_markdown(rows, sizes))
+    assert "pretraining seeds 0, 1;" in page and "(leave-one-subject-out), mean over the seeds;" in page
+    assert "| m3g | a2 | **0.725** (0.750, 0.700) |  |" in page
+
+
 def test_retrieval_ranks_the_aligned_embeddings_not_the_encoder_features() -> None:
     rng = np.random.default_rng(0)
     n = 240
@@ -121,3 +150,13 @@ def test_a_runs_validation_score_is_kept_and_reused_only_while_its_inputs_match(
     assert kept["key"]["cache"] == "val" and kept["score"] == 0.61
     psg_select.validation_score(tmp_path, Path("val"), None, SimpleNamespace(shots=10, draws=1))
     assert len(calls) == 2  # other shots: measured again
+
+
+def test_select_seeds_beyond_the_pretraining_seeds_is_refused(tmp_path: Path) -> None:
+    from multiview_app.experiments.psg_modalities import load_sizes
+
+    (tmp_path / "sizes.yaml").write_text("seeds: [0, 1]\nselect_seeds: 2\n")
+    assert load_sizes(tmp_path / "sizes.yaml").select_seeds == 2
+    (tmp_path / "sizes.yaml").write_text("seeds: [0, 1]\nselect_seeds: 3\n")
+    with pytest.raises(ValueError, match=r"sizes.yaml: select_seeds 3: expected 1 to 2"):
+        load_sizes(tmp_path / "sizes.yaml")

@@ -87,6 +87,7 @@ class Sizes:
     val_nights: int = 6  #: validation nights choosing each loss's setting (0: the config's settings, no choice)
     val_seed: int = 2000  #: generator seed of the validation nights (other people again)
     grid: dict[str, dict[str, list]] = field(default_factory=lambda: dict(DEFAULT_GRID))  #: loss -> settings tried
+    select_seeds: int = 1  #: pretraining seeds (the first of ``seeds``) each grid value trains for the choice
     retrieval_nights: int = 0  #: long nights for retrieval alone (0: retrieval on the evaluation nights)
     retrieval_hours: float = 6.0  #: their length, uncompressed (N candidates need N / 2 windows per night)
     retrieval_seed: int = 3000  #: generator seed of the retrieval nights (other people again)
@@ -113,6 +114,8 @@ def load_sizes(path: str | Path | None) -> Sizes:
             f"{path}: seed, eval_seed, val_seed (and retrieval_seed) must differ (each night set is other people)"
         )
     check_grid(sizes.grid, str(path))
+    if not 1 <= sizes.select_seeds <= len(sizes.seeds):
+        raise ValueError(f"{path}: select_seeds {sizes.select_seeds}: expected 1 to {len(sizes.seeds)} (the seeds)")
     if set(sizes.e2e_tasks) - set(E2E_TASKS):
         raise ValueError(f"{path}: e2e_tasks {sizes.e2e_tasks}: expected some of {list(E2E_TASKS)}")
     return sizes

@@ -104,33 +104,66 @@ def validation_score(run_dir: Path, cache: Path, windows: Any, sizes: Any) -> fl
     return score
 
 
+def score_setting(train: Any, loss: str, setting: dict, seeds: list[int], scoring: tuple) -> dict[str, Any]:
+    """One grid value of ``loss`` trained with each of ``seeds`` and scored on the validation nights
+    (``scoring``: ``(cache, windows, sizes)`` of :func:`validation_score`): its selection row, the score the mean
+    over seeds, ``collapsed`` the first collapsed run's last uniformity (None when none collapsed)."""
+    from ..train.diagnostics import run_collapse
+
+    runs = [train(loss, seed, setting) for seed in seeds]
+    per_seed = [validation_score(run, *scoring) for run in runs]
+    collapsed = next((u for u in map(run_collapse, runs) if u is not None), None)
+    return {
+        "loss": loss,
+        "setting": setting_tag(setting) or "config",
+        "values": setting,
+        "score": sum(per_seed) / len(per_seed),
+        "seed_scores": per_seed,
+        "collapsed": collapsed,
+    }
+
+
 def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[str, dict[str, Any]], list[dict]]:
     """``({loss: chosen setting}, selection rows)``: every grid setting of every loss trained by
-    ``train(loss, seed, setting) -> run folder`` with the first pretraining seed and scored on the
-    validation nights ``cache`` (None: no selection, every loss at the config's setting); a collapsed run
-    is chosen only when every setting of its loss collapsed."""
+    ``train(loss, seed, setting) -> run folder`` with the first ``sizes.select_seeds`` pretraining seeds (default
+    1) and scored on the validation nights ``cache`` (mean over those seeds; None: no selection, every loss at
+    the config's setting); a setting with a collapsed run is chosen only when every setting of its loss has one."""
     if cache is None:
         return {loss: {} for loss in sizes.losses}, []
     from ..eval.modalities import cache_baselines
-    from ..train.diagnostics import run_collapse
 
     windows = cache_baselines(cache, only=[])[0]
+    seeds = list(sizes.seeds[: getattr(sizes, "select_seeds", 1)])
     chosen, rows = {}, []
     for loss in sizes.losses:
-        scored = []
-        for setting in settings_of(sizes.grid, loss):
-            run = train(loss, sizes.seeds[0], setting)
-            scored.append((validation_score(run, cache, windows, sizes), setting))
-            rows.append({"loss": loss, "setting": setting_tag(setting) or "config", "values": setting})
-            rows[-1].update(score=scored[-1][0], collapsed=run_collapse(run))
-        mine = rows[-len(scored) :]
+        settings = settings_of(sizes.grid, loss)
+        mine = [score_setting(train, loss, setting, seeds, (cache, windows, sizes)) for setting in settings]
         eligible = [i for i, r in enumerate(mine) if r["collapsed"] is None] or list(range(len(mine)))
-        best = max(eligible, key=lambda i: (scored[i][0], -i))
-        chosen[loss] = scored[best][1]
+        best = max(eligible, key=lambda i: (mine[i]["score"], -i))
+        chosen[loss] = settings[best]
         mine[best]["chosen"] = True
+        rows += mine
         tried = ", ".join(f"{r['setting']} {r['score']:.3f}{COLLAPSED * bool(r['collapsed'])}" for r in mine)
         print(f"{loss}: {setting_tag(chosen[loss]) or 'config'} chosen on validation nights ({tried})", file=sys.stderr)
     return chosen, rows
+
+
+def seeds_text(sizes: Any) -> str:
+    """``pretraining seed 0`` or ``pretraining seeds 0, 1`` (those the selection trains)."""
+    seeds = list(sizes.seeds[: getattr(sizes, "select_seeds", 1)])
+    return f"pretraining seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
+
+
+def mean_text(sizes: Any) -> str:
+    """``, mean over the seeds`` when the selection trains more than one."""
+    return ", mean over the seeds" if getattr(sizes, "select_seeds", 1) > 1 else ""
+
+
+def score_text(row: dict) -> str:
+    """A selection row's score, bold when chosen, with its per-seed scores when there are several."""
+    score = f"**{row['score']:.3f}**" if row.get("chosen") else f"{row['score']:.3f}"
+    seeds = row.get("seed_scores") or []
+    return score + (f" ({', '.join(f'{v:.3f}' for v in seeds)})" if len(seeds) > 1 else "")
 
 
 def selection_markdown(rows: list[dict], sizes: Any) -> list[str]:
@@ -144,13 +177,12 @@ def selection_markdown(rows: list[dict], sizes: Any) -> list[str]:
         "",
         "## Settings chosen on validation nights",
         "",
-        f"{sizes.val_nights} validation nights (generator seed {sizes.val_seed}), pretraining seed {sizes.seeds[0]}; "
-        f"criterion: {metric} of the `{row}` row of `{table}` (leave-one-subject-out); ties go to the earlier value.",
+        f"{sizes.val_nights} validation nights (generator seed {sizes.val_seed}), {seeds_text(sizes)}; criterion: "
+        f"{metric} of the `{row}` row of `{table}` (leave-one-subject-out){mean_text(sizes)}; ties go to the earlier "
+        "value.",
         "",
     ]
-    body = [
-        [r["loss"], r["setting"], f"**{r['score']:.3f}**" if r.get("chosen") else f"{r['score']:.3f}"] for r in rows
-    ]
+    body = [[r["loss"], r["setting"], score_text(r)] for r in rows]
     for line, r in zip(body, rows):
         line.append("collapsed ({:.4f})".format(r["collapsed"]) if r.get("collapsed") is not None else "")
     lines = lines + markdown(["loss", "setting", f"validation {metric}", "projections"], body)
