@@ -86,6 +86,31 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def kept_json(path: str | Path, key: Any, compute: Callable[[], Any], field: str = "value") -> Any:
+    """``compute()``'s JSON-able result, kept in ``path`` as ``{"key": key, field: result}`` (atomic) and
+    reused while the kept ``key`` equals ``key``; numpy values are written as plain numbers and lists, and the
+    result is returned as read back, so a kept and a fresh result are the same objects."""
+    path = Path(path)
+    if path.is_file():
+        kept = json.loads(path.read_text())
+        if kept.get("key") == key and field in kept:
+            return kept[field]
+    text = json.dumps({"key": key, field: compute()}, indent=1, default=plain_json)
+    atomic_write_text(path, text + "\n")
+    return json.loads(text)[field]
+
+
+def plain_json(value: Any) -> Any:
+    """JSON form of numpy scalars and arrays (``json.dumps(default=...)``)."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
 def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
     """Hex sha256 of a file's bytes (read in ``chunk``-byte blocks)."""
     digest = hashlib.sha256()
@@ -98,6 +123,8 @@ def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
 __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
+    "kept_json",
+    "plain_json",
     "atomic_write_text",
     "atomic_write_with",
     "current_umask",

@@ -40,7 +40,7 @@ retrieval_seed: 10
 
 
 @pytest.mark.slow
-def test_psg_modalities_experiment_writes_tables_and_figure(tmp_path: Path) -> None:
+def test_psg_modalities_experiment_writes_tables_and_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sizes = tmp_path / "sizes.yaml"
     sizes.write_text(TOY_SIZES)
     out = tmp_path / "out"
@@ -86,6 +86,19 @@ def test_psg_modalities_experiment_writes_tables_and_figure(tmp_path: Path) -> N
     train = psg_modalities.trainer(CONFIG, cache, (out / "runs").resolve(), toy, [])
     runs = psg_modalities.train_runs(train, toy, {"sleepfm_loo": chosen["values"]})
     assert list(runs.values()) == [model.parent] and model.stat().st_mtime_ns == stamp
+    # evaluating again reads every feature set's kept results back (none evaluated): the same per-run results
+    assert {p.name for p in model.parent.glob("psg_evaluation_*.json")} == {
+        "psg_evaluation_final.json",
+        "psg_evaluation_init.json",
+    }
+    first = json.loads((out / "psg_modalities.json").read_text())["per_run"]
+
+    def evaluated(*args: object) -> None:
+        raise AssertionError("a kept feature set was evaluated again")
+
+    monkeypatch.setattr(psg_modalities, "feature_tasks", evaluated)
+    assert main(argv) == 0
+    assert json.loads((out / "psg_modalities.json").read_text())["per_run"] == first
 
 
 def test_sizes_file_with_unknown_keys_or_equal_seeds_is_refused(tmp_path: Path) -> None:

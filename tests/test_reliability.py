@@ -199,3 +199,22 @@ def test_failed_first_recording_leaves_no_cache(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="SC4001E0-PSG.edf"):
         prepare("sleep-edf", tmp_path / "raw", tmp_path / "cache", PrepareOptions(channels=["Fpz-Cz"]), progress=False)
     assert not (tmp_path / "cache").exists()
+
+
+def test_kept_json_reuses_a_result_while_its_key_matches_and_reads_numpy_back_as_plain(tmp_path: Path) -> None:
+    import numpy as np
+
+    from multiview_app.fileio import kept_json
+
+    calls: list[int] = []
+
+    def compute() -> dict:
+        calls.append(1)
+        return {"score": np.float32(0.5), "values": np.arange(3)}
+
+    path = tmp_path / "kept.json"
+    fresh = kept_json(path, {"cache": "a"}, compute)
+    assert fresh == {"score": 0.5, "values": [0, 1, 2]} and type(fresh["score"]) is float  # as read back
+    assert kept_json(path, {"cache": "a"}, compute) == fresh and len(calls) == 1  # the same key: kept
+    assert kept_json(path, {"cache": "b"}, compute) == fresh and len(calls) == 2  # another key: computed again
+    assert kept_json(path, {"cache": "b"}, compute, field="other") == fresh and len(calls) == 3  # field missing

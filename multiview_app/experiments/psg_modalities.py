@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..fileio import plain_json
 from .eeg_demo import mvapp
 from .psg_end_to_end import E2E_ROW, row_label
 from .psg_goals import goals_markdown, measure_goals, paired_vs_brain
@@ -338,6 +339,49 @@ def feature_tasks(
     return evaluate
 
 
+EVALUATION_FILE = "psg_evaluation_{weights}.json"
+"""A run's evaluation results (of its ``weights``), kept in its folder with what they were measured on."""
+EVALUATION_CODE = ("eval", "models/modal_embed.py", "data/eeg/modal_views.py", "experiments/psg_modalities.py")
+"""Package sources whose digest keys the kept evaluations (a change to them evaluates every run again)."""
+
+
+def evaluation_code_digest() -> str:
+    """sha256 over the :data:`EVALUATION_CODE` sources (``.py`` files, in path order)."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for entry in EVALUATION_CODE:
+        for path in sorted((root / entry).rglob("*.py")) if (root / entry).is_dir() else [root / entry]:
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def kept_evaluation(run: Path, weights: str, caches: tuple[Path, Path], what: tuple, label: str) -> dict[str, Any]:
+    """``{"results", "notes"}`` of one feature set (``what``: ``(windows, options, tasks)`` of
+    :func:`feature_tasks` / :func:`evaluate_each`), kept in the run folder (:data:`EVALUATION_FILE`) and reused
+    while the weights, the caches' manifests, the options, the tasks and the evaluation code are unchanged, so
+    an interrupted or extended experiment evaluates only what it has not."""
+    from ..fileio import kept_json, sha256_file
+    from ..train.run_io import resolve_weights
+
+    windows, options, tasks = what
+    key = {
+        "weights": sha256_file(resolve_weights(run, weights)),
+        "caches": [sha256_file(Path(cache) / "manifest.json") for cache in caches],
+        "options": options,
+        "tasks": list(tasks),
+        "code": evaluation_code_digest(),
+    }
+
+    def evaluate() -> dict[str, Any]:
+        notes: list[str] = []
+        results = evaluate_each(feature_tasks(run, weights, caches, windows, options), tasks, notes, label)
+        return {"results": results, "notes": notes}
+
+    return kept_json(Path(run) / EVALUATION_FILE.format(weights=weights), key, evaluate)
+
+
 def evaluate_runs(
     runs: dict[tuple[str, int], Path], cache: Path, sizes: Sizes, notes: list[str], retrieval: Path | None = None
 ) -> tuple[dict[str, dict[int, list]], list[dict[str, Any]], Any]:
@@ -369,8 +413,9 @@ def evaluate_runs(
     jobs += [(RANDOM_INIT, seed, runs[(sizes.losses[0], seed)], "init") for seed in sizes.seeds]
     for position, (method, seed, run, weights) in enumerate(jobs, 1):
         print(f"evaluating {method} seed {seed} ({position}/{len(jobs)} feature sets)", file=sys.stderr, flush=True)
-        evaluate = feature_tasks(run, weights, pair, both, options)
-        per_method[method][seed] = evaluate_each(evaluate, tasks, notes, f"{method} seed {seed}")
+        kept = kept_evaluation(run, weights, pair, (both, options, tasks), f"{method} seed {seed}")
+        per_method[method][seed] = kept["results"]
+        notes += kept["notes"]
     e2e = end_to_end_row(first, cache, windows, sizes) if sizes.e2e_steps > 0 and sizes.e2e_tasks else None
     return dict(per_method), evaluate_baselines(baseline_rows, e2e, both, tasks, sizes, notes, reader), windows
 
@@ -630,15 +675,6 @@ def figure(path: Path, summary: dict[str, Any], per_method: dict[str, dict[int, 
     return path
 
 
-def _plain(value: Any) -> Any:
-    """JSON form of numpy scalars and arrays (``json.dumps(default=...)``)."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
 def experiment(
     config: Path,
     out: Path,
@@ -682,7 +718,7 @@ def experiment(
     summary["figure"] = str(figure(out / f"{TABLE}.png", summary, per_method, baselines))
     details = {"per_run": {m: {str(s): r for s, r in seeds.items()} for m, seeds in per_method.items()}}
     details["baselines"] = baselines
-    (out / f"{TABLE}.json").write_text(json.dumps({**summary, **details}, indent=1, default=_plain) + "\n")
+    (out / f"{TABLE}.json").write_text(json.dumps({**summary, **details}, indent=1, default=plain_json) + "\n")
     return summary
 
 

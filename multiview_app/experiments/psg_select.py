@@ -84,24 +84,18 @@ SCORE_FILE = "validation_score.json"
 def validation_score(run_dir: Path, cache: Path, windows: Any, sizes: Any) -> float:
     """:data:`CRITERION` of one run on the validation nights ``cache`` (``windows``: its ``EvalWindows``);
     kept in ``run_dir/validation_score.json`` and reused while the cache, criterion, shots and draws match."""
-    import json
-
     from ..eval.modalities import evaluate_modalities
-    from ..fileio import atomic_write_json
+    from ..fileio import kept_json
     from .psg_modalities import embed
 
+    def score() -> float:
+        features = embed(run_dir, "final", cache, windows)
+        result = evaluate_modalities(features, windows, tasks=("staging",), shots=sizes.shots, seeds=sizes.draws)[0]
+        table, row, metric = CRITERION
+        return float(result["settings"][table.split(", ", 1)[1]]["rows"][row][metric]["value"])
+
     key = {"cache": str(cache), "criterion": list(CRITERION), "shots": sizes.shots, "draws": sizes.draws}
-    path = Path(run_dir) / SCORE_FILE
-    if path.is_file():
-        kept = json.loads(path.read_text())
-        if kept.get("key") == key:
-            return float(kept["score"])
-    features = embed(run_dir, "final", cache, windows)
-    result = evaluate_modalities(features, windows, tasks=("staging",), shots=sizes.shots, seeds=sizes.draws)[0]
-    table, row, metric = CRITERION
-    score = float(result["settings"][table.split(", ", 1)[1]]["rows"][row][metric]["value"])
-    atomic_write_json(path, {"key": key, "score": score})
-    return score
+    return float(kept_json(Path(run_dir) / SCORE_FILE, key, score, field="score"))
 
 
 def score_setting(train: Any, loss: str, setting: dict, seeds: list[int], scoring: tuple) -> dict[str, Any]:
