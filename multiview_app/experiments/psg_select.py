@@ -73,7 +73,8 @@ COLLAPSED = " (collapsed)"
 COLLAPSE_NOTE = (
     "Projections: `collapsed (u)` where the run's last `diag/uniformity` u is above -0.01, every item's projected "
     "embedding nearly one point (the loss at its value for identical embeddings); the staging criterion reads the "
-    "encoder features, so a collapsed run can still score; it is chosen only when every value of its loss collapsed."
+    "encoder features, so a collapsed run can still score; a value with a collapsed run (any seed) is chosen only when "
+    "every value of its loss has one."
 )
 """The selection table's note on the projections column."""
 
