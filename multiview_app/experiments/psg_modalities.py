@@ -28,6 +28,7 @@ Sizes (nights, hours, steps, ...) come from a small YAML file (:class:`Sizes`, `
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections import defaultdict
@@ -345,8 +346,9 @@ EVALUATION_CODE = ("eval", "models/modal_embed.py", "data/eeg/modal_views.py", "
 """Package sources whose digest keys the kept evaluations (a change to them evaluates every run again)."""
 
 
+@functools.cache
 def evaluation_code_digest() -> str:
-    """sha256 over the :data:`EVALUATION_CODE` sources (``.py`` files, in path order)."""
+    """sha256 over the :data:`EVALUATION_CODE` sources (``.py`` files, in path order), read once a process."""
     import hashlib
 
     root = Path(__file__).resolve().parents[1]

@@ -3,13 +3,14 @@
 Before the losses are compared, each loss's temperature-like setting is chosen on **validation nights**:
 a third set of synthetic nights (other people again, generator seed ``val_seed``), used for nothing else.
 For every loss, each value of its grid (:data:`DEFAULT_GRID`, or the sizes file's ``grid``) trains one run
-with the first pretraining seed on the pretraining nights; its frozen encoder features of the validation
-nights are scored by leave-one-subject-out staging with every training label, and the value with the
-highest **macro-F1 of all modalities together** wins (ties: the earlier value in the grid). A value whose
-run's projections collapsed (:func:`~multiview_app.train.diagnostics.run_collapse`: the loss at its value
-for identical embeddings, which the encoder-feature criterion cannot see) is chosen only when every value
-collapsed. The criterion is fixed before any run, and the test (evaluation) nights are never read. The
-chosen run is reused as that loss's first-seed run of the comparison.
+per selection seed (the first ``select_seeds`` pretraining seeds, default 1) on the pretraining nights; their
+frozen encoder features of the validation nights are scored by leave-one-subject-out staging with every
+training label, and the value with the highest mean **macro-F1 of all modalities together** wins (ties: the
+earlier value in the grid). A value with a run whose projections collapsed
+(:func:`~multiview_app.train.diagnostics.run_collapse`: the loss at its value for identical embeddings, which
+the encoder-feature criterion cannot see) is chosen only when every value has one. The criterion is fixed
+before any run, and the test (evaluation) nights are never read. The chosen value's runs are reused as that
+loss's runs of the comparison for those seeds.
 """
 
 from __future__ import annotations
@@ -118,6 +119,11 @@ def score_setting(train: Any, loss: str, setting: dict, seeds: list[int], scorin
     }
 
 
+def selection_seeds(sizes: Any) -> list[int]:
+    """The pretraining seeds each grid value trains with: the first ``sizes.select_seeds`` (default 1)."""
+    return list(sizes.seeds[: getattr(sizes, "select_seeds", 1)])
+
+
 def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[str, dict[str, Any]], list[dict]]:
     """``({loss: chosen setting}, selection rows)``: every grid setting of every loss trained by
     ``train(loss, seed, setting) -> run folder`` with the first ``sizes.select_seeds`` pretraining seeds (default
@@ -128,7 +134,7 @@ def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[st
     from ..eval.modalities import cache_baselines
 
     windows = cache_baselines(cache, only=[])[0]
-    seeds = list(sizes.seeds[: getattr(sizes, "select_seeds", 1)])
+    seeds = selection_seeds(sizes)
     chosen, rows = {}, []
     for loss in sizes.losses:
         settings = settings_of(sizes.grid, loss)
@@ -145,13 +151,13 @@ def select_settings(train: Any, cache: Path | None, sizes: Any) -> tuple[dict[st
 
 def seeds_text(sizes: Any) -> str:
     """``pretraining seed 0`` or ``pretraining seeds 0, 1`` (those the selection trains)."""
-    seeds = list(sizes.seeds[: getattr(sizes, "select_seeds", 1)])
+    seeds = selection_seeds(sizes)
     return f"pretraining seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
 
 
 def mean_text(sizes: Any) -> str:
     """``, mean over the seeds`` when the selection trains more than one."""
-    return ", mean over the seeds" if getattr(sizes, "select_seeds", 1) > 1 else ""
+    return ", mean over the seeds" if len(selection_seeds(sizes)) > 1 else ""
 
 
 def score_text(row: dict) -> str:

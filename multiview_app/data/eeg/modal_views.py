@@ -44,8 +44,9 @@ from .signals import load_vocabulary
 from .stages import EPOCH_SECONDS
 
 SET_KEY = "modalities"
-BatchWithin = Literal["modality_set", "night"]
 """Item key naming the item's modality set (present modalities, comma-joined, in the configured order)."""
+BatchWithin = Literal["modality_set", "night"]
+"""What every item of a training batch shares (``data.options.batch_within``)."""
 
 
 def group_key(group: str) -> str:

@@ -164,18 +164,22 @@ def state_similarity(windows: EvalWindows, chosen: np.ndarray, sets: np.ndarray)
     """Agreement ``(q, N)`` of each candidate's scored state with its query's: a match of the stage
     outweighs any match of the events, and each event class (in name order) outweighs the later ones, so
     candidates sharing the query's whole state come first, all tied."""
-    keys = [windows.stages, *(windows.targets[name] for name in sorted(windows.targets))]
+    keys = state_keys(windows)
     score = np.zeros(sets.shape, dtype=np.float32)
     for weight, key in zip(2.0 ** np.arange(len(keys))[::-1], keys):
         score += weight * (key[sets] == key[chosen][:, None])
     return score
 
 
+def state_keys(windows: EvalWindows) -> list[np.ndarray]:
+    """The scored state of every window as ``(n,)`` keys: its stage, then each event class's label (in name
+    order)."""
+    return [windows.stages, *(windows.targets[name] for name in sorted(windows.targets))]
+
+
 def state_codes(windows: EvalWindows) -> np.ndarray:
-    """``(n,)`` id of each window's scored state: its stage with each event class's label (the keys of
-    :func:`state_similarity`), one id per distinct combination."""
-    keys = np.stack([windows.stages, *(windows.targets[name] for name in sorted(windows.targets))], axis=1)
-    return np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+    """``(n,)`` id of each window's scored state (:func:`state_keys`), one id per distinct combination."""
+    return np.unique(np.stack(state_keys(windows), axis=1), axis=0, return_inverse=True)[1].reshape(-1)
 
 
 def state_posteriors(features: dict[str, np.ndarray], windows: EvalWindows) -> dict[str, np.ndarray]:
