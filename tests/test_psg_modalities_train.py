@@ -33,7 +33,13 @@ from multiview_app.export import load_embeddings
 from multiview_app.models import build_model
 from multiview_app.models.modal_embed import fuse, modality_embeddings
 from multiview_app.train.input_contract import check_modality_encoders
-from multiview_app.train.trainer import EpochBatchSampler, group_batches, micro_batches_per_epoch, train
+from multiview_app.train.trainer import (
+    EpochBatchSampler,
+    group_batches,
+    micro_batches_per_epoch,
+    train,
+    undrawn_groups_note,
+)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = [f"model.encoders.{m}.width=8" for m in ("brain", "heart", "breathing")] + [
@@ -166,6 +172,12 @@ def test_night_batches_hold_one_night_and_one_modality_set(cache: Path, tmp_path
     assert {len(policy.train_views(raw_batch(train_set, b)).views) for b in drawn} == {2, 3}
     with pytest.raises(ValueError, match="batch_within"):
         adapter_and_policy(cache, data={"batch_within": "subject"})
+    # a night shorter than a batch is never drawn, and the trainer's note says how many items that leaves out
+    sizes = np.bincount(train_set.recording_of)
+    assert undrawn_groups_note(train_set, int(sizes.min())) is None
+    note = undrawn_groups_note(train_set, int(sizes.min()) + 1)
+    short = sizes[sizes < sizes.min() + 1]
+    assert note is not None and f"{short.size} of 3 batch groups" in note and f"their {short.sum()} items" in note
 
 
 def test_items_below_min_modalities_leave_the_train_split(cache: Path, tmp_path: Path) -> None:

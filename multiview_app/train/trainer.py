@@ -159,6 +159,24 @@ def micro_batches_per_epoch(dataset: Any, num_items: int, per_batch: int) -> int
     return int(sum(count // per_batch for count in np.unique(np.asarray(groups), return_counts=True)[1]))
 
 
+def undrawn_groups_note(dataset: Any, per_batch: int) -> str | None:
+    """A note naming the batch groups (a dataset's ``batch_groups``: modality sets, or nights under
+    ``data.options.batch_within: night``) with fewer items than one global micro-batch of ``per_batch``:
+    :func:`group_batches` never draws their items. None when every group fills a batch (or there are none)."""
+    groups = getattr(dataset, "batch_groups", None)
+    if groups is None or len(groups) == 0:
+        return None
+    ids, counts = np.unique(np.asarray(groups), return_counts=True)
+    short = counts < per_batch
+    if not short.any():
+        return None
+    return (
+        f"data: {int(short.sum())} of {ids.size} batch groups (a batch holds items of one group: one modality set, "
+        f"or one night) have fewer than {per_batch} items; their {int(counts[short].sum())} items are never drawn "
+        "(lower train.batch_size to use them)"
+    )
+
+
 class EpochBatchSampler(Sampler[list[int]]):
     """Micro-batches of one epoch for one process, starting at micro-batch ``start``.
 
@@ -532,6 +550,9 @@ class Trainer:
             return self._plan_stream(adapter, policy, train_set, items, world)
         n_items = len(train_set)  # type: ignore[arg-type]
         steps_per_epoch = micro_batches_per_epoch(train_set, n_items, items * world) // tcfg.grad_accum
+        undrawn = undrawn_groups_note(train_set, items * world)
+        if undrawn:
+            self._note(undrawn)
         if steps_per_epoch < 1:
             raise ValueError(
                 f"data: the train split has {n_items} items, fewer than one optimizer step needs "
